@@ -1,0 +1,103 @@
+//! 8-bit float formats.
+//!
+//! `float8_e4m3fn` and `float8_e5m2` are ported from PyTorch's c10 (`c10/util/Float8_e4m3fn.h`,
+//! `c10/util/Float8_e5m2.h`) so that encodes are bit-exact with `tensor.to(torch.float8_*)`,
+//! including PyTorch's non-saturating overflow (e4m3fn → NaN, e5m2 → ±inf). The `float8` crate
+//! saturates instead and must not be used (see docs/numerics.md).
+//!
+//! NeuronCore's legacy `float8_e4m3` is the IEEE-like e4m3 (bias 7, inf and NaN in exponent 15),
+//! as in ml_dtypes; it has no PyTorch counterpart and is encoded by the generic small-float encoder.
+
+use super::round::{SmallFloat, encode_small_float_rne};
+
+/// Layout of the NeuronCore IEEE-like e4m3.
+pub(crate) const E4M3: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: true, nan_bits: 0x7F };
+/// Layout of PyTorch's e4m3fn (no inf; the all-ones pattern is NaN).
+pub(crate) const E4M3FN: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: false, nan_bits: 0x7F };
+/// Layout of e5m2.
+pub(crate) const E5M2: SmallFloat = SmallFloat { exp_bits: 5, man_bits: 2, bias: 15, has_inf: true, nan_bits: 0x7F };
+
+pub fn e4m3fn_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
+    let e = ((b >> 3) & 0xF) as i32;
+    let m = (b & 7) as i32;
+    if e == 0xF && m == 7 {
+        return f32::from_bits(if b & 0x80 != 0 { 0xFFC0_0000 } else { 0x7FC0_0000 });
+    }
+    sign * decode_finite(e, m, 3, 7)
+}
+
+pub fn e4m3_to_f32(b: u8) -> f32 {
+    let neg = b & 0x80 != 0;
+    let e = ((b >> 3) & 0xF) as i32;
+    let m = (b & 7) as i32;
+    if e == 0xF {
+        if m == 0 {
+            return if neg { f32::NEG_INFINITY } else { f32::INFINITY };
+        }
+        return f32::from_bits(if neg { 0xFFC0_0000 } else { 0x7FC0_0000 });
+    }
+    let v = decode_finite(e, m, 3, 7);
+    if neg { -v } else { v }
+}
+
+pub fn e5m2_to_f32(b: u8) -> f32 {
+    // e5m2 is the upper byte of an IEEE half.
+    half::f16::from_bits((b as u16) << 8).to_f32()
+}
+
+fn decode_finite(e: i32, m: i32, man_bits: i32, bias: i32) -> f32 {
+    if e == 0 {
+        m as f32 * 2f32.powi(1 - bias - man_bits)
+    } else {
+        (1.0 + m as f32 / (1 << man_bits) as f32) * 2f32.powi(e - bias)
+    }
+}
+
+/// PyTorch `fp8e4m3fn_from_fp32_value`: RNE, |x| ≥ 480 (and inf/NaN) → NaN (0x7F), sign kept.
+pub fn f32_to_e4m3fn(x: f32) -> u8 {
+    const FP8_MAX: u32 = 1087 << 20; // 480.0f
+    const DENORM_MASK: u32 = 141 << 23;
+    let mut f_bits = x.to_bits();
+    let sign = f_bits & 0x8000_0000;
+    f_bits ^= sign;
+    let result: u8 = if f_bits >= FP8_MAX {
+        0x7F
+    } else if f_bits < (121 << 23) {
+        let f = f32::from_bits(f_bits) + f32::from_bits(DENORM_MASK);
+        (f.to_bits().wrapping_sub(DENORM_MASK)) as u8
+    } else {
+        let mant_odd = (f_bits >> 20) & 1;
+        f_bits = f_bits.wrapping_add(((7u32.wrapping_sub(127)) << 23).wrapping_add(0x7FFFF));
+        f_bits = f_bits.wrapping_add(mant_odd);
+        (f_bits >> 20) as u8
+    };
+    result | (sign >> 24) as u8
+}
+
+/// PyTorch `fp8e5m2_from_fp32_value`: RNE, overflow → ±inf (0x7C), NaN → 0x7F, sign kept.
+pub fn f32_to_e5m2(x: f32) -> u8 {
+    const FP32_INF: u32 = 255 << 23;
+    const FP8_MAX: u32 = 143 << 23;
+    const DENORM_MASK: u32 = 134 << 23;
+    let mut f_bits = x.to_bits();
+    let sign = f_bits & 0x8000_0000;
+    f_bits ^= sign;
+    let result: u8 = if f_bits >= FP8_MAX {
+        if f_bits > FP32_INF { 0x7F } else { 0x7C }
+    } else if f_bits < (113 << 23) {
+        let f = f32::from_bits(f_bits) + f32::from_bits(DENORM_MASK);
+        (f.to_bits().wrapping_sub(DENORM_MASK)) as u8
+    } else {
+        let mant_odd = (f_bits >> 21) & 1;
+        f_bits = f_bits.wrapping_add(((15u32.wrapping_sub(127)) << 23).wrapping_add(0xFFFFF));
+        f_bits = f_bits.wrapping_add(mant_odd);
+        (f_bits >> 21) as u8
+    };
+    result | (sign >> 24) as u8
+}
+
+/// NeuronCore IEEE-like e4m3: RNE with overflow to ±inf (as bf16/fp16 downcasts overflow).
+pub fn f32_to_e4m3(x: f32) -> u8 {
+    encode_small_float_rne(&E4M3, x) as u8
+}

@@ -1,0 +1,327 @@
+//! Data types of the NeuronCore and the conversions between them.
+//!
+//! This module is the one place where a dtype is dispatched on. Every engine reads elements as raw
+//! bits (`u32`, zero-extended little-endian storage) and turns them into `f32` (arithmetic) or `i64`
+//! (exact integer paths) through [`DType::decode_f32`] / [`DType::decode_i64`], and writes back with
+//! [`DType::encode_f32`] / [`DType::encode_i64`]. Nothing else in the simulator looks at a dtype's
+//! bit layout.
+//!
+//! Rules (sources in docs/numerics.md):
+//! * float → narrower float rounds to nearest even (or stochastically, when the global mode is on)
+//!   and overflows to ±inf where the format has inf; `float8_e4m3fn` (PyTorch's, no inf) overflows
+//!   to NaN exactly as PyTorch's c10 conversion does.
+//! * float → integer rounds to nearest even and saturates; NaN becomes 0 (unpublished: a choice).
+//! * bool is uint8 storage: the hardware has no bool type, so converting 0.5 to bool gives 0 and
+//!   2.0 gives 2, as it would in a uint8. Lowerings produce 0/1 with compare instructions.
+//! * bfloat16 NaN is written as 0x7FC0, the canonical NaN PyTorch writes; float16 NaN as 0x7E00
+//!   with the sign kept, as PyTorch's conversion does.
+
+mod fp8;
+mod round;
+
+pub use round::{Rounding, StochasticRng};
+
+use serde::{Deserialize, Serialize};
+
+/// Element types the simulator stores. Every type is at most 4 bytes wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// tfloat32 (`fp32r`): 1 sign, 8 exponent, 10 mantissa bits, stored in 4 bytes with the low 13
+    /// mantissa bits zero.
+    Tf32,
+    /// bfloat16: 1/8/7.
+    Bf16,
+    /// IEEE binary16: 1/5/10.
+    F16,
+    /// NeuronCore's IEEE-like float8 e4m3 (`nl.float8_e4m3`, ml_dtypes `float8_e4m3`): bias 7,
+    /// exponent 15 reserved for inf (mantissa 0) and NaN; max finite 240.
+    Fp8E4m3,
+    /// OCP / PyTorch `float8_e4m3fn`: bias 7, no inf, NaN is S.1111.111; max finite 448.
+    Fp8E4m3fn,
+    /// float8 e5m2 (PyTorch / IEEE-like): bias 15, has inf and NaN; max finite 57344.
+    Fp8E5m2,
+    I8,
+    I16,
+    I32,
+    U8,
+    U16,
+    U32,
+    /// Stored as one byte; the hardware treats it as uint8.
+    Bool,
+}
+
+/// All dtypes, for exhaustive tests and parsing.
+pub const ALL_DTYPES: [DType; 14] = [
+    DType::F32,
+    DType::Tf32,
+    DType::Bf16,
+    DType::F16,
+    DType::Fp8E4m3,
+    DType::Fp8E4m3fn,
+    DType::Fp8E5m2,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::Bool,
+];
+
+impl DType {
+    /// Bytes per element in memory.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::Tf32 | DType::I32 | DType::U32 => 4,
+            DType::Bf16 | DType::F16 | DType::I16 | DType::U16 => 2,
+            DType::Fp8E4m3
+            | DType::Fp8E4m3fn
+            | DType::Fp8E5m2
+            | DType::I8
+            | DType::U8
+            | DType::Bool => 1,
+        }
+    }
+
+    /// Short name, as used in program text and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::Tf32 => "tf32",
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::Fp8E4m3 => "f8e4m3",
+            DType::Fp8E4m3fn => "f8e4m3fn",
+            DType::Fp8E5m2 => "f8e5m2",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// Parses [`DType::name`].
+    pub fn from_name(name: &str) -> Option<DType> {
+        ALL_DTYPES.iter().copied().find(|d| d.name() == name)
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            DType::F32
+                | DType::Tf32
+                | DType::Bf16
+                | DType::F16
+                | DType::Fp8E4m3
+                | DType::Fp8E4m3fn
+                | DType::Fp8E5m2
+        )
+    }
+
+    /// Integer types, including bool (uint8 storage). Bitvec ALU ops take only these.
+    pub fn is_int(self) -> bool {
+        !self.is_float()
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32)
+    }
+
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2)
+    }
+
+    /// Mask of the valid bits of a stored element.
+    pub fn bit_mask(self) -> u32 {
+        match self.size() {
+            4 => u32::MAX,
+            2 => 0xFFFF,
+            _ => 0xFF,
+        }
+    }
+
+    /// Range of an integer type as i64 (bool is uint8 storage).
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        Some(match self {
+            DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+            DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            DType::U8 | DType::Bool => (0, u8::MAX as i64),
+            DType::U16 => (0, u16::MAX as i64),
+            DType::U32 => (0, u32::MAX as i64),
+            _ => return None,
+        })
+    }
+
+    /// Decodes stored bits to f32. Exact for every float type; integers convert with round to
+    /// nearest even (exact up to 2^24).
+    #[inline]
+    pub fn decode_f32(self, bits: u32) -> f32 {
+        match self {
+            DType::F32 | DType::Tf32 => f32::from_bits(bits),
+            DType::Bf16 => f32::from_bits(bits << 16),
+            DType::F16 => half::f16::from_bits(bits as u16).to_f32(),
+            DType::Fp8E4m3 => fp8::e4m3_to_f32(bits as u8),
+            DType::Fp8E4m3fn => fp8::e4m3fn_to_f32(bits as u8),
+            DType::Fp8E5m2 => fp8::e5m2_to_f32(bits as u8),
+            DType::I8 => bits as u8 as i8 as f32,
+            DType::I16 => bits as u16 as i16 as f32,
+            DType::I32 => bits as i32 as f32,
+            DType::U8 | DType::Bool => (bits & 0xFF) as f32,
+            DType::U16 => (bits & 0xFFFF) as f32,
+            DType::U32 => bits as f32,
+        }
+    }
+
+    /// Decodes stored bits of an integer type exactly. For float types, the value truncated toward
+    /// zero (only used by bit-level paths that never see floats).
+    #[inline]
+    pub fn decode_i64(self, bits: u32) -> i64 {
+        match self {
+            DType::I8 => bits as u8 as i8 as i64,
+            DType::I16 => bits as u16 as i16 as i64,
+            DType::I32 => bits as i32 as i64,
+            DType::U8 | DType::Bool => (bits & 0xFF) as i64,
+            DType::U16 => (bits & 0xFFFF) as i64,
+            DType::U32 => bits as i64,
+            _ => {
+                let f = self.decode_f32(bits);
+                if f.is_nan() { 0 } else { f as i64 }
+            }
+        }
+    }
+
+    /// Encodes an f32 into this dtype with the given rounding.
+    #[inline]
+    pub fn encode_f32(self, x: f32, rounding: &mut Rounding) -> u32 {
+        if let Rounding::Stochastic(rng) = rounding
+            && x.is_finite()
+            && matches!(
+                self,
+                DType::Bf16 | DType::F16 | DType::Tf32 | DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2
+            )
+        {
+            return round::encode_stochastic(self, x, rng);
+        }
+        match self {
+            DType::F32 => x.to_bits(),
+            DType::Tf32 => round::f32_to_tf32_rne(x),
+            DType::Bf16 => round::f32_to_bf16_rne(x) as u32,
+            DType::F16 => round::f32_to_f16_rne(x) as u32,
+            DType::Fp8E4m3 => fp8::f32_to_e4m3(x) as u32,
+            DType::Fp8E4m3fn => fp8::f32_to_e4m3fn(x) as u32,
+            DType::Fp8E5m2 => fp8::f32_to_e5m2(x) as u32,
+            DType::I8 | DType::I16 | DType::I32 | DType::U8 | DType::U16 | DType::U32 | DType::Bool => {
+                let (lo, hi) = self.int_range().expect("integer type");
+                self.encode_i64(round::f32_to_int_rne_sat(x, lo, hi))
+            }
+        }
+    }
+
+    /// Encodes an integer exactly, saturating to the type's range. Float types go through f32.
+    #[inline]
+    pub fn encode_i64(self, v: i64) -> u32 {
+        match self.int_range() {
+            Some((lo, hi)) => (v.clamp(lo, hi) as u32) & self.bit_mask(),
+            None => self.encode_f32(v as f32, &mut Rounding::NearestEven),
+        }
+    }
+
+    /// Wraps an integer to the type's width (two's complement), as bit-level ALU results do.
+    #[inline]
+    pub fn wrap_i64(self, v: i64) -> u32 {
+        (v as u32) & self.bit_mask()
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Reads element `i` of `bytes` as raw bits of `dtype` (little-endian).
+#[inline]
+pub fn load_bits(dtype: DType, bytes: &[u8], byte_index: usize) -> u32 {
+    match dtype.size() {
+        4 => u32::from_le_bytes(bytes[byte_index..byte_index + 4].try_into().unwrap()),
+        2 => u16::from_le_bytes(bytes[byte_index..byte_index + 2].try_into().unwrap()) as u32,
+        _ => bytes[byte_index] as u32,
+    }
+}
+
+/// Stores raw bits of `dtype` at `byte_index` (little-endian).
+#[inline]
+pub fn store_bits(dtype: DType, bytes: &mut [u8], byte_index: usize, bits: u32) {
+    match dtype.size() {
+        4 => bytes[byte_index..byte_index + 4].copy_from_slice(&bits.to_le_bytes()),
+        2 => bytes[byte_index..byte_index + 2].copy_from_slice(&(bits as u16).to_le_bytes()),
+        _ => bytes[byte_index] = bits as u8,
+    }
+}
+
+/// Decodes `n` elements starting at byte `start`, `stride` bytes apart, appending f32 values.
+/// The dtype is matched once per run so the inner loops stay tight.
+pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: usize, out: &mut Vec<f32>) {
+    macro_rules! run {
+        ($w:expr, $f:expr) => {{
+            for i in 0..n {
+                let a = start + i * stride;
+                let raw: [u8; $w] = bytes[a..a + $w].try_into().unwrap();
+                out.push($f(raw));
+            }
+        }};
+    }
+    match dtype {
+        DType::F32 | DType::Tf32 => {
+            if stride == 4 {
+                out.extend(bytes[start..start + 4 * n].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())));
+            } else {
+                run!(4, f32::from_le_bytes)
+            }
+        }
+        DType::Bf16 => run!(2, |r| f32::from_bits((u16::from_le_bytes(r) as u32) << 16)),
+        DType::I32 => run!(4, |r| i32::from_le_bytes(r) as f32),
+        DType::U32 => run!(4, |r| u32::from_le_bytes(r) as f32),
+        DType::I16 => run!(2, |r| i16::from_le_bytes(r) as f32),
+        DType::U16 => run!(2, |r| u16::from_le_bytes(r) as f32),
+        DType::I8 => run!(1, |r: [u8; 1]| r[0] as i8 as f32),
+        DType::U8 | DType::Bool => run!(1, |r: [u8; 1]| r[0] as f32),
+        DType::F16 | DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2 => {
+            let w = dtype.size();
+            for i in 0..n {
+                out.push(dtype.decode_f32(load_bits(dtype, bytes, start + i * stride)));
+                let _ = w;
+            }
+        }
+    }
+}
+
+/// Encodes `vals` into `bytes` starting at byte `start`, `stride` bytes apart.
+pub fn encode_run(dtype: DType, rounding: &mut Rounding, vals: &[f32], bytes: &mut [u8], start: usize, stride: usize) {
+    match (dtype, &rounding) {
+        (DType::F32, _) => {
+            for (i, v) in vals.iter().enumerate() {
+                let a = start + i * stride;
+                bytes[a..a + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        (DType::Bf16, Rounding::NearestEven) => {
+            for (i, v) in vals.iter().enumerate() {
+                let a = start + i * stride;
+                bytes[a..a + 2].copy_from_slice(&round::f32_to_bf16_rne(*v).to_le_bytes());
+            }
+        }
+        _ => {
+            for (i, v) in vals.iter().enumerate() {
+                store_bits(dtype, bytes, start + i * stride, dtype.encode_f32(*v, rounding));
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! ScalarE activation functions.
+//!
+//! The hardware evaluates piecewise polynomials whose coefficients are not public. We evaluate
+//! each function in f64 and round once to fp32 (`ActivationModel::Accurate`): the answer the
+//! tables approximate. Outside a function's documented valid input range the hardware returns
+//! garbage (it extrapolates the polynomial); we return the accurate value and record the range so
+//! a lowering can be checked against it (see `valid_range`).
+
+use crate::program::ActFunc;
+use std::f64::consts::PI;
+
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn softplus(x: f64) -> f64 {
+    // log(1 + e^x) without overflow.
+    if x > 30.0 { x } else { x.exp().ln_1p() }
+}
+
+/// Evaluates `func` at `x` (already `x*scale + bias` in fp32).
+pub fn eval(func: ActFunc, x: f32) -> f32 {
+    let v = x as f64;
+    let r = match func {
+        ActFunc::Copy => return x,
+        ActFunc::Square => v * v,
+        ActFunc::Sigmoid => sigmoid(v),
+        ActFunc::Relu => {
+            if v > 0.0 {
+                v
+            } else if v.is_nan() {
+                v
+            } else {
+                0.0
+            }
+        }
+        ActFunc::Gelu => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
+        ActFunc::GeluDx => {
+            let cdf = 0.5 * (1.0 + libm::erf(v / std::f64::consts::SQRT_2));
+            let pdf = (-0.5 * v * v).exp() / (2.0 * PI).sqrt();
+            cdf + v * pdf
+        }
+        ActFunc::GeluApproxTanh => {
+            let k = (2.0 / PI).sqrt();
+            0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh())
+        }
+        ActFunc::GeluApproxSigmoid => v * sigmoid(1.702 * v),
+        ActFunc::GeluApproxSigmoidDx => {
+            let s = sigmoid(1.702 * v);
+            s + 1.702 * v * s * (1.0 - s)
+        }
+        ActFunc::Silu => v * sigmoid(v),
+        ActFunc::SiluDx => {
+            let s = sigmoid(v);
+            s * (1.0 + v * (1.0 - s))
+        }
+        ActFunc::Tanh => v.tanh(),
+        ActFunc::Softplus => softplus(v),
+        ActFunc::Mish => v * softplus(v).tanh(),
+        ActFunc::Erf => libm::erf(v),
+        ActFunc::ErfDx => 2.0 / PI.sqrt() * (-v * v).exp(),
+        ActFunc::Exp => v.exp(),
+        ActFunc::Log => v.ln(),
+        ActFunc::Sin => v.sin(),
+        ActFunc::Arctan => v.atan(),
+        ActFunc::Sqrt => v.sqrt(),
+        ActFunc::Rsqrt => 1.0 / v.sqrt(),
+        ActFunc::Reciprocal => 1.0 / v,
+        ActFunc::Sign => {
+            if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                v // ±0 and NaN pass through
+            }
+        }
+        ActFunc::Abs => v.abs(),
+    };
+    r as f32
+}
+
+/// The documented valid input range of each function on NC-v2 (NKI activation table).
+pub fn valid_range(func: ActFunc) -> (f32, f32) {
+    match func {
+        ActFunc::Log => (2f32.powi(-64), 2f32.powi(64)),
+        ActFunc::Sin => (-std::f32::consts::PI, std::f32::consts::PI),
+        ActFunc::Arctan => (-std::f32::consts::FRAC_PI_2, std::f32::consts::FRAC_PI_2),
+        ActFunc::Sqrt => (2f32.powi(-116), 2f32.powi(118)),
+        ActFunc::Rsqrt => (2f32.powi(-87), 2f32.powi(97)),
+        ActFunc::Reciprocal => (-(2f32.powi(42)), 2f32.powi(42)),
+        _ => (f32::NEG_INFINITY, f32::INFINITY),
+    }
+}

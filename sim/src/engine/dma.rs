@@ -1,0 +1,120 @@
+//! DMA: `dma_copy` between HBM and SBUF (and SBUF↔SBUF, HBM↔HBM), with access patterns on both
+//! sides, a cast through fp32 when dtypes differ, read-modify-write add at the destination, and
+//! indirect (index-driven) gather/scatter. DMA never touches PSUM.
+
+use super::{Access, Ctx};
+use crate::error::{AtOperand, ErrorKind, OpResult};
+use crate::mem::AccessPattern;
+use crate::program::{DmaCopy, Indirect, IndirectSide, OobMode};
+
+/// Fixed cost of one DMA instruction in ns (descriptor processing; unpublished, our estimate).
+const DMA_FIXED_NS: f64 = 100.0;
+
+pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
+    ctx.check_access("src", &i.src, Access::Read)?;
+    ctx.check_access("dst", &i.dst, Access::Write)?;
+    match &i.indirect {
+        None => {
+            if i.src.num_elems() != i.dst.num_elems() {
+                return Err(ErrorKind::ShapeMismatch(format!(
+                    "src has {} elements, dst {}",
+                    i.src.num_elems(),
+                    i.dst.num_elems()
+                )))
+                .at("dst");
+            }
+            copy_pair(ctx, &i.src, &i.dst, i.accumulate)?;
+        }
+        Some(ind) => indirect_copy(ctx, i, ind)?,
+    }
+    let bytes = (i.dst.num_elems() * i.dst.dtype.size()) as u64;
+    ctx.stats.dma_bytes += bytes;
+    ctx.stats.elements.dma += i.dst.num_elems() as u64;
+    ctx.stats.est_ns.dma += DMA_FIXED_NS + bytes as f64 / ctx.target.dma_bytes_per_ns;
+    Ok(())
+}
+
+/// Copies (or accumulates) `src` into `dst`, element order partition-major on both sides.
+fn copy_pair(ctx: &mut Ctx, src: &AccessPattern, dst: &AccessPattern, accumulate: bool) -> OpResult<()> {
+    if accumulate {
+        let a = ctx.mem.read_f32(dst).at("dst")?;
+        let b = ctx.mem.read_f32(src).at("src")?;
+        let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        ctx.mem.write_f32(dst, &sum, ctx.rounding).at("dst")?;
+    } else if src.dtype == dst.dtype {
+        let bits = ctx.mem.read_bits(src).at("src")?;
+        ctx.mem.write_bits(dst, &bits).at("dst")?;
+    } else {
+        let v = ctx.mem.read_f32(src).at("src")?;
+        ctx.mem.write_f32(dst, &v, ctx.rounding).at("dst")?;
+    }
+    Ok(())
+}
+
+/// Gather (`side: src`) or scatter (`side: dst`): row `p` of the indirect side starts
+/// `index[p] * row_step` elements past its offset. The indirect side must be in HBM; the index
+/// tensor is an integer tensor in SBUF with one element per row.
+fn indirect_copy(ctx: &mut Ctx, i: &DmaCopy, ind: &Indirect) -> OpResult<()> {
+    let (direct, indirect, direct_name, indirect_name) = match ind.side {
+        IndirectSide::Src => (&i.dst, &i.src, "dst", "src"),
+        IndirectSide::Dst => (&i.src, &i.dst, "src", "dst"),
+    };
+    if indirect.mem.is_on_chip() {
+        return Err(ErrorKind::Invalid("the indirect side of a DMA must be in HBM".into())).at(indirect_name);
+    }
+    ctx.check_access("index", &ind.index, Access::Read)?;
+    if ind.index.mem.is_on_chip() && ind.index.mem != crate::mem::MemSpace::Sbuf || ind.index.dtype.is_float() {
+        return Err(ErrorKind::Invalid("index must be an integer tensor in SBUF".into())).at("index");
+    }
+    let rows = direct.partitions;
+    let idx = ctx.mem.read_i64(&ind.index).at("index")?;
+    if idx.len() != rows {
+        return Err(ErrorKind::ShapeMismatch(format!("{} indices for {rows} rows", idx.len()))).at("index");
+    }
+    if indirect.free_elems() != direct.free_elems() {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "indirect rows have {} elements, direct rows {}",
+            indirect.free_elems(),
+            direct.free_elems()
+        )))
+        .at(indirect_name);
+    }
+    let size = indirect.dtype.size() as i64;
+    for (p, &k) in idx.iter().enumerate() {
+        let offset = indirect.offset as i64 + k * ind.row_step * size;
+        let row_ind = AccessPattern { partitions: 1, partition_step: 0, offset: offset.max(0) as u64, ..indirect.clone() };
+        let row_dir = row_of(direct, p);
+        let in_bounds = offset >= 0 && ctx.mem.resolve(&row_ind).is_ok();
+        if !in_bounds {
+            match ind.oob {
+                OobMode::Skip => continue,
+                OobMode::Error => {
+                    return Err(ErrorKind::Invalid(format!("index {k} of row {p} addresses outside the tensor")))
+                        .at("index");
+                }
+            }
+        }
+        let (s, d) = match ind.side {
+            IndirectSide::Src => (&row_ind, &row_dir),
+            IndirectSide::Dst => (&row_dir, &row_ind),
+        };
+        copy_pair(ctx, s, d, i.accumulate).map_err(|mut e| {
+            if e.operand.is_none() {
+                e.operand = Some(direct_name.to_string());
+            }
+            e
+        })?;
+    }
+    Ok(())
+}
+
+/// Row `p` of an access pattern as a one-row pattern.
+fn row_of(ap: &AccessPattern, p: usize) -> AccessPattern {
+    if ap.mem.is_on_chip() {
+        AccessPattern { start_partition: ap.start_partition + p, partitions: 1, ..ap.clone() }
+    } else {
+        let size = ap.dtype.size() as i64;
+        let offset = ap.offset as i64 + p as i64 * ap.partition_step * size;
+        AccessPattern { partitions: 1, partition_step: 0, offset: offset as u64, ..ap.clone() }
+    }
+}

@@ -1,0 +1,343 @@
+//! Runs a program: validates declarations and inputs, dispatches each instruction to its
+//! engine's semantics in program order, and returns the HBM outputs with statistics.
+
+use crate::dtype::{DType, Rounding, StochasticRng};
+use crate::engine::{self, Ctx, Registers};
+use crate::error::{ErrorKind, SimError};
+use crate::mem::Memories;
+use crate::program::{Engine, HbmRole, Program};
+use crate::target::{Target, TargetName};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+
+/// A tensor on the host: contiguous little-endian bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl HostTensor {
+    pub fn num_elems(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Builds an f32 tensor from values (test and bench convenience).
+    pub fn from_f32(shape: &[usize], vals: &[f32]) -> Self {
+        HostTensor { dtype: DType::F32, shape: shape.to_vec(), data: vals.iter().flat_map(|v| v.to_le_bytes()).collect() }
+    }
+
+    /// Encodes f32 values into `dtype` with round to nearest even.
+    pub fn from_f32_as(dtype: DType, shape: &[usize], vals: &[f32]) -> Self {
+        let mut data = vec![0u8; vals.len() * dtype.size()];
+        let mut r = Rounding::NearestEven;
+        crate::dtype::encode_run(dtype, &mut r, vals, &mut data, 0, dtype.size());
+        HostTensor { dtype, shape: shape.to_vec(), data }
+    }
+
+    /// Decodes to f32 values.
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.num_elems());
+        crate::dtype::decode_run(self.dtype, &self.data, 0, self.num_elems(), self.dtype.size(), &mut out);
+        out
+    }
+
+    /// Raw element bits.
+    pub fn bits(&self) -> Vec<u32> {
+        (0..self.num_elems()).map(|i| crate::dtype::load_bits(self.dtype, &self.data, i * self.dtype.size())).collect()
+    }
+}
+
+/// How float downcasts round (the runtime's `NEURON_RT_STOCHASTIC_ROUNDING_EN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundingMode {
+    #[default]
+    NearestEven,
+    Stochastic { seed: u64 },
+}
+
+/// Subnormal handling in engine arithmetic (unpublished for every engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Denormals {
+    /// IEEE: subnormal inputs and results are kept.
+    #[default]
+    Preserve,
+    /// Subnormal fp32 inputs and results of ALU/activation math become ±0.
+    FlushToZero,
+}
+
+/// What max/min do with NaN (unpublished).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NanMaxMin {
+    /// A NaN operand gives NaN (PyTorch's `maximum`/`amax` semantics).
+    #[default]
+    Propagate,
+    /// The non-NaN operand wins (IEEE 754-2008 maxNum / C `fmaxf`).
+    PreferNumber,
+}
+
+/// Order in which TensorE sums the K products of one output element (unpublished).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MatmulAccumulation {
+    /// k = 0..K-1, each partial sum rounded to fp32.
+    #[default]
+    Sequential,
+    /// Pairwise tree over k (an alternative to compare against hardware).
+    Pairwise,
+}
+
+/// How ScalarE evaluates activation functions (the hardware's polynomial tables are unpublished).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationModel {
+    /// Evaluate in f64 and round once to fp32: the most accurate fp32 answer.
+    #[default]
+    Accurate,
+}
+
+/// Every numeric choice the simulator makes where AWS publishes nothing. Documented in
+/// docs/numerics.md; each can be switched to compare against hardware.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Numerics {
+    #[serde(default)]
+    pub rounding: RoundingMode,
+    #[serde(default)]
+    pub denormals: Denormals,
+    #[serde(default)]
+    pub nan_max_min: NanMaxMin,
+    #[serde(default)]
+    pub matmul_accumulation: MatmulAccumulation,
+    #[serde(default)]
+    pub activation: ActivationModel,
+    /// Emulate the Trn1 bug where `activation(copy)` ignores its bias (aws-neuron-sdk #1296).
+    #[serde(default)]
+    pub emulate_act_copy_bias_bug: bool,
+}
+
+/// Executor settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecConfig {
+    pub numerics: Numerics,
+    /// Refuse programs whose HBM tensors add up to more than this (protects the host).
+    pub max_hbm_bytes: usize,
+    /// Refuse programs with more instructions than this.
+    pub max_instructions: usize,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig { numerics: Numerics::default(), max_hbm_bytes: 4 << 30, max_instructions: 10_000_000 }
+    }
+}
+
+/// Counts per engine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineCounts {
+    pub tensor: u64,
+    pub vector: u64,
+    pub scalar: u64,
+    pub gpsimd: u64,
+    pub dma: u64,
+}
+
+impl EngineCounts {
+    pub fn get(&self, e: Engine) -> u64 {
+        match e {
+            Engine::Tensor => self.tensor,
+            Engine::Vector => self.vector,
+            Engine::Scalar => self.scalar,
+            Engine::Gpsimd => self.gpsimd,
+            Engine::Dma => self.dma,
+        }
+    }
+
+    pub fn add(&mut self, e: Engine, n: u64) {
+        match e {
+            Engine::Tensor => self.tensor += n,
+            Engine::Vector => self.vector += n,
+            Engine::Scalar => self.scalar += n,
+            Engine::Gpsimd => self.gpsimd += n,
+            Engine::Dma => self.dma += n,
+        }
+    }
+}
+
+/// Statistics of one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Instructions executed per engine.
+    pub instructions: EngineCounts,
+    /// Elements processed per engine (output elements; DMA: elements moved).
+    pub elements: EngineCounts,
+    /// Bytes moved by DMA.
+    pub dma_bytes: u64,
+    /// Floating-point operations (matmul: 2·K·M·N; elementwise: one per output element).
+    pub flops: u64,
+    /// Estimated busy time per engine in ns, from published per-instruction costs.
+    pub est_ns: EngineTimes,
+}
+
+/// Busy time per engine in ns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineTimes {
+    pub tensor: f64,
+    pub vector: f64,
+    pub scalar: f64,
+    pub gpsimd: f64,
+    pub dma: f64,
+}
+
+impl EngineTimes {
+    pub fn add(&mut self, e: Engine, ns: f64) {
+        match e {
+            Engine::Tensor => self.tensor += ns,
+            Engine::Vector => self.vector += ns,
+            Engine::Scalar => self.scalar += ns,
+            Engine::Gpsimd => self.gpsimd += ns,
+            Engine::Dma => self.dma += ns,
+        }
+    }
+}
+
+impl Stats {
+    /// Instructions on Tensor, Vector, Scalar and GpSimd engines.
+    pub fn compute_instructions(&self) -> u64 {
+        let c = &self.instructions;
+        c.tensor + c.vector + c.scalar + c.gpsimd
+    }
+}
+
+/// The result of a run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub outputs: BTreeMap<String, HostTensor>,
+    pub stats: Stats,
+}
+
+/// Runs programs on one simulated NeuronCore.
+#[derive(Clone, Debug)]
+pub struct Executor {
+    pub target: Target,
+    pub config: ExecConfig,
+}
+
+impl Executor {
+    pub fn new(target: TargetName) -> Self {
+        Executor { target: target.params(), config: ExecConfig::default() }
+    }
+
+    pub fn with_config(target: TargetName, config: ExecConfig) -> Self {
+        Executor { target: target.params(), config }
+    }
+
+    /// Runs `program` on `inputs` (one per Input declaration). Never panics on any program.
+    pub fn run(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
+        if program.target != self.target.name {
+            return Err(SimError::program(ErrorKind::Invalid(format!(
+                "program is for {}, the executor simulates {}",
+                program.target.name(),
+                self.target.name.name()
+            ))));
+        }
+        self.validate_declarations(program)?;
+        let mut mem = Memories::new(&self.target, &program.hbm);
+        for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
+            let t = inputs.get(&decl.name).ok_or_else(|| {
+                SimError::program(ErrorKind::Invalid(format!("no input given for HBM tensor `{}`", decl.name)))
+            })?;
+            if t.dtype != decl.dtype || t.shape != decl.shape {
+                return Err(SimError::program(ErrorKind::ShapeMismatch(format!(
+                    "input `{}` is {} {:?}, the program declares {} {:?}",
+                    decl.name, t.dtype, t.shape, decl.dtype, decl.shape
+                ))));
+            }
+            mem.load_input(&decl.name, &t.data).map_err(SimError::program)?;
+        }
+        let mut rounding = match self.config.numerics.rounding {
+            RoundingMode::NearestEven => Rounding::NearestEven,
+            RoundingMode::Stochastic { seed } => Rounding::Stochastic(StochasticRng::new(seed)),
+        };
+        let mut regs = Registers::new(&self.target);
+        let mut stats = Stats::default();
+        for (index, inst) in program.instructions.iter().enumerate() {
+            let fail = |operand: Option<String>, kind: ErrorKind| SimError {
+                index: Some(index),
+                engine: Some(inst.engine),
+                opcode: Some(inst.op.name()),
+                operand,
+                kind,
+            };
+            if let Some(&w) = inst.wait.iter().find(|&&w| w as usize >= index) {
+                return Err(fail(None, ErrorKind::Invalid(format!("waits for instruction #{w}, which is not earlier"))));
+            }
+            if !engine::runs_on(&self.target, &inst.op, inst.engine) {
+                return Err(fail(
+                    None,
+                    ErrorKind::WrongEngine { engine: inst.engine.name(), opcode: inst.op.name() },
+                ));
+            }
+            let mut ctx = Ctx {
+                mem: &mut mem,
+                target: &self.target,
+                numerics: &self.config.numerics,
+                rounding: &mut rounding,
+                engine: inst.engine,
+                regs: &mut regs,
+                stats: &mut stats,
+            };
+            engine::execute(&mut ctx, &inst.op).map_err(|e| fail(e.operand, e.kind))?;
+            stats.instructions.add(inst.engine, 1);
+        }
+        let mut outputs = BTreeMap::new();
+        for t in mem.outputs() {
+            if let Some(first) = mem.first_unwritten(&t.decl.name) {
+                return Err(SimError::program(ErrorKind::Invalid(format!(
+                    "output `{}` was not fully written by the program: element {first} never was",
+                    t.decl.name
+                ))));
+            }
+            outputs.insert(
+                t.decl.name.clone(),
+                HostTensor { dtype: t.decl.dtype, shape: t.decl.shape.clone(), data: t.data.clone() },
+            );
+        }
+        Ok(RunResult { outputs, stats })
+    }
+
+    fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {
+        if program.instructions.len() > self.config.max_instructions {
+            return Err(SimError::program(ErrorKind::Invalid(format!(
+                "{} instructions, the executor accepts at most {}",
+                program.instructions.len(),
+                self.config.max_instructions
+            ))));
+        }
+        let mut names = HashSet::new();
+        let mut total: usize = 0;
+        for d in &program.hbm {
+            if !names.insert(d.name.as_str()) {
+                return Err(SimError::program(ErrorKind::Invalid(format!("HBM tensor `{}` declared twice", d.name))));
+            }
+            let bytes = d
+                .shape
+                .iter()
+                .try_fold(d.dtype.size(), |acc, &s| acc.checked_mul(s))
+                .and_then(|b| total.checked_add(b).map(|t| (b, t)));
+            match bytes {
+                Some((_, t)) if t <= self.config.max_hbm_bytes => total = t,
+                _ => {
+                    return Err(SimError::program(ErrorKind::Invalid(format!(
+                        "HBM tensors exceed the executor's limit of {} bytes (at `{}`)",
+                        self.config.max_hbm_bytes, d.name
+                    ))));
+                }
+            }
+        }
+        Ok(())
+    }
+}

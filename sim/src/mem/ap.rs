@@ -1,0 +1,189 @@
+//! Access patterns: how an instruction operand addresses memory.
+//!
+//! An on-chip operand (SBUF/PSUM) covers `partitions` consecutive partitions starting at
+//! `start_partition`; within each partition it starts at byte `offset` and walks up to four free
+//! dimensions `[step, num]` (outer → inner, steps in elements of `dtype`, step 0 = broadcast).
+//! `view[p, w, z, y, x] = partition(start + p)[offset + (w*sw + z*sz + y*sy + x*sx) * size]`.
+//!
+//! An HBM operand addresses a flat tensor: `partition_step` is the element distance between the
+//! rows that land on consecutive partitions of the other side of a DMA, and `start_partition`
+//! must be 0. `offset` is in bytes from the start of the tensor.
+
+use crate::dtype::DType;
+use serde::{Deserialize, Serialize};
+
+/// Which memory an operand lives in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemSpace {
+    Sbuf,
+    Psum,
+    /// A named HBM tensor declared by the program.
+    Hbm(String),
+}
+
+impl MemSpace {
+    pub fn name(&self) -> &'static str {
+        match self {
+            MemSpace::Sbuf => "SBUF",
+            MemSpace::Psum => "PSUM",
+            MemSpace::Hbm(_) => "HBM",
+        }
+    }
+
+    pub fn is_on_chip(&self) -> bool {
+        !matches!(self, MemSpace::Hbm(_))
+    }
+}
+
+/// One free dimension: `[step, num]`, step in elements (may be negative or 0).
+pub type FreeDim = [i64; 2];
+
+/// An operand: memory, partitions, byte offset, dtype, and up to 4 free dimensions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AccessPattern {
+    pub mem: MemSpace,
+    pub dtype: DType,
+    /// First partition (on-chip); 0 for HBM.
+    #[serde(default)]
+    pub start_partition: usize,
+    /// Number of partitions (on-chip) or rows (HBM).
+    pub partitions: usize,
+    /// HBM only: element step between rows. Ignored (must be 0) on chip.
+    #[serde(default)]
+    pub partition_step: i64,
+    /// Byte offset within each partition (on-chip) or within the tensor (HBM).
+    #[serde(default)]
+    pub offset: u64,
+    /// Free dimensions, outer to inner.
+    pub free: Vec<FreeDim>,
+}
+
+impl AccessPattern {
+    /// An SBUF operand.
+    pub fn sbuf(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
+        AccessPattern { mem: MemSpace::Sbuf, dtype, start_partition, partitions, partition_step: 0, offset, free }
+    }
+
+    /// A PSUM operand.
+    pub fn psum(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
+        AccessPattern { mem: MemSpace::Psum, dtype, start_partition, partitions, partition_step: 0, offset, free }
+    }
+
+    /// An HBM operand: `rows` rows `partition_step` elements apart, starting at element
+    /// `offset_elems`, each walking `free`.
+    pub fn hbm(
+        tensor: &str,
+        dtype: DType,
+        offset_elems: u64,
+        rows: usize,
+        partition_step: i64,
+        free: Vec<FreeDim>,
+    ) -> Self {
+        AccessPattern {
+            mem: MemSpace::Hbm(tensor.to_string()),
+            dtype,
+            start_partition: 0,
+            partitions: rows,
+            partition_step,
+            offset: offset_elems * dtype.size() as u64,
+            free,
+        }
+    }
+
+    /// Elements per partition (product of the free sizes; 1 when there are no free dims).
+    pub fn free_elems(&self) -> usize {
+        self.free.iter().map(|d| d[1].max(0) as usize).product()
+    }
+
+    /// Total elements addressed.
+    pub fn num_elems(&self) -> usize {
+        self.partitions * self.free_elems()
+    }
+
+    /// Free sizes only, outer to inner.
+    pub fn free_shape(&self) -> Vec<usize> {
+        self.free.iter().map(|d| d[1].max(0) as usize).collect()
+    }
+
+    /// Same pattern with another dtype (and the same byte offset).
+    pub fn with_dtype(&self, dtype: DType) -> Self {
+        AccessPattern { dtype, ..self.clone() }
+    }
+
+    /// Smallest and largest element offset (relative to `offset`) reached within one partition,
+    /// or `None` when the pattern addresses nothing.
+    pub fn free_extent(&self) -> Option<(i64, i64)> {
+        let mut lo = 0i64;
+        let mut hi = 0i64;
+        for &[step, num] in &self.free {
+            if num <= 0 {
+                return None;
+            }
+            let span = step * (num - 1);
+            if span < 0 {
+                lo += span;
+            } else {
+                hi += span;
+            }
+        }
+        Some((lo, hi))
+    }
+
+    /// Element offsets (relative to the partition's base) of the free pattern, in order.
+    pub fn free_offsets(&self) -> Vec<i64> {
+        let mut out = Vec::with_capacity(self.free_elems());
+        fn walk(dims: &[FreeDim], base: i64, out: &mut Vec<i64>) {
+            match dims.split_first() {
+                None => out.push(base),
+                Some((&[step, num], rest)) => {
+                    for i in 0..num.max(0) {
+                        walk(rest, base + i * step, out);
+                    }
+                }
+            }
+        }
+        walk(&self.free, 0, &mut out);
+        out
+    }
+
+    /// The pattern as runs along the innermost dimension: (element offset of the run start,
+    /// number of elements, step). Used by the memory fast paths.
+    pub fn runs(&self) -> (Vec<i64>, usize, i64) {
+        match self.free.split_last() {
+            None => (vec![0], 1, 1),
+            Some((&[step, num], outer)) => {
+                let outer_ap = AccessPattern { free: outer.to_vec(), ..self.clone() };
+                (outer_ap.free_offsets(), num.max(0) as usize, step)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AccessPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.mem {
+            MemSpace::Hbm(t) => write!(
+                f,
+                "hbm:{t}[{}+{}]{{rows {} step {}}}",
+                self.dtype,
+                self.offset / self.dtype.size() as u64,
+                self.partitions,
+                self.partition_step
+            )?,
+            m => write!(
+                f,
+                "{}[{}]{{p {}..{}}}@{}",
+                m.name().to_lowercase(),
+                self.dtype,
+                self.start_partition,
+                self.start_partition + self.partitions,
+                self.offset
+            )?,
+        }
+        for [s, n] in &self.free {
+            write!(f, "[{s},{n}]")?;
+        }
+        Ok(())
+    }
+}

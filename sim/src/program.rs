@@ -1,0 +1,715 @@
+//! Programs: the instruction set as data.
+//!
+//! A [`Program`] declares its HBM tensors and lists [`Instruction`]s, each tagged with the engine
+//! whose queue it goes to. It is plain serde data (JSON on disk). One [`Op`] variant per
+//! instruction; its semantics live in exactly one function under `engine/` (the executor's match
+//! over `Op` is exhaustive, so a new variant without semantics does not compile).
+
+use crate::dtype::DType;
+use crate::mem::AccessPattern;
+use crate::target::TargetName;
+use serde::{Deserialize, Serialize};
+
+/// The engines of a NeuronCore (and the DMA queues).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// TensorE (PE array): matmul and transpose.
+    Tensor,
+    /// VectorE (DVE).
+    Vector,
+    /// ScalarE (ACT): activation functions.
+    Scalar,
+    /// GpSimdE (POOL): 8 general-purpose SIMD cores.
+    Gpsimd,
+    /// The DMA queues.
+    Dma,
+}
+
+pub const ALL_ENGINES: [Engine; 5] = [Engine::Tensor, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Dma];
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Tensor => "tensor",
+            Engine::Vector => "vector",
+            Engine::Scalar => "scalar",
+            Engine::Gpsimd => "gpsimd",
+            Engine::Dma => "dma",
+        }
+    }
+
+    /// Compute engines (all but DMA).
+    pub fn is_compute(self) -> bool {
+        self != Engine::Dma
+    }
+}
+
+/// What an HBM tensor is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HbmRole {
+    /// Filled by the caller before the run.
+    Input,
+    /// Returned after the run; every element must have been written.
+    Output,
+    /// Working memory of the program.
+    Scratch,
+}
+
+/// Declaration of an HBM tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HbmTensorDecl {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub role: HbmRole,
+}
+
+/// A program for one NeuronCore.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    #[serde(default)]
+    pub target: TargetName,
+    pub hbm: Vec<HbmTensorDecl>,
+    pub instructions: Vec<Instruction>,
+}
+
+/// One instruction on one engine's queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Instruction {
+    pub engine: Engine,
+    pub op: Op,
+    /// Indices of earlier instructions (on other engines) this one waits for. Execution is in
+    /// program order; these record the cross-engine synchronisation a parallel machine needs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait: Vec<u32>,
+}
+
+impl Instruction {
+    pub fn new(engine: Engine, op: Op) -> Self {
+        Instruction { engine, op, wait: Vec::new() }
+    }
+}
+
+/// A per-partition scalar: an immediate, or a `[P, 1]` tile read once per partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScalarOperand {
+    /// An immediate. Arithmetic ops use it as fp32; bitvec ops as an integer bit pattern.
+    Imm(f64),
+    /// One element per partition, broadcast along the free axis.
+    Tile(AccessPattern),
+}
+
+/// ALU operators (NKI `nl.*` names in comments). Arithmetic ops compute in fp32 and cast on write;
+/// bitvec ops act on the raw bits of integer operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AluOp {
+    /// Pass the first operand through (`bypass`).
+    Bypass,
+    Add,
+    Subtract,
+    Multiply,
+    Max,
+    Min,
+    IsEqual,
+    NotEqual,
+    IsGe,
+    IsGt,
+    IsLe,
+    IsLt,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
+    /// Unary: 1.0 where the input is 0, else 0.0.
+    LogicalNot,
+    /// Unary |x|.
+    Abs,
+    /// Unary 1/x.
+    Reciprocal,
+    /// Unary 1/sqrt(x) (GpSimd and Scalar).
+    Rsqrt,
+    /// x ** y (GpSimd only).
+    Pow,
+    /// Mean of the two operands / of a reduction (`average`).
+    Average,
+    // Bitvec (integer dtypes only, VectorE).
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    /// Unary.
+    BitwiseNot,
+    /// Shift left (arithmetic and logical are the same).
+    ShiftLeft,
+    /// Logical shift right (arithmetic shift right does not exist on NC-v2).
+    LogicalShiftRight,
+}
+
+impl AluOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            AluOp::Bypass => "bypass",
+            AluOp::Add => "add",
+            AluOp::Subtract => "subtract",
+            AluOp::Multiply => "multiply",
+            AluOp::Max => "max",
+            AluOp::Min => "min",
+            AluOp::IsEqual => "is_equal",
+            AluOp::NotEqual => "not_equal",
+            AluOp::IsGe => "is_ge",
+            AluOp::IsGt => "is_gt",
+            AluOp::IsLe => "is_le",
+            AluOp::IsLt => "is_lt",
+            AluOp::LogicalAnd => "logical_and",
+            AluOp::LogicalOr => "logical_or",
+            AluOp::LogicalXor => "logical_xor",
+            AluOp::LogicalNot => "logical_not",
+            AluOp::Abs => "abs",
+            AluOp::Reciprocal => "reciprocal",
+            AluOp::Rsqrt => "rsqrt",
+            AluOp::Pow => "pow",
+            AluOp::Average => "average",
+            AluOp::BitwiseAnd => "bitwise_and",
+            AluOp::BitwiseOr => "bitwise_or",
+            AluOp::BitwiseXor => "bitwise_xor",
+            AluOp::BitwiseNot => "bitwise_not",
+            AluOp::ShiftLeft => "shift_left",
+            AluOp::LogicalShiftRight => "logical_shift_right",
+        }
+    }
+
+    /// Bitvec ops act on raw integer bits.
+    pub fn is_bitvec(self) -> bool {
+        matches!(
+            self,
+            AluOp::BitwiseAnd
+                | AluOp::BitwiseOr
+                | AluOp::BitwiseXor
+                | AluOp::BitwiseNot
+                | AluOp::ShiftLeft
+                | AluOp::LogicalShiftRight
+        )
+    }
+
+    /// Unary ops ignore their second operand.
+    pub fn is_unary(self) -> bool {
+        matches!(
+            self,
+            AluOp::Bypass | AluOp::LogicalNot | AluOp::Abs | AluOp::Reciprocal | AluOp::Rsqrt | AluOp::BitwiseNot
+        )
+    }
+}
+
+/// Scalar-engine activation functions (hardware evaluates piecewise polynomials; we compute the
+/// function accurately, see docs/numerics.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActFunc {
+    Copy,
+    Square,
+    Sigmoid,
+    Relu,
+    Gelu,
+    GeluDx,
+    GeluApproxTanh,
+    GeluApproxSigmoid,
+    GeluApproxSigmoidDx,
+    Silu,
+    SiluDx,
+    Tanh,
+    Softplus,
+    Mish,
+    Erf,
+    ErfDx,
+    Exp,
+    Log,
+    Sin,
+    Arctan,
+    Sqrt,
+    Rsqrt,
+    Reciprocal,
+    Sign,
+    Abs,
+}
+
+/// Comparison used by `affine_select`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CmpOp {
+    Equal,
+    NotEqual,
+    GreaterThan,
+    GreaterEqual,
+}
+
+/// Command for the Scalar engine's per-partition accumulator registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AccCmd {
+    #[default]
+    Idle,
+    Reset,
+    Reduce,
+    ResetReduce,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instructions. Operand names follow NKI's.
+
+/// TensorE: `dst[M, N] (+)= stationary[K, M]ᵀ · moving[K, N]`, contraction over partitions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NcMatmul {
+    pub dst: AccessPattern,
+    pub stationary: AccessPattern,
+    pub moving: AccessPattern,
+    /// `false`: overwrite the PSUM bank region; `true`: add to it in fp32.
+    #[serde(default)]
+    pub accumulate: bool,
+}
+
+/// Transpose partition and (flattened) free axes. On TensorE an identity matmul into PSUM (so
+/// NaN/Inf spread as on NC-v2); on VectorE a bit-exact 32×32 block transpose.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NcTranspose {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// `dst = in0 op in1`, elementwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorTensor {
+    pub dst: AccessPattern,
+    pub in0: AccessPattern,
+    pub in1: AccessPattern,
+    pub op: AluOp,
+}
+
+/// `dst = (src op0 operand0) op1 operand1` with optional operand reversal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorScalar {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub op0: AluOp,
+    pub operand0: ScalarOperand,
+    #[serde(default)]
+    pub reverse0: bool,
+    #[serde(default)]
+    pub op1: Option<AluOp>,
+    #[serde(default)]
+    pub operand1: Option<ScalarOperand>,
+    #[serde(default)]
+    pub reverse1: bool,
+}
+
+/// `dst = (src op0 operand0) op1 in1`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScalarTensorTensor {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub op0: AluOp,
+    pub operand0: ScalarOperand,
+    pub op1: AluOp,
+    pub in1: AccessPattern,
+    #[serde(default)]
+    pub reverse0: bool,
+    #[serde(default)]
+    pub reverse1: bool,
+}
+
+/// Reduce the innermost `axes` free dimensions of `src` with `op` (fp32), optionally negated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorReduce {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub op: AluOp,
+    /// How many innermost free dims to reduce (1..=4).
+    pub axes: usize,
+    #[serde(default)]
+    pub negate: bool,
+}
+
+/// Scan along the free axis: `r[i] = (in0[i] op0 r[i-1]) op1 in1[i]`, `r[-1] = initial`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorTensorScan {
+    pub dst: AccessPattern,
+    pub in0: AccessPattern,
+    pub in1: AccessPattern,
+    pub initial: ScalarOperand,
+    pub op0: AluOp,
+    pub op1: AluOp,
+}
+
+/// `dst = src op0 operand0`; `reduce_res[p] = reduce_op over the free axis of dst` (fp32).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorScalarReduce {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub op0: AluOp,
+    pub operand0: ScalarOperand,
+    pub reduce_op: AluOp,
+    pub reduce_res: AccessPattern,
+}
+
+/// Copy with cast (bit-exact when dtypes match on Vector/GpSimd).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorCopy {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// `dst[i] = src[i]` where `predicate[i] != 0` (inverted by `reverse_pred`); else unchanged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorCopyPredicated {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub predicate: AccessPattern,
+    #[serde(default)]
+    pub reverse_pred: bool,
+}
+
+/// VectorE `dst = 1/src` (more precise than the ScalarE reciprocal).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reciprocal {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// Per partition, 6 statistics of ≤512 elements: (count, mean, var·count) of even and of odd
+/// indexed elements.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BnStats {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// Combines `bn_stats` tuples into (mean, population variance) per partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BnAggr {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// The 8 largest values per partition, descending.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Max8 {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// Index of the first occurrence of each of 8 values per partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FindIndex8 {
+    pub dst: AccessPattern,
+    pub data: AccessPattern,
+    pub vals: AccessPattern,
+}
+
+/// Replace the first occurrence of each of 8 values with `imm` (values processed 7..0).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatchReplace8 {
+    pub dst: AccessPattern,
+    pub data: AccessPattern,
+    pub vals: AccessPattern,
+    pub imm: f64,
+    #[serde(default)]
+    pub dst_idx: Option<AccessPattern>,
+}
+
+/// Fill with a constant (converted through fp32 for float dtypes, exactly for integers).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Memset {
+    pub dst: AccessPattern,
+    pub value: f64,
+}
+
+/// `dst = predicate ? on_true : on_false`, optional max-reduction per partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SelectReduce {
+    pub dst: AccessPattern,
+    pub predicate: AccessPattern,
+    pub on_true: AccessPattern,
+    pub on_false: ScalarOperand,
+    #[serde(default)]
+    pub reverse_pred: bool,
+    #[serde(default)]
+    pub reduce_res: Option<AccessPattern>,
+}
+
+/// Zero each element with probability `prob`, from the VectorE generator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dropout {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub prob: ScalarOperand,
+}
+
+/// 32 random bits per element from the VectorE generator, truncated to the dtype's width.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rng {
+    pub dst: AccessPattern,
+}
+
+/// Seeds the VectorE generator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SetRngSeed {
+    pub seed: ScalarOperand,
+}
+
+/// Within each 32-partition quadrant: `dst[i] = src[mask[i]]`; 255 leaves `dst[i]` unchanged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamShuffle {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub mask: Vec<u8>,
+}
+
+/// ScalarE: `dst = func(src * scale + bias)`; optionally accumulate the free-axis sum of the
+/// function's fp32 output into the per-partition accumulator and read it out into `reduce_res`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Activation {
+    pub dst: AccessPattern,
+    pub func: ActFunc,
+    pub src: AccessPattern,
+    #[serde(default)]
+    pub bias: Option<ScalarOperand>,
+    pub scale: ScalarOperand,
+    #[serde(default)]
+    pub acc: AccCmd,
+    #[serde(default)]
+    pub reduce_res: Option<AccessPattern>,
+}
+
+/// GpSimd: `dst[c, i…] = offset + c·channel_multiplier + Σ step_k·i_k`, in int32, cast to dst.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Iota {
+    pub dst: AccessPattern,
+    pub offset: i64,
+    pub channel_multiplier: i64,
+    /// `[step, num]` per free dim of dst, outer to inner.
+    pub pattern: Vec<[i64; 2]>,
+}
+
+/// GpSimd: `v = offset + c·channel_multiplier + Σ step_k·i_k`; `dst = cmp(v, 0) ? on_true : on_false`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AffineSelect {
+    pub dst: AccessPattern,
+    pub on_true: AccessPattern,
+    pub on_false: f64,
+    pub offset: i64,
+    pub channel_multiplier: i64,
+    pub pattern: Vec<[i64; 2]>,
+    pub cmp: CmpOp,
+}
+
+/// GpSimd: per 16-partition core, gather `num_elem_per_idx` elements at each uint16 index of the
+/// core's index list from every partition's own data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalGather {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub index: AccessPattern,
+    pub num_elem_per_idx: usize,
+    pub num_valid_indices: usize,
+}
+
+/// GpSimd: per partition `dst[p, j] = flat(data[p])[indices[p, j]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NGather {
+    pub dst: AccessPattern,
+    pub data: AccessPattern,
+    pub indices: AccessPattern,
+}
+
+/// GpSimd: reduce across partitions: `dst[0, i] = op over p of src[p, i]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorPartitionReduce {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub op: AluOp,
+}
+
+/// Which side of a DMA is addressed through an index tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndirectSide {
+    /// Gather: row `p` of the source starts at `index[p] * row_step` elements past `src.offset`.
+    Src,
+    /// Scatter: row `p` of the destination starts at `index[p] * row_step` past `dst.offset`.
+    Dst,
+}
+
+/// What an out-of-range index does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OobMode {
+    /// The instruction fails with an error.
+    #[default]
+    Error,
+    /// The row is skipped (not read / not written).
+    Skip,
+}
+
+/// Indirect (descriptor-generated) addressing for a DMA: one index per row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Indirect {
+    pub side: IndirectSide,
+    /// Integer tensor in SBUF with exactly one element per row.
+    pub index: AccessPattern,
+    /// Elements between consecutive index values on the indirect side.
+    pub row_step: i64,
+    #[serde(default)]
+    pub oob: OobMode,
+}
+
+/// DMA copy HBM↔SBUF or SBUF↔SBUF; casts through fp32 when dtypes differ; optional
+/// read-modify-write add at the destination; optional indirect addressing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DmaCopy {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    /// `dst += src` (fp32) instead of `dst = src`.
+    #[serde(default)]
+    pub accumulate: bool,
+    #[serde(default)]
+    pub indirect: Option<Indirect>,
+}
+
+/// Every instruction. Externally tagged in JSON: `{"tensor_tensor": {...}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    // TensorE
+    NcMatmul(NcMatmul),
+    NcTranspose(NcTranspose),
+    // VectorE (some also on GpSimd / ScalarE, by the instruction's engine tag)
+    TensorTensor(TensorTensor),
+    TensorScalar(TensorScalar),
+    ScalarTensorTensor(ScalarTensorTensor),
+    TensorReduce(TensorReduce),
+    TensorTensorScan(TensorTensorScan),
+    TensorScalarReduce(TensorScalarReduce),
+    TensorCopy(TensorCopy),
+    TensorCopyPredicated(TensorCopyPredicated),
+    Reciprocal(Reciprocal),
+    BnStats(BnStats),
+    BnAggr(BnAggr),
+    Max8(Max8),
+    FindIndex8(FindIndex8),
+    MatchReplace8(MatchReplace8),
+    Memset(Memset),
+    SelectReduce(SelectReduce),
+    Dropout(Dropout),
+    Rng(Rng),
+    SetRngSeed(SetRngSeed),
+    StreamShuffle(StreamShuffle),
+    // ScalarE
+    Activation(Activation),
+    // GpSimdE
+    Iota(Iota),
+    AffineSelect(AffineSelect),
+    LocalGather(LocalGather),
+    NGather(NGather),
+    TensorPartitionReduce(TensorPartitionReduce),
+    // DMA
+    DmaCopy(DmaCopy),
+}
+
+impl Op {
+    /// The NKI-style opcode name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::NcMatmul(_) => "nc_matmul",
+            Op::NcTranspose(_) => "nc_transpose",
+            Op::TensorTensor(_) => "tensor_tensor",
+            Op::TensorScalar(_) => "tensor_scalar",
+            Op::ScalarTensorTensor(_) => "scalar_tensor_tensor",
+            Op::TensorReduce(_) => "tensor_reduce",
+            Op::TensorTensorScan(_) => "tensor_tensor_scan",
+            Op::TensorScalarReduce(_) => "tensor_scalar_reduce",
+            Op::TensorCopy(_) => "tensor_copy",
+            Op::TensorCopyPredicated(_) => "tensor_copy_predicated",
+            Op::Reciprocal(_) => "reciprocal",
+            Op::BnStats(_) => "bn_stats",
+            Op::BnAggr(_) => "bn_aggr",
+            Op::Max8(_) => "max8",
+            Op::FindIndex8(_) => "nc_find_index8",
+            Op::MatchReplace8(_) => "nc_match_replace8",
+            Op::Memset(_) => "memset",
+            Op::SelectReduce(_) => "select_reduce",
+            Op::Dropout(_) => "dropout",
+            Op::Rng(_) => "rng",
+            Op::SetRngSeed(_) => "set_rng_seed",
+            Op::StreamShuffle(_) => "nc_stream_shuffle",
+            Op::Activation(_) => "activation",
+            Op::Iota(_) => "iota",
+            Op::AffineSelect(_) => "affine_select",
+            Op::LocalGather(_) => "local_gather",
+            Op::NGather(_) => "nc_n_gather",
+            Op::TensorPartitionReduce(_) => "tensor_partition_reduce",
+            Op::DmaCopy(_) => "dma_copy",
+        }
+    }
+
+    /// The engines that may execute this instruction on NC-v2 (the target may allow more).
+    pub fn engines(&self) -> &'static [Engine] {
+        use Engine::*;
+        match self {
+            Op::NcMatmul(_) => &[Tensor],
+            Op::NcTranspose(_) => &[Tensor, Vector],
+            Op::TensorTensor(_) => &[Vector, Gpsimd],
+            Op::TensorScalar(_) => &[Vector, Gpsimd],
+            Op::TensorCopy(_) => &[Vector, Gpsimd],
+            Op::Memset(_) => &[Vector, Gpsimd],
+            Op::TensorReduce(_) => &[Vector],
+            Op::ScalarTensorTensor(_)
+            | Op::TensorTensorScan(_)
+            | Op::TensorScalarReduce(_)
+            | Op::TensorCopyPredicated(_)
+            | Op::Reciprocal(_)
+            | Op::BnStats(_)
+            | Op::BnAggr(_)
+            | Op::Max8(_)
+            | Op::FindIndex8(_)
+            | Op::MatchReplace8(_)
+            | Op::SelectReduce(_)
+            | Op::Dropout(_)
+            | Op::Rng(_)
+            | Op::SetRngSeed(_)
+            | Op::StreamShuffle(_) => &[Vector],
+            Op::Activation(_) => &[Scalar],
+            Op::Iota(_)
+            | Op::AffineSelect(_)
+            | Op::LocalGather(_)
+            | Op::NGather(_)
+            | Op::TensorPartitionReduce(_) => &[Gpsimd],
+            Op::DmaCopy(_) => &[Dma],
+        }
+    }
+}
+
+impl Program {
+    pub fn new(target: TargetName) -> Self {
+        Program { target, hbm: Vec::new(), instructions: Vec::new() }
+    }
+
+    /// Declares an HBM tensor.
+    pub fn declare(&mut self, name: &str, dtype: DType, shape: &[usize], role: HbmRole) {
+        self.hbm.push(HbmTensorDecl { name: name.to_string(), dtype, shape: shape.to_vec(), role });
+    }
+
+    /// Appends an instruction.
+    pub fn push(&mut self, engine: Engine, op: Op) -> usize {
+        self.instructions.push(Instruction::new(engine, op));
+        self.instructions.len() - 1
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("programs always serialize")
+    }
+
+    pub fn from_json(s: &str) -> Result<Program, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+}

@@ -1,0 +1,159 @@
+//! Target parameters: every size, limit and clock of a NeuronCore generation, as data.
+//!
+//! Nothing else in the simulator hard-codes these numbers; engines and validation read them from
+//! the [`Target`] a program runs on. Sources: shared reference `neuroncore-isa.md` §1 (AWS
+//! architecture guides for Trn1/Trn2, NKI `tile_size`, KLR `Trace.lean`).
+
+use serde::{Deserialize, Serialize};
+
+/// The chips the simulator models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetName {
+    /// Trainium (Trn1): NeuronCore-v2.
+    #[default]
+    Trn1,
+    /// Trainium2 (Trn2): NeuronCore-v3.
+    Trn2,
+}
+
+impl TargetName {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetName::Trn1 => "trn1",
+            TargetName::Trn2 => "trn2",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<TargetName> {
+        match s {
+            "trn1" => Some(TargetName::Trn1),
+            "trn2" => Some(TargetName::Trn2),
+            _ => None,
+        }
+    }
+
+    pub fn params(self) -> Target {
+        match self {
+            TargetName::Trn1 => Target::trn1(),
+            TargetName::Trn2 => Target::trn2(),
+        }
+    }
+}
+
+/// Which start partitions an on-chip operand may use, by how many partitions it spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartPartitionRule {
+    /// NC-v2: more than 64 partitions start at 0; 33–64 at 0 or 64; 1–32 at 0, 32, 64 or 96.
+    Quadrants,
+}
+
+impl StartPartitionRule {
+    /// Whether `start` is a legal first partition for an operand of `count` partitions.
+    pub fn allows(self, start: usize, count: usize) -> bool {
+        match self {
+            StartPartitionRule::Quadrants => match count {
+                0 => true,
+                1..=32 => start % 32 == 0,
+                33..=64 => start == 0 || start == 64,
+                _ => start == 0,
+            },
+        }
+    }
+}
+
+/// Parameters of one NeuronCore generation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Target {
+    pub name: TargetName,
+    /// Marketing name of the core.
+    pub core: &'static str,
+    /// Partitions of SBUF and PSUM (`pmax`).
+    pub partitions: usize,
+    /// Physical SBUF bytes per partition.
+    pub sbuf_partition_bytes: usize,
+    /// SBUF bytes per partition usable by programs (`total_available_sbuf_size`).
+    pub sbuf_usable_bytes: usize,
+    /// PSUM bytes per partition.
+    pub psum_partition_bytes: usize,
+    /// PSUM banks per partition.
+    pub psum_banks: usize,
+    /// Bytes of one PSUM bank per partition (512 fp32).
+    pub psum_bank_bytes: usize,
+    /// Max free size of a matmul's stationary operand (`gemm_stationary_fmax`).
+    pub stationary_fmax: usize,
+    /// Max free size of a matmul's moving operand (`gemm_moving_fmax`).
+    pub moving_fmax: usize,
+    /// Max elements per partition of a `bn_stats` input (`bn_stats_fmax`).
+    pub bn_stats_fmax: usize,
+    /// Max free elements per Vector/Scalar instruction reading SBUF.
+    pub engine_fmax_sbuf: usize,
+    /// Max free elements per Vector/Scalar instruction reading PSUM.
+    pub engine_fmax_psum: usize,
+    /// Max free dimensions of an access pattern.
+    pub max_free_dims: usize,
+    /// Start-partition rule for on-chip operands.
+    pub start_partition_rule: StartPartitionRule,
+    /// Engine clocks in GHz (for the time estimate).
+    pub tensor_ghz: f64,
+    pub vector_ghz: f64,
+    pub scalar_ghz: f64,
+    pub gpsimd_ghz: f64,
+    /// DMA bandwidth per NeuronCore in bytes per ns (16 queues).
+    pub dma_bytes_per_ns: f64,
+    /// Fixed instruction overhead in engine cycles (`MIN_II`).
+    pub min_ii_cycles: u64,
+    /// Whether ScalarE `activation` takes an immediate (not only a per-partition tile) bias.
+    pub scalar_bias_immediate: bool,
+    /// Whether ScalarE `tensor_copy` exists (NC-v3 adds it; NC-v2 copies with `activation(copy)`).
+    pub scalar_tensor_copy: bool,
+}
+
+impl Target {
+    /// Trn1, NeuronCore-v2.
+    pub fn trn1() -> Target {
+        Target {
+            name: TargetName::Trn1,
+            core: "NeuronCore-v2",
+            partitions: 128,
+            sbuf_partition_bytes: 192 * 1024,
+            sbuf_usable_bytes: 180_224,
+            psum_partition_bytes: 16 * 1024,
+            psum_banks: 8,
+            psum_bank_bytes: 2048,
+            stationary_fmax: 128,
+            moving_fmax: 512,
+            bn_stats_fmax: 512,
+            engine_fmax_sbuf: 64 * 1024,
+            engine_fmax_psum: 4 * 1024,
+            max_free_dims: 4,
+            start_partition_rule: StartPartitionRule::Quadrants,
+            tensor_ghz: 2.8,
+            vector_ghz: 1.12,
+            scalar_ghz: 1.4,
+            gpsimd_ghz: 1.4,
+            dma_bytes_per_ns: 272.0,
+            min_ii_cycles: 64,
+            scalar_bias_immediate: false,
+            scalar_tensor_copy: false,
+        }
+    }
+
+    /// Trn2, NeuronCore-v3.
+    pub fn trn2() -> Target {
+        Target {
+            name: TargetName::Trn2,
+            core: "NeuronCore-v3",
+            sbuf_partition_bytes: 224 * 1024,
+            sbuf_usable_bytes: 212_984,
+            tensor_ghz: 2.4,
+            vector_ghz: 0.96,
+            scalar_ghz: 1.2,
+            gpsimd_ghz: 1.2,
+            dma_bytes_per_ns: 368.0,
+            scalar_bias_immediate: true,
+            scalar_tensor_copy: true,
+            ..Target::trn1()
+        }
+    }
+}
