@@ -92,13 +92,15 @@ impl AccessPattern {
     }
 
     /// Elements per partition (product of the free sizes; 1 when there are no free dims).
+    /// Saturates instead of overflowing: validation rejects such patterns, but shape checks may
+    /// run before it and must not panic.
     pub fn free_elems(&self) -> usize {
-        self.free.iter().map(|d| d[1].max(0) as usize).product()
+        self.free.iter().fold(1usize, |acc, d| acc.saturating_mul(d[1].max(0) as usize))
     }
 
-    /// Total elements addressed.
+    /// Total elements addressed (saturating).
     pub fn num_elems(&self) -> usize {
-        self.partitions * self.free_elems()
+        self.partitions.saturating_mul(self.free_elems())
     }
 
     /// Free sizes only, outer to inner.
@@ -120,11 +122,11 @@ impl AccessPattern {
             if num <= 0 {
                 return None;
             }
-            let span = step * (num - 1);
+            let span = step.saturating_mul(num - 1);
             if span < 0 {
-                lo += span;
+                lo = lo.saturating_add(span);
             } else {
-                hi += span;
+                hi = hi.saturating_add(span);
             }
         }
         Some((lo, hi))
@@ -150,6 +152,9 @@ impl AccessPattern {
     /// The pattern as runs along the innermost dimension: (element offset of the run start,
     /// number of elements, step). Used by the memory fast paths.
     pub fn runs(&self) -> (Vec<i64>, usize, i64) {
+        if self.free_elems() == 0 {
+            return (Vec::new(), 0, 1);
+        }
         match self.free.split_last() {
             None => (vec![0], 1, 1),
             Some((&[step, num], outer)) => {

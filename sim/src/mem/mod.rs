@@ -12,6 +12,11 @@ use crate::program::{HbmRole, HbmTensorDecl};
 use crate::target::Target;
 use std::collections::HashMap;
 
+/// Most elements one access pattern may address. Far above anything a NeuronCore instruction
+/// moves; it keeps a hostile program (stride-0 patterns of 65535^4 elements) from exhausting the
+/// host's memory.
+pub const MAX_ACCESS_ELEMS: usize = 1 << 28;
+
 /// SBUF or PSUM: `partitions` rows of `partition_bytes`, of which `usable_bytes` may be addressed.
 #[derive(Clone, Debug)]
 pub struct OnChip {
@@ -181,6 +186,18 @@ impl Memories {
                 return Err(ErrorKind::BadFreeDim { dim: i, what: format!("step {step} does not fit in int16") });
             }
         }
+        if ap.num_elems() > MAX_ACCESS_ELEMS {
+            return Err(ErrorKind::Invalid(format!(
+                "the pattern addresses {} elements, more than the simulator's limit of {MAX_ACCESS_ELEMS}",
+                ap.num_elems()
+            )));
+        }
+        if ap.partitions > MAX_ACCESS_ELEMS {
+            return Err(ErrorKind::Invalid(format!("{} rows is more than the simulator's limit", ap.partitions)));
+        }
+        if ap.offset > i64::MAX as u64 / 2 {
+            return Err(ErrorKind::Invalid(format!("byte offset {} is out of any memory", ap.offset)));
+        }
         let size = ap.dtype.size();
         if ap.offset % size as u64 != 0 && !ap.mem.is_on_chip() {
             return Err(ErrorKind::Misaligned { offset: ap.offset, dtype: ap.dtype.name() });
@@ -208,8 +225,8 @@ impl Memories {
                     return Err(ErrorKind::Invalid("partition_step applies to HBM operands only".into()));
                 }
                 if let Some((lo, hi)) = extent {
-                    let start = ap.offset as i64 + lo * size as i64;
-                    let end = ap.offset as i64 + (hi + 1) * size as i64;
+                    let start = (ap.offset as i64).saturating_add(lo.saturating_mul(size as i64));
+                    let end = (ap.offset as i64).saturating_add(hi.saturating_add(1).saturating_mul(size as i64));
                     if start < 0 || end > mem.usable_bytes as i64 {
                         return Err(ErrorKind::OutOfBounds { memory: mem.name, start, end, limit: mem.usable_bytes });
                     }
@@ -230,15 +247,15 @@ impl Memories {
                 if let Some((lo, hi)) = extent
                     && ap.partitions > 0
                 {
-                    let last_row = (ap.partitions - 1) as i64 * ap.partition_step;
-                    let start = base + lo + last_row.min(0);
-                    let end = base + hi + last_row.max(0) + 1;
+                    let last_row = ((ap.partitions - 1) as i64).saturating_mul(ap.partition_step);
+                    let start = base.saturating_add(lo).saturating_add(last_row.min(0));
+                    let end = base.saturating_add(hi).saturating_add(last_row.max(0)).saturating_add(1);
                     if start < 0 || end > len {
                         return Err(ErrorKind::HbmOutOfBounds { tensor: name.clone(), start, end, len: len as usize });
                     }
                 }
                 let row_bases = (0..ap.partitions as i64)
-                    .map(|p| (base + p * ap.partition_step) * size as i64)
+                    .map(|p| base.wrapping_add(p.wrapping_mul(ap.partition_step)).wrapping_mul(size as i64))
                     .collect();
                 Ok(Resolved { region: Region::Hbm(idx), dtype: ap.dtype, row_bases, run_starts, run_len, run_step })
             }
