@@ -46,6 +46,8 @@ pub enum ErrorKind {
     Invalid(String),
     #[error("{0}")]
     Unsupported(String),
+    #[error("index {index} read from partition {partition} is out of range: it addresses elements {index}..{end} of a {len}-element row")]
+    IndexOutOfRange { index: u64, partition: usize, end: u64, len: usize },
 }
 
 /// An error raised while executing one instruction of a program.

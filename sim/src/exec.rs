@@ -245,7 +245,8 @@ impl Executor {
             ))));
         }
         self.validate_declarations(program)?;
-        let mut mem = Memories::new(&self.target, &program.hbm);
+        let (sbuf_bytes, psum_bytes) = program.on_chip_extent(&self.target);
+        let mut mem = Memories::with_extents(&self.target, &program.hbm, sbuf_bytes, psum_bytes);
         for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
             let t = inputs.get(&decl.name).ok_or_else(|| {
                 SimError::program(ErrorKind::Invalid(format!("no input given for HBM tensor `{}`", decl.name)))

@@ -713,3 +713,123 @@ impl Program {
         serde_json::from_str(s)
     }
 }
+
+impl ScalarOperand {
+    fn tile(&self) -> Option<&AccessPattern> {
+        match self {
+            ScalarOperand::Tile(ap) => Some(ap),
+            ScalarOperand::Imm(_) => None,
+        }
+    }
+}
+
+impl Op {
+    /// Every access pattern the instruction names, with its operand name. Exhaustive, so a new
+    /// operand cannot be missed by whoever sizes memories, checks hazards or prints programs.
+    pub fn operands(&self) -> Vec<(&'static str, &AccessPattern)> {
+        fn s<'a>(name: &'static str, op: &'a ScalarOperand) -> Option<(&'static str, &'a AccessPattern)> {
+            op.tile().map(|ap| (name, ap))
+        }
+        let mut v: Vec<(&'static str, &AccessPattern)> = Vec::new();
+        match self {
+            Op::NcMatmul(i) => v.extend([("dst", &i.dst), ("stationary", &i.stationary), ("moving", &i.moving)]),
+            Op::NcTranspose(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::TensorTensor(i) => v.extend([("dst", &i.dst), ("in0", &i.in0), ("in1", &i.in1)]),
+            Op::TensorScalar(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend(s("operand0", &i.operand0));
+                if let Some(o) = &i.operand1 {
+                    v.extend(s("operand1", o));
+                }
+            }
+            Op::ScalarTensorTensor(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src), ("in1", &i.in1)]);
+                v.extend(s("operand0", &i.operand0));
+            }
+            Op::TensorReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::TensorTensorScan(i) => {
+                v.extend([("dst", &i.dst), ("in0", &i.in0), ("in1", &i.in1)]);
+                v.extend(s("initial", &i.initial));
+            }
+            Op::TensorScalarReduce(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src), ("reduce_res", &i.reduce_res)]);
+                v.extend(s("operand0", &i.operand0));
+            }
+            Op::TensorCopy(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::TensorCopyPredicated(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("predicate", &i.predicate)]),
+            Op::Reciprocal(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::BnStats(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::BnAggr(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::Max8(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::FindIndex8(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("vals", &i.vals)]),
+            Op::MatchReplace8(i) => {
+                v.extend([("dst", &i.dst), ("data", &i.data), ("vals", &i.vals)]);
+                if let Some(d) = &i.dst_idx {
+                    v.push(("dst_idx", d));
+                }
+            }
+            Op::Memset(i) => v.push(("dst", &i.dst)),
+            Op::SelectReduce(i) => {
+                v.extend([("dst", &i.dst), ("predicate", &i.predicate), ("on_true", &i.on_true)]);
+                v.extend(s("on_false", &i.on_false));
+                if let Some(r) = &i.reduce_res {
+                    v.push(("reduce_res", r));
+                }
+            }
+            Op::Dropout(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend(s("prob", &i.prob));
+            }
+            Op::Rng(i) => v.push(("dst", &i.dst)),
+            Op::SetRngSeed(i) => v.extend(s("seed", &i.seed)),
+            Op::StreamShuffle(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::Activation(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                if let Some(b) = &i.bias {
+                    v.extend(s("bias", b));
+                }
+                v.extend(s("scale", &i.scale));
+                if let Some(r) = &i.reduce_res {
+                    v.push(("reduce_res", r));
+                }
+            }
+            Op::Iota(i) => v.push(("dst", &i.dst)),
+            Op::AffineSelect(i) => v.extend([("dst", &i.dst), ("on_true", &i.on_true)]),
+            Op::LocalGather(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("index", &i.index)]),
+            Op::NGather(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("indices", &i.indices)]),
+            Op::TensorPartitionReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::DmaCopy(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                if let Some(ind) = &i.indirect {
+                    v.push(("index", &ind.index));
+                }
+            }
+        }
+        v
+    }
+}
+
+impl Program {
+    /// Bytes per partition of SBUF and of PSUM that the program's operands can reach (capped at
+    /// what is usable). The executor allocates only this much: a small program does not pay for
+    /// 24 MiB of SBUF.
+    pub fn on_chip_extent(&self, target: &crate::target::Target) -> (usize, usize) {
+        let mut sbuf = 0usize;
+        let mut psum = 0usize;
+        for inst in &self.instructions {
+            for (_, ap) in inst.op.operands() {
+                let (slot, cap) = match ap.mem {
+                    crate::mem::MemSpace::Sbuf => (&mut sbuf, target.sbuf_usable_bytes),
+                    crate::mem::MemSpace::Psum => (&mut psum, target.psum_partition_bytes),
+                    crate::mem::MemSpace::Hbm(_) => continue,
+                };
+                if let Some((_, hi)) = ap.free_extent() {
+                    let end = (ap.offset as i64).saturating_add(hi.saturating_add(1).saturating_mul(ap.dtype.size() as i64));
+                    *slot = (*slot).max(end.clamp(0, cap as i64) as usize);
+                }
+            }
+        }
+        // Round up to a cache line so that partitions do not share one.
+        (sbuf.next_multiple_of(64), psum.next_multiple_of(64))
+    }
+}

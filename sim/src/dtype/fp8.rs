@@ -1,9 +1,11 @@
 //! 8-bit float formats.
 //!
-//! `float8_e4m3fn` and `float8_e5m2` are ported from PyTorch's c10 (`c10/util/Float8_e4m3fn.h`,
-//! `c10/util/Float8_e5m2.h`) so that encodes are bit-exact with `tensor.to(torch.float8_*)`,
-//! including PyTorch's non-saturating overflow (e4m3fn → NaN, e5m2 → ±inf). The `float8` crate
-//! saturates instead and must not be used (see docs/numerics.md).
+//! `float8_e4m3fn` and `float8_e5m2` are ported from PyTorch 2.15's c10
+//! (`torch/headeronly/util/Float8_e4m3fn.h`, `Float8_e5m2.h`) so that encodes and decodes are
+//! bit-exact with `tensor.to(torch.float8_*)` (checked against recorded tables in
+//! sim/tests/dtype_tables.rs), including PyTorch's overflow rules: e4m3fn saturates to ±448,
+//! e5m2 overflows to ±inf. The `float8` crate does neither exactly and must not be used
+//! (see docs/numerics.md).
 //!
 //! NeuronCore's legacy `float8_e4m3` is the IEEE-like e4m3 (bias 7, inf and NaN in exponent 15),
 //! as in ml_dtypes; it has no PyTorch counterpart and is encoded by the generic small-float encoder.
@@ -11,20 +13,27 @@
 use super::round::{SmallFloat, encode_small_float_rne};
 
 /// Layout of the NeuronCore IEEE-like e4m3.
-pub(crate) const E4M3: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: true, nan_bits: 0x7F };
-/// Layout of PyTorch's e4m3fn (no inf; the all-ones pattern is NaN).
+/// NaN is written as 0x7C | sign (exponent 15, quiet bit), as ml_dtypes writes it.
+pub(crate) const E4M3: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: true, nan_bits: 0x7C };
+/// Layout of PyTorch's e4m3fn (no inf; the all-ones pattern is NaN; overflow saturates).
 pub(crate) const E4M3FN: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: false, nan_bits: 0x7F };
 /// Layout of e5m2.
 pub(crate) const E5M2: SmallFloat = SmallFloat { exp_bits: 5, man_bits: 2, bias: 15, has_inf: true, nan_bits: 0x7F };
 
+/// PyTorch `fp8e4m3fn_to_fp32_value` (torch/headeronly/util/Float8_e4m3fn.h), bit for bit:
+/// NaN (S.1111.111) decodes to 0x7FF00000 | sign.
 pub fn e4m3fn_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
-    let e = ((b >> 3) & 0xF) as i32;
-    let m = (b & 7) as i32;
-    if e == 0xF && m == 7 {
-        return f32::from_bits(if b & 0x80 != 0 { 0xFFC0_0000 } else { 0x7FC0_0000 });
-    }
-    sign * decode_finite(e, m, 3, 7)
+    let w = (b as u32) << 24;
+    let sign = w & 0x8000_0000;
+    let nonsign = w & 0x7FFF_FFFF;
+    // clz is 32 for zero, as c10's guarded clz; then `renorm_shift > 4 ? renorm_shift - 4 : 0`.
+    let renorm_shift = nonsign.leading_zeros().saturating_sub(4);
+    let inf_nan_mask = ((nonsign.wrapping_add(0x0100_0000) as i32) >> 8) as u32 & 0x7F80_0000;
+    let zero_mask = ((nonsign.wrapping_sub(1) as i32) >> 31) as u32;
+    let shifted = (nonsign << renorm_shift) >> 4; // renorm_shift ≤ 28
+    let result = sign
+        | ((shifted.wrapping_add(0x78u32.wrapping_sub(renorm_shift) << 23) | inf_nan_mask) & !zero_mask);
+    f32::from_bits(result)
 }
 
 pub fn e4m3_to_f32(b: u8) -> f32 {
@@ -54,7 +63,9 @@ fn decode_finite(e: i32, m: i32, man_bits: i32, bias: i32) -> f32 {
     }
 }
 
-/// PyTorch `fp8e4m3fn_from_fp32_value`: RNE, |x| ≥ 480 (and inf/NaN) → NaN (0x7F), sign kept.
+/// PyTorch `fp8e4m3fn_from_fp32_value` as of torch 2.15 (torch/headeronly/util/Float8_e4m3fn.h):
+/// RNE; **saturating**: |x| ≥ 480, ±inf, and roundings that carry into the NaN code all give
+/// ±448 (0x7E); NaN → 0x7F with the sign kept. (Older torch releases returned NaN on overflow.)
 pub fn f32_to_e4m3fn(x: f32) -> u8 {
     const FP8_MAX: u32 = 1087 << 20; // 480.0f
     const DENORM_MASK: u32 = 141 << 23;
@@ -62,7 +73,7 @@ pub fn f32_to_e4m3fn(x: f32) -> u8 {
     let sign = f_bits & 0x8000_0000;
     f_bits ^= sign;
     let result: u8 = if f_bits >= FP8_MAX {
-        0x7F
+        if f_bits > 0x7F80_0000 { 0x7F } else { 0x7E }
     } else if f_bits < (121 << 23) {
         let f = f32::from_bits(f_bits) + f32::from_bits(DENORM_MASK);
         (f.to_bits().wrapping_sub(DENORM_MASK)) as u8
@@ -70,7 +81,8 @@ pub fn f32_to_e4m3fn(x: f32) -> u8 {
         let mant_odd = (f_bits >> 20) & 1;
         f_bits = f_bits.wrapping_add(((7u32.wrapping_sub(127)) << 23).wrapping_add(0x7FFFF));
         f_bits = f_bits.wrapping_add(mant_odd);
-        (f_bits >> 20) as u8
+        let r = (f_bits >> 20) as u8;
+        if r == 0x7F { 0x7E } else { r }
     };
     result | (sign >> 24) as u8
 }

@@ -6,15 +6,18 @@
 //! [`DType::encode_f32`] / [`DType::encode_i64`]. Nothing else in the simulator looks at a dtype's
 //! bit layout.
 //!
-//! Rules (sources in docs/numerics.md):
+//! Rules (sources in docs/numerics.md; bit-exactness against PyTorch 2.15 / ml_dtypes is checked
+//! by sim/tests/dtype_tables.rs on recorded tables):
 //! * float → narrower float rounds to nearest even (or stochastically, when the global mode is on)
-//!   and overflows to ±inf where the format has inf; `float8_e4m3fn` (PyTorch's, no inf) overflows
-//!   to NaN exactly as PyTorch's c10 conversion does.
+//!   and overflows to ±inf where the format has inf; `float8_e4m3fn` (no inf) saturates to ±448,
+//!   ±inf included, exactly as PyTorch 2.15's c10 conversion does.
 //! * float → integer rounds to nearest even and saturates; NaN becomes 0 (unpublished: a choice).
 //! * bool is uint8 storage: the hardware has no bool type, so converting 0.5 to bool gives 0 and
 //!   2.0 gives 2, as it would in a uint8. Lowerings produce 0/1 with compare instructions.
-//! * bfloat16 NaN is written as 0x7FC0, the canonical NaN PyTorch writes; float16 NaN as 0x7E00
-//!   with the sign kept, as PyTorch's conversion does.
+//! * NaN encodings follow PyTorch's c10 scalar conversions: bfloat16 0x7FC0 (any sign or
+//!   payload), float16 0x7E00 | sign, fp8 0x7F | sign; the legacy e4m3 writes 0x7C | sign as
+//!   ml_dtypes does. (PyTorch's vectorised CPU kernels write other NaN bits — bf16 0xFFFF, f16 with
+//!   payload — so outputs are compared with PyTorch by NaN class.)
 
 mod fp8;
 mod round;
@@ -266,6 +269,40 @@ pub fn store_bits(dtype: DType, bytes: &mut [u8], byte_index: usize, bits: u32) 
     }
 }
 
+/// Reads `n` elements' raw bits starting at byte `start`, `stride` bytes apart, appending them
+/// (zero-extended) to `out`. Contiguous runs take a slice fast path.
+pub fn load_bits_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: usize, out: &mut Vec<u32>) {
+    let size = dtype.size();
+    if stride == size {
+        let span = &bytes[start..start + n * size];
+        match size {
+            4 => out.extend(span.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            2 => out.extend(span.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)),
+            _ => out.extend(span.iter().map(|&b| b as u32)),
+        }
+    } else {
+        out.extend((0..n).map(|i| load_bits(dtype, bytes, start + i * stride)));
+    }
+}
+
+/// Stores raw bits of `dtype` for `bits.len()` elements starting at byte `start`, `stride` bytes
+/// apart. Contiguous runs take a slice fast path.
+pub fn store_bits_run(dtype: DType, bits: &[u32], bytes: &mut [u8], start: usize, stride: usize) {
+    let size = dtype.size();
+    if stride == size {
+        let span = &mut bytes[start..start + bits.len() * size];
+        match size {
+            4 => span.chunks_exact_mut(4).zip(bits).for_each(|(c, &b)| c.copy_from_slice(&b.to_le_bytes())),
+            2 => span.chunks_exact_mut(2).zip(bits).for_each(|(c, &b)| c.copy_from_slice(&(b as u16).to_le_bytes())),
+            _ => span.iter_mut().zip(bits).for_each(|(c, &b)| *c = b as u8),
+        }
+    } else {
+        for (i, &b) in bits.iter().enumerate() {
+            store_bits(dtype, bytes, start + i * stride, b);
+        }
+    }
+}
+
 /// Decodes `n` elements starting at byte `start`, `stride` bytes apart, appending f32 values.
 /// The dtype is matched once per run so the inner loops stay tight.
 pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: usize, out: &mut Vec<f32>) {
@@ -286,7 +323,17 @@ pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: us
                 run!(4, f32::from_le_bytes)
             }
         }
-        DType::Bf16 => run!(2, |r| f32::from_bits((u16::from_le_bytes(r) as u32) << 16)),
+        DType::Bf16 => {
+            if stride == 2 {
+                out.extend(
+                    bytes[start..start + 2 * n]
+                        .chunks_exact(2)
+                        .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)),
+                );
+            } else {
+                run!(2, |r| f32::from_bits((u16::from_le_bytes(r) as u32) << 16))
+            }
+        }
         DType::I32 => run!(4, |r| i32::from_le_bytes(r) as f32),
         DType::U32 => run!(4, |r| u32::from_le_bytes(r) as f32),
         DType::I16 => run!(2, |r| i16::from_le_bytes(r) as f32),
@@ -306,11 +353,21 @@ pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: us
 /// Encodes `vals` into `bytes` starting at byte `start`, `stride` bytes apart.
 pub fn encode_run(dtype: DType, rounding: &mut Rounding, vals: &[f32], bytes: &mut [u8], start: usize, stride: usize) {
     match (dtype, &rounding) {
+        (DType::F32, _) if stride == 4 => {
+            let span = &mut bytes[start..start + 4 * vals.len()];
+            span.chunks_exact_mut(4).zip(vals).for_each(|(c, v)| c.copy_from_slice(&v.to_le_bytes()));
+        }
         (DType::F32, _) => {
             for (i, v) in vals.iter().enumerate() {
                 let a = start + i * stride;
                 bytes[a..a + 4].copy_from_slice(&v.to_le_bytes());
             }
+        }
+        (DType::Bf16, Rounding::NearestEven) if stride == 2 => {
+            let span = &mut bytes[start..start + 2 * vals.len()];
+            span.chunks_exact_mut(2)
+                .zip(vals)
+                .for_each(|(c, v)| c.copy_from_slice(&round::f32_to_bf16_rne(*v).to_le_bytes()));
         }
         (DType::Bf16, Rounding::NearestEven) => {
             for (i, v) in vals.iter().enumerate() {

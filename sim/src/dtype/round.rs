@@ -43,7 +43,8 @@ impl StochasticRng {
 pub const BF16_CANONICAL_NAN: u16 = 0x7FC0;
 
 /// f32 → bf16, round to nearest even; identical to PyTorch for every non-NaN input (half's
-/// conversion, checked exhaustively in the reference notes), NaN → 0x7FC0 as PyTorch writes it.
+/// conversion, checked exhaustively in the reference notes), NaN → 0x7FC0 as PyTorch's c10
+/// `round_to_nearest_even` writes it (the vectorised `Tensor.to` writes 0xFFFF instead).
 #[inline]
 pub fn f32_to_bf16_rne(x: f32) -> u16 {
     if x.is_nan() {
@@ -53,7 +54,8 @@ pub fn f32_to_bf16_rne(x: f32) -> u16 {
 }
 
 /// f32 → f16, round to nearest even, overflow to ±inf; NaN → 0x7E00 with the sign kept, as
-/// PyTorch's `fp16_ieee_from_fp32_value` writes it.
+/// PyTorch's c10 scalar path (`torch.tensor(.., dtype=float16)`) writes it (the vectorised
+/// `Tensor.to` keeps the top payload bits instead, F16C-style).
 #[inline]
 pub fn f32_to_f16_rne(x: f32) -> u16 {
     if x.is_nan() {
@@ -100,8 +102,9 @@ pub(crate) struct SmallFloat {
     pub exp_bits: u32,
     pub man_bits: u32,
     pub bias: i32,
-    /// Whether exponent all-ones with mantissa 0 is ±inf (IEEE-like). If false (the "fn"
-    /// formats), overflow produces NaN and only S.1111.111 is NaN.
+    /// Whether exponent all-ones with mantissa 0 is ±inf (IEEE-like; overflow gives ±inf). If
+    /// false (the "fn" formats), only S.1111.111 is NaN and overflow and ±inf saturate to the
+    /// largest finite value, as PyTorch 2.15 converts to `float8_e4m3fn`.
     pub has_inf: bool,
     /// The NaN pattern written (without sign).
     pub nan_bits: u32,
@@ -121,9 +124,14 @@ pub(crate) fn encode_small_float(fmt: &SmallFloat, x: f32, mut round: impl FnMut
         return fmt.nan_bits | sign;
     }
     let exp_all_ones = (1u32 << fmt.exp_bits) - 1;
-    let inf_or_nan = if fmt.has_inf { exp_all_ones << fmt.man_bits } else { fmt.nan_bits };
+    // What an overflow (or ±inf) becomes: ±inf, or the largest finite code when there is no inf.
+    let overflow_code = if fmt.has_inf {
+        exp_all_ones << fmt.man_bits
+    } else {
+        (exp_all_ones << fmt.man_bits) | ((1 << fmt.man_bits) - 2)
+    };
     if x.is_infinite() {
-        return inf_or_nan | sign;
+        return overflow_code | sign;
     }
     let a = (x as f64).abs();
     if a == 0.0 {
@@ -146,7 +154,7 @@ pub(crate) fn encode_small_float(fmt: &SmallFloat, x: f32, mut round: impl FnMut
     let overflow = exp_field > max_exp_field
         || (!fmt.has_inf && exp_field == max_exp_field && man == (1 << mb) - 1);
     if overflow {
-        return inf_or_nan | sign;
+        return overflow_code | sign;
     }
     (exp_field << fmt.man_bits) | man | sign
 }

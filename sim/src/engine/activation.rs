@@ -24,6 +24,7 @@ fn softplus(x: f64) -> f64 {
 }
 
 /// Evaluates `func` at `x` (already `x*scale + bias` in fp32).
+#[inline]
 pub fn eval(func: ActFunc, x: f32) -> f32 {
     let v = x as f64;
     let r = match func {

@@ -61,6 +61,21 @@ pub fn apply_f32(op: AluOp, a: f32, b: f32, n: &Numerics) -> f32 {
     ftz(r, n)
 }
 
+/// `a[i] = apply_f32(op, a[i], b[i], n)` over whole slices, bit-identical to the element-wise
+/// call; the operator is dispatched once so that add/subtract/multiply run as plain vectorized
+/// loops (performance only).
+pub fn apply_f32_inplace(op: AluOp, a: &mut [f32], b: &[f32], n: &Numerics) {
+    fn zip(a: &mut [f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
+        a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+    }
+    match (op, n.denormals) {
+        (AluOp::Add, Denormals::Preserve) => zip(a, b, |x, y| x + y),
+        (AluOp::Subtract, Denormals::Preserve) => zip(a, b, |x, y| x - y),
+        (AluOp::Multiply, Denormals::Preserve) => zip(a, b, |x, y| x * y),
+        _ => zip(a, b, |x, y| apply_f32(op, x, y, n)),
+    }
+}
+
 fn pow(a: f32, b: f32) -> f32 {
     // C powf semantics (pow(x, 0) = 1, pow(1, y) = 1 even for NaN), computed in f64.
     (a as f64).powf(b as f64) as f32

@@ -42,8 +42,10 @@ fn copy_pair(ctx: &mut Ctx, src: &AccessPattern, dst: &AccessPattern, accumulate
         let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
         ctx.mem.write_f32(dst, &sum, ctx.rounding).at("dst")?;
     } else if src.dtype == dst.dtype {
-        let bits = ctx.mem.read_bits(src).at("src")?;
-        ctx.mem.write_bits(dst, &bits).at("dst")?;
+        let from = ctx.mem.resolve(src).at("src")?;
+        ctx.mem.check_written(&from).at("src")?;
+        let to = ctx.mem.resolve(dst).at("dst")?;
+        ctx.mem.copy_resolved(&from, &to).at("dst")?;
     } else {
         let v = ctx.mem.read_f32(src).at("src")?;
         ctx.mem.write_f32(dst, &v, ctx.rounding).at("dst")?;
@@ -63,14 +65,17 @@ fn indirect_copy(ctx: &mut Ctx, i: &DmaCopy, ind: &Indirect) -> OpResult<()> {
         return Err(ErrorKind::Invalid("the indirect side of a DMA must be in HBM".into())).at(indirect_name);
     }
     ctx.check_access("index", &ind.index, Access::Read)?;
-    if ind.index.mem.is_on_chip() && ind.index.mem != crate::mem::MemSpace::Sbuf || ind.index.dtype.is_float() {
+    if ind.index.mem != crate::mem::MemSpace::Sbuf || ind.index.dtype.is_float() {
         return Err(ErrorKind::Invalid("index must be an integer tensor in SBUF".into())).at("index");
     }
     let rows = direct.partitions;
-    let idx = ctx.mem.read_i64(&ind.index).at("index")?;
-    if idx.len() != rows {
-        return Err(ErrorKind::ShapeMismatch(format!("{} indices for {rows} rows", idx.len()))).at("index");
+    if ind.index.num_elems() != rows {
+        return Err(ErrorKind::ShapeMismatch(format!("{} indices for {rows} rows", ind.index.num_elems())))
+            .at("index");
     }
+    // Validates the whole direct side once (bounds of every row) before the per-row copies.
+    ctx.mem.resolve(direct).at(direct_name)?;
+    let idx = ctx.mem.read_i64(&ind.index).at("index")?;
     if indirect.free_elems() != direct.free_elems() {
         return Err(ErrorKind::ShapeMismatch(format!(
             "indirect rows have {} elements, direct rows {}",
@@ -81,10 +86,15 @@ fn indirect_copy(ctx: &mut Ctx, i: &DmaCopy, ind: &Indirect) -> OpResult<()> {
     }
     let size = indirect.dtype.size() as i64;
     for (p, &k) in idx.iter().enumerate() {
-        let offset = indirect.offset as i64 + k * ind.row_step * size;
-        let row_ind = AccessPattern { partitions: 1, partition_step: 0, offset: offset.max(0) as u64, ..indirect.clone() };
+        // Byte offset of the row; an overflowing product is out of range like any other.
+        let offset = k
+            .checked_mul(ind.row_step)
+            .and_then(|e| e.checked_mul(size))
+            .and_then(|b| b.checked_add(i64::try_from(indirect.offset).ok()?))
+            .filter(|&b| b >= 0);
+        let row_ind = AccessPattern { partitions: 1, partition_step: 0, offset: offset.unwrap_or(0) as u64, ..indirect.clone() };
         let row_dir = row_of(direct, p);
-        let in_bounds = offset >= 0 && ctx.mem.resolve(&row_ind).is_ok();
+        let in_bounds = offset.is_some() && ctx.mem.resolve(&row_ind).is_ok();
         if !in_bounds {
             match ind.oob {
                 OobMode::Skip => continue,
@@ -113,8 +123,9 @@ fn row_of(ap: &AccessPattern, p: usize) -> AccessPattern {
     if ap.mem.is_on_chip() {
         AccessPattern { start_partition: ap.start_partition + p, partitions: 1, ..ap.clone() }
     } else {
+        // The whole pattern was resolved (so bounds-checked) before: these products fit.
         let size = ap.dtype.size() as i64;
-        let offset = ap.offset as i64 + p as i64 * ap.partition_step * size;
+        let offset = (ap.offset as i64).wrapping_add((p as i64).wrapping_mul(ap.partition_step).wrapping_mul(size));
         AccessPattern { partitions: 1, partition_step: 0, offset: offset as u64, ..ap.clone() }
     }
 }

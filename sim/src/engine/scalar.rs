@@ -2,14 +2,20 @@
 //! write, with the per-partition accumulator registers for reduce commands.
 
 use super::activation::eval;
-use super::{Ctx, same_shape};
+use super::alu::apply_f32;
+use super::{Ctx, require_dtype, same_shape};
+use crate::dtype::{ALL_DTYPES, DType};
 use crate::error::{AtOperand, ErrorKind, OpResult};
-use crate::program::{AccCmd, ActFunc, Activation, ScalarOperand};
+use crate::program::{AccCmd, ActFunc, Activation, AluOp, ScalarOperand};
 
 /// `y = func(x * scale + bias)`; `x*scale` and `+bias` are two fp32 operations (whether the
-/// hardware fuses them is unpublished). With an accumulate command the free-axis sum of the fp32
-/// `y` (before the cast) is added to the partition's accumulator in index order; `reduce_res`
+/// hardware fuses them is unpublished), both subject to the denormal setting like every ALU
+/// operation, and so is `y`. Without a bias nothing is added (−0 inputs stay −0). With an accumulate command the free-axis sum of the fp32 `y`
+/// (before the cast) is added to the partition's accumulator in index order; `reduce_res`
 /// receives the accumulator after the instruction.
+///
+/// Accumulators are per physical partition (lane): the lanes of `src`'s partitions are used,
+/// and `reduce_res` row `k` reads lane `src.start_partition + k`.
 pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
     same_shape("dst", &i.dst, "src", &i.src)?;
     let p = i.src.partitions;
@@ -27,40 +33,71 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
     if i.func == ActFunc::Reciprocal && i.bias.is_some() && !ctx.target.scalar_bias_immediate {
         return Err(ErrorKind::Invalid("activation(reciprocal) takes no bias on NeuronCore-v2".into())).at("bias");
     }
+    if let ScalarOperand::Tile(s) = &i.scale {
+        require_dtype("scale", s, &[DType::F32], "the activation scale is float32")?;
+    }
+    if let Some(ScalarOperand::Tile(b)) = &i.bias {
+        let allowed: Vec<DType> = ALL_DTYPES.iter().copied().filter(|&d| d != DType::Tf32).collect();
+        require_dtype("bias", b, &allowed, "the activation bias may not be tfloat32")?;
+    }
+    if let Some(res) = &i.reduce_res
+        && (res.partitions != p || res.free_elems() != 1)
+    {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "reduce_res must be [{p}, 1], got [{}, {}]",
+            res.partitions,
+            res.free_elems()
+        )))
+        .at("reduce_res");
+    }
     let x = ctx.read_f32("src", &i.src)?;
     let scale = ctx.scalar_f32("scale", &i.scale, p)?;
+    // No bias adds nothing: −0.0 is the additive identity (+0.0 would turn −0 inputs into +0).
     let mut bias = match &i.bias {
         Some(b) => ctx.scalar_f32("bias", b, p)?,
-        None => vec![0.0; p],
+        None => vec![-0.0; p],
     };
     if i.func == ActFunc::Copy && ctx.numerics.emulate_act_copy_bias_bug {
-        bias.iter_mut().for_each(|b| *b = 0.0);
+        bias.iter_mut().for_each(|b| *b = -0.0);
     }
-    let mut y = Vec::with_capacity(x.len());
+    let nm = *ctx.numerics;
+    let lane0 = i.src.start_partition;
+    if ctx.regs.act_acc.len() < lane0 + p {
+        return Err(ErrorKind::PartitionOutOfRange { start: lane0, end: lane0 + p, max: ctx.regs.act_acc.len() })
+            .at("src");
+    }
+    let mut y = ctx.mem.scratch_f32(x.len());
+    let mut sums = Vec::with_capacity(p);
     for part in 0..p {
         let mut sum = 0.0f32;
-        for &v in &x[part * per..(part + 1) * per] {
-            let r = eval(i.func, v * scale[part] + bias[part]);
-            sum += r;
+        let (s, b) = (scale[part], bias[part]);
+        for &v in x.get(part * per..(part + 1) * per).unwrap_or(&[]) {
+            let t = apply_f32(AluOp::Add, apply_f32(AluOp::Multiply, v, s, &nm), b, &nm);
+            let r = apply_f32(AluOp::Bypass, eval(i.func, t), 0.0, &nm);
+            sum = apply_f32(AluOp::Add, sum, r, &nm);
             y.push(r);
         }
-        match i.acc {
-            AccCmd::Idle => {}
-            AccCmd::Reset => ctx.regs.act_acc[i.src.start_partition + part] = 0.0,
-            AccCmd::Reduce => ctx.regs.act_acc[i.src.start_partition + part] += sum,
-            AccCmd::ResetReduce => ctx.regs.act_acc[i.src.start_partition + part] = sum,
-        }
+        sums.push(sum);
     }
     ctx.write_f32("dst", &i.dst, &y)?;
-    if let Some(res) = &i.reduce_res {
-        if res.partitions != p || res.free_elems() != 1 {
-            return Err(ErrorKind::ShapeMismatch(format!("reduce_res must be [{p}, 1]"))).at("reduce_res");
+    let produced = y.len();
+    ctx.mem.recycle_f32(x);
+    ctx.mem.recycle_f32(y);
+    for (part, sum) in sums.into_iter().enumerate() {
+        let acc = &mut ctx.regs.act_acc[lane0 + part];
+        match i.acc {
+            AccCmd::Idle => {}
+            AccCmd::Reset => *acc = 0.0,
+            AccCmd::Reduce => *acc = apply_f32(AluOp::Add, *acc, sum, &nm),
+            AccCmd::ResetReduce => *acc = sum,
         }
-        let acc: Vec<f32> = (0..p).map(|k| ctx.regs.act_acc[i.src.start_partition + k]).collect();
+    }
+    if let Some(res) = &i.reduce_res {
+        let acc: Vec<f32> = ctx.regs.act_acc[lane0..lane0 + p].to_vec();
         ctx.write_f32("reduce_res", res, &acc)?;
         ctx.cost_cycles(ctx.target.min_ii_cycles);
     }
-    ctx.stats.flops += (2 * y.len()) as u64;
+    ctx.stats.flops += (2 * produced) as u64;
     ctx.cost_stream(per);
     Ok(())
 }

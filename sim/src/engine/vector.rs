@@ -5,7 +5,7 @@
 //! write. Bitvec ops: raw bits of integer operands, no casting.
 
 use super::alu::{apply_bits, apply_f32, apply_int};
-use super::{Ctx, same_shape, unimplemented};
+use super::{Ctx, same_shape};
 use crate::dtype::DType;
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::{AccessPattern, MemSpace};
@@ -75,11 +75,13 @@ pub fn tensor_tensor(ctx: &mut Ctx, i: &TensorTensor) -> OpResult<()> {
         let bits: Vec<u32> = out.iter().map(|&v| i.dst.dtype.wrap_i64(v)).collect();
         ctx.write_bits("dst", &i.dst, &bits)?;
     } else {
-        let a = ctx.read_f32("in0", &i.in0)?;
+        let mut out = ctx.read_f32("in0", &i.in0)?;
         let b = ctx.read_f32("in1", &i.in1)?;
         let nm = *ctx.numerics;
-        let out: Vec<f32> = a.iter().zip(&b).map(|(&x, &y)| apply_f32(i.op, x, y, &nm)).collect();
+        super::alu::apply_f32_inplace(i.op, &mut out, &b, &nm);
         ctx.write_f32("dst", &i.dst, &out)?;
+        ctx.mem.recycle_f32(b);
+        ctx.mem.recycle_f32(out);
     }
     ctx.stats.flops += n as u64;
     let per_partition = i.dst.free_elems();
@@ -130,7 +132,7 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
         let w = bit_width(&i.dst);
         let mut out = Vec::with_capacity(x.len());
         for (k, &v) in x.iter().enumerate() {
-            let part = if per == 0 { 0 } else { k / per };
+            let part = k.checked_div(per).unwrap_or(0);
             let bits = |a: u32, b: u32, op: AluOp, rev: bool| if rev { apply_bits(op, b, a, w) } else { apply_bits(op, a, b, w) };
             let mut t = bits(v, s0[part] as u32, i.op0, i.reverse0);
             if let Some(op1) = i.op1 {
@@ -148,7 +150,7 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
         };
         let mut out = Vec::with_capacity(x.len());
         for (k, &v) in x.iter().enumerate() {
-            let part = if per == 0 { 0 } else { k / per };
+            let part = k.checked_div(per).unwrap_or(0);
             let step = |a: i64, b: i64, op: AluOp, rev: bool| if rev { apply_int(op, b, a) } else { apply_int(op, a, b) };
             let mut t = step(v, s0[part], i.op0, i.reverse0).at("operand0")?;
             if let Some(op1) = i.op1 {
@@ -182,22 +184,294 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
     Ok(())
 }
 
-/// `dst = (src op0 operand0) op1 in1`, fp32.
-pub fn scalar_tensor_tensor(_ctx: &mut Ctx, _i: &ScalarTensorTensor) -> OpResult<()> {
-    unimplemented("scalar_tensor_tensor")
+// ---------------------------------------------------------------------------------------------
+// Shared helpers of the instructions below.
+
+/// Arithmetic-only operand check (`what` names the operator field).
+fn require_arith(what: &str, op: AluOp) -> OpResult<()> {
+    if op.is_bitvec() {
+        return Err(ErrorKind::Invalid(format!(
+            "{what}: bitvec operator {} is not allowed here (arithmetic operators only)",
+            op.name()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
-/// Reduce the innermost `axes` free dims with `op` in fp32, in index order.
-pub fn tensor_reduce(_ctx: &mut Ctx, _i: &TensorReduce) -> OpResult<()> {
-    unimplemented("tensor_reduce")
+/// `pow` exists only on GpSimdE; the instructions below are VectorE-only.
+fn no_pow(ctx: &Ctx, op: AluOp, opcode: &'static str) -> OpResult<()> {
+    if op == AluOp::Pow && ctx.engine != Engine::Gpsimd {
+        return Err(ErrorKind::WrongEngine { engine: ctx.engine.name(), opcode }.into());
+    }
+    Ok(())
 }
 
-pub fn tensor_tensor_scan(_ctx: &mut Ctx, _i: &TensorTensorScan) -> OpResult<()> {
-    unimplemented("tensor_tensor_scan")
+/// Product of sizes without overflow (a saturated product fails the later limit checks).
+fn prod(sizes: &[usize]) -> usize {
+    sizes.iter().fold(1usize, |a, &n| a.saturating_mul(n))
 }
 
-pub fn tensor_scalar_reduce(_ctx: &mut Ctx, _i: &TensorScalarReduce) -> OpResult<()> {
-    unimplemented("tensor_scalar_reduce")
+/// Row `part` of a partition-major vector with `per` elements per partition.
+#[inline]
+fn row<T>(v: &[T], part: usize, per: usize) -> &[T] {
+    let start = part.saturating_mul(per);
+    v.get(start..start.saturating_add(per)).unwrap_or(&[])
+}
+
+/// Requires a `[partitions, n]` shape (n elements per partition).
+fn require_rows(operand: &str, ap: &AccessPattern, partitions: usize, n: usize) -> OpResult<()> {
+    if ap.partitions != partitions || ap.free_elems() != n {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "`{operand}` must be [{partitions} partitions × {n}], got [{} × {}]",
+            ap.partitions,
+            ap.free_elems()
+        )))
+        .at(operand);
+    }
+    Ok(())
+}
+
+/// A per-instruction limit on the elements per partition of one operand.
+fn limit(operand: &str, ap: &AccessPattern, max: usize, what: &'static str) -> OpResult<()> {
+    let size = ap.free_elems();
+    if size > max {
+        return Err(ErrorKind::FreeSizeLimit { size, limit: max, what }).at(operand);
+    }
+    Ok(())
+}
+
+fn require_float(operand: &str, ap: &AccessPattern, why: &str) -> OpResult<()> {
+    if !ap.dtype.is_float() {
+        return Err(ErrorKind::UnsupportedDType { dtype: ap.dtype.name(), why: why.to_string() }).at(operand);
+    }
+    Ok(())
+}
+
+/// Accumulator start value of a VectorE fp32 reduction (the `reset` identities of the ISA:
+/// add/subtract 0, multiply 1, max −inf, min +inf; logical and 1, or/xor 0). `average` sums from
+/// 0 and divides by the count at the end. `None`: not a legal reduction operator.
+fn fp32_reduce_identity(op: AluOp) -> Option<f32> {
+    match op {
+        AluOp::Add
+        | AluOp::Subtract
+        | AluOp::Multiply
+        | AluOp::Max
+        | AluOp::Min
+        | AluOp::LogicalAnd
+        | AluOp::LogicalOr
+        | AluOp::LogicalXor
+        | AluOp::Average => super::alu::reduce_identity(op),
+        _ => None,
+    }
+}
+
+/// Folds `vals` in index order: `acc = identity; acc = acc op v` (fp32, each step rounded);
+/// `average` = that sum divided by the count.
+fn fold_f32(op: AluOp, vals: impl IntoIterator<Item = f32>, nm: &crate::exec::Numerics) -> f32 {
+    let fold_op = if op == AluOp::Average { AluOp::Add } else { op };
+    let mut acc = fp32_reduce_identity(op).unwrap_or(0.0);
+    let mut n = 0usize;
+    for v in vals {
+        acc = apply_f32(fold_op, acc, v, nm);
+        n += 1;
+    }
+    if op == AluOp::Average {
+        acc = apply_f32(AluOp::Bypass, acc / n as f32, 0.0, nm);
+    }
+    acc
+}
+
+/// fp32 equality used by the match instructions (−0 = +0; NaN never matches).
+#[inline]
+fn matches_f32(a: f32, b: f32) -> bool {
+    a == b
+}
+
+/// The "not found" index of `nc_find_index8` / `nc_match_replace8`: all ones in the dtype.
+fn index_sentinel(dtype: DType) -> u32 {
+    dtype.bit_mask()
+}
+
+fn require_index_dtype(operand: &str, ap: &AccessPattern) -> OpResult<()> {
+    super::require_dtype(operand, ap, &[DType::U32, DType::U16], "indices are uint32 or uint16")
+}
+
+/// Max elements per partition of `max8`, `nc_find_index8` and `nc_match_replace8` data.
+pub const MATCH_FMAX: usize = 16384;
+
+// ---------------------------------------------------------------------------------------------
+
+/// `dst = (src op0 operand0) op1 in1`, fp32; `reverse0` puts `operand0` on the left of `op0`,
+/// `reverse1` puts `in1` on the left of `op1`. Arithmetic operators only.
+pub fn scalar_tensor_tensor(ctx: &mut Ctx, i: &ScalarTensorTensor) -> OpResult<()> {
+    same_shape("dst", &i.dst, "src", &i.src)?;
+    same_shape("dst", &i.dst, "in1", &i.in1)?;
+    not_both_psum("src", &i.src, &i.in1)?;
+    require_arith("op0", i.op0)?;
+    require_arith("op1", i.op1)?;
+    no_pow(ctx, i.op0, "scalar_tensor_tensor(pow)")?;
+    no_pow(ctx, i.op1, "scalar_tensor_tensor(pow)")?;
+    let p = i.src.partitions;
+    let per = i.src.free_elems();
+    let x = ctx.read_f32("src", &i.src)?;
+    let s0 = ctx.scalar_f32("operand0", &i.operand0, p)?;
+    let y = ctx.read_f32("in1", &i.in1)?;
+    let nm = *ctx.numerics;
+    let mut out = Vec::with_capacity(x.len());
+    for part in 0..p {
+        let s = s0.get(part).copied().unwrap_or(0.0);
+        for (&v, &w) in row(&x, part, per).iter().zip(row(&y, part, per)) {
+            let t = scalar_step(i.op0, v, s, i.reverse0, &nm);
+            out.push(if i.reverse1 { apply_f32(i.op1, w, t, &nm) } else { apply_f32(i.op1, t, w, &nm) });
+        }
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.stats.flops += 2 * out.len() as u64;
+    let fast = i.src.dtype == DType::Bf16
+        && i.in1.dtype == DType::Bf16
+        && i.op0 == AluOp::Subtract
+        && i.op1 == AluOp::Multiply
+        && per % 2 == 0;
+    ctx.cost_stream(if fast { per } else { 2 * per });
+    Ok(())
+}
+
+/// Reduces the innermost `axes` free dims of `src` with `op`, per partition, in index order.
+///
+/// * arithmetic `op` (add, subtract, multiply, max, min, logical and/or/xor, average): fp32
+///   accumulator starting at the identity, `acc = acc op x` element by element (so `subtract`
+///   gives `0 − x0 − x1 − …`), `average` divides the sum by the count; `negate` multiplies the
+///   result by −1; cast on write.
+/// * bitvec `op` (bitwise and/or/xor): integer `src` and `dst`, raw bits zero-extended from the
+///   source width, result truncated to the destination width; `negate` is rejected.
+///
+/// `dst` holds one element per kept (outer) index, in order.
+pub fn tensor_reduce(ctx: &mut Ctx, i: &TensorReduce) -> OpResult<()> {
+    let dims = i.src.free.len();
+    if i.axes == 0 || i.axes > 4 || i.axes > dims {
+        return Err(ErrorKind::Invalid(format!(
+            "axes = {} must be in 1..=4 and at most the {dims} free dims of src",
+            i.axes
+        )))
+        .at("src");
+    }
+    let shape = i.src.free_shape();
+    let kept = prod(&shape[..dims - i.axes]);
+    let reduced = prod(&shape[dims - i.axes..]);
+    require_rows("dst", &i.dst, i.src.partitions, kept)?;
+    let p = i.src.partitions;
+    let per = i.src.free_elems();
+    if i.op.is_bitvec() {
+        if !matches!(i.op, AluOp::BitwiseAnd | AluOp::BitwiseOr | AluOp::BitwiseXor) {
+            return Err(ErrorKind::Invalid(format!("{} is not a reduction operator", i.op.name())).into());
+        }
+        if i.negate {
+            return Err(ErrorKind::Invalid("negate applies to arithmetic reductions only".into()).into());
+        }
+        require_int("src", &i.src, i.op)?;
+        require_int("dst", &i.dst, i.op)?;
+        let x = ctx.read_bits("src", &i.src)?;
+        let init = if i.op == AluOp::BitwiseAnd { u32::MAX } else { 0 };
+        let mut out = Vec::with_capacity(p.saturating_mul(kept));
+        for part in 0..p {
+            let r = row(&x, part, per);
+            for o in 0..kept {
+                let group = row(r, o, reduced);
+                out.push(group.iter().fold(init, |acc, &v| apply_bits(i.op, acc, v, 32)));
+            }
+        }
+        ctx.write_bits("dst", &i.dst, &out)?;
+    } else {
+        if fp32_reduce_identity(i.op).is_none() {
+            return Err(ErrorKind::Invalid(format!("{} is not a reduction operator", i.op.name())).into());
+        }
+        let x = ctx.read_f32("src", &i.src)?;
+        let nm = *ctx.numerics;
+        let mut out = Vec::with_capacity(p.saturating_mul(kept));
+        for part in 0..p {
+            let r = row(&x, part, per);
+            for o in 0..kept {
+                let mut acc = fold_f32(i.op, row(r, o, reduced).iter().copied(), &nm);
+                if i.negate {
+                    acc = apply_f32(AluOp::Multiply, acc, -1.0, &nm);
+                }
+                out.push(acc);
+            }
+        }
+        ctx.write_f32("dst", &i.dst, &out)?;
+    }
+    ctx.stats.flops += i.src.num_elems() as u64;
+    let half = i.src.dtype == DType::Bf16 && i.dst.dtype == DType::Bf16 && matches!(i.op, AluOp::Add | AluOp::Max);
+    ctx.cost_stream(if half { per / 2 } else { per });
+    Ok(())
+}
+
+/// Scan along the (flattened) free axis of each partition:
+/// `r = initial; r = (in0[k] op0 r) op1 in1[k]; dst[k] = r` — state kept in fp32, each step
+/// rounded to fp32, cast on write.
+pub fn tensor_tensor_scan(ctx: &mut Ctx, i: &TensorTensorScan) -> OpResult<()> {
+    same_shape("dst", &i.dst, "in0", &i.in0)?;
+    same_shape("dst", &i.dst, "in1", &i.in1)?;
+    not_both_psum("in0", &i.in0, &i.in1)?;
+    require_arith("op0", i.op0)?;
+    require_arith("op1", i.op1)?;
+    no_pow(ctx, i.op0, "tensor_tensor_scan(pow)")?;
+    no_pow(ctx, i.op1, "tensor_tensor_scan(pow)")?;
+    let p = i.in0.partitions;
+    let per = i.in0.free_elems();
+    let a = ctx.read_f32("in0", &i.in0)?;
+    let b = ctx.read_f32("in1", &i.in1)?;
+    let init = ctx.scalar_f32("initial", &i.initial, p)?;
+    let nm = *ctx.numerics;
+    let mut out = Vec::with_capacity(a.len());
+    for part in 0..p {
+        let mut r = init.get(part).copied().unwrap_or(0.0);
+        for (&x, &y) in row(&a, part, per).iter().zip(row(&b, part, per)) {
+            r = apply_f32(i.op1, apply_f32(i.op0, x, r, &nm), y, &nm);
+            out.push(r);
+        }
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.stats.flops += 2 * out.len() as u64;
+    ctx.cost_stream(2 * per);
+    Ok(())
+}
+
+/// `dst = src op0 operand0` (fp32, cast on write) and `reduce_res[p] = reduce_op` over the fp32
+/// results of the partition (before the cast), accumulator from the identity in index order.
+/// `reduce_op` ∈ {add, subtract, multiply, max, min}.
+pub fn tensor_scalar_reduce(ctx: &mut Ctx, i: &TensorScalarReduce) -> OpResult<()> {
+    same_shape("dst", &i.dst, "src", &i.src)?;
+    require_arith("op0", i.op0)?;
+    no_pow(ctx, i.op0, "tensor_scalar_reduce(pow)")?;
+    if !matches!(i.reduce_op, AluOp::Add | AluOp::Subtract | AluOp::Multiply | AluOp::Max | AluOp::Min) {
+        return Err(ErrorKind::Invalid(format!(
+            "reduce_op {} is not one of add, subtract, multiply, max, min",
+            i.reduce_op.name()
+        ))
+        .into());
+    }
+    let p = i.src.partitions;
+    let per = i.src.free_elems();
+    require_rows("reduce_res", &i.reduce_res, p, 1)?;
+    let x = ctx.read_f32("src", &i.src)?;
+    let s0 = ctx.scalar_f32("operand0", &i.operand0, p)?;
+    let nm = *ctx.numerics;
+    let mut out = Vec::with_capacity(x.len());
+    let mut red = Vec::with_capacity(p);
+    for part in 0..p {
+        let s = s0.get(part).copied().unwrap_or(0.0);
+        let start = out.len();
+        out.extend(row(&x, part, per).iter().map(|&v| apply_f32(i.op0, v, s, &nm)));
+        red.push(fold_f32(i.reduce_op, out[start..].iter().copied(), &nm));
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.write_f32("reduce_res", &i.reduce_res, &red)?;
+    ctx.stats.flops += 2 * out.len() as u64;
+    ctx.cost_stream(per);
+    ctx.cost_cycles(ctx.target.min_ii_cycles);
+    Ok(())
 }
 
 /// Copy. Bit-exact when src and dst dtypes match (Vector/GpSimd); otherwise through fp32.
@@ -214,8 +488,56 @@ pub fn tensor_copy(ctx: &mut Ctx, i: &TensorCopy) -> OpResult<()> {
     Ok(())
 }
 
-pub fn tensor_copy_predicated(_ctx: &mut Ctx, _i: &TensorCopyPredicated) -> OpResult<()> {
-    unimplemented("tensor_copy_predicated")
+/// Every check a write of `ap` makes, done before the result is computed (so that sizes taken
+/// from the operand are known to be sane before anything is allocated from them).
+fn precheck_write(ctx: &Ctx, operand: &str, ap: &AccessPattern) -> OpResult<()> {
+    ctx.check_access(operand, ap, super::Access::Write)?;
+    ctx.check_start_partition(operand, ap)?;
+    ctx.check_free_limit(operand, ap)?;
+    ctx.mem.resolve(ap).at(operand)?;
+    Ok(())
+}
+
+/// Writes raw bits where `mask` holds, with the same engine checks as every write; the other
+/// elements of `ap` keep their contents (and stay unwritten if nothing wrote them).
+fn write_bits_masked(ctx: &mut Ctx, operand: &str, ap: &AccessPattern, bits: &[u32], mask: &[bool]) -> OpResult<()> {
+    ctx.check_access(operand, ap, super::Access::Write)?;
+    ctx.check_start_partition(operand, ap)?;
+    ctx.check_free_limit(operand, ap)?;
+    ctx.mem.write_bits_masked(ap, bits, mask).at(operand)?;
+    let n = mask.iter().filter(|&&m| m).count();
+    ctx.stats.elements.add(ctx.engine, n as u64);
+    Ok(())
+}
+
+/// Predicate dtypes of `tensor_copy_predicated`.
+const COPY_PRED_DTYPES: [DType; 4] = [DType::U8, DType::U16, DType::U32, DType::Bool];
+/// Predicate dtypes of `select_reduce`.
+const SELECT_PRED_DTYPES: [DType; 5] = [DType::I8, DType::U8, DType::I16, DType::U16, DType::Bool];
+
+/// `dst[k] = src[k]` where `predicate[k] != 0` (`== 0` with `reverse_pred`); other elements of
+/// `dst` are not written. Bit copy: `src` and `dst` have the same dtype; the predicate is an
+/// unsigned integer (uint8/16/32, bool) tested on its raw bits.
+pub fn tensor_copy_predicated(ctx: &mut Ctx, i: &TensorCopyPredicated) -> OpResult<()> {
+    same_shape("dst", &i.dst, "src", &i.src)?;
+    same_shape("dst", &i.dst, "predicate", &i.predicate)?;
+    not_both_psum("src", &i.src, &i.predicate)?;
+    super::require_dtype("predicate", &i.predicate, &COPY_PRED_DTYPES, "predicates are uint8, uint16, uint32 or bool")?;
+    if i.src.dtype != i.dst.dtype {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.dst.dtype.name(),
+            why: format!("tensor_copy_predicated copies bits: dst must have src's dtype {}", i.src.dtype),
+        })
+        .at("dst");
+    }
+    let pred = ctx.read_bits("predicate", &i.predicate)?;
+    let bits = ctx.read_bits("src", &i.src)?;
+    let mask: Vec<bool> = pred.iter().map(|&b| (b != 0) != i.reverse_pred).collect();
+    write_bits_masked(ctx, "dst", &i.dst, &bits, &mask)?;
+    let per = i.dst.free_elems();
+    let psum = i.src.mem == MemSpace::Psum || i.predicate.mem == MemSpace::Psum;
+    ctx.cost_stream(if psum { per } else { 2 * per });
+    Ok(())
 }
 
 /// `dst = 1/src` in fp32, correctly rounded (documented as more precise than ScalarE's).
@@ -229,29 +551,245 @@ pub fn reciprocal(ctx: &mut Ctx, i: &Reciprocal) -> OpResult<()> {
     Ok(())
 }
 
-pub fn bn_stats(_ctx: &mut Ctx, _i: &BnStats) -> OpResult<()> {
-    unimplemented("bn_stats")
+/// (count, mean, M2) of a group of fp32 values, M2 = Σ (x − mean)², all in fp32:
+/// `sum = 0; sum += x` in order; `mean = sum / n`; `m2 = 0; m2 += (x − mean)·(x − mean)` in
+/// order (two passes). An empty group gives (0, 0, 0).
+fn group_stats(vals: impl Iterator<Item = f32> + Clone, nm: &crate::exec::Numerics) -> [f32; 3] {
+    let mut n = 0usize;
+    let mut sum = 0.0f32;
+    for v in vals.clone() {
+        sum = apply_f32(AluOp::Add, sum, v, nm);
+        n += 1;
+    }
+    if n == 0 {
+        return [0.0; 3];
+    }
+    let mean = apply_f32(AluOp::Bypass, sum / n as f32, 0.0, nm);
+    let mut m2 = 0.0f32;
+    for v in vals {
+        let d = apply_f32(AluOp::Subtract, v, mean, nm);
+        m2 = apply_f32(AluOp::Add, m2, apply_f32(AluOp::Multiply, d, d, nm), nm);
+    }
+    [n as f32, mean, m2]
 }
 
-pub fn bn_aggr(_ctx: &mut Ctx, _i: &BnAggr) -> OpResult<()> {
-    unimplemented("bn_aggr")
+/// Per partition, over the ≤ `bn_stats_fmax` elements of `src` (flattened free axis), six
+/// statistics: `(count, mean, count·var)` of the even-indexed elements, then of the odd-indexed
+/// ones (see [`group_stats`] for the exact fp32 formulas). `dst` is `[P, 6]`, a float dtype.
+pub fn bn_stats(ctx: &mut Ctx, i: &BnStats) -> OpResult<()> {
+    let p = i.src.partitions;
+    limit("src", &i.src, ctx.target.bn_stats_fmax, "elements per partition for bn_stats")?;
+    require_rows("dst", &i.dst, p, 6)?;
+    require_float("dst", &i.dst, "bn_stats writes means and variances")?;
+    let per = i.src.free_elems();
+    let x = ctx.read_f32("src", &i.src)?;
+    let nm = *ctx.numerics;
+    let mut out = Vec::with_capacity(6 * p);
+    for part in 0..p {
+        let r = row(&x, part, per);
+        out.extend(group_stats(r.iter().copied().step_by(2), &nm));
+        out.extend(group_stats(r.iter().copied().skip(1).step_by(2), &nm));
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.stats.flops += 4 * i.src.num_elems() as u64;
+    ctx.cost_stream(per);
+    Ok(())
 }
 
-pub fn max8(_ctx: &mut Ctx, _i: &Max8) -> OpResult<()> {
-    unimplemented("max8")
+/// Combines the `k` tuples `(count, mean, M2)` of each partition of `src` (`[P, 3k]`, in order)
+/// into `(mean, population variance)` (`dst` `[P, 2]`) with Chan et al.'s pairwise update, one
+/// tuple at a time, every operation in fp32:
+/// ```text
+/// n = 0; mean = 0; m2 = 0
+/// for (nb, mb, m2b) with nb != 0:
+///     nn = n + nb; delta = mb − mean; r = nb / nn
+///     mean = mean + delta·r
+///     m2 = (m2 + m2b) + ((delta·delta)·n)·r
+///     n = nn
+/// dst = (mean, m2 / n)          # n = 0 (no tuple counted): (NaN, NaN)
+/// ```
+pub fn bn_aggr(ctx: &mut Ctx, i: &BnAggr) -> OpResult<()> {
+    let p = i.src.partitions;
+    let per = i.src.free_elems();
+    if per == 0 || per % 3 != 0 {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "src must hold (count, mean, count·var) tuples: 3·k elements per partition, got {per}"
+        )))
+        .at("src");
+    }
+    require_rows("dst", &i.dst, p, 2)?;
+    require_float("dst", &i.dst, "bn_aggr writes a mean and a variance")?;
+    let x = ctx.read_f32("src", &i.src)?;
+    let nm = *ctx.numerics;
+    let f = |op, a, b| apply_f32(op, a, b, &nm);
+    let mut out = Vec::with_capacity(2 * p);
+    for part in 0..p {
+        let (mut n, mut mean, mut m2) = (0.0f32, 0.0f32, 0.0f32);
+        for t in row(&x, part, per).chunks_exact(3) {
+            let (nb, mb, m2b) = (t[0], t[1], t[2]);
+            if nb == 0.0 {
+                continue;
+            }
+            let nn = f(AluOp::Add, n, nb);
+            let delta = f(AluOp::Subtract, mb, mean);
+            let r = f(AluOp::Bypass, nb / nn, 0.0);
+            mean = f(AluOp::Add, mean, f(AluOp::Multiply, delta, r));
+            let corr = f(AluOp::Multiply, f(AluOp::Multiply, f(AluOp::Multiply, delta, delta), n), r);
+            m2 = f(AluOp::Add, f(AluOp::Add, m2, m2b), corr);
+            n = nn;
+        }
+        if n == 0.0 {
+            out.extend([f32::NAN, f32::NAN]);
+        } else {
+            out.extend([mean, f(AluOp::Bypass, m2 / n, 0.0)]);
+        }
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.stats.flops += (10 * (per / 3) * p) as u64;
+    ctx.cost_stream(13 * per / 3);
+    Ok(())
 }
 
-pub fn find_index8(_ctx: &mut Ctx, _i: &FindIndex8) -> OpResult<()> {
-    unimplemented("nc_find_index8")
+/// Descending order of `max8` (fp32). Under `NanMaxMin::Propagate` NaN ranks above +inf (as
+/// PyTorch's `topk`/`sort(descending)`); under `PreferNumber` below −inf. Equal values (and
+/// −0/+0) keep index order (the sort is stable).
+fn max8_order(a: f32, b: f32, nan_first: bool) -> std::cmp::Ordering {
+    use std::cmp::Ordering::*;
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Equal,
+        (true, false) => {
+            if nan_first { Less } else { Greater }
+        }
+        (false, true) => {
+            if nan_first { Greater } else { Less }
+        }
+        _ => b.partial_cmp(&a).unwrap_or(Equal),
+    }
 }
 
-pub fn match_replace8(_ctx: &mut Ctx, _i: &MatchReplace8) -> OpResult<()> {
-    unimplemented("nc_match_replace8")
+/// The 8 largest values of each partition (8..=16384 elements, read as fp32), descending, cast
+/// on write into `dst` `[P, 8]`.
+pub fn max8(ctx: &mut Ctx, i: &Max8) -> OpResult<()> {
+    let p = i.src.partitions;
+    limit("src", &i.src, MATCH_FMAX, "elements per partition for max8")?;
+    let per = i.src.free_elems();
+    if per < 8 {
+        return Err(ErrorKind::ShapeMismatch(format!("max8 needs at least 8 elements per partition, got {per}")))
+            .at("src");
+    }
+    require_rows("dst", &i.dst, p, 8)?;
+    let x = ctx.read_f32("src", &i.src)?;
+    let nan_first = ctx.numerics.nan_max_min == crate::exec::NanMaxMin::Propagate;
+    let mut out = Vec::with_capacity(8 * p);
+    for part in 0..p {
+        let mut r = row(&x, part, per).to_vec();
+        r.sort_by(|&a, &b| max8_order(a, b, nan_first));
+        out.extend(r.iter().take(8));
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.stats.flops += i.src.num_elems() as u64;
+    ctx.cost_stream(per);
+    Ok(())
+}
+
+/// Shared operand checks of `nc_find_index8` / `nc_match_replace8`.
+fn check_match8(data: &AccessPattern, vals: &AccessPattern) -> OpResult<()> {
+    limit("data", data, MATCH_FMAX, "elements per partition for the 8-value match instructions")?;
+    require_rows("vals", vals, data.partitions, 8)
+}
+
+/// Index (in the flattened free axis) of the first occurrence of each of the 8 `vals` of a
+/// partition in `data` (fp32 equality: −0 = +0, NaN never matches). A value repeated in `vals`
+/// takes the next occurrence each time (ascending). Not found: all ones (0xFFFFFFFF / 0xFFFF).
+pub fn find_index8(ctx: &mut Ctx, i: &FindIndex8) -> OpResult<()> {
+    check_match8(&i.data, &i.vals)?;
+    let p = i.data.partitions;
+    require_rows("dst", &i.dst, p, 8)?;
+    require_index_dtype("dst", &i.dst)?;
+    let per = i.data.free_elems();
+    let data = ctx.read_f32("data", &i.data)?;
+    let vals = ctx.read_f32("vals", &i.vals)?;
+    let none = index_sentinel(i.dst.dtype);
+    let mut out = Vec::with_capacity(8 * p);
+    for part in 0..p {
+        let d = row(&data, part, per);
+        let mut used = vec![false; d.len()];
+        for &v in row(&vals, part, 8) {
+            let hit = d.iter().zip(&used).position(|(&x, &u)| !u && matches_f32(x, v));
+            out.push(match hit {
+                Some(k) => {
+                    used[k] = true;
+                    k as u32
+                }
+                None => none,
+            });
+        }
+    }
+    ctx.write_bits("dst", &i.dst, &out)?;
+    ctx.stats.flops += i.data.num_elems() as u64;
+    ctx.cost_stream(per);
+    Ok(())
+}
+
+/// For `k = 7, 6, …, 0`: the first element of the partition's `data` equal to `vals[k]` (fp32
+/// equality; elements replaced earlier in this instruction are skipped) becomes `imm`; its index
+/// goes to `dst_idx[k]` (all ones when not found). `dst` is `data` with the replacements: bit
+/// copy of the other elements when dtypes match, else cast through fp32; `imm` is cast on write.
+pub fn match_replace8(ctx: &mut Ctx, i: &MatchReplace8) -> OpResult<()> {
+    check_match8(&i.data, &i.vals)?;
+    let p = i.data.partitions;
+    same_shape("data", &i.data, "dst", &i.dst)?;
+    if let Some(idx) = &i.dst_idx {
+        require_rows("dst_idx", idx, p, 8)?;
+        require_index_dtype("dst_idx", idx)?;
+    }
+    let per = i.data.free_elems();
+    let data = ctx.read_f32("data", &i.data)?;
+    let vals = ctx.read_f32("vals", &i.vals)?;
+    let mut replaced = vec![false; data.len()];
+    let mut idx = vec![0u32; 8 * p];
+    let none = i.dst_idx.as_ref().map_or(u32::MAX, |a| index_sentinel(a.dtype));
+    for part in 0..p {
+        let base = part * per;
+        let d = row(&data, part, per);
+        let v = row(&vals, part, 8);
+        for k in (0..v.len()).rev() {
+            let hit = (0..d.len()).find(|&e| !replaced[base + e] && matches_f32(d[e], v[k]));
+            idx[part * 8 + k] = match hit {
+                Some(e) => {
+                    replaced[base + e] = true;
+                    e as u32
+                }
+                None => none,
+            };
+        }
+    }
+    let imm = i.imm as f32;
+    if i.dst.dtype == i.data.dtype {
+        let mut bits = ctx.read_bits("data", &i.data)?;
+        let imm_bits = i.dst.dtype.encode_f32(imm, ctx.rounding);
+        for (b, &r) in bits.iter_mut().zip(&replaced) {
+            if r {
+                *b = imm_bits;
+            }
+        }
+        ctx.write_bits("dst", &i.dst, &bits)?;
+    } else {
+        let out: Vec<f32> = data.iter().zip(&replaced).map(|(&x, &r)| if r { imm } else { x }).collect();
+        ctx.write_f32("dst", &i.dst, &out)?;
+    }
+    if let Some(ap) = &i.dst_idx {
+        ctx.write_bits("dst_idx", ap, &idx)?;
+    }
+    ctx.stats.flops += i.data.num_elems() as u64;
+    ctx.cost_stream(per);
+    Ok(())
 }
 
 /// Fill with a constant: float dtypes get the value rounded through fp32; integer dtypes get the
 /// exact integer (saturated), which must be integral.
 pub fn memset(ctx: &mut Ctx, i: &Memset) -> OpResult<()> {
+    precheck_write(ctx, "dst", &i.dst)?;
     let n = i.dst.num_elems();
     if i.dst.dtype.is_float() {
         let v = vec![i.value as f32; n];
@@ -263,31 +801,255 @@ pub fn memset(ctx: &mut Ctx, i: &Memset) -> OpResult<()> {
         let v = vec![i.value as i64; n];
         ctx.write_i64("dst", &i.dst, &v)?;
     }
+    let per = i.dst.free_elems();
+    let half = i.value == 0.0 && matches!(i.dst.dtype, DType::Bf16 | DType::F16);
+    ctx.cost_stream(if half { per / 2 } else { per });
+    Ok(())
+}
+
+/// `dst = pred ? on_true : on_false` per element (`pred = predicate != 0`, inverted by
+/// `reverse_pred`), fp32 values cast on write; `reduce_res[p]` (optional, `[P, 1]`) = max over
+/// the partition's selected fp32 values, accumulator from −inf in index order.
+pub fn select_reduce(ctx: &mut Ctx, i: &SelectReduce) -> OpResult<()> {
+    same_shape("dst", &i.dst, "on_true", &i.on_true)?;
+    same_shape("dst", &i.dst, "predicate", &i.predicate)?;
+    not_both_psum("predicate", &i.predicate, &i.on_true)?;
+    super::require_dtype(
+        "predicate",
+        &i.predicate,
+        &SELECT_PRED_DTYPES,
+        "predicates are int8, uint8, int16, uint16 or bool",
+    )?;
+    if matches!(i.on_true.dtype, DType::Tf32 | DType::I32 | DType::U32) {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.on_true.dtype.name(),
+            why: "select_reduce does not take tfloat32/int32/uint32 on_true".into(),
+        })
+        .at("on_true");
+    }
+    let p = i.on_true.partitions;
+    let per = i.on_true.free_elems();
+    if let Some(r) = &i.reduce_res {
+        require_rows("reduce_res", r, p, 1)?;
+    }
+    let pred = ctx.read_bits("predicate", &i.predicate)?;
+    let t = ctx.read_f32("on_true", &i.on_true)?;
+    let f = ctx.scalar_f32("on_false", &i.on_false, p)?;
+    let nm = *ctx.numerics;
+    let mut out = Vec::with_capacity(t.len());
+    let mut red = Vec::with_capacity(p);
+    for part in 0..p {
+        let fv = f.get(part).copied().unwrap_or(0.0);
+        let start = out.len();
+        for (&v, &c) in row(&t, part, per).iter().zip(row(&pred, part, per)) {
+            out.push(if (c != 0) != i.reverse_pred { v } else { fv });
+        }
+        red.push(fold_f32(AluOp::Max, out[start..].iter().copied(), &nm));
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    if let Some(r) = &i.reduce_res {
+        ctx.write_f32("reduce_res", r, &red)?;
+        ctx.stats.flops += out.len() as u64;
+    }
+    ctx.cost_stream(per);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The VectorE random generator. The NC-v2 hardware PRNG is unpublished; ours is PCG32
+// (PCG-XSH-RR, 64-bit LCG state, 32-bit output; O'Neill 2014) with the reference default
+// increment. Its whole state is `Registers::vector_rng`; draws are consumed in partition-major,
+// then free-index order of the instruction's operand.
+
+const PCG_MULT: u64 = 6_364_136_223_846_793_005;
+/// PCG's default stream (`PCG_DEFAULT_INCREMENT_64`).
+const PCG_INC: u64 = 1_442_695_040_888_963_407;
+
+/// One PCG32 step with increment `inc`: returns 32 bits and advances the state.
+#[inline]
+fn pcg32_step(state: &mut u64, inc: u64) -> u32 {
+    let old = *state;
+    *state = old.wrapping_mul(PCG_MULT).wrapping_add(inc);
+    let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
+    xorshifted.rotate_right((old >> 59) as u32)
+}
+
+/// Next 32 random bits of the VectorE generator.
+pub fn rng_next(state: &mut u64) -> u32 {
+    pcg32_step(state, PCG_INC)
+}
+
+/// PCG32's seeding (`pcg32_srandom_r` with the default stream): `state = 0; step;
+/// state += seed; step`.
+fn pcg32_seed(seed: u64, inc: u64) -> u64 {
+    let mut s = 0u64;
+    pcg32_step(&mut s, inc);
+    s = s.wrapping_add(seed);
+    pcg32_step(&mut s, inc);
+    s
+}
+
+/// The generator state after `set_rng_seed(seed)`.
+pub fn rng_state_for_seed(seed: u32) -> u64 {
+    pcg32_seed(seed as u64, PCG_INC)
+}
+
+/// Zeroes each element with probability `prob` (per partition, in [0, 1]): one 32-bit draw `u`
+/// per element, dropped iff `u < prob · 2³²` (computed in f64). Kept elements are copied through
+/// fp32 (no 1/(1−prob) rescaling: that is a separate multiply), dropped ones are +0.
+pub fn dropout(ctx: &mut Ctx, i: &Dropout) -> OpResult<()> {
+    same_shape("dst", &i.dst, "src", &i.src)?;
+    let p = i.src.partitions;
+    let per = i.src.free_elems();
+    let x = ctx.read_f32("src", &i.src)?;
+    let prob = ctx.scalar_f32("prob", &i.prob, p)?;
+    if let Some(bad) = prob.iter().find(|q| !(0.0..=1.0).contains(*q)) {
+        return Err(ErrorKind::Invalid(format!("dropout probability {bad} is outside [0, 1]"))).at("prob");
+    }
+    let mut state = ctx.regs.vector_rng;
+    let mut out = Vec::with_capacity(x.len());
+    for part in 0..p {
+        let threshold = prob.get(part).copied().unwrap_or(0.0) as f64 * 4_294_967_296.0;
+        for &v in row(&x, part, per) {
+            let u = rng_next(&mut state);
+            out.push(if (u as f64) < threshold { 0.0 } else { v });
+        }
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    ctx.regs.vector_rng = state;
+    ctx.stats.flops += out.len() as u64;
+    ctx.cost_stream(per);
+    Ok(())
+}
+
+/// 32 random bits per element, truncated to the low bits of `dst`'s integer dtype.
+pub fn rng(ctx: &mut Ctx, i: &Rng) -> OpResult<()> {
+    if i.dst.dtype.is_float() || i.dst.dtype == DType::Bool {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.dst.dtype.name(),
+            why: "rng writes raw random bits: an integer dtype (not bool) is required".into(),
+        })
+        .at("dst");
+    }
+    // Validate before drawing so that a failed instruction leaves the generator unchanged.
+    precheck_write(ctx, "dst", &i.dst)?;
+    let mask = i.dst.dtype.bit_mask();
+    let mut state = ctx.regs.vector_rng;
+    let bits: Vec<u32> = (0..i.dst.num_elems()).map(|_| rng_next(&mut state) & mask).collect();
+    ctx.write_bits("dst", &i.dst, &bits)?;
+    ctx.regs.vector_rng = state;
     ctx.cost_stream(i.dst.free_elems());
     Ok(())
 }
 
-pub fn select_reduce(_ctx: &mut Ctx, _i: &SelectReduce) -> OpResult<()> {
-    unimplemented("select_reduce")
+/// Seeds the generator with a 32-bit seed: an integer immediate in [−2³¹, 2³²) (negative values
+/// wrap to their two's complement) or a `[1, 1]` integer tile. State := PCG32 seeding of it.
+pub fn set_rng_seed(ctx: &mut Ctx, i: &SetRngSeed) -> OpResult<()> {
+    let seed = ctx.scalar_i64("seed", &i.seed, 1)?;
+    let s = seed.first().copied().unwrap_or(0);
+    if !(i32::MIN as i64..=u32::MAX as i64).contains(&s) {
+        return Err(ErrorKind::Invalid(format!("seed {s} does not fit in 32 bits"))).at("seed");
+    }
+    ctx.regs.vector_rng = rng_state_for_seed(s as u32);
+    ctx.cost_cycles(ctx.target.min_ii_cycles);
+    Ok(())
 }
 
-pub fn dropout(_ctx: &mut Ctx, _i: &Dropout) -> OpResult<()> {
-    unimplemented("dropout")
+/// Partition shuffle within each 32-partition quadrant of the operand (counted from its start
+/// partition): `dst[32q + k] = src[32q + mask[k]]` for every `k < mask.len()` whose entry is not
+/// 255; partitions with a 255 entry or beyond the mask keep their contents. Bit copy (same dtype).
+pub fn stream_shuffle(ctx: &mut Ctx, i: &StreamShuffle) -> OpResult<()> {
+    same_shape("dst", &i.dst, "src", &i.src)?;
+    if i.src.dtype != i.dst.dtype {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.dst.dtype.name(),
+            why: format!("nc_stream_shuffle copies bits: dst must have src's dtype {}", i.src.dtype),
+        })
+        .at("dst");
+    }
+    if i.mask.is_empty() || i.mask.len() > 32 {
+        return Err(ErrorKind::Invalid(format!("mask has {} entries, 1..=32 expected", i.mask.len()))).at("mask");
+    }
+    let src = ctx.read_bits("src", &i.src)?;
+    let p = i.src.partitions;
+    let per = i.src.free_elems();
+    // Source partition of every destination partition (None: unchanged).
+    let mut from = vec![None; p];
+    for (d, slot) in from.iter_mut().enumerate() {
+        let (q, k) = (d / 32, d % 32);
+        match i.mask.get(k).copied() {
+            None | Some(255) => {}
+            Some(m) if (m as usize) < 32 && q * 32 + (m as usize) < p => *slot = Some(q * 32 + m as usize),
+            Some(m) => {
+                return Err(ErrorKind::Invalid(format!(
+                    "mask[{k}] = {m} selects partition {} of a {p}-partition operand (entries are < 32 or 255)",
+                    q * 32 + m as usize
+                )))
+                .at("mask");
+            }
+        }
+    }
+    let mut bits = Vec::with_capacity(src.len());
+    let mut mask = Vec::with_capacity(src.len());
+    for s in &from {
+        match s {
+            Some(sp) => {
+                bits.extend_from_slice(row(&src, *sp, per));
+                mask.extend(std::iter::repeat_n(true, per));
+            }
+            None => {
+                bits.extend(std::iter::repeat_n(0, per));
+                mask.extend(std::iter::repeat_n(false, per));
+            }
+        }
+    }
+    write_bits_masked(ctx, "dst", &i.dst, &bits, &mask)?;
+    ctx.cost_stream(per);
+    Ok(())
 }
 
-pub fn rng(_ctx: &mut Ctx, _i: &Rng) -> OpResult<()> {
-    unimplemented("rng")
+/// VectorE transpose of a block of at most 32 partitions × 32 elements: `dst[j, k] = src[k, j]`
+/// (src `[P, F]`, dst `[F, P]`, free axes flattened), bit-exact, same dtype.
+pub fn transpose32(ctx: &mut Ctx, i: &NcTranspose) -> OpResult<()> {
+    let p = i.src.partitions;
+    let f = i.src.free_elems();
+    if p > 32 || f > 32 {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "the VectorE transpose takes at most 32 partitions × 32 elements, got [{p} × {f}]"
+        )))
+        .at("src");
+    }
+    require_rows("dst", &i.dst, f, p)?;
+    if i.src.dtype != i.dst.dtype {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.dst.dtype.name(),
+            why: format!("the VectorE transpose is a bit copy: dst must have src's dtype {}", i.src.dtype),
+        })
+        .at("dst");
+    }
+    let src = ctx.read_bits("src", &i.src)?;
+    let mut out = Vec::with_capacity(src.len());
+    for j in 0..f {
+        for k in 0..p {
+            out.push(src.get(k * f + j).copied().unwrap_or(0));
+        }
+    }
+    ctx.write_bits("dst", &i.dst, &out)?;
+    ctx.cost_stream(f);
+    Ok(())
 }
 
-pub fn set_rng_seed(_ctx: &mut Ctx, _i: &SetRngSeed) -> OpResult<()> {
-    unimplemented("set_rng_seed")
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub fn stream_shuffle(_ctx: &mut Ctx, _i: &StreamShuffle) -> OpResult<()> {
-    unimplemented("nc_stream_shuffle")
-}
-
-/// VectorE 32×32 transpose (bit-exact).
-pub fn transpose32(_ctx: &mut Ctx, _i: &NcTranspose) -> OpResult<()> {
-    unimplemented("nc_transpose (vector)")
+    /// The PCG reference demo (`pcg32-demo`, `pcg32_srandom_r(&rng, 42, 54)`) prints these six
+    /// outputs first; our step and seeding functions reproduce them.
+    #[test]
+    fn pcg32_matches_reference_vector() {
+        let inc = (54u64 << 1) | 1;
+        let mut s = pcg32_seed(42, inc);
+        let got: Vec<u32> = (0..6).map(|_| pcg32_step(&mut s, inc)).collect();
+        assert_eq!(got, [0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e]);
+    }
 }

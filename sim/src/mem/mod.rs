@@ -10,6 +10,7 @@ use crate::dtype::{self, DType, Rounding};
 use crate::error::ErrorKind;
 use crate::program::{HbmRole, HbmTensorDecl};
 use crate::target::Target;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 /// Most elements one access pattern may address. Far above anything a NeuronCore instruction
@@ -22,6 +23,7 @@ pub const MAX_ACCESS_ELEMS: usize = 1 << 28;
 pub struct OnChip {
     pub name: &'static str,
     pub partitions: usize,
+    /// Bytes backed per partition (the row stride of `data`): only what the program can reach.
     pub partition_bytes: usize,
     pub usable_bytes: usize,
     pub data: Vec<u8>,
@@ -127,10 +129,94 @@ pub struct Memories {
     hbm_index: HashMap<String, usize>,
     partitions: usize,
     max_free_dims: usize,
+    /// Result buffers handed back with `recycle_*`, reused by the next reads (performance only).
+    pool: BufferPool,
+    /// Written-prefix watermarks (performance only; see [`Watermarks`]).
+    wm: Watermarks,
+}
+
+/// A cache over the written maps: for every SBUF/PSUM partition and every HBM tensor, a number
+/// of leading bytes known to be all written. It only ever grows (bytes never become unwritten)
+/// and it may lag behind the written map, never run ahead of it, so a check may skip scanning
+/// any span below the watermark. Writes and successful checks of a span that starts at or below
+/// the watermark raise it to the span's end.
+#[derive(Clone, Debug)]
+struct Watermarks {
+    sbuf: Vec<Cell<usize>>,
+    psum: Vec<Cell<usize>>,
+    hbm: Vec<Cell<usize>>,
+}
+
+/// The watermarks of one region: one cell per row of `row_bytes` (HBM: one row, the tensor).
+#[derive(Clone, Copy)]
+struct Marks<'a> {
+    cells: &'a [Cell<usize>],
+    row_bytes: usize,
+}
+
+impl Marks<'_> {
+    /// The cell of the row holding byte `addr`, and that row's first byte.
+    fn row(&self, addr: usize) -> Option<(&Cell<usize>, usize)> {
+        let r = addr.checked_div(self.row_bytes)?;
+        Some((self.cells.get(r)?, r * self.row_bytes))
+    }
+
+    /// Whether bytes `start..end` (within one row) are known written.
+    fn covers(&self, start: usize, end: usize) -> bool {
+        self.row(start).is_some_and(|(c, base)| end <= base + c.get())
+    }
+
+    /// Records that bytes `start..end` (within one row) are written.
+    fn extend(&self, start: usize, end: usize) {
+        if let Some((c, base)) = self.row(start)
+            && start <= base + c.get()
+            && end > base + c.get()
+        {
+            c.set(end - base);
+        }
+    }
+}
+
+/// Large read buffers kept for reuse within a run. Without it every big instruction gets fresh
+/// allocations, which glibc returns to the OS when they are freed, so the next instruction
+/// page-faults the same memory in again (several times the cost of the instruction itself).
+#[derive(Clone, Debug, Default)]
+struct BufferPool {
+    f32s: RefCell<Vec<Vec<f32>>>,
+    bits: RefCell<Vec<Vec<u32>>>,
+}
+
+/// Buffers kept per element type, and the smallest capacity worth keeping.
+const POOL_BUFFERS: usize = 4;
+const POOL_MIN_ELEMS: usize = 16 * 1024;
+
+fn take<T>(pool: &RefCell<Vec<Vec<T>>>, n: usize) -> Vec<T> {
+    match pool.borrow_mut().pop() {
+        Some(mut v) => {
+            v.clear();
+            v.reserve(n);
+            v
+        }
+        None => Vec::with_capacity(n),
+    }
+}
+
+fn give<T>(pool: &RefCell<Vec<Vec<T>>>, v: Vec<T>) {
+    let mut p = pool.borrow_mut();
+    if v.capacity() >= POOL_MIN_ELEMS && p.len() < POOL_BUFFERS {
+        p.push(v);
+    }
 }
 
 impl Memories {
+    /// Memories with the whole of SBUF and PSUM allocated.
     pub fn new(target: &Target, decls: &[HbmTensorDecl]) -> Self {
+        Self::with_extents(target, decls, target.sbuf_usable_bytes, target.psum_partition_bytes)
+    }
+
+    /// Memories where only the first `sbuf_bytes` / `psum_bytes` of each partition are backed
+    /// (see `Program::on_chip_extent`); bounds are still checked against the target's limits.
+    pub fn with_extents(target: &Target, decls: &[HbmTensorDecl], sbuf_bytes: usize, psum_bytes: usize) -> Self {
         let mut hbm = Vec::with_capacity(decls.len());
         let mut hbm_index = HashMap::new();
         for d in decls {
@@ -139,12 +225,18 @@ impl Memories {
             hbm.push(HbmTensor { decl: d.clone(), data: vec![0; bytes], written: vec![0; bytes] });
         }
         Memories {
-            sbuf: OnChip::new("SBUF", target.partitions, target.sbuf_partition_bytes, target.sbuf_usable_bytes),
-            psum: OnChip::new("PSUM", target.partitions, target.psum_partition_bytes, target.psum_partition_bytes),
+            sbuf: OnChip::new("SBUF", target.partitions, sbuf_bytes.min(target.sbuf_usable_bytes), target.sbuf_usable_bytes),
+            psum: OnChip::new("PSUM", target.partitions, psum_bytes.min(target.psum_partition_bytes), target.psum_partition_bytes),
             hbm,
             hbm_index,
             partitions: target.partitions,
             max_free_dims: target.max_free_dims,
+            pool: BufferPool::default(),
+            wm: Watermarks {
+                sbuf: vec![Cell::new(0); target.partitions],
+                psum: vec![Cell::new(0); target.partitions],
+                hbm: vec![Cell::new(0); decls.len()],
+            },
         }
     }
 
@@ -170,7 +262,38 @@ impl Memories {
         }
         t.data.copy_from_slice(bytes);
         t.written.fill(1);
+        let len = t.written.len();
+        if let Some(&i) = self.hbm_index.get(name) {
+            self.wm.hbm[i].set(len);
+        }
         Ok(())
+    }
+
+    fn marks(&self, r: Region) -> Marks<'_> {
+        match r {
+            Region::Sbuf => Marks { cells: &self.wm.sbuf, row_bytes: self.sbuf.partition_bytes },
+            Region::Psum => Marks { cells: &self.wm.psum, row_bytes: self.psum.partition_bytes },
+            Region::Hbm(i) => Marks { cells: &self.wm.hbm[i..i + 1], row_bytes: usize::MAX },
+        }
+    }
+
+    /// Data and written map of a region for writing, with its watermarks.
+    fn region_for_write(&mut self, r: Region) -> (&mut [u8], &mut [u8], Marks<'_>) {
+        let Memories { sbuf, psum, hbm, wm, .. } = self;
+        match r {
+            Region::Sbuf => {
+                let row_bytes = sbuf.partition_bytes;
+                (&mut sbuf.data, &mut sbuf.written, Marks { cells: &wm.sbuf, row_bytes })
+            }
+            Region::Psum => {
+                let row_bytes = psum.partition_bytes;
+                (&mut psum.data, &mut psum.written, Marks { cells: &wm.psum, row_bytes })
+            }
+            Region::Hbm(i) => {
+                let t = &mut hbm[i];
+                (&mut t.data, &mut t.written, Marks { cells: &wm.hbm[i..i + 1], row_bytes: usize::MAX })
+            }
+        }
     }
 
     /// Checks an access pattern against the memory and the target's rules and resolves it.
@@ -214,10 +337,10 @@ impl Memories {
                 if ap.partitions > self.partitions {
                     return Err(ErrorKind::TooManyPartitions { count: ap.partitions, max: self.partitions });
                 }
-                if ap.start_partition + ap.partitions > self.partitions {
+                if ap.start_partition.saturating_add(ap.partitions) > self.partitions {
                     return Err(ErrorKind::PartitionOutOfRange {
                         start: ap.start_partition,
-                        end: ap.start_partition + ap.partitions,
+                        end: ap.start_partition.saturating_add(ap.partitions),
                         max: self.partitions,
                     });
                 }
@@ -229,6 +352,14 @@ impl Memories {
                     let end = (ap.offset as i64).saturating_add(hi.saturating_add(1).saturating_mul(size as i64));
                     if start < 0 || end > mem.usable_bytes as i64 {
                         return Err(ErrorKind::OutOfBounds { memory: mem.name, start, end, limit: mem.usable_bytes });
+                    }
+                    if end > mem.partition_bytes as i64 {
+                        // Only reachable for a pattern the program does not name (memories are
+                        // sized from the program's operands).
+                        return Err(ErrorKind::Invalid(format!(
+                            "{} bytes {start}..{end} lie beyond the {} bytes per partition backed for this program",
+                            mem.name, mem.partition_bytes
+                        )));
                     }
                 }
                 let row_bases = (ap.start_partition..ap.start_partition + ap.partitions)
@@ -302,6 +433,7 @@ impl Memories {
     /// Checks that every byte the resolved pattern covers has been written.
     pub fn check_written(&self, r: &Resolved) -> Result<(), ErrorKind> {
         let (_, written) = self.region(r.region);
+        let marks = self.marks(r.region);
         let size = r.dtype.size();
         let mut bad = None;
         r.for_each_run(|start, n, stride| {
@@ -309,8 +441,14 @@ impl Memories {
                 return;
             }
             if stride == size {
-                let span = &written[start..start + n * size];
-                if let Some(i) = span.iter().position(|&w| w == 0) {
+                let end = start + n * size;
+                if marks.covers(start, end) {
+                    return;
+                }
+                let span = &written[start..end];
+                if all_nonzero(span) {
+                    marks.extend(start, end);
+                } else if let Some(i) = span.iter().position(|&w| w == 0) {
                     bad = Some(start + i);
                 }
             } else {
@@ -334,9 +472,26 @@ impl Memories {
         let r = self.resolve(ap)?;
         self.check_written(&r)?;
         let (data, _) = self.region(r.region);
-        let mut out = Vec::with_capacity(r.num_elems());
-        r.for_each_addr(|a| out.push(dtype::load_bits(r.dtype, data, a)));
+        let mut out = take(&self.pool.bits, r.num_elems());
+        r.for_each_run(|start, n, stride| dtype::load_bits_run(r.dtype, data, start, n, stride, &mut out))?;
         Ok(out)
+    }
+
+    /// An empty buffer with room for `n` values, reusing a recycled one when there is one (for
+    /// results that are handed back with [`Memories::recycle_f32`] after use).
+    pub fn scratch_f32(&self, n: usize) -> Vec<f32> {
+        take(&self.pool.f32s, n)
+    }
+
+    /// Hands a buffer returned by `read_f32` (or any `Vec<f32>`) back for reuse by later reads.
+    /// Optional: dropping it instead is always correct; recycling only saves the allocation.
+    pub fn recycle_f32(&self, v: Vec<f32>) {
+        give(&self.pool.f32s, v);
+    }
+
+    /// Hands a buffer returned by `read_bits` back for reuse (see [`Memories::recycle_f32`]).
+    pub fn recycle_bits(&self, v: Vec<u32>) {
+        give(&self.pool.bits, v);
     }
 
     /// Reads elements converted to f32 (exact for floats), partition-major.
@@ -344,7 +499,7 @@ impl Memories {
         let r = self.resolve(ap)?;
         self.check_written(&r)?;
         let (data, _) = self.region(r.region);
-        let mut out = Vec::with_capacity(r.num_elems());
+        let mut out = take(&self.pool.f32s, r.num_elems());
         r.for_each_run(|start, n, stride| dtype::decode_run(r.dtype, data, start, n, stride, &mut out))?;
         Ok(out)
     }
@@ -359,11 +514,121 @@ impl Memories {
         let r = self.resolve(ap)?;
         check_len(&r, bits.len())?;
         let size = r.dtype.size();
+        let (data, written, marks) = self.region_for_write(r.region);
+        let mut i = 0;
+        r.for_each_run(|start, n, stride| {
+            dtype::store_bits_run(r.dtype, &bits[i..i + n], data, start, stride);
+            mark_written(written, marks, start, n, stride, size);
+            i += n;
+        })?;
+        Ok(())
+    }
+
+    /// Copies the raw bits of resolved `src` to resolved `dst` (same dtype, same element count,
+    /// partition-major order on both sides): the same result and errors as `read_bits` then
+    /// `write_bits`, but contiguous runs go memory to memory without an intermediate buffer.
+    /// The caller has checked that `src` was written ([`Memories::check_written`]).
+    pub fn copy_resolved(&mut self, src: &Resolved, dst: &Resolved) -> Result<(), ErrorKind> {
+        check_len(dst, src.num_elems())?;
+        if src.dtype.size() != dst.dtype.size() {
+            return Err(ErrorKind::Invalid(format!("raw copy between {} and {}", src.dtype, dst.dtype)));
+        }
+        let contiguous = |r: &Resolved| r.run_len <= 1 || r.run_step == 1;
+        if src.region == dst.region || !contiguous(src) || !contiguous(dst) {
+            // Overlap possible or strided: snapshot the source first, as read-then-write does.
+            let (data, _) = self.region(src.region);
+            let mut bits = Vec::with_capacity(src.num_elems());
+            src.for_each_run(|start, n, stride| dtype::load_bits_run(src.dtype, data, start, n, stride, &mut bits))?;
+            let size = dst.dtype.size();
+            let (data, written, marks) = self.region_for_write(dst.region);
+            let mut i = 0;
+            dst.for_each_run(|start, n, stride| {
+                dtype::store_bits_run(dst.dtype, &bits[i..i + n], data, start, stride);
+                mark_written(written, marks, start, n, stride, size);
+                i += n;
+            })?;
+            return Ok(());
+        }
+        let byte_runs = |r: &Resolved| -> Result<Vec<(usize, usize)>, ErrorKind> {
+            let size = r.dtype.size();
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            r.for_each_run(|start, n, _| {
+                let len = n * size;
+                match runs.last_mut() {
+                    Some(last) if last.0 + last.1 == start => last.1 += len,
+                    _ if len > 0 => runs.push((start, len)),
+                    _ => {}
+                }
+            })?;
+            Ok(runs)
+        };
+        let (src_runs, dst_runs) = (byte_runs(src)?, byte_runs(dst)?);
+        let (from, to, written, marks) = self.two_regions(src.region, dst.region);
+        let (mut si, mut di) = (0, 0);
+        let (mut s_off, mut d_off) = (0, 0);
+        while si < src_runs.len() && di < dst_runs.len() {
+            let (s_start, s_len) = src_runs[si];
+            let (d_start, d_len) = dst_runs[di];
+            let n = (s_len - s_off).min(d_len - d_off);
+            let (s, d) = (s_start + s_off, d_start + d_off);
+            to[d..d + n].copy_from_slice(&from[s..s + n]);
+            mark_written(written, marks, d, n, 1, 1);
+            s_off += n;
+            d_off += n;
+            if s_off == s_len {
+                (si, s_off) = (si + 1, 0);
+            }
+            if d_off == d_len {
+                (di, d_off) = (di + 1, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The data of region `a` and the data and written map of another region `b` (`a != b`).
+    fn two_regions(&mut self, a: Region, b: Region) -> (&[u8], &mut [u8], &mut [u8], Marks<'_>) {
+        debug_assert!(a != b);
+        let Memories { sbuf, psum, hbm, wm, .. } = self;
+        let (sbuf_rows, psum_rows) = (sbuf.partition_bytes, psum.partition_bytes);
+        let sbuf_marks = Marks { cells: &wm.sbuf, row_bytes: sbuf_rows };
+        let psum_marks = Marks { cells: &wm.psum, row_bytes: psum_rows };
+        let hbm_marks = |j: usize| Marks { cells: &wm.hbm[j..j + 1], row_bytes: usize::MAX };
+        match (a, b) {
+            (Region::Sbuf, Region::Psum) => (&sbuf.data, &mut psum.data, &mut psum.written, psum_marks),
+            (Region::Psum, Region::Sbuf) => (&psum.data, &mut sbuf.data, &mut sbuf.written, sbuf_marks),
+            (Region::Sbuf, Region::Hbm(j)) => {
+                let t = &mut hbm[j];
+                (&sbuf.data, &mut t.data, &mut t.written, hbm_marks(j))
+            }
+            (Region::Psum, Region::Hbm(j)) => {
+                let t = &mut hbm[j];
+                (&psum.data, &mut t.data, &mut t.written, hbm_marks(j))
+            }
+            (Region::Hbm(i), Region::Sbuf) => (&hbm[i].data, &mut sbuf.data, &mut sbuf.written, sbuf_marks),
+            (Region::Hbm(i), Region::Psum) => (&hbm[i].data, &mut psum.data, &mut psum.written, psum_marks),
+            (Region::Hbm(i), Region::Hbm(j)) => {
+                let (lo, hi) = hbm.split_at_mut(i.max(j));
+                let (src, dst) = if i < j { (&lo[i], &mut hi[0]) } else { (&hi[0], &mut lo[j]) };
+                (&src.data, &mut dst.data, &mut dst.written, hbm_marks(j))
+            }
+            _ => unreachable!("two_regions needs two different regions"),
+        }
+    }
+
+    /// Writes raw element bits where `mask` is true, partition-major; other elements keep their
+    /// bytes and written state (predicated copies, shuffles with "unchanged" lanes).
+    pub fn write_bits_masked(&mut self, ap: &AccessPattern, bits: &[u32], mask: &[bool]) -> Result<(), ErrorKind> {
+        let r = self.resolve(ap)?;
+        check_len(&r, bits.len())?;
+        check_len(&r, mask.len())?;
+        let size = r.dtype.size();
         let (data, written) = self.region_mut(r.region);
         let mut i = 0;
         r.for_each_addr(|a| {
-            dtype::store_bits(r.dtype, data, a, bits[i]);
-            written[a..a + size].fill(1);
+            if mask[i] {
+                dtype::store_bits(r.dtype, data, a, bits[i]);
+                written[a..a + size].fill(1);
+            }
             i += 1;
         });
         Ok(())
@@ -374,17 +639,11 @@ impl Memories {
         let r = self.resolve(ap)?;
         check_len(&r, vals.len())?;
         let size = r.dtype.size();
-        let (data, written) = self.region_mut(r.region);
+        let (data, written, marks) = self.region_for_write(r.region);
         let mut i = 0;
         r.for_each_run(|start, n, stride| {
             dtype::encode_run(r.dtype, rounding, &vals[i..i + n], data, start, stride);
-            if stride == size {
-                written[start..start + n * size].fill(1);
-            } else {
-                for k in 0..n {
-                    written[start + k * stride..start + k * stride + size].fill(1);
-                }
-            }
+            mark_written(written, marks, start, n, stride, size);
             i += n;
         })?;
         Ok(())
@@ -418,6 +677,33 @@ impl Memories {
     /// Outputs of the program (role Output), in declaration order.
     pub fn outputs(&self) -> impl Iterator<Item = &HbmTensor> {
         self.hbm.iter().filter(|t| t.decl.role == HbmRole::Output)
+    }
+}
+
+/// Whether every byte of `span` is nonzero. Scans 4 KiB blocks with a min-reduction (which
+/// vectorizes) instead of a byte-by-byte search; callers locate the first zero only on failure.
+fn all_nonzero(span: &[u8]) -> bool {
+    span.chunks(4096).all(|c| c.iter().fold(u8::MAX, |m, &w| m.min(w)) != 0)
+}
+
+/// Marks the bytes of `n` elements of `size` bytes, `stride` bytes apart from `start`, written.
+/// Contiguous spans below the watermark need nothing; others already marked (a tile rewritten
+/// in a loop) are only scanned, since reading is cheaper than rewriting the same bytes.
+fn mark_written(written: &mut [u8], marks: Marks, start: usize, n: usize, stride: usize, size: usize) {
+    if stride == size {
+        let end = start + n * size;
+        if n == 0 || marks.covers(start, end) {
+            return;
+        }
+        let span = &mut written[start..end];
+        if !all_nonzero(span) {
+            span.fill(1);
+        }
+        marks.extend(start, end);
+    } else {
+        for k in 0..n {
+            written[start + k * stride..start + k * stride + size].fill(1);
+        }
     }
 }
 
