@@ -277,10 +277,13 @@ impl Executor {
                 return Err(fail(None, ErrorKind::Invalid(format!("waits for instruction #{w}, which is not earlier"))));
             }
             if !engine::runs_on(&self.target, &inst.op, inst.engine) {
-                return Err(fail(
-                    None,
-                    ErrorKind::WrongEngine { engine: inst.engine.name(), opcode: inst.op.name() },
-                ));
+                // Say "not on this chip" when a later generation's engine has the instruction.
+                let kind = if engine::nc_v3_addition(&inst.op, inst.engine) {
+                    ErrorKind::NotOnTarget { opcode: inst.op.name(), target: self.target.name.name() }
+                } else {
+                    ErrorKind::WrongEngine { engine: inst.engine.name(), opcode: inst.op.name() }
+                };
+                return Err(fail(None, kind));
             }
             let mut ctx = Ctx {
                 mem: &mut mem,

@@ -121,7 +121,7 @@ const NAMES: [&str; KINDS] = [
     "IndexOutOfRange",
 ];
 /// Variants no instruction of this simulator version raises (see the coverage test).
-const UNREACHABLE: [usize; 1] = [12 /* NotOnTarget */];
+const UNREACHABLE: [usize; 0] = [];
 
 fn run(p: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
     Executor::new(TargetName::Trn1).run(p, inputs)
@@ -346,6 +346,14 @@ fn cases() -> Vec<Case> {
         None,
         11,
         vec!["tensor does not execute tensor_copy"],
+    ));
+    c.push(inst_case(
+        "NC-v3 instruction on trn1 (tensor_copy on ScalarE)",
+        Scalar,
+        vec![copy(free_dst(), loaded())],
+        None,
+        12,
+        vec!["tensor_copy is not available on trn1"],
     ));
     c.push(inst_case(
         "wrong engine (pow on VectorE)",

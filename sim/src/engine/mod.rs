@@ -46,13 +46,13 @@ pub struct Ctx<'a> {
 
 /// Whether `engine` may execute `op` on `target`.
 pub fn runs_on(target: &Target, op: &Op, engine: Engine) -> bool {
-    if op.engines().contains(&engine) {
-        return true;
-    }
-    // NC-v3 additions.
-    target.name == TargetName::Trn2
-        && engine == Engine::Scalar
-        && matches!(op, Op::TensorCopy(_) | Op::TensorScalar(_))
+    op.engines().contains(&engine) || (target.name == TargetName::Trn2 && nc_v3_addition(op, engine))
+}
+
+/// Instructions an engine gained in NeuronCore-v3 (Trn2): ScalarE `tensor_copy` (bit-accurate)
+/// and `tensor_scalar` (multiply/add) [neuroncore-isa.md §5.0].
+pub fn nc_v3_addition(op: &Op, engine: Engine) -> bool {
+    engine == Engine::Scalar && matches!(op, Op::TensorCopy(_) | Op::TensorScalar(_))
 }
 
 /// Executes one instruction. Exhaustive: a new `Op` variant does not compile until it has
