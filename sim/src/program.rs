@@ -92,12 +92,49 @@ impl Instruction {
     }
 }
 
+/// JSON has no NaN or infinity: immediates that are not finite are written as the strings
+/// `"nan"`, `"inf"` and `"-inf"` (as in the golden format), so every program round-trips.
+mod finite_or_name {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_nan() {
+            s.serialize_str("nan")
+        } else if v.is_infinite() {
+            s.serialize_str(if *v > 0.0 { "inf" } else { "-inf" })
+        } else {
+            s.serialize_f64(*v)
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrName {
+        Number(f64),
+        Name(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match NumberOrName::deserialize(d)? {
+            NumberOrName::Number(v) => Ok(v),
+            NumberOrName::Name(n) => match n.as_str() {
+                "nan" => Ok(f64::NAN),
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(D::Error::custom(format!(
+                    "invalid type: string {other:?}, expected a number or one of \"nan\", \"inf\", \"-inf\""
+                ))),
+            },
+        }
+    }
+}
+
 /// A per-partition scalar: an immediate, or a `[P, 1]` tile read once per partition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ScalarOperand {
     /// An immediate. Arithmetic ops use it as fp32; bitvec ops as an integer bit pattern.
-    Imm(f64),
+    Imm(#[serde(with = "finite_or_name")] f64),
     /// One element per partition, broadcast along the free axis.
     Tile(AccessPattern),
 }
@@ -412,6 +449,7 @@ pub struct MatchReplace8 {
     pub dst: AccessPattern,
     pub data: AccessPattern,
     pub vals: AccessPattern,
+    #[serde(with = "finite_or_name")]
     pub imm: f64,
     #[serde(default)]
     pub dst_idx: Option<AccessPattern>,
@@ -421,6 +459,7 @@ pub struct MatchReplace8 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Memset {
     pub dst: AccessPattern,
+    #[serde(with = "finite_or_name")]
     pub value: f64,
 }
 
@@ -496,6 +535,7 @@ pub struct Iota {
 pub struct AffineSelect {
     pub dst: AccessPattern,
     pub on_true: AccessPattern,
+    #[serde(with = "finite_or_name")]
     pub on_false: f64,
     pub offset: i64,
     pub channel_multiplier: i64,

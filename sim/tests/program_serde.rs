@@ -412,3 +412,35 @@ fn truncations_and_corruptions_never_panic() {
     }
     assert!(ok > 0, "some corruptions (e.g. digits) still parse");
 }
+
+/// JSON has no NaN or infinity; immediates that are not finite must still round-trip.
+#[test]
+fn non_finite_immediates_round_trip() {
+    use trnsim::*;
+    let ap = AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[1, 8]]);
+    for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 1.5] {
+        let mut p = Program::new(TargetName::Trn1);
+        p.push(Engine::Vector, Op::Memset(Memset { dst: ap.clone(), value: v }));
+        p.push(
+            Engine::Vector,
+            Op::TensorScalar(TensorScalar {
+                dst: ap.clone(),
+                src: ap.clone(),
+                op0: AluOp::Max,
+                operand0: ScalarOperand::Imm(v),
+                reverse0: false,
+                op1: None,
+                operand1: None,
+                reverse1: false,
+            }),
+        );
+        let back = Program::from_json(&p.to_json()).expect("round trip");
+        let Op::Memset(m) = &back.instructions[0].op else { panic!("memset expected") };
+        let Op::TensorScalar(t) = &back.instructions[1].op else { panic!("tensor_scalar expected") };
+        let ScalarOperand::Imm(imm) = t.operand0 else { panic!("immediate expected") };
+        for got in [m.value, imm] {
+            assert!(got.to_bits() == v.to_bits() || (got.is_nan() && v.is_nan()), "{v} came back as {got}");
+        }
+    }
+    assert!(Program::from_json(r#"{"hbm":[],"instructions":[{"engine":"vector","op":{"memset":{"dst":{"mem":"sbuf","dtype":"f32","partitions":1,"free":[[1,1]]},"value":"lots"}}}]}"#).is_err());
+}
