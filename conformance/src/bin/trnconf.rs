@@ -1,0 +1,1145 @@
+//! `trnconf`: run the golden conformance suite from the command line, and inspect its cases and
+//! results. `trnconf <command> --help` shows every option with examples.
+//!
+//! Exit status: 0 when every case matched its expectation, 1 when some did not (fail, xpass,
+//! error), 2 for usage errors and bad input (missing golden dir, unknown case, malformed
+//! expectations or results file, unwritable output). On bad input nothing is written.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use trnconf::case::{Case, GoldenIndex, IndexEntry};
+use trnconf::executor::{CaseExecutor, SimExecutor};
+use trnconf::expect::Expectations;
+use trnconf::report::json::{self as results, Loaded, PartialWriter, RunInfo};
+use trnconf::report::{self, CaseRecord};
+use trnconf::runner::{self, CaseResult};
+use trnsim::TargetName;
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  trnconf run                                   # the whole committed suite on the simulator (trn1)
+  trnconf run --filter add.Tensor --jobs 4      # substring of the case ids
+  trnconf run --filter 'add.*::bf16::*'         # or a glob
+  trnconf run --shard 2/4                       # the 2nd of 4 disjoint parts (by position mod 4)
+  trnconf run --target trn2 --json r.json --junit r.xml --html r.html
+  trnconf run --resume r.json                   # finish a killed run (reads r.json.partial.jsonl)
+
+Outputs: --json FILE is written progressively to FILE.partial.jsonl (one line per finished case)
+and folded into FILE at the end. Exit status: 0 every case matched its expectation, 1 some did
+not, 2 bad input.";
+
+const DIFF_EXAMPLES: &str = "\
+Examples:
+  trnconf diff before.json after.json             # text: status changes, then numeric changes
+  trnconf diff before.json after.json --html d.html
+
+Cases are joined by id. Status changes come first (including cases only in one run), then cases
+sorted by the change in max ULP distance, then in max relative error. Unchanged cases are counted.";
+
+const LIST_EXAMPLES: &str = "\
+Examples:
+  trnconf list                          # every case, lowered or not; files the index misses
+  trnconf list --filter ::bf16::        # a subset
+  trnconf list --ops                    # ops with their case counts
+  trnconf list --coverage               # the 193 core overloads: cases, and which dtypes pass
+  trnconf list --coverage --results r.json   # coverage from a results file instead of a run";
+
+const SHOW_EXAMPLES: &str = "\
+Examples:
+  trnconf show 'add.Tensor::f32::hand_0'
+  trnconf show 'relu::bf16::opinfo_0' --target trn2
+
+Prints the op call, the inputs' shapes and dtypes, the lowered program (one instruction per
+line: engine, opcode, operands with their access patterns), per-engine instruction counts and
+the comparison result.";
+
+const LOWER_EXAMPLES: &str = "\
+Examples:
+  trnconf lower 'add.Tensor::f32::hand_0' --emit json              # to stdout
+  trnconf lower 'add.Tensor::f32::hand_0' --emit json -o add.json  # the program file";
+
+const COVERAGE_EXAMPLES: &str = "\
+Examples:
+  trnconf coverage --markdown docs/coverage.md            # runs the suite, writes the page
+  trnconf coverage --markdown docs/coverage.md --results r.json";
+
+const SYNC_EXAMPLES: &str = "\
+Examples:
+  trnconf sync-expectations            # rewrite the not-lowered block
+  trnconf sync-expectations --check    # exit 1 if it is out of date";
+
+#[derive(Parser)]
+#[command(
+    name = "trnconf",
+    version,
+    about = "Core ATen conformance suite for the Trainium backend (simulated)",
+    after_help = "Examples:\n  trnconf run\n  trnconf run --filter relu --json r.json --html r.html\n  trnconf show 'relu::f32::hand_0'\n  trnconf diff old.json new.json\n  trnconf list --coverage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Target {
+    Trn1,
+    Trn2,
+}
+
+impl Target {
+    fn name(self) -> TargetName {
+        match self {
+            Target::Trn1 => TargetName::Trn1,
+            Target::Trn2 => TargetName::Trn2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Emit {
+    Json,
+}
+
+/// `I/N`: the I-th (1-based) of N shards.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Shard {
+    index: usize,
+    count: usize,
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let (i, n) = s.split_once('/').ok_or("expected I/N, e.g. 1/4")?;
+    let index: usize = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{i}` is not a number"))?;
+    let count: usize = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{n}` is not a number"))?;
+    if count == 0 || index == 0 || index > count {
+        return Err(format!("need 1 <= I <= N, got {index}/{count}"));
+    }
+    Ok(Shard { index, count })
+}
+
+#[derive(clap::Args, Clone)]
+struct GoldenArg {
+    /// Golden directory (default: the workspace's golden/).
+    #[arg(long, value_name = "DIR")]
+    golden: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run golden cases through lowering, the simulator and comparison.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run {
+        #[command(flatten)]
+        golden: GoldenArg,
+        /// Only cases whose id contains PATTERN (or matches it, if it has `*`/`?`).
+        #[arg(long, value_name = "PATTERN")]
+        filter: Option<String>,
+        /// Parallel jobs (default: available parallelism). Results do not depend on it.
+        #[arg(long, short = 'j', visible_alias = "threads", value_name = "N")]
+        jobs: Option<usize>,
+        /// Run only shard I of N (1-based): the cases at positions p (in id order, after
+        /// --filter) with p mod N = I-1. N machines with 1/N … N/N run every case exactly once.
+        #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+        shard: Option<Shard>,
+        /// The NeuronCore generation to lower for and simulate.
+        #[arg(long, value_enum, default_value = "trn1")]
+        target: Target,
+        /// Write the results as JSON (progressively: FILE.partial.jsonl while running).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Write JUnit XML (one testsuite per op group).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// Write a self-contained HTML report.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// Finish an interrupted run: skip the cases already in FILE (or FILE.partial.jsonl) and
+        /// write FILE as --json would. Give the same selection options as the first run.
+        #[arg(long, value_name = "FILE")]
+        resume: Option<PathBuf>,
+        /// Expectations file (default: conformance/expectations.toml).
+        #[arg(long, value_name = "FILE")]
+        expectations: Option<PathBuf>,
+        /// How many of the slowest cases to list at the end.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        slowest: usize,
+        /// Print every case, not only those that did not match their expectation.
+        #[arg(long, short)]
+        verbose: bool,
+    },
+    /// Compare two results files case by case.
+    #[command(after_help = DIFF_EXAMPLES)]
+    Diff {
+        /// The earlier run (a --json results file).
+        a: PathBuf,
+        /// The later run.
+        b: PathBuf,
+        /// Also write the comparison as a self-contained HTML page.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+    },
+    /// List the cases of a golden directory, the ops, or coverage of the core overloads.
+    #[command(after_help = LIST_EXAMPLES)]
+    List {
+        #[command(flatten)]
+        golden: GoldenArg,
+        #[arg(long, value_name = "PATTERN")]
+        filter: Option<String>,
+        /// One line per op: its group, case count and whether it is lowered.
+        #[arg(long, conflicts_with = "coverage")]
+        ops: bool,
+        /// Every core overload with its cases and, per dtype, how many pass (runs the suite
+        /// unless --results is given).
+        #[arg(long)]
+        coverage: bool,
+        /// With --coverage: take statuses from this results file instead of running.
+        #[arg(long, value_name = "FILE", requires = "coverage")]
+        results: Option<PathBuf>,
+    },
+    /// Show one case: the call, inputs, lowered program, instruction counts and the result.
+    #[command(after_help = SHOW_EXAMPLES)]
+    Show {
+        /// The case id (`trnconf list` prints them).
+        case: String,
+        #[command(flatten)]
+        golden: GoldenArg,
+        #[arg(long, value_enum, default_value = "trn1")]
+        target: Target,
+    },
+    /// Lower one case and write its trnsim program.
+    #[command(after_help = LOWER_EXAMPLES)]
+    Lower {
+        /// The case id.
+        case: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "json")]
+        emit: Emit,
+        /// Output file (default: stdout).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        golden: GoldenArg,
+        #[arg(long, value_enum, default_value = "trn1")]
+        target: Target,
+    },
+    /// Generate the coverage page (docs/coverage.md) from the suite.
+    #[command(after_help = COVERAGE_EXAMPLES)]
+    Coverage {
+        /// Write the Markdown page here.
+        #[arg(long, value_name = "FILE")]
+        markdown: PathBuf,
+        #[command(flatten)]
+        golden: GoldenArg,
+        /// Take statuses from this results file instead of running the suite.
+        #[arg(long, value_name = "FILE")]
+        results: Option<PathBuf>,
+    },
+    /// Rewrite the generated not-lowered block of the expectations file from the lowering
+    /// registry (run after adding a lowering).
+    #[command(after_help = SYNC_EXAMPLES)]
+    SyncExpectations {
+        /// Expectations file (default: conformance/expectations.toml).
+        #[arg(long)]
+        expectations: Option<PathBuf>,
+        /// Only check: exit 1 if the file is out of date.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+/// Bad input: a one-line message, exit 2.
+fn bad_input(msg: impl std::fmt::Display) -> ExitCode {
+    let msg = msg.to_string();
+    eprintln!("trnconf: {}", msg.lines().collect::<Vec<_>>().join("; "));
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run {
+            golden,
+            filter,
+            jobs,
+            shard,
+            target,
+            json,
+            junit,
+            html,
+            resume,
+            expectations,
+            slowest,
+            verbose,
+        } => run(RunArgs {
+            golden: golden.golden,
+            filter,
+            jobs,
+            shard,
+            target: target.name(),
+            json,
+            junit,
+            html,
+            resume,
+            expectations,
+            slowest,
+            verbose,
+        }),
+        Command::Diff { a, b, html } => diff(&a, &b, html.as_deref()),
+        Command::List {
+            golden,
+            filter,
+            ops,
+            coverage,
+            results,
+        } => list(golden.golden, filter, ops, coverage, results.as_deref()),
+        Command::Show {
+            case,
+            golden,
+            target,
+        } => show(&case, golden.golden, target.name()),
+        Command::Lower {
+            case,
+            emit: Emit::Json,
+            output,
+            golden,
+            target,
+        } => lower(&case, golden.golden, target.name(), output.as_deref()),
+        Command::Coverage {
+            markdown,
+            golden,
+            results,
+        } => coverage(&markdown, golden.golden, results.as_deref()),
+        Command::SyncExpectations {
+            expectations,
+            check,
+        } => sync_expectations(expectations, check),
+    }
+}
+
+fn load_index(golden: Option<PathBuf>) -> Result<GoldenIndex, ExitCode> {
+    let golden = golden.unwrap_or_else(trnconf::default_golden_dir);
+    if !golden.is_dir() {
+        return Err(bad_input(format!(
+            "{}: golden directory does not exist",
+            golden.display()
+        )));
+    }
+    let golden = std::fs::canonicalize(&golden).unwrap_or(golden);
+    GoldenIndex::load(&golden).map_err(bad_input)
+}
+
+fn selected<'a>(index: &'a GoldenIndex, filter: &Option<String>) -> Vec<&'a IndexEntry> {
+    index
+        .cases
+        .iter()
+        .filter(|c| {
+            filter
+                .as_deref()
+                .is_none_or(|f| runner::filter_matches(f, &c.id))
+        })
+        .collect()
+}
+
+/// An output file must be creatable: its directory exists (checked before any work, so bad
+/// input never leaves half the outputs written).
+fn check_output(path: &Path) -> Result<(), ExitCode> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(bad_input(format!(
+            "{}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        )));
+    }
+    if path.is_dir() {
+        return Err(bad_input(format!("{}: is a directory", path.display())));
+    }
+    Ok(())
+}
+
+struct RunArgs {
+    golden: Option<PathBuf>,
+    filter: Option<String>,
+    jobs: Option<usize>,
+    shard: Option<Shard>,
+    target: TargetName,
+    json: Option<PathBuf>,
+    junit: Option<PathBuf>,
+    html: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    expectations: Option<PathBuf>,
+    slowest: usize,
+    verbose: bool,
+}
+
+/// Loads what `--resume FILE` points at: `FILE.partial.jsonl` and/or `FILE`.
+fn load_resume(path: &Path) -> Result<Loaded, String> {
+    let partial = results::partial_path(path);
+    let mut loaded = Loaded::default();
+    let mut found = false;
+    for p in [path, partial.as_path()] {
+        if p.is_file() {
+            found = true;
+            let l = results::load(p)?;
+            loaded.info = loaded.info.or(l.info);
+            loaded.cases.extend(l.cases);
+        }
+    }
+    if !found {
+        return Err(format!(
+            "{}: no such results file (nor {})",
+            path.display(),
+            partial.display()
+        ));
+    }
+    Ok(loaded)
+}
+
+fn run(a: RunArgs) -> ExitCode {
+    let start = Instant::now();
+    let index = match load_index(a.golden) {
+        Ok(i) => i,
+        Err(code) => return code,
+    };
+    let expectations_path = a
+        .expectations
+        .unwrap_or_else(trnconf::default_expectations_path);
+    let expectations = match Expectations::load(&expectations_path) {
+        Ok(e) => e,
+        Err(e) => return bad_input(e),
+    };
+    let json_path = a.json.clone().or_else(|| a.resume.clone());
+    for p in [&json_path, &a.junit, &a.html].into_iter().flatten() {
+        if let Err(code) = check_output(p) {
+            return code;
+        }
+    }
+    let mut entries = selected(&index, &a.filter);
+    if let Some(f) = &a.filter
+        && entries.is_empty()
+    {
+        return bad_input(format!(
+            "--filter `{f}` matches no case of {}",
+            index.dir.join("index.json").display()
+        ));
+    }
+    if let Some(s) = a.shard {
+        entries = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(p, _)| p % s.count == s.index - 1)
+            .map(|(_, e)| e)
+            .collect();
+    }
+    let executor = SimExecutor::new(a.target);
+    let info = RunInfo {
+        executor: executor.name(),
+        target: a.target.name().to_string(),
+        golden: index.dir.display().to_string(),
+        filter: a.filter.clone(),
+        shard: a.shard.map(|s| format!("{}/{}", s.index, s.count)),
+    };
+    // What a previous, interrupted run already did.
+    let mut done = Loaded::default();
+    if let Some(r) = &a.resume {
+        done = match load_resume(r) {
+            Ok(l) => l,
+            Err(e) => return bad_input(e),
+        };
+        if let Some(prev) = &done.info
+            && prev.target != info.target
+        {
+            return bad_input(format!(
+                "{}: was run with --target {}, not {}",
+                r.display(),
+                prev.target,
+                info.target
+            ));
+        }
+        let wanted: std::collections::BTreeSet<&str> =
+            entries.iter().map(|e| e.id.as_str()).collect();
+        done.cases.retain(|id, _| wanted.contains(id.as_str()));
+        entries.retain(|e| !done.cases.contains_key(&e.id));
+        eprintln!(
+            "resuming: {} case(s) already done, {} to run",
+            done.cases.len(),
+            entries.len()
+        );
+    }
+    let partial = match &json_path {
+        Some(p) => match PartialWriter::create(&results::partial_path(p), &info, &done) {
+            Ok(w) => Some(w),
+            Err(e) => return bad_input(e),
+        },
+        None => None,
+    };
+
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let progress = Progress::new(entries.len());
+    let write_error: Mutex<Option<String>> = Mutex::new(None);
+    let on_result = |r: &CaseResult| {
+        progress.tick(r.status.is_ok());
+        if let Some(w) = &partial {
+            let v = serde_json::to_value(r).expect("results serialize");
+            if let Err(e) = w.append(&v) {
+                write_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        }
+    };
+    let fresh = runner::run_cases_streaming(
+        &index.dir,
+        &entries,
+        &expectations,
+        &executor,
+        jobs,
+        &on_result,
+    );
+    progress.finish();
+    if let Some(e) = write_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        eprintln!("warning: could not append to the partial results file: {e}");
+    }
+
+    // Everything, sorted by id.
+    let mut all = done;
+    for r in &fresh {
+        let v = serde_json::to_value(r).expect("results serialize");
+        let rec: CaseRecord = serde_json::from_value(v.clone()).expect("own results read back");
+        all.cases.insert(r.id.clone(), (v, rec));
+    }
+    let records: Vec<&CaseRecord> = all.records().collect();
+    let summary = report::summarize(records.iter().copied());
+
+    for r in &records {
+        if a.verbose || !r.status.is_ok() {
+            println!(
+                "{:<6} {}  {}",
+                r.status.name().to_uppercase(),
+                r.id,
+                r.headline()
+            );
+        }
+    }
+    if a.filter.is_none() && a.shard.is_none() {
+        let cases = index.cases.iter().map(|c| (c.id.as_str(), c.op.as_str()));
+        for e in expectations.unused(cases) {
+            println!(
+                "warning: expectations entry {} ({}) matches no case",
+                e.entry, e.reason
+            );
+        }
+    }
+    println!();
+    print!("{}", report::summary::render(&records, a.slowest));
+    let elapsed = start.elapsed();
+    let peak = report::peak_rss_kib();
+    println!(
+        "\n{} cases ({}, {} jobs): {} passed, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors",
+        summary.total,
+        executor.name(),
+        jobs,
+        summary.passed,
+        summary.failed,
+        summary.xfailed,
+        summary.xpassed,
+        summary.skipped,
+        summary.errors
+    );
+    println!(
+        "wall time {:.2} s, peak memory {}",
+        elapsed.as_secs_f64(),
+        peak.map_or("unknown".to_string(), |k| format!(
+            "{:.1} MiB (VmHWM)",
+            k as f64 / 1024.0
+        ))
+    );
+
+    let mut write_failed = false;
+    let mut report_err = |e: String| {
+        eprintln!("trnconf: {e}");
+        write_failed = true;
+    };
+    if let Some(p) = &json_path {
+        match results::write_final(p, &info, &all.cases, Some(elapsed.as_secs_f64()), peak) {
+            Ok(()) => {
+                if let Some(w) = &partial {
+                    let _ = std::fs::remove_file(w.path());
+                }
+            }
+            Err(e) => report_err(e),
+        }
+    }
+    if let Some(p) = &a.junit {
+        let xml = report::junit::render(&records, &timestamp());
+        if let Err(e) = results::write_atomic(p, xml.as_bytes()) {
+            report_err(e);
+        }
+    }
+    if let Some(p) = &a.html {
+        let page = report::html::render(&info, &records);
+        if let Err(e) = results::write_atomic(p, page.as_bytes()) {
+            report_err(e);
+        }
+    }
+    if write_failed {
+        return ExitCode::from(2);
+    }
+    if summary.ok() {
+        ExitCode::SUCCESS
+    } else {
+        let mismatched = records.iter().filter(|r| !r.status.is_ok()).count();
+        println!("{mismatched} case(s) did not match their expectation");
+        ExitCode::from(1)
+    }
+}
+
+/// ISO 8601 UTC, from the system clock (no date crate needed).
+fn timestamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Progress: a bar on a terminal (stderr), else a plain line every 10% of the cases.
+struct Progress {
+    total: usize,
+    done: AtomicUsize,
+    unexpected: AtomicUsize,
+    bar: Option<indicatif::ProgressBar>,
+    start: Instant,
+}
+
+impl Progress {
+    fn new(total: usize) -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = indicatif::ProgressBar::new(total as u64);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40.cyan/blue} {pos}/{len} cases, {msg} [{elapsed_precise}, ETA {eta}]",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_message("0 unexpected");
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress {
+            total,
+            done: AtomicUsize::new(0),
+            unexpected: AtomicUsize::new(0),
+            bar,
+            start: Instant::now(),
+        }
+    }
+
+    fn tick(&self, ok: bool) {
+        let unexpected = self
+            .unexpected
+            .fetch_add(usize::from(!ok), Ordering::Relaxed)
+            + usize::from(!ok);
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(b) = &self.bar {
+            b.inc(1);
+            if !ok {
+                b.set_message(format!("{unexpected} unexpected"));
+            }
+            return;
+        }
+        let step = self.total.div_ceil(10).max(1);
+        if done.is_multiple_of(step) || done == self.total {
+            let secs = self.start.elapsed().as_secs_f64();
+            let eta = if done > 0 {
+                secs / done as f64 * (self.total - done) as f64
+            } else {
+                0.0
+            };
+            eprintln!(
+                "[trnconf] {done}/{} cases ({}%), {unexpected} unexpected, {secs:.1}s elapsed, ETA {eta:.1}s",
+                self.total,
+                done * 100 / self.total.max(1)
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
+    let la = match results::load(a) {
+        Ok(l) => l,
+        Err(e) => return bad_input(e),
+    };
+    let lb = match results::load(b) {
+        Ok(l) => l,
+        Err(e) => return bad_input(e),
+    };
+    if let Some(h) = html
+        && let Err(code) = check_output(h)
+    {
+        return code;
+    }
+    let (changes, unchanged) = report::diff::diff(&la, &lb);
+    print!("{}", report::diff::render_text(&changes, unchanged));
+    if let Some(h) = html {
+        let page = report::diff::render_html(
+            &a.display().to_string(),
+            &b.display().to_string(),
+            &changes,
+            unchanged,
+        );
+        if let Err(e) = results::write_atomic(h, page.as_bytes()) {
+            return bad_input(e);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs every case of the index on the simulator (trn1), quietly, for coverage.
+fn run_all_quietly(index: &GoldenIndex) -> Result<Vec<CaseRecord>, ExitCode> {
+    let expectations =
+        Expectations::load(&trnconf::default_expectations_path()).map_err(bad_input)?;
+    let entries: Vec<&IndexEntry> = index.cases.iter().collect();
+    let executor = SimExecutor::new(TargetName::Trn1);
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let results = runner::run_cases_streaming(
+        &index.dir,
+        &entries,
+        &expectations,
+        &executor,
+        jobs,
+        &|_| {},
+    );
+    Ok(results
+        .iter()
+        .map(|r| {
+            serde_json::from_value(serde_json::to_value(r).expect("serialize")).expect("read back")
+        })
+        .collect())
+}
+
+fn coverage_records(
+    golden: Option<PathBuf>,
+    results_file: Option<&Path>,
+) -> Result<Vec<CaseRecord>, ExitCode> {
+    match results_file {
+        Some(p) => Ok(results::load(p)
+            .map_err(bad_input)?
+            .records()
+            .cloned()
+            .collect()),
+        None => run_all_quietly(&load_index(golden)?),
+    }
+}
+
+fn list(
+    golden: Option<PathBuf>,
+    filter: Option<String>,
+    ops: bool,
+    coverage: bool,
+    results_file: Option<&Path>,
+) -> ExitCode {
+    if coverage {
+        let records = match coverage_records(golden, results_file) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let records: Vec<CaseRecord> = records
+            .into_iter()
+            .filter(|r| {
+                filter
+                    .as_deref()
+                    .is_none_or(|f| runner::filter_matches(f, &r.id))
+            })
+            .collect();
+        print!(
+            "{}",
+            report::coverage::render_text(&report::coverage::compute(&records))
+        );
+        return ExitCode::SUCCESS;
+    }
+    let index = match load_index(golden) {
+        Ok(i) => i,
+        Err(code) => return code,
+    };
+    if ops {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for c in selected(&index, &filter) {
+            *counts.entry(c.op.as_str()).or_default() += 1;
+        }
+        for (op, n) in &counts {
+            let lowered = if trnconf::lower::is_lowered(op) {
+                "lowered"
+            } else {
+                "not lowered"
+            };
+            let family = trnconf::ops::family_of(op).unwrap_or("other");
+            println!("{op:<34} {family:<13} {n:>4} cases  ({lowered})");
+        }
+        println!(
+            "\n{} ops, {} cases",
+            counts.len(),
+            counts.values().sum::<usize>()
+        );
+        return ExitCode::SUCCESS;
+    }
+    let golden = index.dir.clone();
+    for c in selected(&index, &filter) {
+        let lowered = if trnconf::lower::is_lowered(&c.op) {
+            "lowered"
+        } else {
+            "not lowered"
+        };
+        println!("{}  {}  ({lowered})", c.id, c.file);
+    }
+    // Files on disk that the index does not list are ignored by `run`; say so here.
+    let listed: std::collections::BTreeSet<PathBuf> =
+        index.cases.iter().map(|c| golden.join(&c.file)).collect();
+    let mut unlisted = Vec::new();
+    let mut stack = vec![golden.join("cases")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "safetensors") && !listed.contains(&p) {
+                unlisted.push(p);
+            }
+        }
+    }
+    unlisted.sort();
+    for p in &unlisted {
+        println!("warning: {} is not in index.json (ignored)", p.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// Finds a case by exact id and loads it.
+fn find_case(golden: Option<PathBuf>, id: &str) -> Result<(GoldenIndex, usize, Case), ExitCode> {
+    let index = load_index(golden)?;
+    let Some(pos) = index.cases.iter().position(|c| c.id == id) else {
+        let near: Vec<&str> = index
+            .cases
+            .iter()
+            .filter(|c| c.id.contains(id))
+            .take(3)
+            .map(|c| c.id.as_str())
+            .collect();
+        let hint = if near.is_empty() {
+            String::new()
+        } else {
+            format!(" (did you mean {}?)", near.join(", "))
+        };
+        return Err(bad_input(format!(
+            "unknown case `{id}` in {}{hint}; `trnconf list` prints the case ids",
+            index.dir.join("index.json").display()
+        )));
+    };
+    let case = Case::load_entry(&index.dir, &index.cases[pos]).map_err(bad_input)?;
+    Ok((index, pos, case))
+}
+
+fn fmt_value(v: &trnconf::case::Value) -> String {
+    use trnconf::case::Value as V;
+    match v {
+        V::Tensor(t) => t.clone(),
+        V::Tensors(ts) => format!(
+            "[{}]",
+            ts.iter()
+                .map(|t| t.as_deref().unwrap_or("None"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        V::Int(i) => i.to_string(),
+        V::Float(f) => trnconf::compare::py_repr(f.0),
+        V::Bool(b) => if *b { "True" } else { "False" }.into(),
+        V::Complex([re, im]) => format!("complex({}, {})", re.0, im.0),
+        V::Ints(v) => format!("{v:?}"),
+        V::Floats(v) => format!(
+            "[{}]",
+            v.iter()
+                .map(|f| trnconf::compare::py_repr(f.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        V::Bools(v) => format!("{v:?}"),
+        V::Dtype(d) => format!("torch.{d}"),
+        V::Str(s) => format!("{s:?}"),
+        V::Layout(s) | V::Device(s) | V::MemoryFormat(s) => s.clone(),
+        V::None(()) => "None".into(),
+    }
+}
+
+/// One instruction as text: engine, opcode, operands with access patterns, other fields.
+fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
+    let operands = ins.op.operands();
+    let mut parts: Vec<String> = operands
+        .iter()
+        .map(|(name, ap)| format!("{name}={ap}"))
+        .collect();
+    // The non-operand fields (ALU ops, immediates, …) from the instruction's serde form.
+    if let Ok(Value::Object(m)) = serde_json::to_value(&ins.op) {
+        let inner = if m.len() == 1 {
+            m.values().next().cloned()
+        } else {
+            Some(Value::Object(m))
+        };
+        if let Some(Value::Object(fields)) = inner {
+            for (k, v) in fields {
+                if !operands.iter().any(|(n, _)| *n == k) && !v.is_null() {
+                    // A scalar operand that is a tile was printed above; others are immediates.
+                    if v.is_object() && operands.iter().any(|(n, _)| k.starts_with(n)) {
+                        continue;
+                    }
+                    parts.push(format!("{k}={v}"));
+                }
+            }
+        }
+    }
+    let wait = if ins.wait.is_empty() {
+        String::new()
+    } else {
+        format!("  wait={:?}", ins.wait)
+    };
+    format!(
+        "{i:>5}  {:<7} {:<22} {}{wait}",
+        ins.engine.name(),
+        ins.op.name(),
+        parts.join(" ")
+    )
+}
+
+fn show(id: &str, golden: Option<PathBuf>, target: TargetName) -> ExitCode {
+    let (index, pos, case) = match find_case(golden, id) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    println!("case     {}", case.id);
+    println!("file     {}", case.file.display());
+    if let Some(s) = &case.schema {
+        println!("schema   {s}");
+    }
+    let mut args: Vec<String> = case.call.args.iter().map(fmt_value).collect();
+    args.extend(
+        case.call
+            .kwargs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", fmt_value(v))),
+    );
+    println!("call     torch.ops.aten.{}({})", case.op, args.join(", "));
+    let outputs: std::collections::BTreeSet<&str> =
+        case.outputs.iter().flat_map(|v| v.tensor_names()).collect();
+    println!("inputs:");
+    for (name, m) in case
+        .tensor_meta
+        .iter()
+        .filter(|(n, _)| !outputs.contains(n.as_str()))
+    {
+        println!("  {name:<12} {:<8} {:?}", m.dtype.to_string(), m.shape);
+    }
+    println!("outputs:");
+    for (name, m) in case
+        .tensor_meta
+        .iter()
+        .filter(|(n, _)| outputs.contains(n.as_str()))
+    {
+        println!("  {name:<12} {:<8} {:?}", m.dtype.to_string(), m.shape);
+    }
+    match trnconf::lower::lower(&case, target) {
+        Ok(lowered) => {
+            let p = &lowered.program;
+            println!(
+                "program  ({}, {} instructions)",
+                target.name(),
+                p.instructions.len()
+            );
+            for d in &p.hbm {
+                println!(
+                    "  hbm {:<12} {:<7} {:<6} {:?}",
+                    d.name,
+                    format!("{:?}", d.role).to_lowercase(),
+                    d.dtype.to_string(),
+                    d.shape
+                );
+            }
+            for (i, ins) in p.instructions.iter().enumerate() {
+                println!("{}", fmt_instruction(i, ins));
+            }
+            let mut counts = std::collections::BTreeMap::new();
+            for ins in &p.instructions {
+                *counts.entry(ins.engine.name()).or_insert(0usize) += 1;
+            }
+            let c: Vec<String> = ["tensor", "vector", "scalar", "gpsimd", "dma"]
+                .iter()
+                .map(|e| format!("{e} {}", counts.get(e).copied().unwrap_or(0)))
+                .collect();
+            println!("per engine: {}", c.join(", "));
+        }
+        Err(e) => println!("program  not available: {e}"),
+    }
+    let expectations = match Expectations::load(&trnconf::default_expectations_path()) {
+        Ok(e) => e,
+        Err(e) => return bad_input(e),
+    };
+    let r = runner::run_case(
+        &index.dir,
+        &index.cases[pos],
+        &expectations,
+        &SimExecutor::new(target),
+    );
+    let rec: CaseRecord =
+        serde_json::from_value(serde_json::to_value(&r).expect("serialize")).expect("read back");
+    println!("result   {} ({:.2} ms)", r.status, r.wall_ms);
+    if let Some(e) = &r.expectation {
+        println!("expected {e}");
+    }
+    for line in report::junit::details(&rec)
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        println!("  {line}");
+    }
+    if r.status.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&Path>) -> ExitCode {
+    if let Some(o) = output
+        && let Err(code) = check_output(o)
+    {
+        return code;
+    }
+    let (_, _, case) = match find_case(golden, id) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let lowered = match trnconf::lower::lower(&case, target) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("trnconf: {id}: cannot lower: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let json = lowered.program.to_json();
+    match output {
+        Some(o) => {
+            if let Err(e) = results::write_atomic(o, format!("{json}\n").as_bytes()) {
+                return bad_input(e);
+            }
+            eprintln!(
+                "{}: {} instructions",
+                o.display(),
+                lowered.program.instructions.len()
+            );
+        }
+        None => println!("{json}"),
+    }
+    ExitCode::SUCCESS
+}
+
+fn coverage(markdown: &Path, golden: Option<PathBuf>, results_file: Option<&Path>) -> ExitCode {
+    if let Err(code) = check_output(markdown) {
+        return code;
+    }
+    let torch = if results_file.is_none() {
+        load_index(golden.clone()).ok().and_then(|i| i.torch)
+    } else {
+        None
+    };
+    let records = match coverage_records(golden, results_file) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let cov = report::coverage::compute(&records);
+    let page = report::coverage::render_markdown(&cov, torch.as_deref());
+    if let Err(e) = results::write_atomic(markdown, page.as_bytes()) {
+        return bad_input(e);
+    }
+    let (with_cases, passing, cells, pass_cells) = report::coverage::totals(&cov);
+    println!(
+        "{}: {with_cases} ops with cases, {passing} passing on some dtype, {pass_cells}/{cells} op×dtype passing",
+        markdown.display()
+    );
+    ExitCode::SUCCESS
+}
+
+fn sync_expectations(path: Option<PathBuf>, check: bool) -> ExitCode {
+    let path = path.unwrap_or_else(trnconf::default_expectations_path);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => return bad_input(format!("{}: {e}", path.display())),
+    };
+    let Some(synced) = trnconf::expect::sync_not_lowered(&text, trnconf::lower::is_lowered) else {
+        return bad_input(format!(
+            "{}: no `{}` … `{}` block",
+            path.display(),
+            trnconf::expect::NOT_LOWERED_BEGIN,
+            trnconf::expect::NOT_LOWERED_END
+        ));
+    };
+    if let Err(e) = Expectations::parse(&synced, &path) {
+        return bad_input(e);
+    }
+    if synced == text {
+        println!("{}: up to date", path.display());
+        return ExitCode::SUCCESS;
+    }
+    if check {
+        println!(
+            "{}: the not-lowered block is out of date; run `trnconf sync-expectations`",
+            path.display()
+        );
+        return ExitCode::from(1);
+    }
+    if let Err(e) = std::fs::write(&path, synced) {
+        return bad_input(format!("{}: {e}", path.display()));
+    }
+    println!("{}: not-lowered block rewritten", path.display());
+    ExitCode::SUCCESS
+}

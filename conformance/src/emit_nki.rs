@@ -1,0 +1,1103 @@
+//! NKI emitter: a trnsim [`Program`] → the source of an NKI kernel in the legacy
+//! `neuronxcc.nki` dialect (Neuron SDK 2.26–2.28, the last that runs NKI on trn1 / NeuronCore-v2).
+//!
+//! The kernel is one `@nki.jit` function named [`KERNEL_NAME`]:
+//! * its parameters are the program's `input` HBM tensors, in declaration order, with names made
+//!   into Python identifiers ([`python_names`]: `input.0` → `input_0`);
+//! * `output` tensors are allocated with `nl.ndarray(shape, dtype=…, buffer=nl.shared_hbm)` and
+//!   returned (one tensor, or a tuple in declaration order); `scratch` tensors use `nl.hbm`;
+//! * every HBM tensor the program addresses gets a flat view `<name>_flat = <name>.reshape((n,))`:
+//!   a trnsim HBM access pattern addresses the flat tensor (`offset/size + p·partition_step +
+//!   Σ stepₖ·iₖ`), which is written as one affine `nl.arange` index expression on that view.
+//!
+//! **On-chip memory.** trnsim addresses SBUF/PSUM as per-partition byte arrays: (start partition,
+//! byte offset, dtype, free pattern). The emitter allocates **one tile per region**: per memory,
+//! the byte ranges the program's operands touch are merged where they overlap; each merged region
+//! used with a single dtype becomes `nl.ndarray((128, n), dtype=…, buffer=nl.sbuf | nl.psum)`
+//! (all 128 partitions, so partition indices stay absolute). An operand is then a view of its
+//! region's tile: `t[p0:p0+P, e0:e0+n]` for a contiguous single free dimension, else
+//! `t[p0 + nl.arange(P)[:, None, …], e0 + s₁·nl.arange(n₁)[None, :, …] + …]` (an affine index,
+//! shape `[P, n₁, …]`). A region the program reinterprets (the same bytes read as f32 and as
+//! i32, say: bit tricks) becomes a `nl.uint8` byte tile that each operand bitcasts,
+//! `t.view(nl.int32)[…]`, indices then in elements of that dtype. Regions are not
+//! placed at the program's addresses: the NKI compiler allocates them (no `nki.compiler` direct
+//! allocation is emitted), so a kernel reproduces the program's dataflow, not its SBUF layout.
+//!
+//! **Instructions.** Each instruction becomes one statement, in program order, preceded by a
+//! `# [index] engine opcode` comment. Legacy `nisa.*` calls return a tile that is assigned into
+//! the destination view (`dst[...] = nisa.tensor_tensor(...)`), with `dtype=` the destination's
+//! dtype (the cast on write); `nc_matmul` with `accumulate` is `dst[...] += nisa.nc_matmul(...)`.
+//! DMA is `nisa.dma_copy(dst=…, src=…)` (`dst_rmw_op=np.add` for an accumulating DMA). The
+//! `wait` lists are not emitted: NKI derives the synchronisation from the dataflow.
+//! Supported: `nc_matmul`, `nc_transpose`, `tensor_tensor`, `tensor_scalar`,
+//! `scalar_tensor_tensor`, `tensor_reduce`, `tensor_tensor_scan`, `tensor_scalar_reduce`,
+//! `tensor_copy`, `tensor_copy_predicated` (writes its `dst=` in place: unselected elements keep
+//! their value), `reciprocal`, `memset`, `iota`, `affine_select` (predicate `(affine) cmp 0`),
+//! `activation`, `tensor_partition_reduce`, `bn_stats`, `bn_aggr`, `max8`, `select_reduce`,
+//! `set_rng_seed` / `rng` / `dropout` (trnsim's PCG32
+//! generator in the stand-in; the hardware PRNG is unpublished, so on a device these give other
+//! random numbers), direct `dma_copy`. Anything else (and indirect DMA)
+//! returns [`EmitError::Unsupported`] naming the opcode.
+//!
+//! The emitted source runs on the numpy stand-in (`conformance/pyexec/nki_standin`), which
+//! implements exactly this subset with trnsim's numerics; see docs/hardware.md.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use trnsim::{
+    AccCmd, AccessPattern, ActFunc, AluOp, DType, Engine, HbmRole, MemSpace, Op, Program,
+    ScalarOperand,
+};
+
+/// Name of the emitted `@nki.jit` function.
+pub const KERNEL_NAME: &str = "kernel";
+
+/// Partitions of every on-chip tile the emitter allocates (NeuronCore-v2's `nl.tile_size.pmax`).
+pub const PARTITIONS: usize = 128;
+
+/// Why a program cannot be emitted.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum EmitError {
+    /// An instruction (or feature of one) the emitter does not translate.
+    #[error("instruction {index}: `{opcode}` is not supported by the NKI emitter: {reason}")]
+    Unsupported {
+        index: usize,
+        opcode: String,
+        reason: String,
+    },
+    /// The program cannot be expressed as typed NKI tiles (or is malformed).
+    #[error("cannot emit NKI: {0}")]
+    Invalid(String),
+}
+
+/// The `nl.*` name of a dtype.
+pub fn nl_dtype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "nl.float32",
+        DType::Tf32 => "nl.tfloat32",
+        DType::Bf16 => "nl.bfloat16",
+        DType::F16 => "nl.float16",
+        DType::Fp8E4m3 => "nl.float8_e4m3",
+        DType::Fp8E4m3fn => "nl.float8_e4m3fn",
+        DType::Fp8E5m2 => "nl.float8_e5m2",
+        DType::I8 => "nl.int8",
+        DType::I16 => "nl.int16",
+        DType::I32 => "nl.int32",
+        DType::U8 => "nl.uint8",
+        DType::U16 => "nl.uint16",
+        DType::U32 => "nl.uint32",
+        DType::Bool => "nl.bool_",
+    }
+}
+
+/// The `nl.*` name of an ALU operator.
+pub fn nl_alu(op: AluOp) -> &'static str {
+    match op {
+        AluOp::Bypass => "nl.bypass",
+        AluOp::Add => "nl.add",
+        AluOp::Subtract => "nl.subtract",
+        AluOp::Multiply => "nl.multiply",
+        AluOp::Max => "nl.maximum",
+        AluOp::Min => "nl.minimum",
+        AluOp::IsEqual => "nl.equal",
+        AluOp::NotEqual => "nl.not_equal",
+        AluOp::IsGe => "nl.greater_equal",
+        AluOp::IsGt => "nl.greater",
+        AluOp::IsLe => "nl.less_equal",
+        AluOp::IsLt => "nl.less",
+        AluOp::LogicalAnd => "nl.logical_and",
+        AluOp::LogicalOr => "nl.logical_or",
+        AluOp::LogicalXor => "nl.logical_xor",
+        AluOp::LogicalNot => "nl.logical_not",
+        AluOp::Abs => "nl.abs",
+        AluOp::Reciprocal => "nl.reciprocal",
+        AluOp::Rsqrt => "nl.rsqrt",
+        AluOp::Pow => "nl.power",
+        AluOp::Average => "nl.average",
+        AluOp::BitwiseAnd => "nl.bitwise_and",
+        AluOp::BitwiseOr => "nl.bitwise_or",
+        AluOp::BitwiseXor => "nl.bitwise_xor",
+        AluOp::BitwiseNot => "nl.invert",
+        AluOp::ShiftLeft => "nl.left_shift",
+        AluOp::LogicalShiftRight => "nl.right_shift",
+    }
+}
+
+/// The `nl.*` name of an activation function.
+pub fn nl_act(f: ActFunc) -> &'static str {
+    match f {
+        ActFunc::Copy => "nl.copy",
+        ActFunc::Square => "nl.square",
+        ActFunc::Sigmoid => "nl.sigmoid",
+        ActFunc::Relu => "nl.relu",
+        ActFunc::Gelu => "nl.gelu",
+        ActFunc::GeluDx => "nl.gelu_dx",
+        ActFunc::GeluApproxTanh => "nl.gelu_apprx_tanh",
+        ActFunc::GeluApproxSigmoid => "nl.gelu_apprx_sigmoid",
+        ActFunc::GeluApproxSigmoidDx => "nl.gelu_apprx_sigmoid_dx",
+        ActFunc::Silu => "nl.silu",
+        ActFunc::SiluDx => "nl.silu_dx",
+        ActFunc::Tanh => "nl.tanh",
+        ActFunc::Softplus => "nl.softplus",
+        ActFunc::Mish => "nl.mish",
+        ActFunc::Erf => "nl.erf",
+        ActFunc::ErfDx => "nl.erf_dx",
+        ActFunc::Exp => "nl.exp",
+        ActFunc::Log => "nl.log",
+        ActFunc::Sin => "nl.sin",
+        ActFunc::Arctan => "nl.arctan",
+        ActFunc::Sqrt => "nl.sqrt",
+        ActFunc::Rsqrt => "nl.rsqrt",
+        ActFunc::Reciprocal => "nl.reciprocal",
+        ActFunc::Sign => "nl.sign",
+        ActFunc::Abs => "nl.abs",
+    }
+}
+
+fn nisa_engine(e: Engine) -> &'static str {
+    match e {
+        Engine::Tensor => "nisa.tensor_engine",
+        Engine::Vector => "nisa.vector_engine",
+        Engine::Scalar => "nisa.scalar_engine",
+        Engine::Gpsimd => "nisa.gpsimd_engine",
+        Engine::Dma => "nisa.dma_engine",
+    }
+}
+
+const PY_KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield", "match", "case", "type",
+];
+
+/// Names the kernel uses for itself (modules, the function); HBM tensors never take them.
+const RESERVED: &[&str] = &["np", "nl", "nisa", "nki", KERNEL_NAME];
+
+fn sanitize(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert_str(0, "t_");
+    }
+    if PY_KEYWORDS.contains(&s.as_str()) || RESERVED.contains(&s.as_str()) {
+        s.push('_');
+    }
+    // Emitter-generated locals are `sbuf_<n>`, `psum_<n>` and `<name>_flat`.
+    let generated = |s: &str| {
+        s.ends_with("_flat")
+            || ["sbuf_", "psum_"].iter().any(|p| {
+                s.strip_prefix(p)
+                    .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_digit()))
+            })
+    };
+    if generated(&s) {
+        s.push_str("_t");
+    }
+    s
+}
+
+/// The Python identifier of each HBM tensor, in declaration order: non-identifier characters
+/// become `_`, a leading digit gets `t_`, keywords and reserved names get a trailing `_`, and
+/// clashes after that get `_2`, `_3`, ….
+pub fn python_names(program: &Program) -> Vec<String> {
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::new();
+    for decl in &program.hbm {
+        let base = sanitize(&decl.name);
+        let mut name = base.clone();
+        let mut k = 2;
+        while used.contains(&name) || used.contains(&format!("{name}_flat")) {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        used.insert(name.clone());
+        used.insert(format!("{name}_flat"));
+        out.push(name);
+    }
+    out
+}
+
+/// A Python float literal for an f64 (round-trips exactly).
+fn py_float(v: f64) -> String {
+    if v.is_nan() {
+        "float('nan')".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "float('inf')".into()
+        } else {
+            "float('-inf')".into()
+        }
+    } else {
+        let s = format!("{v:?}");
+        if s.contains(['.', 'e', 'E']) {
+            s
+        } else {
+            format!("{s}.0")
+        }
+    }
+}
+
+/// One merged on-chip region (one tile).
+#[derive(Clone, Debug)]
+struct Region {
+    name: String,
+    mem: MemSpace,
+    dtype: DType,
+    /// Byte range [start, end) within every partition.
+    start: i64,
+    end: i64,
+    /// Used with several dtypes: a `uint8` tile viewed per operand with `.view(dtype)`.
+    mixed: bool,
+}
+
+struct Emitter<'a> {
+    program: &'a Program,
+    hbm_names: BTreeMap<String, String>,
+    hbm_sizes: BTreeMap<String, usize>,
+    regions: Vec<Region>,
+}
+
+/// Byte range [lo, hi) an on-chip operand touches within a partition (None when empty).
+fn byte_range(ap: &AccessPattern) -> Option<(i64, i64)> {
+    if ap.num_elems() == 0 {
+        return None;
+    }
+    let (lo, hi) = ap.free_extent()?;
+    let size = ap.dtype.size() as i64;
+    let off = ap.offset as i64;
+    Some((off + lo * size, off + (hi + 1) * size))
+}
+
+/// Free dims with the empty pattern normalised to one element.
+fn free_dims(ap: &AccessPattern) -> Vec<[i64; 2]> {
+    if ap.free.is_empty() {
+        vec![[1, 1]]
+    } else {
+        ap.free.clone()
+    }
+}
+
+/// `nl.arange(n)[None, :, None]`-style index of dimension `d` of a rank-`rank` index.
+fn arange(n: usize, d: usize, rank: usize) -> String {
+    if rank == 1 {
+        return format!("nl.arange({n})");
+    }
+    let parts: Vec<&str> = (0..rank)
+        .map(|k| if k == d { ":" } else { "None" })
+        .collect();
+    format!("nl.arange({n})[{}]", parts.join(", "))
+}
+
+/// `base + c₀·idx₀ + …` over `(coefficient, extent, index)` terms. A zero coefficient drops the
+/// term unless its extent is > 1: a broadcast axis must keep its extent in the index's shape, so
+/// it is written `0 * idx`. A zero base is dropped when a term remains.
+fn affine(base: i64, terms: &[(i64, usize, String)]) -> String {
+    let mut s = String::new();
+    for (c, n, idx) in terms {
+        let t = match *c {
+            0 if *n > 1 => format!("0 * {idx}"),
+            0 => continue,
+            1 => idx.clone(),
+            c => format!("{c} * {idx}"),
+        };
+        if s.is_empty() {
+            s = t;
+        } else {
+            write!(s, " + {t}").unwrap();
+        }
+    }
+    match (s.is_empty(), base) {
+        (true, b) => b.to_string(),
+        (false, 0) => s,
+        (false, b) if b < 0 => format!("{s} - {}", -b),
+        (false, b) => format!("{s} + {b}"),
+    }
+}
+
+impl<'a> Emitter<'a> {
+    fn new(program: &'a Program) -> Result<Self, EmitError> {
+        let names = python_names(program);
+        let mut hbm_names = BTreeMap::new();
+        let mut hbm_sizes = BTreeMap::new();
+        for (decl, py) in program.hbm.iter().zip(names) {
+            if hbm_names.insert(decl.name.clone(), py).is_some() {
+                return Err(EmitError::Invalid(format!(
+                    "HBM tensor `{}` is declared twice",
+                    decl.name
+                )));
+            }
+            hbm_sizes.insert(decl.name.clone(), decl.shape.iter().product());
+        }
+        Ok(Emitter {
+            program,
+            hbm_names,
+            hbm_sizes,
+            regions: Vec::new(),
+        })
+    }
+
+    /// Merges the byte ranges of all on-chip operands into typed regions.
+    fn allocate(&mut self) -> Result<(), EmitError> {
+        for (mem, prefix) in [(MemSpace::Sbuf, "sbuf"), (MemSpace::Psum, "psum")] {
+            let mut spans: Vec<(i64, i64, DType, usize)> = Vec::new();
+            for (idx, inst) in self.program.instructions.iter().enumerate() {
+                for (_, ap) in inst.op.operands() {
+                    if ap.mem == mem
+                        && let Some((lo, hi)) = byte_range(ap)
+                    {
+                        spans.push((lo, hi, ap.dtype, idx));
+                    }
+                }
+            }
+            spans.sort_by_key(|s| (s.0, s.1));
+            // (start, end, dtype, mixed)
+            let mut merged: Vec<(i64, i64, DType, bool)> = Vec::new();
+            for (lo, hi, dt, _) in spans {
+                match merged.last_mut() {
+                    Some(last) if lo < last.1 => {
+                        last.3 |= last.2 != dt;
+                        last.1 = last.1.max(hi);
+                    }
+                    _ => merged.push((lo, hi, dt, false)),
+                }
+            }
+            for (k, (lo, hi, dt, mixed)) in merged.into_iter().enumerate() {
+                // A region used with several dtypes is a byte tile (padded to whole words) that each
+                // operand views with its own dtype.
+                let (dtype, end) = if mixed {
+                    (DType::U8, lo + (hi - lo + 3) / 4 * 4)
+                } else {
+                    (dt, hi)
+                };
+                self.regions.push(Region {
+                    name: format!("{prefix}_{k}"),
+                    mem: mem.clone(),
+                    dtype,
+                    start: lo,
+                    end,
+                    mixed,
+                });
+            }
+        }
+        // Every operand must sit on an element boundary of its region.
+        for (idx, inst) in self.program.instructions.iter().enumerate() {
+            for (operand, ap) in inst.op.operands() {
+                if ap.mem.is_on_chip()
+                    && ap.num_elems() > 0
+                    && let Some(r) = self.region_of(ap)
+                    && (ap.offset as i64 - r.start) % ap.dtype.size() as i64 != 0
+                {
+                    return Err(EmitError::Unsupported {
+                        index: idx,
+                        opcode: inst.op.name().into(),
+                        reason: format!(
+                            "operand `{operand}` is not element-aligned within its {} region",
+                            ap.mem.name()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn region_of(&self, ap: &AccessPattern) -> Option<&Region> {
+        let (lo, _) = byte_range(ap)?;
+        self.regions
+            .iter()
+            .find(|r| r.mem == ap.mem && r.start <= lo && lo < r.end)
+    }
+
+    /// The Python expression of an operand (a view of a tile or of a flat HBM tensor).
+    fn ap(&self, ap: &AccessPattern) -> Result<String, EmitError> {
+        let free = free_dims(ap);
+        let rank = 1 + free.len();
+        let size = ap.dtype.size() as i64;
+        match &ap.mem {
+            MemSpace::Hbm(t) => {
+                let py = self.hbm_names.get(t).ok_or_else(|| {
+                    EmitError::Invalid(format!("HBM tensor `{t}` is not declared"))
+                })?;
+                let mut terms = vec![(
+                    ap.partition_step,
+                    ap.partitions,
+                    arange(ap.partitions, 0, rank),
+                )];
+                for (d, &[step, num]) in free.iter().enumerate() {
+                    let n = num.max(0) as usize;
+                    terms.push((step, n, arange(n, d + 1, rank)));
+                }
+                let base = ap.offset as i64 / size;
+                Ok(format!("{py}_flat[{}]", affine(base, &terms)))
+            }
+            _ => {
+                let r = self
+                    .region_of(ap)
+                    .ok_or_else(|| EmitError::Invalid("operand outside every region".into()))?;
+                let e0 = (ap.offset as i64 - r.start) / size;
+                let p0 = ap.start_partition;
+                let p = ap.partitions;
+                let tile = if r.mixed {
+                    format!("{}.view({})", r.name, nl_dtype(ap.dtype))
+                } else {
+                    r.name.clone()
+                };
+                if free.len() == 1 && (free[0][0] == 1 || free[0][1] == 1) {
+                    let n = free[0][1];
+                    return Ok(format!("{tile}[{p0}:{}, {e0}:{}]", p0 + p, e0 + n));
+                }
+                let pidx = affine(p0 as i64, &[(1, p, arange(p, 0, rank))]);
+                let terms: Vec<(i64, usize, String)> = free
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &[s, n])| {
+                        (s, n.max(0) as usize, arange(n.max(0) as usize, d + 1, rank))
+                    })
+                    .collect();
+                Ok(format!("{tile}[{pidx}, {}]", affine(e0, &terms)))
+            }
+        }
+    }
+
+    fn scalar(&self, s: &ScalarOperand) -> Result<String, EmitError> {
+        match s {
+            ScalarOperand::Imm(v) => Ok(py_float(*v)),
+            ScalarOperand::Tile(ap) => self.ap(ap),
+        }
+    }
+
+    fn shape(ap: &AccessPattern) -> String {
+        let mut dims = vec![ap.partitions];
+        dims.extend(free_dims(ap).iter().map(|d| d[1].max(0) as usize));
+        let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+        if parts.len() == 1 {
+            format!("({},)", parts[0])
+        } else {
+            format!("({})", parts.join(", "))
+        }
+    }
+
+    fn statement(&self, index: usize, engine: Engine, op: &Op) -> Result<String, EmitError> {
+        let unsupported = |reason: &str| EmitError::Unsupported {
+            index,
+            opcode: op.name().into(),
+            reason: reason.into(),
+        };
+        let eng = nisa_engine(engine);
+        Ok(match op {
+            Op::DmaCopy(i) => {
+                if i.indirect.is_some() {
+                    return Err(unsupported(
+                        "indirect (gather/scatter) DMA is not emitted yet",
+                    ));
+                }
+                let rmw = if i.accumulate {
+                    ", dst_rmw_op=np.add"
+                } else {
+                    ""
+                };
+                format!(
+                    "nisa.dma_copy(dst={}, src={}{rmw})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?
+                )
+            }
+            Op::NcMatmul(i) => {
+                let assign = if i.accumulate { "+=" } else { "=" };
+                format!(
+                    "{} {assign} nisa.nc_matmul({}, {})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.stationary)?,
+                    self.ap(&i.moving)?
+                )
+            }
+            Op::NcTranspose(i) => format!(
+                "{} = nisa.nc_transpose({}, engine={eng}, dtype={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::TensorTensor(i) => format!(
+                "{} = nisa.tensor_tensor({}, {}, op={}, dtype={}, engine={eng})",
+                self.ap(&i.dst)?,
+                self.ap(&i.in0)?,
+                self.ap(&i.in1)?,
+                nl_alu(i.op),
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::TensorScalar(i) => {
+                let mut s = format!(
+                    "{} = nisa.tensor_scalar({}, op0={}, operand0={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    nl_alu(i.op0),
+                    self.scalar(&i.operand0)?
+                );
+                if i.reverse0 {
+                    s.push_str(", reverse0=True");
+                }
+                if let (Some(op1), Some(operand1)) = (i.op1, &i.operand1) {
+                    write!(
+                        s,
+                        ", op1={}, operand1={}",
+                        nl_alu(op1),
+                        self.scalar(operand1)?
+                    )
+                    .unwrap();
+                    if i.reverse1 {
+                        s.push_str(", reverse1=True");
+                    }
+                } else if i.op1.is_some() || i.operand1.is_some() {
+                    return Err(unsupported("op1 and operand1 must be given together"));
+                }
+                write!(s, ", dtype={}, engine={eng})", nl_dtype(i.dst.dtype)).unwrap();
+                s
+            }
+            Op::ScalarTensorTensor(i) => {
+                let mut s = format!(
+                    "{} = nisa.scalar_tensor_tensor(data={}, op0={}, operand0={}, op1={}, operand1={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    nl_alu(i.op0),
+                    self.scalar(&i.operand0)?,
+                    nl_alu(i.op1),
+                    self.ap(&i.in1)?
+                );
+                if i.reverse0 {
+                    s.push_str(", reverse0=True");
+                }
+                if i.reverse1 {
+                    s.push_str(", reverse1=True");
+                }
+                write!(s, ", dtype={})", nl_dtype(i.dst.dtype)).unwrap();
+                s
+            }
+            Op::TensorReduce(i) => {
+                let nfree = free_dims(&i.src).len();
+                if i.axes == 0 || i.axes > nfree {
+                    return Err(unsupported("axes must be in 1..=free dims of src"));
+                }
+                let axes: Vec<String> = (nfree - i.axes + 1..=nfree)
+                    .map(|a| a.to_string())
+                    .collect();
+                let axis = if axes.len() == 1 {
+                    axes[0].clone()
+                } else {
+                    format!("({})", axes.join(", "))
+                };
+                let neg = if i.negate { ", negate=True" } else { "" };
+                format!(
+                    "{} = nisa.tensor_reduce(op={}, data={}, axis={axis}{neg}, dtype={})",
+                    self.ap(&i.dst)?,
+                    nl_alu(i.op),
+                    self.ap(&i.src)?,
+                    nl_dtype(i.dst.dtype)
+                )
+            }
+            Op::TensorCopy(i) => format!(
+                "{} = nisa.tensor_copy({}, dtype={}, engine={eng})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::Reciprocal(i) => format!(
+                "{} = nisa.reciprocal({}, dtype={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::Memset(i) => format!(
+                "{} = nisa.memset(shape={}, value={}, dtype={}, engine={eng})",
+                self.ap(&i.dst)?,
+                Self::shape(&i.dst),
+                py_float(i.value),
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::Iota(i) => {
+                let rank = 1 + i.pattern.len();
+                let p = i.dst.partitions;
+                let mut terms = vec![(i.channel_multiplier, p, arange(p, 0, rank))];
+                for (d, &[step, num]) in i.pattern.iter().enumerate() {
+                    let n = num.max(0) as usize;
+                    terms.push((step, n, arange(n, d + 1, rank)));
+                }
+                let expr = affine(i.offset, &terms);
+                format!(
+                    "{} = nisa.iota({expr}, dtype={})",
+                    self.ap(&i.dst)?,
+                    nl_dtype(i.dst.dtype)
+                )
+            }
+            Op::Activation(i) => {
+                let mut s = format!(
+                    "{} = nisa.activation(op={}, data={}",
+                    self.ap(&i.dst)?,
+                    nl_act(i.func),
+                    self.ap(&i.src)?
+                );
+                if let Some(b) = &i.bias {
+                    write!(s, ", bias={}", self.scalar(b)?).unwrap();
+                }
+                write!(s, ", scale={}", self.scalar(&i.scale)?).unwrap();
+                if i.acc != AccCmd::Idle || i.reduce_res.is_some() {
+                    s.push_str(", reduce_op=nl.add");
+                    if let Some(r) = &i.reduce_res {
+                        write!(s, ", reduce_res={}", self.ap(r)?).unwrap();
+                    }
+                    let cmd = match i.acc {
+                        AccCmd::Idle => "idle",
+                        AccCmd::Reset => "reset",
+                        AccCmd::Reduce => "reduce",
+                        AccCmd::ResetReduce => "reset_reduce",
+                    };
+                    write!(s, ", reduce_cmd=nisa.reduce_cmd.{cmd}").unwrap();
+                }
+                write!(s, ", dtype={})", nl_dtype(i.dst.dtype)).unwrap();
+                s
+            }
+            Op::TensorCopyPredicated(i) => {
+                let rev = if i.reverse_pred {
+                    ", reverse_pred=True"
+                } else {
+                    ""
+                };
+                format!(
+                    "nisa.tensor_copy_predicated(src={}, dst={}, predicate={}{rev})",
+                    self.ap(&i.src)?,
+                    self.ap(&i.dst)?,
+                    self.ap(&i.predicate)?
+                )
+            }
+            Op::TensorTensorScan(i) => format!(
+                "{} = nisa.tensor_tensor_scan({}, {}, initial={}, op0={}, op1={}, dtype={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.in0)?,
+                self.ap(&i.in1)?,
+                self.scalar(&i.initial)?,
+                nl_alu(i.op0),
+                nl_alu(i.op1),
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::TensorScalarReduce(i) => format!(
+                "{} = nisa.tensor_scalar_reduce(data={}, op0={}, operand0={}, reduce_op={}, reduce_res={}, dtype={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                nl_alu(i.op0),
+                self.scalar(&i.operand0)?,
+                nl_alu(i.reduce_op),
+                self.ap(&i.reduce_res)?,
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::AffineSelect(i) => {
+                let rank = 1 + i.pattern.len();
+                let p = i.dst.partitions;
+                let mut terms = vec![(i.channel_multiplier, p, arange(p, 0, rank))];
+                for (d, &[step, num]) in i.pattern.iter().enumerate() {
+                    let n = num.max(0) as usize;
+                    terms.push((step, n, arange(n, d + 1, rank)));
+                }
+                let cmp = match i.cmp {
+                    trnsim::CmpOp::Equal => "==",
+                    trnsim::CmpOp::NotEqual => "!=",
+                    trnsim::CmpOp::GreaterThan => ">",
+                    trnsim::CmpOp::GreaterEqual => ">=",
+                };
+                format!(
+                    "{} = nisa.affine_select(({}) {cmp} 0, {}, {}, dtype={})",
+                    self.ap(&i.dst)?,
+                    affine(i.offset, &terms),
+                    self.ap(&i.on_true)?,
+                    py_float(i.on_false),
+                    nl_dtype(i.dst.dtype)
+                )
+            }
+            Op::SetRngSeed(i) => match &i.seed {
+                ScalarOperand::Imm(v) => format!("nisa.set_rng_seed({})", *v as i64),
+                ScalarOperand::Tile(ap) => format!("nisa.set_rng_seed({})", self.ap(ap)?),
+            },
+            Op::Rng(i) => format!(
+                "{} = nisa.rng(shape={}, dtype={})",
+                self.ap(&i.dst)?,
+                Self::shape(&i.dst),
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::Dropout(i) => format!(
+                "{} = nisa.dropout({}, prob={}, dtype={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                self.scalar(&i.prob)?,
+                nl_dtype(i.dst.dtype)
+            ),
+            Op::BnStats(i) => {
+                format!(
+                    "{} = nisa.bn_stats({}, dtype={})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    nl_dtype(i.dst.dtype)
+                )
+            }
+            Op::BnAggr(i) => {
+                format!(
+                    "{} = nisa.bn_aggr({}, dtype={})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    nl_dtype(i.dst.dtype)
+                )
+            }
+            Op::Max8(i) => {
+                format!(
+                    "{} = nisa.max8(src={}, dtype={})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    nl_dtype(i.dst.dtype)
+                )
+            }
+            Op::SelectReduce(i) => {
+                let mut s = format!(
+                    "{} = nisa.select_reduce(predicate={}, on_true={}, on_false={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.predicate)?,
+                    self.ap(&i.on_true)?,
+                    self.scalar(&i.on_false)?
+                );
+                if i.reverse_pred {
+                    s.push_str(", reverse_pred=True");
+                }
+                if let Some(r) = &i.reduce_res {
+                    write!(s, ", reduce_res={}", self.ap(r)?).unwrap();
+                }
+                write!(s, ", dtype={})", nl_dtype(i.dst.dtype)).unwrap();
+                s
+            }
+            Op::TensorPartitionReduce(i) => format!(
+                "{} = nisa.tensor_partition_reduce(op={}, data={}, dtype={})",
+                self.ap(&i.dst)?,
+                nl_alu(i.op),
+                self.ap(&i.src)?,
+                nl_dtype(i.dst.dtype)
+            ),
+            other => {
+                return Err(unsupported(&format!(
+                    "`{}` has no NKI translation yet",
+                    other.name()
+                )));
+            }
+        })
+    }
+
+    fn emit(mut self) -> Result<String, EmitError> {
+        // Refuse unsupported instructions before looking at memory.
+        let mut body = Vec::new();
+        let supported_probe = |idx: usize, op: &Op| -> Result<(), EmitError> {
+            match op {
+                Op::NcMatmul(_)
+                | Op::NcTranspose(_)
+                | Op::TensorTensor(_)
+                | Op::TensorScalar(_)
+                | Op::ScalarTensorTensor(_)
+                | Op::TensorReduce(_)
+                | Op::TensorCopy(_)
+                | Op::Reciprocal(_)
+                | Op::Memset(_)
+                | Op::Iota(_)
+                | Op::Activation(_)
+                | Op::TensorCopyPredicated(_)
+                | Op::TensorTensorScan(_)
+                | Op::TensorScalarReduce(_)
+                | Op::AffineSelect(_)
+                | Op::SetRngSeed(_)
+                | Op::Rng(_)
+                | Op::Dropout(_)
+                | Op::BnStats(_)
+                | Op::BnAggr(_)
+                | Op::Max8(_)
+                | Op::SelectReduce(_)
+                | Op::TensorPartitionReduce(_) => Ok(()),
+                Op::DmaCopy(d) if d.indirect.is_none() => Ok(()),
+                Op::DmaCopy(_) => Err(EmitError::Unsupported {
+                    index: idx,
+                    opcode: op.name().into(),
+                    reason: "indirect (gather/scatter) DMA is not emitted yet".into(),
+                }),
+                other => Err(EmitError::Unsupported {
+                    index: idx,
+                    opcode: other.name().into(),
+                    reason: format!("`{}` has no NKI translation yet", other.name()),
+                }),
+            }
+        };
+        for (idx, inst) in self.program.instructions.iter().enumerate() {
+            supported_probe(idx, &inst.op)?;
+        }
+        self.allocate()?;
+        for (idx, inst) in self.program.instructions.iter().enumerate() {
+            body.push(format!(
+                "    # [{idx}] {} {}",
+                inst.engine.name(),
+                inst.op.name()
+            ));
+            body.push(format!(
+                "    {}",
+                self.statement(idx, inst.engine, &inst.op)?
+            ));
+        }
+
+        let p = self.program;
+        let mut out = String::new();
+        writeln!(
+            out,
+            "# Generated by trnconf::emit_nki from a trnsim program (target {}).",
+            p.target.name()
+        )
+        .unwrap();
+        out.push_str(
+            "# Dialect: legacy `neuronxcc.nki` (Neuron SDK 2.26-2.28, NeuronCore-v2 / trn1).\n",
+        );
+        out.push_str("# Run on a trn1: nki.baremetal(kernel)(*inputs); on CPU: nki.simulate_kernel(kernel, *inputs);\n");
+        out.push_str(
+            "# without the Neuron SDK: conformance/pyexec/nki_standin (see docs/hardware.md).\n",
+        );
+        out.push_str("import numpy as np\n");
+        out.push_str("import neuronxcc.nki as nki\n");
+        out.push_str("import neuronxcc.nki.language as nl\n");
+        out.push_str("import neuronxcc.nki.isa as nisa\n\n");
+        // The program's tensor names, in the order of the parameters and of the returned values
+        // (JSON strings are valid Python string literals).
+        let names = |role: HbmRole| -> Vec<String> {
+            p.hbm
+                .iter()
+                .filter(|d| d.role == role)
+                .map(|d| serde_json::to_string(&d.name).expect("a string"))
+                .collect()
+        };
+        writeln!(out, "INPUT_NAMES = [{}]", names(HbmRole::Input).join(", ")).unwrap();
+        writeln!(
+            out,
+            "OUTPUT_NAMES = [{}]\n\n",
+            names(HbmRole::Output).join(", ")
+        )
+        .unwrap();
+        let params: Vec<&str> = p
+            .hbm
+            .iter()
+            .filter(|d| d.role == HbmRole::Input)
+            .map(|d| self.hbm_names[&d.name].as_str())
+            .collect();
+        out.push_str("@nki.jit\n");
+        writeln!(out, "def {KERNEL_NAME}({}):", params.join(", ")).unwrap();
+        for decl in &p.hbm {
+            let py = &self.hbm_names[&decl.name];
+            let buffer = match decl.role {
+                HbmRole::Input => continue,
+                HbmRole::Output => "nl.shared_hbm",
+                HbmRole::Scratch => "nl.hbm",
+            };
+            let shape: Vec<String> = decl.shape.iter().map(|d| d.to_string()).collect();
+            let shape = if shape.len() == 1 {
+                format!("({},)", shape[0])
+            } else {
+                format!("({})", shape.join(", "))
+            };
+            writeln!(
+                out,
+                "    {py} = nl.ndarray({shape}, dtype={}, buffer={buffer})",
+                nl_dtype(decl.dtype)
+            )
+            .unwrap();
+        }
+        // Flat views of the HBM tensors the program addresses.
+        let mut used_hbm = BTreeSet::new();
+        for inst in &p.instructions {
+            for (_, ap) in inst.op.operands() {
+                if let MemSpace::Hbm(t) = &ap.mem {
+                    used_hbm.insert(t.clone());
+                }
+            }
+        }
+        for decl in &p.hbm {
+            if used_hbm.contains(&decl.name) {
+                let py = &self.hbm_names[&decl.name];
+                writeln!(
+                    out,
+                    "    {py}_flat = {py}.reshape(({},))",
+                    self.hbm_sizes[&decl.name]
+                )
+                .unwrap();
+            }
+        }
+        for r in &self.regions {
+            let n = (r.end - r.start) / r.dtype.size() as i64;
+            let buffer = if r.mem == MemSpace::Psum {
+                "nl.psum"
+            } else {
+                "nl.sbuf"
+            };
+            writeln!(
+                out,
+                "    {} = nl.ndarray(({PARTITIONS}, {n}), dtype={}, buffer={buffer})  # bytes [{}, {}) of each partition",
+                r.name,
+                nl_dtype(r.dtype),
+                r.start,
+                r.end
+            )
+            .unwrap();
+        }
+        for line in body {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        let outs: Vec<&str> = p
+            .hbm
+            .iter()
+            .filter(|d| d.role == HbmRole::Output)
+            .map(|d| self.hbm_names[&d.name].as_str())
+            .collect();
+        match outs.len() {
+            0 => out.push_str("    return None\n"),
+            1 => writeln!(out, "    return {}", outs[0]).unwrap(),
+            _ => writeln!(out, "    return ({})", outs.join(", ")).unwrap(),
+        }
+        Ok(out)
+    }
+}
+
+/// Emits the NKI kernel of `program` (see the module docs for the mapping).
+pub fn emit(program: &Program) -> Result<String, EmitError> {
+    Emitter::new(program)?.emit()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensors between Rust and the Python stand-in (or a hardware executor): safetensors files whose
+// tensor names are the program's HBM tensor names and whose bytes are the device bits.
+
+/// The safetensors dtype tag of a device dtype (`tf32` travels as `F32`, `f8e4m3`/`f8e4m3fn`
+/// both as `F8_E4M3`, bool as `BOOL`).
+pub fn safetensors_dtype(d: DType) -> safetensors::Dtype {
+    use safetensors::Dtype as S;
+    match d {
+        DType::F32 | DType::Tf32 => S::F32,
+        DType::Bf16 => S::BF16,
+        DType::F16 => S::F16,
+        DType::Fp8E4m3 | DType::Fp8E4m3fn => S::F8_E4M3,
+        DType::Fp8E5m2 => S::F8_E5M2,
+        DType::I8 => S::I8,
+        DType::I16 => S::I16,
+        DType::I32 => S::I32,
+        DType::U8 => S::U8,
+        DType::U16 => S::U16,
+        DType::U32 => S::U32,
+        DType::Bool => S::BOOL,
+    }
+}
+
+/// Serializes host tensors (device bits, by name) into safetensors bytes.
+pub fn to_safetensors(tensors: &BTreeMap<String, trnsim::HostTensor>) -> Result<Vec<u8>, String> {
+    let views = tensors
+        .iter()
+        .map(|(name, t)| {
+            safetensors::tensor::TensorView::new(
+                safetensors_dtype(t.dtype),
+                t.shape.clone(),
+                &t.data,
+            )
+            .map(|v| (name.clone(), v))
+            .map_err(|e| format!("tensor `{name}`: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    safetensors::serialize(views, None).map_err(|e| e.to_string())
+}
+
+/// Reads the tensors named `names` from safetensors bytes, each reinterpreted as the given device
+/// dtype (which must have the stored tag, see [`safetensors_dtype`]).
+pub fn from_safetensors(
+    bytes: &[u8],
+    names: &[(String, DType)],
+) -> Result<BTreeMap<String, trnsim::HostTensor>, String> {
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+    let mut out = BTreeMap::new();
+    for (name, dtype) in names {
+        let v = st
+            .tensor(name)
+            .map_err(|e| format!("tensor `{name}`: {e}"))?;
+        if v.dtype() != safetensors_dtype(*dtype) {
+            return Err(format!(
+                "tensor `{name}` is {:?}, expected {:?}",
+                v.dtype(),
+                safetensors_dtype(*dtype)
+            ));
+        }
+        out.insert(
+            name.clone(),
+            trnsim::HostTensor {
+                dtype: *dtype,
+                shape: v.shape().to_vec(),
+                data: v.data().to_vec(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trnsim::TargetName;
+
+    #[test]
+    fn names_become_identifiers() {
+        let mut p = Program::new(TargetName::Trn1);
+        for n in [
+            "input.0", "input_0", "1x", "lambda", "nl", "sbuf_3", "y_flat",
+        ] {
+            p.declare(n, DType::F32, &[1], HbmRole::Input);
+        }
+        assert_eq!(
+            python_names(&p),
+            [
+                "input_0",
+                "input_0_2",
+                "t_1x",
+                "lambda_",
+                "nl_",
+                "sbuf_3_t",
+                "y_flat_t"
+            ]
+        );
+    }
+
+    #[test]
+    fn float_literals_round_trip() {
+        assert_eq!(py_float(1.0), "1.0");
+        assert_eq!(py_float(-1e39), "-1e39");
+        assert_eq!(py_float(f64::INFINITY), "float('inf')");
+        assert_eq!(py_float(5.421010862427522e-20), "5.421010862427522e-20");
+    }
+
+    #[test]
+    fn unsupported_names_the_opcode() {
+        let mut p = Program::new(TargetName::Trn1);
+        p.push(
+            Engine::Vector,
+            Op::StreamShuffle(trnsim::StreamShuffle {
+                dst: AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[1, 8]]),
+                src: AccessPattern::sbuf(DType::F32, 0, 4, 64, vec![[1, 8]]),
+                mask: vec![1, 0, 3, 2],
+            }),
+        );
+        match emit(&p) {
+            Err(EmitError::Unsupported {
+                index: 0, opcode, ..
+            }) => assert_eq!(opcode, "nc_stream_shuffle"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

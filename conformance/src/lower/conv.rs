@@ -1,0 +1,1 @@
+//! Convolution on TensorE (see the module docs once lowered).

@@ -1,0 +1,292 @@
+//! Lowering: an ATen call → a trnsim [`Program`].
+//!
+//! The interface every op family implements. A lowering sees only the call (arguments, scalar
+//! values) and tensor *metadata* ([`LowerRequest`]): it builds a program and never touches tensor
+//! values — results are computed by the simulated engines only.
+//!
+//! Conventions:
+//! * The program's HBM tensors are named exactly like the case's tensors (`input.0`, `kwarg.x`,
+//!   `output.0`, …): inputs with role Input, outputs with role Output.
+//! * Trainium has no int64: a lowering declares an int64 case tensor as `I32` (and bool as
+//!   `Bool`). The runner narrows int64 host data to int32 at the boundary (flagging values that
+//!   do not fit) and widens int32 outputs back to int64. No other host conversion exists:
+//!   every other dtype is declared as its own device dtype ([`device_dtype`]).
+//! * Ops without a lowering return [`LowerError::NotLowered`].
+
+pub mod activation;
+pub mod binary;
+pub mod binary_ext;
+pub mod comparison;
+pub mod conv;
+pub mod creation;
+pub mod matmul;
+pub mod norm;
+pub mod pad;
+pub mod pooling;
+pub mod promote;
+pub mod reduction;
+pub mod tile;
+pub mod unary;
+
+use crate::case::{Case, OpCall, TensorMeta, Value};
+use crate::tensor::TorchDType;
+use std::collections::BTreeMap;
+use trnsim::{DType, Program, TargetName};
+
+/// What a lowering may look at: the call and tensor metadata, no tensor values.
+#[derive(Clone, Copy, Debug)]
+pub struct LowerRequest<'a> {
+    pub op: &'a str,
+    pub call: &'a OpCall,
+    /// Dtype and shape of every tensor of the case, inputs and outputs, by name.
+    pub tensors: &'a BTreeMap<String, TensorMeta>,
+    /// The op's outputs (tensor names, or values for non-tensor outputs).
+    pub outputs: &'a [Value],
+}
+
+impl<'a> LowerRequest<'a> {
+    pub fn from_case(case: &'a Case) -> Self {
+        LowerRequest { op: &case.op, call: &case.call, tensors: &case.tensor_meta, outputs: &case.outputs }
+    }
+
+    /// Metadata of a named tensor.
+    pub fn tensor(&self, name: &str) -> Result<&'a TensorMeta, LowerError> {
+        self.tensors.get(name).ok_or_else(|| self.invalid(format!("no metadata for tensor `{name}`")))
+    }
+
+    /// The name of output `i`, which must be a tensor.
+    pub fn output_tensor(&self, i: usize) -> Result<&'a str, LowerError> {
+        match self.outputs.get(i) {
+            Some(Value::Tensor(name)) => Ok(name),
+            other => Err(self.invalid(format!("output {i} is {other:?}, expected a tensor"))),
+        }
+    }
+
+    pub fn invalid(&self, reason: String) -> LowerError {
+        LowerError::Invalid { op: self.op.to_string(), reason }
+    }
+
+    pub fn unsupported(&self, reason: String) -> LowerError {
+        LowerError::Unsupported { op: self.op.to_string(), reason }
+    }
+}
+
+/// A lowered case.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub program: Program,
+    /// Non-tensor outputs known at lowering time from metadata alone (the `sym_*` ops), by
+    /// output position.
+    pub values: BTreeMap<usize, Value>,
+}
+
+impl Lowered {
+    pub fn new(program: Program) -> Self {
+        Lowered { program, values: BTreeMap::new() }
+    }
+}
+
+/// Why a case could not be lowered.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    #[error("op `{0}` is not lowered")]
+    NotLowered(String),
+    /// The op is lowered, but not for this call (dtype, argument value, …).
+    #[error("{op}: unsupported: {reason}")]
+    Unsupported { op: String, reason: String },
+    /// The call does not fit the op's schema (a malformed case or a lowering bug).
+    #[error("{op}: invalid call: {reason}")]
+    Invalid { op: String, reason: String },
+    /// The program would not fit the machine.
+    #[error("out of resources: {0}")]
+    Resources(String),
+}
+
+type LowerFn = fn(&LowerRequest<'_>, TargetName) -> Result<Lowered, LowerError>;
+
+/// The registry: op name → lowering. Ops not listed are not lowered.
+const LOWERINGS: &[(&str, LowerFn)] = &[
+    ("add.Tensor", binary::lower),
+    ("add.Scalar", binary::lower),
+    ("sub.Tensor", binary::lower),
+    ("sub.Scalar", binary::lower),
+    ("mul.Tensor", binary::lower),
+    ("mul.Scalar", binary::lower),
+    ("div.Tensor", binary::lower),
+    ("div.Scalar", binary::lower),
+    ("abs", unary::lower),
+    ("acos", unary::lower),
+    ("acosh", unary::lower),
+    ("asin", unary::lower),
+    ("asinh", unary::lower),
+    ("atan", unary::lower),
+    ("atanh", unary::lower),
+    ("ceil", unary::lower),
+    ("cos", unary::lower),
+    ("cosh", unary::lower),
+    ("erf", unary::lower),
+    ("exp", unary::lower),
+    ("expm1", unary::lower),
+    ("floor", unary::lower),
+    ("log", unary::lower),
+    ("log10", unary::lower),
+    ("log1p", unary::lower),
+    ("log2", unary::lower),
+    ("neg", unary::lower),
+    ("reciprocal", unary::lower),
+    ("round", unary::lower),
+    ("rsqrt", unary::lower),
+    ("sign", unary::lower),
+    ("sin", unary::lower),
+    ("sinh", unary::lower),
+    ("sqrt", unary::lower),
+    ("tan", unary::lower),
+    ("tanh", unary::lower),
+    ("trunc", unary::lower),
+    ("bitwise_not", unary::lower),
+    ("logical_not", unary::lower),
+    ("isnan", unary::lower),
+    ("isinf", unary::lower),
+    ("relu", activation::lower),
+    ("gelu", activation::lower),
+    ("sigmoid", activation::lower),
+    ("hardtanh", activation::lower),
+    ("leaky_relu", activation::lower),
+    ("elu", activation::lower),
+    ("eq.Scalar", comparison::lower),
+    ("eq.Tensor", comparison::lower),
+    ("ne.Scalar", comparison::lower),
+    ("ne.Tensor", comparison::lower),
+    ("ge.Scalar", comparison::lower),
+    ("ge.Tensor", comparison::lower),
+    ("gt.Scalar", comparison::lower),
+    ("gt.Tensor", comparison::lower),
+    ("le.Scalar", comparison::lower),
+    ("le.Tensor", comparison::lower),
+    ("lt.Scalar", comparison::lower),
+    ("lt.Tensor", comparison::lower),
+    ("maximum", binary_ext::lower),
+    ("minimum", binary_ext::lower),
+    ("bitwise_and.Scalar", binary_ext::lower),
+    ("bitwise_and.Tensor", binary_ext::lower),
+    ("bitwise_or.Scalar", binary_ext::lower),
+    ("bitwise_or.Tensor", binary_ext::lower),
+    ("bitwise_xor.Scalar", binary_ext::lower),
+    ("bitwise_xor.Tensor", binary_ext::lower),
+    ("logical_and", binary_ext::lower),
+    ("logical_or", binary_ext::lower),
+    ("logical_xor", binary_ext::lower),
+    ("clamp", binary_ext::lower),
+    ("clamp.Tensor", binary_ext::lower),
+    ("where.self", binary_ext::lower),
+    ("pow.Tensor_Tensor", binary_ext::lower),
+    ("pow.Scalar", binary_ext::lower),
+    ("pow.Tensor_Scalar", binary_ext::lower),
+    ("div.Tensor_mode", binary_ext::lower),
+    ("div.Scalar_mode", binary_ext::lower),
+    ("fmod.Scalar", binary_ext::lower),
+    ("fmod.Tensor", binary_ext::lower),
+    ("remainder.Scalar", binary_ext::lower),
+    ("remainder.Tensor", binary_ext::lower),
+    ("atan2", binary_ext::lower),
+    ("atan2.out", binary_ext::lower),
+    ("sum.dim_IntList", reduction::lower),
+    ("mean", reduction::lower),
+    ("mean.dim", reduction::lower),
+    ("prod", reduction::lower),
+    ("prod.dim_int", reduction::lower),
+    ("amax", reduction::lower),
+    ("amin", reduction::lower),
+    ("any", reduction::lower),
+    ("any.dim", reduction::lower),
+    ("any.dims", reduction::lower),
+    ("var.correction", reduction::lower),
+    ("var.dim", reduction::lower),
+    ("argmax", reduction::lower),
+    ("argmin", reduction::lower),
+    ("max.dim", reduction::lower),
+    ("min.dim", reduction::lower),
+    ("cumsum", reduction::lower),
+    ("_softmax", norm::lower),
+    ("_log_softmax", norm::lower),
+    ("native_layer_norm", norm::lower),
+    ("native_layer_norm_backward", norm::lower),
+    ("native_group_norm", norm::lower),
+    ("native_group_norm_backward", norm::lower),
+    ("_native_batch_norm_legit", norm::lower),
+    ("_native_batch_norm_legit.no_stats", norm::lower),
+    ("_native_batch_norm_legit_no_training", norm::lower),
+    ("mm", matmul::lower),
+    ("bmm", matmul::lower),
+    ("addmm", matmul::lower),
+    ("full", creation::lower),
+    ("full_like", creation::lower),
+    ("fill.Scalar", creation::lower),
+    ("scalar_tensor", creation::lower),
+    ("empty.memory_format", creation::lower),
+    ("empty_strided", creation::lower),
+    ("arange.start_step", creation::lower),
+    ("_to_copy", creation::lower),
+    ("clone", creation::lower),
+    ("_local_scalar_dense", creation::lower_local_scalar_dense),
+    ("copy", creation::lower),
+    ("resize_", creation::lower),
+    ("rand", creation::lower),
+    ("randn", creation::lower),
+    ("randperm", creation::lower),
+    ("native_dropout", creation::lower),
+    ("constant_pad_nd", pad::lower),
+    ("reflection_pad1d", pad::lower),
+    ("reflection_pad2d", pad::lower),
+    ("reflection_pad3d", pad::lower),
+    ("replication_pad2d", pad::lower),
+    ("replication_pad3d", pad::lower),
+];
+
+/// Whether `op` has a lowering.
+pub fn is_lowered(op: &str) -> bool {
+    LOWERINGS.iter().any(|(name, _)| *name == op)
+}
+
+/// Names of the lowered ops.
+pub fn lowered_ops() -> Vec<&'static str> {
+    LOWERINGS.iter().map(|(name, _)| *name).collect()
+}
+
+/// Lowers a case for `target`.
+pub fn lower(case: &Case, target: TargetName) -> Result<Lowered, LowerError> {
+    lower_request(&LowerRequest::from_case(case), target)
+}
+
+/// Lowers a request for `target`.
+pub fn lower_request(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    match LOWERINGS.iter().find(|(name, _)| *name == req.op) {
+        Some((_, f)) => f(req, target),
+        None => Err(LowerError::NotLowered(req.op.to_string())),
+    }
+}
+
+pub use matmul::{AutoCast, LowerOptions};
+
+/// Lowers a request with explicit [`LowerOptions`] (compiler flags such as `--auto-cast`). Only
+/// the TensorE families (matmul, convolution) read options; every other op lowers as
+/// [`lower_request`] does.
+pub fn lower_request_with_options(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
+    match req.op {
+        "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts),
+        _ => lower_request(req, target),
+    }
+}
+
+/// The device dtype a case tensor of `dtype` is declared as: its own dtype, or int32 for int64
+/// (the one boundary conversion). `None` for dtypes the device cannot hold (complex).
+pub fn device_dtype(dtype: TorchDType) -> Option<DType> {
+    match dtype {
+        TorchDType::I64 => Some(DType::I32),
+        other => other.device_dtype(),
+    }
+}

@@ -1,0 +1,1 @@
+//! Pooling (avg/max/adaptive, forward and backward).

@@ -1,0 +1,885 @@
+//! The `reduction` family: `sum.dim_IntList`, `mean`, `mean.dim`, `prod`, `prod.dim_int`, `amax`,
+//! `amin`, `any`, `any.dim`, `any.dims`, `var.correction`, `var.dim`, `argmax`, `argmin`,
+//! `max.dim`, `min.dim`, `cumsum`.
+//!
+//! Layout, as a backend does it: the input is viewed through DMA access patterns so that the
+//! *kept* dims are rows on SBUF partitions (tiles of ≤ 128 rows: one kept dim on partitions, the
+//! other kept dims unrolled) and the *reduced* dims lie on the free axis. Long reductions are cut
+//! into chunks of ≤ [`CHUNK`] elements per partition; every chunk is reduced to one column of a
+//! per-row partials tile, and the partials are reduced at the end (so long sums are two-level).
+//! Within a chunk, sums and products use a pairwise tree of VectorE `tensor_tensor` ops (fp32,
+//! the accuracy of CPU's cascade sums); max/min use `tensor_reduce`. Integer results
+//! (sum/prod/amax/amin of integers) use GpSimdE's exact int32 `tensor_tensor` tree.
+//!
+//! * mean = sum · (1/N); var: two passes (mean, then Σ(x − mean)²) · 1/max(N − correction, 0);
+//! * any: `x ≠ 0` (NaN counts) then max; bool out;
+//! * argmax/argmin, max.dim/min.dim: per chunk the max (NaN propagates: PyTorch's NaN is the
+//!   max), then the first index holding it: `iota` indices, `(x == m) ∨ isnan(x)` selects, the
+//!   unselected get +2²⁴, and a min-reduce returns the first; the chunks' (value, index) pairs
+//!   are combined the same way;
+//! * cumsum: `tensor_tensor_scan` along the free axis, the carry from chunk to chunk as the
+//!   next scan's initial value.
+
+use super::binary::{dev, dma};
+use super::promote::{self, Category};
+use super::tile::{Dim, Emitter, Region, SbufAllocator, Slot};
+use super::{LowerError, LowerRequest, Lowered};
+use crate::case::Value;
+use crate::tensor::{TorchDType, contiguous_strides};
+use trnsim::{
+    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand, TargetName, TensorCopy,
+    TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+};
+
+/// Max elements per partition of one chunk of the reduced axis.
+pub const CHUNK: usize = 4096;
+/// Max chunks per row (the partials tile).
+const MAX_CHUNKS: usize = 4096;
+/// Added to the index of unselected elements in argmax/argmin (indices stay exact in fp32).
+const BIG: f64 = 16_777_216.0;
+
+/// The reduction applied along the free axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Red {
+    Sum,
+    Prod,
+    Max,
+    Min,
+}
+
+impl Red {
+    fn alu(self) -> AluOp {
+        match self {
+            Red::Sum => AluOp::Add,
+            Red::Prod => AluOp::Multiply,
+            Red::Max => AluOp::Max,
+            Red::Min => AluOp::Min,
+        }
+    }
+
+    fn identity(self) -> f64 {
+        match self {
+            Red::Sum => 0.0,
+            Red::Prod => 1.0,
+            Red::Max => f64::NEG_INFINITY,
+            Red::Min => f64::INFINITY,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Layout: kept dims (rows) and reduced dims (free), strides per operand [input, output].
+
+/// A row tile: `rows` kept indices on partitions.
+#[derive(Clone, Debug)]
+pub struct RowTile {
+    /// Element offsets of the tile's first row, per operand.
+    pub base: Vec<i64>,
+    pub rows: usize,
+    pub pstride: Vec<i64>,
+}
+
+/// A chunk of the reduced index space: offsets and ≤ 3 free dims (strides [input, output]).
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    pub base: Vec<i64>,
+    pub dims: Vec<Dim>,
+}
+
+impl Chunk {
+    pub fn elems(&self) -> usize {
+        self.dims.iter().map(|d| d.size).product()
+    }
+
+    pub fn free(&self, operand: usize) -> Vec<[i64; 2]> {
+        if self.dims.is_empty() {
+            vec![[1, 1]]
+        } else {
+            self.dims.iter().map(|d| [d.strides[operand], d.size as i64]).collect()
+        }
+    }
+
+    /// The dense SBUF layout of the chunk (same free shape).
+    pub fn dense(&self) -> Vec<[i64; 2]> {
+        if self.dims.is_empty() {
+            return vec![[1, 1]];
+        }
+        let mut free = Vec::new();
+        let mut step = 1i64;
+        for d in self.dims.iter().rev() {
+            free.push([step, d.size as i64]);
+            step *= d.size as i64;
+        }
+        free.reverse();
+        free
+    }
+}
+
+/// Kept and reduced dims of `shape` (contiguous input), the output contiguous over `out_dims`
+/// (kept dims, plus the reduced dims themselves for scans).
+pub struct Layout {
+    pub kept: Vec<Dim>,
+    pub red: Vec<Dim>,
+    /// Operands (strides per dim).
+    pub ops: usize,
+}
+
+impl Layout {
+    /// `reduced[d]`: dim d is reduced. `scan`: the output also has the reduced dims (cumsum).
+    pub fn new(shape: &[usize], reduced: &[bool], scan: bool) -> Layout {
+        let cs = contiguous_strides(shape);
+        let out_shape: Vec<usize> =
+            shape.iter().zip(reduced).filter(|(_, r)| scan || !**r).map(|(s, _)| *s).collect();
+        let ocs = contiguous_strides(&out_shape);
+        let mut kept = Vec::new();
+        let mut red = Vec::new();
+        let mut o = 0;
+        for d in 0..shape.len() {
+            let out_stride = if scan || !reduced[d] {
+                o += 1;
+                ocs[o - 1] as i64
+            } else {
+                0
+            };
+            let dim = Dim { size: shape[d], strides: vec![cs[d] as i64, out_stride] };
+            if reduced[d] { red.push(dim) } else { kept.push(dim) }
+        }
+        Layout::from_dims(kept, red)
+    }
+
+    /// From dims with any number of operand strides (all dims the same number).
+    pub fn from_dims(kept: Vec<Dim>, red: Vec<Dim>) -> Layout {
+        let ops = kept.iter().chain(&red).map(|d| d.strides.len()).next().unwrap_or(2);
+        let simp = |dims: Vec<Dim>| Region { base: vec![0; ops], dims }.simplify().dims;
+        Layout { kept: simp(kept), red: simp(red), ops }
+    }
+
+    pub fn kept_numel(&self) -> usize {
+        self.kept.iter().map(|d| d.size).product()
+    }
+
+    pub fn red_numel(&self) -> usize {
+        self.red.iter().map(|d| d.size).product()
+    }
+
+    /// Row tiles: the largest kept dim on partitions, the others unrolled.
+    pub fn row_tiles(&self, partitions: usize) -> Vec<RowTile> {
+        let mut tiles = Vec::new();
+        if self.kept.iter().any(|d| d.size == 0) {
+            return tiles;
+        }
+        if self.kept.is_empty() {
+            tiles.push(RowTile { base: vec![0; self.ops], rows: 1, pstride: vec![0; self.ops] });
+            return tiles;
+        }
+        let pd = (0..self.kept.len()).max_by_key(|&i| (self.kept[i].size, i)).unwrap_or(0);
+        let loops: Vec<&Dim> = self.kept.iter().enumerate().filter(|(i, _)| *i != pd).map(|(_, d)| d).collect();
+        let part = &self.kept[pd];
+        let mut counter = vec![0usize; loops.len()];
+        loop {
+            let mut base = vec![0i64; self.ops];
+            for (d, &i) in loops.iter().zip(&counter) {
+                for (b, s) in base.iter_mut().zip(&d.strides) {
+                    *b += s * i as i64;
+                }
+            }
+            let mut p0 = 0;
+            while p0 < part.size {
+                let rows = (part.size - p0).min(partitions);
+                tiles.push(RowTile {
+                    base: base.iter().zip(&part.strides).map(|(b, s)| b + s * p0 as i64).collect(),
+                    rows,
+                    pstride: part.strides.clone(),
+                });
+                p0 += rows;
+            }
+            let mut d = loops.len();
+            loop {
+                if d == 0 {
+                    return tiles;
+                }
+                d -= 1;
+                counter[d] += 1;
+                if counter[d] < loops[d].size {
+                    break;
+                }
+                counter[d] = 0;
+            }
+        }
+    }
+
+    /// Chunks of the reduced dims, in index order (outer to inner), ≤ `max_free` elements each.
+    pub fn chunks(&self, max_free: usize) -> Vec<Chunk> {
+        let mut out = Vec::new();
+        if self.red.iter().any(|d| d.size == 0) {
+            return out;
+        }
+        chunk_into(vec![0; self.ops], self.red.clone(), max_free, &mut out);
+        out
+    }
+}
+
+fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chunk>) {
+    let k = dims.len();
+    if k == 0 {
+        out.push(Chunk { base, dims });
+        return;
+    }
+    let inner = dims[k - 1].clone();
+    if inner.size > max_free {
+        let full = inner.size / max_free;
+        let rest = inner.size % max_free;
+        let mut body = dims.clone();
+        body[k - 1] = Dim { size: full, strides: inner.strides.iter().map(|s| s * max_free as i64).collect() };
+        body.push(Dim { size: max_free, strides: inner.strides.clone() });
+        chunk_into(base.clone(), body, max_free, out);
+        if rest > 0 {
+            let mut tail = dims.clone();
+            tail[k - 1].size = rest;
+            let done = (full * max_free) as i64;
+            let b = base.iter().zip(&inner.strides).map(|(b, s)| b + s * done).collect();
+            chunk_into(b, tail, max_free, out);
+        }
+        return;
+    }
+    let mut f = k.min(3);
+    while f > 1 && dims[k - f..].iter().map(|d| d.size).product::<usize>() > max_free {
+        f -= 1;
+    }
+    let free = dims[k - f..].to_vec();
+    let loops = &dims[..k - f];
+    let mut counter = vec![0usize; loops.len()];
+    loop {
+        let mut b = base.clone();
+        for (d, &i) in loops.iter().zip(&counter) {
+            for (bb, s) in b.iter_mut().zip(&d.strides) {
+                *bb += s * i as i64;
+            }
+        }
+        out.push(Chunk { base: b, dims: free.iter().filter(|d| d.size != 1).cloned().collect() });
+        let mut d = loops.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            counter[d] += 1;
+            if counter[d] < loops[d].size {
+                break;
+            }
+            counter[d] = 0;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Emission helpers.
+
+/// An SBUF buffer: `[P, cols]` of `dtype` at `offset`.
+#[derive(Clone, Copy, Debug)]
+pub struct Buf {
+    pub slot: Slot,
+    pub dtype: DType,
+    pub cols: usize,
+}
+
+impl Buf {
+    pub fn new(alloc: &mut SbufAllocator, dtype: DType, cols: usize) -> Result<Buf, LowerError> {
+        Ok(Buf { slot: Slot { offset: alloc.alloc(cols.max(1) * dtype.size())? }, dtype, cols })
+    }
+
+    /// Columns `[c0, c0 + n)` of `p` partitions, one flat free dim.
+    pub fn cols(&self, p: usize, c0: usize, n: usize) -> AccessPattern {
+        AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset + (c0 * self.dtype.size()) as u64, vec![[1, n as i64]])
+    }
+
+    /// Column `c` as a `[P, 1]` scalar operand.
+    pub fn col(&self, p: usize, c: usize) -> AccessPattern {
+        self.cols(p, c, 1)
+    }
+
+    /// Free layout `free` (element steps) from column 0.
+    pub fn shaped(&self, p: usize, free: Vec<[i64; 2]>) -> AccessPattern {
+        AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset, free)
+    }
+}
+
+pub fn ts(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: ScalarOperand, op1: Option<(AluOp, ScalarOperand)>) -> Op {
+    let (op1, operand1) = match op1 {
+        Some((o, v)) => (Some(o), Some(v)),
+        None => (None, None),
+    };
+    Op::TensorScalar(TensorScalar { dst, src, op0, operand0: v0, reverse0: false, op1, operand1, reverse1: false })
+}
+
+pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
+    Op::TensorTensor(TensorTensor { dst, in0, in1, op })
+}
+
+pub fn imm(v: f64) -> ScalarOperand {
+    ScalarOperand::Imm(v)
+}
+
+/// Reduces columns `[0, w)` of `buf` (p partitions) with `op`, in place, into column 0: a
+/// pairwise tree of `tensor_tensor` (VectorE for fp32, GpSimdE for exact int32).
+pub fn tree_reduce(e: &mut Emitter, engine: Engine, buf: &Buf, p: usize, mut w: usize, op: AluOp) {
+    let s = buf.slot;
+    while w > 1 {
+        if w % 2 == 1 {
+            e.push(engine, tt(buf.col(p, 0), buf.col(p, 0), buf.col(p, w - 1), op), &[s], &[s]);
+            w -= 1;
+        }
+        let h = w / 2;
+        e.push(engine, tt(buf.cols(p, 0, h), buf.cols(p, 0, h), buf.cols(p, h, h), op), &[s], &[s]);
+        w = h;
+    }
+}
+
+/// `tensor_reduce` of columns `[0, w)` of `src` into `dst` column `c`.
+pub fn reduce_into(e: &mut Emitter, src: &Buf, p: usize, w: usize, op: AluOp, dst: &Buf, c: usize) {
+    e.push(
+        Engine::Vector,
+        Op::TensorReduce(TensorReduce { dst: dst.col(p, c), src: src.cols(p, 0, w), op, axes: 1, negate: false }),
+        &[src.slot],
+        &[dst.slot],
+    );
+}
+
+fn memset(e: &mut Emitter, engine: Engine, dst: AccessPattern, slot: Slot, value: f64) {
+    e.push(engine, Op::Memset(Memset { dst, value }), &[], &[slot]);
+}
+
+fn copy(e: &mut Emitter, engine: Engine, dst: AccessPattern, dslot: Slot, src: AccessPattern, sslot: Slot) {
+    e.push(engine, Op::TensorCopy(TensorCopy { dst, src }), &[sslot], &[dslot]);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The call.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Reduce(Red),
+    Mean,
+    Any,
+    Var,
+    Arg(bool),
+    ValIdx(bool),
+    Cumsum,
+}
+
+struct Call {
+    kind: Kind,
+    input: String,
+    in_dtype: TorchDType,
+    shape: Vec<usize>,
+    reduced: Vec<bool>,
+    outs: Vec<(String, TorchDType)>,
+    correction: f64,
+}
+
+fn norm_dim(req: &LowerRequest<'_>, d: i64, ndim: usize) -> Result<usize, LowerError> {
+    let n = ndim.max(1) as i64;
+    let dd = if d < 0 { d + n } else { d };
+    if dd < 0 || dd >= n {
+        return Err(req.invalid(format!("dim {d} out of range for {ndim}-d input")));
+    }
+    Ok(dd as usize)
+}
+
+/// Reduced-dim flags from a dim argument (`None`/absent: all dims; `[]`: all, unless
+/// `empty_is_none`).
+fn dims_arg(
+    req: &LowerRequest<'_>,
+    v: Option<&Value>,
+    ndim: usize,
+    empty_is_none: bool,
+) -> Result<Vec<bool>, LowerError> {
+    let list: Vec<i64> = match v {
+        None | Some(Value::None(_)) => return Ok(vec![true; ndim]),
+        Some(Value::Int(i)) => vec![*i],
+        Some(Value::Ints(is)) => is.clone(),
+        Some(other) => return Err(req.invalid(format!("`dim` is {other:?}"))),
+    };
+    if list.is_empty() {
+        return Ok(vec![!empty_is_none; ndim]);
+    }
+    let mut r = vec![false; ndim];
+    for d in list {
+        let dd = norm_dim(req, d, ndim)?;
+        if ndim > 0 {
+            r[dd] = true;
+        }
+    }
+    Ok(r)
+}
+
+fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
+    let input = match req.call.arg(0, "self") {
+        Some(Value::Tensor(t)) => t.clone(),
+        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
+    };
+    let meta = req.tensor(&input)?;
+    let ndim = meta.shape.len();
+    let mut outs = Vec::new();
+    for i in 0..req.outputs.len() {
+        let name = req.output_tensor(i)?;
+        outs.push((name.to_string(), req.tensor(name)?.dtype));
+    }
+    let mut correction = 1.0;
+    let (kind, reduced) = match req.op {
+        "sum.dim_IntList" => (Kind::Reduce(Red::Sum), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "mean" => (Kind::Mean, vec![true; ndim]),
+        "mean.dim" => (Kind::Mean, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "prod" => (Kind::Reduce(Red::Prod), vec![true; ndim]),
+        "prod.dim_int" => (Kind::Reduce(Red::Prod), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "amax" => (Kind::Reduce(Red::Max), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "amin" => (Kind::Reduce(Red::Min), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "any" => (Kind::Any, vec![true; ndim]),
+        "any.dim" | "any.dims" => (Kind::Any, dims_arg(req, req.call.arg(1, "dim"), ndim, req.op == "any.dims")?),
+        "var.correction" => {
+            correction = super::unary::scalar_arg(req, 2, "correction", 1.0)?;
+            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
+        }
+        "var.dim" => {
+            let unbiased = match req.call.arg(2, "unbiased") {
+                None | Some(Value::None(_)) => true,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => return Err(req.invalid(format!("`unbiased` is {v:?}"))),
+            };
+            correction = if unbiased { 1.0 } else { 0.0 };
+            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
+        }
+        "argmax" | "argmin" => {
+            let r = match req.call.arg(1, "dim") {
+                None | Some(Value::None(_)) => vec![true; ndim],
+                v => dims_arg(req, v, ndim, false)?,
+            };
+            (Kind::Arg(req.op == "argmax"), r)
+        }
+        "max.dim" | "min.dim" => (Kind::ValIdx(req.op == "max.dim"), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "cumsum" => (Kind::Cumsum, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        _ => return Err(LowerError::NotLowered(req.op.to_string())),
+    };
+    if meta.dtype.is_complex() || outs.iter().any(|(_, d)| d.is_complex()) {
+        return Err(req.unsupported("complex".into()));
+    }
+    Ok(Call { kind, input, in_dtype: meta.dtype, shape: meta.shape.clone(), reduced, outs, correction })
+}
+
+pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    let call = analyze(req)?;
+    Ok(Lowered::new(emit(req, &call, target)?))
+}
+
+/// Shared state of a program being built.
+pub struct Ctx {
+    pub e: Emitter,
+    pub alloc: SbufAllocator,
+    pub partitions: usize,
+    /// Scratch of float block sums (`CHUNK / SUM_BLOCK + 1` fp32 columns), when allocated.
+    pub sum_tmp: Option<Buf>,
+}
+
+impl Ctx {
+    pub fn new(target_name: TargetName, program: Program) -> Ctx {
+        let target = target_name.params();
+        Ctx { e: Emitter::new(program), alloc: SbufAllocator::new(&target), partitions: target.partitions, sum_tmp: None }
+    }
+}
+
+/// DMA of one chunk of a row tile from HBM tensor `name` into `buf` (dense), casting to the
+/// buffer's dtype.
+pub fn load_chunk(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk) {
+    load_op(ctx, buf, name, dtype, rt, ch, 0)
+}
+
+/// As [`load_chunk`], with the strides of operand `op`.
+pub fn load_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
+    let src = AccessPattern::hbm(name, dtype, (rt.base[op] + ch.base[op]) as u64, rt.rows, rt.pstride[op], ch.free(op));
+    ctx.e.push(Engine::Dma, dma(buf.shaped(rt.rows, ch.dense()), src), &[], &[buf.slot]);
+}
+
+/// DMA of a chunk of `buf` (dense) to HBM tensor `name` with the strides of operand `op`.
+pub fn store_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
+    let dst = AccessPattern::hbm(name, dtype, (rt.base[op] + ch.base[op]) as u64, rt.rows, rt.pstride[op], ch.free(op));
+    ctx.e.push(Engine::Dma, dma(dst, buf.shaped(rt.rows, ch.dense())), &[buf.slot], &[]);
+}
+
+/// DMA of `[rows, 1]` column `c` of `buf` to the output elements of a row tile.
+pub fn store_col(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile) {
+    store_col_op(ctx, buf, c, name, dtype, rt, 1)
+}
+
+/// As [`store_col`], with the row strides of operand `op`.
+pub fn store_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
+    let dst = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
+    ctx.e.push(Engine::Dma, dma(dst, buf.col(rt.rows, c)), &[buf.slot], &[]);
+}
+
+/// DMA of the `[rows, 1]` elements of a row tile of HBM tensor `name` (operand `op`) into column
+/// `c` of `buf`.
+pub fn load_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
+    let src = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
+    ctx.e.push(Engine::Dma, dma(buf.col(rt.rows, c), src), &[], &[buf.slot]);
+}
+
+fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<Program, LowerError> {
+    let mut program = Program::new(target_name);
+    let in_dev = dev(req, call.in_dtype)?;
+    program.declare(&call.input, in_dev, &call.shape, HbmRole::Input);
+    let mut out_devs = Vec::new();
+    for (name, d) in &call.outs {
+        let dd = dev(req, *d)?;
+        program.declare(name, dd, &req.tensor(name)?.shape, HbmRole::Output);
+        out_devs.push(dd);
+    }
+    let layout = Layout::new(&call.shape, &call.reduced, call.kind == Kind::Cumsum);
+    // The output must hold exactly the kept elements (or all, for a scan).
+    let out_numel: usize = req.tensor(&call.outs[0].0)?.shape.iter().product();
+    let want = if call.kind == Kind::Cumsum { layout.kept_numel() * layout.red_numel() } else { layout.kept_numel() };
+    if out_numel != want {
+        return Err(req.invalid(format!("output has {out_numel} elements, the reduction gives {want}")));
+    }
+    let mut ctx = Ctx::new(target_name, program);
+    let rows = layout.row_tiles(ctx.partitions);
+    let chunks = layout.chunks(CHUNK);
+    if chunks.len() > MAX_CHUNKS {
+        return Err(req.unsupported(format!("reduction of {} elements", layout.red_numel())));
+    }
+    let n = layout.red_numel();
+    match call.kind {
+        Kind::Cumsum => emit_cumsum(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks)?,
+        Kind::Arg(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false)?,
+        Kind::ValIdx(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true)?,
+        _ => emit_reduce(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks, n)?,
+    }
+    Ok(ctx.e.finish())
+}
+
+fn emit_reduce(
+    ctx: &mut Ctx,
+    call: &Call,
+    in_dev: DType,
+    out_dev: DType,
+    rows: &[RowTile],
+    chunks: &[Chunk],
+    n: usize,
+) -> Result<(), LowerError> {
+    let out_dtype = call.outs[0].1;
+    let red = match call.kind {
+        Kind::Reduce(r) => r,
+        Kind::Mean | Kind::Var => Red::Sum,
+        Kind::Any => Red::Max,
+        _ => unreachable!(),
+    };
+    // Exact int32 on GpSimd for integer results; fp32 on VectorE otherwise.
+    let int_path = matches!(call.kind, Kind::Reduce(_)) && promote::category(out_dtype) == Category::Integer;
+    let (engine, work) = if int_path { (Engine::Gpsimd, DType::I32) } else { (Engine::Vector, DType::F32) };
+    let x = Buf::new(&mut ctx.alloc, work, CHUNK)?;
+    let parts = Buf::new(&mut ctx.alloc, work, chunks.len().max(1))?;
+    let mean = Buf::new(&mut ctx.alloc, DType::F32, 1)?;
+    ctx.sum_tmp = Some(Buf::new(&mut ctx.alloc, DType::F32, CHUNK / SUM_BLOCK + 1)?);
+    let p_all = ctx.partitions;
+    for rt in rows {
+        let p = rt.rows;
+        if chunks.is_empty() {
+            // Empty reduction: the identity.
+            memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, red.identity());
+        }
+        for (c, ch) in chunks.iter().enumerate() {
+            let w = ch.elems();
+            load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
+            if call.kind == Kind::Any {
+                ctx.e.push(
+                    Engine::Vector,
+                    ts(x.cols(p, 0, w), x.cols(p, 0, w), AluOp::NotEqual, imm(0.0), None),
+                    &[x.slot],
+                    &[x.slot],
+                );
+            }
+            reduce_chunk(ctx, engine, &x, p, w, red, &parts, c);
+        }
+        finish_partials(ctx, engine, &parts, p, chunks.len(), red);
+        let _ = p_all;
+        match call.kind {
+            Kind::Mean => {
+                let inv = inv_or_inf(n as f64);
+                ctx.e.push(Engine::Vector, ts(parts.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv), None), &[parts.slot], &[parts.slot]);
+            }
+            Kind::Var => {
+                // mean, then Σ (x − mean)² over a second pass.
+                ctx.e.push(
+                    Engine::Vector,
+                    ts(mean.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv_or_inf(n as f64)), None),
+                    &[parts.slot],
+                    &[mean.slot],
+                );
+                if chunks.is_empty() {
+                    memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, 0.0);
+                }
+                for (c, ch) in chunks.iter().enumerate() {
+                    let w = ch.elems();
+                    load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
+                    ctx.e.push(
+                        Engine::Vector,
+                        ts(x.cols(p, 0, w), x.cols(p, 0, w), AluOp::Subtract, ScalarOperand::Tile(mean.col(p, 0)), None),
+                        &[x.slot, mean.slot],
+                        &[x.slot],
+                    );
+                    ctx.e.push(Engine::Vector, tt(x.cols(p, 0, w), x.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply), &[x.slot], &[x.slot]);
+                    reduce_chunk(ctx, engine, &x, p, w, Red::Sum, &parts, c);
+                }
+                finish_partials(ctx, engine, &parts, p, chunks.len(), Red::Sum);
+                let denom = (n as f64 - call.correction).max(0.0);
+                let inv = inv_or_inf(denom);
+                ctx.e.push(Engine::Vector, ts(parts.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv), None), &[parts.slot], &[parts.slot]);
+            }
+            _ => {}
+        }
+        store_col(ctx, &parts, 0, &call.outs[0].0, out_dev, rt);
+    }
+    Ok(())
+}
+
+/// `1/d` as an immediate; `1/0` as 1e39, which rounds to +inf in fp32 (JSON has no infinity).
+fn inv_or_inf(d: f64) -> f64 {
+    if d == 0.0 { 1e39 } else { 1.0 / d }
+}
+
+/// Leaf block of float sums: sequential `tensor_reduce` over blocks of this many elements, then a
+/// pairwise tree over the block sums (the shape of CPU's vectorized cascade sums).
+pub const SUM_BLOCK: usize = 8;
+
+/// Sums the `w` columns of `x` (fp32) into column 0 of `x`: blocks of [`SUM_BLOCK`] reduced
+/// sequentially into `tmp`, then a pairwise tree; the result is copied back to `x` column 0.
+pub fn block_sum(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
+    let nb = w / SUM_BLOCK;
+    let rem = w % SUM_BLOCK;
+    if nb == 0 {
+        if w > 1 {
+            reduce_into(e, x, p, w, AluOp::Add, tmp, 0);
+            copy(e, Engine::Vector, x.col(p, 0), x.slot, tmp.col(p, 0), tmp.slot);
+        }
+        return;
+    }
+    let src = x.shaped(p, vec![[SUM_BLOCK as i64, nb as i64], [1, SUM_BLOCK as i64]]);
+    e.push(
+        Engine::Vector,
+        Op::TensorReduce(TensorReduce { dst: tmp.cols(p, 0, nb), src, op: AluOp::Add, axes: 1, negate: false }),
+        &[x.slot],
+        &[tmp.slot],
+    );
+    let mut n = nb;
+    if rem > 0 {
+        let src = AccessPattern::sbuf(x.dtype, 0, p, x.slot.offset + (nb * SUM_BLOCK * x.dtype.size()) as u64, vec![[1, rem as i64]]);
+        e.push(
+            Engine::Vector,
+            Op::TensorReduce(TensorReduce { dst: tmp.col(p, nb), src, op: AluOp::Add, axes: 1, negate: false }),
+            &[x.slot],
+            &[tmp.slot],
+        );
+        n += 1;
+    }
+    tree_reduce(e, Engine::Vector, tmp, p, n, AluOp::Add);
+    copy(e, Engine::Vector, x.col(p, 0), x.slot, tmp.col(p, 0), tmp.slot);
+}
+
+/// Reduces the `w` columns of `x` into column `c` of `parts`.
+fn reduce_chunk(ctx: &mut Ctx, engine: Engine, x: &Buf, p: usize, w: usize, red: Red, parts: &Buf, c: usize) {
+    match (engine, red) {
+        (Engine::Vector, Red::Max | Red::Min) => reduce_into(&mut ctx.e, x, p, w, red.alu(), parts, c),
+        (Engine::Vector, Red::Sum) => {
+            let tmp = ctx.sum_tmp.expect("sum scratch allocated");
+            block_sum(&mut ctx.e, x, &tmp, p, w);
+            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
+        }
+        _ => {
+            tree_reduce(&mut ctx.e, engine, x, p, w, red.alu());
+            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
+        }
+    }
+}
+
+fn finish_partials(ctx: &mut Ctx, engine: Engine, parts: &Buf, p: usize, n: usize, red: Red) {
+    if n <= 1 {
+        return;
+    }
+    match (engine, red) {
+        (Engine::Vector, Red::Max | Red::Min) => {
+            // In place is not allowed for tensor_reduce's dst overlapping src: tree instead.
+            tree_reduce(&mut ctx.e, engine, parts, p, n, red.alu())
+        }
+        _ => tree_reduce(&mut ctx.e, engine, parts, p, n, red.alu()),
+    }
+}
+
+/// argmax/argmin (`with_values`: max.dim/min.dim, output 0 the values, 1 the indices).
+#[allow(clippy::too_many_arguments)]
+fn emit_arg(
+    ctx: &mut Ctx,
+    call: &Call,
+    in_dev: DType,
+    out_devs: &[DType],
+    rows: &[RowTile],
+    chunks: &[Chunk],
+    is_max: bool,
+    with_values: bool,
+) -> Result<(), LowerError> {
+    let op = if is_max { AluOp::Max } else { AluOp::Min };
+    let v = Engine::Vector;
+    let red_stride = |ch: &Chunk| -> i64 {
+        // Single reduced dim (after simplification): index = offset / stride.
+        ch.dims.last().map(|d| d.strides[0]).unwrap_or(1).max(1)
+    };
+    if chunks.iter().any(|c| c.dims.len() > 1) {
+        return Err(LowerError::Unsupported { op: call.outs[0].0.clone(), reason: "argmax over several dims".into() });
+    }
+    let x = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
+    let idx = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
+    let t = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
+    let u = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
+    let nch = chunks.len().max(1);
+    let pm = Buf::new(&mut ctx.alloc, DType::F32, nch)?;
+    let pi = Buf::new(&mut ctx.alloc, DType::F32, nch)?;
+    let m = Buf::new(&mut ctx.alloc, DType::F32, 1)?;
+    let r = Buf::new(&mut ctx.alloc, DType::F32, 1)?;
+    // Picks, among `w` columns of `vals` with indices `ids`, the first index holding the extreme
+    // (or the first NaN): extreme → m[0], index → r[0].
+    let pick = |ctx: &mut Ctx, vals: &Buf, ids: &Buf, p: usize, w: usize| {
+        let e = &mut ctx.e;
+        e.push(
+            v,
+            Op::TensorReduce(TensorReduce { dst: m.col(p, 0), src: vals.cols(p, 0, w), op, axes: 1, negate: false }),
+            &[vals.slot],
+            &[m.slot],
+        );
+        // t = (vals == m); u = (vals != vals); t = max(t, u)
+        e.push(v, ts(t.cols(p, 0, w), vals.cols(p, 0, w), AluOp::IsEqual, ScalarOperand::Tile(m.col(p, 0)), None), &[vals.slot, m.slot], &[t.slot]);
+        e.push(v, tt(u.cols(p, 0, w), vals.cols(p, 0, w), vals.cols(p, 0, w), AluOp::NotEqual), &[vals.slot], &[u.slot]);
+        e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), u.cols(p, 0, w), AluOp::Max), &[t.slot, u.slot], &[t.slot]);
+        // t = (t − 1) · (−BIG) + ids  → ids where selected, ids + BIG elsewhere
+        e.push(
+            v,
+            ts(t.cols(p, 0, w), t.cols(p, 0, w), AluOp::Subtract, imm(1.0), Some((AluOp::Multiply, imm(-BIG)))),
+            &[t.slot],
+            &[t.slot],
+        );
+        e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), ids.cols(p, 0, w), AluOp::Add), &[t.slot, ids.slot], &[t.slot]);
+        e.push(
+            v,
+            Op::TensorReduce(TensorReduce { dst: r.col(p, 0), src: t.cols(p, 0, w), op: AluOp::Min, axes: 1, negate: false }),
+            &[t.slot],
+            &[r.slot],
+        );
+    };
+    for rt in rows {
+        let p = rt.rows;
+        for (c, ch) in chunks.iter().enumerate() {
+            let w = ch.elems();
+            let start = ch.base[0] / red_stride(ch);
+            load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
+            ctx.e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota { dst: idx.cols(p, 0, w), offset: start, channel_multiplier: 0, pattern: vec![[1, w as i64]] }),
+                &[],
+                &[idx.slot],
+            );
+            pick(ctx, &x, &idx, p, w);
+            copy(&mut ctx.e, v, pm.col(p, c), pm.slot, m.col(p, 0), m.slot);
+            copy(&mut ctx.e, v, pi.col(p, c), pi.slot, r.col(p, 0), r.slot);
+        }
+        if chunks.len() > 1 {
+            pick(ctx, &pm, &pi, p, chunks.len());
+        }
+        if with_values {
+            store_col(ctx, &m, 0, &call.outs[0].0, out_devs[0], rt);
+            store_col(ctx, &r, 0, &call.outs[1].0, out_devs[1], rt);
+        } else {
+            store_col(ctx, &r, 0, &call.outs[0].0, out_devs[0], rt);
+        }
+    }
+    Ok(())
+}
+
+/// cumsum along one dim. Floats: VectorE `tensor_tensor_scan` (fp32 running sum, sequential like
+/// CPU's), the carry from chunk to chunk as the next scan's `initial`. Integer results: exact
+/// int32 on GpSimdE, a Hillis–Steele scan per chunk (`log2(w)` shifted adds, ping-pong between two
+/// tiles; wrapping, so exact whenever the int64 result fits int32) plus the carry.
+fn emit_cumsum(
+    ctx: &mut Ctx,
+    call: &Call,
+    in_dev: DType,
+    out_dev: DType,
+    rows: &[RowTile],
+    chunks: &[Chunk],
+) -> Result<(), LowerError> {
+    let int_path = promote::category(call.outs[0].1) == Category::Integer;
+    let (engine, work) = if int_path { (Engine::Gpsimd, DType::I32) } else { (Engine::Vector, DType::F32) };
+    let a = Buf::new(&mut ctx.alloc, work, CHUNK)?;
+    let b = Buf::new(&mut ctx.alloc, work, CHUNK)?;
+    let carry = Buf::new(&mut ctx.alloc, work, 1)?;
+    let zeros = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
+    if !int_path {
+        let zw = chunks.iter().map(|c| c.elems()).max().unwrap_or(1);
+        let p_all = rows.iter().map(|r| r.rows).max().unwrap_or(1);
+        memset(&mut ctx.e, Engine::Vector, zeros.cols(p_all, 0, zw), zeros.slot, 0.0);
+    }
+    for rt in rows {
+        let p = rt.rows;
+        for (c, ch) in chunks.iter().enumerate() {
+            let w = ch.elems();
+            load_chunk(ctx, &a, &call.input, in_dev, rt, ch);
+            let (mut cur, mut nxt) = (a, b);
+            if !int_path {
+                // fp32: the sequential running sum of `tensor_tensor_scan`, r = (0·r… ) — as
+                // r = (r + 0) + x, the `initial` the carry.
+                let initial = if c == 0 { imm(0.0) } else { ScalarOperand::Tile(carry.col(p, 0)) };
+                let mut reads = vec![a.slot, zeros.slot];
+                if c > 0 {
+                    reads.push(carry.slot);
+                }
+                ctx.e.push(
+                    engine,
+                    Op::TensorTensorScan(TensorTensorScan {
+                        dst: b.cols(p, 0, w),
+                        in0: zeros.cols(p, 0, w),
+                        in1: a.cols(p, 0, w),
+                        initial,
+                        op0: AluOp::Add,
+                        op1: AluOp::Add,
+                    }),
+                    &reads,
+                    &[b.slot],
+                );
+                if c + 1 < chunks.len() {
+                    copy(&mut ctx.e, engine, carry.col(p, 0), carry.slot, b.col(p, w - 1), b.slot);
+                }
+                store_op(ctx, &b, &call.outs[0].0, out_dev, rt, ch, 1);
+                continue;
+            }
+            if w == 1 {
+                copy(&mut ctx.e, engine, nxt.col(p, 0), nxt.slot, cur.col(p, 0), cur.slot);
+                std::mem::swap(&mut cur, &mut nxt);
+            }
+            let mut k = 1;
+            while k < w {
+                copy(&mut ctx.e, engine, nxt.cols(p, 0, k), nxt.slot, cur.cols(p, 0, k), cur.slot);
+                let shifted = AccessPattern::sbuf(work, 0, p, cur.slot.offset, vec![[1, (w - k) as i64]]);
+                let hi = AccessPattern::sbuf(work, 0, p, cur.slot.offset + (k * work.size()) as u64, vec![[1, (w - k) as i64]]);
+                let dst = AccessPattern::sbuf(work, 0, p, nxt.slot.offset + (k * work.size()) as u64, vec![[1, (w - k) as i64]]);
+                ctx.e.push(engine, tt(dst, hi, shifted, AluOp::Add), &[cur.slot], &[nxt.slot]);
+                std::mem::swap(&mut cur, &mut nxt);
+                k *= 2;
+            }
+            if c > 0 {
+                let bc = AccessPattern::sbuf(work, 0, p, carry.slot.offset, vec![[0, w as i64]]);
+                ctx.e.push(engine, tt(cur.cols(p, 0, w), cur.cols(p, 0, w), bc, AluOp::Add), &[cur.slot, carry.slot], &[cur.slot]);
+            }
+            if c + 1 < chunks.len() {
+                copy(&mut ctx.e, engine, carry.col(p, 0), carry.slot, cur.col(p, w - 1), cur.slot);
+            }
+            store_op(ctx, &cur, &call.outs[0].0, out_dev, rt, ch, 1);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! `trnconf diff A.json B.json`: how each case changed between two runs. Status changes first
+//! (including cases only in one run), then numeric changes sorted by the size of the change in
+//! max ULP, then in max relative error.
+
+use super::json::Loaded;
+use super::{escape_xml, fmt_opt};
+use crate::expect::Status;
+use std::fmt::Write;
+
+/// One case that changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub id: String,
+    /// `None`: the case is not in that run.
+    pub before: Option<Status>,
+    pub after: Option<Status>,
+    pub ulp_before: Option<u64>,
+    pub ulp_after: Option<u64>,
+    pub rel_before: Option<f64>,
+    pub rel_after: Option<f64>,
+}
+
+impl Change {
+    pub fn status_changed(&self) -> bool {
+        self.before != self.after
+    }
+
+    /// |Δ max ULP|.
+    pub fn ulp_delta(&self) -> u64 {
+        self.ulp_before
+            .unwrap_or(0)
+            .abs_diff(self.ulp_after.unwrap_or(0))
+    }
+
+    /// |Δ max relative error| (inf when exactly one side is infinite).
+    pub fn rel_delta(&self) -> f64 {
+        let (a, b) = (
+            self.rel_before.unwrap_or(0.0),
+            self.rel_after.unwrap_or(0.0),
+        );
+        if a == b { 0.0 } else { (a - b).abs() }
+    }
+}
+
+/// The changes from `a` to `b`, in report order. Unchanged cases are left out.
+pub fn diff(a: &Loaded, b: &Loaded) -> (Vec<Change>, usize) {
+    let mut ids: Vec<&String> = a.cases.keys().chain(b.cases.keys()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut changes = Vec::new();
+    let mut unchanged = 0;
+    for id in ids {
+        let ra = a.cases.get(id).map(|(_, r)| r);
+        let rb = b.cases.get(id).map(|(_, r)| r);
+        let c = Change {
+            id: id.clone(),
+            before: ra.map(|r| r.status),
+            after: rb.map(|r| r.status),
+            ulp_before: ra.and_then(|r| r.max_ulp()),
+            ulp_after: rb.and_then(|r| r.max_ulp()),
+            rel_before: ra.and_then(|r| r.max_rel_err()),
+            rel_after: rb.and_then(|r| r.max_rel_err()),
+        };
+        if c.status_changed() || c.ulp_before != c.ulp_after || c.rel_before != c.rel_after {
+            changes.push(c);
+        } else {
+            unchanged += 1;
+        }
+    }
+    changes.sort_by(|x, y| {
+        y.status_changed()
+            .cmp(&x.status_changed())
+            .then_with(|| y.ulp_delta().cmp(&x.ulp_delta()))
+            .then_with(|| y.rel_delta().total_cmp(&x.rel_delta()))
+            .then_with(|| x.id.cmp(&y.id))
+    });
+    (changes, unchanged)
+}
+
+fn status(s: Option<Status>) -> &'static str {
+    s.map_or("(absent)", |s| s.name())
+}
+
+fn ulp(u: Option<u64>) -> String {
+    u.map_or("-".into(), |u| u.to_string())
+}
+
+fn rel(r: Option<f64>) -> String {
+    match r {
+        None => "-".into(),
+        Some(x) if x.is_infinite() => "inf".into(),
+        Some(x) => fmt_opt(Some(x)),
+    }
+}
+
+/// The text report.
+pub fn render_text(changes: &[Change], unchanged: usize) -> String {
+    let mut out = String::new();
+    let status_changes: Vec<&Change> = changes.iter().filter(|c| c.status_changed()).collect();
+    let numeric: Vec<&Change> = changes.iter().filter(|c| !c.status_changed()).collect();
+    let _ = writeln!(out, "status changes: {}", status_changes.len());
+    for c in &status_changes {
+        let _ = writeln!(
+            out,
+            "  {:<48} {:>8} -> {:<8}  max_ulp {} -> {}  max_rel {} -> {}",
+            c.id,
+            status(c.before),
+            status(c.after),
+            ulp(c.ulp_before),
+            ulp(c.ulp_after),
+            rel(c.rel_before),
+            rel(c.rel_after)
+        );
+    }
+    let _ = writeln!(out, "numeric changes: {}", numeric.len());
+    for c in &numeric {
+        let _ = writeln!(
+            out,
+            "  {:<48} {:<8} max_ulp {} -> {} (Δ{})  max_rel {} -> {}",
+            c.id,
+            status(c.after),
+            ulp(c.ulp_before),
+            ulp(c.ulp_after),
+            c.ulp_delta(),
+            rel(c.rel_before),
+            rel(c.rel_after)
+        );
+    }
+    let _ = writeln!(out, "unchanged: {unchanged}");
+    out
+}
+
+/// A self-contained HTML page of the same report.
+pub fn render_html(a_name: &str, b_name: &str, changes: &[Change], unchanged: usize) -> String {
+    let mut rows = String::new();
+    for c in changes {
+        let _ = writeln!(
+            rows,
+            "<tr class=\"{}\"><td>{}</td><td class=\"s-{}\">{}</td><td class=\"s-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            if c.status_changed() {
+                "status"
+            } else {
+                "numeric"
+            },
+            escape_xml(&c.id),
+            status(c.before),
+            status(c.before),
+            status(c.after),
+            status(c.after),
+            ulp(c.ulp_before),
+            ulp(c.ulp_after),
+            c.ulp_delta(),
+            rel(c.rel_before),
+            rel(c.rel_after)
+        );
+    }
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>trnconf diff</title><style>\
+body{{font:14px system-ui,sans-serif;margin:1.5em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-family:monospace}}\
+tr.status{{background:#fff4d6}}.s-pass{{color:#176c2c}}.s-fail,.s-error,.s-xpass{{color:#b00020;font-weight:bold}}.s-xfail,.s-skip{{color:#666}}\
+</style></head><body><h1>trnconf diff</h1><p>A: <code>{}</code><br>B: <code>{}</code></p>\
+<p>{} status changes, {} numeric changes, {} unchanged.</p>\
+<table id=\"diff\"><thead><tr><th>case</th><th>status A</th><th>status B</th><th>max ULP A</th><th>max ULP B</th><th>|Δ ULP|</th><th>max rel A</th><th>max rel B</th></tr></thead><tbody>\n{}</tbody></table></body></html>\n",
+        escape_xml(a_name),
+        escape_xml(b_name),
+        changes.iter().filter(|c| c.status_changed()).count(),
+        changes.iter().filter(|c| !c.status_changed()).count(),
+        unchanged,
+        rows
+    )
+}

@@ -1,0 +1,197 @@
+//! Reports of a run: the results file (JSON, written progressively as JSON Lines), JUnit XML,
+//! a self-contained HTML page, the diff of two runs, coverage tables and the end-of-run summary.
+//!
+//! Every report is built from [`CaseRecord`]s: the typed view of one case of a results file.
+//! Records are read back from files (for `--resume` and `trnconf diff`), so they are lenient:
+//! unknown fields are ignored, and a non-finite float (written by serde_json as `null`) reads
+//! as `None`. See docs/workflow.md ("Reports").
+
+pub mod coverage;
+pub mod diff;
+pub mod html;
+pub mod json;
+pub mod junit;
+pub mod summary;
+
+use crate::expect::Status;
+use crate::runner::Summary;
+use serde::{Deserialize, Serialize};
+
+/// Instructions executed per engine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Counts {
+    pub tensor: u64,
+    pub vector: u64,
+    pub scalar: u64,
+    pub gpsimd: u64,
+    pub dma: u64,
+}
+
+/// The first element that does not match.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MismatchRecord {
+    pub index: Vec<usize>,
+    pub actual: String,
+    pub expected: String,
+}
+
+/// The metrics of one output (a lenient view of `compare::OutputMetrics`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MetricRecord {
+    pub name: String,
+    pub kind: String,
+    pub passed: bool,
+    pub dtype: Option<String>,
+    pub shape: Vec<usize>,
+    pub numel: usize,
+    pub rtol: Option<f64>,
+    pub atol: Option<f64>,
+    /// `None`: not finite (a results file stores inf/NaN as `null`).
+    pub max_abs_err: Option<f64>,
+    /// `None`: not finite (e.g. an error where the golden value is 0).
+    pub max_rel_err: Option<f64>,
+    pub max_ulp: u64,
+    pub mismatches: u64,
+    pub nan_mismatches: u64,
+    pub inf_mismatches: u64,
+    pub first_mismatch: Option<MismatchRecord>,
+    pub message: String,
+}
+
+/// One case of a results file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseRecord {
+    pub id: String,
+    pub op: String,
+    pub dtype: String,
+    pub status: Status,
+    #[serde(default)]
+    pub expectation: Option<String>,
+    #[serde(default)]
+    pub metrics: Vec<MetricRecord>,
+    #[serde(default)]
+    pub instructions: Counts,
+    #[serde(default)]
+    pub wall_ms: f64,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl CaseRecord {
+    /// Outputs compared by value (elementwise with a tolerance).
+    fn value_metrics(&self) -> impl Iterator<Item = &MetricRecord> {
+        self.metrics.iter().filter(|m| m.kind == "values")
+    }
+
+    /// Max ULP distance over the value outputs; `None` when no output was compared by value.
+    pub fn max_ulp(&self) -> Option<u64> {
+        self.value_metrics().map(|m| m.max_ulp).max()
+    }
+
+    /// Max relative error over the value outputs (`inf` for a non-finite one); `None` when no
+    /// output was compared by value.
+    pub fn max_rel_err(&self) -> Option<f64> {
+        self.value_metrics()
+            .map(|m| m.max_rel_err.unwrap_or(f64::INFINITY))
+            .reduce(f64::max)
+    }
+
+    /// The op group (family of the core list), `other` for an op outside it.
+    pub fn group(&self) -> &'static str {
+        crate::ops::family_of(&self.op).unwrap_or("other")
+    }
+
+    /// The first line of the message.
+    pub fn headline(&self) -> &str {
+        self.message.lines().next().unwrap_or("")
+    }
+}
+
+/// Counts by status of some records.
+pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summary {
+    let mut s = Summary::default();
+    for r in records {
+        s.total += 1;
+        match r.status {
+            Status::Pass => s.passed += 1,
+            Status::Fail => s.failed += 1,
+            Status::XFail => s.xfailed += 1,
+            Status::XPass => s.xpassed += 1,
+            Status::Skip => s.skipped += 1,
+            Status::Error => s.errors += 1,
+        }
+    }
+    s
+}
+
+/// The order in which a status is "worse" (for aggregating a cell of cases).
+pub fn severity(s: Status) -> u8 {
+    match s {
+        Status::Pass => 0,
+        Status::Skip => 1,
+        Status::XFail => 2,
+        Status::Fail => 4,
+        Status::XPass => 3,
+        Status::Error => 5,
+    }
+}
+
+/// Escapes text for XML/HTML content and attribute values.
+pub fn escape_xml(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 forbids: replaced, so the document always parses.
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A short description of a float that may be non-finite.
+pub fn fmt_opt(x: Option<f64>) -> String {
+    match x {
+        Some(v) => format!("{v:.3e}"),
+        None => "inf".to_string(),
+    }
+}
+
+/// Peak resident memory of this process (VmHWM from /proc/self/status), in KiB.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_results_with_nulls() {
+        let v = serde_json::json!({"id": "a::f32::x_0", "op": "relu", "dtype": "f32", "status": "fail",
+            "metrics": [{"name": "output.0", "kind": "values", "max_rel_err": null, "max_ulp": 7, "extra": 1}],
+            "wall_ms": 1.5, "message": "m"});
+        let r: CaseRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(r.max_ulp(), Some(7));
+        assert_eq!(r.max_rel_err(), Some(f64::INFINITY));
+        assert_eq!(r.group(), "activation");
+    }
+
+    #[test]
+    fn xml_escaping() {
+        assert_eq!(
+            escape_xml("a<b & \"c\"\u{1}"),
+            "a&lt;b &amp; &quot;c&quot;\u{FFFD}"
+        );
+    }
+}

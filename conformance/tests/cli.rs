@@ -1,0 +1,566 @@
+//! The `trnconf` command line, end to end through the built binary: every command, its options
+//! and its bad-input paths. Most tests use `--filter` on small op subsets of the committed suite
+//! (or a two-case fixture) to keep the time modest.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+
+/// A filter of the committed suite with a handful of cases of a lowered op.
+const SMALL: &str = "relu::";
+
+#[test]
+fn every_command_has_help_with_examples() {
+    for cmd in [
+        &[][..],
+        &["run"],
+        &["diff"],
+        &["list"],
+        &["show"],
+        &["lower"],
+        &["coverage"],
+        &["sync-expectations"],
+    ] {
+        let mut args: Vec<&str> = cmd.to_vec();
+        args.push("--help");
+        let o = trnconf(&args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("Examples:"),
+            "{args:?} help has no examples:\n{}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn run_writes_json_junit_html_and_exit_status_follows_the_summary() {
+    let dir = TempDir::new("cli-run");
+    let (json, junit, html) = (
+        dir.path().join("r.json"),
+        dir.path().join("r.xml"),
+        dir.path().join("r.html"),
+    );
+    let o = trnconf(&[
+        "run",
+        "--filter",
+        SMALL,
+        "--jobs",
+        "2",
+        "--json",
+        s(&json),
+        "--junit",
+        s(&junit),
+        "--html",
+        s(&html),
+    ]);
+    let out = stdout(&o);
+    let v = read_json(&json);
+    let sum = &v["summary"];
+    let bad = sum["failed"].as_u64().unwrap()
+        + sum["xpassed"].as_u64().unwrap()
+        + sum["errors"].as_u64().unwrap();
+    assert_eq!(
+        code(&o),
+        if bad == 0 { 0 } else { 1 },
+        "{out}\n{}",
+        stderr(&o)
+    );
+    assert_eq!(v["format"], "trnconf-results/1");
+    assert_eq!(v["target"], "trn1");
+    let cases = v["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    assert_eq!(sum["total"].as_u64().unwrap() as usize, cases.len());
+    let ids: Vec<&str> = cases.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted by id");
+    for c in cases {
+        assert!(c["id"].as_str().unwrap().contains(SMALL));
+        for k in [
+            "op",
+            "dtype",
+            "status",
+            "metrics",
+            "instructions",
+            "wall_ms",
+            "message",
+        ] {
+            assert!(c.get(k).is_some(), "case has no {k}: {c}");
+        }
+        for e in ["tensor", "vector", "scalar", "gpsimd", "dma"] {
+            assert!(c["instructions"][e].is_u64());
+        }
+    }
+    assert!(
+        !dir.path().join("r.json.partial.jsonl").exists(),
+        "the partial file is folded in and removed"
+    );
+    // The end-of-run summary: the group table, the slowest cases, time and memory.
+    for want in [
+        "group",
+        "activation",
+        "slowest cases:",
+        "wall time",
+        "peak memory",
+        "VmHWM",
+    ] {
+        assert!(out.contains(want), "summary lacks {want:?}:\n{out}");
+    }
+    // Not a terminal: plain progress lines, no bar.
+    assert!(stderr(&o).contains("[trnconf]"), "{}", stderr(&o));
+    assert!(
+        std::fs::read_to_string(&junit)
+            .unwrap()
+            .starts_with("<?xml")
+    );
+    assert!(
+        std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("id=\"heatmap\"")
+    );
+}
+
+#[test]
+fn failures_exit_1_and_pass_exits_0() {
+    let dir = TempDir::new("cli-exit");
+    let golden = relu_golden(&dir.path().join("g"));
+    let ex = no_expectations(dir.path());
+    let json = dir.path().join("r.json");
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex),
+        "--json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("FAIL   relu::f32::hand_1"),
+        "{}",
+        stdout(&o)
+    );
+    let v = read_json(&json);
+    assert_eq!(v["summary"]["passed"], 1);
+    assert_eq!(v["summary"]["failed"], 1);
+    let failed = &v["cases"][1];
+    assert_eq!(failed["status"], "fail");
+    assert_eq!(failed["metrics"][0]["mismatches"], 1);
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex),
+        "--filter",
+        "hand_0",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn jobs_1_and_2_give_identical_results_apart_from_timings() {
+    let dir = TempDir::new("cli-jobs");
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let filter = "add.Tensor::";
+    let oa = trnconf(&["run", "--filter", filter, "--jobs", "1", "--json", s(&a)]);
+    let ob = trnconf(&["run", "--filter", filter, "--jobs", "2", "--json", s(&b)]);
+    assert_eq!(code(&oa), code(&ob));
+    let (va, vb) = (
+        without_timings(read_json(&a)),
+        without_timings(read_json(&b)),
+    );
+    assert!(va["cases"].as_array().unwrap().len() > 20);
+    assert_eq!(va, vb);
+}
+
+#[test]
+fn shards_split_the_cases_exactly_once() {
+    let dir = TempDir::new("cli-shard");
+    let filter = "::i32::";
+    let all = dir.path().join("all.json");
+    trnconf(&["run", "--filter", filter, "--json", s(&all)]);
+    let all_ids: Vec<String> = read_json(&all)["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    for i in 1..=3 {
+        let p = dir.path().join(format!("s{i}.json"));
+        let o = trnconf(&[
+            "run",
+            "--filter",
+            filter,
+            "--shard",
+            &format!("{i}/3"),
+            "--json",
+            s(&p),
+        ]);
+        assert!(code(&o) <= 1, "{}", stderr(&o));
+        let v = read_json(&p);
+        assert_eq!(v["shard"], format!("{i}/3"));
+        for c in v["cases"].as_array().unwrap() {
+            total += 1;
+            assert!(
+                seen.insert(c["id"].as_str().unwrap().to_string()),
+                "a case in two shards"
+            );
+        }
+    }
+    assert_eq!(total, all_ids.len());
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), all_ids);
+}
+
+#[test]
+fn target_trn2() {
+    let dir = TempDir::new("cli-target");
+    let p = dir.path().join("r.json");
+    let o = trnconf(&[
+        "run",
+        "--filter",
+        "relu::f32::",
+        "--target",
+        "trn2",
+        "--json",
+        s(&p),
+    ]);
+    assert!(code(&o) <= 1, "{}", stderr(&o));
+    let v = read_json(&p);
+    assert_eq!(v["target"], "trn2");
+    assert_eq!(v["executor"], "sim-trn2");
+    assert!(stdout(&o).contains("sim-trn2"));
+}
+
+#[test]
+fn resume_finishes_a_partial_file_and_gives_the_same_final_file() {
+    let dir = TempDir::new("cli-resume");
+    let filter = "abs::";
+    let full = dir.path().join("full.json");
+    let code_full = code(&trnconf(&["run", "--filter", filter, "--json", s(&full)]));
+    let full_v = read_json(&full);
+    let n = full_v["cases"].as_array().unwrap().len();
+    assert!(n >= 6);
+    // What a killed run leaves: the header, some finished cases, a line cut short.
+    let killed = dir.path().join("killed.json");
+    let header = serde_json::json!({"executor": full_v["executor"], "target": "trn1", "golden": full_v["golden"],
+        "filter": filter, "shard": null});
+    let mut partial = format!("{{\"trnconf_partial\":1,{}\n", &header.to_string()[1..]);
+    for c in full_v["cases"].as_array().unwrap().iter().take(n / 2) {
+        partial.push_str(&format!("{c}\n"));
+    }
+    partial.push_str(&full_v["cases"][n / 2].to_string()[..20]);
+    std::fs::write(common_partial(&killed), &partial).unwrap();
+    let o = trnconf(&["run", "--filter", filter, "--resume", s(&killed)]);
+    assert_eq!(code(&o), code_full, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "resuming: {} case(s) already done, {} to run",
+            n / 2,
+            n - n / 2
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!common_partial(&killed).exists());
+    assert_eq!(
+        without_timings(read_json(&killed)),
+        without_timings(full_v.clone())
+    );
+    // Resuming a finished file runs nothing and rewrites the same content.
+    let o = trnconf(&["run", "--filter", filter, "--resume", s(&killed)]);
+    assert!(stderr(&o).contains("to run"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("{n} case(s) already done, 0 to run")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(without_timings(read_json(&killed)), without_timings(full_v));
+}
+
+fn common_partial(p: &std::path::Path) -> std::path::PathBuf {
+    trnconf::report::json::partial_path(p)
+}
+
+#[test]
+fn a_killed_run_keeps_its_finished_cases() {
+    let dir = TempDir::new("cli-kill");
+    let p = dir.path().join("k.json");
+    let partial = common_partial(&p);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_trnconf"))
+        .args(["run", "--jobs", "1", "--json", s(&p), "--filter", "::f32::"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut lines = 0;
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        lines = std::fs::read_to_string(&partial)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if lines > 20 || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let finished = child.try_wait().unwrap().is_some();
+    let _ = child.kill();
+    let _ = child.wait();
+    if finished {
+        // Too fast to catch: nothing left to resume, the final file exists.
+        assert!(p.exists());
+        return;
+    }
+    eprintln!("killed after {lines} partial lines");
+    assert!(lines > 20);
+    let kept =
+        trnconf::report::json::load(&partial).expect("the partial file of a killed run reads back");
+    assert!(kept.cases.len() >= 20);
+    assert!(!p.exists(), "no final file before the end");
+}
+
+#[test]
+fn diff_orders_status_changes_then_numeric_changes() {
+    let dir = TempDir::new("cli-diff");
+    let a = dir.path().join("a.json");
+    trnconf(&["run", "--filter", "relu::f32::", "--json", s(&a)]);
+    let mut v = read_json(&a);
+    let cases = v["cases"].as_array_mut().unwrap();
+    assert!(cases.len() >= 3);
+    // Case 0 changes status; case 1 gains 3 ULP; case 2 gains 40 ULP.
+    cases[0]["status"] = "fail".into();
+    let with_metrics: Vec<usize> = (1..cases.len())
+        .filter(|&i| !cases[i]["metrics"].as_array().unwrap().is_empty())
+        .collect();
+    assert!(with_metrics.len() >= 2);
+    cases[with_metrics[0]]["metrics"][0]["max_ulp"] = 3.into();
+    cases[with_metrics[1]]["metrics"][0]["max_ulp"] = 40.into();
+    let b = dir.path().join("b.json");
+    std::fs::write(&b, serde_json::to_string(&v).unwrap()).unwrap();
+    let html = dir.path().join("d.html");
+    let o = trnconf(&["diff", s(&a), s(&b), "--html", s(&html)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let ids: Vec<&str> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let pos = |id: &str| out.find(id).unwrap_or_else(|| panic!("{id} not in\n{out}"));
+    assert!(out.contains("status changes: 1"), "{out}");
+    assert!(out.contains("numeric changes: 2"), "{out}");
+    assert!(
+        pos(ids[0]) < pos(ids[with_metrics[1]]),
+        "status changes first"
+    );
+    assert!(
+        pos(ids[with_metrics[1]]) < pos(ids[with_metrics[0]]),
+        "bigger ULP change first"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(ids[0]) && page.starts_with("<!DOCTYPE html>"));
+}
+
+#[test]
+fn list_ops_and_coverage() {
+    let o = trnconf(&["list", "--filter", SMALL]);
+    assert_eq!(code(&o), 0);
+    assert!(
+        stdout(&o)
+            .lines()
+            .all(|l| l.contains(SMALL) || l.starts_with("warning")),
+        "{}",
+        stdout(&o)
+    );
+    let o = trnconf(&["list", "--ops"]);
+    assert_eq!(code(&o), 0);
+    let index = trnconf::case::GoldenIndex::load(&trnconf::default_golden_dir()).unwrap();
+    let want = format!("{} ops, {} cases", index.ops().len(), index.cases.len());
+    assert!(stdout(&o).contains(&want), "{}", stdout(&o));
+    let dir = TempDir::new("cli-cov");
+    let r = dir.path().join("r.json");
+    trnconf(&["run", "--filter", SMALL, "--json", s(&r)]);
+    let o = trnconf(&["list", "--coverage", "--results", s(&r)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    // Every core overload has a line; relu has its dtypes.
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" cases ")).count(),
+        193,
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("relu ") && l.contains("f32:")),
+        "{out}"
+    );
+    assert!(out.contains("core overloads have cases"));
+    // The Markdown page.
+    let md = dir.path().join("coverage.md");
+    let o = trnconf(&["coverage", "--markdown", s(&md), "--results", s(&r)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let page = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        page.contains("# Core ATen coverage") && page.contains("| `relu` |"),
+        "{page}"
+    );
+}
+
+#[test]
+fn show_prints_call_program_counts_and_result() {
+    let o = trnconf(&["show", "add.Tensor::f32::hand_0"]);
+    let out = stdout(&o);
+    assert!(code(&o) <= 1, "{}", stderr(&o));
+    for want in [
+        "call     torch.ops.aten.add.Tensor(",
+        "inputs:",
+        "input.0",
+        "program  (trn1,",
+        "dma_copy",
+        "per engine:",
+        "result   ",
+    ] {
+        assert!(out.contains(want), "no {want:?} in\n{out}");
+    }
+    // One instruction per line with engine and operands with access patterns.
+    assert!(
+        out.lines()
+            .any(|l| l.contains(" vector ") || l.contains(" scalar ") || l.contains(" gpsimd ")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("dst=") && l.contains("src=hbm:")),
+        "{out}"
+    );
+}
+
+#[test]
+fn lower_emits_a_program_file() {
+    let dir = TempDir::new("cli-lower");
+    let p = dir.path().join("p.json");
+    let o = trnconf(&[
+        "lower",
+        "add.Tensor::f32::hand_0",
+        "--emit",
+        "json",
+        "-o",
+        s(&p),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let program =
+        trnsim::Program::from_json(&std::fs::read_to_string(&p).unwrap()).expect("a program file");
+    assert!(!program.instructions.is_empty());
+    let o = trnconf(&["lower", "add.Tensor::f32::hand_0", "--emit", "json"]);
+    assert!(trnsim::Program::from_json(&stdout(&o)).is_ok());
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_and_writes_nothing() {
+    let dir = TempDir::new("cli-bad");
+    let missing = dir.path().join("no-such-golden");
+    let keep = dir.path().join("keep.json");
+    std::fs::write(&keep, "precious").unwrap();
+    let bad_json = dir.path().join("bad.json");
+    std::fs::write(
+        &bad_json,
+        "{\"format\": \"trnconf-results/1\", \"cases\": [",
+    )
+    .unwrap();
+    let not_results = dir.path().join("other.json");
+    std::fs::write(&not_results, "{\"hello\": 1}").unwrap();
+
+    assert_bad_input(
+        &trnconf(&["run", "--golden", s(&missing), "--json", s(&keep)]),
+        "no-such-golden",
+    );
+    assert_bad_input(
+        &trnconf(&["list", "--golden", s(&missing)]),
+        "no-such-golden",
+    );
+    assert_bad_input(
+        &trnconf(&["show", "nope::f32::hand_0"]),
+        "unknown case `nope::f32::hand_0`",
+    );
+    assert_bad_input(
+        &trnconf(&["lower", "nope::f32::hand_0", "-o", s(&keep)]),
+        "unknown case",
+    );
+    assert_bad_input(
+        &trnconf(&["show", "x", "--golden", s(&missing)]),
+        "no-such-golden",
+    );
+    assert_bad_input(&trnconf(&["diff", s(&bad_json), s(&bad_json)]), "bad.json");
+    assert_bad_input(
+        &trnconf(&["diff", s(&not_results), s(&bad_json)]),
+        "other.json",
+    );
+    assert_bad_input(
+        &trnconf(&["diff", s(&missing), s(&bad_json)]),
+        "no-such-golden",
+    );
+    assert_bad_input(
+        &trnconf(&["run", "--filter", SMALL, "--resume", s(&bad_json)]),
+        "bad.json",
+    );
+    assert_bad_input(
+        &trnconf(&[
+            "run",
+            "--filter",
+            SMALL,
+            "--resume",
+            s(&dir.path().join("none.json")),
+        ]),
+        "none.json",
+    );
+    assert_bad_input(
+        &trnconf(&["run", "--filter", SMALL, "--json", "/no/such/dir/r.json"]),
+        "/no/such/dir",
+    );
+    assert_bad_input(
+        &trnconf(&[
+            "coverage",
+            "--markdown",
+            s(&keep),
+            "--results",
+            s(&bad_json),
+        ]),
+        "bad.json",
+    );
+    // A resume file run for another target.
+    let t1 = dir.path().join("t1.json");
+    trnconf(&["run", "--filter", "relu::f32::hand_0", "--json", s(&t1)]);
+    let before = std::fs::read_to_string(&t1).unwrap();
+    assert_bad_input(
+        &trnconf(&[
+            "run",
+            "--filter",
+            "relu::f32::hand_0",
+            "--target",
+            "trn2",
+            "--resume",
+            s(&t1),
+        ]),
+        "trn1",
+    );
+    assert_eq!(std::fs::read_to_string(&t1).unwrap(), before);
+    assert_bad_input(
+        &trnconf(&["run", "--filter", "no-such-op::", "--json", s(&keep)]),
+        "matches no case",
+    );
+    // clap's usage errors are exit 2 as well.
+    assert_eq!(code(&trnconf(&["run", "--shard", "4/3"])), 2);
+    assert_eq!(code(&trnconf(&["run", "--target", "trn9"])), 2);
+    assert_eq!(
+        std::fs::read_to_string(&keep).unwrap(),
+        "precious",
+        "nothing overwritten"
+    );
+    assert!(!trnconf::report::json::partial_path(&keep).exists());
+    assert!(!dir.path().join("bad.json.partial.jsonl").exists());
+}
