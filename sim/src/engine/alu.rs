@@ -8,6 +8,17 @@ use crate::error::ErrorKind;
 use crate::exec::{Denormals, NanMaxMin, Numerics};
 use crate::program::AluOp;
 
+/// The NaN every arithmetic ALU result that is NaN becomes. When both operands are NaN, IEEE
+/// leaves open which one propagates (and LLVM may commute the operation), so the simulator writes
+/// one canonical quiet NaN to stay deterministic across builds. The hardware's NaN bits are
+/// unpublished; NaN is compared by class everywhere downstream.
+pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);
+
+#[inline]
+fn canon(r: f32) -> f32 {
+    if r.is_nan() { CANONICAL_NAN } else { r }
+}
+
 #[inline]
 fn ftz(x: f32, n: &Numerics) -> f32 {
     if n.denormals == Denormals::FlushToZero && x.is_subnormal() { 0.0f32.copysign(x) } else { x }
@@ -58,7 +69,7 @@ pub fn apply_f32(op: AluOp, a: f32, b: f32, n: &Numerics) -> f32 {
             apply_bits(op, ai as u32, bi as u32, 32) as i32 as f32
         }
     };
-    ftz(r, n)
+    canon(ftz(r, n))
 }
 
 /// `a[i] = apply_f32(op, a[i], b[i], n)` over whole slices, bit-identical to the element-wise
@@ -69,9 +80,9 @@ pub fn apply_f32_inplace(op: AluOp, a: &mut [f32], b: &[f32], n: &Numerics) {
         a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
     }
     match (op, n.denormals) {
-        (AluOp::Add, Denormals::Preserve) => zip(a, b, |x, y| x + y),
-        (AluOp::Subtract, Denormals::Preserve) => zip(a, b, |x, y| x - y),
-        (AluOp::Multiply, Denormals::Preserve) => zip(a, b, |x, y| x * y),
+        (AluOp::Add, Denormals::Preserve) => zip(a, b, |x, y| canon(x + y)),
+        (AluOp::Subtract, Denormals::Preserve) => zip(a, b, |x, y| canon(x - y)),
+        (AluOp::Multiply, Denormals::Preserve) => zip(a, b, |x, y| canon(x * y)),
         _ => zip(a, b, |x, y| apply_f32(op, x, y, n)),
     }
 }
@@ -240,5 +251,27 @@ mod tests {
         assert_eq!(apply_int(AluOp::Add, i32::MAX as i64, 1).unwrap(), i32::MIN as i64);
         assert_eq!(apply_int(AluOp::Multiply, 65_536, 65_536).unwrap(), 0);
         assert!(apply_int(AluOp::Reciprocal, 2, 0).is_err());
+    }
+}
+
+#[cfg(test)]
+mod nan_tests {
+    use super::*;
+
+    #[test]
+    fn nan_results_are_canonical_whatever_the_operands() {
+        let n = Numerics::default();
+        let neg_payload = f32::from_bits(0xFFC0_1234);
+        let pos_payload = f32::from_bits(0x7F80_0001);
+        for op in [AluOp::Add, AluOp::Subtract, AluOp::Multiply] {
+            let r = apply_f32(op, neg_payload, pos_payload, &n);
+            assert_eq!(r.to_bits(), CANONICAL_NAN.to_bits(), "{op:?}");
+            let mut a = [neg_payload, f32::INFINITY, 1.0];
+            apply_f32_inplace(op, &mut a, &[pos_payload, f32::NEG_INFINITY, 2.0], &n);
+            assert_eq!(a[0].to_bits(), CANONICAL_NAN.to_bits(), "{op:?} in place");
+        }
+        // inf - inf and 0 * inf are NaN too.
+        assert_eq!(apply_f32(AluOp::Add, f32::INFINITY, f32::NEG_INFINITY, &n).to_bits(), CANONICAL_NAN.to_bits());
+        assert_eq!(apply_f32(AluOp::Multiply, 0.0, f32::INFINITY, &n).to_bits(), CANONICAL_NAN.to_bits());
     }
 }
