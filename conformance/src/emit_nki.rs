@@ -27,17 +27,23 @@
 //! `# [index] engine opcode` comment. Legacy `nisa.*` calls return a tile that is assigned into
 //! the destination view (`dst[...] = nisa.tensor_tensor(...)`), with `dtype=` the destination's
 //! dtype (the cast on write); `nc_matmul` with `accumulate` is `dst[...] += nisa.nc_matmul(...)`.
-//! DMA is `nisa.dma_copy(dst=…, src=…)` (`dst_rmw_op=np.add` for an accumulating DMA). The
-//! `wait` lists are not emitted: NKI derives the synchronisation from the dataflow.
+//! DMA is `nisa.dma_copy(dst=…, src=…)` (`dst_rmw_op=np.add` for an accumulating DMA); an
+//! indirect DMA indexes its HBM side with the SBUF index tile as a dynamic index
+//! (`t_flat[row_step * idx[0:R, k:k+1] + base + nl.arange(n)[None, :]]`) and adds
+//! `oob_mode=nisa.oob_mode.error | skip`. The `wait` lists are not emitted: NKI derives the
+//! synchronisation from the dataflow.
 //! Supported: `nc_matmul`, `nc_transpose`, `tensor_tensor`, `tensor_scalar`,
 //! `scalar_tensor_tensor`, `tensor_reduce`, `tensor_tensor_scan`, `tensor_scalar_reduce`,
 //! `tensor_copy`, `tensor_copy_predicated` (writes its `dst=` in place: unselected elements keep
 //! their value), `reciprocal`, `memset`, `iota`, `affine_select` (predicate `(affine) cmp 0`),
 //! `activation`, `tensor_partition_reduce`, `bn_stats`, `bn_aggr`, `max8`, `select_reduce`,
-//! `set_rng_seed` / `rng` / `dropout` (trnsim's PCG32
-//! generator in the stand-in; the hardware PRNG is unpublished, so on a device these give other
-//! random numbers), direct `dma_copy`. Anything else (and indirect DMA)
-//! returns [`EmitError::Unsupported`] naming the opcode.
+//! `set_rng_seed` / `rng` / `dropout` (trnsim's PCG32 generator in the stand-in; the hardware
+//! PRNG is unpublished, so on a device these give other random numbers), `dma_copy` (direct, and
+//! indirect with one free dimension per row). Anything else returns [`EmitError::Unsupported`]
+//! naming the instruction's index and opcode.
+//!
+//! Not verified against `neuronx-cc` (no Neuron SDK here): docs/hardware.md §1.4 lists what to
+//! check on the first hardware night.
 //!
 //! The emitted source runs on the numpy stand-in (`conformance/pyexec/nki_standin`), which
 //! implements exactly this subset with trnsim's numerics; see docs/hardware.md.
@@ -468,6 +474,47 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// The indirect side of a gather/scatter DMA: row `r` of `rows` starts `index[r]·row_step`
+    /// elements past the operand's offset and walks its (single) free dimension; the index tile
+    /// is used as a dynamic index, `t_flat[row_step * idx[0:R, k:k+1] + base + nl.arange(n)[None, :]]`
+    /// (an index tile of another layout is read in element order: `idx[…].reshape((R, 1))`).
+    /// `Err(reason)` when the form is not emitted.
+    fn indirect_ap(
+        &self,
+        ap: &AccessPattern,
+        rows: usize,
+        ind: &trnsim::Indirect,
+    ) -> Result<Result<String, EmitError>, String> {
+        let MemSpace::Hbm(t) = &ap.mem else {
+            return Err("the indirect side of a DMA must be in HBM".into());
+        };
+        let free = free_dims(ap);
+        if free.len() != 1 {
+            return Err(
+                "indirect DMA rows with more than one free dimension are not emitted".into(),
+            );
+        }
+        if ind.index.num_elems() != rows {
+            return Err(format!("{} indices for {rows} rows", ind.index.num_elems()));
+        }
+        let Some(py) = self.hbm_names.get(t) else {
+            return Ok(Err(EmitError::Invalid(format!(
+                "HBM tensor `{t}` is not declared"
+            ))));
+        };
+        let idx = match self.ap(&ind.index) {
+            // Indices laid out other than one per partition are taken in element order.
+            Ok(e) if ind.index.partitions != rows => format!("{e}.reshape(({rows}, 1))"),
+            Ok(e) => e,
+            Err(e) => return Ok(Err(e)),
+        };
+        let [step, num] = free[0];
+        let n = num.max(0) as usize;
+        let base = ap.offset as i64 / ap.dtype.size() as i64;
+        let terms = [(ind.row_step, rows, idx), (step, n, arange(n, 1, 2))];
+        Ok(Ok(format!("{py}_flat[{}]", affine(base, &terms))))
+    }
+
     fn scalar(&self, s: &ScalarOperand) -> Result<String, EmitError> {
         match s {
             ScalarOperand::Imm(v) => Ok(py_float(*v)),
@@ -495,21 +542,38 @@ impl<'a> Emitter<'a> {
         let eng = nisa_engine(engine);
         Ok(match op {
             Op::DmaCopy(i) => {
-                if i.indirect.is_some() {
-                    return Err(unsupported(
-                        "indirect (gather/scatter) DMA is not emitted yet",
-                    ));
-                }
                 let rmw = if i.accumulate {
                     ", dst_rmw_op=np.add"
                 } else {
                     ""
                 };
-                format!(
-                    "nisa.dma_copy(dst={}, src={}{rmw})",
-                    self.ap(&i.dst)?,
-                    self.ap(&i.src)?
-                )
+                match &i.indirect {
+                    None => format!(
+                        "nisa.dma_copy(dst={}, src={}{rmw})",
+                        self.ap(&i.dst)?,
+                        self.ap(&i.src)?
+                    ),
+                    Some(ind) => {
+                        let (direct, indirect) = match ind.side {
+                            trnsim::IndirectSide::Src => (&i.dst, &i.src),
+                            trnsim::IndirectSide::Dst => (&i.src, &i.dst),
+                        };
+                        let ind_expr = self
+                            .indirect_ap(indirect, direct.partitions, ind)
+                            .map_err(|r| unsupported(&r))??;
+                        let (dst, src) = match ind.side {
+                            trnsim::IndirectSide::Src => (self.ap(&i.dst)?, ind_expr),
+                            trnsim::IndirectSide::Dst => (ind_expr, self.ap(&i.src)?),
+                        };
+                        let oob = match ind.oob {
+                            trnsim::OobMode::Error => "error",
+                            trnsim::OobMode::Skip => "skip",
+                        };
+                        format!(
+                            "nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})"
+                        )
+                    }
+                }
             }
             Op::NcMatmul(i) => {
                 let assign = if i.accumulate { "+=" } else { "=" };
@@ -822,12 +886,7 @@ impl<'a> Emitter<'a> {
                 | Op::Max8(_)
                 | Op::SelectReduce(_)
                 | Op::TensorPartitionReduce(_) => Ok(()),
-                Op::DmaCopy(d) if d.indirect.is_none() => Ok(()),
-                Op::DmaCopy(_) => Err(EmitError::Unsupported {
-                    index: idx,
-                    opcode: op.name().into(),
-                    reason: "indirect (gather/scatter) DMA is not emitted yet".into(),
-                }),
+                Op::DmaCopy(_) => Ok(()),
                 other => Err(EmitError::Unsupported {
                     index: idx,
                     opcode: other.name().into(),

@@ -496,6 +496,82 @@ fn vector_stats_select() -> Program {
     p
 }
 
+/// Indirect DMA: a gather of table rows by an index tile (one index out of range, skipped), then
+/// a scatter-add of those rows into an output with a duplicated index (rows add in order) and an
+/// out-of-range one (skipped).
+fn gather_scatter() -> Program {
+    let (rows, n) = (6usize, 8i64);
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("table", DType::F32, &[10, n as usize], HbmRole::Input);
+    p.declare("idx", DType::I32, &[rows, 1], HbmRole::Input);
+    p.declare("out", DType::Bf16, &[4, n as usize], HbmRole::Output);
+    let idx = sbuf(DType::I32, 0, rows, 0, vec![[1, 1]]);
+    let g = sbuf(DType::F32, 0, rows, 64, vec![[1, n]]);
+    let dma = |p: &mut Program, dst, src, accumulate, indirect| {
+        p.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst,
+                src,
+                accumulate,
+                indirect,
+            }),
+        );
+    };
+    dma(
+        &mut p,
+        idx.clone(),
+        hbm_rows("idx", DType::I32, rows, 1),
+        false,
+        None,
+    );
+    p.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: g.clone(),
+            value: -1.0,
+        }),
+    );
+    let skip = |side| {
+        Some(trnsim::Indirect {
+            side,
+            index: idx.clone(),
+            row_step: n,
+            oob: trnsim::OobMode::Skip,
+        })
+    };
+    dma(
+        &mut p,
+        g.clone(),
+        hbm_rows("table", DType::F32, 1, n as usize),
+        false,
+        skip(trnsim::IndirectSide::Src),
+    );
+    let out = sbuf(DType::Bf16, 0, 4, 128, vec![[1, n]]);
+    p.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: out.clone(),
+            value: 0.5,
+        }),
+    );
+    dma(
+        &mut p,
+        hbm_rows("out", DType::Bf16, 4, n as usize),
+        out,
+        false,
+        None,
+    );
+    dma(
+        &mut p,
+        hbm_rows("out", DType::Bf16, 1, n as usize),
+        g,
+        true,
+        skip(trnsim::IndirectSide::Dst),
+    );
+    p
+}
+
 // ---------------------------------------------------------------------------------------------
 // Inputs.
 
@@ -800,6 +876,23 @@ fn vector_stats_selection_and_rng() {
     );
 }
 
+#[test]
+fn indirect_gather_and_scatter_add() {
+    let p = gather_scatter();
+    let mut inputs = inputs_for(&p, 10, 3.0, false);
+    let idx: Vec<i32> = vec![2, 11, 0, 2, -1, 3];
+    inputs.insert(
+        "idx".into(),
+        HostTensor {
+            dtype: DType::I32,
+            shape: vec![6, 1],
+            data: idx.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        },
+    );
+    let k = check("indirect_gather_and_scatter_add", &p, &inputs, true);
+    assert!(k.contains("oob_mode=nisa.oob_mode.skip"), "{k}");
+}
+
 /// The kernel's interface: inputs in declaration order as sanitized parameters, outputs in
 /// shared HBM and returned in order.
 #[test]
@@ -851,7 +944,10 @@ fn unsupported_programs_are_refused() {
         Engine::Dma,
         Op::DmaCopy(DmaCopy {
             dst: sbuf(DType::F32, 0, 4, 64, vec![[1, 8]]),
-            src: hbm_rows("t", DType::F32, 1, 8),
+            src: AccessPattern {
+                free: vec![[8, 1], [1, 8]],
+                ..hbm_rows("t", DType::F32, 1, 8)
+            },
             accumulate: false,
             indirect: Some(trnsim::Indirect {
                 side: trnsim::IndirectSide::Src,

@@ -52,7 +52,18 @@ def _b2f(x):
     return np.asarray(x, dtype=np.float32)
 
 
+# The simulator writes one canonical quiet NaN for every arithmetic ALU result that is NaN
+# (sim/src/engine/alu.rs CANONICAL_NAN): which NaN IEEE propagates is otherwise unspecified.
+CANONICAL_NAN = np.array([0x7FC00000], dtype=np.uint32).view(np.float32)[0]
+
+
 def alu(op, a, b):
+    """`a op b` in fp32, with NaN results canonical as the simulator writes them."""
+    r = _alu_raw(op, a, b)
+    return np.where(np.isnan(r), CANONICAL_NAN, r).astype(np.float32)
+
+
+def _alu_raw(op, a, b):
     """`a op b` in fp32 (numpy float32 arithmetic is IEEE round to nearest even)."""
     name = op.name
     a = np.asarray(a, dtype=np.float32)
@@ -485,12 +496,58 @@ def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, 
     return Result(y)
 
 
-def dma_copy(dst, src, dst_rmw_op=None, **_kw):
+class oob_mode:  # noqa: N801  (NKI's name)
+    error = "error"
+    skip = "skip"
+
+
+def _positions(view):
+    """Flat element positions of a view in its tensor, and which rows are in bounds (an
+    indirect index may point outside the tensor)."""
+    size = view.tensor.bits.size
+    idx = view.idx
+    if isinstance(idx, np.ndarray) and view.tensor.bits.ndim == 1:
+        pos = np.asarray(idx, dtype=np.int64)
+    else:
+        pos = np.arange(size, dtype=np.int64).reshape(view.tensor.bits.shape)[idx]
+    rows = pos.shape[0] if pos.ndim else 1
+    pos = pos.reshape(rows, -1)
+    return pos, ((pos >= 0) & (pos < size)).all(axis=1)
+
+
+def _indirect_copy(dst, src, rmw, oob):
+    """Gather/scatter, row by row in order (trnsim's dma.rs): an out-of-bounds row is an error
+    or skipped; duplicate scatter rows overwrite (or add) in order."""
+    dpos, dok = _positions(dst)
+    spos, sok = _positions(src)
+    dflat = dst.tensor.bits.reshape(-1)
+    sflat = src.tensor.bits.reshape(-1)
+    for r in range(dpos.shape[0]):
+        if not (dok[r] and sok[r]):
+            if oob == "skip":
+                continue
+            raise IndexError(f"indirect DMA row {r} addresses outside the tensor")
+        sb = sflat[spos[r]]
+        if rmw is not None:
+            with np.errstate(all="ignore"):
+                v = nm.decode(dflat[dpos[r]], dst.dtype) + nm.decode(sb, src.dtype)
+            dflat[dpos[r]] = nm.encode(v, dst.dtype)
+        elif src.dtype is dst.dtype:
+            dflat[dpos[r]] = sb
+        else:
+            dflat[dpos[r]] = nm.encode(nm.decode(sb, src.dtype), dst.dtype)
+
+
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, **_kw):
     """DMA: elements matched in order; same dtype is a bit copy, else through fp32;
-    `dst_rmw_op=np.add` adds in fp32 at the destination."""
+    `dst_rmw_op=np.add` adds in fp32 at the destination. With `oob_mode` (emitted for indirect
+    DMAs) the copy goes row by row."""
+    if dst_rmw_op is not None and dst_rmw_op is not np.add:
+        raise NotImplementedError(f"dst_rmw_op={dst_rmw_op}")
+    if oob_mode is not None:
+        _indirect_copy(dst, src, dst_rmw_op, oob_mode)
+        return
     if dst_rmw_op is not None:
-        if dst_rmw_op is not np.add:
-            raise NotImplementedError(f"dst_rmw_op={dst_rmw_op}")
         a = dst.f32().reshape(-1)
         b = as_f32(src).reshape(-1)
         with np.errstate(all="ignore"):
@@ -612,7 +669,8 @@ def _group_stats(g):
 def bn_stats(data, dtype=None, **_kw):
     p = data.shape[0]
     x = _rows(data.f32(), p)
-    return Result(np.concatenate([_group_stats(x[:, 0::2]), _group_stats(x[:, 1::2])], axis=1))
+    out = np.concatenate([_group_stats(x[:, 0::2]), _group_stats(x[:, 1::2])], axis=1)
+    return Result(np.where(np.isnan(out), CANONICAL_NAN, out).astype(np.float32))
 
 
 def bn_aggr(data, dtype=None, **_kw):
@@ -635,7 +693,8 @@ def bn_aggr(data, dtype=None, **_kw):
                 m2 = f32(f32(m2 + m2b) + corr)
                 n = nn
             out[q] = (np.nan, np.nan) if n == 0 else (mean, f32(m2 / n))
-    return Result(out)
+    # The simulator folds through its ALU, whose NaN results are canonical.
+    return Result(np.where(np.isnan(out), CANONICAL_NAN, out).astype(np.float32))
 
 
 def max8(src, dtype=None, **_kw):

@@ -111,6 +111,23 @@ class View:
         a = np.asarray(idx0)
         return np.broadcast_to(a, a.shape[:1] + (1,) * (a.ndim - 1)).reshape(a.shape[0], -1)[:, 0][:p]
 
+    # A view used as a dynamic index (indirect DMA): its values, exact for integer tiles.
+    def values(self):
+        return nm.to_i64(self.bits(), self.dtype) if self.dtype.is_int else self.f32()
+
+    def __mul__(self, k):
+        return self.values() * k
+
+    __rmul__ = __mul__
+
+    def __add__(self, k):
+        return self.values() + k
+
+    __radd__ = __add__
+
+    def reshape(self, shape):
+        return self.values().reshape(shape)
+
     def __iadd__(self, other):
         # `t[idx] += x`: Python reads t[idx] (this view), adds, and assigns the sum back.
         a = self.f32()
