@@ -26,11 +26,17 @@ fn core_list() -> &'static [CoreOp] {
     LIST.get_or_init(|| {
         // The file is part of the crate: failing to parse it is a build defect, caught by the
         // unit test below, not bad user input.
-        let parsed: CoreList = serde_json::from_str(CORE_ATEN_JSON).expect("embedded core op list parses");
+        let parsed: CoreList =
+            serde_json::from_str(CORE_ATEN_JSON).expect("embedded core op list parses");
         let mut ops: Vec<CoreOp> = parsed
             .groups
             .into_iter()
-            .flat_map(|(family, names)| names.into_iter().map(move |name| CoreOp { name, family: family.clone() }))
+            .flat_map(|(family, names)| {
+                names.into_iter().map(move |name| CoreOp {
+                    name,
+                    family: family.clone(),
+                })
+            })
             .collect();
         ops.sort_by(|a, b| a.name.cmp(&b.name));
         debug_assert_eq!(ops.len(), parsed.count);
@@ -45,12 +51,17 @@ pub fn core_ops() -> &'static [CoreOp] {
 
 /// Whether `name` is one of the core overloads (`add.Tensor`, `relu`, ...).
 pub fn is_core_op(name: &str) -> bool {
-    core_list().binary_search_by(|o| o.name.as_str().cmp(name)).is_ok()
+    core_list()
+        .binary_search_by(|o| o.name.as_str().cmp(name))
+        .is_ok()
 }
 
 /// The family an op is grouped under (`binary`, `reduction`, ...).
 pub fn family_of(name: &str) -> Option<&'static str> {
-    core_list().binary_search_by(|o| o.name.as_str().cmp(name)).ok().map(|i| core_list()[i].family.as_str())
+    core_list()
+        .binary_search_by(|o| o.name.as_str().cmp(name))
+        .ok()
+        .map(|i| core_list()[i].family.as_str())
 }
 
 /// Names of all core ops.
@@ -58,11 +69,37 @@ pub fn core_op_names() -> BTreeSet<&'static str> {
     core_list().iter().map(|o| o.name.as_str()).collect()
 }
 
-/// Ops that only query metadata (sizes, strides, contiguity). A backend answers them from the
-/// tensor's metadata at trace time, so their programs legitimately run no compute-engine
-/// instruction. This is the one exception to the runner's "no compute-engine work" check.
-pub const METADATA_ONLY_OPS: &[&str] =
-    &["sym_size.int", "sym_stride.int", "sym_numel", "sym_storage_offset", "sym_is_contiguous"];
+/// The ops exempt from the runner's "no compute-engine work" check, for one of two reasons:
+/// * metadata queries (`metadata` family: sizes, strides, contiguity) — a backend answers them
+///   from the tensor's metadata at trace time; their programs run no instruction at all;
+/// * data movement only (`shape` family): a view/copy is a DMA program on Trainium — the output
+///   is the input's elements rearranged by DMA access patterns (strides, negative steps for
+///   `flip`, stride 0 for `expand`/`repeat`), checked element by element; routing the bytes
+///   through a compute engine would change nothing. These programs still run DMA instructions.
+pub const METADATA_ONLY_OPS: &[&str] = &[
+    // metadata queries
+    "sym_size.int",
+    "sym_stride.int",
+    "sym_numel",
+    "sym_storage_offset",
+    "sym_is_contiguous",
+    // data movement only: a view/copy is a DMA program on Trainium
+    "alias",
+    "as_strided",
+    "view",
+    "permute",
+    "expand",
+    "squeeze.dim",
+    "squeeze.dims",
+    "unsqueeze",
+    "select.int",
+    "slice.Tensor",
+    "diagonal",
+    "split_with_sizes",
+    "cat",
+    "flip",
+    "repeat",
+];
 
 #[cfg(test)]
 mod tests {
@@ -84,7 +121,7 @@ mod tests {
         assert!(!is_core_op("add"));
         assert_eq!(family_of("div.Scalar"), Some("binary"));
         for op in METADATA_ONLY_OPS {
-            assert_eq!(family_of(op), Some("metadata"), "{op}");
+            assert!(matches!(family_of(op), Some("metadata" | "shape")), "{op}");
         }
     }
 }

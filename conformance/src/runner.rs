@@ -106,6 +106,16 @@ fn finish_case(
     };
     let outcome = if expectation.is_some_and(|e| e.status == expect::ExpectedStatus::Skip) {
         raw(Outcome::Pass, "")
+    } else if let Some(run) = executor.run_case(&case) {
+        // A case-level (process) executor; `unsupported` is a missing capability: skipped.
+        match case_level_outcome(&case, run, executor, result) {
+            Ok(r) => r,
+            Err(why) => {
+                result.status = Status::Skip;
+                result.message = why;
+                return;
+            }
+        }
     } else {
         execute_case(&case, executor, result)
     };
@@ -160,6 +170,36 @@ fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResul
     let cmp = compare::compare_case(case, &actual);
     result.metrics = cmp.outputs;
     if cmp.passed { raw(Outcome::Pass, "") } else { raw(Outcome::Fail, cmp.message) }
+}
+
+/// Compares what a case-level executor returned (docs/executor-protocol.md) with the same code as
+/// the simulator's outputs. `Err`: the executor answered `unsupported` (the reason).
+fn case_level_outcome(
+    case: &Case,
+    run: Result<crate::executor::CaseOutputs, crate::executor::ExecFailure>,
+    executor: &dyn CaseExecutor,
+    result: &mut CaseResult,
+) -> Result<Raw, String> {
+    use crate::executor::FailureKind;
+    let file = case.file.display();
+    let out = match run {
+        Ok(o) => o,
+        Err(f) if f.kind == FailureKind::Unsupported => return Err(format!("unsupported: {}", f.message)),
+        Err(f) => return Ok(raw(Outcome::Error, format!("{file}: {f}"))),
+    };
+    let mut actual = ActualOutputs { tensors: out.tensors, values: out.values, rerun: None };
+    if let crate::case::Check::Properties { props } = &case.check
+        && props.deterministic == Some(true)
+    {
+        match executor.run_case(case) {
+            Some(Ok(o)) => actual.rerun = Some(o.tensors),
+            Some(Err(f)) => return Ok(raw(Outcome::Error, format!("{file}: second run: {f}"))),
+            None => return Ok(raw(Outcome::Error, format!("{file}: second run: executor stopped running cases"))),
+        }
+    }
+    let cmp = compare::compare_case(case, &actual);
+    result.metrics = cmp.outputs;
+    Ok(if cmp.passed { raw(Outcome::Pass, "") } else { raw(Outcome::Fail, cmp.message) })
 }
 
 /// A compute op must make the engines compute: a program of only DMAs would mean the result was

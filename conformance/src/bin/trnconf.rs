@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use trnconf::case::{Case, GoldenIndex, IndexEntry};
+use trnconf::executor::process::{ProcessConfig, ProcessExecutor};
 use trnconf::executor::{CaseExecutor, SimExecutor};
 use trnconf::expect::Expectations;
 use trnconf::report::json::{self as results, Loaded, PartialWriter, RunInfo};
@@ -178,6 +179,18 @@ enum Command {
         /// Print every case, not only those that did not match their expectation.
         #[arg(long, short)]
         verbose: bool,
+        /// `sim` (lower and run on the trnsim simulator), or `process:CMD`: run each case's ATen
+        /// call in a child process speaking docs/executor-protocol.md, e.g.
+        /// `process:"python conformance/pyexec/trnconf_executor.py --device cpu"`.
+        #[arg(long, default_value = "sim", value_name = "sim|process:CMD")]
+        executor: String,
+        /// With --executor process: `torch` (the ATen op on the device), `nki` (emitted kernels),
+        /// or `echo` (PROTOCOL TEST ONLY: returns the golden outputs; never a conformance result).
+        #[arg(long, default_value = "torch", value_parser = ["torch", "nki", "echo"])]
+        mode: String,
+        /// With --executor process: seconds per case before the executor is killed (timeout).
+        #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+        timeout: f64,
     },
     /// Compare two results files case by case.
     #[command(after_help = DIFF_EXAMPLES)]
@@ -282,6 +295,9 @@ fn main() -> ExitCode {
             expectations,
             slowest,
             verbose,
+            executor,
+            mode,
+            timeout,
         } => run(RunArgs {
             golden: golden.golden,
             filter,
@@ -295,6 +311,9 @@ fn main() -> ExitCode {
             expectations,
             slowest,
             verbose,
+            executor,
+            mode,
+            timeout,
         }),
         Command::Diff { a, b, html } => diff(&a, &b, html.as_deref()),
         Command::List {
@@ -385,6 +404,45 @@ struct RunArgs {
     expectations: Option<PathBuf>,
     slowest: usize,
     verbose: bool,
+    executor: String,
+    mode: String,
+    timeout: f64,
+}
+
+struct ExecutorArgs {
+    executor: String,
+    mode: String,
+    timeout: f64,
+    target: TargetName,
+}
+
+/// The executor `--executor` names (the process executor after its handshake).
+fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
+    if a.executor == "sim" {
+        return Ok(Box::new(SimExecutor::new(a.target)));
+    }
+    let Some(cmd) = ProcessExecutor::parse_spec(&a.executor) else {
+        return Err(bad_input(format!("--executor `{}`: expected `sim` or `process:CMD`", a.executor)));
+    };
+    if !(a.timeout > 0.0 && a.timeout.is_finite()) {
+        return Err(bad_input(format!("--timeout {}: must be a positive number of seconds", a.timeout)));
+    }
+    let mut config = ProcessConfig::new(cmd, a.mode.clone());
+    config.timeout = Duration::from_secs_f64(a.timeout);
+    config.target = a.target;
+    let ex = ProcessExecutor::new(config).map_err(bad_input)?;
+    let hello = ex.hello().map_err(bad_input)?;
+    eprintln!(
+        "executor: {cmd}\n  protocol {}, platform {}, sdk {}",
+        hello["protocol"], hello["platform"], hello["sdk"]
+    );
+    if let Err(why) = ProcessExecutor::mode_available(&hello, &a.mode) {
+        eprintln!("  mode `{}` cannot run here: {why} (every case will be skipped as unsupported)", a.mode);
+    }
+    if a.mode == "echo" {
+        eprintln!("  mode `echo` is a PROTOCOL TEST: it returns the golden outputs; these are not conformance results");
+    }
+    Ok(Box::new(ex))
 }
 
 /// Loads what `--resume FILE` points at: `FILE.partial.jsonl` and/or `FILE`.
@@ -446,7 +504,16 @@ fn run(a: RunArgs) -> ExitCode {
             .map(|(_, e)| e)
             .collect();
     }
-    let executor = SimExecutor::new(a.target);
+    let executor = match make_executor(&ExecutorArgs {
+        executor: a.executor.clone(),
+        mode: a.mode.clone(),
+        timeout: a.timeout,
+        target: a.target,
+    }) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let executor = executor.as_ref();
     let info = RunInfo {
         executor: executor.name(),
         target: a.target.name().to_string(),
@@ -511,7 +578,7 @@ fn run(a: RunArgs) -> ExitCode {
         &index.dir,
         &entries,
         &expectations,
-        &executor,
+        executor,
         jobs,
         &on_result,
     );

@@ -1,9 +1,14 @@
 //! Executors run a lowered program on inputs and return its outputs. They never compare or judge:
 //! the runner does that, the same way for every executor.
 //!
-//! [`SimExecutor`] runs the trnsim simulator in process. A process executor (the hardware
-//! adapter, speaking a JSON-lines protocol to a child process) will implement the same trait.
+//! [`SimExecutor`] runs the trnsim simulator in process. [`process::ProcessExecutor`] (the hardware
+//! adapter) speaks a JSON-lines protocol to a child process (docs/executor-protocol.md) and runs
+//! whole cases ([`CaseExecutor::run_case`]) rather than lowered programs.
 
+pub mod process;
+
+use crate::case::{Case, Value};
+use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 use trnsim::{EngineCounts, ExecConfig, Executor, HostTensor, Program, TargetName};
 
@@ -27,6 +32,67 @@ pub trait CaseExecutor: Send + Sync {
 
     /// Runs `program`; errors are human-readable (they end up in the case's message).
     fn execute(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String>;
+
+    /// Case-level executors (the process executor: torch or NKI on a device) run the case's ATen
+    /// call themselves, without trnsim lowering, and return its outputs as case tensors; the runner
+    /// compares them with the same code as the simulator's. `None` (the default): this executor
+    /// runs lowered programs through [`CaseExecutor::execute`].
+    fn run_case(&self, _case: &Case) -> Option<Result<CaseOutputs, ExecFailure>> {
+        None
+    }
+}
+
+/// What a case-level executor returned for one case.
+#[derive(Clone, Debug, Default)]
+pub struct CaseOutputs {
+    /// Output tensors by name (`output.0`, …), in the golden dtypes.
+    pub tensors: BTreeMap<String, Tensor>,
+    /// Non-tensor outputs by output position.
+    pub values: BTreeMap<usize, Value>,
+}
+
+/// Why a case-level executor produced no outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    CompileError,
+    RuntimeError,
+    /// The executor cannot run this case or mode here (a capability, not a bug): the case is skipped.
+    Unsupported,
+    Timeout,
+    /// The executor process died (or broke the protocol) during the case; it is restarted.
+    Crash,
+}
+
+impl FailureKind {
+    /// The protocol's status string (`compile_error`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::CompileError => "compile_error",
+            FailureKind::RuntimeError => "runtime_error",
+            FailureKind::Unsupported => "unsupported",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Crash => "crash",
+        }
+    }
+}
+
+/// A classified per-case failure of a case-level executor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecFailure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl ExecFailure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        ExecFailure { kind, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ExecFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.name(), self.message)
+    }
 }
 
 /// The in-process simulator.

@@ -122,7 +122,7 @@ fn scalar_arg(req: &LowerRequest<'_>, i: usize, name: &str, int_out: bool) -> Re
 fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?.clone();
-    let int_out = !out_meta.dtype.is_floating_point();
+    let int_out = out_meta.dtype.is_int();
     let (a, b, c, alpha, beta) = match req.op {
         "mm" | "bmm" => (tensor_arg(req, 0, "self")?, tensor_arg(req, 1, "mat2")?, None, 1.0, 0.0),
         "addmm" => {
@@ -368,4 +368,46 @@ fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName, opts: &Low
         }
     }
     Ok(e.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::OpCall;
+    use std::collections::BTreeMap;
+
+    fn lowered(opts: &LowerOptions) -> Program {
+        let meta = |shape: &[usize]| TensorMeta { dtype: TorchDType::F32, shape: shape.to_vec(), strides: None };
+        let tensors = BTreeMap::from([
+            ("input.0".to_string(), meta(&[3, 200])),
+            ("input.1".to_string(), meta(&[200, 5])),
+            ("output.0".to_string(), meta(&[3, 5])),
+        ]);
+        let call = OpCall { args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())], kwargs: BTreeMap::new() };
+        let outputs = vec![Value::Tensor("output.0".into())];
+        let req = LowerRequest { op: "mm", call: &call, tensors: &tensors, outputs: &outputs };
+        lower_with(&req, TargetName::Trn1, opts).unwrap().program
+    }
+
+    fn matmuls(p: &Program) -> Vec<&NcMatmul> {
+        p.instructions.iter().filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None }).collect()
+    }
+
+    #[test]
+    fn fp32_stays_fp32_and_k_tiles_accumulate() {
+        let p = lowered(&LowerOptions::default());
+        let mms = matmuls(&p);
+        assert_eq!(mms.len(), 2, "K = 200 → two K tiles");
+        assert!(!mms[0].accumulate && mms[1].accumulate);
+        assert!(mms.iter().all(|m| m.stationary.dtype == DType::F32 && m.moving.dtype == DType::F32));
+        assert_eq!((mms[0].stationary.partitions, mms[1].stationary.partitions), (128, 72));
+    }
+
+    #[test]
+    fn auto_cast_matmult_rounds_operands_to_bf16() {
+        let p = lowered(&LowerOptions { auto_cast: AutoCast::Matmult });
+        let mms = matmuls(&p);
+        assert!(mms.iter().all(|m| m.stationary.dtype == DType::Bf16 && m.moving.dtype == DType::Bf16));
+        assert!(mms.iter().all(|m| m.dst.dtype == DType::F32), "PSUM stays fp32");
+    }
 }

@@ -19,12 +19,16 @@ pub mod binary_ext;
 pub mod comparison;
 pub mod conv;
 pub mod creation;
+pub mod indexing;
 pub mod matmul;
+pub mod metadata;
 pub mod norm;
 pub mod pad;
 pub mod pooling;
 pub mod promote;
 pub mod reduction;
+pub mod sort;
+pub mod shape;
 pub mod tile;
 pub mod unary;
 
@@ -219,6 +223,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("mm", matmul::lower),
     ("bmm", matmul::lower),
     ("addmm", matmul::lower),
+    ("convolution", conv::lower),
     ("full", creation::lower),
     ("full_like", creation::lower),
     ("fill.Scalar", creation::lower),
@@ -235,12 +240,61 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("randn", creation::lower),
     ("randperm", creation::lower),
     ("native_dropout", creation::lower),
+    ("alias", shape::lower),
+    ("as_strided", shape::lower),
+    ("view", shape::lower),
+    ("permute", shape::lower),
+    ("expand", shape::lower),
+    ("squeeze.dim", shape::lower),
+    ("squeeze.dims", shape::lower),
+    ("unsqueeze", shape::lower),
+    ("select.int", shape::lower),
+    ("slice.Tensor", shape::lower),
+    ("diagonal", shape::lower),
+    ("split_with_sizes", shape::lower),
+    ("cat", shape::lower),
+    ("flip", shape::lower),
+    ("repeat", shape::lower),
+    ("sym_size.int", metadata::lower),
+    ("sym_stride.int", metadata::lower),
+    ("sym_numel", metadata::lower),
+    ("sym_is_contiguous", metadata::lower),
     ("constant_pad_nd", pad::lower),
     ("reflection_pad1d", pad::lower),
     ("reflection_pad2d", pad::lower),
     ("reflection_pad3d", pad::lower),
     ("replication_pad2d", pad::lower),
     ("replication_pad3d", pad::lower),
+    ("upsample_nearest2d.vec", pad::lower_upsample_nearest),
+    ("upsample_bilinear2d.vec", pad::lower_upsample_bilinear),
+    ("col2im", pad::lower_col2im),
+    ("avg_pool1d", pooling::lower),
+    ("avg_pool2d", pooling::lower),
+    ("avg_pool3d", pooling::lower),
+    ("adaptive_avg_pool1d", pooling::lower),
+    ("_adaptive_avg_pool2d", pooling::lower),
+    ("_adaptive_avg_pool3d", pooling::lower),
+    ("max_pool2d_with_indices", pooling::lower_max),
+    ("max_pool3d_with_indices", pooling::lower_max),
+    ("max_pool2d_with_indices_backward", pooling::lower_max_backward),
+    ("avg_pool2d_backward", pooling::lower_avg_backward),
+    ("_adaptive_avg_pool2d_backward", pooling::lower_avg_backward),
+    ("index_select", indexing::lower),
+    ("embedding", indexing::lower),
+    ("gather", indexing::lower),
+    ("index.Tensor", indexing::lower),
+    ("scatter_add", indexing::lower),
+    ("scatter.src", indexing::lower),
+    ("scatter.value", indexing::lower),
+    ("select_scatter", indexing::lower),
+    ("slice_scatter", indexing::lower),
+    ("index_put", indexing::lower),
+    ("scatter_reduce.two", indexing::lower),
+    ("embedding_dense_backward", indexing::lower),
+    ("masked_scatter", indexing::lower),
+    ("topk", sort::lower),
+    ("sort", sort::lower),
+    ("nonzero", sort::lower),
 ];
 
 /// Whether `op` has a lowering.
@@ -278,6 +332,7 @@ pub fn lower_request_with_options(
 ) -> Result<Lowered, LowerError> {
     match req.op {
         "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts),
+        "convolution" => conv::lower_with(req, target, opts),
         _ => lower_request(req, target),
     }
 }

@@ -17,15 +17,15 @@
 
 use super::binary::dev;
 use super::reduction::{
-    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, imm, load_chunk, load_col_op, load_op,
-    reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
+    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, imm, load_chunk, load_col_op,
+    load_op, reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::{TorchDType, contiguous_strides};
 use trnsim::{
-    AccCmd, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Op, Program, Reciprocal, ScalarOperand, TargetName,
-    TensorCopy,
+    AccCmd, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Op, Program, Reciprocal,
+    ScalarOperand, TargetName, TensorCopy,
 };
 
 use super::tile::Dim;
@@ -33,7 +33,11 @@ use super::tile::Dim;
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
 
-fn tensor_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<(String, TorchDType)>, LowerError> {
+fn tensor_arg(
+    req: &LowerRequest<'_>,
+    pos: usize,
+    name: &str,
+) -> Result<Option<(String, TorchDType)>, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(None),
         Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.dtype))),
@@ -81,7 +85,11 @@ fn out_opt(req: &LowerRequest<'_>, i: usize) -> Result<Option<(String, TorchDTyp
     match req.outputs.get(i) {
         Some(Value::Tensor(t)) => {
             let m = req.tensor(t)?;
-            if m.shape.iter().product::<usize>() == 0 { Ok(None) } else { Ok(Some((t.clone(), m.dtype))) }
+            if m.shape.iter().product::<usize>() == 0 {
+                Ok(None)
+            } else {
+                Ok(Some((t.clone(), m.dtype)))
+            }
         }
         _ => Ok(None),
     }
@@ -90,15 +98,23 @@ fn out_opt(req: &LowerRequest<'_>, i: usize) -> Result<Option<(String, TorchDTyp
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     match req.op {
         "_softmax" | "_log_softmax" => softmax(req, target, req.op == "_log_softmax"),
-        "native_layer_norm" | "native_group_norm" | "_native_batch_norm_legit"
-        | "_native_batch_norm_legit.no_stats" | "_native_batch_norm_legit_no_training" => norm(req, target),
+        "native_layer_norm"
+        | "native_group_norm"
+        | "_native_batch_norm_legit"
+        | "_native_batch_norm_legit.no_stats"
+        | "_native_batch_norm_legit_no_training" => norm(req, target),
         "native_layer_norm_backward" => layer_norm_backward(req, target),
         "native_group_norm_backward" => group_norm_backward(req, target),
         _ => Err(LowerError::NotLowered(req.op.to_string())),
     }
 }
 
-fn declare(req: &LowerRequest<'_>, program: &mut Program, name: &str, role: HbmRole) -> Result<DType, LowerError> {
+fn declare(
+    req: &LowerRequest<'_>,
+    program: &mut Program,
+    name: &str,
+    role: HbmRole,
+) -> Result<DType, LowerError> {
     let m = req.tensor(name)?;
     let d = dev(req, m.dtype)?;
     if !program.hbm.iter().any(|h| h.name == name) {
@@ -107,8 +123,21 @@ fn declare(req: &LowerRequest<'_>, program: &mut Program, name: &str, role: HbmR
     Ok(d)
 }
 
-fn act(dst: trnsim::AccessPattern, func: ActFunc, src: trnsim::AccessPattern, bias: Option<ScalarOperand>) -> Op {
-    Op::Activation(Activation { dst, func, src, bias, scale: imm(1.0), acc: AccCmd::Idle, reduce_res: None })
+fn act(
+    dst: trnsim::AccessPattern,
+    func: ActFunc,
+    src: trnsim::AccessPattern,
+    bias: Option<ScalarOperand>,
+) -> Op {
+    Op::Activation(Activation {
+        dst,
+        func,
+        src,
+        bias,
+        scale: imm(1.0),
+        acc: AccCmd::Idle,
+        reduce_res: None,
+    })
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -166,12 +195,28 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             reduce_into(&mut ctx.e, &x, p, ch.elems(), AluOp::Max, &pm, c);
         }
         tree_reduce(&mut ctx.e, v, &pm, p, chunks.len(), AluOp::Max);
-        ctx.e.push(v, ts(negm.col(p, 0), pm.col(p, 0), AluOp::Multiply, imm(-1.0), None), &[pm.slot], &[negm.slot]);
+        ctx.e.push(
+            v,
+            ts(
+                negm.col(p, 0),
+                pm.col(p, 0),
+                AluOp::Multiply,
+                imm(-1.0),
+                None,
+            ),
+            &[pm.slot],
+            &[negm.slot],
+        );
         // Pass 2: e = exp(x − m), s = Σ e.
         let exp = |ctx: &mut Ctx, w: usize| {
             ctx.e.push(
                 Engine::Scalar,
-                act(eb.cols(p, 0, w), ActFunc::Exp, x.cols(p, 0, w), Some(ScalarOperand::Tile(negm.col(p, 0)))),
+                act(
+                    eb.cols(p, 0, w),
+                    ActFunc::Exp,
+                    x.cols(p, 0, w),
+                    Some(ScalarOperand::Tile(negm.col(p, 0))),
+                ),
                 &[x.slot, negm.slot],
                 &[eb.slot],
             );
@@ -185,8 +230,20 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             // The sum in a scratch copy (the block sum works in place on column 0).
             let sc = if single && !log {
                 // Keep e for the output: sum a copy.
-                let t = Buf { slot: x.slot, dtype: f, cols: CHUNK };
-                ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: t.cols(p, 0, w), src: eb.cols(p, 0, w) }), &[eb.slot], &[t.slot]);
+                let t = Buf {
+                    slot: x.slot,
+                    dtype: f,
+                    cols: CHUNK,
+                };
+                ctx.e.push(
+                    v,
+                    Op::TensorCopy(TensorCopy {
+                        dst: t.cols(p, 0, w),
+                        src: eb.cols(p, 0, w),
+                    }),
+                    &[eb.slot],
+                    &[t.slot],
+                );
                 t
             } else {
                 eb
@@ -195,14 +252,35 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                 // x is still needed: sum e in place (e is not needed for log_softmax).
             }
             block_sum(&mut ctx.e, &sc, &tmp, p, w);
-            ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: ps.col(p, c), src: sc.col(p, 0) }), &[sc.slot], &[ps.slot]);
+            ctx.e.push(
+                v,
+                Op::TensorCopy(TensorCopy {
+                    dst: ps.col(p, c),
+                    src: sc.col(p, 0),
+                }),
+                &[sc.slot],
+                &[ps.slot],
+            );
         }
         tree_reduce(&mut ctx.e, v, &ps, p, chunks.len(), AluOp::Add);
         if log {
             // ls = log(s) of the sum rounded to the input dtype (PyTorch's CPU kernel keeps the
             // sum in the input's scalar type); out = (x − m) − ls.
-            ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: lsr.col(p, 0), src: ps.col(p, 0) }), &[ps.slot], &[lsr.slot]);
-            ctx.e.push(Engine::Scalar, act(r.col(p, 0), ActFunc::Log, lsr.col(p, 0), None), &[lsr.slot], &[r.slot]);
+            ctx.e.push(
+                v,
+                Op::TensorCopy(TensorCopy {
+                    dst: lsr.col(p, 0),
+                    src: ps.col(p, 0),
+                }),
+                &[ps.slot],
+                &[lsr.slot],
+            );
+            ctx.e.push(
+                Engine::Scalar,
+                act(r.col(p, 0), ActFunc::Log, lsr.col(p, 0), None),
+                &[lsr.slot],
+                &[r.slot],
+            );
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
@@ -223,7 +301,15 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                 store_op(&mut ctx, &eb, &out, out_dev, rt, ch, 1);
             }
         } else {
-            ctx.e.push(v, Op::Reciprocal(Reciprocal { dst: r.col(p, 0), src: ps.col(p, 0) }), &[ps.slot], &[r.slot]);
+            ctx.e.push(
+                v,
+                Op::Reciprocal(Reciprocal {
+                    dst: r.col(p, 0),
+                    src: ps.col(p, 0),
+                }),
+                &[ps.slot],
+                &[r.slot],
+            );
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
@@ -232,7 +318,13 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                 }
                 ctx.e.push(
                     v,
-                    ts(eb.cols(p, 0, w), eb.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(r.col(p, 0)), None),
+                    ts(
+                        eb.cols(p, 0, w),
+                        eb.cols(p, 0, w),
+                        AluOp::Multiply,
+                        ScalarOperand::Tile(r.col(p, 0)),
+                        None,
+                    ),
                     &[eb.slot, r.slot],
                     &[eb.slot],
                 );
@@ -249,7 +341,10 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
 /// Operands of the norm layouts: 0 = x (and y), 1 = statistics (mean/rstd, running stats),
 /// 2 = weight/bias.
 fn dim(size: usize, x: usize, stat: usize, w: usize) -> Dim {
-    Dim { size, strides: vec![x as i64, stat as i64, w as i64] }
+    Dim {
+        size,
+        strides: vec![x as i64, stat as i64, w as i64],
+    }
 }
 
 struct NormCall {
@@ -288,7 +383,9 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             let scs = contiguous_strides(&shape[..m]);
             let wcs = contiguous_strides(&ns);
             let kept = (0..m).map(|d| dim(shape[d], cs[d], scs[d], 0)).collect();
-            let red = (m..shape.len()).map(|d| dim(shape[d], cs[d], 0, wcs[d - m])).collect();
+            let red = (m..shape.len())
+                .map(|d| dim(shape[d], cs[d], 0, wcs[d - m]))
+                .collect();
             NormCall {
                 x,
                 shape: shape.clone(),
@@ -307,7 +404,7 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             let c = int_arg(req, 4, "C")? as usize;
             let hw = int_arg(req, 5, "HxW")? as usize;
             let g = int_arg(req, 6, "group")? as usize;
-            if g == 0 || c % g != 0 || nb * c * hw != shape.iter().product::<usize>() {
+            if g == 0 || !c.is_multiple_of(g) || nb * c * hw != shape.iter().product::<usize>() {
                 return Err(req.invalid("group norm sizes".into()));
             }
             let cg = c / g;
@@ -347,7 +444,11 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
                     (rm.zip(rv), false, 6)
                 }
             };
-            let running = if training { None } else { Some(running.ok_or_else(|| req.unsupported("eval without running stats".into()))?) };
+            let running = if training {
+                None
+            } else {
+                Some(running.ok_or_else(|| req.unsupported("eval without running stats".into()))?)
+            };
             let kept = vec![dim(c, hw, 1, 1)];
             let red = vec![dim(nb, c * hw, 0, 0), dim(hw, 1, 0, 0)];
             NormCall {
@@ -367,7 +468,11 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
     emit_norm(req, target, &call)
 }
 
-fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Result<Lowered, LowerError> {
+fn emit_norm(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    call: &NormCall,
+) -> Result<Lowered, LowerError> {
     let mut program = Program::new(target);
     let x_dev = declare(req, &mut program, &call.x.0, HbmRole::Input)?;
     let _ = &call.shape;
@@ -380,9 +485,10 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
         None => None,
     };
     let run_dev = match &call.running {
-        Some(((m, _), (v, _))) => {
-            Some((declare(req, &mut program, m, HbmRole::Input)?, declare(req, &mut program, v, HbmRole::Input)?))
-        }
+        Some(((m, _), (v, _))) => Some((
+            declare(req, &mut program, m, HbmRole::Input)?,
+            declare(req, &mut program, v, HbmRole::Input)?,
+        )),
         None => None,
     };
     let y = req.output_tensor(0)?.to_string();
@@ -416,7 +522,11 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
     let sc = Buf::new(&mut ctx.alloc, f, CHUNK)?;
     let bi = Buf::new(&mut ctx.alloc, f, CHUNK)?;
     let v = Engine::Vector;
-    let inv_n = if call.n == 0 { 1e39 } else { 1.0 / call.n as f64 };
+    let inv_n = if call.n == 0 {
+        1e39
+    } else {
+        1.0 / call.n as f64
+    };
     let single = chunks.len() == 1;
     let sum_pass = |ctx: &mut Ctx, rt: &RowTile, center: bool| {
         let p = rt.rows;
@@ -427,18 +537,55 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
             }
             let src = if center {
                 // wb = (x − mean)²
-                ctx.e.push(v, ts(wb.cols(p, 0, w), x.cols(p, 0, w), AluOp::Subtract, ScalarOperand::Tile(mean.col(p, 0)), None), &[x.slot, mean.slot], &[wb.slot]);
-                ctx.e.push(v, tt(wb.cols(p, 0, w), wb.cols(p, 0, w), wb.cols(p, 0, w), AluOp::Multiply), &[wb.slot], &[wb.slot]);
+                ctx.e.push(
+                    v,
+                    ts(
+                        wb.cols(p, 0, w),
+                        x.cols(p, 0, w),
+                        AluOp::Subtract,
+                        ScalarOperand::Tile(mean.col(p, 0)),
+                        None,
+                    ),
+                    &[x.slot, mean.slot],
+                    &[wb.slot],
+                );
+                ctx.e.push(
+                    v,
+                    tt(
+                        wb.cols(p, 0, w),
+                        wb.cols(p, 0, w),
+                        wb.cols(p, 0, w),
+                        AluOp::Multiply,
+                    ),
+                    &[wb.slot],
+                    &[wb.slot],
+                );
                 wb
             } else if single {
                 // Keep x for the later passes: sum a copy.
-                ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: wb.cols(p, 0, w), src: x.cols(p, 0, w) }), &[x.slot], &[wb.slot]);
+                ctx.e.push(
+                    v,
+                    Op::TensorCopy(TensorCopy {
+                        dst: wb.cols(p, 0, w),
+                        src: x.cols(p, 0, w),
+                    }),
+                    &[x.slot],
+                    &[wb.slot],
+                );
                 wb
             } else {
                 x
             };
             block_sum(&mut ctx.e, &src, &tmp, p, w);
-            ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: parts.col(p, c), src: src.col(p, 0) }), &[src.slot], &[parts.slot]);
+            ctx.e.push(
+                v,
+                Op::TensorCopy(TensorCopy {
+                    dst: parts.col(p, c),
+                    src: src.col(p, 0),
+                }),
+                &[src.slot],
+                &[parts.slot],
+            );
         }
         tree_reduce(&mut ctx.e, v, &parts, p, chunks.len(), AluOp::Add);
     };
@@ -454,15 +601,43 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
             }
             _ => {
                 sum_pass(&mut ctx, rt, false);
-                ctx.e.push(v, ts(mean.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv_n), None), &[parts.slot], &[mean.slot]);
+                ctx.e.push(
+                    v,
+                    ts(
+                        mean.col(p, 0),
+                        parts.col(p, 0),
+                        AluOp::Multiply,
+                        imm(inv_n),
+                        None,
+                    ),
+                    &[parts.slot],
+                    &[mean.slot],
+                );
                 sum_pass(&mut ctx, rt, true);
-                ctx.e.push(v, ts(rstd.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv_n), None), &[parts.slot], &[rstd.slot]);
+                ctx.e.push(
+                    v,
+                    ts(
+                        rstd.col(p, 0),
+                        parts.col(p, 0),
+                        AluOp::Multiply,
+                        imm(inv_n),
+                        None,
+                    ),
+                    &[parts.slot],
+                    &[rstd.slot],
+                );
             }
         }
         // rstd = rsqrt(var + eps)
         ctx.e.push(
             v,
-            ts(rstd.col(p, 0), rstd.col(p, 0), AluOp::Add, imm(call.eps), Some((AluOp::Rsqrt, imm(0.0)))),
+            ts(
+                rstd.col(p, 0),
+                rstd.col(p, 0),
+                AluOp::Add,
+                imm(call.eps),
+                Some((AluOp::Rsqrt, imm(0.0))),
+            ),
             &[rstd.slot],
             &[rstd.slot],
         );
@@ -471,10 +646,30 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                 if *d != f {
                     let st = if *i == 1 { &mean } else { &rstd };
                     let rb = if *i == 1 { &rmean } else { &rrstd };
-                    let rb = Buf { slot: rb.slot, dtype: *d, cols: 1 };
+                    let rb = Buf {
+                        slot: rb.slot,
+                        dtype: *d,
+                        cols: 1,
+                    };
                     let _ = name;
-                    ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: rb.col(p, 0), src: st.col(p, 0) }), &[st.slot], &[rb.slot]);
-                    ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: st.col(p, 0), src: rb.col(p, 0) }), &[rb.slot], &[st.slot]);
+                    ctx.e.push(
+                        v,
+                        Op::TensorCopy(TensorCopy {
+                            dst: rb.col(p, 0),
+                            src: st.col(p, 0),
+                        }),
+                        &[st.slot],
+                        &[rb.slot],
+                    );
+                    ctx.e.push(
+                        v,
+                        Op::TensorCopy(TensorCopy {
+                            dst: st.col(p, 0),
+                            src: rb.col(p, 0),
+                        }),
+                        &[rb.slot],
+                        &[st.slot],
+                    );
                 }
             }
         }
@@ -485,28 +680,110 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                 match (&call.weight, w_dev) {
                     (Some((name, _)), Some(d)) => {
                         load_op(&mut ctx, &sc, name, d, rt, ch, 2);
-                        ctx.e.push(v, ts(sc.cols(p, 0, w), sc.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(rstd.col(p, 0)), None), &[sc.slot, rstd.slot], &[sc.slot]);
+                        ctx.e.push(
+                            v,
+                            ts(
+                                sc.cols(p, 0, w),
+                                sc.cols(p, 0, w),
+                                AluOp::Multiply,
+                                ScalarOperand::Tile(rstd.col(p, 0)),
+                                None,
+                            ),
+                            &[sc.slot, rstd.slot],
+                            &[sc.slot],
+                        );
                     }
                     _ => {
-                        ctx.e.push(v, Op::Memset(trnsim::Memset { dst: sc.cols(p, 0, w), value: 0.0 }), &[], &[sc.slot]);
-                        ctx.e.push(v, ts(sc.cols(p, 0, w), sc.cols(p, 0, w), AluOp::Add, ScalarOperand::Tile(rstd.col(p, 0)), None), &[sc.slot, rstd.slot], &[sc.slot]);
+                        ctx.e.push(
+                            v,
+                            Op::Memset(trnsim::Memset {
+                                dst: sc.cols(p, 0, w),
+                                value: 0.0,
+                            }),
+                            &[],
+                            &[sc.slot],
+                        );
+                        ctx.e.push(
+                            v,
+                            ts(
+                                sc.cols(p, 0, w),
+                                sc.cols(p, 0, w),
+                                AluOp::Add,
+                                ScalarOperand::Tile(rstd.col(p, 0)),
+                                None,
+                            ),
+                            &[sc.slot, rstd.slot],
+                            &[sc.slot],
+                        );
                     }
                 }
-                ctx.e.push(v, ts(bi.cols(p, 0, w), sc.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(mean.col(p, 0)), None), &[sc.slot, mean.slot], &[bi.slot]);
+                ctx.e.push(
+                    v,
+                    ts(
+                        bi.cols(p, 0, w),
+                        sc.cols(p, 0, w),
+                        AluOp::Multiply,
+                        ScalarOperand::Tile(mean.col(p, 0)),
+                        None,
+                    ),
+                    &[sc.slot, mean.slot],
+                    &[bi.slot],
+                );
                 match (&call.bias, b_dev) {
                     (Some((name, _)), Some(d)) => {
                         load_op(&mut ctx, &wb, name, d, rt, ch, 2);
-                        ctx.e.push(v, tt(bi.cols(p, 0, w), wb.cols(p, 0, w), bi.cols(p, 0, w), AluOp::Subtract), &[wb.slot, bi.slot], &[bi.slot]);
+                        ctx.e.push(
+                            v,
+                            tt(
+                                bi.cols(p, 0, w),
+                                wb.cols(p, 0, w),
+                                bi.cols(p, 0, w),
+                                AluOp::Subtract,
+                            ),
+                            &[wb.slot, bi.slot],
+                            &[bi.slot],
+                        );
                     }
                     _ => {
-                        ctx.e.push(v, ts(bi.cols(p, 0, w), bi.cols(p, 0, w), AluOp::Multiply, imm(-1.0), None), &[bi.slot], &[bi.slot]);
+                        ctx.e.push(
+                            v,
+                            ts(
+                                bi.cols(p, 0, w),
+                                bi.cols(p, 0, w),
+                                AluOp::Multiply,
+                                imm(-1.0),
+                                None,
+                            ),
+                            &[bi.slot],
+                            &[bi.slot],
+                        );
                     }
                 }
                 if !single || call.running.is_some() {
                     load_chunk(&mut ctx, &x, &call.x.0, x_dev, rt, ch);
                 }
-                ctx.e.push(v, tt(wb.cols(p, 0, w), x.cols(p, 0, w), sc.cols(p, 0, w), AluOp::Multiply), &[x.slot, sc.slot], &[wb.slot]);
-                ctx.e.push(v, tt(wb.cols(p, 0, w), wb.cols(p, 0, w), bi.cols(p, 0, w), AluOp::Add), &[wb.slot, bi.slot], &[wb.slot]);
+                ctx.e.push(
+                    v,
+                    tt(
+                        wb.cols(p, 0, w),
+                        x.cols(p, 0, w),
+                        sc.cols(p, 0, w),
+                        AluOp::Multiply,
+                    ),
+                    &[x.slot, sc.slot],
+                    &[wb.slot],
+                );
+                ctx.e.push(
+                    v,
+                    tt(
+                        wb.cols(p, 0, w),
+                        wb.cols(p, 0, w),
+                        bi.cols(p, 0, w),
+                        AluOp::Add,
+                    ),
+                    &[wb.slot, bi.slot],
+                    &[wb.slot],
+                );
                 store_op(&mut ctx, &wb, &y, y_dev, rt, ch, 0);
             }
         }
@@ -531,11 +808,25 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
             );
             for (param, d) in [(&call.weight, w_dev), (&call.bias, b_dev)] {
                 if let (Some((name, _)), Some(d)) = (param, d) {
-                    let op = if std::ptr::eq(param, &call.weight) { AluOp::Multiply } else { AluOp::Add };
+                    let op = if std::ptr::eq(param, &call.weight) {
+                        AluOp::Multiply
+                    } else {
+                        AluOp::Add
+                    };
                     // The parameter chunk into x (x is reloaded for every chunk anyway, or no
                     // longer needed).
                     load_op(&mut ctx, &x, name, d, rt, ch, 2);
-                    ctx.e.push(v, tt(y_buf.cols(p, 0, w), y_buf.cols(p, 0, w), x.cols(p, 0, w), op), &[y_buf.slot, x.slot], &[y_buf.slot]);
+                    ctx.e.push(
+                        v,
+                        tt(
+                            y_buf.cols(p, 0, w),
+                            y_buf.cols(p, 0, w),
+                            x.cols(p, 0, w),
+                            op,
+                        ),
+                        &[y_buf.slot, x.slot],
+                        &[y_buf.slot],
+                    );
                 }
             }
             store_op(&mut ctx, &y_buf, &y, y_dev, rt, ch, 0);
@@ -560,9 +851,13 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
 /// `ds = Σ dy·w·x`, `db = Σ dy·w`, `b = (db·mean − ds)·rstd³/N`, `c = −b·mean − db·rstd/N`,
 /// `dx = rstd·dy·w + b·x + c`; across rows (GpSimdE `tensor_partition_reduce`, accumulated over
 /// row tiles): `dw = Σ dy·(x − mean)·rstd`, `db = Σ dy`.
-pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+pub fn layer_norm_backward(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+) -> Result<Lowered, LowerError> {
     let (dy_name, _, shape) = input(req)?;
-    let (x_name, x_dtype) = tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
+    let (x_name, x_dtype) =
+        tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
     if req.tensor(&x_name)?.shape != shape || !x_dtype.is_float() {
         return Err(req.invalid("input/grad_out shapes".into()));
     }
@@ -574,8 +869,10 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
     if k > shape.len() || shape[shape.len() - k..] != ns[..] {
         return Err(req.invalid("normalized_shape".into()));
     }
-    let (mean_name, _) = tensor_arg(req, 3, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
-    let (rstd_name, _) = tensor_arg(req, 4, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
+    let (mean_name, _) =
+        tensor_arg(req, 3, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
+    let (rstd_name, _) =
+        tensor_arg(req, 4, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
     let weight = tensor_arg(req, 5, "weight")?;
     let m = shape.len() - k;
     let n: usize = ns.iter().product();
@@ -586,7 +883,9 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
     let scs = contiguous_strides(&shape[..m]);
     let wcs = contiguous_strides(&ns);
     let kept = (0..m).map(|d| dim(shape[d], cs[d], scs[d], 0)).collect();
-    let red = (m..shape.len()).map(|d| dim(shape[d], cs[d], 0, wcs[d - m])).collect();
+    let red = (m..shape.len())
+        .map(|d| dim(shape[d], cs[d], 0, wcs[d - m]))
+        .collect();
     let layout = Layout::from_dims(kept, red);
 
     let mut program = Program::new(target);
@@ -646,42 +945,192 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         match (&weight, w_dev) {
             (Some((wn, _)), Some(d)) => {
                 load_op(&mut ctx, &wt, wn, d, rt, ch, 2);
-                ctx.e.push(v, tt(gb.cols(p, 0, w), dy.cols(p, 0, w), wt.cols(p, 0, w), AluOp::Multiply), &[dy.slot, wt.slot], &[gb.slot]);
+                ctx.e.push(
+                    v,
+                    tt(
+                        gb.cols(p, 0, w),
+                        dy.cols(p, 0, w),
+                        wt.cols(p, 0, w),
+                        AluOp::Multiply,
+                    ),
+                    &[dy.slot, wt.slot],
+                    &[gb.slot],
+                );
             }
             _ => {
-                ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: gb.cols(p, 0, w), src: dy.cols(p, 0, w) }), &[dy.slot], &[gb.slot]);
+                ctx.e.push(
+                    v,
+                    Op::TensorCopy(TensorCopy {
+                        dst: gb.cols(p, 0, w),
+                        src: dy.cols(p, 0, w),
+                    }),
+                    &[dy.slot],
+                    &[gb.slot],
+                );
             }
         }
         if let Some((dx_name, dx_dev)) = &outs[0] {
             // db = Σ gb; ds = Σ gb·x
-            ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: t.cols(p, 0, w), src: gb.cols(p, 0, w) }), &[gb.slot], &[t.slot]);
+            ctx.e.push(
+                v,
+                Op::TensorCopy(TensorCopy {
+                    dst: t.cols(p, 0, w),
+                    src: gb.cols(p, 0, w),
+                }),
+                &[gb.slot],
+                &[t.slot],
+            );
             block_sum(&mut ctx.e, &t, &tmp, p, w);
-            ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: col(2, p), src: t.col(p, 0) }), &[t.slot], &[st.slot]);
-            ctx.e.push(v, tt(t.cols(p, 0, w), gb.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply), &[gb.slot, x.slot], &[t.slot]);
+            ctx.e.push(
+                v,
+                Op::TensorCopy(TensorCopy {
+                    dst: col(2, p),
+                    src: t.col(p, 0),
+                }),
+                &[t.slot],
+                &[st.slot],
+            );
+            ctx.e.push(
+                v,
+                tt(
+                    t.cols(p, 0, w),
+                    gb.cols(p, 0, w),
+                    x.cols(p, 0, w),
+                    AluOp::Multiply,
+                ),
+                &[gb.slot, x.slot],
+                &[t.slot],
+            );
             block_sum(&mut ctx.e, &t, &tmp, p, w);
-            ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: col(3, p), src: t.col(p, 0) }), &[t.slot], &[st.slot]);
+            ctx.e.push(
+                v,
+                Op::TensorCopy(TensorCopy {
+                    dst: col(3, p),
+                    src: t.col(p, 0),
+                }),
+                &[t.slot],
+                &[st.slot],
+            );
             let s = st.slot;
             // b = (db·mean − ds)·a·a·a·scale
-            ctx.e.push(v, tt(col(4, p), col(2, p), col(0, p), AluOp::Multiply), &[s], &[s]);
-            ctx.e.push(v, tt(col(4, p), col(4, p), col(3, p), AluOp::Subtract), &[s], &[s]);
+            ctx.e.push(
+                v,
+                tt(col(4, p), col(2, p), col(0, p), AluOp::Multiply),
+                &[s],
+                &[s],
+            );
+            ctx.e.push(
+                v,
+                tt(col(4, p), col(4, p), col(3, p), AluOp::Subtract),
+                &[s],
+                &[s],
+            );
             for _ in 0..3 {
-                ctx.e.push(v, tt(col(4, p), col(4, p), col(1, p), AluOp::Multiply), &[s], &[s]);
+                ctx.e.push(
+                    v,
+                    tt(col(4, p), col(4, p), col(1, p), AluOp::Multiply),
+                    &[s],
+                    &[s],
+                );
             }
-            ctx.e.push(v, ts(col(4, p), col(4, p), AluOp::Multiply, imm(scale), None), &[s], &[s]);
+            ctx.e.push(
+                v,
+                ts(col(4, p), col(4, p), AluOp::Multiply, imm(scale), None),
+                &[s],
+                &[s],
+            );
             // c = −b·mean − db·a·scale
-            ctx.e.push(v, tt(col(5, p), col(4, p), col(0, p), AluOp::Multiply), &[s], &[s]);
-            ctx.e.push(v, ts(col(5, p), col(5, p), AluOp::Multiply, imm(-1.0), None), &[s], &[s]);
-            ctx.e.push(v, tt(col(6, p), col(2, p), col(1, p), AluOp::Multiply), &[s], &[s]);
-            ctx.e.push(v, ts(col(6, p), col(6, p), AluOp::Multiply, imm(scale), None), &[s], &[s]);
-            ctx.e.push(v, tt(col(5, p), col(5, p), col(6, p), AluOp::Subtract), &[s], &[s]);
+            ctx.e.push(
+                v,
+                tt(col(5, p), col(4, p), col(0, p), AluOp::Multiply),
+                &[s],
+                &[s],
+            );
+            ctx.e.push(
+                v,
+                ts(col(5, p), col(5, p), AluOp::Multiply, imm(-1.0), None),
+                &[s],
+                &[s],
+            );
+            ctx.e.push(
+                v,
+                tt(col(6, p), col(2, p), col(1, p), AluOp::Multiply),
+                &[s],
+                &[s],
+            );
+            ctx.e.push(
+                v,
+                ts(col(6, p), col(6, p), AluOp::Multiply, imm(scale), None),
+                &[s],
+                &[s],
+            );
+            ctx.e.push(
+                v,
+                tt(col(5, p), col(5, p), col(6, p), AluOp::Subtract),
+                &[s],
+                &[s],
+            );
             // dx = a·dy·w + b·x + c
-            ctx.e.push(v, ts(t.cols(p, 0, w), dy.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(col(1, p)), None), &[dy.slot, s], &[t.slot]);
+            ctx.e.push(
+                v,
+                ts(
+                    t.cols(p, 0, w),
+                    dy.cols(p, 0, w),
+                    AluOp::Multiply,
+                    ScalarOperand::Tile(col(1, p)),
+                    None,
+                ),
+                &[dy.slot, s],
+                &[t.slot],
+            );
             if weight.is_some() {
-                ctx.e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), wt.cols(p, 0, w), AluOp::Multiply), &[t.slot, wt.slot], &[t.slot]);
+                ctx.e.push(
+                    v,
+                    tt(
+                        t.cols(p, 0, w),
+                        t.cols(p, 0, w),
+                        wt.cols(p, 0, w),
+                        AluOp::Multiply,
+                    ),
+                    &[t.slot, wt.slot],
+                    &[t.slot],
+                );
             }
-            ctx.e.push(v, ts(red1.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(col(4, p)), None), &[x.slot, s], &[red1.slot]);
-            ctx.e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), red1.cols(p, 0, w), AluOp::Add), &[t.slot, red1.slot], &[t.slot]);
-            ctx.e.push(v, ts(t.cols(p, 0, w), t.cols(p, 0, w), AluOp::Add, ScalarOperand::Tile(col(5, p)), None), &[t.slot, s], &[t.slot]);
+            ctx.e.push(
+                v,
+                ts(
+                    red1.cols(p, 0, w),
+                    x.cols(p, 0, w),
+                    AluOp::Multiply,
+                    ScalarOperand::Tile(col(4, p)),
+                    None,
+                ),
+                &[x.slot, s],
+                &[red1.slot],
+            );
+            ctx.e.push(
+                v,
+                tt(
+                    t.cols(p, 0, w),
+                    t.cols(p, 0, w),
+                    red1.cols(p, 0, w),
+                    AluOp::Add,
+                ),
+                &[t.slot, red1.slot],
+                &[t.slot],
+            );
+            ctx.e.push(
+                v,
+                ts(
+                    t.cols(p, 0, w),
+                    t.cols(p, 0, w),
+                    AluOp::Add,
+                    ScalarOperand::Tile(col(5, p)),
+                    None,
+                ),
+                &[t.slot, s],
+                &[t.slot],
+            );
             store_op(&mut ctx, &t, dx_name, *dx_dev, rt, ch, 0);
         }
         // Cross-row sums: dw (= Σ dy·(x − mean)·rstd) and db (= Σ dy).
@@ -692,15 +1141,41 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             let src = if o == 1 {
                 // dy · (a·x + b), b = −a·mean (PyTorch's CPU form)
                 let s = st.slot;
-                ctx.e.push(v, tt(col(7, p), col(1, p), col(0, p), AluOp::Multiply), &[s], &[s]);
-                ctx.e.push(v, ts(col(7, p), col(7, p), AluOp::Multiply, imm(-1.0), None), &[s], &[s]);
                 ctx.e.push(
                     v,
-                    ts(t.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(col(1, p)), Some((AluOp::Add, ScalarOperand::Tile(col(7, p))))),
+                    tt(col(7, p), col(1, p), col(0, p), AluOp::Multiply),
+                    &[s],
+                    &[s],
+                );
+                ctx.e.push(
+                    v,
+                    ts(col(7, p), col(7, p), AluOp::Multiply, imm(-1.0), None),
+                    &[s],
+                    &[s],
+                );
+                ctx.e.push(
+                    v,
+                    ts(
+                        t.cols(p, 0, w),
+                        x.cols(p, 0, w),
+                        AluOp::Multiply,
+                        ScalarOperand::Tile(col(1, p)),
+                        Some((AluOp::Add, ScalarOperand::Tile(col(7, p)))),
+                    ),
                     &[x.slot, s],
                     &[t.slot],
                 );
-                ctx.e.push(v, tt(t.cols(p, 0, w), dy.cols(p, 0, w), t.cols(p, 0, w), AluOp::Multiply), &[dy.slot, t.slot], &[t.slot]);
+                ctx.e.push(
+                    v,
+                    tt(
+                        t.cols(p, 0, w),
+                        dy.cols(p, 0, w),
+                        t.cols(p, 0, w),
+                        AluOp::Multiply,
+                    ),
+                    &[dy.slot, t.slot],
+                    &[t.slot],
+                );
                 t
             } else {
                 dy
@@ -710,14 +1185,41 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                 // PyTorch accumulates reduced-precision dgamma/dbeta row by row in the output
                 // dtype: the same here, each row moved to partition 0 by DMA, added on VectorE
                 // with the cast on write.
-                let lp = Buf { dtype: out_d, ..*acc };
+                let lp = Buf {
+                    dtype: out_d,
+                    ..*acc
+                };
                 for r in 0..p {
-                    let row = trnsim::AccessPattern::sbuf(f, r, 1, src.slot.offset, vec![[1, w as i64]]);
-                    ctx.e.push(Engine::Dma, super::binary::dma(red1.cols(1, 0, w), row), &[src.slot], &[red1.slot]);
+                    let row =
+                        trnsim::AccessPattern::sbuf(f, r, 1, src.slot.offset, vec![[1, w as i64]]);
+                    ctx.e.push(
+                        Engine::Dma,
+                        super::binary::dma(red1.cols(1, 0, w), row),
+                        &[src.slot],
+                        &[red1.slot],
+                    );
                     if ri == 0 && r == 0 {
-                        ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: lp.cols(1, 0, w), src: red1.cols(1, 0, w) }), &[red1.slot], &[lp.slot]);
+                        ctx.e.push(
+                            v,
+                            Op::TensorCopy(TensorCopy {
+                                dst: lp.cols(1, 0, w),
+                                src: red1.cols(1, 0, w),
+                            }),
+                            &[red1.slot],
+                            &[lp.slot],
+                        );
                     } else {
-                        ctx.e.push(v, tt(lp.cols(1, 0, w), lp.cols(1, 0, w), red1.cols(1, 0, w), AluOp::Add), &[lp.slot, red1.slot], &[lp.slot]);
+                        ctx.e.push(
+                            v,
+                            tt(
+                                lp.cols(1, 0, w),
+                                lp.cols(1, 0, w),
+                                red1.cols(1, 0, w),
+                                AluOp::Add,
+                            ),
+                            &[lp.slot, red1.slot],
+                            &[lp.slot],
+                        );
                     }
                 }
                 continue;
@@ -725,19 +1227,40 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             let dst = if ri == 0 { *acc } else { red1 };
             ctx.e.push(
                 g,
-                Op::TensorPartitionReduce(trnsim::TensorPartitionReduce { dst: dst.cols(1, 0, w), src: src.cols(p, 0, w), op: AluOp::Add }),
+                Op::TensorPartitionReduce(trnsim::TensorPartitionReduce {
+                    dst: dst.cols(1, 0, w),
+                    src: src.cols(p, 0, w),
+                    op: AluOp::Add,
+                }),
                 &[src.slot],
                 &[dst.slot],
             );
             if ri > 0 {
-                ctx.e.push(v, tt(acc.cols(1, 0, w), acc.cols(1, 0, w), red1.cols(1, 0, w), AluOp::Add), &[acc.slot, red1.slot], &[acc.slot]);
+                ctx.e.push(
+                    v,
+                    tt(
+                        acc.cols(1, 0, w),
+                        acc.cols(1, 0, w),
+                        red1.cols(1, 0, w),
+                        AluOp::Add,
+                    ),
+                    &[acc.slot, red1.slot],
+                    &[acc.slot],
+                );
             }
         }
     }
     for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
         if let Some((name, d)) = &outs[o] {
-            let one = RowTile { base: vec![0; 3], rows: 1, pstride: vec![0; 3] };
-            let src = Buf { dtype: if *d != f { *d } else { f }, ..*acc };
+            let one = RowTile {
+                base: vec![0; 3],
+                rows: 1,
+                pstride: vec![0; 3],
+            };
+            let src = Buf {
+                dtype: if *d != f { *d } else { f },
+                ..*acc
+            };
             store_op(&mut ctx, &src, name, *d, &one, ch, 2);
         }
     }
@@ -760,17 +1283,22 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
 /// `dγ[c] += (ds − db·mean)·rstd`, `dβ[c] += db` accumulated over the batch tiles (same
 /// partition layout, so no cross-partition reduction); `dx = c1·dy + c2·x + c3` with
 /// `c1 = rstd·γ`, `c2 = (Σγ·db · mean − Σγ·ds)·rstd³/(D·HxW)`, `c3 = −c2·mean − Σγ·db·rstd/(D·HxW)`.
-pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+pub fn group_norm_backward(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+) -> Result<Lowered, LowerError> {
     let (dy_name, _, shape) = input(req)?;
     let (x_name, _) = tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
-    let (mean_name, _) = tensor_arg(req, 2, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
-    let (rstd_name, _) = tensor_arg(req, 3, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
+    let (mean_name, _) =
+        tensor_arg(req, 2, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
+    let (rstd_name, _) =
+        tensor_arg(req, 3, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
     let weight = tensor_arg(req, 4, "weight")?;
     let nb = int_arg(req, 5, "N")? as usize;
     let c = int_arg(req, 6, "C")? as usize;
     let hw = int_arg(req, 7, "HxW")? as usize;
     let g = int_arg(req, 8, "group")? as usize;
-    if g == 0 || c % g != 0 || nb * c * hw != shape.iter().product::<usize>() {
+    if g == 0 || !c.is_multiple_of(g) || nb * c * hw != shape.iter().product::<usize>() {
         return Err(req.invalid("group norm sizes".into()));
     }
     let d = c / g;
@@ -824,14 +1352,48 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         let p = (g - g0).min(parts);
         for n in 0..nb {
             let xb = ((n * c + g0 * d) * hw) as u64;
-            let hbm = |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, xb, p, w as i64, vec![[1, w as i64]]);
-            ctx.e.push(Engine::Dma, super::binary::dma(dy.cols(p, 0, w), hbm(&dy_name, dy_dev)), &[], &[dy.slot]);
-            ctx.e.push(Engine::Dma, super::binary::dma(x.cols(p, 0, w), hbm(&x_name, x_dev)), &[], &[x.slot]);
-            let stat = |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, (n * g + g0) as u64, p, 1, vec![[1, 1]]);
-            ctx.e.push(Engine::Dma, super::binary::dma(col(0, p), stat(&mean_name, mean_dev)), &[], &[st.slot]);
-            ctx.e.push(Engine::Dma, super::binary::dma(col(1, p), stat(&rstd_name, rstd_dev)), &[], &[st.slot]);
+            let hbm = |name: &str, dt: DType| {
+                trnsim::AccessPattern::hbm(name, dt, xb, p, w as i64, vec![[1, w as i64]])
+            };
+            ctx.e.push(
+                Engine::Dma,
+                super::binary::dma(dy.cols(p, 0, w), hbm(&dy_name, dy_dev)),
+                &[],
+                &[dy.slot],
+            );
+            ctx.e.push(
+                Engine::Dma,
+                super::binary::dma(x.cols(p, 0, w), hbm(&x_name, x_dev)),
+                &[],
+                &[x.slot],
+            );
+            let stat = |name: &str, dt: DType| {
+                trnsim::AccessPattern::hbm(name, dt, (n * g + g0) as u64, p, 1, vec![[1, 1]])
+            };
+            ctx.e.push(
+                Engine::Dma,
+                super::binary::dma(col(0, p), stat(&mean_name, mean_dev)),
+                &[],
+                &[st.slot],
+            );
+            ctx.e.push(
+                Engine::Dma,
+                super::binary::dma(col(1, p), stat(&rstd_name, rstd_dev)),
+                &[],
+                &[st.slot],
+            );
             // ds, db per channel
-            ctx.e.push(v, tt(t.cols(p, 0, w), dy.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply), &[dy.slot, x.slot], &[t.slot]);
+            ctx.e.push(
+                v,
+                tt(
+                    t.cols(p, 0, w),
+                    dy.cols(p, 0, w),
+                    x.cols(p, 0, w),
+                    AluOp::Multiply,
+                ),
+                &[dy.slot, x.slot],
+                &[t.slot],
+            );
             let red = |src: &Buf, dst: &Buf| {
                 Op::TensorReduce(trnsim::TensorReduce {
                     dst: dst.cols(p, 0, d),
@@ -846,70 +1408,308 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             // dγ, dβ
             if outs[1].is_some() {
                 // (ds − db·mean)·rstd
-                ctx.e.push(v, ts(gd.cols(p, 0, d), db.cols(p, 0, d), AluOp::Multiply, ScalarOperand::Tile(col(0, p)), None), &[db.slot, st.slot], &[gd.slot]);
-                ctx.e.push(v, tt(gd.cols(p, 0, d), ds.cols(p, 0, d), gd.cols(p, 0, d), AluOp::Subtract), &[ds.slot, gd.slot], &[gd.slot]);
-                ctx.e.push(v, ts(gd.cols(p, 0, d), gd.cols(p, 0, d), AluOp::Multiply, ScalarOperand::Tile(col(1, p)), None), &[gd.slot, st.slot], &[gd.slot]);
+                ctx.e.push(
+                    v,
+                    ts(
+                        gd.cols(p, 0, d),
+                        db.cols(p, 0, d),
+                        AluOp::Multiply,
+                        ScalarOperand::Tile(col(0, p)),
+                        None,
+                    ),
+                    &[db.slot, st.slot],
+                    &[gd.slot],
+                );
+                ctx.e.push(
+                    v,
+                    tt(
+                        gd.cols(p, 0, d),
+                        ds.cols(p, 0, d),
+                        gd.cols(p, 0, d),
+                        AluOp::Subtract,
+                    ),
+                    &[ds.slot, gd.slot],
+                    &[gd.slot],
+                );
+                ctx.e.push(
+                    v,
+                    ts(
+                        gd.cols(p, 0, d),
+                        gd.cols(p, 0, d),
+                        AluOp::Multiply,
+                        ScalarOperand::Tile(col(1, p)),
+                        None,
+                    ),
+                    &[gd.slot, st.slot],
+                    &[gd.slot],
+                );
                 if n == 0 {
-                    ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: acc_w.cols(p, 0, d), src: gd.cols(p, 0, d) }), &[gd.slot], &[acc_w.slot]);
+                    ctx.e.push(
+                        v,
+                        Op::TensorCopy(TensorCopy {
+                            dst: acc_w.cols(p, 0, d),
+                            src: gd.cols(p, 0, d),
+                        }),
+                        &[gd.slot],
+                        &[acc_w.slot],
+                    );
                 } else {
-                    ctx.e.push(v, tt(acc_w.cols(p, 0, d), acc_w.cols(p, 0, d), gd.cols(p, 0, d), AluOp::Add), &[acc_w.slot, gd.slot], &[acc_w.slot]);
+                    ctx.e.push(
+                        v,
+                        tt(
+                            acc_w.cols(p, 0, d),
+                            acc_w.cols(p, 0, d),
+                            gd.cols(p, 0, d),
+                            AluOp::Add,
+                        ),
+                        &[acc_w.slot, gd.slot],
+                        &[acc_w.slot],
+                    );
                 }
             }
             if outs[2].is_some() {
                 if n == 0 {
-                    ctx.e.push(v, Op::TensorCopy(TensorCopy { dst: acc_b.cols(p, 0, d), src: db.cols(p, 0, d) }), &[db.slot], &[acc_b.slot]);
+                    ctx.e.push(
+                        v,
+                        Op::TensorCopy(TensorCopy {
+                            dst: acc_b.cols(p, 0, d),
+                            src: db.cols(p, 0, d),
+                        }),
+                        &[db.slot],
+                        &[acc_b.slot],
+                    );
                 } else {
-                    ctx.e.push(v, tt(acc_b.cols(p, 0, d), acc_b.cols(p, 0, d), db.cols(p, 0, d), AluOp::Add), &[acc_b.slot, db.slot], &[acc_b.slot]);
+                    ctx.e.push(
+                        v,
+                        tt(
+                            acc_b.cols(p, 0, d),
+                            acc_b.cols(p, 0, d),
+                            db.cols(p, 0, d),
+                            AluOp::Add,
+                        ),
+                        &[acc_b.slot, db.slot],
+                        &[acc_b.slot],
+                    );
                 }
             }
-            let Some((dx_name, dx_dev)) = &outs[0] else { continue };
+            let Some((dx_name, dx_dev)) = &outs[0] else {
+                continue;
+            };
             // γ per channel (gd) and per element (gam)
             match (&weight, w_dev) {
                 (Some((wn, _)), Some(wd)) => {
-                    let gap = trnsim::AccessPattern::hbm(wn, wd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-                    ctx.e.push(Engine::Dma, super::binary::dma(gd.cols(p, 0, d), gap), &[], &[gd.slot]);
-                    let gap = trnsim::AccessPattern::hbm(wn, wd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64], [0, hw as i64]]);
-                    ctx.e.push(Engine::Dma, super::binary::dma(gam.cols(p, 0, w), gap), &[], &[gam.slot]);
+                    let gap = trnsim::AccessPattern::hbm(
+                        wn,
+                        wd,
+                        (g0 * d) as u64,
+                        p,
+                        d as i64,
+                        vec![[1, d as i64]],
+                    );
+                    ctx.e.push(
+                        Engine::Dma,
+                        super::binary::dma(gd.cols(p, 0, d), gap),
+                        &[],
+                        &[gd.slot],
+                    );
+                    let gap = trnsim::AccessPattern::hbm(
+                        wn,
+                        wd,
+                        (g0 * d) as u64,
+                        p,
+                        d as i64,
+                        vec![[1, d as i64], [0, hw as i64]],
+                    );
+                    ctx.e.push(
+                        Engine::Dma,
+                        super::binary::dma(gam.cols(p, 0, w), gap),
+                        &[],
+                        &[gam.slot],
+                    );
                     // Σ γ·ds → col 2, Σ γ·db → col 3
-                    ctx.e.push(v, tt(ds.cols(p, 0, d), ds.cols(p, 0, d), gd.cols(p, 0, d), AluOp::Multiply), &[ds.slot, gd.slot], &[ds.slot]);
-                    ctx.e.push(v, tt(db.cols(p, 0, d), db.cols(p, 0, d), gd.cols(p, 0, d), AluOp::Multiply), &[db.slot, gd.slot], &[db.slot]);
+                    ctx.e.push(
+                        v,
+                        tt(
+                            ds.cols(p, 0, d),
+                            ds.cols(p, 0, d),
+                            gd.cols(p, 0, d),
+                            AluOp::Multiply,
+                        ),
+                        &[ds.slot, gd.slot],
+                        &[ds.slot],
+                    );
+                    ctx.e.push(
+                        v,
+                        tt(
+                            db.cols(p, 0, d),
+                            db.cols(p, 0, d),
+                            gd.cols(p, 0, d),
+                            AluOp::Multiply,
+                        ),
+                        &[db.slot, gd.slot],
+                        &[db.slot],
+                    );
                 }
                 _ => {
-                    ctx.e.push(v, Op::Memset(trnsim::Memset { dst: gam.cols(p, 0, w), value: 1.0 }), &[], &[gam.slot]);
+                    ctx.e.push(
+                        v,
+                        Op::Memset(trnsim::Memset {
+                            dst: gam.cols(p, 0, w),
+                            value: 1.0,
+                        }),
+                        &[],
+                        &[gam.slot],
+                    );
                 }
             }
             reduce_into(&mut ctx.e, &ds, p, d, AluOp::Add, &st, 2);
             reduce_into(&mut ctx.e, &db, p, d, AluOp::Add, &st, 3);
             let sl = st.slot;
             // c2 = (db·mean − ds)·rstd³·s  → col 4
-            ctx.e.push(v, tt(col(4, p), col(3, p), col(0, p), AluOp::Multiply), &[sl], &[sl]);
-            ctx.e.push(v, tt(col(4, p), col(4, p), col(2, p), AluOp::Subtract), &[sl], &[sl]);
+            ctx.e.push(
+                v,
+                tt(col(4, p), col(3, p), col(0, p), AluOp::Multiply),
+                &[sl],
+                &[sl],
+            );
+            ctx.e.push(
+                v,
+                tt(col(4, p), col(4, p), col(2, p), AluOp::Subtract),
+                &[sl],
+                &[sl],
+            );
             for _ in 0..3 {
-                ctx.e.push(v, tt(col(4, p), col(4, p), col(1, p), AluOp::Multiply), &[sl], &[sl]);
+                ctx.e.push(
+                    v,
+                    tt(col(4, p), col(4, p), col(1, p), AluOp::Multiply),
+                    &[sl],
+                    &[sl],
+                );
             }
-            ctx.e.push(v, ts(col(4, p), col(4, p), AluOp::Multiply, imm(s), None), &[sl], &[sl]);
+            ctx.e.push(
+                v,
+                ts(col(4, p), col(4, p), AluOp::Multiply, imm(s), None),
+                &[sl],
+                &[sl],
+            );
             // c3 = −c2·mean − db·rstd·s → col 5
-            ctx.e.push(v, tt(col(5, p), col(4, p), col(0, p), AluOp::Multiply), &[sl], &[sl]);
-            ctx.e.push(v, ts(col(5, p), col(5, p), AluOp::Multiply, imm(-1.0), None), &[sl], &[sl]);
-            ctx.e.push(v, tt(col(6, p), col(3, p), col(1, p), AluOp::Multiply), &[sl], &[sl]);
-            ctx.e.push(v, ts(col(6, p), col(6, p), AluOp::Multiply, imm(s), None), &[sl], &[sl]);
-            ctx.e.push(v, tt(col(5, p), col(5, p), col(6, p), AluOp::Subtract), &[sl], &[sl]);
+            ctx.e.push(
+                v,
+                tt(col(5, p), col(4, p), col(0, p), AluOp::Multiply),
+                &[sl],
+                &[sl],
+            );
+            ctx.e.push(
+                v,
+                ts(col(5, p), col(5, p), AluOp::Multiply, imm(-1.0), None),
+                &[sl],
+                &[sl],
+            );
+            ctx.e.push(
+                v,
+                tt(col(6, p), col(3, p), col(1, p), AluOp::Multiply),
+                &[sl],
+                &[sl],
+            );
+            ctx.e.push(
+                v,
+                ts(col(6, p), col(6, p), AluOp::Multiply, imm(s), None),
+                &[sl],
+                &[sl],
+            );
+            ctx.e.push(
+                v,
+                tt(col(5, p), col(5, p), col(6, p), AluOp::Subtract),
+                &[sl],
+                &[sl],
+            );
             // dx = c1·dy + c2·x + c3, c1 = rstd·γ
-            ctx.e.push(v, ts(t.cols(p, 0, w), gam.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(col(1, p)), None), &[gam.slot, sl], &[t.slot]);
-            ctx.e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), dy.cols(p, 0, w), AluOp::Multiply), &[t.slot, dy.slot], &[t.slot]);
-            ctx.e.push(v, ts(u.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply, ScalarOperand::Tile(col(4, p)), None), &[x.slot, sl], &[u.slot]);
-            ctx.e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), u.cols(p, 0, w), AluOp::Add), &[t.slot, u.slot], &[t.slot]);
-            ctx.e.push(v, ts(t.cols(p, 0, w), t.cols(p, 0, w), AluOp::Add, ScalarOperand::Tile(col(5, p)), None), &[t.slot, sl], &[t.slot]);
-            let dst = trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
-            ctx.e.push(Engine::Dma, super::binary::dma(dst, t.cols(p, 0, w)), &[t.slot], &[]);
+            ctx.e.push(
+                v,
+                ts(
+                    t.cols(p, 0, w),
+                    gam.cols(p, 0, w),
+                    AluOp::Multiply,
+                    ScalarOperand::Tile(col(1, p)),
+                    None,
+                ),
+                &[gam.slot, sl],
+                &[t.slot],
+            );
+            ctx.e.push(
+                v,
+                tt(
+                    t.cols(p, 0, w),
+                    t.cols(p, 0, w),
+                    dy.cols(p, 0, w),
+                    AluOp::Multiply,
+                ),
+                &[t.slot, dy.slot],
+                &[t.slot],
+            );
+            ctx.e.push(
+                v,
+                ts(
+                    u.cols(p, 0, w),
+                    x.cols(p, 0, w),
+                    AluOp::Multiply,
+                    ScalarOperand::Tile(col(4, p)),
+                    None,
+                ),
+                &[x.slot, sl],
+                &[u.slot],
+            );
+            ctx.e.push(
+                v,
+                tt(
+                    t.cols(p, 0, w),
+                    t.cols(p, 0, w),
+                    u.cols(p, 0, w),
+                    AluOp::Add,
+                ),
+                &[t.slot, u.slot],
+                &[t.slot],
+            );
+            ctx.e.push(
+                v,
+                ts(
+                    t.cols(p, 0, w),
+                    t.cols(p, 0, w),
+                    AluOp::Add,
+                    ScalarOperand::Tile(col(5, p)),
+                    None,
+                ),
+                &[t.slot, sl],
+                &[t.slot],
+            );
+            let dst =
+                trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
+            ctx.e.push(
+                Engine::Dma,
+                super::binary::dma(dst, t.cols(p, 0, w)),
+                &[t.slot],
+                &[],
+            );
         }
         for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
             if let Some((name, dd)) = &outs[o] {
                 if nb == 0 {
                     continue;
                 }
-                let dst = trnsim::AccessPattern::hbm(name, *dd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-                ctx.e.push(Engine::Dma, super::binary::dma(dst, acc.cols(p, 0, d)), &[acc.slot], &[]);
+                let dst = trnsim::AccessPattern::hbm(
+                    name,
+                    *dd,
+                    (g0 * d) as u64,
+                    p,
+                    d as i64,
+                    vec![[1, d as i64]],
+                );
+                ctx.e.push(
+                    Engine::Dma,
+                    super::binary::dma(dst, acc.cols(p, 0, d)),
+                    &[acc.slot],
+                    &[],
+                );
             }
         }
     }
@@ -920,4 +1720,47 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         }
     }
     Ok(lowered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{OpCall, TensorMeta};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn softmax_is_max_exp_sum_scale() {
+        let mut tensors = BTreeMap::new();
+        let meta = TensorMeta {
+            dtype: TorchDType::F32,
+            shape: vec![4, 1000],
+            strides: None,
+        };
+        tensors.insert("input.0".to_string(), meta.clone());
+        tensors.insert("output.0".to_string(), meta);
+        let call = OpCall {
+            args: vec![
+                Value::Tensor("input.0".into()),
+                Value::Int(1),
+                Value::Bool(false),
+            ],
+            kwargs: BTreeMap::new(),
+        };
+        let outputs = vec![Value::Tensor("output.0".into())];
+        let req = LowerRequest {
+            op: "_softmax",
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
+        let p = lower(&req, TargetName::Trn1).unwrap().program;
+        let names: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();
+        assert_eq!(
+            names.iter().filter(|n| **n == "activation").count(),
+            1,
+            "one exp on ScalarE"
+        );
+        assert!(names.contains(&"tensor_reduce") && names.contains(&"reciprocal"));
+        assert!(p.instructions.iter().any(|i| i.engine == Engine::Scalar));
+    }
 }

@@ -27,8 +27,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::{TorchDType, contiguous_strides};
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand, TargetName, TensorCopy,
-    TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand,
+    TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
 
 /// Max elements per partition of one chunk of the reduced axis.
@@ -95,7 +95,10 @@ impl Chunk {
         if self.dims.is_empty() {
             vec![[1, 1]]
         } else {
-            self.dims.iter().map(|d| [d.strides[operand], d.size as i64]).collect()
+            self.dims
+                .iter()
+                .map(|d| [d.strides[operand], d.size as i64])
+                .collect()
         }
     }
 
@@ -128,8 +131,12 @@ impl Layout {
     /// `reduced[d]`: dim d is reduced. `scan`: the output also has the reduced dims (cumsum).
     pub fn new(shape: &[usize], reduced: &[bool], scan: bool) -> Layout {
         let cs = contiguous_strides(shape);
-        let out_shape: Vec<usize> =
-            shape.iter().zip(reduced).filter(|(_, r)| scan || !**r).map(|(s, _)| *s).collect();
+        let out_shape: Vec<usize> = shape
+            .iter()
+            .zip(reduced)
+            .filter(|(_, r)| scan || !**r)
+            .map(|(s, _)| *s)
+            .collect();
         let ocs = contiguous_strides(&out_shape);
         let mut kept = Vec::new();
         let mut red = Vec::new();
@@ -141,17 +148,40 @@ impl Layout {
             } else {
                 0
             };
-            let dim = Dim { size: shape[d], strides: vec![cs[d] as i64, out_stride] };
-            if reduced[d] { red.push(dim) } else { kept.push(dim) }
+            let dim = Dim {
+                size: shape[d],
+                strides: vec![cs[d] as i64, out_stride],
+            };
+            if reduced[d] {
+                red.push(dim)
+            } else {
+                kept.push(dim)
+            }
         }
         Layout::from_dims(kept, red)
     }
 
     /// From dims with any number of operand strides (all dims the same number).
     pub fn from_dims(kept: Vec<Dim>, red: Vec<Dim>) -> Layout {
-        let ops = kept.iter().chain(&red).map(|d| d.strides.len()).next().unwrap_or(2);
-        let simp = |dims: Vec<Dim>| Region { base: vec![0; ops], dims }.simplify().dims;
-        Layout { kept: simp(kept), red: simp(red), ops }
+        let ops = kept
+            .iter()
+            .chain(&red)
+            .map(|d| d.strides.len())
+            .next()
+            .unwrap_or(2);
+        let simp = |dims: Vec<Dim>| {
+            Region {
+                base: vec![0; ops],
+                dims,
+            }
+            .simplify()
+            .dims
+        };
+        Layout {
+            kept: simp(kept),
+            red: simp(red),
+            ops,
+        }
     }
 
     pub fn kept_numel(&self) -> usize {
@@ -169,11 +199,23 @@ impl Layout {
             return tiles;
         }
         if self.kept.is_empty() {
-            tiles.push(RowTile { base: vec![0; self.ops], rows: 1, pstride: vec![0; self.ops] });
+            tiles.push(RowTile {
+                base: vec![0; self.ops],
+                rows: 1,
+                pstride: vec![0; self.ops],
+            });
             return tiles;
         }
-        let pd = (0..self.kept.len()).max_by_key(|&i| (self.kept[i].size, i)).unwrap_or(0);
-        let loops: Vec<&Dim> = self.kept.iter().enumerate().filter(|(i, _)| *i != pd).map(|(_, d)| d).collect();
+        let pd = (0..self.kept.len())
+            .max_by_key(|&i| (self.kept[i].size, i))
+            .unwrap_or(0);
+        let loops: Vec<&Dim> = self
+            .kept
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != pd)
+            .map(|(_, d)| d)
+            .collect();
         let part = &self.kept[pd];
         let mut counter = vec![0usize; loops.len()];
         loop {
@@ -187,7 +229,11 @@ impl Layout {
             while p0 < part.size {
                 let rows = (part.size - p0).min(partitions);
                 tiles.push(RowTile {
-                    base: base.iter().zip(&part.strides).map(|(b, s)| b + s * p0 as i64).collect(),
+                    base: base
+                        .iter()
+                        .zip(&part.strides)
+                        .map(|(b, s)| b + s * p0 as i64)
+                        .collect(),
                     rows,
                     pstride: part.strides.clone(),
                 });
@@ -230,14 +276,24 @@ fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chu
         let full = inner.size / max_free;
         let rest = inner.size % max_free;
         let mut body = dims.clone();
-        body[k - 1] = Dim { size: full, strides: inner.strides.iter().map(|s| s * max_free as i64).collect() };
-        body.push(Dim { size: max_free, strides: inner.strides.clone() });
+        body[k - 1] = Dim {
+            size: full,
+            strides: inner.strides.iter().map(|s| s * max_free as i64).collect(),
+        };
+        body.push(Dim {
+            size: max_free,
+            strides: inner.strides.clone(),
+        });
         chunk_into(base.clone(), body, max_free, out);
         if rest > 0 {
             let mut tail = dims.clone();
             tail[k - 1].size = rest;
             let done = (full * max_free) as i64;
-            let b = base.iter().zip(&inner.strides).map(|(b, s)| b + s * done).collect();
+            let b = base
+                .iter()
+                .zip(&inner.strides)
+                .map(|(b, s)| b + s * done)
+                .collect();
             chunk_into(b, tail, max_free, out);
         }
         return;
@@ -256,7 +312,10 @@ fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chu
                 *bb += s * i as i64;
             }
         }
-        out.push(Chunk { base: b, dims: free.iter().filter(|d| d.size != 1).cloned().collect() });
+        out.push(Chunk {
+            base: b,
+            dims: free.iter().filter(|d| d.size != 1).cloned().collect(),
+        });
         let mut d = loops.len();
         loop {
             if d == 0 {
@@ -285,12 +344,24 @@ pub struct Buf {
 
 impl Buf {
     pub fn new(alloc: &mut SbufAllocator, dtype: DType, cols: usize) -> Result<Buf, LowerError> {
-        Ok(Buf { slot: Slot { offset: alloc.alloc(cols.max(1) * dtype.size())? }, dtype, cols })
+        Ok(Buf {
+            slot: Slot {
+                offset: alloc.alloc(cols.max(1) * dtype.size())?,
+            },
+            dtype,
+            cols,
+        })
     }
 
     /// Columns `[c0, c0 + n)` of `p` partitions, one flat free dim.
     pub fn cols(&self, p: usize, c0: usize, n: usize) -> AccessPattern {
-        AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset + (c0 * self.dtype.size()) as u64, vec![[1, n as i64]])
+        AccessPattern::sbuf(
+            self.dtype,
+            0,
+            p,
+            self.slot.offset + (c0 * self.dtype.size()) as u64,
+            vec![[1, n as i64]],
+        )
     }
 
     /// Column `c` as a `[P, 1]` scalar operand.
@@ -304,12 +375,27 @@ impl Buf {
     }
 }
 
-pub fn ts(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: ScalarOperand, op1: Option<(AluOp, ScalarOperand)>) -> Op {
+pub fn ts(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    v0: ScalarOperand,
+    op1: Option<(AluOp, ScalarOperand)>,
+) -> Op {
     let (op1, operand1) = match op1 {
         Some((o, v)) => (Some(o), Some(v)),
         None => (None, None),
     };
-    Op::TensorScalar(TensorScalar { dst, src, op0, operand0: v0, reverse0: false, op1, operand1, reverse1: false })
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0: v0,
+        reverse0: false,
+        op1,
+        operand1,
+        reverse1: false,
+    })
 }
 
 pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
@@ -326,11 +412,21 @@ pub fn tree_reduce(e: &mut Emitter, engine: Engine, buf: &Buf, p: usize, mut w: 
     let s = buf.slot;
     while w > 1 {
         if w % 2 == 1 {
-            e.push(engine, tt(buf.col(p, 0), buf.col(p, 0), buf.col(p, w - 1), op), &[s], &[s]);
+            e.push(
+                engine,
+                tt(buf.col(p, 0), buf.col(p, 0), buf.col(p, w - 1), op),
+                &[s],
+                &[s],
+            );
             w -= 1;
         }
         let h = w / 2;
-        e.push(engine, tt(buf.cols(p, 0, h), buf.cols(p, 0, h), buf.cols(p, h, h), op), &[s], &[s]);
+        e.push(
+            engine,
+            tt(buf.cols(p, 0, h), buf.cols(p, 0, h), buf.cols(p, h, h), op),
+            &[s],
+            &[s],
+        );
         w = h;
     }
 }
@@ -339,7 +435,13 @@ pub fn tree_reduce(e: &mut Emitter, engine: Engine, buf: &Buf, p: usize, mut w: 
 pub fn reduce_into(e: &mut Emitter, src: &Buf, p: usize, w: usize, op: AluOp, dst: &Buf, c: usize) {
     e.push(
         Engine::Vector,
-        Op::TensorReduce(TensorReduce { dst: dst.col(p, c), src: src.cols(p, 0, w), op, axes: 1, negate: false }),
+        Op::TensorReduce(TensorReduce {
+            dst: dst.col(p, c),
+            src: src.cols(p, 0, w),
+            op,
+            axes: 1,
+            negate: false,
+        }),
         &[src.slot],
         &[dst.slot],
     );
@@ -349,8 +451,20 @@ fn memset(e: &mut Emitter, engine: Engine, dst: AccessPattern, slot: Slot, value
     e.push(engine, Op::Memset(Memset { dst, value }), &[], &[slot]);
 }
 
-fn copy(e: &mut Emitter, engine: Engine, dst: AccessPattern, dslot: Slot, src: AccessPattern, sslot: Slot) {
-    e.push(engine, Op::TensorCopy(TensorCopy { dst, src }), &[sslot], &[dslot]);
+fn copy(
+    e: &mut Emitter,
+    engine: Engine,
+    dst: AccessPattern,
+    dslot: Slot,
+    src: AccessPattern,
+    sslot: Slot,
+) {
+    e.push(
+        engine,
+        Op::TensorCopy(TensorCopy { dst, src }),
+        &[sslot],
+        &[dslot],
+    );
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -427,18 +541,39 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
     }
     let mut correction = 1.0;
     let (kind, reduced) = match req.op {
-        "sum.dim_IntList" => (Kind::Reduce(Red::Sum), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "sum.dim_IntList" => (
+            Kind::Reduce(Red::Sum),
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
         "mean" => (Kind::Mean, vec![true; ndim]),
-        "mean.dim" => (Kind::Mean, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "mean.dim" => (
+            Kind::Mean,
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
         "prod" => (Kind::Reduce(Red::Prod), vec![true; ndim]),
-        "prod.dim_int" => (Kind::Reduce(Red::Prod), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
-        "amax" => (Kind::Reduce(Red::Max), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
-        "amin" => (Kind::Reduce(Red::Min), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "prod.dim_int" => (
+            Kind::Reduce(Red::Prod),
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
+        "amax" => (
+            Kind::Reduce(Red::Max),
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
+        "amin" => (
+            Kind::Reduce(Red::Min),
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
         "any" => (Kind::Any, vec![true; ndim]),
-        "any.dim" | "any.dims" => (Kind::Any, dims_arg(req, req.call.arg(1, "dim"), ndim, req.op == "any.dims")?),
+        "any.dim" | "any.dims" => (
+            Kind::Any,
+            dims_arg(req, req.call.arg(1, "dim"), ndim, req.op == "any.dims")?,
+        ),
         "var.correction" => {
             correction = super::unary::scalar_arg(req, 2, "correction", 1.0)?;
-            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
+            (
+                Kind::Var,
+                dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+            )
         }
         "var.dim" => {
             let unbiased = match req.call.arg(2, "unbiased") {
@@ -447,7 +582,10 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
                 Some(v) => return Err(req.invalid(format!("`unbiased` is {v:?}"))),
             };
             correction = if unbiased { 1.0 } else { 0.0 };
-            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
+            (
+                Kind::Var,
+                dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+            )
         }
         "argmax" | "argmin" => {
             let r = match req.call.arg(1, "dim") {
@@ -456,14 +594,28 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
             };
             (Kind::Arg(req.op == "argmax"), r)
         }
-        "max.dim" | "min.dim" => (Kind::ValIdx(req.op == "max.dim"), dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
-        "cumsum" => (Kind::Cumsum, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "max.dim" | "min.dim" => (
+            Kind::ValIdx(req.op == "max.dim"),
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
+        "cumsum" => (
+            Kind::Cumsum,
+            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
+        ),
         _ => return Err(LowerError::NotLowered(req.op.to_string())),
     };
     if meta.dtype.is_complex() || outs.iter().any(|(_, d)| d.is_complex()) {
         return Err(req.unsupported("complex".into()));
     }
-    Ok(Call { kind, input, in_dtype: meta.dtype, shape: meta.shape.clone(), reduced, outs, correction })
+    Ok(Call {
+        kind,
+        input,
+        in_dtype: meta.dtype,
+        shape: meta.shape.clone(),
+        reduced,
+        outs,
+        correction,
+    })
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
@@ -483,7 +635,12 @@ pub struct Ctx {
 impl Ctx {
     pub fn new(target_name: TargetName, program: Program) -> Ctx {
         let target = target_name.params();
-        Ctx { e: Emitter::new(program), alloc: SbufAllocator::new(&target), partitions: target.partitions, sum_tmp: None }
+        Ctx {
+            e: Emitter::new(program),
+            alloc: SbufAllocator::new(&target),
+            partitions: target.partitions,
+            sum_tmp: None,
+        }
     }
 }
 
@@ -494,15 +651,55 @@ pub fn load_chunk(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTi
 }
 
 /// As [`load_chunk`], with the strides of operand `op`.
-pub fn load_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
-    let src = AccessPattern::hbm(name, dtype, (rt.base[op] + ch.base[op]) as u64, rt.rows, rt.pstride[op], ch.free(op));
-    ctx.e.push(Engine::Dma, dma(buf.shaped(rt.rows, ch.dense()), src), &[], &[buf.slot]);
+pub fn load_op(
+    ctx: &mut Ctx,
+    buf: &Buf,
+    name: &str,
+    dtype: DType,
+    rt: &RowTile,
+    ch: &Chunk,
+    op: usize,
+) {
+    let src = AccessPattern::hbm(
+        name,
+        dtype,
+        (rt.base[op] + ch.base[op]) as u64,
+        rt.rows,
+        rt.pstride[op],
+        ch.free(op),
+    );
+    ctx.e.push(
+        Engine::Dma,
+        dma(buf.shaped(rt.rows, ch.dense()), src),
+        &[],
+        &[buf.slot],
+    );
 }
 
 /// DMA of a chunk of `buf` (dense) to HBM tensor `name` with the strides of operand `op`.
-pub fn store_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
-    let dst = AccessPattern::hbm(name, dtype, (rt.base[op] + ch.base[op]) as u64, rt.rows, rt.pstride[op], ch.free(op));
-    ctx.e.push(Engine::Dma, dma(dst, buf.shaped(rt.rows, ch.dense())), &[buf.slot], &[]);
+pub fn store_op(
+    ctx: &mut Ctx,
+    buf: &Buf,
+    name: &str,
+    dtype: DType,
+    rt: &RowTile,
+    ch: &Chunk,
+    op: usize,
+) {
+    let dst = AccessPattern::hbm(
+        name,
+        dtype,
+        (rt.base[op] + ch.base[op]) as u64,
+        rt.rows,
+        rt.pstride[op],
+        ch.free(op),
+    );
+    ctx.e.push(
+        Engine::Dma,
+        dma(dst, buf.shaped(rt.rows, ch.dense())),
+        &[buf.slot],
+        &[],
+    );
 }
 
 /// DMA of `[rows, 1]` column `c` of `buf` to the output elements of a row tile.
@@ -511,19 +708,55 @@ pub fn store_col(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, r
 }
 
 /// As [`store_col`], with the row strides of operand `op`.
-pub fn store_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
-    let dst = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
-    ctx.e.push(Engine::Dma, dma(dst, buf.col(rt.rows, c)), &[buf.slot], &[]);
+pub fn store_col_op(
+    ctx: &mut Ctx,
+    buf: &Buf,
+    c: usize,
+    name: &str,
+    dtype: DType,
+    rt: &RowTile,
+    op: usize,
+) {
+    let dst = AccessPattern::hbm(
+        name,
+        dtype,
+        rt.base[op] as u64,
+        rt.rows,
+        rt.pstride[op],
+        vec![[1, 1]],
+    );
+    ctx.e
+        .push(Engine::Dma, dma(dst, buf.col(rt.rows, c)), &[buf.slot], &[]);
 }
 
 /// DMA of the `[rows, 1]` elements of a row tile of HBM tensor `name` (operand `op`) into column
 /// `c` of `buf`.
-pub fn load_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
-    let src = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
-    ctx.e.push(Engine::Dma, dma(buf.col(rt.rows, c), src), &[], &[buf.slot]);
+pub fn load_col_op(
+    ctx: &mut Ctx,
+    buf: &Buf,
+    c: usize,
+    name: &str,
+    dtype: DType,
+    rt: &RowTile,
+    op: usize,
+) {
+    let src = AccessPattern::hbm(
+        name,
+        dtype,
+        rt.base[op] as u64,
+        rt.rows,
+        rt.pstride[op],
+        vec![[1, 1]],
+    );
+    ctx.e
+        .push(Engine::Dma, dma(buf.col(rt.rows, c), src), &[], &[buf.slot]);
 }
 
-fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<Program, LowerError> {
+fn emit(
+    req: &LowerRequest<'_>,
+    call: &Call,
+    target_name: TargetName,
+) -> Result<Program, LowerError> {
     let mut program = Program::new(target_name);
     let in_dev = dev(req, call.in_dtype)?;
     program.declare(&call.input, in_dev, &call.shape, HbmRole::Input);
@@ -536,9 +769,15 @@ fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<
     let layout = Layout::new(&call.shape, &call.reduced, call.kind == Kind::Cumsum);
     // The output must hold exactly the kept elements (or all, for a scan).
     let out_numel: usize = req.tensor(&call.outs[0].0)?.shape.iter().product();
-    let want = if call.kind == Kind::Cumsum { layout.kept_numel() * layout.red_numel() } else { layout.kept_numel() };
+    let want = if call.kind == Kind::Cumsum {
+        layout.kept_numel() * layout.red_numel()
+    } else {
+        layout.kept_numel()
+    };
     if out_numel != want {
-        return Err(req.invalid(format!("output has {out_numel} elements, the reduction gives {want}")));
+        return Err(req.invalid(format!(
+            "output has {out_numel} elements, the reduction gives {want}"
+        )));
     }
     let mut ctx = Ctx::new(target_name, program);
     let rows = layout.row_tiles(ctx.partitions);
@@ -549,13 +788,27 @@ fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<
     let n = layout.red_numel();
     match call.kind {
         Kind::Cumsum => emit_cumsum(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks)?,
-        Kind::Arg(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false)?,
-        Kind::ValIdx(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true)?,
-        _ => emit_reduce(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks, n)?,
+        Kind::Arg(is_max) => emit_arg(
+            &mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false,
+        )?,
+        Kind::ValIdx(is_max) => emit_arg(
+            &mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true,
+        )?,
+        _ => emit_reduce(
+            &mut ctx,
+            call,
+            in_dev,
+            out_devs[0],
+            &rows,
+            &chunks,
+            n,
+            &layout,
+        )?,
     }
     Ok(ctx.e.finish())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn emit_reduce(
     ctx: &mut Ctx,
     call: &Call,
@@ -564,6 +817,7 @@ fn emit_reduce(
     rows: &[RowTile],
     chunks: &[Chunk],
     n: usize,
+    layout: &Layout,
 ) -> Result<(), LowerError> {
     let out_dtype = call.outs[0].1;
     let red = match call.kind {
@@ -573,18 +827,48 @@ fn emit_reduce(
         _ => unreachable!(),
     };
     // Exact int32 on GpSimd for integer results; fp32 on VectorE otherwise.
-    let int_path = matches!(call.kind, Kind::Reduce(_)) && promote::category(out_dtype) == Category::Integer;
-    let (engine, work) = if int_path { (Engine::Gpsimd, DType::I32) } else { (Engine::Vector, DType::F32) };
+    let int_path =
+        matches!(call.kind, Kind::Reduce(_)) && promote::category(out_dtype) == Category::Integer;
+    let (engine, work) = if int_path {
+        (Engine::Gpsimd, DType::I32)
+    } else {
+        (Engine::Vector, DType::F32)
+    };
     let x = Buf::new(&mut ctx.alloc, work, CHUNK)?;
     let parts = Buf::new(&mut ctx.alloc, work, chunks.len().max(1))?;
     let mean = Buf::new(&mut ctx.alloc, DType::F32, 1)?;
     ctx.sum_tmp = Some(Buf::new(&mut ctx.alloc, DType::F32, CHUNK / SUM_BLOCK + 1)?);
     let p_all = ctx.partitions;
+    if !int_path
+        && call.kind != Kind::Var
+        && red != Red::Prod
+        && layout.kept.is_empty()
+        && layout.red.len() == 1
+        && layout.red[0].size >= SPREAD_MIN
+    {
+        return emit_reduce_spread(
+            ctx,
+            call,
+            in_dev,
+            out_dev,
+            &layout.red[0],
+            red,
+            n,
+            &x,
+            &mean,
+        );
+    }
     for rt in rows {
         let p = rt.rows;
         if chunks.is_empty() {
             // Empty reduction: the identity.
-            memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, red.identity());
+            memset(
+                &mut ctx.e,
+                engine,
+                parts.col(p, 0),
+                parts.slot,
+                red.identity(),
+            );
         }
         for (c, ch) in chunks.iter().enumerate() {
             let w = ch.elems();
@@ -592,7 +876,13 @@ fn emit_reduce(
             if call.kind == Kind::Any {
                 ctx.e.push(
                     Engine::Vector,
-                    ts(x.cols(p, 0, w), x.cols(p, 0, w), AluOp::NotEqual, imm(0.0), None),
+                    ts(
+                        x.cols(p, 0, w),
+                        x.cols(p, 0, w),
+                        AluOp::NotEqual,
+                        imm(0.0),
+                        None,
+                    ),
                     &[x.slot],
                     &[x.slot],
                 );
@@ -604,13 +894,30 @@ fn emit_reduce(
         match call.kind {
             Kind::Mean => {
                 let inv = inv_or_inf(n as f64);
-                ctx.e.push(Engine::Vector, ts(parts.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv), None), &[parts.slot], &[parts.slot]);
+                ctx.e.push(
+                    Engine::Vector,
+                    ts(
+                        parts.col(p, 0),
+                        parts.col(p, 0),
+                        AluOp::Multiply,
+                        imm(inv),
+                        None,
+                    ),
+                    &[parts.slot],
+                    &[parts.slot],
+                );
             }
             Kind::Var => {
                 // mean, then Σ (x − mean)² over a second pass.
                 ctx.e.push(
                     Engine::Vector,
-                    ts(mean.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv_or_inf(n as f64)), None),
+                    ts(
+                        mean.col(p, 0),
+                        parts.col(p, 0),
+                        AluOp::Multiply,
+                        imm(inv_or_inf(n as f64)),
+                        None,
+                    ),
                     &[parts.slot],
                     &[mean.slot],
                 );
@@ -622,17 +929,44 @@ fn emit_reduce(
                     load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
                     ctx.e.push(
                         Engine::Vector,
-                        ts(x.cols(p, 0, w), x.cols(p, 0, w), AluOp::Subtract, ScalarOperand::Tile(mean.col(p, 0)), None),
+                        ts(
+                            x.cols(p, 0, w),
+                            x.cols(p, 0, w),
+                            AluOp::Subtract,
+                            ScalarOperand::Tile(mean.col(p, 0)),
+                            None,
+                        ),
                         &[x.slot, mean.slot],
                         &[x.slot],
                     );
-                    ctx.e.push(Engine::Vector, tt(x.cols(p, 0, w), x.cols(p, 0, w), x.cols(p, 0, w), AluOp::Multiply), &[x.slot], &[x.slot]);
+                    ctx.e.push(
+                        Engine::Vector,
+                        tt(
+                            x.cols(p, 0, w),
+                            x.cols(p, 0, w),
+                            x.cols(p, 0, w),
+                            AluOp::Multiply,
+                        ),
+                        &[x.slot],
+                        &[x.slot],
+                    );
                     reduce_chunk(ctx, engine, &x, p, w, Red::Sum, &parts, c);
                 }
                 finish_partials(ctx, engine, &parts, p, chunks.len(), Red::Sum);
                 let denom = (n as f64 - call.correction).max(0.0);
                 let inv = inv_or_inf(denom);
-                ctx.e.push(Engine::Vector, ts(parts.col(p, 0), parts.col(p, 0), AluOp::Multiply, imm(inv), None), &[parts.slot], &[parts.slot]);
+                ctx.e.push(
+                    Engine::Vector,
+                    ts(
+                        parts.col(p, 0),
+                        parts.col(p, 0),
+                        AluOp::Multiply,
+                        imm(inv),
+                        None,
+                    ),
+                    &[parts.slot],
+                    &[parts.slot],
+                );
             }
             _ => {}
         }
@@ -658,44 +992,105 @@ pub fn block_sum(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
     if nb == 0 {
         if w > 1 {
             reduce_into(e, x, p, w, AluOp::Add, tmp, 0);
-            copy(e, Engine::Vector, x.col(p, 0), x.slot, tmp.col(p, 0), tmp.slot);
+            copy(
+                e,
+                Engine::Vector,
+                x.col(p, 0),
+                x.slot,
+                tmp.col(p, 0),
+                tmp.slot,
+            );
         }
         return;
     }
-    let src = x.shaped(p, vec![[SUM_BLOCK as i64, nb as i64], [1, SUM_BLOCK as i64]]);
+    let src = x.shaped(
+        p,
+        vec![[SUM_BLOCK as i64, nb as i64], [1, SUM_BLOCK as i64]],
+    );
     e.push(
         Engine::Vector,
-        Op::TensorReduce(TensorReduce { dst: tmp.cols(p, 0, nb), src, op: AluOp::Add, axes: 1, negate: false }),
+        Op::TensorReduce(TensorReduce {
+            dst: tmp.cols(p, 0, nb),
+            src,
+            op: AluOp::Add,
+            axes: 1,
+            negate: false,
+        }),
         &[x.slot],
         &[tmp.slot],
     );
     let mut n = nb;
     if rem > 0 {
-        let src = AccessPattern::sbuf(x.dtype, 0, p, x.slot.offset + (nb * SUM_BLOCK * x.dtype.size()) as u64, vec![[1, rem as i64]]);
+        let src = AccessPattern::sbuf(
+            x.dtype,
+            0,
+            p,
+            x.slot.offset + (nb * SUM_BLOCK * x.dtype.size()) as u64,
+            vec![[1, rem as i64]],
+        );
         e.push(
             Engine::Vector,
-            Op::TensorReduce(TensorReduce { dst: tmp.col(p, nb), src, op: AluOp::Add, axes: 1, negate: false }),
+            Op::TensorReduce(TensorReduce {
+                dst: tmp.col(p, nb),
+                src,
+                op: AluOp::Add,
+                axes: 1,
+                negate: false,
+            }),
             &[x.slot],
             &[tmp.slot],
         );
         n += 1;
     }
     tree_reduce(e, Engine::Vector, tmp, p, n, AluOp::Add);
-    copy(e, Engine::Vector, x.col(p, 0), x.slot, tmp.col(p, 0), tmp.slot);
+    copy(
+        e,
+        Engine::Vector,
+        x.col(p, 0),
+        x.slot,
+        tmp.col(p, 0),
+        tmp.slot,
+    );
 }
 
 /// Reduces the `w` columns of `x` into column `c` of `parts`.
-fn reduce_chunk(ctx: &mut Ctx, engine: Engine, x: &Buf, p: usize, w: usize, red: Red, parts: &Buf, c: usize) {
+#[allow(clippy::too_many_arguments)]
+fn reduce_chunk(
+    ctx: &mut Ctx,
+    engine: Engine,
+    x: &Buf,
+    p: usize,
+    w: usize,
+    red: Red,
+    parts: &Buf,
+    c: usize,
+) {
     match (engine, red) {
-        (Engine::Vector, Red::Max | Red::Min) => reduce_into(&mut ctx.e, x, p, w, red.alu(), parts, c),
+        (Engine::Vector, Red::Max | Red::Min) => {
+            reduce_into(&mut ctx.e, x, p, w, red.alu(), parts, c)
+        }
         (Engine::Vector, Red::Sum) => {
             let tmp = ctx.sum_tmp.expect("sum scratch allocated");
             block_sum(&mut ctx.e, x, &tmp, p, w);
-            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
+            copy(
+                &mut ctx.e,
+                engine,
+                parts.col(p, c),
+                parts.slot,
+                x.col(p, 0),
+                x.slot,
+            );
         }
         _ => {
             tree_reduce(&mut ctx.e, engine, x, p, w, red.alu());
-            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
+            copy(
+                &mut ctx.e,
+                engine,
+                parts.col(p, c),
+                parts.slot,
+                x.col(p, 0),
+                x.slot,
+            );
         }
     }
 }
@@ -732,7 +1127,10 @@ fn emit_arg(
         ch.dims.last().map(|d| d.strides[0]).unwrap_or(1).max(1)
     };
     if chunks.iter().any(|c| c.dims.len() > 1) {
-        return Err(LowerError::Unsupported { op: call.outs[0].0.clone(), reason: "argmax over several dims".into() });
+        return Err(LowerError::Unsupported {
+            op: call.outs[0].0.clone(),
+            reason: "argmax over several dims".into(),
+        });
     }
     let x = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
     let idx = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
@@ -749,25 +1147,84 @@ fn emit_arg(
         let e = &mut ctx.e;
         e.push(
             v,
-            Op::TensorReduce(TensorReduce { dst: m.col(p, 0), src: vals.cols(p, 0, w), op, axes: 1, negate: false }),
+            Op::TensorReduce(TensorReduce {
+                dst: m.col(p, 0),
+                src: vals.cols(p, 0, w),
+                op,
+                axes: 1,
+                negate: false,
+            }),
             &[vals.slot],
             &[m.slot],
         );
         // t = (vals == m); u = (vals != vals); t = max(t, u)
-        e.push(v, ts(t.cols(p, 0, w), vals.cols(p, 0, w), AluOp::IsEqual, ScalarOperand::Tile(m.col(p, 0)), None), &[vals.slot, m.slot], &[t.slot]);
-        e.push(v, tt(u.cols(p, 0, w), vals.cols(p, 0, w), vals.cols(p, 0, w), AluOp::NotEqual), &[vals.slot], &[u.slot]);
-        e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), u.cols(p, 0, w), AluOp::Max), &[t.slot, u.slot], &[t.slot]);
+        e.push(
+            v,
+            ts(
+                t.cols(p, 0, w),
+                vals.cols(p, 0, w),
+                AluOp::IsEqual,
+                ScalarOperand::Tile(m.col(p, 0)),
+                None,
+            ),
+            &[vals.slot, m.slot],
+            &[t.slot],
+        );
+        e.push(
+            v,
+            tt(
+                u.cols(p, 0, w),
+                vals.cols(p, 0, w),
+                vals.cols(p, 0, w),
+                AluOp::NotEqual,
+            ),
+            &[vals.slot],
+            &[u.slot],
+        );
+        e.push(
+            v,
+            tt(
+                t.cols(p, 0, w),
+                t.cols(p, 0, w),
+                u.cols(p, 0, w),
+                AluOp::Max,
+            ),
+            &[t.slot, u.slot],
+            &[t.slot],
+        );
         // t = (t − 1) · (−BIG) + ids  → ids where selected, ids + BIG elsewhere
         e.push(
             v,
-            ts(t.cols(p, 0, w), t.cols(p, 0, w), AluOp::Subtract, imm(1.0), Some((AluOp::Multiply, imm(-BIG)))),
+            ts(
+                t.cols(p, 0, w),
+                t.cols(p, 0, w),
+                AluOp::Subtract,
+                imm(1.0),
+                Some((AluOp::Multiply, imm(-BIG))),
+            ),
             &[t.slot],
             &[t.slot],
         );
-        e.push(v, tt(t.cols(p, 0, w), t.cols(p, 0, w), ids.cols(p, 0, w), AluOp::Add), &[t.slot, ids.slot], &[t.slot]);
         e.push(
             v,
-            Op::TensorReduce(TensorReduce { dst: r.col(p, 0), src: t.cols(p, 0, w), op: AluOp::Min, axes: 1, negate: false }),
+            tt(
+                t.cols(p, 0, w),
+                t.cols(p, 0, w),
+                ids.cols(p, 0, w),
+                AluOp::Add,
+            ),
+            &[t.slot, ids.slot],
+            &[t.slot],
+        );
+        e.push(
+            v,
+            Op::TensorReduce(TensorReduce {
+                dst: r.col(p, 0),
+                src: t.cols(p, 0, w),
+                op: AluOp::Min,
+                axes: 1,
+                negate: false,
+            }),
             &[t.slot],
             &[r.slot],
         );
@@ -780,7 +1237,12 @@ fn emit_arg(
             load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
             ctx.e.push(
                 Engine::Gpsimd,
-                Op::Iota(Iota { dst: idx.cols(p, 0, w), offset: start, channel_multiplier: 0, pattern: vec![[1, w as i64]] }),
+                Op::Iota(Iota {
+                    dst: idx.cols(p, 0, w),
+                    offset: start,
+                    channel_multiplier: 0,
+                    pattern: vec![[1, w as i64]],
+                }),
                 &[],
                 &[idx.slot],
             );
@@ -802,7 +1264,8 @@ fn emit_arg(
 }
 
 /// cumsum along one dim. Floats: VectorE `tensor_tensor_scan` (fp32 running sum, sequential like
-/// CPU's), the carry from chunk to chunk as the next scan's `initial`. Integer results: exact
+/// CPU's) compensated by a second scan of its rounding errors ([`emit_fscan`]: CPU accumulates
+/// f32 in double), the carries from chunk to chunk as the next scans' `initial`. Integer results: exact
 /// int32 on GpSimdE, a Hillis–Steele scan per chunk (`log2(w)` shifted adds, ping-pong between two
 /// tiles; wrapping, so exact whenever the int64 result fits int32) plus the carry.
 fn emit_cumsum(
@@ -814,15 +1277,35 @@ fn emit_cumsum(
     chunks: &[Chunk],
 ) -> Result<(), LowerError> {
     let int_path = promote::category(call.outs[0].1) == Category::Integer;
-    let (engine, work) = if int_path { (Engine::Gpsimd, DType::I32) } else { (Engine::Vector, DType::F32) };
+    let (engine, work) = if int_path {
+        (Engine::Gpsimd, DType::I32)
+    } else {
+        (Engine::Vector, DType::F32)
+    };
     let a = Buf::new(&mut ctx.alloc, work, CHUNK)?;
     let b = Buf::new(&mut ctx.alloc, work, CHUNK)?;
     let carry = Buf::new(&mut ctx.alloc, work, 1)?;
     let zeros = Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?;
+    let fs = FScan {
+        s: Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?,
+        prev: Buf::new(&mut ctx.alloc, DType::F32, CHUNK + 1)?,
+        t1: Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?,
+        t2: Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?,
+        mask: Buf::new(&mut ctx.alloc, DType::U8, CHUNK)?,
+        c: Buf::new(&mut ctx.alloc, DType::F32, CHUNK)?,
+        carry_hi: carry,
+        carry_lo: Buf::new(&mut ctx.alloc, DType::F32, 1)?,
+    };
     if !int_path {
         let zw = chunks.iter().map(|c| c.elems()).max().unwrap_or(1);
         let p_all = rows.iter().map(|r| r.rows).max().unwrap_or(1);
-        memset(&mut ctx.e, Engine::Vector, zeros.cols(p_all, 0, zw), zeros.slot, 0.0);
+        memset(
+            &mut ctx.e,
+            Engine::Vector,
+            zeros.cols(p_all, 0, zw),
+            zeros.slot,
+            0.0,
+        );
     }
     for rt in rows {
         let p = rt.rows;
@@ -831,55 +1314,478 @@ fn emit_cumsum(
             load_chunk(ctx, &a, &call.input, in_dev, rt, ch);
             let (mut cur, mut nxt) = (a, b);
             if !int_path {
-                // fp32: the sequential running sum of `tensor_tensor_scan`, r = (0·r… ) — as
-                // r = (r + 0) + x, the `initial` the carry.
-                let initial = if c == 0 { imm(0.0) } else { ScalarOperand::Tile(carry.col(p, 0)) };
-                let mut reads = vec![a.slot, zeros.slot];
-                if c > 0 {
-                    reads.push(carry.slot);
-                }
-                ctx.e.push(
-                    engine,
-                    Op::TensorTensorScan(TensorTensorScan {
-                        dst: b.cols(p, 0, w),
-                        in0: zeros.cols(p, 0, w),
-                        in1: a.cols(p, 0, w),
-                        initial,
-                        op0: AluOp::Add,
-                        op1: AluOp::Add,
-                    }),
-                    &reads,
-                    &[b.slot],
-                );
+                emit_fscan(ctx, &a, &b, &zeros, &fs, p, w, c > 0);
                 if c + 1 < chunks.len() {
-                    copy(&mut ctx.e, engine, carry.col(p, 0), carry.slot, b.col(p, w - 1), b.slot);
+                    copy(
+                        &mut ctx.e,
+                        engine,
+                        carry.col(p, 0),
+                        carry.slot,
+                        fs.s.col(p, w - 1),
+                        fs.s.slot,
+                    );
+                    copy(
+                        &mut ctx.e,
+                        engine,
+                        fs.carry_lo.col(p, 0),
+                        fs.carry_lo.slot,
+                        fs.c.col(p, w - 1),
+                        fs.c.slot,
+                    );
                 }
                 store_op(ctx, &b, &call.outs[0].0, out_dev, rt, ch, 1);
                 continue;
             }
             if w == 1 {
-                copy(&mut ctx.e, engine, nxt.col(p, 0), nxt.slot, cur.col(p, 0), cur.slot);
+                copy(
+                    &mut ctx.e,
+                    engine,
+                    nxt.col(p, 0),
+                    nxt.slot,
+                    cur.col(p, 0),
+                    cur.slot,
+                );
                 std::mem::swap(&mut cur, &mut nxt);
             }
             let mut k = 1;
             while k < w {
-                copy(&mut ctx.e, engine, nxt.cols(p, 0, k), nxt.slot, cur.cols(p, 0, k), cur.slot);
-                let shifted = AccessPattern::sbuf(work, 0, p, cur.slot.offset, vec![[1, (w - k) as i64]]);
-                let hi = AccessPattern::sbuf(work, 0, p, cur.slot.offset + (k * work.size()) as u64, vec![[1, (w - k) as i64]]);
-                let dst = AccessPattern::sbuf(work, 0, p, nxt.slot.offset + (k * work.size()) as u64, vec![[1, (w - k) as i64]]);
-                ctx.e.push(engine, tt(dst, hi, shifted, AluOp::Add), &[cur.slot], &[nxt.slot]);
+                copy(
+                    &mut ctx.e,
+                    engine,
+                    nxt.cols(p, 0, k),
+                    nxt.slot,
+                    cur.cols(p, 0, k),
+                    cur.slot,
+                );
+                let shifted =
+                    AccessPattern::sbuf(work, 0, p, cur.slot.offset, vec![[1, (w - k) as i64]]);
+                let hi = AccessPattern::sbuf(
+                    work,
+                    0,
+                    p,
+                    cur.slot.offset + (k * work.size()) as u64,
+                    vec![[1, (w - k) as i64]],
+                );
+                let dst = AccessPattern::sbuf(
+                    work,
+                    0,
+                    p,
+                    nxt.slot.offset + (k * work.size()) as u64,
+                    vec![[1, (w - k) as i64]],
+                );
+                ctx.e.push(
+                    engine,
+                    tt(dst, hi, shifted, AluOp::Add),
+                    &[cur.slot],
+                    &[nxt.slot],
+                );
                 std::mem::swap(&mut cur, &mut nxt);
                 k *= 2;
             }
             if c > 0 {
                 let bc = AccessPattern::sbuf(work, 0, p, carry.slot.offset, vec![[0, w as i64]]);
-                ctx.e.push(engine, tt(cur.cols(p, 0, w), cur.cols(p, 0, w), bc, AluOp::Add), &[cur.slot, carry.slot], &[cur.slot]);
+                ctx.e.push(
+                    engine,
+                    tt(cur.cols(p, 0, w), cur.cols(p, 0, w), bc, AluOp::Add),
+                    &[cur.slot, carry.slot],
+                    &[cur.slot],
+                );
             }
             if c + 1 < chunks.len() {
-                copy(&mut ctx.e, engine, carry.col(p, 0), carry.slot, cur.col(p, w - 1), cur.slot);
+                copy(
+                    &mut ctx.e,
+                    engine,
+                    carry.col(p, 0),
+                    carry.slot,
+                    cur.col(p, w - 1),
+                    cur.slot,
+                );
             }
             store_op(ctx, &cur, &call.outs[0].0, out_dev, rt, ch, 1);
         }
     }
     Ok(())
+}
+
+/// Scratch of the compensated fp32 scan.
+struct FScan {
+    s: Buf,
+    prev: Buf,
+    t1: Buf,
+    t2: Buf,
+    mask: Buf,
+    c: Buf,
+    carry_hi: Buf,
+    carry_lo: Buf,
+}
+
+/// Compensated fp32 prefix sum of `x` (w columns) into `out`, emulating CPU's cumsum, which
+/// accumulates f32 in double: `S = scan(x)` (fp32 running sum, `tensor_tensor_scan`), the exact
+/// rounding error of every step by TwoSum (`e = (S₋ − (S − (S − S₋))) + (x − (S − S₋))`, S₋ the
+/// previous running sum), kept only where a double accumulator would keep it (|e| ≥ 2⁻⁵³·|S|;
+/// non-finite steps give no error term), `C = scan(e)`, `out = S + C`. With `carry`, the running
+/// sums continue from the previous chunk's (`carry_hi`, `carry_lo`).
+#[allow(clippy::too_many_arguments)]
+fn emit_fscan(
+    ctx: &mut Ctx,
+    x: &Buf,
+    out: &Buf,
+    zeros: &Buf,
+    fs: &FScan,
+    p: usize,
+    w: usize,
+    carry: bool,
+) {
+    let v = Engine::Vector;
+    let e = &mut ctx.e;
+    let scan = |e: &mut Emitter, dst: &Buf, src: &Buf, init: Option<&Buf>| {
+        let initial = match init {
+            Some(b) => ScalarOperand::Tile(b.col(p, 0)),
+            None => imm(0.0),
+        };
+        let mut reads = vec![src.slot, zeros.slot];
+        reads.extend(init.map(|b| b.slot));
+        e.push(
+            v,
+            Op::TensorTensorScan(TensorTensorScan {
+                dst: dst.cols(p, 0, w),
+                in0: zeros.cols(p, 0, w),
+                in1: src.cols(p, 0, w),
+                initial,
+                op0: AluOp::Add,
+                op1: AluOp::Add,
+            }),
+            &reads,
+            &[dst.slot],
+        );
+    };
+    let (s, prev, t1, t2, mask, c) = (&fs.s, &fs.prev, &fs.t1, &fs.t2, &fs.mask, &fs.c);
+    scan(e, s, x, carry.then_some(&fs.carry_hi));
+    // prev = [S₋₁, S₀ … S_{w−2}]
+    if carry {
+        copy(
+            e,
+            v,
+            prev.col(p, 0),
+            prev.slot,
+            fs.carry_hi.col(p, 0),
+            fs.carry_hi.slot,
+        );
+    } else {
+        memset(e, v, prev.col(p, 0), prev.slot, 0.0);
+    }
+    if w > 1 {
+        copy(
+            e,
+            v,
+            prev.cols(p, 1, w - 1),
+            prev.slot,
+            s.cols(p, 0, w - 1),
+            s.slot,
+        );
+    }
+    let pv = prev.cols(p, 0, w);
+    // t1 = S − prev (b'), t2 = S − t1 (a'), t2 = prev − t2, t1 = x − t1, t1 = t1 + t2 (e)
+    e.push(
+        v,
+        tt(
+            t1.cols(p, 0, w),
+            s.cols(p, 0, w),
+            pv.clone(),
+            AluOp::Subtract,
+        ),
+        &[s.slot, prev.slot],
+        &[t1.slot],
+    );
+    e.push(
+        v,
+        tt(
+            t2.cols(p, 0, w),
+            s.cols(p, 0, w),
+            t1.cols(p, 0, w),
+            AluOp::Subtract,
+        ),
+        &[s.slot, t1.slot],
+        &[t2.slot],
+    );
+    e.push(
+        v,
+        tt(t2.cols(p, 0, w), pv, t2.cols(p, 0, w), AluOp::Subtract),
+        &[prev.slot, t2.slot],
+        &[t2.slot],
+    );
+    e.push(
+        v,
+        tt(
+            t1.cols(p, 0, w),
+            x.cols(p, 0, w),
+            t1.cols(p, 0, w),
+            AluOp::Subtract,
+        ),
+        &[x.slot, t1.slot],
+        &[t1.slot],
+    );
+    e.push(
+        v,
+        tt(
+            t1.cols(p, 0, w),
+            t1.cols(p, 0, w),
+            t2.cols(p, 0, w),
+            AluOp::Add,
+        ),
+        &[t1.slot, t2.slot],
+        &[t1.slot],
+    );
+    // mask = |e| ≥ 2⁻⁵³·|S|  (false for NaN e)
+    e.push(
+        v,
+        ts(
+            t2.cols(p, 0, w),
+            s.cols(p, 0, w),
+            AluOp::Abs,
+            imm(0.0),
+            Some((AluOp::Multiply, imm(2f64.powi(-53)))),
+        ),
+        &[s.slot],
+        &[t2.slot],
+    );
+    e.push(
+        v,
+        ts(
+            c.cols(p, 0, w),
+            t1.cols(p, 0, w),
+            AluOp::Abs,
+            imm(0.0),
+            None,
+        ),
+        &[t1.slot],
+        &[c.slot],
+    );
+    e.push(
+        v,
+        tt(
+            mask.cols(p, 0, w),
+            c.cols(p, 0, w),
+            t2.cols(p, 0, w),
+            AluOp::IsGe,
+        ),
+        &[c.slot, t2.slot],
+        &[mask.slot],
+    );
+    // t2 = mask ? e : 0
+    memset(e, v, t2.cols(p, 0, w), t2.slot, 0.0);
+    e.push(
+        v,
+        Op::TensorCopyPredicated(trnsim::TensorCopyPredicated {
+            dst: t2.cols(p, 0, w),
+            src: t1.cols(p, 0, w),
+            predicate: mask.cols(p, 0, w),
+            reverse_pred: false,
+        }),
+        &[t1.slot, mask.slot, t2.slot],
+        &[t2.slot],
+    );
+    scan(e, c, t2, carry.then_some(&fs.carry_lo));
+    e.push(
+        v,
+        tt(
+            out.cols(p, 0, w),
+            s.cols(p, 0, w),
+            c.cols(p, 0, w),
+            AluOp::Add,
+        ),
+        &[s.slot, c.slot],
+        &[out.slot],
+    );
+}
+
+/// Full reductions at least this long are spread over all partitions.
+const SPREAD_MIN: usize = 4096;
+
+/// A full reduction of one long dim (one output element), spread over the partitions as a
+/// `[P, R/P]` view (+ a tail row of `R mod P` elements): each partition reduces its row along the
+/// free axis, GpSimdE's `tensor_partition_reduce` folds the P partials, and the tail's result is
+/// combined last.
+#[allow(clippy::too_many_arguments)]
+fn emit_reduce_spread(
+    ctx: &mut Ctx,
+    call: &Call,
+    in_dev: DType,
+    out_dev: DType,
+    dim: &Dim,
+    red: Red,
+    n: usize,
+    x: &Buf,
+    tot: &Buf,
+) -> Result<(), LowerError> {
+    let parts_n = ctx.partitions;
+    let r = dim.size;
+    let s = dim.strides[0];
+    let cols = r / parts_n;
+    let tail = r - cols * parts_n;
+    let body = Layout::from_dims(
+        vec![Dim {
+            size: parts_n,
+            strides: vec![s * cols as i64, 0],
+        }],
+        vec![Dim {
+            size: cols,
+            strides: vec![s, 0],
+        }],
+    );
+    let tail_l = Layout::from_dims(
+        vec![],
+        vec![Dim {
+            size: tail,
+            strides: vec![s, 0],
+        }],
+    );
+    let body_chunks = body.chunks(CHUNK);
+    let tail_chunks = tail_l.chunks(CHUNK);
+    let parts = Buf::new(
+        &mut ctx.alloc,
+        DType::F32,
+        body_chunks.len().max(tail_chunks.len()).max(1),
+    )?;
+    let v = Engine::Vector;
+    let one = RowTile {
+        base: vec![0, 0],
+        rows: 1,
+        pstride: vec![0, 0],
+    };
+    let reduce_rows = |ctx: &mut Ctx, rt: &RowTile, chunks: &[Chunk]| {
+        let p = rt.rows;
+        for (c, ch) in chunks.iter().enumerate() {
+            let w = ch.elems();
+            load_chunk(ctx, x, &call.input, in_dev, rt, ch);
+            if call.kind == Kind::Any {
+                ctx.e.push(
+                    v,
+                    ts(
+                        x.cols(p, 0, w),
+                        x.cols(p, 0, w),
+                        AluOp::NotEqual,
+                        imm(0.0),
+                        None,
+                    ),
+                    &[x.slot],
+                    &[x.slot],
+                );
+            }
+            reduce_chunk(ctx, v, x, p, w, red, &parts, c);
+        }
+        finish_partials(ctx, v, &parts, p, chunks.len(), red);
+    };
+    let rt = body
+        .row_tiles(parts_n)
+        .into_iter()
+        .next()
+        .expect("one row tile");
+    reduce_rows(ctx, &rt, &body_chunks);
+    ctx.e.push(
+        Engine::Gpsimd,
+        Op::TensorPartitionReduce(trnsim::TensorPartitionReduce {
+            dst: tot.col(1, 0),
+            src: parts.col(parts_n, 0),
+            op: red.alu(),
+        }),
+        &[parts.slot],
+        &[tot.slot],
+    );
+    if tail > 0 {
+        let trt = RowTile {
+            base: vec![s * (cols * parts_n) as i64, 0],
+            rows: 1,
+            pstride: vec![0, 0],
+        };
+        reduce_rows(ctx, &trt, &tail_chunks);
+        ctx.e.push(
+            v,
+            tt(tot.col(1, 0), tot.col(1, 0), parts.col(1, 0), red.alu()),
+            &[tot.slot, parts.slot],
+            &[tot.slot],
+        );
+    }
+    if call.kind == Kind::Mean {
+        ctx.e.push(
+            v,
+            ts(
+                tot.col(1, 0),
+                tot.col(1, 0),
+                AluOp::Multiply,
+                imm(inv_or_inf(n as f64)),
+                None,
+            ),
+            &[tot.slot],
+            &[tot.slot],
+        );
+    }
+    store_col(ctx, tot, 0, &call.outs[0].0, out_dev, &one);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (kept, reduced) element pair is visited exactly once, at the right input offset.
+    fn check(shape: &[usize], red: &[usize], max_free: usize) {
+        let reduced: Vec<bool> = (0..shape.len()).map(|d| red.contains(&d)).collect();
+        let l = Layout::new(shape, &reduced, false);
+        let rows = l.row_tiles(128);
+        let chunks = l.chunks(max_free);
+        let numel: usize = shape.iter().product();
+        let mut seen = vec![0u32; numel];
+        let mut out_seen = vec![0u32; l.kept_numel()];
+        for rt in &rows {
+            assert!(rt.rows >= 1 && rt.rows <= 128);
+            for p in 0..rt.rows {
+                out_seen[(rt.base[1] + rt.pstride[1] * p as i64) as usize] += 1;
+                for ch in &chunks {
+                    assert!(ch.elems() <= max_free && ch.dims.len() <= 3);
+                    let mut offs = vec![rt.base[0] + rt.pstride[0] * p as i64 + ch.base[0]];
+                    for d in &ch.dims {
+                        offs = offs
+                            .iter()
+                            .flat_map(|o| (0..d.size).map(move |i| o + i as i64 * d.strides[0]))
+                            .collect();
+                    }
+                    for o in offs {
+                        seen[o as usize] += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            seen.iter().all(|&c| c == 1),
+            "{shape:?} {red:?}: every input element once"
+        );
+        assert!(
+            out_seen.iter().all(|&c| c == 1),
+            "{shape:?} {red:?}: every output element once"
+        );
+    }
+
+    #[test]
+    fn layouts_cover_every_element() {
+        check(&[3, 4, 5], &[0, 2], 4096);
+        check(&[3, 4, 5], &[1], 4096);
+        check(&[3, 8, 1, 8], &[2, 3], 4096);
+        check(&[129, 513], &[0], 4096);
+        check(&[129, 513], &[1], 100);
+        check(&[65537], &[0], 4096);
+        check(&[2, 3, 4, 5, 6], &[0, 2, 4], 7);
+        check(&[], &[], 4096);
+    }
+
+    #[test]
+    fn chunks_split_long_rows() {
+        let l = Layout::new(&[2, 10_000], &[false, true], false);
+        let chunks = l.chunks(4096);
+        assert_eq!(
+            chunks.iter().map(|c| c.elems()).collect::<Vec<_>>(),
+            vec![4096, 4096, 1808]
+        );
+        assert_eq!(chunks[1].base[0], 4096);
+    }
 }

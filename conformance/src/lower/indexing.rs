@@ -1,0 +1,1323 @@
+//! The `indexing` family: gathers and scatters driven by index tensors (`index_select`,
+//! `embedding`, `gather`, `index.Tensor`, `scatter*`, `index_put`, `select_scatter`,
+//! `slice_scatter`, `embedding_dense_backward`).
+//!
+//! One scheme serves every op. The op is described as a [`Spec`]: a *row shape* `S` (the
+//! multi-index of every gathered/scattered row), a row length `R` (contiguous elements moved per
+//! row), an affine part of the flat element offset (`base` steps per dim of `S`, plus a
+//! constant) and index tensors, each broadcast over `S` (`strides`), wrapped when negative
+//! (`index + size`, PyTorch's rule) and multiplied by the stride of the dimension it indexes.
+//!
+//! On device, per chunk of ≤128 rows of `S`'s first dim (the partition dim) × the rest of `S`
+//! (free dims): GpSimd `iota` writes the affine part, each index tensor is DMA'd into SBUF as
+//! int32 (int64 case tensors are narrowed by the runner), wrapped and scaled with exact int32
+//! GpSimd ALU ops and added. The int32 offsets then drive one indirect DMA:
+//! a gather (`side: src`) from the input tensor straight into the output rows, or a scatter
+//! (`side: dst`) from a compacted copy of the source values into the output, with `accumulate`
+//! for the ops that sum duplicates (`scatter_add`, `index_put(accumulate=True)`,
+//! `scatter_reduce(sum)`, `embedding_dense_backward`). Rows are processed in order, so a
+//! non-accumulating scatter with duplicate indices leaves the value of the *last* duplicate (in
+//! row-major order of the index tensor) — PyTorch leaves that case undefined.
+//!
+//! Limits: `S` must merge into ≤ 5 dims with ≤ 16384 elements per partition. Bool (mask)
+//! indices are not lowered (data-dependent output shape), except `index_put` with one mask and
+//! values that broadcast over the selected rows ([`index_put_mask`]). `masked_scatter` uses a
+//! prefix sum of the mask on one partition (≤ 8192 elements).
+
+use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides};
+use super::{LowerError, LowerRequest, Lowered, device_dtype};
+use crate::case::Value;
+use crate::tensor::TorchDType;
+use trnsim::{
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
+    OobMode, Op, Program, ScalarOperand, TargetName, TensorScalar, TensorTensor, TensorTensorScan,
+};
+
+const MAX_F: usize = 16384;
+
+/// An index tensor broadcast over the row shape.
+#[derive(Clone, Debug)]
+struct Idx {
+    name: String,
+    /// Element strides of the index tensor per dim of `S` (0 = broadcast).
+    strides: Vec<i64>,
+    /// Size of the indexed dimension (negative indices wrap by it).
+    size: i64,
+    /// Element stride of the indexed dimension in the indexed tensor.
+    mult: i64,
+    /// Rows whose index equals this value are pushed out of range (`oob: skip` drops them).
+    skip: Option<i64>,
+}
+
+#[derive(Clone, Debug)]
+struct Spec {
+    s: Vec<usize>,
+    r: usize,
+    base: Vec<i64>,
+    base_const: i64,
+    idx: Vec<Idx>,
+    /// Extra per-dim stride vectors that must merge along (value sources of scatters).
+    extra: Vec<Vec<i64>>,
+}
+
+impl Spec {
+    /// Drops size-1 dims and merges adjacent dims whose every stride vector is contiguous.
+    fn simplify(mut self) -> Spec {
+        let n = self.s.len();
+        let mut keep: Vec<usize> = (0..n).filter(|&d| self.s[d] != 1).collect();
+        if keep.is_empty() && n > 0 {
+            keep.push(n - 1);
+        }
+        let pick = |v: &Vec<i64>| keep.iter().map(|&d| v[d]).collect::<Vec<i64>>();
+        let mut s: Vec<usize> = keep.iter().map(|&d| self.s[d]).collect();
+        let mut base = pick(&self.base);
+        let mut idx: Vec<Vec<i64>> = self.idx.iter().map(|i| pick(&i.strides)).collect();
+        let mut extra: Vec<Vec<i64>> = self.extra.iter().map(pick).collect();
+        if s.is_empty() {
+            s.push(1);
+            base.push(0);
+            idx.iter_mut().for_each(|v| v.push(0));
+            extra.iter_mut().for_each(|v| v.push(0));
+        }
+        // Merge from the inside out.
+        let mut d = s.len() - 1;
+        while d > 0 {
+            let a = d - 1;
+            let ok = |v: &Vec<i64>| v[a] == v[d] * s[d] as i64;
+            if ok(&base) && idx.iter().all(ok) && extra.iter().all(ok) {
+                s[a] *= s[d];
+                s.remove(d);
+                base[a] = base[d];
+                base.remove(d);
+                for v in idx.iter_mut().chain(extra.iter_mut()) {
+                    v[a] = v[d];
+                    v.remove(d);
+                }
+            }
+            d -= 1;
+        }
+        for (i, v) in self.idx.iter_mut().zip(idx) {
+            i.strides = v;
+        }
+        self.s = s;
+        self.base = base;
+        self.extra = extra;
+        self
+    }
+
+    fn free(&self) -> usize {
+        self.s[1..].iter().product()
+    }
+}
+
+fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
+    let mut st = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for d in (0..shape.len()).rev() {
+        st[d] = acc;
+        acc *= shape[d] as i64;
+    }
+    st
+}
+
+struct B<'r, 'a> {
+    req: &'r LowerRequest<'a>,
+    e: Emitter,
+    alloc: SbufAllocator,
+    scratch: usize,
+}
+
+fn sb(dtype: DType, p: usize, offset: u64, f: usize) -> AccessPattern {
+    AccessPattern::sbuf(dtype, 0, p, offset, vec![[1, f as i64]])
+}
+
+fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
+}
+
+/// `[step, num]` free dims of an AP for `S[1..]` with the given strides (at least one dim).
+fn free_dims(s: &[usize], st: &[i64]) -> Vec<[i64; 2]> {
+    let mut f: Vec<[i64; 2]> = s[1..]
+        .iter()
+        .zip(&st[1..])
+        .map(|(&n, &k)| [k, n as i64])
+        .collect();
+    if f.is_empty() {
+        f.push([0, 1]);
+    }
+    f
+}
+
+impl<'r, 'a> B<'r, 'a> {
+    fn new(req: &'r LowerRequest<'a>, target: TargetName) -> Self {
+        let t = target.params();
+        B {
+            req,
+            e: Emitter::new(Program::new(target)),
+            alloc: SbufAllocator::new(&t),
+            scratch: 0,
+        }
+    }
+
+    fn dev(&self, name: &str) -> Result<(DType, Vec<usize>), LowerError> {
+        let m = self.req.tensor(name)?;
+        let d = device_dtype(m.dtype)
+            .ok_or_else(|| self.req.unsupported(format!("dtype {:?}", m.dtype)))?;
+        Ok((d, m.shape.clone()))
+    }
+
+    fn declare(&mut self, name: &str, role: HbmRole) -> Result<(DType, Vec<usize>), LowerError> {
+        let (d, shape) = self.dev(name)?;
+        if !self.e.program.hbm.iter().any(|h| h.name == name) {
+            self.e.program.declare(name, d, &shape, role);
+        }
+        Ok((d, shape))
+    }
+
+    fn new_scratch(&mut self, dtype: DType, n: usize) -> String {
+        let name = format!("scratch.{}", self.scratch);
+        self.scratch += 1;
+        self.e
+            .program
+            .declare(&name, dtype, &[n.max(1)], HbmRole::Scratch);
+        name
+    }
+
+    /// Flat HBM→HBM (or SBUF-free) copy of `n` elements from `src` to `dst`, optionally accumulating.
+    fn copy_flat(
+        &mut self,
+        dst: &str,
+        ddt: DType,
+        src: &str,
+        sdt: DType,
+        n: usize,
+        accumulate: bool,
+    ) {
+        let mut done = 0usize;
+        while done < n {
+            let rest = n - done;
+            let (rows, cols) = if rest >= 4096 {
+                (rest / 4096, 4096)
+            } else {
+                (1, rest)
+            };
+            let d = AccessPattern::hbm(
+                dst,
+                ddt,
+                done as u64,
+                rows,
+                cols as i64,
+                vec![[1, cols as i64]],
+            );
+            let s = AccessPattern::hbm(
+                src,
+                sdt,
+                done as u64,
+                rows,
+                cols as i64,
+                vec![[1, cols as i64]],
+            );
+            self.e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst: d,
+                    src: s,
+                    accumulate,
+                    indirect: None,
+                }),
+                &[],
+                &[],
+            );
+            done += rows * cols;
+        }
+    }
+
+    /// Fills `n` elements of HBM tensor `dst` with `value` (memset in SBUF, then DMA).
+    fn fill_flat(&mut self, dst: &str, dt: DType, n: usize, value: f64) -> Result<(), LowerError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let cols = 2048usize;
+        let off = self.alloc.alloc(cols * dt.size())?;
+        let slot = Slot { offset: off };
+        let p = n.div_ceil(cols).min(128);
+        let tile = AccessPattern::sbuf(dt, 0, p, off, vec![[1, cols as i64]]);
+        self.e.push(
+            Engine::Gpsimd,
+            Op::Memset(Memset { dst: tile, value }),
+            &[],
+            &[slot],
+        );
+        let mut done = 0usize;
+        while done < n {
+            let rest = n - done;
+            let (rows, c) = if rest >= cols {
+                ((rest / cols).min(128), cols)
+            } else {
+                (1, rest)
+            };
+            let d = AccessPattern::hbm(dst, dt, done as u64, rows, c as i64, vec![[1, c as i64]]);
+            self.e.push(
+                Engine::Dma,
+                dma(
+                    d,
+                    AccessPattern::sbuf(dt, 0, rows, off, vec![[1, c as i64]]),
+                ),
+                &[slot],
+                &[],
+            );
+            done += rows * c;
+        }
+        Ok(())
+    }
+
+    /// Emits the flat element offsets of rows `[p0, p0+pc) × S[1..]` into an int32 SBUF tile.
+    fn offsets(
+        &mut self,
+        sp: &Spec,
+        p0: usize,
+        pc: usize,
+        acc: Slot,
+        tmp: Slot,
+        w: Slot,
+    ) -> AccessPattern {
+        let f = sp.free();
+        let acc_ap = sb(DType::I32, pc, acc.offset, f);
+        let pattern: Vec<[i64; 2]> = if sp.s.len() > 1 {
+            sp.s[1..]
+                .iter()
+                .zip(&sp.base[1..])
+                .map(|(&n, &k)| [k, n as i64])
+                .collect()
+        } else {
+            vec![[0, 1]]
+        };
+        self.e.push(
+            Engine::Gpsimd,
+            Op::Iota(Iota {
+                dst: acc_ap.clone(),
+                offset: sp.base_const + p0 as i64 * sp.base[0],
+                channel_multiplier: sp.base[0],
+                pattern,
+            }),
+            &[],
+            &[acc],
+        );
+        for ix in &sp.idx {
+            let src = AccessPattern::hbm(
+                &ix.name,
+                DType::I32,
+                (p0 as i64 * ix.strides[0]) as u64,
+                pc,
+                ix.strides[0],
+                free_dims(&sp.s, &ix.strides),
+            );
+            let t = sb(DType::I32, pc, tmp.offset, f);
+            let wa = sb(DType::I32, pc, w.offset, f);
+            self.e.push(Engine::Dma, dma(t.clone(), src), &[], &[tmp]);
+            // w = (t < 0) * size ; w = w + t ; w = w * mult ; acc = acc + w
+            self.e.push(
+                Engine::Gpsimd,
+                Op::TensorScalar(TensorScalar {
+                    dst: wa.clone(),
+                    src: t.clone(),
+                    op0: AluOp::IsLt,
+                    operand0: ScalarOperand::Imm(0.0),
+                    reverse0: false,
+                    op1: Some(AluOp::Multiply),
+                    operand1: Some(ScalarOperand::Imm(ix.size as f64)),
+                    reverse1: false,
+                }),
+                &[tmp],
+                &[w],
+            );
+            self.e.push(
+                Engine::Gpsimd,
+                Op::TensorTensor(TensorTensor {
+                    dst: wa.clone(),
+                    in0: wa.clone(),
+                    in1: t,
+                    op: AluOp::Add,
+                }),
+                &[w, tmp],
+                &[w],
+            );
+            self.e.push(
+                Engine::Gpsimd,
+                Op::TensorScalar(TensorScalar {
+                    dst: wa.clone(),
+                    src: wa.clone(),
+                    op0: AluOp::Multiply,
+                    operand0: ScalarOperand::Imm(ix.mult as f64),
+                    reverse0: false,
+                    op1: None,
+                    operand1: None,
+                    reverse1: false,
+                }),
+                &[w],
+                &[w],
+            );
+            self.e.push(
+                Engine::Gpsimd,
+                Op::TensorTensor(TensorTensor {
+                    dst: acc_ap.clone(),
+                    in0: acc_ap.clone(),
+                    in1: wa.clone(),
+                    op: AluOp::Add,
+                }),
+                &[acc, w],
+                &[acc],
+            );
+            if let Some(k) = ix.skip {
+                // acc += (t == k) * 2^30: far past the end of any tensor the runner accepts.
+                self.e.push(
+                    Engine::Gpsimd,
+                    Op::TensorScalar(TensorScalar {
+                        dst: wa.clone(),
+                        src: sb(DType::I32, pc, tmp.offset, f),
+                        op0: AluOp::IsEqual,
+                        operand0: ScalarOperand::Imm(k as f64),
+                        reverse0: false,
+                        op1: Some(AluOp::Multiply),
+                        operand1: Some(ScalarOperand::Imm((1u64 << 30) as f64)),
+                        reverse1: false,
+                    }),
+                    &[tmp],
+                    &[w],
+                );
+                self.e.push(
+                    Engine::Gpsimd,
+                    Op::TensorTensor(TensorTensor {
+                        dst: acc_ap.clone(),
+                        in0: acc_ap.clone(),
+                        in1: wa,
+                        op: AluOp::Add,
+                    }),
+                    &[acc, w],
+                    &[acc],
+                );
+            }
+        }
+        acc_ap
+    }
+
+    fn bufs(&mut self, sp: &Spec) -> Result<(Slot, Slot, Slot), LowerError> {
+        let f = sp.free();
+        if sp.s.len() > 5 || f > MAX_F {
+            return Err(self
+                .req
+                .unsupported(format!("row shape {:?} does not fit the tiling", sp.s)));
+        }
+        let a = Slot {
+            offset: self.alloc.alloc(f * 4)?,
+        };
+        let b = Slot {
+            offset: self.alloc.alloc(f * 4)?,
+        };
+        let c = Slot {
+            offset: self.alloc.alloc(f * 4)?,
+        };
+        Ok((a, b, c))
+    }
+
+    /// Gathers rows of `src` into `out` (contiguous, row order of `S`).
+    fn gather(
+        &mut self,
+        sp: &Spec,
+        src: &str,
+        dt: DType,
+        out: &str,
+        odt: DType,
+    ) -> Result<(), LowerError> {
+        let sp = sp.clone().simplify();
+        let (acc, tmp, w) = self.bufs(&sp)?;
+        let f = sp.free();
+        let r = sp.r;
+        let mut p0 = 0;
+        while p0 < sp.s[0] {
+            let pc = (sp.s[0] - p0).min(128);
+            let index = self.offsets(&sp, p0, pc, acc, tmp, w);
+            let rows = pc * f;
+            let dst = AccessPattern::hbm(
+                out,
+                odt,
+                (p0 * f * r) as u64,
+                rows,
+                r as i64,
+                vec![[1, r as i64]],
+            );
+            let s = AccessPattern::hbm(src, dt, 0, 1, 0, vec![[1, r as i64]]);
+            self.e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst,
+                    src: s,
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Src,
+                        index,
+                        row_step: 1,
+                        oob: OobMode::Error,
+                    }),
+                }),
+                &[acc],
+                &[],
+            );
+            p0 += pc;
+        }
+        Ok(())
+    }
+
+    /// Scatters values (`vals`: HBM tensor + per-dim strides of `S`, or a scalar) into `out`
+    /// at the offsets of `sp` (R = 1).
+    fn scatter(
+        &mut self,
+        sp: &Spec,
+        vals: Vals,
+        out: &str,
+        odt: DType,
+        accumulate: bool,
+        oob: OobMode,
+    ) -> Result<(), LowerError> {
+        let mut sp = sp.clone();
+        if let Vals::Tensor(_, _, st) = &vals {
+            sp.extra = vec![st.clone()];
+        }
+        let sp = sp.simplify();
+        let (acc, tmp, w) = self.bufs(&sp)?;
+        let f = sp.free();
+        let total = sp.s.iter().product::<usize>();
+        // Compact the values in row order into a scratch tensor of the output's dtype.
+        let comp = self.new_scratch(odt, total);
+        match &vals {
+            Vals::Tensor(name, vdt, _) => {
+                let st = &sp.extra[0];
+                let mut p0 = 0;
+                while p0 < sp.s[0] {
+                    let pc = (sp.s[0] - p0).min(128);
+                    let s = AccessPattern::hbm(
+                        name,
+                        *vdt,
+                        (p0 as i64 * st[0]) as u64,
+                        pc,
+                        st[0],
+                        free_dims(&sp.s, st),
+                    );
+                    let fd = free_dims(&sp.s, &contiguous_strides(&sp.s));
+                    let d = AccessPattern::hbm(&comp, odt, (p0 * f) as u64, pc, f as i64, fd);
+                    self.e.push(Engine::Dma, dma(d, s), &[], &[]);
+                    p0 += pc;
+                }
+            }
+            Vals::Scalar(v) => self.fill_flat(&comp, odt, total, *v)?,
+        }
+        let mut p0 = 0;
+        while p0 < sp.s[0] {
+            let pc = (sp.s[0] - p0).min(128);
+            let index = self.offsets(&sp, p0, pc, acc, tmp, w);
+            let rows = pc * f;
+            let src = AccessPattern::hbm(&comp, odt, (p0 * f) as u64, rows, 1, vec![[1, 1]]);
+            let dst = AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, 1]]);
+            self.e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst,
+                    src,
+                    accumulate,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Dst,
+                        index,
+                        row_step: 1,
+                        oob,
+                    }),
+                }),
+                &[acc],
+                &[],
+            );
+            p0 += pc;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Lowered {
+        Lowered::new(self.e.finish())
+    }
+}
+
+enum Vals {
+    /// HBM tensor, its dtype, element strides per dim of `S`.
+    Tensor(String, DType, Vec<i64>),
+    Scalar(f64),
+}
+
+fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<i64>, LowerError> {
+    match req.call.arg(pos, name) {
+        None | Some(Value::None(_)) => Ok(None),
+        Some(Value::Int(i)) => Ok(Some(*i)),
+        Some(Value::Bool(b)) => Ok(Some(*b as i64)),
+        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}, expected an int"))),
+    }
+}
+
+fn bool_arg(
+    req: &LowerRequest<'_>,
+    pos: usize,
+    name: &str,
+    default: bool,
+) -> Result<bool, LowerError> {
+    match req.call.arg(pos, name) {
+        None | Some(Value::None(_)) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::Int(i)) => Ok(*i != 0),
+        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}, expected a bool"))),
+    }
+}
+
+fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<&'a str, LowerError> {
+    match req.call.arg(pos, name) {
+        Some(Value::Tensor(t)) => Ok(t.as_str()),
+        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a tensor"))),
+    }
+}
+
+fn scalar_f64(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<f64, LowerError> {
+    match req.call.arg(pos, name) {
+        Some(Value::Int(i)) => Ok(*i as f64),
+        Some(Value::Float(f)) => Ok(f.0),
+        Some(Value::Bool(b)) => Ok(*b as i64 as f64),
+        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a number"))),
+    }
+}
+
+fn norm_dim(req: &LowerRequest<'_>, d: i64, rank: usize) -> Result<usize, LowerError> {
+    let r = rank.max(1) as i64;
+    let dd = if d < 0 { d + r } else { d };
+    if dd < 0 || dd >= r {
+        return Err(req.invalid(format!("dim {d} out of range for rank {rank}")));
+    }
+    Ok(dd as usize)
+}
+
+fn check_index_dtype(req: &LowerRequest<'_>, name: &str) -> Result<(), LowerError> {
+    match req.tensor(name)?.dtype {
+        TorchDType::I64 | TorchDType::I32 => Ok(()),
+        // Boolean masks: data-dependent positions (nonzero) — that call form is not lowered.
+        TorchDType::Bool | TorchDType::U8 => Err(LowerError::NotLowered(format!(
+            "{} with a boolean mask index",
+            req.op
+        ))),
+        d => Err(req.invalid(format!("index dtype {d:?}"))),
+    }
+}
+
+/// Shape with 0-d promoted to `[1]`.
+fn shape1(s: &[usize]) -> Vec<usize> {
+    if s.is_empty() { vec![1] } else { s.to_vec() }
+}
+
+pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    let mut b = B::new(req, target);
+    let out = req.output_tensor(0)?;
+    let (odt, oshape) = b.declare(out, HbmRole::Output)?;
+    let on: usize = oshape.iter().product();
+    match req.op {
+        "index_select" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let idx = tensor_arg(req, 2, "index")?;
+            check_index_dtype(req, idx)?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            b.declare(idx, HbmRole::Input)?;
+            if on == 0 {
+                return Ok(b.finish());
+            }
+            let xs = shape1(&xs);
+            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let k: usize = req.tensor(idx)?.shape.iter().product();
+            let st = contiguous_strides(&xs);
+            let mut s = xs[..d].to_vec();
+            s.push(k);
+            let mut base = st[..d].to_vec();
+            base.push(0);
+            let mut istr = vec![0; d];
+            istr.push(1);
+            let sp = Spec {
+                s,
+                r: xs[d + 1..].iter().product(),
+                base,
+                base_const: 0,
+                idx: vec![Idx {
+                    name: idx.into(),
+                    strides: istr,
+                    size: xs[d] as i64,
+                    mult: st[d],
+                    skip: None,
+                }],
+                extra: vec![],
+            };
+            b.gather(&sp, x, xdt, out, odt)?;
+        }
+        "embedding" => {
+            let wt = tensor_arg(req, 0, "weight")?;
+            let idx = tensor_arg(req, 1, "indices")?;
+            check_index_dtype(req, idx)?;
+            let (wdt, ws) = b.declare(wt, HbmRole::Input)?;
+            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            if on == 0 {
+                return Ok(b.finish());
+            }
+            if ws.len() != 2 {
+                return Err(req.invalid("weight must be 2-D".into()));
+            }
+            let is1 = shape1(&is);
+            let sp = Spec {
+                s: is1.clone(),
+                r: ws[1],
+                base: vec![0; is1.len()],
+                base_const: 0,
+                idx: vec![Idx {
+                    name: idx.into(),
+                    strides: contiguous_strides(&is1),
+                    size: ws[0] as i64,
+                    mult: ws[1] as i64,
+                    skip: None,
+                }],
+                extra: vec![],
+            };
+            b.gather(&sp, wt, wdt, out, odt)?;
+        }
+        "gather" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let idx = tensor_arg(req, 2, "index")?;
+            check_index_dtype(req, idx)?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            if on == 0 {
+                return Ok(b.finish());
+            }
+            let xs = shape1(&xs);
+            let is = shape1(&is);
+            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let sp = along_dim_spec(&xs, d, idx, &is);
+            b.gather(&sp, x, xdt, out, odt)?;
+        }
+        "index.Tensor" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let indices = index_list(req, 1)?;
+            for t in indices.iter().flatten() {
+                check_index_dtype(req, t)?;
+                b.declare(t, HbmRole::Input)?;
+            }
+            if on == 0 {
+                return Ok(b.finish());
+            }
+            let (sp, shape) = adv_spec(req, &xs, &indices)?;
+            if shape.iter().product::<usize>() != on {
+                return Err(req.invalid(format!("result shape {shape:?} vs output {oshape:?}")));
+            }
+            b.gather(&sp, x, xdt, out, odt)?;
+        }
+        "scatter.src" | "scatter.value" | "scatter_add" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let idx = tensor_arg(req, 2, "index")?;
+            check_index_dtype(req, idx)?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            let vals = if req.op == "scatter.value" {
+                Vals::Scalar(scalar_f64(req, 3, "value")?)
+            } else {
+                let src = tensor_arg(req, 3, "src")?;
+                let (sdt, ss) = b.declare(src, HbmRole::Input)?;
+                let ss = shape1(&ss);
+                let st = contiguous_strides(&ss);
+                Vals::Tensor(src.into(), sdt, st)
+            };
+            b.copy_flat(out, odt, x, xdt, on, false);
+            let n_idx: usize = is.iter().product();
+            if on == 0 || n_idx == 0 {
+                return Ok(b.finish());
+            }
+            let xs = shape1(&xs);
+            let is = shape1(&is);
+            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let sp = along_dim_spec(&xs, d, idx, &is);
+            b.scatter(&sp, vals, out, odt, req.op == "scatter_add", OobMode::Error)?;
+        }
+        "scatter_reduce.two" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let idx = tensor_arg(req, 2, "index")?;
+            check_index_dtype(req, idx)?;
+            let reduce = match req.call.arg(4, "reduce") {
+                Some(Value::Str(r)) => r.clone(),
+                v => return Err(req.invalid(format!("`reduce` is {v:?}"))),
+            };
+            if reduce != "sum" {
+                // prod/amax/amin need a read-modify-write the DMA does not have; mean needs a
+                // division by the per-element count.
+                return Err(LowerError::NotLowered(format!(
+                    "scatter_reduce.two with reduce={reduce}"
+                )));
+            }
+            let include_self = bool_arg(req, 5, "include_self", true)?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            let src = tensor_arg(req, 3, "src")?;
+            let (sdt, ss) = b.declare(src, HbmRole::Input)?;
+            let st = contiguous_strides(&shape1(&ss));
+            b.copy_flat(out, odt, x, xdt, on, false);
+            let n_idx: usize = is.iter().product();
+            if on == 0 || n_idx == 0 {
+                return Ok(b.finish());
+            }
+            let xs = shape1(&xs);
+            let is = shape1(&is);
+            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let sp = along_dim_spec(&xs, d, idx, &is);
+            if !include_self {
+                // Zero every scattered position first, then sum into it.
+                b.scatter(&sp, Vals::Scalar(0.0), out, odt, false, OobMode::Error)?;
+            }
+            b.scatter(
+                &sp,
+                Vals::Tensor(src.into(), sdt, st),
+                out,
+                odt,
+                true,
+                OobMode::Error,
+            )?;
+        }
+        "embedding_dense_backward" => {
+            let g = tensor_arg(req, 0, "grad_output")?;
+            let idx = tensor_arg(req, 1, "indices")?;
+            check_index_dtype(req, idx)?;
+            let nw =
+                int_arg(req, 2, "num_weights")?.ok_or_else(|| req.invalid("num_weights".into()))?;
+            let pad = int_arg(req, 3, "padding_idx")?.unwrap_or(-1);
+            if bool_arg(req, 4, "scale_grad_by_freq", false)? {
+                return Err(LowerError::NotLowered(
+                    "embedding_dense_backward with scale_grad_by_freq".into(),
+                ));
+            }
+            let (gdt, _) = b.declare(g, HbmRole::Input)?;
+            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            b.fill_flat(out, odt, on, 0.0)?;
+            let dcols = *oshape.last().unwrap_or(&1);
+            let n_idx: usize = is.iter().product();
+            if on == 0 || n_idx == 0 || dcols == 0 {
+                return Ok(b.finish());
+            }
+            let mut s = shape1(&is);
+            let mut istr = contiguous_strides(&s);
+            s.push(dcols);
+            istr.push(0);
+            let mut base = vec![0i64; s.len()];
+            *base.last_mut().unwrap() = 1;
+            let vst = contiguous_strides(&s);
+            let sp = Spec {
+                s,
+                r: 1,
+                base,
+                base_const: 0,
+                idx: vec![Idx {
+                    name: idx.into(),
+                    strides: istr,
+                    size: nw,
+                    mult: dcols as i64,
+                    skip: if pad >= 0 { Some(pad) } else { None },
+                }],
+                extra: vec![],
+            };
+            b.scatter(
+                &sp,
+                Vals::Tensor(g.into(), gdt, vst),
+                out,
+                odt,
+                true,
+                OobMode::Skip,
+            )?;
+        }
+        "masked_scatter" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let mask = tensor_arg(req, 1, "mask")?;
+            let source = tensor_arg(req, 2, "source")?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let (_, ms) = b.declare(mask, HbmRole::Input)?;
+            let (sdt, srcs) = b.declare(source, HbmRole::Input)?;
+            b.copy_flat(out, odt, x, xdt, on, false);
+            if srcs.iter().product::<usize>() >= 1 << 22 {
+                return Err(req.unsupported("source too large for the skip offset".into()));
+            }
+            if on == 0 {
+                return Ok(b.finish());
+            }
+            if on > 8192 || xs.len() > 4 {
+                return Err(req.unsupported(format!(
+                    "masked_scatter of {on} elements (one-partition scan)"
+                )));
+            }
+            let xs1 = shape1(&xs);
+            let mst = broadcast_strides(&ms, &xs1);
+            let mfree: Vec<[i64; 2]> = xs1.iter().zip(&mst).map(|(&n, &k)| [k, n as i64]).collect();
+            let n = on;
+            let m = Slot {
+                offset: b.alloc.alloc(n * 4)?,
+            };
+            let ones = Slot {
+                offset: b.alloc.alloc(n * 4)?,
+            };
+            let cs = Slot {
+                offset: b.alloc.alloc(n * 4)?,
+            };
+            let w = Slot {
+                offset: b.alloc.alloc(n * 4)?,
+            };
+            let ix = Slot {
+                offset: b.alloc.alloc(n * 4)?,
+            };
+            let m_ap = sb(DType::I32, 1, m.offset, n);
+            let mh = AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree);
+            b.e.push(Engine::Dma, dma(m_ap.clone(), mh), &[], &[m]);
+            let ones_ap = sb(DType::F32, 1, ones.offset, n);
+            b.e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: ones_ap.clone(),
+                    value: 1.0,
+                }),
+                &[],
+                &[ones],
+            );
+            // cs = inclusive prefix sum of the mask (fp32 state, exact below 2^24).
+            let cs_ap = sb(DType::F32, 1, cs.offset, n);
+            b.e.push(
+                Engine::Vector,
+                Op::TensorTensorScan(TensorTensorScan {
+                    dst: cs_ap.clone(),
+                    in0: ones_ap,
+                    in1: m_ap.clone(),
+                    initial: ScalarOperand::Imm(0.0),
+                    op0: AluOp::Multiply,
+                    op1: AluOp::Add,
+                }),
+                &[ones, m],
+                &[cs],
+            );
+            // w = m ? -1 : 2^23 - 1 (unmasked rows fall outside `source`: skipped by the DMA; the
+            // constants stay exact in the fp32 ALU).
+            const BIG: f64 = (1u64 << 23) as f64;
+            let w_ap = sb(DType::F32, 1, w.offset, n);
+            b.e.push(
+                Engine::Vector,
+                Op::TensorScalar(TensorScalar {
+                    dst: w_ap.clone(),
+                    src: m_ap,
+                    op0: AluOp::Multiply,
+                    operand0: ScalarOperand::Imm(-BIG),
+                    reverse0: false,
+                    op1: Some(AluOp::Add),
+                    operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
+                    reverse1: false,
+                }),
+                &[m],
+                &[w],
+            );
+            let ix_ap = sb(DType::I32, 1, ix.offset, n);
+            b.e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: ix_ap.clone(),
+                    in0: cs_ap,
+                    in1: w_ap,
+                    op: AluOp::Add,
+                }),
+                &[cs, w],
+                &[ix],
+            );
+            let dst = AccessPattern::hbm(out, odt, 0, n, 1, vec![[1, 1]]);
+            let src = AccessPattern::hbm(source, sdt, 0, 1, 0, vec![[1, 1]]);
+            b.e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst,
+                    src,
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Src,
+                        index: ix_ap,
+                        row_step: 1,
+                        oob: OobMode::Skip,
+                    }),
+                }),
+                &[ix],
+                &[],
+            );
+        }
+        "index_put" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let indices = index_list(req, 1)?;
+            let v = tensor_arg(req, 2, "values")?;
+            let accumulate = bool_arg(req, 3, "accumulate", false)?;
+            if let [Some(mask)] = indices.as_slice()
+                && req.tensor(mask)?.dtype == TorchDType::Bool
+                && !accumulate
+            {
+                return index_put_mask(b, x, mask, v, out, odt, on);
+            }
+            for t in indices.iter().flatten() {
+                check_index_dtype(req, t)?;
+                b.declare(t, HbmRole::Input)?;
+            }
+            let (vdt, vs) = b.declare(v, HbmRole::Input)?;
+            b.copy_flat(out, odt, x, xdt, on, false);
+            if on == 0 {
+                return Ok(b.finish());
+            }
+            let (sp, shape) = adv_spec(req, &xs, &indices)?;
+            if shape.iter().product::<usize>() == 0 {
+                return Ok(b.finish());
+            }
+            let vst = broadcast_strides(&vs, &shape);
+            let vst = if vst.is_empty() { vec![0] } else { vst };
+            b.scatter(
+                &sp,
+                Vals::Tensor(v.into(), vdt, vst),
+                out,
+                odt,
+                accumulate,
+                OobMode::Error,
+            )?;
+        }
+        "select_scatter" | "slice_scatter" => {
+            let x = tensor_arg(req, 0, "self")?;
+            let src = tensor_arg(req, 1, "src")?;
+            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+            let (sdt, ss) = b.declare(src, HbmRole::Input)?;
+            b.copy_flat(out, odt, x, xdt, on, false);
+            let sn: usize = ss.iter().product();
+            if on == 0 || sn == 0 {
+                return Ok(b.finish());
+            }
+            let xs1 = shape1(&xs);
+            let d = norm_dim(req, int_arg(req, 2, "dim")?.unwrap_or(0), xs1.len())?;
+            let st = contiguous_strides(&xs1);
+            let size = xs1[d] as i64;
+            let (s, base, c) = if req.op == "select_scatter" {
+                let i = int_arg(req, 3, "index")?.ok_or_else(|| req.invalid("no index".into()))?;
+                let i = if i < 0 { i + size } else { i };
+                let mut s = xs1.clone();
+                s.remove(d);
+                let mut base = st.clone();
+                base.remove(d);
+                (s, base, i * st[d])
+            } else {
+                let step = int_arg(req, 5, "step")?.unwrap_or(1);
+                let start = int_arg(req, 3, "start")?.unwrap_or(0);
+                let start = if start < 0 {
+                    (start + size).max(0)
+                } else {
+                    start.min(size)
+                };
+                let mut base = st.clone();
+                base[d] = st[d] * step;
+                (shape1(&ss), base, start * st[d])
+            };
+            let n = s.len();
+            let sp = Spec {
+                s,
+                r: 1,
+                base,
+                base_const: c,
+                idx: vec![],
+                extra: vec![],
+            };
+            let vst = if n == 0 {
+                vec![]
+            } else {
+                contiguous_strides(&shape1(&ss))
+            };
+            let sp = if sp.s.is_empty() {
+                Spec {
+                    s: vec![1],
+                    base: vec![0],
+                    ..sp
+                }
+            } else {
+                sp
+            };
+            let vst = if vst.is_empty() { vec![0] } else { vst };
+            b.scatter(
+                &sp,
+                Vals::Tensor(src.into(), sdt, vst),
+                out,
+                odt,
+                false,
+                OobMode::Error,
+            )?;
+        }
+        _ => return Err(LowerError::NotLowered(req.op.to_string())),
+    }
+    Ok(b.finish())
+}
+
+/// `index_put(self, [mask], values)` with one bool mask over the leading dims and values that
+/// broadcast over the selected rows (their size along the selected-rows dim is 1): then
+/// `out[e] = mask[e] ? values[v(e)] : self[e]` with `v` affine in `e`'s trailing coordinates —
+/// data-independent. One partition holds the flattened tensor: GpSimd `iota` writes `v(e)`,
+/// VectorE adds `2^23` where the mask is false, and an indirect gather with `oob: skip` copies
+/// values into the masked elements only. Values that differ per selected row (consumed in mask
+/// order) would need a prefix sum over the mask: that call form is not lowered.
+fn index_put_mask(
+    mut b: B<'_, '_>,
+    x: &str,
+    mask: &str,
+    v: &str,
+    out: &str,
+    odt: DType,
+    on: usize,
+) -> Result<Lowered, LowerError> {
+    let req = b.req;
+    let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+    let (_, ms) = b.declare(mask, HbmRole::Input)?;
+    let (vdt, vs) = b.declare(v, HbmRole::Input)?;
+    let k = ms.len();
+    if k == 0 || k > xs.len() || ms[..] != xs[..k] || xs.len() > 4 {
+        return Err(LowerError::NotLowered(
+            "index_put with this boolean mask shape".into(),
+        ));
+    }
+    // Result shape of x[mask]: [nnz] ++ xs[k..]; values must not vary along nnz.
+    let mut rshape = vec![usize::MAX];
+    rshape.extend_from_slice(&xs[k..]);
+    let vr = vs.len();
+    if vr > rshape.len() || (vr == rshape.len() && vs[0] != 1) {
+        return Err(LowerError::NotLowered(
+            "index_put with per-row mask values (needs a prefix sum)".into(),
+        ));
+    }
+    for (i, &dsz) in vs.iter().rev().enumerate() {
+        let rs = rshape[rshape.len() - 1 - i];
+        if rs != usize::MAX && dsz != 1 && dsz != rs {
+            return Err(req.invalid("values do not broadcast".into()));
+        }
+    }
+    b.copy_flat(out, odt, x, xdt, on, false);
+    if on == 0 {
+        return Ok(b.finish());
+    }
+    if on > 8192 {
+        return Err(req.unsupported(format!("masked index_put of {on} elements (one partition)")));
+    }
+    // Value offset per dim of x: 0 on the mask dims, broadcast strides of values on the rest.
+    let tail = &xs[k..];
+    let vst = broadcast_strides(&vs[vr.saturating_sub(tail.len())..], tail);
+    let mut steps = vec![0i64; k];
+    steps.extend(vst);
+    let pattern: Vec<[i64; 2]> = xs
+        .iter()
+        .zip(&steps)
+        .map(|(&n, &st)| [st, n as i64])
+        .collect();
+    let free = contiguous_strides(&xs)
+        .iter()
+        .zip(&xs)
+        .map(|(&st, &n)| [st, n as i64])
+        .collect::<Vec<_>>();
+    let n = on;
+    let m = Slot {
+        offset: b.alloc.alloc(n * 4)?,
+    };
+    let vo = Slot {
+        offset: b.alloc.alloc(n * 4)?,
+    };
+    let w = Slot {
+        offset: b.alloc.alloc(n * 4)?,
+    };
+    let ix = Slot {
+        offset: b.alloc.alloc(n * 4)?,
+    };
+    let f = |dt: DType, s: Slot| sb(dt, 1, s.offset, n);
+    let mut mfree: Vec<[i64; 2]> = contiguous_strides(&ms)
+        .iter()
+        .zip(&ms)
+        .map(|(&st, &n)| [st, n as i64])
+        .collect();
+    mfree.extend(tail.iter().map(|&n| [0, n as i64]));
+    b.e.push(
+        Engine::Dma,
+        dma(
+            f(DType::F32, m),
+            AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree),
+        ),
+        &[],
+        &[m],
+    );
+    b.e.push(
+        Engine::Gpsimd,
+        Op::Iota(Iota {
+            dst: AccessPattern {
+                free,
+                ..f(DType::F32, vo)
+            },
+            offset: 0,
+            channel_multiplier: 0,
+            pattern,
+        }),
+        &[],
+        &[vo],
+    );
+    const BIG: f64 = (1u64 << 23) as f64;
+    b.e.push(
+        Engine::Vector,
+        Op::TensorScalar(TensorScalar {
+            dst: f(DType::F32, w),
+            src: f(DType::F32, m),
+            op0: AluOp::Multiply,
+            operand0: ScalarOperand::Imm(-BIG),
+            reverse0: false,
+            op1: Some(AluOp::Add),
+            operand1: Some(ScalarOperand::Imm(BIG)),
+            reverse1: false,
+        }),
+        &[m],
+        &[w],
+    );
+    b.e.push(
+        Engine::Vector,
+        Op::TensorTensor(TensorTensor {
+            dst: f(DType::I32, ix),
+            in0: f(DType::F32, vo),
+            in1: f(DType::F32, w),
+            op: AluOp::Add,
+        }),
+        &[vo, w],
+        &[ix],
+    );
+    let vn: usize = vs.iter().product();
+    if vn >= 1 << 22 {
+        return Err(req.unsupported("values too large for the skip offset".into()));
+    }
+    b.e.push(
+        Engine::Dma,
+        Op::DmaCopy(DmaCopy {
+            dst: AccessPattern::hbm(out, odt, 0, n, 1, vec![[1, 1]]),
+            src: AccessPattern::hbm(v, vdt, 0, 1, 0, vec![[1, 1]]),
+            accumulate: false,
+            indirect: Some(Indirect {
+                side: IndirectSide::Src,
+                index: f(DType::I32, ix),
+                row_step: 1,
+                oob: OobMode::Skip,
+            }),
+        }),
+        &[ix],
+        &[],
+    );
+    Ok(b.finish())
+}
+
+/// `gather`/`scatter` along `d`: rows are the index tensor's elements.
+fn along_dim_spec(xs: &[usize], d: usize, idx: &str, is: &[usize]) -> Spec {
+    let st = contiguous_strides(xs);
+    let mut base = st.clone();
+    base[d] = 0;
+    Spec {
+        s: is.to_vec(),
+        r: 1,
+        base,
+        base_const: 0,
+        idx: vec![Idx {
+            name: idx.into(),
+            strides: contiguous_strides(is),
+            size: xs[d] as i64,
+            mult: st[d],
+            skip: None,
+        }],
+        extra: vec![],
+    }
+}
+
+fn index_list(req: &LowerRequest<'_>, pos: usize) -> Result<Vec<Option<String>>, LowerError> {
+    match req.call.arg(pos, "indices") {
+        Some(Value::Tensors(v)) => Ok(v.clone()),
+        v => Err(req.invalid(format!("`indices` is {v:?}, expected a list of tensors"))),
+    }
+}
+
+/// Advanced indexing `x[indices]`: the element-wise spec (R = 1) over the result shape.
+fn adv_spec(
+    req: &LowerRequest<'_>,
+    xs: &[usize],
+    indices: &[Option<String>],
+) -> Result<(Spec, Vec<usize>), LowerError> {
+    if indices.len() > xs.len() {
+        return Err(req.invalid("too many indices".into()));
+    }
+    let st = contiguous_strides(xs);
+    let pos: Vec<usize> = (0..indices.len())
+        .filter(|&i| indices[i].is_some())
+        .collect();
+    if pos.is_empty() {
+        return Err(req.unsupported("no index tensor".into()));
+    }
+    let mut bshape: Vec<usize> = vec![];
+    for &p in &pos {
+        let sh = &req.tensor(indices[p].as_ref().unwrap())?.shape;
+        bshape = super::tile::broadcast_shapes(&bshape, sh)
+            .ok_or_else(|| req.invalid("indices do not broadcast".into()))?;
+    }
+    let adjacent = pos.windows(2).all(|w| w[1] == w[0] + 1);
+    let nb = bshape.len();
+    // Result dims: (kind, size, base stride); kind None = a dim of x, Some(k) = broadcast dim k.
+    let mut dims: Vec<(Option<usize>, usize, i64)> = vec![];
+    let bdims: Vec<(Option<usize>, usize, i64)> =
+        (0..nb).map(|k| (Some(k), bshape[k], 0)).collect();
+    let rest: Vec<(Option<usize>, usize, i64)> = (0..xs.len())
+        .filter(|e| !pos.contains(e))
+        .map(|e| (None, xs[e], st[e]))
+        .collect();
+    if adjacent {
+        let j = pos[0];
+        dims.extend(rest.iter().take(j).cloned());
+        dims.extend(bdims);
+        dims.extend(rest.iter().skip(j).cloned());
+    } else {
+        dims.extend(bdims);
+        dims.extend(rest);
+    }
+    let shape: Vec<usize> = dims.iter().map(|d| d.1).collect();
+    let mut idx = vec![];
+    for &p in &pos {
+        let name = indices[p].as_ref().unwrap();
+        let sh = &req.tensor(name)?.shape;
+        let bst = broadcast_strides(sh, &bshape);
+        let strides = dims
+            .iter()
+            .map(|d| d.0.map(|k| bst[k]).unwrap_or(0))
+            .collect();
+        idx.push(Idx {
+            name: name.clone(),
+            strides,
+            size: xs[p] as i64,
+            mult: st[p],
+            skip: None,
+        });
+    }
+    let base = dims.iter().map(|d| d.2).collect();
+    Ok((
+        Spec {
+            s: shape.clone(),
+            r: 1,
+            base,
+            base_const: 0,
+            idx,
+            extra: vec![],
+        },
+        shape,
+    ))
+}
