@@ -182,6 +182,9 @@ pub struct TensorMeta {
     /// Strides the tensor had in PyTorch (informational: data is stored contiguous).
     #[serde(default)]
     pub strides: Option<Vec<i64>>,
+    /// Storage offset the tensor had in PyTorch (informational, like `strides`).
+    #[serde(default)]
+    pub storage_offset: Option<i64>,
 }
 
 /// Dropout property: each output element is 0 or `input / (1 - p)`.

@@ -36,6 +36,7 @@ fn lower_binary(op: &str, dtype: TorchDType, a: &[usize], b: &[usize], out: &[us
             dtype,
             shape: a.to_vec(),
             strides: None,
+            storage_offset: None,
         },
     );
     tensors.insert(
@@ -44,6 +45,7 @@ fn lower_binary(op: &str, dtype: TorchDType, a: &[usize], b: &[usize], out: &[us
             dtype,
             shape: b.to_vec(),
             strides: None,
+            storage_offset: None,
         },
     );
     tensors.insert(
@@ -52,6 +54,7 @@ fn lower_binary(op: &str, dtype: TorchDType, a: &[usize], b: &[usize], out: &[us
             dtype,
             shape: out.to_vec(),
             strides: None,
+            storage_offset: None,
         },
     );
     let call = OpCall {

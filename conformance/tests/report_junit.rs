@@ -165,3 +165,44 @@ fn the_xml_reader_rejects_malformed_documents() {
     assert!(parse_xml("<a/><b/>").is_err());
     assert!(parse_xml("<a x=\"1\"><b>t &amp; u</b></a>").is_ok());
 }
+
+/// The JUnit file validates against the schema CI reporters read (tests/data/junit.xsd) with
+/// libxml2's `xmllint` (`.ci/run` installs libxml2-utils). Without xmllint the test fails in CI
+/// and skips loudly elsewhere.
+#[test]
+fn junit_validates_against_the_xsd() {
+    let have_xmllint = std::process::Command::new("xmllint").arg("--version").output().is_ok();
+    if !have_xmllint {
+        let msg = "xmllint not found: cannot validate JUnit against its XSD (apt-get install libxml2-utils)";
+        if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED LOUDLY: {msg}");
+        return;
+    }
+    let dir = TempDir::new("junit-xsd");
+    let (golden, ex) = every_status(dir.path());
+    let xml_path = dir.path().join("r.xml");
+    let o = trnconf(&["run", "--golden", s(&golden), "--expectations", s(&ex), "--junit", s(&xml_path)]);
+    assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit.xsd");
+    let v = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema", s(&xsd), s(&xml_path)])
+        .output()
+        .expect("xmllint runs");
+    assert!(
+        v.status.success(),
+        "JUnit output does not validate:\n{}\n{}",
+        String::from_utf8_lossy(&v.stderr),
+        std::fs::read_to_string(&xml_path).unwrap_or_default()
+    );
+    // The schema really constrains: a testcase without its required `time` must not validate.
+    let broken = std::fs::read_to_string(&xml_path).unwrap().replacen(" time=\"", " tiem=\"", 3);
+    let broken_path = dir.path().join("broken.xml");
+    std::fs::write(&broken_path, broken).unwrap();
+    let v = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema", s(&xsd), s(&broken_path)])
+        .output()
+        .expect("xmllint runs");
+    assert!(!v.status.success(), "a testcase without `time` validated");
+}

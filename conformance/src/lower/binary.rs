@@ -641,7 +641,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None }
+        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
     }
 
     struct Call {

@@ -1848,6 +1848,7 @@ mod tests {
             dtype,
             shape: shape.to_vec(),
             strides: None,
+            storage_offset: None,
         }
     }
 

@@ -901,7 +901,7 @@ mod tests {
     use trnsim::{Executor, HostTensor};
 
     fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None }
+        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
     }
 
     struct Call {

@@ -377,7 +377,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn lowered(opts: &LowerOptions) -> Program {
-        let meta = |shape: &[usize]| TensorMeta { dtype: TorchDType::F32, shape: shape.to_vec(), strides: None };
+        let meta = |shape: &[usize]| TensorMeta { dtype: TorchDType::F32, shape: shape.to_vec(), strides: None, storage_offset: None };
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(&[3, 200])),
             ("input.1".to_string(), meta(&[200, 5])),

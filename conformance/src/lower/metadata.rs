@@ -1,12 +1,12 @@
-//! The `metadata` family: `sym_size.int`, `sym_stride.int`, `sym_numel`, `sym_is_contiguous`.
+//! The `metadata` family: `sym_size.int`, `sym_stride.int`, `sym_numel`, `sym_storage_offset`,
+//! `sym_is_contiguous`.
 //!
 //! A backend answers these at trace time from the tensor's metadata (shape, strides): there is
 //! nothing to compute on the device, so the program is empty and the answer is a
 //! [`Lowered::values`] entry. They are the only ops allowed to run no instruction at all
 //! (`ops::METADATA_ONLY_OPS`).
 //!
-//! `sym_storage_offset` is not lowered: the case loader's `TensorMeta` keeps dtype, shape and
-//! strides but not the `storage_offset` the golden records, so the lowering cannot see it.
+//! `sym_storage_offset` answers from the `storage_offset` the golden records (0 when absent).
 
 use super::shape::is_contiguous;
 use super::{LowerError, LowerRequest, Lowered};
@@ -23,6 +23,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         "sym_size.int" => Value::Int(meta.shape[dim(req, meta)?] as i64),
         "sym_stride.int" => Value::Int(strides(meta)[dim(req, meta)?]),
         "sym_numel" => Value::Int(meta.shape.iter().product::<usize>() as i64),
+        "sym_storage_offset" => Value::Int(meta.storage_offset.unwrap_or(0)),
         "sym_is_contiguous" => {
             let format = match req.call.arg(1, "memory_format") {
                 None | Some(Value::None(())) => "contiguous_format",

@@ -258,6 +258,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("sym_size.int", metadata::lower),
     ("sym_stride.int", metadata::lower),
     ("sym_numel", metadata::lower),
+    ("sym_storage_offset", metadata::lower),
     ("sym_is_contiguous", metadata::lower),
     ("constant_pad_nd", pad::lower),
     ("reflection_pad1d", pad::lower),

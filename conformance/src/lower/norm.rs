@@ -1735,6 +1735,7 @@ mod tests {
             dtype: TorchDType::F32,
             shape: vec![4, 1000],
             strides: None,
+            storage_offset: None,
         };
         tensors.insert("input.0".to_string(), meta.clone());
         tensors.insert("output.0".to_string(), meta);

@@ -669,6 +669,7 @@ mod tests {
             dtype: TorchDType::I32,
             shape: s.to_vec(),
             strides: None,
+            storage_offset: None,
         };
         let tensors: BTreeMap<String, TensorMeta> = [
             ("input.0".to_string(), meta(shape)),
