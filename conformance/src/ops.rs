@@ -76,7 +76,7 @@ pub fn core_op_names() -> BTreeSet<&'static str> {
 ///   is the input's elements rearranged by DMA access patterns (strides, negative steps for
 ///   `flip`, stride 0 for `expand`/`repeat`), checked element by element; routing the bytes
 ///   through a compute engine would change nothing. These programs still run DMA instructions.
-pub const METADATA_ONLY_OPS: &[&str] = &[
+pub const NO_COMPUTE_WORK_OPS: &[&str] = &[
     // metadata queries
     "sym_size.int",
     "sym_stride.int",
@@ -120,7 +120,7 @@ mod tests {
         assert!(!is_core_op("relu.default"));
         assert!(!is_core_op("add"));
         assert_eq!(family_of("div.Scalar"), Some("binary"));
-        for op in METADATA_ONLY_OPS {
+        for op in NO_COMPUTE_WORK_OPS {
             assert!(matches!(family_of(op), Some("metadata" | "shape")), "{op}");
         }
     }

@@ -203,14 +203,19 @@ fn case_level_outcome(
 }
 
 /// A compute op must make the engines compute: a program of only DMAs would mean the result was
-/// produced some other way. Exceptions: metadata-only ops ([`ops::METADATA_ONLY_OPS`]), and
-/// programs whose outputs are all empty (there is nothing to compute).
+/// produced some other way. Exceptions ([`ops::NO_COMPUTE_WORK_OPS`]): metadata queries, which
+/// run nothing, and shape ops, which must still move their data with DMA; and programs whose
+/// outputs are all empty (there is nothing to compute).
 pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> {
-    if ops::METADATA_ONLY_OPS.contains(&case.op.as_str()) {
-        return Ok(());
-    }
     let outputs_empty =
         program.hbm.iter().filter(|d| d.role == HbmRole::Output).all(|d| d.shape.iter().product::<usize>() == 0);
+    if ops::NO_COMPUTE_WORK_OPS.contains(&case.op.as_str()) {
+        let moves_data = program.instructions.iter().any(|i| i.engine == trnsim::Engine::Dma);
+        if ops::family_of(&case.op) == Some("shape") && !outputs_empty && !moves_data {
+            return Err(format!("no data movement: the program for `{}` runs no DMA instruction", case.op));
+        }
+        return Ok(());
+    }
     if outputs_empty {
         return Ok(());
     }
@@ -553,6 +558,30 @@ mod tests {
         let mut sym = case.clone();
         sym.op = "sym_numel".into();
         assert!(check_compute_work(&sym, &p).is_ok(), "metadata ops are exempt");
+        let mut view = case.clone();
+        view.op = "permute".into();
+        let e = check_compute_work(&view, &p).unwrap_err();
+        assert!(e.contains("no data movement"), "a shape op must move its data: {e}");
+        let mut moved = p.clone();
+        let ap = |m: trnsim::MemSpace| trnsim::AccessPattern {
+            mem: m,
+            dtype: DType::F32,
+            start_partition: 0,
+            partitions: 1,
+            partition_step: 0,
+            offset: 0,
+            free: vec![[1, 2]],
+        };
+        moved.push(
+            trnsim::Engine::Dma,
+            trnsim::Op::DmaCopy(trnsim::DmaCopy {
+                dst: ap(trnsim::MemSpace::Hbm("output.0".into())),
+                src: ap(trnsim::MemSpace::Hbm("input.0".into())),
+                accumulate: false,
+                indirect: None,
+            }),
+        );
+        assert!(check_compute_work(&view, &moved).is_ok(), "a shape op that moves data with DMA is fine");
         let mut empty = Program::new(trnsim::TargetName::Trn1);
         empty.declare("output.0", DType::F32, &[0, 3], HbmRole::Output);
         assert!(check_compute_work(&case, &empty).is_ok(), "nothing to compute");

@@ -4,7 +4,7 @@
 //! A backend answers these at trace time from the tensor's metadata (shape, strides): there is
 //! nothing to compute on the device, so the program is empty and the answer is a
 //! [`Lowered::values`] entry. They are the only ops allowed to run no instruction at all
-//! (`ops::METADATA_ONLY_OPS`).
+//! (`ops::NO_COMPUTE_WORK_OPS`).
 //!
 //! `sym_storage_offset` answers from the `storage_offset` the golden records (0 when absent).
 
