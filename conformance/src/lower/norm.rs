@@ -28,7 +28,7 @@ use trnsim::{
     ScalarOperand, TargetName, TensorCopy,
 };
 
-use super::tile::Dim;
+use super::tile::{Dim, Emitter};
 
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
@@ -1012,64 +1012,7 @@ pub fn layer_norm_backward(
                 &[st.slot],
             );
             let s = st.slot;
-            // b = (db·mean − ds)·a·a·a·scale
-            ctx.e.push(
-                v,
-                tt(col(4, p), col(2, p), col(0, p), AluOp::Multiply),
-                &[s],
-                &[s],
-            );
-            ctx.e.push(
-                v,
-                tt(col(4, p), col(4, p), col(3, p), AluOp::Subtract),
-                &[s],
-                &[s],
-            );
-            for _ in 0..3 {
-                ctx.e.push(
-                    v,
-                    tt(col(4, p), col(4, p), col(1, p), AluOp::Multiply),
-                    &[s],
-                    &[s],
-                );
-            }
-            ctx.e.push(
-                v,
-                ts(col(4, p), col(4, p), AluOp::Multiply, imm(scale), None),
-                &[s],
-                &[s],
-            );
-            // c = −b·mean − db·a·scale
-            ctx.e.push(
-                v,
-                tt(col(5, p), col(4, p), col(0, p), AluOp::Multiply),
-                &[s],
-                &[s],
-            );
-            ctx.e.push(
-                v,
-                ts(col(5, p), col(5, p), AluOp::Multiply, imm(-1.0), None),
-                &[s],
-                &[s],
-            );
-            ctx.e.push(
-                v,
-                tt(col(6, p), col(2, p), col(1, p), AluOp::Multiply),
-                &[s],
-                &[s],
-            );
-            ctx.e.push(
-                v,
-                ts(col(6, p), col(6, p), AluOp::Multiply, imm(scale), None),
-                &[s],
-                &[s],
-            );
-            ctx.e.push(
-                v,
-                tt(col(5, p), col(5, p), col(6, p), AluOp::Subtract),
-                &[s],
-                &[s],
-            );
+            backward_coefficients(&mut ctx.e, &st, p, 2, 3, scale);
             // dx = a·dy·w + b·x + c
             ctx.e.push(
                 v,
@@ -1565,64 +1508,7 @@ pub fn group_norm_backward(
             reduce_into(&mut ctx.e, &ds, p, d, AluOp::Add, &st, 2);
             reduce_into(&mut ctx.e, &db, p, d, AluOp::Add, &st, 3);
             let sl = st.slot;
-            // c2 = (db·mean − ds)·rstd³·s  → col 4
-            ctx.e.push(
-                v,
-                tt(col(4, p), col(3, p), col(0, p), AluOp::Multiply),
-                &[sl],
-                &[sl],
-            );
-            ctx.e.push(
-                v,
-                tt(col(4, p), col(4, p), col(2, p), AluOp::Subtract),
-                &[sl],
-                &[sl],
-            );
-            for _ in 0..3 {
-                ctx.e.push(
-                    v,
-                    tt(col(4, p), col(4, p), col(1, p), AluOp::Multiply),
-                    &[sl],
-                    &[sl],
-                );
-            }
-            ctx.e.push(
-                v,
-                ts(col(4, p), col(4, p), AluOp::Multiply, imm(s), None),
-                &[sl],
-                &[sl],
-            );
-            // c3 = −c2·mean − db·rstd·s → col 5
-            ctx.e.push(
-                v,
-                tt(col(5, p), col(4, p), col(0, p), AluOp::Multiply),
-                &[sl],
-                &[sl],
-            );
-            ctx.e.push(
-                v,
-                ts(col(5, p), col(5, p), AluOp::Multiply, imm(-1.0), None),
-                &[sl],
-                &[sl],
-            );
-            ctx.e.push(
-                v,
-                tt(col(6, p), col(3, p), col(1, p), AluOp::Multiply),
-                &[sl],
-                &[sl],
-            );
-            ctx.e.push(
-                v,
-                ts(col(6, p), col(6, p), AluOp::Multiply, imm(s), None),
-                &[sl],
-                &[sl],
-            );
-            ctx.e.push(
-                v,
-                tt(col(5, p), col(5, p), col(6, p), AluOp::Subtract),
-                &[sl],
-                &[sl],
-            );
+            backward_coefficients(&mut ctx.e, &st, p, 3, 2, s);
             // dx = c1·dy + c2·x + c3, c1 = rstd·γ
             ctx.e.push(
                 v,
@@ -1720,6 +1606,31 @@ pub fn group_norm_backward(
         }
     }
     Ok(lowered)
+}
+
+
+/// The backward coefficients layer norm and group norm share. `st` holds the mean in column 0,
+/// rstd in column 1, and the row sums db = Σdy·γ and ds = Σdy·γ·x in columns `db_col` and
+/// `ds_col`. Writes b = (db·mean − ds)·rstd³·scale to column 4 and c = −b·mean − db·rstd·scale
+/// to column 5 (column 6 is scratch), so that dx = rstd·γ·dy + b·x + c.
+fn backward_coefficients(e: &mut Emitter, st: &Buf, p: usize, db_col: usize, ds_col: usize, scale: f64) {
+    let v = Engine::Vector;
+    let col = |c: usize| st.col(p, c);
+    let s = st.slot;
+    let mut vec_op = |op: Op| {
+        e.push(v, op, &[s], &[s]);
+    };
+    vec_op(tt(col(4), col(db_col), col(0), AluOp::Multiply));
+    vec_op(tt(col(4), col(4), col(ds_col), AluOp::Subtract));
+    for _ in 0..3 {
+        vec_op(tt(col(4), col(4), col(1), AluOp::Multiply));
+    }
+    vec_op(ts(col(4), col(4), AluOp::Multiply, imm(scale), None));
+    vec_op(tt(col(5), col(4), col(0), AluOp::Multiply));
+    vec_op(ts(col(5), col(5), AluOp::Multiply, imm(-1.0), None));
+    vec_op(tt(col(6), col(db_col), col(1), AluOp::Multiply));
+    vec_op(ts(col(6), col(6), AluOp::Multiply, imm(scale), None));
+    vec_op(tt(col(5), col(5), col(6), AluOp::Subtract));
 }
 
 #[cfg(test)]
