@@ -23,12 +23,9 @@ use super::reduction::{
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::{TorchDType, contiguous_strides};
-use trnsim::{
-    AccCmd, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Op, Program, Reciprocal,
-    ScalarOperand, TargetName, TensorCopy,
-};
+use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Op, Program, TargetName};
 
-use super::tile::{Dim, Emitter};
+use super::tile::{Dim, Emitter, Scalar};
 
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
@@ -123,23 +120,6 @@ fn declare(
     Ok(d)
 }
 
-fn act(
-    dst: trnsim::AccessPattern,
-    func: ActFunc,
-    src: trnsim::AccessPattern,
-    bias: Option<ScalarOperand>,
-) -> Op {
-    Op::Activation(Activation {
-        dst,
-        func,
-        src,
-        bias,
-        scale: imm(1.0),
-        acc: AccCmd::Idle,
-        reduce_res: None,
-    })
-}
-
 // ------------------------------------------------------------------------------------------------
 // softmax / log_softmax
 
@@ -195,30 +175,21 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             reduce_into(&mut ctx.e, &x, p, ch.elems(), AluOp::Max, &pm, c);
         }
         tree_reduce(&mut ctx.e, v, &pm, p, chunks.len(), AluOp::Max);
-        ctx.e.push(
+        ctx.e.tensor_scalar(
             v,
-            ts(
-                negm.col(p, 0),
-                pm.col(p, 0),
-                AluOp::Multiply,
-                imm(-1.0),
-                None,
-            ),
-            &[pm.slot],
-            &[negm.slot],
+            negm.at(p, 0, 1),
+            pm.at(p, 0, 1),
+            AluOp::Multiply,
+            Scalar::Imm(-1.0),
+            None,
         );
         // Pass 2: e = exp(x − m), s = Σ e.
         let exp = |ctx: &mut Ctx, w: usize| {
-            ctx.e.push(
-                Engine::Scalar,
-                act(
-                    eb.cols(p, 0, w),
-                    ActFunc::Exp,
-                    x.cols(p, 0, w),
-                    Some(ScalarOperand::Tile(negm.col(p, 0))),
-                ),
-                &[x.slot, negm.slot],
-                &[eb.slot],
+            ctx.e.activation(
+                eb.at(p, 0, w),
+                ActFunc::Exp,
+                x.at(p, 0, w),
+                Some(negm.scalar(p, 0)),
             );
         };
         for (c, ch) in chunks.iter().enumerate() {
@@ -235,15 +206,7 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                     dtype: f,
                     cols: CHUNK,
                 };
-                ctx.e.push(
-                    v,
-                    Op::TensorCopy(TensorCopy {
-                        dst: t.cols(p, 0, w),
-                        src: eb.cols(p, 0, w),
-                    }),
-                    &[eb.slot],
-                    &[t.slot],
-                );
+                ctx.e.tensor_copy(v, t.at(p, 0, w), eb.at(p, 0, w));
                 t
             } else {
                 eb
@@ -252,81 +215,45 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                 // x is still needed: sum e in place (e is not needed for log_softmax).
             }
             block_sum(&mut ctx.e, &sc, &tmp, p, w);
-            ctx.e.push(
-                v,
-                Op::TensorCopy(TensorCopy {
-                    dst: ps.col(p, c),
-                    src: sc.col(p, 0),
-                }),
-                &[sc.slot],
-                &[ps.slot],
-            );
+            ctx.e.tensor_copy(v, ps.at(p, c, 1), sc.at(p, 0, 1));
         }
         tree_reduce(&mut ctx.e, v, &ps, p, chunks.len(), AluOp::Add);
         if log {
             // ls = log(s) of the sum rounded to the input dtype (PyTorch's CPU kernel keeps the
             // sum in the input's scalar type); out = (x − m) − ls.
-            ctx.e.push(
-                v,
-                Op::TensorCopy(TensorCopy {
-                    dst: lsr.col(p, 0),
-                    src: ps.col(p, 0),
-                }),
-                &[ps.slot],
-                &[lsr.slot],
-            );
-            ctx.e.push(
-                Engine::Scalar,
-                act(r.col(p, 0), ActFunc::Log, lsr.col(p, 0), None),
-                &[lsr.slot],
-                &[r.slot],
-            );
+            ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
+            ctx.e
+                .activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
                     load_chunk(&mut ctx, &x, &x_name, x_dev, rt, ch);
                 }
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        eb.cols(p, 0, w),
-                        x.cols(p, 0, w),
-                        AluOp::Subtract,
-                        ScalarOperand::Tile(pm.col(p, 0)),
-                        Some((AluOp::Subtract, ScalarOperand::Tile(r.col(p, 0)))),
-                    ),
-                    &[x.slot, pm.slot, r.slot],
-                    &[eb.slot],
+                    eb.at(p, 0, w),
+                    x.at(p, 0, w),
+                    AluOp::Subtract,
+                    pm.scalar(p, 0),
+                    Some((AluOp::Subtract, r.scalar(p, 0))),
                 );
                 store_op(&mut ctx, &eb, &out, out_dev, rt, ch, 1);
             }
         } else {
-            ctx.e.push(
-                v,
-                Op::Reciprocal(Reciprocal {
-                    dst: r.col(p, 0),
-                    src: ps.col(p, 0),
-                }),
-                &[ps.slot],
-                &[r.slot],
-            );
+            ctx.e.reciprocal(r.at(p, 0, 1), ps.at(p, 0, 1));
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
                     load_chunk(&mut ctx, &x, &x_name, x_dev, rt, ch);
                     exp(&mut ctx, w);
                 }
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        eb.cols(p, 0, w),
-                        eb.cols(p, 0, w),
-                        AluOp::Multiply,
-                        ScalarOperand::Tile(r.col(p, 0)),
-                        None,
-                    ),
-                    &[eb.slot, r.slot],
-                    &[eb.slot],
+                    eb.at(p, 0, w),
+                    eb.at(p, 0, w),
+                    AluOp::Multiply,
+                    r.scalar(p, 0),
+                    None,
                 );
                 store_op(&mut ctx, &eb, &out, out_dev, rt, ch, 1);
             }
@@ -537,55 +464,31 @@ fn emit_norm(
             }
             let src = if center {
                 // wb = (x − mean)²
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        wb.cols(p, 0, w),
-                        x.cols(p, 0, w),
-                        AluOp::Subtract,
-                        ScalarOperand::Tile(mean.col(p, 0)),
-                        None,
-                    ),
-                    &[x.slot, mean.slot],
-                    &[wb.slot],
+                    wb.at(p, 0, w),
+                    x.at(p, 0, w),
+                    AluOp::Subtract,
+                    mean.scalar(p, 0),
+                    None,
                 );
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        wb.cols(p, 0, w),
-                        wb.cols(p, 0, w),
-                        wb.cols(p, 0, w),
-                        AluOp::Multiply,
-                    ),
-                    &[wb.slot],
-                    &[wb.slot],
+                    wb.at(p, 0, w),
+                    wb.at(p, 0, w),
+                    wb.at(p, 0, w),
+                    AluOp::Multiply,
                 );
                 wb
             } else if single {
                 // Keep x for the later passes: sum a copy.
-                ctx.e.push(
-                    v,
-                    Op::TensorCopy(TensorCopy {
-                        dst: wb.cols(p, 0, w),
-                        src: x.cols(p, 0, w),
-                    }),
-                    &[x.slot],
-                    &[wb.slot],
-                );
+                ctx.e.tensor_copy(v, wb.at(p, 0, w), x.at(p, 0, w));
                 wb
             } else {
                 x
             };
             block_sum(&mut ctx.e, &src, &tmp, p, w);
-            ctx.e.push(
-                v,
-                Op::TensorCopy(TensorCopy {
-                    dst: parts.col(p, c),
-                    src: src.col(p, 0),
-                }),
-                &[src.slot],
-                &[parts.slot],
-            );
+            ctx.e.tensor_copy(v, parts.at(p, c, 1), src.at(p, 0, 1));
         }
         tree_reduce(&mut ctx.e, v, &parts, p, chunks.len(), AluOp::Add);
     };
@@ -601,45 +504,33 @@ fn emit_norm(
             }
             _ => {
                 sum_pass(&mut ctx, rt, false);
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        mean.col(p, 0),
-                        parts.col(p, 0),
-                        AluOp::Multiply,
-                        imm(inv_n),
-                        None,
-                    ),
-                    &[parts.slot],
-                    &[mean.slot],
+                    mean.at(p, 0, 1),
+                    parts.at(p, 0, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(inv_n),
+                    None,
                 );
                 sum_pass(&mut ctx, rt, true);
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        rstd.col(p, 0),
-                        parts.col(p, 0),
-                        AluOp::Multiply,
-                        imm(inv_n),
-                        None,
-                    ),
-                    &[parts.slot],
-                    &[rstd.slot],
+                    rstd.at(p, 0, 1),
+                    parts.at(p, 0, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(inv_n),
+                    None,
                 );
             }
         }
         // rstd = rsqrt(var + eps)
-        ctx.e.push(
+        ctx.e.tensor_scalar(
             v,
-            ts(
-                rstd.col(p, 0),
-                rstd.col(p, 0),
-                AluOp::Add,
-                imm(call.eps),
-                Some((AluOp::Rsqrt, imm(0.0))),
-            ),
-            &[rstd.slot],
-            &[rstd.slot],
+            rstd.at(p, 0, 1),
+            rstd.at(p, 0, 1),
+            AluOp::Add,
+            Scalar::Imm(call.eps),
+            Some((AluOp::Rsqrt, Scalar::Imm(0.0))),
         );
         if call.round_stats {
             for (name, d, i) in &stat_outs {
@@ -652,24 +543,8 @@ fn emit_norm(
                         cols: 1,
                     };
                     let _ = name;
-                    ctx.e.push(
-                        v,
-                        Op::TensorCopy(TensorCopy {
-                            dst: rb.col(p, 0),
-                            src: st.col(p, 0),
-                        }),
-                        &[st.slot],
-                        &[rb.slot],
-                    );
-                    ctx.e.push(
-                        v,
-                        Op::TensorCopy(TensorCopy {
-                            dst: st.col(p, 0),
-                            src: rb.col(p, 0),
-                        }),
-                        &[rb.slot],
-                        &[st.slot],
-                    );
+                    ctx.e.tensor_copy(v, rb.at(p, 0, 1), st.at(p, 0, 1));
+                    ctx.e.tensor_copy(v, st.at(p, 0, 1), rb.at(p, 0, 1));
                 }
             }
         }
@@ -680,17 +555,13 @@ fn emit_norm(
                 match (&call.weight, w_dev) {
                     (Some((name, _)), Some(d)) => {
                         load_op(&mut ctx, &sc, name, d, rt, ch, 2);
-                        ctx.e.push(
+                        ctx.e.tensor_scalar(
                             v,
-                            ts(
-                                sc.cols(p, 0, w),
-                                sc.cols(p, 0, w),
-                                AluOp::Multiply,
-                                ScalarOperand::Tile(rstd.col(p, 0)),
-                                None,
-                            ),
-                            &[sc.slot, rstd.slot],
-                            &[sc.slot],
+                            sc.at(p, 0, w),
+                            sc.at(p, 0, w),
+                            AluOp::Multiply,
+                            rstd.scalar(p, 0),
+                            None,
                         );
                     }
                     _ => {
@@ -703,86 +574,62 @@ fn emit_norm(
                             &[],
                             &[sc.slot],
                         );
-                        ctx.e.push(
+                        ctx.e.tensor_scalar(
                             v,
-                            ts(
-                                sc.cols(p, 0, w),
-                                sc.cols(p, 0, w),
-                                AluOp::Add,
-                                ScalarOperand::Tile(rstd.col(p, 0)),
-                                None,
-                            ),
-                            &[sc.slot, rstd.slot],
-                            &[sc.slot],
+                            sc.at(p, 0, w),
+                            sc.at(p, 0, w),
+                            AluOp::Add,
+                            rstd.scalar(p, 0),
+                            None,
                         );
                     }
                 }
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        bi.cols(p, 0, w),
-                        sc.cols(p, 0, w),
-                        AluOp::Multiply,
-                        ScalarOperand::Tile(mean.col(p, 0)),
-                        None,
-                    ),
-                    &[sc.slot, mean.slot],
-                    &[bi.slot],
+                    bi.at(p, 0, w),
+                    sc.at(p, 0, w),
+                    AluOp::Multiply,
+                    mean.scalar(p, 0),
+                    None,
                 );
                 match (&call.bias, b_dev) {
                     (Some((name, _)), Some(d)) => {
                         load_op(&mut ctx, &wb, name, d, rt, ch, 2);
-                        ctx.e.push(
+                        ctx.e.tensor_tensor(
                             v,
-                            tt(
-                                bi.cols(p, 0, w),
-                                wb.cols(p, 0, w),
-                                bi.cols(p, 0, w),
-                                AluOp::Subtract,
-                            ),
-                            &[wb.slot, bi.slot],
-                            &[bi.slot],
+                            bi.at(p, 0, w),
+                            wb.at(p, 0, w),
+                            bi.at(p, 0, w),
+                            AluOp::Subtract,
                         );
                     }
                     _ => {
-                        ctx.e.push(
+                        ctx.e.tensor_scalar(
                             v,
-                            ts(
-                                bi.cols(p, 0, w),
-                                bi.cols(p, 0, w),
-                                AluOp::Multiply,
-                                imm(-1.0),
-                                None,
-                            ),
-                            &[bi.slot],
-                            &[bi.slot],
+                            bi.at(p, 0, w),
+                            bi.at(p, 0, w),
+                            AluOp::Multiply,
+                            Scalar::Imm(-1.0),
+                            None,
                         );
                     }
                 }
                 if !single || call.running.is_some() {
                     load_chunk(&mut ctx, &x, &call.x.0, x_dev, rt, ch);
                 }
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        wb.cols(p, 0, w),
-                        x.cols(p, 0, w),
-                        sc.cols(p, 0, w),
-                        AluOp::Multiply,
-                    ),
-                    &[x.slot, sc.slot],
-                    &[wb.slot],
+                    wb.at(p, 0, w),
+                    x.at(p, 0, w),
+                    sc.at(p, 0, w),
+                    AluOp::Multiply,
                 );
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        wb.cols(p, 0, w),
-                        wb.cols(p, 0, w),
-                        bi.cols(p, 0, w),
-                        AluOp::Add,
-                    ),
-                    &[wb.slot, bi.slot],
-                    &[wb.slot],
+                    wb.at(p, 0, w),
+                    wb.at(p, 0, w),
+                    bi.at(p, 0, w),
+                    AluOp::Add,
                 );
                 store_op(&mut ctx, &wb, &y, y_dev, rt, ch, 0);
             }
@@ -794,17 +641,13 @@ fn emit_norm(
                 load_chunk(&mut ctx, &x, &call.x.0, x_dev, rt, ch);
             }
             let y_buf = wb;
-            ctx.e.push(
+            ctx.e.tensor_scalar(
                 v,
-                ts(
-                    y_buf.cols(p, 0, w),
-                    x.cols(p, 0, w),
-                    AluOp::Subtract,
-                    ScalarOperand::Tile(mean.col(p, 0)),
-                    Some((AluOp::Multiply, ScalarOperand::Tile(rstd.col(p, 0)))),
-                ),
-                &[x.slot, mean.slot, rstd.slot],
-                &[y_buf.slot],
+                y_buf.at(p, 0, w),
+                x.at(p, 0, w),
+                AluOp::Subtract,
+                mean.scalar(p, 0),
+                Some((AluOp::Multiply, rstd.scalar(p, 0))),
             );
             for (param, d) in [(&call.weight, w_dev), (&call.bias, b_dev)] {
                 if let (Some((name, _)), Some(d)) = (param, d) {
@@ -816,17 +659,8 @@ fn emit_norm(
                     // The parameter chunk into x (x is reloaded for every chunk anyway, or no
                     // longer needed).
                     load_op(&mut ctx, &x, name, d, rt, ch, 2);
-                    ctx.e.push(
-                        v,
-                        tt(
-                            y_buf.cols(p, 0, w),
-                            y_buf.cols(p, 0, w),
-                            x.cols(p, 0, w),
-                            op,
-                        ),
-                        &[y_buf.slot, x.slot],
-                        &[y_buf.slot],
-                    );
+                    ctx.e
+                        .tensor_tensor(v, y_buf.at(p, 0, w), y_buf.at(p, 0, w), x.at(p, 0, w), op);
                 }
             }
             store_op(&mut ctx, &y_buf, &y, y_dev, rt, ch, 0);
@@ -933,7 +767,6 @@ pub fn layer_norm_backward(
     let acc_b = Buf::new(&mut ctx.alloc, f, CHUNK)?;
     let st = Buf::new(&mut ctx.alloc, f, 8)?;
     // Columns of `st`: 0 mean, 1 rstd, 2 db, 3 ds, 4 b, 5 c, 6 scratch.
-    let col = |c: usize, p: usize| st.col(p, c);
     let scale = 1.0 / n as f64;
     for (ri, rt) in rows.iter().enumerate() {
         let p = rt.rows;
@@ -945,134 +778,73 @@ pub fn layer_norm_backward(
         match (&weight, w_dev) {
             (Some((wn, _)), Some(d)) => {
                 load_op(&mut ctx, &wt, wn, d, rt, ch, 2);
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        gb.cols(p, 0, w),
-                        dy.cols(p, 0, w),
-                        wt.cols(p, 0, w),
-                        AluOp::Multiply,
-                    ),
-                    &[dy.slot, wt.slot],
-                    &[gb.slot],
+                    gb.at(p, 0, w),
+                    dy.at(p, 0, w),
+                    wt.at(p, 0, w),
+                    AluOp::Multiply,
                 );
             }
             _ => {
-                ctx.e.push(
-                    v,
-                    Op::TensorCopy(TensorCopy {
-                        dst: gb.cols(p, 0, w),
-                        src: dy.cols(p, 0, w),
-                    }),
-                    &[dy.slot],
-                    &[gb.slot],
-                );
+                ctx.e.tensor_copy(v, gb.at(p, 0, w), dy.at(p, 0, w));
             }
         }
         if let Some((dx_name, dx_dev)) = &outs[0] {
             // db = Σ gb; ds = Σ gb·x
-            ctx.e.push(
+            ctx.e.tensor_copy(v, t.at(p, 0, w), gb.at(p, 0, w));
+            block_sum(&mut ctx.e, &t, &tmp, p, w);
+            ctx.e.tensor_copy(v, st.at(p, 2, 1), t.at(p, 0, 1));
+            ctx.e.tensor_tensor(
                 v,
-                Op::TensorCopy(TensorCopy {
-                    dst: t.cols(p, 0, w),
-                    src: gb.cols(p, 0, w),
-                }),
-                &[gb.slot],
-                &[t.slot],
+                t.at(p, 0, w),
+                gb.at(p, 0, w),
+                x.at(p, 0, w),
+                AluOp::Multiply,
             );
             block_sum(&mut ctx.e, &t, &tmp, p, w);
-            ctx.e.push(
-                v,
-                Op::TensorCopy(TensorCopy {
-                    dst: col(2, p),
-                    src: t.col(p, 0),
-                }),
-                &[t.slot],
-                &[st.slot],
-            );
-            ctx.e.push(
-                v,
-                tt(
-                    t.cols(p, 0, w),
-                    gb.cols(p, 0, w),
-                    x.cols(p, 0, w),
-                    AluOp::Multiply,
-                ),
-                &[gb.slot, x.slot],
-                &[t.slot],
-            );
-            block_sum(&mut ctx.e, &t, &tmp, p, w);
-            ctx.e.push(
-                v,
-                Op::TensorCopy(TensorCopy {
-                    dst: col(3, p),
-                    src: t.col(p, 0),
-                }),
-                &[t.slot],
-                &[st.slot],
-            );
-            let s = st.slot;
+            ctx.e.tensor_copy(v, st.at(p, 3, 1), t.at(p, 0, 1));
             backward_coefficients(&mut ctx.e, &st, p, 2, 3, scale);
             // dx = a·dy·w + b·x + c
-            ctx.e.push(
+            ctx.e.tensor_scalar(
                 v,
-                ts(
-                    t.cols(p, 0, w),
-                    dy.cols(p, 0, w),
-                    AluOp::Multiply,
-                    ScalarOperand::Tile(col(1, p)),
-                    None,
-                ),
-                &[dy.slot, s],
-                &[t.slot],
+                t.at(p, 0, w),
+                dy.at(p, 0, w),
+                AluOp::Multiply,
+                st.scalar(p, 1),
+                None,
             );
             if weight.is_some() {
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        t.cols(p, 0, w),
-                        t.cols(p, 0, w),
-                        wt.cols(p, 0, w),
-                        AluOp::Multiply,
-                    ),
-                    &[t.slot, wt.slot],
-                    &[t.slot],
+                    t.at(p, 0, w),
+                    t.at(p, 0, w),
+                    wt.at(p, 0, w),
+                    AluOp::Multiply,
                 );
             }
-            ctx.e.push(
+            ctx.e.tensor_scalar(
                 v,
-                ts(
-                    red1.cols(p, 0, w),
-                    x.cols(p, 0, w),
-                    AluOp::Multiply,
-                    ScalarOperand::Tile(col(4, p)),
-                    None,
-                ),
-                &[x.slot, s],
-                &[red1.slot],
+                red1.at(p, 0, w),
+                x.at(p, 0, w),
+                AluOp::Multiply,
+                st.scalar(p, 4),
+                None,
             );
-            ctx.e.push(
+            ctx.e.tensor_tensor(
                 v,
-                tt(
-                    t.cols(p, 0, w),
-                    t.cols(p, 0, w),
-                    red1.cols(p, 0, w),
-                    AluOp::Add,
-                ),
-                &[t.slot, red1.slot],
-                &[t.slot],
+                t.at(p, 0, w),
+                t.at(p, 0, w),
+                red1.at(p, 0, w),
+                AluOp::Add,
             );
-            ctx.e.push(
+            ctx.e.tensor_scalar(
                 v,
-                ts(
-                    t.cols(p, 0, w),
-                    t.cols(p, 0, w),
-                    AluOp::Add,
-                    ScalarOperand::Tile(col(5, p)),
-                    None,
-                ),
-                &[t.slot, s],
-                &[t.slot],
+                t.at(p, 0, w),
+                t.at(p, 0, w),
+                AluOp::Add,
+                st.scalar(p, 5),
+                None,
             );
             store_op(&mut ctx, &t, dx_name, *dx_dev, rt, ch, 0);
         }
@@ -1083,41 +855,35 @@ pub fn layer_norm_backward(
             }
             let src = if o == 1 {
                 // dy · (a·x + b), b = −a·mean (PyTorch's CPU form)
-                let s = st.slot;
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(col(7, p), col(1, p), col(0, p), AluOp::Multiply),
-                    &[s],
-                    &[s],
+                    st.at(p, 7, 1),
+                    st.at(p, 1, 1),
+                    st.at(p, 0, 1),
+                    AluOp::Multiply,
                 );
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(col(7, p), col(7, p), AluOp::Multiply, imm(-1.0), None),
-                    &[s],
-                    &[s],
+                    st.at(p, 7, 1),
+                    st.at(p, 7, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(-1.0),
+                    None,
                 );
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        t.cols(p, 0, w),
-                        x.cols(p, 0, w),
-                        AluOp::Multiply,
-                        ScalarOperand::Tile(col(1, p)),
-                        Some((AluOp::Add, ScalarOperand::Tile(col(7, p)))),
-                    ),
-                    &[x.slot, s],
-                    &[t.slot],
+                    t.at(p, 0, w),
+                    x.at(p, 0, w),
+                    AluOp::Multiply,
+                    st.scalar(p, 1),
+                    Some((AluOp::Add, st.scalar(p, 7))),
                 );
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        t.cols(p, 0, w),
-                        dy.cols(p, 0, w),
-                        t.cols(p, 0, w),
-                        AluOp::Multiply,
-                    ),
-                    &[dy.slot, t.slot],
-                    &[t.slot],
+                    t.at(p, 0, w),
+                    dy.at(p, 0, w),
+                    t.at(p, 0, w),
+                    AluOp::Multiply,
                 );
                 t
             } else {
@@ -1142,26 +908,14 @@ pub fn layer_norm_backward(
                         &[red1.slot],
                     );
                     if ri == 0 && r == 0 {
-                        ctx.e.push(
-                            v,
-                            Op::TensorCopy(TensorCopy {
-                                dst: lp.cols(1, 0, w),
-                                src: red1.cols(1, 0, w),
-                            }),
-                            &[red1.slot],
-                            &[lp.slot],
-                        );
+                        ctx.e.tensor_copy(v, lp.at(1, 0, w), red1.at(1, 0, w));
                     } else {
-                        ctx.e.push(
+                        ctx.e.tensor_tensor(
                             v,
-                            tt(
-                                lp.cols(1, 0, w),
-                                lp.cols(1, 0, w),
-                                red1.cols(1, 0, w),
-                                AluOp::Add,
-                            ),
-                            &[lp.slot, red1.slot],
-                            &[lp.slot],
+                            lp.at(1, 0, w),
+                            lp.at(1, 0, w),
+                            red1.at(1, 0, w),
+                            AluOp::Add,
                         );
                     }
                 }
@@ -1179,16 +933,12 @@ pub fn layer_norm_backward(
                 &[dst.slot],
             );
             if ri > 0 {
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        acc.cols(1, 0, w),
-                        acc.cols(1, 0, w),
-                        red1.cols(1, 0, w),
-                        AluOp::Add,
-                    ),
-                    &[acc.slot, red1.slot],
-                    &[acc.slot],
+                    acc.at(1, 0, w),
+                    acc.at(1, 0, w),
+                    red1.at(1, 0, w),
+                    AluOp::Add,
                 );
             }
         }
@@ -1287,7 +1037,6 @@ pub fn group_norm_backward(
     let acc_w = Buf::new(&mut ctx.alloc, f, d)?;
     let acc_b = Buf::new(&mut ctx.alloc, f, d)?;
     let st = Buf::new(&mut ctx.alloc, f, 8)?;
-    let col = |k: usize, p: usize| st.col(p, k);
     let s = 1.0 / w as f64;
     let parts = ctx.partitions;
     let inner = vec![[hw as i64, d as i64], [1, hw as i64]];
@@ -1315,27 +1064,23 @@ pub fn group_norm_backward(
             };
             ctx.e.push(
                 Engine::Dma,
-                super::binary::dma(col(0, p), stat(&mean_name, mean_dev)),
+                super::binary::dma(st.col(p, 0), stat(&mean_name, mean_dev)),
                 &[],
                 &[st.slot],
             );
             ctx.e.push(
                 Engine::Dma,
-                super::binary::dma(col(1, p), stat(&rstd_name, rstd_dev)),
+                super::binary::dma(st.col(p, 1), stat(&rstd_name, rstd_dev)),
                 &[],
                 &[st.slot],
             );
             // ds, db per channel
-            ctx.e.push(
+            ctx.e.tensor_tensor(
                 v,
-                tt(
-                    t.cols(p, 0, w),
-                    dy.cols(p, 0, w),
-                    x.cols(p, 0, w),
-                    AluOp::Multiply,
-                ),
-                &[dy.slot, x.slot],
-                &[t.slot],
+                t.at(p, 0, w),
+                dy.at(p, 0, w),
+                x.at(p, 0, w),
+                AluOp::Multiply,
             );
             let red = |src: &Buf, dst: &Buf| {
                 Op::TensorReduce(trnsim::TensorReduce {
@@ -1351,87 +1096,51 @@ pub fn group_norm_backward(
             // dγ, dβ
             if outs[1].is_some() {
                 // (ds − db·mean)·rstd
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        gd.cols(p, 0, d),
-                        db.cols(p, 0, d),
-                        AluOp::Multiply,
-                        ScalarOperand::Tile(col(0, p)),
-                        None,
-                    ),
-                    &[db.slot, st.slot],
-                    &[gd.slot],
+                    gd.at(p, 0, d),
+                    db.at(p, 0, d),
+                    AluOp::Multiply,
+                    st.scalar(p, 0),
+                    None,
                 );
-                ctx.e.push(
+                ctx.e.tensor_tensor(
                     v,
-                    tt(
-                        gd.cols(p, 0, d),
-                        ds.cols(p, 0, d),
-                        gd.cols(p, 0, d),
-                        AluOp::Subtract,
-                    ),
-                    &[ds.slot, gd.slot],
-                    &[gd.slot],
+                    gd.at(p, 0, d),
+                    ds.at(p, 0, d),
+                    gd.at(p, 0, d),
+                    AluOp::Subtract,
                 );
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        gd.cols(p, 0, d),
-                        gd.cols(p, 0, d),
-                        AluOp::Multiply,
-                        ScalarOperand::Tile(col(1, p)),
-                        None,
-                    ),
-                    &[gd.slot, st.slot],
-                    &[gd.slot],
+                    gd.at(p, 0, d),
+                    gd.at(p, 0, d),
+                    AluOp::Multiply,
+                    st.scalar(p, 1),
+                    None,
                 );
                 if n == 0 {
-                    ctx.e.push(
-                        v,
-                        Op::TensorCopy(TensorCopy {
-                            dst: acc_w.cols(p, 0, d),
-                            src: gd.cols(p, 0, d),
-                        }),
-                        &[gd.slot],
-                        &[acc_w.slot],
-                    );
+                    ctx.e.tensor_copy(v, acc_w.at(p, 0, d), gd.at(p, 0, d));
                 } else {
-                    ctx.e.push(
+                    ctx.e.tensor_tensor(
                         v,
-                        tt(
-                            acc_w.cols(p, 0, d),
-                            acc_w.cols(p, 0, d),
-                            gd.cols(p, 0, d),
-                            AluOp::Add,
-                        ),
-                        &[acc_w.slot, gd.slot],
-                        &[acc_w.slot],
+                        acc_w.at(p, 0, d),
+                        acc_w.at(p, 0, d),
+                        gd.at(p, 0, d),
+                        AluOp::Add,
                     );
                 }
             }
             if outs[2].is_some() {
                 if n == 0 {
-                    ctx.e.push(
-                        v,
-                        Op::TensorCopy(TensorCopy {
-                            dst: acc_b.cols(p, 0, d),
-                            src: db.cols(p, 0, d),
-                        }),
-                        &[db.slot],
-                        &[acc_b.slot],
-                    );
+                    ctx.e.tensor_copy(v, acc_b.at(p, 0, d), db.at(p, 0, d));
                 } else {
-                    ctx.e.push(
+                    ctx.e.tensor_tensor(
                         v,
-                        tt(
-                            acc_b.cols(p, 0, d),
-                            acc_b.cols(p, 0, d),
-                            db.cols(p, 0, d),
-                            AluOp::Add,
-                        ),
-                        &[acc_b.slot, db.slot],
-                        &[acc_b.slot],
+                        acc_b.at(p, 0, d),
+                        acc_b.at(p, 0, d),
+                        db.at(p, 0, d),
+                        AluOp::Add,
                     );
                 }
             }
@@ -1470,27 +1179,19 @@ pub fn group_norm_backward(
                         &[gam.slot],
                     );
                     // Σ γ·ds → col 2, Σ γ·db → col 3
-                    ctx.e.push(
+                    ctx.e.tensor_tensor(
                         v,
-                        tt(
-                            ds.cols(p, 0, d),
-                            ds.cols(p, 0, d),
-                            gd.cols(p, 0, d),
-                            AluOp::Multiply,
-                        ),
-                        &[ds.slot, gd.slot],
-                        &[ds.slot],
+                        ds.at(p, 0, d),
+                        ds.at(p, 0, d),
+                        gd.at(p, 0, d),
+                        AluOp::Multiply,
                     );
-                    ctx.e.push(
+                    ctx.e.tensor_tensor(
                         v,
-                        tt(
-                            db.cols(p, 0, d),
-                            db.cols(p, 0, d),
-                            gd.cols(p, 0, d),
-                            AluOp::Multiply,
-                        ),
-                        &[db.slot, gd.slot],
-                        &[db.slot],
+                        db.at(p, 0, d),
+                        db.at(p, 0, d),
+                        gd.at(p, 0, d),
+                        AluOp::Multiply,
                     );
                 }
                 _ => {
@@ -1507,66 +1208,40 @@ pub fn group_norm_backward(
             }
             reduce_into(&mut ctx.e, &ds, p, d, AluOp::Add, &st, 2);
             reduce_into(&mut ctx.e, &db, p, d, AluOp::Add, &st, 3);
-            let sl = st.slot;
             backward_coefficients(&mut ctx.e, &st, p, 3, 2, s);
             // dx = c1·dy + c2·x + c3, c1 = rstd·γ
-            ctx.e.push(
+            ctx.e.tensor_scalar(
                 v,
-                ts(
-                    t.cols(p, 0, w),
-                    gam.cols(p, 0, w),
-                    AluOp::Multiply,
-                    ScalarOperand::Tile(col(1, p)),
-                    None,
-                ),
-                &[gam.slot, sl],
-                &[t.slot],
+                t.at(p, 0, w),
+                gam.at(p, 0, w),
+                AluOp::Multiply,
+                st.scalar(p, 1),
+                None,
             );
-            ctx.e.push(
+            ctx.e.tensor_tensor(
                 v,
-                tt(
-                    t.cols(p, 0, w),
-                    t.cols(p, 0, w),
-                    dy.cols(p, 0, w),
-                    AluOp::Multiply,
-                ),
-                &[t.slot, dy.slot],
-                &[t.slot],
+                t.at(p, 0, w),
+                t.at(p, 0, w),
+                dy.at(p, 0, w),
+                AluOp::Multiply,
             );
-            ctx.e.push(
+            ctx.e.tensor_scalar(
                 v,
-                ts(
-                    u.cols(p, 0, w),
-                    x.cols(p, 0, w),
-                    AluOp::Multiply,
-                    ScalarOperand::Tile(col(4, p)),
-                    None,
-                ),
-                &[x.slot, sl],
-                &[u.slot],
+                u.at(p, 0, w),
+                x.at(p, 0, w),
+                AluOp::Multiply,
+                st.scalar(p, 4),
+                None,
             );
-            ctx.e.push(
+            ctx.e
+                .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), u.at(p, 0, w), AluOp::Add);
+            ctx.e.tensor_scalar(
                 v,
-                tt(
-                    t.cols(p, 0, w),
-                    t.cols(p, 0, w),
-                    u.cols(p, 0, w),
-                    AluOp::Add,
-                ),
-                &[t.slot, u.slot],
-                &[t.slot],
-            );
-            ctx.e.push(
-                v,
-                ts(
-                    t.cols(p, 0, w),
-                    t.cols(p, 0, w),
-                    AluOp::Add,
-                    ScalarOperand::Tile(col(5, p)),
-                    None,
-                ),
-                &[t.slot, sl],
-                &[t.slot],
+                t.at(p, 0, w),
+                t.at(p, 0, w),
+                AluOp::Add,
+                st.scalar(p, 5),
+                None,
             );
             let dst =
                 trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
@@ -1608,29 +1283,82 @@ pub fn group_norm_backward(
     Ok(lowered)
 }
 
-
 /// The backward coefficients layer norm and group norm share. `st` holds the mean in column 0,
 /// rstd in column 1, and the row sums db = Σdy·γ and ds = Σdy·γ·x in columns `db_col` and
 /// `ds_col`. Writes b = (db·mean − ds)·rstd³·scale to column 4 and c = −b·mean − db·rstd·scale
 /// to column 5 (column 6 is scratch), so that dx = rstd·γ·dy + b·x + c.
-fn backward_coefficients(e: &mut Emitter, st: &Buf, p: usize, db_col: usize, ds_col: usize, scale: f64) {
+fn backward_coefficients(
+    e: &mut Emitter,
+    st: &Buf,
+    p: usize,
+    db_col: usize,
+    ds_col: usize,
+    scale: f64,
+) {
     let v = Engine::Vector;
-    let col = |c: usize| st.col(p, c);
     let s = st.slot;
     let mut vec_op = |op: Op| {
         e.push(v, op, &[s], &[s]);
     };
-    vec_op(tt(col(4), col(db_col), col(0), AluOp::Multiply));
-    vec_op(tt(col(4), col(4), col(ds_col), AluOp::Subtract));
+    vec_op(tt(
+        st.col(p, 4),
+        st.col(p, db_col),
+        st.col(p, 0),
+        AluOp::Multiply,
+    ));
+    vec_op(tt(
+        st.col(p, 4),
+        st.col(p, 4),
+        st.col(p, ds_col),
+        AluOp::Subtract,
+    ));
     for _ in 0..3 {
-        vec_op(tt(col(4), col(4), col(1), AluOp::Multiply));
+        vec_op(tt(
+            st.col(p, 4),
+            st.col(p, 4),
+            st.col(p, 1),
+            AluOp::Multiply,
+        ));
     }
-    vec_op(ts(col(4), col(4), AluOp::Multiply, imm(scale), None));
-    vec_op(tt(col(5), col(4), col(0), AluOp::Multiply));
-    vec_op(ts(col(5), col(5), AluOp::Multiply, imm(-1.0), None));
-    vec_op(tt(col(6), col(db_col), col(1), AluOp::Multiply));
-    vec_op(ts(col(6), col(6), AluOp::Multiply, imm(scale), None));
-    vec_op(tt(col(5), col(5), col(6), AluOp::Subtract));
+    vec_op(ts(
+        st.col(p, 4),
+        st.col(p, 4),
+        AluOp::Multiply,
+        imm(scale),
+        None,
+    ));
+    vec_op(tt(
+        st.col(p, 5),
+        st.col(p, 4),
+        st.col(p, 0),
+        AluOp::Multiply,
+    ));
+    vec_op(ts(
+        st.col(p, 5),
+        st.col(p, 5),
+        AluOp::Multiply,
+        imm(-1.0),
+        None,
+    ));
+    vec_op(tt(
+        st.col(p, 6),
+        st.col(p, db_col),
+        st.col(p, 1),
+        AluOp::Multiply,
+    ));
+    vec_op(ts(
+        st.col(p, 6),
+        st.col(p, 6),
+        AluOp::Multiply,
+        imm(scale),
+        None,
+    ));
+    vec_op(tt(
+        st.col(p, 5),
+        st.col(p, 5),
+        st.col(p, 6),
+        AluOp::Subtract,
+    ));
 }
 
 #[cfg(test)]

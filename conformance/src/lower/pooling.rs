@@ -69,6 +69,86 @@ fn bool_arg(
     }
 }
 
+/// The windows of an average pool (forward or backward) per spatial dim, and its divisor rule.
+struct AvgWindows {
+    wins: Vec<Vec<Win>>,
+    include_pad: bool,
+    override_div: Option<f64>,
+}
+
+/// Windows of `ishape → oshape`: adaptive pools split the input evenly (PyTorch's
+/// `start = ⌊x·i/o⌋`, `end = ⌈(x+1)·i/o⌉`); fixed pools read `kernel_size, stride, padding,
+/// ceil_mode, count_include_pad[, divisor_override]` from argument `kernel_pos` on (1 for the
+/// forward ops after `self`, 2 for the backward ops after `grad_output, self`).
+fn avg_windows(
+    req: &LowerRequest<'_>,
+    ishape: &[i64],
+    oshape: &[i64],
+    adaptive: bool,
+    kernel_pos: usize,
+) -> Result<AvgWindows, LowerError> {
+    let k = ishape.len();
+    if adaptive {
+        let wins = (0..k)
+            .map(|j| {
+                let (i, o) = (ishape[j], oshape[j]);
+                (0..o)
+                    .map(|x| {
+                        let s = (x * i) / o;
+                        let e = ((x + 1) * i + o - 1) / o;
+                        Win {
+                            start: s,
+                            len: e - s,
+                            pool: e - s,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        return Ok(AvgWindows {
+            wins,
+            include_pad: false,
+            override_div: None,
+        });
+    }
+    let kernel = ints(req, kernel_pos, "kernel_size", k, None)?;
+    let stride = ints(req, kernel_pos + 1, "stride", k, Some(kernel.clone()))?;
+    let padding = ints(req, kernel_pos + 2, "padding", k, Some(vec![0]))?;
+    let include_pad = bool_arg(req, kernel_pos + 4, "count_include_pad", true)?;
+    // avg_pool1d has no divisor_override argument.
+    let override_div = if k > 1 {
+        match req.call.arg(kernel_pos + 5, "divisor_override") {
+            None | Some(Value::None(())) => None,
+            Some(Value::Int(d)) => Some(*d as f64),
+            other => return Err(req.invalid(format!("divisor_override {other:?}"))),
+        }
+    } else {
+        None
+    };
+    let wins = (0..k)
+        .map(|j| {
+            let (i, o) = (ishape[j], oshape[j]);
+            (0..o)
+                .map(|x| {
+                    let hs = x * stride[j] - padding[j];
+                    let he = (hs + kernel[j]).min(i + padding[j]);
+                    let (s, e) = (hs.max(0), he.min(i));
+                    Win {
+                        start: s,
+                        len: (e - s).max(0),
+                        pool: he - hs,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    Ok(AvgWindows {
+        wins,
+        include_pad,
+        override_div,
+    })
+}
+
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (k, adaptive) = match req.op {
         "avg_pool1d" => (1, false),
@@ -102,57 +182,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
 
     // Windows per dim, and the divisor rule.
-    let mut wins: Vec<Vec<Win>> = Vec::new();
-    let mut include_pad = false;
-    let mut override_div: Option<f64> = None;
-    if adaptive {
-        for j in 0..k {
-            let (i, o) = (ishape[j], oshape[j]);
-            wins.push(
-                (0..o)
-                    .map(|x| {
-                        let s = (x * i) / o;
-                        let e = ((x + 1) * i + o - 1) / o;
-                        Win {
-                            start: s,
-                            len: e - s,
-                            pool: e - s,
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    } else {
-        let kernel = ints(req, 1, "kernel_size", k, None)?;
-        let stride = ints(req, 2, "stride", k, Some(kernel.clone()))?;
-        let padding = ints(req, 3, "padding", k, Some(vec![0]))?;
-        include_pad = bool_arg(req, 5, "count_include_pad", true)?;
-        if k > 1 {
-            override_div = match req.call.arg(6, "divisor_override") {
-                None | Some(Value::None(())) => None,
-                Some(Value::Int(d)) => Some(*d as f64),
-                other => return Err(req.invalid(format!("divisor_override {other:?}"))),
-            };
-        }
-        for j in 0..k {
-            let (i, o) = (ishape[j], oshape[j]);
-            wins.push(
-                (0..o)
-                    .map(|x| {
-                        let hs = x * stride[j] - padding[j];
-                        let he = (hs + kernel[j]).min(i + padding[j]);
-                        let pool = he - hs;
-                        let (s, e) = (hs.max(0), he.min(i));
-                        Win {
-                            start: s,
-                            len: (e - s).max(0),
-                            pool,
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    }
+    let AvgWindows {
+        wins,
+        include_pad,
+        override_div,
+    } = avg_windows(req, &ishape, &oshape, adaptive, 1)?;
 
     // adaptive_avg_pool3d accumulates in the tensor's own dtype on CPU.
     let seq_acc = adaptive && k == 3 && out_meta.dtype != crate::tensor::TorchDType::F32;
@@ -1024,55 +1058,11 @@ pub fn lower_avg_backward(
     let ishape: Vec<i64> = x_meta.shape[nd - k..].iter().map(|&s| s as i64).collect();
     let oshape: Vec<i64> = go_meta.shape[nd - k..].iter().map(|&s| s as i64).collect();
     let rows: i64 = x_meta.shape[..nd - k].iter().map(|&s| s as i64).product();
-    let mut wins: Vec<Vec<Win>> = Vec::new();
-    let mut include_pad = false;
-    let mut override_div = None;
-    if adaptive {
-        for j in 0..k {
-            let (i, o) = (ishape[j], oshape[j]);
-            wins.push(
-                (0..o)
-                    .map(|x| {
-                        let s = (x * i) / o;
-                        let e = ((x + 1) * i + o - 1) / o;
-                        Win {
-                            start: s,
-                            len: e - s,
-                            pool: e - s,
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    } else {
-        let kernel = ints(req, 2, "kernel_size", k, None)?;
-        let stride = ints(req, 3, "stride", k, Some(kernel.clone()))?;
-        let padding = ints(req, 4, "padding", k, Some(vec![0]))?;
-        include_pad = bool_arg(req, 6, "count_include_pad", true)?;
-        override_div = match req.call.arg(7, "divisor_override") {
-            None | Some(Value::None(())) => None,
-            Some(Value::Int(d)) => Some(*d as f64),
-            other => return Err(req.invalid(format!("divisor_override {other:?}"))),
-        };
-        for j in 0..k {
-            let (i, o) = (ishape[j], oshape[j]);
-            wins.push(
-                (0..o)
-                    .map(|x| {
-                        let hs = x * stride[j] - padding[j];
-                        let he = (hs + kernel[j]).min(i + padding[j]);
-                        let pool = he - hs;
-                        let (s, e) = (hs.max(0), he.min(i));
-                        Win {
-                            start: s,
-                            len: (e - s).max(0),
-                            pool,
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    }
+    let AvgWindows {
+        wins,
+        include_pad,
+        override_div,
+    } = avg_windows(req, &ishape, &oshape, adaptive, 2)?;
     let (go_d, x_d, out_d) = (
         dev(req, go_meta.dtype)?,
         dev(req, x_meta.dtype)?,

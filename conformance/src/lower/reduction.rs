@@ -22,13 +22,16 @@
 
 use super::binary::{dev, dma};
 use super::promote::{self, Category};
-use super::tile::{Dim, Emitter, Region, SbufAllocator, Slot};
+use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, Slot};
+// The SBUF buffer type and instruction builders live in tile.rs; re-exported for the lowerings
+// that import them from here.
+pub use super::tile::{Buf, imm, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::{TorchDType, contiguous_strides};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand,
-    TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+    TargetName, TensorCopy, TensorReduce, TensorTensorScan,
 };
 
 /// Max elements per partition of one chunk of the reduced axis.
@@ -334,98 +337,27 @@ fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chu
 // ------------------------------------------------------------------------------------------------
 // Emission helpers.
 
-/// An SBUF buffer: `[P, cols]` of `dtype` at `offset`.
-#[derive(Clone, Copy, Debug)]
-pub struct Buf {
-    pub slot: Slot,
-    pub dtype: DType,
-    pub cols: usize,
-}
-
-impl Buf {
-    pub fn new(alloc: &mut SbufAllocator, dtype: DType, cols: usize) -> Result<Buf, LowerError> {
-        Ok(Buf {
-            slot: Slot {
-                offset: alloc.alloc(cols.max(1) * dtype.size())?,
-            },
-            dtype,
-            cols,
-        })
-    }
-
-    /// Columns `[c0, c0 + n)` of `p` partitions, one flat free dim.
-    pub fn cols(&self, p: usize, c0: usize, n: usize) -> AccessPattern {
-        AccessPattern::sbuf(
-            self.dtype,
-            0,
-            p,
-            self.slot.offset + (c0 * self.dtype.size()) as u64,
-            vec![[1, n as i64]],
-        )
-    }
-
-    /// Column `c` as a `[P, 1]` scalar operand.
-    pub fn col(&self, p: usize, c: usize) -> AccessPattern {
-        self.cols(p, c, 1)
-    }
-
-    /// Free layout `free` (element steps) from column 0.
-    pub fn shaped(&self, p: usize, free: Vec<[i64; 2]>) -> AccessPattern {
-        AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset, free)
-    }
-}
-
-pub fn ts(
-    dst: AccessPattern,
-    src: AccessPattern,
-    op0: AluOp,
-    v0: ScalarOperand,
-    op1: Option<(AluOp, ScalarOperand)>,
-) -> Op {
-    let (op1, operand1) = match op1 {
-        Some((o, v)) => (Some(o), Some(v)),
-        None => (None, None),
-    };
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0,
-        operand0: v0,
-        reverse0: false,
-        op1,
-        operand1,
-        reverse1: false,
-    })
-}
-
-pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
-    Op::TensorTensor(TensorTensor { dst, in0, in1, op })
-}
-
-pub fn imm(v: f64) -> ScalarOperand {
-    ScalarOperand::Imm(v)
-}
-
 /// Reduces columns `[0, w)` of `buf` (p partitions) with `op`, in place, into column 0: a
 /// pairwise tree of `tensor_tensor` (VectorE for fp32, GpSimdE for exact int32).
 pub fn tree_reduce(e: &mut Emitter, engine: Engine, buf: &Buf, p: usize, mut w: usize, op: AluOp) {
-    let s = buf.slot;
     while w > 1 {
         if w % 2 == 1 {
-            e.push(
+            e.tensor_tensor(
                 engine,
-                tt(buf.col(p, 0), buf.col(p, 0), buf.col(p, w - 1), op),
-                &[s],
-                &[s],
+                buf.at(p, 0, 1),
+                buf.at(p, 0, 1),
+                buf.at(p, w - 1, 1),
+                op,
             );
             w -= 1;
         }
         let h = w / 2;
-        e.push(
+        e.tensor_tensor(
             engine,
-            tt(buf.cols(p, 0, h), buf.cols(p, 0, h), buf.cols(p, h, h), op),
-            &[s],
-            &[s],
+            buf.at(p, 0, h),
+            buf.at(p, 0, h),
+            buf.at(p, h, h),
+            op,
         );
         w = h;
     }
@@ -874,17 +806,13 @@ fn emit_reduce(
             let w = ch.elems();
             load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
             if call.kind == Kind::Any {
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     Engine::Vector,
-                    ts(
-                        x.cols(p, 0, w),
-                        x.cols(p, 0, w),
-                        AluOp::NotEqual,
-                        imm(0.0),
-                        None,
-                    ),
-                    &[x.slot],
-                    &[x.slot],
+                    x.at(p, 0, w),
+                    x.at(p, 0, w),
+                    AluOp::NotEqual,
+                    Scalar::Imm(0.0),
+                    None,
                 );
             }
             reduce_chunk(ctx, engine, &x, p, w, red, &parts, c);
@@ -894,32 +822,24 @@ fn emit_reduce(
         match call.kind {
             Kind::Mean => {
                 let inv = inv_or_inf(n as f64);
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     Engine::Vector,
-                    ts(
-                        parts.col(p, 0),
-                        parts.col(p, 0),
-                        AluOp::Multiply,
-                        imm(inv),
-                        None,
-                    ),
-                    &[parts.slot],
-                    &[parts.slot],
+                    parts.at(p, 0, 1),
+                    parts.at(p, 0, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(inv),
+                    None,
                 );
             }
             Kind::Var => {
                 // mean, then Σ (x − mean)² over a second pass.
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     Engine::Vector,
-                    ts(
-                        mean.col(p, 0),
-                        parts.col(p, 0),
-                        AluOp::Multiply,
-                        imm(inv_or_inf(n as f64)),
-                        None,
-                    ),
-                    &[parts.slot],
-                    &[mean.slot],
+                    mean.at(p, 0, 1),
+                    parts.at(p, 0, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(inv_or_inf(n as f64)),
+                    None,
                 );
                 if chunks.is_empty() {
                     memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, 0.0);
@@ -927,45 +847,33 @@ fn emit_reduce(
                 for (c, ch) in chunks.iter().enumerate() {
                     let w = ch.elems();
                     load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
-                    ctx.e.push(
+                    ctx.e.tensor_scalar(
                         Engine::Vector,
-                        ts(
-                            x.cols(p, 0, w),
-                            x.cols(p, 0, w),
-                            AluOp::Subtract,
-                            ScalarOperand::Tile(mean.col(p, 0)),
-                            None,
-                        ),
-                        &[x.slot, mean.slot],
-                        &[x.slot],
+                        x.at(p, 0, w),
+                        x.at(p, 0, w),
+                        AluOp::Subtract,
+                        mean.scalar(p, 0),
+                        None,
                     );
-                    ctx.e.push(
+                    ctx.e.tensor_tensor(
                         Engine::Vector,
-                        tt(
-                            x.cols(p, 0, w),
-                            x.cols(p, 0, w),
-                            x.cols(p, 0, w),
-                            AluOp::Multiply,
-                        ),
-                        &[x.slot],
-                        &[x.slot],
+                        x.at(p, 0, w),
+                        x.at(p, 0, w),
+                        x.at(p, 0, w),
+                        AluOp::Multiply,
                     );
                     reduce_chunk(ctx, engine, &x, p, w, Red::Sum, &parts, c);
                 }
                 finish_partials(ctx, engine, &parts, p, chunks.len(), Red::Sum);
                 let denom = (n as f64 - call.correction).max(0.0);
                 let inv = inv_or_inf(denom);
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     Engine::Vector,
-                    ts(
-                        parts.col(p, 0),
-                        parts.col(p, 0),
-                        AluOp::Multiply,
-                        imm(inv),
-                        None,
-                    ),
-                    &[parts.slot],
-                    &[parts.slot],
+                    parts.at(p, 0, 1),
+                    parts.at(p, 0, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(inv),
+                    None,
                 );
             }
             _ => {}
@@ -1158,64 +1066,32 @@ fn emit_arg(
             &[m.slot],
         );
         // t = (vals == m); u = (vals != vals); t = max(t, u)
-        e.push(
+        e.tensor_scalar(
             v,
-            ts(
-                t.cols(p, 0, w),
-                vals.cols(p, 0, w),
-                AluOp::IsEqual,
-                ScalarOperand::Tile(m.col(p, 0)),
-                None,
-            ),
-            &[vals.slot, m.slot],
-            &[t.slot],
+            t.at(p, 0, w),
+            vals.at(p, 0, w),
+            AluOp::IsEqual,
+            m.scalar(p, 0),
+            None,
         );
-        e.push(
+        e.tensor_tensor(
             v,
-            tt(
-                u.cols(p, 0, w),
-                vals.cols(p, 0, w),
-                vals.cols(p, 0, w),
-                AluOp::NotEqual,
-            ),
-            &[vals.slot],
-            &[u.slot],
+            u.at(p, 0, w),
+            vals.at(p, 0, w),
+            vals.at(p, 0, w),
+            AluOp::NotEqual,
         );
-        e.push(
-            v,
-            tt(
-                t.cols(p, 0, w),
-                t.cols(p, 0, w),
-                u.cols(p, 0, w),
-                AluOp::Max,
-            ),
-            &[t.slot, u.slot],
-            &[t.slot],
-        );
+        e.tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), u.at(p, 0, w), AluOp::Max);
         // t = (t − 1) · (−BIG) + ids  → ids where selected, ids + BIG elsewhere
-        e.push(
+        e.tensor_scalar(
             v,
-            ts(
-                t.cols(p, 0, w),
-                t.cols(p, 0, w),
-                AluOp::Subtract,
-                imm(1.0),
-                Some((AluOp::Multiply, imm(-BIG))),
-            ),
-            &[t.slot],
-            &[t.slot],
+            t.at(p, 0, w),
+            t.at(p, 0, w),
+            AluOp::Subtract,
+            Scalar::Imm(1.0),
+            Some((AluOp::Multiply, Scalar::Imm(-BIG))),
         );
-        e.push(
-            v,
-            tt(
-                t.cols(p, 0, w),
-                t.cols(p, 0, w),
-                ids.cols(p, 0, w),
-                AluOp::Add,
-            ),
-            &[t.slot, ids.slot],
-            &[t.slot],
-        );
+        e.tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), ids.at(p, 0, w), AluOp::Add);
         e.push(
             v,
             Op::TensorReduce(TensorReduce {
@@ -1497,16 +1373,12 @@ fn emit_fscan(
         &[s.slot, prev.slot],
         &[t1.slot],
     );
-    e.push(
+    e.tensor_tensor(
         v,
-        tt(
-            t2.cols(p, 0, w),
-            s.cols(p, 0, w),
-            t1.cols(p, 0, w),
-            AluOp::Subtract,
-        ),
-        &[s.slot, t1.slot],
-        &[t2.slot],
+        t2.at(p, 0, w),
+        s.at(p, 0, w),
+        t1.at(p, 0, w),
+        AluOp::Subtract,
     );
     e.push(
         v,
@@ -1514,63 +1386,43 @@ fn emit_fscan(
         &[prev.slot, t2.slot],
         &[t2.slot],
     );
-    e.push(
+    e.tensor_tensor(
         v,
-        tt(
-            t1.cols(p, 0, w),
-            x.cols(p, 0, w),
-            t1.cols(p, 0, w),
-            AluOp::Subtract,
-        ),
-        &[x.slot, t1.slot],
-        &[t1.slot],
+        t1.at(p, 0, w),
+        x.at(p, 0, w),
+        t1.at(p, 0, w),
+        AluOp::Subtract,
     );
-    e.push(
+    e.tensor_tensor(
         v,
-        tt(
-            t1.cols(p, 0, w),
-            t1.cols(p, 0, w),
-            t2.cols(p, 0, w),
-            AluOp::Add,
-        ),
-        &[t1.slot, t2.slot],
-        &[t1.slot],
+        t1.at(p, 0, w),
+        t1.at(p, 0, w),
+        t2.at(p, 0, w),
+        AluOp::Add,
     );
     // mask = |e| ≥ 2⁻⁵³·|S|  (false for NaN e)
-    e.push(
+    e.tensor_scalar(
         v,
-        ts(
-            t2.cols(p, 0, w),
-            s.cols(p, 0, w),
-            AluOp::Abs,
-            imm(0.0),
-            Some((AluOp::Multiply, imm(2f64.powi(-53)))),
-        ),
-        &[s.slot],
-        &[t2.slot],
+        t2.at(p, 0, w),
+        s.at(p, 0, w),
+        AluOp::Abs,
+        Scalar::Imm(0.0),
+        Some((AluOp::Multiply, Scalar::Imm(2f64.powi(-53)))),
     );
-    e.push(
+    e.tensor_scalar(
         v,
-        ts(
-            c.cols(p, 0, w),
-            t1.cols(p, 0, w),
-            AluOp::Abs,
-            imm(0.0),
-            None,
-        ),
-        &[t1.slot],
-        &[c.slot],
+        c.at(p, 0, w),
+        t1.at(p, 0, w),
+        AluOp::Abs,
+        Scalar::Imm(0.0),
+        None,
     );
-    e.push(
+    e.tensor_tensor(
         v,
-        tt(
-            mask.cols(p, 0, w),
-            c.cols(p, 0, w),
-            t2.cols(p, 0, w),
-            AluOp::IsGe,
-        ),
-        &[c.slot, t2.slot],
-        &[mask.slot],
+        mask.at(p, 0, w),
+        c.at(p, 0, w),
+        t2.at(p, 0, w),
+        AluOp::IsGe,
     );
     // t2 = mask ? e : 0
     memset(e, v, t2.cols(p, 0, w), t2.slot, 0.0);
@@ -1586,17 +1438,7 @@ fn emit_fscan(
         &[t2.slot],
     );
     scan(e, c, t2, carry.then_some(&fs.carry_lo));
-    e.push(
-        v,
-        tt(
-            out.cols(p, 0, w),
-            s.cols(p, 0, w),
-            c.cols(p, 0, w),
-            AluOp::Add,
-        ),
-        &[s.slot, c.slot],
-        &[out.slot],
-    );
+    e.tensor_tensor(v, out.at(p, 0, w), s.at(p, 0, w), c.at(p, 0, w), AluOp::Add);
 }
 
 /// Full reductions at least this long are spread over all partitions.
@@ -1659,17 +1501,13 @@ fn emit_reduce_spread(
             let w = ch.elems();
             load_chunk(ctx, x, &call.input, in_dev, rt, ch);
             if call.kind == Kind::Any {
-                ctx.e.push(
+                ctx.e.tensor_scalar(
                     v,
-                    ts(
-                        x.cols(p, 0, w),
-                        x.cols(p, 0, w),
-                        AluOp::NotEqual,
-                        imm(0.0),
-                        None,
-                    ),
-                    &[x.slot],
-                    &[x.slot],
+                    x.at(p, 0, w),
+                    x.at(p, 0, w),
+                    AluOp::NotEqual,
+                    Scalar::Imm(0.0),
+                    None,
                 );
             }
             reduce_chunk(ctx, v, x, p, w, red, &parts, c);
@@ -1699,25 +1537,22 @@ fn emit_reduce_spread(
             pstride: vec![0, 0],
         };
         reduce_rows(ctx, &trt, &tail_chunks);
-        ctx.e.push(
+        ctx.e.tensor_tensor(
             v,
-            tt(tot.col(1, 0), tot.col(1, 0), parts.col(1, 0), red.alu()),
-            &[tot.slot, parts.slot],
-            &[tot.slot],
+            tot.at(1, 0, 1),
+            tot.at(1, 0, 1),
+            parts.at(1, 0, 1),
+            red.alu(),
         );
     }
     if call.kind == Kind::Mean {
-        ctx.e.push(
+        ctx.e.tensor_scalar(
             v,
-            ts(
-                tot.col(1, 0),
-                tot.col(1, 0),
-                AluOp::Multiply,
-                imm(inv_or_inf(n as f64)),
-                None,
-            ),
-            &[tot.slot],
-            &[tot.slot],
+            tot.at(1, 0, 1),
+            tot.at(1, 0, 1),
+            AluOp::Multiply,
+            Scalar::Imm(inv_or_inf(n as f64)),
+            None,
         );
     }
     store_col(ctx, tot, 0, &call.outs[0].0, out_dev, &one);

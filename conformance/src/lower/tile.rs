@@ -10,7 +10,10 @@
 
 use super::LowerError;
 use std::collections::{BTreeSet, HashMap};
-use trnsim::{AccessPattern, DType, Engine, Instruction, Op, Program, Target};
+use trnsim::{
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Op, Program,
+    Reciprocal, ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
+};
 
 /// NumPy/PyTorch broadcasting of two shapes.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
@@ -368,6 +371,196 @@ impl Emitter {
 
     pub fn finish(self) -> Program {
         self.program
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// SBUF buffers and instruction builders.
+
+/// An SBUF buffer: `[P, cols]` of `dtype` at `offset`.
+#[derive(Clone, Copy, Debug)]
+pub struct Buf {
+    pub slot: Slot,
+    pub dtype: DType,
+    pub cols: usize,
+}
+
+impl Buf {
+    pub fn new(alloc: &mut SbufAllocator, dtype: DType, cols: usize) -> Result<Buf, LowerError> {
+        Ok(Buf {
+            slot: Slot {
+                offset: alloc.alloc(cols.max(1) * dtype.size())?,
+            },
+            dtype,
+            cols,
+        })
+    }
+
+    /// Columns `[c0, c0 + n)` of `p` partitions, one flat free dim.
+    pub fn cols(&self, p: usize, c0: usize, n: usize) -> AccessPattern {
+        AccessPattern::sbuf(
+            self.dtype,
+            0,
+            p,
+            self.slot.offset + (c0 * self.dtype.size()) as u64,
+            vec![[1, n as i64]],
+        )
+    }
+
+    /// Column `c` as a `[P, 1]` scalar operand.
+    pub fn col(&self, p: usize, c: usize) -> AccessPattern {
+        self.cols(p, c, 1)
+    }
+
+    /// Free layout `free` (element steps) from column 0.
+    pub fn shaped(&self, p: usize, free: Vec<[i64; 2]>) -> AccessPattern {
+        AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset, free)
+    }
+}
+
+pub fn ts(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    v0: ScalarOperand,
+    op1: Option<(AluOp, ScalarOperand)>,
+) -> Op {
+    let (op1, operand1) = match op1 {
+        Some((o, v)) => (Some(o), Some(v)),
+        None => (None, None),
+    };
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0: v0,
+        reverse0: false,
+        op1,
+        operand1,
+        reverse1: false,
+    })
+}
+
+pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
+    Op::TensorTensor(TensorTensor { dst, in0, in1, op })
+}
+
+pub fn imm(v: f64) -> ScalarOperand {
+    ScalarOperand::Imm(v)
+}
+
+/// Columns `[c0, c0 + n)` of the first `p` partitions of a [`Buf`]: an operand that knows
+/// which buffer it lives in, so the [`Emitter`] shorthands below derive an instruction's
+/// read and write slots from its operands instead of from hand-written lists.
+#[derive(Clone, Copy, Debug)]
+pub struct Cols {
+    pub buf: Buf,
+    pub p: usize,
+    pub c0: usize,
+    pub n: usize,
+}
+
+impl Cols {
+    pub fn ap(&self) -> AccessPattern {
+        self.buf.cols(self.p, self.c0, self.n)
+    }
+}
+
+impl Buf {
+    /// Columns `[c0, c0 + n)` of `p` partitions as a slot-carrying operand.
+    pub fn at(&self, p: usize, c0: usize, n: usize) -> Cols {
+        Cols { buf: *self, p, c0, n }
+    }
+
+    /// Column `c` of `p` partitions: a per-partition scalar operand.
+    pub fn scalar(&self, p: usize, c: usize) -> Scalar {
+        Scalar::Col(self.at(p, c, 1))
+    }
+}
+
+/// The scalar operand of a `tensor_scalar`/`activation` bias: an immediate, or one column of
+/// a buffer (one value per partition).
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    Imm(f64),
+    Col(Cols),
+}
+
+impl Scalar {
+    fn operand(&self) -> ScalarOperand {
+        match self {
+            Scalar::Imm(v) => ScalarOperand::Imm(*v),
+            Scalar::Col(c) => ScalarOperand::Tile(c.ap()),
+        }
+    }
+
+    fn slot(&self) -> Option<Slot> {
+        match self {
+            Scalar::Imm(_) => None,
+            Scalar::Col(c) => Some(c.buf.slot),
+        }
+    }
+}
+
+/// Shorthands for the instructions lowerings emit most, over [`Cols`] operands. Each pushes one
+/// instruction whose reads are its source operands' buffers and whose write is `dst`'s buffer.
+impl Emitter {
+    fn push_derived(&mut self, engine: Engine, op: Op, reads: &[Option<Slot>], dst: Slot) -> usize {
+        let mut slots: Vec<Slot> = Vec::with_capacity(reads.len());
+        for s in reads.iter().flatten() {
+            if !slots.contains(s) {
+                slots.push(*s);
+            }
+        }
+        self.push(engine, op, &slots, &[dst])
+    }
+
+    /// `dst = (src op0 s0) op1 s1` (`tensor_scalar`, one or two ALU stages).
+    pub fn tensor_scalar(
+        &mut self,
+        engine: Engine,
+        dst: Cols,
+        src: Cols,
+        op0: AluOp,
+        s0: Scalar,
+        then: Option<(AluOp, Scalar)>,
+    ) -> usize {
+        let op = ts(dst.ap(), src.ap(), op0, s0.operand(), then.map(|(o, s)| (o, s.operand())));
+        let reads = [Some(src.buf.slot), s0.slot(), then.and_then(|(_, s)| s.slot())];
+        self.push_derived(engine, op, &reads, dst.buf.slot)
+    }
+
+    /// `dst = a op b` elementwise (`tensor_tensor`).
+    pub fn tensor_tensor(&mut self, engine: Engine, dst: Cols, a: Cols, b: Cols, op: AluOp) -> usize {
+        let reads = [Some(a.buf.slot), Some(b.buf.slot)];
+        self.push_derived(engine, tt(dst.ap(), a.ap(), b.ap(), op), &reads, dst.buf.slot)
+    }
+
+    /// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
+    pub fn tensor_copy(&mut self, engine: Engine, dst: Cols, src: Cols) -> usize {
+        let op = Op::TensorCopy(TensorCopy { dst: dst.ap(), src: src.ap() });
+        self.push_derived(engine, op, &[Some(src.buf.slot)], dst.buf.slot)
+    }
+
+    /// `dst = 1 / src` on VectorE (`reciprocal`).
+    pub fn reciprocal(&mut self, dst: Cols, src: Cols) -> usize {
+        let op = Op::Reciprocal(Reciprocal { dst: dst.ap(), src: src.ap() });
+        self.push_derived(Engine::Vector, op, &[Some(src.buf.slot)], dst.buf.slot)
+    }
+
+    /// `dst = func(src + bias)` on ScalarE (`activation`, scale 1, no accumulation).
+    pub fn activation(&mut self, dst: Cols, func: ActFunc, src: Cols, bias: Option<Scalar>) -> usize {
+        let op = Op::Activation(Activation {
+            dst: dst.ap(),
+            func,
+            src: src.ap(),
+            bias: bias.map(|b| b.operand()),
+            scale: imm(1.0),
+            acc: AccCmd::Idle,
+            reduce_res: None,
+        });
+        let reads = [Some(src.buf.slot), bias.and_then(|b| b.slot())];
+        self.push_derived(Engine::Scalar, op, &reads, dst.buf.slot)
     }
 }
 
