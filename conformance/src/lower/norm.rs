@@ -677,6 +677,59 @@ fn emit_norm(
     Ok(Lowered::new(ctx.e.finish()))
 }
 
+/// Device dtypes of a norm backward's inputs and its three optional outputs (`None` where
+/// `output_mask` leaves an output out: it is declared, so the program is complete, but not
+/// written).
+struct BackwardIo {
+    dy_dev: DType,
+    x_dev: DType,
+    mean_dev: DType,
+    rstd_dev: DType,
+    w_dev: Option<DType>,
+    outs: Vec<Option<(String, DType)>>,
+}
+
+/// Declares a norm backward's HBM tensors: `grad_out, input, mean, rstd`, the optional weight,
+/// and the outputs.
+fn declare_backward_io(
+    req: &LowerRequest<'_>,
+    program: &mut Program,
+    [dy, x, mean, rstd]: [&str; 4],
+    weight: Option<&str>,
+) -> Result<BackwardIo, LowerError> {
+    let dy_dev = declare(req, program, dy, HbmRole::Input)?;
+    let x_dev = declare(req, program, x, HbmRole::Input)?;
+    let mean_dev = declare(req, program, mean, HbmRole::Input)?;
+    let rstd_dev = declare(req, program, rstd, HbmRole::Input)?;
+    let w_dev = match weight {
+        Some(w) => Some(declare(req, program, w, HbmRole::Input)?),
+        None => None,
+    };
+    let mut outs = Vec::new();
+    for i in 0..3 {
+        match out_opt(req, i)? {
+            Some((name, _)) => {
+                let d = declare(req, program, &name, HbmRole::Output)?;
+                outs.push(Some((name, d)));
+            }
+            None => {
+                if let Some(Value::Tensor(t)) = req.outputs.get(i) {
+                    declare(req, program, t, HbmRole::Output)?;
+                }
+                outs.push(None);
+            }
+        }
+    }
+    Ok(BackwardIo {
+        dy_dev,
+        x_dev,
+        mean_dev,
+        rstd_dev,
+        w_dev,
+        outs,
+    })
+}
+
 // ------------------------------------------------------------------------------------------------
 // layer norm backward
 
@@ -723,29 +776,19 @@ pub fn layer_norm_backward(
     let layout = Layout::from_dims(kept, red);
 
     let mut program = Program::new(target);
-    let dy_dev = declare(req, &mut program, &dy_name, HbmRole::Input)?;
-    let x_dev = declare(req, &mut program, &x_name, HbmRole::Input)?;
-    let mean_dev = declare(req, &mut program, &mean_name, HbmRole::Input)?;
-    let rstd_dev = declare(req, &mut program, &rstd_name, HbmRole::Input)?;
-    let w_dev = match &weight {
-        Some((w, _)) => Some(declare(req, &mut program, w, HbmRole::Input)?),
-        None => None,
-    };
-    let mut outs = Vec::new();
-    for i in 0..3 {
-        match out_opt(req, i)? {
-            Some((name, _)) => {
-                let d = declare(req, &mut program, &name, HbmRole::Output)?;
-                outs.push(Some((name, d)));
-            }
-            None => {
-                if let Some(Value::Tensor(t)) = req.outputs.get(i) {
-                    declare(req, &mut program, t, HbmRole::Output)?;
-                }
-                outs.push(None);
-            }
-        }
-    }
+    let BackwardIo {
+        dy_dev,
+        x_dev,
+        mean_dev,
+        rstd_dev,
+        w_dev,
+        outs,
+    } = declare_backward_io(
+        req,
+        &mut program,
+        [&dy_name, &x_name, &mean_name, &rstd_name],
+        weight.as_ref().map(|(w, _)| w.as_str()),
+    )?;
     let mut ctx = Ctx::new(target, program);
     let rows = layout.row_tiles(ctx.partitions);
     let chunks = layout.chunks(CHUNK);
@@ -1000,29 +1043,19 @@ pub fn group_norm_backward(
         return Err(req.unsupported(format!("group of {w} elements")));
     }
     let mut program = Program::new(target);
-    let dy_dev = declare(req, &mut program, &dy_name, HbmRole::Input)?;
-    let x_dev = declare(req, &mut program, &x_name, HbmRole::Input)?;
-    let mean_dev = declare(req, &mut program, &mean_name, HbmRole::Input)?;
-    let rstd_dev = declare(req, &mut program, &rstd_name, HbmRole::Input)?;
-    let w_dev = match &weight {
-        Some((wn, _)) => Some(declare(req, &mut program, wn, HbmRole::Input)?),
-        None => None,
-    };
-    let mut outs = Vec::new();
-    for i in 0..3 {
-        match out_opt(req, i)? {
-            Some((name, _)) => {
-                let dd = declare(req, &mut program, &name, HbmRole::Output)?;
-                outs.push(Some((name, dd)));
-            }
-            None => {
-                if let Some(Value::Tensor(t)) = req.outputs.get(i) {
-                    declare(req, &mut program, t, HbmRole::Output)?;
-                }
-                outs.push(None);
-            }
-        }
-    }
+    let BackwardIo {
+        dy_dev,
+        x_dev,
+        mean_dev,
+        rstd_dev,
+        w_dev,
+        outs,
+    } = declare_backward_io(
+        req,
+        &mut program,
+        [&dy_name, &x_name, &mean_name, &rstd_name],
+        weight.as_ref().map(|(w, _)| w.as_str()),
+    )?;
     let mut ctx = Ctx::new(target, program);
     let f = DType::F32;
     let v = Engine::Vector;
