@@ -120,10 +120,13 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin) {
         return Err(req.invalid(format!("channels: input {:?}, weight {ws:?}, groups {groups}", input.1.shape)));
     }
+    if ws[2..].contains(&0) {
+        return Err(req.invalid(format!("empty kernel {ws:?}")));
+    }
     let mut dims = [FwdDim { l: 1, o: 1, k: 1, stride: 1, pad: 0, dil: 1 }; 3];
     for i in 0..ns {
         let (l, k, s, p, d) = (input.1.shape[2 + i], ws[2 + i], stride[i], padding[i], dilation[i]);
-        let span = (d * (k.max(1) - 1)) as i64;
+        let span = (d * (k - 1)) as i64;
         let o = if transposed {
             (l as i64 - 1) * s as i64 - 2 * p as i64 + span + output_padding[i] as i64 + 1
         } else {
@@ -273,13 +276,16 @@ fn emit_grad_weight(
     }
     let out_dev = dev;
 
-    let (rows_per_tile, cols_per_tile) =
-        if a_size[2] <= TILE_K { ((TILE_K / a_size[2]).min(a_size[1]).max(1), a_size[2]) } else { (1, TILE_K) };
+    let (rows_per_tile, cols_per_tile) = if a_size[2] <= TILE_K {
+        ((TILE_K / a_size[2].max(1)).min(a_size[1]).max(1), a_size[2].max(1))
+    } else {
+        (1, TILE_K)
+    };
     let mut tiles = Vec::new();
-    for n in 0..b.batch {
+    for n in 0..if a_sp == 0 { 0 } else { b.batch } {
         for d in 0..a_size[0] {
             for h0 in (0..a_size[1]).step_by(rows_per_tile) {
-                for w0 in (0..a_size[2]).step_by(cols_per_tile.max(1)) {
+                for w0 in (0..a_size[2]).step_by(cols_per_tile) {
                     let rows = rows_per_tile.min(a_size[1] - h0);
                     tiles.push(PosTile { n, d, h0, rows, w0, cols: cols_per_tile.min(a_size[2] - w0) });
                 }
@@ -487,4 +493,77 @@ fn emit_grad_bias(
         e.push(Engine::Dma, dma(dst, out), &[out_slot], &[]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::OpCall;
+    use crate::tensor::TorchDType;
+    use std::collections::BTreeMap;
+
+    /// A 2d `convolution_backward` call: grad_output, input, weight of these shapes, stride 1,
+    /// padding 1, groups 1, the given output_mask.
+    fn lowered(go: &[usize], x: &[usize], w: &[usize], mask: [bool; 3]) -> Result<Lowered, LowerError> {
+        let meta = |shape: &[usize]| TensorMeta { dtype: TorchDType::F32, shape: shape.to_vec(), strides: None, storage_offset: None };
+        let mut tensors = BTreeMap::from([
+            ("input.0".to_string(), meta(go)),
+            ("input.1".to_string(), meta(x)),
+            ("input.2".to_string(), meta(w)),
+        ]);
+        let shapes = [x.to_vec(), w.to_vec(), vec![w[0]]];
+        let mut outputs = Vec::new();
+        for i in 0..3 {
+            if mask[i] {
+                tensors.insert(format!("output.{i}"), meta(&shapes[i]));
+                outputs.push(Value::Tensor(format!("output.{i}")));
+            } else {
+                outputs.push(Value::None(()));
+            }
+        }
+        let args = vec![
+            Value::Tensor("input.0".into()),
+            Value::Tensor("input.1".into()),
+            Value::Tensor("input.2".into()),
+            Value::Ints(vec![w[0] as i64]),
+            Value::Ints(vec![1, 1]),
+            Value::Ints(vec![1, 1]),
+            Value::Ints(vec![1, 1]),
+            Value::Bool(false),
+            Value::Ints(vec![0, 0]),
+            Value::Int(1),
+            Value::Bools(mask.to_vec()),
+        ];
+        let call = OpCall { args, kwargs: BTreeMap::new() };
+        let req = LowerRequest { op: "convolution_backward", call: &call, tensors: &tensors, outputs: &outputs };
+        lower(&req, TargetName::Trn1)
+    }
+
+    fn matmuls(p: &Program) -> Vec<&NcMatmul> {
+        p.instructions.iter().filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None }).collect()
+    }
+
+    #[test]
+    fn grad_weight_contracts_batch_and_positions_in_k_tiles() {
+        // 2 batch entries × 12×12 positions: 128 / 12 = 10 rows per K tile → 2 tiles per entry.
+        let l = lowered(&[2, 4, 12, 12], &[2, 3, 12, 12], &[4, 3, 3, 3], [false, true, false]).unwrap();
+        let mms = matmuls(&l.program);
+        assert_eq!(mms.len(), 4);
+        assert_eq!(mms.iter().map(|m| m.moving.partitions).collect::<Vec<_>>(), vec![120, 24, 120, 24]);
+        assert!(!mms[0].accumulate && mms[1..].iter().all(|m| m.accumulate), "one PSUM accumulation");
+        assert_eq!((mms[0].stationary.free_elems(), mms[0].moving.free_elems()), (4, 27), "[Cout, Cin·kk]");
+        assert_eq!(l.values.get(&0), Some(&Value::None(())));
+        assert_eq!(l.values.get(&2), Some(&Value::None(())));
+        assert!(l.program.hbm.iter().all(|t| t.name != "output.0" && t.name != "output.2"), "unrequested gradients are not declared");
+    }
+
+    #[test]
+    fn malformed_calls_are_typed_errors() {
+        let bad_shape = lowered(&[1, 4, 5, 5], &[1, 3, 6, 6], &[4, 3, 3, 3], [true; 3]);
+        assert!(matches!(bad_shape, Err(LowerError::Invalid { .. })), "{bad_shape:?}");
+        let empty_kernel = lowered(&[1, 4, 8, 8], &[1, 3, 6, 6], &[4, 3, 0, 3], [true; 3]);
+        assert!(matches!(empty_kernel, Err(LowerError::Invalid { .. })), "{empty_kernel:?}");
+        let bad_channels = lowered(&[1, 4, 6, 6], &[1, 2, 6, 6], &[4, 3, 3, 3], [true; 3]);
+        assert!(matches!(bad_channels, Err(LowerError::Invalid { .. })), "{bad_channels:?}");
+    }
 }
