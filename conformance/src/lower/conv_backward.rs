@@ -17,7 +17,7 @@
 //!   when they fit) on the partition axis. Stationary = `A` tile `[pos, a]` (a transposing DMA,
 //!   bit-exact); moving = the im2col of `B` for those positions, `[pos, (b, k)]`, written by
 //!   strided DMAs (one per kernel offset and row, positions on the partitions, channels `b` as a
-//!   free dim with step `kk`) over a `memset 0` (the padding). Every K tile accumulates into the
+//!   free dim with step `kk`) over a `memset 0` when some tap reads padding. Every K tile accumulates into the
 //!   same PSUM bank (fp32); the result `[a ≤ 128, (b, k) ≤ 512]` is already grad_weight's row
 //!   layout, so the VectorE PSUM → SBUF copy (cast to the output dtype) is stored with one DMA.
 //! * **grad_bias** is the sum of grad_output over batch and space: channels on the partitions,
@@ -386,8 +386,7 @@ fn emit_im2col_tile(
     let [td, th, tw] = taps;
     let kk = td.k * th.k * tw.k;
     let ksz = t.rows * t.cols;
-    let all = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
-    e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }), &[], &[col_slot]);
+    let mut loads = Vec::new();
     let at = |d: &SDim, k: usize, o: usize| (o * d.cs + k * d.dil) as i64 - d.pl;
     for koff in 0..kk {
         // Channels b whose column b·kk + koff lies in [j0, j0 + nsz).
@@ -422,8 +421,20 @@ fn emit_im2col_tile(
                 col_off + (b0 * kk + koff - j0) as u64 * esz,
                 vec![[kk as i64, (b1 - b0) as i64]],
             );
-            e.push(Engine::Dma, dma(dst, src), &[], &[col_slot]);
+            loads.push(dma(dst, src));
         }
+    }
+    // The loads write disjoint boxes; the padding (whatever they leave) must read as zero.
+    let loaded: usize = loads
+        .iter()
+        .map(|op| if let Op::DmaCopy(c) = op { c.dst.partitions * c.dst.free_elems() } else { 0 })
+        .sum();
+    if loaded < ksz * nsz {
+        let all = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
+        e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }), &[], &[col_slot]);
+    }
+    for op in loads {
+        e.push(Engine::Dma, op, &[], &[col_slot]);
     }
     Ok(())
 }
