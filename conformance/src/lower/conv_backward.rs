@@ -234,6 +234,8 @@ struct PosTile {
     cols: usize,
 }
 
+/// grad_weight (see the module doc): per group, column tile of `(b, k)` and set of M tiles in
+/// flight, every K tile of positions accumulates into the M tiles' PSUM banks.
 fn emit_grad_weight(
     req: &LowerRequest<'_>,
     b: &Backward,
@@ -247,7 +249,7 @@ fn emit_grad_weight(
     let pe = pe_dtype(req, b.input.1.dtype, opts)?;
     let esz = pe.size() as u64;
     // A: contracted with its channels as grad_weight's rows; B: im2col'd, channels × taps as columns.
-    let (a, bt, a_g, b_g) = if b.transposed {
+    let (a_tensor, b_tensor, a_g, b_g) = if b.transposed {
         (&b.input, &b.grad_out, b.cin_g, b.cout_g)
     } else {
         (&b.grad_out, &b.input, b.cout_g, b.cin_g)
@@ -274,7 +276,6 @@ fn emit_grad_weight(
     if grad_weight.1.shape.iter().product::<usize>() == 0 {
         return Ok(());
     }
-    let out_dev = dev;
 
     let (rows_per_tile, cols_per_tile) = if a_size[2] <= TILE_K {
         ((TILE_K / a_size[2].max(1)).min(a_size[1]).max(1), a_size[2].max(1))
@@ -297,7 +298,7 @@ fn emit_grad_weight(
     let mt_count = a_g.div_ceil(TILE_M);
     let a_off = alloc.alloc(banks.min(mt_count) * TILE_M * esz as usize)?;
     let col_off = alloc.alloc(TILE_N * esz as usize)?;
-    let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
+    let out_off = alloc.alloc(TILE_N * dev.size().max(4))?;
     let (a_slot, col_slot, out_slot) = (Slot { offset: a_off }, Slot { offset: col_off }, Slot { offset: out_off });
     let bank_bytes = target.psum_bank_bytes as u64;
 
@@ -313,7 +314,7 @@ fn emit_grad_weight(
                     // Stationary: A[n, channels m_lo..m_hi, the tile's positions] transposed to
                     // [pos, channel] by the DMA (rows of the tile are contiguous when whole).
                     let src = AccessPattern::hbm(
-                        &a.0,
+                        &a_tensor.0,
                         dev,
                         ((t.n * a_ch + g * a_g + m_lo) * a_sp + (t.d * a_size[1] + t.h0) * a_size[2] + t.w0) as u64,
                         ksz,
@@ -322,7 +323,7 @@ fn emit_grad_weight(
                     );
                     let dst = AccessPattern::sbuf(pe, 0, ksz, a_off, vec![[1, (m_hi - m_lo) as i64]]);
                     e.push(Engine::Dma, dma(dst, src), &[], &[a_slot]);
-                    emit_im2col_tile(e, bt, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0, nsz)?;
+                    emit_im2col_tile(e, b_tensor, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0, nsz)?;
                     for mt in mts.clone() {
                         let msz = TILE_M.min(a_g - mt * TILE_M);
                         let bank = mt - mg;
@@ -337,7 +338,7 @@ fn emit_grad_weight(
                 for mt in mts.clone() {
                     let msz = TILE_M.min(a_g - mt * TILE_M);
                     let bank = mt - mg;
-                    let out_ap = AccessPattern::sbuf(out_dev, 0, msz, out_off, vec![[1, nsz as i64]]);
+                    let out_ap = AccessPattern::sbuf(dev, 0, msz, out_off, vec![[1, nsz as i64]]);
                     if tiles.is_empty() {
                         // Nothing to contract (empty batch or positions): the gradient is zero.
                         e.push(Engine::Vector, Op::Memset(Memset { dst: out_ap.clone(), value: 0.0 }), &[], &[out_slot]);
@@ -348,7 +349,7 @@ fn emit_grad_weight(
                     }
                     let dst = AccessPattern::hbm(
                         &grad_weight.0,
-                        out_dev,
+                        dev,
                         ((g * a_g + mt * TILE_M) * cols + j0) as u64,
                         msz,
                         cols as i64,
@@ -368,7 +369,7 @@ fn emit_grad_weight(
 #[allow(clippy::too_many_arguments)]
 fn emit_im2col_tile(
     e: &mut Emitter,
-    bt: &(String, TensorMeta),
+    b_tensor: &(String, TensorMeta),
     dev: DType,
     pe: DType,
     col_off: u64,
@@ -407,7 +408,7 @@ fn emit_im2col_tile(
             }
             let ih = at(th, kh, h) as usize;
             let src = AccessPattern::hbm(
-                &bt.0,
+                &b_tensor.0,
                 dev,
                 ((t.n * b_ch + g * b_g + b0) * b_sp + (id * th.l + ih) * tw.l + iw) as u64,
                 vw.1,
