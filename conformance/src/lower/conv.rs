@@ -45,37 +45,45 @@ use trnsim::{
 
 /// One spatial dim of the equivalent direct convolution.
 #[derive(Clone, Copy, Debug)]
-struct SDim {
+pub(crate) struct SDim {
     /// Input size.
-    l: usize,
+    pub(crate) l: usize,
     /// Output size.
-    o: usize,
+    pub(crate) o: usize,
     /// Kernel size.
-    k: usize,
+    pub(crate) k: usize,
     /// Conv stride (1 for transposed).
-    cs: usize,
-    dil: usize,
+    pub(crate) cs: usize,
+    pub(crate) dil: usize,
     /// Zero insertion factor (stride for transposed, else 1).
-    up: usize,
+    pub(crate) up: usize,
     /// Left padding in virtual (upsampled, padded) coordinates; may be negative (cropping).
-    pl: i64,
-    flip: bool,
+    pub(crate) pl: i64,
+    pub(crate) flip: bool,
 }
 
-struct Conv {
-    input: (String, TensorMeta),
-    weight: (String, TensorMeta),
-    bias: Option<(String, TensorMeta)>,
-    out: (String, TensorMeta),
-    batch: usize,
-    groups: usize,
-    cin_g: usize,
-    cout_g: usize,
-    transposed: bool,
-    dims: [SDim; 3],
+impl SDim {
+    /// The size-1 dim that pads 1d/2d cases up to 3 spatial dims.
+    pub(crate) const UNIT: SDim = SDim { l: 1, o: 1, k: 1, cs: 1, dil: 1, up: 1, pl: 0, flip: false };
 }
 
-fn ints(req: &LowerRequest<'_>, i: usize, name: &str, n: usize) -> Result<Vec<usize>, LowerError> {
+/// A convolution in the form [`emit_conv`] runs. `weight` is laid out `[Cout, Cin_g, k…]`, or
+/// `[Cin, Cout_g, k…]` when `transposed` (PyTorch's layouts for the two forms).
+pub(crate) struct Conv {
+    pub(crate) input: (String, TensorMeta),
+    pub(crate) weight: (String, TensorMeta),
+    pub(crate) bias: Option<(String, TensorMeta)>,
+    pub(crate) out: (String, TensorMeta),
+    pub(crate) batch: usize,
+    pub(crate) groups: usize,
+    pub(crate) cin_g: usize,
+    pub(crate) cout_g: usize,
+    pub(crate) transposed: bool,
+    /// Depth, height, width (1d/2d cases padded with [`SDim::UNIT`] in front).
+    pub(crate) dims: [SDim; 3],
+}
+
+pub(crate) fn ints(req: &LowerRequest<'_>, i: usize, name: &str, n: usize) -> Result<Vec<usize>, LowerError> {
     let v = match req.call.arg(i, name) {
         Some(Value::Ints(v)) => v.clone(),
         Some(Value::Int(x)) => vec![*x],
@@ -89,7 +97,7 @@ fn ints(req: &LowerRequest<'_>, i: usize, name: &str, n: usize) -> Result<Vec<us
     }
 }
 
-fn tensor(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<Option<(String, TensorMeta)>, LowerError> {
+pub(crate) fn tensor(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<Option<(String, TensorMeta)>, LowerError> {
     match req.call.arg(i, name) {
         Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.clone()))),
         None | Some(Value::None(_)) => Ok(None),
@@ -137,7 +145,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin) {
         return Err(req.invalid(format!("channels: input {:?}, weight {ws:?}, groups {groups}", input.1.shape)));
     }
-    let mut dims = [SDim { l: 1, o: 1, k: 1, cs: 1, dil: 1, up: 1, pl: 0, flip: false }; 3];
+    let mut dims = [SDim::UNIT; 3];
     for i in 0..ns {
         let (l, k, s, p, d) = (input.1.shape[2 + i], ws[2 + i], stride[i], padding[i], dilation[i]);
         let span = d * (k - 1);
@@ -197,8 +205,28 @@ fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerO
         program.declare(name, in_dev, &meta.shape, HbmRole::Input);
     }
     program.declare(&c.out.0, out_dev, &c.out.1.shape, HbmRole::Output);
+    let mut e = Emitter::new(program);
+    let mut alloc = SbufAllocator::new(&target);
+    emit_conv(req, c, &mut e, &mut alloc, &target, opts)?;
+    Ok(e.finish())
+}
+
+/// Appends the instructions of convolution `c` to `e` (its HBM tensors already declared), with
+/// SBUF from `alloc`. Shared with `convolution_backward`, whose grad_input is a convolution of
+/// grad_output with the forward weight.
+pub(crate) fn emit_conv(
+    req: &LowerRequest<'_>,
+    c: &Conv,
+    e: &mut Emitter,
+    alloc: &mut SbufAllocator,
+    target: &trnsim::Target,
+    opts: &LowerOptions,
+) -> Result<(), LowerError> {
+    let dev = |d: TorchDType| device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")));
+    let in_dev = dev(c.input.1.dtype)?;
+    let out_dev = dev(c.out.1.dtype)?;
     if c.out.1.shape.iter().product::<usize>() == 0 {
-        return Ok(program);
+        return Ok(());
     }
     if c.cin_g == 0 {
         return Err(req.unsupported("zero input channels".into()));
@@ -208,7 +236,7 @@ fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerO
     let [dd, dh, dw] = c.dims;
     let kk = dd.k * dh.k * dw.k;
     if !c.transposed && kk > 1 && c.cin_g < TILE_K {
-        return emit_im2col(c, program, &target, pe, in_dev, out_dev);
+        return emit_im2col(c, e, alloc, target, pe, in_dev, out_dev);
     }
     let kt_count = c.cin_g.div_ceil(TILE_K);
     let mt_count = c.cout_g.div_ceil(TILE_M);
@@ -219,7 +247,6 @@ fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerO
     let bw = (cw - 1) * dw.cs + dw.dil * (dw.k - 1) + 1;
     let win = bd * bh * bw;
 
-    let mut alloc = SbufAllocator::new(&target);
     let w_bytes = (c.cout_g * kk) as u64 * esz;
     let w_off = alloc.alloc((kt_count as u64 * w_bytes) as usize)?;
     let win_off = alloc.alloc(kt_count * win * esz as usize)?;
@@ -227,7 +254,6 @@ fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerO
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
     let (w_slot, win_slot, bias_slot, out_slot) =
         (Slot { offset: w_off }, Slot { offset: win_off }, Slot { offset: bias_off }, Slot { offset: out_off });
-    let mut e = Emitter::new(program);
     let mut bank = 0usize;
     let (in_sp, out_sp) = (dd.l * dh.l * dw.l, dd.o * dh.o * dw.o);
     let cout = c.cout_g * c.groups;
@@ -371,7 +397,19 @@ fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerO
             }
         }
     }
-    Ok(e.finish())
+    Ok(())
+}
+
+/// For a direct convolution dim (`up = 1`): the output positions `[lo, lo + n)` within the tile
+/// `[o0, o0 + len)` whose tap `k` reads inside the input (`i = o·cs + k·dil − pl ∈ [0, l)`), as
+/// `(lo, n)`; `None` when every one reads padding.
+pub(crate) fn tap_range(d: &SDim, k: usize, o0: usize, len: usize) -> Option<(usize, usize)> {
+    let off = (k * d.dil) as i64 - d.pl;
+    let cs = d.cs as i64;
+    let lo = if off >= 0 { 0 } else { (-off + cs - 1) / cs };
+    let hi = (d.l as i64 - 1 - off).div_euclid(cs);
+    let (lo, hi) = (lo.max(o0 as i64), hi.min((o0 + len) as i64 - 1));
+    (hi >= lo).then(|| (lo as usize, (hi - lo + 1) as usize))
 }
 
 /// Few input channels (the PE array's 128 rows would sit mostly idle with one matmul per kernel
@@ -382,12 +420,13 @@ fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerO
 /// the tile first. One `nc_matmul` per K tile of 128 rows then covers every offset.
 fn emit_im2col(
     c: &Conv,
-    program: Program,
+    e: &mut Emitter,
+    alloc: &mut SbufAllocator,
     target: &trnsim::Target,
     pe: DType,
     in_dev: DType,
     out_dev: DType,
-) -> Result<Program, LowerError> {
+) -> Result<(), LowerError> {
     let esz = pe.size() as u64;
     let [dd, dh, dw] = c.dims;
     let kk = dd.k * dh.k * dw.k;
@@ -395,7 +434,6 @@ fn emit_im2col(
     let kt_count = rows.div_ceil(TILE_K);
     let mt_count = c.cout_g.div_ceil(TILE_M);
     let (r, cw) = if dw.o <= TILE_N { ((TILE_N / dw.o).min(dh.o), dw.o) } else { (1, TILE_N) };
-    let mut alloc = SbufAllocator::new(target);
     let w_bytes = c.cout_g as u64 * esz;
     let w_off = alloc.alloc((kt_count as u64 * w_bytes) as usize)?;
     let col_off = alloc.alloc(kt_count * TILE_N * esz as usize)?;
@@ -403,7 +441,6 @@ fn emit_im2col(
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
     let (w_slot, col_slot, bias_slot, out_slot) =
         (Slot { offset: w_off }, Slot { offset: col_off }, Slot { offset: bias_off }, Slot { offset: out_off });
-    let mut e = Emitter::new(program);
     let mut bank = 0usize;
     let (in_sp, out_sp) = (dd.l * dh.l * dw.l, dd.o * dh.o * dw.o);
     let cout = c.cout_g * c.groups;
@@ -421,17 +458,7 @@ fn emit_im2col(
             })
             .collect()
     };
-    // The output index range [lo, lo + n) of a dim whose tap reads inside the input, within the
-    // tile [o0, o0 + len).
-    let valid = |d: &SDim, k: usize, o0: usize, len: usize| -> Option<(usize, usize)> {
-        let off = (k * d.dil) as i64 - d.pl;
-        let cs = d.cs as i64;
-        // i = o·cs + off ∈ [0, l)
-        let lo = if off >= 0 { 0 } else { (-off + cs - 1) / cs };
-        let hi = (d.l as i64 - 1 - off).div_euclid(cs);
-        let (lo, hi) = (lo.max(o0 as i64), hi.min((o0 + len) as i64 - 1));
-        (hi >= lo).then(|| (lo as usize, (hi - lo + 1) as usize))
-    };
+    let valid = tap_range;
     for g in 0..c.groups {
         for kt in 0..kt_count {
             for (koff, ci0, cnt, p) in chunks(kt) {
@@ -546,5 +573,5 @@ fn emit_im2col(
             }
         }
     }
-    Ok(e.finish())
+    Ok(())
 }

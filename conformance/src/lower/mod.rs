@@ -18,6 +18,7 @@ pub mod binary;
 pub mod binary_ext;
 pub mod comparison;
 pub mod conv;
+pub mod conv_backward;
 pub mod creation;
 pub mod indexing;
 pub mod matmul;
@@ -224,6 +225,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("bmm", matmul::lower),
     ("addmm", matmul::lower),
     ("convolution", conv::lower),
+    ("convolution_backward", conv_backward::lower),
     ("full", creation::lower),
     ("full_like", creation::lower),
     ("fill.Scalar", creation::lower),
@@ -334,6 +336,7 @@ pub fn lower_request_with_options(
     match req.op {
         "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts),
         "convolution" => conv::lower_with(req, target, opts),
+        "convolution_backward" => conv_backward::lower_with(req, target, opts),
         _ => lower_request(req, target),
     }
 }
