@@ -19,6 +19,7 @@ pub mod binary_ext;
 pub mod comparison;
 pub mod conv;
 pub mod creation;
+pub mod distance;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -224,6 +225,8 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("bmm", matmul::lower),
     ("addmm", matmul::lower),
     ("convolution", conv::lower),
+    ("_cdist_forward", distance::lower_cdist),
+    ("_pdist_forward", distance::lower_pdist),
     ("full", creation::lower),
     ("full_like", creation::lower),
     ("fill.Scalar", creation::lower),
