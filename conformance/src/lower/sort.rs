@@ -8,17 +8,30 @@
 //! first `k` columns are written back (values negated back where needed, indices widened by the
 //! runner). Ties: equal values come out in some order of their indices; the comparison of the
 //! index output is semantic (compare.rs), so any tie order that selects the same values passes.
-//! NaN ranks above +inf (`nan_max_min: propagate`), as in PyTorch.
+//!
+//! Special values (floating-point lanes only). The rounds cannot place NaN — `max8` ranks it
+//! first, but `match_replace8`'s fp32 equality never matches it, so it would never be replaced
+//! and gets no index — nor a genuine −inf of the working (possibly negated) lane, which equals
+//! the −inf written over every extracted element, so its match may hit an extracted slot. A
+//! pre-pass masks both (`x ≠ x`, `x = −inf`), counts them per lane, and turns NaN into −inf, so
+//! the first `c_ord = n − c_nan − c_ninf` top-8 slots are exactly the ordinary elements in order.
+//! PyTorch's order (NaN greatest) is then, in the working order: largest — NaNs, ordinary,
+//! −infs; smallest — ordinary, −infs (+inf before the negation), NaNs. Every element gets its
+//! output offset on VectorE (slot r → r + shift; the j-th NaN / −inf of the lane, an exclusive
+//! prefix count from `tensor_tensor_scan`, → its group's base + j; −1 when past `k`), and the
+//! values and indices are written by indirect-scatter DMAs (`oob: skip`) through HBM scratch.
+//! Integer lanes hold neither and write the first `k` slots directly.
 //!
 //! Limits: `n` ≤ 16 384 (max8's free size); integer values are exact below 2^24.
 
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::Value;
+use ScalarOperand::Imm;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
-    MatchReplace8, Max8, Memset, OobMode, Op, Program, ScalarOperand, TargetName, TensorScalar,
-    TensorTensor, TensorTensorScan,
+    MatchReplace8, Max8, Memset, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor,
+    TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
 
 fn int_arg(
@@ -310,24 +323,76 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         return Err(req.invalid(format!("k {k} > {n}")));
     }
     let t = target.params();
+    let out_numel = outer * k * inner;
+    if out_numel >= 1 << 24 || n >= 1 << 24 {
+        return Err(req.unsupported(format!(
+            "{out_numel} outputs: output positions are computed in fp32, exact below 2^24"
+        )));
+    }
     let mut alloc = SbufAllocator::new(&t);
     let n8 = n.max(8);
     let rounds = k.div_ceil(8);
-    let a = Slot {
-        offset: alloc.alloc(n8 * 4)?,
+    let slots = rounds * 8;
+    let work = n8.max(slots);
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
+        Ok(Slot {
+            offset: alloc.alloc(bytes)?,
+        })
     };
-    let b = Slot {
-        offset: alloc.alloc(n8 * 4)?,
+    let a = slot(work * 4)?;
+    let b = slot(work * 4)?;
+    let v8 = slot(slots * 4)?;
+    let i8s = slot(slots * 4)?;
+    // Only floating-point lanes can hold NaN or ±inf, the values the top-8 rounds cannot place.
+    let specials = xm.dtype.is_float();
+    let special_n = if specials { n } else { 1 };
+    let nan_mask = slot(special_n)?;
+    let ninf_mask = slot(special_n)?;
+    let scal = slot(SCALARS * 4)?;
+    // Scatter sources: the top-8 slots and the special (NaN / −inf) elements of a chunk.
+    let (top_vals, top_idx) = ("sort.top_values", "sort.top_indices");
+    let (special_vals, special_idx) = ("sort.special_values", "sort.special_indices");
+    if specials {
+        declare_scratch(
+            &mut e,
+            &[
+                (top_vals, vdt, slots),
+                (top_idx, DType::I32, slots),
+                (special_vals, vdt, n),
+                (special_idx, DType::I32, n),
+            ],
+        );
+    }
+    // The original value of a working −inf: −inf, or +inf when the lane was negated.
+    let special_inf = if largest {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
     };
-    let v8 = Slot {
-        offset: alloc.alloc(rounds * 8 * 4)?,
+    let constants: &[(usize, f64)] = if specials {
+        &[
+            (COL_ONE, 1.0),
+            (COL_NAN, f64::NAN),
+            (COL_NEG_INF, f64::NEG_INFINITY),
+        ]
+    } else {
+        &[]
     };
-    let i8s = Slot {
-        offset: alloc.alloc(rounds * 8 * 4)?,
-    };
-    let vo = Slot {
-        offset: alloc.alloc(rounds * 8 * 4)?,
-    };
+    for &(c, v) in constants {
+        let dst = AccessPattern::sbuf(
+            DType::F32,
+            0,
+            128,
+            scal.offset + (c * 4) as u64,
+            vec![[1, 1]],
+        );
+        e.push(
+            Engine::Vector,
+            Op::Memset(Memset { dst, value: v }),
+            &[],
+            &[scal],
+        );
+    }
 
     // Lane chunks: (hbm element offset of the lane's first value, lanes, lane step, out offsets).
     let mut chunks: Vec<(usize, usize, usize, usize)> = vec![];
@@ -357,6 +422,29 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let sa = |s: Slot, f: usize| {
             AccessPattern::sbuf(DType::F32, 0, pc, s.offset, vec![[1, f as i64]])
         };
+        let i32s = |s: Slot, f: usize| {
+            AccessPattern::sbuf(DType::I32, 0, pc, s.offset, vec![[1, f as i64]])
+        };
+        let mask = |s: Slot| AccessPattern::sbuf(DType::U8, 0, pc, s.offset, vec![[1, n as i64]]);
+        let col = |c: usize| {
+            AccessPattern::sbuf(
+                DType::F32,
+                0,
+                pc,
+                scal.offset + (c * 4) as u64,
+                vec![[1, 1]],
+            )
+        };
+        let tile = |c: usize| ScalarOperand::Tile(col(c));
+        let along = |c: usize, f: usize| {
+            AccessPattern::sbuf(
+                DType::F32,
+                0,
+                pc,
+                scal.offset + (c * 4) as u64,
+                vec![[0, f as i64]],
+            )
+        };
         let mut cur = a;
         let mut other = b;
         if n < 8 {
@@ -382,19 +470,60 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         if !largest {
             e.push(
                 Engine::Vector,
-                Op::TensorScalar(TensorScalar {
-                    dst: sa(a, n),
-                    src: sa(a, n),
-                    op0: AluOp::Multiply,
-                    operand0: ScalarOperand::Imm(-1.0),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
-                }),
+                ts(sa(a, n), sa(a, n), AluOp::Multiply, Imm(-1.0), None),
                 &[a],
                 &[a],
             );
+        }
+        if specials {
+            // The special elements, which the top-8 rounds cannot place: NaN (max8 ranks it first but
+            // match_replace8 never matches it) and −inf (it equals the −inf written over every
+            // extracted element, so its match could hit an extracted one). Their masks and counts;
+            // NaN becomes −inf so that every special element sinks below the ordinary ones.
+            e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: mask(nan_mask),
+                    in0: sa(a, n),
+                    in1: sa(a, n),
+                    op: AluOp::NotEqual,
+                }),
+                &[a],
+                &[nan_mask],
+            );
+            e.push(
+                Engine::Vector,
+                ts(
+                    mask(ninf_mask),
+                    sa(a, n),
+                    AluOp::IsEqual,
+                    Imm(f64::NEG_INFINITY),
+                    None,
+                ),
+                &[a],
+                &[ninf_mask],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopyPredicated(TensorCopyPredicated {
+                    dst: sa(a, n),
+                    src: along(COL_NEG_INF, n),
+                    predicate: mask(nan_mask),
+                    reverse_pred: false,
+                }),
+                &[a, scal, nan_mask],
+                &[a],
+            );
+            for (m, c) in [(nan_mask, COL_NAN_COUNT), (ninf_mask, COL_NEG_INF_COUNT)] {
+                let op = Op::TensorReduce(TensorReduce {
+                    dst: col(c),
+                    src: mask(m),
+                    op: AluOp::Add,
+                    axes: 1,
+                    negate: false,
+                });
+                e.push(Engine::Vector, op, &[m], &[scal]);
+            }
         }
         for r in 0..rounds {
             let vals =
@@ -429,46 +558,590 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
             std::mem::swap(&mut cur, &mut other);
         }
-        let vsrc = if largest {
-            sa(v8, k)
-        } else {
+
+        if specials {
+            // Where everything goes. With c_nan NaNs and c_ninf working −infs in a lane of n, the
+            // ordinary elements are the first c_ord = n − c_nan − c_ninf top-8 slots; in the working
+            // (largest-first) order the output is
+            //   largest:  NaNs, ordinary, −infs        (PyTorch: NaN is the greatest)
+            //   smallest: ordinary, −infs(= +inf), NaNs
+            // Each element gets its output element offset (−1 when it lands at or past k, or is not
+            // in its group) and one indirect scatter per source writes them.
+            let nf = n as f64;
+            let per_scalar = |e: &mut Emitter, dst: usize, src: usize| {
+                // dst = n − src
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        col(dst),
+                        col(src),
+                        AluOp::Multiply,
+                        Imm(-1.0),
+                        Some((AluOp::Add, Imm(nf))),
+                    ),
+                    &[scal],
+                    &[scal],
+                );
+            };
+            per_scalar(&mut e, COL_ORDINARY, COL_NAN_COUNT);
             e.push(
                 Engine::Vector,
-                Op::TensorScalar(TensorScalar {
-                    dst: sa(vo, k),
-                    src: sa(v8, k),
-                    op0: AluOp::Multiply,
-                    operand0: ScalarOperand::Imm(-1.0),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
+                Op::TensorTensor(TensorTensor {
+                    dst: col(COL_ORDINARY),
+                    in0: col(COL_ORDINARY),
+                    in1: col(COL_NEG_INF_COUNT),
+                    op: AluOp::Subtract,
                 }),
-                &[v8],
-                &[vo],
+                &[scal],
+                &[scal],
             );
-            sa(vo, k)
-        };
-        let vslot = if largest { v8 } else { vo };
-        let vdst = AccessPattern::hbm(
-            vout,
-            vdt,
-            out_off as u64,
-            pc,
-            lane_step_out,
-            vec![[vstep, k as i64]],
-        );
-        e.push(Engine::Dma, dma(vdst, vsrc), &[vslot], &[]);
-        let idst = AccessPattern::hbm(
-            iout,
-            DType::I32,
-            out_off as u64,
-            pc,
-            lane_step_out,
-            vec![[vstep, k as i64]],
-        );
-        let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, k as i64]]);
-        e.push(Engine::Dma, dma(idst, isrc), &[i8s], &[]);
+            if largest {
+                per_scalar(&mut e, COL_NEG_INF_BASE, COL_NEG_INF_COUNT);
+            } else {
+                per_scalar(&mut e, COL_NAN_BASE, COL_NAN_COUNT);
+            }
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst: col(COL_LANE_BASE),
+                    offset: out_off as i64,
+                    channel_multiplier: lane_step_out,
+                    pattern: vec![[1, 1]],
+                }),
+                &[],
+                &[scal],
+            );
+            // offset = ok ? lane_base + pos·vstep : −1, from `pos` (f32, in `p`) and `ok` (in `q`),
+            // written as int32 into `q`.
+            let to_offsets = |e: &mut Emitter, p: Slot, q: Slot, w: usize| {
+                e.push(
+                    Engine::Vector,
+                    stt(
+                        sa(q, w),
+                        sa(p, w),
+                        AluOp::IsLt,
+                        Imm(k as f64),
+                        AluOp::Multiply,
+                        sa(q, w),
+                    ),
+                    &[p, q],
+                    &[q],
+                );
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        sa(p, w),
+                        sa(p, w),
+                        AluOp::Multiply,
+                        Imm(vstep as f64),
+                        Some((AluOp::Add, tile(COL_LANE_BASE))),
+                    ),
+                    &[p, scal],
+                    &[p],
+                );
+                e.push(
+                    Engine::Vector,
+                    stt(
+                        sa(p, w),
+                        sa(p, w),
+                        AluOp::Add,
+                        Imm(1.0),
+                        AluOp::Multiply,
+                        sa(q, w),
+                    ),
+                    &[p, q],
+                    &[p],
+                );
+                e.push(
+                    Engine::Vector,
+                    ts(i32s(q, w), sa(p, w), AluOp::Add, Imm(-1.0), None),
+                    &[p],
+                    &[q],
+                );
+            };
+            let scatter = |e: &mut Emitter,
+                           scratch: &str,
+                           dt: DType,
+                           src: AccessPattern,
+                           src_slot: Slot,
+                           index: Slot,
+                           w: usize,
+                           out: &str| {
+                let rows = AccessPattern::hbm(scratch, dt, 0, pc, w as i64, vec![[1, w as i64]]);
+                e.push(Engine::Dma, dma(rows, src), &[src_slot], &[]);
+                let op = Op::DmaCopy(DmaCopy {
+                    dst: AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
+                    src: AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Dst,
+                        index: i32s(index, w),
+                        row_step: 1,
+                        oob: OobMode::Skip,
+                    }),
+                });
+                e.push(Engine::Dma, op, &[index], &[]);
+            };
+
+            // The top-8 slots: slot r goes to r (+ c_nan when largest), if r < c_ord.
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst: sa(a, slots),
+                    offset: 0,
+                    channel_multiplier: 0,
+                    pattern: vec![[1, slots as i64]],
+                }),
+                &[],
+                &[a],
+            );
+            e.push(
+                Engine::Vector,
+                ts(
+                    sa(b, slots),
+                    sa(a, slots),
+                    AluOp::IsLt,
+                    tile(COL_ORDINARY),
+                    None,
+                ),
+                &[a, scal],
+                &[b],
+            );
+            if largest {
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        sa(a, slots),
+                        sa(a, slots),
+                        AluOp::Add,
+                        tile(COL_NAN_COUNT),
+                        None,
+                    ),
+                    &[a, scal],
+                    &[a],
+                );
+            } else {
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        sa(v8, slots),
+                        sa(v8, slots),
+                        AluOp::Multiply,
+                        Imm(-1.0),
+                        None,
+                    ),
+                    &[v8],
+                    &[v8],
+                );
+            }
+            to_offsets(&mut e, a, b, slots);
+            scatter(&mut e, top_vals, vdt, sa(v8, slots), v8, b, slots, vout);
+            let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, slots as i64]]);
+            scatter(&mut e, top_idx, DType::I32, isrc, i8s, b, slots, iout);
+
+            // The special elements: the j-th NaN (in index order) goes to nan_base + j, the j-th −inf
+            // to ninf_base + j (exclusive prefix counts of the masks, per lane).
+            let ones = along(COL_ONE, n);
+            for (dst, m, base) in [
+                (a, nan_mask, if largest { None } else { Some(COL_NAN_BASE) }),
+                (
+                    b,
+                    ninf_mask,
+                    Some(if largest {
+                        COL_NEG_INF_BASE
+                    } else {
+                        COL_ORDINARY
+                    }),
+                ),
+            ] {
+                let scan = Op::TensorTensorScan(TensorTensorScan {
+                    dst: sa(dst, n),
+                    in0: ones.clone(),
+                    in1: mask(m),
+                    initial: Imm(0.0),
+                    op0: AluOp::Multiply,
+                    op1: AluOp::Add,
+                });
+                e.push(Engine::Vector, scan, &[scal, m], &[dst]);
+                e.push(
+                    Engine::Vector,
+                    Op::TensorTensor(TensorTensor {
+                        dst: sa(dst, n),
+                        in0: sa(dst, n),
+                        in1: mask(m),
+                        op: AluOp::Subtract,
+                    }),
+                    &[dst, m],
+                    &[dst],
+                );
+                if let Some(c) = base {
+                    e.push(
+                        Engine::Vector,
+                        ts(sa(dst, n), sa(dst, n), AluOp::Add, tile(c), None),
+                        &[dst, scal],
+                        &[dst],
+                    );
+                }
+                e.push(
+                    Engine::Vector,
+                    Op::TensorTensor(TensorTensor {
+                        dst: sa(dst, n),
+                        in0: sa(dst, n),
+                        in1: mask(m),
+                        op: AluOp::Multiply,
+                    }),
+                    &[dst, m],
+                    &[dst],
+                );
+            }
+            e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: sa(a, n),
+                    in0: sa(a, n),
+                    in1: sa(b, n),
+                    op: AluOp::Add,
+                }),
+                &[a, b],
+                &[a],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: sa(b, n),
+                    in0: mask(nan_mask),
+                    in1: mask(ninf_mask),
+                    op: AluOp::Add,
+                }),
+                &[nan_mask, ninf_mask],
+                &[b],
+            );
+            to_offsets(&mut e, a, b, n);
+            // Their values: NaN, or the lane's original infinity; their indices: j.
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: sa(a, n),
+                    value: special_inf,
+                }),
+                &[],
+                &[a],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopyPredicated(TensorCopyPredicated {
+                    dst: sa(a, n),
+                    src: along(COL_NAN, n),
+                    predicate: mask(nan_mask),
+                    reverse_pred: false,
+                }),
+                &[a, scal, nan_mask],
+                &[a],
+            );
+            scatter(&mut e, special_vals, vdt, sa(a, n), a, b, n, vout);
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst: i32s(a, n),
+                    offset: 0,
+                    channel_multiplier: 0,
+                    pattern: vec![[1, n as i64]],
+                }),
+                &[],
+                &[a],
+            );
+            scatter(&mut e, special_idx, DType::I32, i32s(a, n), a, b, n, iout);
+        } else {
+            // Integer lanes hold no NaN or infinity: the top-8 slots are the output.
+            let vsrc = if largest {
+                sa(v8, k)
+            } else {
+                e.push(
+                    Engine::Vector,
+                    ts(sa(v8, k), sa(v8, k), AluOp::Multiply, Imm(-1.0), None),
+                    &[v8],
+                    &[v8],
+                );
+                sa(v8, k)
+            };
+            let vdst = AccessPattern::hbm(
+                vout,
+                vdt,
+                out_off as u64,
+                pc,
+                lane_step_out,
+                vec![[vstep, k as i64]],
+            );
+            e.push(Engine::Dma, dma(vdst, vsrc), &[v8], &[]);
+            let idst = AccessPattern::hbm(
+                iout,
+                DType::I32,
+                out_off as u64,
+                pc,
+                lane_step_out,
+                vec![[vstep, k as i64]],
+            );
+            let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, k as i64]]);
+            e.push(Engine::Dma, dma(idst, isrc), &[i8s], &[]);
+        }
     }
     Ok(Lowered::new(e.finish()))
+}
+
+/// Declares HBM scratch tensors of 128 lanes × `width` elements.
+fn declare_scratch(e: &mut Emitter, tensors: &[(&str, DType, usize)]) {
+    for &(name, dtype, width) in tensors {
+        e.program
+            .declare(name, dtype, &[128 * width], HbmRole::Scratch);
+    }
+}
+
+/// Columns of the per-lane scalar tile of topk/sort.
+const COL_ONE: usize = 0;
+const COL_NAN: usize = 1;
+const COL_NEG_INF: usize = 2;
+const COL_NAN_COUNT: usize = 3;
+const COL_NEG_INF_COUNT: usize = 4;
+const COL_ORDINARY: usize = 5;
+const COL_NAN_BASE: usize = 6;
+const COL_NEG_INF_BASE: usize = 7;
+const COL_LANE_BASE: usize = 8;
+const SCALARS: usize = 9;
+
+fn ts(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    operand0: ScalarOperand,
+    op1: Option<(AluOp, ScalarOperand)>,
+) -> Op {
+    let (op1, operand1) = match op1 {
+        Some((o, v)) => (Some(o), Some(v)),
+        None => (None, None),
+    };
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0,
+        reverse0: false,
+        op1,
+        operand1,
+        reverse1: false,
+    })
+}
+
+/// `dst = (src op0 operand0) op1 in1`.
+fn stt(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    operand0: ScalarOperand,
+    op1: AluOp,
+    in1: AccessPattern,
+) -> Op {
+    Op::ScalarTensorTensor(ScalarTensorTensor {
+        dst,
+        src,
+        op0,
+        operand0,
+        op1,
+        in1,
+        reverse0: false,
+        reverse1: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{OpCall, TensorMeta};
+    use crate::tensor::TorchDType;
+    use std::collections::BTreeMap;
+    use trnsim::{Executor, HostTensor};
+
+    /// Runs topk/sort of an f32 tensor on the simulator: (values, indices).
+    fn run(
+        op: &str,
+        shape: &[usize],
+        x: &[f32],
+        args: Vec<Value>,
+        out_shape: &[usize],
+    ) -> (Vec<f32>, Vec<i32>) {
+        let meta = |dtype, shape: &[usize]| TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        };
+        let tensors = BTreeMap::from([
+            ("input.0".to_string(), meta(TorchDType::F32, shape)),
+            ("output.0".to_string(), meta(TorchDType::F32, out_shape)),
+            ("output.1".to_string(), meta(TorchDType::I64, out_shape)),
+        ]);
+        let mut all = vec![Value::Tensor("input.0".into())];
+        all.extend(args);
+        let call = OpCall {
+            args: all,
+            kwargs: BTreeMap::new(),
+        };
+        let outputs = vec![
+            Value::Tensor("output.0".into()),
+            Value::Tensor("output.1".into()),
+        ];
+        let req = LowerRequest {
+            op,
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
+        let program = lower(&req, TargetName::Trn1).unwrap().program;
+        let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, x))]);
+        let run = Executor::new(TargetName::Trn1)
+            .run(&program, &inputs)
+            .unwrap();
+        let words = |name: &str| -> Vec<[u8; 4]> {
+            run.outputs[name]
+                .data
+                .chunks(4)
+                .map(|c| [c[0], c[1], c[2], c[3]])
+                .collect()
+        };
+        (
+            words("output.0")
+                .into_iter()
+                .map(f32::from_le_bytes)
+                .collect(),
+            words("output.1")
+                .into_iter()
+                .map(i32::from_le_bytes)
+                .collect(),
+        )
+    }
+
+    /// PyTorch's order: NaN greatest, −0 = +0; stable.
+    fn reference(lane: &[f32], k: usize, largest: bool) -> Vec<f32> {
+        let key = |v: f32| if v.is_nan() { f32::INFINITY } else { v };
+        let mut s: Vec<f32> = lane.to_vec();
+        s.sort_by(|&p, &q| {
+            let o = match (p.is_nan(), q.is_nan()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                _ => key(p).partial_cmp(&key(q)).unwrap(),
+            };
+            if largest { o.reverse() } else { o }
+        });
+        s.truncate(k);
+        s
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        (a.is_nan() && b.is_nan()) || a == b
+    }
+
+    /// Lanes with NaNs (more than one round's worth), both infinities, ±0 and repeats.
+    fn lanes(count: usize, n: usize) -> Vec<f32> {
+        let specials = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.5,
+            -1.5,
+            f32::MAX,
+            f32::MIN,
+        ];
+        (0..count * n)
+            .map(|i| {
+                let mut h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                h ^= h >> 29;
+                h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                h ^= h >> 32;
+                if h % 3 == 0 {
+                    specials[(h / 3) as usize % specials.len()]
+                } else {
+                    (h % 17) as f32 - 8.0
+                }
+            })
+            .collect()
+    }
+
+    fn check(op: &str, lanes_n: (usize, usize), k: usize, largest: bool, along_rows: bool) {
+        let (count, n) = lanes_n;
+        let mut x = lanes(count, n);
+        // Lane 0 starts with a run of NaNs longer than one top-8 round.
+        x[..n.min(12)].fill(f32::NAN);
+        assert!(
+            x[n..].iter().any(|v| v.is_nan()),
+            "other lanes hold NaNs too"
+        );
+        // along_rows: shape [count, n] sorted on dim 1; else [n, count] on dim 0 (strided lanes).
+        let (shape, dim, out_shape) = if along_rows {
+            (vec![count, n], 1, vec![count, k])
+        } else {
+            (vec![n, count], 0, vec![k, count])
+        };
+        let at = |lane: usize, j: usize| {
+            if along_rows {
+                lane * n + j
+            } else {
+                j * count + lane
+            }
+        };
+        let xs: Vec<f32> = (0..count * n)
+            .map(|i| {
+                if along_rows {
+                    x[i]
+                } else {
+                    x[(i % count) * n + i / count]
+                }
+            })
+            .collect();
+        let args = match op {
+            "topk" => vec![Value::Int(k as i64), Value::Int(dim), Value::Bool(largest)],
+            _ => vec![Value::Int(dim), Value::Bool(largest)],
+        };
+        let (vals, idx) = run(op, &shape, &xs, args, &out_shape);
+        let oat = |lane: usize, r: usize| {
+            if along_rows {
+                lane * k + r
+            } else {
+                r * count + lane
+            }
+        };
+        for lane in 0..count {
+            let src: Vec<f32> = (0..n).map(|j| xs[at(lane, j)]).collect();
+            let want = reference(&src, k, largest);
+            let mut seen = std::collections::BTreeSet::new();
+            for (r, w) in want.iter().enumerate() {
+                let (v, i) = (vals[oat(lane, r)], idx[oat(lane, r)]);
+                assert!(
+                    same(v, *w),
+                    "{op} lane {lane} pos {r}: {v} vs {w} (lane {src:?})"
+                );
+                assert!(
+                    i >= 0 && (i as usize) < n && seen.insert(i),
+                    "{op} lane {lane} pos {r}: index {i}"
+                );
+                assert!(
+                    same(src[i as usize], *w),
+                    "{op} lane {lane} pos {r}: index {i} selects {}",
+                    src[i as usize]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn nan_and_infinities_are_placed_like_pytorch() {
+        for largest in [true, false] {
+            check("sort", (5, 40), 40, largest, true);
+            check("sort", (3, 37), 37, largest, false);
+            check("topk", (4, 50), 11, largest, true);
+            check("topk", (130, 6), 3, largest, true);
+            check("topk", (6, 29), 29, largest, false);
+        }
+    }
 }
