@@ -24,14 +24,16 @@
 //!
 //! Limits: `n` ≤ 16 384 (max8's free size); integer values are exact below 2^24.
 
+use super::matmul::psum_slot;
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::Value;
 use ScalarOperand::Imm;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
-    MatchReplace8, Max8, Memset, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor,
-    TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+    AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect,
+    IndirectSide, Iota, MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand,
+    ScalarTensorTensor, TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
+    TensorTensorScan,
 };
 
 fn int_arg(
@@ -69,13 +71,22 @@ fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
     })
 }
 
-/// `nonzero`: the output's row count (data-dependent) comes from the case metadata. On device,
-/// one partition holds the flattened input: `m = x != 0`, an inclusive prefix sum `cs` of `m`
-/// (VectorE scan) gives each nonzero element its output row `cs − 1` (zeros get a row past the
-/// end, which the scatter skips), and GpSimd `iota` writes each element's coordinate per dim.
-/// One indirect scatter per dim writes the coordinates into column `d` of their rows. A real
-/// backend would read `cs[N−1]` back to size the output; here it must equal the metadata's count
-/// (else rows stay unwritten and the run fails).
+/// `nonzero`: the output's row count (data-dependent) comes from the case metadata.
+///
+/// On device the input is viewed as `[outer…, rows, S, inner…]`: `inner` are the trailing dims
+/// that fit one partition's free budget, the dim before them (the *row dim*) is split into rows
+/// of `S` (a shorter last row when `S` does not divide it), and any dims before it are looped
+/// over. Chunks of ≤ 128 rows are processed in row-major order; in each, `m = x != 0` (NaN counts
+/// as nonzero), a per-partition inclusive prefix sum of `m` (VectorE scan), and the
+/// cross-partition part on TensorE: the row totals times a strictly-upper-triangular ones matrix
+/// (built once by GpSimd `affine_select`) give each row's exclusive offset, and times a ones
+/// matrix the chunk total, which a running carry (per partition, fp32, exact below 2^24) adds to
+/// the later chunks. Element `e`'s output row is then `cs − 1` where nonzero, and −1 (skipped by
+/// the scatter) where zero. GpSimd `iota` writes each element's coordinate per dim (affine in
+/// the partition and free indices by construction of the view), and one indirect scatter per
+/// dim writes the coordinates into column `d` of their rows. A real backend would read the
+/// total back to size the output; here it must equal the metadata's count (else rows stay
+/// unwritten and the run fails).
 fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let x = match req.call.arg(0, "self") {
         Some(Value::Tensor(t)) => t.as_str(),
@@ -91,167 +102,334 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     e.program
         .declare(out, DType::I32, &om.shape, HbmRole::Output);
     let rows = om.shape.first().copied().unwrap_or(0);
-    let r = xm.shape.len();
-    let n: usize = xm.shape.iter().product();
+    let shape = &xm.shape;
+    let r = shape.len();
+    let n: usize = shape.iter().product();
     if rows == 0 || r == 0 || n == 0 {
         return Ok(Lowered::new(e.finish()));
     }
-    if n > 8192 || r > 4 {
-        // The prefix sum runs on one partition: larger inputs need a cross-partition scan.
-        return Err(LowerError::NotLowered(format!(
-            "nonzero of {n} elements (one-partition scan, at most 8192)"
+    if r > 4 {
+        return Err(req.unsupported(format!(
+            "a {r}-d input: the coordinate iota takes at most 4 free dims"
+        )));
+    }
+    if n >= 1 << 24 {
+        return Err(req.unsupported(format!(
+            "{n} elements: the prefix sum is fp32, exact below 2^24"
         )));
     }
     let t = target.params();
+    let parts = t.partitions;
+    // The view: the row dim `dr` is the outermost whose trailing product fits the budget.
+    let dr = (0..r)
+        .find(|&d| shape[d + 1..].iter().product::<usize>() <= NONZERO_FREE)
+        .unwrap_or(r - 1);
+    let inner: usize = shape[dr + 1..].iter().product();
+    if inner > NONZERO_FREE {
+        return Err(req.unsupported(format!(
+            "{inner} elements after dim {dr}: more than one partition's budget"
+        )));
+    }
+    let split = shape[dr]
+        .div_ceil(parts)
+        .clamp(1, (NONZERO_FREE / inner).max(1));
+    let full_rows = shape[dr] / split;
+    let tail = shape[dr] % split;
+    let width = split * inner;
+
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = || -> Result<Slot, LowerError> {
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
         Ok(Slot {
-            offset: alloc.alloc(n * 4)?,
+            offset: alloc.alloc(bytes)?,
         })
     };
-    let (xv, ones, cs, w, ix, co) = (slot()?, slot()?, slot()?, slot()?, slot()?, slot()?);
-    let f = |dt: DType, s: Slot| AccessPattern::sbuf(dt, 0, 1, s.offset, vec![[1, n as i64]]);
-    e.push(
-        Engine::Dma,
-        dma(
-            f(DType::F32, xv),
-            AccessPattern::hbm(x, xdt, 0, 1, 0, vec![[1, n as i64]]),
-        ),
-        &[],
-        &[xv],
+    let (xv, cs, ix, co) = (
+        slot(width * 4)?,
+        slot(width * 4)?,
+        slot(width * 4)?,
+        slot(width * 4)?,
     );
-    // m = x != 0 (NaN counts as nonzero), in place.
-    e.push(
-        Engine::Vector,
-        Op::TensorScalar(TensorScalar {
-            dst: f(DType::F32, xv),
-            src: f(DType::F32, xv),
-            op0: AluOp::NotEqual,
-            operand0: ScalarOperand::Imm(0.0),
-            reverse0: false,
-            op1: None,
-            operand1: None,
-            reverse1: false,
-        }),
-        &[xv],
-        &[xv],
-    );
+    let ones = slot(parts * 4)?;
+    let upper = slot(parts * 4)?;
+    let small = slot(4 * 4)?; // columns: carry, row offset
+    let (col_carry, col_offset) = (0usize, 1usize);
+    let (ps_offsets, ps_total) = (psum_slot(0), psum_slot(1));
+    let bank = t.psum_bank_bytes as u64;
+
+    let full = |s: Slot, dt: DType, w: usize| {
+        AccessPattern::sbuf(dt, 0, parts, s.offset, vec![[1, w as i64]])
+    };
     e.push(
         Engine::Vector,
         Op::Memset(Memset {
-            dst: f(DType::F32, ones),
+            dst: full(ones, DType::F32, parts),
             value: 1.0,
         }),
         &[],
         &[ones],
     );
+    // upper[q, p] = 1 where q < p: v = p − q − 1 ≥ 0.
     e.push(
-        Engine::Vector,
-        Op::TensorTensorScan(TensorTensorScan {
-            dst: f(DType::F32, cs),
-            in0: f(DType::F32, ones),
-            in1: f(DType::F32, xv),
-            initial: ScalarOperand::Imm(0.0),
-            op0: AluOp::Multiply,
-            op1: AluOp::Add,
+        Engine::Gpsimd,
+        Op::AffineSelect(AffineSelect {
+            dst: full(upper, DType::F32, parts),
+            on_true: full(ones, DType::F32, parts),
+            on_false: 0.0,
+            offset: -1,
+            channel_multiplier: -1,
+            pattern: vec![[1, parts as i64]],
+            cmp: CmpOp::GreaterEqual,
         }),
-        &[ones, xv],
-        &[cs],
-    );
-    const BIG: f64 = (1u64 << 23) as f64; // exact in fp32; far past any row count accepted here
-    e.push(
-        Engine::Vector,
-        Op::TensorScalar(TensorScalar {
-            dst: f(DType::F32, w),
-            src: f(DType::F32, xv),
-            op0: AluOp::Multiply,
-            operand0: ScalarOperand::Imm(-BIG),
-            reverse0: false,
-            op1: Some(AluOp::Add),
-            operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
-            reverse1: false,
-        }),
-        &[xv],
-        &[w],
+        &[ones],
+        &[upper],
     );
     e.push(
         Engine::Vector,
-        Op::TensorTensor(TensorTensor {
-            dst: f(DType::I32, ix),
-            in0: f(DType::F32, cs),
-            in1: f(DType::F32, w),
-            op: AluOp::Add,
+        Op::Memset(Memset {
+            dst: AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]),
+            value: 0.0,
         }),
-        &[cs, w],
-        &[ix],
+        &[],
+        &[small],
     );
     let scratch = "nonzero.coords";
     e.program
-        .declare(scratch, DType::I32, &[r, n], HbmRole::Scratch);
-    for d in 0..r {
-        // The coordinate along dim d of every element: iota over the shape with step 1 on d.
-        let pattern: Vec<[i64; 2]> = (0..r)
-            .map(|j| [(j == d) as i64, xm.shape[j] as i64])
-            .collect();
-        let dst = AccessPattern::sbuf(
-            DType::I32,
-            0,
-            1,
-            co.offset,
-            pattern.iter().map(|p| [0, p[1]]).collect(),
-        );
-        let dst = AccessPattern {
-            free: contiguous_free(&xm.shape),
-            ..dst
+        .declare(scratch, DType::I32, &[r, parts * width], HbmRole::Scratch);
+
+    // Chunks: (outer index, first row, rows, elements of the row dim per row).
+    let outer: usize = shape[..dr].iter().product();
+    let mut chunks = vec![];
+    for o in 0..outer {
+        let mut a0 = 0;
+        while a0 < full_rows {
+            let pc = (full_rows - a0).min(parts);
+            chunks.push((o, a0, pc, split));
+            a0 += pc;
+        }
+        if tail > 0 {
+            chunks.push((o, full_rows, 1, tail));
+        }
+    }
+    let outer_shape = &shape[..dr];
+    for (o, a0, pc, seg) in chunks {
+        let w = seg * inner;
+        let sa = |s: Slot, dt: DType| AccessPattern::sbuf(dt, 0, pc, s.offset, vec![[1, w as i64]]);
+        let col = |c: usize| {
+            AccessPattern::sbuf(
+                DType::F32,
+                0,
+                pc,
+                small.offset + (c * 4) as u64,
+                vec![[1, 1]],
+            )
         };
+        // First element of the chunk: outer index o, row dim index a0·split.
+        let first = (o * shape[dr] + a0 * split) * inner;
+        let src = AccessPattern::hbm(
+            x,
+            xdt,
+            first as u64,
+            pc,
+            (split * inner) as i64,
+            vec![[1, w as i64]],
+        );
+        e.push(Engine::Dma, dma(sa(xv, DType::F32), src), &[], &[xv]);
         e.push(
-            Engine::Gpsimd,
-            Op::Iota(Iota {
-                dst,
-                offset: 0,
-                channel_multiplier: 0,
-                pattern,
+            Engine::Vector,
+            Op::TensorScalar(TensorScalar {
+                dst: sa(xv, DType::F32),
+                src: sa(xv, DType::F32),
+                op0: AluOp::NotEqual,
+                operand0: ScalarOperand::Imm(0.0),
+                reverse0: false,
+                op1: None,
+                operand1: None,
+                reverse1: false,
             }),
-            &[],
-            &[co],
+            &[xv],
+            &[xv],
         );
         e.push(
-            Engine::Dma,
-            dma(
-                AccessPattern::hbm(
-                    scratch,
-                    DType::I32,
-                    (d * n) as u64,
-                    1,
+            Engine::Vector,
+            Op::TensorTensorScan(TensorTensorScan {
+                dst: sa(cs, DType::F32),
+                in0: AccessPattern::sbuf(DType::F32, 0, pc, ones.offset, vec![[0, w as i64]]),
+                in1: sa(xv, DType::F32),
+                initial: ScalarOperand::Imm(0.0),
+                op0: AluOp::Multiply,
+                op1: AluOp::Add,
+            }),
+            &[ones, xv],
+            &[cs],
+        );
+        // Row totals (the last scan column) through TensorE: exclusive offsets, chunk total.
+        let totals = AccessPattern::sbuf(
+            DType::F32,
+            0,
+            pc,
+            cs.offset + ((w - 1) * 4) as u64,
+            vec![[1, 1]],
+        );
+        let offsets_ps = AccessPattern::psum(DType::F32, 0, pc, 0, vec![[1, 1]]);
+        let total_ps = AccessPattern::psum(DType::F32, 0, parts, bank, vec![[1, 1]]);
+        e.push(
+            Engine::Tensor,
+            Op::NcMatmul(NcMatmul {
+                dst: offsets_ps.clone(),
+                stationary: AccessPattern::sbuf(
+                    DType::F32,
                     0,
-                    vec![[1, n as i64]],
+                    pc,
+                    upper.offset,
+                    vec![[1, pc as i64]],
                 ),
-                f(DType::I32, co),
-            ),
-            &[co],
-            &[],
-        );
-        let src = AccessPattern::hbm(scratch, DType::I32, (d * n) as u64, n, 1, vec![[1, 1]]);
-        let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
-        e.push(
-            Engine::Dma,
-            Op::DmaCopy(DmaCopy {
-                dst,
-                src,
+                moving: totals.clone(),
                 accumulate: false,
-                indirect: Some(Indirect {
-                    side: IndirectSide::Dst,
-                    index: f(DType::I32, ix),
-                    row_step: r as i64,
-                    oob: OobMode::Skip,
-                }),
             }),
-            &[ix],
-            &[],
+            &[upper, cs],
+            &[ps_offsets],
         );
+        e.push(
+            Engine::Tensor,
+            Op::NcMatmul(NcMatmul {
+                dst: total_ps.clone(),
+                stationary: AccessPattern::sbuf(
+                    DType::F32,
+                    0,
+                    pc,
+                    ones.offset,
+                    vec![[1, parts as i64]],
+                ),
+                moving: totals,
+                accumulate: false,
+            }),
+            &[ones, cs],
+            &[ps_total],
+        );
+        e.push(
+            Engine::Vector,
+            Op::TensorTensor(TensorTensor {
+                dst: col(col_offset),
+                in0: offsets_ps,
+                in1: col(col_carry),
+                op: AluOp::Add,
+            }),
+            &[ps_offsets, small],
+            &[small],
+        );
+        let carry_all = AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]);
+        e.push(
+            Engine::Vector,
+            Op::TensorTensor(TensorTensor {
+                dst: carry_all.clone(),
+                in0: total_ps,
+                in1: carry_all,
+                op: AluOp::Add,
+            }),
+            &[ps_total, small],
+            &[small],
+        );
+        // Output row: (cs + offset)·m − 1, i.e. −1 (skipped) for zeros.
+        e.push(
+            Engine::Vector,
+            Op::ScalarTensorTensor(ScalarTensorTensor {
+                dst: sa(cs, DType::F32),
+                src: sa(cs, DType::F32),
+                op0: AluOp::Add,
+                operand0: ScalarOperand::Tile(col(col_offset)),
+                op1: AluOp::Multiply,
+                in1: sa(xv, DType::F32),
+                reverse0: false,
+                reverse1: false,
+            }),
+            &[cs, small, xv],
+            &[cs],
+        );
+        e.push(
+            Engine::Vector,
+            Op::TensorScalar(TensorScalar {
+                dst: sa(ix, DType::I32),
+                src: sa(cs, DType::F32),
+                op0: AluOp::Add,
+                operand0: ScalarOperand::Imm(-1.0),
+                reverse0: false,
+                op1: None,
+                operand1: None,
+                reverse1: false,
+            }),
+            &[cs],
+            &[ix],
+        );
+        // The chunk's free shape: [seg, inner dims…].
+        let free_shape: Vec<usize> = std::iter::once(seg)
+            .chain(shape[dr + 1..].iter().copied())
+            .collect();
+        let outer_index = crate::tensor::unravel(o, outer_shape);
+        for d in 0..r {
+            // Coordinate along d: constant for the outer dims; a0·split + p·split + s for the
+            // row dim; the free index of its own axis for the inner dims.
+            let (offset, channel_multiplier, axis) = if d < dr {
+                (outer_index[d] as i64, 0, None)
+            } else if d == dr {
+                ((a0 * split) as i64, split as i64, Some(0))
+            } else {
+                (0, 0, Some(d - dr))
+            };
+            let pattern: Vec<[i64; 2]> = free_shape
+                .iter()
+                .enumerate()
+                .map(|(j, &len)| [(Some(j) == axis) as i64, len as i64])
+                .collect();
+            let dst = AccessPattern {
+                free: contiguous_free(&free_shape),
+                ..sa(co, DType::I32)
+            };
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst,
+                    offset,
+                    channel_multiplier,
+                    pattern,
+                }),
+                &[],
+                &[co],
+            );
+            let at = (d * parts * width) as u64;
+            e.push(
+                Engine::Dma,
+                dma(
+                    AccessPattern::hbm(scratch, DType::I32, at, pc, w as i64, vec![[1, w as i64]]),
+                    sa(co, DType::I32),
+                ),
+                &[co],
+                &[],
+            );
+            let src = AccessPattern::hbm(scratch, DType::I32, at, pc * w, 1, vec![[1, 1]]);
+            let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
+            e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst,
+                    src,
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Dst,
+                        index: sa(ix, DType::I32),
+                        row_step: r as i64,
+                        oob: OobMode::Skip,
+                    }),
+                }),
+                &[ix],
+                &[],
+            );
+        }
     }
     Ok(Lowered::new(e.finish()))
 }
+
+/// Elements per partition of one nonzero chunk.
+const NONZERO_FREE: usize = 4096;
 
 fn contiguous_free(shape: &[usize]) -> Vec<[i64; 2]> {
     let mut st = vec![0i64; shape.len()];
@@ -1132,6 +1310,72 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// nonzero on the simulator against the host's row-major list of coordinates.
+    fn check_nonzero(shape: &[usize], every: usize) {
+        let n: usize = shape.iter().product();
+        let x: Vec<f32> = (0..n)
+            .map(|i| {
+                if (i * 7919 + i / 3) % every == 0 {
+                    (i % 5) as f32 - 2.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let want: Vec<i32> = (0..n)
+            .filter(|&i| x[i] != 0.0)
+            .flat_map(|i| {
+                crate::tensor::unravel(i, shape)
+                    .into_iter()
+                    .map(|c| c as i32)
+            })
+            .collect();
+        let count = want.len() / shape.len();
+        let meta = |dtype, shape: &[usize]| TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        };
+        let tensors = BTreeMap::from([
+            ("input.0".to_string(), meta(TorchDType::F32, shape)),
+            (
+                "output.0".to_string(),
+                meta(TorchDType::I64, &[count, shape.len()]),
+            ),
+        ]);
+        let call = OpCall {
+            args: vec![Value::Tensor("input.0".into())],
+            kwargs: BTreeMap::new(),
+        };
+        let outputs = vec![Value::Tensor("output.0".into())];
+        let req = LowerRequest {
+            op: "nonzero",
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
+        let program = lower(&req, TargetName::Trn1).unwrap().program;
+        let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
+        let run = Executor::new(TargetName::Trn1)
+            .run(&program, &inputs)
+            .unwrap();
+        let got: Vec<i32> = run.outputs["output.0"]
+            .data
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(got, want, "nonzero of {shape:?}");
+    }
+
+    #[test]
+    fn nonzero_scans_across_partitions_and_chunks() {
+        check_nonzero(&[65537], 3); // rows of 513 and a 386-element last row
+        check_nonzero(&[3, 300, 20], 4); // outer loop, row dim split in 3
+        check_nonzero(&[300, 3000], 50); // 300 rows of one row-dim index: a carry over 3 chunks
+        check_nonzero(&[2, 3, 4], 2);
     }
 
     #[test]
