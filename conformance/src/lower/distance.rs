@@ -827,6 +827,72 @@ mod tests {
         ));
     }
 
+    /// cdist on the simulator against PyTorch's fp32 loop on the host (the chunked sums and the
+    /// matmul form round differently).
+    fn check_cdist(a: &[usize], b: &[usize], out: &[usize], p: f64, mode: Option<i64>) {
+        let fill = |shape: &[usize], seed: usize| -> Vec<f32> {
+            (0..shape.iter().product::<usize>())
+                .map(|i| (((i * 2654435761 + seed * 97) % 1000) as f32 / 250.0) - 2.0)
+                .collect()
+        };
+        let (xa, xb) = (fill(a, 1), fill(b, 2));
+        let program = cdist(a, b, out, p, mode).unwrap();
+        let inputs = BTreeMap::from([
+            ("input.0".to_string(), trnsim::HostTensor::from_f32(a, &xa)),
+            ("input.1".to_string(), trnsim::HostTensor::from_f32(b, &xb)),
+        ]);
+        let run = trnsim::Executor::new(TargetName::Trn1)
+            .run(&program, &inputs)
+            .unwrap();
+        let got: Vec<f32> = run.outputs["output.0"]
+            .data
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let (r1, r2, m) = (a[a.len() - 2], b[b.len() - 2], a[a.len() - 1]);
+        let out_batch = &out[..out.len() - 2];
+        // The matmul form cancels ‖x1‖² + ‖x2‖² against 2·x1·x2: its error scales with the norms.
+        let matmul_form =
+            p == 2.0 && (mode == Some(1) || (mode != Some(2) && (r1 > 25 || r2 > 25)));
+        let tol = if matmul_form { 1e-5 } else { 2e-6 };
+        let base1 = batch_bases(&a[..a.len() - 2], out_batch, r1 * m);
+        let base2 = batch_bases(&b[..b.len() - 2], out_batch, r2 * m);
+        for (bi, (b1, b2)) in base1.iter().zip(&base2).enumerate() {
+            for i in 0..r1 {
+                for j in 0..r2 {
+                    // PyTorch's fp32 loop: agg += map(|δ|), in k order.
+                    let diffs = (0..m).map(|k| (xa[b1 + i * m + k] - xb[b2 + j * m + k]).abs());
+                    let want = if p == 0.0 {
+                        diffs.filter(|d| *d != 0.0).count() as f64
+                    } else if p.is_infinite() {
+                        diffs.fold(0.0f32, f32::max) as f64
+                    } else {
+                        let agg = diffs.fold(0.0f32, |acc, d| acc + d.powf(p as f32));
+                        (agg as f64).powf(1.0 / p)
+                    };
+                    let g = got[(bi * r1 + i) * r2 + j] as f64;
+                    assert!(
+                        (g - want).abs() <= tol * want.max(1.0),
+                        "p={p} [{bi},{i},{j}]: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn forms_compute_the_distances() {
+        // Direct form: features in two chunks, broadcast batches, rows over two partition chunks.
+        check_cdist(&[2, 1, 3, 4100], &[3, 5, 4100], &[2, 3, 3, 5], 3.0, None);
+        check_cdist(&[130, 3], &[7, 3], &[130, 7], 1.0, Some(2));
+        check_cdist(&[4, 6], &[5, 6], &[4, 5], 0.0, None);
+        check_cdist(&[4, 6], &[5, 6], &[4, 5], f64::INFINITY, None);
+        check_cdist(&[2, 9, 5], &[2, 600, 5], &[2, 9, 600], 2.0, Some(2));
+        // Matmul form: K over two tiles, M over two tiles, N over two banks.
+        check_cdist(&[130, 200], &[520, 200], &[130, 520], 2.0, None);
+        check_cdist(&[2, 3, 4], &[1, 30, 4], &[2, 3, 30], 2.0, None);
+    }
+
     #[test]
     fn long_rows_and_broadcast_batches_lower() {
         cdist(&[3, 5, 9000], &[1, 7, 9000], &[3, 5, 7], 3.0, None).unwrap();

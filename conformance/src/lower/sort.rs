@@ -368,8 +368,8 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         for d in 0..r {
             // Coordinate along d: constant for the outer dims; a0·split + p·split + s for the
             // row dim; the free index of its own axis for the inner dims.
-            let (offset, channel_multiplier, axis) = if d < dr {
-                (outer_index[d] as i64, 0, None)
+            let (offset, channel_multiplier, axis) = if let Some(&i) = outer_index.get(d) {
+                (i as i64, 0, None)
             } else if d == dr {
                 ((a0 * split) as i64, split as i64, Some(0))
             } else {
@@ -1237,7 +1237,7 @@ mod tests {
                 h ^= h >> 29;
                 h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 h ^= h >> 32;
-                if h % 3 == 0 {
+                if h.is_multiple_of(3) {
                     specials[(h / 3) as usize % specials.len()]
                 } else {
                     (h % 17) as f32 - 8.0
@@ -1317,7 +1317,7 @@ mod tests {
         let n: usize = shape.iter().product();
         let x: Vec<f32> = (0..n)
             .map(|i| {
-                if (i * 7919 + i / 3) % every == 0 {
+                if (i * 7919 + i / 3).is_multiple_of(every) {
                     (i % 5) as f32 - 2.0
                 } else {
                     0.0
