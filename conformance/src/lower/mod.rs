@@ -20,6 +20,7 @@ pub mod comparison;
 pub mod conv;
 pub mod conv_backward;
 pub mod creation;
+pub mod distance;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -226,6 +227,8 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("addmm", matmul::lower),
     ("convolution", conv::lower),
     ("convolution_backward", conv_backward::lower),
+    ("_cdist_forward", distance::lower_cdist),
+    ("_pdist_forward", distance::lower_pdist),
     ("full", creation::lower),
     ("full_like", creation::lower),
     ("fill.Scalar", creation::lower),

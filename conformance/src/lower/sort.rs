@@ -8,17 +8,32 @@
 //! first `k` columns are written back (values negated back where needed, indices widened by the
 //! runner). Ties: equal values come out in some order of their indices; the comparison of the
 //! index output is semantic (compare.rs), so any tie order that selects the same values passes.
-//! NaN ranks above +inf (`nan_max_min: propagate`), as in PyTorch.
+//!
+//! Special values (floating-point lanes only). The rounds cannot place NaN — `max8` ranks it
+//! first, but `match_replace8`'s fp32 equality never matches it, so it would never be replaced
+//! and gets no index — nor a genuine −inf of the working (possibly negated) lane, which equals
+//! the −inf written over every extracted element, so its match may hit an extracted slot. A
+//! pre-pass masks both (`x ≠ x`, `x = −inf`), counts them per lane, and turns NaN into −inf, so
+//! the first `c_ord = n − c_nan − c_ninf` top-8 slots are exactly the ordinary elements in order.
+//! PyTorch's order (NaN greatest) is then, in the working order: largest — NaNs, ordinary,
+//! −infs; smallest — ordinary, −infs (+inf before the negation), NaNs. Every element gets its
+//! output offset on VectorE (slot r → r + shift; the j-th NaN / −inf of the lane, an exclusive
+//! prefix count from `tensor_tensor_scan`, → its group's base + j; −1 when past `k`), and the
+//! values and indices are written by indirect-scatter DMAs (`oob: skip`) through HBM scratch.
+//! Integer lanes hold neither and write the first `k` slots directly.
 //!
 //! Limits: `n` ≤ 16 384 (max8's free size); integer values are exact below 2^24.
 
+use super::matmul::psum_slot;
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::Value;
+use ScalarOperand::Imm;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
-    MatchReplace8, Max8, Memset, OobMode, Op, Program, ScalarOperand, TargetName, TensorScalar,
-    TensorTensor, TensorTensorScan,
+    AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect,
+    IndirectSide, Iota, MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand,
+    ScalarTensorTensor, TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
+    TensorTensorScan,
 };
 
 fn int_arg(
@@ -56,13 +71,22 @@ fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
     })
 }
 
-/// `nonzero`: the output's row count (data-dependent) comes from the case metadata. On device,
-/// one partition holds the flattened input: `m = x != 0`, an inclusive prefix sum `cs` of `m`
-/// (VectorE scan) gives each nonzero element its output row `cs − 1` (zeros get a row past the
-/// end, which the scatter skips), and GpSimd `iota` writes each element's coordinate per dim.
-/// One indirect scatter per dim writes the coordinates into column `d` of their rows. A real
-/// backend would read `cs[N−1]` back to size the output; here it must equal the metadata's count
-/// (else rows stay unwritten and the run fails).
+/// `nonzero`: the output's row count (data-dependent) comes from the case metadata.
+///
+/// On device the input is viewed as `[outer…, rows, S, inner…]`: `inner` are the trailing dims
+/// that fit one partition's free budget, the dim before them (the *row dim*) is split into rows
+/// of `S` (a shorter last row when `S` does not divide it), and any dims before it are looped
+/// over. Chunks of ≤ 128 rows are processed in row-major order; in each, `m = x != 0` (NaN counts
+/// as nonzero), a per-partition inclusive prefix sum of `m` (VectorE scan), and the
+/// cross-partition part on TensorE: the row totals times a strictly-upper-triangular ones matrix
+/// (built once by GpSimd `affine_select`) give each row's exclusive offset, and times a ones
+/// matrix the chunk total, which a running carry (per partition, fp32, exact below 2^24) adds to
+/// the later chunks. Element `e`'s output row is then `cs − 1` where nonzero, and −1 (skipped by
+/// the scatter) where zero. GpSimd `iota` writes each element's coordinate per dim (affine in
+/// the partition and free indices by construction of the view), and one indirect scatter per
+/// dim writes the coordinates into column `d` of their rows. A real backend would read the
+/// total back to size the output; here it must equal the metadata's count (else rows stay
+/// unwritten and the run fails).
 fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let x = match req.call.arg(0, "self") {
         Some(Value::Tensor(t)) => t.as_str(),
@@ -78,167 +102,334 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     e.program
         .declare(out, DType::I32, &om.shape, HbmRole::Output);
     let rows = om.shape.first().copied().unwrap_or(0);
-    let r = xm.shape.len();
-    let n: usize = xm.shape.iter().product();
+    let shape = &xm.shape;
+    let r = shape.len();
+    let n: usize = shape.iter().product();
     if rows == 0 || r == 0 || n == 0 {
         return Ok(Lowered::new(e.finish()));
     }
-    if n > 8192 || r > 4 {
-        // The prefix sum runs on one partition: larger inputs need a cross-partition scan.
-        return Err(LowerError::NotLowered(format!(
-            "nonzero of {n} elements (one-partition scan, at most 8192)"
+    if r > 4 {
+        return Err(req.unsupported(format!(
+            "a {r}-d input: the coordinate iota takes at most 4 free dims"
+        )));
+    }
+    if n >= 1 << 24 {
+        return Err(req.unsupported(format!(
+            "{n} elements: the prefix sum is fp32, exact below 2^24"
         )));
     }
     let t = target.params();
+    let parts = t.partitions;
+    // The view: the row dim `dr` is the outermost whose trailing product fits the budget.
+    let dr = (0..r)
+        .find(|&d| shape[d + 1..].iter().product::<usize>() <= NONZERO_FREE)
+        .unwrap_or(r - 1);
+    let inner: usize = shape[dr + 1..].iter().product();
+    if inner > NONZERO_FREE {
+        return Err(req.unsupported(format!(
+            "{inner} elements after dim {dr}: more than one partition's budget"
+        )));
+    }
+    let split = shape[dr]
+        .div_ceil(parts)
+        .clamp(1, (NONZERO_FREE / inner).max(1));
+    let full_rows = shape[dr] / split;
+    let tail = shape[dr] % split;
+    let width = split * inner;
+
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = || -> Result<Slot, LowerError> {
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
         Ok(Slot {
-            offset: alloc.alloc(n * 4)?,
+            offset: alloc.alloc(bytes)?,
         })
     };
-    let (xv, ones, cs, w, ix, co) = (slot()?, slot()?, slot()?, slot()?, slot()?, slot()?);
-    let f = |dt: DType, s: Slot| AccessPattern::sbuf(dt, 0, 1, s.offset, vec![[1, n as i64]]);
-    e.push(
-        Engine::Dma,
-        dma(
-            f(DType::F32, xv),
-            AccessPattern::hbm(x, xdt, 0, 1, 0, vec![[1, n as i64]]),
-        ),
-        &[],
-        &[xv],
+    let (xv, cs, ix, co) = (
+        slot(width * 4)?,
+        slot(width * 4)?,
+        slot(width * 4)?,
+        slot(width * 4)?,
     );
-    // m = x != 0 (NaN counts as nonzero), in place.
-    e.push(
-        Engine::Vector,
-        Op::TensorScalar(TensorScalar {
-            dst: f(DType::F32, xv),
-            src: f(DType::F32, xv),
-            op0: AluOp::NotEqual,
-            operand0: ScalarOperand::Imm(0.0),
-            reverse0: false,
-            op1: None,
-            operand1: None,
-            reverse1: false,
-        }),
-        &[xv],
-        &[xv],
-    );
+    let ones = slot(parts * 4)?;
+    let upper = slot(parts * 4)?;
+    let small = slot(4 * 4)?; // columns: carry, row offset
+    let (col_carry, col_offset) = (0usize, 1usize);
+    let (ps_offsets, ps_total) = (psum_slot(0), psum_slot(1));
+    let bank = t.psum_bank_bytes as u64;
+
+    let full = |s: Slot, dt: DType, w: usize| {
+        AccessPattern::sbuf(dt, 0, parts, s.offset, vec![[1, w as i64]])
+    };
     e.push(
         Engine::Vector,
         Op::Memset(Memset {
-            dst: f(DType::F32, ones),
+            dst: full(ones, DType::F32, parts),
             value: 1.0,
         }),
         &[],
         &[ones],
     );
+    // upper[q, p] = 1 where q < p: v = p − q − 1 ≥ 0.
     e.push(
-        Engine::Vector,
-        Op::TensorTensorScan(TensorTensorScan {
-            dst: f(DType::F32, cs),
-            in0: f(DType::F32, ones),
-            in1: f(DType::F32, xv),
-            initial: ScalarOperand::Imm(0.0),
-            op0: AluOp::Multiply,
-            op1: AluOp::Add,
+        Engine::Gpsimd,
+        Op::AffineSelect(AffineSelect {
+            dst: full(upper, DType::F32, parts),
+            on_true: full(ones, DType::F32, parts),
+            on_false: 0.0,
+            offset: -1,
+            channel_multiplier: -1,
+            pattern: vec![[1, parts as i64]],
+            cmp: CmpOp::GreaterEqual,
         }),
-        &[ones, xv],
-        &[cs],
-    );
-    const BIG: f64 = (1u64 << 23) as f64; // exact in fp32; far past any row count accepted here
-    e.push(
-        Engine::Vector,
-        Op::TensorScalar(TensorScalar {
-            dst: f(DType::F32, w),
-            src: f(DType::F32, xv),
-            op0: AluOp::Multiply,
-            operand0: ScalarOperand::Imm(-BIG),
-            reverse0: false,
-            op1: Some(AluOp::Add),
-            operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
-            reverse1: false,
-        }),
-        &[xv],
-        &[w],
+        &[ones],
+        &[upper],
     );
     e.push(
         Engine::Vector,
-        Op::TensorTensor(TensorTensor {
-            dst: f(DType::I32, ix),
-            in0: f(DType::F32, cs),
-            in1: f(DType::F32, w),
-            op: AluOp::Add,
+        Op::Memset(Memset {
+            dst: AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]),
+            value: 0.0,
         }),
-        &[cs, w],
-        &[ix],
+        &[],
+        &[small],
     );
     let scratch = "nonzero.coords";
     e.program
-        .declare(scratch, DType::I32, &[r, n], HbmRole::Scratch);
-    for d in 0..r {
-        // The coordinate along dim d of every element: iota over the shape with step 1 on d.
-        let pattern: Vec<[i64; 2]> = (0..r)
-            .map(|j| [(j == d) as i64, xm.shape[j] as i64])
-            .collect();
-        let dst = AccessPattern::sbuf(
-            DType::I32,
-            0,
-            1,
-            co.offset,
-            pattern.iter().map(|p| [0, p[1]]).collect(),
-        );
-        let dst = AccessPattern {
-            free: contiguous_free(&xm.shape),
-            ..dst
+        .declare(scratch, DType::I32, &[r, parts * width], HbmRole::Scratch);
+
+    // Chunks: (outer index, first row, rows, elements of the row dim per row).
+    let outer: usize = shape[..dr].iter().product();
+    let mut chunks = vec![];
+    for o in 0..outer {
+        let mut a0 = 0;
+        while a0 < full_rows {
+            let pc = (full_rows - a0).min(parts);
+            chunks.push((o, a0, pc, split));
+            a0 += pc;
+        }
+        if tail > 0 {
+            chunks.push((o, full_rows, 1, tail));
+        }
+    }
+    let outer_shape = &shape[..dr];
+    for (o, a0, pc, seg) in chunks {
+        let w = seg * inner;
+        let sa = |s: Slot, dt: DType| AccessPattern::sbuf(dt, 0, pc, s.offset, vec![[1, w as i64]]);
+        let col = |c: usize| {
+            AccessPattern::sbuf(
+                DType::F32,
+                0,
+                pc,
+                small.offset + (c * 4) as u64,
+                vec![[1, 1]],
+            )
         };
+        // First element of the chunk: outer index o, row dim index a0·split.
+        let first = (o * shape[dr] + a0 * split) * inner;
+        let src = AccessPattern::hbm(
+            x,
+            xdt,
+            first as u64,
+            pc,
+            (split * inner) as i64,
+            vec![[1, w as i64]],
+        );
+        e.push(Engine::Dma, dma(sa(xv, DType::F32), src), &[], &[xv]);
         e.push(
-            Engine::Gpsimd,
-            Op::Iota(Iota {
-                dst,
-                offset: 0,
-                channel_multiplier: 0,
-                pattern,
+            Engine::Vector,
+            Op::TensorScalar(TensorScalar {
+                dst: sa(xv, DType::F32),
+                src: sa(xv, DType::F32),
+                op0: AluOp::NotEqual,
+                operand0: ScalarOperand::Imm(0.0),
+                reverse0: false,
+                op1: None,
+                operand1: None,
+                reverse1: false,
             }),
-            &[],
-            &[co],
+            &[xv],
+            &[xv],
         );
         e.push(
-            Engine::Dma,
-            dma(
-                AccessPattern::hbm(
-                    scratch,
-                    DType::I32,
-                    (d * n) as u64,
-                    1,
+            Engine::Vector,
+            Op::TensorTensorScan(TensorTensorScan {
+                dst: sa(cs, DType::F32),
+                in0: AccessPattern::sbuf(DType::F32, 0, pc, ones.offset, vec![[0, w as i64]]),
+                in1: sa(xv, DType::F32),
+                initial: ScalarOperand::Imm(0.0),
+                op0: AluOp::Multiply,
+                op1: AluOp::Add,
+            }),
+            &[ones, xv],
+            &[cs],
+        );
+        // Row totals (the last scan column) through TensorE: exclusive offsets, chunk total.
+        let totals = AccessPattern::sbuf(
+            DType::F32,
+            0,
+            pc,
+            cs.offset + ((w - 1) * 4) as u64,
+            vec![[1, 1]],
+        );
+        let offsets_ps = AccessPattern::psum(DType::F32, 0, pc, 0, vec![[1, 1]]);
+        let total_ps = AccessPattern::psum(DType::F32, 0, parts, bank, vec![[1, 1]]);
+        e.push(
+            Engine::Tensor,
+            Op::NcMatmul(NcMatmul {
+                dst: offsets_ps.clone(),
+                stationary: AccessPattern::sbuf(
+                    DType::F32,
                     0,
-                    vec![[1, n as i64]],
+                    pc,
+                    upper.offset,
+                    vec![[1, pc as i64]],
                 ),
-                f(DType::I32, co),
-            ),
-            &[co],
-            &[],
-        );
-        let src = AccessPattern::hbm(scratch, DType::I32, (d * n) as u64, n, 1, vec![[1, 1]]);
-        let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
-        e.push(
-            Engine::Dma,
-            Op::DmaCopy(DmaCopy {
-                dst,
-                src,
+                moving: totals.clone(),
                 accumulate: false,
-                indirect: Some(Indirect {
-                    side: IndirectSide::Dst,
-                    index: f(DType::I32, ix),
-                    row_step: r as i64,
-                    oob: OobMode::Skip,
-                }),
             }),
-            &[ix],
-            &[],
+            &[upper, cs],
+            &[ps_offsets],
         );
+        e.push(
+            Engine::Tensor,
+            Op::NcMatmul(NcMatmul {
+                dst: total_ps.clone(),
+                stationary: AccessPattern::sbuf(
+                    DType::F32,
+                    0,
+                    pc,
+                    ones.offset,
+                    vec![[1, parts as i64]],
+                ),
+                moving: totals,
+                accumulate: false,
+            }),
+            &[ones, cs],
+            &[ps_total],
+        );
+        e.push(
+            Engine::Vector,
+            Op::TensorTensor(TensorTensor {
+                dst: col(col_offset),
+                in0: offsets_ps,
+                in1: col(col_carry),
+                op: AluOp::Add,
+            }),
+            &[ps_offsets, small],
+            &[small],
+        );
+        let carry_all = AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]);
+        e.push(
+            Engine::Vector,
+            Op::TensorTensor(TensorTensor {
+                dst: carry_all.clone(),
+                in0: total_ps,
+                in1: carry_all,
+                op: AluOp::Add,
+            }),
+            &[ps_total, small],
+            &[small],
+        );
+        // Output row: (cs + offset)·m − 1, i.e. −1 (skipped) for zeros.
+        e.push(
+            Engine::Vector,
+            Op::ScalarTensorTensor(ScalarTensorTensor {
+                dst: sa(cs, DType::F32),
+                src: sa(cs, DType::F32),
+                op0: AluOp::Add,
+                operand0: ScalarOperand::Tile(col(col_offset)),
+                op1: AluOp::Multiply,
+                in1: sa(xv, DType::F32),
+                reverse0: false,
+                reverse1: false,
+            }),
+            &[cs, small, xv],
+            &[cs],
+        );
+        e.push(
+            Engine::Vector,
+            Op::TensorScalar(TensorScalar {
+                dst: sa(ix, DType::I32),
+                src: sa(cs, DType::F32),
+                op0: AluOp::Add,
+                operand0: ScalarOperand::Imm(-1.0),
+                reverse0: false,
+                op1: None,
+                operand1: None,
+                reverse1: false,
+            }),
+            &[cs],
+            &[ix],
+        );
+        // The chunk's free shape: [seg, inner dims…].
+        let free_shape: Vec<usize> = std::iter::once(seg)
+            .chain(shape[dr + 1..].iter().copied())
+            .collect();
+        let outer_index = crate::tensor::unravel(o, outer_shape);
+        for d in 0..r {
+            // Coordinate along d: constant for the outer dims; a0·split + p·split + s for the
+            // row dim; the free index of its own axis for the inner dims.
+            let (offset, channel_multiplier, axis) = if let Some(&i) = outer_index.get(d) {
+                (i as i64, 0, None)
+            } else if d == dr {
+                ((a0 * split) as i64, split as i64, Some(0))
+            } else {
+                (0, 0, Some(d - dr))
+            };
+            let pattern: Vec<[i64; 2]> = free_shape
+                .iter()
+                .enumerate()
+                .map(|(j, &len)| [(Some(j) == axis) as i64, len as i64])
+                .collect();
+            let dst = AccessPattern {
+                free: contiguous_free(&free_shape),
+                ..sa(co, DType::I32)
+            };
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst,
+                    offset,
+                    channel_multiplier,
+                    pattern,
+                }),
+                &[],
+                &[co],
+            );
+            let at = (d * parts * width) as u64;
+            e.push(
+                Engine::Dma,
+                dma(
+                    AccessPattern::hbm(scratch, DType::I32, at, pc, w as i64, vec![[1, w as i64]]),
+                    sa(co, DType::I32),
+                ),
+                &[co],
+                &[],
+            );
+            let src = AccessPattern::hbm(scratch, DType::I32, at, pc * w, 1, vec![[1, 1]]);
+            let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
+            e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst,
+                    src,
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Dst,
+                        index: sa(ix, DType::I32),
+                        row_step: r as i64,
+                        oob: OobMode::Skip,
+                    }),
+                }),
+                &[ix],
+                &[],
+            );
+        }
     }
     Ok(Lowered::new(e.finish()))
 }
+
+/// Elements per partition of one nonzero chunk.
+const NONZERO_FREE: usize = 4096;
 
 fn contiguous_free(shape: &[usize]) -> Vec<[i64; 2]> {
     let mut st = vec![0i64; shape.len()];
@@ -310,24 +501,76 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         return Err(req.invalid(format!("k {k} > {n}")));
     }
     let t = target.params();
+    let out_numel = outer * k * inner;
+    if out_numel >= 1 << 24 || n >= 1 << 24 {
+        return Err(req.unsupported(format!(
+            "{out_numel} outputs: output positions are computed in fp32, exact below 2^24"
+        )));
+    }
     let mut alloc = SbufAllocator::new(&t);
     let n8 = n.max(8);
     let rounds = k.div_ceil(8);
-    let a = Slot {
-        offset: alloc.alloc(n8 * 4)?,
+    let slots = rounds * 8;
+    let work = n8.max(slots);
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
+        Ok(Slot {
+            offset: alloc.alloc(bytes)?,
+        })
     };
-    let b = Slot {
-        offset: alloc.alloc(n8 * 4)?,
+    let a = slot(work * 4)?;
+    let b = slot(work * 4)?;
+    let v8 = slot(slots * 4)?;
+    let i8s = slot(slots * 4)?;
+    // Only floating-point lanes can hold NaN or ±inf, the values the top-8 rounds cannot place.
+    let specials = xm.dtype.is_float();
+    let special_n = if specials { n } else { 1 };
+    let nan_mask = slot(special_n)?;
+    let ninf_mask = slot(special_n)?;
+    let scal = slot(SCALARS * 4)?;
+    // Scatter sources: the top-8 slots and the special (NaN / −inf) elements of a chunk.
+    let (top_vals, top_idx) = ("sort.top_values", "sort.top_indices");
+    let (special_vals, special_idx) = ("sort.special_values", "sort.special_indices");
+    if specials {
+        declare_scratch(
+            &mut e,
+            &[
+                (top_vals, vdt, slots),
+                (top_idx, DType::I32, slots),
+                (special_vals, vdt, n),
+                (special_idx, DType::I32, n),
+            ],
+        );
+    }
+    // The original value of a working −inf: −inf, or +inf when the lane was negated.
+    let special_inf = if largest {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
     };
-    let v8 = Slot {
-        offset: alloc.alloc(rounds * 8 * 4)?,
+    let constants: &[(usize, f64)] = if specials {
+        &[
+            (COL_ONE, 1.0),
+            (COL_NAN, f64::NAN),
+            (COL_NEG_INF, f64::NEG_INFINITY),
+        ]
+    } else {
+        &[]
     };
-    let i8s = Slot {
-        offset: alloc.alloc(rounds * 8 * 4)?,
-    };
-    let vo = Slot {
-        offset: alloc.alloc(rounds * 8 * 4)?,
-    };
+    for &(c, v) in constants {
+        let dst = AccessPattern::sbuf(
+            DType::F32,
+            0,
+            128,
+            scal.offset + (c * 4) as u64,
+            vec![[1, 1]],
+        );
+        e.push(
+            Engine::Vector,
+            Op::Memset(Memset { dst, value: v }),
+            &[],
+            &[scal],
+        );
+    }
 
     // Lane chunks: (hbm element offset of the lane's first value, lanes, lane step, out offsets).
     let mut chunks: Vec<(usize, usize, usize, usize)> = vec![];
@@ -357,6 +600,29 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let sa = |s: Slot, f: usize| {
             AccessPattern::sbuf(DType::F32, 0, pc, s.offset, vec![[1, f as i64]])
         };
+        let i32s = |s: Slot, f: usize| {
+            AccessPattern::sbuf(DType::I32, 0, pc, s.offset, vec![[1, f as i64]])
+        };
+        let mask = |s: Slot| AccessPattern::sbuf(DType::U8, 0, pc, s.offset, vec![[1, n as i64]]);
+        let col = |c: usize| {
+            AccessPattern::sbuf(
+                DType::F32,
+                0,
+                pc,
+                scal.offset + (c * 4) as u64,
+                vec![[1, 1]],
+            )
+        };
+        let tile = |c: usize| ScalarOperand::Tile(col(c));
+        let along = |c: usize, f: usize| {
+            AccessPattern::sbuf(
+                DType::F32,
+                0,
+                pc,
+                scal.offset + (c * 4) as u64,
+                vec![[0, f as i64]],
+            )
+        };
         let mut cur = a;
         let mut other = b;
         if n < 8 {
@@ -382,19 +648,60 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         if !largest {
             e.push(
                 Engine::Vector,
-                Op::TensorScalar(TensorScalar {
-                    dst: sa(a, n),
-                    src: sa(a, n),
-                    op0: AluOp::Multiply,
-                    operand0: ScalarOperand::Imm(-1.0),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
-                }),
+                ts(sa(a, n), sa(a, n), AluOp::Multiply, Imm(-1.0), None),
                 &[a],
                 &[a],
             );
+        }
+        if specials {
+            // The special elements, which the top-8 rounds cannot place: NaN (max8 ranks it first but
+            // match_replace8 never matches it) and −inf (it equals the −inf written over every
+            // extracted element, so its match could hit an extracted one). Their masks and counts;
+            // NaN becomes −inf so that every special element sinks below the ordinary ones.
+            e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: mask(nan_mask),
+                    in0: sa(a, n),
+                    in1: sa(a, n),
+                    op: AluOp::NotEqual,
+                }),
+                &[a],
+                &[nan_mask],
+            );
+            e.push(
+                Engine::Vector,
+                ts(
+                    mask(ninf_mask),
+                    sa(a, n),
+                    AluOp::IsEqual,
+                    Imm(f64::NEG_INFINITY),
+                    None,
+                ),
+                &[a],
+                &[ninf_mask],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopyPredicated(TensorCopyPredicated {
+                    dst: sa(a, n),
+                    src: along(COL_NEG_INF, n),
+                    predicate: mask(nan_mask),
+                    reverse_pred: false,
+                }),
+                &[a, scal, nan_mask],
+                &[a],
+            );
+            for (m, c) in [(nan_mask, COL_NAN_COUNT), (ninf_mask, COL_NEG_INF_COUNT)] {
+                let op = Op::TensorReduce(TensorReduce {
+                    dst: col(c),
+                    src: mask(m),
+                    op: AluOp::Add,
+                    axes: 1,
+                    negate: false,
+                });
+                e.push(Engine::Vector, op, &[m], &[scal]);
+            }
         }
         for r in 0..rounds {
             let vals =
@@ -429,46 +736,656 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
             std::mem::swap(&mut cur, &mut other);
         }
-        let vsrc = if largest {
-            sa(v8, k)
-        } else {
+
+        if specials {
+            // Where everything goes. With c_nan NaNs and c_ninf working −infs in a lane of n, the
+            // ordinary elements are the first c_ord = n − c_nan − c_ninf top-8 slots; in the working
+            // (largest-first) order the output is
+            //   largest:  NaNs, ordinary, −infs        (PyTorch: NaN is the greatest)
+            //   smallest: ordinary, −infs(= +inf), NaNs
+            // Each element gets its output element offset (−1 when it lands at or past k, or is not
+            // in its group) and one indirect scatter per source writes them.
+            let nf = n as f64;
+            let per_scalar = |e: &mut Emitter, dst: usize, src: usize| {
+                // dst = n − src
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        col(dst),
+                        col(src),
+                        AluOp::Multiply,
+                        Imm(-1.0),
+                        Some((AluOp::Add, Imm(nf))),
+                    ),
+                    &[scal],
+                    &[scal],
+                );
+            };
+            per_scalar(&mut e, COL_ORDINARY, COL_NAN_COUNT);
             e.push(
                 Engine::Vector,
-                Op::TensorScalar(TensorScalar {
-                    dst: sa(vo, k),
-                    src: sa(v8, k),
-                    op0: AluOp::Multiply,
-                    operand0: ScalarOperand::Imm(-1.0),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
+                Op::TensorTensor(TensorTensor {
+                    dst: col(COL_ORDINARY),
+                    in0: col(COL_ORDINARY),
+                    in1: col(COL_NEG_INF_COUNT),
+                    op: AluOp::Subtract,
                 }),
-                &[v8],
-                &[vo],
+                &[scal],
+                &[scal],
             );
-            sa(vo, k)
-        };
-        let vslot = if largest { v8 } else { vo };
-        let vdst = AccessPattern::hbm(
-            vout,
-            vdt,
-            out_off as u64,
-            pc,
-            lane_step_out,
-            vec![[vstep, k as i64]],
-        );
-        e.push(Engine::Dma, dma(vdst, vsrc), &[vslot], &[]);
-        let idst = AccessPattern::hbm(
-            iout,
-            DType::I32,
-            out_off as u64,
-            pc,
-            lane_step_out,
-            vec![[vstep, k as i64]],
-        );
-        let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, k as i64]]);
-        e.push(Engine::Dma, dma(idst, isrc), &[i8s], &[]);
+            if largest {
+                per_scalar(&mut e, COL_NEG_INF_BASE, COL_NEG_INF_COUNT);
+            } else {
+                per_scalar(&mut e, COL_NAN_BASE, COL_NAN_COUNT);
+            }
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst: col(COL_LANE_BASE),
+                    offset: out_off as i64,
+                    channel_multiplier: lane_step_out,
+                    pattern: vec![[1, 1]],
+                }),
+                &[],
+                &[scal],
+            );
+            // offset = ok ? lane_base + pos·vstep : −1, from `pos` (f32, in `p`) and `ok` (in `q`),
+            // written as int32 into `q`.
+            let to_offsets = |e: &mut Emitter, p: Slot, q: Slot, w: usize| {
+                e.push(
+                    Engine::Vector,
+                    stt(
+                        sa(q, w),
+                        sa(p, w),
+                        AluOp::IsLt,
+                        Imm(k as f64),
+                        AluOp::Multiply,
+                        sa(q, w),
+                    ),
+                    &[p, q],
+                    &[q],
+                );
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        sa(p, w),
+                        sa(p, w),
+                        AluOp::Multiply,
+                        Imm(vstep as f64),
+                        Some((AluOp::Add, tile(COL_LANE_BASE))),
+                    ),
+                    &[p, scal],
+                    &[p],
+                );
+                e.push(
+                    Engine::Vector,
+                    stt(
+                        sa(p, w),
+                        sa(p, w),
+                        AluOp::Add,
+                        Imm(1.0),
+                        AluOp::Multiply,
+                        sa(q, w),
+                    ),
+                    &[p, q],
+                    &[p],
+                );
+                e.push(
+                    Engine::Vector,
+                    ts(i32s(q, w), sa(p, w), AluOp::Add, Imm(-1.0), None),
+                    &[p],
+                    &[q],
+                );
+            };
+            let scatter = |e: &mut Emitter,
+                           scratch: &str,
+                           dt: DType,
+                           src: AccessPattern,
+                           src_slot: Slot,
+                           index: Slot,
+                           w: usize,
+                           out: &str| {
+                let rows = AccessPattern::hbm(scratch, dt, 0, pc, w as i64, vec![[1, w as i64]]);
+                e.push(Engine::Dma, dma(rows, src), &[src_slot], &[]);
+                let op = Op::DmaCopy(DmaCopy {
+                    dst: AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
+                    src: AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Dst,
+                        index: i32s(index, w),
+                        row_step: 1,
+                        oob: OobMode::Skip,
+                    }),
+                });
+                e.push(Engine::Dma, op, &[index], &[]);
+            };
+
+            // The top-8 slots: slot r goes to r (+ c_nan when largest), if r < c_ord.
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst: sa(a, slots),
+                    offset: 0,
+                    channel_multiplier: 0,
+                    pattern: vec![[1, slots as i64]],
+                }),
+                &[],
+                &[a],
+            );
+            e.push(
+                Engine::Vector,
+                ts(
+                    sa(b, slots),
+                    sa(a, slots),
+                    AluOp::IsLt,
+                    tile(COL_ORDINARY),
+                    None,
+                ),
+                &[a, scal],
+                &[b],
+            );
+            if largest {
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        sa(a, slots),
+                        sa(a, slots),
+                        AluOp::Add,
+                        tile(COL_NAN_COUNT),
+                        None,
+                    ),
+                    &[a, scal],
+                    &[a],
+                );
+            } else {
+                e.push(
+                    Engine::Vector,
+                    ts(
+                        sa(v8, slots),
+                        sa(v8, slots),
+                        AluOp::Multiply,
+                        Imm(-1.0),
+                        None,
+                    ),
+                    &[v8],
+                    &[v8],
+                );
+            }
+            to_offsets(&mut e, a, b, slots);
+            scatter(&mut e, top_vals, vdt, sa(v8, slots), v8, b, slots, vout);
+            let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, slots as i64]]);
+            scatter(&mut e, top_idx, DType::I32, isrc, i8s, b, slots, iout);
+
+            // The special elements: the j-th NaN (in index order) goes to nan_base + j, the j-th −inf
+            // to ninf_base + j (exclusive prefix counts of the masks, per lane).
+            let ones = along(COL_ONE, n);
+            for (dst, m, base) in [
+                (a, nan_mask, if largest { None } else { Some(COL_NAN_BASE) }),
+                (
+                    b,
+                    ninf_mask,
+                    Some(if largest {
+                        COL_NEG_INF_BASE
+                    } else {
+                        COL_ORDINARY
+                    }),
+                ),
+            ] {
+                let scan = Op::TensorTensorScan(TensorTensorScan {
+                    dst: sa(dst, n),
+                    in0: ones.clone(),
+                    in1: mask(m),
+                    initial: Imm(0.0),
+                    op0: AluOp::Multiply,
+                    op1: AluOp::Add,
+                });
+                e.push(Engine::Vector, scan, &[scal, m], &[dst]);
+                e.push(
+                    Engine::Vector,
+                    Op::TensorTensor(TensorTensor {
+                        dst: sa(dst, n),
+                        in0: sa(dst, n),
+                        in1: mask(m),
+                        op: AluOp::Subtract,
+                    }),
+                    &[dst, m],
+                    &[dst],
+                );
+                if let Some(c) = base {
+                    e.push(
+                        Engine::Vector,
+                        ts(sa(dst, n), sa(dst, n), AluOp::Add, tile(c), None),
+                        &[dst, scal],
+                        &[dst],
+                    );
+                }
+                e.push(
+                    Engine::Vector,
+                    Op::TensorTensor(TensorTensor {
+                        dst: sa(dst, n),
+                        in0: sa(dst, n),
+                        in1: mask(m),
+                        op: AluOp::Multiply,
+                    }),
+                    &[dst, m],
+                    &[dst],
+                );
+            }
+            e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: sa(a, n),
+                    in0: sa(a, n),
+                    in1: sa(b, n),
+                    op: AluOp::Add,
+                }),
+                &[a, b],
+                &[a],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: sa(b, n),
+                    in0: mask(nan_mask),
+                    in1: mask(ninf_mask),
+                    op: AluOp::Add,
+                }),
+                &[nan_mask, ninf_mask],
+                &[b],
+            );
+            to_offsets(&mut e, a, b, n);
+            // Their values: NaN, or the lane's original infinity; their indices: j.
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: sa(a, n),
+                    value: special_inf,
+                }),
+                &[],
+                &[a],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopyPredicated(TensorCopyPredicated {
+                    dst: sa(a, n),
+                    src: along(COL_NAN, n),
+                    predicate: mask(nan_mask),
+                    reverse_pred: false,
+                }),
+                &[a, scal, nan_mask],
+                &[a],
+            );
+            scatter(&mut e, special_vals, vdt, sa(a, n), a, b, n, vout);
+            e.push(
+                Engine::Gpsimd,
+                Op::Iota(Iota {
+                    dst: i32s(a, n),
+                    offset: 0,
+                    channel_multiplier: 0,
+                    pattern: vec![[1, n as i64]],
+                }),
+                &[],
+                &[a],
+            );
+            scatter(&mut e, special_idx, DType::I32, i32s(a, n), a, b, n, iout);
+        } else {
+            // Integer lanes hold no NaN or infinity: the top-8 slots are the output.
+            let vsrc = if largest {
+                sa(v8, k)
+            } else {
+                e.push(
+                    Engine::Vector,
+                    ts(sa(v8, k), sa(v8, k), AluOp::Multiply, Imm(-1.0), None),
+                    &[v8],
+                    &[v8],
+                );
+                sa(v8, k)
+            };
+            let vdst = AccessPattern::hbm(
+                vout,
+                vdt,
+                out_off as u64,
+                pc,
+                lane_step_out,
+                vec![[vstep, k as i64]],
+            );
+            e.push(Engine::Dma, dma(vdst, vsrc), &[v8], &[]);
+            let idst = AccessPattern::hbm(
+                iout,
+                DType::I32,
+                out_off as u64,
+                pc,
+                lane_step_out,
+                vec![[vstep, k as i64]],
+            );
+            let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, k as i64]]);
+            e.push(Engine::Dma, dma(idst, isrc), &[i8s], &[]);
+        }
     }
     Ok(Lowered::new(e.finish()))
+}
+
+/// Declares HBM scratch tensors of 128 lanes × `width` elements.
+fn declare_scratch(e: &mut Emitter, tensors: &[(&str, DType, usize)]) {
+    for &(name, dtype, width) in tensors {
+        e.program
+            .declare(name, dtype, &[128 * width], HbmRole::Scratch);
+    }
+}
+
+/// Columns of the per-lane scalar tile of topk/sort.
+const COL_ONE: usize = 0;
+const COL_NAN: usize = 1;
+const COL_NEG_INF: usize = 2;
+const COL_NAN_COUNT: usize = 3;
+const COL_NEG_INF_COUNT: usize = 4;
+const COL_ORDINARY: usize = 5;
+const COL_NAN_BASE: usize = 6;
+const COL_NEG_INF_BASE: usize = 7;
+const COL_LANE_BASE: usize = 8;
+const SCALARS: usize = 9;
+
+fn ts(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    operand0: ScalarOperand,
+    op1: Option<(AluOp, ScalarOperand)>,
+) -> Op {
+    let (op1, operand1) = match op1 {
+        Some((o, v)) => (Some(o), Some(v)),
+        None => (None, None),
+    };
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0,
+        reverse0: false,
+        op1,
+        operand1,
+        reverse1: false,
+    })
+}
+
+/// `dst = (src op0 operand0) op1 in1`.
+fn stt(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    operand0: ScalarOperand,
+    op1: AluOp,
+    in1: AccessPattern,
+) -> Op {
+    Op::ScalarTensorTensor(ScalarTensorTensor {
+        dst,
+        src,
+        op0,
+        operand0,
+        op1,
+        in1,
+        reverse0: false,
+        reverse1: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{OpCall, TensorMeta};
+    use crate::tensor::TorchDType;
+    use std::collections::BTreeMap;
+    use trnsim::{Executor, HostTensor};
+
+    /// Runs topk/sort of an f32 tensor on the simulator: (values, indices).
+    fn run(
+        op: &str,
+        shape: &[usize],
+        x: &[f32],
+        args: Vec<Value>,
+        out_shape: &[usize],
+    ) -> (Vec<f32>, Vec<i32>) {
+        let meta = |dtype, shape: &[usize]| TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        };
+        let tensors = BTreeMap::from([
+            ("input.0".to_string(), meta(TorchDType::F32, shape)),
+            ("output.0".to_string(), meta(TorchDType::F32, out_shape)),
+            ("output.1".to_string(), meta(TorchDType::I64, out_shape)),
+        ]);
+        let mut all = vec![Value::Tensor("input.0".into())];
+        all.extend(args);
+        let call = OpCall {
+            args: all,
+            kwargs: BTreeMap::new(),
+        };
+        let outputs = vec![
+            Value::Tensor("output.0".into()),
+            Value::Tensor("output.1".into()),
+        ];
+        let req = LowerRequest {
+            op,
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
+        let program = lower(&req, TargetName::Trn1).unwrap().program;
+        let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, x))]);
+        let run = Executor::new(TargetName::Trn1)
+            .run(&program, &inputs)
+            .unwrap();
+        let words = |name: &str| -> Vec<[u8; 4]> {
+            run.outputs[name]
+                .data
+                .chunks(4)
+                .map(|c| [c[0], c[1], c[2], c[3]])
+                .collect()
+        };
+        (
+            words("output.0")
+                .into_iter()
+                .map(f32::from_le_bytes)
+                .collect(),
+            words("output.1")
+                .into_iter()
+                .map(i32::from_le_bytes)
+                .collect(),
+        )
+    }
+
+    /// PyTorch's order: NaN greatest, −0 = +0; stable.
+    fn reference(lane: &[f32], k: usize, largest: bool) -> Vec<f32> {
+        let key = |v: f32| if v.is_nan() { f32::INFINITY } else { v };
+        let mut s: Vec<f32> = lane.to_vec();
+        s.sort_by(|&p, &q| {
+            let o = match (p.is_nan(), q.is_nan()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                _ => key(p).partial_cmp(&key(q)).unwrap(),
+            };
+            if largest { o.reverse() } else { o }
+        });
+        s.truncate(k);
+        s
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        (a.is_nan() && b.is_nan()) || a == b
+    }
+
+    /// Lanes with NaNs (more than one round's worth), both infinities, ±0 and repeats.
+    fn lanes(count: usize, n: usize) -> Vec<f32> {
+        let specials = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.5,
+            -1.5,
+            f32::MAX,
+            f32::MIN,
+        ];
+        (0..count * n)
+            .map(|i| {
+                let mut h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                h ^= h >> 29;
+                h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                h ^= h >> 32;
+                if h.is_multiple_of(3) {
+                    specials[(h / 3) as usize % specials.len()]
+                } else {
+                    (h % 17) as f32 - 8.0
+                }
+            })
+            .collect()
+    }
+
+    fn check(op: &str, lanes_n: (usize, usize), k: usize, largest: bool, along_rows: bool) {
+        let (count, n) = lanes_n;
+        let mut x = lanes(count, n);
+        // Lane 0 starts with a run of NaNs longer than one top-8 round.
+        x[..n.min(12)].fill(f32::NAN);
+        assert!(
+            x[n..].iter().any(|v| v.is_nan()),
+            "other lanes hold NaNs too"
+        );
+        // along_rows: shape [count, n] sorted on dim 1; else [n, count] on dim 0 (strided lanes).
+        let (shape, dim, out_shape) = if along_rows {
+            (vec![count, n], 1, vec![count, k])
+        } else {
+            (vec![n, count], 0, vec![k, count])
+        };
+        let at = |lane: usize, j: usize| {
+            if along_rows {
+                lane * n + j
+            } else {
+                j * count + lane
+            }
+        };
+        let xs: Vec<f32> = (0..count * n)
+            .map(|i| {
+                if along_rows {
+                    x[i]
+                } else {
+                    x[(i % count) * n + i / count]
+                }
+            })
+            .collect();
+        let args = match op {
+            "topk" => vec![Value::Int(k as i64), Value::Int(dim), Value::Bool(largest)],
+            _ => vec![Value::Int(dim), Value::Bool(largest)],
+        };
+        let (vals, idx) = run(op, &shape, &xs, args, &out_shape);
+        let oat = |lane: usize, r: usize| {
+            if along_rows {
+                lane * k + r
+            } else {
+                r * count + lane
+            }
+        };
+        for lane in 0..count {
+            let src: Vec<f32> = (0..n).map(|j| xs[at(lane, j)]).collect();
+            let want = reference(&src, k, largest);
+            let mut seen = std::collections::BTreeSet::new();
+            for (r, w) in want.iter().enumerate() {
+                let (v, i) = (vals[oat(lane, r)], idx[oat(lane, r)]);
+                assert!(
+                    same(v, *w),
+                    "{op} lane {lane} pos {r}: {v} vs {w} (lane {src:?})"
+                );
+                assert!(
+                    i >= 0 && (i as usize) < n && seen.insert(i),
+                    "{op} lane {lane} pos {r}: index {i}"
+                );
+                assert!(
+                    same(src[i as usize], *w),
+                    "{op} lane {lane} pos {r}: index {i} selects {}",
+                    src[i as usize]
+                );
+            }
+        }
+    }
+
+    /// nonzero on the simulator against the host's row-major list of coordinates.
+    fn check_nonzero(shape: &[usize], every: usize) {
+        let n: usize = shape.iter().product();
+        let x: Vec<f32> = (0..n)
+            .map(|i| {
+                if (i * 7919 + i / 3).is_multiple_of(every) {
+                    (i % 5) as f32 - 2.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let want: Vec<i32> = (0..n)
+            .filter(|&i| x[i] != 0.0)
+            .flat_map(|i| {
+                crate::tensor::unravel(i, shape)
+                    .into_iter()
+                    .map(|c| c as i32)
+            })
+            .collect();
+        let count = want.len() / shape.len();
+        let meta = |dtype, shape: &[usize]| TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        };
+        let tensors = BTreeMap::from([
+            ("input.0".to_string(), meta(TorchDType::F32, shape)),
+            (
+                "output.0".to_string(),
+                meta(TorchDType::I64, &[count, shape.len()]),
+            ),
+        ]);
+        let call = OpCall {
+            args: vec![Value::Tensor("input.0".into())],
+            kwargs: BTreeMap::new(),
+        };
+        let outputs = vec![Value::Tensor("output.0".into())];
+        let req = LowerRequest {
+            op: "nonzero",
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
+        let program = lower(&req, TargetName::Trn1).unwrap().program;
+        let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
+        let run = Executor::new(TargetName::Trn1)
+            .run(&program, &inputs)
+            .unwrap();
+        let got: Vec<i32> = run.outputs["output.0"]
+            .data
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(got, want, "nonzero of {shape:?}");
+    }
+
+    #[test]
+    fn nonzero_scans_across_partitions_and_chunks() {
+        check_nonzero(&[65537], 3); // rows of 513 and a 386-element last row
+        check_nonzero(&[3, 300, 20], 4); // outer loop, row dim split in 3
+        check_nonzero(&[300, 3000], 50); // 300 rows of one row-dim index: a carry over 3 chunks
+        check_nonzero(&[2, 3, 4], 2);
+    }
+
+    #[test]
+    fn nan_and_infinities_are_placed_like_pytorch() {
+        for largest in [true, false] {
+            check("sort", (5, 40), 40, largest, true);
+            check("sort", (3, 37), 37, largest, false);
+            check("topk", (4, 50), 11, largest, true);
+            check("topk", (130, 6), 3, largest, true);
+            check("topk", (6, 29), 29, largest, false);
+        }
+    }
 }
