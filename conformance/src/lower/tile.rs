@@ -682,6 +682,38 @@ mod tests {
     }
 
     #[test]
+    fn shorthands_wait_on_every_buffer_their_operands_touch() {
+        let t = trnsim::TargetName::Trn1.params();
+        let mut alloc = SbufAllocator::new(&t);
+        let x = Buf::new(&mut alloc, DType::F32, 8).unwrap();
+        let stats = Buf::new(&mut alloc, DType::F32, 2).unwrap();
+        let y = Buf::new(&mut alloc, DType::F32, 8).unwrap();
+        let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
+        // Different engines write the three buffers, so each dependency shows up as a wait.
+        let load_x = e.push(Engine::Dma, Op::Memset(trnsim::Memset { dst: x.cols(4, 0, 8), value: 1.0 }), &[], &[x.slot]);
+        let set_stats = e.push(Engine::Gpsimd, Op::Memset(trnsim::Memset { dst: stats.cols(4, 0, 2), value: 2.0 }), &[], &[stats.slot]);
+        // y = (x · stats[:, 1]) + 3: reads x and the stats column, writes y.
+        let scale = e.tensor_scalar(
+            Engine::Vector,
+            y.at(4, 0, 8),
+            x.at(4, 0, 8),
+            AluOp::Multiply,
+            stats.scalar(4, 1),
+            Some((AluOp::Add, Scalar::Imm(3.0))),
+        );
+        // exp(y + stats[:, 0]) on ScalarE into x: waits for the writers of y (VectorE) and of
+        // the stats (GpSimd), and for x's last writer and readers on other engines.
+        let exp = e.activation(x.at(4, 0, 8), ActFunc::Exp, y.at(4, 0, 8), Some(stats.scalar(4, 0)));
+        let p = e.finish();
+        assert_eq!(p.instructions[scale].wait, vec![load_x as u32, set_stats as u32]);
+        assert_eq!(p.instructions[exp].wait, vec![load_x as u32, set_stats as u32, scale as u32]);
+        let Op::TensorScalar(ts) = &p.instructions[scale].op else { panic!("not tensor_scalar") };
+        assert_eq!(ts.operand0, ScalarOperand::Tile(stats.cols(4, 1, 1)));
+        assert_eq!(ts.operand1, Some(ScalarOperand::Imm(3.0)));
+        assert_eq!(ts.dst, y.cols(4, 0, 8));
+    }
+
+    #[test]
     fn allocator_limits() {
         let t = trnsim::TargetName::Trn1.params();
         let mut a = SbufAllocator::new(&t);
