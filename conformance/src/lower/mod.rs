@@ -19,6 +19,7 @@ pub mod binary_ext;
 pub mod comparison;
 pub mod conv;
 pub mod creation;
+pub mod grid_sample;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -269,6 +270,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("upsample_nearest2d.vec", pad::lower_upsample_nearest),
     ("upsample_bilinear2d.vec", pad::lower_upsample_bilinear),
     ("col2im", pad::lower_col2im),
+    ("grid_sampler_2d", grid_sample::lower),
     ("avg_pool1d", pooling::lower),
     ("avg_pool2d", pooling::lower),
     ("avg_pool3d", pooling::lower),
