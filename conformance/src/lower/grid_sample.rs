@@ -22,18 +22,21 @@
 //! correctly rounded reciprocal of that constant; its only use is `trunc`, which differs from
 //! a true division only when the quotient lies within an ulp of an integer.
 //!
-//! Not covered: NaN grid values with border/reflection padding (VectorE max/min propagate
-//! NaN, where PyTorch's clamp order maps NaN to 0) — the result is NaN instead of a border
-//! sample; inputs of 2^24 or more elements (offset arithmetic in fp32) → `Unsupported`.
+//! Non-finite grid values follow PyTorch too: border/reflection clip NaN to 0 (its clamp
+//! operand order), and nearest's int conversion (int32 for f32: out of bounds; int16 for
+//! bf16/f16: index 0) is reproduced on top of the saturating cast. Limit: inputs of 2^24 or
+//! more elements (offset arithmetic in fp32) → `Unsupported`. Not reproduced: PyTorch's bf16/f16
+//! kernel also forms `y·sH + x·sW` in int16, so planes above 32767 elements read wrapped
+//! (wrong, possibly out-of-bounds) addresses there — undefined behaviour; this lowering gathers
+//! the addressed element.
 
 use super::binary::{dev, dma};
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
-    OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy,
-    TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
+    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -236,9 +239,12 @@ impl Builder {
             return;
         }
         let w = v.ap.free_elems();
-        let (abs, q, fl, other) =
-            (s.a.view(self.p, 0, vec![[1, w as i64]]), s.b.view(self.p, 0, vec![[1, w as i64]]),
-             s.f.view(self.p, 0, vec![[1, w as i64]]), s.c.view(self.p, 0, vec![[1, w as i64]]));
+        let (abs, q, fl, other) = (
+            s.a.view(self.p, 0, vec![[1, w as i64]]),
+            s.b.view(self.p, 0, vec![[1, w as i64]]),
+            s.f.view(self.p, 0, vec![[1, w as i64]]),
+            s.c.view(self.p, 0, vec![[1, w as i64]]),
+        );
         let int = s.i.view(self.p, 0, vec![[1, w as i64]]);
         // abs_in = |in − low|
         self.ts2(&abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
@@ -260,12 +266,32 @@ impl Builder {
     fn pad(&mut self, v: &Opnd, ax: &Axis, padding: Padding, s: &Scratch) {
         match padding {
             Padding::Zeros => {}
-            Padding::Border => self.ts2(v, v, AluOp::Max, 0.0, AluOp::Min, ax.max_val),
+            Padding::Border => self.clip(v, ax, s),
             Padding::Reflection => {
                 self.reflect(v, ax, s);
-                self.ts2(v, v, AluOp::Max, 0.0, AluOp::Min, ax.max_val);
+                self.clip(v, ax, s);
             }
         }
+    }
+
+    /// `clip_coordinates`: `min(max_val, max(0, v))` in place, where PyTorch's operand order
+    /// (`clamp_min(Vec(0), in)`, an x86 max returning its second operand on NaN) turns NaN into
+    /// 0. VectorE max/min propagate NaN, so NaN lanes are replaced by 0 first: a predicated
+    /// copy of the lanes where `v == v` over a zeroed tile.
+    fn clip(&mut self, v: &Opnd, ax: &Axis, s: &Scratch) {
+        let w = v.ap.free_elems() as i64;
+        let (is_num, clean) = (s.u.view(self.p, 0, vec![[1, w]]), s.c.view(self.p, 0, vec![[1, w]]));
+        let clean = Opnd { ap: AccessPattern { dtype: v.ap.dtype, ..clean.ap }, slot: clean.slot };
+        self.tt(&is_num, v, v, AluOp::IsEqual);
+        self.memset(Engine::Vector, &clean, 0.0);
+        let op = Op::TensorCopyPredicated(TensorCopyPredicated {
+            dst: clean.ap.clone(),
+            src: v.ap.clone(),
+            predicate: is_num.ap.clone(),
+            reverse_pred: false,
+        });
+        self.push(Engine::Vector, op, &[v, &is_num, &clean], &clean);
+        self.ts2(v, &clean, AluOp::Max, 0.0, AluOp::Min, ax.max_val);
     }
 
     /// `unnormalize`: `(g + 1)·scaling_factor`, minus 0.5 without align_corners.
@@ -353,6 +379,8 @@ struct Scratch {
     f: Tile,
     /// int32 (round-to-nearest casts).
     i: Tile,
+    /// u8 (predicates).
+    u: Tile,
 }
 
 fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<i64, LowerError> {
@@ -403,9 +431,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
     let numel = n * c * h * w;
     if numel >= MAX_INPUT_ELEMS {
-        return Err(req.unsupported(format!(
-            "{numel} input elements: tap offsets are computed in fp32, exact below 2^24"
-        )));
+        return Err(
+            req.unsupported(format!("{numel} input elements: tap offsets are computed in fp32, exact below 2^24"))
+        );
     }
     let mut program = Program::new(target);
     program.declare(in_name, cd, &im.shape, HbmRole::Input);
@@ -443,6 +471,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         c: b.tile(cd, 4)?,
         f: b.tile(DType::F32, 4)?,
         i: b.tile(DType::I32, 4)?,
+        u: b.tile(DType::U8, 4)?,
     };
     // Per axis: source coordinate, base (floor/round), fractional part, tap coordinates (as
     // PyTorch holds them: fp32 ints for bilinear/nearest, compute dtype for bicubic), tap
@@ -512,6 +541,19 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             // round half to even: the cast on write to int32.
                             b.copy(&int1, &x);
                             b.copy(&bs, &int1);
+                            // NaN/±inf coordinates: PyTorch converts to an int of the
+                            // dtype's width — int32 INT_MIN (out of bounds) for f32; for bf16/f16
+                            // int16, whose low bits of INT_MIN are 0 (in bounds). The saturating
+                            // cast gives 0 for NaN and ±(2^31−1) for ±inf, so f32 adds `x − x`
+                            // (NaN exactly for them) and bf16/f16 multiply by `x − x == 0`.
+                            let non_finite = s.f.col(p, 0);
+                            b.tt(&non_finite, &x, &x, AluOp::Subtract);
+                            if cd == DType::F32 {
+                                b.tt(&bs, &bs, &non_finite, AluOp::Add);
+                            } else {
+                                b.ts(&non_finite, &non_finite, AluOp::IsEqual, 0.0, false);
+                                b.tt(&bs, &bs, &non_finite, AluOp::Multiply);
+                            }
                         }
                         b.tt(&tc, &base_bcast, &tcst, AluOp::Add);
                     }
@@ -533,7 +575,14 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     }
                 }
                 let tf = tapf[d].all(p);
-                b.copy(&tf, &tc);
+                if interp == Interp::Bicubic && padding != Padding::Zeros {
+                    // PyTorch truncates the padded tap coordinate to an int; in bf16/f16 a
+                    // reflected coordinate can be a half-integer (`|x − low|` rounds). ≥ 0 after
+                    // the clip, so trunc = floor.
+                    b.floor(&tf, &tc, &s.i.view(p, 0, vec![[1, k as i64]]));
+                } else {
+                    b.copy(&tf, &tc);
+                }
                 b.in_bounds(&mask[d].all(p), &tf, ax.size, &s.f.view(p, 0, vec![[1, k as i64]]));
             }
             // Offsets n·C·H·W + y·W + x and validity of every (y tap, x tap) pair.
@@ -577,7 +626,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         dst: dst.ap.clone(),
                         src,
                         accumulate: false,
-                        indirect: Some(Indirect { side: IndirectSide::Src, index: index.ap.clone(), row_step: 1, oob: OobMode::Skip }),
+                        indirect: Some(Indirect {
+                            side: IndirectSide::Src,
+                            index: index.ap.clone(),
+                            row_step: 1,
+                            oob: OobMode::Skip,
+                        }),
                     });
                     b.push(Engine::Dma, op, &[&index, &dst], &dst);
                 }
