@@ -672,3 +672,101 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
     Ok(Lowered::new(b.e.finish()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{OpCall, TensorMeta};
+    use crate::tensor::TorchDType;
+    use std::collections::BTreeMap;
+    use trnsim::{Executor, HostTensor};
+
+    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
+        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+    }
+
+    /// `grid_sampler_2d(input, grid, mode, padding, align)` with the given metadata.
+    fn lower_call(
+        metas: [(TorchDType, &[usize]); 3],
+        mode: i64,
+        padding: i64,
+        align: bool,
+    ) -> Result<Lowered, LowerError> {
+        let tensors: BTreeMap<String, TensorMeta> = ["input.0", "input.1", "output.0"]
+            .iter()
+            .zip(metas)
+            .map(|(name, (dtype, shape))| (name.to_string(), meta(dtype, shape)))
+            .collect();
+        let call = OpCall {
+            args: vec![
+                Value::Tensor("input.0".into()),
+                Value::Tensor("input.1".into()),
+                Value::Int(mode),
+                Value::Int(padding),
+                Value::Bool(align),
+            ],
+            kwargs: BTreeMap::new(),
+        };
+        let outputs = vec![Value::Tensor("output.0".into())];
+        let req = LowerRequest { op: "grid_sampler_2d", call: &call, tensors: &tensors, outputs: &outputs };
+        lower(&req, TargetName::Trn1)
+    }
+
+    #[test]
+    fn malformed_calls_are_typed_errors() {
+        use TorchDType::{F16, F32, I64};
+        let ok: [(TorchDType, &[usize]); 3] = [(F32, &[1, 2, 4, 5]), (F32, &[1, 3, 3, 2]), (F32, &[1, 2, 3, 3])];
+        assert!(lower_call(ok, 0, 0, false).is_ok());
+        let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
+        let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
+        assert!(invalid(lower_call(ok, 3, 0, false)), "interpolation mode 3");
+        assert!(invalid(lower_call(ok, 0, -1, false)), "padding mode -1");
+        assert!(invalid(lower_call([ok[0], (F32, &[1, 3, 3, 3]), ok[2]], 0, 0, false)), "grid of 3 coordinates");
+        assert!(invalid(lower_call([ok[0], (F32, &[2, 3, 3, 2]), ok[2]], 0, 0, false)), "batch mismatch");
+        assert!(invalid(lower_call([ok[0], ok[1], (F32, &[1, 2, 3, 4])], 0, 0, false)), "output shape");
+        assert!(unsupported(lower_call([ok[0], (F16, &[1, 3, 3, 2]), ok[2]], 0, 0, false)), "mixed dtypes");
+        assert!(unsupported(lower_call(
+            [(I64, &[1, 2, 4, 5]), (I64, &[1, 3, 3, 2]), (I64, &[1, 2, 3, 3])],
+            0,
+            0,
+            false
+        )));
+        assert!(unsupported(lower_call([(F32, &[1, 1, 4096, 4096]), ok[1], (F32, &[1, 1, 3, 3])], 0, 0, false)));
+    }
+
+    /// Nearest sampling at the pixel centres (align_corners) reproduces the input, across two
+    /// point tiles (150 points) and two channel chunks (600 channels).
+    #[test]
+    fn sampling_the_pixel_centres_copies_the_input() {
+        let (c, h, w) = (600usize, 3usize, 50usize);
+        let shape_in = [1, c, h, w];
+        let shape_grid = [1, h, w, 2];
+        let shape_out = [1, c, h, w];
+        let l = lower_call(
+            [(TorchDType::F32, &shape_in), (TorchDType::F32, &shape_grid), (TorchDType::F32, &shape_out)],
+            1,
+            0,
+            true,
+        )
+        .expect("lowers");
+        let input: Vec<f32> = (0..c * h * w).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let grid: Vec<f32> = (0..h * w)
+            .flat_map(|p| {
+                let (y, x) = (p / w, p % w);
+                [-1.0 + 2.0 * x as f32 / (w - 1) as f32, -1.0 + 2.0 * y as f32 / (h - 1) as f32]
+            })
+            .collect();
+        let host = |shape: &[usize], v: &[f32]| HostTensor {
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let inputs =
+            [("input.0".to_string(), host(&shape_in, &input)), ("input.1".to_string(), host(&shape_grid, &grid))]
+                .into();
+        let out = Executor::new(TargetName::Trn1).run(&l.program, &inputs).expect("runs").outputs;
+        let got: Vec<f32> =
+            out["output.0"].data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        assert_eq!(got, input);
+    }
+}
