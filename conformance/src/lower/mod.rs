@@ -21,6 +21,7 @@ pub mod conv;
 pub mod conv_backward;
 pub mod creation;
 pub mod distance;
+pub mod grid_sample;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -274,6 +275,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("upsample_nearest2d.vec", pad::lower_upsample_nearest),
     ("upsample_bilinear2d.vec", pad::lower_upsample_bilinear),
     ("col2im", pad::lower_col2im),
+    ("grid_sampler_2d", grid_sample::lower),
     ("avg_pool1d", pooling::lower),
     ("avg_pool2d", pooling::lower),
     ("avg_pool3d", pooling::lower),

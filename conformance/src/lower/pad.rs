@@ -503,7 +503,8 @@ pub fn lower_upsample_nearest(
 
 /// PyTorch's `compute_indices_weights_linear` for one dim (fp32 opmath): source index
 /// `align_corners ? scale·o : max(scale·(o + 0.5) − 0.5, 0)`, `i0 = ⌊real⌋`, `λ1 = min(real − i0,
-/// 1)`, `λ0 = 1 − λ1`, `i1 = i0 + (i0 < in − 1)`; weights stored in the tensor's dtype.
+/// 1)` stored in the tensor's dtype, `λ0 = 1 − λ1` from that stored value (also stored),
+/// `i1 = i0 + (i0 < in − 1)`.
 fn linear_weights(
     input: i64,
     output: i64,
@@ -535,10 +536,13 @@ fn linear_weights(
                 (s * (o as f32 + 0.5) - 0.5).max(0.0)
             };
             let i0 = real as i64;
-            let l1 = (real - i0 as f32).min(1.0);
-            let l0 = 1.0 - l1;
+            // λ1 is stored in the tensor's dtype first and λ0 is derived from the *stored* λ1
+            // (`lambda0 = scalar_t(1) − lambda1` in compute_source_index_and_lambda): for bf16
+            // that differs from rounding an fp32 `1 − λ1` (upsample_bilinear2d bf16 stress_0).
+            let l1 = round((real - i0 as f32).min(1.0));
+            let l0 = round(1.0 - l1);
             let i1 = i0 + if i0 < input - 1 { 1 } else { 0 };
-            (i0, i1, round(l0), round(l1))
+            (i0, i1, l0, l1)
         })
         .collect()
 }
