@@ -204,6 +204,21 @@ impl Expectations {
     }
 }
 
+/// The committed expectations file for an executor (`sim`, or a process executor's mode):
+/// expectations describe what runs, so they are per executor.
+/// * `sim` and the process `nki` mode run the team's lowering (the nki stand-in reproduces the
+///   simulator bit for bit; on a device a difference is a finding): `conformance/expectations.toml`.
+/// * The process `torch` mode (and the `echo` protocol test) run PyTorch's own op:
+///   `conformance/expectations-torch.toml`.
+pub fn default_path_for(executor: &str, mode: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if executor == "sim" || mode == "nki" {
+        dir.join("expectations.toml")
+    } else {
+        dir.join("expectations-torch.toml")
+    }
+}
+
 /// Glob match with `*` (any run, also empty) and `?` (one character).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();

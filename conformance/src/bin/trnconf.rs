@@ -170,7 +170,8 @@ enum Command {
         /// write FILE as --json would. Give the same selection options as the first run.
         #[arg(long, value_name = "FILE")]
         resume: Option<PathBuf>,
-        /// Expectations file (default: conformance/expectations.toml).
+        /// Expectations file (default: conformance/expectations.toml for `--executor sim` and
+        /// `--mode nki`, conformance/expectations-torch.toml for `--mode torch` and `echo`).
         #[arg(long, value_name = "FILE")]
         expectations: Option<PathBuf>,
         /// How many of the slowest cases to list at the end.
@@ -476,7 +477,8 @@ fn run(a: RunArgs) -> ExitCode {
     };
     let expectations_path = a
         .expectations
-        .unwrap_or_else(trnconf::default_expectations_path);
+        .clone()
+        .unwrap_or_else(|| trnconf::expect::default_path_for(&a.executor, &a.mode));
     let expectations = match Expectations::load(&expectations_path) {
         Ok(e) => e,
         Err(e) => return bad_input(e),
@@ -520,7 +522,9 @@ fn run(a: RunArgs) -> ExitCode {
         golden: index.dir.display().to_string(),
         filter: a.filter.clone(),
         shard: a.shard.map(|s| format!("{}/{}", s.index, s.count)),
+        expectations: Some(expectations_path.display().to_string()),
     };
+    eprintln!("expectations: {}", expectations_path.display());
     // What a previous, interrupted run already did.
     let mut done = Loaded::default();
     if let Some(r) = &a.resume {
@@ -788,6 +792,14 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
     }
     let (changes, unchanged) = report::diff::diff(&la, &lb);
     print!("{}", report::diff::render_text(&changes, unchanged));
+    // A multi-backend run (nki mode) also gets its three-way table: sim vs simulate_kernel vs
+    // hardware (or sim vs the stand-in).
+    for (path, run) in [(a, &la), (b, &lb)] {
+        let table = report::diff::render_backends(run);
+        if !table.is_empty() {
+            print!("\n{}:\n{table}", path.display());
+        }
+    }
     if let Some(h) = html {
         let page = report::diff::render_html(
             &a.display().to_string(),
