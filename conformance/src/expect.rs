@@ -385,6 +385,20 @@ mod tests {
         Expectations::parse(s, Path::new("expectations.toml"))
     }
 
+    /// Expectations are per executor: the lowering's list for sim and nki, the torch list
+    /// (committed, loadable) for PyTorch's own op.
+    #[test]
+    fn default_file_per_executor() {
+        let name = |e: &str, m: &str| default_path_for(e, m).file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name("sim", "torch"), "expectations.toml", "--mode only matters for process executors");
+        assert_eq!(name("process:python x.py", "nki"), "expectations.toml");
+        assert_eq!(name("process:python x.py", "torch"), "expectations-torch.toml");
+        assert_eq!(name("process:python x.py", "echo"), "expectations-torch.toml");
+        for (e, m) in [("sim", "torch"), ("process:x", "torch")] {
+            Expectations::load(&default_path_for(e, m)).unwrap();
+        }
+    }
+
     const SAMPLE: &str = r#"
 [[expect]]
 ops = ["sort", "topk"]

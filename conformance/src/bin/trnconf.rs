@@ -524,7 +524,6 @@ fn run(a: RunArgs) -> ExitCode {
         shard: a.shard.map(|s| format!("{}/{}", s.index, s.count)),
         expectations: Some(expectations_path.display().to_string()),
     };
-    eprintln!("expectations: {}", expectations_path.display());
     // What a previous, interrupted run already did.
     let mut done = Loaded::default();
     if let Some(r) = &a.resume {
@@ -564,6 +563,8 @@ fn run(a: RunArgs) -> ExitCode {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    // Printed once the input is known good (bad input gets exactly one line).
+    eprintln!("expectations: {}", expectations_path.display());
     let progress = Progress::new(entries.len());
     let write_error: Mutex<Option<String>> = Mutex::new(None);
     let on_result = |r: &CaseResult| {
