@@ -657,9 +657,10 @@ sys.exit(te.main(sys.argv[1:]))
     let json = dir.path().join("r.json");
     let spec = format!("process:{py} {}", s(&fake));
     let none = common::no_expectations(dir.path());
+    let art = dir.path().join("art");
     let o = trnconf(&[
         "run", "--golden", s(dir.path()), "--expectations", s(&none), "--executor", &spec, "--mode", "nki",
-        "--json", s(&json), "-j", "1",
+        "--json", s(&json), "-j", "1", "--artifacts", s(&art),
     ]);
     assert_eq!(code(&o), 1, "hardware is perturbed: the cases fail\n{}\n{}", stdout(&o), stderr(&o));
     let v = common::read_json(&json);
@@ -682,6 +683,14 @@ sys.exit(te.main(sys.argv[1:]))
         "{case}"
     );
     assert_eq!(case["status"], "fail", "the case is judged by the first backend (hardware)");
+    // --artifacts keeps what each request used and produced: kernel, inputs, every backend.
+    let kept: Vec<String> = std::fs::read_dir(&art)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for suffix in [".kernel.py", ".in.safetensors", ".out.safetensors", ".out.safetensors.simulate_kernel.safetensors"] {
+        assert_eq!(kept.iter().filter(|f| f.ends_with(suffix)).count(), 2, "{suffix}: {kept:?}");
+    }
     let o = trnconf(&["diff", s(&json), s(&json)]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = stdout(&o);

@@ -479,12 +479,16 @@ def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, 
         if bias is not None:
             t = t + _scalar(bias, p)
     y = _act_eval(op.name, np.asarray(t, dtype=np.float32))
+    # trnsim passes every function value through its ALU (a bypass), whose NaN results are
+    # canonical: gelu(-inf) = -inf * 0 is 0x7FC00000 there, not the host's negative NaN.
+    y = np.where(np.isnan(y), CANONICAL_NAN, y).astype(np.float32)
     lanes = data.lanes()
     if reduce_cmd != "idle":
         sums = np.zeros(p, dtype=np.float32)
         with np.errstate(all="ignore"):
             for j in range(y.shape[1]):
                 sums = sums + y[:, j]
+            sums = np.where(np.isnan(sums), CANONICAL_NAN, sums).astype(np.float32)
             if reduce_cmd == "reset":
                 _ACT_ACC[lanes] = 0.0
             elif reduce_cmd == "reduce":

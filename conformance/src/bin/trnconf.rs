@@ -192,6 +192,11 @@ enum Command {
         /// With --executor process: seconds per case before the executor is killed (timeout).
         #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
         timeout: f64,
+        /// With --executor process: keep every request's files in DIR (the emitted kernels, device
+        /// inputs and each backend's outputs in nki mode; the executor's NEFFs and logs) instead
+        /// of a temporary directory deleted as the run goes.
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
     },
     /// Compare two results files case by case.
     #[command(after_help = DIFF_EXAMPLES)]
@@ -299,6 +304,7 @@ fn main() -> ExitCode {
             executor,
             mode,
             timeout,
+            artifacts,
         } => run(RunArgs {
             golden: golden.golden,
             filter,
@@ -315,6 +321,7 @@ fn main() -> ExitCode {
             executor,
             mode,
             timeout,
+            artifacts,
         }),
         Command::Diff { a, b, html } => diff(&a, &b, html.as_deref()),
         Command::List {
@@ -408,6 +415,7 @@ struct RunArgs {
     executor: String,
     mode: String,
     timeout: f64,
+    artifacts: Option<PathBuf>,
 }
 
 struct ExecutorArgs {
@@ -415,6 +423,7 @@ struct ExecutorArgs {
     mode: String,
     timeout: f64,
     target: TargetName,
+    artifacts: Option<PathBuf>,
 }
 
 /// The executor `--executor` names (the process executor after its handshake).
@@ -431,6 +440,10 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
     let mut config = ProcessConfig::new(cmd, a.mode.clone());
     config.timeout = Duration::from_secs_f64(a.timeout);
     config.target = a.target;
+    if let Some(dir) = &a.artifacts {
+        config.artifacts_dir = Some(dir.clone());
+        config.keep_artifacts = true;
+    }
     let ex = ProcessExecutor::new(config).map_err(bad_input)?;
     let hello = ex.hello().map_err(bad_input)?;
     eprintln!(
@@ -511,6 +524,7 @@ fn run(a: RunArgs) -> ExitCode {
         mode: a.mode.clone(),
         timeout: a.timeout,
         target: a.target,
+        artifacts: a.artifacts.clone(),
     }) {
         Ok(e) => e,
         Err(code) => return code,
