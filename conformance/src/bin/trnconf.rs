@@ -637,6 +637,11 @@ fn run(a: RunArgs) -> ExitCode {
     }
     println!();
     print!("{}", report::summary::render(&records, a.slowest));
+    // nki mode: every backend next to trnsim (the three-way table of docs/hardware.md, E).
+    let backends = report::diff::render_backends_of(records.iter().copied());
+    if !backends.is_empty() {
+        print!("\n{backends}");
+    }
     let elapsed = start.elapsed();
     let peak = report::peak_rss_kib();
     println!(

@@ -175,8 +175,13 @@ tr.status{{background:#fff4d6}}.s-pass{{color:#176c2c}}.s-fail,.s-error,.s-xpass
 /// golden and how many have the simulator's bits, then every case where the backends disagree
 /// (a status or any bit). Empty when no case of the run has backends.
 pub fn render_backends(run: &Loaded) -> String {
+    render_backends_of(run.records())
+}
+
+/// [`render_backends`] over any records (the `trnconf run` summary uses it too).
+pub fn render_backends_of<'a>(records: impl IntoIterator<Item = &'a super::CaseRecord>) -> String {
     use std::collections::BTreeMap;
-    let with: Vec<_> = run.records().filter(|r| !r.backends.is_empty()).collect();
+    let with: Vec<&super::CaseRecord> = records.into_iter().filter(|r| !r.backends.is_empty()).collect();
     if with.is_empty() {
         return String::new();
     }
@@ -197,7 +202,7 @@ pub fn render_backends(run: &Loaded) -> String {
         }
         let first = &r.backends[0].status;
         if r.backends.iter().any(|b| !b.same_bits_as_sim || &b.status != first) {
-            disagree.push(*r);
+            disagree.push(r);
         }
     }
     let names = order.join(" vs ");
