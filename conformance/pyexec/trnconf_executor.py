@@ -33,6 +33,14 @@ import sys
 import time
 import traceback
 
+# The CPU kernel flavour and thread count golden/generate.py pins, set before anything imports
+# torch: ATen's AVX2/AVX512 kernels round differently in the last ulp from the scalar ones (e.g.
+# fmod/remainder, the group-norm affine step), so CPU torch reproduces its own goldens only with
+# the same pins. They do not affect the XLA device; an explicit environment value wins.
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 PROTOCOL = 1
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK_MODULES = ["torch", "torch_neuronx", "torch_xla", "neuronxcc", "nki", "numpy"]
@@ -88,6 +96,11 @@ def instance_type():
         return None
 
 
+def neuron_device_present():
+    import glob
+    return bool(glob.glob("/dev/neuron[0-9]*"))
+
+
 def nki_standin_available():
     return os.path.isfile(os.path.join(HERE, "nki_standin", "__init__.py"))
 
@@ -115,12 +128,14 @@ class Executor:
         else:
             use_xla = self.requested_device == "xla" or (self.requested_device == "auto" and self.sdk["torch_xla"])
             modes["torch"] = {"available": True, "reason": "", "device": "xla" if use_xla else "cpu"}
-        # nki
+        # nki: every backend this host has; the first is the result the case is judged by.
         if self.sdk["neuronxcc"] is not None:
-            modes["nki"] = {"available": False, "reason": "neuronxcc is importable, but the hardware NKI path "
-                            "(neuronxcc.nki.baremetal) is not implemented yet: see the hook in run_nki()"}
+            backends = (["hardware"] if neuron_device_present() else []) + ["simulate_kernel"]
+            modes["nki"] = {"available": True, "reason": "", "backends": backends,
+                            "backend": "neuronxcc " + self.sdk["neuronxcc"]}
         elif nki_standin_available():
-            modes["nki"] = {"available": True, "reason": "", "backend": "nki_standin (numpy stand-in, not AWS's simulator)"}
+            modes["nki"] = {"available": True, "reason": "", "backends": ["nki_standin"],
+                            "backend": "nki_standin (numpy stand-in, not AWS's simulator)"}
         else:
             modes["nki"] = {"available": False, "reason": "neither neuronxcc nor conformance/pyexec/nki_standin is available"}
         return modes
@@ -170,17 +185,28 @@ class Executor:
                     time.sleep(3600)
             if inject == "slow":
                 time.sleep(self.slow_seconds)
+            by_backend = None
             if mode == "echo":
                 outputs, values = run_echo(req)
             elif mode == "torch":
                 outputs, values = run_torch(req, info["device"])
             else:
-                outputs, values = run_nki(req)
+                by_backend, values = run_nki(req, info), {}
+                outputs = by_backend[info["backends"][0]]
             if inject in ("nan", "perturb", "wrong-shape", "wrong-dtype"):
                 outputs = corrupt(outputs, inject)
             os.makedirs(os.path.dirname(os.path.abspath(req["output"])), exist_ok=True)
             write_outputs(req["output"], outputs, values)
             res["outputs"] = req["output"]
+            if by_backend is not None:
+                # One file per backend; the first (the result) is `outputs` itself.
+                primary = info["backends"][0]
+                res["backends"] = {primary: req["output"]}
+                for name, tensors in by_backend.items():
+                    if name != primary:
+                        path = f"{req['output']}.{name}.safetensors"
+                        write_outputs(path, tensors, {})
+                        res["backends"][name] = path
         except CaseError as e:
             res["status"], res["message"] = e.status, e.message
         except Timeout:
@@ -312,15 +338,33 @@ def run_echo(req):
     return outputs, values
 
 
-def run_nki(req):
-    """Hook for the kernel-level path. The request names the emitted kernel (`kernel`, a Python file
-    from conformance/src/emit_nki.rs) and `device_inputs` (a safetensors file of the program inputs);
-    the stand-in writes the program outputs. On trn1 (neuronxcc importable) this is where
-    `neuronxcc.nki.baremetal` goes (docs/executor-protocol.md, "nki mode")."""
+def run_nki(req, info):
+    """Runs the emitted kernel the request names (`kernel`, a Python file from
+    conformance/src/emit_nki.rs) on the program inputs (`device_inputs`: device bits by program
+    tensor name) on every backend this host has, and returns {backend: outputs} (program outputs
+    by program tensor name, raw device bits):
+
+      hardware         neuronxcc.nki.baremetal on a NeuronCore (neuronxcc importable, /dev/neuron*)
+      simulate_kernel  neuronxcc.nki.simulate_kernel, AWS's CPU simulator (neuronxcc importable)
+      nki_standin      the numpy stand-in conformance/pyexec/nki_standin (no neuronxcc)
+
+    The Rust side compares each with the golden and with its own simulator: the three-way report
+    (docs/executor-protocol.md, "nki mode")."""
     kernel, dev_inputs = req.get("kernel"), req.get("device_inputs")
     if not kernel or not dev_inputs:
         raise CaseError("unsupported", "mode nki needs `kernel` and `device_inputs` in the request "
-                        "(the Rust side does not send emitted NKI kernels yet)")
+                        "(this trnconf does not send emitted NKI kernels)")
+    try:
+        with open(kernel) as f:
+            compile(f.read(), kernel, "exec")
+    except SyntaxError as e:
+        raise CaseError("compile_error", f"{kernel}: {e}") from e
+    if info.get("backends") == ["nki_standin"]:
+        return {"nki_standin": run_standin(kernel, dev_inputs, req["output"])}
+    return run_neuronxcc(kernel, dev_inputs, info["backends"])
+
+
+def run_standin(kernel, dev_inputs, output):
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     try:
@@ -328,18 +372,69 @@ def run_nki(req):
         importlib.import_module("nki_standin").install()
     except Exception as e:  # noqa: BLE001
         raise CaseError("unsupported", f"nki_standin does not import: {type(e).__name__}: {e}") from e
-    try:
-        compile(open(kernel).read(), kernel, "exec")
-    except SyntaxError as e:
-        raise CaseError("compile_error", f"{kernel}: {e}") from e
-    tmp = req["output"] + ".dev.safetensors"
+    tmp = output + ".standin.safetensors"
     try:
         standin_main.run_one(kernel, dev_inputs, tmp)
     except Exception as e:  # noqa: BLE001
         raise CaseError("runtime_error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from e
     _, tensors = load_case_np_plain(tmp)
     os.remove(tmp)
-    return tensors, {}
+    return tensors
+
+
+# numpy dtypes of safetensors tags for the Neuron SDK path (bf16 / fp8 through ml_dtypes, which
+# the SDK's NKI depends on).
+def _np_dtype(tag):
+    if tag in ("BF16", "F8_E4M3", "F8_E5M2"):
+        import ml_dtypes
+        return {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
+                "F8_E5M2": ml_dtypes.float8_e5m2}[tag]
+    return {"F32": "<f4", "F16": "<f2", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2",
+            "U32": "<u4", "BOOL": "bool"}[tag]
+
+
+def _tag_of(a):
+    name = str(a.dtype)
+    return {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
+            "float8_e5m2": "F8_E5M2", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+            "uint16": "U16", "uint32": "U32", "bool": "BOOL"}[name]
+
+
+def run_neuronxcc(kernel_path, dev_inputs, backends):
+    """The Neuron SDK path (SDK 2.26-2.28, legacy `neuronxcc.nki`). NOT YET RUN ON A DEVICE: the
+    first hardware night checks it (docs/hardware.md, "First night")."""
+    import numpy as np
+    import neuronxcc.nki as nki
+    spec = importlib.util.spec_from_file_location("emitted_kernel", kernel_path)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # noqa: BLE001
+        raise CaseError("compile_error", f"{type(e).__name__}: {e}") from e
+    _, raw = load_case_np_plain(dev_inputs)
+    args = [np.frombuffer(raw[n][2], _np_dtype(raw[n][0])).reshape(raw[n][1]) for n in mod.INPUT_NAMES]
+    func = getattr(mod.kernel, "func", None) or getattr(mod.kernel, "__wrapped__", None) or mod.kernel
+    results = {}
+    for backend in backends:
+        try:
+            if backend == "simulate_kernel":
+                out = nki.simulate_kernel(mod.kernel, *args)
+            else:
+                out = nki.baremetal(func)(*args)
+        except Exception as e:  # noqa: BLE001
+            text = f"{backend}: {type(e).__name__}: {e}"
+            status = "compile_error" if "ompil" in text or "nki" in type(e).__module__ else "runtime_error"
+            raise CaseError(status, text.splitlines()[0][:2000]) from e
+        outs = out if isinstance(out, tuple) else (out,)
+        if len(outs) != len(mod.OUTPUT_NAMES):
+            raise CaseError("runtime_error", f"{backend}: the kernel returned {len(outs)} tensors, "
+                            f"expected {len(mod.OUTPUT_NAMES)}")
+        tensors = {}
+        for name, o in zip(mod.OUTPUT_NAMES, outs):
+            a = np.ascontiguousarray(np.asarray(o))
+            tensors[name] = (_tag_of(a), list(a.shape), a.tobytes())
+        results[backend] = tensors
+    return results
 
 
 def load_case_np_plain(path):
@@ -378,6 +473,17 @@ def torch_env(device):
         else:
             _TORCH["device"] = torch.device("cpu")
             _TORCH["sync"] = lambda: None
+        # The settings golden/generate.py runs under, so that CPU torch reproduces its own goldens:
+        # one intra-op thread (the reduction split of multi-threaded CPU kernels, e.g. the
+        # weight/bias gradients of native_layer_norm_backward, depends on the thread count),
+        # deterministic algorithms, and uninitialised memory (empty*, resize_) filled with NaN /
+        # the integer max.
+        torch.set_num_threads(1)
+        torch.set_default_dtype(torch.float32)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        import warnings
+        warnings.filterwarnings("ignore")  # recorded edge cases make PyTorch warn; they are the point
     return _TORCH
 
 
@@ -396,20 +502,20 @@ def enc_float(x):
 
 
 def with_layout(torch, t, tm):
-    """The tensor with the strides and storage offset it had when the golden was made (they
-    matter for sym_stride, sym_storage_offset, sym_is_contiguous); data is stored contiguous."""
+    """A fresh copy of `t` with the strides and storage offset the generator's input had (the case
+    stores data contiguous; the layout is in its `tensors` entry). The generator called the op on
+    that very layout, and CPU kernels pick their code path (hence their summation order) by it, so
+    the layout matters for values too, not only for the sym_* layout queries. Overlapping layouts
+    (stride 0, from expand) are rebuilt by writing each element to its storage slot."""
     strides, offset = tm.get("strides"), tm.get("storage_offset", 0) or 0
-    if strides is None or t.dim() == 0 or t.numel() == 0:
-        return t
-    if list(strides) == list(t.stride()) and offset == 0:
-        return t
-    if any(st < 0 for st in strides):
-        return t
+    if strides is None or t.dim() == 0 or t.numel() == 0 or len(strides) != t.dim() or \
+            any(st < 0 for st in strides) or (list(strides) == list(t.stride()) and offset == 0):
+        return t.clone()
     span = offset + 1 + sum((n - 1) * st for n, st in zip(t.shape, strides))
     base = torch.zeros(span, dtype=t.dtype)
-    out = base.as_strided(t.shape, strides, offset)
-    out.copy_(t)
-    return out
+    slots = torch.arange(span).as_strided(t.shape, strides, offset).reshape(-1)
+    base[slots] = t.reshape(-1)
+    return base.as_strided(t.shape, strides, offset)
 
 
 def run_torch(req, device):
@@ -427,18 +533,21 @@ def run_torch(req, device):
             tm = meta["tensors"].get(name, {})
             if tm.get("dtype") == "c64":
                 t = torch.view_as_complex(t.contiguous())
-            # Strides and storage offset are informational except for the sym_* layout queries
-            # (docs/golden-format.md); elsewhere the op gets the contiguous tensor, as generated.
-            layout = meta["op"].startswith("sym_") and device == "cpu"
-            tensors[name] = with_layout(torch, t, tm) if layout else t.to(dev)
+            tensors[name] = t if device == "cpu" else t.to(dev)
+
+    def fresh(name):
+        """A new copy per use (in-place ops may write their inputs); on CPU with the recorded
+        strides and storage offset. On the XLA device tensors have no user-visible layout."""
+        if device == "cpu":
+            return with_layout(torch, tensors[name], meta["tensors"].get(name, {}))
+        return tensors[name].clone()
 
     def decode(v):
         (kind, x), = v.items()
         if kind == "tensor":
-            t = tensors[x]  # a clone would drop a sym_* query's storage offset
-            return t if meta["op"].startswith("sym_") else t.clone()  # in-place ops may write inputs
+            return fresh(x)
         if kind == "tensors":
-            return [None if n is None else tensors[n].clone() for n in x]
+            return [None if n is None else fresh(n) for n in x]
         if kind in ("int", "bool", "str"):
             return x
         if kind == "float":
@@ -511,7 +620,9 @@ def run_torch(req, device):
         else:
             if isinstance(got, torch.Tensor):
                 got = got.item()
-            if isinstance(got, bool):
+            if got is None:  # an output the call's mask turned off (e.g. native_layer_norm_backward)
+                values[str(pos)] = {"none": None}
+            elif isinstance(got, bool):
                 values[str(pos)] = {"bool": got}
             elif isinstance(got, int):
                 values[str(pos)] = {"int": got}

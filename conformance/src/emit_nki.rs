@@ -36,7 +36,8 @@
 //! `scalar_tensor_tensor`, `tensor_reduce`, `tensor_tensor_scan`, `tensor_scalar_reduce`,
 //! `tensor_copy`, `tensor_copy_predicated` (writes its `dst=` in place: unselected elements keep
 //! their value), `reciprocal`, `memset`, `iota`, `affine_select` (predicate `(affine) cmp 0`),
-//! `activation`, `tensor_partition_reduce`, `bn_stats`, `bn_aggr`, `max8`, `select_reduce`,
+//! `activation`, `tensor_partition_reduce`, `bn_stats`, `bn_aggr`, `max8`, `nc_match_replace8`
+//! (`dst_idx=` written in place), `select_reduce`,
 //! `set_rng_seed` / `rng` / `dropout` (trnsim's PCG32 generator in the stand-in; the hardware
 //! PRNG is unpublished, so on a device these give other random numbers), `dma_copy` (direct, and
 //! indirect with one free dimension per row). Anything else returns [`EmitError::Unsupported`]
@@ -825,6 +826,21 @@ impl<'a> Emitter<'a> {
                     nl_dtype(i.dst.dtype)
                 )
             }
+            Op::MatchReplace8(i) => {
+                // `dst_idx` is an output operand written in place, like `reduce_res`.
+                let mut s = format!(
+                    "{} = nisa.nc_match_replace8(data={}, vals={}, imm={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.data)?,
+                    self.ap(&i.vals)?,
+                    py_float(i.imm)
+                );
+                if let Some(d) = &i.dst_idx {
+                    write!(s, ", dst_idx={}", self.ap(d)?).unwrap();
+                }
+                write!(s, ", dtype={})", nl_dtype(i.dst.dtype)).unwrap();
+                s
+            }
             Op::SelectReduce(i) => {
                 let mut s = format!(
                     "{} = nisa.select_reduce(predicate={}, on_true={}, on_false={}",
@@ -884,6 +900,7 @@ impl<'a> Emitter<'a> {
                 | Op::BnStats(_)
                 | Op::BnAggr(_)
                 | Op::Max8(_)
+                | Op::MatchReplace8(_)
                 | Op::SelectReduce(_)
                 | Op::TensorPartitionReduce(_) => Ok(()),
                 Op::DmaCopy(_) => Ok(()),

@@ -204,6 +204,21 @@ impl Expectations {
     }
 }
 
+/// The committed expectations file for an executor (`sim`, or a process executor's mode):
+/// expectations describe what runs, so they are per executor.
+/// * `sim` and the process `nki` mode run the team's lowering (the nki stand-in reproduces the
+///   simulator bit for bit; on a device a difference is a finding): `conformance/expectations.toml`.
+/// * The process `torch` mode (and the `echo` protocol test) run PyTorch's own op:
+///   `conformance/expectations-torch.toml`.
+pub fn default_path_for(executor: &str, mode: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if executor == "sim" || mode == "nki" {
+        dir.join("expectations.toml")
+    } else {
+        dir.join("expectations-torch.toml")
+    }
+}
+
 /// Glob match with `*` (any run, also empty) and `?` (one character).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -368,6 +383,20 @@ mod tests {
 
     fn parse(s: &str) -> Result<Expectations, ExpectError> {
         Expectations::parse(s, Path::new("expectations.toml"))
+    }
+
+    /// Expectations are per executor: the lowering's list for sim and nki, the torch list
+    /// (committed, loadable) for PyTorch's own op.
+    #[test]
+    fn default_file_per_executor() {
+        let name = |e: &str, m: &str| default_path_for(e, m).file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name("sim", "torch"), "expectations.toml", "--mode only matters for process executors");
+        assert_eq!(name("process:python x.py", "nki"), "expectations.toml");
+        assert_eq!(name("process:python x.py", "torch"), "expectations-torch.toml");
+        assert_eq!(name("process:python x.py", "echo"), "expectations-torch.toml");
+        for (e, m) in [("sim", "torch"), ("process:x", "torch")] {
+            Expectations::load(&default_path_for(e, m)).unwrap();
+        }
     }
 
     const SAMPLE: &str = r#"

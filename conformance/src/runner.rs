@@ -36,6 +36,9 @@ pub struct CaseResult {
     pub wall_ms: f64,
     /// Why the case did not pass (or notes); empty for a plain pass.
     pub message: String,
+    /// Per-backend comparison when the executor ran several (nki mode), else empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<BackendResult>,
 }
 
 impl CaseResult {
@@ -51,6 +54,7 @@ impl CaseResult {
             wall_time: Duration::ZERO,
             wall_ms: 0.0,
             message: String::new(),
+            backends: Vec::new(),
         }
     }
 }
@@ -117,7 +121,14 @@ fn finish_case(
             }
         }
     } else {
-        execute_case(&case, executor, result)
+        match execute_case(&case, executor, result) {
+            Ok(r) => r,
+            Err(why) => {
+                result.status = Status::Skip;
+                result.message = why;
+                return;
+            }
+        }
     };
     let (status, note) = expect::resolve(outcome.outcome, expectation);
     result.status = status;
@@ -128,25 +139,29 @@ fn finish_case(
     };
 }
 
-/// Lowers, runs and compares a loaded case.
-fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResult) -> Raw {
+/// Lowers, runs and compares a loaded case. `Err`: the executor answered `unsupported` (the
+/// reason; the case is skipped).
+fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResult) -> Result<Raw, String> {
+    use crate::executor::FailureKind;
     let file = case.file.display();
     let lowered = match lower::lower(case, executor.target()) {
         Ok(l) => l,
-        Err(LowerError::NotLowered(op)) => return raw(Outcome::NotLowered, format!("op `{op}` is not lowered")),
-        Err(e) => return raw(Outcome::Error, format!("{file}: lowering: {e}")),
+        Err(LowerError::NotLowered(op)) => return Ok(raw(Outcome::NotLowered, format!("op `{op}` is not lowered"))),
+        Err(e) => return Ok(raw(Outcome::Error, format!("{file}: lowering: {e}"))),
     };
     if let Err(why) = check_compute_work(case, &lowered.program) {
-        return raw(Outcome::Fail, why);
+        return Ok(raw(Outcome::Fail, why));
     }
     let inputs = match device_inputs(case, &lowered.program) {
         Ok(i) => i,
-        Err(e) => return raw(Outcome::Error, format!("{file}: {e}")),
+        Err(e) => return Ok(raw(Outcome::Error, format!("{file}: {e}"))),
     };
-    let run = match executor.execute(&lowered.program, &inputs) {
+    let run = match executor.execute_case(case, &lowered.program, &inputs) {
         Ok(r) => r,
-        Err(e) => return raw(Outcome::Error, format!("{file}: {e}")),
+        Err(f) if f.kind == FailureKind::Unsupported => return Err(format!("unsupported: {}", f.message)),
+        Err(f) => return Ok(raw(Outcome::Error, format!("{file}: {}", f.message))),
     };
+    result.backends = compare_backends(case, &lowered, &run.backends);
     result.instructions = run.instructions.clone();
     let mut actual = ActualOutputs { values: lowered.values.clone(), ..Default::default() };
     match host_outputs(case, &lowered.program, &run.outputs) {
@@ -154,22 +169,69 @@ fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResul
             actual.tensors = d.tensors;
             actual.values.extend(d.values);
         }
-        Err(e) => return raw(Outcome::Error, format!("{file}: {e}")),
+        Err(e) => return Ok(raw(Outcome::Error, format!("{file}: {e}"))),
     }
     if let crate::case::Check::Properties { props } = &case.check
         && props.deterministic == Some(true)
     {
         match executor
-            .execute(&lowered.program, &inputs)
+            .execute_case(case, &lowered.program, &inputs)
+            .map_err(|f| f.message)
             .and_then(|r| host_outputs(case, &lowered.program, &r.outputs))
         {
             Ok(d) => actual.rerun = Some(d.tensors),
-            Err(e) => return raw(Outcome::Error, format!("{file}: second run: {e}")),
+            Err(e) => return Ok(raw(Outcome::Error, format!("{file}: second run: {e}"))),
         }
     }
     let cmp = compare::compare_case(case, &actual);
     result.metrics = cmp.outputs;
-    if cmp.passed { raw(Outcome::Pass, "") } else { raw(Outcome::Fail, cmp.message) }
+    Ok(if cmp.passed { raw(Outcome::Pass, "") } else { raw(Outcome::Fail, cmp.message) })
+}
+
+/// One backend of a multi-backend run (nki mode: `sim`, `nki_standin`, `simulate_kernel`,
+/// `hardware`) compared with the golden by the same code as the case, and bit for bit with `sim`.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct BackendResult {
+    pub name: String,
+    /// `pass` / `fail` against the golden (before expectations), or `error` (unreadable outputs).
+    pub status: String,
+    /// Max ULP distance from the golden over the value outputs.
+    pub max_ulp: Option<u64>,
+    /// Whether every output has the same bits as the `sim` backend's.
+    pub same_bits_as_sim: bool,
+    /// The first line of the comparison message.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Compares every backend's outputs with the golden (empty unless the executor returned more
+/// than one backend).
+fn compare_backends(
+    case: &Case,
+    lowered: &lower::Lowered,
+    backends: &[(String, BTreeMap<String, HostTensor>)],
+) -> Vec<BackendResult> {
+    let sim = backends.iter().find(|(n, _)| n == "sim").map(|(_, o)| o);
+    backends
+        .iter()
+        .map(|(name, outputs)| {
+            let same_bits_as_sim = sim.is_some_and(|s| s == outputs);
+            let (status, max_ulp, message) = match host_outputs(case, &lowered.program, outputs) {
+                Ok(d) => {
+                    let mut actual = ActualOutputs { values: lowered.values.clone(), ..Default::default() };
+                    actual.tensors = d.tensors;
+                    actual.values.extend(d.values);
+                    // A determinism check needs a second run; the backends are compared on values.
+                    let cmp = compare::compare_case(case, &actual);
+                    let ulp = cmp.outputs.iter().filter(|m| m.kind == compare::CompareKind::Values).map(|m| m.max_ulp).max();
+                    let status = if cmp.passed { "pass" } else { "fail" };
+                    (status, ulp, cmp.message.lines().next().unwrap_or("").to_string())
+                }
+                Err(e) => ("error", None, e),
+            };
+            BackendResult { name: name.clone(), status: status.into(), max_ulp, same_bits_as_sim, message }
+        })
+        .collect()
 }
 
 /// Compares what a case-level executor returned (docs/executor-protocol.md) with the same code as

@@ -190,17 +190,15 @@ fn unsupported_mode_skips_with_the_reason() {
         return;
     };
     let dir = TempDir::new("proc-unsupported");
-    // nki without a kernel in the request: unsupported, and says why.
+    // nki without a kernel in the request (a whole-case request, as torch mode sends):
+    // unsupported, and says why.
+    write_golden(dir.path(), &relu_cases(1));
+    let index = GoldenIndex::load(dir.path()).unwrap();
+    let case = trnconf::case::Case::load_entry(dir.path(), &index.cases[0]).unwrap();
     let ex = executor(&py, "", "nki", 30.0);
-    let r = run_all(dir.path(), &relu_cases(2), &ex);
-    for c in &r {
-        assert_eq!(c.status, Status::Skip, "{}: {}", c.id, c.message);
-        assert!(
-            c.message.starts_with("unsupported:") && c.message.contains("kernel"),
-            "{}",
-            c.message
-        );
-    }
+    let e = ex.run_one(&case).unwrap_err();
+    assert_eq!(e.kind, FailureKind::Unsupported, "{e}");
+    assert!(e.message.contains("kernel"), "{e}");
     // An unknown mode too; the executor keeps running (no restart).
     let ex = executor(&py, "", "bogus", 30.0);
     let r = run_all(dir.path(), &relu_cases(2), &ex);
@@ -555,29 +553,148 @@ fn torch_mode_on_cpu() {
     assert_eq!(by_id(&r, "relu::f32::hand_1").status, Status::Pass);
 }
 
-/// The committed add.Tensor cases through CPU torch (the number is in the report).
+/// The whole committed suite through CPU torch, with the torch mode's expectations
+/// (conformance/expectations-torch.toml): the executor rebuilds every call as the generator made
+/// it (layouts, pins), so CPU torch reproduces its own goldens.
 #[test]
-fn torch_mode_committed_add_cases() {
-    let Some(py) = torch_python("torch_mode_committed_add_cases") else {
+fn torch_mode_committed_suite() {
+    let Some(py) = torch_python("torch_mode_committed_suite") else {
         return;
     };
     let index = GoldenIndex::load(&trnconf::default_golden_dir()).unwrap();
-    let entries: Vec<&IndexEntry> = index
-        .cases
-        .iter()
-        .filter(|c| c.op == "add.Tensor")
-        .collect();
+    let entries: Vec<&IndexEntry> = index.cases.iter().collect();
+    let expectations =
+        Expectations::load(&trnconf::expect::default_path_for("process:x", "torch")).unwrap();
     let ex = executor(&py, "--device cpu", "torch", 120.0);
-    let r = runner::run_cases(&index, &entries, &Expectations::none(), &ex, 4);
+    let r = runner::run_cases(&index, &entries, &expectations, &ex, 2);
     let bad: Vec<String> = r
         .iter()
-        .filter(|c| c.status != Status::Pass)
+        .filter(|c| !c.status.is_ok())
         .map(|c| format!("{}: {:?} {}", c.id, c.status, c.message))
         .collect();
-    eprintln!(
-        "torch CPU: {}/{} add.Tensor cases pass",
-        r.len() - bad.len(),
-        r.len()
-    );
+    eprintln!("torch CPU: {}/{} committed cases as expected", r.len() - bad.len(), r.len());
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The committed cases an nki-mode test runs: the first case of every op, and every case of a
+/// few ops that exercise many instruction kinds (matmul tiling, sort's match_replace8, scans,
+/// reductions, indirect DMA). About 230 cases: well under a minute on 2 cores.
+fn representative(index: &GoldenIndex) -> Vec<&IndexEntry> {
+    let deep = ["mm", "sort", "cumsum", "_softmax", "index_select", "avg_pool2d"];
+    let mut seen = std::collections::BTreeSet::new();
+    index
+        .cases
+        .iter()
+        .filter(|c| deep.contains(&c.op.as_str()) || seen.insert(c.op.clone()))
+        .collect()
+}
+
+/// nki mode off-hardware: every lowered case's emitted kernel runs on the numpy stand-in, is
+/// compared with the golden by the same code as the simulator's (with the simulator's
+/// expectations), and has the simulator's bits. Needs only numpy + safetensors (CI has them).
+#[test]
+fn nki_mode_through_the_standin_matches_the_simulator() {
+    let Some(py) = protocol_python("nki_mode_through_the_standin_matches_the_simulator") else {
+        return;
+    };
+    let index = GoldenIndex::load(&trnconf::default_golden_dir()).unwrap();
+    let entries = representative(&index);
+    let expectations = Expectations::load(&trnconf::expect::default_path_for("process:x", "nki")).unwrap();
+    let ex = executor(&py, "", "nki", 120.0);
+    let r = runner::run_cases(&index, &entries, &expectations, &ex, 2);
+    let bad: Vec<String> = r
+        .iter()
+        .filter(|c| !c.status.is_ok())
+        .map(|c| format!("{}: {:?} {}", c.id, c.status, c.message))
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+    let ran: Vec<&CaseResult> = r.iter().filter(|c| !c.backends.is_empty()).collect();
+    assert!(ran.len() > 150, "only {} of {} cases ran a kernel", ran.len(), r.len());
+    for c in &ran {
+        let names: Vec<&str> = c.backends.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["sim", "nki_standin"], "{}", c.id);
+        assert!(c.backends.iter().all(|b| b.same_bits_as_sim), "{}: {:?}", c.id, c.backends);
+    }
+    eprintln!("nki stand-in: {} cases ran a kernel, {} as expected in all", ran.len(), r.len());
+}
+
+/// The three-way report: an executor that answers with two backends (as on trn1: `hardware`
+/// and `simulate_kernel`) gets each compared with the golden and with `sim`, the case judged by
+/// the first, and `trnconf diff` shows the table. The executor here is the real one with its
+/// nki backends replaced: `hardware` is the stand-in's outputs perturbed, `simulate_kernel` the
+/// stand-in's outputs.
+#[test]
+fn nki_three_way_report() {
+    let Some(py) = protocol_python("nki_three_way_report") else {
+        return;
+    };
+    let dir = TempDir::new("proc-three-way");
+    let fake = dir.path().join("two_backends.py");
+    std::fs::write(
+        &fake,
+        format!(
+            r#"import sys
+sys.path.insert(0, {pyexec:?})
+import trnconf_executor as te
+standin = te.run_standin
+def two(req, info):
+    out = standin(req["kernel"], req["device_inputs"], req["output"])
+    return {{"hardware": te.corrupt(out, "perturb"), "simulate_kernel": out}}
+te.run_nki = two
+real_modes = te.Executor._modes
+def modes(self):
+    m = real_modes(self)
+    m["nki"]["backends"] = ["hardware", "simulate_kernel"]
+    return m
+te.Executor._modes = modes
+sys.exit(te.main(sys.argv[1:]))
+"#,
+            pyexec = s(script().parent().unwrap())
+        ),
+    )
+    .unwrap();
+    write_golden(dir.path(), &relu_cases(2));
+    let json = dir.path().join("r.json");
+    let spec = format!("process:{py} {}", s(&fake));
+    let none = common::no_expectations(dir.path());
+    let art = dir.path().join("art");
+    let o = trnconf(&[
+        "run", "--golden", s(dir.path()), "--expectations", s(&none), "--executor", &spec, "--mode", "nki",
+        "--json", s(&json), "-j", "1", "--artifacts", s(&art),
+    ]);
+    assert_eq!(code(&o), 1, "hardware is perturbed: the cases fail\n{}\n{}", stdout(&o), stderr(&o));
+    let v = common::read_json(&json);
+    let case = &v["cases"][0];
+    let backends: Vec<(String, String, bool)> = case["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (b["name"].as_str().unwrap().into(), b["status"].as_str().unwrap().into(), b["same_bits_as_sim"].as_bool().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        backends,
+        [
+            ("sim".into(), "pass".into(), true),
+            ("hardware".into(), "fail".into(), false),
+            ("simulate_kernel".into(), "pass".into(), true)
+        ],
+        "{case}"
+    );
+    assert_eq!(case["status"], "fail", "the case is judged by the first backend (hardware)");
+    // --artifacts keeps what each request used and produced: kernel, inputs, every backend.
+    let kept: Vec<String> = std::fs::read_dir(&art)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for suffix in [".kernel.py", ".in.safetensors", ".out.safetensors", ".out.safetensors.simulate_kernel.safetensors"] {
+        assert_eq!(kept.iter().filter(|f| f.ends_with(suffix)).count(), 2, "{suffix}: {kept:?}");
+    }
+    let o = trnconf(&["diff", s(&json), s(&json)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("backends (sim vs hardware vs simulate_kernel): 2 cases"), "{text}");
+    assert!(text.contains("hardware         pass 0/2  same bits as sim 0/2"), "{text}");
+    assert!(text.contains("cases where the backends disagree: 2"), "{text}");
 }

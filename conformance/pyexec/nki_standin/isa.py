@@ -479,12 +479,16 @@ def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, 
         if bias is not None:
             t = t + _scalar(bias, p)
     y = _act_eval(op.name, np.asarray(t, dtype=np.float32))
+    # trnsim passes every function value through its ALU (a bypass), whose NaN results are
+    # canonical: gelu(-inf) = -inf * 0 is 0x7FC00000 there, not the host's negative NaN.
+    y = np.where(np.isnan(y), CANONICAL_NAN, y).astype(np.float32)
     lanes = data.lanes()
     if reduce_cmd != "idle":
         sums = np.zeros(p, dtype=np.float32)
         with np.errstate(all="ignore"):
             for j in range(y.shape[1]):
                 sums = sums + y[:, j]
+            sums = np.where(np.isnan(sums), CANONICAL_NAN, sums).astype(np.float32)
             if reduce_cmd == "reset":
                 _ACT_ACC[lanes] = 0.0
             elif reduce_cmd == "reduce":
@@ -708,6 +712,33 @@ def max8(src, dtype=None, **_kw):
         order = np.lexsort((np.where(nan[q], 0.0, -x[q].astype(np.float64)), ~nan[q]))
         out[q] = x[q][order[:8]]
     return Result(out)
+
+
+def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, **_kw):
+    """For k = 7..0: the first element of the partition's data equal to vals[k] (fp32 equality:
+    -0 == +0, NaN never matches; elements replaced earlier in this instruction are skipped)
+    becomes imm, and its index goes to dst_idx[k] (all ones when not found). The other elements
+    are a bit copy when the destination has data's dtype, else go through fp32 (trnsim's
+    match_replace8)."""
+    p = data.shape[0]
+    d = _rows(data.f32(), p)
+    v = _rows(vals.f32(), p)
+    replaced = np.zeros(d.shape, dtype=bool)
+    sentinel = np.iinfo(dst_idx.dtype.storage).max if dst_idx is not None else 0xFFFFFFFF
+    idx = np.full((p, v.shape[1]), sentinel, dtype=np.uint64)
+    for q in range(p):
+        for k in range(v.shape[1] - 1, -1, -1):
+            hits = np.flatnonzero(~replaced[q] & (d[q] == v[q, k]))
+            if hits.size:
+                replaced[q, hits[0]] = True
+                idx[q, k] = hits[0]
+    if dst_idx is not None:
+        write(dst_idx, Result(idx.astype(dst_idx.dtype.storage), "bits", dst_idx.dtype))
+    if dtype is None or dtype is data.dtype:
+        bits = _rows(data.bits(), p).copy()
+        bits[replaced] = nm.encode(np.array([imm], dtype=np.float32), data.dtype)[0]
+        return Result(bits.reshape(data.shape), "bits", data.dtype)
+    return Result(np.where(replaced, np.float32(imm), d).astype(np.float32).reshape(data.shape))
 
 
 def select_reduce(predicate, on_true, on_false, reverse_pred=False, reduce_res=None, dtype=None, **_kw):

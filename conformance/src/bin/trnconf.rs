@@ -170,7 +170,8 @@ enum Command {
         /// write FILE as --json would. Give the same selection options as the first run.
         #[arg(long, value_name = "FILE")]
         resume: Option<PathBuf>,
-        /// Expectations file (default: conformance/expectations.toml).
+        /// Expectations file (default: conformance/expectations.toml for `--executor sim` and
+        /// `--mode nki`, conformance/expectations-torch.toml for `--mode torch` and `echo`).
         #[arg(long, value_name = "FILE")]
         expectations: Option<PathBuf>,
         /// How many of the slowest cases to list at the end.
@@ -191,6 +192,11 @@ enum Command {
         /// With --executor process: seconds per case before the executor is killed (timeout).
         #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
         timeout: f64,
+        /// With --executor process: keep every request's files in DIR (the emitted kernels, device
+        /// inputs and each backend's outputs in nki mode; the executor's NEFFs and logs) instead
+        /// of a temporary directory deleted as the run goes.
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
     },
     /// Compare two results files case by case.
     #[command(after_help = DIFF_EXAMPLES)]
@@ -298,6 +304,7 @@ fn main() -> ExitCode {
             executor,
             mode,
             timeout,
+            artifacts,
         } => run(RunArgs {
             golden: golden.golden,
             filter,
@@ -314,6 +321,7 @@ fn main() -> ExitCode {
             executor,
             mode,
             timeout,
+            artifacts,
         }),
         Command::Diff { a, b, html } => diff(&a, &b, html.as_deref()),
         Command::List {
@@ -407,6 +415,7 @@ struct RunArgs {
     executor: String,
     mode: String,
     timeout: f64,
+    artifacts: Option<PathBuf>,
 }
 
 struct ExecutorArgs {
@@ -414,6 +423,7 @@ struct ExecutorArgs {
     mode: String,
     timeout: f64,
     target: TargetName,
+    artifacts: Option<PathBuf>,
 }
 
 /// The executor `--executor` names (the process executor after its handshake).
@@ -430,6 +440,10 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
     let mut config = ProcessConfig::new(cmd, a.mode.clone());
     config.timeout = Duration::from_secs_f64(a.timeout);
     config.target = a.target;
+    if let Some(dir) = &a.artifacts {
+        config.artifacts_dir = Some(dir.clone());
+        config.keep_artifacts = true;
+    }
     let ex = ProcessExecutor::new(config).map_err(bad_input)?;
     let hello = ex.hello().map_err(bad_input)?;
     eprintln!(
@@ -476,7 +490,8 @@ fn run(a: RunArgs) -> ExitCode {
     };
     let expectations_path = a
         .expectations
-        .unwrap_or_else(trnconf::default_expectations_path);
+        .clone()
+        .unwrap_or_else(|| trnconf::expect::default_path_for(&a.executor, &a.mode));
     let expectations = match Expectations::load(&expectations_path) {
         Ok(e) => e,
         Err(e) => return bad_input(e),
@@ -509,6 +524,7 @@ fn run(a: RunArgs) -> ExitCode {
         mode: a.mode.clone(),
         timeout: a.timeout,
         target: a.target,
+        artifacts: a.artifacts.clone(),
     }) {
         Ok(e) => e,
         Err(code) => return code,
@@ -520,6 +536,7 @@ fn run(a: RunArgs) -> ExitCode {
         golden: index.dir.display().to_string(),
         filter: a.filter.clone(),
         shard: a.shard.map(|s| format!("{}/{}", s.index, s.count)),
+        expectations: Some(expectations_path.display().to_string()),
     };
     // What a previous, interrupted run already did.
     let mut done = Loaded::default();
@@ -560,6 +577,8 @@ fn run(a: RunArgs) -> ExitCode {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    // Printed once the input is known good (bad input gets exactly one line).
+    eprintln!("expectations: {}", expectations_path.display());
     let progress = Progress::new(entries.len());
     let write_error: Mutex<Option<String>> = Mutex::new(None);
     let on_result = |r: &CaseResult| {
@@ -618,6 +637,11 @@ fn run(a: RunArgs) -> ExitCode {
     }
     println!();
     print!("{}", report::summary::render(&records, a.slowest));
+    // nki mode: every backend next to trnsim (the three-way table of docs/hardware.md, E).
+    let backends = report::diff::render_backends_of(records.iter().copied());
+    if !backends.is_empty() {
+        print!("\n{backends}");
+    }
     let elapsed = start.elapsed();
     let peak = report::peak_rss_kib();
     println!(
@@ -788,6 +812,14 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
     }
     let (changes, unchanged) = report::diff::diff(&la, &lb);
     print!("{}", report::diff::render_text(&changes, unchanged));
+    // A multi-backend run (nki mode) also gets its three-way table: sim vs simulate_kernel vs
+    // hardware (or sim vs the stand-in).
+    for (path, run) in [(a, &la), (b, &lb)] {
+        let table = report::diff::render_backends(run);
+        if !table.is_empty() {
+            print!("\n{}:\n{table}", path.display());
+        }
+    }
     if let Some(h) = html {
         let page = report::diff::render_html(
             &a.display().to_string(),

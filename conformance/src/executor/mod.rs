@@ -20,6 +20,12 @@ pub struct Execution {
     pub instructions: EngineCounts,
     /// Full simulator statistics, when the executor is the simulator.
     pub stats: Option<trnsim::Stats>,
+    /// Every backend that ran the same program, by name, when there is more than one: the nki
+    /// mode returns the in-process simulator (`sim`) next to what the executor ran
+    /// (`nki_standin`, or `simulate_kernel` and `hardware`). `outputs` is one of them (the
+    /// primary: hardware if it ran). The runner compares each with the golden for the three-way
+    /// report (docs/executor-protocol.md, "nki mode").
+    pub backends: Vec<(String, BTreeMap<String, HostTensor>)>,
 }
 
 /// Runs programs. `Send + Sync` so one executor serves all test threads.
@@ -32,6 +38,18 @@ pub trait CaseExecutor: Send + Sync {
 
     /// Runs `program`; errors are human-readable (they end up in the case's message).
     fn execute(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String>;
+
+    /// [`CaseExecutor::execute`] with the case it belongs to (the process executor's nki mode
+    /// names the case to its child) and a classified failure (`unsupported` is skipped, not an
+    /// error). The default runs `execute`.
+    fn execute_case(
+        &self,
+        _case: &Case,
+        program: &Program,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<Execution, ExecFailure> {
+        self.execute(program, inputs).map_err(|e| ExecFailure::new(FailureKind::RuntimeError, e))
+    }
 
     /// Case-level executors (the process executor: torch or NKI on a device) run the case's ATen
     /// call themselves, without trnsim lowering, and return its outputs as case tensors; the runner
@@ -123,6 +141,11 @@ impl CaseExecutor for SimExecutor {
 
     fn execute(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String> {
         let run = self.executor.run(program, inputs).map_err(|e| format!("simulator: {e}"))?;
-        Ok(Execution { outputs: run.outputs, instructions: run.stats.instructions.clone(), stats: Some(run.stats) })
+        Ok(Execution {
+            outputs: run.outputs,
+            instructions: run.stats.instructions.clone(),
+            stats: Some(run.stats),
+            backends: Vec::new(),
+        })
     }
 }

@@ -123,6 +123,8 @@ pub struct ProcessExecutor {
     artifacts: PathBuf,
     state: Mutex<State>,
     seq: AtomicU64,
+    /// The in-process simulator the nki mode runs next to the child (the `sim` backend).
+    sim: super::SimExecutor,
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -140,10 +142,11 @@ impl ProcessExecutor {
         };
         std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
         Ok(ProcessExecutor {
-            config,
             artifacts,
             state: Mutex::new(State::default()),
             seq: AtomicU64::new(0),
+            sim: super::SimExecutor::new(config.target),
+            config,
         })
     }
 
@@ -276,7 +279,9 @@ impl ProcessExecutor {
         Ok(())
     }
 
-    fn output_path(&self, case: &Case) -> PathBuf {
+    /// A fresh artifact path for `case`: `<seq>_<case>.<suffix>` (`.safetensors` unless the
+    /// suffix has an extension).
+    fn output_path(&self, case: &Case, suffix: &str) -> PathBuf {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let safe: String = case
             .id
@@ -289,12 +294,14 @@ impl ProcessExecutor {
                 }
             })
             .collect();
-        self.artifacts
-            .join(format!("{n:06}_{safe}.out.safetensors"))
+        let ext = if suffix.contains('.') { "" } else { ".safetensors" };
+        self.artifacts.join(format!("{n:06}_{safe}.{suffix}{ext}"))
     }
 
-    /// Runs one case in the child: the classified answer, or the outputs read back.
-    pub fn run_one(&self, case: &Case) -> Result<CaseOutputs, ExecFailure> {
+    /// Sends one `run` request for `case` (with the mode-specific `extra` fields) and waits for
+    /// its `ok` reply; every other answer, a timeout or a dead child is a classified failure.
+    /// `output` is where the child is asked to write its outputs.
+    fn request(&self, case: &Case, output: &Path, extra: Json) -> Result<Json, ExecFailure> {
         let mut st = self.lock();
         if let Err(e) = self.ensure_worker(&mut st) {
             return Err(ExecFailure::new(
@@ -302,10 +309,9 @@ impl ProcessExecutor {
                 format!("executor did not start: {e}"),
             ));
         }
-        let output = self.output_path(case);
         let id = self.seq.fetch_add(1, Ordering::Relaxed);
         let case_file = std::fs::canonicalize(&case.file).unwrap_or_else(|_| case.file.clone());
-        let req = json!({
+        let mut req = json!({
             "type": "run",
             "id": id,
             "case_id": case.id,
@@ -316,6 +322,9 @@ impl ProcessExecutor {
             "artifacts_dir": self.artifacts,
             "timeout_s": self.config.timeout.as_secs_f64(),
         });
+        if let (Some(req), Json::Object(extra)) = (req.as_object_mut(), extra) {
+            req.extend(extra);
+        }
         let mut w = st.worker.take().expect("worker");
         let reply = exchange(&mut w, &req, self.config.timeout, |m| {
             m["type"] == "result" && m["id"] == id
@@ -348,12 +357,12 @@ impl ProcessExecutor {
         drop(st);
         let message = reply["message"].as_str().unwrap_or("").to_string();
         let kind = match reply["status"].as_str() {
-            Some("ok") => None,
-            Some("compile_error") => Some(FailureKind::CompileError),
-            Some("runtime_error") => Some(FailureKind::RuntimeError),
-            Some("unsupported") => Some(FailureKind::Unsupported),
-            Some("timeout") => Some(FailureKind::Timeout),
-            Some("crash") => Some(FailureKind::Crash),
+            Some("ok") => return Ok(reply),
+            Some("compile_error") => FailureKind::CompileError,
+            Some("runtime_error") => FailureKind::RuntimeError,
+            Some("unsupported") => FailureKind::Unsupported,
+            Some("timeout") => FailureKind::Timeout,
+            Some("crash") => FailureKind::Crash,
             other => {
                 return Err(ExecFailure::new(
                     FailureKind::Crash,
@@ -361,9 +370,13 @@ impl ProcessExecutor {
                 ));
             }
         };
-        if let Some(kind) = kind {
-            return Err(ExecFailure::new(kind, message));
-        }
+        Err(ExecFailure::new(kind, message))
+    }
+
+    /// Runs one case in the child: the classified answer, or the outputs read back.
+    pub fn run_one(&self, case: &Case) -> Result<CaseOutputs, ExecFailure> {
+        let output = self.output_path(case, "out");
+        let reply = self.request(case, &output, json!({}))?;
         let path = reply["outputs"]
             .as_str()
             .map(PathBuf::from)
@@ -377,6 +390,92 @@ impl ProcessExecutor {
                 FailureKind::RuntimeError,
                 format!("{}: {e}", path.display()),
             )
+        })
+    }
+
+    /// The nki mode: runs the lowered `program` on the in-process simulator and, as an emitted
+    /// NKI kernel, in the child (docs/executor-protocol.md, "nki mode"). The request carries the
+    /// kernel file (`kernel`) and the program inputs (`device_inputs`, device bits by program
+    /// tensor name); the reply names one outputs file per backend the child ran (`backends`)
+    /// and which of them is the result (`outputs`). All of them, with `sim`, are returned.
+    pub fn run_kernel(
+        &self,
+        case: &Case,
+        program: &Program,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<Execution, ExecFailure> {
+        let runtime = |m: String| ExecFailure::new(FailureKind::RuntimeError, m);
+        let sim = self.sim.execute(program, inputs).map_err(runtime)?;
+        let kernel = crate::emit_nki::emit(program)
+            .map_err(|e| runtime(format!("emitting the NKI kernel: {e}")))?;
+        let kernel_path = self.output_path(case, "kernel.py");
+        let inputs_path = self.output_path(case, "in");
+        let output = self.output_path(case, "out");
+        let write = |path: &Path, bytes: &[u8]| {
+            std::fs::write(path, bytes).map_err(|e| runtime(format!("{}: {e}", path.display())))
+        };
+        write(&kernel_path, kernel.as_bytes())?;
+        let input_bytes = crate::emit_nki::to_safetensors(inputs).map_err(runtime)?;
+        write(&inputs_path, &input_bytes)?;
+        let reply = self.request(
+            case,
+            &output,
+            json!({"kernel": kernel_path, "device_inputs": inputs_path}),
+        );
+        let mut files = vec![kernel_path, inputs_path];
+        let result = reply.and_then(|reply| {
+            let primary = reply["outputs"]
+                .as_str()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| output.clone());
+            // An executor that names no backends ran one: the stand-in or whatever it is.
+            let mut named: Vec<(String, PathBuf)> = match reply["backends"].as_object() {
+                Some(m) => m
+                    .iter()
+                    .filter_map(|(k, v)| v.as_str().map(|p| (k.clone(), PathBuf::from(p))))
+                    .collect(),
+                None => vec![("executor".to_string(), primary.clone())],
+            };
+            if !named.iter().any(|(_, p)| *p == primary) {
+                named.push(("executor".into(), primary.clone()));
+            }
+            let wanted: Vec<(String, trnsim::DType)> = program
+                .hbm
+                .iter()
+                .filter(|d| d.role == trnsim::HbmRole::Output)
+                .map(|d| (d.name.clone(), d.dtype))
+                .collect();
+            let mut outputs = None;
+            let mut backends = vec![("sim".to_string(), sim.outputs.clone())];
+            for (name, path) in named {
+                files.push(path.clone());
+                let read = std::fs::read(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| crate::emit_nki::from_safetensors(&b, &wanted))
+                    .map_err(|e| runtime(format!("backend `{name}`: {}: {e}", path.display())))?;
+                if path == primary {
+                    outputs = Some(read.clone());
+                }
+                backends.push((name, read));
+            }
+            Ok(Execution {
+                outputs: outputs.expect("the primary is among the backends"),
+                instructions: sim.instructions.clone(),
+                stats: None,
+                backends,
+            })
+        });
+        if !self.config.keep_artifacts {
+            for f in files {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        result.map_err(|f| {
+            if f.kind == FailureKind::Unsupported {
+                f
+            } else {
+                ExecFailure::new(f.kind, f.to_string())
+            }
         })
     }
 
@@ -537,11 +636,22 @@ impl CaseExecutor for ProcessExecutor {
         _program: &Program,
         _inputs: &BTreeMap<String, HostTensor>,
     ) -> Result<Execution, String> {
-        Err("the process executor runs whole cases (run_case), not lowered programs".into())
+        Err("the process executor runs a program only for a case (execute_case, nki mode)".into())
     }
 
+    fn execute_case(
+        &self,
+        case: &Case,
+        program: &Program,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<Execution, ExecFailure> {
+        self.run_kernel(case, program, inputs)
+    }
+
+    /// torch and echo run the case's ATen call in the child; nki runs the lowered program, so
+    /// the runner lowers it first (and calls [`CaseExecutor::execute_case`]).
     fn run_case(&self, case: &Case) -> Option<Result<CaseOutputs, ExecFailure>> {
-        Some(self.run_one(case))
+        (self.config.mode != "nki").then(|| self.run_one(case))
     }
 }
 

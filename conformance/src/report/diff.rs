@@ -169,3 +169,64 @@ tr.status{{background:#fff4d6}}.s-pass{{color:#176c2c}}.s-fail,.s-error,.s-xpass
         rows
     )
 }
+
+/// The backends of the cases of a multi-backend run (nki mode: `sim`, then `nki_standin`, or
+/// `simulate_kernel` and `hardware`), as text: per backend how many cases pass against the
+/// golden and how many have the simulator's bits, then every case where the backends disagree
+/// (a status or any bit). Empty when no case of the run has backends.
+pub fn render_backends(run: &Loaded) -> String {
+    render_backends_of(run.records())
+}
+
+/// [`render_backends`] over any records (the `trnconf run` summary uses it too).
+pub fn render_backends_of<'a>(records: impl IntoIterator<Item = &'a super::CaseRecord>) -> String {
+    use std::collections::BTreeMap;
+    let with: Vec<&super::CaseRecord> = records.into_iter().filter(|r| !r.backends.is_empty()).collect();
+    if with.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    // name -> (cases, pass, same bits as sim), in first-seen order.
+    let mut order: Vec<String> = Vec::new();
+    let mut counts: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    let mut disagree = Vec::new();
+    for r in &with {
+        for b in &r.backends {
+            if !order.contains(&b.name) {
+                order.push(b.name.clone());
+            }
+            let c = counts.entry(b.name.clone()).or_default();
+            c.0 += 1;
+            c.1 += usize::from(b.status == "pass");
+            c.2 += usize::from(b.same_bits_as_sim);
+        }
+        let first = &r.backends[0].status;
+        if r.backends.iter().any(|b| !b.same_bits_as_sim || &b.status != first) {
+            disagree.push(r);
+        }
+    }
+    let names = order.join(" vs ");
+    let _ = writeln!(out, "backends ({names}): {} cases", with.len());
+    for name in &order {
+        let (n, pass, same) = counts[name];
+        let _ = writeln!(out, "  {name:<16} pass {pass}/{n}  same bits as sim {same}/{n}");
+    }
+    let _ = writeln!(out, "cases where the backends disagree: {}", disagree.len());
+    for r in disagree {
+        let cells: Vec<String> = r
+            .backends
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} {} ulp {}{}",
+                    b.name,
+                    b.status,
+                    ulp(b.max_ulp),
+                    if b.same_bits_as_sim { "" } else { " (bits differ from sim)" }
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  {:<48} {}", r.id, cells.join(" | "));
+    }
+    out
+}

@@ -34,6 +34,8 @@ pub struct RunInfo {
     pub golden: String,
     pub filter: Option<String>,
     pub shard: Option<String>,
+    /// The expectations file the run applied (they are per executor).
+    pub expectations: Option<String>,
 }
 
 /// A final results file.

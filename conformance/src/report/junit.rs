@@ -119,5 +119,17 @@ pub fn details(r: &CaseRecord) -> String {
             );
         }
     }
+    // nki mode: each backend against the golden and against trnsim's bits.
+    for b in &r.backends {
+        let _ = writeln!(
+            s,
+            "backend {}: {} max_ulp={} same_bits_as_sim={}{}",
+            b.name,
+            b.status,
+            b.max_ulp.map_or("-".into(), |u| u.to_string()),
+            b.same_bits_as_sim,
+            if b.message.is_empty() { String::new() } else { format!(" ({})", b.message) }
+        );
+    }
     s
 }

@@ -78,6 +78,10 @@ pub struct CaseRecord {
     pub wall_ms: f64,
     #[serde(default)]
     pub message: String,
+    /// Per-backend results when the executor ran several (nki mode: sim, stand-in or
+    /// simulate_kernel, hardware).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<crate::runner::BackendResult>,
 }
 
 impl CaseRecord {
