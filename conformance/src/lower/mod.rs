@@ -19,6 +19,7 @@ pub mod binary_ext;
 pub mod comparison;
 pub mod conv;
 pub mod creation;
+pub mod embedding_bag;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -293,6 +294,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("scatter_reduce.two", indexing::lower),
     ("embedding_dense_backward", indexing::lower),
     ("masked_scatter", indexing::lower),
+    ("_embedding_bag", embedding_bag::lower),
     ("topk", sort::lower),
     ("sort", sort::lower),
     ("nonzero", sort::lower),
