@@ -46,9 +46,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
-    NcMatmul, OobMode, Op, Program, Reciprocal, ScalarOperand, SelectReduce, TargetName,
-    TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, NcMatmul, OobMode, Op,
+    Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
 };
 
 const MODE_SUM: i64 = 0;
@@ -358,7 +357,9 @@ fn zero_outputs(b: &mut Builder, call: &Call<'_>) -> Result<(), LowerError> {
     b.memset(flat(DType::I32, P, zi, cols), 0.0, zi);
     let idx_cols = if call.mode == MODE_MAX { call.dim } else { 1 };
     for c in chunks(call.bags, P) {
-        let hbm = |name: &str, dt, w: usize| AccessPattern::hbm(name, dt, (c.i0 * w) as u64, c.rows, w as i64, vec![[1, w as i64]]);
+        let hbm = |name: &str, dt, w: usize| {
+            AccessPattern::hbm(name, dt, (c.i0 * w) as u64, c.rows, w as i64, vec![[1, w as i64]])
+        };
         if call.dim > 0 {
             b.dma(hbm(call.output, call.wdt, call.dim), flat(call.wdt, c.rows, zw, call.dim), &[zw], &[]);
         }
@@ -396,12 +397,8 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
     let psw = b.buf(wdt, 1)?;
     let cnt = b.buf(DType::F32, 1)?;
     let o2b = b.buf(DType::I32, 1)?;
-    let (lo, hi, ge, lt) = (
-        b.buf(DType::I32, bags)?,
-        b.buf(DType::I32, bags)?,
-        b.buf(DType::F32, bags)?,
-        b.buf(DType::F32, bags)?,
-    );
+    let (lo, hi, ge, lt) =
+        (b.buf(DType::I32, bags)?, b.buf(DType::I32, bags)?, b.buf(DType::F32, bags)?, b.buf(DType::F32, bags)?);
     let scratch = if keep {
         None
     } else {
@@ -434,7 +431,12 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         let slot = if keep { c } else { 0 };
         let g_off = gathered + (slot * (d + 1) * wdt.size()) as u64;
         let idx_ap = flat(DType::I32, p, idx, 1);
-        b.dma(idx_ap.clone(), AccessPattern::hbm(call.indices, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]), &[], &[idx]);
+        b.dma(
+            idx_ap.clone(),
+            AccessPattern::hbm(call.indices, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]),
+            &[],
+            &[idx],
+        );
         if d > 0 {
             // Indirect gather: row r of the tile is weight row indices[i0 + r]. PyTorch rejects
             // indices outside [0, V): so does the DMA (`oob: error`).
@@ -442,7 +444,12 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                 dst: flat(wdt, p, g_off + wdt.size() as u64, d),
                 src: AccessPattern::hbm(call.weight, wdt, 0, 1, 0, vec![[1, d as i64]]),
                 accumulate: false,
-                indirect: Some(Indirect { side: IndirectSide::Src, index: idx_ap.clone(), row_step: d as i64, oob: OobMode::Error }),
+                indirect: Some(Indirect {
+                    side: IndirectSide::Src,
+                    index: idx_ap.clone(),
+                    row_step: d as i64,
+                    oob: OobMode::Error,
+                }),
             });
             b.push(Engine::Dma, op, &[idx], &[gathered]);
         }
@@ -453,6 +460,12 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
             }
         }
         if bags == 0 {
+            // No bags: PyTorch's cumsum of `[-1, 0, …]` makes every offset2bag entry −1.
+            if call.offset2bag_len > 0 {
+                b.memset(flat(DType::I32, p, o2b, 1), -1.0, o2b);
+                let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
+                b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
+            }
             continue;
         }
         b.iota_col(pos, p, ch.i0);
@@ -462,7 +475,8 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         b.vector(ts(ge_ap.clone(), flat(DType::I32, p, lo, bags), AluOp::IsLe, pos_t.clone()), &[lo, pos], &[ge]);
         if call.offset2bag_len > 0 {
             b.vector(reduce(flat(DType::F32, p, cnt, 1), ge_ap.clone(), AluOp::Add), &[ge], &[cnt]);
-            let op = ts(flat(DType::I32, p, o2b, 1), flat(DType::F32, p, cnt, 1), AluOp::Subtract, ScalarOperand::Imm(1.0));
+            let op =
+                ts(flat(DType::I32, p, o2b, 1), flat(DType::F32, p, cnt, 1), AluOp::Subtract, ScalarOperand::Imm(1.0));
             b.vector(op, &[cnt], &[o2b]);
             let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
             b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
@@ -482,10 +496,15 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         if let Some(name) = call.per_sample_weights {
             b.dma(flat(wdt, p, psw, 1), AccessPattern::hbm(name, wdt, ch.i0 as u64, p, 1, vec![[1, 1]]), &[], &[psw]);
             if weight_factor.is_some() {
-                let op = tt(flat(DType::F32, p, wt, 1), flat(DType::F32, p, wt, 1), flat(wdt, p, psw, 1), AluOp::Multiply);
+                let op =
+                    tt(flat(DType::F32, p, wt, 1), flat(DType::F32, p, wt, 1), flat(wdt, p, psw, 1), AluOp::Multiply);
                 b.vector(op, &[wt, psw], &[wt]);
             } else {
-                b.vector(Op::TensorCopy(TensorCopy { dst: flat(DType::F32, p, wt, 1), src: flat(wdt, p, psw, 1) }), &[psw], &[wt]);
+                b.vector(
+                    Op::TensorCopy(TensorCopy { dst: flat(DType::F32, p, wt, 1), src: flat(wdt, p, psw, 1) }),
+                    &[psw],
+                    &[wt],
+                );
             }
             weight_factor = Some(wt);
         }
@@ -523,7 +542,8 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                 });
                 b.push(Engine::Tensor, op, &[rows.segment, rows.gathered], &[pslot]);
             }
-            let psum_col = |c: usize, n: usize| AccessPattern::psum(DType::F32, 0, jc, psum + (c * 4) as u64, vec![[1, n as i64]]);
+            let psum_col =
+                |c: usize, n: usize| AccessPattern::psum(DType::F32, 0, jc, psum + (c * 4) as u64, vec![[1, n as i64]]);
             if cc.i0 == 0 {
                 // Column 0 is the bag size (non-padding rows).
                 let bag_rows = |name: &str| AccessPattern::hbm(name, DType::I32, bc.i0 as u64, jc, 1, vec![[1, 1]]);
@@ -536,7 +556,10 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                     // apply_bag_size: divide by max(bag_size, 1) converted to the output dtype.
                     let op = ts(flat(wdt, jc, cnt_t, 1), psum_col(0, 1), AluOp::Max, ScalarOperand::Imm(1.0));
                     b.vector(op, &[pslot], &[cnt_t]);
-                    let op = Op::Reciprocal(Reciprocal { dst: flat(DType::F32, jc, rcp_t, 1), src: flat(wdt, jc, cnt_t, 1) });
+                    let op = Op::Reciprocal(Reciprocal {
+                        dst: flat(DType::F32, jc, rcp_t, 1),
+                        src: flat(wdt, jc, cnt_t, 1),
+                    });
                     b.vector(op, &[cnt_t], &[rcp_t]);
                 }
                 b.dma(bag_rows(call.bag_size), flat(DType::I32, jc, size_t, 1), &[size_t], &[]);
@@ -554,7 +577,12 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
             let op = Op::TensorCopy(TensorCopy { dst: flat(wdt, jc, sum_t, n), src: psum_col(first, n) });
             b.vector(op, &[pslot], &[sum_t]);
             let result = if call.mode == MODE_MEAN {
-                let op = ts(flat(wdt, jc, out_t, n), flat(wdt, jc, sum_t, n), AluOp::Multiply, tile_of(&flat(DType::F32, jc, rcp_t, 1)));
+                let op = ts(
+                    flat(wdt, jc, out_t, n),
+                    flat(wdt, jc, sum_t, n),
+                    AluOp::Multiply,
+                    tile_of(&flat(DType::F32, jc, rcp_t, 1)),
+                );
                 b.vector(op, &[sum_t, rcp_t], &[out_t]);
                 out_t
             } else {
@@ -591,18 +619,23 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
     let (found, out_w, out_i) = (b.buf(DType::U8, db)?, b.buf(wdt, db)?, b.buf(DType::I32, db)?);
     let row_chunks = chunks(n, iw);
     for bc in chunks(bags, P) {
-        let jc = bc.i0;
+        let j0 = bc.i0;
         let p = bc.rows;
         // Bag bounds per partition: [offsets[j], end_j), end_j = offsets[j+1] or N for the last.
         let col = |off: u64, dt| flat(dt, p, off, 1);
-        b.dma(col(lo_i, DType::I32), AccessPattern::hbm(call.offsets, DType::I32, jc as u64, p, 1, vec![[1, 1]]), &[], &[lo_i]);
-        let given = (bags - 1 - jc).min(p);
+        b.dma(
+            col(lo_i, DType::I32),
+            AccessPattern::hbm(call.offsets, DType::I32, j0 as u64, p, 1, vec![[1, 1]]),
+            &[],
+            &[lo_i],
+        );
+        let given = (bags - 1 - j0).min(p);
         if given < p {
             // The last bag ends at N (PyTorch's offset2bag path): fill N, DMA the others over it.
             b.memset(col(hi_i, DType::I32), n as f64, hi_i);
         }
         if given > 0 {
-            let src = AccessPattern::hbm(call.offsets, DType::I32, (jc + 1) as u64, given, 1, vec![[1, 1]]);
+            let src = AccessPattern::hbm(call.offsets, DType::I32, (j0 + 1) as u64, given, 1, vec![[1, 1]]);
             b.dma(flat(DType::I32, given, hi_i, 1), src, &[], &[hi_i]);
         }
         b.vector(Op::TensorCopy(TensorCopy { dst: col(lo, DType::F32), src: col(lo_i, DType::I32) }), &[lo_i], &[lo]);
@@ -614,24 +647,61 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 // mask[j, i] = offsets[j] ≤ i < end_j, and indices[i] != padding_idx.
                 b.iota_row(pos_row, p, w, rc.i0);
                 let pos_ap = flat(DType::F32, p, pos_row, w);
-                b.vector(ts(flat(DType::F32, p, ge, w), pos_ap.clone(), AluOp::IsGe, tile_of(&col(lo, DType::F32))), &[pos_row, lo], &[ge]);
-                b.vector(ts(flat(DType::F32, p, lt, w), pos_ap.clone(), AluOp::IsLt, tile_of(&col(hi, DType::F32))), &[pos_row, hi], &[lt]);
+                b.vector(
+                    ts(flat(DType::F32, p, ge, w), pos_ap.clone(), AluOp::IsGe, tile_of(&col(lo, DType::F32))),
+                    &[pos_row, lo],
+                    &[ge],
+                );
+                b.vector(
+                    ts(flat(DType::F32, p, lt, w), pos_ap.clone(), AluOp::IsLt, tile_of(&col(hi, DType::F32))),
+                    &[pos_row, hi],
+                    &[lt],
+                );
                 let idx_src = AccessPattern::hbm(call.indices, DType::I32, rc.i0 as u64, p, 0, vec![[1, w as i64]]);
                 b.dma(flat(DType::I32, p, idx_i, w), idx_src, &[], &[idx_i]);
-                b.vector(Op::TensorCopy(TensorCopy { dst: flat(DType::F32, p, idx_f, w), src: flat(DType::I32, p, idx_i, w) }), &[idx_i], &[idx_f]);
+                b.vector(
+                    Op::TensorCopy(TensorCopy {
+                        dst: flat(DType::F32, p, idx_f, w),
+                        src: flat(DType::I32, p, idx_i, w),
+                    }),
+                    &[idx_i],
+                    &[idx_f],
+                );
                 let mask_ap = flat(DType::U8, p, mask, w);
                 if let Some(pad) = call.padding_idx {
-                    b.vector(tt(flat(DType::F32, p, ge, w), flat(DType::F32, p, ge, w), flat(DType::F32, p, lt, w), AluOp::Multiply), &[ge, lt], &[ge]);
-                    let op = ts(flat(DType::F32, p, lt, w), flat(DType::F32, p, idx_f, w), AluOp::NotEqual, ScalarOperand::Imm(pad as f64));
+                    b.vector(
+                        tt(
+                            flat(DType::F32, p, ge, w),
+                            flat(DType::F32, p, ge, w),
+                            flat(DType::F32, p, lt, w),
+                            AluOp::Multiply,
+                        ),
+                        &[ge, lt],
+                        &[ge],
+                    );
+                    let op = ts(
+                        flat(DType::F32, p, lt, w),
+                        flat(DType::F32, p, idx_f, w),
+                        AluOp::NotEqual,
+                        ScalarOperand::Imm(pad as f64),
+                    );
                     b.vector(op, &[idx_f], &[lt]);
                 }
-                b.vector(tt(mask_ap.clone(), flat(DType::F32, p, ge, w), flat(DType::F32, p, lt, w), AluOp::Multiply), &[ge, lt], &[mask]);
+                b.vector(
+                    tt(mask_ap.clone(), flat(DType::F32, p, ge, w), flat(DType::F32, p, lt, w), AluOp::Multiply),
+                    &[ge, lt],
+                    &[mask],
+                );
                 if dc.i0 == 0 {
                     // bag_size: the rows in the bag.
                     let dst = if k == 0 { cnt } else { cnt_c };
                     b.vector(reduce(col(dst, DType::F32), mask_ap.clone(), AluOp::Add), &[mask], &[dst]);
                     if k > 0 {
-                        b.vector(tt(col(cnt, DType::F32), col(cnt, DType::F32), col(cnt_c, DType::F32), AluOp::Add), &[cnt, cnt_c], &[cnt]);
+                        b.vector(
+                            tt(col(cnt, DType::F32), col(cnt, DType::F32), col(cnt_c, DType::F32), AluOp::Add),
+                            &[cnt, cnt_c],
+                            &[cnt],
+                        );
                     }
                 }
                 if dn == 0 {
@@ -641,7 +711,14 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 let over_dims = |dt, off| sb(dt, p, off, vec![[0, dn as i64], [1, w as i64]]);
                 let over_rows = |off| sb(DType::F32, p, off, vec![[1, dn as i64], [0, w as i64]]);
                 let cube = |dt, off| sb(dt, p, off, vec![[w as i64, dn as i64], [1, w as i64]]);
-                let src = AccessPattern::hbm(scratch, wdt, (rc.i0 * d + dc.i0) as u64, p, 0, vec![[1, dn as i64], [d as i64, w as i64]]);
+                let src = AccessPattern::hbm(
+                    scratch,
+                    wdt,
+                    (rc.i0 * d + dc.i0) as u64,
+                    p,
+                    0,
+                    vec![[1, dn as i64], [d as i64, w as i64]],
+                );
                 b.dma(cube(wdt, x), src, &[], &[x]);
                 // y = mask ? x : −inf;  m = max over rows.
                 let op = Op::SelectReduce(SelectReduce {
@@ -657,14 +734,34 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 b.vector(reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[m]);
                 // key = (y == m) · mask ? position : NO_POS;  first = min over rows.
                 b.vector(tt(cube(DType::F32, key), cube(DType::F32, y), over_rows(m), AluOp::IsEqual), &[y, m], &[key]);
-                b.vector(tt(cube(DType::F32, key), cube(DType::F32, key), over_dims(DType::U8, mask), AluOp::Multiply), &[key, mask], &[key]);
-                b.vector(ts(flat(DType::F32, p, pos_shift, w), pos_ap.clone(), AluOp::Subtract, ScalarOperand::Imm(NO_POS)), &[pos_row], &[pos_shift]);
-                b.vector(tt(cube(DType::F32, key), cube(DType::F32, key), over_dims(DType::F32, pos_shift), AluOp::Multiply), &[key, pos_shift], &[key]);
-                b.vector(ts(cube(DType::F32, key), cube(DType::F32, key), AluOp::Add, ScalarOperand::Imm(NO_POS)), &[key], &[key]);
+                b.vector(
+                    tt(cube(DType::F32, key), cube(DType::F32, key), over_dims(DType::U8, mask), AluOp::Multiply),
+                    &[key, mask],
+                    &[key],
+                );
+                b.vector(
+                    ts(flat(DType::F32, p, pos_shift, w), pos_ap.clone(), AluOp::Subtract, ScalarOperand::Imm(NO_POS)),
+                    &[pos_row],
+                    &[pos_shift],
+                );
+                b.vector(
+                    tt(cube(DType::F32, key), cube(DType::F32, key), over_dims(DType::F32, pos_shift), AluOp::Multiply),
+                    &[key, pos_shift],
+                    &[key],
+                );
+                b.vector(
+                    ts(cube(DType::F32, key), cube(DType::F32, key), AluOp::Add, ScalarOperand::Imm(NO_POS)),
+                    &[key],
+                    &[key],
+                );
                 let first_ap = flat(DType::F32, p, first, dn);
                 b.vector(reduce(first_ap, cube(DType::F32, key), AluOp::Min), &[key], &[first]);
                 // word = indices[first] (−1 when the chunk has no row of the bag).
-                b.vector(tt(cube(DType::U8, onehot), over_dims(DType::F32, pos_row), over_rows(first), AluOp::IsEqual), &[pos_row, first], &[onehot]);
+                b.vector(
+                    tt(cube(DType::U8, onehot), over_dims(DType::F32, pos_row), over_rows(first), AluOp::IsEqual),
+                    &[pos_row, first],
+                    &[onehot],
+                );
                 let op = Op::SelectReduce(SelectReduce {
                     dst: cube(DType::F32, y),
                     predicate: cube(DType::U8, onehot),
@@ -687,7 +784,11 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     let gt_ap = flat(DType::F32, p, gt, dn);
                     b.vector(tt(gt_ap.clone(), m_ap.clone(), best_ap.clone(), AluOp::IsGt), &[m, best], &[gt]);
                     let none_ap = flat(DType::F32, p, none_yet, dn);
-                    b.vector(ts(none_ap.clone(), best_word_ap.clone(), AluOp::IsLt, ScalarOperand::Imm(0.0)), &[best_word], &[none_yet]);
+                    b.vector(
+                        ts(none_ap.clone(), best_word_ap.clone(), AluOp::IsLt, ScalarOperand::Imm(0.0)),
+                        &[best_word],
+                        &[none_yet],
+                    );
                     let upd_ap = flat(DType::U8, p, upd, dn);
                     b.vector(tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max), &[gt, none_yet], &[upd]);
                     b.vector(tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max), &[best, m], &[best]);
@@ -706,7 +807,11 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             // Empty bags (no row found): output 0 and max_indices 0, as PyTorch's zeroed outputs.
             let found_ap = flat(DType::U8, p, found, dn);
             let best_word_ap = flat(DType::F32, p, best_word, dn);
-            b.vector(ts(found_ap.clone(), best_word_ap.clone(), AluOp::IsGe, ScalarOperand::Imm(0.0)), &[best_word], &[found]);
+            b.vector(
+                ts(found_ap.clone(), best_word_ap.clone(), AluOp::IsGe, ScalarOperand::Imm(0.0)),
+                &[best_word],
+                &[found],
+            );
             let op = Op::SelectReduce(SelectReduce {
                 dst: flat(wdt, p, out_w, dn),
                 predicate: found_ap,
@@ -716,13 +821,23 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 reduce_res: None,
             });
             b.vector(op, &[found, best], &[out_w]);
-            b.vector(ts(flat(DType::I32, p, out_i, dn), best_word_ap, AluOp::Max, ScalarOperand::Imm(0.0)), &[best_word], &[out_i]);
-            let hbm = |name: &str, dt| AccessPattern::hbm(name, dt, (jc * d + dc.i0) as u64, p, d as i64, vec![[1, dn as i64]]);
+            b.vector(
+                ts(flat(DType::I32, p, out_i, dn), best_word_ap, AluOp::Max, ScalarOperand::Imm(0.0)),
+                &[best_word],
+                &[out_i],
+            );
+            let hbm = |name: &str, dt| {
+                AccessPattern::hbm(name, dt, (j0 * d + dc.i0) as u64, p, d as i64, vec![[1, dn as i64]])
+            };
             b.dma(hbm(call.output, wdt), flat(wdt, p, out_w, dn), &[out_w], &[]);
             b.dma(hbm(call.max_indices, DType::I32), flat(DType::I32, p, out_i, dn), &[out_i], &[]);
         }
-        b.vector(Op::TensorCopy(TensorCopy { dst: col(size_i, DType::I32), src: col(cnt, DType::F32) }), &[cnt], &[size_i]);
-        let dst = AccessPattern::hbm(call.bag_size, DType::I32, jc as u64, p, 1, vec![[1, 1]]);
+        b.vector(
+            Op::TensorCopy(TensorCopy { dst: col(size_i, DType::I32), src: col(cnt, DType::F32) }),
+            &[cnt],
+            &[size_i],
+        );
+        let dst = AccessPattern::hbm(call.bag_size, DType::I32, j0 as u64, p, 1, vec![[1, 1]]);
         b.dma(dst, col(size_i, DType::I32), &[size_i], &[]);
     }
     Ok(())
