@@ -842,3 +842,119 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{OpCall, TensorMeta};
+    use std::collections::BTreeMap;
+    use trnsim::{Executor, HostTensor};
+
+    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
+        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+    }
+
+    /// An `_embedding_bag` call on `weight [V, D]`, `indices [N]`, `offsets [O]` (int64).
+    struct Bag {
+        call: OpCall,
+        tensors: BTreeMap<String, TensorMeta>,
+        outputs: Vec<Value>,
+    }
+
+    impl Bag {
+        fn new(v: usize, d: usize, n: usize, o: usize, mode: i64, last: bool, padding_idx: i64) -> Bag {
+            let bags = o - last as usize;
+            let max_indices = if mode == MODE_MAX { vec![bags, d] } else { vec![bags] };
+            let tensors = [
+                ("input.0", meta(TorchDType::F32, &[v, d])),
+                ("input.1", meta(TorchDType::I64, &[n])),
+                ("input.2", meta(TorchDType::I64, &[o])),
+                ("output.0", meta(TorchDType::F32, &[bags, d])),
+                ("output.1", meta(TorchDType::I64, &[n])),
+                ("output.2", meta(TorchDType::I64, &[bags])),
+                ("output.3", meta(TorchDType::I64, &max_indices)),
+            ];
+            let t = |n: &str| Value::Tensor(n.into());
+            let args = vec![
+                t("input.0"),
+                t("input.1"),
+                t("input.2"),
+                Value::Bool(false),
+                Value::Int(mode),
+                Value::Bool(false),
+                Value::None(()),
+                Value::Bool(last),
+                Value::Int(padding_idx),
+            ];
+            Bag {
+                call: OpCall { args, kwargs: BTreeMap::new() },
+                tensors: tensors.iter().map(|(n, m)| (n.to_string(), m.clone())).collect(),
+                outputs: (0..4).map(|i| t(&format!("output.{i}"))).collect(),
+            }
+        }
+
+        fn req(&self) -> LowerRequest<'_> {
+            LowerRequest { op: "_embedding_bag", call: &self.call, tensors: &self.tensors, outputs: &self.outputs }
+        }
+    }
+
+    fn int32(v: &[i64]) -> HostTensor {
+        HostTensor {
+            dtype: DType::I32,
+            shape: vec![v.len()],
+            data: v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+        }
+    }
+
+    fn ints(t: &HostTensor) -> Vec<i64> {
+        t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect()
+    }
+
+    #[test]
+    fn bad_calls_are_typed_errors() {
+        let mut bag = Bag::new(4, 2, 3, 2, 3, false, -1);
+        assert!(matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Invalid { .. })), "mode 3");
+        bag.call.args[4] = Value::Int(MODE_MEAN);
+        bag.call.args[6] = Value::Tensor("input.6".into());
+        bag.tensors.insert("input.6".into(), meta(TorchDType::F32, &[3]));
+        assert!(
+            matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Invalid { .. })),
+            "per_sample_weights with mean"
+        );
+        let mut bag = Bag::new(4, 2, 6, 2, MODE_SUM, false, -1);
+        bag.tensors.insert("input.1".into(), meta(TorchDType::I64, &[2, 3]));
+        assert!(matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })), "2-D indices");
+        let mut bag = Bag::new(4, 2, 3, 2, MODE_SUM, false, -1);
+        bag.tensors.insert("input.0".into(), meta(TorchDType::I64, &[4, 2]));
+        assert!(matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })), "int weight");
+    }
+
+    /// Max over more rows than one work tile holds: the chunks merge with a strict `>`, so the
+    /// first maximum wins, and a bag whose rows all sit in a later chunk still finds them.
+    #[test]
+    fn max_keeps_the_first_maximum_across_row_chunks() {
+        let n = MAX_TILE + 104;
+        let bag = Bag::new(3, 1, n, 3, MODE_MAX, false, -1);
+        let lowered = lower(&bag.req(), TargetName::Trn1).expect("lowers");
+        let mut indices = vec![0i64; n];
+        // Bag 0 = rows [0, 4100): value 2 first at row 10 (index 1), again at row 4000 (index 2).
+        indices[10] = 1;
+        indices[4000] = 2;
+        // Bag 1 is empty; bag 2 = rows [4100, n), all in the second chunk: first 2 at row 4150.
+        indices[4150] = 2;
+        indices[4160] = 1;
+        let inputs = [
+            ("input.0".to_string(), HostTensor::from_f32(&[3, 1], &[1.0, 2.0, 2.0])),
+            ("input.1".to_string(), int32(&indices)),
+            ("input.2".to_string(), int32(&[0, 4100, 4100])),
+        ]
+        .into_iter()
+        .collect();
+        let out = Executor::new(TargetName::Trn1).run(&lowered.program, &inputs).expect("runs").outputs;
+        assert_eq!(out["output.0"].to_f32(), vec![2.0, 0.0, 2.0]);
+        assert_eq!(ints(&out["output.3"]), vec![1, 0, 2], "first maximum; 0 for the empty bag");
+        assert_eq!(ints(&out["output.2"]), vec![4100, 0, (n - 4100) as i64]);
+        let offset2bag = ints(&out["output.1"]);
+        assert!(offset2bag[..4100].iter().all(|&b| b == 0) && offset2bag[4100..].iter().all(|&b| b == 2));
+    }
+}
