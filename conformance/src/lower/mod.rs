@@ -22,6 +22,7 @@ pub mod conv_backward;
 pub mod creation;
 pub mod distance;
 pub mod grid_sample;
+pub mod embedding_bag;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -300,6 +301,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("scatter_reduce.two", indexing::lower),
     ("embedding_dense_backward", indexing::lower),
     ("masked_scatter", indexing::lower),
+    ("_embedding_bag", embedding_bag::lower),
     ("topk", sort::lower),
     ("sort", sort::lower),
     ("nonzero", sort::lower),
