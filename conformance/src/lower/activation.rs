@@ -10,7 +10,7 @@
 //! `eltwise_gelu_erf` (ATen `gelu_out_cpu`, `use_mkldnn`), whose AVX-512 form is
 //! `(x · (1 + P(|x|))) · 0.5` with P a piecewise polynomial for erf(x/√2) that is the constant ±1
 //! (zero higher coefficients, Horner-evaluated) beyond its last interval. So `x · 2` overflows to
-//! inf for x > 2^127, and `0 · |x|` makes +inf (and −inf) NaN. Every other call runs ATen's
+//! inf for x ≥ 2^127, and `0 · |x|` makes +inf (and −inf) NaN. Every other call runs ATen's
 //! `GeluKernelImpl`, `(x · 0.5) · (1 + erf(x/√2))`, which is ScalarE's Gelu at every input.
 
 use super::promote::{self, Category};
@@ -169,9 +169,34 @@ mod tests {
 
     #[test]
     fn float_activations_on_scalar_engine() {
-        for (name, a) in [("relu", Args::None), ("sigmoid", Args::None), ("gelu", Args::Gelu { tanh: true, onednn: false })] {
+        let tanh_gelu = Args::Gelu { tanh: true, onednn: false };
+        for (name, a) in [("relu", Args::None), ("sigmoid", Args::None), ("gelu", tanh_gelu)] {
             let (k, _) = kernel(name, TorchDType::Bf16, a).unwrap();
             assert!(matches!(k.steps[..], [Step::Act { .. }]), "{name}");
+        }
+    }
+
+    /// oneDNN's order: inf from 2^127 on and NaN at ±inf (as PyTorch's golden), ATen's order
+    /// (ScalarE Gelu): the finite max and +inf; both agree with f64 gelu elsewhere.
+    #[test]
+    fn gelu_edge_values_follow_the_pytorch_kernel() {
+        let xs = [f32::MAX, f32::from_bits(0x7EFF_FFFF), f32::INFINITY, f32::NEG_INFINITY, f32::MIN, -5.0, -1.0, 0.5, 3.0, 1e30];
+        // The simulator's ScalarE Gelu is gelu evaluated in f64, rounded once.
+        let gelu = |x: f32| trnsim::engine::activation::eval(ActFunc::Gelu, x) as f64;
+        for onednn in [true, false] {
+            let (k, _) = kernel("gelu", TorchDType::F32, Args::Gelu { tanh: false, onednn }).unwrap();
+            let out = unary::tests::interpret(&k, &xs);
+            let edges: Vec<String> = out[..4].iter().map(|v| v.to_string()).collect();
+            let want = if onednn {
+                ["inf", "170141170000000000000000000000000000000", "NaN", "NaN"]
+            } else {
+                ["340282350000000000000000000000000000000", "170141170000000000000000000000000000000", "inf", "NaN"]
+            };
+            assert_eq!(edges, want, "onednn={onednn}");
+            for (&x, &y) in xs[4..].iter().zip(&out[4..]) {
+                let w = gelu(x);
+                assert!((y as f64 - w).abs() <= 1e-6 * (1.0 + w.abs()), "onednn={onednn}: gelu({x}) = {y}, want {w}");
+            }
         }
     }
 }

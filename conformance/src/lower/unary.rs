@@ -1200,7 +1200,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use TorchDType::*;
 
@@ -1226,7 +1226,7 @@ mod tests {
 
     /// Runs a kernel's steps on fp32 values with the simulator's own ALU and activation
     /// functions, asserting that every activation argument is inside the function's valid range.
-    fn interpret(k: &Kernel, xs: &[f32]) -> Vec<f32> {
+    pub(crate) fn interpret(k: &Kernel, xs: &[f32]) -> Vec<f32> {
         use std::collections::HashMap;
         use trnsim::engine::{activation, alu};
         let n = trnsim::Numerics::default();
