@@ -8,8 +8,8 @@
 //!   go through ScalarE `activation` where the hardware has the function, always with inputs
 //!   inside the function's documented valid range (`trnsim::engine::activation::valid_range`):
 //!   inputs that may leave it are range-reduced on VectorE first (sin/cos/tan: `x − k·2π` kept as
-//!   an exact hi + lo pair — four-part Cody–Waite constant and TwoSum — then reflected into
-//!   [0, π/2]; log: scaling by 2^±96; sqrt/rsqrt: scaling by 2^±100; arctan: `π/2 − atan(1/x)`
+//!   an exact hi + lo pair — four-part Cody–Waite constant and TwoSum below 2^17, a Payne–Hanek
+//!   reduction with the digits of 1/(2π) above — then reflected into [0, π/2]; log: scaling by 2^±96; sqrt/rsqrt: scaling by 2^±100; arctan: `π/2 − atan(1/x)`
 //!   for |x| > 1), and special inputs (0, negatives, ±inf, NaN) are clamped into the range
 //!   before the activation and patched after it with predicated copies;
 //! * functions the hardware lacks are composed (log2 = ln·(1/ln 2), asin via atan2, round via the
@@ -33,8 +33,10 @@ use trnsim::{
     ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
-/// Elements per partition of one tile. The largest kernels (asinh, acosh) use ~30 fp32 and ~25
-/// uint8 tiles: ~150 KB per partition, inside SBUF's usable bytes (checked by `kernels_fit_sbuf`).
+/// Elements per partition of one tile. Scratch tiles are shared by live range
+/// (`Kernel::tile_slots`): the largest kernels (sin/cos/tan with the Payne–Hanek reduction) need
+/// 12 fp32 and 9 uint8 tiles at once, ~60 KB per partition, inside SBUF's usable bytes (checked by
+/// `kernels_fit_sbuf`).
 const MAX_FREE: usize = 1024;
 
 // ---------------------------------------------------------------------------------------------
