@@ -9,9 +9,10 @@
 //!   inside the function's documented valid range (`trnsim::engine::activation::valid_range`):
 //!   inputs that may leave it are range-reduced on VectorE first (sin/cos/tan: `x − k·2π` kept as
 //!   an exact hi + lo pair — four-part Cody–Waite constant and TwoSum below 2^17, a Payne–Hanek
-//!   reduction with the digits of 1/(2π) above — then reflected into [0, π/2]; log: scaling by 2^±96; sqrt/rsqrt: scaling by 2^±100; arctan: `π/2 − atan(1/x)`
-//!   for |x| > 1), and special inputs (0, negatives, ±inf, NaN) are clamped into the range
-//!   before the activation and patched after it with predicated copies;
+//!   reduction with the digits of 1/(2π) above — then reflected into [0, π/2]; log: scaling by
+//!   2^±96; sqrt/rsqrt: scaling by 2^±100; arctan: `π/2 − atan(1/x)` for |x| > 1), and special
+//!   inputs (0, negatives, ±inf, NaN) are clamped into the range before the activation and
+//!   patched after it with predicated copies;
 //! * functions the hardware lacks are composed (log2 = ln·(1/ln 2), asin via atan2, round via the
 //!   fp32 magic-number add, …), keeping fp32 relative accuracy near 0 where PyTorch's libm has it
 //!   (expm1 = tanh(x/2)·(eˣ + 1), log1p with Goldberg's correction, asinh/atanh/sinh on top of
