@@ -726,6 +726,13 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 return index_bool_mask(b, x, mask, out, odt, on);
             }
             for t in indices.iter().flatten() {
+                if matches!(req.tensor(t)?.dtype, TorchDType::Bool | TorchDType::U8) {
+                    return Err(req.unsupported(
+                        "index.Tensor with a boolean mask after a `None` slice or next to other \
+                         indices (only a single mask over the leading dims is lowered)"
+                            .into(),
+                    ));
+                }
                 check_index_dtype(req, t)?;
                 b.declare(t, HbmRole::Input)?;
             }
