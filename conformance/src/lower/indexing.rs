@@ -19,10 +19,20 @@
 //! non-accumulating scatter with duplicate indices leaves the value of the *last* duplicate (in
 //! row-major order of the index tensor) — PyTorch leaves that case undefined.
 //!
+//! Sums onto a bool destination (`scatter_add`, `scatter_reduce(sum)`) accumulate into an fp32
+//! scratch and a VectorE `!= 0` pass writes the bools (PyTorch: logical or).
+//! `embedding_dense_backward(scale_grad_by_freq=True)` first counts each index with a DMA
+//! accumulate of ones and scales each gradient row by the reciprocal of its count
+//! ([`B::grads_scaled_by_inverse_count`]). `scatter_reduce` with prod/amax/amin/mean is a
+//! read-modify-write the DMA cannot do: a selection-matrix fold on the engines
+//! ([`scatter_reduce_select`]).
+//!
 //! Limits: `S` must merge into ≤ 5 dims with ≤ 16384 elements per partition. Bool (mask)
-//! indices are not lowered (data-dependent output shape), except `index_put` with one mask and
-//! values that broadcast over the selected rows ([`index_put_mask`]). `masked_scatter` uses a
-//! prefix sum of the mask on one partition (≤ 8192 elements).
+//! indices: `index.Tensor` with one mask over the leading dims ([`index_bool_mask`]: on-device
+//! prefix-sum compaction, output row count from the metadata) and `index_put` with one mask and
+//! values that broadcast over the selected rows ([`index_put_mask`]); other mask call forms
+//! return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
+//! elements).
 
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
@@ -30,7 +40,8 @@ use crate::case::Value;
 use crate::tensor::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
-    OobMode, Op, Program, ScalarOperand, TargetName, TensorScalar, TensorTensor, TensorTensorScan,
+    OobMode, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorCopy, TensorCopyPredicated,
+    TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
 
 const MAX_F: usize = 16384;
@@ -709,7 +720,19 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let x = tensor_arg(req, 0, "self")?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let indices = index_list(req, 1)?;
+            if let [Some(mask)] = indices.as_slice()
+                && matches!(req.tensor(mask)?.dtype, TorchDType::Bool | TorchDType::U8)
+            {
+                return index_bool_mask(b, x, mask, out, odt, on);
+            }
             for t in indices.iter().flatten() {
+                if matches!(req.tensor(t)?.dtype, TorchDType::Bool | TorchDType::U8) {
+                    return Err(req.unsupported(
+                        "index.Tensor with a boolean mask after a `None` slice or next to other \
+                         indices (only a single mask over the leading dims is lowered)"
+                            .into(),
+                    ));
+                }
                 check_index_dtype(req, t)?;
                 b.declare(t, HbmRole::Input)?;
             }
@@ -746,7 +769,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let is = shape1(&is);
             let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
             let sp = along_dim_spec(&xs, d, idx, &is);
-            b.scatter(&sp, vals, out, odt, req.op == "scatter_add", OobMode::Error)?;
+            if req.op == "scatter_add" {
+                b.scatter_sum(&sp, vals, out, odt, on)?;
+            } else {
+                b.scatter(&sp, vals, out, odt, false, OobMode::Error)?;
+            }
         }
         "scatter_reduce.two" => {
             let x = tensor_arg(req, 0, "self")?;
@@ -756,16 +783,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 Some(Value::Str(r)) => r.clone(),
                 v => return Err(req.invalid(format!("`reduce` is {v:?}"))),
             };
-            if reduce != "sum" {
-                // prod/amax/amin need a read-modify-write the DMA does not have; mean needs a
-                // division by the per-element count.
-                return Err(LowerError::NotLowered(format!(
-                    "scatter_reduce.two with reduce={reduce}"
-                )));
-            }
+            let select = match reduce.as_str() {
+                "sum" => None,
+                r => Some(Reduce::parse(r).ok_or_else(|| {
+                    req.invalid(format!(
+                        "reduce={r} (expected sum, prod, mean, amax or amin)"
+                    ))
+                })?),
+            };
             let include_self = bool_arg(req, 5, "include_self", true)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
-            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            let (idt, is) = b.declare(idx, HbmRole::Input)?;
             let src = tensor_arg(req, 3, "src")?;
             let (sdt, ss) = b.declare(src, HbmRole::Input)?;
             let st = contiguous_strides(&shape1(&ss));
@@ -777,19 +805,25 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let xs = shape1(&xs);
             let is = shape1(&is);
             let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            if let Some(reduce) = select {
+                scatter_reduce_select(
+                    &mut b,
+                    (x, xdt, &xs),
+                    (idx, idt, &is),
+                    (src, sdt, &shape1(&ss)),
+                    d,
+                    reduce,
+                    include_self,
+                    (out, odt),
+                )?;
+                return Ok(b.finish());
+            }
             let sp = along_dim_spec(&xs, d, idx, &is);
             if !include_self {
                 // Zero every scattered position first, then sum into it.
                 b.scatter(&sp, Vals::Scalar(0.0), out, odt, false, OobMode::Error)?;
             }
-            b.scatter(
-                &sp,
-                Vals::Tensor(src.into(), sdt, st),
-                out,
-                odt,
-                true,
-                OobMode::Error,
-            )?;
+            b.scatter_sum(&sp, Vals::Tensor(src.into(), sdt, st), out, odt, on)?;
         }
         "embedding_dense_backward" => {
             let g = tensor_arg(req, 0, "grad_output")?;
@@ -798,11 +832,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let nw =
                 int_arg(req, 2, "num_weights")?.ok_or_else(|| req.invalid("num_weights".into()))?;
             let pad = int_arg(req, 3, "padding_idx")?.unwrap_or(-1);
-            if bool_arg(req, 4, "scale_grad_by_freq", false)? {
-                return Err(LowerError::NotLowered(
-                    "embedding_dense_backward with scale_grad_by_freq".into(),
-                ));
-            }
+            let scale_grad_by_freq = bool_arg(req, 4, "scale_grad_by_freq", false)?;
             let (gdt, _) = b.declare(g, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
             b.fill_flat(out, odt, on, 0.0)?;
@@ -832,9 +862,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 }],
                 extra: vec![],
             };
+            let (grads, gdt) = if scale_grad_by_freq {
+                let scaled = b.grads_scaled_by_inverse_count(idx, n_idx, nw, g, gdt, dcols)?;
+                (scaled, DType::F32)
+            } else {
+                (g.to_string(), gdt)
+            };
             b.scatter(
                 &sp,
-                Vals::Tensor(g.into(), gdt, vst),
+                Vals::Tensor(grads, gdt, vst),
                 out,
                 odt,
                 true,
@@ -1320,4 +1356,892 @@ fn adv_spec(
         },
         shape,
     ))
+}
+
+/// A `scatter_reduce.two` reduction other than `sum` (which is a DMA accumulate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reduce {
+    Prod,
+    Amax,
+    Amin,
+    Mean,
+}
+
+impl Reduce {
+    fn parse(name: &str) -> Option<Reduce> {
+        Some(match name {
+            "prod" => Reduce::Prod,
+            "amax" => Reduce::Amax,
+            "amin" => Reduce::Amin,
+            "mean" => Reduce::Mean,
+            _ => return None,
+        })
+    }
+
+    /// The ALU operator that folds a group (mean folds a sum).
+    fn alu(self) -> AluOp {
+        match self {
+            Reduce::Prod => AluOp::Multiply,
+            Reduce::Amax => AluOp::Max,
+            Reduce::Amin => AluOp::Min,
+            Reduce::Mean => AluOp::Add,
+        }
+    }
+
+    /// What a non-selected element contributes to the fold (in the working dtype: int32 for
+    /// integer tensors, fp32 otherwise).
+    fn identity(self, int: bool) -> f64 {
+        match (self, int) {
+            (Reduce::Prod, _) => 1.0,
+            (Reduce::Mean, _) => 0.0,
+            (Reduce::Amax, true) => i32::MIN as f64,
+            (Reduce::Amax, false) => f64::NEG_INFINITY,
+            (Reduce::Amin, true) => i32::MAX as f64,
+            (Reduce::Amin, false) => f64::INFINITY,
+        }
+    }
+}
+
+/// Elements per partition of the selection tiles of [`scatter_reduce_select`] (lines × index
+/// chunk): six such tiles stay well inside SBUF.
+const SELECT_FREE: usize = 2048;
+
+/// A `[P, 1…]` SBUF operand with explicit free dims.
+fn sbd(dtype: DType, p: usize, offset: u64, free: Vec<[i64; 2]>) -> AccessPattern {
+    AccessPattern::sbuf(dtype, 0, p, offset, free)
+}
+
+/// `scatter_reduce.two` with `reduce` ∈ {prod, amax, amin, mean} along `dim`: a read-modify-write
+/// the DMA cannot do (it only accumulates adds), so it runs as a selection on the engines.
+///
+/// Positions `p` of the scattered dim of `self` go on partitions (chunks of 128); the free axis
+/// holds the *lines* (every other dim, over the index tensor's extent) × the index entries `k`
+/// along `dim`. Per chunk of `k`: the index and `src` are DMA'd broadcast to every partition, the
+/// index is wrapped (`+ size` where negative) and compared with the partition's position (GpSimd
+/// `iota`) into a selection mask `M[p, line, k] = (index == p)`. A tile `V` holds the running
+/// result in column 0 and the masked `src` in the rest (memset to the reduction's identity, then
+/// `tensor_copy_predicated` under `M`); folding `V` along `k` gives the new running result. The
+/// fold runs in index order, with `self` first when `include_self` — PyTorch's order:
+/// VectorE `tensor_reduce` in fp32 for float tensors; for integers an exact int32 halving tree of
+/// GpSimd `tensor_tensor` ops (wrapping products like PyTorch's; integer folds are order-free).
+/// `count = Σ_k M` (VectorE reduce of the mask) drives the rest:
+/// * mean: `result / max(count + include_self, 1)` as a VectorE reciprocal and multiply; for
+///   integers, PyTorch's floor division: the fp32 quotient rounded to int32, then corrected by ±1
+///   with exact GpSimd int32 remainders (exact for sums below 2^24 in magnitude);
+/// * `include_self=False`: positions no index selects keep `self` (predicated copy on
+///   `count > 0`).
+///
+/// The result tile is DMA'd over the copy of `self` already in `out`.
+#[allow(clippy::too_many_arguments)]
+fn scatter_reduce_select(
+    b: &mut B<'_, '_>,
+    (x, xdt, xs): (&str, DType, &[usize]),
+    (idx, idt, is): (&str, DType, &[usize]),
+    (src, sdt, ss): (&str, DType, &[usize]),
+    d: usize,
+    reduce: Reduce,
+    include_self: bool,
+    (out, odt): (&str, DType),
+) -> Result<(), LowerError> {
+    let req = b.req;
+    let rank = xs.len();
+    if is.len() != rank || ss.len() != rank {
+        return Err(req.invalid("self, index and src must have the same number of dims".into()));
+    }
+    if (0..rank).any(|j| is[j] > ss[j] || (j != d && is[j] > xs[j])) {
+        return Err(req.invalid(format!(
+            "index shape {is:?} exceeds src {ss:?} or self {xs:?}"
+        )));
+    }
+    let int = !odt.is_float();
+    let vt = if int { DType::I32 } else { DType::F32 };
+    let vs = vt.size() as u64;
+    let (xst, ist, sst) = (
+        contiguous_strides(xs),
+        contiguous_strides(is),
+        contiguous_strides(ss),
+    );
+    let line: Vec<usize> = (0..rank).filter(|&j| j != d && is[j] != 1).collect();
+    let l: usize = line.iter().map(|&j| is[j]).product();
+    let line_free = |st: &[i64]| -> Vec<[i64; 2]> {
+        let f: Vec<[i64; 2]> = line.iter().map(|&j| [st[j], is[j] as i64]).collect();
+        if f.is_empty() { vec![[1, 1]] } else { f }
+    };
+    if 2 * l > SELECT_FREE {
+        return Err(req.unsupported(format!(
+            "scatter_reduce over {l} lines per position (at most {})",
+            SELECT_FREE / 2
+        )));
+    }
+    let (kx, k) = (xs[d], is[d]);
+    let kc = (SELECT_FREE / l - 1).min(k).max(1);
+    let counting = reduce == Reduce::Mean || !include_self;
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
+        Ok(Slot {
+            offset: b.alloc.alloc(bytes)?,
+        })
+    };
+    let pos = slot(4)?;
+    let it = slot(l * kc * 4)?;
+    let iw = slot(l * kc * 4)?;
+    let mk = slot(l * kc)?;
+    let sv = slot(l * kc * 4)?;
+    let vv = slot(l * (kc + 1) * 4)?;
+    let acc = slot(l * 4)?;
+    let xt = slot(l * 4)?;
+    let cnt = slot(l * 4)?;
+    let cpart = slot(l * 4)?;
+    let (q, ci, t1, t2, nz) = (
+        slot(l * 4)?,
+        slot(l * 4)?,
+        slot(l * 4)?,
+        slot(l * 4)?,
+        slot(l)?,
+    );
+    let e = &mut b.e;
+    let flat = |dt: DType, pc: usize, s: Slot, n: usize| sb(dt, pc, s.offset, n);
+    let ts = |dst: AccessPattern,
+              src: AccessPattern,
+              op0: AluOp,
+              s0: ScalarOperand,
+              op1: Option<(AluOp, f64)>| {
+        Op::TensorScalar(TensorScalar {
+            dst,
+            src,
+            op0,
+            operand0: s0,
+            reverse0: false,
+            op1: op1.map(|o| o.0),
+            operand1: op1.map(|o| ScalarOperand::Imm(o.1)),
+            reverse1: false,
+        })
+    };
+    let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
+        Op::TensorTensor(TensorTensor { dst, in0, in1, op })
+    };
+    let mut p0 = 0;
+    while p0 < kx {
+        let pc = (kx - p0).min(128);
+        let res_ap = |s: Slot| flat(vt, pc, s, l);
+        e.push(
+            Engine::Gpsimd,
+            Op::Iota(Iota {
+                dst: flat(DType::I32, pc, pos, 1),
+                offset: p0 as i64,
+                channel_multiplier: 1,
+                pattern: vec![[0, 1]],
+            }),
+            &[],
+            &[pos],
+        );
+        let self_rows = AccessPattern::hbm(
+            x,
+            xdt,
+            (p0 as i64 * xst[d]) as u64,
+            pc,
+            xst[d],
+            line_free(&xst),
+        );
+        e.push(Engine::Dma, dma(res_ap(xt), self_rows), &[], &[xt]);
+        if include_self {
+            e.push(
+                Engine::Vector,
+                Op::TensorCopy(TensorCopy {
+                    dst: res_ap(acc),
+                    src: res_ap(xt),
+                }),
+                &[xt],
+                &[acc],
+            );
+        } else {
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: res_ap(acc),
+                    value: reduce.identity(int),
+                }),
+                &[],
+                &[acc],
+            );
+        }
+        if counting {
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: flat(DType::F32, pc, cnt, l),
+                    value: 0.0,
+                }),
+                &[],
+                &[cnt],
+            );
+        }
+        let mut k0 = 0;
+        while k0 < k {
+            let kn = (k - k0).min(kc);
+            let wn = kn + 1;
+            let n = l * kn;
+            // Index and src entries k0..k0+kn of every line, the same on every partition.
+            let mut ifree = line_free(&ist);
+            ifree.push([ist[d], kn as i64]);
+            let ih = AccessPattern::hbm(idx, idt, (k0 as i64 * ist[d]) as u64, pc, 0, ifree);
+            e.push(
+                Engine::Dma,
+                dma(flat(DType::I32, pc, it, n), ih),
+                &[],
+                &[it],
+            );
+            let mut sfree = line_free(&sst);
+            sfree.push([sst[d], kn as i64]);
+            let sh = AccessPattern::hbm(src, sdt, (k0 as i64 * sst[d]) as u64, pc, 0, sfree);
+            e.push(Engine::Dma, dma(flat(vt, pc, sv, n), sh), &[], &[sv]);
+            // iw = index + (index < 0) · size; M = (iw == p).
+            e.push(
+                Engine::Vector,
+                ts(
+                    flat(DType::F32, pc, iw, n),
+                    flat(DType::I32, pc, it, n),
+                    AluOp::IsLt,
+                    ScalarOperand::Imm(0.0),
+                    Some((AluOp::Multiply, kx as f64)),
+                ),
+                &[it],
+                &[iw],
+            );
+            e.push(
+                Engine::Vector,
+                tt(
+                    flat(DType::F32, pc, iw, n),
+                    flat(DType::F32, pc, iw, n),
+                    flat(DType::I32, pc, it, n),
+                    AluOp::Add,
+                ),
+                &[iw, it],
+                &[iw],
+            );
+            e.push(
+                Engine::Vector,
+                ts(
+                    flat(DType::U8, pc, mk, n),
+                    flat(DType::F32, pc, iw, n),
+                    AluOp::IsEqual,
+                    ScalarOperand::Tile(flat(DType::I32, pc, pos, 1)),
+                    None,
+                ),
+                &[iw, pos],
+                &[mk],
+            );
+            // V = [running result | identity, with src where selected].
+            let v_col0 = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64]]);
+            let v_rest = sbd(
+                vt,
+                pc,
+                vv.offset + vs,
+                vec![[wn as i64, l as i64], [1, kn as i64]],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopy(TensorCopy {
+                    dst: v_col0.clone(),
+                    src: res_ap(acc),
+                }),
+                &[acc],
+                &[vv],
+            );
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: v_rest.clone(),
+                    value: reduce.identity(int),
+                }),
+                &[],
+                &[vv],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopyPredicated(TensorCopyPredicated {
+                    dst: v_rest,
+                    src: flat(vt, pc, sv, n),
+                    predicate: flat(DType::U8, pc, mk, n),
+                    reverse_pred: false,
+                }),
+                &[sv, mk, vv],
+                &[vv],
+            );
+            if int {
+                // Exact int32 halving tree: fold the upper half of the columns onto the lower.
+                let mut w = wn;
+                while w > 1 {
+                    let h = w.div_ceil(2);
+                    let m = (w - h) as i64;
+                    let lo = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64], [1, m]]);
+                    let hi = sbd(
+                        vt,
+                        pc,
+                        vv.offset + h as u64 * vs,
+                        vec![[wn as i64, l as i64], [1, m]],
+                    );
+                    e.push(
+                        Engine::Gpsimd,
+                        tt(lo.clone(), lo, hi, reduce.alu()),
+                        &[vv],
+                        &[vv],
+                    );
+                    w = h;
+                }
+                e.push(
+                    Engine::Gpsimd,
+                    Op::TensorCopy(TensorCopy {
+                        dst: res_ap(acc),
+                        src: v_col0,
+                    }),
+                    &[vv],
+                    &[acc],
+                );
+            } else {
+                e.push(
+                    Engine::Vector,
+                    Op::TensorReduce(TensorReduce {
+                        dst: res_ap(acc),
+                        src: sbd(
+                            vt,
+                            pc,
+                            vv.offset,
+                            vec![[wn as i64, l as i64], [1, wn as i64]],
+                        ),
+                        op: reduce.alu(),
+                        axes: 1,
+                        negate: false,
+                    }),
+                    &[vv],
+                    &[acc],
+                );
+            }
+            if counting {
+                e.push(
+                    Engine::Vector,
+                    Op::TensorReduce(TensorReduce {
+                        dst: flat(DType::F32, pc, cpart, l),
+                        src: sbd(
+                            DType::U8,
+                            pc,
+                            mk.offset,
+                            vec![[kn as i64, l as i64], [1, kn as i64]],
+                        ),
+                        op: AluOp::Add,
+                        axes: 1,
+                        negate: false,
+                    }),
+                    &[mk],
+                    &[cpart],
+                );
+                e.push(
+                    Engine::Vector,
+                    tt(
+                        flat(DType::F32, pc, cnt, l),
+                        flat(DType::F32, pc, cnt, l),
+                        flat(DType::F32, pc, cpart, l),
+                        AluOp::Add,
+                    ),
+                    &[cnt, cpart],
+                    &[cnt],
+                );
+            }
+            k0 += kn;
+        }
+        let mut res = acc;
+        if reduce == Reduce::Mean {
+            // Divisor max(count + include_self, 1), its reciprocal in cpart.
+            let divisor = if int {
+                flat(DType::I32, pc, ci, l)
+            } else {
+                flat(DType::F32, pc, t1, l)
+            };
+            e.push(
+                Engine::Vector,
+                ts(
+                    divisor.clone(),
+                    flat(DType::F32, pc, cnt, l),
+                    AluOp::Add,
+                    ScalarOperand::Imm(include_self as i64 as f64),
+                    Some((AluOp::Max, 1.0)),
+                ),
+                &[cnt],
+                &[if int { ci } else { t1 }],
+            );
+            e.push(
+                Engine::Vector,
+                Op::Reciprocal(Reciprocal {
+                    dst: flat(DType::F32, pc, cpart, l),
+                    src: divisor,
+                }),
+                &[if int { ci } else { t1 }],
+                &[cpart],
+            );
+            if !int {
+                e.push(
+                    Engine::Vector,
+                    tt(
+                        res_ap(acc),
+                        res_ap(acc),
+                        flat(DType::F32, pc, cpart, l),
+                        AluOp::Multiply,
+                    ),
+                    &[acc, cpart],
+                    &[acc],
+                );
+            } else {
+                // q ≈ sum / divisor (fp32, rounded to the nearest int32), then floor it exactly:
+                // q -= (sum − q·d < 0); q += (sum − q·d ≥ d).
+                let i = |s: Slot| flat(DType::I32, pc, s, l);
+                e.push(
+                    Engine::Vector,
+                    tt(
+                        i(q),
+                        i(acc),
+                        flat(DType::F32, pc, cpart, l),
+                        AluOp::Multiply,
+                    ),
+                    &[acc, cpart],
+                    &[q],
+                );
+                let remainder = |e: &mut Emitter| {
+                    e.push(
+                        Engine::Gpsimd,
+                        tt(i(t1), i(q), i(ci), AluOp::Multiply),
+                        &[q, ci],
+                        &[t1],
+                    );
+                    e.push(
+                        Engine::Gpsimd,
+                        tt(i(t1), i(acc), i(t1), AluOp::Subtract),
+                        &[acc, t1],
+                        &[t1],
+                    );
+                };
+                remainder(e);
+                e.push(
+                    Engine::Gpsimd,
+                    ts(i(t2), i(t1), AluOp::IsLt, ScalarOperand::Imm(0.0), None),
+                    &[t1],
+                    &[t2],
+                );
+                e.push(
+                    Engine::Gpsimd,
+                    tt(i(q), i(q), i(t2), AluOp::Subtract),
+                    &[q, t2],
+                    &[q],
+                );
+                remainder(e);
+                e.push(
+                    Engine::Gpsimd,
+                    tt(i(t2), i(t1), i(ci), AluOp::IsGe),
+                    &[t1, ci],
+                    &[t2],
+                );
+                e.push(
+                    Engine::Gpsimd,
+                    tt(i(q), i(q), i(t2), AluOp::Add),
+                    &[q, t2],
+                    &[q],
+                );
+                res = q;
+            }
+        }
+        if !include_self {
+            // Positions that no index selects keep self.
+            e.push(
+                Engine::Vector,
+                ts(
+                    flat(DType::U8, pc, nz, l),
+                    flat(DType::F32, pc, cnt, l),
+                    AluOp::IsGt,
+                    ScalarOperand::Imm(0.0),
+                    None,
+                ),
+                &[cnt],
+                &[nz],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorCopyPredicated(TensorCopyPredicated {
+                    dst: res_ap(xt),
+                    src: res_ap(res),
+                    predicate: flat(DType::U8, pc, nz, l),
+                    reverse_pred: false,
+                }),
+                &[res, nz, xt],
+                &[xt],
+            );
+            res = xt;
+        }
+        let out_rows = AccessPattern::hbm(
+            out,
+            odt,
+            (p0 as i64 * xst[d]) as u64,
+            pc,
+            xst[d],
+            line_free(&xst),
+        );
+        e.push(Engine::Dma, dma(out_rows, res_ap(res)), &[res], &[]);
+        p0 += pc;
+    }
+    Ok(())
+}
+
+impl B<'_, '_> {
+    /// `out = (src != 0)` for `n` elements: the logical-or post-pass of a sum scattered onto a
+    /// bool tensor (DMA accumulate adds, so duplicates sum to 2, 3, …; PyTorch ORs them).
+    /// `src` is an fp32 HBM scratch holding the sums.
+    fn nonzero_to_bool(
+        &mut self,
+        src: &str,
+        n: usize,
+        out: &str,
+        odt: DType,
+    ) -> Result<(), LowerError> {
+        let cols = 2048usize;
+        let v = Slot {
+            offset: self.alloc.alloc(cols * 4)?,
+        };
+        let m = Slot {
+            offset: self.alloc.alloc(cols * odt.size())?,
+        };
+        let mut done = 0usize;
+        while done < n {
+            let rest = n - done;
+            let (rows, c) = if rest >= cols {
+                ((rest / cols).min(128), cols)
+            } else {
+                (1, rest)
+            };
+            let h = |name: &str, dt: DType| {
+                AccessPattern::hbm(name, dt, done as u64, rows, c as i64, vec![[1, c as i64]])
+            };
+            self.e.push(
+                Engine::Dma,
+                dma(sb(DType::F32, rows, v.offset, c), h(src, DType::F32)),
+                &[],
+                &[v],
+            );
+            self.e.push(
+                Engine::Vector,
+                Op::TensorScalar(TensorScalar {
+                    dst: sb(odt, rows, m.offset, c),
+                    src: sb(DType::F32, rows, v.offset, c),
+                    op0: AluOp::NotEqual,
+                    operand0: ScalarOperand::Imm(0.0),
+                    reverse0: false,
+                    op1: None,
+                    operand1: None,
+                    reverse1: false,
+                }),
+                &[v],
+                &[m],
+            );
+            self.e.push(
+                Engine::Dma,
+                dma(h(out, odt), sb(odt, rows, m.offset, c)),
+                &[m],
+                &[],
+            );
+            done += rows * c;
+        }
+        Ok(())
+    }
+
+    /// A summing scatter (`accumulate`) of `vals` at `sp` into `out`, which already holds
+    /// `self`. Onto a bool `out` the sums go to an fp32 scratch copy of `self` first and
+    /// [`Self::nonzero_to_bool`] writes `out`: PyTorch's sum of bools is a logical or.
+    fn scatter_sum(
+        &mut self,
+        sp: &Spec,
+        vals: Vals,
+        out: &str,
+        odt: DType,
+        n: usize,
+    ) -> Result<(), LowerError> {
+        if odt != DType::Bool {
+            return self.scatter(sp, vals, out, odt, true, OobMode::Error);
+        }
+        let sums = self.new_scratch(DType::F32, n);
+        self.copy_flat(&sums, DType::F32, out, odt, n, false);
+        self.scatter(sp, vals, &sums, DType::F32, true, OobMode::Error)?;
+        self.nonzero_to_bool(&sums, n, out, odt)
+    }
+
+    /// `embedding_dense_backward(scale_grad_by_freq=True)`: writes `grad / count[index]` per
+    /// index row into a fresh fp32 scratch (`[n_idx, dcols]`) and returns its name. The counts
+    /// are DMA-accumulated ones into a zeroed `[num_weights]` table; each chunk of ≤128 index rows
+    /// gathers its counts (indirect DMA), takes the VectorE reciprocal and scales its gradient
+    /// rows with a per-partition multiply — PyTorch's `grad · (1 / count)`.
+    fn grads_scaled_by_inverse_count(
+        &mut self,
+        idx: &str,
+        n_idx: usize,
+        nw: i64,
+        g: &str,
+        gdt: DType,
+        dcols: usize,
+    ) -> Result<String, LowerError> {
+        let counts = self.new_scratch(DType::F32, nw.max(1) as usize);
+        self.fill_flat(&counts, DType::F32, nw as usize, 0.0)?;
+        let per_index = Spec {
+            s: vec![n_idx],
+            r: 1,
+            base: vec![0],
+            base_const: 0,
+            idx: vec![Idx {
+                name: idx.into(),
+                strides: vec![1],
+                size: nw,
+                mult: 1,
+                skip: None,
+            }],
+            extra: vec![],
+        };
+        self.scatter(
+            &per_index,
+            Vals::Scalar(1.0),
+            &counts,
+            DType::F32,
+            true,
+            OobMode::Error,
+        )?;
+        let scaled = self.new_scratch(DType::F32, n_idx * dcols);
+        let (acc, tmp, w) = self.bufs(&per_index)?;
+        let cols = dcols.min(4096);
+        let cnt = Slot {
+            offset: self.alloc.alloc(4)?,
+        };
+        let gt = Slot {
+            offset: self.alloc.alloc(cols * 4)?,
+        };
+        let mut p0 = 0;
+        while p0 < n_idx {
+            let pc = (n_idx - p0).min(128);
+            let index = self.offsets(&per_index, p0, pc, acc, tmp, w);
+            let cnt_ap = sb(DType::F32, pc, cnt.offset, 1);
+            self.e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst: cnt_ap.clone(),
+                    src: AccessPattern::hbm(&counts, DType::F32, 0, 1, 0, vec![[1, 1]]),
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Src,
+                        index,
+                        row_step: 1,
+                        oob: OobMode::Error,
+                    }),
+                }),
+                &[acc],
+                &[cnt],
+            );
+            self.e.push(
+                Engine::Vector,
+                Op::Reciprocal(Reciprocal {
+                    dst: cnt_ap.clone(),
+                    src: cnt_ap.clone(),
+                }),
+                &[cnt],
+                &[cnt],
+            );
+            let mut c0 = 0;
+            while c0 < dcols {
+                let cn = (dcols - c0).min(cols);
+                let at = |name: &str, dt: DType| {
+                    AccessPattern::hbm(
+                        name,
+                        dt,
+                        (p0 * dcols + c0) as u64,
+                        pc,
+                        dcols as i64,
+                        vec![[1, cn as i64]],
+                    )
+                };
+                let g_ap = sb(DType::F32, pc, gt.offset, cn);
+                self.e
+                    .push(Engine::Dma, dma(g_ap.clone(), at(g, gdt)), &[], &[gt]);
+                self.e.push(
+                    Engine::Vector,
+                    Op::TensorScalar(TensorScalar {
+                        dst: g_ap.clone(),
+                        src: g_ap.clone(),
+                        op0: AluOp::Multiply,
+                        operand0: ScalarOperand::Tile(cnt_ap.clone()),
+                        reverse0: false,
+                        op1: None,
+                        operand1: None,
+                        reverse1: false,
+                    }),
+                    &[gt, cnt],
+                    &[gt],
+                );
+                self.e
+                    .push(Engine::Dma, dma(at(&scaled, DType::F32), g_ap), &[gt], &[]);
+                c0 += cn;
+            }
+            p0 += pc;
+        }
+        Ok(scaled)
+    }
+}
+
+/// `index.Tensor(self, [mask])` with one bool (or uint8) mask over the leading dims of `self`:
+/// the selected rows (`self[mask]`, row = the trailing dims), in row-major order of the mask.
+/// The output's row count is data-dependent and comes from the case metadata. On device, one
+/// partition holds the flattened mask in chunks of 8192: an inclusive prefix sum `cs` (VectorE
+/// scan, carried across chunks) gives each selected row its output row `cs − 1`; unselected rows
+/// get a row far past the end, and an indirect scatter with `oob: skip` copies each selected
+/// row of `self` into place (HBM → HBM). A real backend would read the last `cs` back to size
+/// the output; here it must equal the metadata's count (else rows stay unwritten and the run
+/// fails).
+fn index_bool_mask(
+    mut b: B<'_, '_>,
+    x: &str,
+    mask: &str,
+    out: &str,
+    odt: DType,
+    on: usize,
+) -> Result<Lowered, LowerError> {
+    let req = b.req;
+    let (xdt, xs) = b.declare(x, HbmRole::Input)?;
+    let (mdt, ms) = b.declare(mask, HbmRole::Input)?;
+    let k = ms.len();
+    if k == 0 {
+        return Err(req.unsupported("index.Tensor with a 0-d boolean mask".into()));
+    }
+    if k > xs.len() || ms[..] != xs[..k] {
+        return Err(req.invalid(format!("mask shape {ms:?} does not match self {xs:?}")));
+    }
+    let r: usize = xs[k..].iter().product();
+    let nm: usize = ms.iter().product();
+    if on == 0 || r == 0 || nm == 0 {
+        return Ok(b.finish());
+    }
+    if !on.is_multiple_of(r) || on / r > nm {
+        return Err(req.invalid(format!("output of {on} elements for rows of {r}")));
+    }
+    // Unselected rows are sent to cs + BIG − 1 ≥ BIG − 1, past any output row; cs + BIG stays
+    // exact in fp32 for masks below 2^23 elements.
+    const BIG: f64 = (1u64 << 23) as f64;
+    if nm >= 1 << 22 {
+        return Err(req.unsupported(format!("boolean mask of {nm} elements (at most 2^22)")));
+    }
+    const CHUNK: usize = 8192;
+    let ch = nm.min(CHUNK);
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
+        Ok(Slot {
+            offset: b.alloc.alloc(bytes)?,
+        })
+    };
+    let (m, ones, cs, w, ix, carry) = (
+        slot(ch * 4)?,
+        slot(ch * 4)?,
+        slot(ch * 4)?,
+        slot(ch * 4)?,
+        slot(ch * 4)?,
+        slot(4)?,
+    );
+    let f = |dt: DType, s: Slot, n: usize| sb(dt, 1, s.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: f(DType::F32, ones, ch),
+            value: 1.0,
+        }),
+        &[],
+        &[ones],
+    );
+    let mut c0 = 0;
+    while c0 < nm {
+        let cn = (nm - c0).min(ch);
+        b.e.push(
+            Engine::Dma,
+            dma(
+                f(DType::F32, m, cn),
+                AccessPattern::hbm(mask, mdt, c0 as u64, 1, 0, vec![[1, cn as i64]]),
+            ),
+            &[],
+            &[m],
+        );
+        let initial = if c0 == 0 {
+            ScalarOperand::Imm(0.0)
+        } else {
+            ScalarOperand::Tile(f(DType::F32, carry, 1))
+        };
+        b.e.push(
+            Engine::Vector,
+            Op::TensorTensorScan(TensorTensorScan {
+                dst: f(DType::F32, cs, cn),
+                in0: f(DType::F32, ones, cn),
+                in1: f(DType::F32, m, cn),
+                initial,
+                op0: AluOp::Multiply,
+                op1: AluOp::Add,
+            }),
+            &[ones, m, carry],
+            &[cs],
+        );
+        b.e.push(
+            Engine::Vector,
+            Op::TensorCopy(TensorCopy {
+                dst: f(DType::F32, carry, 1),
+                src: AccessPattern::sbuf(
+                    DType::F32,
+                    0,
+                    1,
+                    cs.offset + 4 * (cn as u64 - 1),
+                    vec![[1, 1]],
+                ),
+            }),
+            &[cs],
+            &[carry],
+        );
+        // w = m ? −1 : BIG − 1; the output row is cs + w.
+        b.e.push(
+            Engine::Vector,
+            Op::TensorScalar(TensorScalar {
+                dst: f(DType::F32, w, cn),
+                src: f(DType::F32, m, cn),
+                op0: AluOp::Multiply,
+                operand0: ScalarOperand::Imm(-BIG),
+                reverse0: false,
+                op1: Some(AluOp::Add),
+                operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
+                reverse1: false,
+            }),
+            &[m],
+            &[w],
+        );
+        b.e.push(
+            Engine::Vector,
+            Op::TensorTensor(TensorTensor {
+                dst: f(DType::I32, ix, cn),
+                in0: f(DType::F32, cs, cn),
+                in1: f(DType::F32, w, cn),
+                op: AluOp::Add,
+            }),
+            &[cs, w],
+            &[ix],
+        );
+        b.e.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst: AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, r as i64]]),
+                src: AccessPattern::hbm(x, xdt, (c0 * r) as u64, cn, r as i64, vec![[1, r as i64]]),
+                accumulate: false,
+                indirect: Some(Indirect {
+                    side: IndirectSide::Dst,
+                    index: f(DType::I32, ix, cn),
+                    row_step: r as i64,
+                    oob: OobMode::Skip,
+                }),
+            }),
+            &[ix],
+            &[],
+        );
+        c0 += cn;
+    }
+    Ok(b.finish())
 }
