@@ -11,6 +11,11 @@
 //!   `Bool`). The runner narrows int64 host data to int32 at the boundary (flagging values that
 //!   do not fit) and widens int32 outputs back to int64. No other host conversion exists:
 //!   every other dtype is declared as its own device dtype ([`device_dtype`]).
+//! * Trainium has no complex dtype: a complex64 case tensor is declared as its *real view*, `F32`
+//!   of shape `shape + [2]` (real, imaginary) — exactly the bytes the golden file stores, so the
+//!   runner passes them through unchanged ([`complex_real_view`]). [`device_dtype`] answers `None`
+//!   for c64 so that a lowering which does not handle the extra axis refuses complex cases
+//!   instead of declaring the wrong shape.
 //! * Ops without a lowering return [`LowerError::NotLowered`].
 
 pub mod activation;
@@ -19,6 +24,7 @@ pub mod binary_ext;
 pub mod comparison;
 pub mod conv;
 pub mod creation;
+pub mod fft;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -224,6 +230,8 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("bmm", matmul::lower),
     ("addmm", matmul::lower),
     ("convolution", conv::lower),
+    ("_fft_r2c", fft::lower),
+    ("_fft_c2r", fft::lower),
     ("full", creation::lower),
     ("full_like", creation::lower),
     ("fill.Scalar", creation::lower),
@@ -339,10 +347,25 @@ pub fn lower_request_with_options(
 }
 
 /// The device dtype a case tensor of `dtype` is declared as: its own dtype, or int32 for int64
-/// (the one boundary conversion). `None` for dtypes the device cannot hold (complex).
+/// (the one boundary conversion). `None` for complex, which has no device dtype of its own: a
+/// lowering that handles complex declares the real view instead ([`complex_real_view`]).
 pub fn device_dtype(dtype: TorchDType) -> Option<DType> {
     match dtype {
         TorchDType::I64 => Some(DType::I32),
         other => other.device_dtype(),
     }
+}
+
+/// The shape of a complex tensor's real view: the complex shape plus a trailing axis of 2
+/// (real, imaginary), as the golden format stores it.
+pub fn complex_real_view_shape(complex_shape: &[usize]) -> Vec<usize> {
+    let mut shape = complex_shape.to_vec();
+    shape.push(2);
+    shape
+}
+
+/// How a c64 case tensor is declared on the device: `F32` with shape `shape + [2]` (its real
+/// view, no conversion). `None` when `meta` is not complex.
+pub fn complex_real_view(meta: &TensorMeta) -> Option<(DType, Vec<usize>)> {
+    meta.dtype.is_complex().then(|| (DType::F32, complex_real_view_shape(&meta.shape)))
 }
