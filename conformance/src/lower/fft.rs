@@ -607,3 +607,101 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::OpCall;
+    use crate::executor::{CaseExecutor, SimExecutor};
+    use std::collections::BTreeMap;
+    use trnsim::HostTensor;
+
+    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
+        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+    }
+
+    /// Lowers `op(input.0, dims, norm, last)` with the given input and output metadata.
+    fn lower_call(op: &str, input: TensorMeta, output: TensorMeta, dims: &[i64], norm: i64, last: Value) -> Result<Lowered, LowerError> {
+        let call = OpCall {
+            args: vec![Value::Tensor("input.0".into()), Value::Ints(dims.to_vec()), Value::Int(norm), last],
+            kwargs: BTreeMap::new(),
+        };
+        let tensors = BTreeMap::from([("input.0".to_string(), input), ("output.0".to_string(), output)]);
+        let outputs = [Value::Tensor("output.0".into())];
+        let req = LowerRequest { op, call: &call, tensors: &tensors, outputs: &outputs };
+        lower(&req, TargetName::Trn1)
+    }
+
+    fn run(lowered: &Lowered, input: HostTensor) -> Vec<f32> {
+        let inputs = BTreeMap::from([("input.0".to_string(), input)]);
+        let ex = SimExecutor::new(TargetName::Trn1);
+        let run = ex.execute(&lowered.program, &inputs).expect("the program runs");
+        run.outputs["output.0"].to_f32()
+    }
+
+    #[test]
+    fn bad_calls_are_typed_errors() {
+        let (x, y) = (meta(TorchDType::F32, &[4, 6]), meta(TorchDType::C64, &[4, 4]));
+        let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
+        let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
+        assert!(invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[2], 0, Value::Bool(true))), "dim out of range");
+        assert!(invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[1, 1], 0, Value::Bool(true))), "repeated dim");
+        assert!(invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 3, Value::Bool(true))), "norm mode");
+        assert!(invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 0, Value::Bool(false))), "output shape");
+        assert!(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 0, Value::Bool(true)).is_ok());
+        let half = meta(TorchDType::F16, &[4, 6]);
+        assert!(unsupported(lower_call("_fft_r2c", half, y, &[1], 0, Value::Bool(true))), "f16 input");
+        let long = (meta(TorchDType::F32, &[4096]), meta(TorchDType::C64, &[2049]));
+        assert!(unsupported(lower_call("_fft_r2c", long.0, long.1, &[0], 0, Value::Bool(true))), "length 4096");
+        let (z, w) = (meta(TorchDType::C64, &[5]), meta(TorchDType::F32, &[8]));
+        assert!(invalid(lower_call("_fft_c2r", z.clone(), w.clone(), &[0], 0, Value::Int(0))), "last_dim_size 0");
+        assert!(lower_call("_fft_c2r", z, w, &[0], 0, Value::Int(8)).is_ok());
+    }
+
+    /// The spectrum of an impulse at n = 1 is the twiddle row `e^{−2πik/N}` itself: the matrices
+    /// the engines build match f64 cos/sin, and quarter turns are exact.
+    #[test]
+    fn engine_built_twiddles() {
+        let n = 12;
+        let lowered = lower_call(
+            "_fft_r2c",
+            meta(TorchDType::F32, &[n]),
+            meta(TorchDType::C64, &[n]),
+            &[0],
+            0,
+            Value::Bool(false),
+        )
+        .unwrap();
+        let mut impulse = vec![0.0f32; n];
+        impulse[1] = 1.0;
+        let out = run(&lowered, HostTensor::from_f32(&[n], &impulse));
+        for k in 0..n {
+            let theta = -2.0 * std::f64::consts::PI * k as f64 / n as f64;
+            let (re, im) = (out[2 * k] as f64, out[2 * k + 1] as f64);
+            assert!((re - theta.cos()).abs() < 1e-7 && (im - theta.sin()).abs() < 1e-7, "k={k}: {re} {im}");
+            if k % 3 == 0 {
+                assert!(re.abs() == 1.0 || re == 0.0, "quarter turn k={k}: re {re}");
+                assert!(im.abs() == 1.0 || im == 0.0, "quarter turn k={k}: im {im}");
+            }
+        }
+    }
+
+    /// Hermitian → real: a DC term of 8 over N = 8 with norm "by n" is the constant 1, and the
+    /// imaginary parts of the DC and Nyquist terms are ignored.
+    #[test]
+    fn hermitian_to_real_weights() {
+        let lowered =
+            lower_call("_fft_c2r", meta(TorchDType::C64, &[5]), meta(TorchDType::F32, &[8]), &[0], 2, Value::Int(8))
+                .unwrap();
+        let spectrum = [8.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -3.0];
+        let out = run(&lowered, HostTensor::from_f32(&[5, 2], &spectrum));
+        assert_eq!(out, vec![1.0; 8]);
+        // X_1 = 4 contributes 2·4·cos(2πn/8)/8 = cos(2πn/8).
+        let spectrum = [0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let out = run(&lowered, HostTensor::from_f32(&[5, 2], &spectrum));
+        for (i, v) in out.iter().enumerate() {
+            let want = (2.0 * std::f64::consts::PI * i as f64 / 8.0).cos();
+            assert!((*v as f64 - want).abs() < 1e-7, "n={i}: {v} vs {want}");
+        }
+    }
+}
