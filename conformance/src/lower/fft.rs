@@ -43,8 +43,8 @@ use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul,
-    Op, Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar, TensorTensor,
+    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
+    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar, TensorTensor,
 };
 
 /// Longest transform whose twiddle indices reduce exactly (see the module doc).
@@ -144,10 +144,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     };
     let (want_in, want_out) = if r2c { (TorchDType::F32, TorchDType::C64) } else { (TorchDType::C64, TorchDType::F32) };
     if in_meta.dtype != want_in || out_meta.dtype != want_out {
-        return Err(req.unsupported(format!(
-            "{} → {} (lowered: {want_in} → {want_out})",
-            in_meta.dtype, out_meta.dtype
-        )));
+        return Err(
+            req.unsupported(format!("{} → {} (lowered: {want_in} → {want_out})", in_meta.dtype, out_meta.dtype))
+        );
     }
     let shape = &in_meta.shape;
     let dims = dims_arg(req, shape.len())?;
@@ -311,12 +310,7 @@ fn tensor_scalar(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: f64, op
 
 /// Builds `C = cos(2π·lk/N)`, `Wi = ±sin(2π·lk/N)` and `−Wi` for `l < contract`, `k < outputs`
 /// on the engines (module doc), weighted per row for the Hermitian → real pass.
-fn emit_matrices(
-    e: &mut Emitter,
-    alloc: &mut SbufAllocator,
-    p: &Pass,
-    outputs: usize,
-) -> Result<Matrices, LowerError> {
+fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: usize) -> Result<Matrices, LowerError> {
     let chunks = p.contract.div_ceil(128);
     let kf = outputs as i64;
     let n = p.len as f64;
@@ -351,7 +345,12 @@ fn emit_matrices(
         );
         e.push(
             Engine::Gpsimd,
-            Op::Iota(Iota { dst: sb(l_idx, pl, vec![[1, 1]]), offset: l0 as i64, channel_multiplier: 1, pattern: vec![[1, 1]] }),
+            Op::Iota(Iota {
+                dst: sb(l_idx, pl, vec![[1, 1]]),
+                offset: l0 as i64,
+                channel_multiplier: 1,
+                pattern: vec![[1, 1]],
+            }),
             &[],
             &[slot(l_idx)],
         );
@@ -373,7 +372,12 @@ fn emit_matrices(
         );
         // q = round(m/N) (the int32 cast on write rounds to nearest), r = m − q·N ∈ [−N/2, N/2].
         let quot_ap = AccessPattern::sbuf(DType::I32, 0, pl, quot, flat.clone());
-        e.push(Engine::Vector, tensor_scalar(quot_ap.clone(), at(prod), AluOp::Multiply, 1.0 / n, None), &[slot(prod)], &[slot(quot)]);
+        e.push(
+            Engine::Vector,
+            tensor_scalar(quot_ap.clone(), at(prod), AluOp::Multiply, 1.0 / n, None),
+            &[slot(prod)],
+            &[slot(quot)],
+        );
         e.push(
             Engine::Vector,
             Op::ScalarTensorTensor(ScalarTensorTensor {
@@ -390,7 +394,12 @@ fn emit_matrices(
             &[slot(rem)],
         );
         // sin: u = 4r ∈ [−2N, 2N] folded into [−N, N].
-        e.push(Engine::Vector, tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, 2.0 * n))), &[slot(rem)], &[slot(tmp)]);
+        e.push(
+            Engine::Vector,
+            tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, 2.0 * n))),
+            &[slot(rem)],
+            &[slot(tmp)],
+        );
         e.push(
             Engine::Vector,
             Op::ScalarTensorTensor(ScalarTensorTensor {
@@ -406,7 +415,12 @@ fn emit_matrices(
             &[slot(rem), slot(tmp)],
             &[slot(prod)],
         );
-        e.push(Engine::Vector, tensor_scalar(at(tmp), at(prod), AluOp::Multiply, -1.0, Some((AluOp::Add, -2.0 * n))), &[slot(prod)], &[slot(tmp)]);
+        e.push(
+            Engine::Vector,
+            tensor_scalar(at(tmp), at(prod), AluOp::Multiply, -1.0, Some((AluOp::Add, -2.0 * n))),
+            &[slot(prod)],
+            &[slot(tmp)],
+        );
         e.push(
             Engine::Vector,
             Op::TensorTensor(TensorTensor { dst: at(angle), in0: at(prod), in1: at(tmp), op: AluOp::Max }),
@@ -430,8 +444,18 @@ fn emit_matrices(
             );
         }
         // cos: v = 4r + N ∈ [−N, 3N] folded into [−N, N] (min(v, 2N − v)).
-        e.push(Engine::Vector, tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, n))), &[slot(rem)], &[slot(tmp)]);
-        e.push(Engine::Vector, tensor_scalar(at(prod), at(rem), AluOp::Multiply, 4.0, Some((AluOp::Add, n))), &[slot(rem)], &[slot(prod)]);
+        e.push(
+            Engine::Vector,
+            tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, n))),
+            &[slot(rem)],
+            &[slot(tmp)],
+        );
+        e.push(
+            Engine::Vector,
+            tensor_scalar(at(prod), at(rem), AluOp::Multiply, 4.0, Some((AluOp::Add, n))),
+            &[slot(rem)],
+            &[slot(prod)],
+        );
         e.push(
             Engine::Vector,
             Op::TensorTensor(TensorTensor { dst: at(angle), in0: at(prod), in1: at(tmp), op: AluOp::Min }),
@@ -648,7 +672,13 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                     while count > 1 {
                         // [p0 + p1, p2 + p3, …]; an odd last partial passes up unchanged.
                         let pairs = count / 2;
-                        let pick = |first: usize| sb(from + (first * bc * 4) as u64, kt, vec![[(2 * bc) as i64, pairs as i64], [1, bc as i64]]);
+                        let pick = |first: usize| {
+                            sb(
+                                from + (first * bc * 4) as u64,
+                                kt,
+                                vec![[(2 * bc) as i64, pairs as i64], [1, bc as i64]],
+                            )
+                        };
                         e.push(
                             Engine::Vector,
                             Op::TensorTensor(TensorTensor {
@@ -712,7 +742,14 @@ mod tests {
     }
 
     /// Lowers `op(input.0, dims, norm, last)` with the given input and output metadata.
-    fn lower_call(op: &str, input: TensorMeta, output: TensorMeta, dims: &[i64], norm: i64, last: Value) -> Result<Lowered, LowerError> {
+    fn lower_call(
+        op: &str,
+        input: TensorMeta,
+        output: TensorMeta,
+        dims: &[i64],
+        norm: i64,
+        last: Value,
+    ) -> Result<Lowered, LowerError> {
         let call = OpCall {
             args: vec![Value::Tensor("input.0".into()), Value::Ints(dims.to_vec()), Value::Int(norm), last],
             kwargs: BTreeMap::new(),
@@ -782,9 +819,15 @@ mod tests {
     #[test]
     fn sliced_long_contraction() {
         let n = 200;
-        let lowered =
-            lower_call("_fft_r2c", meta(TorchDType::F32, &[n]), meta(TorchDType::C64, &[n / 2 + 1]), &[0], 0, Value::Bool(true))
-                .unwrap();
+        let lowered = lower_call(
+            "_fft_r2c",
+            meta(TorchDType::F32, &[n]),
+            meta(TorchDType::C64, &[n / 2 + 1]),
+            &[0],
+            0,
+            Value::Bool(true),
+        )
+        .unwrap();
         let ramp: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let out = run(&lowered, HostTensor::from_f32(&[n], &ramp));
         assert_eq!((out[0], out[1]), (19900.0, 0.0));
