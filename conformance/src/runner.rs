@@ -293,8 +293,12 @@ pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> 
 
 /// The host tensor for one program input: the case tensor in its device dtype. The only
 /// conversion is int64 → int32 (Trainium has no int64); a value that does not fit is an error
-/// naming the first such element.
+/// naming the first such element. A complex64 tensor goes over as its real view — the same
+/// bytes, as F32 of shape `[..., 2]` (re, im) — which is not a conversion.
 pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, String> {
+    if t.dtype == TorchDType::C64 && dtype == DType::F32 {
+        return Ok(HostTensor { dtype, shape: lower::complex_real_view_shape(&t.shape), data: t.data.clone() });
+    }
     if t.dtype == TorchDType::I64 && dtype == DType::I32 {
         let n = t.numel();
         let mut data = Vec::with_capacity(4 * n);
@@ -325,8 +329,18 @@ pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, Str
 }
 
 /// The case tensor for one program output: int32 widened to int64 when the golden output is
-/// int64; otherwise the device dtype as the torch dtype.
+/// int64; an F32 `[..., 2]` real view read back as complex64 when the golden output is complex
+/// (same bytes); otherwise the device dtype as the torch dtype.
 pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Tensor, String> {
+    if golden == TorchDType::C64 && h.dtype == DType::F32 {
+        let Some((&2, complex_shape)) = h.shape.split_last() else {
+            return Err(format!(
+                "output `{name}` is complex64; its real view must end in an axis of 2, the program declares {:?}",
+                h.shape
+            ));
+        };
+        return Ok(Tensor::new(TorchDType::C64, complex_shape.to_vec(), h.data.clone()));
+    }
     if h.dtype == DType::I32 && golden == TorchDType::I64 {
         let data = h
             .data
@@ -354,8 +368,10 @@ fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, Host
             .tensors
             .get(&decl.name)
             .ok_or_else(|| format!("the program reads `{}`, which the case does not have", decl.name))?;
-        if t.shape != decl.shape {
-            return Err(format!("`{}` is {:?} in the case, the program declares {:?}", decl.name, t.shape, decl.shape));
+        let device_shape =
+            if t.dtype.is_complex() { lower::complex_real_view_shape(&t.shape) } else { t.shape.clone() };
+        if device_shape != decl.shape {
+            return Err(format!("`{}` is {:?} in the case, the program declares {:?}", decl.name, device_shape, decl.shape));
         }
         inputs.insert(decl.name.clone(), to_device(&decl.name, t, decl.dtype)?);
     }
@@ -552,6 +568,13 @@ mod tests {
         let big = Tensor::from_f64(I64, &[2], &[1.0, 3e9]);
         let e = to_device("input.0", &big, DType::I32).unwrap_err();
         assert!(e.contains("3000000000") && e.contains("(1,)"), "{e}");
+        // complex64 crosses as its real view: the same bytes, shape + [2].
+        let c = Tensor::from_f64(C64, &[2], &[1.0, -2.0, 3.5, 0.25]);
+        let h = to_device("input.0", &c, DType::F32).unwrap();
+        assert_eq!((h.shape.as_slice(), &h.data), (&[2, 2][..], &c.data));
+        assert_eq!(from_device("o", &h, C64).unwrap(), c);
+        let flat = HostTensor { dtype: DType::F32, shape: vec![4], data: c.data.clone() };
+        assert!(from_device("o", &flat, C64).is_err(), "a real view ends in an axis of 2");
         // No other conversion.
         let f = Tensor::from_f64(F32, &[1], &[1.0]);
         assert!(to_device("x", &f, DType::Bf16).is_err());

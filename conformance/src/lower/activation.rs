@@ -33,24 +33,48 @@ fn rule(name: &str) -> Option<OutRule> {
 pub enum Args {
     None,
     /// `onednn`: PyTorch computes this call with oneDNN's gelu_erf (see the module doc).
-    Gelu { tanh: bool, onednn: bool },
-    Hardtanh { min: f64, max: f64 },
-    LeakyRelu { slope: f64 },
-    Elu { alpha: f64, scale: f64, input_scale: f64 },
+    Gelu {
+        tanh: bool,
+        onednn: bool,
+    },
+    Hardtanh {
+        min: f64,
+        max: f64,
+    },
+    LeakyRelu {
+        slope: f64,
+    },
+    Elu {
+        alpha: f64,
+        scale: f64,
+        input_scale: f64,
+    },
 }
 
 fn args(req: &LowerRequest<'_>, name: &str) -> Result<Args, LowerError> {
     Ok(match name {
         "gelu" => match req.call.arg(1, "approximate") {
-            None => Args::Gelu { tanh: false, onednn: gelu_uses_onednn(req)? },
-            Some(Value::Str(s)) if s == "none" => Args::Gelu { tanh: false, onednn: gelu_uses_onednn(req)? },
-            Some(Value::Str(s)) if s == "tanh" => Args::Gelu { tanh: true, onednn: false },
+            None => Args::Gelu {
+                tanh: false,
+                onednn: gelu_uses_onednn(req)?,
+            },
+            Some(Value::Str(s)) if s == "none" => Args::Gelu {
+                tanh: false,
+                onednn: gelu_uses_onednn(req)?,
+            },
+            Some(Value::Str(s)) if s == "tanh" => Args::Gelu {
+                tanh: true,
+                onednn: false,
+            },
             Some(v) => return Err(req.invalid(format!("`approximate` is {v:?}"))),
         },
-        "hardtanh" => {
-            Args::Hardtanh { min: scalar_arg(req, 1, "min_val", -1.0)?, max: scalar_arg(req, 2, "max_val", 1.0)? }
-        }
-        "leaky_relu" => Args::LeakyRelu { slope: scalar_arg(req, 1, "negative_slope", 0.01)? },
+        "hardtanh" => Args::Hardtanh {
+            min: scalar_arg(req, 1, "min_val", -1.0)?,
+            max: scalar_arg(req, 2, "max_val", 1.0)?,
+        },
+        "leaky_relu" => Args::LeakyRelu {
+            slope: scalar_arg(req, 1, "negative_slope", 0.01)?,
+        },
         "elu" => Args::Elu {
             alpha: scalar_arg(req, 1, "alpha", 1.0)?,
             scale: scalar_arg(req, 2, "scale", 1.0)?,
@@ -74,11 +98,15 @@ fn gelu_uses_onednn(req: &LowerRequest<'_>) -> Result<bool, LowerError> {
         None => true,
         Some(strides) => {
             let mut expected = 1i64;
-            meta.shape.iter().zip(strides).rev().all(|(&size, &stride)| {
-                let ok = size == 1 || stride == expected;
-                expected *= size as i64;
-                ok
-            })
+            meta.shape
+                .iter()
+                .zip(strides)
+                .rev()
+                .all(|(&size, &stride)| {
+                    let ok = size == 1 || stride == expected;
+                    expected *= size as i64;
+                    ok
+                })
         }
     };
     Ok(matches!(meta.dtype, TorchDType::F32 | TorchDType::Bf16) && numel > 1 && contiguous)
@@ -106,7 +134,13 @@ pub fn kernel(name: &str, input: TorchDType, args: Args) -> Result<(Kernel, DTyp
     match (name, args) {
         ("relu", _) => k.act(out, ActFunc::Relu, x, 1.0, 0.0),
         ("sigmoid", _) => k.act(out, ActFunc::Sigmoid, x, 1.0, 0.0),
-        ("gelu", Args::Gelu { tanh: false, onednn: true }) => {
+        (
+            "gelu",
+            Args::Gelu {
+                tanh: false,
+                onednn: true,
+            },
+        ) => {
             // oneDNN's order: e = erf(x/√2); e + 0·x is the saturated polynomial's Horner step
             // (NaN for ±inf, e otherwise); (e + 1)·x, then · 0.5.
             let e = k.tmp();
@@ -116,9 +150,17 @@ pub fn kernel(name: &str, input: TorchDType, args: Args) -> Result<(Kernel, DTyp
             k.stt(u, e, Add, 1.0, Multiply, x);
             k.ts(out, u, Multiply, 0.5);
         }
-        ("gelu", Args::Gelu { tanh, .. }) => {
-            k.act(out, if tanh { ActFunc::GeluApproxTanh } else { ActFunc::Gelu }, x, 1.0, 0.0)
-        }
+        ("gelu", Args::Gelu { tanh, .. }) => k.act(
+            out,
+            if tanh {
+                ActFunc::GeluApproxTanh
+            } else {
+                ActFunc::Gelu
+            },
+            x,
+            1.0,
+            0.0,
+        ),
         ("hardtanh", Args::Hardtanh { min, max }) => k.ts2(out, x, Max, min, Min, max),
         ("leaky_relu", Args::LeakyRelu { slope }) => {
             // max(x, 0) + slope · min(x, 0)
@@ -128,7 +170,14 @@ pub fn kernel(name: &str, input: TorchDType, args: Args) -> Result<(Kernel, DTyp
             k.ts(p, x, Max, 0.0);
             k.tt(out, p, Add, n);
         }
-        ("elu", Args::Elu { alpha, scale, input_scale }) => {
+        (
+            "elu",
+            Args::Elu {
+                alpha,
+                scale,
+                input_scale,
+            },
+        ) => {
             // x > 0: scale · x;  else alpha · scale · expm1(input_scale · x)
             let n = k.tmp();
             k.ts(n, x, Min, 0.0);
@@ -162,15 +211,39 @@ mod tests {
     fn integer_relu_and_hardtanh_are_exact_int32() {
         let (k, d) = kernel("relu", TorchDType::I64, Args::None).unwrap();
         assert_eq!(d, DType::I32);
-        assert!(matches!(k.steps[0], Step::Ts { eng: Engine::Gpsimd, op0: AluOp::Max, .. }));
-        let (k, _) = kernel("hardtanh", TorchDType::I32, Args::Hardtanh { min: -0.5, max: 0.5 }).unwrap();
-        assert!(matches!(k.steps[0], Step::Ts { v0, op1: Some((AluOp::Min, hi)), .. } if v0 == 0.0 && hi == 0.0));
+        assert!(matches!(
+            k.steps[0],
+            Step::Ts {
+                eng: Engine::Gpsimd,
+                op0: AluOp::Max,
+                ..
+            }
+        ));
+        let (k, _) = kernel(
+            "hardtanh",
+            TorchDType::I32,
+            Args::Hardtanh {
+                min: -0.5,
+                max: 0.5,
+            },
+        )
+        .unwrap();
+        assert!(
+            matches!(k.steps[0], Step::Ts { v0, op1: Some((AluOp::Min, hi)), .. } if v0 == 0.0 && hi == 0.0)
+        );
     }
 
     #[test]
     fn float_activations_on_scalar_engine() {
-        let tanh_gelu = Args::Gelu { tanh: true, onednn: false };
-        for (name, a) in [("relu", Args::None), ("sigmoid", Args::None), ("gelu", tanh_gelu)] {
+        let tanh_gelu = Args::Gelu {
+            tanh: true,
+            onednn: false,
+        };
+        for (name, a) in [
+            ("relu", Args::None),
+            ("sigmoid", Args::None),
+            ("gelu", tanh_gelu),
+        ] {
             let (k, _) = kernel(name, TorchDType::Bf16, a).unwrap();
             assert!(matches!(k.steps[..], [Step::Act { .. }]), "{name}");
         }
@@ -181,23 +254,55 @@ mod tests {
     #[test]
     fn gelu_edge_values_follow_the_pytorch_kernel() {
         let below_2_127 = f32::from_bits(0x7EFF_FFFF);
-        let xs = [f32::MAX, below_2_127, f32::INFINITY, f32::NEG_INFINITY, f32::MIN, -5.0, -1.0, 0.5, 3.0, 1e30];
+        let xs = [
+            f32::MAX,
+            below_2_127,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN,
+            -5.0,
+            -1.0,
+            0.5,
+            3.0,
+            1e30,
+        ];
         // The simulator's ScalarE Gelu is gelu evaluated in f64, rounded once.
         let gelu = |x: f32| trnsim::engine::activation::eval(ActFunc::Gelu, x) as f64;
         for onednn in [true, false] {
-            let (k, _) = kernel("gelu", TorchDType::F32, Args::Gelu { tanh: false, onednn }).unwrap();
+            let (k, _) = kernel(
+                "gelu",
+                TorchDType::F32,
+                Args::Gelu {
+                    tanh: false,
+                    onednn,
+                },
+            )
+            .unwrap();
             let out = unary::tests::interpret(&k, &xs);
             let edges: Vec<String> = out[..4].iter().map(|v| v.to_string()).collect();
             let want = if onednn {
-                ["inf", "170141170000000000000000000000000000000", "NaN", "NaN"]
+                [
+                    "inf",
+                    "170141170000000000000000000000000000000",
+                    "NaN",
+                    "NaN",
+                ]
             } else {
-                ["340282350000000000000000000000000000000", "170141170000000000000000000000000000000", "inf", "NaN"]
+                [
+                    "340282350000000000000000000000000000000",
+                    "170141170000000000000000000000000000000",
+                    "inf",
+                    "NaN",
+                ]
             };
             assert_eq!(edges, want, "onednn={onednn}");
             for (&x, &y) in xs[4..].iter().zip(&out[4..]) {
                 let w = gelu(x);
                 let err = (y as f64 - w).abs();
-                assert!(err <= 1e-6 * (1.0 + w.abs()), "onednn={onednn}: gelu({x}) = {y}, want {w}");
+                assert!(
+                    err <= 1e-6 * (1.0 + w.abs()),
+                    "onednn={onednn}: gelu({x}) = {y}, want {w}"
+                );
             }
         }
     }

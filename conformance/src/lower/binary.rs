@@ -29,8 +29,8 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
-    TensorTensor,
+    AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
+    TargetName, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one tile: 4096 × 4 bytes × (up to 6 live tiles) stays far inside
@@ -161,34 +161,54 @@ pub fn analyze(req: &LowerRequest<'_>) -> Result<BinaryCall, LowerError> {
     };
     let self_meta = req.tensor(&self_name)?.clone();
     let other = match req.call.arg(1, "other") {
-        Some(Value::Tensor(t)) => Other::Tensor { name: t.clone(), meta: req.tensor(t)?.clone() },
+        Some(Value::Tensor(t)) => Other::Tensor {
+            name: t.clone(),
+            meta: req.tensor(t)?.clone(),
+        },
         Some(Value::Complex(_)) => return Err(req.unsupported("complex scalars".into())),
-        Some(v) => Other::Scalar(Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`other` is {v:?}")))?),
+        Some(v) => Other::Scalar(
+            Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`other` is {v:?}")))?,
+        ),
         None => return Err(req.invalid("missing `other`".into())),
     };
     let alpha = match req.call.arg(2, "alpha") {
         None => None,
         Some(v) if op.has_alpha() => {
-            let a = Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`alpha` is {v:?}")))?;
+            let a =
+                Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`alpha` is {v:?}")))?;
             if a.is_one() { None } else { Some(a) }
         }
-        Some(v) => return Err(req.invalid(format!("{} takes no third argument, got {v:?}", req.op))),
+        Some(v) => {
+            return Err(req.invalid(format!("{} takes no third argument, got {v:?}", req.op)));
+        }
     };
 
     let operands = [
-        Operand::Tensor { dtype: self_meta.dtype, dim: self_meta.shape.len() },
+        Operand::Tensor {
+            dtype: self_meta.dtype,
+            dim: self_meta.shape.len(),
+        },
         match &other {
-            Other::Tensor { meta, .. } => Operand::Tensor { dtype: meta.dtype, dim: meta.shape.len() },
+            Other::Tensor { meta, .. } => Operand::Tensor {
+                dtype: meta.dtype,
+                dim: meta.shape.len(),
+            },
             Other::Scalar(s) => Operand::Scalar(s.kind()),
         },
     ];
-    let promoted =
-        if op == BinOp::Div { promote::true_divide_type(&operands) } else { promote::result_type(&operands) };
+    let promoted = if op == BinOp::Div {
+        promote::true_divide_type(&operands)
+    } else {
+        promote::result_type(&operands)
+    };
     let out_dtype = promoted.map_err(|e| req.unsupported(e.to_string()))?;
-    for d in [self_meta.dtype, out_dtype].into_iter().chain(match &other {
-        Other::Tensor { meta, .. } => Some(meta.dtype),
-        Other::Scalar(_) => None,
-    }) {
+    for d in [self_meta.dtype, out_dtype]
+        .into_iter()
+        .chain(match &other {
+            Other::Tensor { meta, .. } => Some(meta.dtype),
+            Other::Scalar(_) => None,
+        })
+    {
         if d.is_complex() {
             return Err(req.unsupported(format!("{d} arithmetic")));
         }
@@ -209,8 +229,12 @@ pub fn analyze(req: &LowerRequest<'_>) -> Result<BinaryCall, LowerError> {
         Other::Tensor { meta, .. } => &meta.shape,
         Other::Scalar(_) => &[],
     };
-    let out_shape = tile::broadcast_shapes(&self_meta.shape, other_shape)
-        .ok_or_else(|| req.invalid(format!("shapes {:?} and {other_shape:?} do not broadcast", self_meta.shape)))?;
+    let out_shape = tile::broadcast_shapes(&self_meta.shape, other_shape).ok_or_else(|| {
+        req.invalid(format!(
+            "shapes {:?} and {other_shape:?} do not broadcast",
+            self_meta.shape
+        ))
+    })?;
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?;
     // The golden output's dtype and shape must be what PyTorch's rules give: a disagreement is a
@@ -221,7 +245,16 @@ pub fn analyze(req: &LowerRequest<'_>) -> Result<BinaryCall, LowerError> {
             out_meta.dtype, out_meta.shape
         )));
     }
-    Ok(BinaryCall { op, self_name, self_meta, other, alpha, out_name, out_dtype, out_shape })
+    Ok(BinaryCall {
+        op,
+        self_name,
+        self_meta,
+        other,
+        alpha,
+        out_name,
+        out_dtype,
+        out_shape,
+    })
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
@@ -251,7 +284,12 @@ struct TileSlot {
 
 impl TileSlot {
     fn new(alloc: &mut SbufAllocator, dtype: DType, elems: usize) -> Result<TileSlot, LowerError> {
-        Ok(TileSlot { slot: Slot { offset: alloc.alloc(elems * dtype.size())? }, dtype })
+        Ok(TileSlot {
+            slot: Slot {
+                offset: alloc.alloc(elems * dtype.size())?,
+            },
+            dtype,
+        })
     }
 
     fn flat(&self, job: &TileJob) -> trnsim::AccessPattern {
@@ -268,7 +306,12 @@ impl TileSlot {
     }
 }
 
-fn tensor_scalar(dst: trnsim::AccessPattern, src: trnsim::AccessPattern, op: AluOp, operand: ScalarOperand) -> Op {
+fn tensor_scalar(
+    dst: trnsim::AccessPattern,
+    src: trnsim::AccessPattern,
+    op: AluOp,
+    operand: ScalarOperand,
+) -> Op {
     Op::TensorScalar(TensorScalar {
         dst,
         src,
@@ -282,7 +325,12 @@ fn tensor_scalar(dst: trnsim::AccessPattern, src: trnsim::AccessPattern, op: Alu
 }
 
 pub(super) fn dma(dst: trnsim::AccessPattern, src: trnsim::AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: None })
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
 }
 
 /// Divisors with |b| outside [2^-64, 2^64] are scaled (with the dividend) by 2^±64 first, so that
@@ -327,34 +375,89 @@ fn emit_div_prologue(
     let (s, t) = (&scratch.s, &scratch.t);
     let v = Engine::Vector;
     // u = |b| < 2^-64 ? 2^64 : 1
-    e.push(v, two(AluOp::Abs, 0.0, false, AluOp::IsLt, small, b.0.clone(), ap(s)), &[b.1], &[s.slot]);
-    e.push(v, two(AluOp::Multiply, big, false, AluOp::Max, 1.0, ap(s), ap(s)), &[s.slot], &[s.slot]);
+    e.push(
+        v,
+        two(
+            AluOp::Abs,
+            0.0,
+            false,
+            AluOp::IsLt,
+            small,
+            b.0.clone(),
+            ap(s),
+        ),
+        &[b.1],
+        &[s.slot],
+    );
+    e.push(
+        v,
+        two(AluOp::Multiply, big, false, AluOp::Max, 1.0, ap(s), ap(s)),
+        &[s.slot],
+        &[s.slot],
+    );
     // w = |b| > 2^64 ? 2^-64 : 1   (as max(1 - hi, 2^-64))
-    e.push(v, two(AluOp::Abs, 0.0, false, AluOp::IsGt, big, b.0.clone(), ap(t)), &[b.1], &[t.slot]);
-    e.push(v, two(AluOp::Subtract, 1.0, true, AluOp::Max, small, ap(t), ap(t)), &[t.slot], &[t.slot]);
+    e.push(
+        v,
+        two(AluOp::Abs, 0.0, false, AluOp::IsGt, big, b.0.clone(), ap(t)),
+        &[b.1],
+        &[t.slot],
+    );
+    e.push(
+        v,
+        two(AluOp::Subtract, 1.0, true, AluOp::Max, small, ap(t), ap(t)),
+        &[t.slot],
+        &[t.slot],
+    );
     // s = u · w;  t = 1 / (b · s)
     e.push(
         v,
-        Op::TensorTensor(TensorTensor { dst: ap(s), in0: ap(s), in1: ap(t), op: AluOp::Multiply }),
+        Op::TensorTensor(TensorTensor {
+            dst: ap(s),
+            in0: ap(s),
+            in1: ap(t),
+            op: AluOp::Multiply,
+        }),
         &[s.slot, t.slot],
         &[s.slot],
     );
     e.push(
         v,
-        Op::TensorTensor(TensorTensor { dst: ap(t), in0: b.0, in1: ap(s), op: AluOp::Multiply }),
+        Op::TensorTensor(TensorTensor {
+            dst: ap(t),
+            in0: b.0,
+            in1: ap(s),
+            op: AluOp::Multiply,
+        }),
         &[b.1, s.slot],
         &[t.slot],
     );
-    e.push(v, Op::Reciprocal(Reciprocal { dst: ap(t), src: ap(t) }), &[t.slot], &[t.slot]);
+    e.push(
+        v,
+        Op::Reciprocal(Reciprocal {
+            dst: ap(t),
+            src: ap(t),
+        }),
+        &[t.slot],
+        &[t.slot],
+    );
 }
 
 /// Builds the program.
-fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> Result<Program, LowerError> {
+fn emit(
+    call: &BinaryCall,
+    target_name: TargetName,
+    req: &LowerRequest<'_>,
+) -> Result<Program, LowerError> {
     let target = target_name.params();
     let mut program = Program::new(target_name);
     let self_dev = dev(req, call.self_meta.dtype)?;
     let out_dev = dev(req, call.out_dtype)?;
-    program.declare(&call.self_name, self_dev, &call.self_meta.shape, HbmRole::Input);
+    program.declare(
+        &call.self_name,
+        self_dev,
+        &call.self_meta.shape,
+        HbmRole::Input,
+    );
     let other_dev = match &call.other {
         Other::Tensor { name, meta } => {
             let d = dev(req, meta.dtype)?;
@@ -367,7 +470,11 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
     };
     program.declare(&call.out_name, out_dev, &call.out_shape, HbmRole::Output);
 
-    let path = if promote::category(call.out_dtype) == Category::Integer { Path::Int32 } else { Path::Fp32 };
+    let path = if promote::category(call.out_dtype) == Category::Integer {
+        Path::Int32
+    } else {
+        Path::Fp32
+    };
     let (engine, work) = match path {
         Path::Fp32 => (Engine::Vector, DType::F32),
         Path::Int32 => (Engine::Gpsimd, DType::I32),
@@ -380,16 +487,22 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
         Other::Scalar(_) => true,
     };
     let other_keeps_value = matches!(call.op, BinOp::Mul | BinOp::Div) && other_is_cpu_scalar;
-    let a_dtype = if path == Path::Int32 { DType::I32 } else { out_dev };
+    let a_dtype = if path == Path::Int32 {
+        DType::I32
+    } else {
+        out_dev
+    };
     let b_dtype = match (path, other_dev) {
         (Path::Int32, Some(_)) => Some(DType::I32),
         (Path::Fp32, Some(d)) => Some(if other_keeps_value { d } else { out_dev }),
         (_, None) => None,
     };
     let imm_i32 = |s: Scalar, what: &str| -> Result<f64, LowerError> {
-        s.as_i32()
-            .map(|v| v as f64)
-            .ok_or_else(|| req.unsupported(format!("{what} {s:?} does not fit in int32 (Trainium has no int64)")))
+        s.as_i32().map(|v| v as f64).ok_or_else(|| {
+            req.unsupported(format!(
+                "{what} {s:?} does not fit in int32 (Trainium has no int64)"
+            ))
+        })
     };
     let alpha_imm = match (call.alpha, path) {
         (None, _) => None,
@@ -401,9 +514,15 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
     let mut e = Emitter::new(program);
     let parts = target.partitions;
     let const_slot = |alloc: &mut SbufAllocator, dtype: DType| -> Result<TileSlot, LowerError> {
-        Ok(TileSlot { slot: Slot { offset: alloc.alloc(dtype.size())? }, dtype })
+        Ok(TileSlot {
+            slot: Slot {
+                offset: alloc.alloc(dtype.size())?,
+            },
+            dtype,
+        })
     };
-    let const_ap = |t: &TileSlot| trnsim::AccessPattern::sbuf(t.dtype, 0, parts, t.slot.offset, vec![[1, 1]]);
+    let const_ap =
+        |t: &TileSlot| trnsim::AccessPattern::sbuf(t.dtype, 0, parts, t.slot.offset, vec![[1, 1]]);
 
     // A Python scalar `other` becomes one operand per instruction: an immediate when its fp32
     // value is what PyTorch uses, else a [P, 1] constant tile computed on the engines once.
@@ -419,10 +538,23 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     Some(alpha) => {
                         let raw = const_slot(&mut alloc, DType::I32)?;
                         let c = const_slot(&mut alloc, DType::I32)?;
-                        e.push(engine, Op::Memset(Memset { dst: const_ap(&raw), value: v }), &[], &[raw.slot]);
                         e.push(
                             engine,
-                            tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
+                            Op::Memset(Memset {
+                                dst: const_ap(&raw),
+                                value: v,
+                            }),
+                            &[],
+                            &[raw.slot],
+                        );
+                        e.push(
+                            engine,
+                            tensor_scalar(
+                                const_ap(&c),
+                                const_ap(&raw),
+                                AluOp::Multiply,
+                                alpha.clone(),
+                            ),
                             &[raw.slot],
                             &[c.slot],
                         );
@@ -430,12 +562,24 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     }
                 }
             }
-            (Path::Fp32, BinOp::Mul) => scalar_operand = Some((ScalarOperand::Imm(s.as_f64()), None)),
+            (Path::Fp32, BinOp::Mul) => {
+                scalar_operand = Some((ScalarOperand::Imm(s.as_f64()), None))
+            }
             (Path::Fp32, BinOp::Div) => {
                 let raw = const_slot(&mut alloc, DType::F32)?;
-                let scratch =
-                    DivScratch { s: const_slot(&mut alloc, DType::F32)?, t: const_slot(&mut alloc, DType::F32)? };
-                e.push(Engine::Vector, Op::Memset(Memset { dst: const_ap(&raw), value: s.as_f64() }), &[], &[raw.slot]);
+                let scratch = DivScratch {
+                    s: const_slot(&mut alloc, DType::F32)?,
+                    t: const_slot(&mut alloc, DType::F32)?,
+                };
+                e.push(
+                    Engine::Vector,
+                    Op::Memset(Memset {
+                        dst: const_ap(&raw),
+                        value: s.as_f64(),
+                    }),
+                    &[],
+                    &[raw.slot],
+                );
                 emit_div_prologue(&mut e, (const_ap(&raw), raw.slot), &scratch, &const_ap);
                 div_scalar = Some((scratch.s, scratch.t));
             }
@@ -447,7 +591,10 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     let raw = const_slot(&mut alloc, out_dev)?;
                     e.push(
                         Engine::Vector,
-                        Op::Memset(Memset { dst: const_ap(&raw), value: s.as_f64() }),
+                        Op::Memset(Memset {
+                            dst: const_ap(&raw),
+                            value: s.as_f64(),
+                        }),
                         &[],
                         &[raw.slot],
                     );
@@ -457,7 +604,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             let c = const_slot(&mut alloc, DType::F32)?;
                             e.push(
                                 Engine::Vector,
-                                tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
+                                tensor_scalar(
+                                    const_ap(&c),
+                                    const_ap(&raw),
+                                    AluOp::Multiply,
+                                    alpha.clone(),
+                                ),
                                 &[raw.slot],
                                 &[c.slot],
                             );
@@ -476,8 +628,10 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
         Some(d) => Some(TileSlot::new(&mut alloc, d, MAX_FREE)?),
         None => None,
     };
-    let scratch =
-        DivScratch { s: TileSlot::new(&mut alloc, work, MAX_FREE)?, t: TileSlot::new(&mut alloc, work, MAX_FREE)? };
+    let scratch = DivScratch {
+        s: TileSlot::new(&mut alloc, work, MAX_FREE)?,
+        t: TileSlot::new(&mut alloc, work, MAX_FREE)?,
+    };
     // The value before the final cast/fixup: fp32 for bool results, int32 for int results.
     let result_dtype = match (path, call.out_dtype) {
         (Path::Fp32, TorchDType::Bool) => DType::F32,
@@ -487,27 +641,50 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
     let result = TileSlot::new(&mut alloc, result_dtype, MAX_FREE)?;
     // Post-processing into the stored dtype: bool `!= 0`, narrow-int wraparound.
     let fixed = if result_dtype != out_dev {
-        let d = if path == Path::Int32 { DType::I32 } else { out_dev };
-        Some((TileSlot::new(&mut alloc, d, MAX_FREE)?, TileSlot::new(&mut alloc, d, MAX_FREE)?))
+        let d = if path == Path::Int32 {
+            DType::I32
+        } else {
+            out_dev
+        };
+        Some((
+            TileSlot::new(&mut alloc, d, MAX_FREE)?,
+            TileSlot::new(&mut alloc, d, MAX_FREE)?,
+        ))
     } else {
         None
     };
 
     // Operand 0: the output (contiguous); 1: self; 2: other (if a tensor).
     let mut strides = vec![tile::broadcast_strides(&call.out_shape, &call.out_shape)];
-    strides.push(tile::broadcast_strides(&call.self_meta.shape, &call.out_shape));
+    strides.push(tile::broadcast_strides(
+        &call.self_meta.shape,
+        &call.out_shape,
+    ));
     if let Other::Tensor { meta, .. } = &call.other {
         strides.push(tile::broadcast_strides(&meta.shape, &call.out_shape));
     }
-    let jobs = tile::plan_tiles(Region::new(&call.out_shape, &strides), TileLimits::for_target(&target, MAX_FREE));
+    let jobs = tile::plan_tiles(
+        Region::new(&call.out_shape, &strides),
+        TileLimits::for_target(&target, MAX_FREE),
+    );
 
     for job in &jobs {
         let p = job.partitions;
         let flat = |t: &TileSlot| t.flat(job);
         // Load (casting to the tile dtype where it differs).
-        e.push(Engine::Dma, dma(a.shaped(job), job.hbm_ap(1, &call.self_name, self_dev)), &[], &[a.slot]);
+        e.push(
+            Engine::Dma,
+            dma(a.shaped(job), job.hbm_ap(1, &call.self_name, self_dev)),
+            &[],
+            &[a.slot],
+        );
         if let (Some(b), Other::Tensor { name, .. }, Some(d)) = (&b, &call.other, other_dev) {
-            e.push(Engine::Dma, dma(b.shaped(job), job.hbm_ap(2, name, d)), &[], &[b.slot]);
+            e.push(
+                Engine::Dma,
+                dma(b.shaped(job), job.hbm_ap(2, name, d)),
+                &[],
+                &[b.slot],
+            );
         }
         // Compute `result = self op (alpha · other)`.
         let res = result.flat(job);
@@ -530,7 +707,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     );
                     e.push(
                         engine,
-                        Op::TensorTensor(TensorTensor { dst: res, in0: flat(s), in1: flat(t), op: AluOp::Multiply }),
+                        Op::TensorTensor(TensorTensor {
+                            dst: res,
+                            in0: flat(s),
+                            in1: flat(t),
+                            op: AluOp::Multiply,
+                        }),
                         &[s.slot, t.slot],
                         &[result.slot],
                     );
@@ -546,8 +728,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         );
                         rhs = (flat(s), s.slot);
                     }
-                    let op =
-                        Op::TensorTensor(TensorTensor { dst: res, in0: a.flat(job), in1: rhs.0, op: call.op.alu() });
+                    let op = Op::TensorTensor(TensorTensor {
+                        dst: res,
+                        in0: a.flat(job),
+                        in1: rhs.0,
+                        op: call.op.alu(),
+                    });
                     e.push(engine, op, &[a.slot, rhs.1], &[result.slot]);
                 }
             }
@@ -566,14 +752,23 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     });
                     e.push(engine, op, &[a.slot, s.slot, r.slot], &[result.slot]);
                 } else {
-                    let (operand, const_slot) =
-                        scalar_operand.clone().ok_or_else(|| req.invalid("scalar operand missing".into()))?;
+                    let (operand, const_slot) = scalar_operand
+                        .clone()
+                        .ok_or_else(|| req.invalid("scalar operand missing".into()))?;
                     let operand = match operand {
-                        ScalarOperand::Tile(ap) => ScalarOperand::Tile(trnsim::AccessPattern { partitions: p, ..ap }),
+                        ScalarOperand::Tile(ap) => ScalarOperand::Tile(trnsim::AccessPattern {
+                            partitions: p,
+                            ..ap
+                        }),
                         imm => imm,
                     };
                     let reads: Vec<Slot> = std::iter::once(a.slot).chain(const_slot).collect();
-                    e.push(engine, tensor_scalar(res, a.flat(job), call.op.alu(), operand), &reads, &[result.slot]);
+                    e.push(
+                        engine,
+                        tensor_scalar(res, a.flat(job), call.op.alu(), operand),
+                        &reads,
+                        &[result.slot],
+                    );
                 }
             }
         }
@@ -584,7 +779,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                 TorchDType::Bool => {
                     e.push(
                         Engine::Vector,
-                        tensor_scalar(f1.flat(job), result.flat(job), AluOp::NotEqual, ScalarOperand::Imm(0.0)),
+                        tensor_scalar(
+                            f1.flat(job),
+                            result.flat(job),
+                            AluOp::NotEqual,
+                            ScalarOperand::Imm(0.0),
+                        ),
                         &[result.slot],
                         &[f1.slot],
                     );
@@ -609,15 +809,30 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         reverse1: false,
                     };
                     if sign == 0 {
-                        e.push(Engine::Vector, Op::TensorScalar(op), &[result.slot], &[f1.slot]);
+                        e.push(
+                            Engine::Vector,
+                            Op::TensorScalar(op),
+                            &[result.slot],
+                            &[f1.slot],
+                        );
                         f1
                     } else {
                         op.op1 = Some(AluOp::BitwiseXor);
                         op.operand1 = Some(ScalarOperand::Imm(sign as f64));
-                        e.push(Engine::Vector, Op::TensorScalar(op), &[result.slot], &[f1.slot]);
+                        e.push(
+                            Engine::Vector,
+                            Op::TensorScalar(op),
+                            &[result.slot],
+                            &[f1.slot],
+                        );
                         e.push(
                             Engine::Gpsimd,
-                            tensor_scalar(f2.flat(job), f1.flat(job), AluOp::Subtract, ScalarOperand::Imm(sign as f64)),
+                            tensor_scalar(
+                                f2.flat(job),
+                                f1.flat(job),
+                                AluOp::Subtract,
+                                ScalarOperand::Imm(sign as f64),
+                            ),
                             &[f1.slot],
                             &[f2.slot],
                         );
@@ -628,7 +843,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
             },
         };
         // Store (the DMA casts int32 → narrow ints exactly: the values are in range).
-        e.push(Engine::Dma, dma(job.hbm_ap(0, &call.out_name, out_dev), stored.shaped(job)), &[stored.slot], &[]);
+        e.push(
+            Engine::Dma,
+            dma(job.hbm_ap(0, &call.out_name, out_dev), stored.shaped(job)),
+            &[stored.slot],
+            &[],
+        );
     }
     Ok(e.finish())
 }
@@ -641,7 +861,12 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+        TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        }
     }
 
     struct Call {
@@ -652,7 +877,12 @@ mod tests {
     }
 
     impl Call {
-        fn new(op: &'static str, a: TensorMeta, other: Result<TensorMeta, Value>, out: TensorMeta) -> Call {
+        fn new(
+            op: &'static str,
+            a: TensorMeta,
+            other: Result<TensorMeta, Value>,
+            out: TensorMeta,
+        ) -> Call {
             let mut tensors = BTreeMap::new();
             tensors.insert("input.0".to_string(), a);
             let mut args = vec![Value::Tensor("input.0".into())];
@@ -666,7 +896,10 @@ mod tests {
             tensors.insert("output.0".to_string(), out);
             Call {
                 op,
-                call: OpCall { args, kwargs: BTreeMap::new() },
+                call: OpCall {
+                    args,
+                    kwargs: BTreeMap::new(),
+                },
                 tensors,
                 outputs: vec![Value::Tensor("output.0".into())],
             }
@@ -678,7 +911,12 @@ mod tests {
         }
 
         fn req(&self) -> LowerRequest<'_> {
-            LowerRequest { op: self.op, call: &self.call, tensors: &self.tensors, outputs: &self.outputs }
+            LowerRequest {
+                op: self.op,
+                call: &self.call,
+                tensors: &self.tensors,
+                outputs: &self.outputs,
+            }
         }
     }
 
@@ -688,54 +926,127 @@ mod tests {
 
     #[test]
     fn promotion_checked_against_golden() {
-        let c = Call::new("add.Tensor", meta(I32, &[3]), Ok(meta(F32, &[])), meta(F32, &[3]));
+        let c = Call::new(
+            "add.Tensor",
+            meta(I32, &[3]),
+            Ok(meta(F32, &[])),
+            meta(F32, &[3]),
+        );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, F32);
-        let c = Call::new("add.Tensor", meta(F16, &[3]), Ok(meta(F32, &[])), meta(F16, &[3]));
-        assert_eq!(analyze(&c.req()).unwrap().out_dtype, F16, "0-d tensor does not outrank within a category");
-        let c = Call::new("div.Tensor", meta(I64, &[2, 3]), Ok(meta(I64, &[3])), meta(F32, &[2, 3]));
+        let c = Call::new(
+            "add.Tensor",
+            meta(F16, &[3]),
+            Ok(meta(F32, &[])),
+            meta(F16, &[3]),
+        );
+        assert_eq!(
+            analyze(&c.req()).unwrap().out_dtype,
+            F16,
+            "0-d tensor does not outrank within a category"
+        );
+        let c = Call::new(
+            "div.Tensor",
+            meta(I64, &[2, 3]),
+            Ok(meta(I64, &[3])),
+            meta(F32, &[2, 3]),
+        );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, F32, "int/int → float");
-        let c = Call::new("mul.Scalar", meta(Bool, &[2]), Err(Value::Int(3)), meta(I64, &[2]));
+        let c = Call::new(
+            "mul.Scalar",
+            meta(Bool, &[2]),
+            Err(Value::Int(3)),
+            meta(I64, &[2]),
+        );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, I64);
-        let c = Call::new("add.Scalar", meta(Bf16, &[2]), Err(Value::Float(JsonFloat(0.5))), meta(Bf16, &[2]));
+        let c = Call::new(
+            "add.Scalar",
+            meta(Bf16, &[2]),
+            Err(Value::Float(JsonFloat(0.5))),
+            meta(Bf16, &[2]),
+        );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, Bf16);
         // A golden that disagrees with PyTorch's rules is reported, not followed.
-        let c = Call::new("add.Tensor", meta(I32, &[3]), Ok(meta(I32, &[3])), meta(I64, &[3]));
+        let c = Call::new(
+            "add.Tensor",
+            meta(I32, &[3]),
+            Ok(meta(I32, &[3])),
+            meta(I64, &[3]),
+        );
         assert!(matches!(analyze(&c.req()), Err(LowerError::Invalid { .. })));
-        let c = Call::new("sub.Tensor", meta(Bool, &[3]), Ok(meta(Bool, &[3])), meta(Bool, &[3]));
+        let c = Call::new(
+            "sub.Tensor",
+            meta(Bool, &[3]),
+            Ok(meta(Bool, &[3])),
+            meta(Bool, &[3]),
+        );
         assert!(analyze(&c.req()).is_err());
-        let c = Call::new("add.Tensor", meta(F32, &[2]), Ok(meta(F32, &[3])), meta(F32, &[3]));
+        let c = Call::new(
+            "add.Tensor",
+            meta(F32, &[2]),
+            Ok(meta(F32, &[3])),
+            meta(F32, &[3]),
+        );
         assert!(analyze(&c.req()).is_err(), "shapes do not broadcast");
     }
 
     #[test]
     fn float_add_uses_vector_and_dma_only() {
-        let c = Call::new("add.Tensor", meta(Bf16, &[5, 5]), Ok(meta(Bf16, &[5])), meta(Bf16, &[5, 5]));
+        let c = Call::new(
+            "add.Tensor",
+            meta(Bf16, &[5, 5]),
+            Ok(meta(Bf16, &[5])),
+            meta(Bf16, &[5, 5]),
+        );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 1);
         assert_eq!(count(&p, Engine::Dma), 3);
         assert_eq!(count(&p, Engine::Gpsimd), 0);
         // The broadcast operand is read with a zero partition stride: no host-side copies.
-        let Op::DmaCopy(load_b) = &p.instructions[1].op else { panic!() };
+        let Op::DmaCopy(load_b) = &p.instructions[1].op else {
+            panic!()
+        };
         assert_eq!(load_b.src.partition_step, 0);
-        assert_eq!(p.hbm.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), vec!["input.0", "input.1", "output.0"]);
+        assert_eq!(
+            p.hbm.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+            vec!["input.0", "input.1", "output.0"]
+        );
     }
 
     #[test]
     fn int_add_with_alpha_on_gpsimd() {
-        let c = Call::new("add.Tensor", meta(I64, &[7]), Ok(meta(I64, &[7])), meta(I64, &[7])).alpha(Value::Int(3));
+        let c = Call::new(
+            "add.Tensor",
+            meta(I64, &[7]),
+            Ok(meta(I64, &[7])),
+            meta(I64, &[7]),
+        )
+        .alpha(Value::Int(3));
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(p.hbm[0].dtype, DType::I32, "int64 is declared as int32");
         assert_eq!(count(&p, Engine::Gpsimd), 2);
         assert_eq!(count(&p, Engine::Vector), 0);
         // alpha does not fit int32 → unsupported.
-        let c =
-            Call::new("add.Tensor", meta(I64, &[7]), Ok(meta(I64, &[7])), meta(I64, &[7])).alpha(Value::Int(1 << 40));
-        assert!(matches!(lower(&c.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })));
+        let c = Call::new(
+            "add.Tensor",
+            meta(I64, &[7]),
+            Ok(meta(I64, &[7])),
+            meta(I64, &[7]),
+        )
+        .alpha(Value::Int(1 << 40));
+        assert!(matches!(
+            lower(&c.req(), TargetName::Trn1),
+            Err(LowerError::Unsupported { .. })
+        ));
     }
 
     #[test]
     fn div_is_reciprocal_then_multiply() {
-        let c = Call::new("div.Tensor", meta(F32, &[4]), Ok(meta(F32, &[4])), meta(F32, &[4]));
+        let c = Call::new(
+            "div.Tensor",
+            meta(F32, &[4]),
+            Ok(meta(F32, &[4])),
+            meta(F32, &[4]),
+        );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         let ops: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();
         let prologue = [
@@ -751,9 +1062,18 @@ mod tests {
         want.extend(prologue);
         want.extend(["tensor_tensor", "tensor_tensor", "dma_copy"]);
         assert_eq!(ops, want, "range scaling, reciprocal, two multiplies");
-        assert!(p.instructions.iter().all(|i| !matches!(i.engine, Engine::Gpsimd | Engine::Scalar | Engine::Tensor)));
+        assert!(
+            p.instructions
+                .iter()
+                .all(|i| !matches!(i.engine, Engine::Gpsimd | Engine::Scalar | Engine::Tensor))
+        );
         // div.Scalar: the scaled reciprocal of the scalar is computed once, on the engines.
-        let c = Call::new("div.Scalar", meta(I32, &[4]), Err(Value::Int(3)), meta(F32, &[4]));
+        let c = Call::new(
+            "div.Scalar",
+            meta(I32, &[4]),
+            Err(Value::Int(3)),
+            meta(F32, &[4]),
+        );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         let ops: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();
         let mut want = vec!["memset"];
@@ -764,19 +1084,47 @@ mod tests {
 
     #[test]
     fn narrow_int_and_bool_results_are_fixed_up_on_engines() {
-        let c = Call::new("add.Tensor", meta(I8, &[4]), Ok(meta(I8, &[4])), meta(I8, &[4]));
+        let c = Call::new(
+            "add.Tensor",
+            meta(I8, &[4]),
+            Ok(meta(I8, &[4])),
+            meta(I8, &[4]),
+        );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 1, "mask and xor");
-        assert_eq!(count(&p, Engine::Gpsimd), 2, "add, then subtract the sign bias");
-        let c = Call::new("add.Tensor", meta(Bool, &[4]), Ok(meta(Bool, &[4])), meta(Bool, &[4]));
+        assert_eq!(
+            count(&p, Engine::Gpsimd),
+            2,
+            "add, then subtract the sign bias"
+        );
+        let c = Call::new(
+            "add.Tensor",
+            meta(Bool, &[4]),
+            Ok(meta(Bool, &[4])),
+            meta(Bool, &[4]),
+        );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 2, "add, then != 0");
     }
 
     #[test]
     fn sizes_give_complete_programs() {
-        for shape in [vec![0], vec![1], vec![129], vec![513], vec![1000], vec![], vec![3, 0, 2], vec![2, 9000]] {
-            let c = Call::new("mul.Tensor", meta(F32, &shape), Ok(meta(F32, &shape)), meta(F32, &shape));
+        for shape in [
+            vec![0],
+            vec![1],
+            vec![129],
+            vec![513],
+            vec![1000],
+            vec![],
+            vec![3, 0, 2],
+            vec![2, 9000],
+        ] {
+            let c = Call::new(
+                "mul.Tensor",
+                meta(F32, &shape),
+                Ok(meta(F32, &shape)),
+                meta(F32, &shape),
+            );
             let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
             let numel: usize = shape.iter().product();
             let stored: usize = p
@@ -789,7 +1137,10 @@ mod tests {
                     _ => None,
                 })
                 .sum();
-            assert_eq!(stored, numel, "{shape:?}: every output element is stored once");
+            assert_eq!(
+                stored, numel,
+                "{shape:?}: every output element is stored once"
+            );
             if numel == 0 {
                 assert!(p.instructions.is_empty());
             }

@@ -39,8 +39,8 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName, TensorCopy,
-    TensorScalar,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
+    TargetName, TensorCopy, TensorScalar,
 };
 
 /// One spatial dim of the equivalent direct convolution.
@@ -64,7 +64,16 @@ pub(crate) struct SDim {
 
 impl SDim {
     /// The size-1 dim that pads 1d/2d cases up to 3 spatial dims.
-    pub(crate) const UNIT: SDim = SDim { l: 1, o: 1, k: 1, cs: 1, dil: 1, up: 1, pl: 0, flip: false };
+    pub(crate) const UNIT: SDim = SDim {
+        l: 1,
+        o: 1,
+        k: 1,
+        cs: 1,
+        dil: 1,
+        up: 1,
+        pl: 0,
+        flip: false,
+    };
 }
 
 /// A convolution in the form [`emit_conv`] runs. `weight` is laid out `[Cout, Cin_g, k…]`, or
@@ -83,21 +92,37 @@ pub(crate) struct Conv {
     pub(crate) dims: [SDim; 3],
 }
 
-pub(crate) fn ints(req: &LowerRequest<'_>, i: usize, name: &str, n: usize) -> Result<Vec<usize>, LowerError> {
+pub(crate) fn ints(
+    req: &LowerRequest<'_>,
+    i: usize,
+    name: &str,
+    n: usize,
+) -> Result<Vec<usize>, LowerError> {
     let v = match req.call.arg(i, name) {
         Some(Value::Ints(v)) => v.clone(),
         Some(Value::Int(x)) => vec![*x],
         other => return Err(req.invalid(format!("`{name}` is {other:?}"))),
     };
-    let v: Vec<usize> = v.iter().map(|&x| usize::try_from(x)).collect::<Result<_, _>>().map_err(|_| req.invalid(format!("negative `{name}`")))?;
+    let v: Vec<usize> = v
+        .iter()
+        .map(|&x| usize::try_from(x))
+        .collect::<Result<_, _>>()
+        .map_err(|_| req.invalid(format!("negative `{name}`")))?;
     match v.len() {
         1 => Ok(vec![v[0]; n]),
         l if l == n => Ok(v),
-        _ => Err(req.invalid(format!("`{name}` has {} entries for {n} spatial dims", v.len()))),
+        _ => Err(req.invalid(format!(
+            "`{name}` has {} entries for {n} spatial dims",
+            v.len()
+        ))),
     }
 }
 
-pub(crate) fn tensor(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<Option<(String, TensorMeta)>, LowerError> {
+pub(crate) fn tensor(
+    req: &LowerRequest<'_>,
+    i: usize,
+    name: &str,
+) -> Result<Option<(String, TensorMeta)>, LowerError> {
     match req.call.arg(i, name) {
         Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.clone()))),
         None | Some(Value::None(_)) => Ok(None),
@@ -114,7 +139,10 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     let bias = tensor(req, 2, "bias")?;
     let nd = input.1.shape.len();
     if !(3..=5).contains(&nd) || weight.1.shape.len() != nd {
-        return Err(req.unsupported(format!("input {:?} / weight {:?}", input.1.shape, weight.1.shape)));
+        return Err(req.unsupported(format!(
+            "input {:?} / weight {:?}",
+            input.1.shape, weight.1.shape
+        )));
     }
     let ns = nd - 2;
     let stride = ints(req, 3, "stride", ns)?;
@@ -131,7 +159,10 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     };
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?.clone();
-    for t in [&input.1, &weight.1].into_iter().chain(bias.as_ref().map(|b| &b.1)) {
+    for t in [&input.1, &weight.1]
+        .into_iter()
+        .chain(bias.as_ref().map(|b| &b.1))
+    {
         if t.dtype != out_meta.dtype {
             return Err(req.invalid(format!("mixed dtypes {} / {}", t.dtype, out_meta.dtype)));
         }
@@ -141,35 +172,89 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     }
     let (batch, cin) = (input.1.shape[0], input.1.shape[1]);
     let ws = &weight.1.shape;
-    let (cin_g, cout_g) = if transposed { (ws[0] / groups, ws[1]) } else { (ws[1], ws[0] / groups) };
-    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin) {
-        return Err(req.invalid(format!("channels: input {:?}, weight {ws:?}, groups {groups}", input.1.shape)));
+    let (cin_g, cout_g) = if transposed {
+        (ws[0] / groups, ws[1])
+    } else {
+        (ws[1], ws[0] / groups)
+    };
+    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin)
+    {
+        return Err(req.invalid(format!(
+            "channels: input {:?}, weight {ws:?}, groups {groups}",
+            input.1.shape
+        )));
     }
     let mut dims = [SDim::UNIT; 3];
     for i in 0..ns {
-        let (l, k, s, p, d) = (input.1.shape[2 + i], ws[2 + i], stride[i], padding[i], dilation[i]);
+        let (l, k, s, p, d) = (
+            input.1.shape[2 + i],
+            ws[2 + i],
+            stride[i],
+            padding[i],
+            dilation[i],
+        );
         let span = d * (k - 1);
         dims[3 - ns + i] = if transposed {
-            let o = ((l as i64 - 1) * s as i64 - 2 * p as i64 + span as i64 + output_padding[i] as i64 + 1).max(0) as usize;
-            SDim { l, o, k, cs: 1, dil: d, up: s, pl: span as i64 - p as i64, flip: true }
+            let o = ((l as i64 - 1) * s as i64 - 2 * p as i64
+                + span as i64
+                + output_padding[i] as i64
+                + 1)
+            .max(0) as usize;
+            SDim {
+                l,
+                o,
+                k,
+                cs: 1,
+                dil: d,
+                up: s,
+                pl: span as i64 - p as i64,
+                flip: true,
+            }
         } else {
             let o = ((l + 2 * p) as i64 - span as i64 - 1).div_euclid(s as i64) + 1;
-            SDim { l, o: o.max(0) as usize, k, cs: s, dil: d, up: 1, pl: p as i64, flip: false }
+            SDim {
+                l,
+                o: o.max(0) as usize,
+                k,
+                cs: s,
+                dil: d,
+                up: 1,
+                pl: p as i64,
+                flip: false,
+            }
         };
     }
     let mut want = vec![batch, cout_g * groups];
     want.extend(dims[3 - ns..].iter().map(|d| d.o));
     if out_meta.shape != want {
-        return Err(req.invalid(format!("output shape {:?}, expected {want:?}", out_meta.shape)));
+        return Err(req.invalid(format!(
+            "output shape {:?}, expected {want:?}",
+            out_meta.shape
+        )));
     }
-    Ok(Conv { input, weight, bias, out: (out_name, out_meta), batch, groups, cin_g, cout_g, transposed, dims })
+    Ok(Conv {
+        input,
+        weight,
+        bias,
+        out: (out_name, out_meta),
+        batch,
+        groups,
+        cin_g,
+        cout_g,
+        transposed,
+        dims,
+    })
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     lower_with(req, target, &LowerOptions::default())
 }
 
-pub fn lower_with(req: &LowerRequest<'_>, target: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
+pub fn lower_with(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
     let c = analyze(req)?;
     Ok(Lowered::new(emit(req, &c, target, opts)?))
 }
@@ -180,7 +265,9 @@ fn valid_range(d: &SDim, v0: i64, b: usize) -> Option<(usize, usize, usize)> {
     let up = d.up as i64;
     let lo = (v0 - d.pl).max(0);
     let lo = (lo + up - 1).div_euclid(up);
-    let hi = (v0 + b as i64 - 1 - d.pl).div_euclid(up).min(d.l as i64 - 1);
+    let hi = (v0 + b as i64 - 1 - d.pl)
+        .div_euclid(up)
+        .min(d.l as i64 - 1);
     if hi < lo {
         return None;
     }
@@ -188,10 +275,17 @@ fn valid_range(d: &SDim, v0: i64, b: usize) -> Option<(usize, usize, usize)> {
     Some((lo as usize, (hi - lo + 1) as usize, pos as usize))
 }
 
-fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerOptions) -> Result<Program, LowerError> {
+fn emit(
+    req: &LowerRequest<'_>,
+    c: &Conv,
+    target_name: TargetName,
+    opts: &LowerOptions,
+) -> Result<Program, LowerError> {
     let target = target_name.params();
     let mut program = Program::new(target_name);
-    let dev = |d: TorchDType| device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")));
+    let dev = |d: TorchDType| {
+        device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")))
+    };
     let in_dev = dev(c.input.1.dtype)?;
     let out_dev = dev(c.out.1.dtype)?;
     program.declare(&c.input.0, in_dev, &c.input.1.shape, HbmRole::Input);
@@ -222,7 +316,9 @@ pub(crate) fn emit_conv(
     target: &trnsim::Target,
     opts: &LowerOptions,
 ) -> Result<(), LowerError> {
-    let dev = |d: TorchDType| device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")));
+    let dev = |d: TorchDType| {
+        device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")))
+    };
     let in_dev = dev(c.input.1.dtype)?;
     let out_dev = dev(c.out.1.dtype)?;
     if c.out.1.shape.iter().product::<usize>() == 0 {
@@ -241,7 +337,11 @@ pub(crate) fn emit_conv(
     let kt_count = c.cin_g.div_ceil(TILE_K);
     let mt_count = c.cout_g.div_ceil(TILE_M);
     // Output tile: one depth, r rows × cw columns.
-    let (r, cw) = if dw.o <= TILE_N { ((TILE_N / dw.o).min(dh.o), dw.o) } else { (1, TILE_N) };
+    let (r, cw) = if dw.o <= TILE_N {
+        ((TILE_N / dw.o).min(dh.o), dw.o)
+    } else {
+        (1, TILE_N)
+    };
     let bd = dd.dil * (dd.k - 1) + 1;
     let bh = (r - 1) * dh.cs + dh.dil * (dh.k - 1) + 1;
     let bw = (cw - 1) * dw.cs + dw.dil * (dw.k - 1) + 1;
@@ -252,8 +352,12 @@ pub(crate) fn emit_conv(
     let win_off = alloc.alloc(kt_count * win * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, win_slot, bias_slot, out_slot) =
-        (Slot { offset: w_off }, Slot { offset: win_off }, Slot { offset: bias_off }, Slot { offset: out_off });
+    let (w_slot, win_slot, bias_slot, out_slot) = (
+        Slot { offset: w_off },
+        Slot { offset: win_off },
+        Slot { offset: bias_off },
+        Slot { offset: out_off },
+    );
     let mut bank = 0usize;
     let (in_sp, out_sp) = (dd.l * dh.l * dw.l, dd.o * dh.o * dw.o);
     let cout = c.cout_g * c.groups;
@@ -264,7 +368,14 @@ pub(crate) fn emit_conv(
         for kt in 0..kt_count {
             let (k0, ksz) = (kt * TILE_K, TILE_K.min(c.cin_g - kt * TILE_K));
             let src = if c.transposed {
-                AccessPattern::hbm(&c.weight.0, in_dev, (((g * c.cin_g + k0) * c.cout_g) * kk) as u64, ksz, (c.cout_g * kk) as i64, vec![[1, (c.cout_g * kk) as i64]])
+                AccessPattern::hbm(
+                    &c.weight.0,
+                    in_dev,
+                    (((g * c.cin_g + k0) * c.cout_g) * kk) as u64,
+                    ksz,
+                    (c.cout_g * kk) as i64,
+                    vec![[1, (c.cout_g * kk) as i64]],
+                )
             } else {
                 AccessPattern::hbm(
                     &c.weight.0,
@@ -275,14 +386,28 @@ pub(crate) fn emit_conv(
                     vec![[(c.cin_g * kk) as i64, c.cout_g as i64], [1, kk as i64]],
                 )
             };
-            let dst = AccessPattern::sbuf(pe, 0, ksz, w_off + kt as u64 * w_bytes, vec![[1, (c.cout_g * kk) as i64]]);
+            let dst = AccessPattern::sbuf(
+                pe,
+                0,
+                ksz,
+                w_off + kt as u64 * w_bytes,
+                vec![[1, (c.cout_g * kk) as i64]],
+            );
             e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
         }
         if let Some((bname, _)) = &c.bias {
             for mt in 0..mt_count {
                 let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
-                let src = AccessPattern::hbm(bname, in_dev, (g * c.cout_g + m0) as u64, msz, 1, vec![[1, 1]]);
-                let dst = AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]]);
+                let src = AccessPattern::hbm(
+                    bname,
+                    in_dev,
+                    (g * c.cout_g + m0) as u64,
+                    msz,
+                    1,
+                    vec![[1, 1]],
+                );
+                let dst =
+                    AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]]);
                 e.push(Engine::Dma, dma(dst, src), &[], &[bias_slot]);
             }
         }
@@ -293,21 +418,43 @@ pub(crate) fn emit_conv(
                     for ow0 in (0..dw.o).step_by(cw) {
                         let cc = cw.min(dw.o - ow0);
                         // Input windows, one per K tile.
-                        let v0 = [(od * dd.cs) as i64, (oh0 * dh.cs) as i64, (ow0 * dw.cs) as i64];
-                        let ranges = [valid_range(&dd, v0[0], bd), valid_range(&dh, v0[1], bh), valid_range(&dw, v0[2], bw)];
+                        let v0 = [
+                            (od * dd.cs) as i64,
+                            (oh0 * dh.cs) as i64,
+                            (ow0 * dw.cs) as i64,
+                        ];
+                        let ranges = [
+                            valid_range(&dd, v0[0], bd),
+                            valid_range(&dh, v0[1], bh),
+                            valid_range(&dw, v0[2], bw),
+                        ];
                         for kt in 0..kt_count {
                             let (k0, ksz) = (kt * TILE_K, TILE_K.min(c.cin_g - kt * TILE_K));
                             let woff = win_off + (kt * win) as u64 * esz;
                             let all = AccessPattern::sbuf(pe, 0, ksz, woff, vec![[1, win as i64]]);
-                            e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }), &[], &[win_slot]);
+                            e.push(
+                                Engine::Gpsimd,
+                                Op::Memset(Memset {
+                                    dst: all,
+                                    value: 0.0,
+                                }),
+                                &[],
+                                &[win_slot],
+                            );
                             if let [Some(rd), Some(rh), Some(rw)] = ranges {
                                 let src = AccessPattern::hbm(
                                     &c.input.0,
                                     in_dev,
-                                    ((n * cin + g * c.cin_g + k0) * in_sp + (rd.0 * dh.l + rh.0) * dw.l + rw.0) as u64,
+                                    ((n * cin + g * c.cin_g + k0) * in_sp
+                                        + (rd.0 * dh.l + rh.0) * dw.l
+                                        + rw.0) as u64,
                                     ksz,
                                     in_sp as i64,
-                                    vec![[(dh.l * dw.l) as i64, rd.1 as i64], [dw.l as i64, rh.1 as i64], [1, rw.1 as i64]],
+                                    vec![
+                                        [(dh.l * dw.l) as i64, rd.1 as i64],
+                                        [dw.l as i64, rh.1 as i64],
+                                        [1, rw.1 as i64],
+                                    ],
                                 );
                                 let dst = AccessPattern::sbuf(
                                     pe,
@@ -329,7 +476,13 @@ pub(crate) fn emit_conv(
                             let psum_off = (bank * target.psum_bank_bytes) as u64;
                             let pslot = psum_slot(bank);
                             bank = (bank + 1) % target.psum_banks;
-                            let psum = AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]);
+                            let psum = AccessPattern::psum(
+                                DType::F32,
+                                0,
+                                msz,
+                                psum_off,
+                                vec![[1, nsz as i64]],
+                            );
                             let mut first = true;
                             for kt in 0..kt_count {
                                 let ksz = TILE_K.min(c.cin_g - kt * TILE_K);
@@ -337,33 +490,63 @@ pub(crate) fn emit_conv(
                                 for id in 0..dd.k {
                                     for ih in 0..dh.k {
                                         for iw in 0..dw.k {
-                                            let fk = |d: &SDim, i: usize| if d.flip { d.k - 1 - i } else { i };
-                                            let koff = (fk(&dd, id) * dh.k + fk(&dh, ih)) * dw.k + fk(&dw, iw);
+                                            let fk = |d: &SDim, i: usize| {
+                                                if d.flip { d.k - 1 - i } else { i }
+                                            };
+                                            let koff = (fk(&dd, id) * dh.k + fk(&dh, ih)) * dw.k
+                                                + fk(&dw, iw);
                                             let stationary = AccessPattern::sbuf(
                                                 pe,
                                                 0,
                                                 ksz,
-                                                w_off + kt as u64 * w_bytes + (m0 * kk + koff) as u64 * esz,
+                                                w_off
+                                                    + kt as u64 * w_bytes
+                                                    + (m0 * kk + koff) as u64 * esz,
                                                 vec![[kk as i64, msz as i64]],
                                             );
-                                            let mv_off = ((id * dd.dil) * bh * bw + (ih * dh.dil) * bw + iw * dw.dil) as u64;
+                                            let mv_off = ((id * dd.dil) * bh * bw
+                                                + (ih * dh.dil) * bw
+                                                + iw * dw.dil)
+                                                as u64;
                                             let moving = AccessPattern::sbuf(
                                                 pe,
                                                 0,
                                                 ksz,
                                                 woff + mv_off * esz,
-                                                vec![[(dh.cs * bw) as i64, rr as i64], [dw.cs as i64, cc as i64]],
+                                                vec![
+                                                    [(dh.cs * bw) as i64, rr as i64],
+                                                    [dw.cs as i64, cc as i64],
+                                                ],
                                             );
-                                            let op = Op::NcMatmul(NcMatmul { dst: psum.clone(), stationary, moving, accumulate: !first });
+                                            let op = Op::NcMatmul(NcMatmul {
+                                                dst: psum.clone(),
+                                                stationary,
+                                                moving,
+                                                accumulate: !first,
+                                            });
                                             first = false;
-                                            e.push(Engine::Tensor, op, &[w_slot, win_slot], &[pslot]);
+                                            e.push(
+                                                Engine::Tensor,
+                                                op,
+                                                &[w_slot, win_slot],
+                                                &[pslot],
+                                            );
                                         }
                                     }
                                 }
                             }
-                            let out_ap = AccessPattern::sbuf(out_dev, 0, msz, out_off, vec![[1, nsz as i64]]);
+                            let out_ap = AccessPattern::sbuf(
+                                out_dev,
+                                0,
+                                msz,
+                                out_off,
+                                vec![[1, nsz as i64]],
+                            );
                             let op = match &c.bias {
-                                None => Op::TensorCopy(TensorCopy { dst: out_ap.clone(), src: psum }),
+                                None => Op::TensorCopy(TensorCopy {
+                                    dst: out_ap.clone(),
+                                    src: psum,
+                                }),
                                 Some(_) => Op::TensorScalar(TensorScalar {
                                     dst: out_ap.clone(),
                                     src: psum,
@@ -385,7 +568,9 @@ pub(crate) fn emit_conv(
                             let dst = AccessPattern::hbm(
                                 &c.out.0,
                                 out_dev,
-                                ((n * cout + g * c.cout_g + m0) * out_sp + (od * dh.o + oh0) * dw.o + ow0) as u64,
+                                ((n * cout + g * c.cout_g + m0) * out_sp
+                                    + (od * dh.o + oh0) * dw.o
+                                    + ow0) as u64,
                                 msz,
                                 out_sp as i64,
                                 vec![[dw.o as i64, rr as i64], [1, cc as i64]],
@@ -433,21 +618,30 @@ fn emit_im2col(
     let rows = c.cin_g * kk;
     let kt_count = rows.div_ceil(TILE_K);
     let mt_count = c.cout_g.div_ceil(TILE_M);
-    let (r, cw) = if dw.o <= TILE_N { ((TILE_N / dw.o).min(dh.o), dw.o) } else { (1, TILE_N) };
+    let (r, cw) = if dw.o <= TILE_N {
+        ((TILE_N / dw.o).min(dh.o), dw.o)
+    } else {
+        (1, TILE_N)
+    };
     let w_bytes = c.cout_g as u64 * esz;
     let w_off = alloc.alloc((kt_count as u64 * w_bytes) as usize)?;
     let col_off = alloc.alloc(kt_count * TILE_N * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, col_slot, bias_slot, out_slot) =
-        (Slot { offset: w_off }, Slot { offset: col_off }, Slot { offset: bias_off }, Slot { offset: out_off });
+    let (w_slot, col_slot, bias_slot, out_slot) = (
+        Slot { offset: w_off },
+        Slot { offset: col_off },
+        Slot { offset: bias_off },
+        Slot { offset: out_off },
+    );
     let mut bank = 0usize;
     let (in_sp, out_sp) = (dd.l * dh.l * dw.l, dd.o * dh.o * dw.o);
     let cout = c.cout_g * c.groups;
     let cin = c.cin_g * c.groups;
     // Kernel offset → (kd, kh, kw).
-    let taps: Vec<[usize; 3]> =
-        (0..kk).map(|koff| [koff / (dh.k * dw.k), (koff / dw.k) % dh.k, koff % dw.k]).collect();
+    let taps: Vec<[usize; 3]> = (0..kk)
+        .map(|koff| [koff / (dh.k * dw.k), (koff / dw.k) % dh.k, koff % dw.k])
+        .collect();
     // The contiguous range of rows j in K tile kt for offset koff: (ci0, count, partition).
     let chunks = |kt: usize| -> Vec<(usize, usize, usize, usize)> {
         let (j0, j1) = (kt * TILE_K, ((kt + 1) * TILE_K).min(rows));
@@ -470,7 +664,13 @@ fn emit_im2col(
                     kk as i64,
                     vec![[(c.cin_g * kk) as i64, c.cout_g as i64]],
                 );
-                let mut dst = AccessPattern::sbuf(pe, p, cnt, w_off + kt as u64 * w_bytes, vec![[1, c.cout_g as i64]]);
+                let mut dst = AccessPattern::sbuf(
+                    pe,
+                    p,
+                    cnt,
+                    w_off + kt as u64 * w_bytes,
+                    vec![[1, c.cout_g as i64]],
+                );
                 dst.start_partition = p;
                 e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
             }
@@ -478,8 +678,16 @@ fn emit_im2col(
         if let Some((bname, _)) = &c.bias {
             for mt in 0..mt_count {
                 let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
-                let src = AccessPattern::hbm(bname, in_dev, (g * c.cout_g + m0) as u64, msz, 1, vec![[1, 1]]);
-                let dst = AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]]);
+                let src = AccessPattern::hbm(
+                    bname,
+                    in_dev,
+                    (g * c.cout_g + m0) as u64,
+                    msz,
+                    1,
+                    vec![[1, 1]],
+                );
+                let dst =
+                    AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]]);
                 e.push(Engine::Dma, dma(dst, src), &[], &[bias_slot]);
             }
         }
@@ -494,24 +702,41 @@ fn emit_im2col(
                             let ksz = TILE_K.min(rows - kt * TILE_K);
                             let coff = col_off + (kt * TILE_N) as u64 * esz;
                             let all = AccessPattern::sbuf(pe, 0, ksz, coff, vec![[1, nsz as i64]]);
-                            e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }), &[], &[col_slot]);
+                            e.push(
+                                Engine::Gpsimd,
+                                Op::Memset(Memset {
+                                    dst: all,
+                                    value: 0.0,
+                                }),
+                                &[],
+                                &[col_slot],
+                            );
                             for (koff, ci0, cnt, p) in chunks(kt) {
                                 let [kd, kh, kw] = taps[koff];
-                                let (Some(vd), Some(vh), Some(vw)) =
-                                    (valid(&dd, kd, od, 1), valid(&dh, kh, oh0, rr), valid(&dw, kw, ow0, cc))
-                                else {
+                                let (Some(vd), Some(vh), Some(vw)) = (
+                                    valid(&dd, kd, od, 1),
+                                    valid(&dh, kh, oh0, rr),
+                                    valid(&dw, kw, ow0, cc),
+                                ) else {
                                     continue;
                                 };
-                                let at = |d: &SDim, k: usize, o: usize| (o * d.cs + k * d.dil) as i64 - d.pl;
-                                let (id, ih, iw) = (at(&dd, kd, vd.0), at(&dh, kh, vh.0), at(&dw, kw, vw.0));
+                                let at = |d: &SDim, k: usize, o: usize| {
+                                    (o * d.cs + k * d.dil) as i64 - d.pl
+                                };
+                                let (id, ih, iw) =
+                                    (at(&dd, kd, vd.0), at(&dh, kh, vh.0), at(&dw, kw, vw.0));
                                 let src = AccessPattern::hbm(
                                     &c.input.0,
                                     in_dev,
                                     ((n * cin + g * c.cin_g + ci0) * in_sp) as u64
-                                        + ((id as usize * dh.l + ih as usize) * dw.l + iw as usize) as u64,
+                                        + ((id as usize * dh.l + ih as usize) * dw.l + iw as usize)
+                                            as u64,
                                     cnt,
                                     in_sp as i64,
-                                    vec![[(dh.cs * dw.l) as i64, vh.1 as i64], [dw.cs as i64, vw.1 as i64]],
+                                    vec![
+                                        [(dh.cs * dw.l) as i64, vh.1 as i64],
+                                        [dw.cs as i64, vw.1 as i64],
+                                    ],
                                 );
                                 let mut dst = AccessPattern::sbuf(
                                     pe,
@@ -529,7 +754,13 @@ fn emit_im2col(
                             let psum_off = (bank * target.psum_bank_bytes) as u64;
                             let pslot = psum_slot(bank);
                             bank = (bank + 1) % target.psum_banks;
-                            let psum = AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]);
+                            let psum = AccessPattern::psum(
+                                DType::F32,
+                                0,
+                                msz,
+                                psum_off,
+                                vec![[1, nsz as i64]],
+                            );
                             for kt in 0..kt_count {
                                 let ksz = TILE_K.min(rows - kt * TILE_K);
                                 let stationary = AccessPattern::sbuf(
@@ -539,18 +770,44 @@ fn emit_im2col(
                                     w_off + kt as u64 * w_bytes + m0 as u64 * esz,
                                     vec![[1, msz as i64]],
                                 );
-                                let moving = AccessPattern::sbuf(pe, 0, ksz, col_off + (kt * TILE_N) as u64 * esz, vec![[1, nsz as i64]]);
-                                let op = Op::NcMatmul(NcMatmul { dst: psum.clone(), stationary, moving, accumulate: kt > 0 });
+                                let moving = AccessPattern::sbuf(
+                                    pe,
+                                    0,
+                                    ksz,
+                                    col_off + (kt * TILE_N) as u64 * esz,
+                                    vec![[1, nsz as i64]],
+                                );
+                                let op = Op::NcMatmul(NcMatmul {
+                                    dst: psum.clone(),
+                                    stationary,
+                                    moving,
+                                    accumulate: kt > 0,
+                                });
                                 e.push(Engine::Tensor, op, &[w_slot, col_slot], &[pslot]);
                             }
-                            let out_ap = AccessPattern::sbuf(out_dev, 0, msz, out_off, vec![[1, nsz as i64]]);
+                            let out_ap = AccessPattern::sbuf(
+                                out_dev,
+                                0,
+                                msz,
+                                out_off,
+                                vec![[1, nsz as i64]],
+                            );
                             let op = match &c.bias {
-                                None => Op::TensorCopy(TensorCopy { dst: out_ap.clone(), src: psum }),
+                                None => Op::TensorCopy(TensorCopy {
+                                    dst: out_ap.clone(),
+                                    src: psum,
+                                }),
                                 Some(_) => Op::TensorScalar(TensorScalar {
                                     dst: out_ap.clone(),
                                     src: psum,
                                     op0: AluOp::Add,
-                                    operand0: ScalarOperand::Tile(AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]])),
+                                    operand0: ScalarOperand::Tile(AccessPattern::sbuf(
+                                        DType::F32,
+                                        0,
+                                        msz,
+                                        bias_off + mt as u64 * 4,
+                                        vec![[1, 1]],
+                                    )),
                                     reverse0: false,
                                     op1: None,
                                     operand1: None,
@@ -561,7 +818,9 @@ fn emit_im2col(
                             let dst = AccessPattern::hbm(
                                 &c.out.0,
                                 out_dev,
-                                ((n * cout + g * c.cout_g + m0) * out_sp + (od * dh.o + oh0) * dw.o + ow0) as u64,
+                                ((n * cout + g * c.cout_g + m0) * out_sp
+                                    + (od * dh.o + oh0) * dw.o
+                                    + ow0) as u64,
                                 msz,
                                 out_sp as i64,
                                 vec![[dw.o as i64, rr as i64], [1, cc as i64]],

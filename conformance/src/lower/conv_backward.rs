@@ -33,8 +33,8 @@ use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
-    TensorReduce, TensorTensor,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target,
+    TargetName, TensorCopy, TensorReduce, TensorTensor,
 };
 
 /// Elements per partition one grad_bias `tensor_reduce` sums.
@@ -116,28 +116,59 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     }
     let (batch, cin) = (input.1.shape[0], input.1.shape[1]);
     let ws = &weight.1.shape;
-    let (cin_g, cout_g) = if transposed { (ws[0] / groups, ws[1]) } else { (ws[1], ws[0] / groups) };
-    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin) {
-        return Err(req.invalid(format!("channels: input {:?}, weight {ws:?}, groups {groups}", input.1.shape)));
+    let (cin_g, cout_g) = if transposed {
+        (ws[0] / groups, ws[1])
+    } else {
+        (ws[1], ws[0] / groups)
+    };
+    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin)
+    {
+        return Err(req.invalid(format!(
+            "channels: input {:?}, weight {ws:?}, groups {groups}",
+            input.1.shape
+        )));
     }
     if ws[2..].contains(&0) {
         return Err(req.invalid(format!("empty kernel {ws:?}")));
     }
-    let mut dims = [FwdDim { l: 1, o: 1, k: 1, stride: 1, pad: 0, dil: 1 }; 3];
+    let mut dims = [FwdDim {
+        l: 1,
+        o: 1,
+        k: 1,
+        stride: 1,
+        pad: 0,
+        dil: 1,
+    }; 3];
     for i in 0..ns {
-        let (l, k, s, p, d) = (input.1.shape[2 + i], ws[2 + i], stride[i], padding[i], dilation[i]);
+        let (l, k, s, p, d) = (
+            input.1.shape[2 + i],
+            ws[2 + i],
+            stride[i],
+            padding[i],
+            dilation[i],
+        );
         let span = (d * (k - 1)) as i64;
         let o = if transposed {
             (l as i64 - 1) * s as i64 - 2 * p as i64 + span + output_padding[i] as i64 + 1
         } else {
             ((l + 2 * p) as i64 - span - 1).div_euclid(s as i64) + 1
         };
-        dims[3 - ns + i] = FwdDim { l, o: o.max(0) as usize, k, stride: s, pad: p, dil: d };
+        dims[3 - ns + i] = FwdDim {
+            l,
+            o: o.max(0) as usize,
+            k,
+            stride: s,
+            pad: p,
+            dil: d,
+        };
     }
     let mut want = vec![batch, cout_g * groups];
     want.extend(dims[3 - ns..].iter().map(|d| d.o));
     if grad_out.1.shape != want {
-        return Err(req.invalid(format!("grad_output shape {:?}, expected {want:?}", grad_out.1.shape)));
+        return Err(req.invalid(format!(
+            "grad_output shape {:?}, expected {want:?}",
+            grad_out.1.shape
+        )));
     }
     let shapes = [input.1.shape.clone(), ws.clone(), vec![cout_g * groups]];
     let mut grads: [Option<(String, TensorMeta)>; 3] = [None, None, None];
@@ -146,25 +177,48 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
             Some(Value::Tensor(name)) => {
                 let meta = req.tensor(name)?.clone();
                 if meta.shape != shapes[i] || meta.dtype != dtype {
-                    return Err(req.invalid(format!("output {i}: {} {:?}, expected {dtype} {:?}", meta.dtype, meta.shape, shapes[i])));
+                    return Err(req.invalid(format!(
+                        "output {i}: {} {:?}, expected {dtype} {:?}",
+                        meta.dtype, meta.shape, shapes[i]
+                    )));
                 }
                 *grad = Some((name.clone(), meta));
             }
             Some(Value::None(_)) | None if !mask[i] => {}
-            other => return Err(req.invalid(format!("output {i} is {other:?} with output_mask {mask:?}"))),
+            other => {
+                return Err(
+                    req.invalid(format!("output {i} is {other:?} with output_mask {mask:?}"))
+                );
+            }
         }
     }
-    Ok(Backward { grad_out, input, weight, batch, groups, cin_g, cout_g, transposed, dims, grads })
+    Ok(Backward {
+        grad_out,
+        input,
+        weight,
+        batch,
+        groups,
+        cin_g,
+        cout_g,
+        transposed,
+        dims,
+        grads,
+    })
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     lower_with(req, target, &LowerOptions::default())
 }
 
-pub fn lower_with(req: &LowerRequest<'_>, target_name: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
+pub fn lower_with(
+    req: &LowerRequest<'_>,
+    target_name: TargetName,
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
     let b = analyze(req)?;
     let target = target_name.params();
-    let dev = device_dtype(b.input.1.dtype).ok_or_else(|| req.unsupported(format!("{} has no device dtype", b.input.1.dtype)))?;
+    let dev = device_dtype(b.input.1.dtype)
+        .ok_or_else(|| req.unsupported(format!("{} has no device dtype", b.input.1.dtype)))?;
     let mut program = Program::new(target_name);
     for (name, meta) in [&b.grad_out, &b.input, &b.weight] {
         program.declare(name, dev, &meta.shape, HbmRole::Input);
@@ -175,7 +229,14 @@ pub fn lower_with(req: &LowerRequest<'_>, target_name: TargetName, opts: &LowerO
     let mut e = Emitter::new(program);
     let mut alloc = SbufAllocator::new(&target);
     if let Some(gi) = &b.grads[0] {
-        conv::emit_conv(req, &grad_input_conv(&b, gi), &mut e, &mut alloc, &target, opts)?;
+        conv::emit_conv(
+            req,
+            &grad_input_conv(&b, gi),
+            &mut e,
+            &mut alloc,
+            &target,
+            opts,
+        )?;
     }
     if let Some(gw) = &b.grads[1] {
         emit_grad_weight(req, &b, gw, &mut e, &mut alloc, &target, opts)?;
@@ -201,11 +262,29 @@ fn grad_input_conv(b: &Backward, grad_input: &(String, TensorMeta)) -> Conv {
         if b.transposed {
             // Forward y[i·s + k·d − p] += x[i]·w[k]: dx[i] = Σ_k dy[i·s + k·d − p]·w[k], a direct
             // convolution cropped to the input size.
-            SDim { l: d.o, o: d.l, k: d.k, cs: d.stride, dil: d.dil, up: 1, pl: d.pad as i64, flip: false }
+            SDim {
+                l: d.o,
+                o: d.l,
+                k: d.k,
+                cs: d.stride,
+                dil: d.dil,
+                up: 1,
+                pl: d.pad as i64,
+                flip: false,
+            }
         } else {
             // Forward y[o] += x[o·s + k·d − p]·w[k]: dx is dy zero-inserted by s, padded by
             // d·(k−1) − p, correlated with the flipped kernel, sized like the input.
-            SDim { l: d.o, o: d.l, k: d.k, cs: 1, dil: d.dil, up: d.stride, pl: span - d.pad as i64, flip: true }
+            SDim {
+                l: d.o,
+                o: d.l,
+                k: d.k,
+                cs: 1,
+                dil: d.dil,
+                up: d.stride,
+                pl: span - d.pad as i64,
+                flip: true,
+            }
         }
     });
     Conv {
@@ -245,7 +324,8 @@ fn emit_grad_weight(
     target: &Target,
     opts: &LowerOptions,
 ) -> Result<(), LowerError> {
-    let dev = device_dtype(b.input.1.dtype).ok_or_else(|| req.unsupported("no device dtype".into()))?;
+    let dev =
+        device_dtype(b.input.1.dtype).ok_or_else(|| req.unsupported("no device dtype".into()))?;
     let pe = pe_dtype(req, b.input.1.dtype, opts)?;
     let esz = pe.size() as u64;
     // A: contracted with its channels as grad_weight's rows; B: im2col'd, channels × taps as columns.
@@ -278,7 +358,10 @@ fn emit_grad_weight(
     }
 
     let (rows_per_tile, cols_per_tile) = if a_size[2] <= TILE_K {
-        ((TILE_K / a_size[2].max(1)).min(a_size[1]).max(1), a_size[2].max(1))
+        (
+            (TILE_K / a_size[2].max(1)).min(a_size[1]).max(1),
+            a_size[2].max(1),
+        )
     } else {
         (1, TILE_K)
     };
@@ -288,7 +371,14 @@ fn emit_grad_weight(
             for h0 in (0..a_size[1]).step_by(rows_per_tile) {
                 for w0 in (0..a_size[2]).step_by(cols_per_tile) {
                     let rows = rows_per_tile.min(a_size[1] - h0);
-                    tiles.push(PosTile { n, d, h0, rows, w0, cols: cols_per_tile.min(a_size[2] - w0) });
+                    tiles.push(PosTile {
+                        n,
+                        d,
+                        h0,
+                        rows,
+                        w0,
+                        cols: cols_per_tile.min(a_size[2] - w0),
+                    });
                 }
             }
         }
@@ -299,7 +389,11 @@ fn emit_grad_weight(
     let a_off = alloc.alloc(banks.min(mt_count) * TILE_M * esz as usize)?;
     let col_off = alloc.alloc(TILE_N * esz as usize)?;
     let out_off = alloc.alloc(TILE_N * dev.size().max(4))?;
-    let (a_slot, col_slot, out_slot) = (Slot { offset: a_off }, Slot { offset: col_off }, Slot { offset: out_off });
+    let (a_slot, col_slot, out_slot) = (
+        Slot { offset: a_off },
+        Slot { offset: col_off },
+        Slot { offset: out_off },
+    );
     let bank_bytes = target.psum_bank_bytes as u64;
 
     for g in 0..b.groups {
@@ -316,22 +410,45 @@ fn emit_grad_weight(
                     let src = AccessPattern::hbm(
                         &a_tensor.0,
                         dev,
-                        ((t.n * a_ch + g * a_g + m_lo) * a_sp + (t.d * a_size[1] + t.h0) * a_size[2] + t.w0) as u64,
+                        ((t.n * a_ch + g * a_g + m_lo) * a_sp
+                            + (t.d * a_size[1] + t.h0) * a_size[2]
+                            + t.w0) as u64,
                         ksz,
                         1,
                         vec![[a_sp as i64, (m_hi - m_lo) as i64]],
                     );
-                    let dst = AccessPattern::sbuf(pe, 0, ksz, a_off, vec![[1, (m_hi - m_lo) as i64]]);
+                    let dst =
+                        AccessPattern::sbuf(pe, 0, ksz, a_off, vec![[1, (m_hi - m_lo) as i64]]);
                     e.push(Engine::Dma, dma(dst, src), &[], &[a_slot]);
-                    emit_im2col_tile(e, b_tensor, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0, nsz)?;
+                    emit_im2col_tile(
+                        e, b_tensor, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0,
+                        nsz,
+                    )?;
                     for mt in mts.clone() {
                         let msz = TILE_M.min(a_g - mt * TILE_M);
                         let bank = mt - mg;
-                        let psum = AccessPattern::psum(DType::F32, 0, msz, bank as u64 * bank_bytes, vec![[1, nsz as i64]]);
-                        let stationary =
-                            AccessPattern::sbuf(pe, 0, ksz, a_off + (bank * TILE_M) as u64 * esz, vec![[1, msz as i64]]);
-                        let moving = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
-                        let op = Op::NcMatmul(NcMatmul { dst: psum, stationary, moving, accumulate: ti > 0 });
+                        let psum = AccessPattern::psum(
+                            DType::F32,
+                            0,
+                            msz,
+                            bank as u64 * bank_bytes,
+                            vec![[1, nsz as i64]],
+                        );
+                        let stationary = AccessPattern::sbuf(
+                            pe,
+                            0,
+                            ksz,
+                            a_off + (bank * TILE_M) as u64 * esz,
+                            vec![[1, msz as i64]],
+                        );
+                        let moving =
+                            AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
+                        let op = Op::NcMatmul(NcMatmul {
+                            dst: psum,
+                            stationary,
+                            moving,
+                            accumulate: ti > 0,
+                        });
                         e.push(Engine::Tensor, op, &[a_slot, col_slot], &[psum_slot(bank)]);
                     }
                 }
@@ -341,10 +458,27 @@ fn emit_grad_weight(
                     let out_ap = AccessPattern::sbuf(dev, 0, msz, out_off, vec![[1, nsz as i64]]);
                     if tiles.is_empty() {
                         // Nothing to contract (empty batch or positions): the gradient is zero.
-                        e.push(Engine::Vector, Op::Memset(Memset { dst: out_ap.clone(), value: 0.0 }), &[], &[out_slot]);
+                        e.push(
+                            Engine::Vector,
+                            Op::Memset(Memset {
+                                dst: out_ap.clone(),
+                                value: 0.0,
+                            }),
+                            &[],
+                            &[out_slot],
+                        );
                     } else {
-                        let psum = AccessPattern::psum(DType::F32, 0, msz, bank as u64 * bank_bytes, vec![[1, nsz as i64]]);
-                        let op = Op::TensorCopy(TensorCopy { dst: out_ap.clone(), src: psum });
+                        let psum = AccessPattern::psum(
+                            DType::F32,
+                            0,
+                            msz,
+                            bank as u64 * bank_bytes,
+                            vec![[1, nsz as i64]],
+                        );
+                        let op = Op::TensorCopy(TensorCopy {
+                            dst: out_ap.clone(),
+                            src: psum,
+                        });
                         e.push(Engine::Vector, op, &[psum_slot(bank)], &[out_slot]);
                     }
                     let dst = AccessPattern::hbm(
@@ -391,13 +525,22 @@ fn emit_im2col_tile(
     let at = |d: &SDim, k: usize, o: usize| (o * d.cs + k * d.dil) as i64 - d.pl;
     for koff in 0..kk {
         // Channels b whose column b·kk + koff lies in [j0, j0 + nsz).
-        let b0 = if j0 <= koff { 0 } else { (j0 - koff).div_ceil(kk) };
-        let b1 = if j0 + nsz <= koff { 0 } else { ((j0 + nsz - 1 - koff) / kk + 1).min(b_g) };
+        let b0 = if j0 <= koff {
+            0
+        } else {
+            (j0 - koff).div_ceil(kk)
+        };
+        let b1 = if j0 + nsz <= koff {
+            0
+        } else {
+            ((j0 + nsz - 1 - koff) / kk + 1).min(b_g)
+        };
         if b1 <= b0 {
             continue;
         }
         let (kd, kh, kw) = (koff / (th.k * tw.k), (koff / tw.k) % th.k, koff % tw.k);
-        let (Some(_), Some(vw)) = (tap_range(td, kd, t.d, 1), tap_range(tw, kw, t.w0, t.cols)) else {
+        let (Some(_), Some(vw)) = (tap_range(td, kd, t.d, 1), tap_range(tw, kw, t.w0, t.cols))
+        else {
             continue;
         };
         let id = at(td, kd, t.d) as usize;
@@ -428,11 +571,25 @@ fn emit_im2col_tile(
     // The loads write disjoint boxes; the padding (whatever they leave) must read as zero.
     let loaded: usize = loads
         .iter()
-        .map(|op| if let Op::DmaCopy(c) = op { c.dst.partitions * c.dst.free_elems() } else { 0 })
+        .map(|op| {
+            if let Op::DmaCopy(c) = op {
+                c.dst.partitions * c.dst.free_elems()
+            } else {
+                0
+            }
+        })
         .sum();
     if loaded < ksz * nsz {
         let all = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
-        e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }), &[], &[col_slot]);
+        e.push(
+            Engine::Gpsimd,
+            Op::Memset(Memset {
+                dst: all,
+                value: 0.0,
+            }),
+            &[],
+            &[col_slot],
+        );
     }
     for op in loads {
         e.push(Engine::Dma, op, &[], &[col_slot]);
@@ -471,14 +628,26 @@ fn emit_grad_bias(
     let acc_off = alloc.alloc(4)?;
     let part_off = alloc.alloc(4)?;
     let out_off = alloc.alloc(dev.size().max(4))?;
-    let (buf_slot, acc_slot, part_slot, out_slot) =
-        (Slot { offset: buf_off }, Slot { offset: acc_off }, Slot { offset: part_off }, Slot { offset: out_off });
+    let (buf_slot, acc_slot, part_slot, out_slot) = (
+        Slot { offset: buf_off },
+        Slot { offset: acc_off },
+        Slot { offset: part_off },
+        Slot { offset: out_off },
+    );
     for c0 in (0..cout).step_by(parts) {
         let csz = parts.min(cout - c0);
         let acc = AccessPattern::sbuf(DType::F32, 0, csz, acc_off, vec![[1, 1]]);
         let part = AccessPattern::sbuf(DType::F32, 0, csz, part_off, vec![[1, 1]]);
         if chunks.is_empty() {
-            e.push(Engine::Vector, Op::Memset(Memset { dst: acc.clone(), value: 0.0 }), &[], &[acc_slot]);
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: acc.clone(),
+                    value: 0.0,
+                }),
+                &[],
+                &[acc_slot],
+            );
         }
         for (i, &(n0, ncount, s0, len)) in chunks.iter().enumerate() {
             let src = AccessPattern::hbm(
@@ -489,18 +658,47 @@ fn emit_grad_bias(
                 sp as i64,
                 vec![[(cout * sp) as i64, ncount as i64], [1, len as i64]],
             );
-            let buf = AccessPattern::sbuf(dev, 0, csz, buf_off, vec![[len as i64, ncount as i64], [1, len as i64]]);
+            let buf = AccessPattern::sbuf(
+                dev,
+                0,
+                csz,
+                buf_off,
+                vec![[len as i64, ncount as i64], [1, len as i64]],
+            );
             e.push(Engine::Dma, dma(buf.clone(), src), &[], &[buf_slot]);
-            let (dst, dst_slot) = if i == 0 { (acc.clone(), acc_slot) } else { (part.clone(), part_slot) };
-            let reduce = Op::TensorReduce(TensorReduce { dst, src: buf, op: AluOp::Add, axes: 2, negate: false });
+            let (dst, dst_slot) = if i == 0 {
+                (acc.clone(), acc_slot)
+            } else {
+                (part.clone(), part_slot)
+            };
+            let reduce = Op::TensorReduce(TensorReduce {
+                dst,
+                src: buf,
+                op: AluOp::Add,
+                axes: 2,
+                negate: false,
+            });
             e.push(Engine::Vector, reduce, &[buf_slot], &[dst_slot]);
             if i > 0 {
-                let add = Op::TensorTensor(TensorTensor { dst: acc.clone(), in0: acc.clone(), in1: part.clone(), op: AluOp::Add });
+                let add = Op::TensorTensor(TensorTensor {
+                    dst: acc.clone(),
+                    in0: acc.clone(),
+                    in1: part.clone(),
+                    op: AluOp::Add,
+                });
                 e.push(Engine::Vector, add, &[acc_slot, part_slot], &[acc_slot]);
             }
         }
         let out = AccessPattern::sbuf(dev, 0, csz, out_off, vec![[1, 1]]);
-        e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: out.clone(), src: acc }), &[acc_slot], &[out_slot]);
+        e.push(
+            Engine::Vector,
+            Op::TensorCopy(TensorCopy {
+                dst: out.clone(),
+                src: acc,
+            }),
+            &[acc_slot],
+            &[out_slot],
+        );
         let dst = AccessPattern::hbm(&grad_bias.0, dev, c0 as u64, csz, 1, vec![[1, 1]]);
         e.push(Engine::Dma, dma(dst, out), &[out_slot], &[]);
     }
@@ -516,8 +714,18 @@ mod tests {
 
     /// A 2d `convolution_backward` call: grad_output, input, weight of these shapes, stride 1,
     /// padding 1, groups 1, the given output_mask.
-    fn lowered(go: &[usize], x: &[usize], w: &[usize], mask: [bool; 3]) -> Result<Lowered, LowerError> {
-        let meta = |shape: &[usize]| TensorMeta { dtype: TorchDType::F32, shape: shape.to_vec(), strides: None, storage_offset: None };
+    fn lowered(
+        go: &[usize],
+        x: &[usize],
+        w: &[usize],
+        mask: [bool; 3],
+    ) -> Result<Lowered, LowerError> {
+        let meta = |shape: &[usize]| TensorMeta {
+            dtype: TorchDType::F32,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        };
         let mut tensors = BTreeMap::from([
             ("input.0".to_string(), meta(go)),
             ("input.1".to_string(), meta(x)),
@@ -546,36 +754,84 @@ mod tests {
             Value::Int(1),
             Value::Bools(mask.to_vec()),
         ];
-        let call = OpCall { args, kwargs: BTreeMap::new() };
-        let req = LowerRequest { op: "convolution_backward", call: &call, tensors: &tensors, outputs: &outputs };
+        let call = OpCall {
+            args,
+            kwargs: BTreeMap::new(),
+        };
+        let req = LowerRequest {
+            op: "convolution_backward",
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
         lower(&req, TargetName::Trn1)
     }
 
     fn matmuls(p: &Program) -> Vec<&NcMatmul> {
-        p.instructions.iter().filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None }).collect()
+        p.instructions
+            .iter()
+            .filter_map(|i| {
+                if let Op::NcMatmul(m) = &i.op {
+                    Some(m)
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     #[test]
     fn grad_weight_contracts_batch_and_positions_in_k_tiles() {
         // 2 batch entries × 12×12 positions: 128 / 12 = 10 rows per K tile → 2 tiles per entry.
-        let l = lowered(&[2, 4, 12, 12], &[2, 3, 12, 12], &[4, 3, 3, 3], [false, true, false]).unwrap();
+        let l = lowered(
+            &[2, 4, 12, 12],
+            &[2, 3, 12, 12],
+            &[4, 3, 3, 3],
+            [false, true, false],
+        )
+        .unwrap();
         let mms = matmuls(&l.program);
         assert_eq!(mms.len(), 4);
-        assert_eq!(mms.iter().map(|m| m.moving.partitions).collect::<Vec<_>>(), vec![120, 24, 120, 24]);
-        assert!(!mms[0].accumulate && mms[1..].iter().all(|m| m.accumulate), "one PSUM accumulation");
-        assert_eq!((mms[0].stationary.free_elems(), mms[0].moving.free_elems()), (4, 27), "[Cout, Cin·kk]");
+        assert_eq!(
+            mms.iter().map(|m| m.moving.partitions).collect::<Vec<_>>(),
+            vec![120, 24, 120, 24]
+        );
+        assert!(
+            !mms[0].accumulate && mms[1..].iter().all(|m| m.accumulate),
+            "one PSUM accumulation"
+        );
+        assert_eq!(
+            (mms[0].stationary.free_elems(), mms[0].moving.free_elems()),
+            (4, 27),
+            "[Cout, Cin·kk]"
+        );
         assert_eq!(l.values.get(&0), Some(&Value::None(())));
         assert_eq!(l.values.get(&2), Some(&Value::None(())));
-        assert!(l.program.hbm.iter().all(|t| t.name != "output.0" && t.name != "output.2"), "unrequested gradients are not declared");
+        assert!(
+            l.program
+                .hbm
+                .iter()
+                .all(|t| t.name != "output.0" && t.name != "output.2"),
+            "unrequested gradients are not declared"
+        );
     }
 
     #[test]
     fn malformed_calls_are_typed_errors() {
         let bad_shape = lowered(&[1, 4, 5, 5], &[1, 3, 6, 6], &[4, 3, 3, 3], [true; 3]);
-        assert!(matches!(bad_shape, Err(LowerError::Invalid { .. })), "{bad_shape:?}");
+        assert!(
+            matches!(bad_shape, Err(LowerError::Invalid { .. })),
+            "{bad_shape:?}"
+        );
         let empty_kernel = lowered(&[1, 4, 8, 8], &[1, 3, 6, 6], &[4, 3, 0, 3], [true; 3]);
-        assert!(matches!(empty_kernel, Err(LowerError::Invalid { .. })), "{empty_kernel:?}");
+        assert!(
+            matches!(empty_kernel, Err(LowerError::Invalid { .. })),
+            "{empty_kernel:?}"
+        );
         let bad_channels = lowered(&[1, 4, 6, 6], &[1, 2, 6, 6], &[4, 3, 3, 3], [true; 3]);
-        assert!(matches!(bad_channels, Err(LowerError::Invalid { .. })), "{bad_channels:?}");
+        assert!(
+            matches!(bad_channels, Err(LowerError::Invalid { .. })),
+            "{bad_channels:?}"
+        );
     }
 }

@@ -43,9 +43,9 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Memset, Op,
-    Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed, TargetName, TensorCopy, TensorReduce, TensorScalar,
-    TensorTensor,
+    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine,
+    HbmRole, Iota, Memset, Op, Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed,
+    TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one tile (scratch tiles are 4 bytes per element: 8 KiB each).
@@ -63,7 +63,10 @@ struct Buf {
 
 impl Buf {
     fn as_(self, dtype: DType) -> Buf {
-        Buf { slot: self.slot, dtype }
+        Buf {
+            slot: self.slot,
+            dtype,
+        }
     }
 
     fn flat(&self, job: &TileJob) -> AccessPattern {
@@ -93,7 +96,12 @@ impl Builder {
     }
 
     fn buf(&mut self, dtype: DType) -> Result<Buf, LowerError> {
-        Ok(Buf { slot: Slot { offset: self.alloc.alloc(MAX_FREE * 4)? }, dtype })
+        Ok(Buf {
+            slot: Slot {
+                offset: self.alloc.alloc(MAX_FREE * 4)?,
+            },
+            dtype,
+        })
     }
 
     fn declare(&mut self, name: &str, dtype: DType, shape: &[usize], role: HbmRole) {
@@ -113,7 +121,16 @@ impl Builder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn ts2(&mut self, eng: Engine, job: &TileJob, dst: Buf, src: Buf, op: AluOp, v: f64, op1: Option<(AluOp, f64)>) {
+    fn ts2(
+        &mut self,
+        eng: Engine,
+        job: &TileJob,
+        dst: Buf,
+        src: Buf,
+        op: AluOp,
+        v: f64,
+        op1: Option<(AluOp, f64)>,
+    ) {
         let op = Op::TensorScalar(TensorScalar {
             dst: dst.flat(job),
             src: src.flat(job),
@@ -128,33 +145,71 @@ impl Builder {
     }
 
     fn tt(&mut self, eng: Engine, job: &TileJob, dst: Buf, a: Buf, b: Buf, op: AluOp) {
-        let op = Op::TensorTensor(TensorTensor { dst: dst.flat(job), in0: a.flat(job), in1: b.flat(job), op });
+        let op = Op::TensorTensor(TensorTensor {
+            dst: dst.flat(job),
+            in0: a.flat(job),
+            in1: b.flat(job),
+            op,
+        });
         self.e.push(eng, op, &[a.slot, b.slot], &[dst.slot]);
     }
 
     fn copy(&mut self, job: &TileJob, dst: Buf, src: Buf) {
-        let op = Op::TensorCopy(TensorCopy { dst: dst.flat(job), src: src.flat(job) });
+        let op = Op::TensorCopy(TensorCopy {
+            dst: dst.flat(job),
+            src: src.flat(job),
+        });
         self.e.push(Engine::Vector, op, &[src.slot], &[dst.slot]);
     }
 
     fn memset(&mut self, job: &TileJob, dst: Buf, value: f64) {
-        self.e.push(Engine::Vector, Op::Memset(Memset { dst: dst.flat(job), value }), &[], &[dst.slot]);
+        self.e.push(
+            Engine::Vector,
+            Op::Memset(Memset {
+                dst: dst.flat(job),
+                value,
+            }),
+            &[],
+            &[dst.slot],
+        );
     }
 
     fn load(&mut self, job: &TileJob, operand: usize, name: &str, dst: Buf) {
-        self.e.push(Engine::Dma, dma(dst.shaped(job), job.hbm_ap(operand, name, dst.dtype)), &[], &[dst.slot]);
+        self.e.push(
+            Engine::Dma,
+            dma(dst.shaped(job), job.hbm_ap(operand, name, dst.dtype)),
+            &[],
+            &[dst.slot],
+        );
     }
 
     fn store(&mut self, job: &TileJob, operand: usize, name: &str, src: Buf) {
-        self.e.push(Engine::Dma, dma(job.hbm_ap(operand, name, src.dtype), src.shaped(job)), &[src.slot], &[]);
+        self.e.push(
+            Engine::Dma,
+            dma(job.hbm_ap(operand, name, src.dtype), src.shaped(job)),
+            &[src.slot],
+            &[],
+        );
     }
 
     fn seed(&mut self) {
-        self.e.push(Engine::Vector, Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(RNG_SEED) }), &[], &[]);
+        self.e.push(
+            Engine::Vector,
+            Op::SetRngSeed(SetRngSeed {
+                seed: ScalarOperand::Imm(RNG_SEED),
+            }),
+            &[],
+            &[],
+        );
     }
 
     fn rng(&mut self, job: &TileJob, dst: Buf) {
-        self.e.push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }), &[], &[dst.slot]);
+        self.e.push(
+            Engine::Vector,
+            Op::Rng(Rng { dst: dst.flat(job) }),
+            &[],
+            &[dst.slot],
+        );
     }
 
     /// A float constant into `dst` (any dtype: cast on write). NaN and ±inf are made on the
@@ -162,7 +217,14 @@ impl Builder {
     fn memset_float(&mut self, job: &TileJob, dst: Buf, v: f64) {
         if v.is_nan() {
             self.memset(job, dst.as_(DType::F32), 1e39);
-            self.ts(Engine::Vector, job, dst, dst.as_(DType::F32), AluOp::Subtract, 1e39);
+            self.ts(
+                Engine::Vector,
+                job,
+                dst,
+                dst.as_(DType::F32),
+                AluOp::Subtract,
+                1e39,
+            );
         } else if v.is_infinite() {
             self.memset(job, dst, v.signum() * 1e39);
         } else {
@@ -173,7 +235,15 @@ impl Builder {
     /// Converts `src` (holding `from` values) into `dst` (the device dtype of `to`), PyTorch's
     /// conversion rules (see the module doc). `tmp` are three scratch buffers distinct from
     /// `src` and `dst`.
-    fn convert(&mut self, job: &TileJob, src: Buf, from: TorchDType, dst: Buf, to: TorchDType, tmp: [Buf; 3]) {
+    fn convert(
+        &mut self,
+        job: &TileJob,
+        src: Buf,
+        from: TorchDType,
+        dst: Buf,
+        to: TorchDType,
+        tmp: [Buf; 3],
+    ) {
         let v = Engine::Vector;
         let [a, b, c] = tmp;
         if src.dtype == dst.dtype {
@@ -190,7 +260,15 @@ impl Builder {
             self.copy(job, c, b.as_(DType::I32));
             self.tt(v, job, b, c, a, AluOp::IsGt);
             self.tt(v, job, c, c, b, AluOp::Subtract);
-            self.ts2(v, job, a, src, AluOp::IsLt, 0.0, Some((AluOp::Multiply, -2.0)));
+            self.ts2(
+                v,
+                job,
+                a,
+                src,
+                AluOp::IsLt,
+                0.0,
+                Some((AluOp::Multiply, -2.0)),
+            );
             self.ts(v, job, a, a, AluOp::Add, 1.0);
             if dst.dtype == DType::I32 {
                 self.tt(v, job, dst, c, a, AluOp::Multiply);
@@ -249,7 +327,11 @@ fn out_meta<'a>(req: &LowerRequest<'a>, i: usize) -> Result<(&'a str, &'a Tensor
     Ok((name, req.tensor(name)?))
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<(&'a str, &'a TensorMeta), LowerError> {
+fn tensor_arg<'a>(
+    req: &LowerRequest<'a>,
+    pos: usize,
+    name: &str,
+) -> Result<(&'a str, &'a TensorMeta), LowerError> {
     match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
         other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
@@ -283,7 +365,10 @@ fn is_contiguous(meta: &TensorMeta) -> bool {
         return true;
     };
     let want = crate::tensor::contiguous_strides(&meta.shape);
-    meta.shape.iter().zip(strides.iter().zip(&want)).all(|(&d, (&s, &w))| d <= 1 || s == w as i64)
+    meta.shape
+        .iter()
+        .zip(strides.iter().zip(&want))
+        .all(|(&d, (&s, &w))| d <= 1 || s == w as i64)
 }
 
 fn contiguous_region(shape: &[usize], operands: usize) -> Region {
@@ -324,7 +409,12 @@ fn emit_fill(
     let scratch = if direct {
         None
     } else {
-        Some([b.buf(DType::F32)?, b.buf(DType::F32)?, b.buf(DType::F32)?, b.buf(DType::F32)?])
+        Some([
+            b.buf(DType::F32)?,
+            b.buf(DType::F32)?,
+            b.buf(DType::F32)?,
+            b.buf(DType::F32)?,
+        ])
     };
     for job in tile::plan_tiles(region, b.limits) {
         match scratch {
@@ -353,14 +443,18 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         "full_like" | "fill.Scalar" => {
             let (_, input) = tensor_arg(req, 0, "self")?;
             if input.shape != meta.shape {
-                return Err(req.invalid(format!("output shape {:?} ≠ input shape {:?}", meta.shape, input.shape)));
+                return Err(req.invalid(format!(
+                    "output shape {:?} ≠ input shape {:?}",
+                    meta.shape, input.shape
+                )));
             }
             if req.op == "fill.Scalar" && input.dtype != meta.dtype {
                 return Err(req.invalid("fill_ keeps the dtype".into()));
             }
         }
         "full" => match req.call.arg(0, "size") {
-            Some(Value::Ints(s)) if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
+            Some(Value::Ints(s))
+                if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
             other => {
                 return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape)));
             }
@@ -373,7 +467,15 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
     }
     let mut b = Builder::new(target);
     b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
-    emit_fill(&mut b, contiguous_region(&meta.shape, 1), out, meta.dtype, value, is_float, req)?;
+    emit_fill(
+        &mut b,
+        contiguous_region(&meta.shape, 1),
+        out,
+        meta.dtype,
+        value,
+        is_float,
+        req,
+    )?;
     Ok(b.finish())
 }
 
@@ -388,7 +490,15 @@ fn lower_empty(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     // dtype only).
     let mut b = Builder::new(target);
     b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
-    emit_fill(&mut b, contiguous_region(&meta.shape, 1), out, meta.dtype, 0.0, false, req)?;
+    emit_fill(
+        &mut b,
+        contiguous_region(&meta.shape, 1),
+        out,
+        meta.dtype,
+        0.0,
+        false,
+        req,
+    )?;
     Ok(b.finish())
 }
 
@@ -406,7 +516,10 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     }
     let n = ((end - start) / step).ceil().max(0.0) as usize;
     if meta.shape != [n] {
-        return Err(req.invalid(format!("arange gives [{n}], the golden output is {:?}", meta.shape)));
+        return Err(req.invalid(format!(
+            "arange gives [{n}], the golden output is {:?}",
+            meta.shape
+        )));
     }
     let out_dev = dev(req, meta.dtype)?;
     let fits = |v: f64| v.fract() == 0.0 && v.abs() <= 2f64.powi(24);
@@ -427,19 +540,45 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     for job in tile::plan_tiles(contiguous_region(&meta.shape, 1), b.limits) {
         // Element (c, i…) of the job is output index base + c·ps + Σ stride·i.
         let (base, ps) = (job.base[0] as f64, job.partition_strides[0] as f64);
-        let (scale, offset, dst) = if exact { (step, start, res) } else { (1.0, 0.0, idx) };
+        let (scale, offset, dst) = if exact {
+            (step, start, res)
+        } else {
+            (1.0, 0.0, idx)
+        };
         let off = offset + base * scale;
         let cm = ps * scale;
-        let pattern: Vec<[i64; 2]> =
-            job.free.iter().map(|d| [(d.strides[0] as f64 * scale) as i64, d.size as i64]).collect();
-        if !i32_ok(off) || !i32_ok(cm) || !i32_ok(last) || job.free.iter().any(|d| !i32_ok(d.strides[0] as f64 * scale))
+        let pattern: Vec<[i64; 2]> = job
+            .free
+            .iter()
+            .map(|d| [(d.strides[0] as f64 * scale) as i64, d.size as i64])
+            .collect();
+        if !i32_ok(off)
+            || !i32_ok(cm)
+            || !i32_ok(last)
+            || job
+                .free
+                .iter()
+                .any(|d| !i32_ok(d.strides[0] as f64 * scale))
         {
             return Err(req.unsupported("arange values beyond int32".into()));
         }
-        let op = Op::Iota(Iota { dst: dst.flat(&job), offset: off as i64, channel_multiplier: cm as i64, pattern });
+        let op = Op::Iota(Iota {
+            dst: dst.flat(&job),
+            offset: off as i64,
+            channel_multiplier: cm as i64,
+            pattern,
+        });
         b.e.push(Engine::Gpsimd, op, &[], &[dst.slot]);
         if !exact {
-            b.ts2(Engine::Vector, &job, res, idx, AluOp::Multiply, step, Some((AluOp::Add, start)));
+            b.ts2(
+                Engine::Vector,
+                &job,
+                res,
+                idx,
+                AluOp::Multiply,
+                step,
+                Some((AluOp::Add, start)),
+            );
         }
         b.store(&job, 0, out, res);
     }
@@ -472,7 +611,11 @@ fn emit_map(
 fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
     let (self_name, self_meta) = tensor_arg(req, 0, "self")?;
-    let (src_name, src_meta) = if req.op == "copy" { tensor_arg(req, 1, "src")? } else { (self_name, self_meta) };
+    let (src_name, src_meta) = if req.op == "copy" {
+        tensor_arg(req, 1, "src")?
+    } else {
+        (self_name, self_meta)
+    };
     match req.op {
         "copy" => {
             if self_meta.dtype != meta.dtype || self_meta.shape != meta.shape {
@@ -501,15 +644,33 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         return Err(req.unsupported("complex".into()));
     }
     if tile::broadcast_shapes(&src_meta.shape, &meta.shape).as_deref() != Some(&meta.shape[..]) {
-        return Err(req.invalid(format!("src {:?} does not broadcast to {:?}", src_meta.shape, meta.shape)));
+        return Err(req.invalid(format!(
+            "src {:?} does not broadcast to {:?}",
+            src_meta.shape, meta.shape
+        )));
     }
     let mut b = Builder::new(target);
-    b.declare(src_name, dev(req, src_meta.dtype)?, &src_meta.shape, HbmRole::Input);
+    b.declare(
+        src_name,
+        dev(req, src_meta.dtype)?,
+        &src_meta.shape,
+        HbmRole::Input,
+    );
     // `copy`'s `self` is overwritten whole: only its shape and dtype matter, it is not read.
     b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
-    let strides =
-        vec![tile::broadcast_strides(&meta.shape, &meta.shape), tile::broadcast_strides(&src_meta.shape, &meta.shape)];
-    emit_map(&mut b, Region::new(&meta.shape, &strides), src_name, src_meta.dtype, out, meta.dtype, req)?;
+    let strides = vec![
+        tile::broadcast_strides(&meta.shape, &meta.shape),
+        tile::broadcast_strides(&src_meta.shape, &meta.shape),
+    ];
+    emit_map(
+        &mut b,
+        Region::new(&meta.shape, &strides),
+        src_name,
+        src_meta.dtype,
+        out,
+        meta.dtype,
+        req,
+    )?;
     Ok(b.finish())
 }
 
@@ -519,10 +680,16 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
 /// [`Lowered::values`] (known at lowering time, for `sym_*`), and rejects a program output that is
 /// not a tensor of the case. Registering this needs the runner to turn such a one-element output
 /// into the scalar value (bool → Bool, integer → Int widened from int32, float → Float).
-pub fn lower_local_scalar_dense(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+pub fn lower_local_scalar_dense(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+) -> Result<Lowered, LowerError> {
     let (input, in_meta) = tensor_arg(req, 0, "self")?;
     if in_meta.shape.iter().product::<usize>() != 1 {
-        return Err(req.invalid(format!("_local_scalar_dense of a {:?} tensor", in_meta.shape)));
+        return Err(req.invalid(format!(
+            "_local_scalar_dense of a {:?} tensor",
+            in_meta.shape
+        )));
     }
     if !matches!(req.outputs, [v] if !matches!(v, Value::Tensor(_))) {
         return Err(req.invalid("_local_scalar_dense returns one scalar".into()));
@@ -558,22 +725,43 @@ fn lower_resize(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
         return Err(req.unsupported("resize_ of a non-contiguous tensor".into()));
     }
     let mut b = Builder::new(target);
-    b.declare(input, dev(req, in_meta.dtype)?, &in_meta.shape, HbmRole::Input);
+    b.declare(
+        input,
+        dev(req, in_meta.dtype)?,
+        &in_meta.shape,
+        HbmRole::Input,
+    );
     b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
     if !is_contiguous(meta) {
         // A memory format (channels_last): output element i reads storage[Σ idx·stride].
         let strides = meta.strides.clone().unwrap_or_default();
-        let max_off: i64 = meta.shape.iter().zip(&strides).map(|(&d, &s)| (d as i64 - 1).max(0) * s).sum();
+        let max_off: i64 = meta
+            .shape
+            .iter()
+            .zip(&strides)
+            .map(|(&d, &s)| (d as i64 - 1).max(0) * s)
+            .sum();
         if strides.iter().any(|&s| s < 0) || n_out == 0 || max_off as usize >= n_in {
             return Err(req.unsupported("resize_ growing into a memory format".into()));
         }
-        let region = Region::new(&meta.shape, &[tile::broadcast_strides(&meta.shape, &meta.shape), strides]);
+        let region = Region::new(
+            &meta.shape,
+            &[tile::broadcast_strides(&meta.shape, &meta.shape), strides],
+        );
         emit_map(&mut b, region, input, in_meta.dtype, out, meta.dtype, req)?;
         return Ok(b.finish());
     }
     // The storage's first elements keep their values (flat, row-major) …
     if kept > 0 {
-        emit_map(&mut b, Region::new(&[kept], &[vec![1], vec![1]]), input, in_meta.dtype, out, meta.dtype, req)?;
+        emit_map(
+            &mut b,
+            Region::new(&[kept], &[vec![1], vec![1]]),
+            input,
+            in_meta.dtype,
+            out,
+            meta.dtype,
+            req,
+        )?;
     }
     // … and new storage is uninitialised (the check is metadata-only then): zeros.
     if n_out > kept {
@@ -630,7 +818,15 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
             // Box–Muller: radius sqrt(−2·ln u₁), u₁ = (bits₂₄ + 1)·2⁻²⁴ ∈ (0, 1].
             b.rng(job, r);
             b.ts(v, job, r, r, AluOp::LogicalShiftRight, 8.0);
-            b.ts2(v, job, u, r, AluOp::Add, 1.0, Some((AluOp::Multiply, 2f64.powi(-24))));
+            b.ts2(
+                v,
+                job,
+                u,
+                r,
+                AluOp::Add,
+                1.0,
+                Some((AluOp::Multiply, 2f64.powi(-24))),
+            );
             act(&mut b, job, u, ActFunc::Log, u, 1.0, None);
             act(&mut b, job, u, ActFunc::Sqrt, u, -2.0, None);
             // Angle θ = u₂·2π − π, u₂ = bits₂₄·2⁻²⁴ ∈ [0, 1); sin θ.
@@ -639,8 +835,24 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
             b.ts(v, job, w, r, AluOp::Multiply, 2f64.powi(-24));
             let p = job.partitions;
             let bias_ap = AccessPattern::sbuf(DType::F32, 0, p, bias.slot.offset, vec![[1, 1]]);
-            b.e.push(v, Op::Memset(Memset { dst: bias_ap.clone(), value: -PI_DOWN }), &[], &[bias.slot]);
-            act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some((bias_ap, bias.slot)));
+            b.e.push(
+                v,
+                Op::Memset(Memset {
+                    dst: bias_ap.clone(),
+                    value: -PI_DOWN,
+                }),
+                &[],
+                &[bias.slot],
+            );
+            act(
+                &mut b,
+                job,
+                w,
+                ActFunc::Sin,
+                w,
+                TWO_PI_DOWN,
+                Some((bias_ap, bias.slot)),
+            );
             b.tt(v, job, res, u, w, AluOp::Multiply);
         }
         b.store(job, 0, out, res);
@@ -685,7 +897,10 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         other => return Err(req.invalid(format!("n is {other:?}"))),
     };
     if meta.shape != [n] {
-        return Err(req.invalid(format!("randperm({n}) gives [{n}], the golden output is {:?}", meta.shape)));
+        return Err(req.invalid(format!(
+            "randperm({n}) gives [{n}], the golden output is {:?}",
+            meta.shape
+        )));
     }
     if !meta.dtype.is_int() {
         return Err(req.unsupported(format!("randperm into {}", meta.dtype)));
@@ -710,7 +925,9 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     let bits = 31 - (usize::BITS - (n - 1).leading_zeros());
     let pad = i32::MAX as f64;
     let alloc_n = |b: &mut Builder, dtype: DType, elems: usize| -> Result<Slot, LowerError> {
-        Ok(Slot { offset: b.alloc.alloc(elems * dtype.size())? })
+        Ok(Slot {
+            offset: b.alloc.alloc(elems * dtype.size())?,
+        })
     };
     let r = alloc_n(&mut b, DType::U32, f)?;
     let j = alloc_n(&mut b, DType::I32, f)?;
@@ -719,7 +936,9 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     let ranki = alloc_n(&mut b, out_dev, f)?;
     let bc = alloc_n(&mut b, DType::I32, n)?;
     let junk = alloc_n(&mut b, DType::I32, n)?;
-    let ap = |dtype: DType, s: Slot, elems: usize| AccessPattern::sbuf(dtype, 0, p, s.offset, vec![[1, elems as i64]]);
+    let ap = |dtype: DType, s: Slot, elems: usize| {
+        AccessPattern::sbuf(dtype, 0, p, s.offset, vec![[1, elems as i64]])
+    };
     let (v, g) = (Engine::Vector, Engine::Gpsimd);
     let ts = |dst: AccessPattern, src: AccessPattern, op: AluOp, x: f64| {
         Op::TensorScalar(TensorScalar {
@@ -734,10 +953,22 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         })
     };
     b.seed();
-    b.e.push(v, Op::Rng(Rng { dst: ap(DType::U32, r, f) }), &[], &[r]);
     b.e.push(
         v,
-        ts(ap(DType::I32, k, f), ap(DType::U32, r, f), AluOp::LogicalShiftRight, (32 - bits) as f64),
+        Op::Rng(Rng {
+            dst: ap(DType::U32, r, f),
+        }),
+        &[],
+        &[r],
+    );
+    b.e.push(
+        v,
+        ts(
+            ap(DType::I32, k, f),
+            ap(DType::U32, r, f),
+            AluOp::LogicalShiftRight,
+            (32 - bits) as f64,
+        ),
         &[r],
         &[k],
     );
@@ -752,7 +983,17 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         &[],
         &[j],
     );
-    b.e.push(g, ts(ap(DType::I32, k, f), ap(DType::I32, k, f), AluOp::Multiply, n as f64), &[k], &[k]);
+    b.e.push(
+        g,
+        ts(
+            ap(DType::I32, k, f),
+            ap(DType::I32, k, f),
+            AluOp::Multiply,
+            n as f64,
+        ),
+        &[k],
+        &[k],
+    );
     b.e.push(
         g,
         Op::TensorTensor(TensorTensor {
@@ -800,12 +1041,21 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             reverse1: false,
         };
         b.e.push(g, Op::TensorScalar(lt), &[bc, k], &[junk]);
-        let sum = TensorReduce { dst: res, src: ap(DType::I32, junk, n), op: AluOp::Add, axes: 1, negate: false };
+        let sum = TensorReduce {
+            dst: res,
+            src: ap(DType::I32, junk, n),
+            op: AluOp::Add,
+            axes: 1,
+            negate: false,
+        };
         b.e.push(v, Op::TensorReduce(sum), &[junk], &[rank]);
     }
     b.e.push(
         v,
-        Op::TensorCopy(TensorCopy { dst: ap(out_dev, ranki, f), src: ap(DType::F32, rank, f) }),
+        Op::TensorCopy(TensorCopy {
+            dst: ap(out_dev, ranki, f),
+            src: ap(DType::F32, rank, f),
+        }),
         &[rank],
         &[ranki],
     );
@@ -817,7 +1067,14 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
     }
     if rest > 0 {
-        let dst = AccessPattern::hbm(out, out_dev, (full * f) as u64, 1, 0, vec![[1, rest as i64]]);
+        let dst = AccessPattern::hbm(
+            out,
+            out_dev,
+            (full * f) as u64,
+            1,
+            0,
+            vec![[1, rest as i64]],
+        );
         let src = AccessPattern::sbuf(out_dev, full, 1, ranki.offset, vec![[1, rest as i64]]);
         b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
     }
@@ -837,7 +1094,10 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         return Err(req.invalid(format!("p = {p}")));
     }
     let train = !matches!(req.call.arg(2, "train"), Some(Value::Bool(false)));
-    if meta.dtype != in_meta.dtype || meta.shape != in_meta.shape || mask_meta.shape != in_meta.shape {
+    if meta.dtype != in_meta.dtype
+        || meta.shape != in_meta.shape
+        || mask_meta.shape != in_meta.shape
+    {
         return Err(req.invalid("dropout keeps shape and dtype".into()));
     }
     if !meta.dtype.is_float() {
@@ -864,7 +1124,11 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         b.load(job, 1, input, x);
         if train {
             b.memset(job, ones, 1.0);
-            let op = Op::Dropout(Dropout { dst: m.flat(job), src: ones.flat(job), prob: ScalarOperand::Imm(p) });
+            let op = Op::Dropout(Dropout {
+                dst: m.flat(job),
+                src: ones.flat(job),
+                prob: ScalarOperand::Imm(p),
+            });
             b.e.push(v, op, &[ones.slot], &[m.slot]);
             let op = Op::ScalarTensorTensor(ScalarTensorTensor {
                 dst: res.flat(job),
@@ -901,7 +1165,12 @@ mod tests {
     use trnsim::{Executor, HostTensor};
 
     fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+        TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        }
     }
 
     struct Call {
@@ -912,23 +1181,52 @@ mod tests {
     }
 
     impl Call {
-        fn new(op: &'static str, args: Vec<Value>, kwargs: &[(&str, Value)], tensors: &[(&str, TensorMeta)]) -> Call {
-            let tensors: BTreeMap<String, TensorMeta> =
-                tensors.iter().map(|(n, m)| (n.to_string(), m.clone())).collect();
-            let outputs =
-                tensors.keys().filter(|n| n.starts_with("output.")).map(|n| Value::Tensor(n.clone())).collect();
-            let kwargs = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-            Call { op, call: OpCall { args, kwargs }, tensors, outputs }
+        fn new(
+            op: &'static str,
+            args: Vec<Value>,
+            kwargs: &[(&str, Value)],
+            tensors: &[(&str, TensorMeta)],
+        ) -> Call {
+            let tensors: BTreeMap<String, TensorMeta> = tensors
+                .iter()
+                .map(|(n, m)| (n.to_string(), m.clone()))
+                .collect();
+            let outputs = tensors
+                .keys()
+                .filter(|n| n.starts_with("output."))
+                .map(|n| Value::Tensor(n.clone()))
+                .collect();
+            let kwargs = kwargs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect();
+            Call {
+                op,
+                call: OpCall { args, kwargs },
+                tensors,
+                outputs,
+            }
         }
 
         fn req(&self) -> LowerRequest<'_> {
-            LowerRequest { op: self.op, call: &self.call, tensors: &self.tensors, outputs: &self.outputs }
+            LowerRequest {
+                op: self.op,
+                call: &self.call,
+                tensors: &self.tensors,
+                outputs: &self.outputs,
+            }
         }
 
         fn run(&self, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
             let l = lower(&self.req(), TargetName::Trn1).expect("lowers");
-            let inputs = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
-            Executor::new(TargetName::Trn1).run(&l.program, &inputs).expect("runs").outputs
+            let inputs = inputs
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.clone()))
+                .collect();
+            Executor::new(TargetName::Trn1)
+                .run(&l.program, &inputs)
+                .expect("runs")
+                .outputs
         }
     }
 
@@ -959,7 +1257,10 @@ mod tests {
 
     #[test]
     fn float_to_int_truncates_toward_zero_and_wraps() {
-        let x = [2.5f32, -2.5, 2.7, -2.7, 0.4, -0.4, 3.0, -3.0, 1.5e9, -1.5e9, 300.7, -3.7, 8388607.5, 65535.9];
+        let x = [
+            2.5f32, -2.5, 2.7, -2.7, 0.4, -0.4, 3.0, -3.0, 1.5e9, -1.5e9, 300.7, -3.7, 8388607.5,
+            65535.9,
+        ];
         let t = HostTensor::from_f32(&[x.len()], &x);
         let want = |w: fn(i64) -> i64| x.iter().map(|&v| w(v.trunc() as i64)).collect::<Vec<_>>();
         assert_eq!(to_copy(F32, I32, t.clone()), want(|v| v));
@@ -973,12 +1274,20 @@ mod tests {
     fn int_to_narrow_int_wraps() {
         let x = [300i32, -129, 70000, -1, 0, 127, 128, 2147483647];
         let data = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let t = HostTensor { dtype: DType::I32, shape: vec![x.len()], data };
+        let t = HostTensor {
+            dtype: DType::I32,
+            shape: vec![x.len()],
+            data,
+        };
         let want = |w: fn(i32) -> i64| x.iter().map(|&v| w(v)).collect::<Vec<_>>();
         assert_eq!(to_copy(I32, I8, t.clone()), want(|v| v as i8 as i64));
         assert_eq!(to_copy(I32, U8, t.clone()), want(|v| v as u8 as i64));
         assert_eq!(to_copy(I32, I16, t.clone()), want(|v| v as i16 as i64));
-        assert_eq!(to_copy(I32, I64, t), want(|v| v as i64), "int64 is int32 on the device: a bit copy");
+        assert_eq!(
+            to_copy(I32, I64, t),
+            want(|v| v as i64),
+            "int64 is int32 on the device: a bit copy"
+        );
     }
 
     fn random(op: &'static str, dtype: TorchDType, n: usize) -> Vec<f32> {
@@ -990,7 +1299,10 @@ mod tests {
         );
         let out = c.run(&[]);
         let again = c.run(&[]);
-        assert_eq!(out["output.0"].data, again["output.0"].data, "deterministic");
+        assert_eq!(
+            out["output.0"].data, again["output.0"].data,
+            "deterministic"
+        );
         out["output.0"].to_f32()
     }
 
@@ -1005,8 +1317,16 @@ mod tests {
         c.outputs = vec![Value::Float(crate::case::JsonFloat(-2.5))];
         let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1).unwrap();
         assert!(l.program.instructions.iter().any(|i| i.engine.is_compute()));
-        let inputs = [("input.0".to_string(), HostTensor::from_f32(&[1, 1], &[-2.5]))].into_iter().collect();
-        let out = Executor::new(TargetName::Trn1).run(&l.program, &inputs).unwrap().outputs;
+        let inputs = [(
+            "input.0".to_string(),
+            HostTensor::from_f32(&[1, 1], &[-2.5]),
+        )]
+        .into_iter()
+        .collect();
+        let out = Executor::new(TargetName::Trn1)
+            .run(&l.program, &inputs)
+            .unwrap()
+            .outputs;
         assert_eq!(out["output.0"].to_f32(), vec![-2.5]);
         assert!(out["output.0"].shape.is_empty());
     }
@@ -1039,13 +1359,22 @@ mod tests {
     #[test]
     fn randperm_gives_permutations() {
         for n in [1usize, 2, 31, 127, 128, 129, 300, 1000, 4097] {
-            let c = Call::new("randperm", vec![Value::Int(n as i64)], &[], &[("output.0", meta(I64, &[n]))]);
+            let c = Call::new(
+                "randperm",
+                vec![Value::Int(n as i64)],
+                &[],
+                &[("output.0", meta(I64, &[n]))],
+            );
             let mut p = ints(&c.run(&[])["output.0"]);
             let first = p.clone();
             p.sort();
             assert_eq!(p, (0..n as i64).collect::<Vec<_>>(), "n = {n}");
             if n >= 100 {
-                let fixed = first.iter().enumerate().filter(|(i, v)| *i as i64 == **v).count();
+                let fixed = first
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, v)| *i as i64 == **v)
+                    .count();
                 assert!(fixed < 10, "n = {n}: {fixed} fixed points, not shuffled");
             }
         }

@@ -46,8 +46,9 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, NcMatmul, OobMode, Op,
-    Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
+    NcMatmul, OobMode, Op, Program, Reciprocal, ScalarOperand, SelectReduce, TargetName,
+    TensorCopy, TensorReduce, TensorScalar, TensorTensor,
 };
 
 const MODE_SUM: i64 = 0;
@@ -88,7 +89,11 @@ struct Call<'a> {
     max_indices: &'a str,
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<Option<&'a str>, LowerError> {
+fn tensor_arg<'a>(
+    req: &LowerRequest<'a>,
+    pos: usize,
+    name: &str,
+) -> Result<Option<&'a str>, LowerError> {
     match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok(Some(t.as_str())),
         None | Some(Value::None(())) => Ok(None),
@@ -96,7 +101,12 @@ fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<Opti
     }
 }
 
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: i64) -> Result<i64, LowerError> {
+fn int_arg(
+    req: &LowerRequest<'_>,
+    pos: usize,
+    name: &str,
+    default: i64,
+) -> Result<i64, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(())) => Ok(default),
         Some(Value::Int(i)) => Ok(*i),
@@ -115,7 +125,8 @@ fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<bool, Lowe
 }
 
 fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
-    let need = |pos, name| tensor_arg(req, pos, name)?.ok_or_else(|| req.invalid(format!("no `{name}`")));
+    let need =
+        |pos, name| tensor_arg(req, pos, name)?.ok_or_else(|| req.invalid(format!("no `{name}`")));
     let weight = need(0, "weight")?;
     let indices = need(1, "indices")?;
     let offsets = need(2, "offsets")?;
@@ -125,7 +136,10 @@ fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
     let padding_idx = Some(int_arg(req, 8, "padding_idx", -1)?).filter(|&p| p >= 0);
 
     let wm = req.tensor(weight)?;
-    if !matches!(wm.dtype, TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16) {
+    if !matches!(
+        wm.dtype,
+        TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16
+    ) {
         return Err(req.unsupported(format!("weight dtype {}", wm.dtype)));
     }
     let wdt = dev(req, wm.dtype)?;
@@ -163,20 +177,31 @@ fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
         }
     }
     if n >= EXACT_INT || vocab >= EXACT_INT {
-        return Err(req.unsupported(format!("{n} indices into {vocab} rows: positions beyond 2^24")));
+        return Err(req.unsupported(format!(
+            "{n} indices into {vocab} rows: positions beyond 2^24"
+        )));
     }
     let output = req.output_tensor(0)?;
     let offset2bag = req.output_tensor(1)?;
     let bag_size = req.output_tensor(2)?;
     let max_indices = req.output_tensor(3)?;
     if req.tensor(output)?.shape != [bags, dim] {
-        return Err(req.invalid(format!("output shape {:?}, expected [{bags}, {dim}]", req.tensor(output)?.shape)));
+        return Err(req.invalid(format!(
+            "output shape {:?}, expected [{bags}, {dim}]",
+            req.tensor(output)?.shape
+        )));
     }
     let offset2bag_len: usize = req.tensor(offset2bag)?.shape.iter().product();
     if offset2bag_len != 0 && offset2bag_len != n {
-        return Err(req.invalid(format!("offset2bag has {offset2bag_len} elements for {n} indices")));
+        return Err(req.invalid(format!(
+            "offset2bag has {offset2bag_len} elements for {n} indices"
+        )));
     }
-    let want_max_indices = if mode == MODE_MAX { vec![bags, dim] } else { vec![bags] };
+    let want_max_indices = if mode == MODE_MAX {
+        vec![bags, dim]
+    } else {
+        vec![bags]
+    };
     if req.tensor(bag_size)?.shape != [bags] || req.tensor(max_indices)?.shape != want_max_indices {
         return Err(req.invalid("bag_size / max_indices shapes".into()));
     }
@@ -221,7 +246,16 @@ fn ts2(
     then: Option<(AluOp, ScalarOperand)>,
 ) -> Op {
     let (op1, operand1) = then.unzip();
-    Op::TensorScalar(TensorScalar { dst, src, op0, operand0, reverse0: false, op1, operand1, reverse1: false })
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0,
+        reverse0: false,
+        op1,
+        operand1,
+        reverse1: false,
+    })
 }
 
 fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
@@ -229,7 +263,13 @@ fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> 
 }
 
 fn reduce(dst: AccessPattern, src: AccessPattern, op: AluOp) -> Op {
-    Op::TensorReduce(TensorReduce { dst, src, op, axes: 1, negate: false })
+    Op::TensorReduce(TensorReduce {
+        dst,
+        src,
+        op,
+        axes: 1,
+        negate: false,
+    })
 }
 
 fn tile_of(ap: &AccessPattern) -> ScalarOperand {
@@ -264,7 +304,12 @@ impl Builder {
     }
 
     fn memset(&mut self, dst: AccessPattern, value: f64, slot: u64) {
-        self.push(Engine::Gpsimd, Op::Memset(Memset { dst, value }), &[], &[slot]);
+        self.push(
+            Engine::Gpsimd,
+            Op::Memset(Memset { dst, value }),
+            &[],
+            &[slot],
+        );
     }
 
     /// Row positions `first + t` along the free axis of `[p, n]` (fp32, same on every partition).
@@ -306,7 +351,12 @@ struct Chunk {
 }
 
 fn chunks(n: usize, size: usize) -> Vec<Chunk> {
-    (0..n.div_ceil(size)).map(|c| Chunk { i0: c * size, rows: size.min(n - c * size) }).collect()
+    (0..n.div_ceil(size))
+        .map(|c| Chunk {
+            i0: c * size,
+            rows: size.min(n - c * size),
+        })
+        .collect()
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
@@ -318,10 +368,18 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         p.declare(name, dev(req, m.dtype)?, &m.shape, role);
         Ok(())
     };
-    for name in [call.weight, call.indices, call.offsets].into_iter().chain(call.per_sample_weights) {
+    for name in [call.weight, call.indices, call.offsets]
+        .into_iter()
+        .chain(call.per_sample_weights)
+    {
         declare(&mut program, name, HbmRole::Input)?;
     }
-    for name in [call.output, call.offset2bag, call.bag_size, call.max_indices] {
+    for name in [
+        call.output,
+        call.offset2bag,
+        call.bag_size,
+        call.max_indices,
+    ] {
         declare(&mut program, name, HbmRole::Output)?;
     }
     let mut b = Builder {
@@ -358,14 +416,36 @@ fn zero_outputs(b: &mut Builder, call: &Call<'_>) -> Result<(), LowerError> {
     let idx_cols = if call.mode == MODE_MAX { call.dim } else { 1 };
     for c in chunks(call.bags, P) {
         let hbm = |name: &str, dt, w: usize| {
-            AccessPattern::hbm(name, dt, (c.i0 * w) as u64, c.rows, w as i64, vec![[1, w as i64]])
+            AccessPattern::hbm(
+                name,
+                dt,
+                (c.i0 * w) as u64,
+                c.rows,
+                w as i64,
+                vec![[1, w as i64]],
+            )
         };
         if call.dim > 0 {
-            b.dma(hbm(call.output, call.wdt, call.dim), flat(call.wdt, c.rows, zw, call.dim), &[zw], &[]);
+            b.dma(
+                hbm(call.output, call.wdt, call.dim),
+                flat(call.wdt, c.rows, zw, call.dim),
+                &[zw],
+                &[],
+            );
         }
-        b.dma(hbm(call.bag_size, DType::I32, 1), flat(DType::I32, c.rows, zi, 1), &[zi], &[]);
+        b.dma(
+            hbm(call.bag_size, DType::I32, 1),
+            flat(DType::I32, c.rows, zi, 1),
+            &[zi],
+            &[],
+        );
         if idx_cols > 0 {
-            b.dma(hbm(call.max_indices, DType::I32, idx_cols), flat(DType::I32, c.rows, zi, idx_cols), &[zi], &[]);
+            b.dma(
+                hbm(call.max_indices, DType::I32, idx_cols),
+                flat(DType::I32, c.rows, zi, idx_cols),
+                &[zi],
+                &[],
+            );
         }
     }
     Ok(())
@@ -397,32 +477,58 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
     let psw = b.buf(wdt, 1)?;
     let cnt = b.buf(DType::F32, 1)?;
     let o2b = b.buf(DType::I32, 1)?;
-    let (lo, hi, ge, lt) =
-        (b.buf(DType::I32, bags)?, b.buf(DType::I32, bags)?, b.buf(DType::F32, bags)?, b.buf(DType::F32, bags)?);
+    let (lo, hi, ge, lt) = (
+        b.buf(DType::I32, bags)?,
+        b.buf(DType::I32, bags)?,
+        b.buf(DType::F32, bags)?,
+        b.buf(DType::F32, bags)?,
+    );
     let scratch = if keep {
         None
     } else {
         let name = "scratch.rows".to_string();
-        b.e.program.declare(&name, wdt, &[call.n, d], HbmRole::Scratch);
+        b.e.program
+            .declare(&name, wdt, &[call.n, d], HbmRole::Scratch);
         Some(name)
     };
     // offsets[j] and end_j along the free axis, the same on every partition.
     let offsets_row = |first: usize, count: usize| {
-        AccessPattern::hbm(call.offsets, DType::I32, first as u64, P, 0, vec![[1, count as i64]])
+        AccessPattern::hbm(
+            call.offsets,
+            DType::I32,
+            first as u64,
+            P,
+            0,
+            vec![[1, count as i64]],
+        )
     };
     if bags > 0 {
-        b.dma(flat(DType::I32, P, lo, bags), offsets_row(0, bags), &[], &[lo]);
+        b.dma(
+            flat(DType::I32, P, lo, bags),
+            offsets_row(0, bags),
+            &[],
+            &[lo],
+        );
         if keep {
             // PyTorch's fast path (sum without padding_idx) ends the last bag at offsets[B] when
             // include_last_offset gives it; every other path at N.
             let fast_sum = call.mode == MODE_SUM && call.padding_idx.is_none();
-            let given = if call.include_last_offset && fast_sum { bags } else { bags - 1 };
+            let given = if call.include_last_offset && fast_sum {
+                bags
+            } else {
+                bags - 1
+            };
             if given < bags {
                 let last = flat(DType::I32, P, hi + ((bags - 1) * 4) as u64, 1);
                 b.memset(last, call.n as f64, hi);
             }
             if given > 0 {
-                b.dma(flat(DType::I32, P, hi, given), offsets_row(1, given), &[], &[hi]);
+                b.dma(
+                    flat(DType::I32, P, hi, given),
+                    offsets_row(1, given),
+                    &[],
+                    &[hi],
+                );
             }
         }
     }
@@ -455,15 +561,34 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         }
         if let Some(name) = &scratch {
             if d > 0 {
-                let dst = AccessPattern::hbm(name, wdt, (ch.i0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-                b.dma(dst, flat(wdt, p, g_off + wdt.size() as u64, d), &[gathered], &[]);
+                let dst = AccessPattern::hbm(
+                    name,
+                    wdt,
+                    (ch.i0 * d) as u64,
+                    p,
+                    d as i64,
+                    vec![[1, d as i64]],
+                );
+                b.dma(
+                    dst,
+                    flat(wdt, p, g_off + wdt.size() as u64, d),
+                    &[gathered],
+                    &[],
+                );
             }
         }
         if bags == 0 {
             // No bags: PyTorch's cumsum of `[-1, 0, …]` makes every offset2bag entry −1.
             if call.offset2bag_len > 0 {
                 b.memset(flat(DType::I32, p, o2b, 1), -1.0, o2b);
-                let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
+                let dst = AccessPattern::hbm(
+                    call.offset2bag,
+                    DType::I32,
+                    ch.i0 as u64,
+                    p,
+                    1,
+                    vec![[1, 1]],
+                );
                 b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
             }
             continue;
@@ -472,13 +597,37 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         let pos_t = tile_of(&flat(DType::F32, p, pos, 1));
         // ge[i, j] = offsets[j] ≤ i; offset2bag[i] = Σ_j ge[i, j] − 1.
         let ge_ap = flat(DType::F32, p, ge, bags);
-        b.vector(ts(ge_ap.clone(), flat(DType::I32, p, lo, bags), AluOp::IsLe, pos_t.clone()), &[lo, pos], &[ge]);
+        b.vector(
+            ts(
+                ge_ap.clone(),
+                flat(DType::I32, p, lo, bags),
+                AluOp::IsLe,
+                pos_t.clone(),
+            ),
+            &[lo, pos],
+            &[ge],
+        );
         if call.offset2bag_len > 0 {
-            b.vector(reduce(flat(DType::F32, p, cnt, 1), ge_ap.clone(), AluOp::Add), &[ge], &[cnt]);
-            let op =
-                ts(flat(DType::I32, p, o2b, 1), flat(DType::F32, p, cnt, 1), AluOp::Subtract, ScalarOperand::Imm(1.0));
+            b.vector(
+                reduce(flat(DType::F32, p, cnt, 1), ge_ap.clone(), AluOp::Add),
+                &[ge],
+                &[cnt],
+            );
+            let op = ts(
+                flat(DType::I32, p, o2b, 1),
+                flat(DType::F32, p, cnt, 1),
+                AluOp::Subtract,
+                ScalarOperand::Imm(1.0),
+            );
             b.vector(op, &[cnt], &[o2b]);
-            let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
+            let dst = AccessPattern::hbm(
+                call.offset2bag,
+                DType::I32,
+                ch.i0 as u64,
+                p,
+                1,
+                vec![[1, 1]],
+            );
             b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
         }
         if !keep {
@@ -489,19 +638,36 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         // w_i = (indices[i] != padding_idx) · per_sample_weights[i] (absent factors are 1).
         let mut weight_factor = None;
         if let Some(pad) = call.padding_idx {
-            let op = ts(flat(DType::F32, p, wt, 1), idx_ap.clone(), AluOp::NotEqual, ScalarOperand::Imm(pad as f64));
+            let op = ts(
+                flat(DType::F32, p, wt, 1),
+                idx_ap.clone(),
+                AluOp::NotEqual,
+                ScalarOperand::Imm(pad as f64),
+            );
             b.vector(op, &[idx], &[wt]);
             weight_factor = Some(wt);
         }
         if let Some(name) = call.per_sample_weights {
-            b.dma(flat(wdt, p, psw, 1), AccessPattern::hbm(name, wdt, ch.i0 as u64, p, 1, vec![[1, 1]]), &[], &[psw]);
+            b.dma(
+                flat(wdt, p, psw, 1),
+                AccessPattern::hbm(name, wdt, ch.i0 as u64, p, 1, vec![[1, 1]]),
+                &[],
+                &[psw],
+            );
             if weight_factor.is_some() {
-                let op =
-                    tt(flat(DType::F32, p, wt, 1), flat(DType::F32, p, wt, 1), flat(wdt, p, psw, 1), AluOp::Multiply);
+                let op = tt(
+                    flat(DType::F32, p, wt, 1),
+                    flat(DType::F32, p, wt, 1),
+                    flat(wdt, p, psw, 1),
+                    AluOp::Multiply,
+                );
                 b.vector(op, &[wt, psw], &[wt]);
             } else {
                 b.vector(
-                    Op::TensorCopy(TensorCopy { dst: flat(DType::F32, p, wt, 1), src: flat(wdt, p, psw, 1) }),
+                    Op::TensorCopy(TensorCopy {
+                        dst: flat(DType::F32, p, wt, 1),
+                        src: flat(wdt, p, psw, 1),
+                    }),
                     &[psw],
                     &[wt],
                 );
@@ -511,12 +677,27 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         // lt[i, j] = (i < end_j) · w_i;  S = ge · lt.
         let then = weight_factor.map(|w| (AluOp::Multiply, tile_of(&flat(DType::F32, p, w, 1))));
         let lt_ap = flat(DType::F32, p, lt, bags);
-        let op = ts2(lt_ap.clone(), flat(DType::I32, p, hi, bags), AluOp::IsGt, pos_t, then);
+        let op = ts2(
+            lt_ap.clone(),
+            flat(DType::I32, p, hi, bags),
+            AluOp::IsGt,
+            pos_t,
+            then,
+        );
         b.vector(op, &[hi, pos, wt], &[lt]);
         let s_ap = flat(wdt, p, segment + (c * bags * wdt.size()) as u64, bags);
-        b.vector(tt(s_ap, ge_ap, lt_ap, AluOp::Multiply), &[ge, lt], &[segment]);
+        b.vector(
+            tt(s_ap, ge_ap, lt_ap, AluOp::Multiply),
+            &[ge, lt],
+            &[segment],
+        );
     }
-    Ok(Rows { chunks: rows, gathered, segment, scratch })
+    Ok(Rows {
+        chunks: rows,
+        gathered,
+        segment,
+        scratch,
+    })
 }
 
 /// Sum and mean: `out[j] = Σ_i S[i, j] · [1 | G][i]` on TensorE, per 128 bags × 512 columns.
@@ -536,25 +717,52 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
             for (k, ch) in rows.chunks.iter().enumerate() {
                 let op = Op::NcMatmul(NcMatmul {
                     dst: dst.clone(),
-                    stationary: flat(wdt, ch.rows, rows.segment + ((k * bags + bc.i0) * wdt.size()) as u64, jc),
-                    moving: flat(wdt, ch.rows, rows.gathered + ((k * cols + cc.i0) * wdt.size()) as u64, cc.rows),
+                    stationary: flat(
+                        wdt,
+                        ch.rows,
+                        rows.segment + ((k * bags + bc.i0) * wdt.size()) as u64,
+                        jc,
+                    ),
+                    moving: flat(
+                        wdt,
+                        ch.rows,
+                        rows.gathered + ((k * cols + cc.i0) * wdt.size()) as u64,
+                        cc.rows,
+                    ),
                     accumulate: k > 0,
                 });
                 b.push(Engine::Tensor, op, &[rows.segment, rows.gathered], &[pslot]);
             }
-            let psum_col =
-                |c: usize, n: usize| AccessPattern::psum(DType::F32, 0, jc, psum + (c * 4) as u64, vec![[1, n as i64]]);
+            let psum_col = |c: usize, n: usize| {
+                AccessPattern::psum(
+                    DType::F32,
+                    0,
+                    jc,
+                    psum + (c * 4) as u64,
+                    vec![[1, n as i64]],
+                )
+            };
             if cc.i0 == 0 {
                 // Column 0 is the bag size (non-padding rows).
-                let bag_rows = |name: &str| AccessPattern::hbm(name, DType::I32, bc.i0 as u64, jc, 1, vec![[1, 1]]);
+                let bag_rows = |name: &str| {
+                    AccessPattern::hbm(name, DType::I32, bc.i0 as u64, jc, 1, vec![[1, 1]])
+                };
                 if call.mode == MODE_SUM {
                     // PyTorch zeroes bag_size for sum ("make bag_size output deterministic").
                     b.memset(flat(DType::I32, jc, size_t, 1), 0.0, size_t);
                 } else {
-                    let op = Op::TensorCopy(TensorCopy { dst: flat(DType::I32, jc, size_t, 1), src: psum_col(0, 1) });
+                    let op = Op::TensorCopy(TensorCopy {
+                        dst: flat(DType::I32, jc, size_t, 1),
+                        src: psum_col(0, 1),
+                    });
                     b.vector(op, &[pslot], &[size_t]);
                     // apply_bag_size: divide by max(bag_size, 1) converted to the output dtype.
-                    let op = ts(flat(wdt, jc, cnt_t, 1), psum_col(0, 1), AluOp::Max, ScalarOperand::Imm(1.0));
+                    let op = ts(
+                        flat(wdt, jc, cnt_t, 1),
+                        psum_col(0, 1),
+                        AluOp::Max,
+                        ScalarOperand::Imm(1.0),
+                    );
                     b.vector(op, &[pslot], &[cnt_t]);
                     let op = Op::Reciprocal(Reciprocal {
                         dst: flat(DType::F32, jc, rcp_t, 1),
@@ -562,9 +770,19 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                     });
                     b.vector(op, &[cnt_t], &[rcp_t]);
                 }
-                b.dma(bag_rows(call.bag_size), flat(DType::I32, jc, size_t, 1), &[size_t], &[]);
+                b.dma(
+                    bag_rows(call.bag_size),
+                    flat(DType::I32, jc, size_t, 1),
+                    &[size_t],
+                    &[],
+                );
                 // For sum and mean PyTorch copies bag_size into max_indices.
-                b.dma(bag_rows(call.max_indices), flat(DType::I32, jc, size_t, 1), &[size_t], &[]);
+                b.dma(
+                    bag_rows(call.max_indices),
+                    flat(DType::I32, jc, size_t, 1),
+                    &[size_t],
+                    &[],
+                );
             }
             // Data columns of this block, as output columns [c0, c0 + n).
             let first = if cc.i0 == 0 { 1 } else { 0 };
@@ -574,7 +792,10 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
             }
             let c0 = cc.i0 + first - 1;
             // The fp32 sum rounds once to the weight dtype (PyTorch's fp32 buffer → output).
-            let op = Op::TensorCopy(TensorCopy { dst: flat(wdt, jc, sum_t, n), src: psum_col(first, n) });
+            let op = Op::TensorCopy(TensorCopy {
+                dst: flat(wdt, jc, sum_t, n),
+                src: psum_col(first, n),
+            });
             b.vector(op, &[pslot], &[sum_t]);
             let result = if call.mode == MODE_MEAN {
                 let op = ts(
@@ -588,7 +809,14 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
             } else {
                 sum_t
             };
-            let dst = AccessPattern::hbm(call.output, wdt, (bc.i0 * d + c0) as u64, jc, d as i64, vec![[1, n as i64]]);
+            let dst = AccessPattern::hbm(
+                call.output,
+                wdt,
+                (bc.i0 * d + c0) as u64,
+                jc,
+                d as i64,
+                vec![[1, n as i64]],
+            );
             b.dma(dst, flat(wdt, jc, result, n), &[result], &[]);
         }
     }
@@ -608,7 +836,12 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
     let f32b = |b: &mut Builder, e| b.buf(DType::F32, e);
     let (lo, hi) = (f32b(b, 1)?, f32b(b, 1)?);
     let (lo_i, hi_i) = (b.buf(DType::I32, 1)?, b.buf(DType::I32, 1)?);
-    let (pos_row, pos_shift, idx_i, idx_f) = (f32b(b, iw)?, f32b(b, iw)?, b.buf(DType::I32, iw)?, f32b(b, iw)?);
+    let (pos_row, pos_shift, idx_i, idx_f) = (
+        f32b(b, iw)?,
+        f32b(b, iw)?,
+        b.buf(DType::I32, iw)?,
+        f32b(b, iw)?,
+    );
     let (ge, lt, mask) = (f32b(b, iw)?, f32b(b, iw)?, b.buf(DType::U8, iw)?);
     let (cnt, cnt_c, size_i) = (f32b(b, 1)?, f32b(b, 1)?, b.buf(DType::I32, 1)?);
     let x = b.buf(wdt, work)?;
@@ -616,7 +849,11 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
     let (m, first, word) = (f32b(b, db)?, f32b(b, db)?, f32b(b, db)?);
     let (best, best_word) = (f32b(b, db)?, f32b(b, db)?);
     let (gt, none_yet, upd) = (f32b(b, db)?, f32b(b, db)?, b.buf(DType::U8, db)?);
-    let (found, out_w, out_i) = (b.buf(DType::U8, db)?, b.buf(wdt, db)?, b.buf(DType::I32, db)?);
+    let (found, out_w, out_i) = (
+        b.buf(DType::U8, db)?,
+        b.buf(wdt, db)?,
+        b.buf(DType::I32, db)?,
+    );
     let row_chunks = chunks(n, iw);
     for bc in chunks(bags, P) {
         let j0 = bc.i0;
@@ -635,11 +872,32 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             b.memset(col(hi_i, DType::I32), n as f64, hi_i);
         }
         if given > 0 {
-            let src = AccessPattern::hbm(call.offsets, DType::I32, (j0 + 1) as u64, given, 1, vec![[1, 1]]);
+            let src = AccessPattern::hbm(
+                call.offsets,
+                DType::I32,
+                (j0 + 1) as u64,
+                given,
+                1,
+                vec![[1, 1]],
+            );
             b.dma(flat(DType::I32, given, hi_i, 1), src, &[], &[hi_i]);
         }
-        b.vector(Op::TensorCopy(TensorCopy { dst: col(lo, DType::F32), src: col(lo_i, DType::I32) }), &[lo_i], &[lo]);
-        b.vector(Op::TensorCopy(TensorCopy { dst: col(hi, DType::F32), src: col(hi_i, DType::I32) }), &[hi_i], &[hi]);
+        b.vector(
+            Op::TensorCopy(TensorCopy {
+                dst: col(lo, DType::F32),
+                src: col(lo_i, DType::I32),
+            }),
+            &[lo_i],
+            &[lo],
+        );
+        b.vector(
+            Op::TensorCopy(TensorCopy {
+                dst: col(hi, DType::F32),
+                src: col(hi_i, DType::I32),
+            }),
+            &[hi_i],
+            &[hi],
+        );
         for dc in chunks(d.max(1), db) {
             let dn = if d == 0 { 0 } else { dc.rows };
             for (k, rc) in row_chunks.iter().enumerate() {
@@ -648,16 +906,33 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 b.iota_row(pos_row, p, w, rc.i0);
                 let pos_ap = flat(DType::F32, p, pos_row, w);
                 b.vector(
-                    ts(flat(DType::F32, p, ge, w), pos_ap.clone(), AluOp::IsGe, tile_of(&col(lo, DType::F32))),
+                    ts(
+                        flat(DType::F32, p, ge, w),
+                        pos_ap.clone(),
+                        AluOp::IsGe,
+                        tile_of(&col(lo, DType::F32)),
+                    ),
                     &[pos_row, lo],
                     &[ge],
                 );
                 b.vector(
-                    ts(flat(DType::F32, p, lt, w), pos_ap.clone(), AluOp::IsLt, tile_of(&col(hi, DType::F32))),
+                    ts(
+                        flat(DType::F32, p, lt, w),
+                        pos_ap.clone(),
+                        AluOp::IsLt,
+                        tile_of(&col(hi, DType::F32)),
+                    ),
                     &[pos_row, hi],
                     &[lt],
                 );
-                let idx_src = AccessPattern::hbm(call.indices, DType::I32, rc.i0 as u64, p, 0, vec![[1, w as i64]]);
+                let idx_src = AccessPattern::hbm(
+                    call.indices,
+                    DType::I32,
+                    rc.i0 as u64,
+                    p,
+                    0,
+                    vec![[1, w as i64]],
+                );
                 b.dma(flat(DType::I32, p, idx_i, w), idx_src, &[], &[idx_i]);
                 b.vector(
                     Op::TensorCopy(TensorCopy {
@@ -688,17 +963,31 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     b.vector(op, &[idx_f], &[lt]);
                 }
                 b.vector(
-                    tt(mask_ap.clone(), flat(DType::F32, p, ge, w), flat(DType::F32, p, lt, w), AluOp::Multiply),
+                    tt(
+                        mask_ap.clone(),
+                        flat(DType::F32, p, ge, w),
+                        flat(DType::F32, p, lt, w),
+                        AluOp::Multiply,
+                    ),
                     &[ge, lt],
                     &[mask],
                 );
                 if dc.i0 == 0 {
                     // bag_size: the rows in the bag.
                     let dst = if k == 0 { cnt } else { cnt_c };
-                    b.vector(reduce(col(dst, DType::F32), mask_ap.clone(), AluOp::Add), &[mask], &[dst]);
+                    b.vector(
+                        reduce(col(dst, DType::F32), mask_ap.clone(), AluOp::Add),
+                        &[mask],
+                        &[dst],
+                    );
                     if k > 0 {
                         b.vector(
-                            tt(col(cnt, DType::F32), col(cnt, DType::F32), col(cnt_c, DType::F32), AluOp::Add),
+                            tt(
+                                col(cnt, DType::F32),
+                                col(cnt, DType::F32),
+                                col(cnt_c, DType::F32),
+                                AluOp::Add,
+                            ),
                             &[cnt, cnt_c],
                             &[cnt],
                         );
@@ -731,34 +1020,76 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 });
                 b.vector(op, &[mask, x], &[y]);
                 let m_ap = flat(DType::F32, p, m, dn);
-                b.vector(reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[m]);
-                // key = (y == m) · mask ? position : NO_POS;  first = min over rows.
-                b.vector(tt(cube(DType::F32, key), cube(DType::F32, y), over_rows(m), AluOp::IsEqual), &[y, m], &[key]);
                 b.vector(
-                    tt(cube(DType::F32, key), cube(DType::F32, key), over_dims(DType::U8, mask), AluOp::Multiply),
+                    reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max),
+                    &[y],
+                    &[m],
+                );
+                // key = (y == m) · mask ? position : NO_POS;  first = min over rows.
+                b.vector(
+                    tt(
+                        cube(DType::F32, key),
+                        cube(DType::F32, y),
+                        over_rows(m),
+                        AluOp::IsEqual,
+                    ),
+                    &[y, m],
+                    &[key],
+                );
+                b.vector(
+                    tt(
+                        cube(DType::F32, key),
+                        cube(DType::F32, key),
+                        over_dims(DType::U8, mask),
+                        AluOp::Multiply,
+                    ),
                     &[key, mask],
                     &[key],
                 );
                 b.vector(
-                    ts(flat(DType::F32, p, pos_shift, w), pos_ap.clone(), AluOp::Subtract, ScalarOperand::Imm(NO_POS)),
+                    ts(
+                        flat(DType::F32, p, pos_shift, w),
+                        pos_ap.clone(),
+                        AluOp::Subtract,
+                        ScalarOperand::Imm(NO_POS),
+                    ),
                     &[pos_row],
                     &[pos_shift],
                 );
                 b.vector(
-                    tt(cube(DType::F32, key), cube(DType::F32, key), over_dims(DType::F32, pos_shift), AluOp::Multiply),
+                    tt(
+                        cube(DType::F32, key),
+                        cube(DType::F32, key),
+                        over_dims(DType::F32, pos_shift),
+                        AluOp::Multiply,
+                    ),
                     &[key, pos_shift],
                     &[key],
                 );
                 b.vector(
-                    ts(cube(DType::F32, key), cube(DType::F32, key), AluOp::Add, ScalarOperand::Imm(NO_POS)),
+                    ts(
+                        cube(DType::F32, key),
+                        cube(DType::F32, key),
+                        AluOp::Add,
+                        ScalarOperand::Imm(NO_POS),
+                    ),
                     &[key],
                     &[key],
                 );
                 let first_ap = flat(DType::F32, p, first, dn);
-                b.vector(reduce(first_ap, cube(DType::F32, key), AluOp::Min), &[key], &[first]);
+                b.vector(
+                    reduce(first_ap, cube(DType::F32, key), AluOp::Min),
+                    &[key],
+                    &[first],
+                );
                 // word = indices[first] (−1 when the chunk has no row of the bag).
                 b.vector(
-                    tt(cube(DType::U8, onehot), over_dims(DType::F32, pos_row), over_rows(first), AluOp::IsEqual),
+                    tt(
+                        cube(DType::U8, onehot),
+                        over_dims(DType::F32, pos_row),
+                        over_rows(first),
+                        AluOp::IsEqual,
+                    ),
                     &[pos_row, first],
                     &[onehot],
                 );
@@ -772,26 +1103,61 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 });
                 b.vector(op, &[onehot, idx_f], &[y]);
                 let word_ap = flat(DType::F32, p, word, dn);
-                b.vector(reduce(word_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[word]);
+                b.vector(
+                    reduce(word_ap.clone(), cube(DType::F32, y), AluOp::Max),
+                    &[y],
+                    &[word],
+                );
                 let best_ap = flat(DType::F32, p, best, dn);
                 let best_word_ap = flat(DType::F32, p, best_word, dn);
                 if k == 0 {
-                    b.vector(Op::TensorCopy(TensorCopy { dst: best_ap.clone(), src: m_ap }), &[m], &[best]);
-                    b.vector(Op::TensorCopy(TensorCopy { dst: best_word_ap, src: word_ap }), &[word], &[best_word]);
+                    b.vector(
+                        Op::TensorCopy(TensorCopy {
+                            dst: best_ap.clone(),
+                            src: m_ap,
+                        }),
+                        &[m],
+                        &[best],
+                    );
+                    b.vector(
+                        Op::TensorCopy(TensorCopy {
+                            dst: best_word_ap,
+                            src: word_ap,
+                        }),
+                        &[word],
+                        &[best_word],
+                    );
                 } else {
                     // A later chunk wins only with a strictly larger value, or when no earlier
                     // chunk had a row of the bag (PyTorch's `weight > current`, first one kept).
                     let gt_ap = flat(DType::F32, p, gt, dn);
-                    b.vector(tt(gt_ap.clone(), m_ap.clone(), best_ap.clone(), AluOp::IsGt), &[m, best], &[gt]);
+                    b.vector(
+                        tt(gt_ap.clone(), m_ap.clone(), best_ap.clone(), AluOp::IsGt),
+                        &[m, best],
+                        &[gt],
+                    );
                     let none_ap = flat(DType::F32, p, none_yet, dn);
                     b.vector(
-                        ts(none_ap.clone(), best_word_ap.clone(), AluOp::IsLt, ScalarOperand::Imm(0.0)),
+                        ts(
+                            none_ap.clone(),
+                            best_word_ap.clone(),
+                            AluOp::IsLt,
+                            ScalarOperand::Imm(0.0),
+                        ),
                         &[best_word],
                         &[none_yet],
                     );
                     let upd_ap = flat(DType::U8, p, upd, dn);
-                    b.vector(tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max), &[gt, none_yet], &[upd]);
-                    b.vector(tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max), &[best, m], &[best]);
+                    b.vector(
+                        tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max),
+                        &[gt, none_yet],
+                        &[upd],
+                    );
+                    b.vector(
+                        tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max),
+                        &[best, m],
+                        &[best],
+                    );
                     let op = Op::TensorCopyPredicated(trnsim::TensorCopyPredicated {
                         dst: best_word_ap,
                         src: word_ap,
@@ -808,7 +1174,12 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             let found_ap = flat(DType::U8, p, found, dn);
             let best_word_ap = flat(DType::F32, p, best_word, dn);
             b.vector(
-                ts(found_ap.clone(), best_word_ap.clone(), AluOp::IsGe, ScalarOperand::Imm(0.0)),
+                ts(
+                    found_ap.clone(),
+                    best_word_ap.clone(),
+                    AluOp::IsGe,
+                    ScalarOperand::Imm(0.0),
+                ),
                 &[best_word],
                 &[found],
             );
@@ -822,18 +1193,43 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             });
             b.vector(op, &[found, best], &[out_w]);
             b.vector(
-                ts(flat(DType::I32, p, out_i, dn), best_word_ap, AluOp::Max, ScalarOperand::Imm(0.0)),
+                ts(
+                    flat(DType::I32, p, out_i, dn),
+                    best_word_ap,
+                    AluOp::Max,
+                    ScalarOperand::Imm(0.0),
+                ),
                 &[best_word],
                 &[out_i],
             );
             let hbm = |name: &str, dt| {
-                AccessPattern::hbm(name, dt, (j0 * d + dc.i0) as u64, p, d as i64, vec![[1, dn as i64]])
+                AccessPattern::hbm(
+                    name,
+                    dt,
+                    (j0 * d + dc.i0) as u64,
+                    p,
+                    d as i64,
+                    vec![[1, dn as i64]],
+                )
             };
-            b.dma(hbm(call.output, wdt), flat(wdt, p, out_w, dn), &[out_w], &[]);
-            b.dma(hbm(call.max_indices, DType::I32), flat(DType::I32, p, out_i, dn), &[out_i], &[]);
+            b.dma(
+                hbm(call.output, wdt),
+                flat(wdt, p, out_w, dn),
+                &[out_w],
+                &[],
+            );
+            b.dma(
+                hbm(call.max_indices, DType::I32),
+                flat(DType::I32, p, out_i, dn),
+                &[out_i],
+                &[],
+            );
         }
         b.vector(
-            Op::TensorCopy(TensorCopy { dst: col(size_i, DType::I32), src: col(cnt, DType::F32) }),
+            Op::TensorCopy(TensorCopy {
+                dst: col(size_i, DType::I32),
+                src: col(cnt, DType::F32),
+            }),
             &[cnt],
             &[size_i],
         );
@@ -851,7 +1247,12 @@ mod tests {
     use trnsim::{Executor, HostTensor};
 
     fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+        TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        }
     }
 
     /// An `_embedding_bag` call on `weight [V, D]`, `indices [N]`, `offsets [O]` (int64).
@@ -862,9 +1263,21 @@ mod tests {
     }
 
     impl Bag {
-        fn new(v: usize, d: usize, n: usize, o: usize, mode: i64, last: bool, padding_idx: i64) -> Bag {
+        fn new(
+            v: usize,
+            d: usize,
+            n: usize,
+            o: usize,
+            mode: i64,
+            last: bool,
+            padding_idx: i64,
+        ) -> Bag {
             let bags = o - last as usize;
-            let max_indices = if mode == MODE_MAX { vec![bags, d] } else { vec![bags] };
+            let max_indices = if mode == MODE_MAX {
+                vec![bags, d]
+            } else {
+                vec![bags]
+            };
             let tensors = [
                 ("input.0", meta(TorchDType::F32, &[v, d])),
                 ("input.1", meta(TorchDType::I64, &[n])),
@@ -887,14 +1300,25 @@ mod tests {
                 Value::Int(padding_idx),
             ];
             Bag {
-                call: OpCall { args, kwargs: BTreeMap::new() },
-                tensors: tensors.iter().map(|(n, m)| (n.to_string(), m.clone())).collect(),
+                call: OpCall {
+                    args,
+                    kwargs: BTreeMap::new(),
+                },
+                tensors: tensors
+                    .iter()
+                    .map(|(n, m)| (n.to_string(), m.clone()))
+                    .collect(),
                 outputs: (0..4).map(|i| t(&format!("output.{i}"))).collect(),
             }
         }
 
         fn req(&self) -> LowerRequest<'_> {
-            LowerRequest { op: "_embedding_bag", call: &self.call, tensors: &self.tensors, outputs: &self.outputs }
+            LowerRequest {
+                op: "_embedding_bag",
+                call: &self.call,
+                tensors: &self.tensors,
+                outputs: &self.outputs,
+            }
         }
     }
 
@@ -907,26 +1331,53 @@ mod tests {
     }
 
     fn ints(t: &HostTensor) -> Vec<i64> {
-        t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect()
+        t.data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
+            .collect()
     }
 
     #[test]
     fn bad_calls_are_typed_errors() {
         let mut bag = Bag::new(4, 2, 3, 2, 3, false, -1);
-        assert!(matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Invalid { .. })), "mode 3");
+        assert!(
+            matches!(
+                lower(&bag.req(), TargetName::Trn1),
+                Err(LowerError::Invalid { .. })
+            ),
+            "mode 3"
+        );
         bag.call.args[4] = Value::Int(MODE_MEAN);
         bag.call.args[6] = Value::Tensor("input.6".into());
-        bag.tensors.insert("input.6".into(), meta(TorchDType::F32, &[3]));
+        bag.tensors
+            .insert("input.6".into(), meta(TorchDType::F32, &[3]));
         assert!(
-            matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Invalid { .. })),
+            matches!(
+                lower(&bag.req(), TargetName::Trn1),
+                Err(LowerError::Invalid { .. })
+            ),
             "per_sample_weights with mean"
         );
         let mut bag = Bag::new(4, 2, 6, 2, MODE_SUM, false, -1);
-        bag.tensors.insert("input.1".into(), meta(TorchDType::I64, &[2, 3]));
-        assert!(matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })), "2-D indices");
+        bag.tensors
+            .insert("input.1".into(), meta(TorchDType::I64, &[2, 3]));
+        assert!(
+            matches!(
+                lower(&bag.req(), TargetName::Trn1),
+                Err(LowerError::Unsupported { .. })
+            ),
+            "2-D indices"
+        );
         let mut bag = Bag::new(4, 2, 3, 2, MODE_SUM, false, -1);
-        bag.tensors.insert("input.0".into(), meta(TorchDType::I64, &[4, 2]));
-        assert!(matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })), "int weight");
+        bag.tensors
+            .insert("input.0".into(), meta(TorchDType::I64, &[4, 2]));
+        assert!(
+            matches!(
+                lower(&bag.req(), TargetName::Trn1),
+                Err(LowerError::Unsupported { .. })
+            ),
+            "int weight"
+        );
     }
 
     /// Max over more rows than one work tile holds: the chunks merge with a strict `>`, so the
@@ -944,17 +1395,30 @@ mod tests {
         indices[4150] = 2;
         indices[4160] = 1;
         let inputs = [
-            ("input.0".to_string(), HostTensor::from_f32(&[3, 1], &[1.0, 2.0, 2.0])),
+            (
+                "input.0".to_string(),
+                HostTensor::from_f32(&[3, 1], &[1.0, 2.0, 2.0]),
+            ),
             ("input.1".to_string(), int32(&indices)),
             ("input.2".to_string(), int32(&[0, 4100, 4100])),
         ]
         .into_iter()
         .collect();
-        let out = Executor::new(TargetName::Trn1).run(&lowered.program, &inputs).expect("runs").outputs;
+        let out = Executor::new(TargetName::Trn1)
+            .run(&lowered.program, &inputs)
+            .expect("runs")
+            .outputs;
         assert_eq!(out["output.0"].to_f32(), vec![2.0, 0.0, 2.0]);
-        assert_eq!(ints(&out["output.3"]), vec![1, 0, 2], "first maximum; 0 for the empty bag");
+        assert_eq!(
+            ints(&out["output.3"]),
+            vec![1, 0, 2],
+            "first maximum; 0 for the empty bag"
+        );
         assert_eq!(ints(&out["output.2"]), vec![4100, 0, (n - 4100) as i64]);
         let offset2bag = ints(&out["output.1"]);
-        assert!(offset2bag[..4100].iter().all(|&b| b == 0) && offset2bag[4100..].iter().all(|&b| b == 2));
+        assert!(
+            offset2bag[..4100].iter().all(|&b| b == 0)
+                && offset2bag[4100..].iter().all(|&b| b == 2)
+        );
     }
 }

@@ -35,8 +35,9 @@ use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
+    OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy,
+    TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -131,7 +132,10 @@ impl Tile {
     /// A strided view starting at element `first`.
     fn view(&self, p: usize, first: usize, free: Vec<[i64; 2]>) -> Opnd {
         let offset = self.slot.offset + (first * self.dtype.size()) as u64;
-        Opnd { ap: AccessPattern::sbuf(self.dtype, 0, p, offset, free), slot: self.slot }
+        Opnd {
+            ap: AccessPattern::sbuf(self.dtype, 0, p, offset, free),
+            slot: self.slot,
+        }
     }
 }
 
@@ -146,7 +150,11 @@ struct Builder {
 impl Builder {
     fn tile(&mut self, dtype: DType, width: usize) -> Result<Tile, LowerError> {
         let offset = self.alloc.alloc(width * dtype.size().max(4))?;
-        Ok(Tile { slot: Slot { offset }, dtype, width })
+        Ok(Tile {
+            slot: Slot { offset },
+            dtype,
+            width,
+        })
     }
 
     fn push(&mut self, engine: Engine, op: Op, reads: &[&Opnd], write: &Opnd) {
@@ -192,7 +200,12 @@ impl Builder {
     }
 
     fn tt(&mut self, dst: &Opnd, in0: &Opnd, in1: &Opnd, op: AluOp) {
-        let o = Op::TensorTensor(TensorTensor { dst: dst.ap.clone(), in0: in0.ap.clone(), in1: in1.ap.clone(), op });
+        let o = Op::TensorTensor(TensorTensor {
+            dst: dst.ap.clone(),
+            in0: in0.ap.clone(),
+            in1: in1.ap.clone(),
+            op,
+        });
         self.push(Engine::Vector, o, &[in0, in1], dst);
     }
 
@@ -213,12 +226,23 @@ impl Builder {
     }
 
     fn copy(&mut self, dst: &Opnd, src: &Opnd) {
-        let op = Op::TensorCopy(TensorCopy { dst: dst.ap.clone(), src: src.ap.clone() });
+        let op = Op::TensorCopy(TensorCopy {
+            dst: dst.ap.clone(),
+            src: src.ap.clone(),
+        });
         self.push(Engine::Vector, op, &[src], dst);
     }
 
     fn memset(&mut self, engine: Engine, dst: &Opnd, value: f64) {
-        self.push(engine, Op::Memset(Memset { dst: dst.ap.clone(), value }), &[], dst);
+        self.push(
+            engine,
+            Op::Memset(Memset {
+                dst: dst.ap.clone(),
+                value,
+            }),
+            &[],
+            dst,
+        );
     }
 
     /// `dst = floor(src)` (fp32, integral): `r − (r > src)` with `r` = src rounded to the nearest
@@ -227,7 +251,13 @@ impl Builder {
         self.copy(int_scratch, src);
         self.copy(dst, int_scratch);
         // The int32 scratch is free again: reuse its bytes for the fp32 mask `r > src`.
-        let above = Opnd { ap: AccessPattern { dtype: DType::F32, ..int_scratch.ap.clone() }, slot: int_scratch.slot };
+        let above = Opnd {
+            ap: AccessPattern {
+                dtype: DType::F32,
+                ..int_scratch.ap.clone()
+            },
+            slot: int_scratch.slot,
+        };
         self.tt(&above, dst, src, AluOp::IsGt);
         self.tt(dst, dst, &above, AluOp::Subtract);
     }
@@ -249,7 +279,13 @@ impl Builder {
         // abs_in = |in − low|
         self.ts2(&abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
         // double_flips = trunc(abs_in / twice_span) (abs_in ≥ 0: trunc = floor)
-        self.ts(&q, &abs, AluOp::Multiply, (1.0 / ax.twice_span) as f32 as f64, false);
+        self.ts(
+            &q,
+            &abs,
+            AluOp::Multiply,
+            (1.0 / ax.twice_span) as f32 as f64,
+            false,
+        );
         self.floor(&fl, &q, &int);
         // extra = abs_in − double_flips·twice_span
         self.ts(&q, &fl, AluOp::Multiply, ax.twice_span, false);
@@ -280,8 +316,17 @@ impl Builder {
     /// copy of the lanes where `v == v` over a zeroed tile.
     fn clip(&mut self, v: &Opnd, ax: &Axis, s: &Scratch) {
         let w = v.ap.free_elems() as i64;
-        let (is_num, clean) = (s.u.view(self.p, 0, vec![[1, w]]), s.c.view(self.p, 0, vec![[1, w]]));
-        let clean = Opnd { ap: AccessPattern { dtype: v.ap.dtype, ..clean.ap }, slot: clean.slot };
+        let (is_num, clean) = (
+            s.u.view(self.p, 0, vec![[1, w]]),
+            s.c.view(self.p, 0, vec![[1, w]]),
+        );
+        let clean = Opnd {
+            ap: AccessPattern {
+                dtype: v.ap.dtype,
+                ..clean.ap
+            },
+            slot: clean.slot,
+        };
         self.tt(&is_num, v, v, AluOp::IsEqual);
         self.memset(Engine::Vector, &clean, 0.0);
         let op = Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -397,7 +442,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     };
     let (in_name, grid_name) = (tensor(0, "input")?, tensor(1, "grid")?);
     let out_name = req.output_tensor(0)?;
-    let (im, gm, om) = (req.tensor(in_name)?, req.tensor(grid_name)?, req.tensor(out_name)?);
+    let (im, gm, om) = (
+        req.tensor(in_name)?,
+        req.tensor(grid_name)?,
+        req.tensor(out_name)?,
+    );
     let interp = match int_arg(req, 2, "interpolation_mode")? {
         0 => Interp::Bilinear,
         1 => Interp::Nearest,
@@ -414,10 +463,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         Some(Value::Bool(b)) => *b,
         other => return Err(req.invalid(format!("`align_corners` must be a bool, got {other:?}"))),
     };
-    if im.shape.len() != 4 || gm.shape.len() != 4 || gm.shape[3] != 2 || gm.shape[0] != im.shape[0] {
+    if im.shape.len() != 4 || gm.shape.len() != 4 || gm.shape[3] != 2 || gm.shape[0] != im.shape[0]
+    {
         return Err(req.invalid(format!("input {:?} / grid {:?}", im.shape, gm.shape)));
     }
-    if !im.dtype.is_float() || im.dtype.is_complex() || gm.dtype != im.dtype || om.dtype != im.dtype {
+    if !im.dtype.is_float() || im.dtype.is_complex() || gm.dtype != im.dtype || om.dtype != im.dtype
+    {
         return Err(req.unsupported(format!("dtypes {} / {} / {}", im.dtype, gm.dtype, om.dtype)));
     }
     let (n, c, h, w) = (im.shape[0], im.shape[1], im.shape[2], im.shape[3]);
@@ -431,9 +482,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
     let numel = n * c * h * w;
     if numel >= MAX_INPUT_ELEMS {
-        return Err(
-            req.unsupported(format!("{numel} input elements: tap offsets are computed in fp32, exact below 2^24"))
-        );
+        return Err(req.unsupported(format!(
+            "{numel} input elements: tap offsets are computed in fp32, exact below 2^24"
+        )));
     }
     let mut program = Program::new(target);
     program.declare(in_name, cd, &im.shape, HbmRole::Input);
@@ -463,7 +514,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 
     let tgt = target.params();
     let parts = tgt.partitions;
-    let mut b = Builder { e: Emitter::new(program), alloc: SbufAllocator::new(&tgt), p: parts };
+    let mut b = Builder {
+        e: Emitter::new(program),
+        alloc: SbufAllocator::new(&tgt),
+        p: parts,
+    };
     let grid_t = b.tile(cd, 2)?;
     let s = Scratch {
         a: b.tile(cd, 4)?,
@@ -479,7 +534,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let coord = [b.tile(cd, 1)?, b.tile(cd, 1)?];
     let base = [b.tile(DType::F32, 1)?, b.tile(DType::F32, 1)?];
     let frac = [b.tile(cd, 1)?, b.tile(cd, 1)?];
-    let tap_dt = if interp == Interp::Bicubic { cd } else { DType::F32 };
+    let tap_dt = if interp == Interp::Bicubic {
+        cd
+    } else {
+        DType::F32
+    };
     let tapc = [b.tile(tap_dt, k)?, b.tile(tap_dt, k)?];
     let tapf = [b.tile(DType::F32, k)?, b.tile(DType::F32, k)?];
     let wts = [b.tile(cd, k)?, b.tile(cd, k)?];
@@ -517,7 +576,14 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let p = (points - p0).min(parts);
             b.p = p;
             let g = grid_t.all(p);
-            let src = AccessPattern::hbm(grid_name, cd, ((bn * points + p0) * 2) as u64, p, 2, vec![[1, 2]]);
+            let src = AccessPattern::hbm(
+                grid_name,
+                cd,
+                ((bn * points + p0) * 2) as u64,
+                p,
+                2,
+                vec![[1, 2]],
+            );
             b.e.push(Engine::Dma, dma(g.ap.clone(), src), &[], &[g.slot]);
             for (d, ax) in [ax_x, ax_y].iter().enumerate() {
                 let gd = grid_t.col(p, d);
@@ -583,18 +649,35 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 } else {
                     b.copy(&tf, &tc);
                 }
-                b.in_bounds(&mask[d].all(p), &tf, ax.size, &s.f.view(p, 0, vec![[1, k as i64]]));
+                b.in_bounds(
+                    &mask[d].all(p),
+                    &tf,
+                    ax.size,
+                    &s.f.view(p, 0, vec![[1, k as i64]]),
+                );
             }
             // Offsets n·C·H·W + y·W + x and validity of every (y tap, x tap) pair.
             let oy = offsets[1].all(p);
-            b.ts2(&oy, &tapf[1].all(p), AluOp::Multiply, w as f64, AluOp::Add, (bn as i64 * c as i64 * hw) as f64);
+            b.ts2(
+                &oy,
+                &tapf[1].all(p),
+                AluOp::Multiply,
+                w as f64,
+                AluOp::Add,
+                (bn as i64 * c as i64 * hw) as f64,
+            );
             let (kj, ki) = (k as i64, k as i64);
             let rows_b = |t: &Tile| t.view(p, 0, vec![[1, kj], [0, ki]]);
             let cols_b = |t: &Tile| t.view(p, 0, vec![[0, kj], [1, ki]]);
             let off = off2.all(p);
             b.tt(&off, &rows_b(&offsets[1]), &cols_b(&tapf[0]), AluOp::Add);
             let valid = valid2.all(p);
-            b.tt(&valid, &rows_b(&mask[1]), &cols_b(&mask[0]), AluOp::Multiply);
+            b.tt(
+                &valid,
+                &rows_b(&mask[1]),
+                &cols_b(&mask[0]),
+                AluOp::Multiply,
+            );
             let pred = pred2.all(p);
             b.copy(&pred, &valid);
             // Out-of-bounds taps point past the end of the input: the gather skips them.
@@ -610,17 +693,33 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let ix = idx.all(p);
             b.copy(&ix, &ixf);
             if interp == Interp::Bilinear {
-                b.tt(&weight2.all(p), &rows_b(&wts[1]), &cols_b(&wts[0]), AluOp::Multiply);
+                b.tt(
+                    &weight2.all(p),
+                    &rows_b(&wts[1]),
+                    &cols_b(&wts[0]),
+                    AluOp::Multiply,
+                );
             }
 
             let mut c0 = 0;
             while c0 < c {
                 let cc = (c - c0).min(cmax);
                 let v = |t: usize| vals.view(p, t * cmax, vec![[1, cc as i64]]);
-                b.memset(Engine::Gpsimd, &vals.view(p, 0, vec![[1, (kk * cmax) as i64]]), 0.0);
+                b.memset(
+                    Engine::Gpsimd,
+                    &vals.view(p, 0, vec![[1, (kk * cmax) as i64]]),
+                    0.0,
+                );
                 for t in 0..kk {
                     let dst = v(t);
-                    let src = AccessPattern::hbm(in_name, cd, (c0 as i64 * hw) as u64, 1, 0, vec![[hw, cc as i64]]);
+                    let src = AccessPattern::hbm(
+                        in_name,
+                        cd,
+                        (c0 as i64 * hw) as u64,
+                        1,
+                        0,
+                        vec![[hw, cc as i64]],
+                    );
                     let index = idx.col(p, t);
                     let op = Op::DmaCopy(DmaCopy {
                         dst: dst.ap.clone(),
@@ -664,7 +763,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     1,
                     vec![[points as i64, cc as i64]],
                 );
-                b.e.push(Engine::Dma, dma(dst, result.ap.clone()), &[result.slot], &[]);
+                b.e.push(
+                    Engine::Dma,
+                    dma(dst, result.ap.clone()),
+                    &[result.slot],
+                    &[],
+                );
                 c0 += cc;
             }
             p0 += p;
@@ -682,7 +786,12 @@ mod tests {
     use trnsim::{Executor, HostTensor};
 
     fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+        TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        }
     }
 
     /// `grid_sampler_2d(input, grid, mode, padding, align)` with the given metadata.
@@ -708,30 +817,81 @@ mod tests {
             kwargs: BTreeMap::new(),
         };
         let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest { op: "grid_sampler_2d", call: &call, tensors: &tensors, outputs: &outputs };
+        let req = LowerRequest {
+            op: "grid_sampler_2d",
+            call: &call,
+            tensors: &tensors,
+            outputs: &outputs,
+        };
         lower(&req, TargetName::Trn1)
     }
 
     #[test]
     fn malformed_calls_are_typed_errors() {
         use TorchDType::{F16, F32, I64};
-        let ok: [(TorchDType, &[usize]); 3] = [(F32, &[1, 2, 4, 5]), (F32, &[1, 3, 3, 2]), (F32, &[1, 2, 3, 3])];
+        let ok: [(TorchDType, &[usize]); 3] = [
+            (F32, &[1, 2, 4, 5]),
+            (F32, &[1, 3, 3, 2]),
+            (F32, &[1, 2, 3, 3]),
+        ];
         assert!(lower_call(ok, 0, 0, false).is_ok());
         let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
-        let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
+        let unsupported =
+            |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
         assert!(invalid(lower_call(ok, 3, 0, false)), "interpolation mode 3");
         assert!(invalid(lower_call(ok, 0, -1, false)), "padding mode -1");
-        assert!(invalid(lower_call([ok[0], (F32, &[1, 3, 3, 3]), ok[2]], 0, 0, false)), "grid of 3 coordinates");
-        assert!(invalid(lower_call([ok[0], (F32, &[2, 3, 3, 2]), ok[2]], 0, 0, false)), "batch mismatch");
-        assert!(invalid(lower_call([ok[0], ok[1], (F32, &[1, 2, 3, 4])], 0, 0, false)), "output shape");
-        assert!(unsupported(lower_call([ok[0], (F16, &[1, 3, 3, 2]), ok[2]], 0, 0, false)), "mixed dtypes");
+        assert!(
+            invalid(lower_call(
+                [ok[0], (F32, &[1, 3, 3, 3]), ok[2]],
+                0,
+                0,
+                false
+            )),
+            "grid of 3 coordinates"
+        );
+        assert!(
+            invalid(lower_call(
+                [ok[0], (F32, &[2, 3, 3, 2]), ok[2]],
+                0,
+                0,
+                false
+            )),
+            "batch mismatch"
+        );
+        assert!(
+            invalid(lower_call(
+                [ok[0], ok[1], (F32, &[1, 2, 3, 4])],
+                0,
+                0,
+                false
+            )),
+            "output shape"
+        );
+        assert!(
+            unsupported(lower_call(
+                [ok[0], (F16, &[1, 3, 3, 2]), ok[2]],
+                0,
+                0,
+                false
+            )),
+            "mixed dtypes"
+        );
         assert!(unsupported(lower_call(
-            [(I64, &[1, 2, 4, 5]), (I64, &[1, 3, 3, 2]), (I64, &[1, 2, 3, 3])],
+            [
+                (I64, &[1, 2, 4, 5]),
+                (I64, &[1, 3, 3, 2]),
+                (I64, &[1, 2, 3, 3])
+            ],
             0,
             0,
             false
         )));
-        assert!(unsupported(lower_call([(F32, &[1, 1, 4096, 4096]), ok[1], (F32, &[1, 1, 3, 3])], 0, 0, false)));
+        assert!(unsupported(lower_call(
+            [(F32, &[1, 1, 4096, 4096]), ok[1], (F32, &[1, 1, 3, 3])],
+            0,
+            0,
+            false
+        )));
     }
 
     /// Nearest sampling at the pixel centres (align_corners) reproduces the input, across two
@@ -743,7 +903,11 @@ mod tests {
         let shape_grid = [1, h, w, 2];
         let shape_out = [1, c, h, w];
         let l = lower_call(
-            [(TorchDType::F32, &shape_in), (TorchDType::F32, &shape_grid), (TorchDType::F32, &shape_out)],
+            [
+                (TorchDType::F32, &shape_in),
+                (TorchDType::F32, &shape_grid),
+                (TorchDType::F32, &shape_out),
+            ],
             1,
             0,
             true,
@@ -753,7 +917,10 @@ mod tests {
         let grid: Vec<f32> = (0..h * w)
             .flat_map(|p| {
                 let (y, x) = (p / w, p % w);
-                [-1.0 + 2.0 * x as f32 / (w - 1) as f32, -1.0 + 2.0 * y as f32 / (h - 1) as f32]
+                [
+                    -1.0 + 2.0 * x as f32 / (w - 1) as f32,
+                    -1.0 + 2.0 * y as f32 / (h - 1) as f32,
+                ]
             })
             .collect();
         let host = |shape: &[usize], v: &[f32]| HostTensor {
@@ -761,12 +928,20 @@ mod tests {
             shape: shape.to_vec(),
             data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         };
-        let inputs =
-            [("input.0".to_string(), host(&shape_in, &input)), ("input.1".to_string(), host(&shape_grid, &grid))]
-                .into();
-        let out = Executor::new(TargetName::Trn1).run(&l.program, &inputs).expect("runs").outputs;
-        let got: Vec<f32> =
-            out["output.0"].data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        let inputs = [
+            ("input.0".to_string(), host(&shape_in, &input)),
+            ("input.1".to_string(), host(&shape_grid, &grid)),
+        ]
+        .into();
+        let out = Executor::new(TargetName::Trn1)
+            .run(&l.program, &inputs)
+            .expect("runs")
+            .outputs;
+        let got: Vec<f32> = out["output.0"]
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
         assert_eq!(got, input);
     }
 }

@@ -11,6 +11,11 @@
 //!   `Bool`). The runner narrows int64 host data to int32 at the boundary (flagging values that
 //!   do not fit) and widens int32 outputs back to int64. No other host conversion exists:
 //!   every other dtype is declared as its own device dtype ([`device_dtype`]).
+//! * Trainium has no complex dtype: a complex64 case tensor is declared as its *real view*, `F32`
+//!   of shape `shape + [2]` (real, imaginary) — exactly the bytes the golden file stores, so the
+//!   runner passes them through unchanged ([`complex_real_view`]). [`device_dtype`] answers `None`
+//!   for c64 so that a lowering which does not handle the extra axis refuses complex cases
+//!   instead of declaring the wrong shape.
 //! * Ops without a lowering return [`LowerError::NotLowered`].
 
 pub mod activation;
@@ -21,8 +26,9 @@ pub mod conv;
 pub mod conv_backward;
 pub mod creation;
 pub mod distance;
-pub mod grid_sample;
 pub mod embedding_bag;
+pub mod fft;
+pub mod grid_sample;
 pub mod indexing;
 pub mod matmul;
 pub mod metadata;
@@ -31,8 +37,8 @@ pub mod pad;
 pub mod pooling;
 pub mod promote;
 pub mod reduction;
-pub mod sort;
 pub mod shape;
+pub mod sort;
 pub mod tile;
 pub mod unary;
 
@@ -54,12 +60,19 @@ pub struct LowerRequest<'a> {
 
 impl<'a> LowerRequest<'a> {
     pub fn from_case(case: &'a Case) -> Self {
-        LowerRequest { op: &case.op, call: &case.call, tensors: &case.tensor_meta, outputs: &case.outputs }
+        LowerRequest {
+            op: &case.op,
+            call: &case.call,
+            tensors: &case.tensor_meta,
+            outputs: &case.outputs,
+        }
     }
 
     /// Metadata of a named tensor.
     pub fn tensor(&self, name: &str) -> Result<&'a TensorMeta, LowerError> {
-        self.tensors.get(name).ok_or_else(|| self.invalid(format!("no metadata for tensor `{name}`")))
+        self.tensors
+            .get(name)
+            .ok_or_else(|| self.invalid(format!("no metadata for tensor `{name}`")))
     }
 
     /// The name of output `i`, which must be a tensor.
@@ -71,11 +84,17 @@ impl<'a> LowerRequest<'a> {
     }
 
     pub fn invalid(&self, reason: String) -> LowerError {
-        LowerError::Invalid { op: self.op.to_string(), reason }
+        LowerError::Invalid {
+            op: self.op.to_string(),
+            reason,
+        }
     }
 
     pub fn unsupported(&self, reason: String) -> LowerError {
-        LowerError::Unsupported { op: self.op.to_string(), reason }
+        LowerError::Unsupported {
+            op: self.op.to_string(),
+            reason,
+        }
     }
 }
 
@@ -90,7 +109,10 @@ pub struct Lowered {
 
 impl Lowered {
     pub fn new(program: Program) -> Self {
-        Lowered { program, values: BTreeMap::new() }
+        Lowered {
+            program,
+            values: BTreeMap::new(),
+        }
     }
 }
 
@@ -231,6 +253,8 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("convolution_backward", conv_backward::lower),
     ("_cdist_forward", distance::lower_cdist),
     ("_pdist_forward", distance::lower_pdist),
+    ("_fft_r2c", fft::lower),
+    ("_fft_c2r", fft::lower),
     ("full", creation::lower),
     ("full_like", creation::lower),
     ("fill.Scalar", creation::lower),
@@ -285,7 +309,10 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("_adaptive_avg_pool3d", pooling::lower),
     ("max_pool2d_with_indices", pooling::lower_max),
     ("max_pool3d_with_indices", pooling::lower_max),
-    ("max_pool2d_with_indices_backward", pooling::lower_max_backward),
+    (
+        "max_pool2d_with_indices_backward",
+        pooling::lower_max_backward,
+    ),
     ("avg_pool2d_backward", pooling::lower_avg_backward),
     ("_adaptive_avg_pool2d_backward", pooling::lower_avg_backward),
     ("index_select", indexing::lower),
@@ -349,10 +376,27 @@ pub fn lower_request_with_options(
 }
 
 /// The device dtype a case tensor of `dtype` is declared as: its own dtype, or int32 for int64
-/// (the one boundary conversion). `None` for dtypes the device cannot hold (complex).
+/// (the one boundary conversion). `None` for complex, which has no device dtype of its own: a
+/// lowering that handles complex declares the real view instead ([`complex_real_view`]).
 pub fn device_dtype(dtype: TorchDType) -> Option<DType> {
     match dtype {
         TorchDType::I64 => Some(DType::I32),
         other => other.device_dtype(),
     }
+}
+
+/// The shape of a complex tensor's real view: the complex shape plus a trailing axis of 2
+/// (real, imaginary), as the golden format stores it.
+pub fn complex_real_view_shape(complex_shape: &[usize]) -> Vec<usize> {
+    let mut shape = complex_shape.to_vec();
+    shape.push(2);
+    shape
+}
+
+/// How a c64 case tensor is declared on the device: `F32` with shape `shape + [2]` (its real
+/// view, no conversion). `None` when `meta` is not complex.
+pub fn complex_real_view(meta: &TensorMeta) -> Option<(DType, Vec<usize>)> {
+    meta.dtype
+        .is_complex()
+        .then(|| (DType::F32, complex_real_view_shape(&meta.shape)))
 }

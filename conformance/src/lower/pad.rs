@@ -12,7 +12,7 @@ use super::binary::{dev, dma};
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
-use trnsim::{AccessPattern, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
+use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
 
 /// Largest plane (elements per partition) handled in one tile.
 const MAX_PLANE: usize = 16384;
@@ -112,6 +112,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         "constant_pad_nd" => {
             let v = match req.call.arg(2, "value") {
                 None | Some(Value::None(())) => 0.0,
+                // A complex fill: the real part here, the imaginary part below.
+                Some(Value::Complex([re, _])) => re.0,
                 Some(Value::Int(i)) => *i as f64,
                 Some(Value::Float(f)) => f.0,
                 Some(Value::Bool(b)) => *b as i64 as f64,
@@ -132,23 +134,47 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     if in_meta.dtype != out_meta.dtype {
         return Err(req.invalid("output dtype differs from input".into()));
     }
-    if in_meta.dtype.is_complex() {
-        return Err(req.unsupported(format!("{} has no device dtype", in_meta.dtype)));
-    }
-    let d = dev(req, in_meta.dtype)?;
     let nd = in_meta.shape.len();
     if pad.len() % 2 != 0 || pad.len() / 2 > nd {
         return Err(req.invalid(format!("padding {pad:?} for a {nd}-d input")));
     }
+    // complex64 is padded as its F32 real view `[..., 2]` (lower/mod.rs): the (re, im) axis is
+    // one more unpadded last dim, and a fill of im ≠ 0 is a second memset on the odd elements.
+    let (d, in_shape, out_shape, pad, fill_im) = match (in_meta.dtype.is_complex(), mode) {
+        (true, Mode::Constant(_)) => {
+            let im = match req.call.arg(2, "value") {
+                Some(Value::Complex([_, im])) => im.0,
+                _ => 0.0,
+            };
+            let pad: Vec<i64> = [0, 0].into_iter().chain(pad).collect();
+            let view = super::complex_real_view_shape;
+            (
+                DType::F32,
+                view(&in_meta.shape),
+                view(&out_meta.shape),
+                pad,
+                im,
+            )
+        }
+        (true, _) => return Err(req.unsupported(format!("{} has no device dtype", in_meta.dtype))),
+        (false, _) => (
+            dev(req, in_meta.dtype)?,
+            in_meta.shape.clone(),
+            out_meta.shape.clone(),
+            pad,
+            0.0,
+        ),
+    };
+    let nd = in_shape.len();
     let mut lo = vec![0i64; nd];
     let mut hi = vec![0i64; nd];
     for j in 0..pad.len() / 2 {
         lo[nd - 1 - j] = pad[2 * j];
         hi[nd - 1 - j] = pad[2 * j + 1];
     }
-    let ishape: Vec<i64> = in_meta.shape.iter().map(|&s| s as i64).collect();
+    let ishape: Vec<i64> = in_shape.iter().map(|&s| s as i64).collect();
     let oshape: Vec<i64> = (0..nd).map(|i| ishape[i] + lo[i] + hi[i]).collect();
-    if oshape.iter().map(|&s| s as usize).collect::<Vec<_>>() != out_meta.shape {
+    if oshape.iter().map(|&s| s as usize).collect::<Vec<_>>() != out_shape {
         return Err(req.invalid(format!(
             "output shape {:?}, expected {oshape:?}",
             out_meta.shape
@@ -156,8 +182,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
 
     let mut program = Program::new(target);
-    program.declare(in_name, d, &in_meta.shape, HbmRole::Input);
-    program.declare(out_name, d, &out_meta.shape, HbmRole::Output);
+    program.declare(in_name, d, &in_shape, HbmRole::Input);
+    program.declare(out_name, d, &out_shape, HbmRole::Output);
     let out_numel: i64 = oshape.iter().product();
     if out_numel == 0 {
         return Ok(Lowered::new(program));
@@ -271,6 +297,19 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 &[],
                 &[sout],
             );
+            if fill_im != 0.0 {
+                let odd =
+                    AccessPattern::sbuf(d, 0, p, out_off + size as u64, vec![[2, plane_out / 2]]);
+                e.push(
+                    Engine::Vector,
+                    Op::Memset(Memset {
+                        dst: odd,
+                        value: fill_im,
+                    }),
+                    &[],
+                    &[sout],
+                );
+            }
         }
         for b in &copies {
             let mut dst_off = 0i64;

@@ -109,7 +109,10 @@ fn promote_opt(a: Option<TorchDType>, b: TorchDType) -> Result<Option<TorchDType
 }
 
 /// c10's `combine_categories(higher, lower)`.
-fn combine(higher: Option<TorchDType>, lower: Option<TorchDType>) -> Result<Option<TorchDType>, PromotionError> {
+fn combine(
+    higher: Option<TorchDType>,
+    lower: Option<TorchDType>,
+) -> Result<Option<TorchDType>, PromotionError> {
     let Some(h) = higher else { return Ok(lower) };
     let Some(l) = lower else { return Ok(higher) };
     let (ch, cl) = (category(h), category(l));
@@ -117,7 +120,11 @@ fn combine(higher: Option<TorchDType>, lower: Option<TorchDType>) -> Result<Opti
         return Ok(Some(h));
     }
     if cl == Category::Complex {
-        return Ok(Some(if ch == Category::Float { promote_types(h, l)? } else { l }));
+        return Ok(Some(if ch == Category::Float {
+            promote_types(h, l)?
+        } else {
+            l
+        }));
     }
     if ch == Category::Float {
         return Ok(Some(h));
@@ -154,7 +161,11 @@ pub fn result_type(operands: &[Operand]) -> Result<TorchDType, PromotionError> {
 /// float dtype (`int / int → float32`).
 pub fn true_divide_type(operands: &[Operand]) -> Result<TorchDType, PromotionError> {
     let t = result_type(operands)?;
-    Ok(if category(t) <= Category::Integer { DEFAULT_FLOAT } else { t })
+    Ok(if category(t) <= Category::Integer {
+        DEFAULT_FLOAT
+    } else {
+        t
+    })
 }
 
 #[cfg(test)]
@@ -196,15 +207,30 @@ mod tests {
     #[test]
     fn result_type_with_scalars_and_zero_dim() {
         // torch.ones(2, dtype=torch.int32) + 2.5 -> float32
-        assert_eq!(result_type(&[t(I32, 1), Operand::Scalar(ScalarKind::Float)]).unwrap(), F32);
+        assert_eq!(
+            result_type(&[t(I32, 1), Operand::Scalar(ScalarKind::Float)]).unwrap(),
+            F32
+        );
         // int32 tensor + python int -> int32 (same category: the tensor wins)
-        assert_eq!(result_type(&[t(I32, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(), I32);
+        assert_eq!(
+            result_type(&[t(I32, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(),
+            I32
+        );
         // bool tensor + python int -> int64
-        assert_eq!(result_type(&[t(Bool, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(), I64);
+        assert_eq!(
+            result_type(&[t(Bool, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(),
+            I64
+        );
         // bool tensor + python bool -> bool
-        assert_eq!(result_type(&[t(Bool, 2), Operand::Scalar(ScalarKind::Bool)]).unwrap(), Bool);
+        assert_eq!(
+            result_type(&[t(Bool, 2), Operand::Scalar(ScalarKind::Bool)]).unwrap(),
+            Bool
+        );
         // bf16 tensor + python float -> bf16
-        assert_eq!(result_type(&[t(Bf16, 1), Operand::Scalar(ScalarKind::Float)]).unwrap(), Bf16);
+        assert_eq!(
+            result_type(&[t(Bf16, 1), Operand::Scalar(ScalarKind::Float)]).unwrap(),
+            Bf16
+        );
         // f16 tensor + 0-d f32 tensor -> f16 (dimensioned tensor wins within a category)
         assert_eq!(result_type(&[t(F16, 3), t(F32, 0)]).unwrap(), F16);
         // int32 tensor + 0-d f16 tensor -> f16 (higher category)
@@ -214,24 +240,39 @@ mod tests {
         // two 0-d tensors promote normally
         assert_eq!(result_type(&[t(I32, 0), t(I64, 0)]).unwrap(), I64);
         // 0-d int tensor + python float -> default float
-        assert_eq!(result_type(&[t(I64, 0), Operand::Scalar(ScalarKind::Float)]).unwrap(), F32);
+        assert_eq!(
+            result_type(&[t(I64, 0), Operand::Scalar(ScalarKind::Float)]).unwrap(),
+            F32
+        );
         // 0-d bf16 + python float -> bf16 (0-d tensor outranks the scalar)
-        assert_eq!(result_type(&[t(Bf16, 0), Operand::Scalar(ScalarKind::Float)]).unwrap(), Bf16);
+        assert_eq!(
+            result_type(&[t(Bf16, 0), Operand::Scalar(ScalarKind::Float)]).unwrap(),
+            Bf16
+        );
         // dimensioned f32 with bf16 -> f32
         assert_eq!(result_type(&[t(Bf16, 1), t(F32, 2)]).unwrap(), F32);
         // u8 tensor + 0-d i8 tensor -> u8; both dimensioned -> i16
         assert_eq!(result_type(&[t(U8, 1), t(I8, 0)]).unwrap(), U8);
         assert_eq!(result_type(&[t(U8, 1), t(I8, 1)]).unwrap(), I16);
         // f32 tensor + python complex -> complex64
-        assert_eq!(result_type(&[t(F32, 1), Operand::Scalar(ScalarKind::Complex)]).unwrap(), C64);
+        assert_eq!(
+            result_type(&[t(F32, 1), Operand::Scalar(ScalarKind::Complex)]).unwrap(),
+            C64
+        );
     }
 
     #[test]
     fn true_division() {
         assert_eq!(true_divide_type(&[t(I32, 1), t(I32, 1)]).unwrap(), F32);
-        assert_eq!(true_divide_type(&[t(I64, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(), F32);
+        assert_eq!(
+            true_divide_type(&[t(I64, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(),
+            F32
+        );
         assert_eq!(true_divide_type(&[t(Bool, 1), t(Bool, 1)]).unwrap(), F32);
-        assert_eq!(true_divide_type(&[t(Bf16, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(), Bf16);
+        assert_eq!(
+            true_divide_type(&[t(Bf16, 1), Operand::Scalar(ScalarKind::Int)]).unwrap(),
+            Bf16
+        );
         assert_eq!(true_divide_type(&[t(F16, 1), t(F16, 1)]).unwrap(), F16);
     }
 }

@@ -504,6 +504,9 @@ fn lower_single(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     };
     let out_name = req.output_tensor(0)?;
     check_output(req, out_name, meta.dtype, &out_shape)?;
+    if meta.dtype.is_complex() && req.op == "slice.Tensor" {
+        return lower_complex_slice(target, in_name, &meta.shape, out_name, &view);
+    }
     let dt = dev(req, meta.dtype)?;
     let mut c = Copier::new(target);
     c.declare(in_name, dt, &meta.shape, HbmRole::Input);
@@ -518,6 +521,40 @@ fn lower_single(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
         contig(&view.shape)
     };
     c.copy((out_name, dt), 0, &dst_strides, (in_name, dt), &view);
+    Ok(c.finish())
+}
+
+/// `slice.Tensor` of a complex64 tensor: the same view over its F32 real view (`[..., 2]`, see
+/// `lower/mod.rs`), i.e. every stride and the offset doubled and a trailing (re, im) axis of
+/// stride 1.
+fn lower_complex_slice(
+    target: TargetName,
+    in_name: &str,
+    in_shape: &[usize],
+    out_name: &str,
+    complex_view: &View,
+) -> Result<Lowered, LowerError> {
+    let mut view = complex_view.clone();
+    view.offset *= 2;
+    view.strides.iter_mut().for_each(|s| *s *= 2);
+    view.shape.push(2);
+    view.strides.push(1);
+    let out_shape = view.shape.clone();
+    let mut c = Copier::new(target);
+    c.declare(
+        in_name,
+        DType::F32,
+        &super::complex_real_view_shape(in_shape),
+        HbmRole::Input,
+    );
+    c.declare(out_name, DType::F32, &out_shape, HbmRole::Output);
+    c.copy(
+        (out_name, DType::F32),
+        0,
+        &contig(&out_shape),
+        (in_name, DType::F32),
+        &view,
+    );
     Ok(c.finish())
 }
 

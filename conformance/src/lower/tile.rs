@@ -20,8 +20,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -38,7 +46,13 @@ pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<i64> {
     let contiguous = crate::tensor::contiguous_strides(shape);
     let lead = out_shape.len() - shape.len();
     (0..out_shape.len())
-        .map(|d| if d < lead || shape[d - lead] == 1 { 0 } else { contiguous[d - lead] as i64 })
+        .map(|d| {
+            if d < lead || shape[d - lead] == 1 {
+                0
+            } else {
+                contiguous[d - lead] as i64
+            }
+        })
         .collect()
 }
 
@@ -62,9 +76,15 @@ impl Region {
         let dims = shape
             .iter()
             .enumerate()
-            .map(|(d, &size)| Dim { size, strides: strides.iter().map(|s| s[d]).collect() })
+            .map(|(d, &size)| Dim {
+                size,
+                strides: strides.iter().map(|s| s[d]).collect(),
+            })
             .collect();
-        Region { base: vec![0; strides.len()], dims }
+        Region {
+            base: vec![0; strides.len()],
+            dims,
+        }
     }
 
     pub fn numel(&self) -> usize {
@@ -78,7 +98,11 @@ impl Region {
         let mut merged: Vec<Dim> = Vec::with_capacity(self.dims.len());
         for d in self.dims.into_iter() {
             if let Some(last) = merged.last_mut()
-                && last.strides.iter().zip(&d.strides).all(|(&o, &i)| o == i * d.size as i64)
+                && last
+                    .strides
+                    .iter()
+                    .zip(&d.strides)
+                    .all(|(&o, &i)| o == i * d.size as i64)
             {
                 last.size *= d.size;
                 last.strides = d.strides;
@@ -86,7 +110,10 @@ impl Region {
             }
             merged.push(d);
         }
-        Region { base: self.base, dims: merged }
+        Region {
+            base: self.base,
+            dims: merged,
+        }
     }
 }
 
@@ -103,7 +130,11 @@ pub struct TileLimits {
 
 impl TileLimits {
     pub fn for_target(target: &Target, max_free: usize) -> TileLimits {
-        TileLimits { partitions: target.partitions, max_free, max_free_dims: 3 }
+        TileLimits {
+            partitions: target.partitions,
+            max_free,
+            max_free_dims: 3,
+        }
     }
 }
 
@@ -135,7 +166,11 @@ impl TileJob {
     /// The HBM side of a DMA for operand `operand`: the tile's rows and free dims in tensor
     /// `name` (strides 0 where the operand is broadcast).
     pub fn hbm_ap(&self, operand: usize, name: &str, dtype: DType) -> AccessPattern {
-        let free = self.free.iter().map(|d| [d.strides[operand], d.size as i64]).collect();
+        let free = self
+            .free
+            .iter()
+            .map(|d| [d.strides[operand], d.size as i64])
+            .collect();
         AccessPattern::hbm(
             name,
             dtype,
@@ -160,7 +195,13 @@ impl TileJob {
 
     /// The same dense SBUF tile as one flat free dim (for compute instructions).
     pub fn sbuf_flat(&self, dtype: DType, offset: u64) -> AccessPattern {
-        AccessPattern::sbuf(dtype, 0, self.partitions, offset, vec![[1, self.free_elems() as i64]])
+        AccessPattern::sbuf(
+            dtype,
+            0,
+            self.partitions,
+            offset,
+            vec![[1, self.free_elems() as i64]],
+        )
     }
 }
 
@@ -183,7 +224,10 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
             base: region.base,
             partitions: 1,
             partition_strides: vec![0; ops],
-            free: vec![Dim { size: 1, strides: vec![0; ops] }],
+            free: vec![Dim {
+                size: 1,
+                strides: vec![0; ops],
+            }],
         });
         return;
     }
@@ -194,12 +238,23 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
         let full = inner.size / chunk;
         let rest = inner.size % chunk;
         let mut body = region.clone();
-        body.dims[k - 1] = Dim { size: full, strides: inner.strides.iter().map(|s| s * chunk as i64).collect() };
-        body.dims.push(Dim { size: chunk, strides: inner.strides.clone() });
+        body.dims[k - 1] = Dim {
+            size: full,
+            strides: inner.strides.iter().map(|s| s * chunk as i64).collect(),
+        };
+        body.dims.push(Dim {
+            size: chunk,
+            strides: inner.strides.clone(),
+        });
         plan_into(body, limits, jobs);
         if rest > 0 {
             let mut tail = region.clone();
-            tail.base = region.base.iter().zip(&inner.strides).map(|(b, s)| b + s * (full * chunk) as i64).collect();
+            tail.base = region
+                .base
+                .iter()
+                .zip(&inner.strides)
+                .map(|(b, s)| b + s * (full * chunk) as i64)
+                .collect();
             tail.dims[k - 1].size = rest;
             plan_into(tail, limits, jobs);
         }
@@ -213,7 +268,10 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
                 base: region.base,
                 partitions: n,
                 partition_strides: inner.strides.clone(),
-                free: vec![Dim { size: 1, strides: vec![0; ops] }],
+                free: vec![Dim {
+                    size: 1,
+                    strides: vec![0; ops],
+                }],
             });
             return;
         }
@@ -222,16 +280,30 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
         let body = Region {
             base: region.base.clone(),
             dims: vec![
-                Dim { size: rows, strides: inner.strides.iter().map(|s| s * cols as i64).collect() },
-                Dim { size: cols, strides: inner.strides.clone() },
+                Dim {
+                    size: rows,
+                    strides: inner.strides.iter().map(|s| s * cols as i64).collect(),
+                },
+                Dim {
+                    size: cols,
+                    strides: inner.strides.clone(),
+                },
             ],
         };
         plan_into(body, limits, jobs);
         let done = rows * cols;
         if done < n {
             let tail = Region {
-                base: region.base.iter().zip(&inner.strides).map(|(b, s)| b + s * done as i64).collect(),
-                dims: vec![Dim { size: n - done, strides: inner.strides.clone() }],
+                base: region
+                    .base
+                    .iter()
+                    .zip(&inner.strides)
+                    .map(|(b, s)| b + s * done as i64)
+                    .collect(),
+                dims: vec![Dim {
+                    size: n - done,
+                    strides: inner.strides.clone(),
+                }],
             };
             plan_into(tail, limits, jobs);
         }
@@ -239,7 +311,13 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
     }
     // Free dims: as many inner dims as fit (at least one), then one partition dim, then loops.
     let mut f = (k - 1).min(limits.max_free_dims);
-    while f > 1 && region.dims[k - f..].iter().map(|d| d.size).product::<usize>() > limits.max_free {
+    while f > 1
+        && region.dims[k - f..]
+            .iter()
+            .map(|d| d.size)
+            .product::<usize>()
+            > limits.max_free
+    {
         f -= 1;
     }
     let free: Vec<Dim> = region.dims[k - f..].to_vec();
@@ -257,7 +335,11 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
         while p0 < part.size {
             let rows = (part.size - p0).min(limits.partitions);
             jobs.push(TileJob {
-                base: base.iter().zip(&part.strides).map(|(b, s)| b + s * p0 as i64).collect(),
+                base: base
+                    .iter()
+                    .zip(&part.strides)
+                    .map(|(b, s)| b + s * p0 as i64)
+                    .collect(),
                 partitions: rows,
                 partition_strides: part.strides.clone(),
                 free: free.clone(),
@@ -293,7 +375,10 @@ impl SbufAllocator {
     const ALIGN: u64 = 64;
 
     pub fn new(target: &Target) -> Self {
-        SbufAllocator { next: 0, limit: target.sbuf_usable_bytes as u64 }
+        SbufAllocator {
+            next: 0,
+            limit: target.sbuf_usable_bytes as u64,
+        }
     }
 
     /// Reserves `bytes` per partition; returns the byte offset.
@@ -334,7 +419,11 @@ pub struct Emitter {
 
 impl Emitter {
     pub fn new(program: Program) -> Self {
-        Emitter { program, last_write: HashMap::new(), reads_since_write: HashMap::new() }
+        Emitter {
+            program,
+            last_write: HashMap::new(),
+            reads_since_write: HashMap::new(),
+        }
     }
 
     /// Appends `op` on `engine`, which reads `reads` and writes `writes`.
@@ -469,7 +558,12 @@ impl Cols {
 impl Buf {
     /// Columns `[c0, c0 + n)` of `p` partitions as a slot-carrying operand.
     pub fn at(&self, p: usize, c0: usize, n: usize) -> Cols {
-        Cols { buf: *self, p, c0, n }
+        Cols {
+            buf: *self,
+            p,
+            c0,
+            n,
+        }
     }
 
     /// Column `c` of `p` partitions: a per-partition scalar operand.
@@ -525,31 +619,65 @@ impl Emitter {
         s0: Scalar,
         then: Option<(AluOp, Scalar)>,
     ) -> usize {
-        let op = ts(dst.ap(), src.ap(), op0, s0.operand(), then.map(|(o, s)| (o, s.operand())));
-        let reads = [Some(src.buf.slot), s0.slot(), then.and_then(|(_, s)| s.slot())];
+        let op = ts(
+            dst.ap(),
+            src.ap(),
+            op0,
+            s0.operand(),
+            then.map(|(o, s)| (o, s.operand())),
+        );
+        let reads = [
+            Some(src.buf.slot),
+            s0.slot(),
+            then.and_then(|(_, s)| s.slot()),
+        ];
         self.push_derived(engine, op, &reads, dst.buf.slot)
     }
 
     /// `dst = a op b` elementwise (`tensor_tensor`).
-    pub fn tensor_tensor(&mut self, engine: Engine, dst: Cols, a: Cols, b: Cols, op: AluOp) -> usize {
+    pub fn tensor_tensor(
+        &mut self,
+        engine: Engine,
+        dst: Cols,
+        a: Cols,
+        b: Cols,
+        op: AluOp,
+    ) -> usize {
         let reads = [Some(a.buf.slot), Some(b.buf.slot)];
-        self.push_derived(engine, tt(dst.ap(), a.ap(), b.ap(), op), &reads, dst.buf.slot)
+        self.push_derived(
+            engine,
+            tt(dst.ap(), a.ap(), b.ap(), op),
+            &reads,
+            dst.buf.slot,
+        )
     }
 
     /// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
     pub fn tensor_copy(&mut self, engine: Engine, dst: Cols, src: Cols) -> usize {
-        let op = Op::TensorCopy(TensorCopy { dst: dst.ap(), src: src.ap() });
+        let op = Op::TensorCopy(TensorCopy {
+            dst: dst.ap(),
+            src: src.ap(),
+        });
         self.push_derived(engine, op, &[Some(src.buf.slot)], dst.buf.slot)
     }
 
     /// `dst = 1 / src` on VectorE (`reciprocal`).
     pub fn reciprocal(&mut self, dst: Cols, src: Cols) -> usize {
-        let op = Op::Reciprocal(Reciprocal { dst: dst.ap(), src: src.ap() });
+        let op = Op::Reciprocal(Reciprocal {
+            dst: dst.ap(),
+            src: src.ap(),
+        });
         self.push_derived(Engine::Vector, op, &[Some(src.buf.slot)], dst.buf.slot)
     }
 
     /// `dst = func(src + bias)` on ScalarE (`activation`, scale 1, no accumulation).
-    pub fn activation(&mut self, dst: Cols, func: ActFunc, src: Cols, bias: Option<Scalar>) -> usize {
+    pub fn activation(
+        &mut self,
+        dst: Cols,
+        func: ActFunc,
+        src: Cols,
+        bias: Option<Scalar>,
+    ) -> usize {
         let op = Op::Activation(Activation {
             dst: dst.ap(),
             func,
@@ -569,7 +697,11 @@ mod tests {
     use super::*;
 
     fn limits() -> TileLimits {
-        TileLimits { partitions: 128, max_free: 4096, max_free_dims: 3 }
+        TileLimits {
+            partitions: 128,
+            max_free: 4096,
+            max_free_dims: 3,
+        }
     }
 
     /// Every output element is covered exactly once, and every operand offset is where
@@ -584,8 +716,10 @@ mod tests {
                 let free_offsets = |op: usize| {
                     let mut offs = vec![j.base[op] + p as i64 * j.partition_strides[op]];
                     for d in &j.free {
-                        offs =
-                            offs.iter().flat_map(|o| (0..d.size).map(move |i| o + i as i64 * d.strides[op])).collect();
+                        offs = offs
+                            .iter()
+                            .flat_map(|o| (0..d.size).map(move |i| o + i as i64 * d.strides[op]))
+                            .collect();
                     }
                     offs
                 };
@@ -604,7 +738,10 @@ mod tests {
                 }
             }
         }
-        assert!(seen.iter().all(|&c| c == 1), "every element exactly once: {shape:?}");
+        assert!(
+            seen.iter().all(|&c| c == 1),
+            "every element exactly once: {shape:?}"
+        );
     }
 
     fn plan(out: &[usize], inputs: &[&[usize]]) -> (Vec<Vec<i64>>, Vec<TileJob>) {
@@ -668,7 +805,10 @@ mod tests {
         let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
         let (a, b) = (Slot { offset: 0 }, Slot { offset: 64 });
         let memset = |off| {
-            Op::Memset(trnsim::Memset { dst: AccessPattern::sbuf(DType::F32, 0, 1, off, vec![[1, 1]]), value: 0.0 })
+            Op::Memset(trnsim::Memset {
+                dst: AccessPattern::sbuf(DType::F32, 0, 1, off, vec![[1, 1]]),
+                value: 0.0,
+            })
         };
         let load = e.push(Engine::Dma, memset(0), &[], &[a]);
         let compute = e.push(Engine::Vector, memset(64), &[a], &[b]);
@@ -678,7 +818,11 @@ mod tests {
         assert!(p.instructions[load].wait.is_empty());
         assert_eq!(p.instructions[compute].wait, vec![load as u32]);
         assert_eq!(p.instructions[store].wait, vec![compute as u32]);
-        assert_eq!(p.instructions[reload].wait, vec![compute as u32], "write after read on another engine");
+        assert_eq!(
+            p.instructions[reload].wait,
+            vec![compute as u32],
+            "write after read on another engine"
+        );
     }
 
     #[test]
@@ -690,8 +834,24 @@ mod tests {
         let y = Buf::new(&mut alloc, DType::F32, 8).unwrap();
         let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
         // Different engines write the three buffers, so each dependency shows up as a wait.
-        let load_x = e.push(Engine::Dma, Op::Memset(trnsim::Memset { dst: x.cols(4, 0, 8), value: 1.0 }), &[], &[x.slot]);
-        let set_stats = e.push(Engine::Gpsimd, Op::Memset(trnsim::Memset { dst: stats.cols(4, 0, 2), value: 2.0 }), &[], &[stats.slot]);
+        let load_x = e.push(
+            Engine::Dma,
+            Op::Memset(trnsim::Memset {
+                dst: x.cols(4, 0, 8),
+                value: 1.0,
+            }),
+            &[],
+            &[x.slot],
+        );
+        let set_stats = e.push(
+            Engine::Gpsimd,
+            Op::Memset(trnsim::Memset {
+                dst: stats.cols(4, 0, 2),
+                value: 2.0,
+            }),
+            &[],
+            &[stats.slot],
+        );
         // y = (x · stats[:, 1]) + 3: reads x and the stats column, writes y.
         let scale = e.tensor_scalar(
             Engine::Vector,
@@ -703,11 +863,24 @@ mod tests {
         );
         // exp(y + stats[:, 0]) on ScalarE into x: waits for the writers of y (VectorE) and of
         // the stats (GpSimd), and for x's last writer and readers on other engines.
-        let exp = e.activation(x.at(4, 0, 8), ActFunc::Exp, y.at(4, 0, 8), Some(stats.scalar(4, 0)));
+        let exp = e.activation(
+            x.at(4, 0, 8),
+            ActFunc::Exp,
+            y.at(4, 0, 8),
+            Some(stats.scalar(4, 0)),
+        );
         let p = e.finish();
-        assert_eq!(p.instructions[scale].wait, vec![load_x as u32, set_stats as u32]);
-        assert_eq!(p.instructions[exp].wait, vec![load_x as u32, set_stats as u32, scale as u32]);
-        let Op::TensorScalar(ts) = &p.instructions[scale].op else { panic!("not tensor_scalar") };
+        assert_eq!(
+            p.instructions[scale].wait,
+            vec![load_x as u32, set_stats as u32]
+        );
+        assert_eq!(
+            p.instructions[exp].wait,
+            vec![load_x as u32, set_stats as u32, scale as u32]
+        );
+        let Op::TensorScalar(ts) = &p.instructions[scale].op else {
+            panic!("not tensor_scalar")
+        };
         assert_eq!(ts.operand0, ScalarOperand::Tile(stats.cols(4, 1, 1)));
         assert_eq!(ts.operand1, Some(ScalarOperand::Imm(3.0)));
         assert_eq!(ts.dst, y.cols(4, 0, 8));

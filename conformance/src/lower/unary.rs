@@ -30,8 +30,9 @@ use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use std::f64::consts::{LN_2, PI};
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op,
+    Program, Reciprocal, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy,
+    TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one tile. Scratch tiles are shared by live range
@@ -62,13 +63,40 @@ pub enum Reg {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
     /// `dst = (src op0 v0) [op1 v1]` with immediates (`rev`: immediate on the left).
-    Ts { eng: Engine, dst: Reg, src: Reg, op0: AluOp, v0: f64, rev0: bool, op1: Option<(AluOp, f64)> },
+    Ts {
+        eng: Engine,
+        dst: Reg,
+        src: Reg,
+        op0: AluOp,
+        v0: f64,
+        rev0: bool,
+        op1: Option<(AluOp, f64)>,
+    },
     /// `dst = a op b`.
-    Tt { eng: Engine, dst: Reg, a: Reg, b: Reg, op: AluOp },
+    Tt {
+        eng: Engine,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        op: AluOp,
+    },
     /// `dst = (src op0 v0) op1 b` (VectorE `scalar_tensor_tensor`).
-    Stt { dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, b: Reg },
+    Stt {
+        dst: Reg,
+        src: Reg,
+        op0: AluOp,
+        v0: f64,
+        op1: AluOp,
+        b: Reg,
+    },
     /// ScalarE `dst = func(src · scale + bias)`; the bias is a constant tile.
-    Act { dst: Reg, func: ActFunc, src: Reg, scale: f64, bias: Option<Reg> },
+    Act {
+        dst: Reg,
+        func: ActFunc,
+        src: Reg,
+        scale: f64,
+        bias: Option<Reg>,
+    },
     /// Copy with cast.
     Copy { eng: Engine, dst: Reg, src: Reg },
     /// VectorE `reciprocal`.
@@ -140,7 +168,11 @@ impl Kernel {
     /// The constant tile holding `v` (one per distinct value).
     pub fn k(&mut self, v: f64) -> Reg {
         let bits = (v as f32).to_bits();
-        if let Some(i) = self.consts.iter().position(|c| (*c as f32).to_bits() == bits) {
+        if let Some(i) = self
+            .consts
+            .iter()
+            .position(|c| (*c as f32).to_bits() == bits)
+        {
             return Reg::K(i as u8);
         }
         self.consts.push(v);
@@ -148,40 +180,107 @@ impl Kernel {
     }
 
     pub fn ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
-        self.steps.push(Step::Ts { eng: Engine::Vector, dst, src, op0, v0, rev0: false, op1: None });
+        self.steps.push(Step::Ts {
+            eng: Engine::Vector,
+            dst,
+            src,
+            op0,
+            v0,
+            rev0: false,
+            op1: None,
+        });
     }
 
     pub fn ts2(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, v1: f64) {
-        self.steps.push(Step::Ts { eng: Engine::Vector, dst, src, op0, v0, rev0: false, op1: Some((op1, v1)) });
+        self.steps.push(Step::Ts {
+            eng: Engine::Vector,
+            dst,
+            src,
+            op0,
+            v0,
+            rev0: false,
+            op1: Some((op1, v1)),
+        });
     }
 
     /// `dst = v0 op0 src` (immediate on the left).
     pub fn ts_rev(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
-        self.steps.push(Step::Ts { eng: Engine::Vector, dst, src, op0, v0, rev0: true, op1: None });
+        self.steps.push(Step::Ts {
+            eng: Engine::Vector,
+            dst,
+            src,
+            op0,
+            v0,
+            rev0: true,
+            op1: None,
+        });
     }
 
     /// GpSimd exact int32 `dst = (src op0 v0) [op1 v1]`.
-    pub fn gp_ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, rev0: bool, op1: Option<(AluOp, f64)>) {
-        self.steps.push(Step::Ts { eng: Engine::Gpsimd, dst, src, op0, v0, rev0, op1 });
+    pub fn gp_ts(
+        &mut self,
+        dst: Reg,
+        src: Reg,
+        op0: AluOp,
+        v0: f64,
+        rev0: bool,
+        op1: Option<(AluOp, f64)>,
+    ) {
+        self.steps.push(Step::Ts {
+            eng: Engine::Gpsimd,
+            dst,
+            src,
+            op0,
+            v0,
+            rev0,
+            op1,
+        });
     }
 
     pub fn tt(&mut self, dst: Reg, a: Reg, op: AluOp, b: Reg) {
-        self.steps.push(Step::Tt { eng: Engine::Vector, dst, a, b, op });
+        self.steps.push(Step::Tt {
+            eng: Engine::Vector,
+            dst,
+            a,
+            b,
+            op,
+        });
     }
 
     pub fn stt(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, b: Reg) {
-        self.steps.push(Step::Stt { dst, src, op0, v0, op1, b });
+        self.steps.push(Step::Stt {
+            dst,
+            src,
+            op0,
+            v0,
+            op1,
+            b,
+        });
     }
 
     /// `dst = func(src · scale + bias)` on ScalarE. The caller guarantees the argument stays in
     /// the function's valid range.
     pub fn act(&mut self, dst: Reg, func: ActFunc, src: Reg, scale: f64, bias: f64) {
-        let bias = if bias == 0.0 { None } else { Some(self.k(bias)) };
-        self.steps.push(Step::Act { dst, func, src, scale, bias });
+        let bias = if bias == 0.0 {
+            None
+        } else {
+            Some(self.k(bias))
+        };
+        self.steps.push(Step::Act {
+            dst,
+            func,
+            src,
+            scale,
+            bias,
+        });
     }
 
     pub fn copy(&mut self, dst: Reg, src: Reg) {
-        self.steps.push(Step::Copy { eng: Engine::Vector, dst, src });
+        self.steps.push(Step::Copy {
+            eng: Engine::Vector,
+            dst,
+            src,
+        });
     }
 
     pub fn recip(&mut self, dst: Reg, src: Reg) {
@@ -240,7 +339,8 @@ impl Kernel {
         let mut count = [0usize; 2];
         for (i, s) in self.steps.iter().enumerate() {
             for kind in 0..2 {
-                let (ended, still): (Vec<_>, Vec<_>) = live[kind].iter().partition(|(r, _)| last_use[r] < i);
+                let (ended, still): (Vec<_>, Vec<_>) =
+                    live[kind].iter().partition(|(r, _)| last_use[r] < i);
                 free[kind].extend(ended.iter().map(|(_, t)| *t));
                 live[kind] = still;
             }
@@ -494,7 +594,9 @@ impl Kernel {
         use AluOp::*;
         let digit_term = |i: i32, k: i32| inv_two_pi_digit(i) as f64 * 2f64.powi(-12 * (k + 1));
         let a = self.abs(x);
-        let windows: Vec<Reg> = (0..9).map(|j| self.cmp(a, IsGe, 2f64.powi(23 + 12 * j))).collect();
+        let windows: Vec<Reg> = (0..9)
+            .map(|j| self.cmp(a, IsGe, 2f64.powi(23 + 12 * j)))
+            .collect();
         // xs = x · 2^(−12j)
         let xs = self.tmp();
         let up = self.k(2f64.powi(12));
@@ -676,8 +778,9 @@ fn round_to_bits(v: f64, bits: i32) -> f64 {
 /// (`k_rem_pio2.c`, Sun Microsystems 1993), the usual source for Payne–Hanek reduction.
 /// 1/(2π) is the same bit string two places further right. 9 words (216 bits) cover the digits
 /// the reduction uses (up to d_13, bit 168).
-const TWO_OVER_PI_BITS: [u32; 9] =
-    [0xA2F983, 0x6E4E44, 0x1529FC, 0x2757D1, 0xF534DD, 0xC0DB62, 0x95993C, 0x439041, 0xFE5163];
+const TWO_OVER_PI_BITS: [u32; 9] = [
+    0xA2F983, 0x6E4E44, 0x1529FC, 0x2757D1, 0xF534DD, 0xC0DB62, 0x95993C, 0x439041, 0xFE5163,
+];
 
 /// Digit `i` of 1/(2π) in base 2^12 (`1/(2π) = Σ_i d_i·2^(−12(i+1))`; 0 for i < 0): bits
 /// 12i − 1 ..= 12i + 10 of 2/π (numbered from 1 after the point; bit 0 and −1 are 0).
@@ -748,11 +851,22 @@ pub fn analyze(req: &LowerRequest<'_>, rule: OutRule) -> Result<UnaryCall, Lower
         )));
     }
     let name = req.op.split('.').next().unwrap_or(req.op).to_string();
-    Ok(UnaryCall { name, self_name, self_meta, out_name, out_dtype })
+    Ok(UnaryCall {
+        name,
+        self_name,
+        self_meta,
+        out_name,
+        out_dtype,
+    })
 }
 
 /// A float scalar argument at `pos`/`name`, or `default`.
-pub fn scalar_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: f64) -> Result<f64, LowerError> {
+pub fn scalar_arg(
+    req: &LowerRequest<'_>,
+    pos: usize,
+    name: &str,
+    default: f64,
+) -> Result<f64, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(default),
         Some(Value::Int(i)) => Ok(*i as f64),
@@ -770,7 +884,12 @@ fn dev(req: &LowerRequest<'_>, d: TorchDType) -> Result<DType, LowerError> {
 // Program emission.
 
 fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: None })
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
 }
 
 /// Builds the program: DMA in (cast to `x_dtype`), the kernel per tile job, DMA out.
@@ -785,8 +904,18 @@ pub fn emit(
     let mut program = Program::new(target_name);
     let self_dev = dev(req, call.self_meta.dtype)?;
     let out_dev = dev(req, call.out_dtype)?;
-    program.declare(&call.self_name, self_dev, &call.self_meta.shape, HbmRole::Input);
-    program.declare(&call.out_name, out_dev, &call.self_meta.shape, HbmRole::Output);
+    program.declare(
+        &call.self_name,
+        self_dev,
+        &call.self_meta.shape,
+        HbmRole::Input,
+    );
+    program.declare(
+        &call.out_name,
+        out_dev,
+        &call.self_meta.shape,
+        HbmRole::Output,
+    );
 
     let mut alloc = SbufAllocator::new(&target);
     let mut e = Emitter::new(program);
@@ -808,24 +937,40 @@ pub fn emit(
         Reg::M(_) => DType::U8,
     };
     let mut slots = std::collections::HashMap::new();
-    slots.insert(Reg::X, Slot { offset: alloc.alloc(MAX_FREE * x_dtype.size())? });
-    slots.insert(Reg::Out, Slot { offset: alloc.alloc(MAX_FREE * out_dev.size())? });
+    slots.insert(
+        Reg::X,
+        Slot {
+            offset: alloc.alloc(MAX_FREE * x_dtype.size())?,
+        },
+    );
+    slots.insert(
+        Reg::Out,
+        Slot {
+            offset: alloc.alloc(MAX_FREE * out_dev.size())?,
+        },
+    );
     // Scratch and mask tiles share SBUF by live range (`Kernel::tile_slots`).
     let (tile_of, n_tiles) = kernel.tile_slots();
     let mut scratch = Vec::new();
     for _ in 0..n_tiles.0 {
-        scratch.push(Slot { offset: alloc.alloc(MAX_FREE * DType::F32.size())? });
+        scratch.push(Slot {
+            offset: alloc.alloc(MAX_FREE * DType::F32.size())?,
+        });
     }
     let mut masks = Vec::new();
     for _ in 0..n_tiles.1 {
-        masks.push(Slot { offset: alloc.alloc(MAX_FREE * DType::U8.size())? });
+        masks.push(Slot {
+            offset: alloc.alloc(MAX_FREE * DType::U8.size())?,
+        });
     }
     for &r in &regs {
         if slots.contains_key(&r) {
             continue;
         }
         let slot = match r {
-            Reg::K(_) => Slot { offset: alloc.alloc(DType::F32.size())? },
+            Reg::K(_) => Slot {
+                offset: alloc.alloc(DType::F32.size())?,
+            },
             Reg::T(_) => scratch[tile_of[&r]],
             Reg::M(_) => masks[tile_of[&r]],
             Reg::X | Reg::Out => unreachable!("allocated above"),
@@ -839,7 +984,12 @@ pub fn emit(
             let r = Reg::K(i as u8);
             if let Some(slot) = slots.get(&r) {
                 let ap = AccessPattern::sbuf(DType::F32, 0, parts, slot.offset, vec![[1, 1]]);
-                e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: v }), &[], &[*slot]);
+                e.push(
+                    Engine::Vector,
+                    Op::Memset(Memset { dst: ap, value: v }),
+                    &[],
+                    &[*slot],
+                );
             }
         }
     }
@@ -848,13 +998,18 @@ pub fn emit(
         tile::broadcast_strides(&call.self_meta.shape, &call.self_meta.shape),
         tile::broadcast_strides(&call.self_meta.shape, &call.self_meta.shape),
     ];
-    let jobs =
-        tile::plan_tiles(Region::new(&call.self_meta.shape, &strides), TileLimits::for_target(&target, MAX_FREE));
+    let jobs = tile::plan_tiles(
+        Region::new(&call.self_meta.shape, &strides),
+        TileLimits::for_target(&target, MAX_FREE),
+    );
     for job in &jobs {
         let x = slots[&Reg::X];
         e.push(
             Engine::Dma,
-            dma(job.sbuf_shaped(x_dtype, x.offset), job.hbm_ap(1, &call.self_name, self_dev)),
+            dma(
+                job.sbuf_shaped(x_dtype, x.offset),
+                job.hbm_ap(1, &call.self_name, self_dev),
+            ),
             &[],
             &[x],
         );
@@ -864,7 +1019,15 @@ pub fn emit(
             e.push(step.engine(), op, &reads, &[slots[&step.dst()]]);
         }
         let o = slots[&Reg::Out];
-        e.push(Engine::Dma, dma(job.hbm_ap(0, &call.out_name, out_dev), job.sbuf_shaped(out_dev, o.offset)), &[o], &[]);
+        e.push(
+            Engine::Dma,
+            dma(
+                job.hbm_ap(0, &call.out_name, out_dev),
+                job.sbuf_shaped(out_dev, o.offset),
+            ),
+            &[o],
+            &[],
+        );
     }
     Ok(e.finish())
 }
@@ -880,13 +1043,23 @@ fn materialize(
     let ap = |r: Reg| -> AccessPattern {
         let off = slots[&r].offset;
         match r {
-            Reg::K(_) => AccessPattern::sbuf(DType::F32, 0, p, off, vec![[0, job.free_elems() as i64]]),
+            Reg::K(_) => {
+                AccessPattern::sbuf(DType::F32, 0, p, off, vec![[0, job.free_elems() as i64]])
+            }
             _ => job.sbuf_flat(dtype_of(r), off),
         }
     };
     let imm = ScalarOperand::Imm;
     match step.clone() {
-        Step::Ts { dst, src, op0, v0, rev0, op1, .. } => Op::TensorScalar(TensorScalar {
+        Step::Ts {
+            dst,
+            src,
+            op0,
+            v0,
+            rev0,
+            op1,
+            ..
+        } => Op::TensorScalar(TensorScalar {
             dst: ap(dst),
             src: ap(src),
             op0,
@@ -896,8 +1069,20 @@ fn materialize(
             operand1: op1.map(|o| imm(o.1)),
             reverse1: false,
         }),
-        Step::Tt { dst, a, b, op, .. } => Op::TensorTensor(TensorTensor { dst: ap(dst), in0: ap(a), in1: ap(b), op }),
-        Step::Stt { dst, src, op0, v0, op1, b } => Op::ScalarTensorTensor(ScalarTensorTensor {
+        Step::Tt { dst, a, b, op, .. } => Op::TensorTensor(TensorTensor {
+            dst: ap(dst),
+            in0: ap(a),
+            in1: ap(b),
+            op,
+        }),
+        Step::Stt {
+            dst,
+            src,
+            op0,
+            v0,
+            op1,
+            b,
+        } => Op::ScalarTensorTensor(ScalarTensorTensor {
             dst: ap(dst),
             src: ap(src),
             op0,
@@ -907,18 +1092,37 @@ fn materialize(
             reverse0: false,
             reverse1: false,
         }),
-        Step::Act { dst, func, src, scale, bias } => Op::Activation(Activation {
+        Step::Act {
+            dst,
+            func,
+            src,
+            scale,
+            bias,
+        } => Op::Activation(Activation {
             dst: ap(dst),
             func,
             src: ap(src),
-            bias: bias
-                .map(|k| ScalarOperand::Tile(AccessPattern::sbuf(DType::F32, 0, p, slots[&k].offset, vec![[1, 1]]))),
+            bias: bias.map(|k| {
+                ScalarOperand::Tile(AccessPattern::sbuf(
+                    DType::F32,
+                    0,
+                    p,
+                    slots[&k].offset,
+                    vec![[1, 1]],
+                ))
+            }),
             scale: imm(scale),
             acc: Default::default(),
             reduce_res: None,
         }),
-        Step::Copy { dst, src, .. } => Op::TensorCopy(TensorCopy { dst: ap(dst), src: ap(src) }),
-        Step::Recip { dst, src } => Op::Reciprocal(Reciprocal { dst: ap(dst), src: ap(src) }),
+        Step::Copy { dst, src, .. } => Op::TensorCopy(TensorCopy {
+            dst: ap(dst),
+            src: ap(src),
+        }),
+        Step::Recip { dst, src } => Op::Reciprocal(Reciprocal {
+            dst: ap(dst),
+            src: ap(src),
+        }),
         Step::Sel { dst, src, mask } => Op::TensorCopyPredicated(TensorCopyPredicated {
             dst: ap(dst),
             src: ap(src),
@@ -934,11 +1138,12 @@ fn materialize(
 /// The output dtype rule of a unary op, `None` if not in this family.
 pub fn rule(name: &str) -> Option<OutRule> {
     Some(match name {
-        "acos" | "acosh" | "asin" | "asinh" | "atan" | "atanh" | "cos" | "cosh" | "erf" | "exp" | "expm1" | "log"
-        | "log10" | "log1p" | "log2" | "reciprocal" | "rsqrt" | "sin" | "sinh" | "sqrt" | "tan" | "tanh" => {
-            OutRule::Float
+        "acos" | "acosh" | "asin" | "asinh" | "atan" | "atanh" | "cos" | "cosh" | "erf" | "exp"
+        | "expm1" | "log" | "log10" | "log1p" | "log2" | "reciprocal" | "rsqrt" | "sin"
+        | "sinh" | "sqrt" | "tan" | "tanh" => OutRule::Float,
+        "abs" | "neg" | "sign" | "ceil" | "floor" | "round" | "trunc" | "bitwise_not" => {
+            OutRule::Same
         }
-        "abs" | "neg" | "sign" | "ceil" | "floor" | "round" | "trunc" | "bitwise_not" => OutRule::Same,
         "logical_not" | "isnan" | "isinf" => OutRule::Bool,
         _ => return None,
     })
@@ -965,7 +1170,11 @@ pub fn kernel(name: &str, input: TorchDType) -> Result<(Kernel, DType), String> 
                 return Ok((k, DType::I32));
             }
             "ceil" | "floor" | "round" | "trunc" if i32_ok => {
-                k.steps.push(Step::Copy { eng: Engine::Gpsimd, dst: out, src: x });
+                k.steps.push(Step::Copy {
+                    eng: Engine::Gpsimd,
+                    dst: out,
+                    src: x,
+                });
                 return Ok((k, DType::I32));
             }
             "bitwise_not" if input == TorchDType::Bool => {
@@ -977,7 +1186,9 @@ pub fn kernel(name: &str, input: TorchDType) -> Result<(Kernel, DType), String> 
                 k.ts(out, x, BitwiseNot, 0.0);
                 return Ok((k, d));
             }
-            "neg" | "abs" | "ceil" | "floor" | "round" | "trunc" => return Err(format!("{name} on {input}")),
+            "neg" | "abs" | "ceil" | "floor" | "round" | "trunc" => {
+                return Err(format!("{name} on {input}"));
+            }
             _ => {}
         }
     } else if name == "bitwise_not" {
@@ -1110,9 +1321,19 @@ pub fn kernel(name: &str, input: TorchDType) -> Result<(Kernel, DType), String> 
         "sin" | "cos" | "tan" => {
             // The Payne–Hanek path (~200 VectorE instructions) only where the input dtype can
             // hold |x| ≥ 2^17: not f16 (max 65504), bool, or 8/16-bit integers.
-            let small_range =
-                matches!(input, TorchDType::F16 | TorchDType::Bool | TorchDType::U8 | TorchDType::I8 | TorchDType::I16);
-            let (hi, lo) = if small_range { k.reduce_2pi(x) } else { k.reduce_2pi_full(x) };
+            let small_range = matches!(
+                input,
+                TorchDType::F16
+                    | TorchDType::Bool
+                    | TorchDType::U8
+                    | TorchDType::I8
+                    | TorchDType::I16
+            );
+            let (hi, lo) = if small_range {
+                k.reduce_2pi(x)
+            } else {
+                k.reduce_2pi_full(x)
+            };
             match name {
                 "sin" => {
                     let s = k.sin_pair(hi, lo);
@@ -1223,7 +1444,13 @@ pub(crate) mod tests {
         assert!(k.steps.iter().all(|s| s.engine() == Engine::Gpsimd));
         let (k, d) = kernel("bitwise_not", I8).unwrap();
         assert_eq!(d, DType::I8);
-        assert!(matches!(k.steps[0], Step::Ts { op0: AluOp::BitwiseNot, .. }));
+        assert!(matches!(
+            k.steps[0],
+            Step::Ts {
+                op0: AluOp::BitwiseNot,
+                ..
+            }
+        ));
         assert!(kernel("bitwise_not", F32).is_err());
     }
 
@@ -1239,11 +1466,20 @@ pub(crate) mod tests {
             regs.insert(Reg::K(i as u8), vec![c as f32; xs.len()]);
         }
         let get = |regs: &HashMap<Reg, Vec<f32>>, r: Reg| {
-            regs.get(&r).unwrap_or_else(|| panic!("{r:?} read before written")).clone()
+            regs.get(&r)
+                .unwrap_or_else(|| panic!("{r:?} read before written"))
+                .clone()
         };
         for step in &k.steps {
             let v: Vec<f32> = match step {
-                Step::Ts { src, op0, v0, rev0, op1, .. } => get(&regs, *src)
+                Step::Ts {
+                    src,
+                    op0,
+                    v0,
+                    rev0,
+                    op1,
+                    ..
+                } => get(&regs, *src)
                     .iter()
                     .map(|&a| {
                         let t = if *rev0 {
@@ -1257,15 +1493,32 @@ pub(crate) mod tests {
                         }
                     })
                     .collect(),
-                Step::Tt { a, b, op, .. } => {
-                    get(&regs, *a).iter().zip(get(&regs, *b)).map(|(&x, y)| alu::apply_f32(*op, x, y, &n)).collect()
-                }
-                Step::Stt { src, op0, v0, op1, b, .. } => get(&regs, *src)
+                Step::Tt { a, b, op, .. } => get(&regs, *a)
                     .iter()
                     .zip(get(&regs, *b))
-                    .map(|(&x, y)| alu::apply_f32(*op1, alu::apply_f32(*op0, x, *v0 as f32, &n), y, &n))
+                    .map(|(&x, y)| alu::apply_f32(*op, x, y, &n))
                     .collect(),
-                Step::Act { func, src, scale, bias, .. } => {
+                Step::Stt {
+                    src,
+                    op0,
+                    v0,
+                    op1,
+                    b,
+                    ..
+                } => get(&regs, *src)
+                    .iter()
+                    .zip(get(&regs, *b))
+                    .map(|(&x, y)| {
+                        alu::apply_f32(*op1, alu::apply_f32(*op0, x, *v0 as f32, &n), y, &n)
+                    })
+                    .collect(),
+                Step::Act {
+                    func,
+                    src,
+                    scale,
+                    bias,
+                    ..
+                } => {
                     let b = bias.map(|r| get(&regs, r)[0]).unwrap_or(-0.0);
                     let (lo, hi) = activation::valid_range(*func);
                     get(&regs, *src)
@@ -1289,12 +1542,17 @@ pub(crate) mod tests {
                         .collect()
                 }
                 Step::Copy { src, .. } => get(&regs, *src),
-                Step::Recip { src, .. } => {
-                    get(&regs, *src).iter().map(|&x| alu::apply_f32(AluOp::Reciprocal, x, 0.0, &n)).collect()
-                }
+                Step::Recip { src, .. } => get(&regs, *src)
+                    .iter()
+                    .map(|&x| alu::apply_f32(AluOp::Reciprocal, x, 0.0, &n))
+                    .collect(),
                 Step::Sel { dst, src, mask } => {
                     let (d, s, m) = (get(&regs, *dst), get(&regs, *src), get(&regs, *mask));
-                    d.iter().zip(s).zip(m).map(|((&d, s), m)| if m != 0.0 { s } else { d }).collect()
+                    d.iter()
+                        .zip(s)
+                        .zip(m)
+                        .map(|((&d, s), m)| if m != 0.0 { s } else { d })
+                        .collect()
                 }
             };
             regs.insert(step.dst(), v);
@@ -1306,7 +1564,9 @@ pub(crate) mod tests {
     /// computation (mpmath, 400 bits): 651, 3680, 3513, 913, 84, 2687, 157, 1524.
     #[test]
     fn inverse_two_pi_digits() {
-        let head: f64 = (0..5).map(|i| inv_two_pi_digit(i) as f64 * 2f64.powi(-12 * (i + 1))).sum();
+        let head: f64 = (0..5)
+            .map(|i| inv_two_pi_digit(i) as f64 * 2f64.powi(-12 * (i + 1)))
+            .sum();
         assert!((head - 0.5 / PI).abs() < 2f64.powi(-58));
         let first: Vec<u32> = (0..8).map(inv_two_pi_digit).collect();
         assert_eq!(first, [651, 3680, 3513, 913, 84, 2687, 157, 1524]);
@@ -1317,7 +1577,16 @@ pub(crate) mod tests {
     /// Payne–Hanek path: every binade from 2^11 to 2^127, several mantissas each.
     #[test]
     fn trig_of_huge_arguments() {
-        let mut xs = vec![f32::MAX, f32::MIN, 3.3895314e38, -3.3895314e38, 1e38, 12345678.0, 4e5, 262144.0];
+        let mut xs = vec![
+            f32::MAX,
+            f32::MIN,
+            3.3895314e38,
+            -3.3895314e38,
+            1e38,
+            12345678.0,
+            4e5,
+            262144.0,
+        ];
         for e in 11..128 {
             for m in [1.0f32, 1.1234567, 1.5, 1.75, 1.9999999] {
                 let v = m * 2f32.powi(e);
@@ -1326,20 +1595,35 @@ pub(crate) mod tests {
                 }
             }
         }
-        for (name, f) in [("sin", f64::sin as fn(f64) -> f64), ("cos", f64::cos), ("tan", f64::tan)] {
+        for (name, f) in [
+            ("sin", f64::sin as fn(f64) -> f64),
+            ("cos", f64::cos),
+            ("tan", f64::tan),
+        ] {
             let (k, _) = kernel(name, F32).unwrap();
             let out = interpret(&k, &xs);
             for (&x, &y) in xs.iter().zip(&out) {
                 let want = f(x as f64);
                 let err = (y as f64 - want).abs();
                 // ~2 fp32 ulp relative (the worst seen is 1.8e-7).
-                assert!(err <= 1e-12 + 3e-7 * want.abs(), "{name}({x}) = {y}, want {want}");
+                assert!(
+                    err <= 1e-12 + 3e-7 * want.abs(),
+                    "{name}({x}) = {y}, want {want}"
+                );
             }
         }
     }
 
     fn edge_values() -> Vec<f32> {
-        let mut v = vec![0.0, -0.0, f32::MAX, f32::MIN, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, f32::from_bits(1)];
+        let mut v = vec![
+            0.0,
+            -0.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            -f32::MIN_POSITIVE,
+            f32::from_bits(1),
+        ];
         v.extend([
             -f32::from_bits(1),
             f32::INFINITY,
@@ -1360,8 +1644,9 @@ pub(crate) mod tests {
     fn activation_arguments_stay_in_valid_range_for_edge_inputs() {
         let xs = edge_values();
         for name in [
-            "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "erf", "exp", "expm1", "log", "log10",
-            "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan", "tanh",
+            "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "erf", "exp",
+            "expm1", "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan",
+            "tanh",
         ] {
             let (k, _) = kernel(name, F32).unwrap();
             let out = interpret(&k, &xs);
@@ -1412,19 +1697,28 @@ pub(crate) mod tests {
 
     #[test]
     fn transcendentals_use_scalar_engine_inside_valid_range() {
-        for name in ["exp", "tanh", "log", "sqrt", "sin", "cos", "atan", "asin", "acos", "log1p"] {
+        for name in [
+            "exp", "tanh", "log", "sqrt", "sin", "cos", "atan", "asin", "acos", "log1p",
+        ] {
             let (k, _) = kernel(name, F32).unwrap();
-            assert!(k.steps.iter().any(|s| matches!(s, Step::Act { .. })), "{name}");
+            assert!(
+                k.steps.iter().any(|s| matches!(s, Step::Act { .. })),
+                "{name}"
+            );
             // Range-limited functions always read a clamped tile.
             for (i, s) in k.steps.iter().enumerate() {
                 if let Step::Act {
-                    func: ActFunc::Log | ActFunc::Sin | ActFunc::Arctan | ActFunc::Sqrt | ActFunc::Rsqrt,
+                    func:
+                        ActFunc::Log | ActFunc::Sin | ActFunc::Arctan | ActFunc::Sqrt | ActFunc::Rsqrt,
                     src,
                     ..
                 } = s
                 {
                     let clamp = k.steps[..i].iter().rev().find(|p| p.dst() == *src).unwrap();
-                    assert!(matches!(clamp, Step::Sel { .. }), "{name}: activation input is clamped and NaN-patched");
+                    assert!(
+                        matches!(clamp, Step::Sel { .. }),
+                        "{name}: activation input is clamped and NaN-patched"
+                    );
                 }
             }
         }
@@ -1471,7 +1765,10 @@ pub(crate) mod tests {
             let (k, x) = kernel(name, F32).unwrap();
             let (_, (tiles, masks)) = k.tile_slots();
             let bytes = (2 * x.size() + 4 * tiles + masks) * MAX_FREE + 64 * k.consts.len();
-            assert!(bytes < target.sbuf_usable_bytes, "{name}: {bytes} bytes per partition");
+            assert!(
+                bytes < target.sbuf_usable_bytes,
+                "{name}: {bytes} bytes per partition"
+            );
         }
     }
 }
