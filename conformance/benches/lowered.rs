@@ -27,7 +27,7 @@ impl Rng {
 }
 
 fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-    TensorMeta { dtype, shape: shape.to_vec(), strides: None }
+    TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
 }
 
 fn dev(d: TorchDType) -> DType {
