@@ -9,11 +9,17 @@
 //! reloaded per pass.
 //!
 //! * softmax: `m = max` (VectorE `tensor_reduce`), `e = exp(x − m)` (ScalarE activation with the
-//!   `−m` bias tile), `s = Σ e` (blocked sum), `out = e · (1/s)` (VectorE reciprocal) — PyTorch's
-//!   CPU kernel; log_softmax: `out = x − (m + log s)`.
-//! * norms: `mean = Σx / N`, `var = Σ(x − mean)² / N` (two passes, biased as the ops use it),
+//!   `−m` bias tile), `s = Σ e`, `out = e · (1/s)` (VectorE reciprocal) — PyTorch's CPU kernel;
+//!   log_softmax: `out = x − (m + log s)`. For f16/bf16 outputs the sum comes from the same
+//!   activation's accumulator (sequential fp32, below half an output ulp); fp32 outputs keep a
+//!   blocked sum in the shape of PyTorch's cascade.
+//! * norms: `mean = Σx / N`, `var = Σ(x − mean)² / N` (two passes of blocked sums, biased as the
+//!   ops use it; the squares from one ScalarE `Square` with a `−mean` bias),
 //!   `rstd = rsqrt(var + eps)`, `y = (x − mean) · rstd · w + b`, the weight/bias read through
-//!   broadcast access patterns. Batch norm in eval mode uses the running statistics.
+//!   broadcast access patterns (once per program when they do not depend on the row). Batch norm
+//!   in eval mode uses the running statistics. (`bn_stats`/`bn_aggr` would take one pass, but
+//!   their per-group sequential sums miss PyTorch's mean on large-mean rows: see
+//!   docs/performance.md.)
 
 use super::binary::dev;
 use super::reduction::{
