@@ -419,6 +419,9 @@ pub fn tensor_reduce(ctx: &mut Ctx, i: &TensorReduce) -> OpResult<()> {
                 out.push(acc);
             }
         }
+        // Back to the pool: a dropped multi-MiB read is returned to the OS and faulted in again
+        // by the next instruction.
+        ctx.mem.recycle_f32(x);
         ctx.write_f32("dst", &i.dst, &out)?;
     }
     ctx.stats.flops += i.src.num_elems() as u64;
@@ -503,6 +506,7 @@ pub fn tensor_copy(ctx: &mut Ctx, i: &TensorCopy) -> OpResult<()> {
     } else {
         let v = ctx.read_f32("src", &i.src)?;
         ctx.write_f32("dst", &i.dst, &v)?;
+        ctx.mem.recycle_f32(v);
     }
     ctx.cost_stream(i.dst.free_elems());
     Ok(())
