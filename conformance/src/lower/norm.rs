@@ -23,8 +23,8 @@
 
 use super::binary::dev;
 use super::reduction::{
-    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk, load_col_op,
-    load_op, reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
+    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk,
+    load_col_op, load_op, reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
@@ -474,15 +474,17 @@ fn emit_norm(
     let params_row_invariant = chunks.len() == 1
         && !call.scale_bias
         && rows.iter().all(|rt| rt.base[2] == 0 && rt.pstride[2] == 0);
-    let resident = |ctx: &mut Ctx, param: &Option<(String, TorchDType)>, dev: Option<DType>| {
-        match (param, dev, rows.iter().max_by_key(|rt| rt.rows)) {
-            (Some((name, _)), Some(d), Some(widest)) if params_row_invariant => {
-                let buf = Buf::new(&mut ctx.alloc, f, CHUNK)?;
-                load_op(ctx, &buf, name, d, widest, &chunks[0], 2);
-                Ok::<_, LowerError>(Some(buf))
-            }
-            _ => Ok(None),
+    let resident = |ctx: &mut Ctx, param: &Option<(String, TorchDType)>, dev: Option<DType>| match (
+        param,
+        dev,
+        rows.iter().max_by_key(|rt| rt.rows),
+    ) {
+        (Some((name, _)), Some(d), Some(widest)) if params_row_invariant => {
+            let buf = Buf::new(&mut ctx.alloc, f, CHUNK)?;
+            load_op(ctx, &buf, name, d, widest, &chunks[0], 2);
+            Ok::<_, LowerError>(Some(buf))
         }
+        _ => Ok(None),
     };
     let weight_resident = resident(&mut ctx, &call.weight, w_dev)?;
     let bias_resident = resident(&mut ctx, &call.bias, b_dev)?;
