@@ -52,7 +52,11 @@ impl Call {
         let lowered = lower_request_with_options(&req, TargetName::Trn1, &LowerOptions::default()).expect("lowers");
         let n = lowered.program.instructions.len();
         let res = Executor::new(TargetName::Trn1).run(&lowered.program, &self.inputs).expect("runs");
-        let probe = res.outputs["output.0"].to_f32()[1];
+        // Decode only the probed element: converting the whole output to f32 is host work of
+        // the bench, not lowering or simulation (it was 7 % of the layer_norm sim time).
+        let out = &res.outputs["output.0"];
+        let size = out.dtype.size();
+        let probe = HostTensor { dtype: out.dtype, shape: vec![1], data: out.data[size..2 * size].to_vec() }.to_f32()[0];
         (res.stats, n, probe)
     }
 }

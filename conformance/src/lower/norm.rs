@@ -9,16 +9,22 @@
 //! reloaded per pass.
 //!
 //! * softmax: `m = max` (VectorE `tensor_reduce`), `e = exp(x − m)` (ScalarE activation with the
-//!   `−m` bias tile), `s = Σ e` (blocked sum), `out = e · (1/s)` (VectorE reciprocal) — PyTorch's
-//!   CPU kernel; log_softmax: `out = x − (m + log s)`.
-//! * norms: `mean = Σx / N`, `var = Σ(x − mean)² / N` (two passes, biased as the ops use it),
+//!   `−m` bias tile), `s = Σ e`, `out = e · (1/s)` (VectorE reciprocal) — PyTorch's CPU kernel;
+//!   log_softmax: `out = x − (m + log s)`. For f16/bf16 outputs the sum comes from the same
+//!   activation's accumulator (sequential fp32, below half an output ulp); fp32 outputs keep a
+//!   blocked sum in the shape of PyTorch's cascade.
+//! * norms: `mean = Σx / N`, `var = Σ(x − mean)² / N` (two passes of blocked sums, biased as the
+//!   ops use it; the squares from one ScalarE `Square` with a `−mean` bias),
 //!   `rstd = rsqrt(var + eps)`, `y = (x − mean) · rstd · w + b`, the weight/bias read through
-//!   broadcast access patterns. Batch norm in eval mode uses the running statistics.
+//!   broadcast access patterns (once per program when they do not depend on the row). Batch norm
+//!   in eval mode uses the running statistics. (`bn_stats`/`bn_aggr` would take one pass, but
+//!   their per-group sequential sums miss PyTorch's mean on large-mean rows: see
+//!   docs/performance.md.)
 
 use super::binary::dev;
 use super::reduction::{
-    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, imm, load_chunk, load_col_op,
-    load_op, reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
+    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk,
+    load_col_op, load_op, reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
@@ -183,39 +189,48 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             Scalar::Imm(-1.0),
             None,
         );
-        // Pass 2: e = exp(x − m), s = Σ e.
-        let exp = |ctx: &mut Ctx, w: usize| {
-            ctx.e.activation(
-                eb.at(p, 0, w),
-                ActFunc::Exp,
-                x.at(p, 0, w),
-                Some(negm.scalar(p, 0)),
-            );
-        };
+        // Pass 2: e = exp(x − m) and s = Σ e, one partial sum per chunk into `ps`.
+        //
+        // Fused: one ScalarE instruction whose accumulator adds the fp32 results in index order
+        // (before the cast) and hands the chunk's sum to `reduce_res`, as an NKI kernel does.
+        // A sequential fp32 sum of w ≤ CHUNK positive terms is off by at most w·2⁻²⁴ ≤ 2⁻¹²
+        // relative, below half an ulp of an f16/bf16 output (2⁻¹¹/2⁻⁸), so for those outputs it
+        // matches PyTorch's vectorized sum within tolerance. An fp32 output would show that
+        // error directly (up to 1.2e-6 relative on the stress cases against rtol 1.3e-6), so
+        // it keeps the blocked sum in the shape of PyTorch's cascade — except for chunks of at
+        // most SUM_BLOCK elements, where the two orders are the same sequential sum.
+        let fused_sum = matches!(out_dev, DType::Bf16 | DType::F16);
         for (c, ch) in chunks.iter().enumerate() {
             let w = ch.elems();
             if !single {
                 load_chunk(&mut ctx, &x, &x_name, x_dev, rt, ch);
             }
-            exp(&mut ctx, w);
-            // The sum in a scratch copy (the block sum works in place on column 0).
-            let sc = if single && !log {
-                // Keep e for the output: sum a copy.
-                let t = Buf {
-                    slot: x.slot,
-                    dtype: f,
-                    cols: CHUNK,
-                };
-                ctx.e.tensor_copy(v, t.at(p, 0, w), eb.at(p, 0, w));
-                t
+            if fused_sum || w <= SUM_BLOCK {
+                ctx.e.push(
+                    Engine::Scalar,
+                    Op::Activation(trnsim::Activation {
+                        dst: eb.cols(p, 0, w),
+                        func: ActFunc::Exp,
+                        src: x.cols(p, 0, w),
+                        bias: Some(trnsim::ScalarOperand::Tile(negm.col(p, 0))),
+                        scale: imm(1.0),
+                        acc: trnsim::AccCmd::ResetReduce,
+                        reduce_res: Some(ps.col(p, c)),
+                    }),
+                    &[x.slot, negm.slot],
+                    &[eb.slot, ps.slot],
+                );
             } else {
-                eb
-            };
-            if single && log {
-                // x is still needed: sum e in place (e is not needed for log_softmax).
+                ctx.e.activation(
+                    eb.at(p, 0, w),
+                    ActFunc::Exp,
+                    x.at(p, 0, w),
+                    Some(negm.scalar(p, 0)),
+                );
+                // e stays intact for the output: the sum goes to tmp.
+                block_sum_to(&mut ctx.e, &eb, &tmp, p, w);
+                ctx.e.tensor_copy(v, ps.at(p, c, 1), tmp.at(p, 0, 1));
             }
-            block_sum(&mut ctx.e, &sc, &tmp, p, w);
-            ctx.e.tensor_copy(v, ps.at(p, c, 1), sc.at(p, 0, 1));
         }
         tree_reduce(&mut ctx.e, v, &ps, p, chunks.len(), AluOp::Add);
         if log {
@@ -245,7 +260,12 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                 let w = ch.elems();
                 if !single {
                     load_chunk(&mut ctx, &x, &x_name, x_dev, rt, ch);
-                    exp(&mut ctx, w);
+                    ctx.e.activation(
+                        eb.at(p, 0, w),
+                        ActFunc::Exp,
+                        x.at(p, 0, w),
+                        Some(negm.scalar(p, 0)),
+                    );
                 }
                 ctx.e.tensor_scalar(
                     v,
@@ -448,6 +468,26 @@ fn emit_norm(
     let rrstd = Buf::new(&mut ctx.alloc, f, 1)?;
     let sc = Buf::new(&mut ctx.alloc, f, CHUNK)?;
     let bi = Buf::new(&mut ctx.alloc, f, CHUNK)?;
+    let neg_mean = Buf::new(&mut ctx.alloc, f, 1)?;
+    // Layer norm's weight and bias are the same for every row: with a single chunk they are
+    // loaded once, broadcast over the partitions, instead of once per row tile.
+    let params_row_invariant = chunks.len() == 1
+        && !call.scale_bias
+        && rows.iter().all(|rt| rt.base[2] == 0 && rt.pstride[2] == 0);
+    let resident = |ctx: &mut Ctx, param: &Option<(String, TorchDType)>, dev: Option<DType>| match (
+        param,
+        dev,
+        rows.iter().max_by_key(|rt| rt.rows),
+    ) {
+        (Some((name, _)), Some(d), Some(widest)) if params_row_invariant => {
+            let buf = Buf::new(&mut ctx.alloc, f, CHUNK)?;
+            load_op(ctx, &buf, name, d, widest, &chunks[0], 2);
+            Ok::<_, LowerError>(Some(buf))
+        }
+        _ => Ok(None),
+    };
+    let weight_resident = resident(&mut ctx, &call.weight, w_dev)?;
+    let bias_resident = resident(&mut ctx, &call.bias, b_dev)?;
     let v = Engine::Vector;
     let inv_n = if call.n == 0 {
         1e39
@@ -463,32 +503,23 @@ fn emit_norm(
                 load_chunk(ctx, &x, &call.x.0, x_dev, rt, ch);
             }
             let src = if center {
-                // wb = (x − mean)²
-                ctx.e.tensor_scalar(
-                    v,
+                // wb = (x − mean)² in one ScalarE pass: Square(x + (−mean)). x + (−mean) rounds
+                // exactly like x − mean, and the square of an fp32 value is exact in f64 before
+                // its one rounding to fp32, so this is bit-identical to a VectorE subtract then
+                // multiply, at half the passes.
+                ctx.e.activation(
                     wb.at(p, 0, w),
+                    ActFunc::Square,
                     x.at(p, 0, w),
-                    AluOp::Subtract,
-                    mean.scalar(p, 0),
-                    None,
+                    Some(neg_mean.scalar(p, 0)),
                 );
-                ctx.e.tensor_tensor(
-                    v,
-                    wb.at(p, 0, w),
-                    wb.at(p, 0, w),
-                    wb.at(p, 0, w),
-                    AluOp::Multiply,
-                );
-                wb
-            } else if single {
-                // Keep x for the later passes: sum a copy.
-                ctx.e.tensor_copy(v, wb.at(p, 0, w), x.at(p, 0, w));
                 wb
             } else {
+                // Summed without a copy: x stays intact for the later passes.
                 x
             };
-            block_sum(&mut ctx.e, &src, &tmp, p, w);
-            ctx.e.tensor_copy(v, parts.at(p, c, 1), src.at(p, 0, 1));
+            block_sum_to(&mut ctx.e, &src, &tmp, p, w);
+            ctx.e.tensor_copy(v, parts.at(p, c, 1), tmp.at(p, 0, 1));
         }
         tree_reduce(&mut ctx.e, v, &parts, p, chunks.len(), AluOp::Add);
     };
@@ -510,6 +541,14 @@ fn emit_norm(
                     parts.at(p, 0, 1),
                     AluOp::Multiply,
                     Scalar::Imm(inv_n),
+                    None,
+                );
+                ctx.e.tensor_scalar(
+                    v,
+                    neg_mean.at(p, 0, 1),
+                    mean.at(p, 0, 1),
+                    AluOp::Multiply,
+                    Scalar::Imm(-1.0),
                     None,
                 );
                 sum_pass(&mut ctx, rt, true);
@@ -649,19 +688,27 @@ fn emit_norm(
                 mean.scalar(p, 0),
                 Some((AluOp::Multiply, rstd.scalar(p, 0))),
             );
-            for (param, d) in [(&call.weight, w_dev), (&call.bias, b_dev)] {
-                if let (Some((name, _)), Some(d)) = (param, d) {
-                    let op = if std::ptr::eq(param, &call.weight) {
-                        AluOp::Multiply
-                    } else {
-                        AluOp::Add
-                    };
-                    // The parameter chunk into x (x is reloaded for every chunk anyway, or no
-                    // longer needed).
-                    load_op(&mut ctx, &x, name, d, rt, ch, 2);
-                    ctx.e
-                        .tensor_tensor(v, y_buf.at(p, 0, w), y_buf.at(p, 0, w), x.at(p, 0, w), op);
-                }
+            for (param, d, resident, op) in [
+                (&call.weight, w_dev, weight_resident, AluOp::Multiply),
+                (&call.bias, b_dev, bias_resident, AluOp::Add),
+            ] {
+                let operand = match (param, d, resident) {
+                    (_, _, Some(buf)) => buf,
+                    (Some((name, _)), Some(d), None) => {
+                        // The parameter chunk into x (x is reloaded for every chunk anyway, or
+                        // no longer needed).
+                        load_op(&mut ctx, &x, name, d, rt, ch, 2);
+                        x
+                    }
+                    _ => continue,
+                };
+                ctx.e.tensor_tensor(
+                    v,
+                    y_buf.at(p, 0, w),
+                    y_buf.at(p, 0, w),
+                    operand.at(p, 0, w),
+                    op,
+                );
             }
             store_op(&mut ctx, &y_buf, &y, y_dev, rt, ch, 0);
             if single && call.running.is_none() && (call.weight.is_some() || call.bias.is_some()) {

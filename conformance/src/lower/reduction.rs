@@ -895,19 +895,39 @@ pub const SUM_BLOCK: usize = 8;
 /// Sums the `w` columns of `x` (fp32) into column 0 of `x`: blocks of [`SUM_BLOCK`] reduced
 /// sequentially into `tmp`, then a pairwise tree; the result is copied back to `x` column 0.
 pub fn block_sum(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
+    if w <= 1 {
+        return;
+    }
+    block_sum_to(e, x, tmp, p, w);
+    copy(
+        e,
+        Engine::Vector,
+        x.col(p, 0),
+        x.slot,
+        tmp.col(p, 0),
+        tmp.slot,
+    );
+}
+
+/// [`block_sum`] that leaves `x` untouched: the sum of its `w` columns ends in `tmp` column 0
+/// (same order, same result), so a caller that still needs `x` saves copying it first.
+pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
+    if w == 1 {
+        copy(
+            e,
+            Engine::Vector,
+            tmp.col(p, 0),
+            tmp.slot,
+            x.col(p, 0),
+            x.slot,
+        );
+        return;
+    }
     let nb = w / SUM_BLOCK;
     let rem = w % SUM_BLOCK;
     if nb == 0 {
         if w > 1 {
             reduce_into(e, x, p, w, AluOp::Add, tmp, 0);
-            copy(
-                e,
-                Engine::Vector,
-                x.col(p, 0),
-                x.slot,
-                tmp.col(p, 0),
-                tmp.slot,
-            );
         }
         return;
     }
@@ -951,14 +971,6 @@ pub fn block_sum(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
         n += 1;
     }
     tree_reduce(e, Engine::Vector, tmp, p, n, AluOp::Add);
-    copy(
-        e,
-        Engine::Vector,
-        x.col(p, 0),
-        x.slot,
-        tmp.col(p, 0),
-        tmp.slot,
-    );
 }
 
 /// Reduces the `w` columns of `x` into column `c` of `parts`.

@@ -15,7 +15,7 @@ use crate::program::AluOp;
 pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);
 
 #[inline]
-fn canon(r: f32) -> f32 {
+pub(crate) fn canon(r: f32) -> f32 {
     if r.is_nan() { CANONICAL_NAN } else { r }
 }
 
@@ -87,13 +87,31 @@ pub fn apply_f32_inplace(op: AluOp, a: &mut [f32], b: &[f32], n: &Numerics) {
     }
 }
 
+/// `a[i] = apply_f32(op, a[i], s, n)` (`apply_f32(op, s, a[i], n)` when `reverse`) over a
+/// slice, bit-identical to the element-wise call; add/subtract/multiply with denormals preserved
+/// run as plain vectorized loops (performance only; IEEE add and multiply are commutative, and
+/// [`canon`] fixes the NaN either order would give).
+pub fn apply_scalar_f32_inplace(op: AluOp, a: &mut [f32], s: f32, reverse: bool, n: &Numerics) {
+    fn each(a: &mut [f32], f: impl Fn(f32) -> f32) {
+        a.iter_mut().for_each(|x| *x = f(*x));
+    }
+    match (op, reverse, n.denormals) {
+        (AluOp::Add, _, Denormals::Preserve) => each(a, |x| canon(x + s)),
+        (AluOp::Multiply, _, Denormals::Preserve) => each(a, |x| canon(x * s)),
+        (AluOp::Subtract, false, Denormals::Preserve) => each(a, |x| canon(x - s)),
+        (AluOp::Subtract, true, Denormals::Preserve) => each(a, |x| canon(s - x)),
+        _ if reverse => each(a, |x| apply_f32(op, s, x, n)),
+        _ => each(a, |x| apply_f32(op, x, s, n)),
+    }
+}
+
 fn pow(a: f32, b: f32) -> f32 {
     // C powf semantics (pow(x, 0) = 1, pow(1, y) = 1 even for NaN), computed in f64.
     (a as f64).powf(b as f64) as f32
 }
 
 #[inline]
-fn max(a: f32, b: f32, p: NanMaxMin) -> f32 {
+pub(crate) fn max(a: f32, b: f32, p: NanMaxMin) -> f32 {
     match p {
         NanMaxMin::Propagate if a.is_nan() || b.is_nan() => f32::NAN,
         NanMaxMin::PreferNumber if a.is_nan() => b,
@@ -273,5 +291,36 @@ mod nan_tests {
         // inf - inf and 0 * inf are NaN too.
         assert_eq!(apply_f32(AluOp::Add, f32::INFINITY, f32::NEG_INFINITY, &n).to_bits(), CANONICAL_NAN.to_bits());
         assert_eq!(apply_f32(AluOp::Multiply, 0.0, f32::INFINITY, &n).to_bits(), CANONICAL_NAN.to_bits());
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+
+    /// The slice fast paths give exactly the element-wise `apply_f32` bits, for every operand
+    /// order, on special values, under both denormal settings.
+    #[test]
+    fn scalar_inplace_is_bit_identical_to_apply_f32() {
+        let vals = [
+            0.0, -0.0, 1.0, -1.5, 3.0e38, -3.0e38, f32::MIN_POSITIVE, f32::from_bits(1),
+            -f32::from_bits(0x7F_FFFF), f32::INFINITY, f32::NEG_INFINITY, f32::NAN,
+            f32::from_bits(0xFFC0_1234), 1.0e-30, 7.25,
+        ];
+        for denormals in [Denormals::Preserve, Denormals::FlushToZero] {
+            let n = Numerics { denormals, ..Numerics::default() };
+            for op in [AluOp::Add, AluOp::Subtract, AluOp::Multiply, AluOp::Max, AluOp::Rsqrt] {
+                for reverse in [false, true] {
+                    for &s in &vals {
+                        let mut a = vals;
+                        apply_scalar_f32_inplace(op, &mut a, s, reverse, &n);
+                        for (&x, r) in vals.iter().zip(a) {
+                            let want = if reverse { apply_f32(op, s, x, &n) } else { apply_f32(op, x, s, &n) };
+                            assert_eq!(r.to_bits(), want.to_bits(), "{op:?} rev={reverse} x={x} s={s} {denormals:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -49,6 +49,8 @@ fn copy_pair(ctx: &mut Ctx, src: &AccessPattern, dst: &AccessPattern, accumulate
     } else {
         let v = ctx.mem.read_f32(src).at("src")?;
         ctx.mem.write_f32(dst, &v, ctx.rounding).at("dst")?;
+        // Back to the pool (a dropped multi-MiB buffer is faulted in again by the next read).
+        ctx.mem.recycle_f32(v);
     }
     Ok(())
 }

@@ -2,9 +2,10 @@
 //! write, with the per-partition accumulator registers for reduce commands.
 
 use super::activation::eval;
-use super::alu::apply_f32;
+use super::alu::{apply_f32, canon};
 use super::{Ctx, require_dtype, same_shape};
 use crate::dtype::{ALL_DTYPES, DType};
+use crate::exec::Denormals;
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::program::{AccCmd, ActFunc, Activation, AluOp, ScalarOperand};
 
@@ -69,14 +70,30 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
     let mut y = ctx.mem.scratch_f32(x.len());
     let mut sums = Vec::with_capacity(p);
     for part in 0..p {
-        let mut sum = 0.0f32;
         let (s, b) = (scale[part], bias[part]);
-        for &v in x.get(part * per..(part + 1) * per).unwrap_or(&[]) {
-            let t = apply_f32(AluOp::Add, apply_f32(AluOp::Multiply, v, s, &nm), b, &nm);
-            let r = apply_f32(AluOp::Bypass, eval(i.func, t), 0.0, &nm);
-            sum = apply_f32(AluOp::Add, sum, r, &nm);
-            y.push(r);
-        }
+        let row = x.get(part * per..(part + 1) * per).unwrap_or(&[]);
+        let sum = if nm.denormals == Denormals::Preserve {
+            // Without flushing, every `apply_f32` step above is the plain fp32 operation and a
+            // NaN canonicalization; dispatching the function once per row lets the compiler
+            // inline it (same results, bit for bit — performance only).
+            let y = &mut y;
+            match (i.func, i.acc == AccCmd::Idle) {
+                (ActFunc::Exp, false) => activate_row::<true>(row, s, b, y, |t| eval(ActFunc::Exp, t)),
+                (ActFunc::Exp, true) => activate_row::<false>(row, s, b, y, |t| eval(ActFunc::Exp, t)),
+                (ActFunc::Square, true) => activate_row::<false>(row, s, b, y, |t| eval(ActFunc::Square, t)),
+                (func, false) => activate_row::<true>(row, s, b, y, |t| eval(func, t)),
+                (func, true) => activate_row::<false>(row, s, b, y, |t| eval(func, t)),
+            }
+        } else {
+            let mut sum = 0.0f32;
+            for &v in row {
+                let t = apply_f32(AluOp::Add, apply_f32(AluOp::Multiply, v, s, &nm), b, &nm);
+                let r = apply_f32(AluOp::Bypass, eval(i.func, t), 0.0, &nm);
+                sum = apply_f32(AluOp::Add, sum, r, &nm);
+                y.push(r);
+            }
+            sum
+        };
         sums.push(sum);
     }
     ctx.write_f32("dst", &i.dst, &y)?;
@@ -100,4 +117,20 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
     ctx.stats.flops += (2 * produced) as u64;
     ctx.cost_stream(per);
     Ok(())
+}
+
+/// One partition of [`activation`] with denormals preserved: `y = f(x·s + b)` appended to `y`,
+/// and, when `SUM`, the index-order fp32 sum of the results (0 otherwise: an idle accumulator
+/// never reads it) — `apply_f32` without its flush steps.
+#[inline(always)]
+fn activate_row<const SUM: bool>(row: &[f32], s: f32, b: f32, y: &mut Vec<f32>, f: impl Fn(f32) -> f32) -> f32 {
+    let start = y.len();
+    y.extend(row.iter().map(|&v| canon(f(canon(canon(v * s) + b)))));
+    let mut sum = 0.0f32;
+    if SUM {
+        for &r in &y[start..] {
+            sum = canon(sum + r);
+        }
+    }
+    sum
 }

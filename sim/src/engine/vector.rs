@@ -4,7 +4,8 @@
 //! Arithmetic: inputs converted to fp32 on read, math in fp32, cast to the destination dtype on
 //! write. Bitvec ops: raw bits of integer operands, no casting.
 
-use super::alu::{apply_bits, apply_f32, apply_int};
+use super::alu::{apply_bits, apply_f32, apply_int, apply_scalar_f32_inplace, canon, max};
+use crate::exec::Denormals;
 use super::{Ctx, same_shape};
 use crate::dtype::DType;
 use crate::error::{AtOperand, ErrorKind, OpResult};
@@ -160,24 +161,25 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
         }
         ctx.write_bits("dst", &i.dst, &out)?;
     } else {
-        let x = ctx.read_f32("src", &i.src)?;
+        let mut x = ctx.read_f32("src", &i.src)?;
         let s0 = ctx.scalar_f32("operand0", &i.operand0, p)?;
         let s1 = match &i.operand1 {
             Some(s) => ctx.scalar_f32("operand1", s, p)?,
             None => vec![0.0; p],
         };
         let nm = *ctx.numerics;
-        let mut out = Vec::with_capacity(x.len());
+        // In place, one stage at a time over each partition's row (t stays fp32 between the
+        // stages either way): the same per-element results as `scalar_step` twice, without a
+        // second buffer and with the operator dispatched once per row.
         for part in 0..p {
-            for &v in &x[part * per..(part + 1) * per] {
-                let mut t = scalar_step(i.op0, v, s0[part], i.reverse0, &nm);
-                if let Some(op1) = i.op1 {
-                    t = scalar_step(op1, t, s1[part], i.reverse1, &nm);
-                }
-                out.push(t);
+            let row = &mut x[part * per..(part + 1) * per];
+            apply_scalar_f32_inplace(i.op0, row, s0[part], i.reverse0, &nm);
+            if let Some(op1) = i.op1 {
+                apply_scalar_f32_inplace(op1, row, s1[part], i.reverse1, &nm);
             }
         }
-        ctx.write_f32("dst", &i.dst, &out)?;
+        ctx.write_f32("dst", &i.dst, &x)?;
+        ctx.mem.recycle_f32(x);
     }
     ctx.stats.flops += (i.dst.num_elems() * if i.op1.is_some() { 2 } else { 1 }) as u64;
     ctx.cost_stream(per);
@@ -272,9 +274,27 @@ fn fold_f32(op: AluOp, vals: impl IntoIterator<Item = f32>, nm: &crate::exec::Nu
     let fold_op = if op == AluOp::Average { AluOp::Add } else { op };
     let mut acc = fp32_reduce_identity(op).unwrap_or(0.0);
     let mut n = 0usize;
-    for v in vals {
-        acc = apply_f32(fold_op, acc, v, nm);
-        n += 1;
+    // Add and max with denormals preserved are `apply_f32` without its flush steps: spelled out
+    // so the loop needs no per-element operator dispatch (same results, performance only).
+    match (fold_op, nm.denormals) {
+        (AluOp::Add, Denormals::Preserve) => {
+            for v in vals {
+                acc = canon(acc + v);
+                n += 1;
+            }
+        }
+        (AluOp::Max, Denormals::Preserve) => {
+            for v in vals {
+                acc = canon(max(acc, v, nm.nan_max_min));
+                n += 1;
+            }
+        }
+        _ => {
+            for v in vals {
+                acc = apply_f32(fold_op, acc, v, nm);
+                n += 1;
+            }
+        }
     }
     if op == AluOp::Average {
         acc = apply_f32(AluOp::Bypass, acc / n as f32, 0.0, nm);
@@ -399,6 +419,9 @@ pub fn tensor_reduce(ctx: &mut Ctx, i: &TensorReduce) -> OpResult<()> {
                 out.push(acc);
             }
         }
+        // Back to the pool: a dropped multi-MiB read is returned to the OS and faulted in again
+        // by the next instruction.
+        ctx.mem.recycle_f32(x);
         ctx.write_f32("dst", &i.dst, &out)?;
     }
     ctx.stats.flops += i.src.num_elems() as u64;
@@ -483,6 +506,7 @@ pub fn tensor_copy(ctx: &mut Ctx, i: &TensorCopy) -> OpResult<()> {
     } else {
         let v = ctx.read_f32("src", &i.src)?;
         ctx.write_f32("dst", &i.dst, &v)?;
+        ctx.mem.recycle_f32(v);
     }
     ctx.cost_stream(i.dst.free_elems());
     Ok(())
