@@ -26,10 +26,6 @@ impl Rng {
     }
 }
 
-fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-    TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
-}
-
 fn dev(d: TorchDType) -> DType {
     match d {
         TorchDType::Bf16 => DType::Bf16,
@@ -73,9 +69,9 @@ fn mm_call(dtype: TorchDType, n: usize) -> (Call, Vec<f32>, Vec<f32>) {
     let (a, av) = input(&mut rng, dtype, &[n, n]);
     let (b, bv) = input(&mut rng, dtype, &[n, n]);
     let tensors = BTreeMap::from([
-        ("input.0".into(), meta(dtype, &[n, n])),
-        ("input.1".into(), meta(dtype, &[n, n])),
-        ("output.0".into(), meta(dtype, &[n, n])),
+        ("input.0".into(), TensorMeta::contiguous(dtype, &[n, n])),
+        ("input.1".into(), TensorMeta::contiguous(dtype, &[n, n])),
+        ("output.0".into(), TensorMeta::contiguous(dtype, &[n, n])),
     ]);
     let call = OpCall { args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())], kwargs: BTreeMap::new() };
     let inputs = BTreeMap::from([("input.0".into(), a), ("input.1".into(), b)]);
@@ -87,9 +83,9 @@ fn conv_call(dtype: TorchDType) -> (Call, Vec<f32>, Vec<f32>) {
     let (x, xv) = input(&mut rng, dtype, &[1, 3, 224, 224]);
     let (w, wv) = input(&mut rng, dtype, &[64, 3, 7, 7]);
     let tensors = BTreeMap::from([
-        ("input.0".into(), meta(dtype, &[1, 3, 224, 224])),
-        ("input.1".into(), meta(dtype, &[64, 3, 7, 7])),
-        ("output.0".into(), meta(dtype, &[1, 64, 112, 112])),
+        ("input.0".into(), TensorMeta::contiguous(dtype, &[1, 3, 224, 224])),
+        ("input.1".into(), TensorMeta::contiguous(dtype, &[64, 3, 7, 7])),
+        ("output.0".into(), TensorMeta::contiguous(dtype, &[1, 64, 112, 112])),
     ]);
     let call = OpCall {
         args: vec![
@@ -140,8 +136,8 @@ fn softmax_call(rows: usize, cols: usize) -> (Call, Vec<f32>) {
     let mut rng = Rng(3);
     let (x, xv) = input(&mut rng, TorchDType::Bf16, &[rows, cols]);
     let tensors = BTreeMap::from([
-        ("input.0".into(), meta(TorchDType::Bf16, &[rows, cols])),
-        ("output.0".into(), meta(TorchDType::Bf16, &[rows, cols])),
+        ("input.0".into(), TensorMeta::contiguous(TorchDType::Bf16, &[rows, cols])),
+        ("output.0".into(), TensorMeta::contiguous(TorchDType::Bf16, &[rows, cols])),
     ]);
     let call = OpCall { args: vec![Value::Tensor("input.0".into()), Value::Int(1), Value::Bool(false)], kwargs: BTreeMap::new() };
     let inputs = BTreeMap::from([("input.0".into(), x)]);
@@ -173,12 +169,12 @@ fn layer_norm_call(rows: usize, cols: usize) -> (Call, Vec<f32>) {
     let (w, _) = input(&mut rng, f, &[cols]);
     let (b, _) = input(&mut rng, f, &[cols]);
     let tensors = BTreeMap::from([
-        ("input.0".into(), meta(f, &[rows, cols])),
-        ("input.2".into(), meta(f, &[cols])),
-        ("input.3".into(), meta(f, &[cols])),
-        ("output.0".into(), meta(f, &[rows, cols])),
-        ("output.1".into(), meta(f, &[rows, 1])),
-        ("output.2".into(), meta(f, &[rows, 1])),
+        ("input.0".into(), TensorMeta::contiguous(f, &[rows, cols])),
+        ("input.2".into(), TensorMeta::contiguous(f, &[cols])),
+        ("input.3".into(), TensorMeta::contiguous(f, &[cols])),
+        ("output.0".into(), TensorMeta::contiguous(f, &[rows, cols])),
+        ("output.1".into(), TensorMeta::contiguous(f, &[rows, 1])),
+        ("output.2".into(), TensorMeta::contiguous(f, &[rows, 1])),
     ]);
     let call = OpCall {
         args: vec![

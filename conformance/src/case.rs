@@ -187,6 +187,14 @@ pub struct TensorMeta {
     pub storage_offset: Option<i64>,
 }
 
+impl TensorMeta {
+    /// Metadata of a contiguous tensor (no recorded strides or storage offset), as lowering
+    /// tests and benchmarks build calls.
+    pub fn contiguous(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
+        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+    }
+}
+
 /// Dropout property: each output element is 0 or `input / (1 - p)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

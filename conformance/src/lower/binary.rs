@@ -860,14 +860,6 @@ mod tests {
     use TorchDType::*;
     use std::collections::BTreeMap;
 
-    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
-    }
 
     struct Call {
         op: &'static str,
@@ -928,16 +920,16 @@ mod tests {
     fn promotion_checked_against_golden() {
         let c = Call::new(
             "add.Tensor",
-            meta(I32, &[3]),
-            Ok(meta(F32, &[])),
-            meta(F32, &[3]),
+            TensorMeta::contiguous(I32, &[3]),
+            Ok(TensorMeta::contiguous(F32, &[])),
+            TensorMeta::contiguous(F32, &[3]),
         );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, F32);
         let c = Call::new(
             "add.Tensor",
-            meta(F16, &[3]),
-            Ok(meta(F32, &[])),
-            meta(F16, &[3]),
+            TensorMeta::contiguous(F16, &[3]),
+            Ok(TensorMeta::contiguous(F32, &[])),
+            TensorMeta::contiguous(F16, &[3]),
         );
         assert_eq!(
             analyze(&c.req()).unwrap().out_dtype,
@@ -946,45 +938,45 @@ mod tests {
         );
         let c = Call::new(
             "div.Tensor",
-            meta(I64, &[2, 3]),
-            Ok(meta(I64, &[3])),
-            meta(F32, &[2, 3]),
+            TensorMeta::contiguous(I64, &[2, 3]),
+            Ok(TensorMeta::contiguous(I64, &[3])),
+            TensorMeta::contiguous(F32, &[2, 3]),
         );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, F32, "int/int → float");
         let c = Call::new(
             "mul.Scalar",
-            meta(Bool, &[2]),
+            TensorMeta::contiguous(Bool, &[2]),
             Err(Value::Int(3)),
-            meta(I64, &[2]),
+            TensorMeta::contiguous(I64, &[2]),
         );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, I64);
         let c = Call::new(
             "add.Scalar",
-            meta(Bf16, &[2]),
+            TensorMeta::contiguous(Bf16, &[2]),
             Err(Value::Float(JsonFloat(0.5))),
-            meta(Bf16, &[2]),
+            TensorMeta::contiguous(Bf16, &[2]),
         );
         assert_eq!(analyze(&c.req()).unwrap().out_dtype, Bf16);
         // A golden that disagrees with PyTorch's rules is reported, not followed.
         let c = Call::new(
             "add.Tensor",
-            meta(I32, &[3]),
-            Ok(meta(I32, &[3])),
-            meta(I64, &[3]),
+            TensorMeta::contiguous(I32, &[3]),
+            Ok(TensorMeta::contiguous(I32, &[3])),
+            TensorMeta::contiguous(I64, &[3]),
         );
         assert!(matches!(analyze(&c.req()), Err(LowerError::Invalid { .. })));
         let c = Call::new(
             "sub.Tensor",
-            meta(Bool, &[3]),
-            Ok(meta(Bool, &[3])),
-            meta(Bool, &[3]),
+            TensorMeta::contiguous(Bool, &[3]),
+            Ok(TensorMeta::contiguous(Bool, &[3])),
+            TensorMeta::contiguous(Bool, &[3]),
         );
         assert!(analyze(&c.req()).is_err());
         let c = Call::new(
             "add.Tensor",
-            meta(F32, &[2]),
-            Ok(meta(F32, &[3])),
-            meta(F32, &[3]),
+            TensorMeta::contiguous(F32, &[2]),
+            Ok(TensorMeta::contiguous(F32, &[3])),
+            TensorMeta::contiguous(F32, &[3]),
         );
         assert!(analyze(&c.req()).is_err(), "shapes do not broadcast");
     }
@@ -993,9 +985,9 @@ mod tests {
     fn float_add_uses_vector_and_dma_only() {
         let c = Call::new(
             "add.Tensor",
-            meta(Bf16, &[5, 5]),
-            Ok(meta(Bf16, &[5])),
-            meta(Bf16, &[5, 5]),
+            TensorMeta::contiguous(Bf16, &[5, 5]),
+            Ok(TensorMeta::contiguous(Bf16, &[5])),
+            TensorMeta::contiguous(Bf16, &[5, 5]),
         );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 1);
@@ -1016,9 +1008,9 @@ mod tests {
     fn int_add_with_alpha_on_gpsimd() {
         let c = Call::new(
             "add.Tensor",
-            meta(I64, &[7]),
-            Ok(meta(I64, &[7])),
-            meta(I64, &[7]),
+            TensorMeta::contiguous(I64, &[7]),
+            Ok(TensorMeta::contiguous(I64, &[7])),
+            TensorMeta::contiguous(I64, &[7]),
         )
         .alpha(Value::Int(3));
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
@@ -1028,9 +1020,9 @@ mod tests {
         // alpha does not fit int32 → unsupported.
         let c = Call::new(
             "add.Tensor",
-            meta(I64, &[7]),
-            Ok(meta(I64, &[7])),
-            meta(I64, &[7]),
+            TensorMeta::contiguous(I64, &[7]),
+            Ok(TensorMeta::contiguous(I64, &[7])),
+            TensorMeta::contiguous(I64, &[7]),
         )
         .alpha(Value::Int(1 << 40));
         assert!(matches!(
@@ -1043,9 +1035,9 @@ mod tests {
     fn div_is_reciprocal_then_multiply() {
         let c = Call::new(
             "div.Tensor",
-            meta(F32, &[4]),
-            Ok(meta(F32, &[4])),
-            meta(F32, &[4]),
+            TensorMeta::contiguous(F32, &[4]),
+            Ok(TensorMeta::contiguous(F32, &[4])),
+            TensorMeta::contiguous(F32, &[4]),
         );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         let ops: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();
@@ -1070,9 +1062,9 @@ mod tests {
         // div.Scalar: the scaled reciprocal of the scalar is computed once, on the engines.
         let c = Call::new(
             "div.Scalar",
-            meta(I32, &[4]),
+            TensorMeta::contiguous(I32, &[4]),
             Err(Value::Int(3)),
-            meta(F32, &[4]),
+            TensorMeta::contiguous(F32, &[4]),
         );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         let ops: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();
@@ -1086,9 +1078,9 @@ mod tests {
     fn narrow_int_and_bool_results_are_fixed_up_on_engines() {
         let c = Call::new(
             "add.Tensor",
-            meta(I8, &[4]),
-            Ok(meta(I8, &[4])),
-            meta(I8, &[4]),
+            TensorMeta::contiguous(I8, &[4]),
+            Ok(TensorMeta::contiguous(I8, &[4])),
+            TensorMeta::contiguous(I8, &[4]),
         );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 1, "mask and xor");
@@ -1099,9 +1091,9 @@ mod tests {
         );
         let c = Call::new(
             "add.Tensor",
-            meta(Bool, &[4]),
-            Ok(meta(Bool, &[4])),
-            meta(Bool, &[4]),
+            TensorMeta::contiguous(Bool, &[4]),
+            Ok(TensorMeta::contiguous(Bool, &[4])),
+            TensorMeta::contiguous(Bool, &[4]),
         );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 2, "add, then != 0");
@@ -1121,9 +1113,9 @@ mod tests {
         ] {
             let c = Call::new(
                 "mul.Tensor",
-                meta(F32, &shape),
-                Ok(meta(F32, &shape)),
-                meta(F32, &shape),
+                TensorMeta::contiguous(F32, &shape),
+                Ok(TensorMeta::contiguous(F32, &shape)),
+                TensorMeta::contiguous(F32, &shape),
             );
             let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
             let numel: usize = shape.iter().product();

@@ -1843,14 +1843,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
-    }
 
     enum In {
         F32(Vec<f32>),
@@ -1899,11 +1891,11 @@ mod tests {
                     },
                 ),
             };
-            tensors.insert(name.clone(), meta(dt, &ht.shape));
+            tensors.insert(name.clone(), TensorMeta::contiguous(dt, &ht.shape));
             host.insert(name.clone(), ht);
             call_args.push(Value::Tensor(name));
         }
-        tensors.insert("output.0".into(), meta(out, &[n]));
+        tensors.insert("output.0".into(), TensorMeta::contiguous(out, &[n]));
         let call = OpCall {
             args: call_args,
             kwargs: BTreeMap::new(),
@@ -2291,8 +2283,8 @@ mod tests {
     fn narrow_int_results_wrap_like_pytorch() {
         let run_u8 = |op: &'static str, a: Vec<u8>, e: i64| {
             let mut tensors = BTreeMap::new();
-            tensors.insert("input.0".to_string(), meta(U8, &[a.len()]));
-            tensors.insert("output.0".to_string(), meta(U8, &[a.len()]));
+            tensors.insert("input.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
+            tensors.insert("output.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
             let call = OpCall {
                 args: vec![Value::Tensor("input.0".into()), Value::Int(e)],
                 kwargs: BTreeMap::new(),

@@ -1164,14 +1164,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
-    }
 
     struct Call {
         op: &'static str,
@@ -1250,7 +1242,7 @@ mod tests {
             "_to_copy",
             vec![Value::Tensor("input.0".into())],
             &[("dtype", Value::Dtype(to.name().into()))],
-            &[("input.0", meta(from, &[n])), ("output.0", meta(to, &[n]))],
+            &[("input.0", TensorMeta::contiguous(from, &[n])), ("output.0", TensorMeta::contiguous(to, &[n]))],
         );
         ints(&c.run(&[("input.0", input)])["output.0"])
     }
@@ -1295,7 +1287,7 @@ mod tests {
             op,
             vec![Value::Ints(vec![n as i64])],
             &[("dtype", Value::Dtype(dtype.name().into()))],
-            &[("output.0", meta(dtype, &[n]))],
+            &[("output.0", TensorMeta::contiguous(dtype, &[n]))],
         );
         let out = c.run(&[]);
         let again = c.run(&[]);
@@ -1312,7 +1304,7 @@ mod tests {
             "_local_scalar_dense",
             vec![Value::Tensor("input.0".into())],
             &[],
-            &[("input.0", meta(F32, &[1, 1]))],
+            &[("input.0", TensorMeta::contiguous(F32, &[1, 1]))],
         );
         c.outputs = vec![Value::Float(crate::case::JsonFloat(-2.5))];
         let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1).unwrap();
@@ -1363,7 +1355,7 @@ mod tests {
                 "randperm",
                 vec![Value::Int(n as i64)],
                 &[],
-                &[("output.0", meta(I64, &[n]))],
+                &[("output.0", TensorMeta::contiguous(I64, &[n]))],
             );
             let mut p = ints(&c.run(&[])["output.0"]);
             let first = p.clone();

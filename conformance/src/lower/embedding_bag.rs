@@ -1246,14 +1246,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
-    }
 
     /// An `_embedding_bag` call on `weight [V, D]`, `indices [N]`, `offsets [O]` (int64).
     struct Bag {
@@ -1279,13 +1271,13 @@ mod tests {
                 vec![bags]
             };
             let tensors = [
-                ("input.0", meta(TorchDType::F32, &[v, d])),
-                ("input.1", meta(TorchDType::I64, &[n])),
-                ("input.2", meta(TorchDType::I64, &[o])),
-                ("output.0", meta(TorchDType::F32, &[bags, d])),
-                ("output.1", meta(TorchDType::I64, &[n])),
-                ("output.2", meta(TorchDType::I64, &[bags])),
-                ("output.3", meta(TorchDType::I64, &max_indices)),
+                ("input.0", TensorMeta::contiguous(TorchDType::F32, &[v, d])),
+                ("input.1", TensorMeta::contiguous(TorchDType::I64, &[n])),
+                ("input.2", TensorMeta::contiguous(TorchDType::I64, &[o])),
+                ("output.0", TensorMeta::contiguous(TorchDType::F32, &[bags, d])),
+                ("output.1", TensorMeta::contiguous(TorchDType::I64, &[n])),
+                ("output.2", TensorMeta::contiguous(TorchDType::I64, &[bags])),
+                ("output.3", TensorMeta::contiguous(TorchDType::I64, &max_indices)),
             ];
             let t = |n: &str| Value::Tensor(n.into());
             let args = vec![
@@ -1350,7 +1342,7 @@ mod tests {
         bag.call.args[4] = Value::Int(MODE_MEAN);
         bag.call.args[6] = Value::Tensor("input.6".into());
         bag.tensors
-            .insert("input.6".into(), meta(TorchDType::F32, &[3]));
+            .insert("input.6".into(), TensorMeta::contiguous(TorchDType::F32, &[3]));
         assert!(
             matches!(
                 lower(&bag.req(), TargetName::Trn1),
@@ -1360,7 +1352,7 @@ mod tests {
         );
         let mut bag = Bag::new(4, 2, 6, 2, MODE_SUM, false, -1);
         bag.tensors
-            .insert("input.1".into(), meta(TorchDType::I64, &[2, 3]));
+            .insert("input.1".into(), TensorMeta::contiguous(TorchDType::I64, &[2, 3]));
         assert!(
             matches!(
                 lower(&bag.req(), TargetName::Trn1),
@@ -1370,7 +1362,7 @@ mod tests {
         );
         let mut bag = Bag::new(4, 2, 3, 2, MODE_SUM, false, -1);
         bag.tensors
-            .insert("input.0".into(), meta(TorchDType::I64, &[4, 2]));
+            .insert("input.0".into(), TensorMeta::contiguous(TorchDType::I64, &[4, 2]));
         assert!(
             matches!(
                 lower(&bag.req(), TargetName::Trn1),

@@ -892,14 +892,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::HostTensor;
 
-    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
-    }
 
     /// Lowers `op(input.0, dims, norm, last)` with the given input and output metadata.
     fn lower_call(
@@ -945,8 +937,8 @@ mod tests {
     #[test]
     fn bad_calls_are_typed_errors() {
         let (x, y) = (
-            meta(TorchDType::F32, &[4, 6]),
-            meta(TorchDType::C64, &[4, 4]),
+            TensorMeta::contiguous(TorchDType::F32, &[4, 6]),
+            TensorMeta::contiguous(TorchDType::C64, &[4, 4]),
         );
         let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
         let unsupported =
@@ -996,14 +988,14 @@ mod tests {
             "output shape"
         );
         assert!(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 0, Value::Bool(true)).is_ok());
-        let half = meta(TorchDType::F16, &[4, 6]);
+        let half = TensorMeta::contiguous(TorchDType::F16, &[4, 6]);
         assert!(
             unsupported(lower_call("_fft_r2c", half, y, &[1], 0, Value::Bool(true))),
             "f16 input"
         );
         let long = (
-            meta(TorchDType::F32, &[4096]),
-            meta(TorchDType::C64, &[2049]),
+            TensorMeta::contiguous(TorchDType::F32, &[4096]),
+            TensorMeta::contiguous(TorchDType::C64, &[2049]),
         );
         assert!(
             unsupported(lower_call(
@@ -1016,7 +1008,7 @@ mod tests {
             )),
             "length 4096"
         );
-        let (z, w) = (meta(TorchDType::C64, &[5]), meta(TorchDType::F32, &[8]));
+        let (z, w) = (TensorMeta::contiguous(TorchDType::C64, &[5]), TensorMeta::contiguous(TorchDType::F32, &[8]));
         assert!(
             invalid(lower_call(
                 "_fft_c2r",
@@ -1038,8 +1030,8 @@ mod tests {
         let n = 12;
         let lowered = lower_call(
             "_fft_r2c",
-            meta(TorchDType::F32, &[n]),
-            meta(TorchDType::C64, &[n]),
+            TensorMeta::contiguous(TorchDType::F32, &[n]),
+            TensorMeta::contiguous(TorchDType::C64, &[n]),
             &[0],
             0,
             Value::Bool(false),
@@ -1069,8 +1061,8 @@ mod tests {
         let n = 200;
         let lowered = lower_call(
             "_fft_r2c",
-            meta(TorchDType::F32, &[n]),
-            meta(TorchDType::C64, &[n / 2 + 1]),
+            TensorMeta::contiguous(TorchDType::F32, &[n]),
+            TensorMeta::contiguous(TorchDType::C64, &[n / 2 + 1]),
             &[0],
             0,
             Value::Bool(true),
@@ -1105,8 +1097,8 @@ mod tests {
     fn hermitian_to_real_weights() {
         let lowered = lower_call(
             "_fft_c2r",
-            meta(TorchDType::C64, &[5]),
-            meta(TorchDType::F32, &[8]),
+            TensorMeta::contiguous(TorchDType::C64, &[5]),
+            TensorMeta::contiguous(TorchDType::F32, &[8]),
             &[0],
             2,
             Value::Int(8),

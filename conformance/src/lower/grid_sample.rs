@@ -785,14 +785,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-    fn meta(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
-    }
 
     /// `grid_sampler_2d(input, grid, mode, padding, align)` with the given metadata.
     fn lower_call(
@@ -804,7 +796,7 @@ mod tests {
         let tensors: BTreeMap<String, TensorMeta> = ["input.0", "input.1", "output.0"]
             .iter()
             .zip(metas)
-            .map(|(name, (dtype, shape))| (name.to_string(), meta(dtype, shape)))
+            .map(|(name, (dtype, shape))| (name.to_string(), TensorMeta::contiguous(dtype, shape)))
             .collect();
         let call = OpCall {
             args: vec![
