@@ -297,7 +297,6 @@ impl Executor {
             engine::execute(&mut ctx, &inst.op).map_err(|e| fail(e.operand, e.kind))?;
             stats.instructions.add(inst.engine, 1);
         }
-        let mut outputs = BTreeMap::new();
         for t in mem.outputs() {
             if let Some(first) = mem.first_unwritten(&t.decl.name) {
                 return Err(SimError::program(ErrorKind::Invalid(format!(
@@ -305,11 +304,11 @@ impl Executor {
                     t.decl.name
                 ))));
             }
-            outputs.insert(
-                t.decl.name.clone(),
-                HostTensor { dtype: t.decl.dtype, shape: t.decl.shape.clone(), data: t.data.clone() },
-            );
         }
+        let outputs = mem
+            .into_outputs()
+            .map(|t| (t.decl.name, HostTensor { dtype: t.decl.dtype, shape: t.decl.shape, data: t.data }))
+            .collect();
         Ok(RunResult { outputs, stats })
     }
 

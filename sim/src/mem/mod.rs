@@ -671,12 +671,22 @@ impl Memories {
     pub fn first_unwritten(&self, name: &str) -> Option<usize> {
         let t = self.hbm_tensor(name)?;
         let size = t.decl.dtype.size();
+        // The vectorized all-written scan first; the byte search only when something is missing.
+        if all_nonzero(&t.written) {
+            return None;
+        }
         t.written.iter().position(|&w| w == 0).map(|b| b / size)
     }
 
     /// Outputs of the program (role Output), in declaration order.
     pub fn outputs(&self) -> impl Iterator<Item = &HbmTensor> {
         self.hbm.iter().filter(|t| t.decl.role == HbmRole::Output)
+    }
+
+    /// The output tensors, moved out (the memories are done with): results leave the
+    /// simulator without another copy of every output byte.
+    pub fn into_outputs(self) -> impl Iterator<Item = HbmTensor> {
+        self.hbm.into_iter().filter(|t| t.decl.role == HbmRole::Output)
     }
 }
 
