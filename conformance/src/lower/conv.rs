@@ -34,13 +34,13 @@
 //! (int64 → int32) cases run in fp32, exact while every partial sum stays within ±2²⁴.
 
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, dma, pe_dtype, psum_slot};
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::tile::{Emitter, SbufAllocator, Slot, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
-    TargetName, TensorCopy, TensorScalar,
+    TargetName, TensorCopy,
 };
 
 /// One spatial dim of the equivalent direct convolution.
@@ -352,15 +352,18 @@ pub(crate) fn emit_conv(
     let win_off = alloc.alloc(kt_count * win * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, win_slot, bias_slot, out_slot) = (
+    let (w_slot, win_slot, bias_slot) = (
         Slot { offset: w_off },
         Slot { offset: win_off },
         Slot { offset: bias_off },
-        Slot { offset: out_off },
     );
+    let out_bufs = OutBufs {
+        dev: out_dev,
+        out_off,
+        bias_off,
+    };
     let mut bank = 0usize;
-    let (in_sp, out_sp) = (dd.l * dh.l * dw.l, dd.o * dh.o * dw.o);
-    let cout = c.cout_g * c.groups;
+    let in_sp = dd.l * dh.l * dw.l;
     let cin = c.cin_g * c.groups;
 
     for g in 0..c.groups {
@@ -535,47 +538,19 @@ pub(crate) fn emit_conv(
                                     }
                                 }
                             }
-                            let out_ap = AccessPattern::sbuf(
-                                out_dev,
-                                0,
+                            let tile = OutTile {
+                                n,
+                                g,
+                                mt,
+                                m0,
                                 msz,
-                                out_off,
-                                vec![[1, nsz as i64]],
-                            );
-                            let op = match &c.bias {
-                                None => Op::TensorCopy(TensorCopy {
-                                    dst: out_ap.clone(),
-                                    src: psum,
-                                }),
-                                Some(_) => Op::TensorScalar(TensorScalar {
-                                    dst: out_ap.clone(),
-                                    src: psum,
-                                    op0: AluOp::Add,
-                                    operand0: ScalarOperand::Tile(AccessPattern::sbuf(
-                                        DType::F32,
-                                        0,
-                                        msz,
-                                        bias_off + mt as u64 * 4,
-                                        vec![[1, 1]],
-                                    )),
-                                    reverse0: false,
-                                    op1: None,
-                                    operand1: None,
-                                    reverse1: false,
-                                }),
+                                od,
+                                oh0,
+                                ow0,
+                                rr,
+                                cc,
                             };
-                            e.push(Engine::Vector, op, &[pslot, bias_slot], &[out_slot]);
-                            let dst = AccessPattern::hbm(
-                                &c.out.0,
-                                out_dev,
-                                ((n * cout + g * c.cout_g + m0) * out_sp
-                                    + (od * dh.o + oh0) * dw.o
-                                    + ow0) as u64,
-                                msz,
-                                out_sp as i64,
-                                vec![[dw.o as i64, rr as i64], [1, cc as i64]],
-                            );
-                            e.push(Engine::Dma, dma(dst, out_ap), &[out_slot], &[]);
+                            store_out_tile(e, c, psum, pslot, &out_bufs, &tile);
                         }
                     }
                 }
@@ -583,6 +558,93 @@ pub(crate) fn emit_conv(
         }
     }
     Ok(())
+}
+
+/// The SBUF buffers every output tile passes through: the cast output tile and the per-M-tile
+/// fp32 bias columns.
+struct OutBufs {
+    dev: DType,
+    out_off: u64,
+    bias_off: u64,
+}
+
+/// One output tile: batch `n`, group `g`, output channels `[m0, m0 + msz)` of the group (M tile
+/// `mt`), and at depth `od` the rows `[oh0, oh0 + rr)` × columns `[ow0, ow0 + cc)`.
+struct OutTile {
+    n: usize,
+    g: usize,
+    mt: usize,
+    m0: usize,
+    msz: usize,
+    od: usize,
+    oh0: usize,
+    ow0: usize,
+    rr: usize,
+    cc: usize,
+}
+
+/// Evacuates an output tile's PSUM accumulator: VectorE copies it to SBUF with the cast to the
+/// output dtype (adding the bias column on the way when there is one), then one DMA writes it
+/// to its place in the HBM output.
+fn store_out_tile(
+    e: &mut Emitter,
+    c: &Conv,
+    psum: AccessPattern,
+    pslot: Slot,
+    bufs: &OutBufs,
+    t: &OutTile,
+) {
+    let [dd, dh, dw] = c.dims;
+    let out_sp = dd.o * dh.o * dw.o;
+    let cout = c.cout_g * c.groups;
+    let (bias_slot, out_slot) = (
+        Slot {
+            offset: bufs.bias_off,
+        },
+        Slot {
+            offset: bufs.out_off,
+        },
+    );
+    let out_ap = AccessPattern::sbuf(
+        bufs.dev,
+        0,
+        t.msz,
+        bufs.out_off,
+        vec![[1, (t.rr * t.cc) as i64]],
+    );
+    let op = match &c.bias {
+        None => Op::TensorCopy(TensorCopy {
+            dst: out_ap.clone(),
+            src: psum,
+        }),
+        Some(_) => {
+            let bias = AccessPattern::sbuf(
+                DType::F32,
+                0,
+                t.msz,
+                bufs.bias_off + t.mt as u64 * 4,
+                vec![[1, 1]],
+            );
+            ts(
+                out_ap.clone(),
+                psum,
+                AluOp::Add,
+                ScalarOperand::Tile(bias),
+                None,
+            )
+        }
+    };
+    e.push(Engine::Vector, op, &[pslot, bias_slot], &[out_slot]);
+    let dst = AccessPattern::hbm(
+        &c.out.0,
+        bufs.dev,
+        ((t.n * cout + t.g * c.cout_g + t.m0) * out_sp + (t.od * dh.o + t.oh0) * dw.o + t.ow0)
+            as u64,
+        t.msz,
+        out_sp as i64,
+        vec![[dw.o as i64, t.rr as i64], [1, t.cc as i64]],
+    );
+    e.push(Engine::Dma, dma(dst, out_ap), &[out_slot], &[]);
 }
 
 /// For a direct convolution dim (`up = 1`): the output positions `[lo, lo + n)` within the tile
@@ -628,15 +690,18 @@ fn emit_im2col(
     let col_off = alloc.alloc(kt_count * TILE_N * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, col_slot, bias_slot, out_slot) = (
+    let (w_slot, col_slot, bias_slot) = (
         Slot { offset: w_off },
         Slot { offset: col_off },
         Slot { offset: bias_off },
-        Slot { offset: out_off },
     );
+    let out_bufs = OutBufs {
+        dev: out_dev,
+        out_off,
+        bias_off,
+    };
     let mut bank = 0usize;
-    let (in_sp, out_sp) = (dd.l * dh.l * dw.l, dd.o * dh.o * dw.o);
-    let cout = c.cout_g * c.groups;
+    let in_sp = dd.l * dh.l * dw.l;
     let cin = c.cin_g * c.groups;
     // Kernel offset → (kd, kh, kw).
     let taps: Vec<[usize; 3]> = (0..kk)
@@ -785,47 +850,19 @@ fn emit_im2col(
                                 });
                                 e.push(Engine::Tensor, op, &[w_slot, col_slot], &[pslot]);
                             }
-                            let out_ap = AccessPattern::sbuf(
-                                out_dev,
-                                0,
+                            let tile = OutTile {
+                                n,
+                                g,
+                                mt,
+                                m0,
                                 msz,
-                                out_off,
-                                vec![[1, nsz as i64]],
-                            );
-                            let op = match &c.bias {
-                                None => Op::TensorCopy(TensorCopy {
-                                    dst: out_ap.clone(),
-                                    src: psum,
-                                }),
-                                Some(_) => Op::TensorScalar(TensorScalar {
-                                    dst: out_ap.clone(),
-                                    src: psum,
-                                    op0: AluOp::Add,
-                                    operand0: ScalarOperand::Tile(AccessPattern::sbuf(
-                                        DType::F32,
-                                        0,
-                                        msz,
-                                        bias_off + mt as u64 * 4,
-                                        vec![[1, 1]],
-                                    )),
-                                    reverse0: false,
-                                    op1: None,
-                                    operand1: None,
-                                    reverse1: false,
-                                }),
+                                od,
+                                oh0,
+                                ow0,
+                                rr,
+                                cc,
                             };
-                            e.push(Engine::Vector, op, &[pslot, bias_slot], &[out_slot]);
-                            let dst = AccessPattern::hbm(
-                                &c.out.0,
-                                out_dev,
-                                ((n * cout + g * c.cout_g + m0) * out_sp
-                                    + (od * dh.o + oh0) * dw.o
-                                    + ow0) as u64,
-                                msz,
-                                out_sp as i64,
-                                vec![[dw.o as i64, rr as i64], [1, cc as i64]],
-                            );
-                            e.push(Engine::Dma, dma(dst, out_ap), &[out_slot], &[]);
+                            store_out_tile(e, c, psum, pslot, &out_bufs, &tile);
                         }
                     }
                 }
