@@ -488,6 +488,14 @@ impl Arg {
             Arg::Scalar(_) => &[],
         }
     }
+
+    /// The Python scalar, if this argument is one.
+    fn scalar(&self) -> Option<Scalar> {
+        match self {
+            Arg::Scalar(s) => Some(*s),
+            Arg::Tensor(..) => None,
+        }
+    }
 }
 
 /// Argument `pos`/`name` as a tensor or scalar (`None` if absent or None).
@@ -813,16 +821,7 @@ fn lower_clamp(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     if hi.is_some() {
         steps.push((AluOp::Min, n));
     }
-    let scalars: Vec<Option<Scalar>> = args
-        .iter()
-        .map(|a| {
-            if let Arg::Scalar(s) = a {
-                Some(*s)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let scalars: Vec<Option<Scalar>> = args.iter().map(|a| a.scalar()).collect();
     if int {
         for s in scalars.iter().flatten() {
             imm_i32(req, *s)?;
@@ -895,16 +894,8 @@ fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         out_dtype: common,
         out_shape,
     };
-    let sa = if let Arg::Scalar(s) = a {
-        Some(s)
-    } else {
-        None
-    };
-    let sb = if let Arg::Scalar(s) = b {
-        Some(s)
-    } else {
-        None
-    };
+    let sa = a.scalar();
+    let sb = b.scalar();
     build(
         req,
         target,
@@ -958,16 +949,8 @@ fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         out_dtype: common,
         out_shape,
     };
-    let sa = if let Arg::Scalar(s) = a {
-        Some(s)
-    } else {
-        None
-    };
-    let sb = if let Arg::Scalar(s) = b {
-        Some(s)
-    } else {
-        None
-    };
+    let sa = a.scalar();
+    let sb = b.scalar();
     if !int {
         let g = Engine::Gpsimd;
         return build(
@@ -1843,7 +1826,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-
     enum In {
         F32(Vec<f32>),
         I32(Vec<i32>),
@@ -2283,8 +2265,14 @@ mod tests {
     fn narrow_int_results_wrap_like_pytorch() {
         let run_u8 = |op: &'static str, a: Vec<u8>, e: i64| {
             let mut tensors = BTreeMap::new();
-            tensors.insert("input.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
-            tensors.insert("output.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
+            tensors.insert(
+                "input.0".to_string(),
+                TensorMeta::contiguous(U8, &[a.len()]),
+            );
+            tensors.insert(
+                "output.0".to_string(),
+                TensorMeta::contiguous(U8, &[a.len()]),
+            );
             let call = OpCall {
                 args: vec![Value::Tensor("input.0".into()), Value::Int(e)],
                 kwargs: BTreeMap::new(),
