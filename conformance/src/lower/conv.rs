@@ -352,11 +352,7 @@ pub(crate) fn emit_conv(
     let win_off = alloc.alloc(kt_count * win * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, win_slot, bias_slot) = (
-        Slot { offset: w_off },
-        Slot { offset: win_off },
-        Slot { offset: bias_off },
-    );
+    let (w_slot, win_slot) = (Slot { offset: w_off }, Slot { offset: win_off });
     let out_bufs = OutBufs {
         dev: out_dev,
         out_off,
@@ -398,22 +394,7 @@ pub(crate) fn emit_conv(
             );
             e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
         }
-        if let Some((bname, _)) = &c.bias {
-            for mt in 0..mt_count {
-                let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
-                let src = AccessPattern::hbm(
-                    bname,
-                    in_dev,
-                    (g * c.cout_g + m0) as u64,
-                    msz,
-                    1,
-                    vec![[1, 1]],
-                );
-                let dst =
-                    AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]]);
-                e.push(Engine::Dma, dma(dst, src), &[], &[bias_slot]);
-            }
-        }
+        load_bias(e, c, g, in_dev, &out_bufs);
         for n in 0..c.batch {
             for od in 0..dd.o {
                 for oh0 in (0..dh.o).step_by(r) {
@@ -583,6 +564,37 @@ struct OutTile {
     cc: usize,
 }
 
+/// Loads group `g`'s bias (if any) as fp32 columns, one per M tile, for [`store_out_tile`].
+fn load_bias(e: &mut Emitter, c: &Conv, g: usize, in_dev: DType, bufs: &OutBufs) {
+    let Some((bname, _)) = &c.bias else { return };
+    for mt in 0..c.cout_g.div_ceil(TILE_M) {
+        let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
+        let src = AccessPattern::hbm(
+            bname,
+            in_dev,
+            (g * c.cout_g + m0) as u64,
+            msz,
+            1,
+            vec![[1, 1]],
+        );
+        let dst = AccessPattern::sbuf(
+            DType::F32,
+            0,
+            msz,
+            bufs.bias_off + mt as u64 * 4,
+            vec![[1, 1]],
+        );
+        e.push(
+            Engine::Dma,
+            dma(dst, src),
+            &[],
+            &[Slot {
+                offset: bufs.bias_off,
+            }],
+        );
+    }
+}
+
 /// Evacuates an output tile's PSUM accumulator: VectorE copies it to SBUF with the cast to the
 /// output dtype (adding the bias column on the way when there is one), then one DMA writes it
 /// to its place in the HBM output.
@@ -690,11 +702,7 @@ fn emit_im2col(
     let col_off = alloc.alloc(kt_count * TILE_N * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, col_slot, bias_slot) = (
-        Slot { offset: w_off },
-        Slot { offset: col_off },
-        Slot { offset: bias_off },
-    );
+    let (w_slot, col_slot) = (Slot { offset: w_off }, Slot { offset: col_off });
     let out_bufs = OutBufs {
         dev: out_dev,
         out_off,
@@ -740,22 +748,7 @@ fn emit_im2col(
                 e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
             }
         }
-        if let Some((bname, _)) = &c.bias {
-            for mt in 0..mt_count {
-                let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
-                let src = AccessPattern::hbm(
-                    bname,
-                    in_dev,
-                    (g * c.cout_g + m0) as u64,
-                    msz,
-                    1,
-                    vec![[1, 1]],
-                );
-                let dst =
-                    AccessPattern::sbuf(DType::F32, 0, msz, bias_off + mt as u64 * 4, vec![[1, 1]]);
-                e.push(Engine::Dma, dma(dst, src), &[], &[bias_slot]);
-            }
-        }
+        load_bias(e, c, g, in_dev, &out_bufs);
         for n in 0..c.batch {
             for od in 0..dd.o {
                 for oh0 in (0..dh.o).step_by(r) {
