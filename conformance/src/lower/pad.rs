@@ -347,36 +347,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     Ok(Lowered::new(e.finish()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn expand(segs: &[Seg]) -> Vec<Option<i64>> {
-        segs.iter()
-            .flat_map(|s| (0..s.len).map(move |k| s.src.map(|(a, st)| a + k * st)))
-            .collect()
-    }
-
-    #[test]
-    fn segments_follow_the_index_maps() {
-        for (mode, out, lo, w) in [
-            (Mode::Reflect, 13, 2, 8),
-            (Mode::Reflect, 15, 7, 8),
-            (Mode::Replicate, 5, -4, 4),
-            (Mode::Replicate, 9, 3, 6),
-            (Mode::Constant(0.0), 4, -1, 4),
-            (Mode::Constant(0.0), 6, 1, 0),
-        ] {
-            let want: Vec<_> = (0..out).map(|o| map_index(mode, o, lo, w)).collect();
-            assert_eq!(
-                expand(&segments(mode, out, lo, w)),
-                want,
-                "{mode:?} {out} {lo} {w}"
-            );
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // upsample_nearest2d.vec
 
@@ -890,4 +860,34 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(segs: &[Seg]) -> Vec<Option<i64>> {
+        segs.iter()
+            .flat_map(|s| (0..s.len).map(move |k| s.src.map(|(a, st)| a + k * st)))
+            .collect()
+    }
+
+    #[test]
+    fn segments_follow_the_index_maps() {
+        for (mode, out, lo, w) in [
+            (Mode::Reflect, 13, 2, 8),
+            (Mode::Reflect, 15, 7, 8),
+            (Mode::Replicate, 5, -4, 4),
+            (Mode::Replicate, 9, 3, 6),
+            (Mode::Constant(0.0), 4, -1, 4),
+            (Mode::Constant(0.0), 6, 1, 0),
+        ] {
+            let want: Vec<_> = (0..out).map(|o| map_index(mode, o, lo, w)).collect();
+            assert_eq!(
+                expand(&segments(mode, out, lo, w)),
+                want,
+                "{mode:?} {out} {lo} {w}"
+            );
+        }
+    }
 }

@@ -31,10 +31,9 @@ pub fn eval(func: ActFunc, x: f32) -> f32 {
         ActFunc::Copy => return x,
         ActFunc::Square => v * v,
         ActFunc::Sigmoid => sigmoid(v),
+        // NaN passes through, as in the activation functions built from exp/erf (NaN in, NaN out).
         ActFunc::Relu => {
-            if v > 0.0 {
-                v
-            } else if v.is_nan() {
+            if v > 0.0 || v.is_nan() {
                 v
             } else {
                 0.0
