@@ -285,9 +285,7 @@ struct TileSlot {
 impl TileSlot {
     fn new(alloc: &mut SbufAllocator, dtype: DType, elems: usize) -> Result<TileSlot, LowerError> {
         Ok(TileSlot {
-            slot: Slot {
-                offset: alloc.alloc(elems * dtype.size())?,
-            },
+            slot: alloc.slot(elems * dtype.size())?,
             dtype,
         })
     }
@@ -515,9 +513,7 @@ fn emit(
     let parts = target.partitions;
     let const_slot = |alloc: &mut SbufAllocator, dtype: DType| -> Result<TileSlot, LowerError> {
         Ok(TileSlot {
-            slot: Slot {
-                offset: alloc.alloc(dtype.size())?,
-            },
+            slot: alloc.slot(dtype.size())?,
             dtype,
         })
     };
@@ -859,7 +855,6 @@ mod tests {
     use crate::case::{JsonFloat, OpCall};
     use TorchDType::*;
     use std::collections::BTreeMap;
-
 
     struct Call {
         op: &'static str,

@@ -331,31 +331,21 @@ pub(super) fn build<C>(
 
     let mut alloc = SbufAllocator::new(&target);
     let consts: Vec<Slot> = (0..CONSTS)
-        .map(|_| {
-            Ok(Slot {
-                offset: alloc.alloc(4)?,
-            })
-        })
+        .map(|_| Ok(alloc.slot(4)?))
         .collect::<Result<_, LowerError>>()?;
     let loads: Vec<T> = k
         .inputs
         .iter()
         .map(|i| {
             Ok(T {
-                slot: Slot {
-                    offset: alloc.alloc(EW_FREE * i.load.size())?,
-                },
+                slot: alloc.slot(EW_FREE * i.load.size())?,
                 dtype: i.load,
                 konst: false,
             })
         })
         .collect::<Result<_, LowerError>>()?;
     let scratch: Vec<Slot> = (0..SCRATCH)
-        .map(|_| {
-            Ok(Slot {
-                offset: alloc.alloc(EW_FREE * 4)?,
-            })
-        })
+        .map(|_| Ok(alloc.slot(EW_FREE * 4)?))
         .collect::<Result<_, LowerError>>()?;
 
     let mut e = Emitter::new(program);

@@ -97,9 +97,7 @@ impl Builder {
 
     fn buf(&mut self, dtype: DType) -> Result<Buf, LowerError> {
         Ok(Buf {
-            slot: Slot {
-                offset: self.alloc.alloc(MAX_FREE * 4)?,
-            },
+            slot: self.alloc.slot(MAX_FREE * 4)?,
             dtype,
         })
     }
@@ -925,9 +923,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     let bits = 31 - (usize::BITS - (n - 1).leading_zeros());
     let pad = i32::MAX as f64;
     let alloc_n = |b: &mut Builder, dtype: DType, elems: usize| -> Result<Slot, LowerError> {
-        Ok(Slot {
-            offset: b.alloc.alloc(elems * dtype.size())?,
-        })
+        Ok(b.alloc.slot(elems * dtype.size())?)
     };
     let r = alloc_n(&mut b, DType::U32, f)?;
     let j = alloc_n(&mut b, DType::I32, f)?;
@@ -1164,7 +1160,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-
     struct Call {
         op: &'static str,
         call: OpCall,
@@ -1242,7 +1237,10 @@ mod tests {
             "_to_copy",
             vec![Value::Tensor("input.0".into())],
             &[("dtype", Value::Dtype(to.name().into()))],
-            &[("input.0", TensorMeta::contiguous(from, &[n])), ("output.0", TensorMeta::contiguous(to, &[n]))],
+            &[
+                ("input.0", TensorMeta::contiguous(from, &[n])),
+                ("output.0", TensorMeta::contiguous(to, &[n])),
+            ],
         );
         ints(&c.run(&[("input.0", input)])["output.0"])
     }

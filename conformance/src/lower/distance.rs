@@ -302,11 +302,7 @@ fn emit_direct(
     let t = target.params();
     let parts = t.partitions;
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = |elems: usize| -> Result<Slot, LowerError> {
-        Ok(Slot {
-            offset: alloc.alloc(elems.max(1) * 4)?,
-        })
-    };
+    let mut slot = |elems: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(elems.max(1) * 4)?) };
     let (r1, r2, m) = (d.r1, d.r2, d.m);
     // Column chunk `kc` of the features, and `jc` rows of x2 per block: `jc·kc ≤ DIRECT_BLOCK`.
     let kc_max = m.clamp(1, DIRECT_BLOCK);
@@ -548,11 +544,7 @@ fn emit_euclidean_matmul(
 ) -> Result<(), LowerError> {
     let t = target.params();
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = |elems: usize| -> Result<Slot, LowerError> {
-        Ok(Slot {
-            offset: alloc.alloc(elems * 4)?,
-        })
-    };
+    let mut slot = |elems: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(elems * 4)?) };
     let (r1, r2, m) = (d.r1, d.r2, d.m);
     let k_tiles = m.div_ceil(TILE_K);
     // Per K tile: x1ᵀ (then −2·x1ᵀ) and its square; x2ᵀ and its square.

@@ -1246,7 +1246,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-
     /// An `_embedding_bag` call on `weight [V, D]`, `indices [N]`, `offsets [O]` (int64).
     struct Bag {
         call: OpCall,
@@ -1274,10 +1273,16 @@ mod tests {
                 ("input.0", TensorMeta::contiguous(TorchDType::F32, &[v, d])),
                 ("input.1", TensorMeta::contiguous(TorchDType::I64, &[n])),
                 ("input.2", TensorMeta::contiguous(TorchDType::I64, &[o])),
-                ("output.0", TensorMeta::contiguous(TorchDType::F32, &[bags, d])),
+                (
+                    "output.0",
+                    TensorMeta::contiguous(TorchDType::F32, &[bags, d]),
+                ),
                 ("output.1", TensorMeta::contiguous(TorchDType::I64, &[n])),
                 ("output.2", TensorMeta::contiguous(TorchDType::I64, &[bags])),
-                ("output.3", TensorMeta::contiguous(TorchDType::I64, &max_indices)),
+                (
+                    "output.3",
+                    TensorMeta::contiguous(TorchDType::I64, &max_indices),
+                ),
             ];
             let t = |n: &str| Value::Tensor(n.into());
             let args = vec![
@@ -1341,8 +1346,10 @@ mod tests {
         );
         bag.call.args[4] = Value::Int(MODE_MEAN);
         bag.call.args[6] = Value::Tensor("input.6".into());
-        bag.tensors
-            .insert("input.6".into(), TensorMeta::contiguous(TorchDType::F32, &[3]));
+        bag.tensors.insert(
+            "input.6".into(),
+            TensorMeta::contiguous(TorchDType::F32, &[3]),
+        );
         assert!(
             matches!(
                 lower(&bag.req(), TargetName::Trn1),
@@ -1351,8 +1358,10 @@ mod tests {
             "per_sample_weights with mean"
         );
         let mut bag = Bag::new(4, 2, 6, 2, MODE_SUM, false, -1);
-        bag.tensors
-            .insert("input.1".into(), TensorMeta::contiguous(TorchDType::I64, &[2, 3]));
+        bag.tensors.insert(
+            "input.1".into(),
+            TensorMeta::contiguous(TorchDType::I64, &[2, 3]),
+        );
         assert!(
             matches!(
                 lower(&bag.req(), TargetName::Trn1),
@@ -1361,8 +1370,10 @@ mod tests {
             "2-D indices"
         );
         let mut bag = Bag::new(4, 2, 3, 2, MODE_SUM, false, -1);
-        bag.tensors
-            .insert("input.0".into(), TensorMeta::contiguous(TorchDType::I64, &[4, 2]));
+        bag.tensors.insert(
+            "input.0".into(),
+            TensorMeta::contiguous(TorchDType::I64, &[4, 2]),
+        );
         assert!(
             matches!(
                 lower(&bag.req(), TargetName::Trn1),

@@ -892,7 +892,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::HostTensor;
 
-
     /// Lowers `op(input.0, dims, norm, last)` with the given input and output metadata.
     fn lower_call(
         op: &str,
@@ -1008,7 +1007,10 @@ mod tests {
             )),
             "length 4096"
         );
-        let (z, w) = (TensorMeta::contiguous(TorchDType::C64, &[5]), TensorMeta::contiguous(TorchDType::F32, &[8]));
+        let (z, w) = (
+            TensorMeta::contiguous(TorchDType::C64, &[5]),
+            TensorMeta::contiguous(TorchDType::F32, &[8]),
+        );
         assert!(
             invalid(lower_call(
                 "_fft_c2r",

@@ -785,7 +785,6 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-
     /// `grid_sampler_2d(input, grid, mode, padding, align)` with the given metadata.
     fn lower_call(
         metas: [(TorchDType, &[usize]); 3],

@@ -424,15 +424,9 @@ impl<'r, 'a> B<'r, 'a> {
                 .req
                 .unsupported(format!("row shape {:?} does not fit the tiling", sp.s)));
         }
-        let a = Slot {
-            offset: self.alloc.alloc(f * 4)?,
-        };
-        let b = Slot {
-            offset: self.alloc.alloc(f * 4)?,
-        };
-        let c = Slot {
-            offset: self.alloc.alloc(f * 4)?,
-        };
+        let a = self.alloc.slot(f * 4)?;
+        let b = self.alloc.slot(f * 4)?;
+        let c = self.alloc.slot(f * 4)?;
         Ok((a, b, c))
     }
 
@@ -900,21 +894,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let mst = broadcast_strides(&ms, &xs1);
             let mfree: Vec<[i64; 2]> = xs1.iter().zip(&mst).map(|(&n, &k)| [k, n as i64]).collect();
             let n = on;
-            let m = Slot {
-                offset: b.alloc.alloc(n * 4)?,
-            };
-            let ones = Slot {
-                offset: b.alloc.alloc(n * 4)?,
-            };
-            let cs = Slot {
-                offset: b.alloc.alloc(n * 4)?,
-            };
-            let w = Slot {
-                offset: b.alloc.alloc(n * 4)?,
-            };
-            let ix = Slot {
-                offset: b.alloc.alloc(n * 4)?,
-            };
+            let m = b.alloc.slot(n * 4)?;
+            let ones = b.alloc.slot(n * 4)?;
+            let cs = b.alloc.slot(n * 4)?;
+            let w = b.alloc.slot(n * 4)?;
+            let ix = b.alloc.slot(n * 4)?;
             let m_ap = sb(DType::I32, 1, m.offset, n);
             let mh = AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree);
             b.e.push(Engine::Dma, dma(m_ap.clone(), mh), &[], &[m]);
@@ -1165,18 +1149,10 @@ fn index_put_mask(
         .map(|(&st, &n)| [st, n as i64])
         .collect::<Vec<_>>();
     let n = on;
-    let m = Slot {
-        offset: b.alloc.alloc(n * 4)?,
-    };
-    let vo = Slot {
-        offset: b.alloc.alloc(n * 4)?,
-    };
-    let w = Slot {
-        offset: b.alloc.alloc(n * 4)?,
-    };
-    let ix = Slot {
-        offset: b.alloc.alloc(n * 4)?,
-    };
+    let m = b.alloc.slot(n * 4)?;
+    let vo = b.alloc.slot(n * 4)?;
+    let w = b.alloc.slot(n * 4)?;
+    let ix = b.alloc.slot(n * 4)?;
     let f = |dt: DType, s: Slot| sb(dt, 1, s.offset, n);
     let mut mfree: Vec<[i64; 2]> = contiguous_strides(&ms)
         .iter()
@@ -1476,11 +1452,7 @@ fn scatter_reduce_select(
     let (kx, k) = (xs[d], is[d]);
     let kc = (SELECT_FREE / l - 1).min(k).max(1);
     let counting = reduce == Reduce::Mean || !include_self;
-    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
-        Ok(Slot {
-            offset: b.alloc.alloc(bytes)?,
-        })
-    };
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(b.alloc.slot(bytes)?) };
     let pos = slot(4)?;
     let it = slot(l * kc * 4)?;
     let iw = slot(l * kc * 4)?;
@@ -1900,12 +1872,8 @@ impl B<'_, '_> {
         odt: DType,
     ) -> Result<(), LowerError> {
         let cols = 2048usize;
-        let v = Slot {
-            offset: self.alloc.alloc(cols * 4)?,
-        };
-        let m = Slot {
-            offset: self.alloc.alloc(cols * odt.size())?,
-        };
+        let v = self.alloc.slot(cols * 4)?;
+        let m = self.alloc.slot(cols * odt.size())?;
         let mut done = 0usize;
         while done < n {
             let rest = n - done;
@@ -2010,12 +1978,8 @@ impl B<'_, '_> {
         let scaled = self.new_scratch(DType::F32, n_idx * dcols);
         let (acc, tmp, w) = self.bufs(&per_index)?;
         let cols = dcols.min(4096);
-        let cnt = Slot {
-            offset: self.alloc.alloc(4)?,
-        };
-        let gt = Slot {
-            offset: self.alloc.alloc(cols * 4)?,
-        };
+        let cnt = self.alloc.slot(4)?;
+        let gt = self.alloc.slot(cols * 4)?;
         let mut p0 = 0;
         while p0 < n_idx {
             let pc = (n_idx - p0).min(128);
@@ -2130,11 +2094,7 @@ fn index_bool_mask(
     }
     const CHUNK: usize = 8192;
     let ch = nm.min(CHUNK);
-    let mut slot = |bytes: usize| -> Result<Slot, LowerError> {
-        Ok(Slot {
-            offset: b.alloc.alloc(bytes)?,
-        })
-    };
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(b.alloc.slot(bytes)?) };
     let (m, ones, cs, w, ix, carry) = (
         slot(ch * 4)?,
         slot(ch * 4)?,

@@ -395,6 +395,13 @@ impl SbufAllocator {
         Ok(offset)
     }
 
+    /// Reserves `bytes` per partition as a dependency-tracked [`Slot`].
+    pub fn slot(&mut self, bytes: usize) -> Result<Slot, LowerError> {
+        Ok(Slot {
+            offset: self.alloc(bytes)?,
+        })
+    }
+
     pub fn used(&self) -> u64 {
         self.next
     }
@@ -477,9 +484,7 @@ pub struct Buf {
 impl Buf {
     pub fn new(alloc: &mut SbufAllocator, dtype: DType, cols: usize) -> Result<Buf, LowerError> {
         Ok(Buf {
-            slot: Slot {
-                offset: alloc.alloc(cols.max(1) * dtype.size())?,
-            },
+            slot: alloc.slot(cols.max(1) * dtype.size())?,
             dtype,
             cols,
         })

@@ -937,40 +937,24 @@ pub fn emit(
         Reg::M(_) => DType::U8,
     };
     let mut slots = std::collections::HashMap::new();
-    slots.insert(
-        Reg::X,
-        Slot {
-            offset: alloc.alloc(MAX_FREE * x_dtype.size())?,
-        },
-    );
-    slots.insert(
-        Reg::Out,
-        Slot {
-            offset: alloc.alloc(MAX_FREE * out_dev.size())?,
-        },
-    );
+    slots.insert(Reg::X, alloc.slot(MAX_FREE * x_dtype.size())?);
+    slots.insert(Reg::Out, alloc.slot(MAX_FREE * out_dev.size())?);
     // Scratch and mask tiles share SBUF by live range (`Kernel::tile_slots`).
     let (tile_of, n_tiles) = kernel.tile_slots();
     let mut scratch = Vec::new();
     for _ in 0..n_tiles.0 {
-        scratch.push(Slot {
-            offset: alloc.alloc(MAX_FREE * DType::F32.size())?,
-        });
+        scratch.push(alloc.slot(MAX_FREE * DType::F32.size())?);
     }
     let mut masks = Vec::new();
     for _ in 0..n_tiles.1 {
-        masks.push(Slot {
-            offset: alloc.alloc(MAX_FREE * DType::U8.size())?,
-        });
+        masks.push(alloc.slot(MAX_FREE * DType::U8.size())?);
     }
     for &r in &regs {
         if slots.contains_key(&r) {
             continue;
         }
         let slot = match r {
-            Reg::K(_) => Slot {
-                offset: alloc.alloc(DType::F32.size())?,
-            },
+            Reg::K(_) => alloc.slot(DType::F32.size())?,
             Reg::T(_) => scratch[tile_of[&r]],
             Reg::M(_) => masks[tile_of[&r]],
             Reg::X | Reg::Out => unreachable!("allocated above"),
