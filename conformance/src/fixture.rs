@@ -127,9 +127,16 @@ impl CaseBuilder {
             .tensors
             .iter()
             .map(|(name, t)| {
-                let (dtype, shape) = self.meta_overrides.get(name).cloned().unwrap_or((t.dtype, t.shape.clone()));
+                let (dtype, shape) = self
+                    .meta_overrides
+                    .get(name)
+                    .cloned()
+                    .unwrap_or((t.dtype, t.shape.clone()));
                 let strides = crate::tensor::contiguous_strides(&shape);
-                (name.clone(), serde_json::json!({"dtype": dtype, "shape": shape, "strides": strides}))
+                (
+                    name.clone(),
+                    serde_json::json!({"dtype": dtype, "shape": shape, "strides": strides}),
+                )
             })
             .collect();
         serde_json::json!({

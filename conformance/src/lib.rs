@@ -71,8 +71,11 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), listed.len(), "an op is listed twice");
-        let want: Vec<&str> =
-            ops::core_ops().iter().map(|o| o.name.as_str()).filter(|o| !lower::is_lowered(o)).collect();
+        let want: Vec<&str> = ops::core_ops()
+            .iter()
+            .map(|o| o.name.as_str())
+            .filter(|o| !lower::is_lowered(o))
+            .collect();
         assert_eq!(sorted, want, "run `cargo run -p trnconf -- sync-expectations`");
     }
 }

@@ -26,8 +26,7 @@ fn core_list() -> &'static [CoreOp] {
     LIST.get_or_init(|| {
         // The file is part of the crate: failing to parse it is a build defect, caught by the
         // unit test below, not bad user input.
-        let parsed: CoreList =
-            serde_json::from_str(CORE_ATEN_JSON).expect("embedded core op list parses");
+        let parsed: CoreList = serde_json::from_str(CORE_ATEN_JSON).expect("embedded core op list parses");
         let mut ops: Vec<CoreOp> = parsed
             .groups
             .into_iter()
@@ -51,9 +50,7 @@ pub fn core_ops() -> &'static [CoreOp] {
 
 /// Whether `name` is one of the core overloads (`add.Tensor`, `relu`, ...).
 pub fn is_core_op(name: &str) -> bool {
-    core_list()
-        .binary_search_by(|o| o.name.as_str().cmp(name))
-        .is_ok()
+    core_list().binary_search_by(|o| o.name.as_str().cmp(name)).is_ok()
 }
 
 /// The family an op is grouped under (`binary`, `reduction`, ...).

@@ -66,7 +66,10 @@ struct Raw {
 }
 
 fn raw(outcome: Outcome, message: impl Into<String>) -> Raw {
-    Raw { outcome, message: message.into() }
+    Raw {
+        outcome,
+        message: message.into(),
+    }
 }
 
 /// Runs one case of `index`.
@@ -163,7 +166,10 @@ fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResul
     };
     result.backends = compare_backends(case, &lowered, &run.backends);
     result.instructions = run.instructions.clone();
-    let mut actual = ActualOutputs { values: lowered.values.clone(), ..Default::default() };
+    let mut actual = ActualOutputs {
+        values: lowered.values.clone(),
+        ..Default::default()
+    };
     match host_outputs(case, &lowered.program, &run.outputs) {
         Ok(d) => {
             actual.tensors = d.tensors;
@@ -185,7 +191,11 @@ fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResul
     }
     let cmp = compare::compare_case(case, &actual);
     result.metrics = cmp.outputs;
-    Ok(if cmp.passed { raw(Outcome::Pass, "") } else { raw(Outcome::Fail, cmp.message) })
+    Ok(if cmp.passed {
+        raw(Outcome::Pass, "")
+    } else {
+        raw(Outcome::Fail, cmp.message)
+    })
 }
 
 /// One backend of a multi-backend run (nki mode: `sim`, `nki_standin`, `simulate_kernel`,
@@ -218,18 +228,32 @@ fn compare_backends(
             let same_bits_as_sim = sim.is_some_and(|s| s == outputs);
             let (status, max_ulp, message) = match host_outputs(case, &lowered.program, outputs) {
                 Ok(d) => {
-                    let mut actual = ActualOutputs { values: lowered.values.clone(), ..Default::default() };
+                    let mut actual = ActualOutputs {
+                        values: lowered.values.clone(),
+                        ..Default::default()
+                    };
                     actual.tensors = d.tensors;
                     actual.values.extend(d.values);
                     // A determinism check needs a second run; the backends are compared on values.
                     let cmp = compare::compare_case(case, &actual);
-                    let ulp = cmp.outputs.iter().filter(|m| m.kind == compare::CompareKind::Values).map(|m| m.max_ulp).max();
+                    let ulp = cmp
+                        .outputs
+                        .iter()
+                        .filter(|m| m.kind == compare::CompareKind::Values)
+                        .map(|m| m.max_ulp)
+                        .max();
                     let status = if cmp.passed { "pass" } else { "fail" };
                     (status, ulp, cmp.message.lines().next().unwrap_or("").to_string())
                 }
                 Err(e) => ("error", None, e),
             };
-            BackendResult { name: name.clone(), status: status.into(), max_ulp, same_bits_as_sim, message }
+            BackendResult {
+                name: name.clone(),
+                status: status.into(),
+                max_ulp,
+                same_bits_as_sim,
+                message,
+            }
         })
         .collect()
 }
@@ -249,19 +273,32 @@ fn case_level_outcome(
         Err(f) if f.kind == FailureKind::Unsupported => return Err(format!("unsupported: {}", f.message)),
         Err(f) => return Ok(raw(Outcome::Error, format!("{file}: {f}"))),
     };
-    let mut actual = ActualOutputs { tensors: out.tensors, values: out.values, rerun: None };
+    let mut actual = ActualOutputs {
+        tensors: out.tensors,
+        values: out.values,
+        rerun: None,
+    };
     if let crate::case::Check::Properties { props } = &case.check
         && props.deterministic == Some(true)
     {
         match executor.run_case(case) {
             Some(Ok(o)) => actual.rerun = Some(o.tensors),
             Some(Err(f)) => return Ok(raw(Outcome::Error, format!("{file}: second run: {f}"))),
-            None => return Ok(raw(Outcome::Error, format!("{file}: second run: executor stopped running cases"))),
+            None => {
+                return Ok(raw(
+                    Outcome::Error,
+                    format!("{file}: second run: executor stopped running cases"),
+                ));
+            }
         }
     }
     let cmp = compare::compare_case(case, &actual);
     result.metrics = cmp.outputs;
-    Ok(if cmp.passed { raw(Outcome::Pass, "") } else { raw(Outcome::Fail, cmp.message) })
+    Ok(if cmp.passed {
+        raw(Outcome::Pass, "")
+    } else {
+        raw(Outcome::Fail, cmp.message)
+    })
 }
 
 /// A compute op must make the engines compute: a program of only DMAs would mean the result was
@@ -269,12 +306,18 @@ fn case_level_outcome(
 /// run nothing, and shape ops, which must still move their data with DMA; and programs whose
 /// outputs are all empty (there is nothing to compute).
 pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> {
-    let outputs_empty =
-        program.hbm.iter().filter(|d| d.role == HbmRole::Output).all(|d| d.shape.iter().product::<usize>() == 0);
+    let outputs_empty = program
+        .hbm
+        .iter()
+        .filter(|d| d.role == HbmRole::Output)
+        .all(|d| d.shape.iter().product::<usize>() == 0);
     if ops::NO_COMPUTE_WORK_OPS.contains(&case.op.as_str()) {
         let moves_data = program.instructions.iter().any(|i| i.engine == trnsim::Engine::Dma);
         if ops::family_of(&case.op) == Some("shape") && !outputs_empty && !moves_data {
-            return Err(format!("no data movement: the program for `{}` runs no DMA instruction", case.op));
+            return Err(format!(
+                "no data movement: the program for `{}` runs no DMA instruction",
+                case.op
+            ));
         }
         return Ok(());
     }
@@ -297,7 +340,11 @@ pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> 
 /// bytes, as F32 of shape `[..., 2]` (re, im) — which is not a conversion.
 pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, String> {
     if t.dtype == TorchDType::C64 && dtype == DType::F32 {
-        return Ok(HostTensor { dtype, shape: lower::complex_real_view_shape(&t.shape), data: t.data.clone() });
+        return Ok(HostTensor {
+            dtype,
+            shape: lower::complex_real_view_shape(&t.shape),
+            data: t.data.clone(),
+        });
     }
     if t.dtype == TorchDType::I64 && dtype == DType::I32 {
         let n = t.numel();
@@ -317,10 +364,18 @@ pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, Str
                 format_index(&unravel(i, &t.shape))
             ));
         }
-        return Ok(HostTensor { dtype, shape: t.shape.clone(), data });
+        return Ok(HostTensor {
+            dtype,
+            shape: t.shape.clone(),
+            data,
+        });
     }
     match t.dtype.device_dtype() {
-        Some(d) if d == dtype => Ok(HostTensor { dtype, shape: t.shape.clone(), data: t.data.clone() }),
+        Some(d) if d == dtype => Ok(HostTensor {
+            dtype,
+            shape: t.shape.clone(),
+            data: t.data.clone(),
+        }),
         _ => Err(format!(
             "`{name}` is {} in the case; the program declares it {dtype}, and only int64 → int32 is converted at the boundary",
             t.dtype
@@ -356,7 +411,12 @@ pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Ten
         .ok_or_else(|| format!("output `{name}` is {}, which PyTorch has no dtype for", h.dtype))?;
     let t = Tensor::new(dtype, h.shape.clone(), h.data.clone());
     if !t.is_consistent() {
-        return Err(format!("output `{name}` has {} bytes for {:?} {}", h.data.len(), h.shape, h.dtype));
+        return Err(format!(
+            "output `{name}` has {} bytes for {:?} {}",
+            h.data.len(),
+            h.shape,
+            h.dtype
+        ));
     }
     Ok(t)
 }
@@ -368,10 +428,16 @@ fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, Host
             .tensors
             .get(&decl.name)
             .ok_or_else(|| format!("the program reads `{}`, which the case does not have", decl.name))?;
-        let device_shape =
-            if t.dtype.is_complex() { lower::complex_real_view_shape(&t.shape) } else { t.shape.clone() };
+        let device_shape = if t.dtype.is_complex() {
+            lower::complex_real_view_shape(&t.shape)
+        } else {
+            t.shape.clone()
+        };
         if device_shape != decl.shape {
-            return Err(format!("`{}` is {:?} in the case, the program declares {:?}", decl.name, device_shape, decl.shape));
+            return Err(format!(
+                "`{}` is {:?} in the case, the program declares {:?}",
+                decl.name, device_shape, decl.shape
+            ));
         }
         inputs.insert(decl.name.clone(), to_device(&decl.name, t, decl.dtype)?);
     }
@@ -385,13 +451,19 @@ fn host_outputs(
 ) -> Result<DeviceOutputs, String> {
     let mut out = DeviceOutputs::default();
     for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Output) {
-        let h = outputs.get(&decl.name).ok_or_else(|| format!("the executor returned no `{}`", decl.name))?;
+        let h = outputs
+            .get(&decl.name)
+            .ok_or_else(|| format!("the executor returned no `{}`", decl.name))?;
         if let Some(meta) = case.tensor_meta.get(&decl.name) {
-            out.tensors.insert(decl.name.clone(), from_device(&decl.name, h, meta.dtype)?);
+            out.tensors
+                .insert(decl.name.clone(), from_device(&decl.name, h, meta.dtype)?);
         } else if let Some((pos, expected)) = scalar_output(case, &decl.name) {
             out.values.insert(pos, scalar_from_device(&decl.name, h, expected)?);
         } else {
-            return Err(format!("the program writes `{}`, which is not an output of the case", decl.name));
+            return Err(format!(
+                "the program writes `{}`, which is not an output of the case",
+                decl.name
+            ));
         }
     }
     Ok(out)
@@ -416,7 +488,10 @@ fn scalar_output<'a>(case: &'a Case, name: &str) -> Option<(usize, &'a Value)> {
 /// output is (an int32 is widened to int64 here, the way `to_device` narrowed it).
 fn scalar_from_device(name: &str, h: &HostTensor, expected: &Value) -> Result<Value, String> {
     if h.num_elems() != 1 {
-        return Err(format!("`{name}` stands for a scalar but has {} elements", h.num_elems()));
+        return Err(format!(
+            "`{name}` stands for a scalar but has {} elements",
+            h.num_elems()
+        ));
     }
     let bits = h.bits()[0];
     Ok(match expected {
@@ -445,7 +520,10 @@ pub struct Summary {
 
 impl Summary {
     pub fn of(results: &[CaseResult]) -> Summary {
-        let mut s = Summary { total: results.len(), ..Default::default() };
+        let mut s = Summary {
+            total: results.len(),
+            ..Default::default()
+        };
         for r in results {
             match r.status {
                 Status::Pass => s.passed += 1,
@@ -467,7 +545,11 @@ impl Summary {
 
 /// Whether a case id matches a filter: a glob when it has `*`/`?`, else a substring.
 pub fn filter_matches(filter: &str, id: &str) -> bool {
-    if filter.contains(['*', '?']) { expect::glob_match(filter, id) } else { id.contains(filter) }
+    if filter.contains(['*', '?']) {
+        expect::glob_match(filter, id)
+    } else {
+        id.contains(filter)
+    }
 }
 
 /// Runs the selected cases of an index on `threads` threads; results in index order.
@@ -493,7 +575,10 @@ pub fn run_cases(
             });
         }
     });
-    slots.into_iter().filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner())).collect()
+    slots
+        .into_iter()
+        .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect()
 }
 
 /// Runs the selected cases on a rayon pool of `jobs` threads, calling `on_result` as each case
@@ -555,7 +640,13 @@ mod tests {
         write_golden(dir, cases);
         let index = GoldenIndex::load(dir).unwrap();
         let entries: Vec<&IndexEntry> = index.cases.iter().collect();
-        run_cases(&index, &entries, expectations, &SimExecutor::new(trnsim::TargetName::Trn1), 2)
+        run_cases(
+            &index,
+            &entries,
+            expectations,
+            &SimExecutor::new(trnsim::TargetName::Trn1),
+            2,
+        )
     }
 
     #[test]
@@ -573,8 +664,15 @@ mod tests {
         let h = to_device("input.0", &c, DType::F32).unwrap();
         assert_eq!((h.shape.as_slice(), &h.data), (&[2, 2][..], &c.data));
         assert_eq!(from_device("o", &h, C64).unwrap(), c);
-        let flat = HostTensor { dtype: DType::F32, shape: vec![4], data: c.data.clone() };
-        assert!(from_device("o", &flat, C64).is_err(), "a real view ends in an axis of 2");
+        let flat = HostTensor {
+            dtype: DType::F32,
+            shape: vec![4],
+            data: c.data.clone(),
+        };
+        assert!(
+            from_device("o", &flat, C64).is_err(),
+            "a real view ends in an axis of 2"
+        );
         // No other conversion.
         let f = Tensor::from_f64(F32, &[1], &[1.0]);
         assert!(to_device("x", &f, DType::Bf16).is_err());
@@ -583,15 +681,22 @@ mod tests {
 
     /// Some core op without a lowering (the registry grows; tests must not assume which).
     fn unlowered_op() -> Option<&'static str> {
-        ops::core_ops().iter().map(|o| o.name.as_str()).find(|o| !lower::is_lowered(o))
+        ops::core_ops()
+            .iter()
+            .map(|o| o.name.as_str())
+            .find(|o| !lower::is_lowered(o))
     }
 
     #[test]
     fn errors_are_per_case_and_the_run_goes_on() {
         let Some(op) = unlowered_op() else { return };
         let dir = TempDir::new("runner-errors");
-        let good = CaseBuilder::new(op, "f32", "hand", 0).input(F32, &[2], &[1.0, -1.0]).output(F32, &[2], &[1.0, 0.0]);
-        let also = CaseBuilder::new(op, "f32", "hand", 1).input(F32, &[2], &[1.0, -1.0]).output(F32, &[2], &[1.0, 0.0]);
+        let good = CaseBuilder::new(op, "f32", "hand", 0)
+            .input(F32, &[2], &[1.0, -1.0])
+            .output(F32, &[2], &[1.0, 0.0]);
+        let also = CaseBuilder::new(op, "f32", "hand", 1)
+            .input(F32, &[2], &[1.0, -1.0])
+            .output(F32, &[2], &[1.0, 0.0]);
         let bad_file = dir.path().join(also.rel_file());
         write_golden(dir.path(), &[good, also]);
         // Corrupt the second file.
@@ -615,7 +720,9 @@ mod tests {
     fn not_lowered_without_expectation_is_an_error() {
         let Some(op) = unlowered_op() else { return };
         let dir = TempDir::new("runner-notlowered");
-        let c = CaseBuilder::new(op, "f32", "hand", 0).input(F32, &[1], &[1.0]).output(F32, &[1], &[1.0]);
+        let c = CaseBuilder::new(op, "f32", "hand", 0)
+            .input(F32, &[1], &[1.0])
+            .output(F32, &[1], &[1.0]);
         let r = run_all(dir.path(), &[c], &Expectations::none());
         assert_eq!(r[0].status, Status::Error);
         assert!(r[0].message.contains("not lowered"), "{}", r[0].message);
@@ -629,7 +736,10 @@ mod tests {
             dtype: "f32".into(),
             file: "x".into(),
             schema: None,
-            call: crate::case::OpCall { args: vec![], kwargs: Default::default() },
+            call: crate::case::OpCall {
+                args: vec![],
+                kwargs: Default::default(),
+            },
             outputs: vec![Value::Tensor("output.0".into())],
             tensors: Default::default(),
             tensor_meta: Default::default(),
@@ -666,7 +776,10 @@ mod tests {
                 indirect: None,
             }),
         );
-        assert!(check_compute_work(&view, &moved).is_ok(), "a shape op that moves data with DMA is fine");
+        assert!(
+            check_compute_work(&view, &moved).is_ok(),
+            "a shape op that moves data with DMA is fine"
+        );
         let mut empty = Program::new(trnsim::TargetName::Trn1);
         empty.declare("output.0", DType::F32, &[0, 3], HbmRole::Output);
         assert!(check_compute_work(&case, &empty).is_ok(), "nothing to compute");

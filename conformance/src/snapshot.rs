@@ -33,12 +33,17 @@ pub fn two_digits(x: f64) -> String {
 /// One output's quantized summary.
 fn output_line(m: &OutputMetrics) -> String {
     let h = &m.ulp_hist;
-    let ulp: Vec<String> =
-        [("0", h.exact), ("1", h.one), ("2-4", h.two_to_four), ("5-16", h.five_to_sixteen), (">16", h.more)]
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(b, n)| format!("{b}:{n}"))
-            .collect();
+    let ulp: Vec<String> = [
+        ("0", h.exact),
+        ("1", h.one),
+        ("2-4", h.two_to_four),
+        ("5-16", h.five_to_sixteen),
+        (">16", h.more),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(b, n)| format!("{b}:{n}"))
+    .collect();
     let kind = match m.kind {
         CompareKind::Values => "values",
         CompareKind::Indices => "indices",
@@ -67,12 +72,17 @@ fn output_line(m: &OutputMetrics) -> String {
 /// One case's line: status, instructions per engine (non-zero only), outputs.
 pub fn case_line(r: &CaseResult) -> String {
     let c = &r.instructions;
-    let engines: Vec<String> =
-        [("tensor", c.tensor), ("vector", c.vector), ("scalar", c.scalar), ("gpsimd", c.gpsimd), ("dma", c.dma)]
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(e, n)| format!("{e}={n}"))
-            .collect();
+    let engines: Vec<String> = [
+        ("tensor", c.tensor),
+        ("vector", c.vector),
+        ("scalar", c.scalar),
+        ("gpsimd", c.gpsimd),
+        ("dma", c.dma),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(e, n)| format!("{e}={n}"))
+    .collect();
     let mut parts = vec![r.status.name().to_string(), engines.join(" ")];
     parts.extend(r.metrics.iter().map(output_line));
     parts.join(" | ")
@@ -80,8 +90,15 @@ pub fn case_line(r: &CaseResult) -> String {
 
 /// The snapshot of one op from its cases' results.
 pub fn op_snapshot(op: &str, results: &[CaseResult]) -> OpSnapshot {
-    let cases = results.iter().filter(|r| r.op == op).map(|r| (r.id.clone(), case_line(r))).collect();
-    OpSnapshot { op: op.to_string(), cases }
+    let cases = results
+        .iter()
+        .filter(|r| r.op == op)
+        .map(|r| (r.id.clone(), case_line(r)))
+        .collect();
+    OpSnapshot {
+        op: op.to_string(),
+        cases,
+    }
 }
 
 /// Ops that get a snapshot: those with a lowering (a not-lowered op has nothing to track).

@@ -105,7 +105,10 @@ impl TorchDType {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16 | TorchDType::F8E4m3fn | TorchDType::F8E5m2)
+        matches!(
+            self,
+            TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16 | TorchDType::F8E4m3fn | TorchDType::F8E5m2
+        )
     }
 
     pub fn is_complex(self) -> bool {
@@ -114,7 +117,10 @@ impl TorchDType {
 
     /// Integer types, not bool.
     pub fn is_int(self) -> bool {
-        matches!(self, TorchDType::I64 | TorchDType::I32 | TorchDType::I16 | TorchDType::I8 | TorchDType::U8)
+        matches!(
+            self,
+            TorchDType::I64 | TorchDType::I32 | TorchDType::I16 | TorchDType::I8 | TorchDType::U8
+        )
     }
 
     /// The safetensors dtype the golden format stores this dtype as.
@@ -194,7 +200,11 @@ impl Tensor {
 
     /// Number of scalar values: elements, or twice that for complex (real and imaginary parts).
     pub fn num_scalars(&self) -> usize {
-        if self.dtype.is_complex() { 2 * self.numel() } else { self.numel() }
+        if self.dtype.is_complex() {
+            2 * self.numel()
+        } else {
+            self.numel()
+        }
     }
 
     /// Whether the byte length matches dtype and shape.
@@ -268,7 +278,11 @@ impl Tensor {
                 TorchDType::Bool => data.push((v != 0.0) as u8),
             }
         }
-        Tensor { dtype, shape: shape.to_vec(), data }
+        Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        }
     }
 
     /// All scalars as f64.

@@ -32,7 +32,11 @@ fn stored(dtype: TorchDType, vals: &[f64]) -> Vec<f64> {
 fn bcast_index(out_idx: &[usize], shape: &[usize]) -> usize {
     let lead = out_idx.len() - shape.len();
     let strides = trnconf::tensor::contiguous_strides(shape);
-    shape.iter().enumerate().map(|(d, &s)| if s == 1 { 0 } else { out_idx[lead + d] * strides[d] }).sum()
+    shape
+        .iter()
+        .enumerate()
+        .map(|(d, &s)| if s == 1 { 0 } else { out_idx[lead + d] * strides[d] })
+        .sum()
 }
 
 #[derive(Clone, Copy)]
@@ -104,7 +108,10 @@ fn scalar_f64(v: &Value) -> f64 {
 fn build(spec: &Spec, n: usize) -> CaseBuilder {
     let ints = |d: TorchDType| !d.is_float();
     let (ad, ashape) = &spec.a;
-    let a_vals = stored(*ad, &values(ashape.iter().product(), 2 * n as u64 + 1, spec.range, ints(*ad)));
+    let a_vals = stored(
+        *ad,
+        &values(ashape.iter().product(), 2 * n as u64 + 1, spec.range, ints(*ad)),
+    );
     let mut c = CaseBuilder::new(spec.op_name, ad.name(), "hand", n).input(*ad, ashape, &a_vals);
     let (b_shape, b_vals): (Vec<usize>, Vec<f64>) = match &spec.b {
         Ok((bd, bshape)) => {
@@ -121,8 +128,11 @@ fn build(spec: &Spec, n: usize) -> CaseBuilder {
             (vec![], vec![scalar_f64(s)])
         }
     };
-    let a_vals: Vec<f64> =
-        if *ad == Bool { a_vals.iter().map(|x| (*x != 0.0) as i64 as f64).collect() } else { a_vals };
+    let a_vals: Vec<f64> = if *ad == Bool {
+        a_vals.iter().map(|x| (*x != 0.0) as i64 as f64).collect()
+    } else {
+        a_vals
+    };
     let alpha = spec.alpha.as_ref().map_or(1.0, scalar_f64);
     if let Some(a) = &spec.alpha {
         c = c.kwarg("alpha", a.clone());
@@ -131,7 +141,10 @@ fn build(spec: &Spec, n: usize) -> CaseBuilder {
     // operand of mul/div, which keeps its value.
     let keeps = matches!(spec.op, Op::Mul | Op::Div) && b_shape.is_empty() && !ashape.is_empty();
     let (a_vals, b_vals) = if spec.out.is_float() {
-        (stored(spec.out, &a_vals), if keeps { b_vals } else { stored(spec.out, &b_vals) })
+        (
+            stored(spec.out, &a_vals),
+            if keeps { b_vals } else { stored(spec.out, &b_vals) },
+        )
     } else {
         (a_vals, b_vals)
     };
@@ -154,7 +167,13 @@ fn run(specs: &[Spec]) -> Vec<CaseResult> {
     write_golden(dir.path(), &cases);
     let index = GoldenIndex::load(dir.path()).unwrap();
     let entries: Vec<_> = index.cases.iter().collect();
-    run_cases(&index, &entries, &Expectations::none(), &SimExecutor::new(trnsim::TargetName::Trn1), 2)
+    run_cases(
+        &index,
+        &entries,
+        &Expectations::none(),
+        &SimExecutor::new(trnsim::TargetName::Trn1),
+        2,
+    )
 }
 
 fn assert_all_pass(specs: &[Spec]) {
@@ -167,7 +186,11 @@ fn assert_all_pass(specs: &[Spec]) {
     assert!(bad.is_empty(), "{}", bad.join("\n\n"));
     for r in &results {
         let c = &r.instructions;
-        assert!(c.vector + c.gpsimd > 0 || r.metrics.iter().all(|m| m.numel == 0), "{}: compute on engines", r.id);
+        assert!(
+            c.vector + c.gpsimd > 0 || r.metrics.iter().all(|m| m.numel == 0),
+            "{}: compute on engines",
+            r.id
+        );
         assert_eq!(c.tensor + c.scalar, 0, "{}", r.id);
     }
 }
@@ -188,7 +211,15 @@ fn spec(
         "mul" => Op::Mul,
         _ => Op::Div,
     };
-    Spec { op_name, op, a: (a.0, a.1.to_vec()), b, alpha: None, out, range: 100.0 }
+    Spec {
+        op_name,
+        op,
+        a: (a.0, a.1.to_vec()),
+        b,
+        alpha: None,
+        out,
+        range: 100.0,
+    }
 }
 
 impl Spec {
@@ -220,7 +251,15 @@ fn float_dtypes_and_broadcasting() {
 #[test]
 fn sizes_0_1_129_513_1000_and_0d() {
     let mut specs = Vec::new();
-    for shape in [vec![0], vec![1], vec![129], vec![513], vec![1000], vec![], vec![4, 0, 3]] {
+    for shape in [
+        vec![0],
+        vec![1],
+        vec![129],
+        vec![513],
+        vec![1000],
+        vec![],
+        vec![4, 0, 3],
+    ] {
         let s: &'static [usize] = Box::leak(shape.clone().into_boxed_slice());
         specs.push(spec("add.Tensor", (F32, s), t(F32, &shape), F32));
         specs.push(spec("mul.Tensor", (I32, s), t(I32, &shape), I32));
@@ -270,14 +309,39 @@ fn division() {
 #[test]
 fn division_special_values() {
     let dir = TempDir::new("div-special");
-    let a = [1.0, -1.0, 0.0, 0.0, f64::INFINITY, f64::INFINITY, f64::NAN, 5.0, -0.0, 3.0, 1e-30, 1e30];
-    let b = [0.0, 0.0, 0.0, -0.0, 2.0, f64::INFINITY, 1.0, f64::NEG_INFINITY, 4.0, 7.0, 3e-9, 7e-9];
+    let a = [
+        1.0,
+        -1.0,
+        0.0,
+        0.0,
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::NAN,
+        5.0,
+        -0.0,
+        3.0,
+        1e-30,
+        1e30,
+    ];
+    let b = [
+        0.0,
+        0.0,
+        0.0,
+        -0.0,
+        2.0,
+        f64::INFINITY,
+        1.0,
+        f64::NEG_INFINITY,
+        4.0,
+        7.0,
+        3e-9,
+        7e-9,
+    ];
     let want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| (*x as f32 / *y as f32) as f64).collect();
-    let c = CaseBuilder::new("div.Tensor", "f32", "hand", 0).input(F32, &[12], &a).input(F32, &[12], &b).output(
-        F32,
-        &[12],
-        &want,
-    );
+    let c = CaseBuilder::new("div.Tensor", "f32", "hand", 0)
+        .input(F32, &[12], &a)
+        .input(F32, &[12], &b)
+        .output(F32, &[12], &want);
     write_golden(dir.path(), &[c]);
     let index = GoldenIndex::load(dir.path()).unwrap();
     let r = trnconf::runner::run_case(
@@ -326,7 +390,15 @@ fn a_wrong_golden_fails_with_pytorch_wording() {
         &SimExecutor::new(trnsim::TargetName::Trn1),
     );
     assert_eq!(r.status, Status::Fail);
-    assert!(r.message.contains("Mismatched elements: 1 / 4 (25.0%)"), "{}", r.message);
-    assert!(r.message.contains("Greatest absolute difference: 0.5 at index (1, 1)"), "{}", r.message);
+    assert!(
+        r.message.contains("Mismatched elements: 1 / 4 (25.0%)"),
+        "{}",
+        r.message
+    );
+    assert!(
+        r.message.contains("Greatest absolute difference: 0.5 at index (1, 1)"),
+        "{}",
+        r.message
+    );
     assert_eq!(r.metrics[0].mismatches, 1);
 }

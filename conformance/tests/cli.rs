@@ -58,15 +58,8 @@ fn run_writes_json_junit_html_and_exit_status_follows_the_summary() {
     let out = stdout(&o);
     let v = read_json(&json);
     let sum = &v["summary"];
-    let bad = sum["failed"].as_u64().unwrap()
-        + sum["xpassed"].as_u64().unwrap()
-        + sum["errors"].as_u64().unwrap();
-    assert_eq!(
-        code(&o),
-        if bad == 0 { 0 } else { 1 },
-        "{out}\n{}",
-        stderr(&o)
-    );
+    let bad = sum["failed"].as_u64().unwrap() + sum["xpassed"].as_u64().unwrap() + sum["errors"].as_u64().unwrap();
+    assert_eq!(code(&o), if bad == 0 { 0 } else { 1 }, "{out}\n{}", stderr(&o));
     assert_eq!(v["format"], "trnconf-results/1");
     assert_eq!(v["target"], "trn1");
     let cases = v["cases"].as_array().unwrap();
@@ -76,15 +69,7 @@ fn run_writes_json_junit_html_and_exit_status_follows_the_summary() {
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted by id");
     for c in cases {
         assert!(c["id"].as_str().unwrap().contains(SMALL));
-        for k in [
-            "op",
-            "dtype",
-            "status",
-            "metrics",
-            "instructions",
-            "wall_ms",
-            "message",
-        ] {
+        for k in ["op", "dtype", "status", "metrics", "instructions", "wall_ms", "message"] {
             assert!(c.get(k).is_some(), "case has no {k}: {c}");
         }
         for e in ["tensor", "vector", "scalar", "gpsimd", "dma"] {
@@ -108,16 +93,8 @@ fn run_writes_json_junit_html_and_exit_status_follows_the_summary() {
     }
     // Not a terminal: plain progress lines, no bar.
     assert!(stderr(&o).contains("[trnconf]"), "{}", stderr(&o));
-    assert!(
-        std::fs::read_to_string(&junit)
-            .unwrap()
-            .starts_with("<?xml")
-    );
-    assert!(
-        std::fs::read_to_string(&html)
-            .unwrap()
-            .contains("id=\"heatmap\"")
-    );
+    assert!(std::fs::read_to_string(&junit).unwrap().starts_with("<?xml"));
+    assert!(std::fs::read_to_string(&html).unwrap().contains("id=\"heatmap\""));
 }
 
 #[test]
@@ -136,11 +113,7 @@ fn failures_exit_1_and_pass_exits_0() {
         s(&json),
     ]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
-    assert!(
-        stdout(&o).contains("FAIL   relu::f32::hand_1"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("FAIL   relu::f32::hand_1"), "{}", stdout(&o));
     let v = read_json(&json);
     assert_eq!(v["summary"]["passed"], 1);
     assert_eq!(v["summary"]["failed"], 1);
@@ -167,10 +140,7 @@ fn jobs_1_and_2_give_identical_results_apart_from_timings() {
     let oa = trnconf(&["run", "--filter", filter, "--jobs", "1", "--json", s(&a)]);
     let ob = trnconf(&["run", "--filter", filter, "--jobs", "2", "--json", s(&b)]);
     assert_eq!(code(&oa), code(&ob));
-    let (va, vb) = (
-        without_timings(read_json(&a)),
-        without_timings(read_json(&b)),
-    );
+    let (va, vb) = (without_timings(read_json(&a)), without_timings(read_json(&b)));
     assert!(va["cases"].as_array().unwrap().len() > 20);
     assert_eq!(va, vb);
 }
@@ -191,15 +161,7 @@ fn shards_split_the_cases_exactly_once() {
     let mut total = 0;
     for i in 1..=3 {
         let p = dir.path().join(format!("s{i}.json"));
-        let o = trnconf(&[
-            "run",
-            "--filter",
-            filter,
-            "--shard",
-            &format!("{i}/3"),
-            "--json",
-            s(&p),
-        ]);
+        let o = trnconf(&["run", "--filter", filter, "--shard", &format!("{i}/3"), "--json", s(&p)]);
         assert!(code(&o) <= 1, "{}", stderr(&o));
         let v = read_json(&p);
         assert_eq!(v["shard"], format!("{i}/3"));
@@ -219,15 +181,7 @@ fn shards_split_the_cases_exactly_once() {
 fn target_trn2() {
     let dir = TempDir::new("cli-target");
     let p = dir.path().join("r.json");
-    let o = trnconf(&[
-        "run",
-        "--filter",
-        "relu::f32::",
-        "--target",
-        "trn2",
-        "--json",
-        s(&p),
-    ]);
+    let o = trnconf(&["run", "--filter", "relu::f32::", "--target", "trn2", "--json", s(&p)]);
     assert!(code(&o) <= 1, "{}", stderr(&o));
     let v = read_json(&p);
     assert_eq!(v["target"], "trn2");
@@ -266,10 +220,7 @@ fn resume_finishes_a_partial_file_and_gives_the_same_final_file() {
         stderr(&o)
     );
     assert!(!common_partial(&killed).exists());
-    assert_eq!(
-        without_timings(read_json(&killed)),
-        without_timings(full_v.clone())
-    );
+    assert_eq!(without_timings(read_json(&killed)), without_timings(full_v.clone()));
     // Resuming a finished file runs nothing and rewrites the same content.
     let o = trnconf(&["run", "--filter", filter, "--resume", s(&killed)]);
     assert!(stderr(&o).contains("to run"), "{}", stderr(&o));
@@ -317,8 +268,7 @@ fn a_killed_run_keeps_its_finished_cases() {
     }
     eprintln!("killed after {lines} partial lines");
     assert!(lines > 20);
-    let kept =
-        trnconf::report::json::load(&partial).expect("the partial file of a killed run reads back");
+    let kept = trnconf::report::json::load(&partial).expect("the partial file of a killed run reads back");
     assert!(kept.cases.len() >= 20);
     assert!(!p.exists(), "no final file before the end");
 }
@@ -354,10 +304,7 @@ fn diff_orders_status_changes_then_numeric_changes() {
     let pos = |id: &str| out.find(id).unwrap_or_else(|| panic!("{id} not in\n{out}"));
     assert!(out.contains("status changes: 1"), "{out}");
     assert!(out.contains("numeric changes: 2"), "{out}");
-    assert!(
-        pos(ids[0]) < pos(ids[with_metrics[1]]),
-        "status changes first"
-    );
+    assert!(pos(ids[0]) < pos(ids[with_metrics[1]]), "status changes first");
     assert!(
         pos(ids[with_metrics[1]]) < pos(ids[with_metrics[0]]),
         "bigger ULP change first"
@@ -389,14 +336,9 @@ fn list_ops_and_coverage() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     // Every core overload has a line; relu has its dtypes.
-    assert_eq!(
-        out.lines().filter(|l| l.contains(" cases ")).count(),
-        193,
-        "{out}"
-    );
+    assert_eq!(out.lines().filter(|l| l.contains(" cases ")).count(), 193, "{out}");
     assert!(
-        out.lines()
-            .any(|l| l.starts_with("relu ") && l.contains("f32:")),
+        out.lines().any(|l| l.starts_with("relu ") && l.contains("f32:")),
         "{out}"
     );
     assert!(out.contains("core overloads have cases"));
@@ -434,8 +376,7 @@ fn show_prints_call_program_counts_and_result() {
         "{out}"
     );
     assert!(
-        out.lines()
-            .any(|l| l.contains("dst=") && l.contains("src=hbm:")),
+        out.lines().any(|l| l.contains("dst=") && l.contains("src=hbm:")),
         "{out}"
     );
 }
@@ -444,17 +385,9 @@ fn show_prints_call_program_counts_and_result() {
 fn lower_emits_a_program_file() {
     let dir = TempDir::new("cli-lower");
     let p = dir.path().join("p.json");
-    let o = trnconf(&[
-        "lower",
-        "add.Tensor::f32::hand_0",
-        "--emit",
-        "json",
-        "-o",
-        s(&p),
-    ]);
+    let o = trnconf(&["lower", "add.Tensor::f32::hand_0", "--emit", "json", "-o", s(&p)]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let program =
-        trnsim::Program::from_json(&std::fs::read_to_string(&p).unwrap()).expect("a program file");
+    let program = trnsim::Program::from_json(&std::fs::read_to_string(&p).unwrap()).expect("a program file");
     assert!(!program.instructions.is_empty());
     let o = trnconf(&["lower", "add.Tensor::f32::hand_0", "--emit", "json"]);
     assert!(trnsim::Program::from_json(&stdout(&o)).is_ok());
@@ -467,11 +400,7 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
     let keep = dir.path().join("keep.json");
     std::fs::write(&keep, "precious").unwrap();
     let bad_json = dir.path().join("bad.json");
-    std::fs::write(
-        &bad_json,
-        "{\"format\": \"trnconf-results/1\", \"cases\": [",
-    )
-    .unwrap();
+    std::fs::write(&bad_json, "{\"format\": \"trnconf-results/1\", \"cases\": [").unwrap();
     let not_results = dir.path().join("other.json");
     std::fs::write(&not_results, "{\"hello\": 1}").unwrap();
 
@@ -479,10 +408,7 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
         &trnconf(&["run", "--golden", s(&missing), "--json", s(&keep)]),
         "no-such-golden",
     );
-    assert_bad_input(
-        &trnconf(&["list", "--golden", s(&missing)]),
-        "no-such-golden",
-    );
+    assert_bad_input(&trnconf(&["list", "--golden", s(&missing)]), "no-such-golden");
     assert_bad_input(
         &trnconf(&["show", "nope::f32::hand_0"]),
         "unknown case `nope::f32::hand_0`",
@@ -491,31 +417,16 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
         &trnconf(&["lower", "nope::f32::hand_0", "-o", s(&keep)]),
         "unknown case",
     );
-    assert_bad_input(
-        &trnconf(&["show", "x", "--golden", s(&missing)]),
-        "no-such-golden",
-    );
+    assert_bad_input(&trnconf(&["show", "x", "--golden", s(&missing)]), "no-such-golden");
     assert_bad_input(&trnconf(&["diff", s(&bad_json), s(&bad_json)]), "bad.json");
-    assert_bad_input(
-        &trnconf(&["diff", s(&not_results), s(&bad_json)]),
-        "other.json",
-    );
-    assert_bad_input(
-        &trnconf(&["diff", s(&missing), s(&bad_json)]),
-        "no-such-golden",
-    );
+    assert_bad_input(&trnconf(&["diff", s(&not_results), s(&bad_json)]), "other.json");
+    assert_bad_input(&trnconf(&["diff", s(&missing), s(&bad_json)]), "no-such-golden");
     assert_bad_input(
         &trnconf(&["run", "--filter", SMALL, "--resume", s(&bad_json)]),
         "bad.json",
     );
     assert_bad_input(
-        &trnconf(&[
-            "run",
-            "--filter",
-            SMALL,
-            "--resume",
-            s(&dir.path().join("none.json")),
-        ]),
+        &trnconf(&["run", "--filter", SMALL, "--resume", s(&dir.path().join("none.json"))]),
         "none.json",
     );
     assert_bad_input(
@@ -523,13 +434,7 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
         "/no/such/dir",
     );
     assert_bad_input(
-        &trnconf(&[
-            "coverage",
-            "--markdown",
-            s(&keep),
-            "--results",
-            s(&bad_json),
-        ]),
+        &trnconf(&["coverage", "--markdown", s(&keep), "--results", s(&bad_json)]),
         "bad.json",
     );
     // A resume file run for another target.

@@ -18,10 +18,9 @@ use trnconf::fixture::TempDir;
 use trnconf::lower::{LowerRequest, lower_request};
 use trnconf::tensor::TorchDType;
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, Executor, HbmRole,
-    HostTensor, Iota, Memset, NcMatmul, NcTranspose, Op, Program, Reciprocal, ScalarOperand,
-    ScalarTensorTensor, TargetName, TensorCopy, TensorPartitionReduce, TensorReduce, TensorScalar,
-    TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, Executor, HbmRole, HostTensor, Iota,
+    Memset, NcMatmul, NcTranspose, Op, Program, Reciprocal, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy,
+    TensorPartitionReduce, TensorReduce, TensorScalar, TensorTensor,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -58,10 +57,7 @@ fn lower_binary(op: &str, dtype: TorchDType, a: &[usize], b: &[usize], out: &[us
         },
     );
     let call = OpCall {
-        args: vec![
-            Value::Tensor("input.0".into()),
-            Value::Tensor("input.1".into()),
-        ],
+        args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
         kwargs: BTreeMap::new(),
     };
     let outputs = vec![Value::Tensor("output.0".into())];
@@ -71,18 +67,10 @@ fn lower_binary(op: &str, dtype: TorchDType, a: &[usize], b: &[usize], out: &[us
         tensors: &tensors,
         outputs: &outputs,
     };
-    lower_request(&req, TargetName::Trn1)
-        .expect("lowers")
-        .program
+    lower_request(&req, TargetName::Trn1).expect("lowers").program
 }
 
-fn sbuf(
-    dtype: DType,
-    start: usize,
-    partitions: usize,
-    offset: u64,
-    free: Vec<[i64; 2]>,
-) -> AccessPattern {
+fn sbuf(dtype: DType, start: usize, partitions: usize, offset: u64, free: Vec<[i64; 2]>) -> AccessPattern {
     AccessPattern::sbuf(dtype, start, partitions, offset, free)
 }
 
@@ -204,12 +192,7 @@ fn vector_gpsimd_mix() -> Program {
         );
     };
     let v = Engine::Vector;
-    dma(
-        &mut p,
-        x.clone(),
-        hbm_rows("x", DType::F32, rows, cols),
-        false,
-    );
+    dma(&mut p, x.clone(), hbm_rows("x", DType::F32, rows, cols), false);
     dma(&mut p, s.clone(), hbm_rows("s", DType::F32, rows, 1), false);
     p.push(
         Engine::Gpsimd,
@@ -316,31 +299,11 @@ fn vector_gpsimd_mix() -> Program {
             op: AluOp::Add,
         }),
     );
-    dma(
-        &mut p,
-        hbm_rows("out.main", DType::F16, rows, cols),
-        h,
-        false,
-    );
-    dma(
-        &mut p,
-        hbm_rows("out.t", DType::F32, cols, rows),
-        tr.clone(),
-        false,
-    );
+    dma(&mut p, hbm_rows("out.main", DType::F16, rows, cols), h, false);
+    dma(&mut p, hbm_rows("out.t", DType::F32, cols, rows), tr.clone(), false);
     dma(&mut p, hbm_rows("out.t", DType::F32, cols, rows), tr, true);
-    dma(
-        &mut p,
-        hbm_rows("out.colsum", DType::F32, 1, cols),
-        cs,
-        false,
-    );
-    dma(
-        &mut p,
-        hbm_rows("out.iota", DType::Bf16, rows, 8),
-        io,
-        false,
-    );
+    dma(&mut p, hbm_rows("out.colsum", DType::F32, 1, cols), cs, false);
+    dma(&mut p, hbm_rows("out.iota", DType::Bf16, rows, 8), io, false);
     p
 }
 
@@ -521,13 +484,7 @@ fn gather_scatter() -> Program {
             }),
         );
     };
-    dma(
-        &mut p,
-        idx.clone(),
-        hbm_rows("idx", DType::I32, rows, 1),
-        false,
-        None,
-    );
+    dma(&mut p, idx.clone(), hbm_rows("idx", DType::I32, rows, 1), false, None);
     p.push(
         Engine::Vector,
         Op::Memset(Memset {
@@ -558,13 +515,7 @@ fn gather_scatter() -> Program {
             value: 0.5,
         }),
     );
-    dma(
-        &mut p,
-        hbm_rows("out", DType::Bf16, 4, n as usize),
-        out,
-        false,
-        None,
-    );
+    dma(&mut p, hbm_rows("out", DType::Bf16, 4, n as usize), out, false, None);
     dma(
         &mut p,
         hbm_rows("out", DType::Bf16, 1, n as usize),
@@ -581,14 +532,10 @@ fn gather_scatter() -> Program {
 /// Deterministic values in [-range, range) (an LCG), with a few special values mixed in when
 /// `specials` (−0, tiny, huge).
 fn values(n: usize, seed: u64, range: f64, specials: bool) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|i| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let u = (s >> 11) as f64 / (1u64 << 53) as f64;
             if specials && i % 17 == 3 {
                 return [-0.0f32, 1e-40, 3e38, -7.5, 0.0][(i / 17) % 5];
@@ -607,10 +554,7 @@ fn inputs_for(p: &Program, seed: u64, range: f64, specials: bool) -> BTreeMap<St
         .map(|(k, d)| {
             let n: usize = d.shape.iter().product();
             let vals = values(n, seed + k as u64, range, specials);
-            (
-                d.name.clone(),
-                HostTensor::from_f32_as(d.dtype, &d.shape, &vals),
-            )
+            (d.name.clone(), HostTensor::from_f32_as(d.dtype, &d.shape, &vals))
         })
         .collect()
 }
@@ -714,11 +658,7 @@ fn run_standin(
 }
 
 /// Asserts the stand-in's outputs are bit-identical to the simulator's.
-fn assert_bit_identical(
-    name: &str,
-    sim: &BTreeMap<String, HostTensor>,
-    py: &BTreeMap<String, HostTensor>,
-) {
+fn assert_bit_identical(name: &str, sim: &BTreeMap<String, HostTensor>, py: &BTreeMap<String, HostTensor>) {
     if let Err(e) = bit_identical(name, sim, py, false) {
         panic!("{e}");
     }
@@ -735,11 +675,7 @@ fn bit_identical(
     any_nan: bool,
 ) -> Result<(), String> {
     if sim.keys().ne(py.keys()) {
-        return Err(format!(
-            "{name}: output names {:?} vs {:?}",
-            sim.keys(),
-            py.keys()
-        ));
+        return Err(format!("{name}: output names {:?} vs {:?}", sim.keys(), py.keys()));
     }
     for (t, s) in sim {
         let p = &py[t];
@@ -772,12 +708,7 @@ fn bit_identical(
 }
 
 /// Emits, snapshots, parses, and (with numpy) runs the kernel against the simulator.
-fn check(
-    name: &str,
-    program: &Program,
-    inputs: &BTreeMap<String, HostTensor>,
-    snapshot: bool,
-) -> String {
+fn check(name: &str, program: &Program, inputs: &BTreeMap<String, HostTensor>, snapshot: bool) -> String {
     let kernel = emit_nki::emit(program).unwrap_or_else(|e| panic!("{name}: {e}"));
     if snapshot {
         let mut settings = insta::Settings::clone_current();
@@ -806,12 +737,7 @@ fn check(
 #[test]
 fn add_tensor_f32_broadcast() {
     let p = lower_binary("add.Tensor", TorchDType::F32, &[4, 8], &[8], &[4, 8]);
-    check(
-        "add_tensor_f32_broadcast",
-        &p,
-        &inputs_for(&p, 1, 100.0, true),
-        true,
-    );
+    check("add_tensor_f32_broadcast", &p, &inputs_for(&p, 1, 100.0, true), true);
 }
 
 #[test]
@@ -828,19 +754,8 @@ fn div_tensor_f32() {
 
 #[test]
 fn add_tensor_f32_tiled_129x513() {
-    let p = lower_binary(
-        "add.Tensor",
-        TorchDType::F32,
-        &[129, 513],
-        &[129, 513],
-        &[129, 513],
-    );
-    check(
-        "add_tensor_f32_tiled_129x513",
-        &p,
-        &inputs_for(&p, 4, 1.0, false),
-        true,
-    );
+    let p = lower_binary("add.Tensor", TorchDType::F32, &[129, 513], &[129, 513], &[129, 513]);
+    check("add_tensor_f32_tiled_129x513", &p, &inputs_for(&p, 4, 1.0, false), true);
 }
 
 #[test]
@@ -852,20 +767,13 @@ fn matmul_activation_tensor_reduce() {
         &inputs_for(&p, 5, 0.25, false),
         true,
     );
-    assert!(
-        k.contains("+= nisa.nc_matmul(") && k.contains("reduce_cmd=nisa.reduce_cmd.reset_reduce")
-    );
+    assert!(k.contains("+= nisa.nc_matmul(") && k.contains("reduce_cmd=nisa.reduce_cmd.reset_reduce"));
 }
 
 #[test]
 fn vector_gpsimd_tensor_mix() {
     let p = vector_gpsimd_mix();
-    check(
-        "vector_gpsimd_tensor_mix",
-        &p,
-        &inputs_for(&p, 6, 4.0, false),
-        true,
-    );
+    check("vector_gpsimd_tensor_mix", &p, &inputs_for(&p, 6, 4.0, false), true);
 }
 
 #[test]
@@ -1012,7 +920,12 @@ fn reinterpreted_on_chip_memory_is_bitcast() {
         k.contains("sbuf_0 = nl.ndarray((128, 32), dtype=nl.uint8, buffer=nl.sbuf)"),
         "{k}"
     );
-    assert!(k.contains("sbuf_0.view(nl.int32)[0:4, 0:8] = nisa.tensor_scalar(sbuf_0.view(nl.int32)[0:4, 0:8], op0=nl.bitwise_and"), "{k}");
+    assert!(
+        k.contains(
+            "sbuf_0.view(nl.int32)[0:4, 0:8] = nisa.tensor_scalar(sbuf_0.view(nl.int32)[0:4, 0:8], op0=nl.bitwise_and"
+        ),
+        "{k}"
+    );
 }
 
 /// The comparison is not vacuous: a kernel with one operator changed gives different outputs.
@@ -1083,11 +996,7 @@ fn golden_cases_emit_and_match_the_simulator() {
                 _ => ok = false,
             }
         }
-        let sim = if ok {
-            exec.run(&program, &inputs).ok()
-        } else {
-            None
-        };
+        let sim = if ok { exec.run(&program, &inputs).ok() } else { None };
         let Some(sim) = sim else {
             not_run += 1;
             continue;
@@ -1111,8 +1020,7 @@ fn golden_cases_emit_and_match_the_simulator() {
         let opath = dir_path.join(format!("k{k}.out.safetensors"));
         std::fs::write(&kpath, &kernel).unwrap();
         std::fs::write(&ipath, emit_nki::to_safetensors(&inputs).unwrap()).unwrap();
-        let job =
-            serde_json::json!({"id": entry.id, "kernel": kpath, "inputs": ipath, "outputs": opath});
+        let job = serde_json::json!({"id": entry.id, "kernel": kpath, "inputs": ipath, "outputs": opath});
         manifest.push_str(&format!("{job}\n"));
         kernels.push((entry.id.clone(), kpath, opath));
         expected.insert(entry.id.clone(), (program, sim.outputs));
@@ -1122,11 +1030,7 @@ fn golden_cases_emit_and_match_the_simulator() {
         kernels.len(),
         refused.values().map(|r| r.0).sum::<usize>()
     );
-    assert!(
-        kernels.len() >= 100,
-        "only {} golden cases emitted",
-        kernels.len()
-    );
+    assert!(kernels.len() >= 100, "only {} golden cases emitted", kernels.len());
 
     // Every kernel parses (one python3 process).
     let paths: Vec<&PathBuf> = kernels.iter().map(|(_, k, _)| k).collect();
@@ -1138,11 +1042,7 @@ fn golden_cases_emit_and_match_the_simulator() {
         .args(&paths)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let Some(py) = standin_python("golden_cases_emit_and_match_the_simulator") else {
         return;
@@ -1155,21 +1055,14 @@ fn golden_cases_emit_and_match_the_simulator() {
         .env("PYTHONPATH", pyexec_dir())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut failures = Vec::new();
     let mut nan_only = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = r["id"].as_str().unwrap().to_string();
         if r["status"] != "ok" {
-            failures.push(format!(
-                "{id}: stand-in error: {}",
-                r["message"].as_str().unwrap_or("")
-            ));
+            failures.push(format!("{id}: stand-in error: {}", r["message"].as_str().unwrap_or("")));
             continue;
         }
         let (program, sim) = &expected[&id];

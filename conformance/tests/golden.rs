@@ -45,10 +45,18 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let custom = std::env::var_os("TRNCONF_GOLDEN").map(PathBuf::from);
     let golden_dir = custom.clone().unwrap_or_else(trnconf::default_golden_dir);
-    let trials = match (GoldenIndex::load(&golden_dir), Expectations::load(&trnconf::default_expectations_path())) {
+    let trials = match (
+        GoldenIndex::load(&golden_dir),
+        Expectations::load(&trnconf::default_expectations_path()),
+    ) {
         (Ok(index), Ok(expectations)) => {
             let executor = SimExecutor::new(trnsim::TargetName::Trn1);
-            let suite = Arc::new(Suite { index, expectations, executor, results: Mutex::new(HashMap::new()) });
+            let suite = Arc::new(Suite {
+                index,
+                expectations,
+                executor,
+                results: Mutex::new(HashMap::new()),
+            });
             // Snapshots belong to the committed goldens; another directory gets case trials only,
             // unless TRNCONF_SNAPSHOTS=1 (to preview a regenerated golden dir's numerics).
             let snapshots = custom.is_none() || std::env::var_os("TRNCONF_SNAPSHOTS").is_some_and(|v| v == "1");
@@ -72,7 +80,10 @@ fn trials(suite: &Arc<Suite>, with_snapshots: bool) -> Vec<Trial> {
                 let r = runner::run_case(&s.index.dir, entry, &s.expectations, &s.executor);
                 let v = verdict(&r);
                 if trnconf::lower::is_lowered(&entry.op) {
-                    s.results.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), r);
+                    s.results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(entry.id.clone(), r);
                 }
                 v
             })
@@ -97,9 +108,11 @@ fn trials(suite: &Arc<Suite>, with_snapshots: bool) -> Vec<Trial> {
 fn verdict(r: &CaseResult) -> Result<Completion, Failed> {
     match r.status {
         Status::Pass => Ok(Completion::Completed),
-        Status::XFail | Status::Skip => {
-            Ok(Completion::ignored_with(format!("{}: {}", r.status, r.expectation.as_deref().unwrap_or(""))))
-        }
+        Status::XFail | Status::Skip => Ok(Completion::ignored_with(format!(
+            "{}: {}",
+            r.status,
+            r.expectation.as_deref().unwrap_or("")
+        ))),
         Status::Fail | Status::XPass | Status::Error => Err(Failed::from(format!("[{}] {}", r.status, r.message))),
     }
 }
@@ -116,7 +129,12 @@ fn snapshot_op(suite: &Suite, op: &str) -> Result<(), Failed> {
         .zip(cached)
         .map(|(e, c)| {
             c.unwrap_or_else(|| {
-                runner::run_case(&suite.index.dir, e, &suite.expectations, &suite.executor as &dyn CaseExecutor)
+                runner::run_case(
+                    &suite.index.dir,
+                    e,
+                    &suite.expectations,
+                    &suite.executor as &dyn CaseExecutor,
+                )
             })
         })
         .collect();
@@ -127,7 +145,9 @@ fn snapshot_op(suite: &Suite, op: &str) -> Result<(), Failed> {
     settings.set_prepend_module_to_snapshot(false);
     settings.set_omit_expression(true);
     settings.set_sort_maps(true);
-    settings.set_description(format!("numerics and instruction counts of `{op}` (see docs/workflow.md)"));
+    settings.set_description(format!(
+        "numerics and instruction counts of `{op}` (see docs/workflow.md)"
+    ));
     settings.bind(|| insta::assert_yaml_snapshot!(op.to_string(), snap));
     Ok(())
 }

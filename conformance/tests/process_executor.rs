@@ -121,14 +121,7 @@ fn handshake_reports_sdk_modes_and_dtypes() {
     let hello = ex.hello().expect("hello");
     assert_eq!(hello["type"], "hello");
     assert_eq!(hello["protocol"], 1);
-    for m in [
-        "torch",
-        "torch_neuronx",
-        "torch_xla",
-        "neuronxcc",
-        "nki",
-        "numpy",
-    ] {
+    for m in ["torch", "torch_neuronx", "torch_xla", "neuronxcc", "nki", "numpy"] {
         let v = &hello["sdk"][m];
         assert!(v.is_null() || v.is_string(), "sdk.{m} = {v}");
     }
@@ -152,13 +145,7 @@ fn handshake_reports_sdk_modes_and_dtypes() {
         let why = ProcessExecutor::mode_available(&hello, "torch").unwrap_err();
         assert!(why.contains("torch"), "{why}");
     }
-    assert!(
-        hello["dtypes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|d| d == "bf16")
-    );
+    assert!(hello["dtypes"].as_array().unwrap().iter().any(|d| d == "bf16"));
     assert!(ProcessExecutor::mode_available(&hello, "nope").is_err());
     assert_eq!(ex.spawned(), 1);
 }
@@ -221,11 +208,7 @@ fn unsupported_mode_skips_with_the_reason() {
         let ex = executor(&bare, "", "torch", 30.0);
         let r = run_all(dir.path(), &relu_cases(1), &ex);
         assert_eq!(r[0].status, Status::Skip);
-        assert!(
-            r[0].message.contains("torch is not importable"),
-            "{}",
-            r[0].message
-        );
+        assert!(r[0].message.contains("torch is not importable"), "{}", r[0].message);
     }
 }
 
@@ -238,11 +221,7 @@ fn hang_is_killed_classified_timeout_and_the_run_goes_on() {
     let ex = executor(&py, "--inject 'hang:*::hand_1'", "echo", 2.0);
     let start = Instant::now();
     let r = run_all(dir.path(), &relu_cases(3), &ex);
-    assert!(
-        start.elapsed() < Duration::from_secs(60),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
     let hung = by_id(&r, "hand_1");
     assert_eq!(hung.status, Status::Error, "{}", hung.message);
     assert!(
@@ -299,26 +278,13 @@ fn every_injected_fault_is_classified() {
         return;
     };
     let dir = TempDir::new("proc-faults");
-    let faults = [
-        "crash",
-        "hang",
-        "nan",
-        "perturb",
-        "wrong-shape",
-        "wrong-dtype",
-        "slow",
-    ];
+    let faults = ["crash", "hang", "nan", "perturb", "wrong-shape", "wrong-dtype", "slow"];
     let inject: Vec<String> = faults
         .iter()
         .enumerate()
         .map(|(i, f)| format!("--inject '{f}:*::hand_{i}'"))
         .collect();
-    let ex = executor(
-        &py,
-        &format!("{} --slow-seconds 0.3", inject.join(" ")),
-        "echo",
-        3.0,
-    );
+    let ex = executor(&py, &format!("{} --slow-seconds 0.3", inject.join(" ")), "echo", 3.0);
     let r = run_all(dir.path(), &relu_cases(faults.len() + 1), &ex);
     let expect: [(&str, Status, &str); 8] = [
         ("crash", Status::Error, "crash:"),
@@ -333,11 +299,7 @@ fn every_injected_fault_is_classified() {
     for (i, (fault, status, mention)) in expect.iter().enumerate() {
         let c = by_id(&r, &format!("hand_{i}"));
         assert_eq!(c.status, *status, "{fault}: {}", c.message);
-        assert!(
-            c.message.to_lowercase().contains(mention),
-            "{fault}: {}",
-            c.message
-        );
+        assert!(c.message.to_lowercase().contains(mention), "{fault}: {}", c.message);
     }
     assert_eq!(r.len(), 8, "the run completed");
 }
@@ -356,18 +318,9 @@ fn failure_kinds_name_the_protocol_statuses() {
     .collect();
     assert_eq!(
         names,
-        [
-            "compile_error",
-            "runtime_error",
-            "unsupported",
-            "timeout",
-            "crash"
-        ]
+        ["compile_error", "runtime_error", "unsupported", "timeout", "crash"]
     );
-    assert_eq!(
-        ProcessExecutor::parse_spec("process: python x.py"),
-        Some("python x.py")
-    );
+    assert_eq!(ProcessExecutor::parse_spec("process: python x.py"), Some("python x.py"));
     assert_eq!(ProcessExecutor::parse_spec("process:"), None);
     assert_eq!(ProcessExecutor::parse_spec("sim"), None);
 }
@@ -412,13 +365,7 @@ fn batch_resumes_after_a_crash() {
     let batch = |extra: &[&str]| {
         Command::new(&py)
             .arg(script())
-            .args([
-                "batch",
-                "--manifest",
-                s(&manifest),
-                "--results",
-                s(&results),
-            ])
+            .args(["batch", "--manifest", s(&manifest), "--results", s(&results)])
             .args(extra)
             .output()
             .unwrap()
@@ -488,13 +435,7 @@ fn cli_runs_a_process_executor() {
         "-j",
         "1",
     ]);
-    assert_eq!(
-        code(&o),
-        1,
-        "stdout: {}\nstderr: {}",
-        stdout(&o),
-        stderr(&o)
-    );
+    assert_eq!(code(&o), 1, "stdout: {}\nstderr: {}", stdout(&o), stderr(&o));
     assert!(stderr(&o).contains("PROTOCOL TEST"), "{}", stderr(&o));
     let v = common::read_json(&json);
     let text = v.to_string();
@@ -563,8 +504,7 @@ fn torch_mode_committed_suite() {
     };
     let index = GoldenIndex::load(&trnconf::default_golden_dir()).unwrap();
     let entries: Vec<&IndexEntry> = index.cases.iter().collect();
-    let expectations =
-        Expectations::load(&trnconf::expect::default_path_for("process:x", "torch")).unwrap();
+    let expectations = Expectations::load(&trnconf::expect::default_path_for("process:x", "torch")).unwrap();
     let ex = executor(&py, "--device cpu", "torch", 120.0);
     let r = runner::run_cases(&index, &entries, &expectations, &ex, 2);
     let bad: Vec<String> = r
@@ -572,7 +512,11 @@ fn torch_mode_committed_suite() {
         .filter(|c| !c.status.is_ok())
         .map(|c| format!("{}: {:?} {}", c.id, c.status, c.message))
         .collect();
-    eprintln!("torch CPU: {}/{} committed cases as expected", r.len() - bad.len(), r.len());
+    eprintln!(
+        "torch CPU: {}/{} committed cases as expected",
+        r.len() - bad.len(),
+        r.len()
+    );
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
@@ -613,9 +557,18 @@ fn nki_mode_through_the_standin_matches_the_simulator() {
     for c in &ran {
         let names: Vec<&str> = c.backends.iter().map(|b| b.name.as_str()).collect();
         assert_eq!(names, ["sim", "nki_standin"], "{}", c.id);
-        assert!(c.backends.iter().all(|b| b.same_bits_as_sim), "{}: {:?}", c.id, c.backends);
+        assert!(
+            c.backends.iter().all(|b| b.same_bits_as_sim),
+            "{}: {:?}",
+            c.id,
+            c.backends
+        );
     }
-    eprintln!("nki stand-in: {} cases ran a kernel, {} as expected in all", ran.len(), r.len());
+    eprintln!(
+        "nki stand-in: {} cases ran a kernel, {} as expected in all",
+        ran.len(),
+        r.len()
+    );
 }
 
 /// The three-way report: an executor that answers with two backends (as on trn1: `hardware`
@@ -659,10 +612,29 @@ sys.exit(te.main(sys.argv[1:]))
     let none = common::no_expectations(dir.path());
     let art = dir.path().join("art");
     let o = trnconf(&[
-        "run", "--golden", s(dir.path()), "--expectations", s(&none), "--executor", &spec, "--mode", "nki",
-        "--json", s(&json), "-j", "1", "--artifacts", s(&art),
+        "run",
+        "--golden",
+        s(dir.path()),
+        "--expectations",
+        s(&none),
+        "--executor",
+        &spec,
+        "--mode",
+        "nki",
+        "--json",
+        s(&json),
+        "-j",
+        "1",
+        "--artifacts",
+        s(&art),
     ]);
-    assert_eq!(code(&o), 1, "hardware is perturbed: the cases fail\n{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        code(&o),
+        1,
+        "hardware is perturbed: the cases fail\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let v = common::read_json(&json);
     let case = &v["cases"][0];
     let backends: Vec<(String, String, bool)> = case["backends"]
@@ -670,7 +642,11 @@ sys.exit(te.main(sys.argv[1:]))
         .unwrap()
         .iter()
         .map(|b| {
-            (b["name"].as_str().unwrap().into(), b["status"].as_str().unwrap().into(), b["same_bits_as_sim"].as_bool().unwrap())
+            (
+                b["name"].as_str().unwrap().into(),
+                b["status"].as_str().unwrap().into(),
+                b["same_bits_as_sim"].as_bool().unwrap(),
+            )
         })
         .collect();
     assert_eq!(
@@ -682,19 +658,37 @@ sys.exit(te.main(sys.argv[1:]))
         ],
         "{case}"
     );
-    assert_eq!(case["status"], "fail", "the case is judged by the first backend (hardware)");
+    assert_eq!(
+        case["status"], "fail",
+        "the case is judged by the first backend (hardware)"
+    );
     // --artifacts keeps what each request used and produced: kernel, inputs, every backend.
     let kept: Vec<String> = std::fs::read_dir(&art)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    for suffix in [".kernel.py", ".in.safetensors", ".out.safetensors", ".out.safetensors.simulate_kernel.safetensors"] {
-        assert_eq!(kept.iter().filter(|f| f.ends_with(suffix)).count(), 2, "{suffix}: {kept:?}");
+    for suffix in [
+        ".kernel.py",
+        ".in.safetensors",
+        ".out.safetensors",
+        ".out.safetensors.simulate_kernel.safetensors",
+    ] {
+        assert_eq!(
+            kept.iter().filter(|f| f.ends_with(suffix)).count(),
+            2,
+            "{suffix}: {kept:?}"
+        );
     }
     let o = trnconf(&["diff", s(&json), s(&json)]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("backends (sim vs hardware vs simulate_kernel): 2 cases"), "{text}");
-    assert!(text.contains("hardware         pass 0/2  same bits as sim 0/2"), "{text}");
+    assert!(
+        text.contains("backends (sim vs hardware vs simulate_kernel): 2 cases"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hardware         pass 0/2  same bits as sim 0/2"),
+        "{text}"
+    );
     assert!(text.contains("cases where the backends disagree: 2"), "{text}");
 }

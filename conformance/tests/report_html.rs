@@ -20,12 +20,7 @@ fn find_browser() -> Option<PathBuf> {
     }
     let path = std::env::var_os("PATH")?;
     for dir in std::env::split_paths(&path) {
-        for name in [
-            "chromium",
-            "chromium-browser",
-            "google-chrome",
-            "google-chrome-stable",
-        ] {
+        for name in ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"] {
             let p = dir.join(name);
             if p.is_file() {
                 return Some(p);
@@ -116,15 +111,7 @@ fn html_report_renders_in_a_headless_browser() {
     let dir = TempDir::new("html");
     let (page, json) = (dir.path().join("report.html"), dir.path().join("r.json"));
     // One case per op × dtype that has a hand-written case 0: every op, many dtypes.
-    let o = trnconf(&[
-        "run",
-        "--filter",
-        "*::hand_0",
-        "--json",
-        s(&json),
-        "--html",
-        s(&page),
-    ]);
+    let o = trnconf(&["run", "--filter", "*::hand_0", "--json", s(&json), "--html", s(&page)]);
     assert!(code(&o) <= 1, "{}", stderr(&o));
     let html = std::fs::read_to_string(&page).unwrap();
     // Self-contained: nothing fetched from anywhere.
@@ -146,19 +133,14 @@ fn html_report_renders_in_a_headless_browser() {
     let dom = match chromium(&browser, &profile, &["--dump-dom"], &url) {
         Ok(d) => d,
         Err(e) if !in_ci() => {
-            eprintln!(
-                "!!!!! the browser could not run ({e}); the HTML report was NOT checked !!!!!"
-            );
+            eprintln!("!!!!! the browser could not run ({e}); the HTML report was NOT checked !!!!!");
             return;
         }
         Err(e) => panic!("{e}"),
     };
     let rows = heatmap_rows(&dom);
     assert_eq!(rows.len(), ops.len(), "a heatmap row per op");
-    assert!(
-        rows.iter().all(|(_, hidden)| !hidden),
-        "no filter: every row shown"
-    );
+    assert!(rows.iter().all(|(_, hidden)| !hidden), "no filter: every row shown");
     assert_eq!(
         dom.matches("<td class=\"cell ").count(),
         ops.len() * dtypes.len(),
@@ -168,36 +150,20 @@ fn html_report_renders_in_a_headless_browser() {
         assert!(dom.contains(&format!("<th>{d}</th>")), "a column for {d}");
     }
     assert!(dom.contains("<svg"), "error distributions are inline SVG");
-    assert!(
-        dom.contains(&format!("id=\"shown\">{}<", ops.len())),
-        "the script ran"
-    );
+    assert!(dom.contains(&format!("id=\"shown\">{}<", ops.len())), "the script ran");
 
     // The filter from the URL.
-    let dom = chromium(
-        &browser,
-        &profile,
-        &["--dump-dom"],
-        &format!("{url}#filter=add"),
-    )
-    .expect("filtered page");
+    let dom = chromium(&browser, &profile, &["--dump-dom"], &format!("{url}#filter=add")).expect("filtered page");
     let rows = heatmap_rows(&dom);
     let want: Vec<&str> = ops.iter().copied().filter(|o| o.contains("add")).collect();
     assert!(!want.is_empty() && want.len() < ops.len());
-    let shown: BTreeSet<&str> = rows
-        .iter()
-        .filter(|(_, h)| !h)
-        .map(|(o, _)| o.as_str())
-        .collect();
+    let shown: BTreeSet<&str> = rows.iter().filter(|(_, h)| !h).map(|(o, _)| o.as_str()).collect();
     let want: BTreeSet<&str> = want.into_iter().collect();
     assert_eq!(shown, want, "only ops matching the filter are shown");
     assert!(dom.contains(&format!("id=\"shown\">{}<", want.len())));
     assert!(dom.contains("data-filter=\"add\""));
     // The case blocks and plots follow the filter too.
-    for kind in [
-        "<details class=\"case\" data-op=\"",
-        "<div class=\"plot\" data-op=\"",
-    ] {
+    for kind in ["<details class=\"case\" data-op=\"", "<div class=\"plot\" data-op=\""] {
         for block in dom.split(kind).skip(1) {
             let tag = &block[..block.find('>').unwrap()];
             let op = tag.split('"').next().unwrap();
@@ -209,13 +175,7 @@ fn html_report_renders_in_a_headless_browser() {
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report_html.png");
     let _ = std::fs::remove_file(&shot);
     let screenshot_arg = format!("--screenshot={}", shot.display());
-    chromium(
-        &browser,
-        &profile,
-        &[&screenshot_arg, "--window-size=1280,900"],
-        &url,
-    )
-    .expect("screenshot");
+    chromium(&browser, &profile, &[&screenshot_arg, "--window-size=1280,900"], &url).expect("screenshot");
     let png = std::fs::read(&shot).expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     eprintln!("screenshot: {}", shot.display());

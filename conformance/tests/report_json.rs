@@ -11,15 +11,7 @@ fn json_results_have_the_documented_format() {
     let golden = relu_golden(&dir.path().join("g"));
     let ex = no_expectations(dir.path());
     let p = dir.path().join("r.json");
-    let o = trnconf(&[
-        "run",
-        "--golden",
-        s(&golden),
-        "--expectations",
-        s(&ex),
-        "--json",
-        s(&p),
-    ]);
+    let o = trnconf(&["run", "--golden", s(&golden), "--expectations", s(&ex), "--json", s(&p)]);
     assert_eq!(code(&o), 1);
     let v = read_json(&p);
     for k in [
@@ -36,9 +28,7 @@ fn json_results_have_the_documented_format() {
     ] {
         assert!(v.get(k).is_some(), "no {k}");
     }
-    for k in [
-        "total", "passed", "failed", "xfailed", "xpassed", "skipped", "errors",
-    ] {
+    for k in ["total", "passed", "failed", "xfailed", "xpassed", "skipped", "errors"] {
         assert!(v["summary"][k].is_u64(), "summary.{k}");
     }
     let c = &v["cases"][1];

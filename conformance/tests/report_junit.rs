@@ -86,26 +86,16 @@ fn junit_has_the_xsd_structure() {
         );
         for c in &cases {
             assert!(c.attr("name").is_some_and(|n| !n.is_empty()));
-            assert!(
-                c.attr("classname")
-                    .is_some_and(|n| n.starts_with("trnconf."))
-            );
+            assert!(c.attr("classname").is_some_and(|n| n.starts_with("trnconf.")));
             assert!(num(c, "time") >= 0.0);
-            assert!(
-                c.children.len() <= 1,
-                "at most one of failure/error/skipped"
-            );
+            assert!(c.children.len() <= 1, "at most one of failure/error/skipped");
             for child in &c.children {
                 assert!(
                     ["failure", "error", "skipped"].contains(&child.name.as_str()),
                     "{}",
                     child.name
                 );
-                assert!(
-                    child.attr("message").is_some(),
-                    "<{}> has a message",
-                    child.name
-                );
+                assert!(child.attr("message").is_some(), "<{}> has a message", child.name);
             }
             seen.insert(
                 c.attr("name").unwrap().to_string(),
@@ -127,10 +117,7 @@ fn junit_has_the_xsd_structure() {
         (tests, failures, errors, skipped)
     );
     assert_eq!((tests, failures, errors, skipped), (5.0, 1.0, 1.0, 2.0));
-    assert!(
-        seen["relu::f32::hand_0"].is_none(),
-        "a pass is a bare testcase"
-    );
+    assert!(seen["relu::f32::hand_0"].is_none(), "a pass is a bare testcase");
     let failure = seen["relu::f32::hand_1"].as_ref().unwrap();
     assert_eq!(failure.name, "failure");
     assert!(
@@ -149,12 +136,7 @@ fn junit_has_the_xsd_structure() {
     assert_eq!(seen["relu::f32::hand_3"].as_ref().unwrap().name, "skipped");
     let error = seen["relu::f32::hand_4"].as_ref().unwrap();
     assert_eq!(error.name, "error");
-    assert!(
-        error
-            .attr("message")
-            .unwrap()
-            .contains("relu__f32__hand_4.safetensors")
-    );
+    assert!(error.attr("message").unwrap().contains("relu__f32__hand_4.safetensors"));
 }
 
 #[test]
@@ -183,7 +165,15 @@ fn junit_validates_against_the_xsd() {
     let dir = TempDir::new("junit-xsd");
     let (golden, ex) = every_status(dir.path());
     let xml_path = dir.path().join("r.xml");
-    let o = trnconf(&["run", "--golden", s(&golden), "--expectations", s(&ex), "--junit", s(&xml_path)]);
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex),
+        "--junit",
+        s(&xml_path),
+    ]);
     assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
     let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit.xsd");
     let v = std::process::Command::new("xmllint")
@@ -197,7 +187,9 @@ fn junit_validates_against_the_xsd() {
         std::fs::read_to_string(&xml_path).unwrap_or_default()
     );
     // The schema really constrains: a testcase without its required `time` must not validate.
-    let broken = std::fs::read_to_string(&xml_path).unwrap().replacen(" time=\"", " tiem=\"", 3);
+    let broken = std::fs::read_to_string(&xml_path)
+        .unwrap()
+        .replacen(" time=\"", " tiem=\"", 3);
     let broken_path = dir.path().join("broken.xml");
     std::fs::write(&broken_path, broken).unwrap();
     let v = std::process::Command::new("xmllint")

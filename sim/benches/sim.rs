@@ -84,7 +84,16 @@ fn paired(mut sim: impl FnMut(), mut base: impl FnMut()) -> (Timing, Timing) {
         bw.push(w);
         bc.push(c);
     }
-    (Timing { wall: median(sw), cpu: median(sc) }, Timing { wall: median(bw), cpu: median(bc) })
+    (
+        Timing {
+            wall: median(sw),
+            cpu: median(sc),
+        },
+        Timing {
+            wall: median(bw),
+            cpu: median(bc),
+        },
+    )
 }
 
 /// One simulated core outside an `Executor`, to time single instructions.
@@ -102,7 +111,14 @@ impl Machine {
         let target = TargetName::Trn1.params();
         let mem = Memories::new(&target, decls);
         let regs = Registers::new(&target);
-        Machine { target, numerics: Numerics::default(), mem, regs, stats: Stats::default(), rounding: Rounding::NearestEven }
+        Machine {
+            target,
+            numerics: Numerics::default(),
+            mem,
+            regs,
+            stats: Stats::default(),
+            rounding: Rounding::NearestEven,
+        }
     }
 
     fn exec(&mut self, engine: Engine, op: &Op) {
@@ -238,18 +254,43 @@ fn matmul_program(size: usize) -> Program {
                     Engine::Tensor,
                     Op::NcMatmul(NcMatmul {
                         dst: psum.clone(),
-                        stationary: AccessPattern::sbuf(DType::Bf16, 0, T, a_off(t) + (mt * T * 2) as u64, vec![[1, T as i64]]),
-                        moving: AccessPattern::sbuf(DType::Bf16, 0, T, b_off(t) + (nt * NT * 2) as u64, vec![[1, NT as i64]]),
+                        stationary: AccessPattern::sbuf(
+                            DType::Bf16,
+                            0,
+                            T,
+                            a_off(t) + (mt * T * 2) as u64,
+                            vec![[1, T as i64]],
+                        ),
+                        moving: AccessPattern::sbuf(
+                            DType::Bf16,
+                            0,
+                            T,
+                            b_off(t) + (nt * NT * 2) as u64,
+                            vec![[1, NT as i64]],
+                        ),
                         accumulate: t > 0,
                     }),
                 );
             }
             let res = AccessPattern::sbuf(DType::F32, 0, T, res_off, vec![[1, NT as i64]]);
-            p.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: res.clone(), src: psum }));
+            p.push(
+                Engine::Vector,
+                Op::TensorCopy(TensorCopy {
+                    dst: res.clone(),
+                    src: psum,
+                }),
+            );
             p.push(
                 Engine::Dma,
                 Op::DmaCopy(DmaCopy {
-                    dst: AccessPattern::hbm("out", DType::F32, (mt * T * n + nt * NT) as u64, T, n as i64, vec![[1, NT as i64]]),
+                    dst: AccessPattern::hbm(
+                        "out",
+                        DType::F32,
+                        (mt * T * n + nt * NT) as u64,
+                        T,
+                        n as i64,
+                        vec![[1, NT as i64]],
+                    ),
                     src: res,
                     accumulate: false,
                     indirect: None,
@@ -266,7 +307,10 @@ fn bench_matmul_program() -> Row {
     let a_t = values(size * size, 3);
     let b = values(size * size, 4);
     let mut inputs = BTreeMap::new();
-    inputs.insert("a_t".to_string(), HostTensor::from_f32_as(DType::Bf16, &[size, size], &a_t));
+    inputs.insert(
+        "a_t".to_string(),
+        HostTensor::from_f32_as(DType::Bf16, &[size, size], &a_t),
+    );
     inputs.insert("b".to_string(), HostTensor::from_f32_as(DType::Bf16, &[size, size], &b));
     let exec = Executor::new(TargetName::Trn1);
     // Sanity: one element against an f64 dot product of the bf16-rounded inputs.
@@ -274,9 +318,14 @@ fn bench_matmul_program() -> Row {
     let a16 = inputs["a_t"].to_f32();
     let b16 = inputs["b"].to_f32();
     let (mi, ni) = (517, 901);
-    let want: f64 = (0..size).map(|kk| a16[kk * size + mi] as f64 * b16[kk * size + ni] as f64).sum();
+    let want: f64 = (0..size)
+        .map(|kk| a16[kk * size + mi] as f64 * b16[kk * size + ni] as f64)
+        .sum();
     let got = run.outputs["out"].to_f32()[mi * size + ni] as f64;
-    assert!((got - want).abs() < 1e-3 * want.abs().max(1.0), "1024³ program: {got} vs {want}");
+    assert!(
+        (got - want).abs() < 1e-3 * want.abs().max(1.0),
+        "1024³ program: {got} vs {want}"
+    );
     let a = Array2::from_shape_vec((size, size), a16).unwrap();
     let bm = Array2::from_shape_vec((size, size), b16).unwrap();
     let (sim, base) = paired(
@@ -306,7 +355,12 @@ fn bench_tensor_tensor_add() -> Row {
     let b = values(EW_P * EW_F, 6);
     mach.mem.write_f32(&ap(0), &a, &mut Rounding::NearestEven).unwrap();
     mach.mem.write_f32(&ap(32768), &b, &mut Rounding::NearestEven).unwrap();
-    let op = Op::TensorTensor(TensorTensor { dst: ap(65536), in0: ap(0), in1: ap(32768), op: AluOp::Add });
+    let op = Op::TensorTensor(TensorTensor {
+        dst: ap(65536),
+        in0: ap(0),
+        in1: ap(32768),
+        op: AluOp::Add,
+    });
     let mut c = vec![0.0f32; a.len()];
     let (sim, base) = paired(
         || mach.exec(Engine::Vector, &op),
@@ -366,8 +420,18 @@ fn bench_dma() -> Row {
     const TILE: usize = 128 * ROW;
     let elems = TOTAL / 4;
     let decls = [
-        HbmTensorDecl { name: "src".into(), dtype: DType::F32, shape: vec![elems], role: HbmRole::Input },
-        HbmTensorDecl { name: "dst".into(), dtype: DType::F32, shape: vec![elems], role: HbmRole::Output },
+        HbmTensorDecl {
+            name: "src".into(),
+            dtype: DType::F32,
+            shape: vec![elems],
+            role: HbmRole::Input,
+        },
+        HbmTensorDecl {
+            name: "dst".into(),
+            dtype: DType::F32,
+            shape: vec![elems],
+            role: HbmRole::Output,
+        },
     ];
     let mut mach = Machine::new(&decls);
     let src_vals = values(elems, 8);
@@ -445,7 +509,9 @@ fn main() {
         rows.push(r);
     }
     if !rows.is_empty() {
-        println!("\n| bench | sim time | baseline | baseline time | sim speed (% of baseline) | target | met? | wall: sim / baseline / % |");
+        println!(
+            "\n| bench | sim time | baseline | baseline time | sim speed (% of baseline) | target | met? | wall: sim / baseline / % |"
+        );
         println!("|---|---|---|---|---|---|---|---|");
         for r in &rows {
             println!(

@@ -12,24 +12,44 @@ pub enum ErrorKind {
     TooManyPartitions { count: usize, max: usize },
     #[error("partitions {start}..{end} run past partition {max}")]
     PartitionOutOfRange { start: usize, end: usize, max: usize },
-    #[error("start partition {start} is illegal for an operand of {count} partitions (NC-v2 rule: >64 start at 0; 33-64 at 0/64; <=32 at 0/32/64/96)")]
+    #[error(
+        "start partition {start} is illegal for an operand of {count} partitions (NC-v2 rule: >64 start at 0; 33-64 at 0/64; <=32 at 0/32/64/96)"
+    )]
     StartPartition { start: usize, count: usize },
     #[error("{dims} free dimensions, at most {max} allowed")]
     TooManyFreeDims { dims: usize, max: usize },
     #[error("free dimension {dim}: {what}")]
     BadFreeDim { dim: usize, what: String },
     #[error("bytes {start}..{end} of each partition are outside {memory} ({limit} bytes per partition usable)")]
-    OutOfBounds { memory: &'static str, start: i64, end: i64, limit: usize },
+    OutOfBounds {
+        memory: &'static str,
+        start: i64,
+        end: i64,
+        limit: usize,
+    },
     #[error("elements {start}..{end} are outside HBM tensor `{tensor}` of {len} elements")]
-    HbmOutOfBounds { tensor: String, start: i64, end: i64, len: usize },
+    HbmOutOfBounds {
+        tensor: String,
+        start: i64,
+        end: i64,
+        len: usize,
+    },
     #[error("HBM tensor `{0}` is not declared by the program")]
     UnknownTensor(String),
     #[error("byte offset {offset} is not aligned to the {dtype} element size")]
     Misaligned { offset: u64, dtype: &'static str },
     #[error("reads memory nothing wrote: {memory} partition {partition}, byte {byte}")]
-    UninitializedRead { memory: String, partition: usize, byte: usize },
+    UninitializedRead {
+        memory: String,
+        partition: usize,
+        byte: usize,
+    },
     #[error("{engine} cannot {access} {memory}")]
-    MemoryNotAccessible { engine: &'static str, access: &'static str, memory: &'static str },
+    MemoryNotAccessible {
+        engine: &'static str,
+        access: &'static str,
+        memory: &'static str,
+    },
     #[error("{engine} does not execute {opcode}")]
     WrongEngine { engine: &'static str, opcode: &'static str },
     #[error("{opcode} is not available on {target}")]
@@ -39,15 +59,28 @@ pub enum ErrorKind {
     #[error("shape mismatch: {0}")]
     ShapeMismatch(String),
     #[error("free size {size} exceeds the limit of {limit} ({what})")]
-    FreeSizeLimit { size: usize, limit: usize, what: &'static str },
-    #[error("matmul output of {bytes} bytes per partition at byte {offset} crosses a PSUM bank boundary (banks are {bank} bytes)")]
+    FreeSizeLimit {
+        size: usize,
+        limit: usize,
+        what: &'static str,
+    },
+    #[error(
+        "matmul output of {bytes} bytes per partition at byte {offset} crosses a PSUM bank boundary (banks are {bank} bytes)"
+    )]
     PsumBankOverflow { offset: u64, bytes: usize, bank: usize },
     #[error("invalid operand: {0}")]
     Invalid(String),
     #[error("{0}")]
     Unsupported(String),
-    #[error("index {index} read from partition {partition} is out of range: it addresses elements {index}..{end} of a {len}-element row")]
-    IndexOutOfRange { index: u64, partition: usize, end: u64, len: usize },
+    #[error(
+        "index {index} read from partition {partition} is out of range: it addresses elements {index}..{end} of a {len}-element row"
+    )]
+    IndexOutOfRange {
+        index: u64,
+        partition: usize,
+        end: u64,
+        len: usize,
+    },
 }
 
 /// An error raised while executing one instruction of a program.
@@ -66,7 +99,13 @@ pub struct SimError {
 impl SimError {
     /// An error that belongs to the program as a whole (inputs, outputs, declarations).
     pub fn program(kind: ErrorKind) -> Self {
-        SimError { index: None, engine: None, opcode: None, operand: None, kind }
+        SimError {
+            index: None,
+            engine: None,
+            opcode: None,
+            operand: None,
+            kind,
+        }
     }
 }
 
@@ -106,7 +145,10 @@ pub trait AtOperand<T> {
 
 impl<T> AtOperand<T> for Result<T, ErrorKind> {
     fn at(self, operand: &str) -> Result<T, OperandError> {
-        self.map_err(|kind| OperandError { operand: Some(operand.to_string()), kind })
+        self.map_err(|kind| OperandError {
+            operand: Some(operand.to_string()),
+            kind,
+        })
     }
 }
 

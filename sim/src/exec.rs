@@ -25,7 +25,11 @@ impl HostTensor {
 
     /// Builds an f32 tensor from values (test and bench convenience).
     pub fn from_f32(shape: &[usize], vals: &[f32]) -> Self {
-        HostTensor { dtype: DType::F32, shape: shape.to_vec(), data: vals.iter().flat_map(|v| v.to_le_bytes()).collect() }
+        HostTensor {
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            data: vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
     }
 
     /// Encodes f32 values into `dtype` with round to nearest even.
@@ -33,7 +37,11 @@ impl HostTensor {
         let mut data = vec![0u8; vals.len() * dtype.size()];
         let mut r = Rounding::NearestEven;
         crate::dtype::encode_run(dtype, &mut r, vals, &mut data, 0, dtype.size());
-        HostTensor { dtype, shape: shape.to_vec(), data }
+        HostTensor {
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        }
     }
 
     /// Decodes to f32 values.
@@ -45,7 +53,9 @@ impl HostTensor {
 
     /// Raw element bits.
     pub fn bits(&self) -> Vec<u32> {
-        (0..self.num_elems()).map(|i| crate::dtype::load_bits(self.dtype, &self.data, i * self.dtype.size())).collect()
+        (0..self.num_elems())
+            .map(|i| crate::dtype::load_bits(self.dtype, &self.data, i * self.dtype.size()))
+            .collect()
     }
 }
 
@@ -55,7 +65,9 @@ impl HostTensor {
 pub enum RoundingMode {
     #[default]
     NearestEven,
-    Stochastic { seed: u64 },
+    Stochastic {
+        seed: u64,
+    },
 }
 
 /// Subnormal handling in engine arithmetic (unpublished for every engine).
@@ -131,7 +143,11 @@ pub struct ExecConfig {
 
 impl Default for ExecConfig {
     fn default() -> Self {
-        ExecConfig { numerics: Numerics::default(), max_hbm_bytes: 4 << 30, max_instructions: 10_000_000 }
+        ExecConfig {
+            numerics: Numerics::default(),
+            max_hbm_bytes: 4 << 30,
+            max_instructions: 10_000_000,
+        }
     }
 }
 
@@ -228,11 +244,17 @@ pub struct Executor {
 
 impl Executor {
     pub fn new(target: TargetName) -> Self {
-        Executor { target: target.params(), config: ExecConfig::default() }
+        Executor {
+            target: target.params(),
+            config: ExecConfig::default(),
+        }
     }
 
     pub fn with_config(target: TargetName, config: ExecConfig) -> Self {
-        Executor { target: target.params(), config }
+        Executor {
+            target: target.params(),
+            config,
+        }
     }
 
     /// Runs `program` on `inputs` (one per Input declaration). Never panics on any program.
@@ -249,7 +271,10 @@ impl Executor {
         let mut mem = Memories::with_extents(&self.target, &program.hbm, sbuf_bytes, psum_bytes);
         for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
             let t = inputs.get(&decl.name).ok_or_else(|| {
-                SimError::program(ErrorKind::Invalid(format!("no input given for HBM tensor `{}`", decl.name)))
+                SimError::program(ErrorKind::Invalid(format!(
+                    "no input given for HBM tensor `{}`",
+                    decl.name
+                )))
             })?;
             if t.dtype != decl.dtype || t.shape != decl.shape {
                 return Err(SimError::program(ErrorKind::ShapeMismatch(format!(
@@ -274,14 +299,23 @@ impl Executor {
                 kind,
             };
             if let Some(&w) = inst.wait.iter().find(|&&w| w as usize >= index) {
-                return Err(fail(None, ErrorKind::Invalid(format!("waits for instruction #{w}, which is not earlier"))));
+                return Err(fail(
+                    None,
+                    ErrorKind::Invalid(format!("waits for instruction #{w}, which is not earlier")),
+                ));
             }
             if !engine::runs_on(&self.target, &inst.op, inst.engine) {
                 // Say "not on this chip" when a later generation's engine has the instruction.
                 let kind = if engine::nc_v3_addition(&inst.op, inst.engine) {
-                    ErrorKind::NotOnTarget { opcode: inst.op.name(), target: self.target.name.name() }
+                    ErrorKind::NotOnTarget {
+                        opcode: inst.op.name(),
+                        target: self.target.name.name(),
+                    }
                 } else {
-                    ErrorKind::WrongEngine { engine: inst.engine.name(), opcode: inst.op.name() }
+                    ErrorKind::WrongEngine {
+                        engine: inst.engine.name(),
+                        opcode: inst.op.name(),
+                    }
                 };
                 return Err(fail(None, kind));
             }
@@ -307,7 +341,16 @@ impl Executor {
         }
         let outputs = mem
             .into_outputs()
-            .map(|t| (t.decl.name, HostTensor { dtype: t.decl.dtype, shape: t.decl.shape, data: t.data }))
+            .map(|t| {
+                (
+                    t.decl.name,
+                    HostTensor {
+                        dtype: t.decl.dtype,
+                        shape: t.decl.shape,
+                        data: t.data,
+                    },
+                )
+            })
             .collect();
         Ok(RunResult { outputs, stats })
     }
@@ -324,7 +367,10 @@ impl Executor {
         let mut total: usize = 0;
         for d in &program.hbm {
             if !names.insert(d.name.as_str()) {
-                return Err(SimError::program(ErrorKind::Invalid(format!("HBM tensor `{}` declared twice", d.name))));
+                return Err(SimError::program(ErrorKind::Invalid(format!(
+                    "HBM tensor `{}` declared twice",
+                    d.name
+                ))));
             }
             let bytes = d
                 .shape

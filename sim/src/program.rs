@@ -26,7 +26,13 @@ pub enum Engine {
     Dma,
 }
 
-pub const ALL_ENGINES: [Engine; 5] = [Engine::Tensor, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Dma];
+pub const ALL_ENGINES: [Engine; 5] = [
+    Engine::Tensor,
+    Engine::Vector,
+    Engine::Scalar,
+    Engine::Gpsimd,
+    Engine::Dma,
+];
 
 impl Engine {
     pub fn name(self) -> &'static str {
@@ -88,7 +94,11 @@ pub struct Instruction {
 
 impl Instruction {
     pub fn new(engine: Engine, op: Op) -> Self {
-        Instruction { engine, op, wait: Vec::new() }
+        Instruction {
+            engine,
+            op,
+            wait: Vec::new(),
+        }
     }
 }
 
@@ -719,11 +729,9 @@ impl Op {
             | Op::SetRngSeed(_)
             | Op::StreamShuffle(_) => &[Vector],
             Op::Activation(_) => &[Scalar],
-            Op::Iota(_)
-            | Op::AffineSelect(_)
-            | Op::LocalGather(_)
-            | Op::NGather(_)
-            | Op::TensorPartitionReduce(_) => &[Gpsimd],
+            Op::Iota(_) | Op::AffineSelect(_) | Op::LocalGather(_) | Op::NGather(_) | Op::TensorPartitionReduce(_) => {
+                &[Gpsimd]
+            }
             Op::DmaCopy(_) => &[Dma],
         }
     }
@@ -731,12 +739,21 @@ impl Op {
 
 impl Program {
     pub fn new(target: TargetName) -> Self {
-        Program { target, hbm: Vec::new(), instructions: Vec::new() }
+        Program {
+            target,
+            hbm: Vec::new(),
+            instructions: Vec::new(),
+        }
     }
 
     /// Declares an HBM tensor.
     pub fn declare(&mut self, name: &str, dtype: DType, shape: &[usize], role: HbmRole) {
-        self.hbm.push(HbmTensorDecl { name: name.to_string(), dtype, shape: shape.to_vec(), role });
+        self.hbm.push(HbmTensorDecl {
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            role,
+        });
     }
 
     /// Appends an instruction.
@@ -864,7 +881,8 @@ impl Program {
                     crate::mem::MemSpace::Hbm(_) => continue,
                 };
                 if let Some((_, hi)) = ap.free_extent() {
-                    let end = (ap.offset as i64).saturating_add(hi.saturating_add(1).saturating_mul(ap.dtype.size() as i64));
+                    let end =
+                        (ap.offset as i64).saturating_add(hi.saturating_add(1).saturating_mul(ap.dtype.size() as i64));
                     *slot = (*slot).max(end.clamp(0, cap as i64) as usize);
                 }
             }

@@ -11,15 +11,42 @@ const F: DType = DType::F32;
 const BF: DType = DType::Bf16;
 
 fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: None })
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
 }
 
 fn dma_acc(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy { dst, src, accumulate: true, indirect: None })
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: true,
+        indirect: None,
+    })
 }
 
-fn ind(dst: AccessPattern, src: AccessPattern, side: IndirectSide, index: AccessPattern, row_step: i64, oob: OobMode) -> Op {
-    Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: Some(Indirect { side, index, row_step, oob }) })
+fn ind(
+    dst: AccessPattern,
+    src: AccessPattern,
+    side: IndirectSide,
+    index: AccessPattern,
+    row_step: i64,
+    oob: OobMode,
+) -> Op {
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: Some(Indirect {
+            side,
+            index,
+            row_step,
+            oob,
+        }),
+    })
 }
 
 /// Row-major `[rows, cols]` HBM operand of a whole tensor.
@@ -30,7 +57,14 @@ fn whole(name: &str, dtype: DType, rows: usize, cols: usize) -> AccessPattern {
 #[test]
 fn round_trip_is_bit_exact() {
     let mut r = Rig::new();
-    let bits = [0x7FA0_0001, 0x8000_0000, 0x0000_0001, 0xFF80_0000, 0x3F80_0000, 0xFFFF_FFFF];
+    let bits = [
+        0x7FA0_0001,
+        0x8000_0000,
+        0x0000_0001,
+        0xFF80_0000,
+        0x3F80_0000,
+        0xFFFF_FFFF,
+    ];
     let t = r.hbm_bits(F, &[2, 3], &bits);
     let s = sb(F, 0, 2, 0, 3);
     r.push(Engine::Dma, dma(s.clone(), whole(&t, F, 2, 3)));
@@ -51,11 +85,17 @@ fn access_patterns_on_both_sides() {
     // 0..4, then store the transposed view (one SBUF column per HBM row) into a [3, 4] output.
     let t = r.hbm(F, &[4, 6], &(0..24).map(|v| v as f32).collect::<Vec<_>>());
     let s = sb(F, 0, 4, 0, 3);
-    r.push(Engine::Dma, dma(s.clone(), AccessPattern::hbm(&t, F, 3, 4, 6, vec![[1, 3]])));
+    r.push(
+        Engine::Dma,
+        dma(s.clone(), AccessPattern::hbm(&t, F, 3, 4, 6, vec![[1, 3]])),
+    );
     let o = r.hbm_out(F, &[3, 4]);
     // dst element order: row p of 4 partitions → HBM column p: rows 4 (step 1), free 3 (step 4).
     r.push(Engine::Dma, dma(AccessPattern::hbm(&o, F, 0, 4, 1, vec![[4, 3]]), s));
-    assert_eq!(r.ok().f32(&o), [3.0, 9.0, 15.0, 21.0, 4.0, 10.0, 16.0, 22.0, 5.0, 11.0, 17.0, 23.0]);
+    assert_eq!(
+        r.ok().f32(&o),
+        [3.0, 9.0, 15.0, 21.0, 4.0, 10.0, 16.0, 22.0, 5.0, 11.0, 17.0, 23.0]
+    );
 }
 
 #[test]
@@ -64,10 +104,16 @@ fn stride_zero_broadcasts() {
     let t = r.hbm(F, &[1, 3], &[1.0, 2.0, 3.0]);
     // partition_step 0: the same row on 4 partitions.
     let rows = sb(F, 0, 4, 0, 3);
-    r.push(Engine::Dma, dma(rows.clone(), AccessPattern::hbm(&t, F, 0, 4, 0, vec![[1, 3]])));
+    r.push(
+        Engine::Dma,
+        dma(rows.clone(), AccessPattern::hbm(&t, F, 0, 4, 0, vec![[1, 3]])),
+    );
     // free step 0: element 1 repeated 5 times on 2 partitions.
     let elem = sb(F, 0, 2, 64, 5);
-    r.push(Engine::Dma, dma(elem.clone(), AccessPattern::hbm(&t, F, 1, 2, 0, vec![[0, 5]])));
+    r.push(
+        Engine::Dma,
+        dma(elem.clone(), AccessPattern::hbm(&t, F, 1, 2, 0, vec![[0, 5]])),
+    );
     let (o1, o2) = (r.out(&rows), r.out(&elem));
     let ran = r.ok();
     assert_eq!(ran.f32(&o1), [1.0, 2.0, 3.0].repeat(4));
@@ -157,7 +203,13 @@ fn accumulate_into_unwritten_memory_is_an_error() {
 
 fn table(r: &mut Rig) -> String {
     // [5, 3]: row k = (10k, 10k+1, 10k+2)
-    r.hbm(F, &[5, 3], &(0..5).flat_map(|k| (0..3).map(move |j| (10 * k + j) as f32)).collect::<Vec<_>>())
+    r.hbm(
+        F,
+        &[5, 3],
+        &(0..5)
+            .flat_map(|k| (0..3).map(move |j| (10 * k + j) as f32))
+            .collect::<Vec<_>>(),
+    )
 }
 
 #[test]
@@ -166,7 +218,17 @@ fn indirect_gather() {
     let t = table(&mut r);
     let idx = r.sbuf_bits(DType::I32, 0, 3, 0, &[4, 0, 2]);
     let d = sb(F, 0, 3, 64, 3);
-    r.push(Engine::Dma, ind(d.clone(), AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]), IndirectSide::Src, idx, 3, OobMode::Error));
+    r.push(
+        Engine::Dma,
+        ind(
+            d.clone(),
+            AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
+            IndirectSide::Src,
+            idx,
+            3,
+            OobMode::Error,
+        ),
+    );
     let o = r.out(&d);
     let ran = r.ok();
     assert_eq!(ran.f32(&o), [40.0, 41.0, 42.0, 0.0, 1.0, 2.0, 20.0, 21.0, 22.0]);
@@ -180,7 +242,17 @@ fn indirect_gather_row_step_and_offset() {
     // Columns 1..3 of rows 3 and 1: offset 1 element, row_step 3.
     let idx = r.sbuf_bits(DType::U16, 0, 2, 0, &[3, 1]);
     let d = sb(F, 0, 2, 64, 2);
-    r.push(Engine::Dma, ind(d.clone(), AccessPattern::hbm(&t, F, 1, 1, 0, vec![[1, 2]]), IndirectSide::Src, idx, 3, OobMode::Error));
+    r.push(
+        Engine::Dma,
+        ind(
+            d.clone(),
+            AccessPattern::hbm(&t, F, 1, 1, 0, vec![[1, 2]]),
+            IndirectSide::Src,
+            idx,
+            3,
+            OobMode::Error,
+        ),
+    );
     let o = r.out(&d);
     assert_eq!(r.ok().f32(&o), [31.0, 32.0, 11.0, 12.0]);
 }
@@ -193,9 +265,21 @@ fn indirect_gather_out_of_bounds_error_or_skip() {
         let idx = r.sbuf_bits(DType::I32, 0, 3, 0, &[4, bad, 0]);
         let i = r.push(
             Engine::Dma,
-            ind(sb(F, 0, 3, 64, 3), AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]), IndirectSide::Src, idx, 3, OobMode::Error),
+            ind(
+                sb(F, 0, 3, 64, 3),
+                AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
+                IndirectSide::Src,
+                idx,
+                3,
+                OobMode::Error,
+            ),
         );
-        assert_err!(r.err(), i, Some("index"), ErrorKind::Invalid(_) | ErrorKind::IndexOutOfRange { .. });
+        assert_err!(
+            r.err(),
+            i,
+            Some("index"),
+            ErrorKind::Invalid(_) | ErrorKind::IndexOutOfRange { .. }
+        );
         let _ = k;
     }
     let mut r = Rig::new();
@@ -203,7 +287,17 @@ fn indirect_gather_out_of_bounds_error_or_skip() {
     let idx = r.sbuf_bits(DType::I32, 0, 3, 0, &[4, 7, 0]);
     let d = sb(F, 0, 3, 64, 3);
     r.memset(&d, -1.0);
-    r.push(Engine::Dma, ind(d.clone(), AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]), IndirectSide::Src, idx, 3, OobMode::Skip));
+    r.push(
+        Engine::Dma,
+        ind(
+            d.clone(),
+            AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
+            IndirectSide::Src,
+            idx,
+            3,
+            OobMode::Skip,
+        ),
+    );
     let o = r.out(&d);
     assert_eq!(r.ok().f32(&o), [40.0, 41.0, 42.0, -1.0, -1.0, -1.0, 0.0, 1.0, 2.0]);
 }
@@ -218,7 +312,10 @@ fn indirect_scatter_with_skip_and_accumulate() {
     // Scatter rows 0, 1, 2 to rows 3, 9 (out of range: skipped), 1.
     let idx = r.sbuf_bits(DType::I32, 0, 3, 128, &[3, 9, 1]);
     let row = AccessPattern::hbm(&o, F, 0, 1, 0, vec![[1, 2]]);
-    r.push(Engine::Dma, ind(row.clone(), src.clone(), IndirectSide::Dst, idx, 2, OobMode::Skip));
+    r.push(
+        Engine::Dma,
+        ind(row.clone(), src.clone(), IndirectSide::Dst, idx, 2, OobMode::Skip),
+    );
     // Accumulating scatter with a duplicate index: rows 0 and 1 both add into row 0.
     let idx2 = r.sbuf_bits(DType::I32, 0, 3, 192, &[0, 0, 2]);
     r.push(
@@ -227,7 +324,12 @@ fn indirect_scatter_with_skip_and_accumulate() {
             dst: row,
             src,
             accumulate: true,
-            indirect: Some(Indirect { side: IndirectSide::Dst, index: idx2, row_step: 2, oob: OobMode::Error }),
+            indirect: Some(Indirect {
+                side: IndirectSide::Dst,
+                index: idx2,
+                row_step: 2,
+                oob: OobMode::Error,
+            }),
         }),
     );
     assert_eq!(r.ok().f32(&o), [4.0, 6.0, 5.0, 6.0, 5.0, 6.0, 1.0, 2.0]);
@@ -237,8 +339,15 @@ fn indirect_scatter_with_skip_and_accumulate() {
 fn indirect_rejections() {
     let gather = |r: &mut Rig, index: AccessPattern, src_on_chip: bool| {
         let t = table(r);
-        let src = if src_on_chip { sb(F, 0, 1, 1024, 3) } else { AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]) };
-        r.push(Engine::Dma, ind(sb(F, 0, 2, 64, 3), src, IndirectSide::Src, index, 3, OobMode::Error))
+        let src = if src_on_chip {
+            sb(F, 0, 1, 1024, 3)
+        } else {
+            AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]])
+        };
+        r.push(
+            Engine::Dma,
+            ind(sb(F, 0, 2, 64, 3), src, IndirectSide::Src, index, 3, OobMode::Error),
+        )
     };
     // Index in HBM.
     let mut r = Rig::new();
@@ -268,7 +377,17 @@ fn indirect_rejections() {
     let mut r = Rig::new();
     let t = table(&mut r);
     let x = r.sbuf_bits(DType::I32, 0, 2, 0, &[0, 1]);
-    let i = r.push(Engine::Dma, ind(sb(F, 0, 2, 64, 2), AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]), IndirectSide::Src, x, 3, OobMode::Error));
+    let i = r.push(
+        Engine::Dma,
+        ind(
+            sb(F, 0, 2, 64, 2),
+            AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
+            IndirectSide::Src,
+            x,
+            3,
+            OobMode::Error,
+        ),
+    );
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
     // Unwritten index.
     let mut r = Rig::new();
@@ -284,12 +403,30 @@ fn psum_is_rejected_on_both_sides() {
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 2], &[1.0, 2.0]);
     let i = r.push(Engine::Dma, dma(ps(F, 0, 1, 0, 2), whole(&t, F, 1, 2)));
-    assert_err!(r.err(), i, Some("dst"), ErrorKind::MemoryNotAccessible { engine: "dma", access: "write", memory: "PSUM" });
+    assert_err!(
+        r.err(),
+        i,
+        Some("dst"),
+        ErrorKind::MemoryNotAccessible {
+            engine: "dma",
+            access: "write",
+            memory: "PSUM"
+        }
+    );
     let mut r = Rig::new();
     let p = r.psum(F, 0, 1, 0, &[1.0, 2.0]);
     let o = r.hbm_out(F, &[1, 2]);
     let i = r.push(Engine::Dma, dma(whole(&o, F, 1, 2), p));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::MemoryNotAccessible { engine: "dma", access: "read", memory: "PSUM" });
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::MemoryNotAccessible {
+            engine: "dma",
+            access: "read",
+            memory: "PSUM"
+        }
+    );
 }
 
 #[test]
@@ -302,7 +439,10 @@ fn shape_bounds_and_declaration_errors() {
     // Past the end of the HBM tensor.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 3], &[1.0, 2.0, 3.0]);
-    let i = r.push(Engine::Dma, dma(sb(F, 0, 2, 0, 3), AccessPattern::hbm(&t, F, 0, 2, 3, vec![[1, 3]])));
+    let i = r.push(
+        Engine::Dma,
+        dma(sb(F, 0, 2, 0, 3), AccessPattern::hbm(&t, F, 0, 2, 3, vec![[1, 3]])),
+    );
     assert_err!(r.err(), i, Some("src"), ErrorKind::HbmOutOfBounds { .. });
     // Undeclared tensor.
     let mut r = Rig::new();
@@ -324,7 +464,12 @@ fn shape_bounds_and_declaration_errors() {
     let mut r = Rig::new();
     let o = r.hbm_out(F, &[1, 2]);
     let i = r.push(Engine::Dma, dma(whole(&o, F, 1, 2), sb(F, 5, 1, 0, 2)));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::UninitializedRead { partition: 5, .. });
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::UninitializedRead { partition: 5, .. }
+    );
     // DMA on a compute engine's queue.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 2], &[1.0, 2.0]);
@@ -367,16 +512,47 @@ fn hostile_operands_are_errors_not_panics() {
     for step in [i64::MAX, i64::MIN, 1 << 40] {
         for oob in [OobMode::Error, OobMode::Skip] {
             let row = AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]);
-            cases.push(ind(sb(F, 0, 2, 64, 3), row.clone(), IndirectSide::Src, idx.clone(), step, oob));
+            cases.push(ind(
+                sb(F, 0, 2, 64, 3),
+                row.clone(),
+                IndirectSide::Src,
+                idx.clone(),
+                step,
+                oob,
+            ));
             cases.push(ind(row, sb(F, 0, 2, 64, 3), IndirectSide::Dst, idx.clone(), step, oob));
         }
     }
     let row = AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]);
-    cases.push(ind(huge_hbm(&t), row.clone(), IndirectSide::Src, idx.clone(), 3, OobMode::Skip));
-    cases.push(ind(huge_sb.clone(), row.clone(), IndirectSide::Src, idx.clone(), 3, OobMode::Skip));
-    cases.push(ind(sb(F, 0, 2, 64, 3), row.clone(), IndirectSide::Src, huge_sb.clone(), 3, OobMode::Skip));
+    cases.push(ind(
+        huge_hbm(&t),
+        row.clone(),
+        IndirectSide::Src,
+        idx.clone(),
+        3,
+        OobMode::Skip,
+    ));
+    cases.push(ind(
+        huge_sb.clone(),
+        row.clone(),
+        IndirectSide::Src,
+        idx.clone(),
+        3,
+        OobMode::Skip,
+    ));
+    cases.push(ind(
+        sb(F, 0, 2, 64, 3),
+        row.clone(),
+        IndirectSide::Src,
+        huge_sb.clone(),
+        3,
+        OobMode::Skip,
+    ));
     // Element counts that agree, so that the patterns themselves are resolved.
-    let far = AccessPattern { start_partition: usize::MAX - 1, ..sb(F, 0, 3, 0, 1) };
+    let far = AccessPattern {
+        start_partition: usize::MAX - 1,
+        ..sb(F, 0, 3, 0, 1)
+    };
     cases.push(dma(far.clone(), whole(&t, F, 3, 1)));
     cases.push(dma(whole(&t, F, 3, 1), far.clone()));
     let wide = AccessPattern::hbm(&t, F, 0, 1 << 20, 0, vec![[0, 65535], [0, 65535]]);

@@ -107,7 +107,9 @@ fn tf32_rounds_to_nearest_even_with_10_mantissa_bits() {
     let mut xs = sample_f32(200_000);
     // Every tie / near-tie at every exponent.
     for eb in 0..255u32 {
-        for mant in [0u32, 0x1000, 0x0FFF, 0x1001, 0x3000, 0x2FFF, 0x3001, 0x7F_F000, 0x7F_FFFF, 0x7F_E000, 0x7F_DFFF] {
+        for mant in [
+            0u32, 0x1000, 0x0FFF, 0x1001, 0x3000, 0x2FFF, 0x3001, 0x7F_F000, 0x7F_FFFF, 0x7F_E000, 0x7F_DFFF,
+        ] {
             for s in [0, 0x8000_0000] {
                 xs.push(f32::from_bits(s | (eb << 23) | mant));
             }
@@ -137,7 +139,15 @@ fn tf32_rounds_to_nearest_even_with_10_mantissa_bits() {
 // ------------------------------------------------------------------------------------------
 // float → int, int → float
 
-const INTS: [DType; 7] = [DType::I8, DType::I16, DType::I32, DType::U8, DType::U16, DType::U32, DType::Bool];
+const INTS: [DType; 7] = [
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::Bool,
+];
 
 fn to_int(d: DType, x: f32) -> i64 {
     d.decode_i64(d.encode_f32(x, &mut Rounding::NearestEven))
@@ -199,7 +209,11 @@ fn float_to_int_matches_the_rule_on_random_inputs() {
     for x in sample_f32(100_000) {
         for d in INTS {
             let (lo, hi) = d.int_range().unwrap();
-            let want = if x.is_nan() { 0 } else { ((x as f64).round_ties_even()).clamp(lo as f64, hi as f64) as i64 };
+            let want = if x.is_nan() {
+                0
+            } else {
+                ((x as f64).round_ties_even()).clamp(lo as f64, hi as f64) as i64
+            };
             assert_eq!(to_int(d, x), want, "{x:e} -> {d}");
             // Stored bits stay within the dtype's width.
             assert_eq!(d.encode_f32(x, &mut Rounding::NearestEven) & !d.bit_mask(), 0);
@@ -275,7 +289,14 @@ fn dtype_metadata_is_consistent() {
     for d in ALL_DTYPES {
         assert_eq!(DType::from_name(d.name()), Some(d));
         assert_eq!(format!("{d}"), d.name());
-        assert_eq!(d.bit_mask(), if d.size() == 4 { u32::MAX } else { (1u32 << (8 * d.size())) - 1 });
+        assert_eq!(
+            d.bit_mask(),
+            if d.size() == 4 {
+                u32::MAX
+            } else {
+                (1u32 << (8 * d.size())) - 1
+            }
+        );
         assert_eq!(d.is_int(), !d.is_float());
         assert_eq!(d.int_range().is_some(), d.is_int());
         let json = serde_json::to_string(&d).unwrap();
@@ -300,13 +321,29 @@ fn neighbours(d: DType, x: f32) -> (u32, u32) {
     let sign = rne & (1 << (8 * d.size() - 1));
     let mag = rne ^ sign;
     let step = if d == DType::Tf32 { 0x2000 } else { 1 };
-    let other = sign | if v.abs() > (x as f64).abs() { mag - step } else { mag + step };
-    if d.decode_f32(rne) <= d.decode_f32(other) { (rne, other) } else { (other, rne) }
+    let other = sign
+        | if v.abs() > (x as f64).abs() {
+            mag - step
+        } else {
+            mag + step
+        };
+    if d.decode_f32(rne) <= d.decode_f32(other) {
+        (rne, other)
+    } else {
+        (other, rne)
+    }
 }
 
 #[test]
 fn stochastic_results_are_always_a_neighbour() {
-    let floats = [DType::Bf16, DType::F16, DType::Tf32, DType::Fp8E4m3, DType::Fp8E4m3fn, DType::Fp8E5m2];
+    let floats = [
+        DType::Bf16,
+        DType::F16,
+        DType::Tf32,
+        DType::Fp8E4m3,
+        DType::Fp8E4m3fn,
+        DType::Fp8E5m2,
+    ];
     let mut r = Rounding::Stochastic(StochasticRng::new(42));
     let mut g = Gen(3);
     for d in floats {
@@ -325,7 +362,10 @@ fn stochastic_results_are_always_a_neighbour() {
             let (lo, hi) = neighbours(d, x);
             for _ in 0..4 {
                 let got = d.encode_f32(x, &mut r);
-                assert!(got == lo || got == hi, "{d}: SR({x:e}) = {got:#x}, neighbours {lo:#x} {hi:#x}");
+                assert!(
+                    got == lo || got == hi,
+                    "{d}: SR({x:e}) = {got:#x}, neighbours {lo:#x} {hi:#x}"
+                );
             }
         }
         // Exactly representable values never move.
@@ -380,9 +420,16 @@ fn stochastic_rounding_is_unbiased() {
         }
         let mean = sum / n as f64;
         let se = (hi - lo) * (p * (1.0 - p) / n as f64).sqrt();
-        assert!((mean - x as f64).abs() < 5.0 * se, "{d} SR({x}): mean {mean}, want {x} ± {}", 5.0 * se);
+        assert!(
+            (mean - x as f64).abs() < 5.0 * se,
+            "{d} SR({x}): mean {mean}, want {x} ± {}",
+            5.0 * se
+        );
         let frac = ups as f64 / n as f64;
-        assert!((frac - p).abs() < 5.0 * (p * (1.0 - p) / n as f64).sqrt(), "{d} {x}: up fraction {frac}, p {p}");
+        assert!(
+            (frac - p).abs() < 5.0 * (p * (1.0 - p) / n as f64).sqrt(),
+            "{d} {x}: up fraction {frac}, p {p}"
+        );
     }
 }
 
@@ -390,7 +437,9 @@ fn stochastic_rounding_is_unbiased() {
 fn stochastic_rounding_is_deterministic_for_a_seed() {
     let run = |seed: u64| -> Vec<u32> {
         let mut r = Rounding::Stochastic(StochasticRng::new(seed));
-        (0..1000).map(|i| DType::Bf16.encode_f32(1.0 / 3.0 + i as f32 * 1e-3, &mut r)).collect()
+        (0..1000)
+            .map(|i| DType::Bf16.encode_f32(1.0 / 3.0 + i as f32 * 1e-3, &mut r))
+            .collect()
     };
     assert_eq!(run(1), run(1));
     assert_ne!(run(1), run(2));
@@ -438,10 +487,23 @@ fn stochastic_rounding_through_the_executor() {
         }),
     );
     let mut inputs = BTreeMap::new();
-    inputs.insert("x".to_string(), HostTensor::from_f32(&[p_, n], &vec![1.0 / 3.0; p_ * n]));
+    inputs.insert(
+        "x".to_string(),
+        HostTensor::from_f32(&[p_, n], &vec![1.0 / 3.0; p_ * n]),
+    );
     let run = |rounding| {
-        let cfg = ExecConfig { numerics: Numerics { rounding, ..Numerics::default() }, ..ExecConfig::default() };
-        Executor::with_config(TargetName::Trn1, cfg).run(&p, &inputs).unwrap().outputs["y"].clone()
+        let cfg = ExecConfig {
+            numerics: Numerics {
+                rounding,
+                ..Numerics::default()
+            },
+            ..ExecConfig::default()
+        };
+        Executor::with_config(TargetName::Trn1, cfg)
+            .run(&p, &inputs)
+            .unwrap()
+            .outputs["y"]
+            .clone()
     };
     let a = run(RoundingMode::Stochastic { seed: 9 });
     let b = run(RoundingMode::Stochastic { seed: 9 });
@@ -525,10 +587,16 @@ fn runs_agree_with_elements_for_every_dtype_and_stride() {
         let bytes: Vec<u8> = (0..8).map(|_| g.next() as u8).collect();
         let mut out = Vec::new();
         dtype::decode_run(d, &bytes, 0, 5, 0, &mut out);
-        assert!(out.iter().all(|v| v.to_bits() == d.decode_f32(dtype::load_bits(d, &bytes, 0)).to_bits()));
+        assert!(
+            out.iter()
+                .all(|v| v.to_bits() == d.decode_f32(dtype::load_bits(d, &bytes, 0)).to_bits())
+        );
         let mut buf = vec![0u8; 8];
         dtype::encode_run(d, &mut Rounding::NearestEven, &[1.0, 2.0, 3.0], &mut buf, 0, 0);
-        assert_eq!(dtype::load_bits(d, &buf, 0), d.encode_f32(3.0, &mut Rounding::NearestEven));
+        assert_eq!(
+            dtype::load_bits(d, &buf, 0),
+            d.encode_f32(3.0, &mut Rounding::NearestEven)
+        );
     }
 }
 
@@ -536,7 +604,13 @@ fn runs_agree_with_elements_for_every_dtype_and_stride() {
 /// same code (NaN: to a NaN), and HostTensor helpers agree.
 #[test]
 fn decode_then_encode_round_trips() {
-    for d in [DType::Bf16, DType::F16, DType::Fp8E4m3, DType::Fp8E4m3fn, DType::Fp8E5m2] {
+    for d in [
+        DType::Bf16,
+        DType::F16,
+        DType::Fp8E4m3,
+        DType::Fp8E4m3fn,
+        DType::Fp8E5m2,
+    ] {
         for code in 0..(1u32 << (8 * d.size())) {
             let v = d.decode_f32(code);
             let back = d.encode_f32(v, &mut Rounding::NearestEven);

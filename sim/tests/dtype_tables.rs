@@ -29,11 +29,17 @@ fn read(name: &str) -> Vec<u8> {
 }
 
 fn u32s(bytes: &[u8]) -> Vec<u32> {
-    bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn u16s(bytes: &[u8]) -> Vec<u32> {
-    bytes.chunks_exact(2).map(|c| u16::from_le_bytes(c.try_into().unwrap()) as u32).collect()
+    bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes(c.try_into().unwrap()) as u32)
+        .collect()
 }
 
 /// Expands a `.runs` file: (count, first, step) triples of arithmetic progressions (wrapping).
@@ -102,7 +108,9 @@ fn check_decode(dtype: DType, file: &str, alt_key: &str, count: usize) -> usize 
                 continue;
             }
         }
-        bad.push(format!("  {dtype} code {code:#06x}: sim {got:#010x}, torch {want:#010x} (other path {other:x?})"));
+        bad.push(format!(
+            "  {dtype} code {code:#06x}: sim {got:#010x}, torch {want:#010x} (other path {other:x?})"
+        ));
     }
     report(&format!("decode {dtype}"), &bad, table.len());
     table.len()
@@ -119,7 +127,11 @@ fn decode_f16_all_65536() {
     // The simulator matches torch's vectorised answer even on NaN (not just the class).
     let table = runs("decode_f16.runs");
     for code in 0..65536u32 {
-        assert_eq!(DType::F16.decode_f32(code).to_bits(), table[code as usize], "f16 code {code:#06x}");
+        assert_eq!(
+            DType::F16.decode_f32(code).to_bits(),
+            table[code as usize],
+            "f16 code {code:#06x}"
+        );
     }
 }
 
@@ -131,9 +143,17 @@ fn decode_fp8_all_256() {
     let v = runs("decode_e4m3.runs");
     for code in 0..256u32 {
         let i = code as usize;
-        assert_eq!(DType::Fp8E4m3fn.decode_f32(code).to_bits(), t[i], "e4m3fn code {code:#04x}");
+        assert_eq!(
+            DType::Fp8E4m3fn.decode_f32(code).to_bits(),
+            t[i],
+            "e4m3fn code {code:#04x}"
+        );
         assert_eq!(DType::Fp8E5m2.decode_f32(code).to_bits(), u[i], "e5m2 code {code:#04x}");
-        assert_eq!(DType::Fp8E4m3.decode_f32(code).to_bits(), v[i], "e4m3 (ml_dtypes) code {code:#04x}");
+        assert_eq!(
+            DType::Fp8E4m3.decode_f32(code).to_bits(),
+            v[i],
+            "e4m3 (ml_dtypes) code {code:#04x}"
+        );
     }
     check_decode(DType::Fp8E4m3fn, "decode_e4m3fn.runs", "decode_e4m3fn:tail", 256);
     check_decode(DType::Fp8E5m2, "decode_e5m2.runs", "decode_e5m2:tail", 256);
@@ -147,7 +167,11 @@ fn encode_inputs() -> Vec<u32> {
 /// c10 alternative is recorded), which equals the vectorised `.to` on every non-NaN input.
 fn check_encode(dtype: DType, file: &str, key: &str) -> usize {
     let inputs = encode_inputs();
-    let table = if dtype.size() == 2 { u16s(&read(file)) } else { read(file).iter().map(|&b| b as u32).collect() };
+    let table = if dtype.size() == 2 {
+        u16s(&read(file))
+    } else {
+        read(file).iter().map(|&b| b as u32).collect()
+    };
     assert_eq!(table.len(), inputs.len(), "{file}");
     let alts = alt();
     let c10 = alts.get(&format!("{key}:c10"));
@@ -184,7 +208,10 @@ fn encode_bf16_edges() {
     for (&x, &t) in inputs.iter().zip(&table) {
         if f32::from_bits(x).is_nan() {
             assert_eq!(t, 0xFFFF, "torch .to(bfloat16) writes 0xFFFF for NaN {x:#x}");
-            assert_eq!(DType::Bf16.encode_f32(f32::from_bits(x), &mut Rounding::NearestEven), 0x7FC0);
+            assert_eq!(
+                DType::Bf16.encode_f32(f32::from_bits(x), &mut Rounding::NearestEven),
+                0x7FC0
+            );
         }
     }
 }
@@ -212,7 +239,11 @@ fn tables_contain_the_thresholds() {
     let h = u16s(&read("encode_f16.u16"));
     let b = u16s(&read("encode_bf16.u16"));
     let e4l = read("encode_e4m3.u8");
-    let find = |v: f32| inputs.binary_search(&v.to_bits()).unwrap_or_else(|_| panic!("{v} missing from the table"));
+    let find = |v: f32| {
+        inputs
+            .binary_search(&v.to_bits())
+            .unwrap_or_else(|_| panic!("{v} missing from the table"))
+    };
     let next = |v: f32| f32::from_bits(v.to_bits() + 1);
     let prev = |v: f32| f32::from_bits(v.to_bits() - 1);
     // e4m3fn (torch 2.15 saturates): 448 max; everything above, ±inf included, → ±448 (0x7E);

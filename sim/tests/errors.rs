@@ -44,7 +44,12 @@ fn x_rows(rows: usize, off: u64, free: Vec<FreeDim>) -> AccessPattern {
 }
 
 fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: None })
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
 }
 
 fn copy(dst: AccessPattern, src: AccessPattern) -> Op {
@@ -146,11 +151,23 @@ fn inst_case(
         Some(o) => format!("instruction #{} ({} {}) operand `{o}`: ", last.0, engine.name(), last.1),
         None => format!("instruction #{} ({} {}): ", last.0, engine.name(), last.1),
     };
-    Case { name, result: run(&p, &inputs), prefix, kind, says }
+    Case {
+        name,
+        result: run(&p, &inputs),
+        prefix,
+        kind,
+        says,
+    }
 }
 
 fn program_case(name: &'static str, result: Result<RunResult, SimError>, kind: usize, says: Vec<&'static str>) -> Case {
-    Case { name, result, prefix: "program: ".into(), kind, says }
+    Case {
+        name,
+        result,
+        prefix: "program: ".into(),
+        kind,
+        says,
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -161,7 +178,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "too many partitions (DMA into 129 SBUF partitions)",
         Dma,
-        vec![dma(sb(F, 0, 129, 1024, vec![[1, 8]]), x_rows(129, 0, vec![[1, 8]]).with_partition_step(0))],
+        vec![dma(
+            sb(F, 0, 129, 1024, vec![[1, 8]]),
+            x_rows(129, 0, vec![[1, 8]]).with_partition_step(0),
+        )],
         Some("dst"),
         0,
         vec!["129 partitions requested, the target has 128"],
@@ -203,7 +223,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "too many free dims",
         Vector,
-        vec![copy(free_dst(), sb(F, 0, P, 0, vec![[4, 2], [2, 2], [1, 2], [1, 1], [1, 1]]))],
+        vec![copy(
+            free_dst(),
+            sb(F, 0, P, 0, vec![[4, 2], [2, 2], [1, 2], [1, 1], [1, 1]]),
+        )],
         Some("src"),
         3,
         vec!["5 free dimensions, at most 4 allowed"],
@@ -211,7 +234,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "bad free dim: size above 65535",
         Dma,
-        vec![dma(sb(F, 0, 100, 1024, vec![[1, 700]]), AccessPattern::hbm("x", F, 0, 1, 0, vec![[1, 70_000]]))],
+        vec![dma(
+            sb(F, 0, 100, 1024, vec![[1, 700]]),
+            AccessPattern::hbm("x", F, 0, 1, 0, vec![[1, 70_000]]),
+        )],
         Some("src"),
         4,
         vec!["free dimension 0: size 70000 is outside 0..=65535"],
@@ -245,7 +271,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "HBM out of bounds",
         Dma,
-        vec![dma(sb(F, 0, 1, 1024, vec![[1, 8]]), AccessPattern::hbm("x", F, 250, 1, 0, vec![[1, 8]]))],
+        vec![dma(
+            sb(F, 0, 1, 1024, vec![[1, 8]]),
+            AccessPattern::hbm("x", F, 250, 1, 0, vec![[1, 8]]),
+        )],
         Some("src"),
         6,
         vec!["elements 250..258 are outside HBM tensor `x` of 256 elements"],
@@ -253,7 +282,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "unknown HBM tensor",
         Dma,
-        vec![dma(sb(F, 0, 1, 1024, vec![[1, 8]]), AccessPattern::hbm("nope", F, 0, 1, 0, vec![[1, 8]]))],
+        vec![dma(
+            sb(F, 0, 1, 1024, vec![[1, 8]]),
+            AccessPattern::hbm("nope", F, 0, 1, 0, vec![[1, 8]]),
+        )],
         Some("src"),
         7,
         vec!["HBM tensor `nope` is not declared by the program"],
@@ -292,7 +324,13 @@ fn cases() -> Vec<Case> {
     {
         let (mut p, inputs) = base();
         p.declare("s", F, &[8], HbmRole::Scratch);
-        p.push(Engine::Dma, dma(sb(F, 0, 1, 1024, vec![[1, 8]]), AccessPattern::hbm("s", F, 0, 1, 0, vec![[1, 8]])));
+        p.push(
+            Engine::Dma,
+            dma(
+                sb(F, 0, 1, 1024, vec![[1, 8]]),
+                AccessPattern::hbm("s", F, 0, 1, 0, vec![[1, 8]]),
+            ),
+        );
         c.push(Case {
             name: "uninitialized HBM scratch read",
             result: run(&p, &inputs),
@@ -304,7 +342,10 @@ fn cases() -> Vec<Case> {
         p.declare("y", F, &[P, 8], HbmRole::Output);
         p.push(
             Engine::Dma,
-            dma(AccessPattern::hbm("y", F, 0, P - 1, 8, vec![[1, 8]]), sb(F, 0, P - 1, 0, vec![[1, 8]])),
+            dma(
+                AccessPattern::hbm("y", F, 0, P - 1, 8, vec![[1, 8]]),
+                sb(F, 0, P - 1, 0, vec![[1, 8]]),
+            ),
         );
         c.push(program_case(
             "HBM output never (fully) written",
@@ -358,7 +399,12 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "wrong engine (pow on VectorE)",
         Vector,
-        vec![Op::TensorTensor(TensorTensor { dst: free_dst(), in0: loaded(), in1: loaded(), op: AluOp::Pow })],
+        vec![Op::TensorTensor(TensorTensor {
+            dst: free_dst(),
+            in0: loaded(),
+            in1: loaded(),
+            op: AluOp::Pow,
+        })],
         None,
         11,
         vec!["vector does not execute tensor_tensor(pow)"],
@@ -414,7 +460,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "free size limit (Vector reading 4097 elements of PSUM)",
         Vector,
-        vec![copy(sb(DType::Bf16, 0, 1, 0, vec![[1, 4097]]), ps(DType::Bf16, 0, 1, 0, vec![[1, 4097]]))],
+        vec![copy(
+            sb(DType::Bf16, 0, 1, 0, vec![[1, 4097]]),
+            ps(DType::Bf16, 0, 1, 0, vec![[1, 4097]]),
+        )],
         Some("src"),
         15,
         vec!["free size 4097 exceeds the limit of 4096 (elements per partition from PSUM)"],
@@ -449,7 +498,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "memset of a fraction into an integer dtype",
         Vector,
-        vec![Op::Memset(Memset { dst: sb(DType::I32, 0, P, 1024, vec![[1, 8]]), value: 1.5 })],
+        vec![Op::Memset(Memset {
+            dst: sb(DType::I32, 0, P, 1024, vec![[1, 8]]),
+            value: 1.5,
+        })],
         Some("dst"),
         17,
         vec!["invalid operand: memset of 1.5 into integer dtype i32"],
@@ -491,7 +543,10 @@ fn cases() -> Vec<Case> {
         "gather index out of range (nc_n_gather)",
         Gpsimd,
         vec![
-            Op::Memset(Memset { dst: sb(DType::U32, 0, P, 2048, vec![[1, 4]]), value: 9.0 }),
+            Op::Memset(Memset {
+                dst: sb(DType::U32, 0, P, 2048, vec![[1, 4]]),
+                value: 9.0,
+            }),
             Op::NGather(NGather {
                 dst: sb(F, 0, P, 1024, vec![[1, 4]]),
                 data: loaded(),
@@ -507,10 +562,20 @@ fn cases() -> Vec<Case> {
     {
         let (mut p, inputs) = base();
         p.declare("x", F, &[4], HbmRole::Scratch);
-        c.push(program_case("duplicate declaration", run(&p, &inputs), 17, vec!["HBM tensor `x` declared twice"]));
+        c.push(program_case(
+            "duplicate declaration",
+            run(&p, &inputs),
+            17,
+            vec!["HBM tensor `x` declared twice"],
+        ));
 
         let (p, _) = base();
-        c.push(program_case("missing input", run(&p, &BTreeMap::new()), 17, vec!["no input given for HBM tensor `x`"]));
+        c.push(program_case(
+            "missing input",
+            run(&p, &BTreeMap::new()),
+            17,
+            vec!["no input given for HBM tensor `x`"],
+        ));
 
         let (p, mut inputs) = base();
         inputs.insert("x".into(), HostTensor::from_f32(&[P, 7], &vec![0.0; P * 7]));
@@ -522,7 +587,10 @@ fn cases() -> Vec<Case> {
         ));
 
         let (p, mut inputs) = base();
-        inputs.insert("x".into(), HostTensor::from_f32_as(DType::Bf16, &[P, 8], &vec![0.0; P * 8]));
+        inputs.insert(
+            "x".into(),
+            HostTensor::from_f32_as(DType::Bf16, &[P, 8], &vec![0.0; P * 8]),
+        );
         c.push(program_case(
             "input dtype mismatch",
             run(&p, &inputs),
@@ -540,7 +608,10 @@ fn cases() -> Vec<Case> {
         ));
 
         let (p, inputs) = base();
-        let small = ExecConfig { max_hbm_bytes: 1000, ..ExecConfig::default() };
+        let small = ExecConfig {
+            max_hbm_bytes: 1000,
+            ..ExecConfig::default()
+        };
         c.push(program_case(
             "HBM over the executor's limit",
             Executor::with_config(TargetName::Trn1, small).run(&p, &inputs),
@@ -561,7 +632,10 @@ fn cases() -> Vec<Case> {
         for _ in 0..3 {
             p.push(Engine::Vector, copy(free_dst(), loaded()));
         }
-        let few = ExecConfig { max_instructions: 2, ..ExecConfig::default() };
+        let few = ExecConfig {
+            max_instructions: 2,
+            ..ExecConfig::default()
+        };
         c.push(program_case(
             "too many instructions",
             Executor::with_config(TargetName::Trn1, few).run(&p, &inputs),
@@ -623,7 +697,12 @@ fn every_case_gives_its_error_with_location() {
             failures.push(format!("{}: `{text}`: {}", case.name, why.join("; ")));
         }
     }
-    assert!(failures.is_empty(), "{} failing cases:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -634,7 +713,10 @@ fn every_error_kind_is_produced_by_a_run() {
             seen[kind_index(&e.kind)] = true;
         }
     }
-    let missing: Vec<&str> = (0..KINDS).filter(|&k| !seen[k] && !UNREACHABLE.contains(&k)).map(|k| NAMES[k]).collect();
+    let missing: Vec<&str> = (0..KINDS)
+        .filter(|&k| !seen[k] && !UNREACHABLE.contains(&k))
+        .map(|k| NAMES[k])
+        .collect();
     assert!(missing.is_empty(), "no case produces {missing:?}");
     // Variants listed as unreachable must really be: if one becomes reachable (e.g. an
     // instruction gains a NotOnTarget check), add a case for it and drop it from UNREACHABLE.
@@ -652,9 +734,15 @@ fn not_on_target_message_format() {
         engine: Some(Engine::Vector),
         opcode: Some("range_select"),
         operand: None,
-        kind: ErrorKind::NotOnTarget { opcode: "range_select", target: "trn1" },
+        kind: ErrorKind::NotOnTarget {
+            opcode: "range_select",
+            target: "trn1",
+        },
     };
-    assert_eq!(e.to_string(), "instruction #3 (vector range_select): range_select is not available on trn1");
+    assert_eq!(
+        e.to_string(),
+        "instruction #3 (vector range_select): range_select is not available on trn1"
+    );
 }
 
 /// The first error wins: nothing after the failing instruction runs, and stats are not returned.

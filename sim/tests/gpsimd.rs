@@ -14,7 +14,12 @@ fn gp(core: &mut Core, op: Op) -> Result<(), trnsim::error::OperandError> {
 // ---- iota -------------------------------------------------------------------------------------
 
 fn iota(dst: AccessPattern, offset: i64, channel_multiplier: i64, pattern: Vec<[i64; 2]>) -> Op {
-    Op::Iota(Iota { dst, offset, channel_multiplier, pattern })
+    Op::Iota(Iota {
+        dst,
+        offset,
+        channel_multiplier,
+        pattern,
+    })
 }
 
 #[test]
@@ -25,7 +30,12 @@ fn iota_int32_affine_values() {
     let d = sb(DType::I32, 3, 6, 0);
     gp(&mut core, iota(d.clone(), 10, 100, vec![[-1, 2], [5, 3]])).unwrap();
     let got: Vec<i32> = core.get_bits(&d).into_iter().map(|b| b as i32).collect();
-    assert_eq!(got, vec![10, 15, 20, 9, 14, 19, 110, 115, 120, 109, 114, 119, 210, 215, 220, 209, 214, 219]);
+    assert_eq!(
+        got,
+        vec![
+            10, 15, 20, 9, 14, 19, 110, 115, 120, 109, 114, 119, 210, 215, 220, 209, 214, 219
+        ]
+    );
     // Cost: 150 + N = 156 cycles at 1.4 GHz.
     assert!((core.stats.est_ns.gpsimd - 156.0 / 1.4).abs() < 1e-9);
 }
@@ -90,13 +100,22 @@ fn iota_errors() {
     expect_err(r, "pattern", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     let r = gp(&mut core, iota(d.clone(), 0, 0, vec![[1, 1 << 20]]));
     expect_err(r, "pattern", |k| matches!(k, ErrorKind::BadFreeDim { .. }));
-    let r = gp(&mut core, iota(d.clone(), 0, 0, vec![[1, 1], [1, 1], [1, 1], [1, 1], [1, 4]]));
-    expect_err(r, "pattern", |k| matches!(k, ErrorKind::TooManyFreeDims { dims: 5, max: 4 }));
+    let r = gp(
+        &mut core,
+        iota(d.clone(), 0, 0, vec![[1, 1], [1, 1], [1, 1], [1, 1], [1, 4]]),
+    );
+    expect_err(r, "pattern", |k| {
+        matches!(k, ErrorKind::TooManyFreeDims { dims: 5, max: 4 })
+    });
     // Memory rules: PSUM, start partition, free size.
     let r = gp(&mut core, iota(ps(DType::I32, 2, 4, 0), 0, 0, vec![[1, 4]]));
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::MemoryNotAccessible { engine: "gpsimd", .. }));
+    expect_err(r, "dst", |k| {
+        matches!(k, ErrorKind::MemoryNotAccessible { engine: "gpsimd", .. })
+    });
     let r = gp(&mut core, iota(at_partition(d.clone(), 16), 0, 0, vec![[1, 4]]));
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::StartPartition { start: 16, count: 2 }));
+    expect_err(r, "dst", |k| {
+        matches!(k, ErrorKind::StartPartition { start: 16, count: 2 })
+    });
     let big = AccessPattern::sbuf(DType::U8, 0, 1, 0, vec![[1, 65535], [0, 2]]);
     let r = gp(&mut core, iota(big, 0, 0, vec![[1, 65535], [0, 2]]));
     expect_err(r, "dst", |k| matches!(k, ErrorKind::FreeSizeLimit { size: 131070, .. }));
@@ -113,7 +132,15 @@ fn affine_select(
     pattern: Vec<[i64; 2]>,
     cmp: CmpOp,
 ) -> Op {
-    Op::AffineSelect(AffineSelect { dst, on_true, on_false, offset, channel_multiplier: cm, pattern, cmp })
+    Op::AffineSelect(AffineSelect {
+        dst,
+        on_true,
+        on_false,
+        offset,
+        channel_multiplier: cm,
+        pattern,
+        cmp,
+    })
 }
 
 #[test]
@@ -125,9 +152,24 @@ fn affine_select_causal_mask() {
     let vals: Vec<f32> = (1..=16).map(|x| x as f32).collect();
     core.put(&t, &vals);
     let d = sb(DType::F32, 4, 4, 64);
-    gp(&mut core, affine_select(d.clone(), t, f64::NEG_INFINITY, 0, 1, vec![[-1, 4]], CmpOp::GreaterEqual)).unwrap();
+    gp(
+        &mut core,
+        affine_select(
+            d.clone(),
+            t,
+            f64::NEG_INFINITY,
+            0,
+            1,
+            vec![[-1, 4]],
+            CmpOp::GreaterEqual,
+        ),
+    )
+    .unwrap();
     let n = f32::NEG_INFINITY;
-    assert_eq!(core.get(&d), vec![1., n, n, n, 5., 6., n, n, 9., 10., 11., n, 13., 14., 15., 16.]);
+    assert_eq!(
+        core.get(&d),
+        vec![1., n, n, n, 5., 6., n, n, 9., 10., 11., n, 13., 14., 15., 16.]
+    );
     // 150 + N = 154 cycles.
     assert!((core.stats.est_ns.gpsimd - 154.0 / 1.4).abs() < 1e-9);
 }
@@ -147,7 +189,11 @@ fn affine_select_comparisons() {
         (CmpOp::GreaterThan, [0., 0., 30., 40.]),
         (CmpOp::GreaterEqual, [0., 20., 30., 40.]),
     ] {
-        gp(&mut core, affine_select(d.clone(), t.clone(), 0.0, -1, 0, vec![[1, 4]], cmp)).unwrap();
+        gp(
+            &mut core,
+            affine_select(d.clone(), t.clone(), 0.0, -1, 0, vec![[1, 4]], cmp),
+        )
+        .unwrap();
         assert_eq!(core.get(&d), want.to_vec(), "{cmp:?}");
     }
 }
@@ -161,22 +207,38 @@ fn affine_select_dtypes() {
     let t = sb(DType::Bf16, 1, 2, 0);
     core.put_bits(&t, &[0x7FC1, 0x4000]);
     let d = sb(DType::Bf16, 1, 2, 64);
-    gp(&mut core, affine_select(d.clone(), t.clone(), 1.0 / 3.0, 0, 0, vec![[-1, 2]], CmpOp::Equal)).unwrap();
+    gp(
+        &mut core,
+        affine_select(d.clone(), t.clone(), 1.0 / 3.0, 0, 0, vec![[-1, 2]], CmpOp::Equal),
+    )
+    .unwrap();
     assert_eq!(core.get_bits(&d), vec![0x7FC1, 0x3EAB]);
     // Different dtypes: bf16 → fp32 through fp32 (NaN stays NaN; 2.0 exact); on_false 1/3 as fp32.
     let d32 = sb(DType::F32, 1, 2, 128);
-    gp(&mut core, affine_select(d32.clone(), t, 1.0 / 3.0, 0, 0, vec![[-1, 2]], CmpOp::NotEqual)).unwrap();
+    gp(
+        &mut core,
+        affine_select(d32.clone(), t, 1.0 / 3.0, 0, 0, vec![[-1, 2]], CmpOp::NotEqual),
+    )
+    .unwrap();
     let got = core.get(&d32);
     assert_eq!(got[0], 1.0f32 / 3.0);
     let t2 = sb(DType::Bf16, 1, 2, 192);
     core.put(&t2, &[2.0, 3.0]);
-    gp(&mut core, affine_select(d32.clone(), t2, 1.0 / 3.0, 0, 0, vec![[-1, 2]], CmpOp::Equal)).unwrap();
+    gp(
+        &mut core,
+        affine_select(d32.clone(), t2, 1.0 / 3.0, 0, 0, vec![[-1, 2]], CmpOp::Equal),
+    )
+    .unwrap();
     assert_eq!(core.get(&d32), vec![2.0, 1.0f32 / 3.0]);
     // Integer dst: on_false -3.5 → int32 by round-to-nearest-even → -4; on_true copied.
     let ti = sb(DType::I32, 1, 2, 256);
     core.put_bits(&ti, &[7, 8]);
     let di = sb(DType::I32, 1, 2, 320);
-    gp(&mut core, affine_select(di.clone(), ti, -3.5, 0, 0, vec![[1, 2]], CmpOp::Equal)).unwrap();
+    gp(
+        &mut core,
+        affine_select(di.clone(), ti, -3.5, 0, 0, vec![[1, 2]], CmpOp::Equal),
+    )
+    .unwrap();
     assert_eq!(core.get_bits(&di), vec![7, (-4i32) as u32]);
 }
 
@@ -187,27 +249,62 @@ fn affine_select_errors() {
     core.put(&t, &[0.0; 8]);
     let d = sb(DType::F32, 2, 4, 64);
     let pat = vec![[1, 4]];
-    let r = gp(&mut core, affine_select(d.clone(), sb(DType::F32, 2, 3, 0), 0.0, 0, 0, vec![[1, 4]], CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(
+            d.clone(),
+            sb(DType::F32, 2, 3, 0),
+            0.0,
+            0,
+            0,
+            vec![[1, 4]],
+            CmpOp::Equal,
+        ),
+    );
     expect_err(r, "on_true", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
-    let r = gp(&mut core, affine_select(d.clone(), t.clone(), 0.0, 0, 0, vec![[1, 8]], CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(d.clone(), t.clone(), 0.0, 0, 0, vec![[1, 8]], CmpOp::Equal),
+    );
     expect_err(r, "pattern", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
-    let r = gp(&mut core, affine_select(d.clone(), t.clone(), 0.0, i64::MIN, 0, pat.clone(), CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(d.clone(), t.clone(), 0.0, i64::MIN, 0, pat.clone(), CmpOp::Equal),
+    );
     expect_err(r, "offset", |k| matches!(k, ErrorKind::Invalid(_)));
-    let r = gp(&mut core, affine_select(d.clone(), t.clone(), 0.0, 0, 1 << 32, pat.clone(), CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(d.clone(), t.clone(), 0.0, 0, 1 << 32, pat.clone(), CmpOp::Equal),
+    );
     expect_err(r, "channel_multiplier", |k| matches!(k, ErrorKind::Invalid(_)));
-    let r = gp(&mut core, affine_select(d.clone(), ps(DType::F32, 2, 4, 0), 0.0, 0, 0, pat.clone(), CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(d.clone(), ps(DType::F32, 2, 4, 0), 0.0, 0, 0, pat.clone(), CmpOp::Equal),
+    );
     expect_err(r, "on_true", |k| matches!(k, ErrorKind::MemoryNotAccessible { .. }));
-    let r = gp(&mut core, affine_select(ps(DType::F32, 2, 4, 0), t.clone(), 0.0, 0, 0, pat.clone(), CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(ps(DType::F32, 2, 4, 0), t.clone(), 0.0, 0, 0, pat.clone(), CmpOp::Equal),
+    );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::MemoryNotAccessible { .. }));
     // on_true never written.
-    let r = gp(&mut core, affine_select(d, sb(DType::F32, 2, 4, 4096), 0.0, 0, 0, pat, CmpOp::Equal));
+    let r = gp(
+        &mut core,
+        affine_select(d, sb(DType::F32, 2, 4, 4096), 0.0, 0, 0, pat, CmpOp::Equal),
+    );
     expect_err(r, "on_true", |k| matches!(k, ErrorKind::UninitializedRead { .. }));
 }
 
 // ---- local_gather -----------------------------------------------------------------------------
 
 fn local_gather(dst: AccessPattern, src: AccessPattern, index: AccessPattern, e: usize, nv: usize) -> Op {
-    Op::LocalGather(LocalGather { dst, src, index, num_elem_per_idx: e, num_valid_indices: nv })
+    Op::LocalGather(LocalGather {
+        dst,
+        src,
+        index,
+        num_elem_per_idx: e,
+        num_valid_indices: nv,
+    })
 }
 
 /// src [P × 8] f32 with src[p][f] = 100·p + f.
@@ -235,7 +332,11 @@ fn local_gather_one_core() {
     let got = core.get(&d);
     for p in 0..16 {
         let b = 100.0 * p as f32;
-        assert_eq!(&got[p * 6..p * 6 + 6], &[b + 6., b + 7., b, b + 1., b + 3., b + 4.], "partition {p}");
+        assert_eq!(
+            &got[p * 6..p * 6 + 6],
+            &[b + 6., b + 7., b, b + 1., b + 3., b + 4.],
+            "partition {p}"
+        );
     }
 }
 
@@ -291,28 +392,60 @@ fn local_gather_errors() {
     let s16 = sb(DType::F32, 16, 8, 0);
     // Out of range: index 7 with E = 2 reads elements 7..9 of an 8-element row.
     let r = gp(&mut core, local_gather(d.clone(), s16.clone(), ix.clone(), 2, 1));
-    expect_err(r, "index", |k| matches!(k, ErrorKind::IndexOutOfRange { index: 7, partition: 0, end: 9, len: 8 }));
+    expect_err(r, "index", |k| {
+        matches!(
+            k,
+            ErrorKind::IndexOutOfRange {
+                index: 7,
+                partition: 0,
+                end: 9,
+                len: 8
+            }
+        )
+    });
     // Index dtype.
     let ix32 = sb(DType::U32, 16, 1, 1024);
     core.put_bits(&ix32, &[0; 16]);
     let r = gp(&mut core, local_gather(d.clone(), s16.clone(), ix32, 1, 1));
-    expect_err(r, "index", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "u32", .. }));
+    expect_err(r, "index", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "u32", .. })
+    });
     // No cast.
-    let r = gp(&mut core, local_gather(sb(DType::Bf16, 16, 1, 512), s16.clone(), ix.clone(), 1, 1));
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. }));
+    let r = gp(
+        &mut core,
+        local_gather(sb(DType::Bf16, 16, 1, 512), s16.clone(), ix.clone(), 1, 1),
+    );
+    expect_err(r, "dst", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. })
+    });
     // num_elem_per_idx outside {1, 2, 4, 8, 16, 32}.
-    let r = gp(&mut core, local_gather(sb(DType::F32, 16, 3, 512), s16.clone(), ix.clone(), 3, 1));
+    let r = gp(
+        &mut core,
+        local_gather(sb(DType::F32, 16, 3, 512), s16.clone(), ix.clone(), 3, 1),
+    );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::Invalid(_)));
     // num_valid_indices 0, and more than the 16 × 1 the core holds.
-    let r = gp(&mut core, local_gather(sb(DType::F32, 16, 0, 512), s16.clone(), ix.clone(), 1, 0));
+    let r = gp(
+        &mut core,
+        local_gather(sb(DType::F32, 16, 0, 512), s16.clone(), ix.clone(), 1, 0),
+    );
     expect_err(r, "index", |k| matches!(k, ErrorKind::Invalid(_)));
-    let r = gp(&mut core, local_gather(sb(DType::F32, 16, 17, 512), s16.clone(), ix.clone(), 1, 17));
+    let r = gp(
+        &mut core,
+        local_gather(sb(DType::F32, 16, 17, 512), s16.clone(), ix.clone(), 1, 17),
+    );
     expect_err(r, "index", |k| matches!(k, ErrorKind::Invalid(_)));
     // dst size ≠ num_valid_indices × num_elem_per_idx.
-    let r = gp(&mut core, local_gather(sb(DType::F32, 16, 3, 512), s16.clone(), ix.clone(), 1, 2));
+    let r = gp(
+        &mut core,
+        local_gather(sb(DType::F32, 16, 3, 512), s16.clone(), ix.clone(), 1, 2),
+    );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     // Partition counts differ; not a whole core.
-    let r = gp(&mut core, local_gather(sb(DType::F32, 16, 1, 512), s.clone(), ix.clone(), 1, 1));
+    let r = gp(
+        &mut core,
+        local_gather(sb(DType::F32, 16, 1, 512), s.clone(), ix.clone(), 1, 1),
+    );
     expect_err(r, "index", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     let s8 = sb(DType::F32, 8, 8, 0);
     let ix8 = sb(DType::U16, 8, 1, 256);
@@ -373,14 +506,31 @@ fn n_gather_errors() {
     let d = sb(DType::F32, 2, 2, 128);
     // Index 5 of a 5-element row, read on partition 0.
     let r = gp(&mut core, n_gather(d.clone(), data.clone(), ix.clone()));
-    expect_err(r, "indices", |k| matches!(k, ErrorKind::IndexOutOfRange { index: 5, partition: 0, end: 6, len: 5 }));
+    expect_err(r, "indices", |k| {
+        matches!(
+            k,
+            ErrorKind::IndexOutOfRange {
+                index: 5,
+                partition: 0,
+                end: 6,
+                len: 5
+            }
+        )
+    });
     core.put_bits(&ix, &[0, 1, 1, 1]);
     let ix16 = sb(DType::U16, 2, 2, 256);
     core.put_bits(&ix16, &[0; 4]);
     let r = gp(&mut core, n_gather(d.clone(), data.clone(), ix16));
-    expect_err(r, "indices", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "u16", .. }));
-    let r = gp(&mut core, n_gather(sb(DType::Bf16, 2, 2, 128), data.clone(), ix.clone()));
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. }));
+    expect_err(r, "indices", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "u16", .. })
+    });
+    let r = gp(
+        &mut core,
+        n_gather(sb(DType::Bf16, 2, 2, 128), data.clone(), ix.clone()),
+    );
+    expect_err(r, "dst", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. })
+    });
     let r = gp(&mut core, n_gather(sb(DType::F32, 1, 2, 128), data.clone(), ix.clone()));
     expect_err(r, "indices", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     let r = gp(&mut core, n_gather(sb(DType::F32, 2, 3, 128), data.clone(), ix.clone()));
@@ -425,7 +575,10 @@ fn partition_reduce_nan_policy_and_cast() {
     let d = sb(DType::F32, 1, 1, 64);
     gp(&mut core, preduce(d.clone(), s.clone(), AluOp::Max)).unwrap();
     assert!(core.get(&d)[0].is_nan());
-    let mut core2 = Core::with_numerics(Numerics { nan_max_min: NanMaxMin::PreferNumber, ..Numerics::default() });
+    let mut core2 = Core::with_numerics(Numerics {
+        nan_max_min: NanMaxMin::PreferNumber,
+        ..Numerics::default()
+    });
     core2.put(&s, &[1., f32::NAN, 3.]);
     gp(&mut core2, preduce(d.clone(), s, AluOp::Max)).unwrap();
     assert_eq!(core2.get(&d), vec![3.]);
@@ -478,9 +631,16 @@ fn partition_reduce_errors() {
     let e = gp(&mut core, preduce(d.clone(), s.clone(), AluOp::Subtract)).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::Invalid(_)) && e.operand.is_none(), "{e:?}");
     let r = gp(&mut core, preduce(d.clone(), s.clone(), AluOp::BitwiseOr));
-    expect_err(r, "src", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "f32", .. }));
-    let r = gp(&mut core, preduce(sb(DType::I32, 1, 2, 128), si.clone(), AluOp::Average));
-    expect_err(r, "src", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "i32", .. }));
+    expect_err(r, "src", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "f32", .. })
+    });
+    let r = gp(
+        &mut core,
+        preduce(sb(DType::I32, 1, 2, 128), si.clone(), AluOp::Average),
+    );
+    expect_err(r, "src", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "i32", .. })
+    });
     let r = gp(&mut core, preduce(sb(DType::F32, 2, 2, 128), s.clone(), AluOp::Add));
     expect_err(r, "dst", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     let r = gp(&mut core, preduce(sb(DType::F32, 1, 3, 128), s.clone(), AluOp::Add));
@@ -497,7 +657,10 @@ fn partition_reduce_errors() {
 fn hostile_operands_give_errors_not_panics() {
     // Extreme field values in every operand of every instruction: each must fail cleanly.
     let weird = [
-        AccessPattern { start_partition: 120, ..sb(DType::F32, 128, 4, 0) },
+        AccessPattern {
+            start_partition: 120,
+            ..sb(DType::F32, 128, 4, 0)
+        },
         AccessPattern::sbuf(DType::F32, 0, 4, u64::MAX - 3, vec![[1, 4]]),
         AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[i64::MAX, 2]]),
         AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[1, i64::MAX]]),
@@ -513,29 +676,96 @@ fn hostile_operands_give_errors_not_panics() {
     for w in &weird {
         let ops: Vec<(Engine, Op)> = vec![
             (Engine::Gpsimd, iota(w.clone(), 0, 0, vec![[1, 4]])),
-            (Engine::Gpsimd, affine_select(w.clone(), ok.clone(), 0.0, 0, 0, vec![[1, 4]], CmpOp::Equal)),
-            (Engine::Gpsimd, affine_select(ok.clone(), w.clone(), 0.0, 0, 0, vec![[1, 4]], CmpOp::Equal)),
-            (Engine::Gpsimd, local_gather(w.clone(), ok.clone(), ok.with_dtype(DType::U16), 1, 1)),
-            (Engine::Gpsimd, local_gather(ok.clone(), w.clone(), ok.with_dtype(DType::U16), 1, 1)),
-            (Engine::Gpsimd, local_gather(ok.clone(), ok.clone(), w.with_dtype(DType::U16), 1, 1)),
-            (Engine::Gpsimd, n_gather(w.clone(), ok.clone(), ok.with_dtype(DType::U32))),
-            (Engine::Gpsimd, n_gather(ok.clone(), w.clone(), ok.with_dtype(DType::U32))),
-            (Engine::Gpsimd, n_gather(ok.clone(), ok.clone(), w.with_dtype(DType::U32))),
+            (
+                Engine::Gpsimd,
+                affine_select(w.clone(), ok.clone(), 0.0, 0, 0, vec![[1, 4]], CmpOp::Equal),
+            ),
+            (
+                Engine::Gpsimd,
+                affine_select(ok.clone(), w.clone(), 0.0, 0, 0, vec![[1, 4]], CmpOp::Equal),
+            ),
+            (
+                Engine::Gpsimd,
+                local_gather(w.clone(), ok.clone(), ok.with_dtype(DType::U16), 1, 1),
+            ),
+            (
+                Engine::Gpsimd,
+                local_gather(ok.clone(), w.clone(), ok.with_dtype(DType::U16), 1, 1),
+            ),
+            (
+                Engine::Gpsimd,
+                local_gather(ok.clone(), ok.clone(), w.with_dtype(DType::U16), 1, 1),
+            ),
+            (
+                Engine::Gpsimd,
+                n_gather(w.clone(), ok.clone(), ok.with_dtype(DType::U32)),
+            ),
+            (
+                Engine::Gpsimd,
+                n_gather(ok.clone(), w.clone(), ok.with_dtype(DType::U32)),
+            ),
+            (
+                Engine::Gpsimd,
+                n_gather(ok.clone(), ok.clone(), w.with_dtype(DType::U32)),
+            ),
             (Engine::Gpsimd, preduce(w.clone(), ok.clone(), AluOp::Add)),
             (Engine::Gpsimd, preduce(ok.clone(), w.clone(), AluOp::Add)),
-            (Engine::Tensor, Op::NcMatmul(NcMatmul { dst: w.clone(), stationary: ok.clone(), moving: ok.clone(), accumulate: true })),
-            (Engine::Tensor, Op::NcMatmul(NcMatmul { dst: ps(DType::F32, 4, 4, 0), stationary: w.clone(), moving: ok.clone(), accumulate: false })),
-            (Engine::Tensor, Op::NcMatmul(NcMatmul { dst: ps(DType::F32, 4, 4, 0), stationary: ok.clone(), moving: w.clone(), accumulate: false })),
-            (Engine::Tensor, Op::NcTranspose(NcTranspose { dst: ps(DType::F32, 4, 4, 0), src: w.clone() })),
+            (
+                Engine::Tensor,
+                Op::NcMatmul(NcMatmul {
+                    dst: w.clone(),
+                    stationary: ok.clone(),
+                    moving: ok.clone(),
+                    accumulate: true,
+                }),
+            ),
+            (
+                Engine::Tensor,
+                Op::NcMatmul(NcMatmul {
+                    dst: ps(DType::F32, 4, 4, 0),
+                    stationary: w.clone(),
+                    moving: ok.clone(),
+                    accumulate: false,
+                }),
+            ),
+            (
+                Engine::Tensor,
+                Op::NcMatmul(NcMatmul {
+                    dst: ps(DType::F32, 4, 4, 0),
+                    stationary: ok.clone(),
+                    moving: w.clone(),
+                    accumulate: false,
+                }),
+            ),
+            (
+                Engine::Tensor,
+                Op::NcTranspose(NcTranspose {
+                    dst: ps(DType::F32, 4, 4, 0),
+                    src: w.clone(),
+                }),
+            ),
         ];
         for (engine, op) in ops {
             let _ = core.run(engine, op);
         }
     }
     // Hostile immediates.
-    for pat in [vec![[i64::MAX, i64::MAX]], vec![[i64::MIN, 1]], vec![[1, 65535], [1, 65535], [1, 65535], [1, 0]]] {
+    for pat in [
+        vec![[i64::MAX, i64::MAX]],
+        vec![[i64::MIN, 1]],
+        vec![[1, 65535], [1, 65535], [1, 65535], [1, 0]],
+    ] {
         let _ = gp(&mut core, iota(ok.clone(), i64::MAX, i64::MIN, pat.clone()));
         let _ = gp(&mut core, iota(sb(DType::F32, 4, 0, 0), 0, 0, pat));
     }
-    let _ = gp(&mut core, local_gather(ok.clone(), ok.clone(), ok.with_dtype(DType::U16), usize::MAX, usize::MAX));
+    let _ = gp(
+        &mut core,
+        local_gather(
+            ok.clone(),
+            ok.clone(),
+            ok.with_dtype(DType::U16),
+            usize::MAX,
+            usize::MAX,
+        ),
+    );
 }

@@ -68,7 +68,10 @@ fn all_ops_program(target: TargetName) -> Program {
             moving: sb(DType::Bf16, 4, 64, 8),
             accumulate: true,
         }),
-        Op::NcTranspose(NcTranspose { dst: ps(f, 8, 0, 4), src: sb(f, 4, 0, 8) }),
+        Op::NcTranspose(NcTranspose {
+            dst: ps(f, 8, 0, 4),
+            src: sb(f, 4, 0, 8),
+        }),
         Op::TensorTensor(TensorTensor {
             dst: sb(f, 4, 0, 8),
             in0: sb(f, 4, 32, 8),
@@ -118,18 +121,37 @@ fn all_ops_program(target: TargetName) -> Program {
             reduce_op: AluOp::Max,
             reduce_res: sb(f, 4, 96, 1),
         }),
-        Op::TensorCopy(TensorCopy { dst: sb(DType::Fp8E4m3, 4, 0, 8), src: sb(DType::Fp8E5m2, 4, 32, 8) }),
+        Op::TensorCopy(TensorCopy {
+            dst: sb(DType::Fp8E4m3, 4, 0, 8),
+            src: sb(DType::Fp8E5m2, 4, 32, 8),
+        }),
         Op::TensorCopyPredicated(TensorCopyPredicated {
             dst: sb(f, 4, 0, 8),
             src: sb(f, 4, 32, 8),
             predicate: sb(DType::U8, 4, 64, 8),
             reverse_pred: true,
         }),
-        Op::Reciprocal(Reciprocal { dst: sb(f, 4, 0, 8), src: sb(f, 4, 32, 8) }),
-        Op::BnStats(BnStats { dst: sb(f, 4, 0, 6), src: sb(f, 4, 32, 8) }),
-        Op::BnAggr(BnAggr { dst: sb(f, 4, 0, 2), src: sb(f, 4, 32, 6) }),
-        Op::Max8(Max8 { dst: sb(f, 4, 0, 8), src: sb(f, 4, 32, 16) }),
-        Op::FindIndex8(FindIndex8 { dst: sb(DType::U32, 4, 0, 8), data: sb(f, 4, 32, 16), vals: sb(f, 4, 96, 8) }),
+        Op::Reciprocal(Reciprocal {
+            dst: sb(f, 4, 0, 8),
+            src: sb(f, 4, 32, 8),
+        }),
+        Op::BnStats(BnStats {
+            dst: sb(f, 4, 0, 6),
+            src: sb(f, 4, 32, 8),
+        }),
+        Op::BnAggr(BnAggr {
+            dst: sb(f, 4, 0, 2),
+            src: sb(f, 4, 32, 6),
+        }),
+        Op::Max8(Max8 {
+            dst: sb(f, 4, 0, 8),
+            src: sb(f, 4, 32, 16),
+        }),
+        Op::FindIndex8(FindIndex8 {
+            dst: sb(DType::U32, 4, 0, 8),
+            data: sb(f, 4, 32, 16),
+            vals: sb(f, 4, 96, 8),
+        }),
         Op::MatchReplace8(MatchReplace8 {
             dst: sb(f, 4, 0, 16),
             data: sb(f, 4, 64, 16),
@@ -137,7 +159,10 @@ fn all_ops_program(target: TargetName) -> Program {
             imm: -1e9,
             dst_idx: Some(sb(DType::U32, 4, 160, 8)),
         }),
-        Op::Memset(Memset { dst: sb(DType::I16, 4, 0, 8), value: -7.0 }),
+        Op::Memset(Memset {
+            dst: sb(DType::I16, 4, 0, 8),
+            value: -7.0,
+        }),
         Op::SelectReduce(SelectReduce {
             dst: sb(f, 4, 0, 8),
             predicate: sb(DType::U8, 4, 32, 8),
@@ -146,8 +171,14 @@ fn all_ops_program(target: TargetName) -> Program {
             reverse_pred: true,
             reduce_res: Some(sb(f, 4, 96, 1)),
         }),
-        Op::Dropout(Dropout { dst: sb(f, 4, 0, 8), src: sb(f, 4, 32, 8), prob: ScalarOperand::Imm(0.25) }),
-        Op::Rng(Rng { dst: sb(DType::U32, 4, 0, 8) }),
+        Op::Dropout(Dropout {
+            dst: sb(f, 4, 0, 8),
+            src: sb(f, 4, 32, 8),
+            prob: ScalarOperand::Imm(0.25),
+        }),
+        Op::Rng(Rng {
+            dst: sb(DType::U32, 4, 0, 8),
+        }),
         Op::SetRngSeed(SetRngSeed { seed: tile(96) }),
         Op::StreamShuffle(StreamShuffle {
             dst: sb(f, 32, 0, 8),
@@ -163,7 +194,12 @@ fn all_ops_program(target: TargetName) -> Program {
             acc: AccCmd::ResetReduce,
             reduce_res: Some(sb(f, 4, 128, 1)),
         }),
-        Op::Iota(Iota { dst: sb(DType::I32, 4, 0, 8), offset: -3, channel_multiplier: 8, pattern: vec![[1, 8]] }),
+        Op::Iota(Iota {
+            dst: sb(DType::I32, 4, 0, 8),
+            offset: -3,
+            channel_multiplier: 8,
+            pattern: vec![[1, 8]],
+        }),
         Op::AffineSelect(AffineSelect {
             dst: sb(f, 4, 0, 8),
             on_true: sb(f, 4, 32, 8),
@@ -180,8 +216,16 @@ fn all_ops_program(target: TargetName) -> Program {
             num_elem_per_idx: 2,
             num_valid_indices: 4,
         }),
-        Op::NGather(NGather { dst: sb(f, 4, 0, 4), data: sb(f, 4, 32, 8), indices: sb(DType::U32, 4, 64, 4) }),
-        Op::TensorPartitionReduce(TensorPartitionReduce { dst: sb(f, 1, 0, 8), src: sb(f, 4, 32, 8), op: AluOp::Max }),
+        Op::NGather(NGather {
+            dst: sb(f, 4, 0, 4),
+            data: sb(f, 4, 32, 8),
+            indices: sb(DType::U32, 4, 64, 4),
+        }),
+        Op::TensorPartitionReduce(TensorPartitionReduce {
+            dst: sb(f, 1, 0, 8),
+            src: sb(f, 4, 32, 8),
+            op: AluOp::Max,
+        }),
         Op::DmaCopy(DmaCopy {
             dst: AccessPattern::hbm("y", f, 0, 4, 8, vec![[1, 8]]),
             src: sb(DType::Bf16, 4, 0, 8),
@@ -242,7 +286,10 @@ fn json_shape_is_the_documented_one() {
     assert_eq!(first["op"]["nc_matmul"]["dst"]["mem"], "psum");
     assert!(v["instructions"][28]["op"]["dma_copy"]["dst"]["mem"]["hbm"] == "y");
     assert_eq!(v["instructions"][3]["wait"], serde_json::json!([0, 2]));
-    assert!(v["instructions"][0].get("wait").is_none(), "empty wait lists are omitted");
+    assert!(
+        v["instructions"][0].get("wait").is_none(),
+        "empty wait lists are omitted"
+    );
     // Defaults: target, wait, optional fields.
     let minimal = r#"{"hbm": [], "instructions": [
         {"engine": "vector", "op": {"memset": {"dst": {"mem": "sbuf", "dtype": "f32", "partitions": 1, "free": [[1, 4]]}, "value": 1.5}}},
@@ -307,26 +354,44 @@ fn malformed_programs_are_serde_errors() {
         "unknown variant",
     );
     expect_err(
-        &with_op(&format!(r#"{{"memset": {{"dst": {}, "value": 1}}}}"#, AP.replace("f32", "f64"))),
+        &with_op(&format!(
+            r#"{{"memset": {{"dst": {}, "value": 1}}}}"#,
+            AP.replace("f32", "f64")
+        )),
         "unknown variant",
     );
     expect_err(
-        &with_op(&format!(r#"{{"memset": {{"dst": {}, "value": 1}}}}"#, AP.replace("sbuf", "dram"))),
+        &with_op(&format!(
+            r#"{{"memset": {{"dst": {}, "value": 1}}}}"#,
+            AP.replace("sbuf", "dram")
+        )),
         "unknown variant",
     );
-    expect_err(r#"{"target": "trn9", "hbm": [], "instructions": []}"#, "unknown variant");
+    expect_err(
+        r#"{"target": "trn9", "hbm": [], "instructions": []}"#,
+        "unknown variant",
+    );
     expect_err(
         r#"{"hbm": [{"name": "a", "dtype": "f32", "shape": [1], "role": "temp"}], "instructions": []}"#,
         "unknown variant",
     );
     // Wrong field types.
-    expect_err(&with_op(&format!(r#"{{"memset": {{"dst": {}, "value": "one"}}}}"#, AP)), "invalid type");
     expect_err(
-        &with_op(&format!(r#"{{"memset": {{"dst": {}, "value": 1}}}}"#, AP.replace("1,", "\"four\","))),
+        &with_op(&format!(r#"{{"memset": {{"dst": {}, "value": "one"}}}}"#, AP)),
         "invalid type",
     );
     expect_err(
-        &with_op(&format!(r#"{{"memset": {{"dst": {}, "value": 1}}}}"#, AP.replace("[[1, 4]]", "[[1, 4, 5]]"))),
+        &with_op(&format!(
+            r#"{{"memset": {{"dst": {}, "value": 1}}}}"#,
+            AP.replace("1,", "\"four\",")
+        )),
+        "invalid type",
+    );
+    expect_err(
+        &with_op(&format!(
+            r#"{{"memset": {{"dst": {}, "value": 1}}}}"#,
+            AP.replace("[[1, 4]]", "[[1, 4, 5]]")
+        )),
         "trailing",
     );
     expect_err(
@@ -344,25 +409,38 @@ fn malformed_programs_are_serde_errors() {
         "invalid type",
     );
     expect_err(
-        &with_op(&format!(r#"{{"tensor_tensor": {{"dst": {AP}, "in0": {AP}, "in1": {AP}, "op": 3}}}}"#)),
+        &with_op(&format!(
+            r#"{{"tensor_tensor": {{"dst": {AP}, "in0": {AP}, "in1": {AP}, "op": 3}}}}"#
+        )),
         "expected value",
     );
     expect_err(
-        &with_op(&format!(r#"{{"tensor_tensor": {{"dst": {AP}, "in0": {AP}, "in1": {AP}, "op": "divide"}}}}"#)),
+        &with_op(&format!(
+            r#"{{"tensor_tensor": {{"dst": {AP}, "in0": {AP}, "in1": {AP}, "op": "divide"}}}}"#
+        )),
         "unknown variant",
     );
     expect_err(r#"{"hbm": {}, "instructions": []}"#, "invalid type");
-    expect_err(&with_op(&format!(r#"{{"memset": {{"dst": {AP}, "value": 1}}}}, "wait": [-1]"#)), "invalid value");
+    expect_err(
+        &with_op(&format!(r#"{{"memset": {{"dst": {AP}, "value": 1}}}}, "wait": [-1]"#)),
+        "invalid value",
+    );
     // Missing fields.
     expect_err(r#"{"instructions": []}"#, "missing field `hbm`");
-    expect_err(&with_op(&format!(r#"{{"memset": {{"dst": {AP}}}}}"#)), "missing field `value`");
+    expect_err(
+        &with_op(&format!(r#"{{"memset": {{"dst": {AP}}}}}"#)),
+        "missing field `value`",
+    );
     expect_err(
         &with_op(r#"{"memset": {"dst": {"mem": "sbuf", "dtype": "f32", "free": []}, "value": 0}}"#),
         "missing field `partitions`",
     );
     // Two ops in one instruction, or none.
     assert!(
-        !err(&with_op(&format!(r#"{{"memset": {{"dst": {AP}, "value": 1}}, "rng": {{"dst": {AP}}}}}"#))).is_empty()
+        !err(&with_op(&format!(
+            r#"{{"memset": {{"dst": {AP}, "value": 1}}, "rng": {{"dst": {AP}}}}}"#
+        )))
+        .is_empty()
     );
     assert!(!err(&with_op("{}")).is_empty());
     // Numbers out of range for the field.
@@ -375,7 +453,10 @@ fn malformed_programs_are_serde_errors() {
     );
     assert!(!err(&with_op(&format!(r#"{{"memset": {{"dst": {AP}, "value": 1e999}}}}"#))).is_empty());
     // Duplicate fields.
-    expect_err(&with_op(&format!(r#"{{"memset": {{"dst": {AP}, "value": 1, "value": 2}}}}"#)), "duplicate field");
+    expect_err(
+        &with_op(&format!(r#"{{"memset": {{"dst": {AP}, "value": 1, "value": 2}}}}"#)),
+        "duplicate field",
+    );
 }
 
 /// Every prefix and many single-byte corruptions of a valid program parse or fail cleanly.
@@ -392,7 +473,11 @@ fn truncations_and_corruptions_never_panic() {
     assert_eq!(parsed, 0, "no proper prefix is a whole program");
     let replacements = [b'"', b'{', b'}', b'[', b']', b':', b',', b'0', b'-', b'x', b' ', b'e'];
     let mut ok = 0;
-    let small = ExecConfig { max_hbm_bytes: 1 << 16, max_instructions: 64, ..ExecConfig::default() };
+    let small = ExecConfig {
+        max_hbm_bytes: 1 << 16,
+        max_instructions: 64,
+        ..ExecConfig::default()
+    };
     let exec = Executor::with_config(TargetName::Trn1, small);
     for (i, _) in bytes.iter().enumerate().step_by(5) {
         for &r in &replacements {
@@ -420,7 +505,13 @@ fn non_finite_immediates_round_trip() {
     let ap = AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[1, 8]]);
     for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 1.5] {
         let mut p = Program::new(TargetName::Trn1);
-        p.push(Engine::Vector, Op::Memset(Memset { dst: ap.clone(), value: v }));
+        p.push(
+            Engine::Vector,
+            Op::Memset(Memset {
+                dst: ap.clone(),
+                value: v,
+            }),
+        );
         p.push(
             Engine::Vector,
             Op::TensorScalar(TensorScalar {
@@ -435,11 +526,20 @@ fn non_finite_immediates_round_trip() {
             }),
         );
         let back = Program::from_json(&p.to_json()).expect("round trip");
-        let Op::Memset(m) = &back.instructions[0].op else { panic!("memset expected") };
-        let Op::TensorScalar(t) = &back.instructions[1].op else { panic!("tensor_scalar expected") };
-        let ScalarOperand::Imm(imm) = t.operand0 else { panic!("immediate expected") };
+        let Op::Memset(m) = &back.instructions[0].op else {
+            panic!("memset expected")
+        };
+        let Op::TensorScalar(t) = &back.instructions[1].op else {
+            panic!("tensor_scalar expected")
+        };
+        let ScalarOperand::Imm(imm) = t.operand0 else {
+            panic!("immediate expected")
+        };
         for got in [m.value, imm] {
-            assert!(got.to_bits() == v.to_bits() || (got.is_nan() && v.is_nan()), "{v} came back as {got}");
+            assert!(
+                got.to_bits() == v.to_bits() || (got.is_nan() && v.is_nan()),
+                "{v} came back as {got}"
+            );
         }
     }
     assert!(Program::from_json(r#"{"hbm":[],"instructions":[{"engine":"vector","op":{"memset":{"dst":{"mem":"sbuf","dtype":"f32","partitions":1,"free":[[1,1]]},"value":"lots"}}}]}"#).is_err());

@@ -36,23 +36,55 @@ fn every_function_at_known_points() {
     let cases: &[(ActFunc, &[(f32, f64)])] = &[
         (Copy, &[(1.7, 1.7f32 as f64), (-3.0, -3.0)]),
         (Square, &[(3.0, 9.0), (-1.5, 2.25)]),
-        (Sigmoid, &[(0.0, 0.5), (2.0, 0.8807970779778823), (-200.0, 1.3838965267367376e-87)]),
+        (
+            Sigmoid,
+            &[(0.0, 0.5), (2.0, 0.8807970779778823), (-200.0, 1.3838965267367376e-87)],
+        ),
         (Relu, &[(-2.0, 0.0), (3.0, 3.0)]),
-        (Gelu, &[(0.0, 0.0), (1.0, 0.8413447460685429), (-1.0, -0.15865525393145707)]),
+        (
+            Gelu,
+            &[(0.0, 0.0), (1.0, 0.8413447460685429), (-1.0, -0.15865525393145707)],
+        ),
         (GeluDx, &[(0.0, 0.5), (1.0, 1.0833154705876864)]),
         (GeluApproxTanh, &[(0.0, 0.0), (1.0, 0.8411919906082768)]),
         (GeluApproxSigmoid, &[(0.0, 0.0), (1.0, 0.8457957659328212)]),
         (GeluApproxSigmoidDx, &[(0.0, 0.5), (1.0, 1.067779606556334)]),
         (Silu, &[(0.0, 0.0), (1.0, 0.7310585786300049)]),
         (SiluDx, &[(0.0, 0.5), (1.0, 0.9276705118714869)]),
-        (Tanh, &[(0.0, 0.0), (1.0, 0.7615941559557649), (-1.0, -0.7615941559557649)]),
-        (Softplus, &[(0.0, std::f64::consts::LN_2), (-20.0, 2.061153620314381e-9), (100.0, 100.0)]),
+        (
+            Tanh,
+            &[(0.0, 0.0), (1.0, 0.7615941559557649), (-1.0, -0.7615941559557649)],
+        ),
+        (
+            Softplus,
+            &[
+                (0.0, std::f64::consts::LN_2),
+                (-20.0, 2.061153620314381e-9),
+                (100.0, 100.0),
+            ],
+        ),
         (Mish, &[(0.0, 0.0), (1.0, 0.8650983882673103)]),
-        (Erf, &[(0.0, 0.0), (1.0, 0.8427007929497149), (-1.0, -0.8427007929497149)]),
-        (ErfDx, &[(0.0, std::f64::consts::FRAC_2_SQRT_PI), (1.0, 0.4151074974205947)]),
+        (
+            Erf,
+            &[(0.0, 0.0), (1.0, 0.8427007929497149), (-1.0, -0.8427007929497149)],
+        ),
+        (
+            ErfDx,
+            &[(0.0, std::f64::consts::FRAC_2_SQRT_PI), (1.0, 0.4151074974205947)],
+        ),
         (Exp, &[(0.0, 1.0), (1.0, e), (-1.0, 1.0 / e)]),
-        (Log, &[(1.0, 0.0), (2.0, std::f64::consts::LN_2), (0.5, -std::f64::consts::LN_2)]),
-        (Sin, &[(0.0, 0.0), (1.0, 0.8414709848078965), (-1.0, -0.8414709848078965)]),
+        (
+            Log,
+            &[
+                (1.0, 0.0),
+                (2.0, std::f64::consts::LN_2),
+                (0.5, -std::f64::consts::LN_2),
+            ],
+        ),
+        (
+            Sin,
+            &[(0.0, 0.0), (1.0, 0.8414709848078965), (-1.0, -0.8414709848078965)],
+        ),
         (Arctan, &[(0.0, 0.0), (1.0, std::f64::consts::FRAC_PI_4)]),
         (Sqrt, &[(4.0, 2.0), (2.0, std::f64::consts::SQRT_2)]),
         (Rsqrt, &[(4.0, 0.5), (2.0, std::f64::consts::FRAC_1_SQRT_2)]),
@@ -105,7 +137,13 @@ fn negative_zero_survives_without_bias_and_not_with_a_zero_bias() {
     let d0 = sb(F, 0, 1, 128, 1);
     let d1 = sb(F, 0, 1, 192, 1);
     r.push(Engine::Scalar, Op::Activation(act(&d0, ActFunc::Copy, &src)));
-    r.push(Engine::Scalar, Op::Activation(Activation { bias: Some(ScalarOperand::Tile(zero)), ..act(&d1, ActFunc::Copy, &src) }));
+    r.push(
+        Engine::Scalar,
+        Op::Activation(Activation {
+            bias: Some(ScalarOperand::Tile(zero)),
+            ..act(&d1, ActFunc::Copy, &src)
+        }),
+    );
     let (o0, o1) = (r.out(&d0), r.out(&d1));
     let ran = r.ok();
     assert_eq!(ran.bits(&o0), [0x8000_0000]);
@@ -173,7 +211,11 @@ fn accumulator_commands() {
     let scratch1 = sb(F, 0, 2, 192, 1);
     let res = |k: u64| sb(F, 0, 2, 256 + 4 * k, 1);
     let with = |dst: &AccessPattern, src: &AccessPattern, acc: AccCmd, out: Option<AccessPattern>| {
-        Op::Activation(Activation { acc, reduce_res: out, ..act(dst, ActFunc::Copy, src) })
+        Op::Activation(Activation {
+            acc,
+            reduce_res: out,
+            ..act(dst, ActFunc::Copy, src)
+        })
     };
     // reset_reduce: acc = 6 / 60; reduce: += 4 / 40 → 10 / 100, read out.
     r.push(Engine::Scalar, with(&scratch3, &a, AccCmd::ResetReduce, None));
@@ -203,7 +245,11 @@ fn accumulator_sums_the_fp32_results_before_the_cast() {
     let res = sb(F, 0, 1, 128, 1);
     r.push(
         Engine::Scalar,
-        Op::Activation(Activation { acc: AccCmd::ResetReduce, reduce_res: Some(res.clone()), ..act(&d, ActFunc::Copy, &a) }),
+        Op::Activation(Activation {
+            acc: AccCmd::ResetReduce,
+            reduce_res: Some(res.clone()),
+            ..act(&d, ActFunc::Copy, &a)
+        }),
     );
     let (od, or) = (r.out(&d), r.out(&res));
     let ran = r.ok();
@@ -220,8 +266,18 @@ fn accumulators_are_per_lane() {
     let res_lo = sb(F, 0, 2, 64, 1);
     let res_hi = sb(F, 32, 2, 64, 1);
     for (src, res) in [(&lo, None), (&hi, Some(res_hi.clone())), (&lo, Some(res_lo.clone()))] {
-        let dst = AccessPattern { offset: 128, ..src.clone() };
-        r.push(Engine::Scalar, Op::Activation(Activation { acc: AccCmd::Reduce, reduce_res: res, ..act(&dst, ActFunc::Copy, src) }));
+        let dst = AccessPattern {
+            offset: 128,
+            ..src.clone()
+        };
+        r.push(
+            Engine::Scalar,
+            Op::Activation(Activation {
+                acc: AccCmd::Reduce,
+                reduce_res: res,
+                ..act(&dst, ActFunc::Copy, src)
+            }),
+        );
     }
     let (ol, oh) = (r.out(&res_lo), r.out(&res_hi));
     let ran = r.ok();
@@ -238,7 +294,10 @@ fn nc_v2_bias_rules() {
         let dst = sb(F, 0, 1, 64, 1);
         let i = r.push(
             Engine::Scalar,
-            Op::Activation(Activation { bias: Some(ScalarOperand::Imm(bias)), ..act(&dst, ActFunc::Exp, &src) }),
+            Op::Activation(Activation {
+                bias: Some(ScalarOperand::Imm(bias)),
+                ..act(&dst, ActFunc::Exp, &src)
+            }),
         );
         let o = r.out(&dst);
         (r, i, o)
@@ -255,7 +314,10 @@ fn nc_v2_bias_rules() {
     let bias = r.sbuf(F, 0, 1, 64, &[0.0]);
     let i = r.push(
         Engine::Scalar,
-        Op::Activation(Activation { bias: Some(ScalarOperand::Tile(bias)), ..act(&sb(F, 0, 1, 128, 1), ActFunc::Reciprocal, &src) }),
+        Op::Activation(Activation {
+            bias: Some(ScalarOperand::Tile(bias)),
+            ..act(&sb(F, 0, 1, 128, 1), ActFunc::Reciprocal, &src)
+        }),
     );
     assert_err!(r.err(), i, Some("bias"), ErrorKind::Invalid(_));
 }
@@ -268,7 +330,13 @@ fn copy_bias_bug_emulation() {
     let d_copy = sb(F, 0, 1, 128, 1);
     let d_exp = sb(F, 0, 1, 192, 1);
     for (d, f) in [(&d_copy, ActFunc::Copy), (&d_exp, ActFunc::Square)] {
-        r.push(Engine::Scalar, Op::Activation(Activation { bias: Some(ScalarOperand::Tile(bias.clone())), ..act(d, f, &src) }));
+        r.push(
+            Engine::Scalar,
+            Op::Activation(Activation {
+                bias: Some(ScalarOperand::Tile(bias.clone())),
+                ..act(d, f, &src)
+            }),
+        );
     }
     let (oc, oe) = (r.out(&d_copy), r.out(&d_exp));
     assert_eq!(r.ok().f32(&oc), [6.0]);
@@ -313,57 +381,111 @@ fn rejections() {
     // Wrong engine.
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 1, 0, &[1.0]);
-    let i = r.push(Engine::Vector, Op::Activation(act(&sb(F, 0, 1, 64, 1), ActFunc::Exp, &src)));
+    let i = r.push(
+        Engine::Vector,
+        Op::Activation(act(&sb(F, 0, 1, 64, 1), ActFunc::Exp, &src)),
+    );
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
     // Shape mismatch.
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.push(Engine::Scalar, Op::Activation(act(&sb(F, 0, 1, 64, 3), ActFunc::Exp, &src)));
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(act(&sb(F, 0, 1, 64, 3), ActFunc::Exp, &src)),
+    );
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
     // Scale tile must be fp32; bias tile may not be tf32.
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 1, 0, &[1.0]);
     let s = r.sbuf(DType::Bf16, 0, 1, 64, &[1.0]);
-    let i = r.push(Engine::Scalar, Op::Activation(Activation { scale: ScalarOperand::Tile(s), ..act(&sb(F, 0, 1, 128, 1), ActFunc::Exp, &src) }));
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(Activation {
+            scale: ScalarOperand::Tile(s),
+            ..act(&sb(F, 0, 1, 128, 1), ActFunc::Exp, &src)
+        }),
+    );
     assert_err!(r.err(), i, Some("scale"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 1, 0, &[1.0]);
     let b = r.sbuf(DType::Tf32, 0, 1, 64, &[1.0]);
-    let i = r.push(Engine::Scalar, Op::Activation(Activation { bias: Some(ScalarOperand::Tile(b)), ..act(&sb(F, 0, 1, 128, 1), ActFunc::Exp, &src) }));
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(Activation {
+            bias: Some(ScalarOperand::Tile(b)),
+            ..act(&sb(F, 0, 1, 128, 1), ActFunc::Exp, &src)
+        }),
+    );
     assert_err!(r.err(), i, Some("bias"), ErrorKind::UnsupportedDType { .. });
     // Bias tile of the wrong shape.
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 2, 0, &[1.0, 2.0]);
     let b = r.sbuf(F, 0, 1, 64, &[1.0]);
-    let i = r.push(Engine::Scalar, Op::Activation(Activation { bias: Some(ScalarOperand::Tile(b)), ..act(&sb(F, 0, 2, 128, 1), ActFunc::Exp, &src) }));
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(Activation {
+            bias: Some(ScalarOperand::Tile(b)),
+            ..act(&sb(F, 0, 2, 128, 1), ActFunc::Exp, &src)
+        }),
+    );
     assert_err!(r.err(), i, Some("bias"), ErrorKind::ShapeMismatch(_));
     // reduce_res of the wrong shape.
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 2, 0, &[1.0, 2.0]);
     let i = r.push(
         Engine::Scalar,
-        Op::Activation(Activation { reduce_res: Some(sb(F, 0, 1, 64, 1)), ..act(&sb(F, 0, 2, 128, 1), ActFunc::Exp, &src) }),
+        Op::Activation(Activation {
+            reduce_res: Some(sb(F, 0, 1, 64, 1)),
+            ..act(&sb(F, 0, 2, 128, 1), ActFunc::Exp, &src)
+        }),
     );
     assert_err!(r.err(), i, Some("reduce_res"), ErrorKind::ShapeMismatch(_));
     // Uninitialized input.
     let mut r = Rig::new();
-    let i = r.push(Engine::Scalar, Op::Activation(act(&sb(F, 0, 1, 128, 1), ActFunc::Exp, &sb(F, 0, 1, 0, 1))));
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(act(&sb(F, 0, 1, 128, 1), ActFunc::Exp, &sb(F, 0, 1, 0, 1))),
+    );
     assert_err!(r.err(), i, Some("src"), ErrorKind::UninitializedRead { .. });
     // Start-partition rule.
     let mut r = Rig::new();
     let src = r.sbuf(F, 16, 4, 0, &[1.0; 4]);
-    let i = r.push(Engine::Scalar, Op::Activation(act(&sb(F, 0, 4, 128, 1), ActFunc::Exp, &src)));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::StartPartition { start: 16, count: 4 });
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(act(&sb(F, 0, 4, 128, 1), ActFunc::Exp, &src)),
+    );
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::StartPartition { start: 16, count: 4 }
+    );
     // Free size over the PSUM limit.
     let mut r = Rig::new();
-    let i = r.push(Engine::Scalar, Op::Activation(act(&sb(F, 0, 1, 0, 5000), ActFunc::Exp, &ps(F, 0, 1, 0, 5000))));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::FreeSizeLimit { size: 5000, limit: 4096, .. });
+    let i = r.push(
+        Engine::Scalar,
+        Op::Activation(act(&sb(F, 0, 1, 0, 5000), ActFunc::Exp, &ps(F, 0, 1, 0, 5000))),
+    );
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::FreeSizeLimit {
+            size: 5000,
+            limit: 4096,
+            ..
+        }
+    );
     // ScalarE cannot touch HBM.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 1], &[1.0]);
     let i = r.push(
         Engine::Scalar,
-        Op::Activation(act(&sb(F, 0, 1, 0, 1), ActFunc::Exp, &AccessPattern::hbm(&t, F, 0, 1, 1, vec![[1, 1]]))),
+        Op::Activation(act(
+            &sb(F, 0, 1, 0, 1),
+            ActFunc::Exp,
+            &AccessPattern::hbm(&t, F, 0, 1, 1, vec![[1, 1]]),
+        )),
     );
     assert_err!(r.err(), i, Some("src"), ErrorKind::MemoryNotAccessible { .. });
 }

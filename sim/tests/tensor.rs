@@ -8,7 +8,12 @@ use std::collections::BTreeMap;
 use trnsim::*;
 
 fn matmul(dst: AccessPattern, stationary: AccessPattern, moving: AccessPattern, accumulate: bool) -> Op {
-    Op::NcMatmul(NcMatmul { dst, stationary, moving, accumulate })
+    Op::NcMatmul(NcMatmul {
+        dst,
+        stationary,
+        moving,
+        accumulate,
+    })
 }
 
 /// Loads `st` as a `[K, M]` bf16 tile at byte 0 and `mv` as `[K, N]` bf16 at byte 4096.
@@ -27,7 +32,14 @@ fn matmul_2x3_times_3x2() {
     // (AB)[0][0] = 1·7 + 3·9 + 5·11 = 89;   (AB)[0][1] = 1·8 + 3·10 + 5·12 = 98
     // (AB)[1][0] = 2·7 + 4·9 + 6·11 = 116;  (AB)[1][1] = 2·8 + 4·10 + 6·12 = 128
     let mut core = Core::new();
-    let (s, v) = load_bf16(&mut core, 3, 2, 2, &[1., 2., 3., 4., 5., 6.], &[7., 8., 9., 10., 11., 12.]);
+    let (s, v) = load_bf16(
+        &mut core,
+        3,
+        2,
+        2,
+        &[1., 2., 3., 4., 5., 6.],
+        &[7., 8., 9., 10., 11., 12.],
+    );
     let d = ps(DType::F32, 2, 2, 0);
     core.run(Engine::Tensor, matmul(d.clone(), s, v, false)).unwrap();
     assert_eq!(core.get(&d), vec![89., 98., 116., 128.]);
@@ -47,7 +59,8 @@ fn matmul_accumulates_two_k_tiles_in_psum() {
     core.run(Engine::Tensor, matmul(d.clone(), s, v, false)).unwrap();
     assert_eq!(core.get(&d), vec![3., 30.]);
     let (s, v) = load_bf16(&mut core, 2, 1, 2, &[3., 4.], &[1., 1., 2., 2.]);
-    core.run(Engine::Tensor, matmul(d.clone(), s.clone(), v.clone(), true)).unwrap();
+    core.run(Engine::Tensor, matmul(d.clone(), s.clone(), v.clone(), true))
+        .unwrap();
     assert_eq!(core.get(&d), vec![14., 41.]);
     // accumulate=false overwrites: back to tile 2's own [11, 11].
     core.run(Engine::Tensor, matmul(d.clone(), s, v, false)).unwrap();
@@ -73,7 +86,11 @@ fn accumulate_onto_unwritten_psum_is_an_error() {
     let mut core = Core::new();
     let (s, v) = load_bf16(&mut core, 2, 1, 2, &[1., 2.], &[1., 1., 1., 1.]);
     let r = core.run(Engine::Tensor, matmul(ps(DType::F32, 1, 2, 4096), s, v, true));
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::UninitializedRead { memory, .. } if memory == "PSUM"));
+    expect_err(
+        r,
+        "dst",
+        |k| matches!(k, ErrorKind::UninitializedRead { memory, .. } if memory == "PSUM"),
+    );
 }
 
 #[test]
@@ -85,8 +102,14 @@ fn sequential_and_pairwise_accumulation_differ_by_hand() {
     //             16777216 + -16777215 = 1.
     let st = [4096., 1., 1., -4096.];
     let mv = [4096., 1., 1., 4096.];
-    for (order, want) in [(MatmulAccumulation::Sequential, 0.0), (MatmulAccumulation::Pairwise, 1.0)] {
-        let mut core = Core::with_numerics(Numerics { matmul_accumulation: order, ..Numerics::default() });
+    for (order, want) in [
+        (MatmulAccumulation::Sequential, 0.0),
+        (MatmulAccumulation::Pairwise, 1.0),
+    ] {
+        let mut core = Core::with_numerics(Numerics {
+            matmul_accumulation: order,
+            ..Numerics::default()
+        });
         let (s, v) = load_bf16(&mut core, 4, 1, 1, &st, &mv);
         let d = ps(DType::F32, 1, 1, 0);
         core.run(Engine::Tensor, matmul(d.clone(), s, v, false)).unwrap();
@@ -99,7 +122,10 @@ fn pairwise_with_odd_k_carries_the_last_product() {
     // K = 3, products [2^24, 1, 1]: pairwise levels [2^24 + 1 → 2^24, 1] then 2^24 + 1 → 2^24.
     // K = 5, products [1, 2^24, 1, 1, 1]: level 1 [1 + 2^24 → 2^24, 1 + 1 = 2, 1];
     // level 2 [2^24 + 2 = 16777218, 1]; level 3 16777218 + 1 = 16777219 → 16777220 (tie, even).
-    let numerics = Numerics { matmul_accumulation: MatmulAccumulation::Pairwise, ..Numerics::default() };
+    let numerics = Numerics {
+        matmul_accumulation: MatmulAccumulation::Pairwise,
+        ..Numerics::default()
+    };
     let mut core = Core::with_numerics(numerics);
     let (s, v) = load_bf16(&mut core, 3, 1, 1, &[4096., 1., 1.], &[4096., 1., 1.]);
     let d = ps(DType::F32, 1, 1, 0);
@@ -131,7 +157,8 @@ fn fp32_products_round_to_fp32_and_cost_four_times() {
     core.put(&s, &[x]);
     core.put_bits(&v, &[1.5f32.to_bits()]);
     let d = ps(DType::F32, 1, 1, 0);
-    core.run(Engine::Tensor, matmul(d.clone(), s.clone(), s.clone(), false)).unwrap();
+    core.run(Engine::Tensor, matmul(d.clone(), s.clone(), s.clone(), false))
+        .unwrap();
     assert_eq!(core.get(&d), vec![1.0 + 2f32.powi(-22)]);
     // max(min(64, 1), 1) = 1 cycle, ×4 for fp32.
     assert!((core.stats.est_ns.tensor - 4.0 / 2.8).abs() < 1e-9);
@@ -148,20 +175,26 @@ fn fp8_and_mixed_16_bit_inputs() {
     core.put(&s, &[0.5, 1.5]);
     core.put(&v, &[3.0, -2.0]);
     let d = ps(DType::F32, 1, 1, 0);
-    core.run(Engine::Tensor, matmul(d.clone(), s.clone(), v, false)).unwrap();
+    core.run(Engine::Tensor, matmul(d.clone(), s.clone(), v, false))
+        .unwrap();
     assert_eq!(core.get(&d), vec![-1.5]);
     // fp8 e4m3 stationary × bf16 moving [10, 20]: 0.5·10 + 1.5·20 = 35.
     let v16 = sb(DType::Bf16, 2, 1, 128);
     core.put(&v16, &[10.0, 20.0]);
-    core.run(Engine::Tensor, matmul(d.clone(), s, v16.clone(), false)).unwrap();
+    core.run(Engine::Tensor, matmul(d.clone(), s, v16.clone(), false))
+        .unwrap();
     assert_eq!(core.get(&d), vec![35.0]);
     // e5m2 × f16, e4m3fn × bf16: 0.25·10 + 448·20 = 8962.5 (448 is e4m3fn's max).
-    for (sd, svals, want) in [(DType::Fp8E5m2, [0.25f32, 4.0], 82.5f32), (DType::Fp8E4m3fn, [0.25, 448.0], 8962.5)] {
+    for (sd, svals, want) in [
+        (DType::Fp8E5m2, [0.25f32, 4.0], 82.5f32),
+        (DType::Fp8E4m3fn, [0.25, 448.0], 8962.5),
+    ] {
         let s = sb(sd, 2, 1, 256);
         core.put(&s, &svals);
         let v = sb(DType::F16, 2, 1, 320);
         core.put(&v, &[10.0, 20.0]);
-        core.run(Engine::Tensor, matmul(d.clone(), s.clone(), v, false)).unwrap();
+        core.run(Engine::Tensor, matmul(d.clone(), s.clone(), v, false))
+            .unwrap();
         assert_eq!(core.get(&d), vec![want], "{sd}");
     }
 }
@@ -195,7 +228,10 @@ fn strided_and_multi_dim_operands() {
     let mv = AccessPattern::sbuf(DType::Bf16, 0, 2, 64, vec![[2, 2], [1, 2]]);
     let d = AccessPattern::psum(DType::F32, 0, 2, 0, vec![[1, 2], [2, 2]]);
     core.run(Engine::Tensor, matmul(d, st, mv, false)).unwrap();
-    assert_eq!(core.get(&ps(DType::F32, 2, 4, 0)), vec![16., 22., 16., 22., 24., 34., 24., 34.]);
+    assert_eq!(
+        core.get(&ps(DType::F32, 2, 4, 0)),
+        vec![16., 22., 16., 22., 24., 34., 24., 34.]
+    );
 }
 
 #[test]
@@ -231,19 +267,43 @@ fn psum_bank_overflow() {
     // [2 × 4] fp32 at byte 2040: bytes 2040..2056 straddle the bank boundary at 2048.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 4, 2040), sb(DType::Bf16, 2, 2, 0), sb(DType::Bf16, 2, 4, 0), false),
+        matmul(
+            ps(DType::F32, 2, 4, 2040),
+            sb(DType::Bf16, 2, 2, 0),
+            sb(DType::Bf16, 2, 4, 0),
+            false,
+        ),
     );
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::PsumBankOverflow { offset: 2040, bytes: 16, bank: 2048 }));
+    expect_err(r, "dst", |k| {
+        matches!(
+            k,
+            ErrorKind::PsumBankOverflow {
+                offset: 2040,
+                bytes: 16,
+                bank: 2048
+            }
+        )
+    });
     // N = 512 at byte 4: one element past bank 0.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 512, 4), sb(DType::Bf16, 2, 2, 0), sb(DType::Bf16, 2, 512, 0), false),
+        matmul(
+            ps(DType::F32, 2, 512, 4),
+            sb(DType::Bf16, 2, 2, 0),
+            sb(DType::Bf16, 2, 512, 0),
+            false,
+        ),
     );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::PsumBankOverflow { .. }));
     // The same at byte 2048 fits bank 1 exactly.
     core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 512, 2048), sb(DType::Bf16, 2, 2, 0), sb(DType::Bf16, 2, 512, 0), false),
+        matmul(
+            ps(DType::F32, 2, 512, 2048),
+            sb(DType::Bf16, 2, 2, 0),
+            sb(DType::Bf16, 2, 512, 0),
+            false,
+        ),
     )
     .unwrap();
 }
@@ -254,19 +314,52 @@ fn size_limits() {
     // M = 129 > 128.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 129, 4, 0), sb(DType::Bf16, 4, 129, 0), sb(DType::Bf16, 4, 4, 0), false),
+        matmul(
+            ps(DType::F32, 129, 4, 0),
+            sb(DType::Bf16, 4, 129, 0),
+            sb(DType::Bf16, 4, 4, 0),
+            false,
+        ),
     );
-    expect_err(r, "stationary", |k| matches!(k, ErrorKind::FreeSizeLimit { size: 129, limit: 128, .. }));
+    expect_err(r, "stationary", |k| {
+        matches!(
+            k,
+            ErrorKind::FreeSizeLimit {
+                size: 129,
+                limit: 128,
+                ..
+            }
+        )
+    });
     // N = 513 > 512.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 4, 513, 0), sb(DType::Bf16, 4, 4, 0), sb(DType::Bf16, 4, 513, 0), false),
+        matmul(
+            ps(DType::F32, 4, 513, 0),
+            sb(DType::Bf16, 4, 4, 0),
+            sb(DType::Bf16, 4, 513, 0),
+            false,
+        ),
     );
-    expect_err(r, "moving", |k| matches!(k, ErrorKind::FreeSizeLimit { size: 513, limit: 512, .. }));
+    expect_err(r, "moving", |k| {
+        matches!(
+            k,
+            ErrorKind::FreeSizeLimit {
+                size: 513,
+                limit: 512,
+                ..
+            }
+        )
+    });
     // K = 129 partitions.
     let st = AccessPattern::sbuf(DType::Bf16, 0, 129, 0, vec![[1, 4]]);
-    let r = core.run(Engine::Tensor, matmul(ps(DType::F32, 4, 4, 0), st, sb(DType::Bf16, 4, 4, 0), false));
-    expect_err(r, "stationary", |k| matches!(k, ErrorKind::TooManyPartitions { count: 129, max: 128 }));
+    let r = core.run(
+        Engine::Tensor,
+        matmul(ps(DType::F32, 4, 4, 0), st, sb(DType::Bf16, 4, 4, 0), false),
+    );
+    expect_err(r, "stationary", |k| {
+        matches!(k, ErrorKind::TooManyPartitions { count: 129, max: 128 })
+    });
 }
 
 #[test]
@@ -275,25 +368,45 @@ fn shape_errors() {
     // K mismatch: stationary 4 partitions, moving 3.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 2, 0), sb(DType::Bf16, 4, 2, 0), sb(DType::Bf16, 3, 2, 0), false),
+        matmul(
+            ps(DType::F32, 2, 2, 0),
+            sb(DType::Bf16, 4, 2, 0),
+            sb(DType::Bf16, 3, 2, 0),
+            false,
+        ),
     );
     expect_err(r, "moving", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     // dst [3 × 2] for M = 2.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 3, 2, 0), sb(DType::Bf16, 4, 2, 0), sb(DType::Bf16, 4, 2, 0), false),
+        matmul(
+            ps(DType::F32, 3, 2, 0),
+            sb(DType::Bf16, 4, 2, 0),
+            sb(DType::Bf16, 4, 2, 0),
+            false,
+        ),
     );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     // dst [2 × 3] for N = 2.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 3, 0), sb(DType::Bf16, 4, 2, 0), sb(DType::Bf16, 4, 2, 0), false),
+        matmul(
+            ps(DType::F32, 2, 3, 0),
+            sb(DType::Bf16, 4, 2, 0),
+            sb(DType::Bf16, 4, 2, 0),
+            false,
+        ),
     );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     // Start partition: 64 partitions may not start at 32.
     let st = at_partition(sb(DType::Bf16, 64, 2, 0), 32);
-    let r = core.run(Engine::Tensor, matmul(ps(DType::F32, 2, 2, 0), st, sb(DType::Bf16, 64, 2, 0), false));
-    expect_err(r, "stationary", |k| matches!(k, ErrorKind::StartPartition { start: 32, count: 64 }));
+    let r = core.run(
+        Engine::Tensor,
+        matmul(ps(DType::F32, 2, 2, 0), st, sb(DType::Bf16, 64, 2, 0), false),
+    );
+    expect_err(r, "stationary", |k| {
+        matches!(k, ErrorKind::StartPartition { start: 32, count: 64 })
+    });
 }
 
 #[test]
@@ -302,26 +415,54 @@ fn dtype_errors() {
     // Integer input.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 4, 2, 0), sb(DType::I32, 2, 4, 16384), sb(DType::Bf16, 2, 2, 0), false),
+        matmul(
+            ps(DType::F32, 4, 2, 0),
+            sb(DType::I32, 2, 4, 16384),
+            sb(DType::Bf16, 2, 2, 0),
+            false,
+        ),
     );
-    expect_err(r, "stationary", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "i32", .. }));
+    expect_err(r, "stationary", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "i32", .. })
+    });
     // fp32 mixed with bf16 (either way round, the 16-bit side is blamed).
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 2, 0), sb(DType::F32, 2, 2, 8192), sb(DType::Bf16, 2, 2, 0), false),
+        matmul(
+            ps(DType::F32, 2, 2, 0),
+            sb(DType::F32, 2, 2, 8192),
+            sb(DType::Bf16, 2, 2, 0),
+            false,
+        ),
     );
-    expect_err(r, "moving", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. }));
+    expect_err(r, "moving", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. })
+    });
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 2, 0), sb(DType::Bf16, 2, 2, 0), sb(DType::F32, 2, 2, 8192), false),
+        matmul(
+            ps(DType::F32, 2, 2, 0),
+            sb(DType::Bf16, 2, 2, 0),
+            sb(DType::F32, 2, 2, 8192),
+            false,
+        ),
     );
-    expect_err(r, "stationary", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. }));
+    expect_err(r, "stationary", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. })
+    });
     // PSUM result must be fp32 on NC-v2.
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::Bf16, 2, 2, 0), sb(DType::Bf16, 2, 2, 0), sb(DType::Bf16, 2, 2, 0), false),
+        matmul(
+            ps(DType::Bf16, 2, 2, 0),
+            sb(DType::Bf16, 2, 2, 0),
+            sb(DType::Bf16, 2, 2, 0),
+            false,
+        ),
     );
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. }));
+    expect_err(r, "dst", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "bf16", .. })
+    });
 }
 
 #[test]
@@ -330,16 +471,44 @@ fn memory_placement_errors() {
     // dst in SBUF.
     let r = core.run(
         Engine::Tensor,
-        matmul(sb(DType::F32, 2, 2, 32768), sb(DType::Bf16, 2, 2, 0), sb(DType::Bf16, 2, 2, 0), false),
+        matmul(
+            sb(DType::F32, 2, 2, 32768),
+            sb(DType::Bf16, 2, 2, 0),
+            sb(DType::Bf16, 2, 2, 0),
+            false,
+        ),
     );
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::MemoryNotAccessible { engine: "tensor", access: "write", memory: "SBUF" }));
+    expect_err(r, "dst", |k| {
+        matches!(
+            k,
+            ErrorKind::MemoryNotAccessible {
+                engine: "tensor",
+                access: "write",
+                memory: "SBUF"
+            }
+        )
+    });
     // An input in PSUM.
     core.put(&ps(DType::F32, 2, 2, 0), &[1.0; 4]);
     let r = core.run(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 2, 2048), sb(DType::Bf16, 2, 2, 0), ps(DType::F32, 2, 2, 0), false),
+        matmul(
+            ps(DType::F32, 2, 2, 2048),
+            sb(DType::Bf16, 2, 2, 0),
+            ps(DType::F32, 2, 2, 0),
+            false,
+        ),
     );
-    expect_err(r, "moving", |k| matches!(k, ErrorKind::MemoryNotAccessible { access: "read", memory: "PSUM", .. }));
+    expect_err(r, "moving", |k| {
+        matches!(
+            k,
+            ErrorKind::MemoryNotAccessible {
+                access: "read",
+                memory: "PSUM",
+                ..
+            }
+        )
+    });
 }
 
 #[test]
@@ -348,12 +517,26 @@ fn matmul_runs_only_on_tensor_engine() {
         let mut p = Program::new(TargetName::Trn1);
         p.push(
             Engine::Vector,
-            matmul(ps(DType::F32, 1, 1, 0), sb(DType::Bf16, 1, 1, 0), sb(DType::Bf16, 1, 1, 0), false),
+            matmul(
+                ps(DType::F32, 1, 1, 0),
+                sb(DType::Bf16, 1, 1, 0),
+                sb(DType::Bf16, 1, 1, 0),
+                false,
+            ),
         );
         p
     };
     let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
-    assert!(matches!(e.kind, ErrorKind::WrongEngine { engine: "vector", opcode: "nc_matmul" }), "{e}");
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::WrongEngine {
+                engine: "vector",
+                opcode: "nc_matmul"
+            }
+        ),
+        "{e}"
+    );
 }
 
 // ---- transpose --------------------------------------------------------------------------------
@@ -404,25 +587,59 @@ fn transpose_spreads_nan_and_inf_along_output_rows() {
 fn transpose_errors() {
     let mut core = loaded();
     // F = 129 > 128.
-    let r = core.run(Engine::Tensor, transpose(ps(DType::F32, 129, 2, 0), sb(DType::Bf16, 2, 129, 0)));
-    expect_err(r, "src", |k| matches!(k, ErrorKind::FreeSizeLimit { size: 129, limit: 128, .. }));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(ps(DType::F32, 129, 2, 0), sb(DType::Bf16, 2, 129, 0)),
+    );
+    expect_err(r, "src", |k| {
+        matches!(
+            k,
+            ErrorKind::FreeSizeLimit {
+                size: 129,
+                limit: 128,
+                ..
+            }
+        )
+    });
     // Wrong dst shape ([2 × 3] for a [2 × 3] src).
-    let r = core.run(Engine::Tensor, transpose(ps(DType::F32, 2, 3, 0), sb(DType::Bf16, 2, 3, 0)));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(ps(DType::F32, 2, 3, 0), sb(DType::Bf16, 2, 3, 0)),
+    );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::ShapeMismatch(_)));
     // Integer input: no integer datapath.
-    let r = core.run(Engine::Tensor, transpose(ps(DType::I32, 4, 2, 0), sb(DType::I32, 2, 4, 16384)));
-    expect_err(r, "src", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "i32", .. }));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(ps(DType::I32, 4, 2, 0), sb(DType::I32, 2, 4, 16384)),
+    );
+    expect_err(r, "src", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "i32", .. })
+    });
     // dst dtype neither fp32 nor the input's.
-    let r = core.run(Engine::Tensor, transpose(ps(DType::F16, 2, 2, 0), sb(DType::Bf16, 2, 2, 0)));
-    expect_err(r, "dst", |k| matches!(k, ErrorKind::UnsupportedDType { dtype: "f16", .. }));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(ps(DType::F16, 2, 2, 0), sb(DType::Bf16, 2, 2, 0)),
+    );
+    expect_err(r, "dst", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "f16", .. })
+    });
     // dst in SBUF; src in PSUM.
-    let r = core.run(Engine::Tensor, transpose(sb(DType::F32, 2, 2, 32768), sb(DType::Bf16, 2, 2, 0)));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(sb(DType::F32, 2, 2, 32768), sb(DType::Bf16, 2, 2, 0)),
+    );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::MemoryNotAccessible { .. }));
     core.put(&ps(DType::F32, 2, 2, 0), &[0.0; 4]);
-    let r = core.run(Engine::Tensor, transpose(ps(DType::F32, 2, 2, 2048), ps(DType::F32, 2, 2, 0)));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(ps(DType::F32, 2, 2, 2048), ps(DType::F32, 2, 2, 0)),
+    );
     expect_err(r, "src", |k| matches!(k, ErrorKind::MemoryNotAccessible { .. }));
     // Bank overflow: [4 × 128] fp32 (512 bytes per partition) at byte 1600.
-    let r = core.run(Engine::Tensor, transpose(ps(DType::F32, 4, 128, 1600), sb(DType::Bf16, 128, 4, 0)));
+    let r = core.run(
+        Engine::Tensor,
+        transpose(ps(DType::F32, 4, 128, 1600), sb(DType::Bf16, 128, 4, 0)),
+    );
     expect_err(r, "dst", |k| matches!(k, ErrorKind::PsumBankOverflow { .. }));
 }
 
@@ -436,16 +653,61 @@ fn matmul_program_through_the_executor() {
     p.declare("a_t", DType::Bf16, &[3, 2], HbmRole::Input);
     p.declare("b", DType::Bf16, &[3, 2], HbmRole::Input);
     p.declare("out", DType::F32, &[2, 2], HbmRole::Output);
-    let dma = |dst, src| Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: None });
-    p.push(Engine::Dma, dma(sb(DType::Bf16, 3, 2, 0), AccessPattern::hbm("a_t", DType::Bf16, 0, 3, 2, vec![[1, 2]])));
-    p.push(Engine::Dma, dma(sb(DType::Bf16, 3, 2, 64), AccessPattern::hbm("b", DType::Bf16, 0, 3, 2, vec![[1, 2]])));
-    p.push(Engine::Tensor, matmul(ps(DType::F32, 2, 2, 0), sb(DType::Bf16, 3, 2, 0), sb(DType::Bf16, 3, 2, 64), false));
-    p.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: sb(DType::F32, 2, 2, 128), src: ps(DType::F32, 2, 2, 0) }));
-    p.push(Engine::Dma, dma(AccessPattern::hbm("out", DType::F32, 0, 2, 2, vec![[1, 2]]), sb(DType::F32, 2, 2, 128)));
+    let dma = |dst, src| {
+        Op::DmaCopy(DmaCopy {
+            dst,
+            src,
+            accumulate: false,
+            indirect: None,
+        })
+    };
+    p.push(
+        Engine::Dma,
+        dma(
+            sb(DType::Bf16, 3, 2, 0),
+            AccessPattern::hbm("a_t", DType::Bf16, 0, 3, 2, vec![[1, 2]]),
+        ),
+    );
+    p.push(
+        Engine::Dma,
+        dma(
+            sb(DType::Bf16, 3, 2, 64),
+            AccessPattern::hbm("b", DType::Bf16, 0, 3, 2, vec![[1, 2]]),
+        ),
+    );
+    p.push(
+        Engine::Tensor,
+        matmul(
+            ps(DType::F32, 2, 2, 0),
+            sb(DType::Bf16, 3, 2, 0),
+            sb(DType::Bf16, 3, 2, 64),
+            false,
+        ),
+    );
+    p.push(
+        Engine::Vector,
+        Op::TensorCopy(TensorCopy {
+            dst: sb(DType::F32, 2, 2, 128),
+            src: ps(DType::F32, 2, 2, 0),
+        }),
+    );
+    p.push(
+        Engine::Dma,
+        dma(
+            AccessPattern::hbm("out", DType::F32, 0, 2, 2, vec![[1, 2]]),
+            sb(DType::F32, 2, 2, 128),
+        ),
+    );
     let p = Program::from_json(&p.to_json()).unwrap();
     let mut inputs = BTreeMap::new();
-    inputs.insert("a_t".into(), HostTensor::from_f32_as(DType::Bf16, &[3, 2], &[1., 2., 3., 4., 5., 6.]));
-    inputs.insert("b".into(), HostTensor::from_f32_as(DType::Bf16, &[3, 2], &[7., 8., 9., 10., 11., 12.]));
+    inputs.insert(
+        "a_t".into(),
+        HostTensor::from_f32_as(DType::Bf16, &[3, 2], &[1., 2., 3., 4., 5., 6.]),
+    );
+    inputs.insert(
+        "b".into(),
+        HostTensor::from_f32_as(DType::Bf16, &[3, 2], &[7., 8., 9., 10., 11., 12.]),
+    );
     let run = Executor::new(TargetName::Trn1).run(&p, &inputs).unwrap();
     assert_eq!(run.outputs["out"].to_f32(), vec![89., 98., 116., 128.]);
     assert_eq!(run.stats.instructions.tensor, 1);
@@ -455,10 +717,18 @@ fn matmul_program_through_the_executor() {
     let mut bad = p.clone();
     bad.instructions[2] = Instruction::new(
         Engine::Tensor,
-        matmul(ps(DType::F32, 2, 2, 0), sb(DType::Bf16, 3, 2, 0), sb(DType::Bf16, 2, 2, 64), false),
+        matmul(
+            ps(DType::F32, 2, 2, 0),
+            sb(DType::Bf16, 3, 2, 0),
+            sb(DType::Bf16, 2, 2, 64),
+            false,
+        ),
     );
     let e = Executor::new(TargetName::Trn1).run(&bad, &inputs).unwrap_err();
-    assert_eq!((e.index, e.engine, e.opcode, e.operand.as_deref()), (Some(2), Some(Engine::Tensor), Some("nc_matmul"), Some("moving")));
+    assert_eq!(
+        (e.index, e.engine, e.opcode, e.operand.as_deref()),
+        (Some(2), Some(Engine::Tensor), Some("nc_matmul"), Some("moving"))
+    );
 }
 
 // ---- memory fast paths (added for the benchmarks) ----------------------------------------------
@@ -504,7 +774,11 @@ fn dma_and_raw_reads_writes_match_an_elementwise_reference() {
         let ostep = inner * step.abs().max(1) + rnd(3) as i64;
         let free = vec![[ostep, outer], [step, inner]];
         let span = (ostep * (outer - 1) + step.abs() * (inner - 1) + 1) as u64 * size as u64;
-        let base = if step < 0 { (step.abs() * (inner - 1)) as u64 * size as u64 } else { 0 };
+        let base = if step < 0 {
+            (step.abs() * (inner - 1)) as u64 * size as u64
+        } else {
+            0
+        };
         let n = parts * (outer * inner) as usize;
         let hbm_len = 4096usize;
         let mut p = Program::new(TargetName::Trn1);
@@ -548,7 +822,10 @@ fn dma_and_raw_reads_writes_match_an_elementwise_reference() {
                 MemSpace::Psum => &mem.psum.data,
                 MemSpace::Hbm(t) => &mem.hbm_tensor(t).unwrap().data,
             };
-            addresses(ap, pb).iter().flat_map(|&a| data[a..a + size].to_vec()).collect()
+            addresses(ap, pb)
+                .iter()
+                .flat_map(|&a| data[a..a + size].to_vec())
+                .collect()
         };
         let before_src = bytes_of(&mem, &src);
         // Reference result of dst: the source elements in order; where dst addresses repeat
@@ -576,7 +853,12 @@ fn dma_and_raw_reads_writes_match_an_elementwise_reference() {
             regs: &mut regs,
             stats: &mut stats,
         };
-        let op = Op::DmaCopy(DmaCopy { dst: dst.clone(), src: src.clone(), accumulate: false, indirect: None });
+        let op = Op::DmaCopy(DmaCopy {
+            dst: dst.clone(),
+            src: src.clone(),
+            accumulate: false,
+            indirect: None,
+        });
         trnsim::engine::execute(&mut ctx, &op).unwrap_or_else(|e| panic!("case {case}: {e:?}\n{src}\n{dst}"));
         assert_eq!(bytes_of(&mem, &dst), want_dst, "case {case}: {src} -> {dst}");
         // The raw read of dst agrees with the independent addresses too.
@@ -608,7 +890,10 @@ fn uninitialized_reads_are_found_after_partial_and_out_of_order_writes() {
     assert_eq!(first_unwritten(&core, &u8s(200, 100)), None);
     assert_eq!(first_unwritten(&core, &u8s(0, 300)), Some((0, 100)));
     // Partition 1 alone gets the gap filled: partition 0 still reports it.
-    core.put_bits(&at_partition(AccessPattern::sbuf(DType::U8, 0, 1, 100, vec![[1, 100]]), 1), &[1; 100]);
+    core.put_bits(
+        &at_partition(AccessPattern::sbuf(DType::U8, 0, 1, 100, vec![[1, 100]]), 1),
+        &[1; 100],
+    );
     let p0 = AccessPattern::sbuf(DType::U8, 0, 1, 0, vec![[1, 300]]);
     let p1 = at_partition(p0.clone(), 1);
     assert_eq!(first_unwritten(&core, &p1), None);
@@ -618,7 +903,10 @@ fn uninitialized_reads_are_found_after_partial_and_out_of_order_writes() {
     assert_eq!(first_unwritten(&core, &p0), Some((0, 101)));
     core.put_bits(&AccessPattern::sbuf(DType::U8, 0, 1, 101, vec![[2, 50]]), &[1; 50]);
     assert_eq!(first_unwritten(&core, &p0), None);
-    assert_eq!(first_unwritten(&core, &AccessPattern::sbuf(DType::U8, 0, 1, 0, vec![[1, 301]])), Some((0, 300)));
+    assert_eq!(
+        first_unwritten(&core, &AccessPattern::sbuf(DType::U8, 0, 1, 0, vec![[1, 301]])),
+        Some((0, 300))
+    );
     // f32 writes through write_f32 and PSUM behave the same.
     core.put(&ps(DType::F32, 1, 4, 8), &[1.0; 4]);
     assert_eq!(first_unwritten(&core, &ps(DType::F32, 1, 6, 0)), Some((0, 0)));
@@ -630,12 +918,34 @@ fn uninitialized_reads_are_found_after_partial_and_out_of_order_writes() {
 fn slice_alu_fast_path_is_bit_identical() {
     // `alu::apply_f32_inplace` (used by tensor_tensor for speed) against `alu::apply_f32`.
     use trnsim::engine::alu::{apply_f32, apply_f32_inplace};
-    let special = [0.0f32, -0.0, 1.0, -1.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::from_bits(1), f32::MAX, 3e-39];
+    let special = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::from_bits(1),
+        f32::MAX,
+        3e-39,
+    ];
     let a: Vec<f32> = special.iter().flat_map(|&x| special.iter().map(move |_| x)).collect();
     let b: Vec<f32> = special.iter().flat_map(|_| special.iter().copied()).collect();
-    let ops = [AluOp::Add, AluOp::Subtract, AluOp::Multiply, AluOp::Max, AluOp::Min, AluOp::IsLt, AluOp::Average];
+    let ops = [
+        AluOp::Add,
+        AluOp::Subtract,
+        AluOp::Multiply,
+        AluOp::Max,
+        AluOp::Min,
+        AluOp::IsLt,
+        AluOp::Average,
+    ];
     for denormals in [Denormals::Preserve, Denormals::FlushToZero] {
-        let n = Numerics { denormals, ..Numerics::default() };
+        let n = Numerics {
+            denormals,
+            ..Numerics::default()
+        };
         for op in ops {
             let mut got = a.clone();
             apply_f32_inplace(op, &mut got, &b, &n);
@@ -648,7 +958,10 @@ fn slice_alu_fast_path_is_bit_identical() {
 #[test]
 fn empty_shapes_do_not_panic() {
     for order in [MatmulAccumulation::Sequential, MatmulAccumulation::Pairwise] {
-        let mut core = Core::with_numerics(Numerics { matmul_accumulation: order, ..Numerics::default() });
+        let mut core = Core::with_numerics(Numerics {
+            matmul_accumulation: order,
+            ..Numerics::default()
+        });
         core.put(&sb(DType::Bf16, 4, 8, 0), &[1.0; 32]);
         let empty = |p: usize, f: usize| AccessPattern::sbuf(DType::Bf16, 0, p, 0, vec![[1, f as i64]]);
         let psum = |p: usize, f: usize| AccessPattern::psum(DType::F32, 0, p, 0, vec![[1, f as i64]]);

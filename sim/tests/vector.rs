@@ -20,7 +20,12 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 fn tt(dst: &AccessPattern, in0: &AccessPattern, in1: &AccessPattern, op: AluOp) -> Op {
-    Op::TensorTensor(TensorTensor { dst: dst.clone(), in0: in0.clone(), in1: in1.clone(), op })
+    Op::TensorTensor(TensorTensor {
+        dst: dst.clone(),
+        in0: in0.clone(),
+        in1: in1.clone(),
+        op,
+    })
 }
 
 fn ts(dst: &AccessPattern, src: &AccessPattern, op0: AluOp, s0: f64) -> TensorScalar {
@@ -57,7 +62,13 @@ fn tensor_tensor_bf16_destination_rounds_to_nearest_even() {
     let a = r.sbuf(F, 0, 1, 0, &[1.0, 1.0, 1.0]);
     // 1 + 2^-8 is half a bf16 ulp above 1 (tie → even 1.0); 1 + 3·2^-8 ties between
     // 1 + 2^-7 (odd) and 1 + 2^-6 (even); 1 + 2^-8 + 2^-20 is above the tie.
-    let b = r.sbuf(F, 0, 1, 64, &[2f32.powi(-8), 3.0 * 2f32.powi(-8), 2f32.powi(-8) + 2f32.powi(-20)]);
+    let b = r.sbuf(
+        F,
+        0,
+        1,
+        64,
+        &[2f32.powi(-8), 3.0 * 2f32.powi(-8), 2f32.powi(-8) + 2f32.powi(-20)],
+    );
     let d = sb(BF, 0, 1, 128, 3);
     r.vector(tt(&d, &a, &b, AluOp::Add));
     let o = r.out(&d);
@@ -143,7 +154,11 @@ fn tensor_tensor_costs() {
     for (dt, psum, cycles) in [(F, false, 200), (BF, false, 100), (F, true, 100)] {
         let mut r = Rig::new();
         let a = r.sbuf(dt, 0, 1, 0, &[1.0; 100]);
-        let b = if psum { sb(dt, 0, 1, 0, 100) } else { r.sbuf(dt, 0, 1, 512, &[1.0; 100]) };
+        let b = if psum {
+            sb(dt, 0, 1, 0, 100)
+        } else {
+            r.sbuf(dt, 0, 1, 512, &[1.0; 100])
+        };
         let d = sb(dt, 0, 1, 1024, 100);
         if psum {
             // Place `b` in PSUM without a VectorE copy (which would add cost): memset on GpSimd
@@ -153,12 +168,20 @@ fn tensor_tensor_costs() {
             r.memset(&p, 1.0);
             r.vector(tt(&d, &a, &p, AluOp::Add));
             let ran = r.ok();
-            assert!(close(ran.stats().est_ns.vector, ns(100) + ns(cycles)), "{:?}", ran.stats().est_ns);
+            assert!(
+                close(ran.stats().est_ns.vector, ns(100) + ns(cycles)),
+                "{:?}",
+                ran.stats().est_ns
+            );
             continue;
         }
         r.vector(tt(&d, &a, &b, AluOp::Add));
         let ran = r.ok();
-        assert!(close(ran.stats().est_ns.vector, ns(cycles)), "{dt}: {:?}", ran.stats().est_ns);
+        assert!(
+            close(ran.stats().est_ns.vector, ns(cycles)),
+            "{dt}: {:?}",
+            ran.stats().est_ns
+        );
         assert_eq!(ran.stats().flops, 100);
     }
 }
@@ -203,12 +226,26 @@ fn tensor_tensor_rejections() {
     let mut r = Rig::new();
     let a = r.sbuf(F, 32, 40, 0, &[1.0; 40]);
     let i = r.vector(tt(&sb(F, 0, 40, 64, 1), &a, &a, AluOp::Add));
-    assert_err!(r.err(), i, Some("in0"), ErrorKind::StartPartition { start: 32, count: 40 });
+    assert_err!(
+        r.err(),
+        i,
+        Some("in0"),
+        ErrorKind::StartPartition { start: 32, count: 40 }
+    );
     // Free size over the PSUM limit (4096 elements per partition).
     let mut r = Rig::new();
     let big = AccessPattern::psum(F, 0, 1, 0, vec![[1, 2], [1, 2049]]);
     let i = r.vector(tt(&sb(F, 0, 1, 0, 4098), &big, &sb(F, 0, 1, 0, 4098), AluOp::Add));
-    assert_err!(r.err(), i, Some("in0"), ErrorKind::FreeSizeLimit { size: 4098, limit: 4096, .. });
+    assert_err!(
+        r.err(),
+        i,
+        Some("in0"),
+        ErrorKind::FreeSizeLimit {
+            size: 4098,
+            limit: 4096,
+            ..
+        }
+    );
     // GpSimd cannot touch PSUM.
     let mut r = Rig::new();
     let p0 = ps(F, 0, 1, 0, 1);
@@ -287,7 +324,10 @@ fn tensor_scalar_rejections() {
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 2, 0, &[1.0, 2.0]);
     let d = sb(F, 0, 2, 64, 1);
-    let i = r.vector(Op::TensorScalar(TensorScalar { op1: Some(AluOp::Add), ..ts(&d, &x, AluOp::Add, 1.0) }));
+    let i = r.vector(Op::TensorScalar(TensorScalar {
+        op1: Some(AluOp::Add),
+        ..ts(&d, &x, AluOp::Add, 1.0)
+    }));
     assert_err!(r.err(), i, None, ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let x = r.sbuf_bits(DType::I32, 0, 1, 0, &[1]);
@@ -310,14 +350,26 @@ fn tensor_scalar_rejections() {
     // Bitvec with a fractional immediate.
     let mut r = Rig::new();
     let x = r.sbuf_bits(DType::I32, 0, 1, 0, &[1]);
-    let i = r.vector(Op::TensorScalar(ts(&sb(DType::I32, 0, 1, 64, 1), &x, AluOp::ShiftLeft, 1.5)));
+    let i = r.vector(Op::TensorScalar(ts(
+        &sb(DType::I32, 0, 1, 64, 1),
+        &x,
+        AluOp::ShiftLeft,
+        1.5,
+    )));
     assert_err!(r.err(), i, Some("operand0"), ErrorKind::Invalid(_));
 }
 
 // ---------------------------------------------------------------------------------------------
 // scalar_tensor_tensor
 
-fn stt(dst: &AccessPattern, src: &AccessPattern, op0: AluOp, s: f64, op1: AluOp, in1: &AccessPattern) -> ScalarTensorTensor {
+fn stt(
+    dst: &AccessPattern,
+    src: &AccessPattern,
+    op0: AluOp,
+    s: f64,
+    op1: AluOp,
+    in1: &AccessPattern,
+) -> ScalarTensorTensor {
     ScalarTensorTensor {
         dst: dst.clone(),
         src: src.clone(),
@@ -339,7 +391,14 @@ fn scalar_tensor_tensor_semantics_and_reversal() {
     let d1 = sb(F, 0, 1, 192, 4);
     let d2 = sb(F, 0, 1, 256, 4);
     // (x - 1) * y
-    r.vector(Op::ScalarTensorTensor(stt(&d0, &x, AluOp::Subtract, 1.0, AluOp::Multiply, &y)));
+    r.vector(Op::ScalarTensorTensor(stt(
+        &d0,
+        &x,
+        AluOp::Subtract,
+        1.0,
+        AluOp::Multiply,
+        &y,
+    )));
     // y - (5 - x)
     r.vector(Op::ScalarTensorTensor(ScalarTensorTensor {
         reverse0: true,
@@ -348,7 +407,14 @@ fn scalar_tensor_tensor_semantics_and_reversal() {
     }));
     // max(x * 2, y) into bf16
     let d2b = AccessPattern { dtype: BF, ..d2 };
-    r.vector(Op::ScalarTensorTensor(stt(&d2b, &x, AluOp::Multiply, 2.0, AluOp::Max, &y)));
+    r.vector(Op::ScalarTensorTensor(stt(
+        &d2b,
+        &x,
+        AluOp::Multiply,
+        2.0,
+        AluOp::Max,
+        &y,
+    )));
     let (o0, o1, o2) = (r.out(&d0), r.out(&d1), r.out(&d2b));
     let ran = r.ok();
     assert_eq!(ran.f32(&o0), [0.0, 2.0, 20.0, 30.0]);
@@ -359,7 +425,11 @@ fn scalar_tensor_tensor_semantics_and_reversal() {
 #[test]
 fn scalar_tensor_tensor_tile_operand_and_costs() {
     // bf16, subtract then multiply, even N: N cycles; otherwise 2N.
-    for (dt, op0, n, cycles) in [(BF, AluOp::Subtract, 100, 100), (BF, AluOp::Add, 100, 200), (F, AluOp::Subtract, 100, 200)] {
+    for (dt, op0, n, cycles) in [
+        (BF, AluOp::Subtract, 100, 100),
+        (BF, AluOp::Add, 100, 200),
+        (F, AluOp::Subtract, 100, 200),
+    ] {
         let mut r = Rig::new();
         let x = r.sbuf(dt, 0, 2, 0, &vec![3.0; 2 * n]);
         let y = r.sbuf(dt, 0, 2, 1024, &vec![2.0; 2 * n]);
@@ -372,9 +442,17 @@ fn scalar_tensor_tensor_tile_operand_and_costs() {
         let o = r.out(&d);
         let ran = r.ok();
         let v = ran.f32(&o);
-        let (a, b) = if op0 == AluOp::Subtract { (4.0, 2.0) } else { (8.0, 10.0) };
+        let (a, b) = if op0 == AluOp::Subtract {
+            (4.0, 2.0)
+        } else {
+            (8.0, 10.0)
+        };
         assert_eq!((v[0], v[n]), (a, b));
-        assert!(close(ran.stats().est_ns.vector, ns(cycles)), "{dt} {op0:?}: {:?}", ran.stats().est_ns);
+        assert!(
+            close(ran.stats().est_ns.vector, ns(cycles)),
+            "{dt} {op0:?}: {:?}",
+            ran.stats().est_ns
+        );
         assert_eq!(ran.stats().flops, 4 * n as u64);
     }
 }
@@ -386,33 +464,71 @@ fn scalar_tensor_tensor_rejections() {
     let p1 = ps(F, 0, 1, 64, 2);
     r.memset(&p0, 1.0);
     r.memset(&p1, 1.0);
-    let i = r.vector(Op::ScalarTensorTensor(stt(&sb(F, 0, 1, 0, 2), &p0, AluOp::Add, 1.0, AluOp::Add, &p1)));
+    let i = r.vector(Op::ScalarTensorTensor(stt(
+        &sb(F, 0, 1, 0, 2),
+        &p0,
+        AluOp::Add,
+        1.0,
+        AluOp::Add,
+        &p1,
+    )));
     assert_err!(r.err(), i, Some("src"), ErrorKind::Invalid(_));
 
     let mut r = Rig::new();
     let x = r.sbuf_bits(DType::I32, 0, 1, 0, &[1, 2]);
-    let i = r.vector(Op::ScalarTensorTensor(stt(&sb(DType::I32, 0, 1, 64, 2), &x, AluOp::BitwiseAnd, 1.0, AluOp::Add, &x)));
+    let i = r.vector(Op::ScalarTensorTensor(stt(
+        &sb(DType::I32, 0, 1, 64, 2),
+        &x,
+        AluOp::BitwiseAnd,
+        1.0,
+        AluOp::Add,
+        &x,
+    )));
     assert_err!(r.err(), i, None, ErrorKind::Invalid(_));
 
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
     let y = r.sbuf(F, 0, 1, 64, &[1.0, 2.0, 3.0]);
-    let i = r.vector(Op::ScalarTensorTensor(stt(&sb(F, 0, 1, 128, 2), &x, AluOp::Add, 1.0, AluOp::Add, &y)));
+    let i = r.vector(Op::ScalarTensorTensor(stt(
+        &sb(F, 0, 1, 128, 2),
+        &x,
+        AluOp::Add,
+        1.0,
+        AluOp::Add,
+        &y,
+    )));
     assert_err!(r.err(), i, Some("in1"), ErrorKind::ShapeMismatch(_));
 
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.vector(Op::ScalarTensorTensor(stt(&sb(F, 0, 1, 128, 2), &x, AluOp::Pow, 1.0, AluOp::Add, &x)));
+    let i = r.vector(Op::ScalarTensorTensor(stt(
+        &sb(F, 0, 1, 128, 2),
+        &x,
+        AluOp::Pow,
+        1.0,
+        AluOp::Add,
+        &x,
+    )));
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
 
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.push(Engine::Gpsimd, Op::ScalarTensorTensor(stt(&sb(F, 0, 1, 128, 2), &x, AluOp::Add, 1.0, AluOp::Add, &x)));
+    let i = r.push(
+        Engine::Gpsimd,
+        Op::ScalarTensorTensor(stt(&sb(F, 0, 1, 128, 2), &x, AluOp::Add, 1.0, AluOp::Add, &x)),
+    );
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
 
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.vector(Op::ScalarTensorTensor(stt(&sb(F, 0, 1, 128, 2), &x, AluOp::Add, 1.0, AluOp::Add, &sb(F, 0, 1, 256, 2))));
+    let i = r.vector(Op::ScalarTensorTensor(stt(
+        &sb(F, 0, 1, 128, 2),
+        &x,
+        AluOp::Add,
+        1.0,
+        AluOp::Add,
+        &sb(F, 0, 1, 256, 2),
+    )));
     assert_err!(r.err(), i, Some("in1"), ErrorKind::UninitializedRead { .. });
 }
 
@@ -420,7 +536,13 @@ fn scalar_tensor_tensor_rejections() {
 // tensor_reduce
 
 fn red(dst: &AccessPattern, src: &AccessPattern, op: AluOp, axes: usize) -> Op {
-    Op::TensorReduce(TensorReduce { dst: dst.clone(), src: src.clone(), op, axes, negate: false })
+    Op::TensorReduce(TensorReduce {
+        dst: dst.clone(),
+        src: src.clone(),
+        op,
+        axes,
+        negate: false,
+    })
 }
 
 #[test]
@@ -462,7 +584,13 @@ fn tensor_reduce_every_arithmetic_operator() {
     let mut outs = Vec::new();
     for (k, &(op, negate, _)) in cases.iter().enumerate() {
         let d = sb(F, 0, 1, 64 + 4 * k as u64, 1);
-        r.vector(Op::TensorReduce(TensorReduce { dst: d.clone(), src: x.clone(), op, axes: 1, negate }));
+        r.vector(Op::TensorReduce(TensorReduce {
+            dst: d.clone(),
+            src: x.clone(),
+            op,
+            axes: 1,
+            negate,
+        }));
         outs.push(r.out(&d));
     }
     let ran = r.ok();
@@ -498,7 +626,10 @@ fn tensor_reduce_bitvec_and_per_partition() {
     let mut r = Rig::new();
     let x = r.sbuf_bits(DType::I32, 0, 2, 0, &[0xFF, 0x0F, 0x3C, 0x1, 0x2, 0x4]);
     let mut outs = Vec::new();
-    for (k, op) in [AluOp::BitwiseAnd, AluOp::BitwiseOr, AluOp::BitwiseXor].into_iter().enumerate() {
+    for (k, op) in [AluOp::BitwiseAnd, AluOp::BitwiseOr, AluOp::BitwiseXor]
+        .into_iter()
+        .enumerate()
+    {
         let d = sb(DType::I32, 0, 2, 64 + 4 * k as u64, 1);
         r.vector(red(&d, &x, op, 1));
         outs.push(r.out(&d));
@@ -579,8 +710,22 @@ fn tensor_reduce_rejections() {
     let i = r.vector(red(&sb(F, 0, 1, 64, 1), &sb(F, 0, 1, 0, 4), AluOp::Add, 1));
     assert_err!(r.err(), i, Some("src"), ErrorKind::UninitializedRead { .. });
     let mut r = Rig::new();
-    let i = r.vector(red(&sb(F, 0, 1, 0, 2), &AccessPattern::sbuf(F, 0, 1, 0, vec![[0, 2], [0, 32769]]), AluOp::Add, 1));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::FreeSizeLimit { size: 65538, limit: 65536, .. });
+    let i = r.vector(red(
+        &sb(F, 0, 1, 0, 2),
+        &AccessPattern::sbuf(F, 0, 1, 0, vec![[0, 2], [0, 32769]]),
+        AluOp::Add,
+        1,
+    ));
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::FreeSizeLimit {
+            size: 65538,
+            limit: 65536,
+            ..
+        }
+    );
     let mut r = Rig::new();
     let x = r.sbuf(F, 64, 2, 0, &[1.0, 2.0]);
     let i = r.vector(red(&sb(F, 96, 3, 64, 1), &x, AluOp::Add, 1));
@@ -590,8 +735,22 @@ fn tensor_reduce_rejections() {
 // ---------------------------------------------------------------------------------------------
 // tensor_tensor_scan
 
-fn scan(dst: &AccessPattern, in0: &AccessPattern, in1: &AccessPattern, init: ScalarOperand, op0: AluOp, op1: AluOp) -> Op {
-    Op::TensorTensorScan(TensorTensorScan { dst: dst.clone(), in0: in0.clone(), in1: in1.clone(), initial: init, op0, op1 })
+fn scan(
+    dst: &AccessPattern,
+    in0: &AccessPattern,
+    in1: &AccessPattern,
+    init: ScalarOperand,
+    op0: AluOp,
+    op1: AluOp,
+) -> Op {
+    Op::TensorTensorScan(TensorTensorScan {
+        dst: dst.clone(),
+        in0: in0.clone(),
+        in1: in1.clone(),
+        initial: init,
+        op0,
+        op1,
+    })
 }
 
 #[test]
@@ -621,7 +780,14 @@ fn tensor_tensor_scan_tile_initial_state_is_fp32_and_cost() {
     let z = r.sbuf(F, 0, 2, 64, &[0.0; 4]);
     let init = r.sbuf(F, 0, 2, 128, &[1.0, 3.0]);
     let d = sb(BF, 0, 2, 192, 2);
-    r.vector(scan(&d, &a, &z, ScalarOperand::Tile(init.clone()), AluOp::Add, AluOp::Add));
+    r.vector(scan(
+        &d,
+        &a,
+        &z,
+        ScalarOperand::Tile(init.clone()),
+        AluOp::Add,
+        AluOp::Add,
+    ));
     let o = r.out(&d);
     let ran = r.ok();
     assert_eq!(ran.f32(&o), [1.0, 1.0078125, 4.0, 9.0]);
@@ -644,21 +810,49 @@ fn tensor_tensor_scan_rejections() {
     let p1 = ps(F, 0, 1, 64, 2);
     r.memset(&p0, 1.0);
     r.memset(&p1, 1.0);
-    let i = r.vector(scan(&sb(F, 0, 1, 0, 2), &p0, &p1, ScalarOperand::Imm(0.0), AluOp::Add, AluOp::Add));
+    let i = r.vector(scan(
+        &sb(F, 0, 1, 0, 2),
+        &p0,
+        &p1,
+        ScalarOperand::Imm(0.0),
+        AluOp::Add,
+        AluOp::Add,
+    ));
     assert_err!(r.err(), i, Some("in0"), ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let x = r.sbuf_bits(DType::I32, 0, 1, 0, &[1, 2]);
-    let i = r.vector(scan(&sb(DType::I32, 0, 1, 64, 2), &x, &x, ScalarOperand::Imm(0.0), AluOp::BitwiseOr, AluOp::Add));
+    let i = r.vector(scan(
+        &sb(DType::I32, 0, 1, 64, 2),
+        &x,
+        &x,
+        ScalarOperand::Imm(0.0),
+        AluOp::BitwiseOr,
+        AluOp::Add,
+    ));
     assert_err!(r.err(), i, None, ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
     let y = r.sbuf(F, 0, 1, 64, &[1.0]);
-    let i = r.vector(scan(&sb(F, 0, 1, 128, 2), &x, &y, ScalarOperand::Imm(0.0), AluOp::Add, AluOp::Add));
+    let i = r.vector(scan(
+        &sb(F, 0, 1, 128, 2),
+        &x,
+        &y,
+        ScalarOperand::Imm(0.0),
+        AluOp::Add,
+        AluOp::Add,
+    ));
     assert_err!(r.err(), i, Some("in1"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 2, 0, &[1.0, 2.0]);
     let t = r.sbuf(F, 0, 1, 64, &[1.0]);
-    let i = r.vector(scan(&sb(F, 0, 2, 128, 1), &x, &x, ScalarOperand::Tile(t), AluOp::Add, AluOp::Add));
+    let i = r.vector(scan(
+        &sb(F, 0, 2, 128, 1),
+        &x,
+        &x,
+        ScalarOperand::Tile(t),
+        AluOp::Add,
+        AluOp::Add,
+    ));
     assert_err!(r.err(), i, Some("initial"), ErrorKind::ShapeMismatch(_));
 }
 
@@ -682,7 +876,10 @@ fn tensor_scalar_reduce_semantics() {
     let x = r.sbuf(F, 0, 2, 0, &[1.0, 2.0, 3.0, 4.0, -1.0, 0.5, 2.0, 8.0]);
     let d = sb(F, 0, 2, 64, 4);
     let mut outs = Vec::new();
-    for (k, op) in [AluOp::Add, AluOp::Subtract, AluOp::Multiply, AluOp::Max, AluOp::Min].into_iter().enumerate() {
+    for (k, op) in [AluOp::Add, AluOp::Subtract, AluOp::Multiply, AluOp::Max, AluOp::Min]
+        .into_iter()
+        .enumerate()
+    {
         let res = sb(F, 0, 2, 128 + 4 * k as u64, 1);
         r.vector(tsr(&d, &x, AluOp::Multiply, 2.0, op, &res));
         outs.push(r.out(&res));
@@ -716,15 +913,36 @@ fn tensor_scalar_reduce_reduces_before_the_cast_and_cost() {
 fn tensor_scalar_reduce_rejections() {
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.vector(tsr(&sb(F, 0, 1, 64, 2), &x, AluOp::Add, 1.0, AluOp::IsEqual, &sb(F, 0, 1, 128, 1)));
+    let i = r.vector(tsr(
+        &sb(F, 0, 1, 64, 2),
+        &x,
+        AluOp::Add,
+        1.0,
+        AluOp::IsEqual,
+        &sb(F, 0, 1, 128, 1),
+    ));
     assert_err!(r.err(), i, None, ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.vector(tsr(&sb(F, 0, 1, 64, 2), &x, AluOp::Add, 1.0, AluOp::Add, &sb(F, 0, 1, 128, 2)));
+    let i = r.vector(tsr(
+        &sb(F, 0, 1, 64, 2),
+        &x,
+        AluOp::Add,
+        1.0,
+        AluOp::Add,
+        &sb(F, 0, 1, 128, 2),
+    ));
     assert_err!(r.err(), i, Some("reduce_res"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let x = r.sbuf_bits(DType::I32, 0, 1, 0, &[1, 2]);
-    let i = r.vector(tsr(&sb(DType::I32, 0, 1, 64, 2), &x, AluOp::ShiftLeft, 1.0, AluOp::Add, &sb(F, 0, 1, 128, 1)));
+    let i = r.vector(tsr(
+        &sb(DType::I32, 0, 1, 64, 2),
+        &x,
+        AluOp::ShiftLeft,
+        1.0,
+        AluOp::Add,
+        &sb(F, 0, 1, 128, 1),
+    ));
     assert_err!(r.err(), i, None, ErrorKind::Invalid(_));
 }
 
@@ -737,14 +955,26 @@ fn tensor_copy_is_bit_exact_for_equal_dtypes_and_casts_otherwise() {
     let f = r.sbuf_bits(F, 0, 1, 0, &[0x7FA0_0001, 0x3F80_8000]);
     let b = r.sbuf_bits(BF, 0, 1, 64, &[0x7F81, 0xFF80]);
     let i = r.sbuf_bits(DType::I32, 0, 1, 128, &[16_777_217]);
-    let (df, dfb, db, di, dif) =
-        (sb(F, 0, 1, 256, 2), sb(BF, 0, 1, 320, 2), sb(BF, 0, 1, 384, 2), sb(DType::I32, 0, 1, 448, 1), sb(F, 0, 1, 512, 1));
+    let (df, dfb, db, di, dif) = (
+        sb(F, 0, 1, 256, 2),
+        sb(BF, 0, 1, 320, 2),
+        sb(BF, 0, 1, 384, 2),
+        sb(DType::I32, 0, 1, 448, 1),
+        sb(F, 0, 1, 512, 1),
+    );
     for (d, s) in [(&df, &f), (&dfb, &f), (&db, &b), (&di, &i), (&dif, &i)] {
-        r.vector(Op::TensorCopy(TensorCopy { dst: d.clone(), src: s.clone() }));
+        r.vector(Op::TensorCopy(TensorCopy {
+            dst: d.clone(),
+            src: s.clone(),
+        }));
     }
     let outs: Vec<String> = [&df, &dfb, &db, &di, &dif].iter().map(|d| r.out(d)).collect();
     let ran = r.ok();
-    assert_eq!(ran.bits(&outs[0]), [0x7FA0_0001, 0x3F80_8000], "signalling NaN payload kept");
+    assert_eq!(
+        ran.bits(&outs[0]),
+        [0x7FA0_0001, 0x3F80_8000],
+        "signalling NaN payload kept"
+    );
     // f32 → bf16: NaN becomes the canonical 0x7FC0; 0x3F808000 = 1 + 2^-8 ties to even 0x3F80.
     assert_eq!(ran.bits(&outs[1]), [0x7FC0, 0x3F80]);
     assert_eq!(ran.bits(&outs[2]), [0x7F81, 0xFF80]);
@@ -757,9 +987,18 @@ fn tensor_copy_on_gpsimd_and_psum() {
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
     let d = sb(F, 0, 1, 64, 2);
-    r.push(Engine::Gpsimd, Op::TensorCopy(TensorCopy { dst: d.clone(), src: x.clone() }));
+    r.push(
+        Engine::Gpsimd,
+        Op::TensorCopy(TensorCopy {
+            dst: d.clone(),
+            src: x.clone(),
+        }),
+    );
     let p = ps(F, 0, 1, 0, 2);
-    r.vector(Op::TensorCopy(TensorCopy { dst: p.clone(), src: x.clone() }));
+    r.vector(Op::TensorCopy(TensorCopy {
+        dst: p.clone(),
+        src: x.clone(),
+    }));
     let (o1, o2) = (r.out(&d), r.out(&p));
     let ran = r.ok();
     assert_eq!(ran.f32(&o1), [1.0, 2.0]);
@@ -767,11 +1006,20 @@ fn tensor_copy_on_gpsimd_and_psum() {
 
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.push(Engine::Gpsimd, Op::TensorCopy(TensorCopy { dst: ps(F, 0, 1, 0, 2), src: x }));
+    let i = r.push(
+        Engine::Gpsimd,
+        Op::TensorCopy(TensorCopy {
+            dst: ps(F, 0, 1, 0, 2),
+            src: x,
+        }),
+    );
     assert_err!(r.err(), i, Some("dst"), ErrorKind::MemoryNotAccessible { .. });
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0, 2.0]);
-    let i = r.vector(Op::TensorCopy(TensorCopy { dst: sb(F, 0, 1, 64, 3), src: x }));
+    let i = r.vector(Op::TensorCopy(TensorCopy {
+        dst: sb(F, 0, 1, 64, 3),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
 }
 
@@ -790,7 +1038,13 @@ fn cp(dst: &AccessPattern, src: &AccessPattern, pred: &AccessPattern, reverse: b
 #[test]
 fn tensor_copy_predicated_semantics() {
     let mut r = Rig::new();
-    let src = r.sbuf_bits(F, 0, 1, 0, &[1f32.to_bits(), 2f32.to_bits(), 0x7FA0_0001, 4f32.to_bits()]);
+    let src = r.sbuf_bits(
+        F,
+        0,
+        1,
+        0,
+        &[1f32.to_bits(), 2f32.to_bits(), 0x7FA0_0001, 4f32.to_bits()],
+    );
     let pred = r.sbuf_bits(DType::U8, 0, 1, 64, &[1, 0, 2, 0]);
     let d0 = sb(F, 0, 1, 128, 4);
     let d1 = sb(F, 0, 1, 192, 4);
@@ -800,7 +1054,10 @@ fn tensor_copy_predicated_semantics() {
     r.vector(cp(&d1, &src, &pred, true));
     let (o0, o1) = (r.out(&d0), r.out(&d1));
     let ran = r.ok();
-    assert_eq!(ran.bits(&o0), [1f32.to_bits(), 9f32.to_bits(), 0x7FA0_0001, 9f32.to_bits()]);
+    assert_eq!(
+        ran.bits(&o0),
+        [1f32.to_bits(), 9f32.to_bits(), 0x7FA0_0001, 9f32.to_bits()]
+    );
     assert_eq!(ran.f32(&o1), [9.0, 2.0, 9.0, 4.0]);
 }
 
@@ -815,8 +1072,17 @@ fn tensor_copy_predicated_leaves_unselected_elements_unwritten() {
     let evens = with_free(&d, vec![[2, 2]]);
     let o = r.out(&evens);
     assert_eq!(r.ok().f32(&o), [1.0, 3.0]);
-    let odd = with_free(&AccessPattern { offset: 132, ..d.clone() }, vec![[2, 2]]);
-    let i = r.vector(Op::TensorCopy(TensorCopy { dst: sb(F, 0, 1, 256, 2), src: odd }));
+    let odd = with_free(
+        &AccessPattern {
+            offset: 132,
+            ..d.clone()
+        },
+        vec![[2, 2]],
+    );
+    let i = r.vector(Op::TensorCopy(TensorCopy {
+        dst: sb(F, 0, 1, 256, 2),
+        src: odd,
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::UninitializedRead { .. });
 }
 
@@ -864,12 +1130,24 @@ fn reciprocal_is_correctly_rounded_fp32() {
     let o = r.out(&d);
     let ran = r.ok();
     // 1/3 rounds to 0x3EAAAAAB (0.3333333432674408).
-    assert_eq!(ran.bits(&o), [0x3EAA_AAAB, f32::INFINITY.to_bits(), f32::NEG_INFINITY.to_bits(), 0x3E80_0000, 0]);
+    assert_eq!(
+        ran.bits(&o),
+        [
+            0x3EAA_AAAB,
+            f32::INFINITY.to_bits(),
+            f32::NEG_INFINITY.to_bits(),
+            0x3E80_0000,
+            0
+        ]
+    );
     // cost max(MIN_II, 8N) = 64 for N = 5.
     assert!(close(ran.stats().est_ns.vector, ns(64)));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[2.0; 10]);
-    r.vector(Op::Reciprocal(Reciprocal { dst: sb(F, 0, 1, 64, 10), src: x }));
+    r.vector(Op::Reciprocal(Reciprocal {
+        dst: sb(F, 0, 1, 64, 10),
+        src: x,
+    }));
     assert!(close(r.ok().stats().est_ns.vector, ns(80)));
 }
 
@@ -916,8 +1194,14 @@ fn bn_stats_even_odd_statistics() {
     let x1 = r.sbuf(F, 32, 1, 0, &[7.0]);
     let d0 = sb(F, 0, 1, 64, 6);
     let d1 = sb(F, 32, 1, 64, 6);
-    r.vector(Op::BnStats(BnStats { dst: d0.clone(), src: x0 }));
-    r.vector(Op::BnStats(BnStats { dst: d1.clone(), src: x1 }));
+    r.vector(Op::BnStats(BnStats {
+        dst: d0.clone(),
+        src: x0,
+    }));
+    r.vector(Op::BnStats(BnStats {
+        dst: d1.clone(),
+        src: x1,
+    }));
     let (o0, o1) = (r.out(&d0), r.out(&d1));
     let ran = r.ok();
     assert_eq!(ran.f32(&o0), [3.0, 3.0, 8.0, 2.0, 3.0, 2.0]);
@@ -936,7 +1220,10 @@ fn bn_aggr_combines_with_chan_formula() {
         0,
         4,
         0,
-        &[3.0, 3.0, 8.0, 2.0, 3.0, 2.0, 2.0, 1.0, 0.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        &[
+            3.0, 3.0, 8.0, 2.0, 3.0, 2.0, 2.0, 1.0, 0.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 5.0, 0.0, 0.0, 0.0, 0.0,
+            0.0, 0.0, 0.0,
+        ],
     );
     let d = sb(F, 0, 4, 64, 2);
     r.vector(Op::BnAggr(BnAggr { dst: d.clone(), src: s }));
@@ -954,8 +1241,14 @@ fn bn_stats_then_bn_aggr_gives_mean_and_population_variance() {
     let x = r.sbuf(F, 0, 1, 0, &(1..=8).map(|v| v as f32).collect::<Vec<_>>());
     let st = sb(F, 0, 1, 64, 6);
     let d = sb(F, 0, 1, 128, 2);
-    r.vector(Op::BnStats(BnStats { dst: st.clone(), src: x }));
-    r.vector(Op::BnAggr(BnAggr { dst: d.clone(), src: st.clone() }));
+    r.vector(Op::BnStats(BnStats {
+        dst: st.clone(),
+        src: x,
+    }));
+    r.vector(Op::BnAggr(BnAggr {
+        dst: d.clone(),
+        src: st.clone(),
+    }));
     let (os, od) = (r.out(&st), r.out(&d));
     let ran = r.ok();
     assert_eq!(ran.f32(&os), [4.0, 4.0, 20.0, 4.0, 5.0, 20.0]);
@@ -967,38 +1260,77 @@ fn bn_costs_and_rejections() {
     // bn_stats max(MIN_II, N); bn_aggr max(MIN_II, 13·N/3) with N = 30 → 130.
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 100]);
-    r.vector(Op::BnStats(BnStats { dst: sb(F, 0, 1, 1024, 6), src: x }));
+    r.vector(Op::BnStats(BnStats {
+        dst: sb(F, 0, 1, 1024, 6),
+        src: x,
+    }));
     assert!(close(r.ok().stats().est_ns.vector, ns(100)));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 30]);
-    r.vector(Op::BnAggr(BnAggr { dst: sb(F, 0, 1, 1024, 2), src: x }));
+    r.vector(Op::BnAggr(BnAggr {
+        dst: sb(F, 0, 1, 1024, 2),
+        src: x,
+    }));
     assert!(close(r.ok().stats().est_ns.vector, ns(130)));
 
     let mut r = Rig::new();
-    let i = r.vector(Op::BnStats(BnStats { dst: sb(F, 0, 1, 4096, 6), src: sb(F, 0, 1, 0, 513) }));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::FreeSizeLimit { size: 513, limit: 512, .. });
+    let i = r.vector(Op::BnStats(BnStats {
+        dst: sb(F, 0, 1, 4096, 6),
+        src: sb(F, 0, 1, 0, 513),
+    }));
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::FreeSizeLimit {
+            size: 513,
+            limit: 512,
+            ..
+        }
+    );
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 4]);
-    let i = r.vector(Op::BnStats(BnStats { dst: sb(F, 0, 1, 64, 5), src: x }));
+    let i = r.vector(Op::BnStats(BnStats {
+        dst: sb(F, 0, 1, 64, 5),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 4]);
-    let i = r.vector(Op::BnStats(BnStats { dst: sb(DType::I32, 0, 1, 64, 6), src: x }));
+    let i = r.vector(Op::BnStats(BnStats {
+        dst: sb(DType::I32, 0, 1, 64, 6),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
-    let i = r.vector(Op::BnStats(BnStats { dst: sb(F, 0, 1, 64, 6), src: sb(F, 0, 1, 0, 4) }));
+    let i = r.vector(Op::BnStats(BnStats {
+        dst: sb(F, 0, 1, 64, 6),
+        src: sb(F, 0, 1, 0, 4),
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::UninitializedRead { .. });
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 4]);
-    let i = r.vector(Op::BnAggr(BnAggr { dst: sb(F, 0, 1, 64, 2), src: x }));
+    let i = r.vector(Op::BnAggr(BnAggr {
+        dst: sb(F, 0, 1, 64, 2),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 6]);
-    let i = r.vector(Op::BnAggr(BnAggr { dst: sb(F, 0, 1, 64, 3), src: x }));
+    let i = r.vector(Op::BnAggr(BnAggr {
+        dst: sb(F, 0, 1, 64, 3),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 6]);
-    let i = r.push(Engine::Gpsimd, Op::BnAggr(BnAggr { dst: sb(F, 0, 1, 64, 2), src: x }));
+    let i = r.push(
+        Engine::Gpsimd,
+        Op::BnAggr(BnAggr {
+            dst: sb(F, 0, 1, 64, 2),
+            src: x,
+        }),
+    );
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
 }
 
@@ -1008,7 +1340,15 @@ fn bn_costs_and_rejections() {
 #[test]
 fn max8_descending_with_duplicates() {
     let mut r = Rig::new();
-    let x = r.sbuf(F, 0, 2, 0, &[3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, -8.0, -9.0]);
+    let x = r.sbuf(
+        F,
+        0,
+        2,
+        0,
+        &[
+            3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, -8.0, -9.0,
+        ],
+    );
     let d = sb(F, 0, 2, 128, 8);
     r.vector(Op::Max8(Max8 { dst: d.clone(), src: x }));
     let o = r.out(&d);
@@ -1036,14 +1376,32 @@ fn max8_nan_ranking_follows_the_nan_setting() {
 fn max8_rejections() {
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 7]);
-    let i = r.vector(Op::Max8(Max8 { dst: sb(F, 0, 1, 64, 8), src: x }));
+    let i = r.vector(Op::Max8(Max8 {
+        dst: sb(F, 0, 1, 64, 8),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
-    let i = r.vector(Op::Max8(Max8 { dst: sb(F, 0, 1, 128_000, 8), src: sb(F, 0, 1, 0, 16385) }));
-    assert_err!(r.err(), i, Some("src"), ErrorKind::FreeSizeLimit { size: 16385, limit: 16384, .. });
+    let i = r.vector(Op::Max8(Max8 {
+        dst: sb(F, 0, 1, 128_000, 8),
+        src: sb(F, 0, 1, 0, 16385),
+    }));
+    assert_err!(
+        r.err(),
+        i,
+        Some("src"),
+        ErrorKind::FreeSizeLimit {
+            size: 16385,
+            limit: 16384,
+            ..
+        }
+    );
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0; 9]);
-    let i = r.vector(Op::Max8(Max8 { dst: sb(F, 0, 1, 64, 7), src: x }));
+    let i = r.vector(Op::Max8(Max8 {
+        dst: sb(F, 0, 1, 64, 7),
+        src: x,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::ShapeMismatch(_));
 }
 
@@ -1054,8 +1412,16 @@ fn find_index8_first_occurrences_duplicates_and_sentinel() {
     let vals = r.sbuf(F, 0, 1, 64, &[5.0, 5.0, 3.0, 0.0, 7.0, 5.0, 9.0, 5.0]);
     let d32 = sb(DType::U32, 0, 1, 128, 8);
     let d16 = sb(DType::U16, 0, 1, 192, 8);
-    r.vector(Op::FindIndex8(FindIndex8 { dst: d32.clone(), data: data.clone(), vals: vals.clone() }));
-    r.vector(Op::FindIndex8(FindIndex8 { dst: d16.clone(), data, vals }));
+    r.vector(Op::FindIndex8(FindIndex8 {
+        dst: d32.clone(),
+        data: data.clone(),
+        vals: vals.clone(),
+    }));
+    r.vector(Op::FindIndex8(FindIndex8 {
+        dst: d16.clone(),
+        data,
+        vals,
+    }));
     let (o32, o16) = (r.out(&d32), r.out(&d16));
     let ran = r.ok();
     // 5 → 0, then 2, then 3 (successive occurrences); 3 → 1; 0 matches −0 at 6; 7 → 5;
@@ -1069,16 +1435,28 @@ fn find_index8_rejections() {
     let mut r = Rig::new();
     let data = r.sbuf(F, 0, 1, 0, &[1.0; 8]);
     let vals = r.sbuf(F, 0, 1, 64, &[1.0; 8]);
-    let i = r.vector(Op::FindIndex8(FindIndex8 { dst: sb(F, 0, 1, 128, 8), data: data.clone(), vals: vals.clone() }));
+    let i = r.vector(Op::FindIndex8(FindIndex8 {
+        dst: sb(F, 0, 1, 128, 8),
+        data: data.clone(),
+        vals: vals.clone(),
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let data = r.sbuf(F, 0, 1, 0, &[1.0; 8]);
     let vals = r.sbuf(F, 0, 1, 64, &[1.0; 7]);
-    let i = r.vector(Op::FindIndex8(FindIndex8 { dst: sb(DType::U32, 0, 1, 128, 8), data, vals }));
+    let i = r.vector(Op::FindIndex8(FindIndex8 {
+        dst: sb(DType::U32, 0, 1, 128, 8),
+        data,
+        vals,
+    }));
     assert_err!(r.err(), i, Some("vals"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let vals = r.sbuf(F, 0, 1, 64, &[1.0; 8]);
-    let i = r.vector(Op::FindIndex8(FindIndex8 { dst: sb(DType::U32, 0, 1, 128, 8), data: sb(F, 0, 1, 256, 16385), vals }));
+    let i = r.vector(Op::FindIndex8(FindIndex8 {
+        dst: sb(DType::U32, 0, 1, 128, 8),
+        data: sb(F, 0, 1, 256, 16385),
+        vals,
+    }));
     assert_err!(r.err(), i, Some("data"), ErrorKind::FreeSizeLimit { .. });
 }
 
@@ -1089,7 +1467,13 @@ fn match_replace8_processes_values_from_last_to_first() {
     let vals = r.sbuf(F, 0, 1, 64, &[9.0, 9.0, 8.0, 5.0, 4.0, 9.0, 8.0, 1.0]);
     let d = sb(F, 0, 1, 128, 10);
     let idx = sb(DType::U32, 0, 1, 192, 8);
-    r.vector(Op::MatchReplace8(MatchReplace8 { dst: d.clone(), data, vals, imm: -1.0, dst_idx: Some(idx.clone()) }));
+    r.vector(Op::MatchReplace8(MatchReplace8 {
+        dst: d.clone(),
+        data,
+        vals,
+        imm: -1.0,
+        dst_idx: Some(idx.clone()),
+    }));
     let (od, oi) = (r.out(&d), r.out(&idx));
     let ran = r.ok();
     // k = 7: 1 → 0; k = 6: 8 → 6; k = 5: 9 → 1; k = 4: 4 absent; k = 3: 5 → 3; k = 2: 8 → 7;
@@ -1106,7 +1490,13 @@ fn match_replace8_bit_exact_untouched_elements_and_imm_equal_to_value() {
     let vals = r.sbuf(F, 0, 1, 64, &[9.0; 8]);
     let d = sb(BF, 0, 1, 128, 4);
     let idx = sb(DType::U16, 0, 1, 192, 8);
-    r.vector(Op::MatchReplace8(MatchReplace8 { dst: d.clone(), data, vals, imm: 9.0, dst_idx: Some(idx.clone()) }));
+    r.vector(Op::MatchReplace8(MatchReplace8 {
+        dst: d.clone(),
+        data,
+        vals,
+        imm: 9.0,
+        dst_idx: Some(idx.clone()),
+    }));
     let (od, oi) = (r.out(&d), r.out(&idx));
     let ran = r.ok();
     assert_eq!(ran.bits(&od), [0x7F81, 0x4110, 0x4110, 0x3F80]);
@@ -1121,10 +1511,22 @@ fn max8_then_match_replace8_is_a_top8_pass() {
     let x = r.sbuf(F, 0, 1, 0, &vals);
     let m = sb(F, 0, 1, 128, 8);
     let d = sb(F, 0, 1, 192, 16);
-    r.vector(Op::Max8(Max8 { dst: m.clone(), src: x.clone() }));
-    r.vector(Op::MatchReplace8(MatchReplace8 { dst: d.clone(), data: x, vals: m.clone(), imm: f64::NEG_INFINITY, dst_idx: None }));
+    r.vector(Op::Max8(Max8 {
+        dst: m.clone(),
+        src: x.clone(),
+    }));
+    r.vector(Op::MatchReplace8(MatchReplace8 {
+        dst: d.clone(),
+        data: x,
+        vals: m.clone(),
+        imm: f64::NEG_INFINITY,
+        dst_idx: None,
+    }));
     let m2 = sb(F, 0, 1, 320, 8);
-    r.vector(Op::Max8(Max8 { dst: m2.clone(), src: d }));
+    r.vector(Op::Max8(Max8 {
+        dst: m2.clone(),
+        src: d,
+    }));
     let (o1, o2) = (r.out(&m), r.out(&m2));
     let ran = r.ok();
     assert_eq!(ran.f32(&o1), [15.0, 14.0, 13.0, 12.0, 11.0, 10.0, 9.0, 8.0]);
@@ -1147,14 +1549,27 @@ fn match_replace8_rejections() {
     let mut r = Rig::new();
     let data = r.sbuf(F, 0, 1, 0, &[1.0; 8]);
     let vals = r.sbuf(F, 0, 1, 64, &[1.0; 8]);
-    let i = r.vector(Op::MatchReplace8(MatchReplace8 { dst: sb(F, 0, 1, 128, 9), data, vals, imm: 0.0, dst_idx: None }));
+    let i = r.vector(Op::MatchReplace8(MatchReplace8 {
+        dst: sb(F, 0, 1, 128, 9),
+        data,
+        vals,
+        imm: 0.0,
+        dst_idx: None,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::ShapeMismatch(_));
 }
 
 // ---------------------------------------------------------------------------------------------
 // select_reduce
 
-fn sel(dst: &AccessPattern, pred: &AccessPattern, t: &AccessPattern, f: ScalarOperand, rev: bool, res: Option<&AccessPattern>) -> Op {
+fn sel(
+    dst: &AccessPattern,
+    pred: &AccessPattern,
+    t: &AccessPattern,
+    f: ScalarOperand,
+    rev: bool,
+    res: Option<&AccessPattern>,
+) -> Op {
     Op::SelectReduce(SelectReduce {
         dst: dst.clone(),
         predicate: pred.clone(),
@@ -1190,24 +1605,52 @@ fn select_reduce_rejections() {
     let mut r = Rig::new();
     let pred = r.sbuf(F, 0, 1, 0, &[1.0]);
     let t = r.sbuf(F, 0, 1, 64, &[1.0]);
-    let i = r.vector(sel(&sb(F, 0, 1, 128, 1), &pred, &t, ScalarOperand::Imm(0.0), false, None));
+    let i = r.vector(sel(
+        &sb(F, 0, 1, 128, 1),
+        &pred,
+        &t,
+        ScalarOperand::Imm(0.0),
+        false,
+        None,
+    ));
     assert_err!(r.err(), i, Some("predicate"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let pred = r.sbuf_bits(DType::U8, 0, 1, 0, &[1]);
     let t = r.sbuf_bits(DType::I32, 0, 1, 64, &[1]);
-    let i = r.vector(sel(&sb(F, 0, 1, 128, 1), &pred, &t, ScalarOperand::Imm(0.0), false, None));
+    let i = r.vector(sel(
+        &sb(F, 0, 1, 128, 1),
+        &pred,
+        &t,
+        ScalarOperand::Imm(0.0),
+        false,
+        None,
+    ));
     assert_err!(r.err(), i, Some("on_true"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let pred = r.sbuf_bits(DType::U8, 0, 1, 0, &[1, 1]);
     let t = r.sbuf(F, 0, 1, 64, &[1.0, 2.0]);
-    let i = r.vector(sel(&sb(F, 0, 1, 128, 2), &pred, &t, ScalarOperand::Imm(0.0), false, Some(&sb(F, 0, 1, 192, 2))));
+    let i = r.vector(sel(
+        &sb(F, 0, 1, 128, 2),
+        &pred,
+        &t,
+        ScalarOperand::Imm(0.0),
+        false,
+        Some(&sb(F, 0, 1, 192, 2)),
+    ));
     assert_err!(r.err(), i, Some("reduce_res"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let pred = ps(DType::U8, 0, 1, 0, 1);
     let t = ps(F, 0, 1, 64, 1);
     r.memset(&pred, 1.0);
     r.memset(&t, 1.0);
-    let i = r.vector(sel(&sb(F, 0, 1, 128, 1), &pred, &t, ScalarOperand::Imm(0.0), false, None));
+    let i = r.vector(sel(
+        &sb(F, 0, 1, 128, 1),
+        &pred,
+        &t,
+        ScalarOperand::Imm(0.0),
+        false,
+        None,
+    ));
     assert_err!(r.err(), i, Some("predicate"), ErrorKind::Invalid(_));
 }
 
@@ -1217,7 +1660,9 @@ fn select_reduce_rejections() {
 #[test]
 fn rng_draws_are_pcg32_outputs_in_partition_major_order() {
     let mut r = Rig::new();
-    r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(1234.0) }));
+    r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Imm(1234.0),
+    }));
     let a = sb(DType::U32, 0, 2, 0, 3);
     let b = sb(DType::U8, 0, 1, 64, 4);
     r.vector(Op::Rng(Rng { dst: a.clone() }));
@@ -1238,11 +1683,15 @@ fn rng_default_state_and_seed_from_a_tile() {
     let a = sb(DType::I32, 0, 1, 0, 2);
     r.vector(Op::Rng(Rng { dst: a.clone() }));
     let seed = r.sbuf_bits(DType::U32, 0, 1, 64, &[0xDEAD_BEEF]);
-    r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Tile(seed) }));
+    r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Tile(seed),
+    }));
     let b = sb(DType::I32, 0, 1, 128, 2);
     r.vector(Op::Rng(Rng { dst: b.clone() }));
     // Negative immediates wrap: −1 seeds like 0xFFFFFFFF.
-    r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(-1.0) }));
+    r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Imm(-1.0),
+    }));
     let c = sb(DType::I32, 0, 1, 192, 1);
     r.vector(Op::Rng(Rng { dst: c.clone() }));
     let (oa, ob, oc) = (r.out(&a), r.out(&b), r.out(&c));
@@ -1261,26 +1710,41 @@ fn rng_and_seed_rejections() {
     let i = r.vector(Op::Rng(Rng { dst: sb(F, 0, 1, 0, 2) }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
-    let i = r.vector(Op::Rng(Rng { dst: sb(DType::Bool, 0, 1, 0, 2) }));
+    let i = r.vector(Op::Rng(Rng {
+        dst: sb(DType::Bool, 0, 1, 0, 2),
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
-    let i = r.push(Engine::Gpsimd, Op::Rng(Rng { dst: sb(DType::U32, 0, 1, 0, 2) }));
+    let i = r.push(
+        Engine::Gpsimd,
+        Op::Rng(Rng {
+            dst: sb(DType::U32, 0, 1, 0, 2),
+        }),
+    );
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
     for v in [4_294_967_296.0, -2_147_483_649.0] {
         let mut r = Rig::new();
-        let i = r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(v) }));
+        let i = r.vector(Op::SetRngSeed(SetRngSeed {
+            seed: ScalarOperand::Imm(v),
+        }));
         assert_err!(r.err(), i, Some("seed"), ErrorKind::Invalid(_));
     }
     let mut r = Rig::new();
-    let i = r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(1.5) }));
+    let i = r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Imm(1.5),
+    }));
     assert_err!(r.err(), i, Some("seed"), ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let t = r.sbuf(F, 0, 1, 0, &[1.0]);
-    let i = r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Tile(t) }));
+    let i = r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Tile(t),
+    }));
     assert_err!(r.err(), i, Some("seed"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let t = r.sbuf_bits(DType::U32, 0, 2, 0, &[1, 2]);
-    let i = r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Tile(t) }));
+    let i = r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Tile(t),
+    }));
     assert_err!(r.err(), i, Some("seed"), ErrorKind::ShapeMismatch(_));
 }
 
@@ -1291,9 +1755,15 @@ fn dropout_uses_the_generator_threshold_rule() {
     let vals: Vec<f32> = (0..2 * n).map(|k| k as f32 + 1.0).collect();
     let x = r.sbuf(F, 0, 2, 0, &vals);
     let probs = r.sbuf(F, 0, 2, 4096, &[0.25, 0.75]);
-    r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(7.0) }));
+    r.vector(Op::SetRngSeed(SetRngSeed {
+        seed: ScalarOperand::Imm(7.0),
+    }));
     let d = sb(F, 0, 2, 8192, n);
-    r.vector(Op::Dropout(Dropout { dst: d.clone(), src: x, prob: ScalarOperand::Tile(probs) }));
+    r.vector(Op::Dropout(Dropout {
+        dst: d.clone(),
+        src: x,
+        prob: ScalarOperand::Tile(probs),
+    }));
     let o = r.out(&d);
     let got = r.ok().f32(&o);
     let mut s = rng_state_for_seed(7);
@@ -1316,8 +1786,16 @@ fn dropout_extremes_determinism_and_rejections() {
     let x = r.sbuf(F, 0, 1, 0, &[1.0, -2.0, 3.0, 4.0]);
     let d0 = sb(F, 0, 1, 64, 4);
     let d1 = sb(F, 0, 1, 128, 4);
-    r.vector(Op::Dropout(Dropout { dst: d0.clone(), src: x.clone(), prob: ScalarOperand::Imm(0.0) }));
-    r.vector(Op::Dropout(Dropout { dst: d1.clone(), src: x.clone(), prob: ScalarOperand::Imm(1.0) }));
+    r.vector(Op::Dropout(Dropout {
+        dst: d0.clone(),
+        src: x.clone(),
+        prob: ScalarOperand::Imm(0.0),
+    }));
+    r.vector(Op::Dropout(Dropout {
+        dst: d1.clone(),
+        src: x.clone(),
+        prob: ScalarOperand::Imm(1.0),
+    }));
     let (o0, o1) = (r.out(&d0), r.out(&d1));
     let ran = r.ok();
     assert_eq!(ran.f32(&o0), [1.0, -2.0, 3.0, 4.0]);
@@ -1326,9 +1804,15 @@ fn dropout_extremes_determinism_and_rejections() {
     let run = |seed: f64| {
         let mut r = Rig::new();
         let x = r.sbuf(F, 0, 1, 0, &[1.0; 64]);
-        r.vector(Op::SetRngSeed(SetRngSeed { seed: ScalarOperand::Imm(seed) }));
+        r.vector(Op::SetRngSeed(SetRngSeed {
+            seed: ScalarOperand::Imm(seed),
+        }));
         let d = sb(F, 0, 1, 512, 64);
-        r.vector(Op::Dropout(Dropout { dst: d.clone(), src: x, prob: ScalarOperand::Imm(0.5) }));
+        r.vector(Op::Dropout(Dropout {
+            dst: d.clone(),
+            src: x,
+            prob: ScalarOperand::Imm(0.5),
+        }));
         let o = r.out(&d);
         r.ok().f32(&o)
     };
@@ -1338,12 +1822,20 @@ fn dropout_extremes_determinism_and_rejections() {
     for p in [-0.1, 1.5, f64::NAN] {
         let mut r = Rig::new();
         let x = r.sbuf(F, 0, 1, 0, &[1.0]);
-        let i = r.vector(Op::Dropout(Dropout { dst: sb(F, 0, 1, 64, 1), src: x, prob: ScalarOperand::Imm(p) }));
+        let i = r.vector(Op::Dropout(Dropout {
+            dst: sb(F, 0, 1, 64, 1),
+            src: x,
+            prob: ScalarOperand::Imm(p),
+        }));
         assert_err!(r.err(), i, Some("prob"), ErrorKind::Invalid(_));
     }
     let mut r = Rig::new();
     let x = r.sbuf(F, 0, 1, 0, &[1.0]);
-    let i = r.vector(Op::Dropout(Dropout { dst: sb(F, 0, 1, 64, 2), src: x, prob: ScalarOperand::Imm(0.5) }));
+    let i = r.vector(Op::Dropout(Dropout {
+        dst: sb(F, 0, 1, 64, 2),
+        src: x,
+        prob: ScalarOperand::Imm(0.5),
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
 }
 
@@ -1360,12 +1852,21 @@ fn stream_shuffle_per_quadrant_with_unchanged_lanes() {
     // Reverse each quadrant except lane 5 (255) and lanes 30, 31 (beyond a 30-entry mask).
     let mut mask: Vec<u8> = (0..30).map(|k| 31 - k as u8).collect();
     mask[5] = 255;
-    r.vector(Op::StreamShuffle(StreamShuffle { dst: dst.clone(), src, mask }));
+    r.vector(Op::StreamShuffle(StreamShuffle {
+        dst: dst.clone(),
+        src,
+        mask,
+    }));
     let o = r.out(&dst);
     let got = r.ok().f32(&o);
     for p in 0..64 {
         let (q, k) = (p / 32, p % 32);
-        let want = if k == 5 || k >= 30 { [-1.0, -1.0] } else { let s = q * 32 + 31 - k; [2.0 * s as f32, 2.0 * s as f32 + 1.0] };
+        let want = if k == 5 || k >= 30 {
+            [-1.0, -1.0]
+        } else {
+            let s = q * 32 + 31 - k;
+            [2.0 * s as f32, 2.0 * s as f32 + 1.0]
+        };
         assert_eq!(got[2 * p..2 * p + 2], want, "partition {p}");
     }
 }
@@ -1375,26 +1876,51 @@ fn stream_shuffle_bit_copy_across_quadrants_and_rejections() {
     let mut r = Rig::new();
     let src = r.sbuf_bits(BF, 32, 4, 0, &[0x7F81, 0x0001, 0x8000, 0x3F80]);
     let dst = sb(BF, 96, 4, 0, 1);
-    r.vector(Op::StreamShuffle(StreamShuffle { dst: dst.clone(), src, mask: vec![3, 2, 1, 0] }));
+    r.vector(Op::StreamShuffle(StreamShuffle {
+        dst: dst.clone(),
+        src,
+        mask: vec![3, 2, 1, 0],
+    }));
     let o = r.out(&dst);
     assert_eq!(r.ok().bits(&o), [0x3F80, 0x8000, 0x0001, 0x7F81]);
 
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 4, 0, &[1.0; 4]);
-    let i = r.vector(Op::StreamShuffle(StreamShuffle { dst: sb(F, 0, 4, 64, 1), src, mask: vec![0, 1, 4, 3] }));
+    let i = r.vector(Op::StreamShuffle(StreamShuffle {
+        dst: sb(F, 0, 4, 64, 1),
+        src,
+        mask: vec![0, 1, 4, 3],
+    }));
     assert_err!(r.err(), i, Some("mask"), ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 4, 0, &[1.0; 4]);
-    let i = r.vector(Op::StreamShuffle(StreamShuffle { dst: sb(F, 0, 4, 64, 1), src, mask: vec![0; 33] }));
+    let i = r.vector(Op::StreamShuffle(StreamShuffle {
+        dst: sb(F, 0, 4, 64, 1),
+        src,
+        mask: vec![0; 33],
+    }));
     assert_err!(r.err(), i, Some("mask"), ErrorKind::Invalid(_));
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 4, 0, &[1.0; 4]);
-    let i = r.vector(Op::StreamShuffle(StreamShuffle { dst: sb(BF, 0, 4, 64, 1), src, mask: vec![0] }));
+    let i = r.vector(Op::StreamShuffle(StreamShuffle {
+        dst: sb(BF, 0, 4, 64, 1),
+        src,
+        mask: vec![0],
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 4, 0, &[1.0; 4]);
-    let i = r.vector(Op::StreamShuffle(StreamShuffle { dst: sb(F, 16, 4, 64, 1), src, mask: vec![0] }));
-    assert_err!(r.err(), i, Some("dst"), ErrorKind::StartPartition { start: 16, count: 4 });
+    let i = r.vector(Op::StreamShuffle(StreamShuffle {
+        dst: sb(F, 16, 4, 64, 1),
+        src,
+        mask: vec![0],
+    }));
+    assert_err!(
+        r.err(),
+        i,
+        Some("dst"),
+        ErrorKind::StartPartition { start: 16, count: 4 }
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1410,7 +1936,12 @@ fn transpose32_is_bit_exact() {
     let dst = ps(BF, 0, 4, 0, 3);
     r.push(Engine::Vector, Op::NcTranspose(NcTranspose { dst: dst.clone(), src }));
     let o = r.out(&dst);
-    assert_eq!(r.ok().bits(&o), [0x000, 0x100, 0x200, 0x001, 0x101, 0x201, 0x002, 0x102, 0x202, 0x003, 0x103, 0x7F81]);
+    assert_eq!(
+        r.ok().bits(&o),
+        [
+            0x000, 0x100, 0x200, 0x001, 0x101, 0x201, 0x002, 0x102, 0x202, 0x003, 0x103, 0x7F81
+        ]
+    );
 }
 
 #[test]
@@ -1432,19 +1963,34 @@ fn transpose32_full_block_and_rejections() {
 
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 33, 0, &[1.0; 33]);
-    let i = r.vector(Op::NcTranspose(NcTranspose { dst: sb(F, 0, 1, 64, 33), src }));
+    let i = r.vector(Op::NcTranspose(NcTranspose {
+        dst: sb(F, 0, 1, 64, 33),
+        src,
+    }));
     assert_err!(r.err(), i, Some("src"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 2, 0, &[1.0; 6]);
-    let i = r.vector(Op::NcTranspose(NcTranspose { dst: sb(F, 0, 2, 64, 3), src }));
+    let i = r.vector(Op::NcTranspose(NcTranspose {
+        dst: sb(F, 0, 2, 64, 3),
+        src,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::ShapeMismatch(_));
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 2, 0, &[1.0; 6]);
-    let i = r.vector(Op::NcTranspose(NcTranspose { dst: sb(BF, 0, 3, 64, 2), src }));
+    let i = r.vector(Op::NcTranspose(NcTranspose {
+        dst: sb(BF, 0, 3, 64, 2),
+        src,
+    }));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::UnsupportedDType { .. });
     let mut r = Rig::new();
     let src = r.sbuf(F, 0, 2, 0, &[1.0; 6]);
-    let i = r.push(Engine::Gpsimd, Op::NcTranspose(NcTranspose { dst: sb(F, 0, 3, 64, 2), src }));
+    let i = r.push(
+        Engine::Gpsimd,
+        Op::NcTranspose(NcTranspose {
+            dst: sb(F, 0, 3, 64, 2),
+            src,
+        }),
+    );
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
 }
 
@@ -1460,33 +2006,93 @@ fn hostile_operands_are_errors_not_panics() {
         partitions: 1,
         partition_step: 0,
         offset: u64::MAX - 3,
-        free: vec![[i64::MAX, i64::MAX], [i64::MIN, 3], [1, 1 << 40], [1, 1 << 40], [1, 1 << 40]],
+        free: vec![
+            [i64::MAX, i64::MAX],
+            [i64::MIN, 3],
+            [1, 1 << 40],
+            [1, 1 << 40],
+            [1, 1 << 40],
+        ],
     };
     let a = huge(MemSpace::Sbuf);
     let ops = vec![
         tt(&a, &a, &a, AluOp::Add),
-        Op::TensorReduce(TensorReduce { dst: a.clone(), src: a.clone(), op: AluOp::Add, axes: 5, negate: false }),
-        Op::TensorReduce(TensorReduce { dst: a.clone(), src: a.clone(), op: AluOp::Add, axes: 2, negate: false }),
+        Op::TensorReduce(TensorReduce {
+            dst: a.clone(),
+            src: a.clone(),
+            op: AluOp::Add,
+            axes: 5,
+            negate: false,
+        }),
+        Op::TensorReduce(TensorReduce {
+            dst: a.clone(),
+            src: a.clone(),
+            op: AluOp::Add,
+            axes: 2,
+            negate: false,
+        }),
         scan(&a, &a, &a, ScalarOperand::Tile(a.clone()), AluOp::Add, AluOp::Add),
-        Op::BnStats(BnStats { dst: a.clone(), src: a.clone() }),
-        Op::BnAggr(BnAggr { dst: a.clone(), src: a.clone() }),
-        Op::Max8(Max8 { dst: a.clone(), src: a.clone() }),
-        Op::FindIndex8(FindIndex8 { dst: a.clone(), data: a.clone(), vals: a.clone() }),
-        Op::MatchReplace8(MatchReplace8 { dst: a.clone(), data: a.clone(), vals: a.clone(), imm: 0.0, dst_idx: Some(a.clone()) }),
+        Op::BnStats(BnStats {
+            dst: a.clone(),
+            src: a.clone(),
+        }),
+        Op::BnAggr(BnAggr {
+            dst: a.clone(),
+            src: a.clone(),
+        }),
+        Op::Max8(Max8 {
+            dst: a.clone(),
+            src: a.clone(),
+        }),
+        Op::FindIndex8(FindIndex8 {
+            dst: a.clone(),
+            data: a.clone(),
+            vals: a.clone(),
+        }),
+        Op::MatchReplace8(MatchReplace8 {
+            dst: a.clone(),
+            data: a.clone(),
+            vals: a.clone(),
+            imm: 0.0,
+            dst_idx: Some(a.clone()),
+        }),
         sel(&a, &a, &a, ScalarOperand::Tile(a.clone()), false, Some(&a)),
-        Op::Dropout(Dropout { dst: a.clone(), src: a.clone(), prob: ScalarOperand::Imm(0.5) }),
-        Op::Rng(Rng { dst: AccessPattern { dtype: DType::U32, ..a.clone() } }),
-        Op::StreamShuffle(StreamShuffle { dst: a.clone(), src: a.clone(), mask: vec![255; 32] }),
-        Op::NcTranspose(NcTranspose { dst: a.clone(), src: a.clone() }),
+        Op::Dropout(Dropout {
+            dst: a.clone(),
+            src: a.clone(),
+            prob: ScalarOperand::Imm(0.5),
+        }),
+        Op::Rng(Rng {
+            dst: AccessPattern {
+                dtype: DType::U32,
+                ..a.clone()
+            },
+        }),
+        Op::StreamShuffle(StreamShuffle {
+            dst: a.clone(),
+            src: a.clone(),
+            mask: vec![255; 32],
+        }),
+        Op::NcTranspose(NcTranspose {
+            dst: a.clone(),
+            src: a.clone(),
+        }),
         cp(&a, &a, &a, false),
-        Op::Memset(Memset { dst: a.clone(), value: 1.0 }),
+        Op::Memset(Memset {
+            dst: a.clone(),
+            value: 1.0,
+        }),
     ];
     for op in ops {
         let mut r = Rig::new();
         r.vector(op.clone());
         assert!(r.run().is_err(), "{op:?}");
         let mut r = Rig::new();
-        let b = AccessPattern { partitions: 1000, start_partition: usize::MAX - 10, ..a.clone() };
+        let b = AccessPattern {
+            partitions: 1000,
+            start_partition: usize::MAX - 10,
+            ..a.clone()
+        };
         r.vector(match op {
             Op::Memset(m) => Op::Memset(Memset { dst: b, ..m }),
             other => other,
@@ -1515,19 +2121,48 @@ fn isa_doc_examples_parse_and_cover_every_opcode() {
         }
     }
     let all = [
-        "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "tensor_reduce",
-        "tensor_tensor_scan", "tensor_scalar_reduce", "tensor_copy", "tensor_copy_predicated", "reciprocal",
-        "bn_stats", "bn_aggr", "max8", "nc_find_index8", "nc_match_replace8", "memset", "select_reduce", "dropout",
-        "rng", "set_rng_seed", "nc_stream_shuffle", "activation", "iota", "affine_select", "local_gather",
-        "nc_n_gather", "tensor_partition_reduce", "dma_copy",
+        "nc_matmul",
+        "nc_transpose",
+        "tensor_tensor",
+        "tensor_scalar",
+        "scalar_tensor_tensor",
+        "tensor_reduce",
+        "tensor_tensor_scan",
+        "tensor_scalar_reduce",
+        "tensor_copy",
+        "tensor_copy_predicated",
+        "reciprocal",
+        "bn_stats",
+        "bn_aggr",
+        "max8",
+        "nc_find_index8",
+        "nc_match_replace8",
+        "memset",
+        "select_reduce",
+        "dropout",
+        "rng",
+        "set_rng_seed",
+        "nc_stream_shuffle",
+        "activation",
+        "iota",
+        "affine_select",
+        "local_gather",
+        "nc_n_gather",
+        "tensor_partition_reduce",
+        "dma_copy",
     ];
     for name in all {
         assert!(opcodes.contains(name), "docs/isa.md has no JSON example of {name}");
-        assert!(doc.contains(&format!("`{name}`")), "docs/isa.md has no section on {name}");
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/isa.md has no section on {name}"
+        );
     }
     assert_eq!(programs.len(), 1);
     let mut inputs = std::collections::BTreeMap::new();
     inputs.insert("x".to_string(), HostTensor::from_f32(&[4, 8], &[0.0; 32]));
-    let run = Executor::new(TargetName::Trn1).run(&programs[0], &inputs).expect("the example program runs");
+    let run = Executor::new(TargetName::Trn1)
+        .run(&programs[0], &inputs)
+        .expect("the example program runs");
     assert_eq!(run.outputs["y"].to_f32(), vec![1.0; 32]);
 }

@@ -116,14 +116,8 @@ struct Shard {
 
 fn parse_shard(s: &str) -> Result<Shard, String> {
     let (i, n) = s.split_once('/').ok_or("expected I/N, e.g. 1/4")?;
-    let index: usize = i
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{i}` is not a number"))?;
-    let count: usize = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{n}` is not a number"))?;
+    let index: usize = i.trim().parse().map_err(|_| format!("`{i}` is not a number"))?;
+    let count: usize = n.trim().parse().map_err(|_| format!("`{n}` is not a number"))?;
     if count == 0 || index == 0 || index > count {
         return Err(format!("need 1 <= I <= N, got {index}/{count}"));
     }
@@ -331,11 +325,7 @@ fn main() -> ExitCode {
             coverage,
             results,
         } => list(golden.golden, filter, ops, coverage, results.as_deref()),
-        Command::Show {
-            case,
-            golden,
-            target,
-        } => show(&case, golden.golden, target.name()),
+        Command::Show { case, golden, target } => show(&case, golden.golden, target.name()),
         Command::Lower {
             case,
             emit: Emit::Json,
@@ -348,10 +338,7 @@ fn main() -> ExitCode {
             golden,
             results,
         } => coverage(&markdown, golden.golden, results.as_deref()),
-        Command::SyncExpectations {
-            expectations,
-            check,
-        } => sync_expectations(expectations, check),
+        Command::SyncExpectations { expectations, check } => sync_expectations(expectations, check),
     }
 }
 
@@ -371,11 +358,7 @@ fn selected<'a>(index: &'a GoldenIndex, filter: &Option<String>) -> Vec<&'a Inde
     index
         .cases
         .iter()
-        .filter(|c| {
-            filter
-                .as_deref()
-                .is_none_or(|f| runner::filter_matches(f, &c.id))
-        })
+        .filter(|c| filter.as_deref().is_none_or(|f| runner::filter_matches(f, &c.id)))
         .collect()
 }
 
@@ -432,10 +415,16 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
         return Ok(Box::new(SimExecutor::new(a.target)));
     }
     let Some(cmd) = ProcessExecutor::parse_spec(&a.executor) else {
-        return Err(bad_input(format!("--executor `{}`: expected `sim` or `process:CMD`", a.executor)));
+        return Err(bad_input(format!(
+            "--executor `{}`: expected `sim` or `process:CMD`",
+            a.executor
+        )));
     };
     if !(a.timeout > 0.0 && a.timeout.is_finite()) {
-        return Err(bad_input(format!("--timeout {}: must be a positive number of seconds", a.timeout)));
+        return Err(bad_input(format!(
+            "--timeout {}: must be a positive number of seconds",
+            a.timeout
+        )));
     }
     let mut config = ProcessConfig::new(cmd, a.mode.clone());
     config.timeout = Duration::from_secs_f64(a.timeout);
@@ -451,7 +440,10 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
         hello["protocol"], hello["platform"], hello["sdk"]
     );
     if let Err(why) = ProcessExecutor::mode_available(&hello, &a.mode) {
-        eprintln!("  mode `{}` cannot run here: {why} (every case will be skipped as unsupported)", a.mode);
+        eprintln!(
+            "  mode `{}` cannot run here: {why} (every case will be skipped as unsupported)",
+            a.mode
+        );
     }
     if a.mode == "echo" {
         eprintln!("  mode `echo` is a PROTOCOL TEST: it returns the golden outputs; these are not conformance results");
@@ -555,8 +547,7 @@ fn run(a: RunArgs) -> ExitCode {
                 info.target
             ));
         }
-        let wanted: std::collections::BTreeSet<&str> =
-            entries.iter().map(|e| e.id.as_str()).collect();
+        let wanted: std::collections::BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         done.cases.retain(|id, _| wanted.contains(id.as_str()));
         entries.retain(|e| !done.cases.contains_key(&e.id));
         eprintln!(
@@ -586,21 +577,11 @@ fn run(a: RunArgs) -> ExitCode {
         if let Some(w) = &partial {
             let v = serde_json::to_value(r).expect("results serialize");
             if let Err(e) = w.append(&v) {
-                write_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(e);
+                write_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
         }
     };
-    let fresh = runner::run_cases_streaming(
-        &index.dir,
-        &entries,
-        &expectations,
-        executor,
-        jobs,
-        &on_result,
-    );
+    let fresh = runner::run_cases_streaming(&index.dir, &entries, &expectations, executor, jobs, &on_result);
     progress.finish();
     if let Some(e) = write_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         eprintln!("warning: could not append to the partial results file: {e}");
@@ -618,21 +599,13 @@ fn run(a: RunArgs) -> ExitCode {
 
     for r in &records {
         if a.verbose || !r.status.is_ok() {
-            println!(
-                "{:<6} {}  {}",
-                r.status.name().to_uppercase(),
-                r.id,
-                r.headline()
-            );
+            println!("{:<6} {}  {}", r.status.name().to_uppercase(), r.id, r.headline());
         }
     }
     if a.filter.is_none() && a.shard.is_none() {
         let cases = index.cases.iter().map(|c| (c.id.as_str(), c.op.as_str()));
         for e in expectations.unused(cases) {
-            println!(
-                "warning: expectations entry {} ({}) matches no case",
-                e.entry, e.reason
-            );
+            println!("warning: expectations entry {} ({}) matches no case", e.entry, e.reason);
         }
     }
     println!();
@@ -761,10 +734,7 @@ impl Progress {
     }
 
     fn tick(&self, ok: bool) {
-        let unexpected = self
-            .unexpected
-            .fetch_add(usize::from(!ok), Ordering::Relaxed)
-            + usize::from(!ok);
+        let unexpected = self.unexpected.fetch_add(usize::from(!ok), Ordering::Relaxed) + usize::from(!ok);
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(b) = &self.bar {
             b.inc(1);
@@ -821,12 +791,7 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
         }
     }
     if let Some(h) = html {
-        let page = report::diff::render_html(
-            &a.display().to_string(),
-            &b.display().to_string(),
-            &changes,
-            unchanged,
-        );
+        let page = report::diff::render_html(&a.display().to_string(), &b.display().to_string(), &changes, unchanged);
         if let Err(e) = results::write_atomic(h, page.as_bytes()) {
             return bad_input(e);
         }
@@ -836,37 +801,20 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
 
 /// Runs every case of the index on the simulator (trn1), quietly, for coverage.
 fn run_all_quietly(index: &GoldenIndex) -> Result<Vec<CaseRecord>, ExitCode> {
-    let expectations =
-        Expectations::load(&trnconf::default_expectations_path()).map_err(bad_input)?;
+    let expectations = Expectations::load(&trnconf::default_expectations_path()).map_err(bad_input)?;
     let entries: Vec<&IndexEntry> = index.cases.iter().collect();
     let executor = SimExecutor::new(TargetName::Trn1);
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let results = runner::run_cases_streaming(
-        &index.dir,
-        &entries,
-        &expectations,
-        &executor,
-        jobs,
-        &|_| {},
-    );
+    let results = runner::run_cases_streaming(&index.dir, &entries, &expectations, &executor, jobs, &|_| {});
     Ok(results
         .iter()
-        .map(|r| {
-            serde_json::from_value(serde_json::to_value(r).expect("serialize")).expect("read back")
-        })
+        .map(|r| serde_json::from_value(serde_json::to_value(r).expect("serialize")).expect("read back"))
         .collect())
 }
 
-fn coverage_records(
-    golden: Option<PathBuf>,
-    results_file: Option<&Path>,
-) -> Result<Vec<CaseRecord>, ExitCode> {
+fn coverage_records(golden: Option<PathBuf>, results_file: Option<&Path>) -> Result<Vec<CaseRecord>, ExitCode> {
     match results_file {
-        Some(p) => Ok(results::load(p)
-            .map_err(bad_input)?
-            .records()
-            .cloned()
-            .collect()),
+        Some(p) => Ok(results::load(p).map_err(bad_input)?.records().cloned().collect()),
         None => run_all_quietly(&load_index(golden)?),
     }
 }
@@ -885,11 +833,7 @@ fn list(
         };
         let records: Vec<CaseRecord> = records
             .into_iter()
-            .filter(|r| {
-                filter
-                    .as_deref()
-                    .is_none_or(|f| runner::filter_matches(f, &r.id))
-            })
+            .filter(|r| filter.as_deref().is_none_or(|f| runner::filter_matches(f, &r.id)))
             .collect();
         print!(
             "{}",
@@ -915,11 +859,7 @@ fn list(
             let family = trnconf::ops::family_of(op).unwrap_or("other");
             println!("{op:<34} {family:<13} {n:>4} cases  ({lowered})");
         }
-        println!(
-            "\n{} ops, {} cases",
-            counts.len(),
-            counts.values().sum::<usize>()
-        );
+        println!("\n{} ops, {} cases", counts.len(), counts.values().sum::<usize>());
         return ExitCode::SUCCESS;
     }
     let golden = index.dir.clone();
@@ -932,8 +872,7 @@ fn list(
         println!("{}  {}  ({lowered})", c.id, c.file);
     }
     // Files on disk that the index does not list are ignored by `run`; say so here.
-    let listed: std::collections::BTreeSet<PathBuf> =
-        index.cases.iter().map(|c| golden.join(&c.file)).collect();
+    let listed: std::collections::BTreeSet<PathBuf> = index.cases.iter().map(|c| golden.join(&c.file)).collect();
     let mut unlisted = Vec::new();
     let mut stack = vec![golden.join("cases")];
     while let Some(dir) = stack.pop() {
@@ -1015,10 +954,7 @@ fn fmt_value(v: &trnconf::case::Value) -> String {
 /// One instruction as text: engine, opcode, operands with access patterns, other fields.
 fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
     let operands = ins.op.operands();
-    let mut parts: Vec<String> = operands
-        .iter()
-        .map(|(name, ap)| format!("{name}={ap}"))
-        .collect();
+    let mut parts: Vec<String> = operands.iter().map(|(name, ap)| format!("{name}={ap}")).collect();
     // The non-operand fields (ALU ops, immediates, …) from the instruction's serde form.
     if let Ok(Value::Object(m)) = serde_json::to_value(&ins.op) {
         let inner = if m.len() == 1 {
@@ -1062,39 +998,21 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName) -> ExitCode {
         println!("schema   {s}");
     }
     let mut args: Vec<String> = case.call.args.iter().map(fmt_value).collect();
-    args.extend(
-        case.call
-            .kwargs
-            .iter()
-            .map(|(k, v)| format!("{k}={}", fmt_value(v))),
-    );
+    args.extend(case.call.kwargs.iter().map(|(k, v)| format!("{k}={}", fmt_value(v))));
     println!("call     torch.ops.aten.{}({})", case.op, args.join(", "));
-    let outputs: std::collections::BTreeSet<&str> =
-        case.outputs.iter().flat_map(|v| v.tensor_names()).collect();
+    let outputs: std::collections::BTreeSet<&str> = case.outputs.iter().flat_map(|v| v.tensor_names()).collect();
     println!("inputs:");
-    for (name, m) in case
-        .tensor_meta
-        .iter()
-        .filter(|(n, _)| !outputs.contains(n.as_str()))
-    {
+    for (name, m) in case.tensor_meta.iter().filter(|(n, _)| !outputs.contains(n.as_str())) {
         println!("  {name:<12} {:<8} {:?}", m.dtype.to_string(), m.shape);
     }
     println!("outputs:");
-    for (name, m) in case
-        .tensor_meta
-        .iter()
-        .filter(|(n, _)| outputs.contains(n.as_str()))
-    {
+    for (name, m) in case.tensor_meta.iter().filter(|(n, _)| outputs.contains(n.as_str())) {
         println!("  {name:<12} {:<8} {:?}", m.dtype.to_string(), m.shape);
     }
     match trnconf::lower::lower(&case, target) {
         Ok(lowered) => {
             let p = &lowered.program;
-            println!(
-                "program  ({}, {} instructions)",
-                target.name(),
-                p.instructions.len()
-            );
+            println!("program  ({}, {} instructions)", target.name(), p.instructions.len());
             for d in &p.hbm {
                 println!(
                     "  hbm {:<12} {:<7} {:<6} {:?}",
@@ -1123,22 +1041,13 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName) -> ExitCode {
         Ok(e) => e,
         Err(e) => return bad_input(e),
     };
-    let r = runner::run_case(
-        &index.dir,
-        &index.cases[pos],
-        &expectations,
-        &SimExecutor::new(target),
-    );
-    let rec: CaseRecord =
-        serde_json::from_value(serde_json::to_value(&r).expect("serialize")).expect("read back");
+    let r = runner::run_case(&index.dir, &index.cases[pos], &expectations, &SimExecutor::new(target));
+    let rec: CaseRecord = serde_json::from_value(serde_json::to_value(&r).expect("serialize")).expect("read back");
     println!("result   {} ({:.2} ms)", r.status, r.wall_ms);
     if let Some(e) = &r.expectation {
         println!("expected {e}");
     }
-    for line in report::junit::details(&rec)
-        .lines()
-        .filter(|l| !l.is_empty())
-    {
+    for line in report::junit::details(&rec).lines().filter(|l| !l.is_empty()) {
         println!("  {line}");
     }
     if r.status.is_ok() {
@@ -1171,11 +1080,7 @@ fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&
             if let Err(e) = results::write_atomic(o, format!("{json}\n").as_bytes()) {
                 return bad_input(e);
             }
-            eprintln!(
-                "{}: {} instructions",
-                o.display(),
-                lowered.program.instructions.len()
-            );
+            eprintln!("{}: {} instructions", o.display(), lowered.program.instructions.len());
         }
         None => println!("{json}"),
     }

@@ -48,7 +48,8 @@ pub trait CaseExecutor: Send + Sync {
         program: &Program,
         inputs: &BTreeMap<String, HostTensor>,
     ) -> Result<Execution, ExecFailure> {
-        self.execute(program, inputs).map_err(|e| ExecFailure::new(FailureKind::RuntimeError, e))
+        self.execute(program, inputs)
+            .map_err(|e| ExecFailure::new(FailureKind::RuntimeError, e))
     }
 
     /// Case-level executors (the process executor: torch or NKI on a device) run the case's ATen
@@ -103,7 +104,10 @@ pub struct ExecFailure {
 
 impl ExecFailure {
     pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
-        ExecFailure { kind, message: message.into() }
+        ExecFailure {
+            kind,
+            message: message.into(),
+        }
     }
 }
 
@@ -122,11 +126,17 @@ pub struct SimExecutor {
 
 impl SimExecutor {
     pub fn new(target: TargetName) -> Self {
-        SimExecutor { executor: Executor::new(target), target }
+        SimExecutor {
+            executor: Executor::new(target),
+            target,
+        }
     }
 
     pub fn with_config(target: TargetName, config: ExecConfig) -> Self {
-        SimExecutor { executor: Executor::with_config(target, config), target }
+        SimExecutor {
+            executor: Executor::with_config(target, config),
+            target,
+        }
     }
 }
 
@@ -140,7 +150,10 @@ impl CaseExecutor for SimExecutor {
     }
 
     fn execute(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String> {
-        let run = self.executor.run(program, inputs).map_err(|e| format!("simulator: {e}"))?;
+        let run = self
+            .executor
+            .run(program, inputs)
+            .map_err(|e| format!("simulator: {e}"))?;
         Ok(Execution {
             outputs: run.outputs,
             instructions: run.stats.instructions.clone(),

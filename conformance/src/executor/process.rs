@@ -92,11 +92,7 @@ impl Worker {
     fn stderr_tail(&self) -> String {
         // Give the reader thread a moment to collect the last words of a dying child.
         std::thread::sleep(Duration::from_millis(50));
-        self.stderr
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .trim()
-            .to_string()
+        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).trim().to_string()
     }
 }
 
@@ -152,9 +148,7 @@ impl ProcessExecutor {
 
     /// Parses `process:CMD` (the `--executor` value); `None` if `spec` is not a process executor.
     pub fn parse_spec(spec: &str) -> Option<&str> {
-        spec.strip_prefix("process:")
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
+        spec.strip_prefix("process:").map(str::trim).filter(|c| !c.is_empty())
     }
 
     pub fn config(&self) -> &ProcessConfig {
@@ -182,10 +176,7 @@ impl ProcessExecutor {
         if m["available"].as_bool() == Some(true) {
             Ok(())
         } else {
-            Err(m["reason"]
-                .as_str()
-                .unwrap_or("no reason given")
-                .to_string())
+            Err(m["reason"].as_str().unwrap_or("no reason given").to_string())
         }
     }
 
@@ -249,12 +240,9 @@ impl ProcessExecutor {
         }
         let mut w = self.spawn()?;
         st.spawned += 1;
-        let hello = match exchange(
-            &mut w,
-            &json!({"type": "hello"}),
-            self.config.hello_timeout,
-            |m| m["type"] == "hello",
-        ) {
+        let hello = match exchange(&mut w, &json!({"type": "hello"}), self.config.hello_timeout, |m| {
+            m["type"] == "hello"
+        }) {
             Ok(h) => h,
             Err((_, why)) => {
                 let tail = w.stderr_tail();
@@ -346,10 +334,7 @@ impl ProcessExecutor {
                         "no answer within {:.1} s: killed the executor's process group ({status}); restarting it",
                         self.config.timeout.as_secs_f64()
                     ),
-                    _ => format!(
-                        "{why} (exit: {status}); restarting the executor{}",
-                        tail_note(&tail)
-                    ),
+                    _ => format!("{why} (exit: {status}); restarting the executor{}", tail_note(&tail)),
                 };
                 return Err(ExecFailure::new(kind, message));
             }
@@ -377,20 +362,12 @@ impl ProcessExecutor {
     pub fn run_one(&self, case: &Case) -> Result<CaseOutputs, ExecFailure> {
         let output = self.output_path(case, "out");
         let reply = self.request(case, &output, json!({}))?;
-        let path = reply["outputs"]
-            .as_str()
-            .map(PathBuf::from)
-            .unwrap_or(output);
+        let path = reply["outputs"].as_str().map(PathBuf::from).unwrap_or(output);
         let read = read_outputs(&path, case);
         if !self.config.keep_artifacts {
             let _ = std::fs::remove_file(&path);
         }
-        read.map_err(|e| {
-            ExecFailure::new(
-                FailureKind::RuntimeError,
-                format!("{}: {e}", path.display()),
-            )
-        })
+        read.map_err(|e| ExecFailure::new(FailureKind::RuntimeError, format!("{}: {e}", path.display())))
     }
 
     /// The nki mode: runs the lowered `program` on the in-process simulator and, as an emitted
@@ -406,8 +383,7 @@ impl ProcessExecutor {
     ) -> Result<Execution, ExecFailure> {
         let runtime = |m: String| ExecFailure::new(FailureKind::RuntimeError, m);
         let sim = self.sim.execute(program, inputs).map_err(runtime)?;
-        let kernel = crate::emit_nki::emit(program)
-            .map_err(|e| runtime(format!("emitting the NKI kernel: {e}")))?;
+        let kernel = crate::emit_nki::emit(program).map_err(|e| runtime(format!("emitting the NKI kernel: {e}")))?;
         let kernel_path = self.output_path(case, "kernel.py");
         let inputs_path = self.output_path(case, "in");
         let output = self.output_path(case, "out");
@@ -483,12 +459,9 @@ impl ProcessExecutor {
     pub fn shutdown(&self) {
         let mut st = self.lock();
         if let Some(mut w) = st.worker.take() {
-            let _ = exchange(
-                &mut w,
-                &json!({"type": "shutdown"}),
-                Duration::from_secs(5),
-                |m| m["type"] == "bye",
-            );
+            let _ = exchange(&mut w, &json!({"type": "shutdown"}), Duration::from_secs(5), |m| {
+                m["type"] == "bye"
+            });
             let deadline = Instant::now() + Duration::from_secs(2);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = w.child.try_wait() {
@@ -518,11 +491,7 @@ fn exchange(
     want: impl Fn(&Json) -> bool,
 ) -> Result<Json, (FailureKind, String)> {
     let line = format!("{req}\n");
-    if let Err(e) = w
-        .stdin
-        .write_all(line.as_bytes())
-        .and_then(|_| w.stdin.flush())
-    {
+    if let Err(e) = w.stdin.write_all(line.as_bytes()).and_then(|_| w.stdin.flush()) {
         return Err((
             FailureKind::Crash,
             format!("the executor is gone (writing the request: {e})"),
@@ -551,10 +520,7 @@ fn exchange(
             }
             Err(RecvTimeoutError::Timeout) => return Err((FailureKind::Timeout, "timeout".into())),
             Err(RecvTimeoutError::Disconnected) => {
-                return Err((
-                    FailureKind::Crash,
-                    "the executor exited without answering".into(),
-                ));
+                return Err((FailureKind::Crash, "the executor exited without answering".into()));
             }
         }
     }
@@ -565,31 +531,28 @@ fn exchange(
 /// `trnconf_values` metadata key.
 pub fn read_outputs(path: &Path, case: &Case) -> Result<CaseOutputs, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| format!("not a safetensors file: {e}"))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
     let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| e.to_string())?;
     let mut out = CaseOutputs::default();
     for (name, view) in st.iter() {
         let golden = case.tensor_meta.get(name).map(|m| m.dtype);
         let mut shape = view.shape().to_vec();
-        let dtype = if golden == Some(TorchDType::C64)
-            && view.dtype() == safetensors::Dtype::F32
-            && shape.last() == Some(&2)
-        {
-            shape.pop();
-            TorchDType::C64
-        } else {
-            crate::tensor::ALL_TORCH_DTYPES
-                .iter()
-                .copied()
-                .find(|d| *d != TorchDType::C64 && d.safetensors_dtype() == view.dtype())
-                .ok_or_else(|| {
-                    format!(
-                        "output `{name}` is {:?}, which the golden format has no dtype for",
-                        view.dtype()
-                    )
-                })?
-        };
+        let dtype =
+            if golden == Some(TorchDType::C64) && view.dtype() == safetensors::Dtype::F32 && shape.last() == Some(&2) {
+                shape.pop();
+                TorchDType::C64
+            } else {
+                crate::tensor::ALL_TORCH_DTYPES
+                    .iter()
+                    .copied()
+                    .find(|d| *d != TorchDType::C64 && d.safetensors_dtype() == view.dtype())
+                    .ok_or_else(|| {
+                        format!(
+                            "output `{name}` is {:?}, which the golden format has no dtype for",
+                            view.dtype()
+                        )
+                    })?
+            };
         let t = Tensor::new(dtype, shape, view.data().to_vec());
         if !t.is_consistent() {
             return Err(format!(
@@ -601,11 +564,7 @@ pub fn read_outputs(path: &Path, case: &Case) -> Result<CaseOutputs, String> {
         }
         out.tensors.insert(name.to_string(), t);
     }
-    if let Some(v) = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("trnconf_values"))
-    {
+    if let Some(v) = header.metadata().as_ref().and_then(|m| m.get("trnconf_values")) {
         let values: BTreeMap<String, Value> =
             serde_json::from_str(v).map_err(|e| format!("bad `trnconf_values` metadata: {e}"))?;
         for (pos, v) in values {
@@ -631,11 +590,7 @@ impl CaseExecutor for ProcessExecutor {
         self.config.target
     }
 
-    fn execute(
-        &self,
-        _program: &Program,
-        _inputs: &BTreeMap<String, HostTensor>,
-    ) -> Result<Execution, String> {
+    fn execute(&self, _program: &Program, _inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String> {
         Err("the process executor runs a program only for a case (execute_case, nki mode)".into())
     }
 

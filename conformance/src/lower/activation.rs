@@ -98,15 +98,11 @@ fn gelu_uses_onednn(req: &LowerRequest<'_>) -> Result<bool, LowerError> {
         None => true,
         Some(strides) => {
             let mut expected = 1i64;
-            meta.shape
-                .iter()
-                .zip(strides)
-                .rev()
-                .all(|(&size, &stride)| {
-                    let ok = size == 1 || stride == expected;
-                    expected *= size as i64;
-                    ok
-                })
+            meta.shape.iter().zip(strides).rev().all(|(&size, &stride)| {
+                let ok = size == 1 || stride == expected;
+                expected *= size as i64;
+                ok
+            })
         }
     };
     Ok(matches!(meta.dtype, TorchDType::F32 | TorchDType::Bf16) && numel > 1 && contiguous)
@@ -152,11 +148,7 @@ pub fn kernel(name: &str, input: TorchDType, args: Args) -> Result<(Kernel, DTyp
         }
         ("gelu", Args::Gelu { tanh, .. }) => k.act(
             out,
-            if tanh {
-                ActFunc::GeluApproxTanh
-            } else {
-                ActFunc::Gelu
-            },
+            if tanh { ActFunc::GeluApproxTanh } else { ActFunc::Gelu },
             x,
             1.0,
             0.0,
@@ -219,18 +211,8 @@ mod tests {
                 ..
             }
         ));
-        let (k, _) = kernel(
-            "hardtanh",
-            TorchDType::I32,
-            Args::Hardtanh {
-                min: -0.5,
-                max: 0.5,
-            },
-        )
-        .unwrap();
-        assert!(
-            matches!(k.steps[0], Step::Ts { v0, op1: Some((AluOp::Min, hi)), .. } if v0 == 0.0 && hi == 0.0)
-        );
+        let (k, _) = kernel("hardtanh", TorchDType::I32, Args::Hardtanh { min: -0.5, max: 0.5 }).unwrap();
+        assert!(matches!(k.steps[0], Step::Ts { v0, op1: Some((AluOp::Min, hi)), .. } if v0 == 0.0 && hi == 0.0));
     }
 
     #[test]
@@ -239,11 +221,7 @@ mod tests {
             tanh: true,
             onednn: false,
         };
-        for (name, a) in [
-            ("relu", Args::None),
-            ("sigmoid", Args::None),
-            ("gelu", tanh_gelu),
-        ] {
+        for (name, a) in [("relu", Args::None), ("sigmoid", Args::None), ("gelu", tanh_gelu)] {
             let (k, _) = kernel(name, TorchDType::Bf16, a).unwrap();
             assert!(matches!(k.steps[..], [Step::Act { .. }]), "{name}");
         }
@@ -269,24 +247,11 @@ mod tests {
         // The simulator's ScalarE Gelu is gelu evaluated in f64, rounded once.
         let gelu = |x: f32| trnsim::engine::activation::eval(ActFunc::Gelu, x) as f64;
         for onednn in [true, false] {
-            let (k, _) = kernel(
-                "gelu",
-                TorchDType::F32,
-                Args::Gelu {
-                    tanh: false,
-                    onednn,
-                },
-            )
-            .unwrap();
+            let (k, _) = kernel("gelu", TorchDType::F32, Args::Gelu { tanh: false, onednn }).unwrap();
             let out = unary::tests::interpret(&k, &xs);
             let edges: Vec<String> = out[..4].iter().map(|v| v.to_string()).collect();
             let want = if onednn {
-                [
-                    "inf",
-                    "170141170000000000000000000000000000000",
-                    "NaN",
-                    "NaN",
-                ]
+                ["inf", "170141170000000000000000000000000000000", "NaN", "NaN"]
             } else {
                 [
                     "340282350000000000000000000000000000000",

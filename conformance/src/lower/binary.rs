@@ -29,8 +29,8 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
-    TargetName, TensorScalar, TensorTensor,
+    AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
+    TensorTensor,
 };
 
 /// Elements per partition of one tile: 4096 × 4 bytes × (up to 6 live tiles) stays far inside
@@ -166,16 +166,13 @@ pub fn analyze(req: &LowerRequest<'_>) -> Result<BinaryCall, LowerError> {
             meta: req.tensor(t)?.clone(),
         },
         Some(Value::Complex(_)) => return Err(req.unsupported("complex scalars".into())),
-        Some(v) => Other::Scalar(
-            Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`other` is {v:?}")))?,
-        ),
+        Some(v) => Other::Scalar(Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`other` is {v:?}")))?),
         None => return Err(req.invalid("missing `other`".into())),
     };
     let alpha = match req.call.arg(2, "alpha") {
         None => None,
         Some(v) if op.has_alpha() => {
-            let a =
-                Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`alpha` is {v:?}")))?;
+            let a = Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`alpha` is {v:?}")))?;
             if a.is_one() { None } else { Some(a) }
         }
         Some(v) => {
@@ -202,13 +199,10 @@ pub fn analyze(req: &LowerRequest<'_>) -> Result<BinaryCall, LowerError> {
         promote::result_type(&operands)
     };
     let out_dtype = promoted.map_err(|e| req.unsupported(e.to_string()))?;
-    for d in [self_meta.dtype, out_dtype]
-        .into_iter()
-        .chain(match &other {
-            Other::Tensor { meta, .. } => Some(meta.dtype),
-            Other::Scalar(_) => None,
-        })
-    {
+    for d in [self_meta.dtype, out_dtype].into_iter().chain(match &other {
+        Other::Tensor { meta, .. } => Some(meta.dtype),
+        Other::Scalar(_) => None,
+    }) {
         if d.is_complex() {
             return Err(req.unsupported(format!("{d} arithmetic")));
         }
@@ -304,12 +298,7 @@ impl TileSlot {
     }
 }
 
-fn tensor_scalar(
-    dst: trnsim::AccessPattern,
-    src: trnsim::AccessPattern,
-    op: AluOp,
-    operand: ScalarOperand,
-) -> Op {
+fn tensor_scalar(dst: trnsim::AccessPattern, src: trnsim::AccessPattern, op: AluOp, operand: ScalarOperand) -> Op {
     Op::TensorScalar(TensorScalar {
         dst,
         src,
@@ -375,15 +364,7 @@ fn emit_div_prologue(
     // u = |b| < 2^-64 ? 2^64 : 1
     e.push(
         v,
-        two(
-            AluOp::Abs,
-            0.0,
-            false,
-            AluOp::IsLt,
-            small,
-            b.0.clone(),
-            ap(s),
-        ),
+        two(AluOp::Abs, 0.0, false, AluOp::IsLt, small, b.0.clone(), ap(s)),
         &[b.1],
         &[s.slot],
     );
@@ -431,31 +412,19 @@ fn emit_div_prologue(
     );
     e.push(
         v,
-        Op::Reciprocal(Reciprocal {
-            dst: ap(t),
-            src: ap(t),
-        }),
+        Op::Reciprocal(Reciprocal { dst: ap(t), src: ap(t) }),
         &[t.slot],
         &[t.slot],
     );
 }
 
 /// Builds the program.
-fn emit(
-    call: &BinaryCall,
-    target_name: TargetName,
-    req: &LowerRequest<'_>,
-) -> Result<Program, LowerError> {
+fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> Result<Program, LowerError> {
     let target = target_name.params();
     let mut program = Program::new(target_name);
     let self_dev = dev(req, call.self_meta.dtype)?;
     let out_dev = dev(req, call.out_dtype)?;
-    program.declare(
-        &call.self_name,
-        self_dev,
-        &call.self_meta.shape,
-        HbmRole::Input,
-    );
+    program.declare(&call.self_name, self_dev, &call.self_meta.shape, HbmRole::Input);
     let other_dev = match &call.other {
         Other::Tensor { name, meta } => {
             let d = dev(req, meta.dtype)?;
@@ -485,22 +454,16 @@ fn emit(
         Other::Scalar(_) => true,
     };
     let other_keeps_value = matches!(call.op, BinOp::Mul | BinOp::Div) && other_is_cpu_scalar;
-    let a_dtype = if path == Path::Int32 {
-        DType::I32
-    } else {
-        out_dev
-    };
+    let a_dtype = if path == Path::Int32 { DType::I32 } else { out_dev };
     let b_dtype = match (path, other_dev) {
         (Path::Int32, Some(_)) => Some(DType::I32),
         (Path::Fp32, Some(d)) => Some(if other_keeps_value { d } else { out_dev }),
         (_, None) => None,
     };
     let imm_i32 = |s: Scalar, what: &str| -> Result<f64, LowerError> {
-        s.as_i32().map(|v| v as f64).ok_or_else(|| {
-            req.unsupported(format!(
-                "{what} {s:?} does not fit in int32 (Trainium has no int64)"
-            ))
-        })
+        s.as_i32()
+            .map(|v| v as f64)
+            .ok_or_else(|| req.unsupported(format!("{what} {s:?} does not fit in int32 (Trainium has no int64)")))
     };
     let alpha_imm = match (call.alpha, path) {
         (None, _) => None,
@@ -517,8 +480,7 @@ fn emit(
             dtype,
         })
     };
-    let const_ap =
-        |t: &TileSlot| trnsim::AccessPattern::sbuf(t.dtype, 0, parts, t.slot.offset, vec![[1, 1]]);
+    let const_ap = |t: &TileSlot| trnsim::AccessPattern::sbuf(t.dtype, 0, parts, t.slot.offset, vec![[1, 1]]);
 
     // A Python scalar `other` becomes one operand per instruction: an immediate when its fp32
     // value is what PyTorch uses, else a [P, 1] constant tile computed on the engines once.
@@ -545,12 +507,7 @@ fn emit(
                         );
                         e.push(
                             engine,
-                            tensor_scalar(
-                                const_ap(&c),
-                                const_ap(&raw),
-                                AluOp::Multiply,
-                                alpha.clone(),
-                            ),
+                            tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
                             &[raw.slot],
                             &[c.slot],
                         );
@@ -558,9 +515,7 @@ fn emit(
                     }
                 }
             }
-            (Path::Fp32, BinOp::Mul) => {
-                scalar_operand = Some((ScalarOperand::Imm(s.as_f64()), None))
-            }
+            (Path::Fp32, BinOp::Mul) => scalar_operand = Some((ScalarOperand::Imm(s.as_f64()), None)),
             (Path::Fp32, BinOp::Div) => {
                 let raw = const_slot(&mut alloc, DType::F32)?;
                 let scratch = DivScratch {
@@ -600,12 +555,7 @@ fn emit(
                             let c = const_slot(&mut alloc, DType::F32)?;
                             e.push(
                                 Engine::Vector,
-                                tensor_scalar(
-                                    const_ap(&c),
-                                    const_ap(&raw),
-                                    AluOp::Multiply,
-                                    alpha.clone(),
-                                ),
+                                tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
                                 &[raw.slot],
                                 &[c.slot],
                             );
@@ -637,11 +587,7 @@ fn emit(
     let result = TileSlot::new(&mut alloc, result_dtype, MAX_FREE)?;
     // Post-processing into the stored dtype: bool `!= 0`, narrow-int wraparound.
     let fixed = if result_dtype != out_dev {
-        let d = if path == Path::Int32 {
-            DType::I32
-        } else {
-            out_dev
-        };
+        let d = if path == Path::Int32 { DType::I32 } else { out_dev };
         Some((
             TileSlot::new(&mut alloc, d, MAX_FREE)?,
             TileSlot::new(&mut alloc, d, MAX_FREE)?,
@@ -652,10 +598,7 @@ fn emit(
 
     // Operand 0: the output (contiguous); 1: self; 2: other (if a tensor).
     let mut strides = vec![tile::broadcast_strides(&call.out_shape, &call.out_shape)];
-    strides.push(tile::broadcast_strides(
-        &call.self_meta.shape,
-        &call.out_shape,
-    ));
+    strides.push(tile::broadcast_strides(&call.self_meta.shape, &call.out_shape));
     if let Other::Tensor { meta, .. } = &call.other {
         strides.push(tile::broadcast_strides(&meta.shape, &call.out_shape));
     }
@@ -675,12 +618,7 @@ fn emit(
             &[a.slot],
         );
         if let (Some(b), Other::Tensor { name, .. }, Some(d)) = (&b, &call.other, other_dev) {
-            e.push(
-                Engine::Dma,
-                dma(b.shaped(job), job.hbm_ap(2, name, d)),
-                &[],
-                &[b.slot],
-            );
+            e.push(Engine::Dma, dma(b.shaped(job), job.hbm_ap(2, name, d)), &[], &[b.slot]);
         }
         // Compute `result = self op (alpha · other)`.
         let res = result.flat(job);
@@ -752,10 +690,7 @@ fn emit(
                         .clone()
                         .ok_or_else(|| req.invalid("scalar operand missing".into()))?;
                     let operand = match operand {
-                        ScalarOperand::Tile(ap) => ScalarOperand::Tile(trnsim::AccessPattern {
-                            partitions: p,
-                            ..ap
-                        }),
+                        ScalarOperand::Tile(ap) => ScalarOperand::Tile(trnsim::AccessPattern { partitions: p, ..ap }),
                         imm => imm,
                     };
                     let reads: Vec<Slot> = std::iter::once(a.slot).chain(const_slot).collect();
@@ -775,12 +710,7 @@ fn emit(
                 TorchDType::Bool => {
                     e.push(
                         Engine::Vector,
-                        tensor_scalar(
-                            f1.flat(job),
-                            result.flat(job),
-                            AluOp::NotEqual,
-                            ScalarOperand::Imm(0.0),
-                        ),
+                        tensor_scalar(f1.flat(job), result.flat(job), AluOp::NotEqual, ScalarOperand::Imm(0.0)),
                         &[result.slot],
                         &[f1.slot],
                     );
@@ -805,22 +735,12 @@ fn emit(
                         reverse1: false,
                     };
                     if sign == 0 {
-                        e.push(
-                            Engine::Vector,
-                            Op::TensorScalar(op),
-                            &[result.slot],
-                            &[f1.slot],
-                        );
+                        e.push(Engine::Vector, Op::TensorScalar(op), &[result.slot], &[f1.slot]);
                         f1
                     } else {
                         op.op1 = Some(AluOp::BitwiseXor);
                         op.operand1 = Some(ScalarOperand::Imm(sign as f64));
-                        e.push(
-                            Engine::Vector,
-                            Op::TensorScalar(op),
-                            &[result.slot],
-                            &[f1.slot],
-                        );
+                        e.push(Engine::Vector, Op::TensorScalar(op), &[result.slot], &[f1.slot]);
                         e.push(
                             Engine::Gpsimd,
                             tensor_scalar(
@@ -864,12 +784,7 @@ mod tests {
     }
 
     impl Call {
-        fn new(
-            op: &'static str,
-            a: TensorMeta,
-            other: Result<TensorMeta, Value>,
-            out: TensorMeta,
-        ) -> Call {
+        fn new(op: &'static str, a: TensorMeta, other: Result<TensorMeta, Value>, out: TensorMeta) -> Call {
             let mut tensors = BTreeMap::new();
             tensors.insert("input.0".to_string(), a);
             let mut args = vec![Value::Tensor("input.0".into())];
@@ -1079,11 +994,7 @@ mod tests {
         );
         let p = lower(&c.req(), TargetName::Trn1).unwrap().program;
         assert_eq!(count(&p, Engine::Vector), 1, "mask and xor");
-        assert_eq!(
-            count(&p, Engine::Gpsimd),
-            2,
-            "add, then subtract the sign bias"
-        );
+        assert_eq!(count(&p, Engine::Gpsimd), 2, "add, then subtract the sign bias");
         let c = Call::new(
             "add.Tensor",
             TensorMeta::contiguous(Bool, &[4]),
@@ -1124,10 +1035,7 @@ mod tests {
                     _ => None,
                 })
                 .sum();
-            assert_eq!(
-                stored, numel,
-                "{shape:?}: every output element is stored once"
-            );
+            assert_eq!(stored, numel, "{shape:?}: every output element is stored once");
             if numel == 0 {
                 assert!(p.instructions.is_empty());
             }

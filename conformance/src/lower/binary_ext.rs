@@ -16,9 +16,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program,
-    Reciprocal, ScalarOperand, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar,
-    TensorTensor,
+    AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
+    TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one tile (every scratch tile is 4 bytes × this per partition).
@@ -195,13 +194,7 @@ impl Kit<'_> {
             X::Imm(v) => self.memset(eng, dst, v),
             X::T(t) => {
                 self.memset(eng, dst, 0.0)?;
-                let op = ts(
-                    self.ap(dst),
-                    self.ap(dst),
-                    AluOp::Add,
-                    self.operand(x),
-                    false,
-                );
+                let op = ts(self.ap(dst), self.ap(dst), AluOp::Add, self.operand(x), false);
                 self.e.push(eng, op, &[dst.slot, t.slot], &[dst.slot]);
                 Ok(())
             }
@@ -210,8 +203,7 @@ impl Kit<'_> {
 
     pub fn memset(&mut self, eng: Engine, dst: T, value: f64) -> Result<(), LowerError> {
         let d = self.ap(dst);
-        self.e
-            .push(eng, Op::Memset(Memset { dst: d, value }), &[], &[dst.slot]);
+        self.e.push(eng, Op::Memset(Memset { dst: d, value }), &[], &[dst.slot]);
         Ok(())
     }
 
@@ -232,12 +224,8 @@ impl Kit<'_> {
             predicate: self.ap(pred),
             reverse_pred: false,
         });
-        self.e.push(
-            Engine::Vector,
-            op,
-            &[src.slot, pred.slot, dst.slot],
-            &[dst.slot],
-        );
+        self.e
+            .push(Engine::Vector, op, &[src.slot, pred.slot, dst.slot], &[dst.slot]);
     }
 
     /// VectorE `dst = 1/src`.
@@ -264,13 +252,7 @@ impl Kit<'_> {
     }
 }
 
-fn ts(
-    dst: AccessPattern,
-    src: AccessPattern,
-    op: AluOp,
-    operand: ScalarOperand,
-    reverse: bool,
-) -> Op {
+fn ts(dst: AccessPattern, src: AccessPattern, op: AluOp, operand: ScalarOperand, reverse: bool) -> Op {
     Op::TensorScalar(TensorScalar {
         dst,
         src,
@@ -423,13 +405,7 @@ fn wrap_narrow(kit: &mut Kit, r: T, out: DType) -> Result<T, LowerError> {
     };
     let w = kit.tmp(DType::I32)?;
     if sign == 0 {
-        kit.bin(
-            Engine::Vector,
-            w,
-            r.into(),
-            X::Imm(mask as f64),
-            AluOp::BitwiseAnd,
-        )?;
+        kit.bin(Engine::Vector, w, r.into(), X::Imm(mask as f64), AluOp::BitwiseAnd)?;
     } else {
         kit.bin2(
             Engine::Vector,
@@ -440,13 +416,7 @@ fn wrap_narrow(kit: &mut Kit, r: T, out: DType) -> Result<T, LowerError> {
             AluOp::BitwiseXor,
             X::Imm(sign as f64),
         )?;
-        kit.bin(
-            Engine::Gpsimd,
-            w,
-            w.into(),
-            X::Imm(sign as f64),
-            AluOp::Subtract,
-        )?;
+        kit.bin(Engine::Gpsimd, w, w.into(), X::Imm(sign as f64), AluOp::Subtract)?;
     }
     Ok(w)
 }
@@ -489,11 +459,7 @@ impl Arg {
 }
 
 /// Argument `pos`/`name` as a tensor or scalar (`None` if absent or None).
-pub(super) fn arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-) -> Result<Option<Arg>, LowerError> {
+pub(super) fn arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<Arg>, LowerError> {
     Ok(match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => None,
         Some(Value::Tensor(t)) => Some(Arg::Tensor(t.clone(), req.tensor(t)?.clone())),
@@ -533,12 +499,8 @@ pub(super) fn output(
 ) -> Result<(String, Vec<usize>), LowerError> {
     let mut shape: Vec<usize> = Vec::new();
     for a in args {
-        shape = tile::broadcast_shapes(&shape, a.shape()).ok_or_else(|| {
-            req.invalid(format!(
-                "shapes {shape:?} and {:?} do not broadcast",
-                a.shape()
-            ))
-        })?;
+        shape = tile::broadcast_shapes(&shape, a.shape())
+            .ok_or_else(|| req.invalid(format!("shapes {shape:?} and {:?} do not broadcast", a.shape())))?;
     }
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?;
@@ -553,10 +515,7 @@ pub(super) fn output(
 
 /// Kernel inputs for the tensor args (loaded as `load`), and for each arg its position among
 /// the loaded inputs (`None` for scalars).
-pub(super) fn inputs(
-    args: &[&Arg],
-    load: impl Fn(&TensorMeta) -> DType,
-) -> (Vec<Input>, Vec<Option<usize>>) {
+pub(super) fn inputs(args: &[&Arg], load: impl Fn(&TensorMeta) -> DType) -> (Vec<Input>, Vec<Option<usize>>) {
     let mut v = Vec::new();
     let mut pos = Vec::new();
     for a in args {
@@ -581,11 +540,9 @@ pub(super) fn is_int(t: TorchDType) -> bool {
 
 /// A scalar as an exact int32 immediate.
 pub(super) fn imm_i32(req: &LowerRequest<'_>, s: Scalar) -> Result<f64, LowerError> {
-    s.as_i32().map(|v| v as f64).ok_or_else(|| {
-        req.unsupported(format!(
-            "scalar {s:?} does not fit in int32 (Trainium has no int64)"
-        ))
-    })
+    s.as_i32()
+        .map(|v| v as f64)
+        .ok_or_else(|| req.unsupported(format!("scalar {s:?} does not fit in int32 (Trainium has no int64)")))
 }
 
 /// The operand for a Python scalar used in `dt` arithmetic: PyTorch casts it to the common dtype
@@ -607,15 +564,7 @@ pub(super) fn scalar_in(kit: &mut Kit, s: Scalar, dt: DType) -> Result<X, LowerE
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let base = req.op.split('.').next().unwrap_or("");
     match base {
-        "maximum" | "minimum" => lower_maxmin(
-            req,
-            target,
-            if base == "maximum" {
-                AluOp::Max
-            } else {
-                AluOp::Min
-            },
-        ),
+        "maximum" | "minimum" => lower_maxmin(req, target, if base == "maximum" { AluOp::Max } else { AluOp::Min }),
         "bitwise_and" => lower_bitwise(req, target, AluOp::BitwiseAnd),
         "bitwise_or" => lower_bitwise(req, target, AluOp::BitwiseOr),
         "bitwise_xor" => lower_bitwise(req, target, AluOp::BitwiseXor),
@@ -645,11 +594,7 @@ fn two(req: &LowerRequest<'_>) -> Result<(Arg, Arg), LowerError> {
 
 /// `dst = a op b` on the common dtype: VectorE fp32 for float/bool, GpSimdE exact int32 for
 /// integers. Operands are cast to the common dtype by the loads. Shared by maximum/minimum.
-fn lower_maxmin(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    op: AluOp,
-) -> Result<Lowered, LowerError> {
+fn lower_maxmin(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Result<Lowered, LowerError> {
     let (a, b) = two(req)?;
     let common = common_type(req, &[&a, &b])?;
     let (out_name, out_shape) = output(req, &[&a, &b], common)?;
@@ -693,17 +638,11 @@ fn propagate_nan(kit: &mut Kit, r: T, x: T) -> Result<(), LowerError> {
 }
 
 /// Bitwise ops on integer/bool operands: VectorE bitvec on the raw bits of the common dtype.
-fn lower_bitwise(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    op: AluOp,
-) -> Result<Lowered, LowerError> {
+fn lower_bitwise(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Result<Lowered, LowerError> {
     let (a, b) = two(req)?;
     let common = common_type(req, &[&a, &b])?;
     if promote::category(common) > Category::Integer {
-        return Err(req.invalid(format!(
-            "bitwise ops take integer or bool operands, got {common}"
-        )));
+        return Err(req.invalid(format!("bitwise ops take integer or bool operands, got {common}")));
     }
     let (out_name, out_shape) = output(req, &[&a, &b], common)?;
     let work = dev(req, common)?;
@@ -737,11 +676,7 @@ fn lower_bitwise(
 
 /// Logical ops: truthiness of each operand (NaN is true), bool result. VectorE reads each input
 /// in its own dtype as fp32 (a nonzero int32 stays nonzero in fp32).
-fn lower_logical(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    op: AluOp,
-) -> Result<Lowered, LowerError> {
+fn lower_logical(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Result<Lowered, LowerError> {
     let (a, b) = two(req)?;
     if !matches!(b, Arg::Tensor(..)) {
         return Err(req.invalid("`other` must be a tensor".into()));
@@ -892,18 +827,17 @@ fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         &k,
         |_| Ok(()),
         |kit, t, _| {
-            let get =
-                |kit: &mut Kit, p: Option<usize>, s: Option<Scalar>| -> Result<T, LowerError> {
-                    match (p, s) {
-                        (Some(p), _) => Ok(t[p]),
-                        (None, Some(s)) => {
-                            let r = kit.tmp(work)?;
-                            kit.memset(Engine::Vector, r, s.as_f64())?;
-                            Ok(r)
-                        }
-                        _ => Err(req.invalid("where operand missing".into())),
+            let get = |kit: &mut Kit, p: Option<usize>, s: Option<Scalar>| -> Result<T, LowerError> {
+                match (p, s) {
+                    (Some(p), _) => Ok(t[p]),
+                    (None, Some(s)) => {
+                        let r = kit.tmp(work)?;
+                        kit.memset(Engine::Vector, r, s.as_f64())?;
+                        Ok(r)
                     }
-                };
+                    _ => Err(req.invalid("where operand missing".into())),
+                }
+            };
             let ta = get(kit, pos[1], sa)?;
             let tb = get(kit, pos[2], sb)?;
             let r = kit.tmp(work)?;
@@ -1007,15 +941,7 @@ fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 let x = t[0];
                 let r = kit.tmp(i32t)?;
                 // r = x·0 + 1 (exact on the int32 path)
-                kit.bin2(
-                    g,
-                    r,
-                    x,
-                    AluOp::Multiply,
-                    X::Imm(0.0),
-                    AluOp::Add,
-                    X::Imm(1.0),
-                )?;
+                kit.bin2(g, r, x, AluOp::Multiply, X::Imm(0.0), AluOp::Add, X::Imm(1.0))?;
                 let sq = kit.tmp(i32t)?;
                 kit.copy(g, sq, x);
                 let mut e = e;
@@ -1053,15 +979,7 @@ fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let base = kit.tmp(i32t)?;
             kit.copy(g, base, sq);
             let r = kit.tmp(i32t)?;
-            kit.bin2(
-                g,
-                r,
-                e,
-                AluOp::Multiply,
-                X::Imm(0.0),
-                AluOp::Add,
-                X::Imm(1.0),
-            )?;
+            kit.bin2(g, r, e, AluOp::Multiply, X::Imm(0.0), AluOp::Add, X::Imm(1.0))?;
             let bit = kit.tmp(i32t)?;
             let m = kit.tmp(i32t)?;
             for k in 0..31 {
@@ -1095,15 +1013,7 @@ fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 AluOp::BitwiseAnd,
                 X::Imm(1.0),
             )?;
-            kit.bin2(
-                g,
-                tmp,
-                bit,
-                AluOp::Multiply,
-                X::Imm(-2.0),
-                AluOp::Add,
-                X::Imm(1.0),
-            )?;
+            kit.bin2(g, tmp, bit, AluOp::Multiply, X::Imm(-2.0), AluOp::Add, X::Imm(1.0))?;
             kit.bin(g, sp, base.into(), X::Imm(-1.0), AluOp::IsEqual)?;
             kit.bin(g, tmp, tmp.into(), sp.into(), AluOp::Multiply)?;
             kit.bin(g, sp, base.into(), X::Imm(1.0), AluOp::IsEqual)?;
@@ -1150,19 +1060,10 @@ enum DivMode {
 ///   Checked bit-exact against Rust's `%`, `/`, `trunc` on fp32 values spread over the whole
 ///   exponent range (unit tests).
 /// * `rounding_mode=None` is true division: binary.rs's `div` lowering.
-fn lower_divmod(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    mode: Option<DivMode>,
-) -> Result<Lowered, LowerError> {
+fn lower_divmod(req: &LowerRequest<'_>, target: TargetName, mode: Option<DivMode>) -> Result<Lowered, LowerError> {
     let mode = match mode {
         Some(m) => m,
-        None => match req
-            .call
-            .kwargs
-            .get("rounding_mode")
-            .or_else(|| req.call.args.get(2))
-        {
+        None => match req.call.kwargs.get("rounding_mode").or_else(|| req.call.args.get(2)) {
             Some(Value::Str(s)) if s == "trunc" => DivMode::Trunc,
             Some(Value::Str(s)) if s == "floor" => DivMode::Floor,
             None | Some(Value::None(_)) => {
@@ -1263,12 +1164,7 @@ fn int_divmod(kit: &mut Kit, a: T, b: T, mode: DivMode) -> Result<T, LowerError>
     // Floor corrections: s = b < 0.
     let s = kit.tmp(i32t)?;
     kit.bin(g, s, b.into(), zero, AluOp::IsLt)?;
-    let (u1, u2, nf, pf) = (
-        kit.tmp(i32t)?,
-        kit.tmp(i32t)?,
-        kit.tmp(i32t)?,
-        kit.tmp(i32t)?,
-    );
+    let (u1, u2, nf, pf) = (kit.tmp(i32t)?, kit.tmp(i32t)?, kit.tmp(i32t)?, kit.tmp(i32t)?);
     for _ in 0..2 {
         // nf = b > 0 ? r < 0 : r > 0
         kit.bin(g, u1, r.into(), zero, AluOp::IsLt)?;
@@ -1332,15 +1228,7 @@ fn trunc_f32(kit: &mut Kit, n: T, x: T) -> Result<(), LowerError> {
     let ax = kit.tmp(DType::F32)?;
     kit.bin(v, ax, x.into(), X::Imm(0.0), AluOp::Abs)?;
     let t = kit.tmp(DType::F32)?;
-    kit.bin2(
-        v,
-        t,
-        ax,
-        AluOp::Add,
-        X::Imm(TWO23),
-        AluOp::Subtract,
-        X::Imm(TWO23),
-    )?;
+    kit.bin2(v, t, ax, AluOp::Add, X::Imm(TWO23), AluOp::Subtract, X::Imm(TWO23))?;
     let gt = kit.tmp(DType::F32)?;
     kit.bin(v, gt, t.into(), ax.into(), AluOp::IsGt)?;
     kit.bin(v, t, t.into(), gt.into(), AluOp::Subtract)?;
@@ -1439,25 +1327,9 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
         let m = kit.mark();
         let t1 = kit.tmp(f)?;
         kit.bin2(v, sc, b, AluOp::Abs, zero, AluOp::IsLt, X::Imm(small))?;
-        kit.bin2(
-            v,
-            sc,
-            sc,
-            AluOp::Multiply,
-            X::Imm(big),
-            AluOp::Max,
-            X::Imm(1.0),
-        )?;
+        kit.bin2(v, sc, sc, AluOp::Multiply, X::Imm(big), AluOp::Max, X::Imm(1.0))?;
         kit.bin2(v, t1, b, AluOp::Abs, zero, AluOp::IsGt, X::Imm(big))?;
-        kit.bin2(
-            v,
-            t1,
-            t1,
-            AluOp::Multiply,
-            X::Imm(-1.0),
-            AluOp::Add,
-            X::Imm(1.0),
-        )?;
+        kit.bin2(v, t1, t1, AluOp::Multiply, X::Imm(-1.0), AluOp::Add, X::Imm(1.0))?;
         kit.bin(v, t1, t1.into(), X::Imm(small), AluOp::Max)?;
         kit.bin(v, sc, sc.into(), t1.into(), AluOp::Multiply)?;
         kit.bin(v, rbs, b.into(), sc.into(), AluOp::Multiply)?;
@@ -1479,15 +1351,7 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
         residual_f32(kit, tmp, x, q, bh, bl, b)?;
         est(kit, tmp, tmp)?;
         kit.bin(v, tmp, q.into(), tmp.into(), AluOp::Add)?;
-        kit.bin2(
-            v,
-            pred,
-            q,
-            AluOp::Abs,
-            zero,
-            AluOp::IsLe,
-            X::Imm(f32::MAX as f64),
-        )?;
+        kit.bin2(v, pred, q, AluOp::Abs, zero, AluOp::IsLe, X::Imm(f32::MAX as f64))?;
         kit.copy_pred(q, tmp, pred);
         Ok(())
     };
@@ -1509,15 +1373,7 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
     // r = fmod(a, b) exactly: per stage divisor d, repeated n = trunc(r / d), r = r − n·d (exact).
     let (m1, bk) = (kit.tmp(f)?, kit.tmp(f)?);
     // M = 2^75 for |b| < 2^-30, 2^32 for |b| < 2, else 1 (as max(1, c₂·2^32, c₁·2^75)).
-    kit.bin2(
-        v,
-        m1,
-        b,
-        AluOp::Abs,
-        zero,
-        AluOp::IsLt,
-        X::Imm(2f64.powi(-30)),
-    )?;
+    kit.bin2(v, m1, b, AluOp::Abs, zero, AluOp::IsLt, X::Imm(2f64.powi(-30)))?;
     kit.bin2(
         v,
         m1,
@@ -1584,13 +1440,7 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
         X::Imm(i32::MAX as f64),
         AluOp::BitwiseAnd,
     )?;
-    kit.bin(
-        v,
-        r.view(i),
-        r.view(i).into(),
-        w.view(i).into(),
-        AluOp::BitwiseOr,
-    )?;
+    kit.bin(v, r.view(i), r.view(i).into(), w.view(i).into(), AluOp::BitwiseOr)?;
     if mode == DivMode::Fmod {
         return Ok(r);
     }
@@ -1710,34 +1560,10 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
     // Range scaling: s = 2^64 for mx < 2^-64, 2^-64 for mx > 2^64 (exact, same for both).
     let big = 2f64.powi(64);
     let small = 2f64.powi(-64);
-    kit.bin2(
-        v,
-        w,
-        mx,
-        AluOp::IsLt,
-        X::Imm(small),
-        AluOp::Multiply,
-        X::Imm(big),
-    )?;
+    kit.bin2(v, w, mx, AluOp::IsLt, X::Imm(small), AluOp::Multiply, X::Imm(big))?;
     kit.bin(v, w, w.into(), X::Imm(1.0), AluOp::Max)?;
-    kit.bin2(
-        v,
-        tt,
-        mx,
-        AluOp::IsGt,
-        X::Imm(big),
-        AluOp::Multiply,
-        X::Imm(-1.0),
-    )?;
-    kit.bin2(
-        v,
-        tt,
-        tt,
-        AluOp::Add,
-        X::Imm(1.0),
-        AluOp::Max,
-        X::Imm(small),
-    )?;
+    kit.bin2(v, tt, mx, AluOp::IsGt, X::Imm(big), AluOp::Multiply, X::Imm(-1.0))?;
+    kit.bin2(v, tt, tt, AluOp::Add, X::Imm(1.0), AluOp::Max, X::Imm(small))?;
     kit.bin(v, w, w.into(), tt.into(), AluOp::Multiply)?;
     kit.bin(v, mn, mn.into(), w.into(), AluOp::Multiply)?;
     kit.bin(v, mx, mx.into(), w.into(), AluOp::Multiply)?;
@@ -1755,30 +1581,12 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
     kit.act(ActFunc::Arctan, a, tt, 1.0);
     // π/2 − a where |y| > |x|
     kit.bin(v, pred, ay.into(), ax.into(), AluOp::IsGt)?;
-    kit.bin(
-        v,
-        w,
-        X::Imm(std::f64::consts::FRAC_PI_2),
-        a.into(),
-        AluOp::Subtract,
-    )?;
+    kit.bin(v, w, X::Imm(std::f64::consts::FRAC_PI_2), a.into(), AluOp::Subtract)?;
     kit.copy_pred(a, w, pred);
     // π − a where x's sign bit is set
     let i = DType::I32;
-    kit.bin(
-        v,
-        mn.view(i),
-        x.view(i).into(),
-        X::Imm(31.0),
-        AluOp::LogicalShiftRight,
-    )?;
-    kit.bin(
-        v,
-        w,
-        X::Imm(std::f64::consts::PI),
-        a.into(),
-        AluOp::Subtract,
-    )?;
+    kit.bin(v, mn.view(i), x.view(i).into(), X::Imm(31.0), AluOp::LogicalShiftRight)?;
+    kit.bin(v, w, X::Imm(std::f64::consts::PI), a.into(), AluOp::Subtract)?;
     kit.copy_pred(a, w, mn.view(DType::U32));
     // The sign bit of y.
     kit.bin(
@@ -1795,13 +1603,7 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
         X::Imm(i32::MAX as f64),
         AluOp::BitwiseAnd,
     )?;
-    kit.bin(
-        v,
-        a.view(i),
-        a.view(i).into(),
-        mn.view(i).into(),
-        AluOp::BitwiseOr,
-    )?;
+    kit.bin(v, a.view(i), a.view(i).into(), mn.view(i).into(), AluOp::BitwiseOr)?;
     Ok(a)
 }
 
@@ -1828,13 +1630,7 @@ mod tests {
         run_on(Executor::new(TargetName::Trn1), op, args, out, n)
     }
 
-    fn run_on(
-        exec: Executor,
-        op: &'static str,
-        args: Vec<In>,
-        out: TorchDType,
-        n: usize,
-    ) -> Vec<u32> {
+    fn run_on(exec: Executor, op: &'static str, args: Vec<In>, out: TorchDType, n: usize) -> Vec<u32> {
         let mut tensors = BTreeMap::new();
         let mut host = BTreeMap::new();
         let mut call_args = Vec::new();
@@ -1908,17 +1704,12 @@ mod tests {
         ];
         let b: Vec<i32> = vec![3, 3, 1, -7, 2, 2, 2, 2, -2, -2, 5, 3, 3, -10_000];
         let n = a.len();
-        let floor =
-            |x: i32, y: i32| x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 };
+        let floor = |x: i32, y: i32| x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 };
         type Reference = fn(i32, i32) -> i32;
         let fmod: Reference = |x, y| x % y;
         let remainder: Reference = |x, y| {
             let r = x % y;
-            if r != 0 && (r < 0) != (y < 0) {
-                r + y
-            } else {
-                r
-            }
+            if r != 0 && (r < 0) != (y < 0) { r + y } else { r }
         };
         for (op, want) in [("fmod.Tensor", fmod), ("remainder.Tensor", remainder)] {
             let got = run(op, vec![In::I32(a.clone()), In::I32(b.clone())], I32, n);
@@ -1934,13 +1725,7 @@ mod tests {
             tensors.push(In::S(Value::Str(mode.into())));
             let got = run("div.Tensor_mode", tensors, I32, n);
             for k in 0..n {
-                assert_eq!(
-                    got[k] as i32,
-                    want(a[k], b[k]),
-                    "div {mode} ({}, {})",
-                    a[k],
-                    b[k]
-                );
+                assert_eq!(got[k] as i32, want(a[k], b[k]), "div {mode} ({}, {})", a[k], b[k]);
             }
         }
     }
@@ -1982,12 +1767,7 @@ mod tests {
             -f32::INFINITY,
         ];
         let n = a.len();
-        let got = run(
-            "fmod.Tensor",
-            vec![In::F32(a.clone()), In::F32(b.clone())],
-            F32,
-            n,
-        );
+        let got = run("fmod.Tensor", vec![In::F32(a.clone()), In::F32(b.clone())], F32, n);
         for k in 0..n {
             let (g, w) = (f32::from_bits(got[k]), a[k] % b[k]);
             assert!(
@@ -1997,12 +1777,7 @@ mod tests {
                 b[k]
             );
         }
-        let got = run(
-            "remainder.Tensor",
-            vec![In::F32(a.clone()), In::F32(b.clone())],
-            F32,
-            n,
-        );
+        let got = run("remainder.Tensor", vec![In::F32(a.clone()), In::F32(b.clone())], F32, n);
         for k in 0..n {
             let m = a[k] % b[k];
             let w = if m != 0.0 && (m < 0.0) != (b[k] < 0.0) {
@@ -2064,12 +1839,7 @@ mod tests {
     fn compare_int32_exactly_and_where_selects_bits() {
         let a: Vec<i32> = vec![16_777_217, 16_777_216, -2_147_483_648, 5];
         let b: Vec<i32> = vec![16_777_216, 16_777_217, -2_147_483_647, 5];
-        let got = run(
-            "gt.Tensor",
-            vec![In::I32(a.clone()), In::I32(b.clone())],
-            Bool,
-            4,
-        );
+        let got = run("gt.Tensor", vec![In::I32(a.clone()), In::I32(b.clone())], Bool, 4);
         assert_eq!(got, vec![1, 0, 0, 0]);
         let got = run(
             "eq.Scalar",
@@ -2078,22 +1848,13 @@ mod tests {
             4,
         );
         assert_eq!(got, vec![1, 0, 0, 0]);
-        let got = run(
-            "lt.Scalar",
-            vec![In::I32(a), In::S(Value::Int(1 << 40))],
-            Bool,
-            4,
-        );
+        let got = run("lt.Scalar", vec![In::I32(a), In::S(Value::Int(1 << 40))], Bool, 4);
         assert_eq!(got, vec![1, 1, 1, 1], "an int64 scalar beyond int32");
         let x = vec![f32::INFINITY, f32::NAN, -0.0, 1.0];
         let y = vec![f32::NAN, 2.0, f32::NEG_INFINITY, -0.0];
         let got = run(
             "where.self",
-            vec![
-                In::Bool(vec![true, false, true, false]),
-                In::F32(x),
-                In::F32(y),
-            ],
+            vec![In::Bool(vec![true, false, true, false]), In::F32(x), In::F32(y)],
             F32,
             4,
         );
@@ -2142,12 +1903,7 @@ mod tests {
             -1e-38,
             1.0,
         ];
-        let got = run(
-            "atan2",
-            vec![In::F32(y.clone()), In::F32(x.clone())],
-            F32,
-            y.len(),
-        );
+        let got = run("atan2", vec![In::F32(y.clone()), In::F32(x.clone())], F32, y.len());
         for k in 0..y.len() {
             let (g, w) = (f32::from_bits(got[k]), y[k].atan2(x[k]));
             assert!(
@@ -2167,10 +1923,7 @@ mod tests {
         let got = run("clamp", vec![In::F32(a.clone()), f(-1.0), f(1.0)], F32, 4);
         assert!(f32::from_bits(got[0]).is_nan());
         assert_eq!(
-            got[1..]
-                .iter()
-                .map(|&b| f32::from_bits(b))
-                .collect::<Vec<_>>(),
+            got[1..].iter().map(|&b| f32::from_bits(b)).collect::<Vec<_>>(),
             vec![-1.0, 0.5, 1.0]
         );
         let got = run(
@@ -2226,13 +1979,7 @@ mod tests {
         let a = vec![f32::NAN, 1.0, 2.0];
         let b = vec![0.0, f32::NAN, 3.0];
         for op in ["maximum", "minimum"] {
-            let got = run_on(
-                exec(),
-                op,
-                vec![In::F32(a.clone()), In::F32(b.clone())],
-                F32,
-                3,
-            );
+            let got = run_on(exec(), op, vec![In::F32(a.clone()), In::F32(b.clone())], F32, 3);
             assert!(
                 f32::from_bits(got[0]).is_nan() && f32::from_bits(got[1]).is_nan(),
                 "{op}"
@@ -2255,14 +2002,8 @@ mod tests {
     fn narrow_int_results_wrap_like_pytorch() {
         let run_u8 = |op: &'static str, a: Vec<u8>, e: i64| {
             let mut tensors = BTreeMap::new();
-            tensors.insert(
-                "input.0".to_string(),
-                TensorMeta::contiguous(U8, &[a.len()]),
-            );
-            tensors.insert(
-                "output.0".to_string(),
-                TensorMeta::contiguous(U8, &[a.len()]),
-            );
+            tensors.insert("input.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
+            tensors.insert("output.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
             let call = OpCall {
                 args: vec![Value::Tensor("input.0".into()), Value::Int(e)],
                 kwargs: BTreeMap::new(),
@@ -2274,9 +2015,7 @@ mod tests {
                 tensors: &tensors,
                 outputs: &outputs,
             };
-            let p = super::super::lower_request(&req, TargetName::Trn1)
-                .unwrap()
-                .program;
+            let p = super::super::lower_request(&req, TargetName::Trn1).unwrap().program;
             let mut host = BTreeMap::new();
             host.insert(
                 "input.0".to_string(),
@@ -2286,11 +2025,7 @@ mod tests {
                     data: a.clone(),
                 },
             );
-            Executor::new(TargetName::Trn1)
-                .run(&p, &host)
-                .unwrap()
-                .outputs["output.0"]
-                .bits()
+            Executor::new(TargetName::Trn1).run(&p, &host).unwrap().outputs["output.0"].bits()
         };
         let a = vec![3u8, 200, 17, 255];
         let got = run_u8("pow.Tensor_Scalar", a.clone(), 7);
@@ -2300,14 +2035,10 @@ mod tests {
 
     /// Deterministic fp32 values across the whole exponent range (an LCG; no RNG dependency).
     fn spread(n: usize, seed: u64) -> Vec<f32> {
-        let mut st = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        let mut st = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                st = st
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let bits = (st >> 32) as u32;
                 let e = ((bits >> 23) & 0xFF) % 254 + 1; // finite, normal
                 let e = if bits & 0x100 == 0 { 96 + e % 64 } else { e }; // half of them near 1
@@ -2322,12 +2053,7 @@ mod tests {
         let a = spread(n, 11);
         let b = spread(n, 12);
         let same = |g: f32, w: f32| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
-        let got = run(
-            "fmod.Tensor",
-            vec![In::F32(a.clone()), In::F32(b.clone())],
-            F32,
-            n,
-        );
+        let got = run("fmod.Tensor", vec![In::F32(a.clone()), In::F32(b.clone())], F32, n);
         let bad: Vec<_> = (0..n)
             .filter(|&k| !same(f32::from_bits(got[k]), a[k] % b[k]))
             .map(|k| (a[k], b[k], f32::from_bits(got[k])))
@@ -2343,8 +2069,7 @@ mod tests {
         let got = run("div.Tensor_mode", args, F32, n);
         let bad: Vec<_> = (0..n)
             .filter(|&k| {
-                !same(f32::from_bits(got[k]), (a[k] / b[k]).trunc())
-                    && f32::from_bits(got[k]) != (a[k] / b[k]).trunc()
+                !same(f32::from_bits(got[k]), (a[k] / b[k]).trunc()) && f32::from_bits(got[k]) != (a[k] / b[k]).trunc()
             })
             .map(|k| (a[k], b[k], f32::from_bits(got[k])))
             .collect();

@@ -45,11 +45,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         out_dtype: TorchDType::Bool,
         out_shape,
     };
-    let scalar = if let Arg::Scalar(s) = b {
-        Some(s)
-    } else {
-        None
-    };
+    let scalar = if let Arg::Scalar(s) = b { Some(s) } else { None };
     // Integer scalar outside int32: ±2^32 on VectorE (see the module doc).
     let wide = match (int, scalar) {
         (true, Some(s)) if s.as_i32().is_none() => Some(if s.as_f64() > 0.0 {

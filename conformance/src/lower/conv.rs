@@ -39,8 +39,7 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
-    TargetName, TensorCopy,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName, TensorCopy,
 };
 
 /// One spatial dim of the equivalent direct convolution.
@@ -92,12 +91,7 @@ pub(crate) struct Conv {
     pub(crate) dims: [SDim; 3],
 }
 
-pub(crate) fn ints(
-    req: &LowerRequest<'_>,
-    i: usize,
-    name: &str,
-    n: usize,
-) -> Result<Vec<usize>, LowerError> {
+pub(crate) fn ints(req: &LowerRequest<'_>, i: usize, name: &str, n: usize) -> Result<Vec<usize>, LowerError> {
     let v = match req.call.arg(i, name) {
         Some(Value::Ints(v)) => v.clone(),
         Some(Value::Int(x)) => vec![*x],
@@ -111,18 +105,11 @@ pub(crate) fn ints(
     match v.len() {
         1 => Ok(vec![v[0]; n]),
         l if l == n => Ok(v),
-        _ => Err(req.invalid(format!(
-            "`{name}` has {} entries for {n} spatial dims",
-            v.len()
-        ))),
+        _ => Err(req.invalid(format!("`{name}` has {} entries for {n} spatial dims", v.len()))),
     }
 }
 
-pub(crate) fn tensor(
-    req: &LowerRequest<'_>,
-    i: usize,
-    name: &str,
-) -> Result<Option<(String, TensorMeta)>, LowerError> {
+pub(crate) fn tensor(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<Option<(String, TensorMeta)>, LowerError> {
     match req.call.arg(i, name) {
         Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.clone()))),
         None | Some(Value::None(_)) => Ok(None),
@@ -139,10 +126,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     let bias = tensor(req, 2, "bias")?;
     let nd = input.1.shape.len();
     if !(3..=5).contains(&nd) || weight.1.shape.len() != nd {
-        return Err(req.unsupported(format!(
-            "input {:?} / weight {:?}",
-            input.1.shape, weight.1.shape
-        )));
+        return Err(req.unsupported(format!("input {:?} / weight {:?}", input.1.shape, weight.1.shape)));
     }
     let ns = nd - 2;
     let stride = ints(req, 3, "stride", ns)?;
@@ -159,10 +143,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     };
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?.clone();
-    for t in [&input.1, &weight.1]
-        .into_iter()
-        .chain(bias.as_ref().map(|b| &b.1))
-    {
+    for t in [&input.1, &weight.1].into_iter().chain(bias.as_ref().map(|b| &b.1)) {
         if t.dtype != out_meta.dtype {
             return Err(req.invalid(format!("mixed dtypes {} / {}", t.dtype, out_meta.dtype)));
         }
@@ -177,8 +158,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     } else {
         (ws[1], ws[0] / groups)
     };
-    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin)
-    {
+    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin) {
         return Err(req.invalid(format!(
             "channels: input {:?}, weight {ws:?}, groups {groups}",
             input.1.shape
@@ -186,20 +166,11 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     }
     let mut dims = [SDim::UNIT; 3];
     for i in 0..ns {
-        let (l, k, s, p, d) = (
-            input.1.shape[2 + i],
-            ws[2 + i],
-            stride[i],
-            padding[i],
-            dilation[i],
-        );
+        let (l, k, s, p, d) = (input.1.shape[2 + i], ws[2 + i], stride[i], padding[i], dilation[i]);
         let span = d * (k - 1);
         dims[3 - ns + i] = if transposed {
-            let o = ((l as i64 - 1) * s as i64 - 2 * p as i64
-                + span as i64
-                + output_padding[i] as i64
-                + 1)
-            .max(0) as usize;
+            let o =
+                ((l as i64 - 1) * s as i64 - 2 * p as i64 + span as i64 + output_padding[i] as i64 + 1).max(0) as usize;
             SDim {
                 l,
                 o,
@@ -227,10 +198,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     let mut want = vec![batch, cout_g * groups];
     want.extend(dims[3 - ns..].iter().map(|d| d.o));
     if out_meta.shape != want {
-        return Err(req.invalid(format!(
-            "output shape {:?}, expected {want:?}",
-            out_meta.shape
-        )));
+        return Err(req.invalid(format!("output shape {:?}, expected {want:?}", out_meta.shape)));
     }
     Ok(Conv {
         input,
@@ -250,11 +218,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     lower_with(req, target, &LowerOptions::default())
 }
 
-pub fn lower_with(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    opts: &LowerOptions,
-) -> Result<Lowered, LowerError> {
+pub fn lower_with(req: &LowerRequest<'_>, target: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let c = analyze(req)?;
     Ok(Lowered::new(emit(req, &c, target, opts)?))
 }
@@ -265,9 +229,7 @@ fn valid_range(d: &SDim, v0: i64, b: usize) -> Option<(usize, usize, usize)> {
     let up = d.up as i64;
     let lo = (v0 - d.pl).max(0);
     let lo = (lo + up - 1).div_euclid(up);
-    let hi = (v0 + b as i64 - 1 - d.pl)
-        .div_euclid(up)
-        .min(d.l as i64 - 1);
+    let hi = (v0 + b as i64 - 1 - d.pl).div_euclid(up).min(d.l as i64 - 1);
     if hi < lo {
         return None;
     }
@@ -275,17 +237,10 @@ fn valid_range(d: &SDim, v0: i64, b: usize) -> Option<(usize, usize, usize)> {
     Some((lo as usize, (hi - lo + 1) as usize, pos as usize))
 }
 
-fn emit(
-    req: &LowerRequest<'_>,
-    c: &Conv,
-    target_name: TargetName,
-    opts: &LowerOptions,
-) -> Result<Program, LowerError> {
+fn emit(req: &LowerRequest<'_>, c: &Conv, target_name: TargetName, opts: &LowerOptions) -> Result<Program, LowerError> {
     let target = target_name.params();
     let mut program = Program::new(target_name);
-    let dev = |d: TorchDType| {
-        device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")))
-    };
+    let dev = |d: TorchDType| device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")));
     let in_dev = dev(c.input.1.dtype)?;
     let out_dev = dev(c.out.1.dtype)?;
     program.declare(&c.input.0, in_dev, &c.input.1.shape, HbmRole::Input);
@@ -316,9 +271,7 @@ pub(crate) fn emit_conv(
     target: &trnsim::Target,
     opts: &LowerOptions,
 ) -> Result<(), LowerError> {
-    let dev = |d: TorchDType| {
-        device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")))
-    };
+    let dev = |d: TorchDType| device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")));
     let in_dev = dev(c.input.1.dtype)?;
     let out_dev = dev(c.out.1.dtype)?;
     if c.out.1.shape.iter().product::<usize>() == 0 {
@@ -402,11 +355,7 @@ pub(crate) fn emit_conv(
                     for ow0 in (0..dw.o).step_by(cw) {
                         let cc = cw.min(dw.o - ow0);
                         // Input windows, one per K tile.
-                        let v0 = [
-                            (od * dd.cs) as i64,
-                            (oh0 * dh.cs) as i64,
-                            (ow0 * dw.cs) as i64,
-                        ];
+                        let v0 = [(od * dd.cs) as i64, (oh0 * dh.cs) as i64, (ow0 * dw.cs) as i64];
                         let ranges = [
                             valid_range(&dd, v0[0], bd),
                             valid_range(&dh, v0[1], bh),
@@ -418,10 +367,7 @@ pub(crate) fn emit_conv(
                             let all = AccessPattern::sbuf(pe, 0, ksz, woff, vec![[1, win as i64]]);
                             e.push(
                                 Engine::Gpsimd,
-                                Op::Memset(Memset {
-                                    dst: all,
-                                    value: 0.0,
-                                }),
+                                Op::Memset(Memset { dst: all, value: 0.0 }),
                                 &[],
                                 &[win_slot],
                             );
@@ -429,9 +375,7 @@ pub(crate) fn emit_conv(
                                 let src = AccessPattern::hbm(
                                     &c.input.0,
                                     in_dev,
-                                    ((n * cin + g * c.cin_g + k0) * in_sp
-                                        + (rd.0 * dh.l + rh.0) * dw.l
-                                        + rw.0) as u64,
+                                    ((n * cin + g * c.cin_g + k0) * in_sp + (rd.0 * dh.l + rh.0) * dw.l + rw.0) as u64,
                                     ksz,
                                     in_sp as i64,
                                     vec![
@@ -460,13 +404,7 @@ pub(crate) fn emit_conv(
                             let psum_off = (bank * target.psum_bank_bytes) as u64;
                             let pslot = psum_slot(bank);
                             bank = (bank + 1) % target.psum_banks;
-                            let psum = AccessPattern::psum(
-                                DType::F32,
-                                0,
-                                msz,
-                                psum_off,
-                                vec![[1, nsz as i64]],
-                            );
+                            let psum = AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]);
                             let mut first = true;
                             for kt in 0..kt_count {
                                 let ksz = TILE_K.min(c.cin_g - kt * TILE_K);
@@ -477,30 +415,22 @@ pub(crate) fn emit_conv(
                                             let fk = |d: &SDim, i: usize| {
                                                 if d.flip { d.k - 1 - i } else { i }
                                             };
-                                            let koff = (fk(&dd, id) * dh.k + fk(&dh, ih)) * dw.k
-                                                + fk(&dw, iw);
+                                            let koff = (fk(&dd, id) * dh.k + fk(&dh, ih)) * dw.k + fk(&dw, iw);
                                             let stationary = AccessPattern::sbuf(
                                                 pe,
                                                 0,
                                                 ksz,
-                                                w_off
-                                                    + kt as u64 * w_bytes
-                                                    + (m0 * kk + koff) as u64 * esz,
+                                                w_off + kt as u64 * w_bytes + (m0 * kk + koff) as u64 * esz,
                                                 vec![[kk as i64, msz as i64]],
                                             );
-                                            let mv_off = ((id * dd.dil) * bh * bw
-                                                + (ih * dh.dil) * bw
-                                                + iw * dw.dil)
-                                                as u64;
+                                            let mv_off =
+                                                ((id * dd.dil) * bh * bw + (ih * dh.dil) * bw + iw * dw.dil) as u64;
                                             let moving = AccessPattern::sbuf(
                                                 pe,
                                                 0,
                                                 ksz,
                                                 woff + mv_off * esz,
-                                                vec![
-                                                    [(dh.cs * bw) as i64, rr as i64],
-                                                    [dw.cs as i64, cc as i64],
-                                                ],
+                                                vec![[(dh.cs * bw) as i64, rr as i64], [dw.cs as i64, cc as i64]],
                                             );
                                             let op = Op::NcMatmul(NcMatmul {
                                                 dst: psum.clone(),
@@ -509,12 +439,7 @@ pub(crate) fn emit_conv(
                                                 accumulate: !first,
                                             });
                                             first = false;
-                                            e.push(
-                                                Engine::Tensor,
-                                                op,
-                                                &[w_slot, win_slot],
-                                                &[pslot],
-                                            );
+                                            e.push(Engine::Tensor, op, &[w_slot, win_slot], &[pslot]);
                                         }
                                     }
                                 }
@@ -569,89 +494,36 @@ fn load_bias(e: &mut Emitter, c: &Conv, g: usize, in_dev: DType, bufs: &OutBufs)
     let Some((bname, _)) = &c.bias else { return };
     for mt in 0..c.cout_g.div_ceil(TILE_M) {
         let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
-        let src = AccessPattern::hbm(
-            bname,
-            in_dev,
-            (g * c.cout_g + m0) as u64,
-            msz,
-            1,
-            vec![[1, 1]],
-        );
-        let dst = AccessPattern::sbuf(
-            DType::F32,
-            0,
-            msz,
-            bufs.bias_off + mt as u64 * 4,
-            vec![[1, 1]],
-        );
-        e.push(
-            Engine::Dma,
-            dma(dst, src),
-            &[],
-            &[Slot {
-                offset: bufs.bias_off,
-            }],
-        );
+        let src = AccessPattern::hbm(bname, in_dev, (g * c.cout_g + m0) as u64, msz, 1, vec![[1, 1]]);
+        let dst = AccessPattern::sbuf(DType::F32, 0, msz, bufs.bias_off + mt as u64 * 4, vec![[1, 1]]);
+        e.push(Engine::Dma, dma(dst, src), &[], &[Slot { offset: bufs.bias_off }]);
     }
 }
 
 /// Evacuates an output tile's PSUM accumulator: VectorE copies it to SBUF with the cast to the
 /// output dtype (adding the bias column on the way when there is one), then one DMA writes it
 /// to its place in the HBM output.
-fn store_out_tile(
-    e: &mut Emitter,
-    c: &Conv,
-    psum: AccessPattern,
-    pslot: Slot,
-    bufs: &OutBufs,
-    t: &OutTile,
-) {
+fn store_out_tile(e: &mut Emitter, c: &Conv, psum: AccessPattern, pslot: Slot, bufs: &OutBufs, t: &OutTile) {
     let [dd, dh, dw] = c.dims;
     let out_sp = dd.o * dh.o * dw.o;
     let cout = c.cout_g * c.groups;
-    let (bias_slot, out_slot) = (
-        Slot {
-            offset: bufs.bias_off,
-        },
-        Slot {
-            offset: bufs.out_off,
-        },
-    );
-    let out_ap = AccessPattern::sbuf(
-        bufs.dev,
-        0,
-        t.msz,
-        bufs.out_off,
-        vec![[1, (t.rr * t.cc) as i64]],
-    );
+    let (bias_slot, out_slot) = (Slot { offset: bufs.bias_off }, Slot { offset: bufs.out_off });
+    let out_ap = AccessPattern::sbuf(bufs.dev, 0, t.msz, bufs.out_off, vec![[1, (t.rr * t.cc) as i64]]);
     let op = match &c.bias {
         None => Op::TensorCopy(TensorCopy {
             dst: out_ap.clone(),
             src: psum,
         }),
         Some(_) => {
-            let bias = AccessPattern::sbuf(
-                DType::F32,
-                0,
-                t.msz,
-                bufs.bias_off + t.mt as u64 * 4,
-                vec![[1, 1]],
-            );
-            ts(
-                out_ap.clone(),
-                psum,
-                AluOp::Add,
-                ScalarOperand::Tile(bias),
-                None,
-            )
+            let bias = AccessPattern::sbuf(DType::F32, 0, t.msz, bufs.bias_off + t.mt as u64 * 4, vec![[1, 1]]);
+            ts(out_ap.clone(), psum, AluOp::Add, ScalarOperand::Tile(bias), None)
         }
     };
     e.push(Engine::Vector, op, &[pslot, bias_slot], &[out_slot]);
     let dst = AccessPattern::hbm(
         &c.out.0,
         bufs.dev,
-        ((t.n * cout + t.g * c.cout_g + t.m0) * out_sp + (t.od * dh.o + t.oh0) * dw.o + t.ow0)
-            as u64,
+        ((t.n * cout + t.g * c.cout_g + t.m0) * out_sp + (t.od * dh.o + t.oh0) * dw.o + t.ow0) as u64,
         t.msz,
         out_sp as i64,
         vec![[dw.o as i64, t.rr as i64], [1, t.cc as i64]],
@@ -737,13 +609,7 @@ fn emit_im2col(
                     kk as i64,
                     vec![[(c.cin_g * kk) as i64, c.cout_g as i64]],
                 );
-                let mut dst = AccessPattern::sbuf(
-                    pe,
-                    p,
-                    cnt,
-                    w_off + kt as u64 * w_bytes,
-                    vec![[1, c.cout_g as i64]],
-                );
+                let mut dst = AccessPattern::sbuf(pe, p, cnt, w_off + kt as u64 * w_bytes, vec![[1, c.cout_g as i64]]);
                 dst.start_partition = p;
                 e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
             }
@@ -762,39 +628,27 @@ fn emit_im2col(
                             let all = AccessPattern::sbuf(pe, 0, ksz, coff, vec![[1, nsz as i64]]);
                             e.push(
                                 Engine::Gpsimd,
-                                Op::Memset(Memset {
-                                    dst: all,
-                                    value: 0.0,
-                                }),
+                                Op::Memset(Memset { dst: all, value: 0.0 }),
                                 &[],
                                 &[col_slot],
                             );
                             for (koff, ci0, cnt, p) in chunks(kt) {
                                 let [kd, kh, kw] = taps[koff];
-                                let (Some(vd), Some(vh), Some(vw)) = (
-                                    valid(&dd, kd, od, 1),
-                                    valid(&dh, kh, oh0, rr),
-                                    valid(&dw, kw, ow0, cc),
-                                ) else {
+                                let (Some(vd), Some(vh), Some(vw)) =
+                                    (valid(&dd, kd, od, 1), valid(&dh, kh, oh0, rr), valid(&dw, kw, ow0, cc))
+                                else {
                                     continue;
                                 };
-                                let at = |d: &SDim, k: usize, o: usize| {
-                                    (o * d.cs + k * d.dil) as i64 - d.pl
-                                };
-                                let (id, ih, iw) =
-                                    (at(&dd, kd, vd.0), at(&dh, kh, vh.0), at(&dw, kw, vw.0));
+                                let at = |d: &SDim, k: usize, o: usize| (o * d.cs + k * d.dil) as i64 - d.pl;
+                                let (id, ih, iw) = (at(&dd, kd, vd.0), at(&dh, kh, vh.0), at(&dw, kw, vw.0));
                                 let src = AccessPattern::hbm(
                                     &c.input.0,
                                     in_dev,
                                     ((n * cin + g * c.cin_g + ci0) * in_sp) as u64
-                                        + ((id as usize * dh.l + ih as usize) * dw.l + iw as usize)
-                                            as u64,
+                                        + ((id as usize * dh.l + ih as usize) * dw.l + iw as usize) as u64,
                                     cnt,
                                     in_sp as i64,
-                                    vec![
-                                        [(dh.cs * dw.l) as i64, vh.1 as i64],
-                                        [dw.cs as i64, vw.1 as i64],
-                                    ],
+                                    vec![[(dh.cs * dw.l) as i64, vh.1 as i64], [dw.cs as i64, vw.1 as i64]],
                                 );
                                 let mut dst = AccessPattern::sbuf(
                                     pe,
@@ -812,13 +666,7 @@ fn emit_im2col(
                             let psum_off = (bank * target.psum_bank_bytes) as u64;
                             let pslot = psum_slot(bank);
                             bank = (bank + 1) % target.psum_banks;
-                            let psum = AccessPattern::psum(
-                                DType::F32,
-                                0,
-                                msz,
-                                psum_off,
-                                vec![[1, nsz as i64]],
-                            );
+                            let psum = AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]);
                             for kt in 0..kt_count {
                                 let ksz = TILE_K.min(rows - kt * TILE_K);
                                 let stationary = AccessPattern::sbuf(

@@ -33,8 +33,8 @@ use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target,
-    TargetName, TensorCopy, TensorReduce, TensorTensor,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
+    TensorReduce, TensorTensor,
 };
 
 /// Elements per partition one grad_bias `tensor_reduce` sums.
@@ -72,9 +72,8 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     if req.op != "convolution_backward" {
         return Err(LowerError::NotLowered(req.op.to_string()));
     }
-    let required = |i: usize, name: &str| {
-        conv::tensor(req, i, name)?.ok_or_else(|| req.invalid(format!("missing `{name}`")))
-    };
+    let required =
+        |i: usize, name: &str| conv::tensor(req, i, name)?.ok_or_else(|| req.invalid(format!("missing `{name}`")));
     let grad_out = required(0, "grad_output")?;
     let input = required(1, "input")?;
     let weight = required(2, "weight")?;
@@ -121,8 +120,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     } else {
         (ws[1], ws[0] / groups)
     };
-    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin)
-    {
+    if cin_g * groups != cin || (!transposed && ws[0] % groups != 0) || (transposed && ws[0] != cin) {
         return Err(req.invalid(format!(
             "channels: input {:?}, weight {ws:?}, groups {groups}",
             input.1.shape
@@ -140,13 +138,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
         dil: 1,
     }; 3];
     for i in 0..ns {
-        let (l, k, s, p, d) = (
-            input.1.shape[2 + i],
-            ws[2 + i],
-            stride[i],
-            padding[i],
-            dilation[i],
-        );
+        let (l, k, s, p, d) = (input.1.shape[2 + i], ws[2 + i], stride[i], padding[i], dilation[i]);
         let span = (d * (k - 1)) as i64;
         let o = if transposed {
             (l as i64 - 1) * s as i64 - 2 * p as i64 + span + output_padding[i] as i64 + 1
@@ -165,10 +157,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     let mut want = vec![batch, cout_g * groups];
     want.extend(dims[3 - ns..].iter().map(|d| d.o));
     if grad_out.1.shape != want {
-        return Err(req.invalid(format!(
-            "grad_output shape {:?}, expected {want:?}",
-            grad_out.1.shape
-        )));
+        return Err(req.invalid(format!("grad_output shape {:?}, expected {want:?}", grad_out.1.shape)));
     }
     let shapes = [input.1.shape.clone(), ws.clone(), vec![cout_g * groups]];
     let mut grads: [Option<(String, TensorMeta)>; 3] = [None, None, None];
@@ -186,9 +175,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
             }
             Some(Value::None(_)) | None if !mask[i] => {}
             other => {
-                return Err(
-                    req.invalid(format!("output {i} is {other:?} with output_mask {mask:?}"))
-                );
+                return Err(req.invalid(format!("output {i} is {other:?} with output_mask {mask:?}")));
             }
         }
     }
@@ -210,11 +197,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     lower_with(req, target, &LowerOptions::default())
 }
 
-pub fn lower_with(
-    req: &LowerRequest<'_>,
-    target_name: TargetName,
-    opts: &LowerOptions,
-) -> Result<Lowered, LowerError> {
+pub fn lower_with(req: &LowerRequest<'_>, target_name: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let b = analyze(req)?;
     let target = target_name.params();
     let dev = device_dtype(b.input.1.dtype)
@@ -229,14 +212,7 @@ pub fn lower_with(
     let mut e = Emitter::new(program);
     let mut alloc = SbufAllocator::new(&target);
     if let Some(gi) = &b.grads[0] {
-        conv::emit_conv(
-            req,
-            &grad_input_conv(&b, gi),
-            &mut e,
-            &mut alloc,
-            &target,
-            opts,
-        )?;
+        conv::emit_conv(req, &grad_input_conv(&b, gi), &mut e, &mut alloc, &target, opts)?;
     }
     if let Some(gw) = &b.grads[1] {
         emit_grad_weight(req, &b, gw, &mut e, &mut alloc, &target, opts)?;
@@ -324,8 +300,7 @@ fn emit_grad_weight(
     target: &Target,
     opts: &LowerOptions,
 ) -> Result<(), LowerError> {
-    let dev =
-        device_dtype(b.input.1.dtype).ok_or_else(|| req.unsupported("no device dtype".into()))?;
+    let dev = device_dtype(b.input.1.dtype).ok_or_else(|| req.unsupported("no device dtype".into()))?;
     let pe = pe_dtype(req, b.input.1.dtype, opts)?;
     let esz = pe.size() as u64;
     // A: contracted with its channels as grad_weight's rows; B: im2col'd, channels × taps as columns.
@@ -358,10 +333,7 @@ fn emit_grad_weight(
     }
 
     let (rows_per_tile, cols_per_tile) = if a_size[2] <= TILE_K {
-        (
-            (TILE_K / a_size[2].max(1)).min(a_size[1]).max(1),
-            a_size[2].max(1),
-        )
+        ((TILE_K / a_size[2].max(1)).min(a_size[1]).max(1), a_size[2].max(1))
     } else {
         (1, TILE_K)
     };
@@ -410,30 +382,21 @@ fn emit_grad_weight(
                     let src = AccessPattern::hbm(
                         &a_tensor.0,
                         dev,
-                        ((t.n * a_ch + g * a_g + m_lo) * a_sp
-                            + (t.d * a_size[1] + t.h0) * a_size[2]
-                            + t.w0) as u64,
+                        ((t.n * a_ch + g * a_g + m_lo) * a_sp + (t.d * a_size[1] + t.h0) * a_size[2] + t.w0) as u64,
                         ksz,
                         1,
                         vec![[a_sp as i64, (m_hi - m_lo) as i64]],
                     );
-                    let dst =
-                        AccessPattern::sbuf(pe, 0, ksz, a_off, vec![[1, (m_hi - m_lo) as i64]]);
+                    let dst = AccessPattern::sbuf(pe, 0, ksz, a_off, vec![[1, (m_hi - m_lo) as i64]]);
                     e.push(Engine::Dma, dma(dst, src), &[], &[a_slot]);
                     emit_im2col_tile(
-                        e, b_tensor, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0,
-                        nsz,
+                        e, b_tensor, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0, nsz,
                     )?;
                     for mt in mts.clone() {
                         let msz = TILE_M.min(a_g - mt * TILE_M);
                         let bank = mt - mg;
-                        let psum = AccessPattern::psum(
-                            DType::F32,
-                            0,
-                            msz,
-                            bank as u64 * bank_bytes,
-                            vec![[1, nsz as i64]],
-                        );
+                        let psum =
+                            AccessPattern::psum(DType::F32, 0, msz, bank as u64 * bank_bytes, vec![[1, nsz as i64]]);
                         let stationary = AccessPattern::sbuf(
                             pe,
                             0,
@@ -441,8 +404,7 @@ fn emit_grad_weight(
                             a_off + (bank * TILE_M) as u64 * esz,
                             vec![[1, msz as i64]],
                         );
-                        let moving =
-                            AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
+                        let moving = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
                         let op = Op::NcMatmul(NcMatmul {
                             dst: psum,
                             stationary,
@@ -468,13 +430,8 @@ fn emit_grad_weight(
                             &[out_slot],
                         );
                     } else {
-                        let psum = AccessPattern::psum(
-                            DType::F32,
-                            0,
-                            msz,
-                            bank as u64 * bank_bytes,
-                            vec![[1, nsz as i64]],
-                        );
+                        let psum =
+                            AccessPattern::psum(DType::F32, 0, msz, bank as u64 * bank_bytes, vec![[1, nsz as i64]]);
                         let op = Op::TensorCopy(TensorCopy {
                             dst: out_ap.clone(),
                             src: psum,
@@ -525,11 +482,7 @@ fn emit_im2col_tile(
     let at = |d: &SDim, k: usize, o: usize| (o * d.cs + k * d.dil) as i64 - d.pl;
     for koff in 0..kk {
         // Channels b whose column b·kk + koff lies in [j0, j0 + nsz).
-        let b0 = if j0 <= koff {
-            0
-        } else {
-            (j0 - koff).div_ceil(kk)
-        };
+        let b0 = if j0 <= koff { 0 } else { (j0 - koff).div_ceil(kk) };
         let b1 = if j0 + nsz <= koff {
             0
         } else {
@@ -539,8 +492,7 @@ fn emit_im2col_tile(
             continue;
         }
         let (kd, kh, kw) = (koff / (th.k * tw.k), (koff / tw.k) % th.k, koff % tw.k);
-        let (Some(_), Some(vw)) = (tap_range(td, kd, t.d, 1), tap_range(tw, kw, t.w0, t.cols))
-        else {
+        let (Some(_), Some(vw)) = (tap_range(td, kd, t.d, 1), tap_range(tw, kw, t.w0, t.cols)) else {
             continue;
         };
         let id = at(td, kd, t.d) as usize;
@@ -583,10 +535,7 @@ fn emit_im2col_tile(
         let all = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
         e.push(
             Engine::Gpsimd,
-            Op::Memset(Memset {
-                dst: all,
-                value: 0.0,
-            }),
+            Op::Memset(Memset { dst: all, value: 0.0 }),
             &[],
             &[col_slot],
         );
@@ -658,13 +607,7 @@ fn emit_grad_bias(
                 sp as i64,
                 vec![[(cout * sp) as i64, ncount as i64], [1, len as i64]],
             );
-            let buf = AccessPattern::sbuf(
-                dev,
-                0,
-                csz,
-                buf_off,
-                vec![[len as i64, ncount as i64], [1, len as i64]],
-            );
+            let buf = AccessPattern::sbuf(dev, 0, csz, buf_off, vec![[len as i64, ncount as i64], [1, len as i64]]);
             e.push(Engine::Dma, dma(buf.clone(), src), &[], &[buf_slot]);
             let (dst, dst_slot) = if i == 0 {
                 (acc.clone(), acc_slot)
@@ -714,12 +657,7 @@ mod tests {
 
     /// A 2d `convolution_backward` call: grad_output, input, weight of these shapes, stride 1,
     /// padding 1, groups 1, the given output_mask.
-    fn lowered(
-        go: &[usize],
-        x: &[usize],
-        w: &[usize],
-        mask: [bool; 3],
-    ) -> Result<Lowered, LowerError> {
+    fn lowered(go: &[usize], x: &[usize], w: &[usize], mask: [bool; 3]) -> Result<Lowered, LowerError> {
         let meta = |shape: &[usize]| TensorMeta {
             dtype: TorchDType::F32,
             shape: shape.to_vec(),
@@ -770,26 +708,14 @@ mod tests {
     fn matmuls(p: &Program) -> Vec<&NcMatmul> {
         p.instructions
             .iter()
-            .filter_map(|i| {
-                if let Op::NcMatmul(m) = &i.op {
-                    Some(m)
-                } else {
-                    None
-                }
-            })
+            .filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None })
             .collect()
     }
 
     #[test]
     fn grad_weight_contracts_batch_and_positions_in_k_tiles() {
         // 2 batch entries × 12×12 positions: 128 / 12 = 10 rows per K tile → 2 tiles per entry.
-        let l = lowered(
-            &[2, 4, 12, 12],
-            &[2, 3, 12, 12],
-            &[4, 3, 3, 3],
-            [false, true, false],
-        )
-        .unwrap();
+        let l = lowered(&[2, 4, 12, 12], &[2, 3, 12, 12], &[4, 3, 3, 3], [false, true, false]).unwrap();
         let mms = matmuls(&l.program);
         assert_eq!(mms.len(), 4);
         assert_eq!(
@@ -819,10 +745,7 @@ mod tests {
     #[test]
     fn malformed_calls_are_typed_errors() {
         let bad_shape = lowered(&[1, 4, 5, 5], &[1, 3, 6, 6], &[4, 3, 3, 3], [true; 3]);
-        assert!(
-            matches!(bad_shape, Err(LowerError::Invalid { .. })),
-            "{bad_shape:?}"
-        );
+        assert!(matches!(bad_shape, Err(LowerError::Invalid { .. })), "{bad_shape:?}");
         let empty_kernel = lowered(&[1, 4, 8, 8], &[1, 3, 6, 6], &[4, 3, 0, 3], [true; 3]);
         assert!(
             matches!(empty_kernel, Err(LowerError::Invalid { .. })),

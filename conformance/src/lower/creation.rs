@@ -43,9 +43,9 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine,
-    HbmRole, Iota, Memset, Op, Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed,
-    TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Memset, Op,
+    Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed, TargetName, TensorCopy, TensorReduce, TensorScalar,
+    TensorTensor,
 };
 
 /// Elements per partition of one tile (scratch tiles are 4 bytes per element: 8 KiB each).
@@ -63,10 +63,7 @@ struct Buf {
 
 impl Buf {
     fn as_(self, dtype: DType) -> Buf {
-        Buf {
-            slot: self.slot,
-            dtype,
-        }
+        Buf { slot: self.slot, dtype }
     }
 
     fn flat(&self, job: &TileJob) -> AccessPattern {
@@ -119,16 +116,7 @@ impl Builder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn ts2(
-        &mut self,
-        eng: Engine,
-        job: &TileJob,
-        dst: Buf,
-        src: Buf,
-        op: AluOp,
-        v: f64,
-        op1: Option<(AluOp, f64)>,
-    ) {
+    fn ts2(&mut self, eng: Engine, job: &TileJob, dst: Buf, src: Buf, op: AluOp, v: f64, op1: Option<(AluOp, f64)>) {
         let op = Op::TensorScalar(TensorScalar {
             dst: dst.flat(job),
             src: src.flat(job),
@@ -202,12 +190,8 @@ impl Builder {
     }
 
     fn rng(&mut self, job: &TileJob, dst: Buf) {
-        self.e.push(
-            Engine::Vector,
-            Op::Rng(Rng { dst: dst.flat(job) }),
-            &[],
-            &[dst.slot],
-        );
+        self.e
+            .push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }), &[], &[dst.slot]);
     }
 
     /// A float constant into `dst` (any dtype: cast on write). NaN and ±inf are made on the
@@ -215,14 +199,7 @@ impl Builder {
     fn memset_float(&mut self, job: &TileJob, dst: Buf, v: f64) {
         if v.is_nan() {
             self.memset(job, dst.as_(DType::F32), 1e39);
-            self.ts(
-                Engine::Vector,
-                job,
-                dst,
-                dst.as_(DType::F32),
-                AluOp::Subtract,
-                1e39,
-            );
+            self.ts(Engine::Vector, job, dst, dst.as_(DType::F32), AluOp::Subtract, 1e39);
         } else if v.is_infinite() {
             self.memset(job, dst, v.signum() * 1e39);
         } else {
@@ -233,15 +210,7 @@ impl Builder {
     /// Converts `src` (holding `from` values) into `dst` (the device dtype of `to`), PyTorch's
     /// conversion rules (see the module doc). `tmp` are three scratch buffers distinct from
     /// `src` and `dst`.
-    fn convert(
-        &mut self,
-        job: &TileJob,
-        src: Buf,
-        from: TorchDType,
-        dst: Buf,
-        to: TorchDType,
-        tmp: [Buf; 3],
-    ) {
+    fn convert(&mut self, job: &TileJob, src: Buf, from: TorchDType, dst: Buf, to: TorchDType, tmp: [Buf; 3]) {
         let v = Engine::Vector;
         let [a, b, c] = tmp;
         if src.dtype == dst.dtype {
@@ -258,15 +227,7 @@ impl Builder {
             self.copy(job, c, b.as_(DType::I32));
             self.tt(v, job, b, c, a, AluOp::IsGt);
             self.tt(v, job, c, c, b, AluOp::Subtract);
-            self.ts2(
-                v,
-                job,
-                a,
-                src,
-                AluOp::IsLt,
-                0.0,
-                Some((AluOp::Multiply, -2.0)),
-            );
+            self.ts2(v, job, a, src, AluOp::IsLt, 0.0, Some((AluOp::Multiply, -2.0)));
             self.ts(v, job, a, a, AluOp::Add, 1.0);
             if dst.dtype == DType::I32 {
                 self.tt(v, job, dst, c, a, AluOp::Multiply);
@@ -325,11 +286,7 @@ fn out_meta<'a>(req: &LowerRequest<'a>, i: usize) -> Result<(&'a str, &'a Tensor
     Ok((name, req.tensor(name)?))
 }
 
-fn tensor_arg<'a>(
-    req: &LowerRequest<'a>,
-    pos: usize,
-    name: &str,
-) -> Result<(&'a str, &'a TensorMeta), LowerError> {
+fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<(&'a str, &'a TensorMeta), LowerError> {
     match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
         other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
@@ -441,18 +398,14 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         "full_like" | "fill.Scalar" => {
             let (_, input) = tensor_arg(req, 0, "self")?;
             if input.shape != meta.shape {
-                return Err(req.invalid(format!(
-                    "output shape {:?} ≠ input shape {:?}",
-                    meta.shape, input.shape
-                )));
+                return Err(req.invalid(format!("output shape {:?} ≠ input shape {:?}", meta.shape, input.shape)));
             }
             if req.op == "fill.Scalar" && input.dtype != meta.dtype {
                 return Err(req.invalid("fill_ keeps the dtype".into()));
             }
         }
         "full" => match req.call.arg(0, "size") {
-            Some(Value::Ints(s))
-                if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
+            Some(Value::Ints(s)) if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
             other => {
                 return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape)));
             }
@@ -514,10 +467,7 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     }
     let n = ((end - start) / step).ceil().max(0.0) as usize;
     if meta.shape != [n] {
-        return Err(req.invalid(format!(
-            "arange gives [{n}], the golden output is {:?}",
-            meta.shape
-        )));
+        return Err(req.invalid(format!("arange gives [{n}], the golden output is {:?}", meta.shape)));
     }
     let out_dev = dev(req, meta.dtype)?;
     let fits = |v: f64| v.fract() == 0.0 && v.abs() <= 2f64.powi(24);
@@ -538,11 +488,7 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     for job in tile::plan_tiles(contiguous_region(&meta.shape, 1), b.limits) {
         // Element (c, i…) of the job is output index base + c·ps + Σ stride·i.
         let (base, ps) = (job.base[0] as f64, job.partition_strides[0] as f64);
-        let (scale, offset, dst) = if exact {
-            (step, start, res)
-        } else {
-            (1.0, 0.0, idx)
-        };
+        let (scale, offset, dst) = if exact { (step, start, res) } else { (1.0, 0.0, idx) };
         let off = offset + base * scale;
         let cm = ps * scale;
         let pattern: Vec<[i64; 2]> = job
@@ -550,13 +496,7 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
             .iter()
             .map(|d| [(d.strides[0] as f64 * scale) as i64, d.size as i64])
             .collect();
-        if !i32_ok(off)
-            || !i32_ok(cm)
-            || !i32_ok(last)
-            || job
-                .free
-                .iter()
-                .any(|d| !i32_ok(d.strides[0] as f64 * scale))
+        if !i32_ok(off) || !i32_ok(cm) || !i32_ok(last) || job.free.iter().any(|d| !i32_ok(d.strides[0] as f64 * scale))
         {
             return Err(req.unsupported("arange values beyond int32".into()));
         }
@@ -648,12 +588,7 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         )));
     }
     let mut b = Builder::new(target);
-    b.declare(
-        src_name,
-        dev(req, src_meta.dtype)?,
-        &src_meta.shape,
-        HbmRole::Input,
-    );
+    b.declare(src_name, dev(req, src_meta.dtype)?, &src_meta.shape, HbmRole::Input);
     // `copy`'s `self` is overwritten whole: only its shape and dtype matter, it is not read.
     b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
     let strides = vec![
@@ -678,16 +613,10 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
 /// [`Lowered::values`] (known at lowering time, for `sym_*`), and rejects a program output that is
 /// not a tensor of the case. Registering this needs the runner to turn such a one-element output
 /// into the scalar value (bool → Bool, integer → Int widened from int32, float → Float).
-pub fn lower_local_scalar_dense(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn lower_local_scalar_dense(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (input, in_meta) = tensor_arg(req, 0, "self")?;
     if in_meta.shape.iter().product::<usize>() != 1 {
-        return Err(req.invalid(format!(
-            "_local_scalar_dense of a {:?} tensor",
-            in_meta.shape
-        )));
+        return Err(req.invalid(format!("_local_scalar_dense of a {:?} tensor", in_meta.shape)));
     }
     if !matches!(req.outputs, [v] if !matches!(v, Value::Tensor(_))) {
         return Err(req.invalid("_local_scalar_dense returns one scalar".into()));
@@ -723,12 +652,7 @@ fn lower_resize(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
         return Err(req.unsupported("resize_ of a non-contiguous tensor".into()));
     }
     let mut b = Builder::new(target);
-    b.declare(
-        input,
-        dev(req, in_meta.dtype)?,
-        &in_meta.shape,
-        HbmRole::Input,
-    );
+    b.declare(input, dev(req, in_meta.dtype)?, &in_meta.shape, HbmRole::Input);
     b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
     if !is_contiguous(meta) {
         // A memory format (channels_last): output element i reads storage[Σ idx·stride].
@@ -816,15 +740,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
             // Box–Muller: radius sqrt(−2·ln u₁), u₁ = (bits₂₄ + 1)·2⁻²⁴ ∈ (0, 1].
             b.rng(job, r);
             b.ts(v, job, r, r, AluOp::LogicalShiftRight, 8.0);
-            b.ts2(
-                v,
-                job,
-                u,
-                r,
-                AluOp::Add,
-                1.0,
-                Some((AluOp::Multiply, 2f64.powi(-24))),
-            );
+            b.ts2(v, job, u, r, AluOp::Add, 1.0, Some((AluOp::Multiply, 2f64.powi(-24))));
             act(&mut b, job, u, ActFunc::Log, u, 1.0, None);
             act(&mut b, job, u, ActFunc::Sqrt, u, -2.0, None);
             // Angle θ = u₂·2π − π, u₂ = bits₂₄·2⁻²⁴ ∈ [0, 1); sin θ.
@@ -842,15 +758,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 &[],
                 &[bias.slot],
             );
-            act(
-                &mut b,
-                job,
-                w,
-                ActFunc::Sin,
-                w,
-                TWO_PI_DOWN,
-                Some((bias_ap, bias.slot)),
-            );
+            act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some((bias_ap, bias.slot)));
             b.tt(v, job, res, u, w, AluOp::Multiply);
         }
         b.store(job, 0, out, res);
@@ -932,9 +840,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     let ranki = alloc_n(&mut b, out_dev, f)?;
     let bc = alloc_n(&mut b, DType::I32, n)?;
     let junk = alloc_n(&mut b, DType::I32, n)?;
-    let ap = |dtype: DType, s: Slot, elems: usize| {
-        AccessPattern::sbuf(dtype, 0, p, s.offset, vec![[1, elems as i64]])
-    };
+    let ap = |dtype: DType, s: Slot, elems: usize| AccessPattern::sbuf(dtype, 0, p, s.offset, vec![[1, elems as i64]]);
     let (v, g) = (Engine::Vector, Engine::Gpsimd);
     let ts = |dst: AccessPattern, src: AccessPattern, op: AluOp, x: f64| {
         Op::TensorScalar(TensorScalar {
@@ -981,12 +887,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     );
     b.e.push(
         g,
-        ts(
-            ap(DType::I32, k, f),
-            ap(DType::I32, k, f),
-            AluOp::Multiply,
-            n as f64,
-        ),
+        ts(ap(DType::I32, k, f), ap(DType::I32, k, f), AluOp::Multiply, n as f64),
         &[k],
         &[k],
     );
@@ -1063,14 +964,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
     }
     if rest > 0 {
-        let dst = AccessPattern::hbm(
-            out,
-            out_dev,
-            (full * f) as u64,
-            1,
-            0,
-            vec![[1, rest as i64]],
-        );
+        let dst = AccessPattern::hbm(out, out_dev, (full * f) as u64, 1, 0, vec![[1, rest as i64]]);
         let src = AccessPattern::sbuf(out_dev, full, 1, ranki.offset, vec![[1, rest as i64]]);
         b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
     }
@@ -1090,10 +984,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         return Err(req.invalid(format!("p = {p}")));
     }
     let train = !matches!(req.call.arg(2, "train"), Some(Value::Bool(false)));
-    if meta.dtype != in_meta.dtype
-        || meta.shape != in_meta.shape
-        || mask_meta.shape != in_meta.shape
-    {
+    if meta.dtype != in_meta.dtype || meta.shape != in_meta.shape || mask_meta.shape != in_meta.shape {
         return Err(req.invalid("dropout keeps shape and dtype".into()));
     }
     if !meta.dtype.is_float() {
@@ -1168,25 +1059,15 @@ mod tests {
     }
 
     impl Call {
-        fn new(
-            op: &'static str,
-            args: Vec<Value>,
-            kwargs: &[(&str, Value)],
-            tensors: &[(&str, TensorMeta)],
-        ) -> Call {
-            let tensors: BTreeMap<String, TensorMeta> = tensors
-                .iter()
-                .map(|(n, m)| (n.to_string(), m.clone()))
-                .collect();
+        fn new(op: &'static str, args: Vec<Value>, kwargs: &[(&str, Value)], tensors: &[(&str, TensorMeta)]) -> Call {
+            let tensors: BTreeMap<String, TensorMeta> =
+                tensors.iter().map(|(n, m)| (n.to_string(), m.clone())).collect();
             let outputs = tensors
                 .keys()
                 .filter(|n| n.starts_with("output."))
                 .map(|n| Value::Tensor(n.clone()))
                 .collect();
-            let kwargs = kwargs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect();
+            let kwargs = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
             Call {
                 op,
                 call: OpCall { args, kwargs },
@@ -1206,10 +1087,7 @@ mod tests {
 
         fn run(&self, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
             let l = lower(&self.req(), TargetName::Trn1).expect("lowers");
-            let inputs = inputs
-                .iter()
-                .map(|(n, t)| (n.to_string(), t.clone()))
-                .collect();
+            let inputs = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
             Executor::new(TargetName::Trn1)
                 .run(&l.program, &inputs)
                 .expect("runs")
@@ -1248,8 +1126,7 @@ mod tests {
     #[test]
     fn float_to_int_truncates_toward_zero_and_wraps() {
         let x = [
-            2.5f32, -2.5, 2.7, -2.7, 0.4, -0.4, 3.0, -3.0, 1.5e9, -1.5e9, 300.7, -3.7, 8388607.5,
-            65535.9,
+            2.5f32, -2.5, 2.7, -2.7, 0.4, -0.4, 3.0, -3.0, 1.5e9, -1.5e9, 300.7, -3.7, 8388607.5, 65535.9,
         ];
         let t = HostTensor::from_f32(&[x.len()], &x);
         let want = |w: fn(i64) -> i64| x.iter().map(|&v| w(v.trunc() as i64)).collect::<Vec<_>>();
@@ -1289,10 +1166,7 @@ mod tests {
         );
         let out = c.run(&[]);
         let again = c.run(&[]);
-        assert_eq!(
-            out["output.0"].data, again["output.0"].data,
-            "deterministic"
-        );
+        assert_eq!(out["output.0"].data, again["output.0"].data, "deterministic");
         out["output.0"].to_f32()
     }
 
@@ -1307,12 +1181,9 @@ mod tests {
         c.outputs = vec![Value::Float(crate::case::JsonFloat(-2.5))];
         let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1).unwrap();
         assert!(l.program.instructions.iter().any(|i| i.engine.is_compute()));
-        let inputs = [(
-            "input.0".to_string(),
-            HostTensor::from_f32(&[1, 1], &[-2.5]),
-        )]
-        .into_iter()
-        .collect();
+        let inputs = [("input.0".to_string(), HostTensor::from_f32(&[1, 1], &[-2.5]))]
+            .into_iter()
+            .collect();
         let out = Executor::new(TargetName::Trn1)
             .run(&l.program, &inputs)
             .unwrap()
@@ -1360,11 +1231,7 @@ mod tests {
             p.sort();
             assert_eq!(p, (0..n as i64).collect::<Vec<_>>(), "n = {n}");
             if n >= 100 {
-                let fixed = first
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, v)| *i as i64 == **v)
-                    .count();
+                let fixed = first.iter().enumerate().filter(|(i, v)| *i as i64 == **v).count();
                 assert!(fixed < 10, "n = {n}: {fixed} fixed points, not shuffled");
             }
         }

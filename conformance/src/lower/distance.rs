@@ -36,8 +36,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::{TorchDType, unravel};
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
-    TargetName, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName,
+    TensorReduce, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one `(j, k)` block of the direct form (two fp32 buffers of it).
@@ -78,11 +78,7 @@ impl Norm {
     }
 
     fn reduce_op(self) -> AluOp {
-        if self == Norm::Inf {
-            AluOp::Max
-        } else {
-            AluOp::Add
-        }
+        if self == Norm::Inf { AluOp::Max } else { AluOp::Add }
     }
 }
 
@@ -144,23 +140,13 @@ fn batch_bases(shape: &[usize], out_batch: &[usize], matrix: usize) -> Vec<usize
     (0..count)
         .map(|b| {
             let idx = unravel(b, out_batch);
-            idx.iter()
-                .zip(&strides)
-                .map(|(&i, &s)| i * s as usize)
-                .sum::<usize>()
-                * matrix
+            idx.iter().zip(&strides).map(|(&i, &s)| i * s as usize).sum::<usize>() * matrix
         })
         .collect()
 }
 
 fn f32_at(slot: Slot, partitions: usize, col: usize, free: Vec<[i64; 2]>) -> AccessPattern {
-    AccessPattern::sbuf(
-        DType::F32,
-        0,
-        partitions,
-        slot.offset + (col * 4) as u64,
-        free,
-    )
+    AccessPattern::sbuf(DType::F32, 0, partitions, slot.offset + (col * 4) as u64, free)
 }
 
 fn ts(dst: AccessPattern, src: AccessPattern, op0: AluOp, a: f64, op1: Option<(AluOp, f64)>) -> Op {
@@ -189,9 +175,7 @@ pub fn lower_cdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
         None | Some(Value::None(_)) => 0,
         Some(Value::Int(i)) if (0..=2).contains(i) => *i,
         Some(v) => {
-            return Err(req.invalid(format!(
-                "`compute_mode` is {v:?}: possible modes are 0, 1, 2"
-            )));
+            return Err(req.invalid(format!("`compute_mode` is {v:?}: possible modes are 0, 1, 2")));
         }
     };
     let out = req.output_tensor(0)?;
@@ -200,9 +184,7 @@ pub fn lower_cdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
     }
     let (s1, s2) = (&req.tensor(x1)?.shape, &req.tensor(x2)?.shape);
     if s1.len() < 2 || s2.len() < 2 {
-        return Err(req.invalid(format!(
-            "cdist needs at least 2-d operands, got {s1:?} and {s2:?}"
-        )));
+        return Err(req.invalid(format!("cdist needs at least 2-d operands, got {s1:?} and {s2:?}")));
     }
     let (r1, m) = (s1[s1.len() - 2], s1[s1.len() - 1]);
     let (r2, m2) = (s2[s2.len() - 2], s2[s2.len() - 1]);
@@ -214,10 +196,7 @@ pub fn lower_cdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
         .ok_or_else(|| req.invalid(format!("batch dims {b1:?} and {b2:?} do not broadcast")))?;
     let want: Vec<usize> = out_batch.iter().copied().chain([r1, r2]).collect();
     if req.tensor(out)?.shape != want {
-        return Err(req.invalid(format!(
-            "output shape {:?}, expected {want:?}",
-            req.tensor(out)?.shape
-        )));
+        return Err(req.invalid(format!("output shape {:?}, expected {want:?}", req.tensor(out)?.shape)));
     }
     let pairs = Pairs {
         x1,
@@ -239,9 +218,8 @@ pub fn lower_cdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
     if pairs.batch * r1 * r2 == 0 {
         return Ok(Lowered::new(e.finish()));
     }
-    let matmul_form = norm == Norm::Two
-        && m > 0
-        && (mode == 1 || (mode == 0 && (r1 > MM_ROW_THRESHOLD || r2 > MM_ROW_THRESHOLD)));
+    let matmul_form =
+        norm == Norm::Two && m > 0 && (mode == 1 || (mode == 0 && (r1 > MM_ROW_THRESHOLD || r2 > MM_ROW_THRESHOLD)));
     if matmul_form {
         emit_euclidean_matmul(&mut e, &pairs, target)?;
     } else {
@@ -271,8 +249,7 @@ pub fn lower_pdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
     }
     let mut e = Emitter::new(Program::new(target));
     e.program.declare(x, DType::F32, shape, HbmRole::Input);
-    e.program
-        .declare(out, DType::F32, &[pairs_count], HbmRole::Output);
+    e.program.declare(out, DType::F32, &[pairs_count], HbmRole::Output);
     if pairs_count == 0 {
         return Ok(Lowered::new(e.finish()));
     }
@@ -292,13 +269,7 @@ pub fn lower_pdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
 }
 
 /// The direct form (module doc). Output rows `g = b·r1 + i` are processed 128 at a time.
-fn emit_direct(
-    e: &mut Emitter,
-    d: &Pairs<'_>,
-    norm: Norm,
-    store: Store,
-    target: TargetName,
-) -> Result<(), LowerError> {
+fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target: TargetName) -> Result<(), LowerError> {
     let t = target.params();
     let parts = t.partitions;
     let mut alloc = SbufAllocator::new(&t);
@@ -317,11 +288,7 @@ fn emit_direct(
     } else {
         None
     };
-    let part = if k_chunks > 1 {
-        Some(slot(jc_max)?)
-    } else {
-        None
-    };
+    let part = if k_chunks > 1 { Some(slot(jc_max)?) } else { None };
     let rows_total = d.batch * r1;
     let mut g0 = 0;
     while g0 < rows_total {
@@ -358,8 +325,7 @@ fn emit_direct(
                     m as i64,
                     vec![[1, kc as i64]],
                 );
-                let dst =
-                    AccessPattern::sbuf(DType::F32, p0, len, x1t.offset, vec![[1, kc as i64]]);
+                let dst = AccessPattern::sbuf(DType::F32, p0, len, x1t.offset, vec![[1, kc as i64]]);
                 e.push(Engine::Dma, dma(dst, src), &[], &[x1t]);
             }
             let mut j0 = 0;
@@ -376,8 +342,7 @@ fn emit_direct(
                         0,
                         vec![[m as i64, jn as i64], [1, kc as i64]],
                     );
-                    let dst =
-                        AccessPattern::sbuf(DType::F32, p0, len, x2t.offset, vec![[1, block]]);
+                    let dst = AccessPattern::sbuf(DType::F32, p0, len, x2t.offset, vec![[1, block]]);
                     e.push(Engine::Dma, dma(dst, src), &[], &[x2t]);
                 }
                 let flat = |s: Slot| f32_at(s, rows, 0, vec![[1, block]]);
@@ -395,13 +360,7 @@ fn emit_direct(
                         let carry = nan_carry.expect("allocated for p = 0");
                         e.push(
                             Engine::Vector,
-                            ts(
-                                flat(carry),
-                                flat(delta),
-                                AluOp::Abs,
-                                0.0,
-                                Some((AluOp::Min, 0.0)),
-                            ),
+                            ts(flat(carry), flat(delta), AluOp::Abs, 0.0, Some((AluOp::Min, 0.0))),
                             &[delta],
                             &[carry],
                         );
@@ -435,13 +394,7 @@ fn emit_direct(
                         );
                     }
                     Norm::General(p) => {
-                        let op = ts(
-                            flat(delta),
-                            flat(delta),
-                            AluOp::Abs,
-                            0.0,
-                            Some((AluOp::Pow, p)),
-                        );
+                        let op = ts(flat(delta), flat(delta), AluOp::Abs, 0.0, Some((AluOp::Pow, p)));
                         e.push(Engine::Gpsimd, op, &[delta], &[delta]);
                     }
                 }
@@ -512,14 +465,7 @@ fn emit_direct(
                         continue;
                     }
                     let at = i * n - i * (i + 1) / 2;
-                    let dst = AccessPattern::hbm(
-                        d.out,
-                        DType::F32,
-                        at as u64,
-                        1,
-                        0,
-                        vec![[1, len as i64]],
-                    );
+                    let dst = AccessPattern::hbm(d.out, DType::F32, at as u64, 1, 0, vec![[1, len as i64]]);
                     let src = AccessPattern::sbuf(
                         DType::F32,
                         p,
@@ -537,11 +483,7 @@ fn emit_direct(
 }
 
 /// The matmul form of p = 2 (module doc), per batch matrix, in `[≤128, ≤512]` output blocks.
-fn emit_euclidean_matmul(
-    e: &mut Emitter,
-    d: &Pairs<'_>,
-    target: TargetName,
-) -> Result<(), LowerError> {
+fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> Result<(), LowerError> {
     let t = target.params();
     let mut alloc = SbufAllocator::new(&t);
     let mut slot = |elems: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(elems * 4)?) };
@@ -561,9 +503,7 @@ fn emit_euclidean_matmul(
     let main_banks = 6usize;
     let mut next_bank = 0usize;
     let ktile = |kt: usize| (kt * TILE_K, TILE_K.min(m - kt * TILE_K));
-    let sb = |s: Slot, partitions: usize, col: usize, n: usize| {
-        f32_at(s, partitions, col, vec![[1, n as i64]])
-    };
+    let sb = |s: Slot, partitions: usize, col: usize, n: usize| f32_at(s, partitions, col, vec![[1, n as i64]]);
 
     // A ones column (for the norms' column sums) and a ones row (the augmented products).
     e.push(
@@ -578,28 +518,21 @@ fn emit_euclidean_matmul(
 
     // Σ_k sq[k, ·] over the K tiles of `sq` (tile stride `stride` columns) into PSUM `[1, n]`,
     // then to SBUF row `dst`.
-    let column_sums =
-        |e: &mut Emitter, sq: Slot, stride: usize, n: usize, psum_bank: usize, dst: Slot| {
-            let ps = AccessPattern::psum(
-                DType::F32,
-                0,
-                1,
-                psum_bank as u64 * bank,
-                vec![[1, n as i64]],
-            );
-            for kt in 0..k_tiles {
-                let (_, ksz) = ktile(kt);
-                let op = Op::NcMatmul(NcMatmul {
-                    dst: ps.clone(),
-                    stationary: sb(ones, ksz, 0, 1),
-                    moving: sb(sq, ksz, kt * stride, n),
-                    accumulate: kt > 0,
-                });
-                e.push(Engine::Tensor, op, &[ones, sq], &[psum_slot(psum_bank)]);
-            }
-            let copy = ts(sb(dst, 1, 0, n), ps, AluOp::Bypass, 0.0, None);
-            e.push(Engine::Vector, copy, &[psum_slot(psum_bank)], &[dst]);
-        };
+    let column_sums = |e: &mut Emitter, sq: Slot, stride: usize, n: usize, psum_bank: usize, dst: Slot| {
+        let ps = AccessPattern::psum(DType::F32, 0, 1, psum_bank as u64 * bank, vec![[1, n as i64]]);
+        for kt in 0..k_tiles {
+            let (_, ksz) = ktile(kt);
+            let op = Op::NcMatmul(NcMatmul {
+                dst: ps.clone(),
+                stationary: sb(ones, ksz, 0, 1),
+                moving: sb(sq, ksz, kt * stride, n),
+                accumulate: kt > 0,
+            });
+            e.push(Engine::Tensor, op, &[ones, sq], &[psum_slot(psum_bank)]);
+        }
+        let copy = ts(sb(dst, 1, 0, n), ps, AluOp::Bypass, 0.0, None);
+        e.push(Engine::Vector, copy, &[psum_slot(psum_bank)], &[dst]);
+    };
 
     for b in 0..d.batch {
         for n0 in (0..r2).step_by(TILE_N) {
@@ -615,21 +548,11 @@ fn emit_euclidean_matmul(
                     1,
                     vec![[m as i64, nsz as i64]],
                 );
-                e.push(
-                    Engine::Dma,
-                    dma(sb(x2t, ksz, kt * TILE_N, nsz), src),
-                    &[],
-                    &[x2t],
-                );
+                e.push(Engine::Dma, dma(sb(x2t, ksz, kt * TILE_N, nsz), src), &[], &[x2t]);
                 let v = sb(x2t, ksz, kt * TILE_N, nsz);
                 e.push(
                     Engine::Vector,
-                    tt(
-                        sb(x2sq, ksz, kt * TILE_N, nsz),
-                        v.clone(),
-                        v,
-                        AluOp::Multiply,
-                    ),
+                    tt(sb(x2sq, ksz, kt * TILE_N, nsz), v.clone(), v, AluOp::Multiply),
                     &[x2t],
                     &[x2sq],
                 );
@@ -651,12 +574,7 @@ fn emit_euclidean_matmul(
                     e.push(Engine::Dma, dma(v.clone(), src), &[], &[x1t]);
                     e.push(
                         Engine::Vector,
-                        tt(
-                            sb(x1sq, ksz, kt * TILE_M, msz),
-                            v.clone(),
-                            v.clone(),
-                            AluOp::Multiply,
-                        ),
+                        tt(sb(x1sq, ksz, kt * TILE_M, msz), v.clone(), v.clone(), AluOp::Multiply),
                         &[x1t],
                         &[x1sq],
                     );
@@ -671,13 +589,7 @@ fn emit_euclidean_matmul(
                 column_sums(e, x1sq, TILE_M, msz, norm1_bank, norm1);
                 let bank_idx = next_bank;
                 next_bank = (next_bank + 1) % main_banks;
-                let ps = AccessPattern::psum(
-                    DType::F32,
-                    0,
-                    msz,
-                    bank_idx as u64 * bank,
-                    vec![[1, nsz as i64]],
-                );
+                let ps = AccessPattern::psum(DType::F32, 0, msz, bank_idx as u64 * bank, vec![[1, nsz as i64]]);
                 let pslot = psum_slot(bank_idx);
                 for kt in 0..k_tiles {
                     let (_, ksz) = ktile(kt);
@@ -745,13 +657,7 @@ mod tests {
         }
     }
 
-    fn cdist(
-        a: &[usize],
-        b: &[usize],
-        out: &[usize],
-        p: f64,
-        mode: Option<i64>,
-    ) -> Result<Program, LowerError> {
+    fn cdist(a: &[usize], b: &[usize], out: &[usize], p: f64, mode: Option<i64>) -> Result<Program, LowerError> {
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(a)),
             ("input.1".to_string(), meta(b)),
@@ -833,9 +739,7 @@ mod tests {
             ("input.0".to_string(), trnsim::HostTensor::from_f32(a, &xa)),
             ("input.1".to_string(), trnsim::HostTensor::from_f32(b, &xb)),
         ]);
-        let run = trnsim::Executor::new(TargetName::Trn1)
-            .run(&program, &inputs)
-            .unwrap();
+        let run = trnsim::Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();
         let got: Vec<f32> = run.outputs["output.0"]
             .data
             .chunks(4)
@@ -844,8 +748,7 @@ mod tests {
         let (r1, r2, m) = (a[a.len() - 2], b[b.len() - 2], a[a.len() - 1]);
         let out_batch = &out[..out.len() - 2];
         // The matmul form cancels ‖x1‖² + ‖x2‖² against 2·x1·x2: its error scales with the norms.
-        let matmul_form =
-            p == 2.0 && (mode == Some(1) || (mode != Some(2) && (r1 > 25 || r2 > 25)));
+        let matmul_form = p == 2.0 && (mode == Some(1) || (mode != Some(2) && (r1 > 25 || r2 > 25)));
         let tol = if matmul_form { 1e-5 } else { 2e-6 };
         let base1 = batch_bases(&a[..a.len() - 2], out_batch, r1 * m);
         let base2 = batch_bases(&b[..b.len() - 2], out_batch, r2 * m);

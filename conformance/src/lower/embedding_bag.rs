@@ -46,9 +46,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
-    NcMatmul, OobMode, Op, Program, Reciprocal, ScalarOperand, SelectReduce, TargetName,
-    TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, NcMatmul, OobMode, Op,
+    Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
 };
 
 const MODE_SUM: i64 = 0;
@@ -89,11 +88,7 @@ struct Call<'a> {
     max_indices: &'a str,
 }
 
-fn tensor_arg<'a>(
-    req: &LowerRequest<'a>,
-    pos: usize,
-    name: &str,
-) -> Result<Option<&'a str>, LowerError> {
+fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<Option<&'a str>, LowerError> {
     match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok(Some(t.as_str())),
         None | Some(Value::None(())) => Ok(None),
@@ -101,12 +96,7 @@ fn tensor_arg<'a>(
     }
 }
 
-fn int_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    default: i64,
-) -> Result<i64, LowerError> {
+fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: i64) -> Result<i64, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(())) => Ok(default),
         Some(Value::Int(i)) => Ok(*i),
@@ -125,8 +115,7 @@ fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<bool, Lowe
 }
 
 fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
-    let need =
-        |pos, name| tensor_arg(req, pos, name)?.ok_or_else(|| req.invalid(format!("no `{name}`")));
+    let need = |pos, name| tensor_arg(req, pos, name)?.ok_or_else(|| req.invalid(format!("no `{name}`")));
     let weight = need(0, "weight")?;
     let indices = need(1, "indices")?;
     let offsets = need(2, "offsets")?;
@@ -136,10 +125,7 @@ fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
     let padding_idx = Some(int_arg(req, 8, "padding_idx", -1)?).filter(|&p| p >= 0);
 
     let wm = req.tensor(weight)?;
-    if !matches!(
-        wm.dtype,
-        TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16
-    ) {
+    if !matches!(wm.dtype, TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16) {
         return Err(req.unsupported(format!("weight dtype {}", wm.dtype)));
     }
     let wdt = dev(req, wm.dtype)?;
@@ -177,9 +163,7 @@ fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
         }
     }
     if n >= EXACT_INT || vocab >= EXACT_INT {
-        return Err(req.unsupported(format!(
-            "{n} indices into {vocab} rows: positions beyond 2^24"
-        )));
+        return Err(req.unsupported(format!("{n} indices into {vocab} rows: positions beyond 2^24")));
     }
     let output = req.output_tensor(0)?;
     let offset2bag = req.output_tensor(1)?;
@@ -193,15 +177,9 @@ fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
     }
     let offset2bag_len: usize = req.tensor(offset2bag)?.shape.iter().product();
     if offset2bag_len != 0 && offset2bag_len != n {
-        return Err(req.invalid(format!(
-            "offset2bag has {offset2bag_len} elements for {n} indices"
-        )));
+        return Err(req.invalid(format!("offset2bag has {offset2bag_len} elements for {n} indices")));
     }
-    let want_max_indices = if mode == MODE_MAX {
-        vec![bags, dim]
-    } else {
-        vec![bags]
-    };
+    let want_max_indices = if mode == MODE_MAX { vec![bags, dim] } else { vec![bags] };
     if req.tensor(bag_size)?.shape != [bags] || req.tensor(max_indices)?.shape != want_max_indices {
         return Err(req.invalid("bag_size / max_indices shapes".into()));
     }
@@ -304,12 +282,7 @@ impl Builder {
     }
 
     fn memset(&mut self, dst: AccessPattern, value: f64, slot: u64) {
-        self.push(
-            Engine::Gpsimd,
-            Op::Memset(Memset { dst, value }),
-            &[],
-            &[slot],
-        );
+        self.push(Engine::Gpsimd, Op::Memset(Memset { dst, value }), &[], &[slot]);
     }
 
     /// Row positions `first + t` along the free axis of `[p, n]` (fp32, same on every partition).
@@ -374,12 +347,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     {
         declare(&mut program, name, HbmRole::Input)?;
     }
-    for name in [
-        call.output,
-        call.offset2bag,
-        call.bag_size,
-        call.max_indices,
-    ] {
+    for name in [call.output, call.offset2bag, call.bag_size, call.max_indices] {
         declare(&mut program, name, HbmRole::Output)?;
     }
     let mut b = Builder {
@@ -416,14 +384,7 @@ fn zero_outputs(b: &mut Builder, call: &Call<'_>) -> Result<(), LowerError> {
     let idx_cols = if call.mode == MODE_MAX { call.dim } else { 1 };
     for c in chunks(call.bags, P) {
         let hbm = |name: &str, dt, w: usize| {
-            AccessPattern::hbm(
-                name,
-                dt,
-                (c.i0 * w) as u64,
-                c.rows,
-                w as i64,
-                vec![[1, w as i64]],
-            )
+            AccessPattern::hbm(name, dt, (c.i0 * w) as u64, c.rows, w as i64, vec![[1, w as i64]])
         };
         if call.dim > 0 {
             b.dma(
@@ -487,28 +448,15 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         None
     } else {
         let name = "scratch.rows".to_string();
-        b.e.program
-            .declare(&name, wdt, &[call.n, d], HbmRole::Scratch);
+        b.e.program.declare(&name, wdt, &[call.n, d], HbmRole::Scratch);
         Some(name)
     };
     // offsets[j] and end_j along the free axis, the same on every partition.
     let offsets_row = |first: usize, count: usize| {
-        AccessPattern::hbm(
-            call.offsets,
-            DType::I32,
-            first as u64,
-            P,
-            0,
-            vec![[1, count as i64]],
-        )
+        AccessPattern::hbm(call.offsets, DType::I32, first as u64, P, 0, vec![[1, count as i64]])
     };
     if bags > 0 {
-        b.dma(
-            flat(DType::I32, P, lo, bags),
-            offsets_row(0, bags),
-            &[],
-            &[lo],
-        );
+        b.dma(flat(DType::I32, P, lo, bags), offsets_row(0, bags), &[], &[lo]);
         if keep {
             // PyTorch's fast path (sum without padding_idx) ends the last bag at offsets[B] when
             // include_last_offset gives it; every other path at N.
@@ -523,12 +471,7 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                 b.memset(last, call.n as f64, hi);
             }
             if given > 0 {
-                b.dma(
-                    flat(DType::I32, P, hi, given),
-                    offsets_row(1, given),
-                    &[],
-                    &[hi],
-                );
+                b.dma(flat(DType::I32, P, hi, given), offsets_row(1, given), &[], &[hi]);
             }
         }
     }
@@ -561,34 +504,15 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         }
         if let Some(name) = &scratch {
             if d > 0 {
-                let dst = AccessPattern::hbm(
-                    name,
-                    wdt,
-                    (ch.i0 * d) as u64,
-                    p,
-                    d as i64,
-                    vec![[1, d as i64]],
-                );
-                b.dma(
-                    dst,
-                    flat(wdt, p, g_off + wdt.size() as u64, d),
-                    &[gathered],
-                    &[],
-                );
+                let dst = AccessPattern::hbm(name, wdt, (ch.i0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
+                b.dma(dst, flat(wdt, p, g_off + wdt.size() as u64, d), &[gathered], &[]);
             }
         }
         if bags == 0 {
             // No bags: PyTorch's cumsum of `[-1, 0, …]` makes every offset2bag entry −1.
             if call.offset2bag_len > 0 {
                 b.memset(flat(DType::I32, p, o2b, 1), -1.0, o2b);
-                let dst = AccessPattern::hbm(
-                    call.offset2bag,
-                    DType::I32,
-                    ch.i0 as u64,
-                    p,
-                    1,
-                    vec![[1, 1]],
-                );
+                let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
                 b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
             }
             continue;
@@ -598,12 +522,7 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         // ge[i, j] = offsets[j] ≤ i; offset2bag[i] = Σ_j ge[i, j] − 1.
         let ge_ap = flat(DType::F32, p, ge, bags);
         b.vector(
-            ts(
-                ge_ap.clone(),
-                flat(DType::I32, p, lo, bags),
-                AluOp::IsLe,
-                pos_t.clone(),
-            ),
+            ts(ge_ap.clone(), flat(DType::I32, p, lo, bags), AluOp::IsLe, pos_t.clone()),
             &[lo, pos],
             &[ge],
         );
@@ -620,14 +539,7 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                 ScalarOperand::Imm(1.0),
             );
             b.vector(op, &[cnt], &[o2b]);
-            let dst = AccessPattern::hbm(
-                call.offset2bag,
-                DType::I32,
-                ch.i0 as u64,
-                p,
-                1,
-                vec![[1, 1]],
-            );
+            let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
             b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
         }
         if !keep {
@@ -677,20 +589,10 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         // lt[i, j] = (i < end_j) · w_i;  S = ge · lt.
         let then = weight_factor.map(|w| (AluOp::Multiply, tile_of(&flat(DType::F32, p, w, 1))));
         let lt_ap = flat(DType::F32, p, lt, bags);
-        let op = ts2(
-            lt_ap.clone(),
-            flat(DType::I32, p, hi, bags),
-            AluOp::IsGt,
-            pos_t,
-            then,
-        );
+        let op = ts2(lt_ap.clone(), flat(DType::I32, p, hi, bags), AluOp::IsGt, pos_t, then);
         b.vector(op, &[hi, pos, wt], &[lt]);
         let s_ap = flat(wdt, p, segment + (c * bags * wdt.size()) as u64, bags);
-        b.vector(
-            tt(s_ap, ge_ap, lt_ap, AluOp::Multiply),
-            &[ge, lt],
-            &[segment],
-        );
+        b.vector(tt(s_ap, ge_ap, lt_ap, AluOp::Multiply), &[ge, lt], &[segment]);
     }
     Ok(Rows {
         chunks: rows,
@@ -733,20 +635,11 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                 });
                 b.push(Engine::Tensor, op, &[rows.segment, rows.gathered], &[pslot]);
             }
-            let psum_col = |c: usize, n: usize| {
-                AccessPattern::psum(
-                    DType::F32,
-                    0,
-                    jc,
-                    psum + (c * 4) as u64,
-                    vec![[1, n as i64]],
-                )
-            };
+            let psum_col =
+                |c: usize, n: usize| AccessPattern::psum(DType::F32, 0, jc, psum + (c * 4) as u64, vec![[1, n as i64]]);
             if cc.i0 == 0 {
                 // Column 0 is the bag size (non-padding rows).
-                let bag_rows = |name: &str| {
-                    AccessPattern::hbm(name, DType::I32, bc.i0 as u64, jc, 1, vec![[1, 1]])
-                };
+                let bag_rows = |name: &str| AccessPattern::hbm(name, DType::I32, bc.i0 as u64, jc, 1, vec![[1, 1]]);
                 if call.mode == MODE_SUM {
                     // PyTorch zeroes bag_size for sum ("make bag_size output deterministic").
                     b.memset(flat(DType::I32, jc, size_t, 1), 0.0, size_t);
@@ -770,12 +663,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                     });
                     b.vector(op, &[cnt_t], &[rcp_t]);
                 }
-                b.dma(
-                    bag_rows(call.bag_size),
-                    flat(DType::I32, jc, size_t, 1),
-                    &[size_t],
-                    &[],
-                );
+                b.dma(bag_rows(call.bag_size), flat(DType::I32, jc, size_t, 1), &[size_t], &[]);
                 // For sum and mean PyTorch copies bag_size into max_indices.
                 b.dma(
                     bag_rows(call.max_indices),
@@ -836,12 +724,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
     let f32b = |b: &mut Builder, e| b.buf(DType::F32, e);
     let (lo, hi) = (f32b(b, 1)?, f32b(b, 1)?);
     let (lo_i, hi_i) = (b.buf(DType::I32, 1)?, b.buf(DType::I32, 1)?);
-    let (pos_row, pos_shift, idx_i, idx_f) = (
-        f32b(b, iw)?,
-        f32b(b, iw)?,
-        b.buf(DType::I32, iw)?,
-        f32b(b, iw)?,
-    );
+    let (pos_row, pos_shift, idx_i, idx_f) = (f32b(b, iw)?, f32b(b, iw)?, b.buf(DType::I32, iw)?, f32b(b, iw)?);
     let (ge, lt, mask) = (f32b(b, iw)?, f32b(b, iw)?, b.buf(DType::U8, iw)?);
     let (cnt, cnt_c, size_i) = (f32b(b, 1)?, f32b(b, 1)?, b.buf(DType::I32, 1)?);
     let x = b.buf(wdt, work)?;
@@ -849,11 +732,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
     let (m, first, word) = (f32b(b, db)?, f32b(b, db)?, f32b(b, db)?);
     let (best, best_word) = (f32b(b, db)?, f32b(b, db)?);
     let (gt, none_yet, upd) = (f32b(b, db)?, f32b(b, db)?, b.buf(DType::U8, db)?);
-    let (found, out_w, out_i) = (
-        b.buf(DType::U8, db)?,
-        b.buf(wdt, db)?,
-        b.buf(DType::I32, db)?,
-    );
+    let (found, out_w, out_i) = (b.buf(DType::U8, db)?, b.buf(wdt, db)?, b.buf(DType::I32, db)?);
     let row_chunks = chunks(n, iw);
     for bc in chunks(bags, P) {
         let j0 = bc.i0;
@@ -872,14 +751,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             b.memset(col(hi_i, DType::I32), n as f64, hi_i);
         }
         if given > 0 {
-            let src = AccessPattern::hbm(
-                call.offsets,
-                DType::I32,
-                (j0 + 1) as u64,
-                given,
-                1,
-                vec![[1, 1]],
-            );
+            let src = AccessPattern::hbm(call.offsets, DType::I32, (j0 + 1) as u64, given, 1, vec![[1, 1]]);
             b.dma(flat(DType::I32, given, hi_i, 1), src, &[], &[hi_i]);
         }
         b.vector(
@@ -925,14 +797,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     &[pos_row, hi],
                     &[lt],
                 );
-                let idx_src = AccessPattern::hbm(
-                    call.indices,
-                    DType::I32,
-                    rc.i0 as u64,
-                    p,
-                    0,
-                    vec![[1, w as i64]],
-                );
+                let idx_src = AccessPattern::hbm(call.indices, DType::I32, rc.i0 as u64, p, 0, vec![[1, w as i64]]);
                 b.dma(flat(DType::I32, p, idx_i, w), idx_src, &[], &[idx_i]);
                 b.vector(
                     Op::TensorCopy(TensorCopy {
@@ -1020,19 +885,10 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 });
                 b.vector(op, &[mask, x], &[y]);
                 let m_ap = flat(DType::F32, p, m, dn);
-                b.vector(
-                    reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max),
-                    &[y],
-                    &[m],
-                );
+                b.vector(reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[m]);
                 // key = (y == m) · mask ? position : NO_POS;  first = min over rows.
                 b.vector(
-                    tt(
-                        cube(DType::F32, key),
-                        cube(DType::F32, y),
-                        over_rows(m),
-                        AluOp::IsEqual,
-                    ),
+                    tt(cube(DType::F32, key), cube(DType::F32, y), over_rows(m), AluOp::IsEqual),
                     &[y, m],
                     &[key],
                 );
@@ -1077,11 +933,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     &[key],
                 );
                 let first_ap = flat(DType::F32, p, first, dn);
-                b.vector(
-                    reduce(first_ap, cube(DType::F32, key), AluOp::Min),
-                    &[key],
-                    &[first],
-                );
+                b.vector(reduce(first_ap, cube(DType::F32, key), AluOp::Min), &[key], &[first]);
                 // word = indices[first] (−1 when the chunk has no row of the bag).
                 b.vector(
                     tt(
@@ -1103,11 +955,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 });
                 b.vector(op, &[onehot, idx_f], &[y]);
                 let word_ap = flat(DType::F32, p, word, dn);
-                b.vector(
-                    reduce(word_ap.clone(), cube(DType::F32, y), AluOp::Max),
-                    &[y],
-                    &[word],
-                );
+                b.vector(reduce(word_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[word]);
                 let best_ap = flat(DType::F32, p, best, dn);
                 let best_word_ap = flat(DType::F32, p, best_word, dn);
                 if k == 0 {
@@ -1148,11 +996,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                         &[none_yet],
                     );
                     let upd_ap = flat(DType::U8, p, upd, dn);
-                    b.vector(
-                        tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max),
-                        &[gt, none_yet],
-                        &[upd],
-                    );
+                    b.vector(tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max), &[gt, none_yet], &[upd]);
                     b.vector(
                         tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max),
                         &[best, m],
@@ -1203,21 +1047,9 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 &[out_i],
             );
             let hbm = |name: &str, dt| {
-                AccessPattern::hbm(
-                    name,
-                    dt,
-                    (j0 * d + dc.i0) as u64,
-                    p,
-                    d as i64,
-                    vec![[1, dn as i64]],
-                )
+                AccessPattern::hbm(name, dt, (j0 * d + dc.i0) as u64, p, d as i64, vec![[1, dn as i64]])
             };
-            b.dma(
-                hbm(call.output, wdt),
-                flat(wdt, p, out_w, dn),
-                &[out_w],
-                &[],
-            );
+            b.dma(hbm(call.output, wdt), flat(wdt, p, out_w, dn), &[out_w], &[]);
             b.dma(
                 hbm(call.max_indices, DType::I32),
                 flat(DType::I32, p, out_i, dn),
@@ -1254,35 +1086,17 @@ mod tests {
     }
 
     impl Bag {
-        fn new(
-            v: usize,
-            d: usize,
-            n: usize,
-            o: usize,
-            mode: i64,
-            last: bool,
-            padding_idx: i64,
-        ) -> Bag {
+        fn new(v: usize, d: usize, n: usize, o: usize, mode: i64, last: bool, padding_idx: i64) -> Bag {
             let bags = o - last as usize;
-            let max_indices = if mode == MODE_MAX {
-                vec![bags, d]
-            } else {
-                vec![bags]
-            };
+            let max_indices = if mode == MODE_MAX { vec![bags, d] } else { vec![bags] };
             let tensors = [
                 ("input.0", TensorMeta::contiguous(TorchDType::F32, &[v, d])),
                 ("input.1", TensorMeta::contiguous(TorchDType::I64, &[n])),
                 ("input.2", TensorMeta::contiguous(TorchDType::I64, &[o])),
-                (
-                    "output.0",
-                    TensorMeta::contiguous(TorchDType::F32, &[bags, d]),
-                ),
+                ("output.0", TensorMeta::contiguous(TorchDType::F32, &[bags, d])),
                 ("output.1", TensorMeta::contiguous(TorchDType::I64, &[n])),
                 ("output.2", TensorMeta::contiguous(TorchDType::I64, &[bags])),
-                (
-                    "output.3",
-                    TensorMeta::contiguous(TorchDType::I64, &max_indices),
-                ),
+                ("output.3", TensorMeta::contiguous(TorchDType::I64, &max_indices)),
             ];
             let t = |n: &str| Value::Tensor(n.into());
             let args = vec![
@@ -1301,10 +1115,7 @@ mod tests {
                     args,
                     kwargs: BTreeMap::new(),
                 },
-                tensors: tensors
-                    .iter()
-                    .map(|(n, m)| (n.to_string(), m.clone()))
-                    .collect(),
+                tensors: tensors.iter().map(|(n, m)| (n.to_string(), m.clone())).collect(),
                 outputs: (0..4).map(|i| t(&format!("output.{i}"))).collect(),
             }
         }
@@ -1338,47 +1149,29 @@ mod tests {
     fn bad_calls_are_typed_errors() {
         let mut bag = Bag::new(4, 2, 3, 2, 3, false, -1);
         assert!(
-            matches!(
-                lower(&bag.req(), TargetName::Trn1),
-                Err(LowerError::Invalid { .. })
-            ),
+            matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Invalid { .. })),
             "mode 3"
         );
         bag.call.args[4] = Value::Int(MODE_MEAN);
         bag.call.args[6] = Value::Tensor("input.6".into());
-        bag.tensors.insert(
-            "input.6".into(),
-            TensorMeta::contiguous(TorchDType::F32, &[3]),
-        );
+        bag.tensors
+            .insert("input.6".into(), TensorMeta::contiguous(TorchDType::F32, &[3]));
         assert!(
-            matches!(
-                lower(&bag.req(), TargetName::Trn1),
-                Err(LowerError::Invalid { .. })
-            ),
+            matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Invalid { .. })),
             "per_sample_weights with mean"
         );
         let mut bag = Bag::new(4, 2, 6, 2, MODE_SUM, false, -1);
-        bag.tensors.insert(
-            "input.1".into(),
-            TensorMeta::contiguous(TorchDType::I64, &[2, 3]),
-        );
+        bag.tensors
+            .insert("input.1".into(), TensorMeta::contiguous(TorchDType::I64, &[2, 3]));
         assert!(
-            matches!(
-                lower(&bag.req(), TargetName::Trn1),
-                Err(LowerError::Unsupported { .. })
-            ),
+            matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })),
             "2-D indices"
         );
         let mut bag = Bag::new(4, 2, 3, 2, MODE_SUM, false, -1);
-        bag.tensors.insert(
-            "input.0".into(),
-            TensorMeta::contiguous(TorchDType::I64, &[4, 2]),
-        );
+        bag.tensors
+            .insert("input.0".into(), TensorMeta::contiguous(TorchDType::I64, &[4, 2]));
         assert!(
-            matches!(
-                lower(&bag.req(), TargetName::Trn1),
-                Err(LowerError::Unsupported { .. })
-            ),
+            matches!(lower(&bag.req(), TargetName::Trn1), Err(LowerError::Unsupported { .. })),
             "int weight"
         );
     }
@@ -1398,10 +1191,7 @@ mod tests {
         indices[4150] = 2;
         indices[4160] = 1;
         let inputs = [
-            (
-                "input.0".to_string(),
-                HostTensor::from_f32(&[3, 1], &[1.0, 2.0, 2.0]),
-            ),
+            ("input.0".to_string(), HostTensor::from_f32(&[3, 1], &[1.0, 2.0, 2.0])),
             ("input.1".to_string(), int32(&indices)),
             ("input.2".to_string(), int32(&[0, 4100, 4100])),
         ]
@@ -1419,9 +1209,6 @@ mod tests {
         );
         assert_eq!(ints(&out["output.2"]), vec![4100, 0, (n - 4100) as i64]);
         let offset2bag = ints(&out["output.1"]);
-        assert!(
-            offset2bag[..4100].iter().all(|&b| b == 0)
-                && offset2bag[4100..].iter().all(|&b| b == 2)
-        );
+        assert!(offset2bag[..4100].iter().all(|&b| b == 0) && offset2bag[4100..].iter().all(|&b| b == 2));
     }
 }

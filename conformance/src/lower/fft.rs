@@ -43,9 +43,8 @@ use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota,
-    Memset, NcMatmul, Op, Program, ScalarOperand, ScalarTensorTensor, Target, TargetName,
-    TensorCopy, TensorScalar, TensorTensor,
+    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
+    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar, TensorTensor,
 };
 
 /// Longest transform whose twiddle indices reduce exactly (see the module doc).
@@ -130,9 +129,7 @@ fn norm_scale(req: &LowerRequest<'_>, mode: i64, signal_numel: usize) -> Result<
         0 => Ok(1.0),
         1 => Ok(1.0 / (signal_numel as f64).sqrt()),
         2 => Ok(1.0 / signal_numel as f64),
-        other => Err(req.invalid(format!(
-            "normalization {other} (0 none, 1 by root n, 2 by n)"
-        ))),
+        other => Err(req.invalid(format!("normalization {other} (0 none, 1 by root n, 2 by n)"))),
     }
 }
 
@@ -244,28 +241,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             scale: 1.0,
         });
         expected_out = out;
-        let numel: usize = dims[..dims.len() - 1]
-            .iter()
-            .map(|&d| shape[d])
-            .product::<usize>()
-            * n;
+        let numel: usize = dims[..dims.len() - 1].iter().map(|&d| shape[d]).product::<usize>() * n;
         let scale = norm_scale(req, norm, numel)?;
         passes.last_mut().expect("one pass at least").scale = scale;
     }
     if out_meta.shape != expected_out {
-        return Err(req.invalid(format!(
-            "output shape {:?}, expected {expected_out:?}",
-            out_meta.shape
-        )));
+        return Err(req.invalid(format!("output shape {:?}, expected {expected_out:?}", out_meta.shape)));
     }
     // Chain the passes: input → scratch → … → output.
     let count = passes.len();
     for i in 0..count {
-        passes[i].src = if i == 0 {
-            in_name.to_string()
-        } else {
-            scratch(i - 1)
-        };
+        passes[i].src = if i == 0 { in_name.to_string() } else { scratch(i - 1) };
         passes[i].dst = if i + 1 == count {
             out_name.to_string()
         } else {
@@ -327,13 +313,7 @@ fn sb(offset: u64, partitions: usize, free: Vec<[i64; 2]>) -> AccessPattern {
     AccessPattern::sbuf(DType::F32, 0, partitions, offset, free)
 }
 
-fn tensor_scalar(
-    dst: AccessPattern,
-    src: AccessPattern,
-    op0: AluOp,
-    v0: f64,
-    op1: Option<(AluOp, f64)>,
-) -> Op {
+fn tensor_scalar(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: f64, op1: Option<(AluOp, f64)>) -> Op {
     Op::TensorScalar(TensorScalar {
         dst,
         src,
@@ -348,12 +328,7 @@ fn tensor_scalar(
 
 /// Builds `C = cos(2π·lk/N)`, `Wi = ±sin(2π·lk/N)` and `−Wi` for `l < contract`, `k < outputs`
 /// on the engines (module doc), weighted per row for the Hermitian → real pass.
-fn emit_matrices(
-    e: &mut Emitter,
-    alloc: &mut SbufAllocator,
-    p: &Pass,
-    outputs: usize,
-) -> Result<Matrices, LowerError> {
+fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: usize) -> Result<Matrices, LowerError> {
     let chunks = p.contract.div_ceil(128);
     let kf = outputs as i64;
     let n = p.len as f64;
@@ -448,13 +423,7 @@ fn emit_matrices(
         // sin: u = 4r ∈ [−2N, 2N] folded into [−N, N].
         e.push(
             Engine::Vector,
-            tensor_scalar(
-                at(tmp),
-                at(rem),
-                AluOp::Multiply,
-                -4.0,
-                Some((AluOp::Add, 2.0 * n)),
-            ),
+            tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, 2.0 * n))),
             &[slot(rem)],
             &[slot(tmp)],
         );
@@ -475,13 +444,7 @@ fn emit_matrices(
         );
         e.push(
             Engine::Vector,
-            tensor_scalar(
-                at(tmp),
-                at(prod),
-                AluOp::Multiply,
-                -1.0,
-                Some((AluOp::Add, -2.0 * n)),
-            ),
+            tensor_scalar(at(tmp), at(prod), AluOp::Multiply, -1.0, Some((AluOp::Add, -2.0 * n))),
             &[slot(prod)],
             &[slot(tmp)],
         );
@@ -515,25 +478,13 @@ fn emit_matrices(
         // cos: v = 4r + N ∈ [−N, 3N] folded into [−N, N] (min(v, 2N − v)).
         e.push(
             Engine::Vector,
-            tensor_scalar(
-                at(tmp),
-                at(rem),
-                AluOp::Multiply,
-                -4.0,
-                Some((AluOp::Add, n)),
-            ),
+            tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, n))),
             &[slot(rem)],
             &[slot(tmp)],
         );
         e.push(
             Engine::Vector,
-            tensor_scalar(
-                at(prod),
-                at(rem),
-                AluOp::Multiply,
-                4.0,
-                Some((AluOp::Add, n)),
-            ),
+            tensor_scalar(at(prod), at(rem), AluOp::Multiply, 4.0, Some((AluOp::Add, n))),
             &[slot(rem)],
             &[slot(prod)],
         );
@@ -687,11 +638,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
     } else {
         None
     };
-    let mat_slots = [
-        Slot { offset: m.cos },
-        Slot { offset: m.im },
-        Slot { offset: m.neg_im },
-    ];
+    let mat_slots = [Slot { offset: m.cos }, Slot { offset: m.im }, Slot { offset: m.neg_im }];
     let hbm_free = |outer_stride: usize, to: usize, ti: usize, c: usize| {
         let mut f = vec![[outer_stride as i64, to as i64], [c as i64, ti as i64]];
         if c == 2 {
@@ -712,11 +659,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 (inner * c_in) as i64,
                 hbm_free(src_len * inner * c_in, to, ti, c_in),
             );
-            let dst = sb(
-                data + (j * b * c_in * 4) as u64,
-                pl,
-                vec![[1, (b * c_in) as i64]],
-            );
+            let dst = sb(data + (j * b * c_in * 4) as u64, pl, vec![[1, (b * c_in) as i64]]);
             e.push(Engine::Dma, dma(dst, src), &[], &[data_slot]);
         }
         let mut k0 = 0;
@@ -734,11 +677,8 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
             };
             let bc = b * c_out;
             for part in 0..c_out {
-                let part_products: Vec<(u64, usize)> = products
-                    .iter()
-                    .filter(|t| t.0 == part)
-                    .map(|t| (t.1, t.2))
-                    .collect();
+                let part_products: Vec<(u64, usize)> =
+                    products.iter().filter(|t| t.0 == part).map(|t| (t.1, t.2)).collect();
                 // Row ranges summed by one matmul: whole K tiles chained in PSUM, or 32-row
                 // slices (starting on partitions 0/32/64/96) each with its own PSUM block.
                 let mut ranges = Vec::new();
@@ -748,19 +688,13 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                         ranges.push((j, 0, pl, 0));
                     } else {
                         for r0 in (0..pl).step_by(SLICE_ROWS) {
-                            ranges.push((
-                                j,
-                                r0,
-                                (pl - r0).min(SLICE_ROWS),
-                                (128 * j + r0) / SLICE_ROWS,
-                            ));
+                            ranges.push((j, r0, (pl - r0).min(SLICE_ROWS), (128 * j + r0) / SLICE_ROWS));
                         }
                     }
                 }
                 for (n, &(mat, in_part)) in part_products.iter().enumerate() {
                     for (r, &(j, r0, rows, slice)) in ranges.iter().enumerate() {
-                        let at =
-                            |base: u64, free| AccessPattern::sbuf(DType::F32, r0, rows, base, free);
+                        let at = |base: u64, free| AccessPattern::sbuf(DType::F32, r0, rows, base, free);
                         let op = Op::NcMatmul(NcMatmul {
                             dst: AccessPattern::psum(
                                 DType::F32,
@@ -769,10 +703,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                                 psum_off + ((slice * bc + part) * 4) as u64,
                                 vec![[c_out as i64, b as i64]],
                             ),
-                            stationary: at(
-                                mat + ((j * outputs + k0) * 4) as u64,
-                                vec![[1, kt as i64]],
-                            ),
+                            stationary: at(mat + ((j * outputs + k0) * 4) as u64, vec![[1, kt as i64]]),
                             moving: at(
                                 data + ((j * b * c_in + in_part) * 4) as u64,
                                 vec![[c_in as i64, b as i64]],
@@ -794,13 +725,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
             let summed = match partials {
                 None => AccessPattern::psum(DType::F32, 0, kt, psum_off, vec![[1, bc as i64]]),
                 Some((ping, pong)) => {
-                    let all = AccessPattern::psum(
-                        DType::F32,
-                        0,
-                        kt,
-                        psum_off,
-                        vec![[1, (slices * bc) as i64]],
-                    );
+                    let all = AccessPattern::psum(DType::F32, 0, kt, psum_off, vec![[1, (slices * bc) as i64]]);
                     e.push(
                         Engine::Vector,
                         Op::TensorCopy(TensorCopy {
@@ -837,11 +762,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                                 Engine::Vector,
                                 Op::TensorCopy(TensorCopy {
                                     dst: sb(to + (pairs * bc * 4) as u64, kt, vec![[1, bc as i64]]),
-                                    src: sb(
-                                        from + ((count - 1) * bc * 4) as u64,
-                                        kt,
-                                        vec![[1, bc as i64]],
-                                    ),
+                                    src: sb(from + ((count - 1) * bc * 4) as u64, kt, vec![[1, bc as i64]]),
                                 }),
                                 &[Slot { offset: from }],
                                 &[Slot { offset: to }],
@@ -854,9 +775,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 }
             };
             let summed_slot = if partials.is_some() {
-                Slot {
-                    offset: summed.offset,
-                }
+                Slot { offset: summed.offset }
             } else {
                 pslot
             };
@@ -910,10 +829,7 @@ mod tests {
             ],
             kwargs: BTreeMap::new(),
         };
-        let tensors = BTreeMap::from([
-            ("input.0".to_string(), input),
-            ("output.0".to_string(), output),
-        ]);
+        let tensors = BTreeMap::from([("input.0".to_string(), input), ("output.0".to_string(), output)]);
         let outputs = [Value::Tensor("output.0".into())];
         let req = LowerRequest {
             op,
@@ -927,9 +843,7 @@ mod tests {
     fn run(lowered: &Lowered, input: HostTensor) -> Vec<f32> {
         let inputs = BTreeMap::from([("input.0".to_string(), input)]);
         let ex = SimExecutor::new(TargetName::Trn1);
-        let run = ex
-            .execute(&lowered.program, &inputs)
-            .expect("the program runs");
+        let run = ex.execute(&lowered.program, &inputs).expect("the program runs");
         run.outputs["output.0"].to_f32()
     }
 
@@ -940,17 +854,9 @@ mod tests {
             TensorMeta::contiguous(TorchDType::C64, &[4, 4]),
         );
         let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
-        let unsupported =
-            |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
+        let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
         assert!(
-            invalid(lower_call(
-                "_fft_r2c",
-                x.clone(),
-                y.clone(),
-                &[2],
-                0,
-                Value::Bool(true)
-            )),
+            invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[2], 0, Value::Bool(true))),
             "dim out of range"
         );
         assert!(
@@ -965,14 +871,7 @@ mod tests {
             "repeated dim"
         );
         assert!(
-            invalid(lower_call(
-                "_fft_r2c",
-                x.clone(),
-                y.clone(),
-                &[1],
-                3,
-                Value::Bool(true)
-            )),
+            invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 3, Value::Bool(true))),
             "norm mode"
         );
         assert!(
@@ -997,14 +896,7 @@ mod tests {
             TensorMeta::contiguous(TorchDType::C64, &[2049]),
         );
         assert!(
-            unsupported(lower_call(
-                "_fft_r2c",
-                long.0,
-                long.1,
-                &[0],
-                0,
-                Value::Bool(true)
-            )),
+            unsupported(lower_call("_fft_r2c", long.0, long.1, &[0], 0, Value::Bool(true))),
             "length 4096"
         );
         let (z, w) = (
@@ -1012,14 +904,7 @@ mod tests {
             TensorMeta::contiguous(TorchDType::F32, &[8]),
         );
         assert!(
-            invalid(lower_call(
-                "_fft_c2r",
-                z.clone(),
-                w.clone(),
-                &[0],
-                0,
-                Value::Int(0)
-            )),
+            invalid(lower_call("_fft_c2r", z.clone(), w.clone(), &[0], 0, Value::Int(0))),
             "last_dim_size 0"
         );
         assert!(lower_call("_fft_c2r", z, w, &[0], 0, Value::Int(8)).is_ok());
@@ -1077,12 +962,8 @@ mod tests {
             let theta = -2.0 * std::f64::consts::PI * k as f64 / n as f64;
             // −N / (1 − e^{iθ}) = −N·(1 − cos θ + i sin θ) / |1 − e^{iθ}|²
             let d = (1.0 - theta.cos()).powi(2) + theta.sin().powi(2);
-            let (re, im) = (
-                -(n as f64) * (1.0 - theta.cos()) / d,
-                -(n as f64) * theta.sin() / d,
-            );
-            let err =
-                ((out[2 * k] as f64 - re).powi(2) + (out[2 * k + 1] as f64 - im).powi(2)).sqrt();
+            let (re, im) = (-(n as f64) * (1.0 - theta.cos()) / d, -(n as f64) * theta.sin() / d);
+            let err = ((out[2 * k] as f64 - re).powi(2) + (out[2 * k + 1] as f64 - im).powi(2)).sqrt();
             // fp32 rounding relative to Σ|x| = 19900; a lost or doubled slice is off by thousands.
             assert!(
                 err < 1e-6 * 19900.0,

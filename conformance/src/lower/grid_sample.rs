@@ -35,9 +35,8 @@ use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
-    OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy,
-    TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
+    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -279,13 +278,7 @@ impl Builder {
         // abs_in = |in − low|
         self.ts2(&abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
         // double_flips = trunc(abs_in / twice_span) (abs_in ≥ 0: trunc = floor)
-        self.ts(
-            &q,
-            &abs,
-            AluOp::Multiply,
-            (1.0 / ax.twice_span) as f32 as f64,
-            false,
-        );
+        self.ts(&q, &abs, AluOp::Multiply, (1.0 / ax.twice_span) as f32 as f64, false);
         self.floor(&fl, &q, &int);
         // extra = abs_in − double_flips·twice_span
         self.ts(&q, &fl, AluOp::Multiply, ax.twice_span, false);
@@ -316,10 +309,7 @@ impl Builder {
     /// copy of the lanes where `v == v` over a zeroed tile.
     fn clip(&mut self, v: &Opnd, ax: &Axis, s: &Scratch) {
         let w = v.ap.free_elems() as i64;
-        let (is_num, clean) = (
-            s.u.view(self.p, 0, vec![[1, w]]),
-            s.c.view(self.p, 0, vec![[1, w]]),
-        );
+        let (is_num, clean) = (s.u.view(self.p, 0, vec![[1, w]]), s.c.view(self.p, 0, vec![[1, w]]));
         let clean = Opnd {
             ap: AccessPattern {
                 dtype: v.ap.dtype,
@@ -442,11 +432,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     };
     let (in_name, grid_name) = (tensor(0, "input")?, tensor(1, "grid")?);
     let out_name = req.output_tensor(0)?;
-    let (im, gm, om) = (
-        req.tensor(in_name)?,
-        req.tensor(grid_name)?,
-        req.tensor(out_name)?,
-    );
+    let (im, gm, om) = (req.tensor(in_name)?, req.tensor(grid_name)?, req.tensor(out_name)?);
     let interp = match int_arg(req, 2, "interpolation_mode")? {
         0 => Interp::Bilinear,
         1 => Interp::Nearest,
@@ -463,12 +449,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         Some(Value::Bool(b)) => *b,
         other => return Err(req.invalid(format!("`align_corners` must be a bool, got {other:?}"))),
     };
-    if im.shape.len() != 4 || gm.shape.len() != 4 || gm.shape[3] != 2 || gm.shape[0] != im.shape[0]
-    {
+    if im.shape.len() != 4 || gm.shape.len() != 4 || gm.shape[3] != 2 || gm.shape[0] != im.shape[0] {
         return Err(req.invalid(format!("input {:?} / grid {:?}", im.shape, gm.shape)));
     }
-    if !im.dtype.is_float() || im.dtype.is_complex() || gm.dtype != im.dtype || om.dtype != im.dtype
-    {
+    if !im.dtype.is_float() || im.dtype.is_complex() || gm.dtype != im.dtype || om.dtype != im.dtype {
         return Err(req.unsupported(format!("dtypes {} / {} / {}", im.dtype, gm.dtype, om.dtype)));
     }
     let (n, c, h, w) = (im.shape[0], im.shape[1], im.shape[2], im.shape[3]);
@@ -534,11 +518,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let coord = [b.tile(cd, 1)?, b.tile(cd, 1)?];
     let base = [b.tile(DType::F32, 1)?, b.tile(DType::F32, 1)?];
     let frac = [b.tile(cd, 1)?, b.tile(cd, 1)?];
-    let tap_dt = if interp == Interp::Bicubic {
-        cd
-    } else {
-        DType::F32
-    };
+    let tap_dt = if interp == Interp::Bicubic { cd } else { DType::F32 };
     let tapc = [b.tile(tap_dt, k)?, b.tile(tap_dt, k)?];
     let tapf = [b.tile(DType::F32, k)?, b.tile(DType::F32, k)?];
     let wts = [b.tile(cd, k)?, b.tile(cd, k)?];
@@ -576,14 +556,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let p = (points - p0).min(parts);
             b.p = p;
             let g = grid_t.all(p);
-            let src = AccessPattern::hbm(
-                grid_name,
-                cd,
-                ((bn * points + p0) * 2) as u64,
-                p,
-                2,
-                vec![[1, 2]],
-            );
+            let src = AccessPattern::hbm(grid_name, cd, ((bn * points + p0) * 2) as u64, p, 2, vec![[1, 2]]);
             b.e.push(Engine::Dma, dma(g.ap.clone(), src), &[], &[g.slot]);
             for (d, ax) in [ax_x, ax_y].iter().enumerate() {
                 let gd = grid_t.col(p, d);
@@ -649,12 +622,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 } else {
                     b.copy(&tf, &tc);
                 }
-                b.in_bounds(
-                    &mask[d].all(p),
-                    &tf,
-                    ax.size,
-                    &s.f.view(p, 0, vec![[1, k as i64]]),
-                );
+                b.in_bounds(&mask[d].all(p), &tf, ax.size, &s.f.view(p, 0, vec![[1, k as i64]]));
             }
             // Offsets n·C·H·W + y·W + x and validity of every (y tap, x tap) pair.
             let oy = offsets[1].all(p);
@@ -672,12 +640,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let off = off2.all(p);
             b.tt(&off, &rows_b(&offsets[1]), &cols_b(&tapf[0]), AluOp::Add);
             let valid = valid2.all(p);
-            b.tt(
-                &valid,
-                &rows_b(&mask[1]),
-                &cols_b(&mask[0]),
-                AluOp::Multiply,
-            );
+            b.tt(&valid, &rows_b(&mask[1]), &cols_b(&mask[0]), AluOp::Multiply);
             let pred = pred2.all(p);
             b.copy(&pred, &valid);
             // Out-of-bounds taps point past the end of the input: the gather skips them.
@@ -693,33 +656,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let ix = idx.all(p);
             b.copy(&ix, &ixf);
             if interp == Interp::Bilinear {
-                b.tt(
-                    &weight2.all(p),
-                    &rows_b(&wts[1]),
-                    &cols_b(&wts[0]),
-                    AluOp::Multiply,
-                );
+                b.tt(&weight2.all(p), &rows_b(&wts[1]), &cols_b(&wts[0]), AluOp::Multiply);
             }
 
             let mut c0 = 0;
             while c0 < c {
                 let cc = (c - c0).min(cmax);
                 let v = |t: usize| vals.view(p, t * cmax, vec![[1, cc as i64]]);
-                b.memset(
-                    Engine::Gpsimd,
-                    &vals.view(p, 0, vec![[1, (kk * cmax) as i64]]),
-                    0.0,
-                );
+                b.memset(Engine::Gpsimd, &vals.view(p, 0, vec![[1, (kk * cmax) as i64]]), 0.0);
                 for t in 0..kk {
                     let dst = v(t);
-                    let src = AccessPattern::hbm(
-                        in_name,
-                        cd,
-                        (c0 as i64 * hw) as u64,
-                        1,
-                        0,
-                        vec![[hw, cc as i64]],
-                    );
+                    let src = AccessPattern::hbm(in_name, cd, (c0 as i64 * hw) as u64, 1, 0, vec![[hw, cc as i64]]);
                     let index = idx.col(p, t);
                     let op = Op::DmaCopy(DmaCopy {
                         dst: dst.ap.clone(),
@@ -763,12 +710,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     1,
                     vec![[points as i64, cc as i64]],
                 );
-                b.e.push(
-                    Engine::Dma,
-                    dma(dst, result.ap.clone()),
-                    &[result.slot],
-                    &[],
-                );
+                b.e.push(Engine::Dma, dma(dst, result.ap.clone()), &[result.slot], &[]);
                 c0 += cc;
             }
             p0 += p;
@@ -820,59 +762,30 @@ mod tests {
     #[test]
     fn malformed_calls_are_typed_errors() {
         use TorchDType::{F16, F32, I64};
-        let ok: [(TorchDType, &[usize]); 3] = [
-            (F32, &[1, 2, 4, 5]),
-            (F32, &[1, 3, 3, 2]),
-            (F32, &[1, 2, 3, 3]),
-        ];
+        let ok: [(TorchDType, &[usize]); 3] = [(F32, &[1, 2, 4, 5]), (F32, &[1, 3, 3, 2]), (F32, &[1, 2, 3, 3])];
         assert!(lower_call(ok, 0, 0, false).is_ok());
         let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
-        let unsupported =
-            |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
+        let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
         assert!(invalid(lower_call(ok, 3, 0, false)), "interpolation mode 3");
         assert!(invalid(lower_call(ok, 0, -1, false)), "padding mode -1");
         assert!(
-            invalid(lower_call(
-                [ok[0], (F32, &[1, 3, 3, 3]), ok[2]],
-                0,
-                0,
-                false
-            )),
+            invalid(lower_call([ok[0], (F32, &[1, 3, 3, 3]), ok[2]], 0, 0, false)),
             "grid of 3 coordinates"
         );
         assert!(
-            invalid(lower_call(
-                [ok[0], (F32, &[2, 3, 3, 2]), ok[2]],
-                0,
-                0,
-                false
-            )),
+            invalid(lower_call([ok[0], (F32, &[2, 3, 3, 2]), ok[2]], 0, 0, false)),
             "batch mismatch"
         );
         assert!(
-            invalid(lower_call(
-                [ok[0], ok[1], (F32, &[1, 2, 3, 4])],
-                0,
-                0,
-                false
-            )),
+            invalid(lower_call([ok[0], ok[1], (F32, &[1, 2, 3, 4])], 0, 0, false)),
             "output shape"
         );
         assert!(
-            unsupported(lower_call(
-                [ok[0], (F16, &[1, 3, 3, 2]), ok[2]],
-                0,
-                0,
-                false
-            )),
+            unsupported(lower_call([ok[0], (F16, &[1, 3, 3, 2]), ok[2]], 0, 0, false)),
             "mixed dtypes"
         );
         assert!(unsupported(lower_call(
-            [
-                (I64, &[1, 2, 4, 5]),
-                (I64, &[1, 3, 3, 2]),
-                (I64, &[1, 2, 3, 3])
-            ],
+            [(I64, &[1, 2, 4, 5]), (I64, &[1, 3, 3, 2]), (I64, &[1, 2, 3, 3])],
             0,
             0,
             false

@@ -39,9 +39,9 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::Value;
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset,
-    OobMode, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorCopy, TensorCopyPredicated,
-    TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
+    Reciprocal, ScalarOperand, TargetName, TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
+    TensorTensorScan,
 };
 
 const MAX_F: usize = 16384;
@@ -153,11 +153,7 @@ fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
 
 /// `[step, num]` free dims of an AP for `S[1..]` with the given strides (at least one dim).
 fn free_dims(s: &[usize], st: &[i64]) -> Vec<[i64; 2]> {
-    let mut f: Vec<[i64; 2]> = s[1..]
-        .iter()
-        .zip(&st[1..])
-        .map(|(&n, &k)| [k, n as i64])
-        .collect();
+    let mut f: Vec<[i64; 2]> = s[1..].iter().zip(&st[1..]).map(|(&n, &k)| [k, n as i64]).collect();
     if f.is_empty() {
         f.push([0, 1]);
     }
@@ -177,8 +173,7 @@ impl<'r, 'a> B<'r, 'a> {
 
     fn dev(&self, name: &str) -> Result<(DType, Vec<usize>), LowerError> {
         let m = self.req.tensor(name)?;
-        let d = device_dtype(m.dtype)
-            .ok_or_else(|| self.req.unsupported(format!("dtype {:?}", m.dtype)))?;
+        let d = device_dtype(m.dtype).ok_or_else(|| self.req.unsupported(format!("dtype {:?}", m.dtype)))?;
         Ok((d, m.shape.clone()))
     }
 
@@ -193,46 +188,18 @@ impl<'r, 'a> B<'r, 'a> {
     fn new_scratch(&mut self, dtype: DType, n: usize) -> String {
         let name = format!("scratch.{}", self.scratch);
         self.scratch += 1;
-        self.e
-            .program
-            .declare(&name, dtype, &[n.max(1)], HbmRole::Scratch);
+        self.e.program.declare(&name, dtype, &[n.max(1)], HbmRole::Scratch);
         name
     }
 
     /// Flat HBM→HBM (or SBUF-free) copy of `n` elements from `src` to `dst`, optionally accumulating.
-    fn copy_flat(
-        &mut self,
-        dst: &str,
-        ddt: DType,
-        src: &str,
-        sdt: DType,
-        n: usize,
-        accumulate: bool,
-    ) {
+    fn copy_flat(&mut self, dst: &str, ddt: DType, src: &str, sdt: DType, n: usize, accumulate: bool) {
         let mut done = 0usize;
         while done < n {
             let rest = n - done;
-            let (rows, cols) = if rest >= 4096 {
-                (rest / 4096, 4096)
-            } else {
-                (1, rest)
-            };
-            let d = AccessPattern::hbm(
-                dst,
-                ddt,
-                done as u64,
-                rows,
-                cols as i64,
-                vec![[1, cols as i64]],
-            );
-            let s = AccessPattern::hbm(
-                src,
-                sdt,
-                done as u64,
-                rows,
-                cols as i64,
-                vec![[1, cols as i64]],
-            );
+            let (rows, cols) = if rest >= 4096 { (rest / 4096, 4096) } else { (1, rest) };
+            let d = AccessPattern::hbm(dst, ddt, done as u64, rows, cols as i64, vec![[1, cols as i64]]);
+            let s = AccessPattern::hbm(src, sdt, done as u64, rows, cols as i64, vec![[1, cols as i64]]);
             self.e.push(
                 Engine::Dma,
                 Op::DmaCopy(DmaCopy {
@@ -258,12 +225,8 @@ impl<'r, 'a> B<'r, 'a> {
         let slot = Slot { offset: off };
         let p = n.div_ceil(cols).min(128);
         let tile = AccessPattern::sbuf(dt, 0, p, off, vec![[1, cols as i64]]);
-        self.e.push(
-            Engine::Gpsimd,
-            Op::Memset(Memset { dst: tile, value }),
-            &[],
-            &[slot],
-        );
+        self.e
+            .push(Engine::Gpsimd, Op::Memset(Memset { dst: tile, value }), &[], &[slot]);
         let mut done = 0usize;
         while done < n {
             let rest = n - done;
@@ -275,10 +238,7 @@ impl<'r, 'a> B<'r, 'a> {
             let d = AccessPattern::hbm(dst, dt, done as u64, rows, c as i64, vec![[1, c as i64]]);
             self.e.push(
                 Engine::Dma,
-                dma(
-                    d,
-                    AccessPattern::sbuf(dt, 0, rows, off, vec![[1, c as i64]]),
-                ),
+                dma(d, AccessPattern::sbuf(dt, 0, rows, off, vec![[1, c as i64]])),
                 &[slot],
                 &[],
             );
@@ -288,15 +248,7 @@ impl<'r, 'a> B<'r, 'a> {
     }
 
     /// Emits the flat element offsets of rows `[p0, p0+pc) × S[1..]` into an int32 SBUF tile.
-    fn offsets(
-        &mut self,
-        sp: &Spec,
-        p0: usize,
-        pc: usize,
-        acc: Slot,
-        tmp: Slot,
-        w: Slot,
-    ) -> AccessPattern {
+    fn offsets(&mut self, sp: &Spec, p0: usize, pc: usize, acc: Slot, tmp: Slot, w: Slot) -> AccessPattern {
         let f = sp.free();
         let acc_ap = sb(DType::I32, pc, acc.offset, f);
         let pattern: Vec<[i64; 2]> = if sp.s.len() > 1 {
@@ -431,14 +383,7 @@ impl<'r, 'a> B<'r, 'a> {
     }
 
     /// Gathers rows of `src` into `out` (contiguous, row order of `S`).
-    fn gather(
-        &mut self,
-        sp: &Spec,
-        src: &str,
-        dt: DType,
-        out: &str,
-        odt: DType,
-    ) -> Result<(), LowerError> {
+    fn gather(&mut self, sp: &Spec, src: &str, dt: DType, out: &str, odt: DType) -> Result<(), LowerError> {
         let sp = sp.clone().simplify();
         let (acc, tmp, w) = self.bufs(&sp)?;
         let f = sp.free();
@@ -448,14 +393,7 @@ impl<'r, 'a> B<'r, 'a> {
             let pc = (sp.s[0] - p0).min(128);
             let index = self.offsets(&sp, p0, pc, acc, tmp, w);
             let rows = pc * f;
-            let dst = AccessPattern::hbm(
-                out,
-                odt,
-                (p0 * f * r) as u64,
-                rows,
-                r as i64,
-                vec![[1, r as i64]],
-            );
+            let dst = AccessPattern::hbm(out, odt, (p0 * f * r) as u64, rows, r as i64, vec![[1, r as i64]]);
             let s = AccessPattern::hbm(src, dt, 0, 1, 0, vec![[1, r as i64]]);
             self.e.push(
                 Engine::Dma,
@@ -505,14 +443,7 @@ impl<'r, 'a> B<'r, 'a> {
                 let mut p0 = 0;
                 while p0 < sp.s[0] {
                     let pc = (sp.s[0] - p0).min(128);
-                    let s = AccessPattern::hbm(
-                        name,
-                        *vdt,
-                        (p0 as i64 * st[0]) as u64,
-                        pc,
-                        st[0],
-                        free_dims(&sp.s, st),
-                    );
+                    let s = AccessPattern::hbm(name, *vdt, (p0 as i64 * st[0]) as u64, pc, st[0], free_dims(&sp.s, st));
                     let fd = free_dims(&sp.s, &contiguous_strides(&sp.s));
                     let d = AccessPattern::hbm(&comp, odt, (p0 * f) as u64, pc, f as i64, fd);
                     self.e.push(Engine::Dma, dma(d, s), &[], &[]);
@@ -569,12 +500,7 @@ fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<i64>
     }
 }
 
-fn bool_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    default: bool,
-) -> Result<bool, LowerError> {
+fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Result<bool, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
@@ -612,10 +538,9 @@ fn check_index_dtype(req: &LowerRequest<'_>, name: &str) -> Result<(), LowerErro
     match req.tensor(name)?.dtype {
         TorchDType::I64 | TorchDType::I32 => Ok(()),
         // Boolean masks: data-dependent positions (nonzero) — that call form is not lowered.
-        TorchDType::Bool | TorchDType::U8 => Err(LowerError::NotLowered(format!(
-            "{} with a boolean mask index",
-            req.op
-        ))),
+        TorchDType::Bool | TorchDType::U8 => {
+            Err(LowerError::NotLowered(format!("{} with a boolean mask index", req.op)))
+        }
         d => Err(req.invalid(format!("index dtype {d:?}"))),
     }
 }
@@ -779,11 +704,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             };
             let select = match reduce.as_str() {
                 "sum" => None,
-                r => Some(Reduce::parse(r).ok_or_else(|| {
-                    req.invalid(format!(
-                        "reduce={r} (expected sum, prod, mean, amax or amin)"
-                    ))
-                })?),
+                r => Some(
+                    Reduce::parse(r)
+                        .ok_or_else(|| req.invalid(format!("reduce={r} (expected sum, prod, mean, amax or amin)")))?,
+                ),
             };
             let include_self = bool_arg(req, 5, "include_self", true)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
@@ -823,8 +747,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let g = tensor_arg(req, 0, "grad_output")?;
             let idx = tensor_arg(req, 1, "indices")?;
             check_index_dtype(req, idx)?;
-            let nw =
-                int_arg(req, 2, "num_weights")?.ok_or_else(|| req.invalid("num_weights".into()))?;
+            let nw = int_arg(req, 2, "num_weights")?.ok_or_else(|| req.invalid("num_weights".into()))?;
             let pad = int_arg(req, 3, "padding_idx")?.unwrap_or(-1);
             let scale_grad_by_freq = bool_arg(req, 4, "scale_grad_by_freq", false)?;
             let (gdt, _) = b.declare(g, HbmRole::Input)?;
@@ -862,14 +785,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             } else {
                 (g.to_string(), gdt)
             };
-            b.scatter(
-                &sp,
-                Vals::Tensor(grads, gdt, vst),
-                out,
-                odt,
-                true,
-                OobMode::Skip,
-            )?;
+            b.scatter(&sp, Vals::Tensor(grads, gdt, vst), out, odt, true, OobMode::Skip)?;
         }
         "masked_scatter" => {
             let x = tensor_arg(req, 0, "self")?;
@@ -886,9 +802,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 return Ok(b.finish());
             }
             if on > 8192 || xs.len() > 4 {
-                return Err(req.unsupported(format!(
-                    "masked_scatter of {on} elements (one-partition scan)"
-                )));
+                return Err(req.unsupported(format!("masked_scatter of {on} elements (one-partition scan)")));
             }
             let xs1 = shape1(&xs);
             let mst = broadcast_strides(&ms, &xs1);
@@ -1071,14 +985,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 sp
             };
             let vst = if vst.is_empty() { vec![0] } else { vst };
-            b.scatter(
-                &sp,
-                Vals::Tensor(src.into(), sdt, vst),
-                out,
-                odt,
-                false,
-                OobMode::Error,
-            )?;
+            b.scatter(&sp, Vals::Tensor(src.into(), sdt, vst), out, odt, false, OobMode::Error)?;
         }
         _ => return Err(LowerError::NotLowered(req.op.to_string())),
     }
@@ -1107,9 +1014,7 @@ fn index_put_mask(
     let (vdt, vs) = b.declare(v, HbmRole::Input)?;
     let k = ms.len();
     if k == 0 || k > xs.len() || ms[..] != xs[..k] || xs.len() > 4 {
-        return Err(LowerError::NotLowered(
-            "index_put with this boolean mask shape".into(),
-        ));
+        return Err(LowerError::NotLowered("index_put with this boolean mask shape".into()));
     }
     // Result shape of x[mask]: [nnz] ++ xs[k..]; values must not vary along nnz.
     let mut rshape = vec![usize::MAX];
@@ -1138,11 +1043,7 @@ fn index_put_mask(
     let vst = broadcast_strides(&vs[vr.saturating_sub(tail.len())..], tail);
     let mut steps = vec![0i64; k];
     steps.extend(vst);
-    let pattern: Vec<[i64; 2]> = xs
-        .iter()
-        .zip(&steps)
-        .map(|(&n, &st)| [st, n as i64])
-        .collect();
+    let pattern: Vec<[i64; 2]> = xs.iter().zip(&steps).map(|(&n, &st)| [st, n as i64]).collect();
     let free = contiguous_strides(&xs)
         .iter()
         .zip(&xs)
@@ -1162,10 +1063,7 @@ fn index_put_mask(
     mfree.extend(tail.iter().map(|&n| [0, n as i64]));
     b.e.push(
         Engine::Dma,
-        dma(
-            f(DType::F32, m),
-            AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree),
-        ),
+        dma(f(DType::F32, m), AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree)),
         &[],
         &[m],
     );
@@ -1271,24 +1169,21 @@ fn adv_spec(
         return Err(req.invalid("too many indices".into()));
     }
     let st = contiguous_strides(xs);
-    let pos: Vec<usize> = (0..indices.len())
-        .filter(|&i| indices[i].is_some())
-        .collect();
+    let pos: Vec<usize> = (0..indices.len()).filter(|&i| indices[i].is_some()).collect();
     if pos.is_empty() {
         return Err(req.unsupported("no index tensor".into()));
     }
     let mut bshape: Vec<usize> = vec![];
     for &p in &pos {
         let sh = &req.tensor(indices[p].as_ref().unwrap())?.shape;
-        bshape = super::tile::broadcast_shapes(&bshape, sh)
-            .ok_or_else(|| req.invalid("indices do not broadcast".into()))?;
+        bshape =
+            super::tile::broadcast_shapes(&bshape, sh).ok_or_else(|| req.invalid("indices do not broadcast".into()))?;
     }
     let adjacent = pos.windows(2).all(|w| w[1] == w[0] + 1);
     let nb = bshape.len();
     // Result dims: (kind, size, base stride); kind None = a dim of x, Some(k) = broadcast dim k.
     let mut dims: Vec<(Option<usize>, usize, i64)> = vec![];
-    let bdims: Vec<(Option<usize>, usize, i64)> =
-        (0..nb).map(|k| (Some(k), bshape[k], 0)).collect();
+    let bdims: Vec<(Option<usize>, usize, i64)> = (0..nb).map(|k| (Some(k), bshape[k], 0)).collect();
     let rest: Vec<(Option<usize>, usize, i64)> = (0..xs.len())
         .filter(|e| !pos.contains(e))
         .map(|e| (None, xs[e], st[e]))
@@ -1308,10 +1203,7 @@ fn adv_spec(
         let name = indices[p].as_ref().unwrap();
         let sh = &req.tensor(name)?.shape;
         let bst = broadcast_strides(sh, &bshape);
-        let strides = dims
-            .iter()
-            .map(|d| d.0.map(|k| bst[k]).unwrap_or(0))
-            .collect();
+        let strides = dims.iter().map(|d| d.0.map(|k| bst[k]).unwrap_or(0)).collect();
         idx.push(Idx {
             name: name.clone(),
             strides,
@@ -1425,18 +1317,12 @@ fn scatter_reduce_select(
         return Err(req.invalid("self, index and src must have the same number of dims".into()));
     }
     if (0..rank).any(|j| is[j] > ss[j] || (j != d && is[j] > xs[j])) {
-        return Err(req.invalid(format!(
-            "index shape {is:?} exceeds src {ss:?} or self {xs:?}"
-        )));
+        return Err(req.invalid(format!("index shape {is:?} exceeds src {ss:?} or self {xs:?}")));
     }
     let int = !odt.is_float();
     let vt = if int { DType::I32 } else { DType::F32 };
     let vs = vt.size() as u64;
-    let (xst, ist, sst) = (
-        contiguous_strides(xs),
-        contiguous_strides(is),
-        contiguous_strides(ss),
-    );
+    let (xst, ist, sst) = (contiguous_strides(xs), contiguous_strides(is), contiguous_strides(ss));
     let line: Vec<usize> = (0..rank).filter(|&j| j != d && is[j] != 1).collect();
     let l: usize = line.iter().map(|&j| is[j]).product();
     let line_free = |st: &[i64]| -> Vec<[i64; 2]> {
@@ -1463,20 +1349,10 @@ fn scatter_reduce_select(
     let xt = slot(l * 4)?;
     let cnt = slot(l * 4)?;
     let cpart = slot(l * 4)?;
-    let (q, ci, t1, t2, nz) = (
-        slot(l * 4)?,
-        slot(l * 4)?,
-        slot(l * 4)?,
-        slot(l * 4)?,
-        slot(l)?,
-    );
+    let (q, ci, t1, t2, nz) = (slot(l * 4)?, slot(l * 4)?, slot(l * 4)?, slot(l * 4)?, slot(l)?);
     let e = &mut b.e;
     let flat = |dt: DType, pc: usize, s: Slot, n: usize| sb(dt, pc, s.offset, n);
-    let ts = |dst: AccessPattern,
-              src: AccessPattern,
-              op0: AluOp,
-              s0: ScalarOperand,
-              op1: Option<(AluOp, f64)>| {
+    let ts = |dst: AccessPattern, src: AccessPattern, op0: AluOp, s0: ScalarOperand, op1: Option<(AluOp, f64)>| {
         Op::TensorScalar(TensorScalar {
             dst,
             src,
@@ -1506,14 +1382,7 @@ fn scatter_reduce_select(
             &[],
             &[pos],
         );
-        let self_rows = AccessPattern::hbm(
-            x,
-            xdt,
-            (p0 as i64 * xst[d]) as u64,
-            pc,
-            xst[d],
-            line_free(&xst),
-        );
+        let self_rows = AccessPattern::hbm(x, xdt, (p0 as i64 * xst[d]) as u64, pc, xst[d], line_free(&xst));
         e.push(Engine::Dma, dma(res_ap(xt), self_rows), &[], &[xt]);
         if include_self {
             e.push(
@@ -1556,12 +1425,7 @@ fn scatter_reduce_select(
             let mut ifree = line_free(&ist);
             ifree.push([ist[d], kn as i64]);
             let ih = AccessPattern::hbm(idx, idt, (k0 as i64 * ist[d]) as u64, pc, 0, ifree);
-            e.push(
-                Engine::Dma,
-                dma(flat(DType::I32, pc, it, n), ih),
-                &[],
-                &[it],
-            );
+            e.push(Engine::Dma, dma(flat(DType::I32, pc, it, n), ih), &[], &[it]);
             let mut sfree = line_free(&sst);
             sfree.push([sst[d], kn as i64]);
             let sh = AccessPattern::hbm(src, sdt, (k0 as i64 * sst[d]) as u64, pc, 0, sfree);
@@ -1604,12 +1468,7 @@ fn scatter_reduce_select(
             );
             // V = [running result | identity, with src where selected].
             let v_col0 = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64]]);
-            let v_rest = sbd(
-                vt,
-                pc,
-                vv.offset + vs,
-                vec![[wn as i64, l as i64], [1, kn as i64]],
-            );
+            let v_rest = sbd(vt, pc, vv.offset + vs, vec![[wn as i64, l as i64], [1, kn as i64]]);
             e.push(
                 Engine::Vector,
                 Op::TensorCopy(TensorCopy {
@@ -1646,18 +1505,8 @@ fn scatter_reduce_select(
                     let h = w.div_ceil(2);
                     let m = (w - h) as i64;
                     let lo = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64], [1, m]]);
-                    let hi = sbd(
-                        vt,
-                        pc,
-                        vv.offset + h as u64 * vs,
-                        vec![[wn as i64, l as i64], [1, m]],
-                    );
-                    e.push(
-                        Engine::Gpsimd,
-                        tt(lo.clone(), lo, hi, reduce.alu()),
-                        &[vv],
-                        &[vv],
-                    );
+                    let hi = sbd(vt, pc, vv.offset + h as u64 * vs, vec![[wn as i64, l as i64], [1, m]]);
+                    e.push(Engine::Gpsimd, tt(lo.clone(), lo, hi, reduce.alu()), &[vv], &[vv]);
                     w = h;
                 }
                 e.push(
@@ -1674,12 +1523,7 @@ fn scatter_reduce_select(
                     Engine::Vector,
                     Op::TensorReduce(TensorReduce {
                         dst: res_ap(acc),
-                        src: sbd(
-                            vt,
-                            pc,
-                            vv.offset,
-                            vec![[wn as i64, l as i64], [1, wn as i64]],
-                        ),
+                        src: sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64], [1, wn as i64]]),
                         op: reduce.alu(),
                         axes: 1,
                         negate: false,
@@ -1693,12 +1537,7 @@ fn scatter_reduce_select(
                     Engine::Vector,
                     Op::TensorReduce(TensorReduce {
                         dst: flat(DType::F32, pc, cpart, l),
-                        src: sbd(
-                            DType::U8,
-                            pc,
-                            mk.offset,
-                            vec![[kn as i64, l as i64], [1, kn as i64]],
-                        ),
+                        src: sbd(DType::U8, pc, mk.offset, vec![[kn as i64, l as i64], [1, kn as i64]]),
                         op: AluOp::Add,
                         axes: 1,
                         negate: false,
@@ -1767,22 +1606,12 @@ fn scatter_reduce_select(
                 let i = |s: Slot| flat(DType::I32, pc, s, l);
                 e.push(
                     Engine::Vector,
-                    tt(
-                        i(q),
-                        i(acc),
-                        flat(DType::F32, pc, cpart, l),
-                        AluOp::Multiply,
-                    ),
+                    tt(i(q), i(acc), flat(DType::F32, pc, cpart, l), AluOp::Multiply),
                     &[acc, cpart],
                     &[q],
                 );
                 let remainder = |e: &mut Emitter| {
-                    e.push(
-                        Engine::Gpsimd,
-                        tt(i(t1), i(q), i(ci), AluOp::Multiply),
-                        &[q, ci],
-                        &[t1],
-                    );
+                    e.push(Engine::Gpsimd, tt(i(t1), i(q), i(ci), AluOp::Multiply), &[q, ci], &[t1]);
                     e.push(
                         Engine::Gpsimd,
                         tt(i(t1), i(acc), i(t1), AluOp::Subtract),
@@ -1797,25 +1626,10 @@ fn scatter_reduce_select(
                     &[t1],
                     &[t2],
                 );
-                e.push(
-                    Engine::Gpsimd,
-                    tt(i(q), i(q), i(t2), AluOp::Subtract),
-                    &[q, t2],
-                    &[q],
-                );
+                e.push(Engine::Gpsimd, tt(i(q), i(q), i(t2), AluOp::Subtract), &[q, t2], &[q]);
                 remainder(e);
-                e.push(
-                    Engine::Gpsimd,
-                    tt(i(t2), i(t1), i(ci), AluOp::IsGe),
-                    &[t1, ci],
-                    &[t2],
-                );
-                e.push(
-                    Engine::Gpsimd,
-                    tt(i(q), i(q), i(t2), AluOp::Add),
-                    &[q, t2],
-                    &[q],
-                );
+                e.push(Engine::Gpsimd, tt(i(t2), i(t1), i(ci), AluOp::IsGe), &[t1, ci], &[t2]);
+                e.push(Engine::Gpsimd, tt(i(q), i(q), i(t2), AluOp::Add), &[q, t2], &[q]);
                 res = q;
             }
         }
@@ -1846,14 +1660,7 @@ fn scatter_reduce_select(
             );
             res = xt;
         }
-        let out_rows = AccessPattern::hbm(
-            out,
-            odt,
-            (p0 as i64 * xst[d]) as u64,
-            pc,
-            xst[d],
-            line_free(&xst),
-        );
+        let out_rows = AccessPattern::hbm(out, odt, (p0 as i64 * xst[d]) as u64, pc, xst[d], line_free(&xst));
         e.push(Engine::Dma, dma(out_rows, res_ap(res)), &[res], &[]);
         p0 += pc;
     }
@@ -1864,13 +1671,7 @@ impl B<'_, '_> {
     /// `out = (src != 0)` for `n` elements: the logical-or post-pass of a sum scattered onto a
     /// bool tensor (DMA accumulate adds, so duplicates sum to 2, 3, …; PyTorch ORs them).
     /// `src` is an fp32 HBM scratch holding the sums.
-    fn nonzero_to_bool(
-        &mut self,
-        src: &str,
-        n: usize,
-        out: &str,
-        odt: DType,
-    ) -> Result<(), LowerError> {
+    fn nonzero_to_bool(&mut self, src: &str, n: usize, out: &str, odt: DType) -> Result<(), LowerError> {
         let cols = 2048usize;
         let v = self.alloc.slot(cols * 4)?;
         let m = self.alloc.slot(cols * odt.size())?;
@@ -1882,9 +1683,8 @@ impl B<'_, '_> {
             } else {
                 (1, rest)
             };
-            let h = |name: &str, dt: DType| {
-                AccessPattern::hbm(name, dt, done as u64, rows, c as i64, vec![[1, c as i64]])
-            };
+            let h =
+                |name: &str, dt: DType| AccessPattern::hbm(name, dt, done as u64, rows, c as i64, vec![[1, c as i64]]);
             self.e.push(
                 Engine::Dma,
                 dma(sb(DType::F32, rows, v.offset, c), h(src, DType::F32)),
@@ -1906,12 +1706,8 @@ impl B<'_, '_> {
                 &[v],
                 &[m],
             );
-            self.e.push(
-                Engine::Dma,
-                dma(h(out, odt), sb(odt, rows, m.offset, c)),
-                &[m],
-                &[],
-            );
+            self.e
+                .push(Engine::Dma, dma(h(out, odt), sb(odt, rows, m.offset, c)), &[m], &[]);
             done += rows * c;
         }
         Ok(())
@@ -1920,14 +1716,7 @@ impl B<'_, '_> {
     /// A summing scatter (`accumulate`) of `vals` at `sp` into `out`, which already holds
     /// `self`. Onto a bool `out` the sums go to an fp32 scratch copy of `self` first and
     /// [`Self::nonzero_to_bool`] writes `out`: PyTorch's sum of bools is a logical or.
-    fn scatter_sum(
-        &mut self,
-        sp: &Spec,
-        vals: Vals,
-        out: &str,
-        odt: DType,
-        n: usize,
-    ) -> Result<(), LowerError> {
+    fn scatter_sum(&mut self, sp: &Spec, vals: Vals, out: &str, odt: DType, n: usize) -> Result<(), LowerError> {
         if odt != DType::Bool {
             return self.scatter(sp, vals, out, odt, true, OobMode::Error);
         }
@@ -1967,14 +1756,7 @@ impl B<'_, '_> {
             }],
             extra: vec![],
         };
-        self.scatter(
-            &per_index,
-            Vals::Scalar(1.0),
-            &counts,
-            DType::F32,
-            true,
-            OobMode::Error,
-        )?;
+        self.scatter(&per_index, Vals::Scalar(1.0), &counts, DType::F32, true, OobMode::Error)?;
         let scaled = self.new_scratch(DType::F32, n_idx * dcols);
         let (acc, tmp, w) = self.bufs(&per_index)?;
         let cols = dcols.min(4096);
@@ -2024,8 +1806,7 @@ impl B<'_, '_> {
                     )
                 };
                 let g_ap = sb(DType::F32, pc, gt.offset, cn);
-                self.e
-                    .push(Engine::Dma, dma(g_ap.clone(), at(g, gdt)), &[], &[gt]);
+                self.e.push(Engine::Dma, dma(g_ap.clone(), at(g, gdt)), &[], &[gt]);
                 self.e.push(
                     Engine::Vector,
                     Op::TensorScalar(TensorScalar {
@@ -2041,8 +1822,7 @@ impl B<'_, '_> {
                     &[gt, cnt],
                     &[gt],
                 );
-                self.e
-                    .push(Engine::Dma, dma(at(&scaled, DType::F32), g_ap), &[gt], &[]);
+                self.e.push(Engine::Dma, dma(at(&scaled, DType::F32), g_ap), &[gt], &[]);
                 c0 += cn;
             }
             p0 += pc;
@@ -2147,13 +1927,7 @@ fn index_bool_mask(
             Engine::Vector,
             Op::TensorCopy(TensorCopy {
                 dst: f(DType::F32, carry, 1),
-                src: AccessPattern::sbuf(
-                    DType::F32,
-                    0,
-                    1,
-                    cs.offset + 4 * (cn as u64 - 1),
-                    vec![[1, 1]],
-                ),
+                src: AccessPattern::sbuf(DType::F32, 0, 1, cs.offset + 4 * (cn as u64 - 1), vec![[1, 1]]),
             }),
             &[cs],
             &[carry],

@@ -37,8 +37,8 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, NcMatmul, Op, Program,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorScalar,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
+    ScalarTensorTensor, TargetName, TensorCopy, TensorScalar,
 };
 
 /// neuronx-cc's `--auto-cast`: which fp32 operands are rounded to a narrower type first.
@@ -82,11 +82,7 @@ pub(super) fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
 }
 
 /// The dtype TensorE reads an operand of case dtype `d` as (the loading DMA converts).
-pub(super) fn pe_dtype(
-    req: &LowerRequest<'_>,
-    d: TorchDType,
-    opts: &LowerOptions,
-) -> Result<DType, LowerError> {
+pub(super) fn pe_dtype(req: &LowerRequest<'_>, d: TorchDType, opts: &LowerOptions) -> Result<DType, LowerError> {
     let dev = device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")))?;
     Ok(match dev {
         DType::F32 if opts.auto_cast == AutoCast::Matmult => DType::Bf16,
@@ -110,28 +106,18 @@ struct Call {
     n: usize,
 }
 
-fn tensor_arg(
-    req: &LowerRequest<'_>,
-    i: usize,
-    name: &str,
-) -> Result<(String, TensorMeta), LowerError> {
+fn tensor_arg(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<(String, TensorMeta), LowerError> {
     match req.call.arg(i, name) {
         Some(Value::Tensor(t)) => Ok((t.clone(), req.tensor(t)?.clone())),
         other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
     }
 }
 
-fn scalar_arg(
-    req: &LowerRequest<'_>,
-    i: usize,
-    name: &str,
-    int_out: bool,
-) -> Result<f64, LowerError> {
+fn scalar_arg(req: &LowerRequest<'_>, i: usize, name: &str, int_out: bool) -> Result<f64, LowerError> {
     match req.call.arg(i, name) {
         None => Ok(1.0),
         Some(v) => {
-            let s =
-                Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`{name}` is {v:?}")))?;
+            let s = Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`{name}` is {v:?}")))?;
             if int_out && matches!(s, Scalar::Float(_)) {
                 return Err(req.invalid(format!("a float `{name}` needs a floating-point result")));
             }
@@ -145,13 +131,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
     let out_meta = req.tensor(&out_name)?.clone();
     let int_out = out_meta.dtype.is_int();
     let (a, b, c, alpha, beta) = match req.op {
-        "mm" | "bmm" => (
-            tensor_arg(req, 0, "self")?,
-            tensor_arg(req, 1, "mat2")?,
-            None,
-            1.0,
-            0.0,
-        ),
+        "mm" | "bmm" => (tensor_arg(req, 0, "self")?, tensor_arg(req, 1, "mat2")?, None, 1.0, 0.0),
         "addmm" => {
             let c = tensor_arg(req, 0, "self")?;
             let beta = scalar_arg(req, 3, "beta", int_out)?;
@@ -200,24 +180,14 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
             a.1.shape, b.1.shape
         )));
     }
-    let want: Vec<usize> = if rank == 3 {
-        vec![batch, m, n]
-    } else {
-        vec![m, n]
-    };
+    let want: Vec<usize> = if rank == 3 { vec![batch, m, n] } else { vec![m, n] };
     if out_meta.shape != want {
-        return Err(req.invalid(format!(
-            "output shape {:?}, expected {want:?}",
-            out_meta.shape
-        )));
+        return Err(req.invalid(format!("output shape {:?}, expected {want:?}", out_meta.shape)));
     }
     if let Some(c) = &c
         && tile::broadcast_shapes(&c.1.shape, &want).as_deref() != Some(&want[..])
     {
-        return Err(req.invalid(format!(
-            "`self` {:?} does not broadcast to {want:?}",
-            c.1.shape
-        )));
+        return Err(req.invalid(format!("`self` {:?} does not broadcast to {want:?}", c.1.shape)));
     }
     let c = if beta == 0.0 { None } else { c };
     Ok(Call {
@@ -238,11 +208,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     lower_with(req, target, &LowerOptions::default())
 }
 
-pub fn lower_with(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    opts: &LowerOptions,
-) -> Result<Lowered, LowerError> {
+pub fn lower_with(req: &LowerRequest<'_>, target: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let call = analyze(req)?;
     Ok(Lowered::new(emit(req, &call, target, opts)?))
 }
@@ -255,9 +221,7 @@ fn emit(
 ) -> Result<Program, LowerError> {
     let target = target_name.params();
     let mut program = Program::new(target_name);
-    let dev = |d: TorchDType| {
-        device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")))
-    };
+    let dev = |d: TorchDType| device_dtype(d).ok_or_else(|| req.unsupported(format!("{d} has no device dtype")));
     let a_dev = dev(call.a.1.dtype)?;
     let b_dev = dev(call.b.1.dtype)?;
     let out_dev = dev(call.out.1.dtype)?;
@@ -301,11 +265,7 @@ fn emit(
     let b_off = alloc.alloc((kt_count * TILE_N * esz).max(1))?;
     let c_off = alloc.alloc(TILE_N * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let zero_off = if k == 0 {
-        Some(alloc.alloc(TILE_N * 4)?)
-    } else {
-        None
-    };
+    let zero_off = if k == 0 { Some(alloc.alloc(TILE_N * 4)?) } else { None };
     let (at_slot, b_slot, c_slot, out_slot) = (
         Slot { offset: at_off },
         Slot { offset: b_off },
@@ -318,19 +278,10 @@ fn emit(
     let bank_bytes = target.psum_bank_bytes as u64;
 
     if let Some(z) = zero_off {
-        let ap = AccessPattern::sbuf(
-            DType::F32,
-            0,
-            TILE_M.min(m),
-            z,
-            vec![[1, TILE_N.min(n) as i64]],
-        );
+        let ap = AccessPattern::sbuf(DType::F32, 0, TILE_M.min(m), z, vec![[1, TILE_N.min(n) as i64]]);
         e.push(
             Engine::Vector,
-            Op::Memset(Memset {
-                dst: ap,
-                value: 0.0,
-            }),
+            Op::Memset(Memset { dst: ap, value: 0.0 }),
             &[],
             &[Slot { offset: z }],
         );
@@ -375,13 +326,7 @@ fn emit(
                     n as i64,
                     vec![[1, nsz as i64]],
                 );
-                let dst = AccessPattern::sbuf(
-                    pe,
-                    0,
-                    ksz,
-                    b_off + (kt * TILE_N * esz) as u64,
-                    vec![[1, nsz as i64]],
-                );
+                let dst = AccessPattern::sbuf(pe, 0, ksz, b_off + (kt * TILE_N * esz) as u64, vec![[1, nsz as i64]]);
                 e.push(Engine::Dma, dma(dst, src), &[], &[b_slot]);
             }
             for mt in 0..mt_count {
@@ -393,31 +338,13 @@ fn emit(
                 let pslot = psum_slot(bank);
                 bank = (bank + 1) % banks;
                 let product = if k == 0 {
-                    AccessPattern::sbuf(
-                        DType::F32,
-                        0,
-                        msz,
-                        zero_off.unwrap_or(0),
-                        vec![[1, nsz as i64]],
-                    )
+                    AccessPattern::sbuf(DType::F32, 0, msz, zero_off.unwrap_or(0), vec![[1, nsz as i64]])
                 } else {
                     for kt in 0..kt_count {
                         let ksz = TILE_K.min(k - kt * TILE_K);
                         let op = Op::NcMatmul(NcMatmul {
-                            dst: AccessPattern::psum(
-                                DType::F32,
-                                0,
-                                msz,
-                                psum_off,
-                                vec![[1, nsz as i64]],
-                            ),
-                            stationary: AccessPattern::sbuf(
-                                pe,
-                                0,
-                                ksz,
-                                at_tile_off(kt, mt),
-                                vec![[1, msz as i64]],
-                            ),
+                            dst: AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]),
+                            stationary: AccessPattern::sbuf(pe, 0, ksz, at_tile_off(kt, mt), vec![[1, msz as i64]]),
                             moving: AccessPattern::sbuf(
                                 pe,
                                 0,
@@ -472,8 +399,7 @@ fn emit(
                             strides[0],
                             vec![[strides[1], nsz as i64]],
                         );
-                        let c_sb =
-                            AccessPattern::sbuf(DType::F32, 0, msz, c_off, vec![[1, nsz as i64]]);
+                        let c_sb = AccessPattern::sbuf(DType::F32, 0, msz, c_off, vec![[1, nsz as i64]]);
                         e.push(Engine::Dma, dma(c_sb.clone(), c_ap), &[], &[c_slot]);
                         if call.beta != 1.0 {
                             let op = Op::TensorScalar(TensorScalar {
@@ -535,10 +461,7 @@ mod tests {
             ("output.0".to_string(), meta(&[3, 5])),
         ]);
         let call = OpCall {
-            args: vec![
-                Value::Tensor("input.0".into()),
-                Value::Tensor("input.1".into()),
-            ],
+            args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
             kwargs: BTreeMap::new(),
         };
         let outputs = vec![Value::Tensor("output.0".into())];
@@ -554,13 +477,7 @@ mod tests {
     fn matmuls(p: &Program) -> Vec<&NcMatmul> {
         p.instructions
             .iter()
-            .filter_map(|i| {
-                if let Op::NcMatmul(m) = &i.op {
-                    Some(m)
-                } else {
-                    None
-                }
-            })
+            .filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None })
             .collect()
     }
 
@@ -574,10 +491,7 @@ mod tests {
             mms.iter()
                 .all(|m| m.stationary.dtype == DType::F32 && m.moving.dtype == DType::F32)
         );
-        assert_eq!(
-            (mms[0].stationary.partitions, mms[1].stationary.partitions),
-            (128, 72)
-        );
+        assert_eq!((mms[0].stationary.partitions, mms[1].stationary.partitions), (128, 72));
     }
 
     #[test]
@@ -590,9 +504,6 @@ mod tests {
             mms.iter()
                 .all(|m| m.stationary.dtype == DType::Bf16 && m.moving.dtype == DType::Bf16)
         );
-        assert!(
-            mms.iter().all(|m| m.dst.dtype == DType::F32),
-            "PSUM stays fp32"
-        );
+        assert!(mms.iter().all(|m| m.dst.dtype == DType::F32), "PSUM stays fp32");
     }
 }

@@ -41,12 +41,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 
 /// The recorded strides, or the contiguous ones when the golden gives none.
 fn strides(meta: &TensorMeta) -> Vec<i64> {
-    meta.strides.clone().unwrap_or_else(|| {
-        contiguous_strides(&meta.shape)
-            .into_iter()
-            .map(|s| s as i64)
-            .collect()
-    })
+    meta.strides
+        .clone()
+        .unwrap_or_else(|| contiguous_strides(&meta.shape).into_iter().map(|s| s as i64).collect())
 }
 
 /// The wrapped `dim` argument (a 0-d tensor has no sizes or strides to ask for).

@@ -309,10 +309,7 @@ const LOWERINGS: &[(&str, LowerFn)] = &[
     ("_adaptive_avg_pool3d", pooling::lower),
     ("max_pool2d_with_indices", pooling::lower_max),
     ("max_pool3d_with_indices", pooling::lower_max),
-    (
-        "max_pool2d_with_indices_backward",
-        pooling::lower_max_backward,
-    ),
+    ("max_pool2d_with_indices_backward", pooling::lower_max_backward),
     ("avg_pool2d_backward", pooling::lower_avg_backward),
     ("_adaptive_avg_pool2d_backward", pooling::lower_avg_backward),
     ("index_select", indexing::lower),

@@ -23,8 +23,8 @@
 
 use super::binary::dev;
 use super::reduction::{
-    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk,
-    load_col_op, load_op, reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
+    Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk, load_col_op, load_op,
+    reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
@@ -36,11 +36,7 @@ use super::tile::{Dim, Emitter, Scalar};
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
 
-fn tensor_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-) -> Result<Option<(String, TorchDType)>, LowerError> {
+fn tensor_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<(String, TorchDType)>, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(None),
         Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.dtype))),
@@ -112,12 +108,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
 }
 
-fn declare(
-    req: &LowerRequest<'_>,
-    program: &mut Program,
-    name: &str,
-    role: HbmRole,
-) -> Result<DType, LowerError> {
+fn declare(req: &LowerRequest<'_>, program: &mut Program, name: &str, role: HbmRole) -> Result<DType, LowerError> {
     let m = req.tensor(name)?;
     let d = dev(req, m.dtype)?;
     if !program.hbm.iter().any(|h| h.name == name) {
@@ -221,12 +212,8 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                     &[eb.slot, ps.slot],
                 );
             } else {
-                ctx.e.activation(
-                    eb.at(p, 0, w),
-                    ActFunc::Exp,
-                    x.at(p, 0, w),
-                    Some(negm.scalar(p, 0)),
-                );
+                ctx.e
+                    .activation(eb.at(p, 0, w), ActFunc::Exp, x.at(p, 0, w), Some(negm.scalar(p, 0)));
                 // e stays intact for the output: the sum goes to tmp.
                 block_sum_to(&mut ctx.e, &eb, &tmp, p, w);
                 ctx.e.tensor_copy(v, ps.at(p, c, 1), tmp.at(p, 0, 1));
@@ -237,8 +224,7 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             // ls = log(s) of the sum rounded to the input dtype (PyTorch's CPU kernel keeps the
             // sum in the input's scalar type); out = (x − m) − ls.
             ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
-            ctx.e
-                .activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
+            ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
@@ -260,21 +246,11 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                 let w = ch.elems();
                 if !single {
                     load_chunk(&mut ctx, &x, &x_name, x_dev, rt, ch);
-                    ctx.e.activation(
-                        eb.at(p, 0, w),
-                        ActFunc::Exp,
-                        x.at(p, 0, w),
-                        Some(negm.scalar(p, 0)),
-                    );
+                    ctx.e
+                        .activation(eb.at(p, 0, w), ActFunc::Exp, x.at(p, 0, w), Some(negm.scalar(p, 0)));
                 }
-                ctx.e.tensor_scalar(
-                    v,
-                    eb.at(p, 0, w),
-                    eb.at(p, 0, w),
-                    AluOp::Multiply,
-                    r.scalar(p, 0),
-                    None,
-                );
+                ctx.e
+                    .tensor_scalar(v, eb.at(p, 0, w), eb.at(p, 0, w), AluOp::Multiply, r.scalar(p, 0), None);
                 store_op(&mut ctx, &eb, &out, out_dev, rt, ch, 1);
             }
         }
@@ -330,9 +306,7 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             let scs = contiguous_strides(&shape[..m]);
             let wcs = contiguous_strides(&ns);
             let kept = (0..m).map(|d| dim(shape[d], cs[d], scs[d], 0)).collect();
-            let red = (m..shape.len())
-                .map(|d| dim(shape[d], cs[d], 0, wcs[d - m]))
-                .collect();
+            let red = (m..shape.len()).map(|d| dim(shape[d], cs[d], 0, wcs[d - m])).collect();
             NormCall {
                 x,
                 shape: shape.clone(),
@@ -415,11 +389,7 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
     emit_norm(req, target, &call)
 }
 
-fn emit_norm(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-    call: &NormCall,
-) -> Result<Lowered, LowerError> {
+fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Result<Lowered, LowerError> {
     let mut program = Program::new(target);
     let x_dev = declare(req, &mut program, &call.x.0, HbmRole::Input)?;
     let _ = &call.shape;
@@ -471,9 +441,8 @@ fn emit_norm(
     let neg_mean = Buf::new(&mut ctx.alloc, f, 1)?;
     // Layer norm's weight and bias are the same for every row: with a single chunk they are
     // loaded once, broadcast over the partitions, instead of once per row tile.
-    let params_row_invariant = chunks.len() == 1
-        && !call.scale_bias
-        && rows.iter().all(|rt| rt.base[2] == 0 && rt.pstride[2] == 0);
+    let params_row_invariant =
+        chunks.len() == 1 && !call.scale_bias && rows.iter().all(|rt| rt.base[2] == 0 && rt.pstride[2] == 0);
     let resident = |ctx: &mut Ctx, param: &Option<(String, TorchDType)>, dev: Option<DType>| match (
         param,
         dev,
@@ -489,11 +458,7 @@ fn emit_norm(
     let weight_resident = resident(&mut ctx, &call.weight, w_dev)?;
     let bias_resident = resident(&mut ctx, &call.bias, b_dev)?;
     let v = Engine::Vector;
-    let inv_n = if call.n == 0 {
-        1e39
-    } else {
-        1.0 / call.n as f64
-    };
+    let inv_n = if call.n == 0 { 1e39 } else { 1.0 / call.n as f64 };
     let single = chunks.len() == 1;
     let sum_pass = |ctx: &mut Ctx, rt: &RowTile, center: bool| {
         let p = rt.rows;
@@ -613,14 +578,8 @@ fn emit_norm(
                             &[],
                             &[sc.slot],
                         );
-                        ctx.e.tensor_scalar(
-                            v,
-                            sc.at(p, 0, w),
-                            sc.at(p, 0, w),
-                            AluOp::Add,
-                            rstd.scalar(p, 0),
-                            None,
-                        );
+                        ctx.e
+                            .tensor_scalar(v, sc.at(p, 0, w), sc.at(p, 0, w), AluOp::Add, rstd.scalar(p, 0), None);
                     }
                 }
                 ctx.e.tensor_scalar(
@@ -634,13 +593,8 @@ fn emit_norm(
                 match (&call.bias, b_dev) {
                     (Some((name, _)), Some(d)) => {
                         load_op(&mut ctx, &wb, name, d, rt, ch, 2);
-                        ctx.e.tensor_tensor(
-                            v,
-                            bi.at(p, 0, w),
-                            wb.at(p, 0, w),
-                            bi.at(p, 0, w),
-                            AluOp::Subtract,
-                        );
+                        ctx.e
+                            .tensor_tensor(v, bi.at(p, 0, w), wb.at(p, 0, w), bi.at(p, 0, w), AluOp::Subtract);
                     }
                     _ => {
                         ctx.e.tensor_scalar(
@@ -656,20 +610,10 @@ fn emit_norm(
                 if !single || call.running.is_some() {
                     load_chunk(&mut ctx, &x, &call.x.0, x_dev, rt, ch);
                 }
-                ctx.e.tensor_tensor(
-                    v,
-                    wb.at(p, 0, w),
-                    x.at(p, 0, w),
-                    sc.at(p, 0, w),
-                    AluOp::Multiply,
-                );
-                ctx.e.tensor_tensor(
-                    v,
-                    wb.at(p, 0, w),
-                    wb.at(p, 0, w),
-                    bi.at(p, 0, w),
-                    AluOp::Add,
-                );
+                ctx.e
+                    .tensor_tensor(v, wb.at(p, 0, w), x.at(p, 0, w), sc.at(p, 0, w), AluOp::Multiply);
+                ctx.e
+                    .tensor_tensor(v, wb.at(p, 0, w), wb.at(p, 0, w), bi.at(p, 0, w), AluOp::Add);
                 store_op(&mut ctx, &wb, &y, y_dev, rt, ch, 0);
             }
         }
@@ -702,13 +646,8 @@ fn emit_norm(
                     }
                     _ => continue,
                 };
-                ctx.e.tensor_tensor(
-                    v,
-                    y_buf.at(p, 0, w),
-                    y_buf.at(p, 0, w),
-                    operand.at(p, 0, w),
-                    op,
-                );
+                ctx.e
+                    .tensor_tensor(v, y_buf.at(p, 0, w), y_buf.at(p, 0, w), operand.at(p, 0, w), op);
             }
             store_op(&mut ctx, &y_buf, &y, y_dev, rt, ch, 0);
             if single && call.running.is_none() && (call.weight.is_some() || call.bias.is_some()) {
@@ -785,13 +724,9 @@ fn declare_backward_io(
 /// `ds = Σ dy·w·x`, `db = Σ dy·w`, `b = (db·mean − ds)·rstd³/N`, `c = −b·mean − db·rstd/N`,
 /// `dx = rstd·dy·w + b·x + c`; across rows (GpSimdE `tensor_partition_reduce`, accumulated over
 /// row tiles): `dw = Σ dy·(x − mean)·rstd`, `db = Σ dy`.
-pub fn layer_norm_backward(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (dy_name, _, shape) = input(req)?;
-    let (x_name, x_dtype) =
-        tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
+    let (x_name, x_dtype) = tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
     if req.tensor(&x_name)?.shape != shape || !x_dtype.is_float() {
         return Err(req.invalid("input/grad_out shapes".into()));
     }
@@ -803,10 +738,8 @@ pub fn layer_norm_backward(
     if k > shape.len() || shape[shape.len() - k..] != ns[..] {
         return Err(req.invalid("normalized_shape".into()));
     }
-    let (mean_name, _) =
-        tensor_arg(req, 3, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
-    let (rstd_name, _) =
-        tensor_arg(req, 4, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
+    let (mean_name, _) = tensor_arg(req, 3, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
+    let (rstd_name, _) = tensor_arg(req, 4, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
     let weight = tensor_arg(req, 5, "weight")?;
     let m = shape.len() - k;
     let n: usize = ns.iter().product();
@@ -817,9 +750,7 @@ pub fn layer_norm_backward(
     let scs = contiguous_strides(&shape[..m]);
     let wcs = contiguous_strides(&ns);
     let kept = (0..m).map(|d| dim(shape[d], cs[d], scs[d], 0)).collect();
-    let red = (m..shape.len())
-        .map(|d| dim(shape[d], cs[d], 0, wcs[d - m]))
-        .collect();
+    let red = (m..shape.len()).map(|d| dim(shape[d], cs[d], 0, wcs[d - m])).collect();
     let layout = Layout::from_dims(kept, red);
 
     let mut program = Program::new(target);
@@ -868,13 +799,8 @@ pub fn layer_norm_backward(
         match (&weight, w_dev) {
             (Some((wn, _)), Some(d)) => {
                 load_op(&mut ctx, &wt, wn, d, rt, ch, 2);
-                ctx.e.tensor_tensor(
-                    v,
-                    gb.at(p, 0, w),
-                    dy.at(p, 0, w),
-                    wt.at(p, 0, w),
-                    AluOp::Multiply,
-                );
+                ctx.e
+                    .tensor_tensor(v, gb.at(p, 0, w), dy.at(p, 0, w), wt.at(p, 0, w), AluOp::Multiply);
             }
             _ => {
                 ctx.e.tensor_copy(v, gb.at(p, 0, w), dy.at(p, 0, w));
@@ -885,33 +811,17 @@ pub fn layer_norm_backward(
             ctx.e.tensor_copy(v, t.at(p, 0, w), gb.at(p, 0, w));
             block_sum(&mut ctx.e, &t, &tmp, p, w);
             ctx.e.tensor_copy(v, st.at(p, 2, 1), t.at(p, 0, 1));
-            ctx.e.tensor_tensor(
-                v,
-                t.at(p, 0, w),
-                gb.at(p, 0, w),
-                x.at(p, 0, w),
-                AluOp::Multiply,
-            );
+            ctx.e
+                .tensor_tensor(v, t.at(p, 0, w), gb.at(p, 0, w), x.at(p, 0, w), AluOp::Multiply);
             block_sum(&mut ctx.e, &t, &tmp, p, w);
             ctx.e.tensor_copy(v, st.at(p, 3, 1), t.at(p, 0, 1));
             backward_coefficients(&mut ctx.e, &st, p, 2, 3, scale);
             // dx = a·dy·w + b·x + c
-            ctx.e.tensor_scalar(
-                v,
-                t.at(p, 0, w),
-                dy.at(p, 0, w),
-                AluOp::Multiply,
-                st.scalar(p, 1),
-                None,
-            );
+            ctx.e
+                .tensor_scalar(v, t.at(p, 0, w), dy.at(p, 0, w), AluOp::Multiply, st.scalar(p, 1), None);
             if weight.is_some() {
-                ctx.e.tensor_tensor(
-                    v,
-                    t.at(p, 0, w),
-                    t.at(p, 0, w),
-                    wt.at(p, 0, w),
-                    AluOp::Multiply,
-                );
+                ctx.e
+                    .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), wt.at(p, 0, w), AluOp::Multiply);
             }
             ctx.e.tensor_scalar(
                 v,
@@ -921,21 +831,10 @@ pub fn layer_norm_backward(
                 st.scalar(p, 4),
                 None,
             );
-            ctx.e.tensor_tensor(
-                v,
-                t.at(p, 0, w),
-                t.at(p, 0, w),
-                red1.at(p, 0, w),
-                AluOp::Add,
-            );
-            ctx.e.tensor_scalar(
-                v,
-                t.at(p, 0, w),
-                t.at(p, 0, w),
-                AluOp::Add,
-                st.scalar(p, 5),
-                None,
-            );
+            ctx.e
+                .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), red1.at(p, 0, w), AluOp::Add);
+            ctx.e
+                .tensor_scalar(v, t.at(p, 0, w), t.at(p, 0, w), AluOp::Add, st.scalar(p, 5), None);
             store_op(&mut ctx, &t, dx_name, *dx_dev, rt, ch, 0);
         }
         // Cross-row sums: dw (= Σ dy·(x − mean)·rstd) and db (= Σ dy).
@@ -945,13 +844,8 @@ pub fn layer_norm_backward(
             }
             let src = if o == 1 {
                 // dy · (a·x + b), b = −a·mean (PyTorch's CPU form)
-                ctx.e.tensor_tensor(
-                    v,
-                    st.at(p, 7, 1),
-                    st.at(p, 1, 1),
-                    st.at(p, 0, 1),
-                    AluOp::Multiply,
-                );
+                ctx.e
+                    .tensor_tensor(v, st.at(p, 7, 1), st.at(p, 1, 1), st.at(p, 0, 1), AluOp::Multiply);
                 ctx.e.tensor_scalar(
                     v,
                     st.at(p, 7, 1),
@@ -968,13 +862,8 @@ pub fn layer_norm_backward(
                     st.scalar(p, 1),
                     Some((AluOp::Add, st.scalar(p, 7))),
                 );
-                ctx.e.tensor_tensor(
-                    v,
-                    t.at(p, 0, w),
-                    dy.at(p, 0, w),
-                    t.at(p, 0, w),
-                    AluOp::Multiply,
-                );
+                ctx.e
+                    .tensor_tensor(v, t.at(p, 0, w), dy.at(p, 0, w), t.at(p, 0, w), AluOp::Multiply);
                 t
             } else {
                 dy
@@ -984,13 +873,9 @@ pub fn layer_norm_backward(
                 // PyTorch accumulates reduced-precision dgamma/dbeta row by row in the output
                 // dtype: the same here, each row moved to partition 0 by DMA, added on VectorE
                 // with the cast on write.
-                let lp = Buf {
-                    dtype: out_d,
-                    ..*acc
-                };
+                let lp = Buf { dtype: out_d, ..*acc };
                 for r in 0..p {
-                    let row =
-                        trnsim::AccessPattern::sbuf(f, r, 1, src.slot.offset, vec![[1, w as i64]]);
+                    let row = trnsim::AccessPattern::sbuf(f, r, 1, src.slot.offset, vec![[1, w as i64]]);
                     ctx.e.push(
                         Engine::Dma,
                         super::binary::dma(red1.cols(1, 0, w), row),
@@ -1000,13 +885,8 @@ pub fn layer_norm_backward(
                     if ri == 0 && r == 0 {
                         ctx.e.tensor_copy(v, lp.at(1, 0, w), red1.at(1, 0, w));
                     } else {
-                        ctx.e.tensor_tensor(
-                            v,
-                            lp.at(1, 0, w),
-                            lp.at(1, 0, w),
-                            red1.at(1, 0, w),
-                            AluOp::Add,
-                        );
+                        ctx.e
+                            .tensor_tensor(v, lp.at(1, 0, w), lp.at(1, 0, w), red1.at(1, 0, w), AluOp::Add);
                     }
                 }
                 continue;
@@ -1023,13 +903,8 @@ pub fn layer_norm_backward(
                 &[dst.slot],
             );
             if ri > 0 {
-                ctx.e.tensor_tensor(
-                    v,
-                    acc.at(1, 0, w),
-                    acc.at(1, 0, w),
-                    red1.at(1, 0, w),
-                    AluOp::Add,
-                );
+                ctx.e
+                    .tensor_tensor(v, acc.at(1, 0, w), acc.at(1, 0, w), red1.at(1, 0, w), AluOp::Add);
             }
         }
     }
@@ -1066,16 +941,11 @@ pub fn layer_norm_backward(
 /// `dγ[c] += (ds − db·mean)·rstd`, `dβ[c] += db` accumulated over the batch tiles (same
 /// partition layout, so no cross-partition reduction); `dx = c1·dy + c2·x + c3` with
 /// `c1 = rstd·γ`, `c2 = (Σγ·db · mean − Σγ·ds)·rstd³/(D·HxW)`, `c3 = −c2·mean − Σγ·db·rstd/(D·HxW)`.
-pub fn group_norm_backward(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (dy_name, _, shape) = input(req)?;
     let (x_name, _) = tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
-    let (mean_name, _) =
-        tensor_arg(req, 2, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
-    let (rstd_name, _) =
-        tensor_arg(req, 3, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
+    let (mean_name, _) = tensor_arg(req, 2, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
+    let (rstd_name, _) = tensor_arg(req, 3, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
     let weight = tensor_arg(req, 4, "weight")?;
     let nb = int_arg(req, 5, "N")? as usize;
     let c = int_arg(req, 6, "C")? as usize;
@@ -1124,9 +994,8 @@ pub fn group_norm_backward(
         let p = (g - g0).min(parts);
         for n in 0..nb {
             let xb = ((n * c + g0 * d) * hw) as u64;
-            let hbm = |name: &str, dt: DType| {
-                trnsim::AccessPattern::hbm(name, dt, xb, p, w as i64, vec![[1, w as i64]])
-            };
+            let hbm =
+                |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, xb, p, w as i64, vec![[1, w as i64]]);
             ctx.e.push(
                 Engine::Dma,
                 super::binary::dma(dy.cols(p, 0, w), hbm(&dy_name, dy_dev)),
@@ -1139,9 +1008,8 @@ pub fn group_norm_backward(
                 &[],
                 &[x.slot],
             );
-            let stat = |name: &str, dt: DType| {
-                trnsim::AccessPattern::hbm(name, dt, (n * g + g0) as u64, p, 1, vec![[1, 1]])
-            };
+            let stat =
+                |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, (n * g + g0) as u64, p, 1, vec![[1, 1]]);
             ctx.e.push(
                 Engine::Dma,
                 super::binary::dma(st.col(p, 0), stat(&mean_name, mean_dev)),
@@ -1155,13 +1023,8 @@ pub fn group_norm_backward(
                 &[st.slot],
             );
             // ds, db per channel
-            ctx.e.tensor_tensor(
-                v,
-                t.at(p, 0, w),
-                dy.at(p, 0, w),
-                x.at(p, 0, w),
-                AluOp::Multiply,
-            );
+            ctx.e
+                .tensor_tensor(v, t.at(p, 0, w), dy.at(p, 0, w), x.at(p, 0, w), AluOp::Multiply);
             let red = |src: &Buf, dst: &Buf| {
                 Op::TensorReduce(trnsim::TensorReduce {
                     dst: dst.cols(p, 0, d),
@@ -1184,13 +1047,8 @@ pub fn group_norm_backward(
                     st.scalar(p, 0),
                     None,
                 );
-                ctx.e.tensor_tensor(
-                    v,
-                    gd.at(p, 0, d),
-                    ds.at(p, 0, d),
-                    gd.at(p, 0, d),
-                    AluOp::Subtract,
-                );
+                ctx.e
+                    .tensor_tensor(v, gd.at(p, 0, d), ds.at(p, 0, d), gd.at(p, 0, d), AluOp::Subtract);
                 ctx.e.tensor_scalar(
                     v,
                     gd.at(p, 0, d),
@@ -1202,26 +1060,16 @@ pub fn group_norm_backward(
                 if n == 0 {
                     ctx.e.tensor_copy(v, acc_w.at(p, 0, d), gd.at(p, 0, d));
                 } else {
-                    ctx.e.tensor_tensor(
-                        v,
-                        acc_w.at(p, 0, d),
-                        acc_w.at(p, 0, d),
-                        gd.at(p, 0, d),
-                        AluOp::Add,
-                    );
+                    ctx.e
+                        .tensor_tensor(v, acc_w.at(p, 0, d), acc_w.at(p, 0, d), gd.at(p, 0, d), AluOp::Add);
                 }
             }
             if outs[2].is_some() {
                 if n == 0 {
                     ctx.e.tensor_copy(v, acc_b.at(p, 0, d), db.at(p, 0, d));
                 } else {
-                    ctx.e.tensor_tensor(
-                        v,
-                        acc_b.at(p, 0, d),
-                        acc_b.at(p, 0, d),
-                        db.at(p, 0, d),
-                        AluOp::Add,
-                    );
+                    ctx.e
+                        .tensor_tensor(v, acc_b.at(p, 0, d), acc_b.at(p, 0, d), db.at(p, 0, d), AluOp::Add);
                 }
             }
             let Some((dx_name, dx_dev)) = &outs[0] else {
@@ -1230,20 +1078,9 @@ pub fn group_norm_backward(
             // γ per channel (gd) and per element (gam)
             match (&weight, w_dev) {
                 (Some((wn, _)), Some(wd)) => {
-                    let gap = trnsim::AccessPattern::hbm(
-                        wn,
-                        wd,
-                        (g0 * d) as u64,
-                        p,
-                        d as i64,
-                        vec![[1, d as i64]],
-                    );
-                    ctx.e.push(
-                        Engine::Dma,
-                        super::binary::dma(gd.cols(p, 0, d), gap),
-                        &[],
-                        &[gd.slot],
-                    );
+                    let gap = trnsim::AccessPattern::hbm(wn, wd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
+                    ctx.e
+                        .push(Engine::Dma, super::binary::dma(gd.cols(p, 0, d), gap), &[], &[gd.slot]);
                     let gap = trnsim::AccessPattern::hbm(
                         wn,
                         wd,
@@ -1259,20 +1096,10 @@ pub fn group_norm_backward(
                         &[gam.slot],
                     );
                     // Σ γ·ds → col 2, Σ γ·db → col 3
-                    ctx.e.tensor_tensor(
-                        v,
-                        ds.at(p, 0, d),
-                        ds.at(p, 0, d),
-                        gd.at(p, 0, d),
-                        AluOp::Multiply,
-                    );
-                    ctx.e.tensor_tensor(
-                        v,
-                        db.at(p, 0, d),
-                        db.at(p, 0, d),
-                        gd.at(p, 0, d),
-                        AluOp::Multiply,
-                    );
+                    ctx.e
+                        .tensor_tensor(v, ds.at(p, 0, d), ds.at(p, 0, d), gd.at(p, 0, d), AluOp::Multiply);
+                    ctx.e
+                        .tensor_tensor(v, db.at(p, 0, d), db.at(p, 0, d), gd.at(p, 0, d), AluOp::Multiply);
                 }
                 _ => {
                     ctx.e.push(
@@ -1298,53 +1125,24 @@ pub fn group_norm_backward(
                 st.scalar(p, 1),
                 None,
             );
-            ctx.e.tensor_tensor(
-                v,
-                t.at(p, 0, w),
-                t.at(p, 0, w),
-                dy.at(p, 0, w),
-                AluOp::Multiply,
-            );
-            ctx.e.tensor_scalar(
-                v,
-                u.at(p, 0, w),
-                x.at(p, 0, w),
-                AluOp::Multiply,
-                st.scalar(p, 4),
-                None,
-            );
+            ctx.e
+                .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), dy.at(p, 0, w), AluOp::Multiply);
+            ctx.e
+                .tensor_scalar(v, u.at(p, 0, w), x.at(p, 0, w), AluOp::Multiply, st.scalar(p, 4), None);
             ctx.e
                 .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), u.at(p, 0, w), AluOp::Add);
-            ctx.e.tensor_scalar(
-                v,
-                t.at(p, 0, w),
-                t.at(p, 0, w),
-                AluOp::Add,
-                st.scalar(p, 5),
-                None,
-            );
-            let dst =
-                trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
-            ctx.e.push(
-                Engine::Dma,
-                super::binary::dma(dst, t.cols(p, 0, w)),
-                &[t.slot],
-                &[],
-            );
+            ctx.e
+                .tensor_scalar(v, t.at(p, 0, w), t.at(p, 0, w), AluOp::Add, st.scalar(p, 5), None);
+            let dst = trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
+            ctx.e
+                .push(Engine::Dma, super::binary::dma(dst, t.cols(p, 0, w)), &[t.slot], &[]);
         }
         for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
             if let Some((name, dd)) = &outs[o] {
                 if nb == 0 {
                     continue;
                 }
-                let dst = trnsim::AccessPattern::hbm(
-                    name,
-                    *dd,
-                    (g0 * d) as u64,
-                    p,
-                    d as i64,
-                    vec![[1, d as i64]],
-                );
+                let dst = trnsim::AccessPattern::hbm(name, *dd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
                 ctx.e.push(
                     Engine::Dma,
                     super::binary::dma(dst, acc.cols(p, 0, d)),
@@ -1367,78 +1165,23 @@ pub fn group_norm_backward(
 /// rstd in column 1, and the row sums db = Σdy·γ and ds = Σdy·γ·x in columns `db_col` and
 /// `ds_col`. Writes b = (db·mean − ds)·rstd³·scale to column 4 and c = −b·mean − db·rstd·scale
 /// to column 5 (column 6 is scratch), so that dx = rstd·γ·dy + b·x + c.
-fn backward_coefficients(
-    e: &mut Emitter,
-    st: &Buf,
-    p: usize,
-    db_col: usize,
-    ds_col: usize,
-    scale: f64,
-) {
+fn backward_coefficients(e: &mut Emitter, st: &Buf, p: usize, db_col: usize, ds_col: usize, scale: f64) {
     let v = Engine::Vector;
     let s = st.slot;
     let mut vec_op = |op: Op| {
         e.push(v, op, &[s], &[s]);
     };
-    vec_op(tt(
-        st.col(p, 4),
-        st.col(p, db_col),
-        st.col(p, 0),
-        AluOp::Multiply,
-    ));
-    vec_op(tt(
-        st.col(p, 4),
-        st.col(p, 4),
-        st.col(p, ds_col),
-        AluOp::Subtract,
-    ));
+    vec_op(tt(st.col(p, 4), st.col(p, db_col), st.col(p, 0), AluOp::Multiply));
+    vec_op(tt(st.col(p, 4), st.col(p, 4), st.col(p, ds_col), AluOp::Subtract));
     for _ in 0..3 {
-        vec_op(tt(
-            st.col(p, 4),
-            st.col(p, 4),
-            st.col(p, 1),
-            AluOp::Multiply,
-        ));
+        vec_op(tt(st.col(p, 4), st.col(p, 4), st.col(p, 1), AluOp::Multiply));
     }
-    vec_op(ts(
-        st.col(p, 4),
-        st.col(p, 4),
-        AluOp::Multiply,
-        imm(scale),
-        None,
-    ));
-    vec_op(tt(
-        st.col(p, 5),
-        st.col(p, 4),
-        st.col(p, 0),
-        AluOp::Multiply,
-    ));
-    vec_op(ts(
-        st.col(p, 5),
-        st.col(p, 5),
-        AluOp::Multiply,
-        imm(-1.0),
-        None,
-    ));
-    vec_op(tt(
-        st.col(p, 6),
-        st.col(p, db_col),
-        st.col(p, 1),
-        AluOp::Multiply,
-    ));
-    vec_op(ts(
-        st.col(p, 6),
-        st.col(p, 6),
-        AluOp::Multiply,
-        imm(scale),
-        None,
-    ));
-    vec_op(tt(
-        st.col(p, 5),
-        st.col(p, 5),
-        st.col(p, 6),
-        AluOp::Subtract,
-    ));
+    vec_op(ts(st.col(p, 4), st.col(p, 4), AluOp::Multiply, imm(scale), None));
+    vec_op(tt(st.col(p, 5), st.col(p, 4), st.col(p, 0), AluOp::Multiply));
+    vec_op(ts(st.col(p, 5), st.col(p, 5), AluOp::Multiply, imm(-1.0), None));
+    vec_op(tt(st.col(p, 6), st.col(p, db_col), st.col(p, 1), AluOp::Multiply));
+    vec_op(ts(st.col(p, 6), st.col(p, 6), AluOp::Multiply, imm(scale), None));
+    vec_op(tt(st.col(p, 5), st.col(p, 5), st.col(p, 6), AluOp::Subtract));
 }
 
 #[cfg(test)]
@@ -1459,11 +1202,7 @@ mod tests {
         tensors.insert("input.0".to_string(), meta.clone());
         tensors.insert("output.0".to_string(), meta);
         let call = OpCall {
-            args: vec![
-                Value::Tensor("input.0".into()),
-                Value::Int(1),
-                Value::Bool(false),
-            ],
+            args: vec![Value::Tensor("input.0".into()), Value::Int(1), Value::Bool(false)],
             kwargs: BTreeMap::new(),
         };
         let outputs = vec![Value::Tensor("output.0".into())];

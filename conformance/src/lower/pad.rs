@@ -121,9 +121,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             };
             (Mode::Constant(v), ints_arg(req, 1, "pad")?)
         }
-        "reflection_pad1d" | "reflection_pad2d" | "reflection_pad3d" => {
-            (Mode::Reflect, ints_arg(req, 1, "padding")?)
-        }
+        "reflection_pad1d" | "reflection_pad2d" | "reflection_pad3d" => (Mode::Reflect, ints_arg(req, 1, "padding")?),
         "replication_pad1d" | "replication_pad2d" | "replication_pad3d" => {
             (Mode::Replicate, ints_arg(req, 1, "padding")?)
         }
@@ -148,13 +146,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             };
             let pad: Vec<i64> = [0, 0].into_iter().chain(pad).collect();
             let view = super::complex_real_view_shape;
-            (
-                DType::F32,
-                view(&in_meta.shape),
-                view(&out_meta.shape),
-                pad,
-                im,
-            )
+            (DType::F32, view(&in_meta.shape), view(&out_meta.shape), pad, im)
         }
         (true, _) => return Err(req.unsupported(format!("{} has no device dtype", in_meta.dtype))),
         (false, _) => (
@@ -175,10 +167,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let ishape: Vec<i64> = in_shape.iter().map(|&s| s as i64).collect();
     let oshape: Vec<i64> = (0..nd).map(|i| ishape[i] + lo[i] + hi[i]).collect();
     if oshape.iter().map(|&s| s as usize).collect::<Vec<_>>() != out_shape {
-        return Err(req.invalid(format!(
-            "output shape {:?}, expected {oshape:?}",
-            out_meta.shape
-        )));
+        return Err(req.invalid(format!("output shape {:?}, expected {oshape:?}", out_meta.shape)));
     }
 
     let mut program = Program::new(target);
@@ -212,17 +201,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         pdims.push((1, 1, 0, false));
     }
     if pdims.len() > 4 {
-        return Err(req.unsupported(format!(
-            "{} plane dims (access patterns have 4)",
-            pdims.len()
-        )));
+        return Err(req.unsupported(format!("{} plane dims (access patterns have 4)", pdims.len())));
     }
     let plane_in: i64 = pdims.iter().map(|p| p.0).product();
     let plane_out: i64 = pdims.iter().map(|p| p.1).product();
     if plane_in as usize > MAX_PLANE || plane_out as usize > MAX_PLANE {
-        return Err(req.unsupported(format!(
-            "plane of {plane_in}→{plane_out} elements exceeds {MAX_PLANE}"
-        )));
+        return Err(req.unsupported(format!("plane of {plane_in}→{plane_out} elements exceeds {MAX_PLANE}")));
     }
     // Contiguous strides within the planes.
     let stride = |sizes: Vec<i64>| {
@@ -278,28 +262,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     while r0 < rows {
         let p = (rows - r0).min(parts) as usize;
         if !copies.is_empty() && plane_in > 0 {
-            let src = AccessPattern::hbm(
-                in_name,
-                d,
-                (r0 * plane_in) as u64,
-                p,
-                plane_in,
-                vec![[1, plane_in]],
-            );
+            let src = AccessPattern::hbm(in_name, d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
             let dst = AccessPattern::sbuf(d, 0, p, in_off, vec![[1, plane_in]]);
             e.push(Engine::Dma, dma(dst, src), &[], &[sin]);
         }
         if let Mode::Constant(v) = mode {
             let dst = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset { dst, value: v }),
-                &[],
-                &[sout],
-            );
+            e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }), &[], &[sout]);
             if fill_im != 0.0 {
-                let odd =
-                    AccessPattern::sbuf(d, 0, p, out_off + size as u64, vec![[2, plane_out / 2]]);
+                let odd = AccessPattern::sbuf(d, 0, p, out_off + size as u64, vec![[2, plane_out / 2]]);
                 e.push(
                     Engine::Vector,
                     Op::Memset(Memset {
@@ -325,22 +296,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let dst = AccessPattern::sbuf(d, 0, p, out_off + (dst_off as u64) * size as u64, dfree);
             let src = AccessPattern::sbuf(d, 0, p, in_off + (src_off as u64) * size as u64, sfree);
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy { dst, src }),
-                &[sin],
-                &[sout],
-            );
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }), &[sin], &[sout]);
         }
         let src = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
-        let dst = AccessPattern::hbm(
-            out_name,
-            d,
-            (r0 * plane_out) as u64,
-            p,
-            plane_out,
-            vec![[1, plane_out]],
-        );
+        let dst = AccessPattern::hbm(out_name, d, (r0 * plane_out) as u64, p, plane_out, vec![[1, plane_out]]);
         e.push(Engine::Dma, dma(dst, src), &[sout], &[]);
         r0 += p as i64;
     }
@@ -396,10 +355,7 @@ fn affine_runs(v: &[i64]) -> Vec<(i64, i64, i64, i64)> {
 /// Nearest upsampling as two separable gathers of whole columns then whole rows: the index maps
 /// depend only on the shapes and scales, so each affine run of a map is one VectorE
 /// `tensor_copy` whose access pattern repeats (step 0) or strides over the source.
-pub fn lower_upsample_nearest(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (in_name, in_meta) = match req.call.arg(0, "input") {
         Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
         other => return Err(req.invalid(format!("`input` must be a tensor, got {other:?}"))),
@@ -435,11 +391,7 @@ pub fn lower_upsample_nearest(
     let x_off = alloc.alloc((h * w) as usize * size as usize)?;
     let t_off = alloc.alloc((h * ow) as usize * size as usize)?;
     let y_off = alloc.alloc((oh * ow) as usize * size as usize)?;
-    let (sx, st, sy) = (
-        Slot { offset: x_off },
-        Slot { offset: t_off },
-        Slot { offset: y_off },
-    );
+    let (sx, st, sy) = (Slot { offset: x_off }, Slot { offset: t_off }, Slot { offset: y_off });
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let mut r0 = 0i64;
@@ -454,26 +406,13 @@ pub fn lower_upsample_nearest(
         );
         // Columns: T[:, :, o] = X[:, :, wmap[o]].
         for (o0, len, i0, step) in affine_runs(&wmap) {
-            let dst =
-                AccessPattern::sbuf(d, 0, p, t_off + o0 as u64 * size, vec![[ow, h], [1, len]]);
-            let src =
-                AccessPattern::sbuf(d, 0, p, x_off + i0 as u64 * size, vec![[w, h], [step, len]]);
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy { dst, src }),
-                &[sx],
-                &[st],
-            );
+            let dst = AccessPattern::sbuf(d, 0, p, t_off + o0 as u64 * size, vec![[ow, h], [1, len]]);
+            let src = AccessPattern::sbuf(d, 0, p, x_off + i0 as u64 * size, vec![[w, h], [step, len]]);
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }), &[sx], &[st]);
         }
         // Rows: Y[:, o, :] = T[:, hmap[o], :].
         for (o0, len, i0, step) in affine_runs(&hmap) {
-            let dst = AccessPattern::sbuf(
-                d,
-                0,
-                p,
-                y_off + (o0 * ow) as u64 * size,
-                vec![[ow, len], [1, ow]],
-            );
+            let dst = AccessPattern::sbuf(d, 0, p, y_off + (o0 * ow) as u64 * size, vec![[ow, len], [1, ow]]);
             let src = AccessPattern::sbuf(
                 d,
                 0,
@@ -481,21 +420,9 @@ pub fn lower_upsample_nearest(
                 t_off + (i0 * ow) as u64 * size,
                 vec![[step * ow, len], [1, ow]],
             );
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy { dst, src }),
-                &[st],
-                &[sy],
-            );
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }), &[st], &[sy]);
         }
-        let dst = AccessPattern::hbm(
-            out_name,
-            d,
-            (r0 * oh * ow) as u64,
-            p,
-            oh * ow,
-            vec![[1, oh * ow]],
-        );
+        let dst = AccessPattern::hbm(out_name, d, (r0 * oh * ow) as u64, p, oh * ow, vec![[1, oh * ow]]);
         e.push(
             Engine::Dma,
             dma(dst, AccessPattern::sbuf(d, 0, p, y_off, vec![[1, oh * ow]])),
@@ -560,10 +487,7 @@ fn linear_weights(
 /// t(h1)·wh1` with `t(h) = x(h, w0)·ww0 + x(h, w1)·ww1`, fp32): per output column a VectorE
 /// multiply and a `scalar_tensor_tensor` multiply-add over whole columns, then the same per
 /// output row. Indices and weights depend only on shapes and arguments.
-pub fn lower_upsample_bilinear(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     use trnsim::{AluOp, DType, ScalarOperand, ScalarTensorTensor, TensorScalar};
     let (in_name, in_meta) = match req.call.arg(0, "input") {
         Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
@@ -669,21 +593,11 @@ pub fn lower_upsample_bilinear(
         let y = AccessPattern::sbuf(f, 0, p, y_off, vec![[1, oh * ow]]);
         e.push(
             Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: z.clone(),
-                src: y,
-            }),
+            Op::TensorCopy(TensorCopy { dst: z.clone(), src: y }),
             &[sy],
             &[sz],
         );
-        let dst = AccessPattern::hbm(
-            out_name,
-            d,
-            (r0 * oh * ow) as u64,
-            p,
-            oh * ow,
-            vec![[1, oh * ow]],
-        );
+        let dst = AccessPattern::hbm(out_name, d, (r0 * oh * ow) as u64, p, oh * ow, vec![[1, oh * ow]]);
         e.push(Engine::Dma, dma(dst, z), &[sz], &[]);
         r0 += p as i64;
     }
@@ -755,31 +669,17 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
     let x_off = alloc.alloc(plane_in as usize * 4)?;
     let a_off = alloc.alloc(plane_out as usize * 4)?;
     let y_off = alloc.alloc(plane_out as usize * d.size())?;
-    let (sx, sa, sy) = (
-        Slot { offset: x_off },
-        Slot { offset: a_off },
-        Slot { offset: y_off },
-    );
+    let (sx, sa, sy) = (Slot { offset: x_off }, Slot { offset: a_off }, Slot { offset: y_off });
     let asz = acc_d.size() as i64;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let mut r0 = 0i64;
     while r0 < rows {
         let p = (rows - r0).min(parts) as usize;
-        let src = AccessPattern::hbm(
-            in_name,
-            d,
-            (r0 * plane_in) as u64,
-            p,
-            plane_in,
-            vec![[1, plane_in]],
-        );
+        let src = AccessPattern::hbm(in_name, d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
         e.push(
             Engine::Dma,
-            dma(
-                AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]),
-                src,
-            ),
+            dma(AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]), src),
             &[],
             &[sx],
         );
@@ -799,18 +699,13 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
                 let range = |k: i64, j: usize, size: i64, blocks: i64| {
                     let off = k * dil[j] - pad[j];
                     let lo = (0..blocks).find(|b| b * st[j] + off >= 0);
-                    let hi = (0..blocks)
-                        .rev()
-                        .find(|b| b * st[j] + off < size)
-                        .map(|b| b + 1);
+                    let hi = (0..blocks).rev().find(|b| b * st[j] + off < size).map(|b| b + 1);
                     match (lo, hi) {
                         (Some(lo), Some(hi)) if hi > lo => Some((lo, hi - lo, off)),
                         _ => None,
                     }
                 };
-                let (Some((lh, nh, oh)), Some((lw, nw, ow))) =
-                    (range(ki, 0, h, bh), range(kj, 1, w, bw))
-                else {
+                let (Some((lh, nh, oh)), Some((lw, nw, ow))) = (range(ki, 0, h, bh), range(kj, 1, w, bw)) else {
                     continue;
                 };
                 let k = ki * ker[1] + kj;
@@ -848,14 +743,7 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
             &[sa],
             &[sy],
         );
-        let dst = AccessPattern::hbm(
-            out_name,
-            d,
-            (r0 * plane_out) as u64,
-            p,
-            plane_out,
-            vec![[1, plane_out]],
-        );
+        let dst = AccessPattern::hbm(out_name, d, (r0 * plane_out) as u64, p, plane_out, vec![[1, plane_out]]);
         e.push(Engine::Dma, dma(dst, y), &[sy], &[]);
         r0 += p as i64;
     }
@@ -883,11 +771,7 @@ mod tests {
             (Mode::Constant(0.0), 6, 1, 0),
         ] {
             let want: Vec<_> = (0..out).map(|o| map_index(mode, o, lo, w)).collect();
-            assert_eq!(
-                expand(&segments(mode, out, lo, w)),
-                want,
-                "{mode:?} {out} {lo} {w}"
-            );
+            assert_eq!(expand(&segments(mode, out, lo, w)), want, "{mode:?} {out} {lo} {w}");
         }
     }
 }

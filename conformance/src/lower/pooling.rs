@@ -15,8 +15,8 @@ use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName,
-    TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorCopy, TensorReduce,
+    TensorScalar, TensorTensor,
 };
 
 /// Largest input plane (fp32 elements per partition).
@@ -44,11 +44,7 @@ fn ints(
         None | Some(Value::None(())) => default.clone().unwrap_or_default(),
         other => return Err(req.invalid(format!("`{name}` must be an int list, got {other:?}"))),
     };
-    let v = if v.is_empty() {
-        default.unwrap_or_default()
-    } else {
-        v
-    };
+    let v = if v.is_empty() { default.unwrap_or_default() } else { v };
     match v.len() {
         1 => Ok(vec![v[0]; k]),
         n if n == k => Ok(v),
@@ -56,12 +52,7 @@ fn ints(
     }
 }
 
-fn bool_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    default: bool,
-) -> Result<bool, LowerError> {
+fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Result<bool, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(())) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
@@ -201,9 +192,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         return Ok(Lowered::new(program));
     }
     if plane_in as usize > MAX_PLANE || plane_out as usize > MAX_PLANE {
-        return Err(req.unsupported(format!(
-            "planes of {plane_in}/{plane_out} elements exceed {MAX_PLANE}"
-        )));
+        return Err(req.unsupported(format!("planes of {plane_in}/{plane_out} elements exceed {MAX_PLANE}")));
     }
     let mut istr = vec![1i64; k];
     for j in (0..k.saturating_sub(1)).rev() {
@@ -252,20 +241,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let mut r0 = 0i64;
     while r0 < rows {
         let p = (rows - r0).min(parts) as usize;
-        let src = AccessPattern::hbm(
-            in_name,
-            in_d,
-            (r0 * plane_in) as u64,
-            p,
-            plane_in,
-            vec![[1, plane_in]],
-        );
+        let src = AccessPattern::hbm(in_name, in_d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
         e.push(
             Engine::Dma,
-            dma(
-                AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]),
-                src,
-            ),
+            dma(AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]), src),
             &[],
             &[sx],
         );
@@ -274,10 +253,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let zeros = AccessPattern::sbuf(zd, 0, p, z_off, vec![[1, kmax]]);
             e.push(
                 Engine::Vector,
-                Op::Memset(trnsim::Memset {
-                    dst: zeros,
-                    value: 0.0,
-                }),
+                Op::Memset(trnsim::Memset { dst: zeros, value: 0.0 }),
                 &[],
                 &[sz],
             );
@@ -288,18 +264,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let w: Vec<Win> = (0..k).map(|j| wins[j][idx[j]]).collect();
             let count: i64 = w.iter().map(|x| x.len).product();
             let pool: i64 = w.iter().map(|x| x.pool).product();
-            let div = override_div.unwrap_or(if include_pad {
-                pool as f64
-            } else {
-                count as f64
-            });
-            let dst = AccessPattern::sbuf(
-                out_d,
-                0,
-                p,
-                y_off + flat * out_d.size() as u64,
-                vec![[1, 1]],
-            );
+            let div = override_div.unwrap_or(if include_pad { pool as f64 } else { count as f64 });
+            let dst = AccessPattern::sbuf(out_d, 0, p, y_off + flat * out_d.size() as u64, vec![[1, 1]]);
             if int_div {
                 let q = AccessPattern::sbuf(DType::F32, 0, p, s_off + flat * 4, vec![[1, 1]]);
                 if count == 0 {
@@ -343,17 +309,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 for it in 0..w[0].len {
                     for ih in 0..w[1].len {
                         for iw in 0..w[2].len {
-                            let off = (w[0].start + it) * istr[0]
-                                + (w[1].start + ih) * istr[1]
-                                + w[2].start
-                                + iw;
-                            let x = AccessPattern::sbuf(
-                                DType::F32,
-                                0,
-                                p,
-                                x_off + off as u64 * 4,
-                                vec![[1, 1]],
-                            );
+                            let off = (w[0].start + it) * istr[0] + (w[1].start + ih) * istr[1] + w[2].start + iw;
+                            let x = AccessPattern::sbuf(DType::F32, 0, p, x_off + off as u64 * 4, vec![[1, 1]]);
                             let op = if first {
                                 Op::TensorCopy(TensorCopy { dst: z(1), src: x })
                             } else {
@@ -440,12 +397,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         }
         if int_div {
             // trunc(q): n = rne(q); n −= (n > q)·(q ≥ 0); n += (n < q)·(q < 0).
-            let t = |i: usize, dt: DType| {
-                AccessPattern::sbuf(dt, 0, p, int_tiles[i], vec![[1, plane_out]])
-            };
-            let sl = |i: usize| Slot {
-                offset: int_tiles[i],
-            };
+            let t = |i: usize, dt: DType| AccessPattern::sbuf(dt, 0, p, int_tiles[i], vec![[1, plane_out]]);
+            let sl = |i: usize| Slot { offset: int_tiles[i] };
             let q = AccessPattern::sbuf(DType::F32, 0, p, s_off, vec![[1, plane_out]]);
             let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
                 Op::TensorTensor(TensorTensor { dst, in0, in1, op })
@@ -462,12 +415,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     reverse1: false,
                 })
             };
-            let (ni, nf, a, b) = (
-                t(0, DType::I32),
-                t(1, DType::F32),
-                t(2, DType::F32),
-                t(3, DType::F32),
-            );
+            let (ni, nf, a, b) = (t(0, DType::I32), t(1, DType::F32), t(2, DType::F32), t(3, DType::F32));
             e.push(
                 Engine::Vector,
                 Op::TensorCopy(TensorCopy {
@@ -552,10 +500,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         );
         e.push(
             Engine::Dma,
-            dma(
-                dst,
-                AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]]),
-            ),
+            dma(dst, AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]])),
             &[sy],
             &[],
         );
@@ -639,10 +584,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     }
     // Padded plane: padded index = input index + padding.
     let pshape: Vec<i64> = (0..k)
-        .map(|j| {
-            (ishape[j] + padding[j])
-                .max((oshape[j] - 1) * stride[j] + (kernel[j] - 1) * dilation[j] + 1)
-        })
+        .map(|j| (ishape[j] + padding[j]).max((oshape[j] - 1) * stride[j] + (kernel[j] - 1) * dilation[j] + 1))
         .collect();
     let plane_pad: i64 = pshape.iter().product();
     if plane_pad as usize > MAX_PLANE || plane_out as usize > MAX_PLANE / 4 {
@@ -657,11 +599,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         }
         st
     };
-    let (istr, pstr, ostr) = (
-        strides_of(&ishape),
-        strides_of(&pshape),
-        strides_of(&oshape),
-    );
+    let (istr, pstr, ostr) = (strides_of(&ishape), strides_of(&pshape), strides_of(&oshape));
 
     let tgt = target.params();
     let mut alloc = SbufAllocator::new(&tgt);
@@ -701,8 +639,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
 
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let dense =
-        |dt: DType, off: u64, p: usize| AccessPattern::sbuf(dt, 0, p, off, vec![[1, plane_out]]);
+    let dense = |dt: DType, off: u64, p: usize| AccessPattern::sbuf(dt, 0, p, off, vec![[1, plane_out]]);
     let mut r0 = 0i64;
     while r0 < rows {
         let p = (rows - r0).min(parts) as usize;
@@ -722,14 +659,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             x_off + interior as u64 * 4,
             (0..k).map(|j| [pstr[j], ishape[j]]).collect(),
         );
-        let src = AccessPattern::hbm(
-            in_name,
-            in_d,
-            (r0 * plane_in) as u64,
-            p,
-            plane_in,
-            vec![[1, plane_in]],
-        );
+        let src = AccessPattern::hbm(in_name, in_d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
         e.push(Engine::Dma, dma(dst, src), &[], &[sx]);
         // Running max = −inf, running index = the first in-bounds position.
         let op = Op::Memset(trnsim::Memset {
@@ -791,9 +721,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 (0..k).map(|j| [stride[j] * pstr[j], oshape[j]]).collect(),
             );
             // Candidate indices: (o·s − p + k·d) per dim, flattened over the input plane.
-            let ioffset: i64 = (0..k)
-                .map(|j| (kidx[j] * dilation[j] - padding[j]) * istr[j])
-                .sum();
+            let ioffset: i64 = (0..k).map(|j| (kidx[j] * dilation[j] - padding[j]) * istr[j]).sum();
             let pattern = (0..k).map(|j| [stride[j] * istr[j], oshape[j]]).collect();
             let c = dense(DType::I32, c_off, p);
             e.push(
@@ -828,12 +756,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 &[sx],
                 &[sn],
             );
-            e.push(
-                Engine::Vector,
-                tt(q.clone(), g, n, AluOp::LogicalOr),
-                &[sg, sn],
-                &[sq],
-            );
+            e.push(Engine::Vector, tt(q.clone(), g, n, AluOp::LogicalOr), &[sg, sn], &[sq]);
             let op = Op::TensorCopyPredicated(TensorCopyPredicated {
                 dst: m.clone(),
                 src: v,
@@ -871,12 +794,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             plane_out,
             vec![[1, plane_out]],
         );
-        e.push(
-            Engine::Dma,
-            dma(dst, dense(DType::I32, i_off, p)),
-            &[si],
-            &[],
-        );
+        e.push(Engine::Dma, dma(dst, dense(DType::I32, i_off, p)), &[si], &[]);
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))
@@ -890,10 +808,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
 /// (`idx + row·plane_in`: GpSimd iota + exact int32 add), and for each output position one
 /// indirect DMA scatters the rows' gradients with `accumulate` (in order, so repeated argmax
 /// positions add up).
-pub fn lower_max_backward(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     use trnsim::{DmaCopy, Indirect, IndirectSide, Iota, OobMode};
     let tensor = |pos: usize, name: &str| match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
@@ -908,11 +823,7 @@ pub fn lower_max_backward(
         return Err(req.unsupported(format!("{}", out_meta.dtype)));
     }
     let nd = x_meta.shape.len();
-    if nd < 2
-        || go_meta.shape.len() != nd
-        || ix_meta.shape != go_meta.shape
-        || out_meta.shape != x_meta.shape
-    {
+    if nd < 2 || go_meta.shape.len() != nd || ix_meta.shape != go_meta.shape || out_meta.shape != x_meta.shape {
         return Err(req.invalid("shapes".into()));
     }
     let plane_in = (x_meta.shape[nd - 2] * x_meta.shape[nd - 1]) as i64;
@@ -1008,8 +919,7 @@ pub fn lower_max_backward(
             });
             e.push(Engine::Gpsimd, op, &[si, sb], &[si]);
             for o in 0..plane_out as u64 {
-                let src =
-                    AccessPattern::sbuf(go_d, 0, p, g_off + o * go_d.size() as u64, vec![[1, 1]]);
+                let src = AccessPattern::sbuf(go_d, 0, p, g_off + o * go_d.size() as u64, vec![[1, 1]]);
                 let dst = AccessPattern::hbm(out_name, out_d, 0, 1, 0, vec![[1, 1]]);
                 let index = AccessPattern::sbuf(DType::I32, 0, p, i_off + o * 4, vec![[1, 1]]);
                 let op = Op::DmaCopy(DmaCopy {
@@ -1034,10 +944,7 @@ pub fn lower_max_backward(
 /// `avg_pool2d_backward` and `_adaptive_avg_pool2d_backward`: for each output position,
 /// `delta = grad_output[o] / divisor` (VectorE multiply by the reciprocal), then one
 /// `tensor_scalar` adds the per-partition delta to the window's view of an fp32 grad_input tile.
-pub fn lower_avg_backward(
-    req: &LowerRequest<'_>,
-    target: TargetName,
-) -> Result<Lowered, LowerError> {
+pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let adaptive = req.op == "_adaptive_avg_pool2d_backward";
     let tensor = |pos: usize, name: &str| match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),

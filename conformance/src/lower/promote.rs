@@ -109,10 +109,7 @@ fn promote_opt(a: Option<TorchDType>, b: TorchDType) -> Result<Option<TorchDType
 }
 
 /// c10's `combine_categories(higher, lower)`.
-fn combine(
-    higher: Option<TorchDType>,
-    lower: Option<TorchDType>,
-) -> Result<Option<TorchDType>, PromotionError> {
+fn combine(higher: Option<TorchDType>, lower: Option<TorchDType>) -> Result<Option<TorchDType>, PromotionError> {
     let Some(h) = higher else { return Ok(lower) };
     let Some(l) = lower else { return Ok(higher) };
     let (ch, cl) = (category(h), category(l));
@@ -120,11 +117,7 @@ fn combine(
         return Ok(Some(h));
     }
     if cl == Category::Complex {
-        return Ok(Some(if ch == Category::Float {
-            promote_types(h, l)?
-        } else {
-            l
-        }));
+        return Ok(Some(if ch == Category::Float { promote_types(h, l)? } else { l }));
     }
     if ch == Category::Float {
         return Ok(Some(h));

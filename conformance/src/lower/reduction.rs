@@ -30,8 +30,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::case::Value;
 use crate::tensor::{TorchDType, contiguous_strides};
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand,
-    TargetName, TensorCopy, TensorReduce, TensorTensorScan,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand, TargetName, TensorCopy,
+    TensorReduce, TensorTensorScan,
 };
 
 /// Max elements per partition of one chunk of the reduced axis.
@@ -98,10 +98,7 @@ impl Chunk {
         if self.dims.is_empty() {
             vec![[1, 1]]
         } else {
-            self.dims
-                .iter()
-                .map(|d| [d.strides[operand], d.size as i64])
-                .collect()
+            self.dims.iter().map(|d| [d.strides[operand], d.size as i64]).collect()
         }
     }
 
@@ -155,23 +152,14 @@ impl Layout {
                 size: shape[d],
                 strides: vec![cs[d] as i64, out_stride],
             };
-            if reduced[d] {
-                red.push(dim)
-            } else {
-                kept.push(dim)
-            }
+            if reduced[d] { red.push(dim) } else { kept.push(dim) }
         }
         Layout::from_dims(kept, red)
     }
 
     /// From dims with any number of operand strides (all dims the same number).
     pub fn from_dims(kept: Vec<Dim>, red: Vec<Dim>) -> Layout {
-        let ops = kept
-            .iter()
-            .chain(&red)
-            .map(|d| d.strides.len())
-            .next()
-            .unwrap_or(2);
+        let ops = kept.iter().chain(&red).map(|d| d.strides.len()).next().unwrap_or(2);
         let simp = |dims: Vec<Dim>| {
             Region {
                 base: vec![0; ops],
@@ -232,11 +220,7 @@ impl Layout {
             while p0 < part.size {
                 let rows = (part.size - p0).min(partitions);
                 tiles.push(RowTile {
-                    base: base
-                        .iter()
-                        .zip(&part.strides)
-                        .map(|(b, s)| b + s * p0 as i64)
-                        .collect(),
+                    base: base.iter().zip(&part.strides).map(|(b, s)| b + s * p0 as i64).collect(),
                     rows,
                     pstride: part.strides.clone(),
                 });
@@ -292,11 +276,7 @@ fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chu
             let mut tail = dims.clone();
             tail[k - 1].size = rest;
             let done = (full * max_free) as i64;
-            let b = base
-                .iter()
-                .zip(&inner.strides)
-                .map(|(b, s)| b + s * done)
-                .collect();
+            let b = base.iter().zip(&inner.strides).map(|(b, s)| b + s * done).collect();
             chunk_into(b, tail, max_free, out);
         }
         return;
@@ -342,23 +322,11 @@ fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chu
 pub fn tree_reduce(e: &mut Emitter, engine: Engine, buf: &Buf, p: usize, mut w: usize, op: AluOp) {
     while w > 1 {
         if w % 2 == 1 {
-            e.tensor_tensor(
-                engine,
-                buf.at(p, 0, 1),
-                buf.at(p, 0, 1),
-                buf.at(p, w - 1, 1),
-                op,
-            );
+            e.tensor_tensor(engine, buf.at(p, 0, 1), buf.at(p, 0, 1), buf.at(p, w - 1, 1), op);
             w -= 1;
         }
         let h = w / 2;
-        e.tensor_tensor(
-            engine,
-            buf.at(p, 0, h),
-            buf.at(p, 0, h),
-            buf.at(p, h, h),
-            op,
-        );
+        e.tensor_tensor(engine, buf.at(p, 0, h), buf.at(p, 0, h), buf.at(p, h, h), op);
         w = h;
     }
 }
@@ -383,20 +351,8 @@ fn memset(e: &mut Emitter, engine: Engine, dst: AccessPattern, slot: Slot, value
     e.push(engine, Op::Memset(Memset { dst, value }), &[], &[slot]);
 }
 
-fn copy(
-    e: &mut Emitter,
-    engine: Engine,
-    dst: AccessPattern,
-    dslot: Slot,
-    src: AccessPattern,
-    sslot: Slot,
-) {
-    e.push(
-        engine,
-        Op::TensorCopy(TensorCopy { dst, src }),
-        &[sslot],
-        &[dslot],
-    );
+fn copy(e: &mut Emitter, engine: Engine, dst: AccessPattern, dslot: Slot, src: AccessPattern, sslot: Slot) {
+    e.push(engine, Op::TensorCopy(TensorCopy { dst, src }), &[sslot], &[dslot]);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -478,10 +434,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
             dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
         ),
         "mean" => (Kind::Mean, vec![true; ndim]),
-        "mean.dim" => (
-            Kind::Mean,
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
+        "mean.dim" => (Kind::Mean, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
         "prod" => (Kind::Reduce(Red::Prod), vec![true; ndim]),
         "prod.dim_int" => (
             Kind::Reduce(Red::Prod),
@@ -502,10 +455,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
         ),
         "var.correction" => {
             correction = super::unary::scalar_arg(req, 2, "correction", 1.0)?;
-            (
-                Kind::Var,
-                dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-            )
+            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
         }
         "var.dim" => {
             let unbiased = match req.call.arg(2, "unbiased") {
@@ -514,10 +464,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
                 Some(v) => return Err(req.invalid(format!("`unbiased` is {v:?}"))),
             };
             correction = if unbiased { 1.0 } else { 0.0 };
-            (
-                Kind::Var,
-                dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-            )
+            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
         }
         "argmax" | "argmin" => {
             let r = match req.call.arg(1, "dim") {
@@ -530,10 +477,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
             Kind::ValIdx(req.op == "max.dim"),
             dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
         ),
-        "cumsum" => (
-            Kind::Cumsum,
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
+        "cumsum" => (Kind::Cumsum, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
         _ => return Err(LowerError::NotLowered(req.op.to_string())),
     };
     if meta.dtype.is_complex() || outs.iter().any(|(_, d)| d.is_complex()) {
@@ -583,15 +527,7 @@ pub fn load_chunk(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTi
 }
 
 /// As [`load_chunk`], with the strides of operand `op`.
-pub fn load_op(
-    ctx: &mut Ctx,
-    buf: &Buf,
-    name: &str,
-    dtype: DType,
-    rt: &RowTile,
-    ch: &Chunk,
-    op: usize,
-) {
+pub fn load_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
     let src = AccessPattern::hbm(
         name,
         dtype,
@@ -600,24 +536,12 @@ pub fn load_op(
         rt.pstride[op],
         ch.free(op),
     );
-    ctx.e.push(
-        Engine::Dma,
-        dma(buf.shaped(rt.rows, ch.dense()), src),
-        &[],
-        &[buf.slot],
-    );
+    ctx.e
+        .push(Engine::Dma, dma(buf.shaped(rt.rows, ch.dense()), src), &[], &[buf.slot]);
 }
 
 /// DMA of a chunk of `buf` (dense) to HBM tensor `name` with the strides of operand `op`.
-pub fn store_op(
-    ctx: &mut Ctx,
-    buf: &Buf,
-    name: &str,
-    dtype: DType,
-    rt: &RowTile,
-    ch: &Chunk,
-    op: usize,
-) {
+pub fn store_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
     let dst = AccessPattern::hbm(
         name,
         dtype,
@@ -626,12 +550,8 @@ pub fn store_op(
         rt.pstride[op],
         ch.free(op),
     );
-    ctx.e.push(
-        Engine::Dma,
-        dma(dst, buf.shaped(rt.rows, ch.dense())),
-        &[buf.slot],
-        &[],
-    );
+    ctx.e
+        .push(Engine::Dma, dma(dst, buf.shaped(rt.rows, ch.dense())), &[buf.slot], &[]);
 }
 
 /// DMA of `[rows, 1]` column `c` of `buf` to the output elements of a row tile.
@@ -640,55 +560,19 @@ pub fn store_col(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, r
 }
 
 /// As [`store_col`], with the row strides of operand `op`.
-pub fn store_col_op(
-    ctx: &mut Ctx,
-    buf: &Buf,
-    c: usize,
-    name: &str,
-    dtype: DType,
-    rt: &RowTile,
-    op: usize,
-) {
-    let dst = AccessPattern::hbm(
-        name,
-        dtype,
-        rt.base[op] as u64,
-        rt.rows,
-        rt.pstride[op],
-        vec![[1, 1]],
-    );
-    ctx.e
-        .push(Engine::Dma, dma(dst, buf.col(rt.rows, c)), &[buf.slot], &[]);
+pub fn store_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
+    let dst = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
+    ctx.e.push(Engine::Dma, dma(dst, buf.col(rt.rows, c)), &[buf.slot], &[]);
 }
 
 /// DMA of the `[rows, 1]` elements of a row tile of HBM tensor `name` (operand `op`) into column
 /// `c` of `buf`.
-pub fn load_col_op(
-    ctx: &mut Ctx,
-    buf: &Buf,
-    c: usize,
-    name: &str,
-    dtype: DType,
-    rt: &RowTile,
-    op: usize,
-) {
-    let src = AccessPattern::hbm(
-        name,
-        dtype,
-        rt.base[op] as u64,
-        rt.rows,
-        rt.pstride[op],
-        vec![[1, 1]],
-    );
-    ctx.e
-        .push(Engine::Dma, dma(buf.col(rt.rows, c), src), &[], &[buf.slot]);
+pub fn load_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
+    let src = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
+    ctx.e.push(Engine::Dma, dma(buf.col(rt.rows, c), src), &[], &[buf.slot]);
 }
 
-fn emit(
-    req: &LowerRequest<'_>,
-    call: &Call,
-    target_name: TargetName,
-) -> Result<Program, LowerError> {
+fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<Program, LowerError> {
     let mut program = Program::new(target_name);
     let in_dev = dev(req, call.in_dtype)?;
     program.declare(&call.input, in_dev, &call.shape, HbmRole::Input);
@@ -707,9 +591,7 @@ fn emit(
         layout.kept_numel()
     };
     if out_numel != want {
-        return Err(req.invalid(format!(
-            "output has {out_numel} elements, the reduction gives {want}"
-        )));
+        return Err(req.invalid(format!("output has {out_numel} elements, the reduction gives {want}")));
     }
     let mut ctx = Ctx::new(target_name, program);
     let rows = layout.row_tiles(ctx.partitions);
@@ -720,22 +602,9 @@ fn emit(
     let n = layout.red_numel();
     match call.kind {
         Kind::Cumsum => emit_cumsum(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks)?,
-        Kind::Arg(is_max) => emit_arg(
-            &mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false,
-        )?,
-        Kind::ValIdx(is_max) => emit_arg(
-            &mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true,
-        )?,
-        _ => emit_reduce(
-            &mut ctx,
-            call,
-            in_dev,
-            out_devs[0],
-            &rows,
-            &chunks,
-            n,
-            &layout,
-        )?,
+        Kind::Arg(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false)?,
+        Kind::ValIdx(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true)?,
+        _ => emit_reduce(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks, n, &layout)?,
     }
     Ok(ctx.e.finish())
 }
@@ -759,8 +628,7 @@ fn emit_reduce(
         _ => unreachable!(),
     };
     // Exact int32 on GpSimd for integer results; fp32 on VectorE otherwise.
-    let int_path =
-        matches!(call.kind, Kind::Reduce(_)) && promote::category(out_dtype) == Category::Integer;
+    let int_path = matches!(call.kind, Kind::Reduce(_)) && promote::category(out_dtype) == Category::Integer;
     let (engine, work) = if int_path {
         (Engine::Gpsimd, DType::I32)
     } else {
@@ -778,29 +646,13 @@ fn emit_reduce(
         && layout.red.len() == 1
         && layout.red[0].size >= SPREAD_MIN
     {
-        return emit_reduce_spread(
-            ctx,
-            call,
-            in_dev,
-            out_dev,
-            &layout.red[0],
-            red,
-            n,
-            &x,
-            &mean,
-        );
+        return emit_reduce_spread(ctx, call, in_dev, out_dev, &layout.red[0], red, n, &x, &mean);
     }
     for rt in rows {
         let p = rt.rows;
         if chunks.is_empty() {
             // Empty reduction: the identity.
-            memset(
-                &mut ctx.e,
-                engine,
-                parts.col(p, 0),
-                parts.slot,
-                red.identity(),
-            );
+            memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, red.identity());
         }
         for (c, ch) in chunks.iter().enumerate() {
             let w = ch.elems();
@@ -899,28 +751,14 @@ pub fn block_sum(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
         return;
     }
     block_sum_to(e, x, tmp, p, w);
-    copy(
-        e,
-        Engine::Vector,
-        x.col(p, 0),
-        x.slot,
-        tmp.col(p, 0),
-        tmp.slot,
-    );
+    copy(e, Engine::Vector, x.col(p, 0), x.slot, tmp.col(p, 0), tmp.slot);
 }
 
 /// [`block_sum`] that leaves `x` untouched: the sum of its `w` columns ends in `tmp` column 0
 /// (same order, same result), so a caller that still needs `x` saves copying it first.
 pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
     if w == 1 {
-        copy(
-            e,
-            Engine::Vector,
-            tmp.col(p, 0),
-            tmp.slot,
-            x.col(p, 0),
-            x.slot,
-        );
+        copy(e, Engine::Vector, tmp.col(p, 0), tmp.slot, x.col(p, 0), x.slot);
         return;
     }
     let nb = w / SUM_BLOCK;
@@ -931,10 +769,7 @@ pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
         }
         return;
     }
-    let src = x.shaped(
-        p,
-        vec![[SUM_BLOCK as i64, nb as i64], [1, SUM_BLOCK as i64]],
-    );
+    let src = x.shaped(p, vec![[SUM_BLOCK as i64, nb as i64], [1, SUM_BLOCK as i64]]);
     e.push(
         Engine::Vector,
         Op::TensorReduce(TensorReduce {
@@ -975,42 +810,17 @@ pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
 
 /// Reduces the `w` columns of `x` into column `c` of `parts`.
 #[allow(clippy::too_many_arguments)]
-fn reduce_chunk(
-    ctx: &mut Ctx,
-    engine: Engine,
-    x: &Buf,
-    p: usize,
-    w: usize,
-    red: Red,
-    parts: &Buf,
-    c: usize,
-) {
+fn reduce_chunk(ctx: &mut Ctx, engine: Engine, x: &Buf, p: usize, w: usize, red: Red, parts: &Buf, c: usize) {
     match (engine, red) {
-        (Engine::Vector, Red::Max | Red::Min) => {
-            reduce_into(&mut ctx.e, x, p, w, red.alu(), parts, c)
-        }
+        (Engine::Vector, Red::Max | Red::Min) => reduce_into(&mut ctx.e, x, p, w, red.alu(), parts, c),
         (Engine::Vector, Red::Sum) => {
             let tmp = ctx.sum_tmp.expect("sum scratch allocated");
             block_sum(&mut ctx.e, x, &tmp, p, w);
-            copy(
-                &mut ctx.e,
-                engine,
-                parts.col(p, c),
-                parts.slot,
-                x.col(p, 0),
-                x.slot,
-            );
+            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
         }
         _ => {
             tree_reduce(&mut ctx.e, engine, x, p, w, red.alu());
-            copy(
-                &mut ctx.e,
-                engine,
-                parts.col(p, c),
-                parts.slot,
-                x.col(p, 0),
-                x.slot,
-            );
+            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
         }
     }
 }
@@ -1078,21 +888,8 @@ fn emit_arg(
             &[m.slot],
         );
         // t = (vals == m); u = (vals != vals); t = max(t, u)
-        e.tensor_scalar(
-            v,
-            t.at(p, 0, w),
-            vals.at(p, 0, w),
-            AluOp::IsEqual,
-            m.scalar(p, 0),
-            None,
-        );
-        e.tensor_tensor(
-            v,
-            u.at(p, 0, w),
-            vals.at(p, 0, w),
-            vals.at(p, 0, w),
-            AluOp::NotEqual,
-        );
+        e.tensor_scalar(v, t.at(p, 0, w), vals.at(p, 0, w), AluOp::IsEqual, m.scalar(p, 0), None);
+        e.tensor_tensor(v, u.at(p, 0, w), vals.at(p, 0, w), vals.at(p, 0, w), AluOp::NotEqual);
         e.tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), u.at(p, 0, w), AluOp::Max);
         // t = (t − 1) · (−BIG) + ids  → ids where selected, ids + BIG elsewhere
         e.tensor_scalar(
@@ -1187,13 +984,7 @@ fn emit_cumsum(
     if !int_path {
         let zw = chunks.iter().map(|c| c.elems()).max().unwrap_or(1);
         let p_all = rows.iter().map(|r| r.rows).max().unwrap_or(1);
-        memset(
-            &mut ctx.e,
-            Engine::Vector,
-            zeros.cols(p_all, 0, zw),
-            zeros.slot,
-            0.0,
-        );
+        memset(&mut ctx.e, Engine::Vector, zeros.cols(p_all, 0, zw), zeros.slot, 0.0);
     }
     for rt in rows {
         let p = rt.rows;
@@ -1225,14 +1016,7 @@ fn emit_cumsum(
                 continue;
             }
             if w == 1 {
-                copy(
-                    &mut ctx.e,
-                    engine,
-                    nxt.col(p, 0),
-                    nxt.slot,
-                    cur.col(p, 0),
-                    cur.slot,
-                );
+                copy(&mut ctx.e, engine, nxt.col(p, 0), nxt.slot, cur.col(p, 0), cur.slot);
                 std::mem::swap(&mut cur, &mut nxt);
             }
             let mut k = 1;
@@ -1245,8 +1029,7 @@ fn emit_cumsum(
                     cur.cols(p, 0, k),
                     cur.slot,
                 );
-                let shifted =
-                    AccessPattern::sbuf(work, 0, p, cur.slot.offset, vec![[1, (w - k) as i64]]);
+                let shifted = AccessPattern::sbuf(work, 0, p, cur.slot.offset, vec![[1, (w - k) as i64]]);
                 let hi = AccessPattern::sbuf(
                     work,
                     0,
@@ -1261,12 +1044,8 @@ fn emit_cumsum(
                     nxt.slot.offset + (k * work.size()) as u64,
                     vec![[1, (w - k) as i64]],
                 );
-                ctx.e.push(
-                    engine,
-                    tt(dst, hi, shifted, AluOp::Add),
-                    &[cur.slot],
-                    &[nxt.slot],
-                );
+                ctx.e
+                    .push(engine, tt(dst, hi, shifted, AluOp::Add), &[cur.slot], &[nxt.slot]);
                 std::mem::swap(&mut cur, &mut nxt);
                 k *= 2;
             }
@@ -1314,16 +1093,7 @@ struct FScan {
 /// non-finite steps give no error term), `C = scan(e)`, `out = S + C`. With `carry`, the running
 /// sums continue from the previous chunk's (`carry_hi`, `carry_lo`).
 #[allow(clippy::too_many_arguments)]
-fn emit_fscan(
-    ctx: &mut Ctx,
-    x: &Buf,
-    out: &Buf,
-    zeros: &Buf,
-    fs: &FScan,
-    p: usize,
-    w: usize,
-    carry: bool,
-) {
+fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usize, w: usize, carry: bool) {
     let v = Engine::Vector;
     let e = &mut ctx.e;
     let scan = |e: &mut Emitter, dst: &Buf, src: &Buf, init: Option<&Buf>| {
@@ -1351,67 +1121,30 @@ fn emit_fscan(
     scan(e, s, x, carry.then_some(&fs.carry_hi));
     // prev = [S₋₁, S₀ … S_{w−2}]
     if carry {
-        copy(
-            e,
-            v,
-            prev.col(p, 0),
-            prev.slot,
-            fs.carry_hi.col(p, 0),
-            fs.carry_hi.slot,
-        );
+        copy(e, v, prev.col(p, 0), prev.slot, fs.carry_hi.col(p, 0), fs.carry_hi.slot);
     } else {
         memset(e, v, prev.col(p, 0), prev.slot, 0.0);
     }
     if w > 1 {
-        copy(
-            e,
-            v,
-            prev.cols(p, 1, w - 1),
-            prev.slot,
-            s.cols(p, 0, w - 1),
-            s.slot,
-        );
+        copy(e, v, prev.cols(p, 1, w - 1), prev.slot, s.cols(p, 0, w - 1), s.slot);
     }
     let pv = prev.cols(p, 0, w);
     // t1 = S − prev (b'), t2 = S − t1 (a'), t2 = prev − t2, t1 = x − t1, t1 = t1 + t2 (e)
     e.push(
         v,
-        tt(
-            t1.cols(p, 0, w),
-            s.cols(p, 0, w),
-            pv.clone(),
-            AluOp::Subtract,
-        ),
+        tt(t1.cols(p, 0, w), s.cols(p, 0, w), pv.clone(), AluOp::Subtract),
         &[s.slot, prev.slot],
         &[t1.slot],
     );
-    e.tensor_tensor(
-        v,
-        t2.at(p, 0, w),
-        s.at(p, 0, w),
-        t1.at(p, 0, w),
-        AluOp::Subtract,
-    );
+    e.tensor_tensor(v, t2.at(p, 0, w), s.at(p, 0, w), t1.at(p, 0, w), AluOp::Subtract);
     e.push(
         v,
         tt(t2.cols(p, 0, w), pv, t2.cols(p, 0, w), AluOp::Subtract),
         &[prev.slot, t2.slot],
         &[t2.slot],
     );
-    e.tensor_tensor(
-        v,
-        t1.at(p, 0, w),
-        x.at(p, 0, w),
-        t1.at(p, 0, w),
-        AluOp::Subtract,
-    );
-    e.tensor_tensor(
-        v,
-        t1.at(p, 0, w),
-        t1.at(p, 0, w),
-        t2.at(p, 0, w),
-        AluOp::Add,
-    );
+    e.tensor_tensor(v, t1.at(p, 0, w), x.at(p, 0, w), t1.at(p, 0, w), AluOp::Subtract);
+    e.tensor_tensor(v, t1.at(p, 0, w), t1.at(p, 0, w), t2.at(p, 0, w), AluOp::Add);
     // mask = |e| ≥ 2⁻⁵³·|S|  (false for NaN e)
     e.tensor_scalar(
         v,
@@ -1421,21 +1154,8 @@ fn emit_fscan(
         Scalar::Imm(0.0),
         Some((AluOp::Multiply, Scalar::Imm(2f64.powi(-53)))),
     );
-    e.tensor_scalar(
-        v,
-        c.at(p, 0, w),
-        t1.at(p, 0, w),
-        AluOp::Abs,
-        Scalar::Imm(0.0),
-        None,
-    );
-    e.tensor_tensor(
-        v,
-        mask.at(p, 0, w),
-        c.at(p, 0, w),
-        t2.at(p, 0, w),
-        AluOp::IsGe,
-    );
+    e.tensor_scalar(v, c.at(p, 0, w), t1.at(p, 0, w), AluOp::Abs, Scalar::Imm(0.0), None);
+    e.tensor_tensor(v, mask.at(p, 0, w), c.at(p, 0, w), t2.at(p, 0, w), AluOp::IsGe);
     // t2 = mask ? e : 0
     memset(e, v, t2.cols(p, 0, w), t2.slot, 0.0);
     e.push(
@@ -1513,24 +1233,14 @@ fn emit_reduce_spread(
             let w = ch.elems();
             load_chunk(ctx, x, &call.input, in_dev, rt, ch);
             if call.kind == Kind::Any {
-                ctx.e.tensor_scalar(
-                    v,
-                    x.at(p, 0, w),
-                    x.at(p, 0, w),
-                    AluOp::NotEqual,
-                    Scalar::Imm(0.0),
-                    None,
-                );
+                ctx.e
+                    .tensor_scalar(v, x.at(p, 0, w), x.at(p, 0, w), AluOp::NotEqual, Scalar::Imm(0.0), None);
             }
             reduce_chunk(ctx, v, x, p, w, red, &parts, c);
         }
         finish_partials(ctx, v, &parts, p, chunks.len(), red);
     };
-    let rt = body
-        .row_tiles(parts_n)
-        .into_iter()
-        .next()
-        .expect("one row tile");
+    let rt = body.row_tiles(parts_n).into_iter().next().expect("one row tile");
     reduce_rows(ctx, &rt, &body_chunks);
     ctx.e.push(
         Engine::Gpsimd,
@@ -1549,13 +1259,8 @@ fn emit_reduce_spread(
             pstride: vec![0, 0],
         };
         reduce_rows(ctx, &trt, &tail_chunks);
-        ctx.e.tensor_tensor(
-            v,
-            tot.at(1, 0, 1),
-            tot.at(1, 0, 1),
-            parts.at(1, 0, 1),
-            red.alu(),
-        );
+        ctx.e
+            .tensor_tensor(v, tot.at(1, 0, 1), tot.at(1, 0, 1), parts.at(1, 0, 1), red.alu());
     }
     if call.kind == Kind::Mean {
         ctx.e.tensor_scalar(

@@ -61,10 +61,7 @@ impl View {
 }
 
 fn contig(shape: &[usize]) -> Vec<i64> {
-    contiguous_strides(shape)
-        .into_iter()
-        .map(|s| s as i64)
-        .collect()
+    contiguous_strides(shape).into_iter().map(|s| s as i64).collect()
 }
 
 /// PyTorch's dim wrapping (`maybe_wrap_dim`): a 0-d tensor accepts dims -1 and 0.
@@ -104,22 +101,13 @@ impl Copier {
 
     /// Copies `src_view` of tensor `src` into `dst`, whose element for view index `i` is at
     /// `dst_base + Σ iₖ·dst_strides[k]`.
-    fn copy(
-        &mut self,
-        dst: (&str, DType),
-        dst_base: i64,
-        dst_strides: &[i64],
-        src: (&str, DType),
-        view: &View,
-    ) {
+    fn copy(&mut self, dst: (&str, DType), dst_base: i64, dst_strides: &[i64], src: (&str, DType), view: &View) {
         let mut region = Region::new(&view.shape, &[dst_strides.to_vec(), view.strides.clone()]);
         region.base = vec![dst_base, view.offset];
         for job in plan_tiles(region, self.limits) {
             let d = job.hbm_ap(0, dst.0, dst.1);
             let s = job.hbm_ap(1, src.0, src.1);
-            self.program
-                .instructions
-                .push(Instruction::new(Engine::Dma, dma(d, s)));
+            self.program.instructions.push(Instruction::new(Engine::Dma, dma(d, s)));
         }
     }
 
@@ -128,11 +116,7 @@ impl Copier {
     }
 }
 
-fn tensor_arg<'a>(
-    req: &LowerRequest<'a>,
-    pos: usize,
-    name: &str,
-) -> Result<(&'a str, &'a TensorMeta), LowerError> {
+fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<(&'a str, &'a TensorMeta), LowerError> {
     match req.call.arg(pos, name) {
         Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
         other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
@@ -148,11 +132,7 @@ fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<i64>
     }
 }
 
-fn ints_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-) -> Result<Option<Vec<i64>>, LowerError> {
+fn ints_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<Vec<i64>>, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(())) => Ok(None),
         Some(Value::Ints(v)) => Ok(Some(v.clone())),
@@ -166,12 +146,7 @@ fn size(req: &LowerRequest<'_>, v: i64, what: &str) -> Result<usize, LowerError>
 }
 
 /// Checks that the golden output agrees with the shape and dtype PyTorch's rules give.
-fn check_output(
-    req: &LowerRequest<'_>,
-    name: &str,
-    dtype: TorchDType,
-    shape: &[usize],
-) -> Result<(), LowerError> {
+fn check_output(req: &LowerRequest<'_>, name: &str, dtype: TorchDType, shape: &[usize]) -> Result<(), LowerError> {
     let m = req.tensor(name)?;
     if m.dtype != dtype || m.shape != shape {
         return Err(req.invalid(format!(
@@ -208,8 +183,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
     match req.op {
         "alias" => {}
         "view" => {
-            let sizes =
-                ints_arg(req, 1, "size")?.ok_or_else(|| req.invalid("missing `size`".into()))?;
+            let sizes = ints_arg(req, 1, "size")?.ok_or_else(|| req.invalid("missing `size`".into()))?;
             let numel: usize = s.iter().product();
             let mut infer = None;
             let mut known = 1usize;
@@ -228,16 +202,12 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             }
             if let Some(i) = infer {
                 if known == 0 || !numel.is_multiple_of(known) {
-                    return Err(req.invalid(format!(
-                        "shape {sizes:?} is invalid for input of size {numel}"
-                    )));
+                    return Err(req.invalid(format!("shape {sizes:?} is invalid for input of size {numel}")));
                 }
                 shape[i] = numel / known;
             }
             if shape.iter().product::<usize>() != numel {
-                return Err(req.invalid(format!(
-                    "shape {sizes:?} is invalid for input of size {numel}"
-                )));
+                return Err(req.invalid(format!("shape {sizes:?} is invalid for input of size {numel}")));
             }
             // The data is contiguous: a view is the same elements in the same order.
             v = View::contiguous(&shape);
@@ -322,8 +292,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
         }
         "select.int" => {
             let dim = int_arg(req, 1, "dim")?.ok_or_else(|| req.invalid("missing `dim`".into()))?;
-            let index =
-                int_arg(req, 2, "index")?.ok_or_else(|| req.invalid("missing `index`".into()))?;
+            let index = int_arg(req, 2, "index")?.ok_or_else(|| req.invalid("missing `index`".into()))?;
             if nd == 0 {
                 return Err(req.invalid("select() cannot be applied to a 0-dim tensor".into()));
             }
@@ -331,9 +300,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             let n = s[d] as i64;
             let i = if index < 0 { index + n } else { index };
             if i < 0 || i >= n {
-                return Err(req.invalid(format!(
-                    "index {index} out of range for dim {d} of size {n}"
-                )));
+                return Err(req.invalid(format!("index {index} out of range for dim {d} of size {n}")));
             }
             v.offset += i * v.strides[d];
             v.remove(d);
@@ -413,20 +380,13 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
                     "as_strided of a non-contiguous input (strides {st:?}): its storage is not in the case"
                 )));
             }
-            let shape: Vec<usize> = sizes
-                .iter()
-                .map(|&d| size(req, d, "size"))
-                .collect::<Result<_, _>>()?;
+            let shape: Vec<usize> = sizes.iter().map(|&d| size(req, d, "size")).collect::<Result<_, _>>()?;
             if strides.iter().any(|&st| st < 0) || offset < 0 {
                 return Err(req.invalid(format!(
                     "as_strided with negative strides {strides:?} or offset {offset}"
                 )));
             }
-            v = View {
-                shape,
-                strides,
-                offset,
-            };
+            v = View { shape, strides, offset };
             if v.numel() > 0 {
                 let last: i64 = offset
                     + v.shape
@@ -560,8 +520,7 @@ fn lower_complex_slice(
 
 fn lower_split(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (in_name, meta) = tensor_arg(req, 0, "self")?;
-    let sizes = ints_arg(req, 1, "split_sizes")?
-        .ok_or_else(|| req.invalid("missing `split_sizes`".into()))?;
+    let sizes = ints_arg(req, 1, "split_sizes")?.ok_or_else(|| req.invalid("missing `split_sizes`".into()))?;
     let dim = int_arg(req, 2, "dim")?.unwrap_or(0);
     let s = &meta.shape;
     if s.is_empty() {
@@ -573,27 +532,17 @@ fn lower_split(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         .map(|&n| size(req, n, "split size"))
         .collect::<Result<_, _>>()?;
     if sizes.iter().sum::<usize>() != s[d] {
-        return Err(req.invalid(format!(
-            "split sizes {sizes:?} do not sum to dim {d} of size {}",
-            s[d]
-        )));
+        return Err(req.invalid(format!("split sizes {sizes:?} do not sum to dim {d} of size {}", s[d])));
     }
     let outs: Vec<&str> = match req.outputs.first() {
         Some(Value::Tensors(names)) => names
             .iter()
-            .map(|n| {
-                n.as_deref()
-                    .ok_or_else(|| req.invalid("a split output is None".into()))
-            })
+            .map(|n| n.as_deref().ok_or_else(|| req.invalid("a split output is None".into())))
             .collect::<Result<_, _>>()?,
         other => return Err(req.invalid(format!("output 0 is {other:?}, expected a tensor list"))),
     };
     if outs.len() != sizes.len() {
-        return Err(req.invalid(format!(
-            "{} outputs for {} split sizes",
-            outs.len(),
-            sizes.len()
-        )));
+        return Err(req.invalid(format!("{} outputs for {} split sizes", outs.len(), sizes.len())));
     }
     let dt = dev(req, meta.dtype)?;
     let mut c = Copier::new(target);
@@ -616,25 +565,18 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let names: Vec<&str> = match req.call.arg(0, "tensors") {
         Some(Value::Tensors(names)) => names
             .iter()
-            .map(|n| {
-                n.as_deref()
-                    .ok_or_else(|| req.invalid("a cat input is None".into()))
-            })
+            .map(|n| n.as_deref().ok_or_else(|| req.invalid("a cat input is None".into())))
             .collect::<Result<_, _>>()?,
         other => return Err(req.invalid(format!("`tensors` must be a tensor list, got {other:?}"))),
     };
     if names.is_empty() {
         return Err(req.invalid("cat of no tensors".into()));
     }
-    let metas: Vec<&TensorMeta> = names
-        .iter()
-        .map(|n| req.tensor(n))
-        .collect::<Result<_, _>>()?;
+    let metas: Vec<&TensorMeta> = names.iter().map(|n| req.tensor(n)).collect::<Result<_, _>>()?;
     let dim = int_arg(req, 1, "dim")?.unwrap_or(0);
     let mut out_dtype = metas[0].dtype;
     for m in &metas[1..] {
-        out_dtype = promote::promote_types(out_dtype, m.dtype)
-            .map_err(|e| req.unsupported(e.to_string()))?;
+        out_dtype = promote::promote_types(out_dtype, m.dtype).map_err(|e| req.unsupported(e.to_string()))?;
     }
     // PyTorch skips 1-d empty inputs (legacy behaviour); the others fix the shape.
     let skipped = |m: &TensorMeta| m.shape == [0];
@@ -655,10 +597,7 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     for m in metas.iter().filter(|m| !skipped(m)) {
         let same = m.shape.len() == nd && (0..nd).all(|i| i == d || m.shape[i] == first.shape[i]);
         if !same {
-            return Err(req.invalid(format!(
-                "cat of {:?} and {:?} along dim {d}",
-                first.shape, m.shape
-            )));
+            return Err(req.invalid(format!("cat of {:?} and {:?} along dim {d}", first.shape, m.shape)));
         }
         out_shape[d] += m.shape[d];
     }
@@ -696,12 +635,7 @@ mod tests {
 
     /// Lowers `op(input.0 of shape, args…)` with an i32 input `0..n`, checks every DMA pattern
     /// against the access-pattern limits, runs it, and returns the output values.
-    fn run(
-        op: &'static str,
-        shape: &[usize],
-        args: Vec<Value>,
-        out_shape: &[usize],
-    ) -> (Vec<i32>, usize) {
+    fn run(op: &'static str, shape: &[usize], args: Vec<Value>, out_shape: &[usize]) -> (Vec<i32>, usize) {
         let meta = |s: &[usize]| TensorMeta {
             dtype: TorchDType::I32,
             shape: s.to_vec(),
@@ -733,10 +667,7 @@ mod tests {
             };
             for ap in [&d.src, &d.dst] {
                 assert!(ap.partitions <= 128 && ap.free.len() <= 4, "{ap:?}");
-                assert!(
-                    ap.free.iter().all(|f| (0..=65535).contains(&f[1])),
-                    "{ap:?}"
-                );
+                assert!(ap.free.iter().all(|f| (0..=65535).contains(&f[1])), "{ap:?}");
             }
         }
         let n: usize = shape.iter().product();
@@ -765,18 +696,9 @@ mod tests {
     #[test]
     fn large_views_are_split_into_legal_dmas() {
         // flip of a row longer than 65535 elements: negative steps, several DMAs.
-        let (v, dmas) = run(
-            "flip",
-            &[3, 140_000],
-            vec![Value::Ints(vec![0, 1])],
-            &[3, 140_000],
-        );
+        let (v, dmas) = run("flip", &[3, 140_000], vec![Value::Ints(vec![0, 1])], &[3, 140_000]);
         assert!(dmas > 1);
-        assert!(
-            v.iter()
-                .enumerate()
-                .all(|(i, &x)| x as usize == 3 * 140_000 - 1 - i)
-        );
+        assert!(v.iter().enumerate().all(|(i, &x)| x as usize == 3 * 140_000 - 1 - i));
         // expand: stride-0 broadcast of a column over 70000 elements.
         let (v, _) = run(
             "expand",
@@ -786,12 +708,7 @@ mod tests {
         );
         assert!(v.iter().enumerate().all(|(i, &x)| x as usize == i / 70_000));
         // permute (transpose) with more than 128 rows on both sides.
-        let (v, _) = run(
-            "permute",
-            &[300, 500],
-            vec![Value::Ints(vec![1, 0])],
-            &[500, 300],
-        );
+        let (v, _) = run("permute", &[300, 500], vec![Value::Ints(vec![1, 0])], &[500, 300]);
         assert!(
             v.iter()
                 .enumerate()

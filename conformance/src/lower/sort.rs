@@ -30,18 +30,12 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::case::Value;
 use ScalarOperand::Imm;
 use trnsim::{
-    AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect,
-    IndirectSide, Iota, MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand,
-    ScalarTensorTensor, TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
-    TensorTensorScan,
+    AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
+    MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName,
+    TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
 
-fn int_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    default: i64,
-) -> Result<i64, LowerError> {
+fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: i64) -> Result<i64, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(default),
         Some(Value::Int(i)) => Ok(*i),
@@ -49,12 +43,7 @@ fn int_arg(
     }
 }
 
-fn bool_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    default: bool,
-) -> Result<bool, LowerError> {
+fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Result<bool, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
@@ -95,12 +84,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let xm = req.tensor(x)?;
     let out = req.output_tensor(0)?;
     let om = req.tensor(out)?;
-    let xdt =
-        device_dtype(xm.dtype).ok_or_else(|| req.unsupported(format!("dtype {:?}", xm.dtype)))?;
+    let xdt = device_dtype(xm.dtype).ok_or_else(|| req.unsupported(format!("dtype {:?}", xm.dtype)))?;
     let mut e = Emitter::new(Program::new(target));
     e.program.declare(x, xdt, &xm.shape, HbmRole::Input);
-    e.program
-        .declare(out, DType::I32, &om.shape, HbmRole::Output);
+    e.program.declare(out, DType::I32, &om.shape, HbmRole::Output);
     let rows = om.shape.first().copied().unwrap_or(0);
     let shape = &xm.shape;
     let r = shape.len();
@@ -109,14 +96,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         return Ok(Lowered::new(e.finish()));
     }
     if r > 4 {
-        return Err(req.unsupported(format!(
-            "a {r}-d input: the coordinate iota takes at most 4 free dims"
-        )));
+        return Err(req.unsupported(format!("a {r}-d input: the coordinate iota takes at most 4 free dims")));
     }
     if n >= 1 << 24 {
-        return Err(req.unsupported(format!(
-            "{n} elements: the prefix sum is fp32, exact below 2^24"
-        )));
+        return Err(req.unsupported(format!("{n} elements: the prefix sum is fp32, exact below 2^24")));
     }
     let t = target.params();
     let parts = t.partitions;
@@ -130,21 +113,14 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             "{inner} elements after dim {dr}: more than one partition's budget"
         )));
     }
-    let split = shape[dr]
-        .div_ceil(parts)
-        .clamp(1, (NONZERO_FREE / inner).max(1));
+    let split = shape[dr].div_ceil(parts).clamp(1, (NONZERO_FREE / inner).max(1));
     let full_rows = shape[dr] / split;
     let tail = shape[dr] % split;
     let width = split * inner;
 
     let mut alloc = SbufAllocator::new(&t);
     let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(bytes)?) };
-    let (xv, cs, ix, co) = (
-        slot(width * 4)?,
-        slot(width * 4)?,
-        slot(width * 4)?,
-        slot(width * 4)?,
-    );
+    let (xv, cs, ix, co) = (slot(width * 4)?, slot(width * 4)?, slot(width * 4)?, slot(width * 4)?);
     let ones = slot(parts * 4)?;
     let upper = slot(parts * 4)?;
     let small = slot(4 * 4)?; // columns: carry, row offset
@@ -152,9 +128,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let (ps_offsets, ps_total) = (psum_slot(0), psum_slot(1));
     let bank = t.psum_bank_bytes as u64;
 
-    let full = |s: Slot, dt: DType, w: usize| {
-        AccessPattern::sbuf(dt, 0, parts, s.offset, vec![[1, w as i64]])
-    };
+    let full = |s: Slot, dt: DType, w: usize| AccessPattern::sbuf(dt, 0, parts, s.offset, vec![[1, w as i64]]);
     e.push(
         Engine::Vector,
         Op::Memset(Memset {
@@ -210,25 +184,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     for (o, a0, pc, seg) in chunks {
         let w = seg * inner;
         let sa = |s: Slot, dt: DType| AccessPattern::sbuf(dt, 0, pc, s.offset, vec![[1, w as i64]]);
-        let col = |c: usize| {
-            AccessPattern::sbuf(
-                DType::F32,
-                0,
-                pc,
-                small.offset + (c * 4) as u64,
-                vec![[1, 1]],
-            )
-        };
+        let col = |c: usize| AccessPattern::sbuf(DType::F32, 0, pc, small.offset + (c * 4) as u64, vec![[1, 1]]);
         // First element of the chunk: outer index o, row dim index a0·split.
         let first = (o * shape[dr] + a0 * split) * inner;
-        let src = AccessPattern::hbm(
-            x,
-            xdt,
-            first as u64,
-            pc,
-            (split * inner) as i64,
-            vec![[1, w as i64]],
-        );
+        let src = AccessPattern::hbm(x, xdt, first as u64, pc, (split * inner) as i64, vec![[1, w as i64]]);
         e.push(Engine::Dma, dma(sa(xv, DType::F32), src), &[], &[xv]);
         e.push(
             Engine::Vector,
@@ -259,26 +218,14 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             &[cs],
         );
         // Row totals (the last scan column) through TensorE: exclusive offsets, chunk total.
-        let totals = AccessPattern::sbuf(
-            DType::F32,
-            0,
-            pc,
-            cs.offset + ((w - 1) * 4) as u64,
-            vec![[1, 1]],
-        );
+        let totals = AccessPattern::sbuf(DType::F32, 0, pc, cs.offset + ((w - 1) * 4) as u64, vec![[1, 1]]);
         let offsets_ps = AccessPattern::psum(DType::F32, 0, pc, 0, vec![[1, 1]]);
         let total_ps = AccessPattern::psum(DType::F32, 0, parts, bank, vec![[1, 1]]);
         e.push(
             Engine::Tensor,
             Op::NcMatmul(NcMatmul {
                 dst: offsets_ps.clone(),
-                stationary: AccessPattern::sbuf(
-                    DType::F32,
-                    0,
-                    pc,
-                    upper.offset,
-                    vec![[1, pc as i64]],
-                ),
+                stationary: AccessPattern::sbuf(DType::F32, 0, pc, upper.offset, vec![[1, pc as i64]]),
                 moving: totals.clone(),
                 accumulate: false,
             }),
@@ -289,13 +236,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             Engine::Tensor,
             Op::NcMatmul(NcMatmul {
                 dst: total_ps.clone(),
-                stationary: AccessPattern::sbuf(
-                    DType::F32,
-                    0,
-                    pc,
-                    ones.offset,
-                    vec![[1, parts as i64]],
-                ),
+                stationary: AccessPattern::sbuf(DType::F32, 0, pc, ones.offset, vec![[1, parts as i64]]),
                 moving: totals,
                 accumulate: false,
             }),
@@ -357,9 +298,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             &[ix],
         );
         // The chunk's free shape: [seg, inner dims…].
-        let free_shape: Vec<usize> = std::iter::once(seg)
-            .chain(shape[dr + 1..].iter().copied())
-            .collect();
+        let free_shape: Vec<usize> = std::iter::once(seg).chain(shape[dr + 1..].iter().copied()).collect();
         let outer_index = crate::tensor::unravel(o, outer_shape);
         for d in 0..r {
             // Coordinate along d: constant for the outer dims; a0·split + p·split + s for the
@@ -446,11 +385,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         v => return Err(req.invalid(format!("`self` is {v:?}"))),
     };
     let xm = req.tensor(x)?;
-    let xs = if xm.shape.is_empty() {
-        vec![1]
-    } else {
-        xm.shape.clone()
-    };
+    let xs = if xm.shape.is_empty() { vec![1] } else { xm.shape.clone() };
     let (dim, k, largest) = match req.op {
         "topk" => {
             let k = int_arg(req, 1, "k", 1)?;
@@ -477,14 +412,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 
     let vout = req.output_tensor(0)?;
     let iout = req.output_tensor(1)?;
-    let xdt =
-        device_dtype(xm.dtype).ok_or_else(|| req.unsupported(format!("dtype {:?}", xm.dtype)))?;
-    let vdt = device_dtype(req.tensor(vout)?.dtype)
-        .ok_or_else(|| req.unsupported("value dtype".into()))?;
+    let xdt = device_dtype(xm.dtype).ok_or_else(|| req.unsupported(format!("dtype {:?}", xm.dtype)))?;
+    let vdt = device_dtype(req.tensor(vout)?.dtype).ok_or_else(|| req.unsupported("value dtype".into()))?;
     let mut e = Emitter::new(Program::new(target));
     e.program.declare(x, xdt, &xm.shape, HbmRole::Input);
-    e.program
-        .declare(vout, vdt, &req.tensor(vout)?.shape, HbmRole::Output);
+    e.program.declare(vout, vdt, &req.tensor(vout)?.shape, HbmRole::Output);
     e.program
         .declare(iout, DType::I32, &req.tensor(iout)?.shape, HbmRole::Output);
     if k == 0 || outer * inner == 0 || n == 0 {
@@ -534,34 +466,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         );
     }
     // The original value of a working −inf: −inf, or +inf when the lane was negated.
-    let special_inf = if largest {
-        f64::NEG_INFINITY
-    } else {
-        f64::INFINITY
-    };
+    let special_inf = if largest { f64::NEG_INFINITY } else { f64::INFINITY };
     let constants: &[(usize, f64)] = if specials {
-        &[
-            (COL_ONE, 1.0),
-            (COL_NAN, f64::NAN),
-            (COL_NEG_INF, f64::NEG_INFINITY),
-        ]
+        &[(COL_ONE, 1.0), (COL_NAN, f64::NAN), (COL_NEG_INF, f64::NEG_INFINITY)]
     } else {
         &[]
     };
     for &(c, v) in constants {
-        let dst = AccessPattern::sbuf(
-            DType::F32,
-            0,
-            128,
-            scal.offset + (c * 4) as u64,
-            vec![[1, 1]],
-        );
-        e.push(
-            Engine::Vector,
-            Op::Memset(Memset { dst, value: v }),
-            &[],
-            &[scal],
-        );
+        let dst = AccessPattern::sbuf(DType::F32, 0, 128, scal.offset + (c * 4) as u64, vec![[1, 1]]);
+        e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }), &[], &[scal]);
     }
 
     // Lane chunks: (hbm element offset of the lane's first value, lanes, lane step, out offsets).
@@ -589,31 +502,13 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         (1, 1, inner as i64)
     };
     for (in_off, pc, out_off, _) in chunks {
-        let sa = |s: Slot, f: usize| {
-            AccessPattern::sbuf(DType::F32, 0, pc, s.offset, vec![[1, f as i64]])
-        };
-        let i32s = |s: Slot, f: usize| {
-            AccessPattern::sbuf(DType::I32, 0, pc, s.offset, vec![[1, f as i64]])
-        };
+        let sa = |s: Slot, f: usize| AccessPattern::sbuf(DType::F32, 0, pc, s.offset, vec![[1, f as i64]]);
+        let i32s = |s: Slot, f: usize| AccessPattern::sbuf(DType::I32, 0, pc, s.offset, vec![[1, f as i64]]);
         let mask = |s: Slot| AccessPattern::sbuf(DType::U8, 0, pc, s.offset, vec![[1, n as i64]]);
-        let col = |c: usize| {
-            AccessPattern::sbuf(
-                DType::F32,
-                0,
-                pc,
-                scal.offset + (c * 4) as u64,
-                vec![[1, 1]],
-            )
-        };
+        let col = |c: usize| AccessPattern::sbuf(DType::F32, 0, pc, scal.offset + (c * 4) as u64, vec![[1, 1]]);
         let tile = |c: usize| ScalarOperand::Tile(col(c));
         let along = |c: usize, f: usize| {
-            AccessPattern::sbuf(
-                DType::F32,
-                0,
-                pc,
-                scal.offset + (c * 4) as u64,
-                vec![[0, f as i64]],
-            )
+            AccessPattern::sbuf(DType::F32, 0, pc, scal.offset + (c * 4) as u64, vec![[0, f as i64]])
         };
         let mut cur = a;
         let mut other = b;
@@ -628,14 +523,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 &[a],
             );
         }
-        let src = AccessPattern::hbm(
-            x,
-            xdt,
-            in_off as u64,
-            pc,
-            lane_step_in,
-            vec![[vstep, n as i64]],
-        );
+        let src = AccessPattern::hbm(x, xdt, in_off as u64, pc, lane_step_in, vec![[vstep, n as i64]]);
         e.push(Engine::Dma, dma(sa(a, n), src), &[], &[a]);
         if !largest {
             e.push(
@@ -663,13 +551,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
             e.push(
                 Engine::Vector,
-                ts(
-                    mask(ninf_mask),
-                    sa(a, n),
-                    AluOp::IsEqual,
-                    Imm(f64::NEG_INFINITY),
-                    None,
-                ),
+                ts(mask(ninf_mask), sa(a, n), AluOp::IsEqual, Imm(f64::NEG_INFINITY), None),
                 &[a],
                 &[ninf_mask],
             );
@@ -696,15 +578,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
         }
         for r in 0..rounds {
-            let vals =
-                AccessPattern::sbuf(DType::F32, 0, pc, v8.offset + (r * 32) as u64, vec![[1, 8]]);
-            let idx = AccessPattern::sbuf(
-                DType::U32,
-                0,
-                pc,
-                i8s.offset + (r * 32) as u64,
-                vec![[1, 8]],
-            );
+            let vals = AccessPattern::sbuf(DType::F32, 0, pc, v8.offset + (r * 32) as u64, vec![[1, 8]]);
+            let idx = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset + (r * 32) as u64, vec![[1, 8]]);
             e.push(
                 Engine::Vector,
                 Op::Max8(Max8 {
@@ -811,14 +686,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 );
                 e.push(
                     Engine::Vector,
-                    stt(
-                        sa(p, w),
-                        sa(p, w),
-                        AluOp::Add,
-                        Imm(1.0),
-                        AluOp::Multiply,
-                        sa(q, w),
-                    ),
+                    stt(sa(p, w), sa(p, w), AluOp::Add, Imm(1.0), AluOp::Multiply, sa(q, w)),
                     &[p, q],
                     &[p],
                 );
@@ -867,39 +735,21 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
             e.push(
                 Engine::Vector,
-                ts(
-                    sa(b, slots),
-                    sa(a, slots),
-                    AluOp::IsLt,
-                    tile(COL_ORDINARY),
-                    None,
-                ),
+                ts(sa(b, slots), sa(a, slots), AluOp::IsLt, tile(COL_ORDINARY), None),
                 &[a, scal],
                 &[b],
             );
             if largest {
                 e.push(
                     Engine::Vector,
-                    ts(
-                        sa(a, slots),
-                        sa(a, slots),
-                        AluOp::Add,
-                        tile(COL_NAN_COUNT),
-                        None,
-                    ),
+                    ts(sa(a, slots), sa(a, slots), AluOp::Add, tile(COL_NAN_COUNT), None),
                     &[a, scal],
                     &[a],
                 );
             } else {
                 e.push(
                     Engine::Vector,
-                    ts(
-                        sa(v8, slots),
-                        sa(v8, slots),
-                        AluOp::Multiply,
-                        Imm(-1.0),
-                        None,
-                    ),
+                    ts(sa(v8, slots), sa(v8, slots), AluOp::Multiply, Imm(-1.0), None),
                     &[v8],
                     &[v8],
                 );
@@ -917,11 +767,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 (
                     b,
                     ninf_mask,
-                    Some(if largest {
-                        COL_NEG_INF_BASE
-                    } else {
-                        COL_ORDINARY
-                    }),
+                    Some(if largest { COL_NEG_INF_BASE } else { COL_ORDINARY }),
                 ),
             ] {
                 let scan = Op::TensorTensorScan(TensorTensorScan {
@@ -1034,14 +880,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 );
                 sa(v8, k)
             };
-            let vdst = AccessPattern::hbm(
-                vout,
-                vdt,
-                out_off as u64,
-                pc,
-                lane_step_out,
-                vec![[vstep, k as i64]],
-            );
+            let vdst = AccessPattern::hbm(vout, vdt, out_off as u64, pc, lane_step_out, vec![[vstep, k as i64]]);
             e.push(Engine::Dma, dma(vdst, vsrc), &[v8], &[]);
             let idst = AccessPattern::hbm(
                 iout,
@@ -1061,8 +900,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 /// Declares HBM scratch tensors of 128 lanes × `width` elements.
 fn declare_scratch(e: &mut Emitter, tensors: &[(&str, DType, usize)]) {
     for &(name, dtype, width) in tensors {
-        e.program
-            .declare(name, dtype, &[128 * width], HbmRole::Scratch);
+        e.program.declare(name, dtype, &[128 * width], HbmRole::Scratch);
     }
 }
 
@@ -1131,13 +969,7 @@ mod tests {
     use trnsim::{Executor, HostTensor};
 
     /// Runs topk/sort of an f32 tensor on the simulator: (values, indices).
-    fn run(
-        op: &str,
-        shape: &[usize],
-        x: &[f32],
-        args: Vec<Value>,
-        out_shape: &[usize],
-    ) -> (Vec<f32>, Vec<i32>) {
+    fn run(op: &str, shape: &[usize], x: &[f32], args: Vec<Value>, out_shape: &[usize]) -> (Vec<f32>, Vec<i32>) {
         let meta = |dtype, shape: &[usize]| TensorMeta {
             dtype,
             shape: shape.to_vec(),
@@ -1155,10 +987,7 @@ mod tests {
             args: all,
             kwargs: BTreeMap::new(),
         };
-        let outputs = vec![
-            Value::Tensor("output.0".into()),
-            Value::Tensor("output.1".into()),
-        ];
+        let outputs = vec![Value::Tensor("output.0".into()), Value::Tensor("output.1".into())];
         let req = LowerRequest {
             op,
             call: &call,
@@ -1167,9 +996,7 @@ mod tests {
         };
         let program = lower(&req, TargetName::Trn1).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, x))]);
-        let run = Executor::new(TargetName::Trn1)
-            .run(&program, &inputs)
-            .unwrap();
+        let run = Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();
         let words = |name: &str| -> Vec<[u8; 4]> {
             run.outputs[name]
                 .data
@@ -1178,14 +1005,8 @@ mod tests {
                 .collect()
         };
         (
-            words("output.0")
-                .into_iter()
-                .map(f32::from_le_bytes)
-                .collect(),
-            words("output.1")
-                .into_iter()
-                .map(i32::from_le_bytes)
-                .collect(),
+            words("output.0").into_iter().map(f32::from_le_bytes).collect(),
+            words("output.1").into_iter().map(i32::from_le_bytes).collect(),
         )
     }
 
@@ -1243,10 +1064,7 @@ mod tests {
         let mut x = lanes(count, n);
         // Lane 0 starts with a run of NaNs longer than one top-8 round.
         x[..n.min(12)].fill(f32::NAN);
-        assert!(
-            x[n..].iter().any(|v| v.is_nan()),
-            "other lanes hold NaNs too"
-        );
+        assert!(x[n..].iter().any(|v| v.is_nan()), "other lanes hold NaNs too");
         // along_rows: shape [count, n] sorted on dim 1; else [n, count] on dim 0 (strided lanes).
         let (shape, dim, out_shape) = if along_rows {
             (vec![count, n], 1, vec![count, k])
@@ -1254,11 +1072,7 @@ mod tests {
             (vec![n, count], 0, vec![k, count])
         };
         let at = |lane: usize, j: usize| {
-            if along_rows {
-                lane * n + j
-            } else {
-                j * count + lane
-            }
+            if along_rows { lane * n + j } else { j * count + lane }
         };
         let xs: Vec<f32> = (0..count * n)
             .map(|i| {
@@ -1275,11 +1089,7 @@ mod tests {
         };
         let (vals, idx) = run(op, &shape, &xs, args, &out_shape);
         let oat = |lane: usize, r: usize| {
-            if along_rows {
-                lane * k + r
-            } else {
-                r * count + lane
-            }
+            if along_rows { lane * k + r } else { r * count + lane }
         };
         for lane in 0..count {
             let src: Vec<f32> = (0..n).map(|j| xs[at(lane, j)]).collect();
@@ -1287,10 +1097,7 @@ mod tests {
             let mut seen = std::collections::BTreeSet::new();
             for (r, w) in want.iter().enumerate() {
                 let (v, i) = (vals[oat(lane, r)], idx[oat(lane, r)]);
-                assert!(
-                    same(v, *w),
-                    "{op} lane {lane} pos {r}: {v} vs {w} (lane {src:?})"
-                );
+                assert!(same(v, *w), "{op} lane {lane} pos {r}: {v} vs {w} (lane {src:?})");
                 assert!(
                     i >= 0 && (i as usize) < n && seen.insert(i),
                     "{op} lane {lane} pos {r}: index {i}"
@@ -1318,11 +1125,7 @@ mod tests {
             .collect();
         let want: Vec<i32> = (0..n)
             .filter(|&i| x[i] != 0.0)
-            .flat_map(|i| {
-                crate::tensor::unravel(i, shape)
-                    .into_iter()
-                    .map(|c| c as i32)
-            })
+            .flat_map(|i| crate::tensor::unravel(i, shape).into_iter().map(|c| c as i32))
             .collect();
         let count = want.len() / shape.len();
         let meta = |dtype, shape: &[usize]| TensorMeta {
@@ -1333,10 +1136,7 @@ mod tests {
         };
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(TorchDType::F32, shape)),
-            (
-                "output.0".to_string(),
-                meta(TorchDType::I64, &[count, shape.len()]),
-            ),
+            ("output.0".to_string(), meta(TorchDType::I64, &[count, shape.len()])),
         ]);
         let call = OpCall {
             args: vec![Value::Tensor("input.0".into())],
@@ -1351,9 +1151,7 @@ mod tests {
         };
         let program = lower(&req, TargetName::Trn1).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
-        let run = Executor::new(TargetName::Trn1)
-            .run(&program, &inputs)
-            .unwrap();
+        let run = Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();
         let got: Vec<i32> = run.outputs["output.0"]
             .data
             .chunks(4)

@@ -11,8 +11,8 @@
 use super::LowerError;
 use std::collections::{BTreeSet, HashMap};
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Op, Program,
-    Reciprocal, ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Op, Program, Reciprocal,
+    ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
 };
 
 /// NumPy/PyTorch broadcasting of two shapes.
@@ -20,16 +20,8 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n {
-            a[i + a.len() - n]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= n {
-            b[i + b.len() - n]
-        } else {
-            1
-        };
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -166,11 +158,7 @@ impl TileJob {
     /// The HBM side of a DMA for operand `operand`: the tile's rows and free dims in tensor
     /// `name` (strides 0 where the operand is broadcast).
     pub fn hbm_ap(&self, operand: usize, name: &str, dtype: DType) -> AccessPattern {
-        let free = self
-            .free
-            .iter()
-            .map(|d| [d.strides[operand], d.size as i64])
-            .collect();
+        let free = self.free.iter().map(|d| [d.strides[operand], d.size as i64]).collect();
         AccessPattern::hbm(
             name,
             dtype,
@@ -195,13 +183,7 @@ impl TileJob {
 
     /// The same dense SBUF tile as one flat free dim (for compute instructions).
     pub fn sbuf_flat(&self, dtype: DType, offset: u64) -> AccessPattern {
-        AccessPattern::sbuf(
-            dtype,
-            0,
-            self.partitions,
-            offset,
-            vec![[1, self.free_elems() as i64]],
-        )
+        AccessPattern::sbuf(dtype, 0, self.partitions, offset, vec![[1, self.free_elems() as i64]])
     }
 }
 
@@ -311,13 +293,7 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
     }
     // Free dims: as many inner dims as fit (at least one), then one partition dim, then loops.
     let mut f = (k - 1).min(limits.max_free_dims);
-    while f > 1
-        && region.dims[k - f..]
-            .iter()
-            .map(|d| d.size)
-            .product::<usize>()
-            > limits.max_free
-    {
+    while f > 1 && region.dims[k - f..].iter().map(|d| d.size).product::<usize>() > limits.max_free {
         f -= 1;
     }
     let free: Vec<Dim> = region.dims[k - f..].to_vec();
@@ -335,11 +311,7 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
         while p0 < part.size {
             let rows = (part.size - p0).min(limits.partitions);
             jobs.push(TileJob {
-                base: base
-                    .iter()
-                    .zip(&part.strides)
-                    .map(|(b, s)| b + s * p0 as i64)
-                    .collect(),
+                base: base.iter().zip(&part.strides).map(|(b, s)| b + s * p0 as i64).collect(),
                 partitions: rows,
                 partition_strides: part.strides.clone(),
                 free: free.clone(),
@@ -563,12 +535,7 @@ impl Cols {
 impl Buf {
     /// Columns `[c0, c0 + n)` of `p` partitions as a slot-carrying operand.
     pub fn at(&self, p: usize, c0: usize, n: usize) -> Cols {
-        Cols {
-            buf: *self,
-            p,
-            c0,
-            n,
-        }
+        Cols { buf: *self, p, c0, n }
     }
 
     /// Column `c` of `p` partitions: a per-partition scalar operand.
@@ -631,30 +598,14 @@ impl Emitter {
             s0.operand(),
             then.map(|(o, s)| (o, s.operand())),
         );
-        let reads = [
-            Some(src.buf.slot),
-            s0.slot(),
-            then.and_then(|(_, s)| s.slot()),
-        ];
+        let reads = [Some(src.buf.slot), s0.slot(), then.and_then(|(_, s)| s.slot())];
         self.push_derived(engine, op, &reads, dst.buf.slot)
     }
 
     /// `dst = a op b` elementwise (`tensor_tensor`).
-    pub fn tensor_tensor(
-        &mut self,
-        engine: Engine,
-        dst: Cols,
-        a: Cols,
-        b: Cols,
-        op: AluOp,
-    ) -> usize {
+    pub fn tensor_tensor(&mut self, engine: Engine, dst: Cols, a: Cols, b: Cols, op: AluOp) -> usize {
         let reads = [Some(a.buf.slot), Some(b.buf.slot)];
-        self.push_derived(
-            engine,
-            tt(dst.ap(), a.ap(), b.ap(), op),
-            &reads,
-            dst.buf.slot,
-        )
+        self.push_derived(engine, tt(dst.ap(), a.ap(), b.ap(), op), &reads, dst.buf.slot)
     }
 
     /// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
@@ -676,13 +627,7 @@ impl Emitter {
     }
 
     /// `dst = func(src + bias)` on ScalarE (`activation`, scale 1, no accumulation).
-    pub fn activation(
-        &mut self,
-        dst: Cols,
-        func: ActFunc,
-        src: Cols,
-        bias: Option<Scalar>,
-    ) -> usize {
+    pub fn activation(&mut self, dst: Cols, func: ActFunc, src: Cols, bias: Option<Scalar>) -> usize {
         let op = Op::Activation(Activation {
             dst: dst.ap(),
             func,
@@ -743,10 +688,7 @@ mod tests {
                 }
             }
         }
-        assert!(
-            seen.iter().all(|&c| c == 1),
-            "every element exactly once: {shape:?}"
-        );
+        assert!(seen.iter().all(|&c| c == 1), "every element exactly once: {shape:?}");
     }
 
     fn plan(out: &[usize], inputs: &[&[usize]]) -> (Vec<Vec<i64>>, Vec<TileJob>) {
@@ -868,17 +810,9 @@ mod tests {
         );
         // exp(y + stats[:, 0]) on ScalarE into x: waits for the writers of y (VectorE) and of
         // the stats (GpSimd), and for x's last writer and readers on other engines.
-        let exp = e.activation(
-            x.at(4, 0, 8),
-            ActFunc::Exp,
-            y.at(4, 0, 8),
-            Some(stats.scalar(4, 0)),
-        );
+        let exp = e.activation(x.at(4, 0, 8), ActFunc::Exp, y.at(4, 0, 8), Some(stats.scalar(4, 0)));
         let p = e.finish();
-        assert_eq!(
-            p.instructions[scale].wait,
-            vec![load_x as u32, set_stats as u32]
-        );
+        assert_eq!(p.instructions[scale].wait, vec![load_x as u32, set_stats as u32]);
         assert_eq!(
             p.instructions[exp].wait,
             vec![load_x as u32, set_stats as u32, scale as u32]

@@ -30,9 +30,8 @@ use crate::case::{TensorMeta, Value};
 use crate::tensor::TorchDType;
 use std::f64::consts::{LN_2, PI};
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op,
-    Program, Reciprocal, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy,
-    TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal,
+    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one tile. Scratch tiles are shared by live range
@@ -168,11 +167,7 @@ impl Kernel {
     /// The constant tile holding `v` (one per distinct value).
     pub fn k(&mut self, v: f64) -> Reg {
         let bits = (v as f32).to_bits();
-        if let Some(i) = self
-            .consts
-            .iter()
-            .position(|c| (*c as f32).to_bits() == bits)
-        {
+        if let Some(i) = self.consts.iter().position(|c| (*c as f32).to_bits() == bits) {
             return Reg::K(i as u8);
         }
         self.consts.push(v);
@@ -217,15 +212,7 @@ impl Kernel {
     }
 
     /// GpSimd exact int32 `dst = (src op0 v0) [op1 v1]`.
-    pub fn gp_ts(
-        &mut self,
-        dst: Reg,
-        src: Reg,
-        op0: AluOp,
-        v0: f64,
-        rev0: bool,
-        op1: Option<(AluOp, f64)>,
-    ) {
+    pub fn gp_ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, rev0: bool, op1: Option<(AluOp, f64)>) {
         self.steps.push(Step::Ts {
             eng: Engine::Gpsimd,
             dst,
@@ -261,11 +248,7 @@ impl Kernel {
     /// `dst = func(src · scale + bias)` on ScalarE. The caller guarantees the argument stays in
     /// the function's valid range.
     pub fn act(&mut self, dst: Reg, func: ActFunc, src: Reg, scale: f64, bias: f64) {
-        let bias = if bias == 0.0 {
-            None
-        } else {
-            Some(self.k(bias))
-        };
+        let bias = if bias == 0.0 { None } else { Some(self.k(bias)) };
         self.steps.push(Step::Act {
             dst,
             func,
@@ -339,8 +322,7 @@ impl Kernel {
         let mut count = [0usize; 2];
         for (i, s) in self.steps.iter().enumerate() {
             for kind in 0..2 {
-                let (ended, still): (Vec<_>, Vec<_>) =
-                    live[kind].iter().partition(|(r, _)| last_use[r] < i);
+                let (ended, still): (Vec<_>, Vec<_>) = live[kind].iter().partition(|(r, _)| last_use[r] < i);
                 free[kind].extend(ended.iter().map(|(_, t)| *t));
                 live[kind] = still;
             }
@@ -594,9 +576,7 @@ impl Kernel {
         use AluOp::*;
         let digit_term = |i: i32, k: i32| inv_two_pi_digit(i) as f64 * 2f64.powi(-12 * (k + 1));
         let a = self.abs(x);
-        let windows: Vec<Reg> = (0..9)
-            .map(|j| self.cmp(a, IsGe, 2f64.powi(23 + 12 * j)))
-            .collect();
+        let windows: Vec<Reg> = (0..9).map(|j| self.cmp(a, IsGe, 2f64.powi(23 + 12 * j))).collect();
         // xs = x · 2^(−12j)
         let xs = self.tmp();
         let up = self.k(2f64.powi(12));
@@ -861,12 +841,7 @@ pub fn analyze(req: &LowerRequest<'_>, rule: OutRule) -> Result<UnaryCall, Lower
 }
 
 /// A float scalar argument at `pos`/`name`, or `default`.
-pub fn scalar_arg(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    default: f64,
-) -> Result<f64, LowerError> {
+pub fn scalar_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: f64) -> Result<f64, LowerError> {
     match req.call.arg(pos, name) {
         None | Some(Value::None(_)) => Ok(default),
         Some(Value::Int(i)) => Ok(*i as f64),
@@ -904,18 +879,8 @@ pub fn emit(
     let mut program = Program::new(target_name);
     let self_dev = dev(req, call.self_meta.dtype)?;
     let out_dev = dev(req, call.out_dtype)?;
-    program.declare(
-        &call.self_name,
-        self_dev,
-        &call.self_meta.shape,
-        HbmRole::Input,
-    );
-    program.declare(
-        &call.out_name,
-        out_dev,
-        &call.self_meta.shape,
-        HbmRole::Output,
-    );
+    program.declare(&call.self_name, self_dev, &call.self_meta.shape, HbmRole::Input);
+    program.declare(&call.out_name, out_dev, &call.self_meta.shape, HbmRole::Output);
 
     let mut alloc = SbufAllocator::new(&target);
     let mut e = Emitter::new(program);
@@ -968,12 +933,7 @@ pub fn emit(
             let r = Reg::K(i as u8);
             if let Some(slot) = slots.get(&r) {
                 let ap = AccessPattern::sbuf(DType::F32, 0, parts, slot.offset, vec![[1, 1]]);
-                e.push(
-                    Engine::Vector,
-                    Op::Memset(Memset { dst: ap, value: v }),
-                    &[],
-                    &[*slot],
-                );
+                e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: v }), &[], &[*slot]);
             }
         }
     }
@@ -1027,9 +987,7 @@ fn materialize(
     let ap = |r: Reg| -> AccessPattern {
         let off = slots[&r].offset;
         match r {
-            Reg::K(_) => {
-                AccessPattern::sbuf(DType::F32, 0, p, off, vec![[0, job.free_elems() as i64]])
-            }
+            Reg::K(_) => AccessPattern::sbuf(DType::F32, 0, p, off, vec![[0, job.free_elems() as i64]]),
             _ => job.sbuf_flat(dtype_of(r), off),
         }
     };
@@ -1086,15 +1044,8 @@ fn materialize(
             dst: ap(dst),
             func,
             src: ap(src),
-            bias: bias.map(|k| {
-                ScalarOperand::Tile(AccessPattern::sbuf(
-                    DType::F32,
-                    0,
-                    p,
-                    slots[&k].offset,
-                    vec![[1, 1]],
-                ))
-            }),
+            bias: bias
+                .map(|k| ScalarOperand::Tile(AccessPattern::sbuf(DType::F32, 0, p, slots[&k].offset, vec![[1, 1]]))),
             scale: imm(scale),
             acc: Default::default(),
             reduce_res: None,
@@ -1122,12 +1073,11 @@ fn materialize(
 /// The output dtype rule of a unary op, `None` if not in this family.
 pub fn rule(name: &str) -> Option<OutRule> {
     Some(match name {
-        "acos" | "acosh" | "asin" | "asinh" | "atan" | "atanh" | "cos" | "cosh" | "erf" | "exp"
-        | "expm1" | "log" | "log10" | "log1p" | "log2" | "reciprocal" | "rsqrt" | "sin"
-        | "sinh" | "sqrt" | "tan" | "tanh" => OutRule::Float,
-        "abs" | "neg" | "sign" | "ceil" | "floor" | "round" | "trunc" | "bitwise_not" => {
-            OutRule::Same
+        "acos" | "acosh" | "asin" | "asinh" | "atan" | "atanh" | "cos" | "cosh" | "erf" | "exp" | "expm1" | "log"
+        | "log10" | "log1p" | "log2" | "reciprocal" | "rsqrt" | "sin" | "sinh" | "sqrt" | "tan" | "tanh" => {
+            OutRule::Float
         }
+        "abs" | "neg" | "sign" | "ceil" | "floor" | "round" | "trunc" | "bitwise_not" => OutRule::Same,
         "logical_not" | "isnan" | "isinf" => OutRule::Bool,
         _ => return None,
     })
@@ -1307,11 +1257,7 @@ pub fn kernel(name: &str, input: TorchDType) -> Result<(Kernel, DType), String> 
             // hold |x| ≥ 2^17: not f16 (max 65504), bool, or 8/16-bit integers.
             let small_range = matches!(
                 input,
-                TorchDType::F16
-                    | TorchDType::Bool
-                    | TorchDType::U8
-                    | TorchDType::I8
-                    | TorchDType::I16
+                TorchDType::F16 | TorchDType::Bool | TorchDType::U8 | TorchDType::I8 | TorchDType::I16
             );
             let (hi, lo) = if small_range {
                 k.reduce_2pi(x)
@@ -1483,25 +1429,14 @@ pub(crate) mod tests {
                     .map(|(&x, y)| alu::apply_f32(*op, x, y, &n))
                     .collect(),
                 Step::Stt {
-                    src,
-                    op0,
-                    v0,
-                    op1,
-                    b,
-                    ..
+                    src, op0, v0, op1, b, ..
                 } => get(&regs, *src)
                     .iter()
                     .zip(get(&regs, *b))
-                    .map(|(&x, y)| {
-                        alu::apply_f32(*op1, alu::apply_f32(*op0, x, *v0 as f32, &n), y, &n)
-                    })
+                    .map(|(&x, y)| alu::apply_f32(*op1, alu::apply_f32(*op0, x, *v0 as f32, &n), y, &n))
                     .collect(),
                 Step::Act {
-                    func,
-                    src,
-                    scale,
-                    bias,
-                    ..
+                    func, src, scale, bias, ..
                 } => {
                     let b = bias.map(|r| get(&regs, r)[0]).unwrap_or(-0.0);
                     let (lo, hi) = activation::valid_range(*func);
@@ -1590,10 +1525,7 @@ pub(crate) mod tests {
                 let want = f(x as f64);
                 let err = (y as f64 - want).abs();
                 // ~2 fp32 ulp relative (the worst seen is 1.8e-7).
-                assert!(
-                    err <= 1e-12 + 3e-7 * want.abs(),
-                    "{name}({x}) = {y}, want {want}"
-                );
+                assert!(err <= 1e-12 + 3e-7 * want.abs(), "{name}({x}) = {y}, want {want}");
             }
         }
     }
@@ -1628,9 +1560,8 @@ pub(crate) mod tests {
     fn activation_arguments_stay_in_valid_range_for_edge_inputs() {
         let xs = edge_values();
         for name in [
-            "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "erf", "exp",
-            "expm1", "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan",
-            "tanh",
+            "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "erf", "exp", "expm1", "log", "log10",
+            "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan", "tanh",
         ] {
             let (k, _) = kernel(name, F32).unwrap();
             let out = interpret(&k, &xs);
@@ -1685,15 +1616,11 @@ pub(crate) mod tests {
             "exp", "tanh", "log", "sqrt", "sin", "cos", "atan", "asin", "acos", "log1p",
         ] {
             let (k, _) = kernel(name, F32).unwrap();
-            assert!(
-                k.steps.iter().any(|s| matches!(s, Step::Act { .. })),
-                "{name}"
-            );
+            assert!(k.steps.iter().any(|s| matches!(s, Step::Act { .. })), "{name}");
             // Range-limited functions always read a clamped tile.
             for (i, s) in k.steps.iter().enumerate() {
                 if let Step::Act {
-                    func:
-                        ActFunc::Log | ActFunc::Sin | ActFunc::Arctan | ActFunc::Sqrt | ActFunc::Rsqrt,
+                    func: ActFunc::Log | ActFunc::Sin | ActFunc::Arctan | ActFunc::Sqrt | ActFunc::Rsqrt,
                     src,
                     ..
                 } = s
@@ -1749,10 +1676,7 @@ pub(crate) mod tests {
             let (k, x) = kernel(name, F32).unwrap();
             let (_, (tiles, masks)) = k.tile_slots();
             let bytes = (2 * x.size() + 4 * tiles + masks) * MAX_FREE + 64 * k.consts.len();
-            assert!(
-                bytes < target.sbuf_usable_bytes,
-                "{name}: {bytes} bytes per partition"
-            );
+            assert!(bytes < target.sbuf_usable_bytes, "{name}: {bytes} bytes per partition");
         }
     }
 }

@@ -10,8 +10,7 @@ use std::fmt::Write;
 
 /// The dtype columns, in a fixed order (then any other dtype name, sorted).
 pub const DTYPE_ORDER: &[&str] = &[
-    "f32", "bf16", "f16", "f8e4m3fn", "f8e5m2", "f64", "i64", "i32", "i16", "i8", "u8", "bool",
-    "c64", "none",
+    "f32", "bf16", "f16", "f8e4m3fn", "f8e5m2", "f64", "i64", "i32", "i16", "i8", "u8", "bool", "c64", "none",
 ];
 
 /// The cases of one op × dtype.
@@ -90,10 +89,7 @@ pub fn compute<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Vec<OpC
 
 /// The dtypes that appear, in column order.
 pub fn dtypes(cov: &[OpCoverage]) -> Vec<String> {
-    let present: BTreeSet<&str> = cov
-        .iter()
-        .flat_map(|o| o.cells.keys().map(|k| k.as_str()))
-        .collect();
+    let present: BTreeSet<&str> = cov.iter().flat_map(|o| o.cells.keys().map(|k| k.as_str())).collect();
     let mut cols: Vec<String> = DTYPE_ORDER
         .iter()
         .filter(|d| present.contains(*d))
@@ -173,7 +169,9 @@ pub fn render_markdown(cov: &[OpCoverage], torch: Option<&str>) -> String {
         torch.map(|t| format!(" (PyTorch {t})")).unwrap_or_default()
     );
     out.push_str("* **pass** — every case passes\n* **partial** — some pass, the others are expected failures\n");
-    out.push_str("* **xfail** — none passes; all are listed in `conformance/expectations.toml` (e.g. not lowered yet)\n");
+    out.push_str(
+        "* **xfail** — none passes; all are listed in `conformance/expectations.toml` (e.g. not lowered yet)\n",
+    );
     out.push_str("* **FAIL** — a case fails, errors, or passes against its expectation\n* blank — no cases\n\n");
     let _ = writeln!(
         out,

@@ -27,17 +27,12 @@ impl Change {
 
     /// |Δ max ULP|.
     pub fn ulp_delta(&self) -> u64 {
-        self.ulp_before
-            .unwrap_or(0)
-            .abs_diff(self.ulp_after.unwrap_or(0))
+        self.ulp_before.unwrap_or(0).abs_diff(self.ulp_after.unwrap_or(0))
     }
 
     /// |Δ max relative error| (inf when exactly one side is infinite).
     pub fn rel_delta(&self) -> f64 {
-        let (a, b) = (
-            self.rel_before.unwrap_or(0.0),
-            self.rel_after.unwrap_or(0.0),
-        );
+        let (a, b) = (self.rel_before.unwrap_or(0.0), self.rel_after.unwrap_or(0.0));
         if a == b { 0.0 } else { (a - b).abs() }
     }
 }
@@ -137,11 +132,7 @@ pub fn render_html(a_name: &str, b_name: &str, changes: &[Change], unchanged: us
         let _ = writeln!(
             rows,
             "<tr class=\"{}\"><td>{}</td><td class=\"s-{}\">{}</td><td class=\"s-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if c.status_changed() {
-                "status"
-            } else {
-                "numeric"
-            },
+            if c.status_changed() { "status" } else { "numeric" },
             escape_xml(&c.id),
             status(c.before),
             status(c.before),
@@ -222,7 +213,11 @@ pub fn render_backends_of<'a>(records: impl IntoIterator<Item = &'a super::CaseR
                     b.name,
                     b.status,
                     ulp(b.max_ulp),
-                    if b.same_bits_as_sim { "" } else { " (bits differ from sim)" }
+                    if b.same_bits_as_sim {
+                        ""
+                    } else {
+                        " (bits differ from sim)"
+                    }
                 )
             })
             .collect();

@@ -83,7 +83,9 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
         .collect();
     let cols = coverage::dtypes(&cov);
     let mut out = String::with_capacity(1 << 20);
-    out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>trnconf report</title>\n<style>");
+    out.push_str(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>trnconf report</title>\n<style>",
+    );
     out.push_str(CSS);
     out.push_str("</style></head><body>\n<h1>trnconf conformance report</h1>\n");
     let _ = writeln!(

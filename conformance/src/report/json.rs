@@ -73,8 +73,7 @@ impl Loaded {
     }
 
     fn insert(&mut self, raw: Value) -> Result<(), String> {
-        let rec: CaseRecord =
-            serde_json::from_value(raw.clone()).map_err(|e| format!("a case is malformed: {e}"))?;
+        let rec: CaseRecord = serde_json::from_value(raw.clone()).map_err(|e| format!("a case is malformed: {e}"))?;
         self.cases.insert(rec.id.clone(), (raw, rec));
         Ok(())
     }
@@ -83,21 +82,14 @@ impl Loaded {
 /// Reads a results file: a final JSON object, or a partial JSON Lines file. Errors are one line
 /// naming the file.
 pub fn load(path: &Path) -> Result<Loaded, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let err = |what: String| format!("{}: not a trnconf results file: {what}", path.display());
-    if text
-        .trim_start()
-        .starts_with(&format!("{{\"{PARTIAL_KEY}\""))
-    {
+    if text.trim_start().starts_with(&format!("{{\"{PARTIAL_KEY}\"")) {
         return parse_partial(&text).map_err(err);
     }
     let file: ResultsFile = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
     if file.format != FORMAT {
-        return Err(err(format!(
-            "format is `{}`, expected `{FORMAT}`",
-            file.format
-        )));
+        return Err(err(format!("format is `{}`, expected `{FORMAT}`", file.format)));
     }
     let mut loaded = Loaded {
         info: Some(file.info),
@@ -128,9 +120,7 @@ fn parse_partial(text: &str) -> Result<Loaded, String> {
             loaded.info = Some(serde_json::from_value(v).map_err(|e| format!("line 1: {e}"))?);
             continue;
         }
-        loaded
-            .insert(v)
-            .map_err(|e| format!("line {}: {e}", n + 1))?;
+        loaded.insert(v).map_err(|e| format!("line {}: {e}", n + 1))?;
     }
     if loaded.info.is_none() {
         return Err("empty partial file".into());
@@ -160,10 +150,7 @@ impl PartialWriter {
         // The key must come first (it is how the file is recognised): write it by hand.
         let mut rest = header.as_object().cloned().unwrap_or_default();
         rest.remove(PARTIAL_KEY);
-        let line = format!(
-            "{{\"{PARTIAL_KEY}\":1,{}",
-            &Value::Object(rest).to_string()[1..]
-        );
+        let line = format!("{{\"{PARTIAL_KEY}\":1,{}", &Value::Object(rest).to_string()[1..]);
         w.write_line(&line)?;
         for (raw, _) in already.cases.values() {
             w.write_line(&raw.to_string())?;
@@ -260,10 +247,7 @@ mod tests {
         // A malformed middle line is an error naming the file and the line.
         std::fs::write(&p, text.replace("relu::f32::a_1\"", "relu::f32::a_1")).unwrap();
         let e = load(&p).unwrap_err();
-        assert!(
-            e.contains("r.json.partial.jsonl") && e.contains("line 3"),
-            "{e}"
-        );
+        assert!(e.contains("r.json.partial.jsonl") && e.contains("line 3"), "{e}");
         assert!(!e.contains('\n'));
     }
 }

@@ -128,7 +128,11 @@ pub fn details(r: &CaseRecord) -> String {
             b.status,
             b.max_ulp.map_or("-".into(), |u| u.to_string()),
             b.same_bits_as_sim,
-            if b.message.is_empty() { String::new() } else { format!(" ({})", b.message) }
+            if b.message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", b.message)
+            }
         );
     }
     s

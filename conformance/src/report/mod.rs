@@ -193,9 +193,6 @@ mod tests {
 
     #[test]
     fn xml_escaping() {
-        assert_eq!(
-            escape_xml("a<b & \"c\"\u{1}"),
-            "a&lt;b &amp; &quot;c&quot;\u{FFFD}"
-        );
+        assert_eq!(escape_xml("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot;\u{FFFD}");
     }
 }

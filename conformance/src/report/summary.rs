@@ -7,24 +7,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Counts per op group, in group order, plus their total time in ms.
-pub fn by_group<'a>(
-    records: impl IntoIterator<Item = &'a CaseRecord>,
-) -> BTreeMap<&'static str, (Summary, f64)> {
+pub fn by_group<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> BTreeMap<&'static str, (Summary, f64)> {
     let mut groups: BTreeMap<&'static str, Vec<&CaseRecord>> = BTreeMap::new();
     for r in records {
         groups.entry(r.group()).or_default().push(r);
     }
     groups
         .into_iter()
-        .map(|(g, rs)| {
-            (
-                g,
-                (
-                    summarize(rs.iter().copied()),
-                    rs.iter().map(|r| r.wall_ms).sum(),
-                ),
-            )
-        })
+        .map(|(g, rs)| (g, (summarize(rs.iter().copied()), rs.iter().map(|r| r.wall_ms).sum())))
         .collect()
 }
 
@@ -37,15 +27,7 @@ pub fn render(records: &[&CaseRecord], slowest: usize) -> String {
     let _ = writeln!(
         out,
         "{:<14} {:>6} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>9}",
-        header[0],
-        header[1],
-        header[2],
-        header[3],
-        header[4],
-        header[5],
-        header[6],
-        header[7],
-        header[8]
+        header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7], header[8]
     );
     let groups = by_group(records.iter().copied());
     let mut total = Summary::default();
@@ -65,20 +47,10 @@ pub fn render(records: &[&CaseRecord], slowest: usize) -> String {
     row(&mut out, "total", &total, total_ms);
     if slowest > 0 && !records.is_empty() {
         let mut by_time: Vec<&&CaseRecord> = records.iter().collect();
-        by_time.sort_by(|a, b| {
-            b.wall_ms
-                .total_cmp(&a.wall_ms)
-                .then_with(|| a.id.cmp(&b.id))
-        });
+        by_time.sort_by(|a, b| b.wall_ms.total_cmp(&a.wall_ms).then_with(|| a.id.cmp(&b.id)));
         let _ = writeln!(out, "\nslowest cases:");
         for r in by_time.iter().take(slowest) {
-            let _ = writeln!(
-                out,
-                "  {:>9.2} ms  {:<6} {}",
-                r.wall_ms,
-                r.status.name(),
-                r.id
-            );
+            let _ = writeln!(out, "  {:>9.2} ms  {:<6} {}", r.wall_ms, r.status.name(), r.id);
         }
     }
     out

@@ -41,10 +41,7 @@ pub fn assert_bad_input(o: &Output, mentions: &str) {
     let err = stderr(o);
     assert_eq!(code(o), 2, "stdout: {}\nstderr: {err}", stdout(o));
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(
-        err.contains(mentions),
-        "{err:?} should mention {mentions:?}"
-    );
+    assert!(err.contains(mentions), "{err:?} should mention {mentions:?}");
 }
 
 /// A golden dir of two `relu` f32 cases: `hand_0` right, `hand_1` with a wrong golden output.
@@ -67,10 +64,8 @@ pub fn no_expectations(dir: &Path) -> PathBuf {
 }
 
 pub fn read_json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// A results file with the timings removed (they are the only fields that may differ between
@@ -190,10 +185,7 @@ pub fn parse_xml(doc: &str) -> Result<Element, String> {
                 return Err(format!("unquoted attribute {key}"));
             }
             let close = after[1..].find(q).ok_or("unterminated attribute")? + 1;
-            if e.attrs
-                .insert(key.clone(), unescape(&after[1..close])?)
-                .is_some()
-            {
+            if e.attrs.insert(key.clone(), unescape(&after[1..close])?).is_some() {
                 return Err(format!("duplicate attribute {key}"));
             }
             a = after[close + 1..].trim_start();

@@ -11,10 +11,22 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(p) = Program::from_json(text) else { return };
     let again = Program::from_json(&p.to_json()).expect("a parsed program re-parses from its own JSON");
-    assert_eq!(format!("{p:?}"), format!("{again:?}"), "JSON round trip changed the program");
+    assert_eq!(
+        format!("{p:?}"),
+        format!("{again:?}"),
+        "JSON round trip changed the program"
+    );
     let seed = data.len() as u64;
     run(&p, config(Numerics::default()), seed);
-    let other = if p.target == TargetName::Trn1 { TargetName::Trn2 } else { TargetName::Trn1 };
+    let other = if p.target == TargetName::Trn1 {
+        TargetName::Trn2
+    } else {
+        TargetName::Trn1
+    };
     let inputs = inputs_for(&p, seed).unwrap_or_default();
-    assert!(Executor::with_config(other, config(Numerics::default())).run(&p, &inputs).is_err());
+    assert!(
+        Executor::with_config(other, config(Numerics::default()))
+            .run(&p, &inputs)
+            .is_err()
+    );
 });

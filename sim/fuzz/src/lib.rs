@@ -12,7 +12,11 @@ pub const MAX_HBM_BYTES: usize = 64 << 10;
 pub const MAX_INSTRUCTIONS: usize = 64;
 
 pub fn config(numerics: Numerics) -> ExecConfig {
-    ExecConfig { numerics, max_hbm_bytes: MAX_HBM_BYTES, max_instructions: MAX_INSTRUCTIONS }
+    ExecConfig {
+        numerics,
+        max_hbm_bytes: MAX_HBM_BYTES,
+        max_instructions: MAX_INSTRUCTIONS,
+    }
 }
 
 /// Deterministic pseudo-random bytes (SplitMix64) for input tensors.
@@ -43,7 +47,14 @@ pub fn inputs_for(p: &Program, seed: u64) -> Option<BTreeMap<String, HostTensor>
         }
         if d.role == HbmRole::Input {
             let data = fill(seed ^ (k as u64) << 32, bytes);
-            out.insert(d.name.clone(), HostTensor { dtype: d.dtype, shape: d.shape.clone(), data });
+            out.insert(
+                d.name.clone(),
+                HostTensor {
+                    dtype: d.dtype,
+                    shape: d.shape.clone(),
+                    data,
+                },
+            );
         }
     }
     Some(out)
@@ -193,7 +204,11 @@ impl FAp {
         let mem = match self.mem % 8 {
             0..=3 => MemSpace::Sbuf,
             4 | 5 => MemSpace::Psum,
-            m => MemSpace::Hbm(hbm_name(if n_hbm == 0 { m as usize } else { self.mem as usize % n_hbm })),
+            m => MemSpace::Hbm(hbm_name(if n_hbm == 0 {
+                m as usize
+            } else {
+                self.mem as usize % n_hbm
+            })),
         };
         let on_chip = mem.is_on_chip();
         let starts = [0, 32, 64, 96];
@@ -204,7 +219,12 @@ impl FAp {
             partitions: 1 + self.partitions as usize % 128,
             partition_step: if on_chip { 0 } else { self.partition_step as i64 },
             offset: (self.offset as u64 % 2048) * dtype.size() as u64,
-            free: self.free.iter().take(4).map(|&(s, n)| [(s % 5) as i64, (n % 17) as i64]).collect(),
+            free: self
+                .free
+                .iter()
+                .take(4)
+                .map(|&(s, n)| [(s % 5) as i64, (n % 17) as i64])
+                .collect(),
         };
         if ap.start_partition + ap.partitions > 128 {
             ap.partitions = 128 - ap.start_partition;
@@ -244,7 +264,11 @@ impl FScalar {
 
 impl FInst {
     pub fn build(&self, n_hbm: usize) -> Instruction {
-        let [a, b, c] = [self.aps[0].build(n_hbm), self.aps[1].build(n_hbm), self.aps[2].build(n_hbm)];
+        let [a, b, c] = [
+            self.aps[0].build(n_hbm),
+            self.aps[1].build(n_hbm),
+            self.aps[2].build(n_hbm),
+        ];
         let d = self.extra.as_ref().map(|x| x.build(n_hbm));
         let s0 = self.s0.build(n_hbm);
         let s1 = self.s1.as_ref().map(|s| s.build(n_hbm));
@@ -256,9 +280,19 @@ impl FInst {
         let acc = [AccCmd::Idle, AccCmd::Reset, AccCmd::Reduce, AccCmd::ResetReduce][(self.flags >> 4) as usize % 4];
         let cmp = [CmpOp::Equal, CmpOp::NotEqual, CmpOp::GreaterThan, CmpOp::GreaterEqual][(self.flags >> 6) as usize];
         let op = match self.kind % 29 {
-            0 => Op::NcMatmul(NcMatmul { dst: a, stationary: b, moving: c, accumulate: f(0) }),
+            0 => Op::NcMatmul(NcMatmul {
+                dst: a,
+                stationary: b,
+                moving: c,
+                accumulate: f(0),
+            }),
             1 => Op::NcTranspose(NcTranspose { dst: a, src: b }),
-            2 => Op::TensorTensor(TensorTensor { dst: a, in0: b, in1: c, op: op0 }),
+            2 => Op::TensorTensor(TensorTensor {
+                dst: a,
+                in0: b,
+                in1: c,
+                op: op0,
+            }),
             3 => Op::TensorScalar(TensorScalar {
                 dst: a,
                 src: b,
@@ -279,8 +313,21 @@ impl FInst {
                 reverse0: f(0),
                 reverse1: f(1),
             }),
-            5 => Op::TensorReduce(TensorReduce { dst: a, src: b, op: op0, axes: ints[1] as usize % 6, negate: f(0) }),
-            6 => Op::TensorTensorScan(TensorTensorScan { dst: a, in0: b, in1: c, initial: s0, op0, op1 }),
+            5 => Op::TensorReduce(TensorReduce {
+                dst: a,
+                src: b,
+                op: op0,
+                axes: ints[1] as usize % 6,
+                negate: f(0),
+            }),
+            6 => Op::TensorTensorScan(TensorTensorScan {
+                dst: a,
+                in0: b,
+                in1: c,
+                initial: s0,
+                op0,
+                op1,
+            }),
             7 => Op::TensorScalarReduce(TensorScalarReduce {
                 dst: a,
                 src: b,
@@ -290,14 +337,32 @@ impl FInst {
                 reduce_res: c,
             }),
             8 => Op::TensorCopy(TensorCopy { dst: a, src: b }),
-            9 => Op::TensorCopyPredicated(TensorCopyPredicated { dst: a, src: b, predicate: c, reverse_pred: f(0) }),
+            9 => Op::TensorCopyPredicated(TensorCopyPredicated {
+                dst: a,
+                src: b,
+                predicate: c,
+                reverse_pred: f(0),
+            }),
             10 => Op::Reciprocal(Reciprocal { dst: a, src: b }),
             11 => Op::BnStats(BnStats { dst: a, src: b }),
             12 => Op::BnAggr(BnAggr { dst: a, src: b }),
             13 => Op::Max8(Max8 { dst: a, src: b }),
-            14 => Op::FindIndex8(FindIndex8 { dst: a, data: b, vals: c }),
-            15 => Op::MatchReplace8(MatchReplace8 { dst: a, data: b, vals: c, imm: self.imm as f64, dst_idx: d }),
-            16 => Op::Memset(Memset { dst: a, value: if f(0) { self.imm as f64 } else { ints[0] as f64 } }),
+            14 => Op::FindIndex8(FindIndex8 {
+                dst: a,
+                data: b,
+                vals: c,
+            }),
+            15 => Op::MatchReplace8(MatchReplace8 {
+                dst: a,
+                data: b,
+                vals: c,
+                imm: self.imm as f64,
+                dst_idx: d,
+            }),
+            16 => Op::Memset(Memset {
+                dst: a,
+                value: if f(0) { self.imm as f64 } else { ints[0] as f64 },
+            }),
             17 => Op::SelectReduce(SelectReduce {
                 dst: a,
                 predicate: b,
@@ -306,10 +371,18 @@ impl FInst {
                 reverse_pred: f(0),
                 reduce_res: d,
             }),
-            18 => Op::Dropout(Dropout { dst: a, src: b, prob: s0 }),
+            18 => Op::Dropout(Dropout {
+                dst: a,
+                src: b,
+                prob: s0,
+            }),
             19 => Op::Rng(Rng { dst: a }),
             20 => Op::SetRngSeed(SetRngSeed { seed: s0 }),
-            21 => Op::StreamShuffle(StreamShuffle { dst: a, src: b, mask: self.mask.clone() }),
+            21 => Op::StreamShuffle(StreamShuffle {
+                dst: a,
+                src: b,
+                mask: self.mask.clone(),
+            }),
             22 => Op::Activation(Activation {
                 dst: a,
                 func: FUNCS[self.func as usize % FUNCS.len()],
@@ -319,7 +392,12 @@ impl FInst {
                 acc,
                 reduce_res: d,
             }),
-            23 => Op::Iota(Iota { dst: a, offset: ints[0], channel_multiplier: ints[1], pattern }),
+            23 => Op::Iota(Iota {
+                dst: a,
+                offset: ints[0],
+                channel_multiplier: ints[1],
+                pattern,
+            }),
             24 => Op::AffineSelect(AffineSelect {
                 dst: a,
                 on_true: b,
@@ -336,8 +414,16 @@ impl FInst {
                 num_elem_per_idx: ints[2] as usize % 20,
                 num_valid_indices: ints[3] as usize % 40,
             }),
-            26 => Op::NGather(NGather { dst: a, data: b, indices: c }),
-            27 => Op::TensorPartitionReduce(TensorPartitionReduce { dst: a, src: b, op: op0 }),
+            26 => Op::NGather(NGather {
+                dst: a,
+                data: b,
+                indices: c,
+            }),
+            27 => Op::TensorPartitionReduce(TensorPartitionReduce {
+                dst: a,
+                src: b,
+                op: op0,
+            }),
             _ => Op::DmaCopy(DmaCopy {
                 dst: a,
                 src: b,
@@ -361,7 +447,11 @@ impl FInst {
         } else {
             trnsim::program::ALL_ENGINES[self.engine as usize % 5]
         };
-        Instruction { engine, op, wait: self.wait.iter().take(3).map(|&w| w as u32).collect() }
+        Instruction {
+            engine,
+            op,
+            wait: self.wait.iter().take(3).map(|&w| w as u32).collect(),
+        }
     }
 }
 
@@ -401,8 +491,16 @@ impl FProgram {
                 Some(seed) => RoundingMode::Stochastic { seed },
                 None => RoundingMode::NearestEven,
             },
-            denormals: if nm.ftz { Denormals::FlushToZero } else { Denormals::Preserve },
-            nan_max_min: if nm.prefer_number { NanMaxMin::PreferNumber } else { NanMaxMin::Propagate },
+            denormals: if nm.ftz {
+                Denormals::FlushToZero
+            } else {
+                Denormals::Preserve
+            },
+            nan_max_min: if nm.prefer_number {
+                NanMaxMin::PreferNumber
+            } else {
+                NanMaxMin::Propagate
+            },
             matmul_accumulation: if nm.pairwise {
                 MatmulAccumulation::Pairwise
             } else {

@@ -14,11 +14,29 @@ use super::round::{SmallFloat, encode_small_float_rne};
 
 /// Layout of the NeuronCore IEEE-like e4m3.
 /// NaN is written as 0x7C | sign (exponent 15, quiet bit), as ml_dtypes writes it.
-pub(crate) const E4M3: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: true, nan_bits: 0x7C };
+pub(crate) const E4M3: SmallFloat = SmallFloat {
+    exp_bits: 4,
+    man_bits: 3,
+    bias: 7,
+    has_inf: true,
+    nan_bits: 0x7C,
+};
 /// Layout of PyTorch's e4m3fn (no inf; the all-ones pattern is NaN; overflow saturates).
-pub(crate) const E4M3FN: SmallFloat = SmallFloat { exp_bits: 4, man_bits: 3, bias: 7, has_inf: false, nan_bits: 0x7F };
+pub(crate) const E4M3FN: SmallFloat = SmallFloat {
+    exp_bits: 4,
+    man_bits: 3,
+    bias: 7,
+    has_inf: false,
+    nan_bits: 0x7F,
+};
 /// Layout of e5m2.
-pub(crate) const E5M2: SmallFloat = SmallFloat { exp_bits: 5, man_bits: 2, bias: 15, has_inf: true, nan_bits: 0x7F };
+pub(crate) const E5M2: SmallFloat = SmallFloat {
+    exp_bits: 5,
+    man_bits: 2,
+    bias: 15,
+    has_inf: true,
+    nan_bits: 0x7F,
+};
 
 /// PyTorch `fp8e4m3fn_to_fp32_value` (torch/headeronly/util/Float8_e4m3fn.h), bit for bit:
 /// NaN (S.1111.111) decodes to 0x7FF00000 | sign.
@@ -31,8 +49,7 @@ pub fn e4m3fn_to_f32(b: u8) -> f32 {
     let inf_nan_mask = ((nonsign.wrapping_add(0x0100_0000) as i32) >> 8) as u32 & 0x7F80_0000;
     let zero_mask = ((nonsign.wrapping_sub(1) as i32) >> 31) as u32;
     let shifted = (nonsign << renorm_shift) >> 4; // renorm_shift ≤ 28
-    let result = sign
-        | ((shifted.wrapping_add(0x78u32.wrapping_sub(renorm_shift) << 23) | inf_nan_mask) & !zero_mask);
+    let result = sign | ((shifted.wrapping_add(0x78u32.wrapping_sub(renorm_shift) << 23) | inf_nan_mask) & !zero_mask);
     f32::from_bits(result)
 }
 

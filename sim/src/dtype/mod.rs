@@ -80,12 +80,7 @@ impl DType {
         match self {
             DType::F32 | DType::Tf32 | DType::I32 | DType::U32 => 4,
             DType::Bf16 | DType::F16 | DType::I16 | DType::U16 => 2,
-            DType::Fp8E4m3
-            | DType::Fp8E4m3fn
-            | DType::Fp8E5m2
-            | DType::I8
-            | DType::U8
-            | DType::Bool => 1,
+            DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2 | DType::I8 | DType::U8 | DType::Bool => 1,
         }
     }
 
@@ -117,13 +112,7 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DType::F32
-                | DType::Tf32
-                | DType::Bf16
-                | DType::F16
-                | DType::Fp8E4m3
-                | DType::Fp8E4m3fn
-                | DType::Fp8E5m2
+            DType::F32 | DType::Tf32 | DType::Bf16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2
         )
     }
 
@@ -276,7 +265,10 @@ pub fn load_bits_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride:
     if stride == size {
         let span = &bytes[start..start + n * size];
         match size {
-            4 => out.extend(span.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            4 => out.extend(
+                span.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            ),
             2 => out.extend(span.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)),
             _ => out.extend(span.iter().map(|&b| b as u32)),
         }
@@ -292,8 +284,14 @@ pub fn store_bits_run(dtype: DType, bits: &[u32], bytes: &mut [u8], start: usize
     if stride == size {
         let span = &mut bytes[start..start + bits.len() * size];
         match size {
-            4 => span.chunks_exact_mut(4).zip(bits).for_each(|(c, &b)| c.copy_from_slice(&b.to_le_bytes())),
-            2 => span.chunks_exact_mut(2).zip(bits).for_each(|(c, &b)| c.copy_from_slice(&(b as u16).to_le_bytes())),
+            4 => span
+                .chunks_exact_mut(4)
+                .zip(bits)
+                .for_each(|(c, &b)| c.copy_from_slice(&b.to_le_bytes())),
+            2 => span
+                .chunks_exact_mut(2)
+                .zip(bits)
+                .for_each(|(c, &b)| c.copy_from_slice(&(b as u16).to_le_bytes())),
             _ => span.iter_mut().zip(bits).for_each(|(c, &b)| *c = b as u8),
         }
     } else {
@@ -318,7 +316,11 @@ pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: us
     match dtype {
         DType::F32 | DType::Tf32 => {
             if stride == 4 {
-                out.extend(bytes[start..start + 4 * n].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())));
+                out.extend(
+                    bytes[start..start + 4 * n]
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap())),
+                );
             } else {
                 run!(4, f32::from_le_bytes)
             }
@@ -355,7 +357,9 @@ pub fn encode_run(dtype: DType, rounding: &mut Rounding, vals: &[f32], bytes: &m
     match (dtype, &rounding) {
         (DType::F32, _) if stride == 4 => {
             let span = &mut bytes[start..start + 4 * vals.len()];
-            span.chunks_exact_mut(4).zip(vals).for_each(|(c, v)| c.copy_from_slice(&v.to_le_bytes()));
+            span.chunks_exact_mut(4)
+                .zip(vals)
+                .for_each(|(c, v)| c.copy_from_slice(&v.to_le_bytes()));
         }
         (DType::F32, _) => {
             for (i, v) in vals.iter().enumerate() {

@@ -151,8 +151,7 @@ pub(crate) fn encode_small_float(fmt: &SmallFloat, x: f32, mut round: impl FnMut
     let exp_field = if normal { (e + fmt.bias) as u32 } else { 0 };
     let man = if normal { q - (1 << mb) } else { q };
     let max_exp_field = if fmt.has_inf { exp_all_ones - 1 } else { exp_all_ones };
-    let overflow = exp_field > max_exp_field
-        || (!fmt.has_inf && exp_field == max_exp_field && man == (1 << mb) - 1);
+    let overflow = exp_field > max_exp_field || (!fmt.has_inf && exp_field == max_exp_field && man == (1 << mb) - 1);
     if overflow {
         return overflow_code | sign;
     }
@@ -161,8 +160,20 @@ pub(crate) fn encode_small_float(fmt: &SmallFloat, x: f32, mut round: impl FnMut
 
 fn layout(dtype: DType) -> SmallFloat {
     match dtype {
-        DType::Bf16 => SmallFloat { exp_bits: 8, man_bits: 7, bias: 127, has_inf: true, nan_bits: 0x7FC0 },
-        DType::F16 => SmallFloat { exp_bits: 5, man_bits: 10, bias: 15, has_inf: true, nan_bits: 0x7E00 },
+        DType::Bf16 => SmallFloat {
+            exp_bits: 8,
+            man_bits: 7,
+            bias: 127,
+            has_inf: true,
+            nan_bits: 0x7FC0,
+        },
+        DType::F16 => SmallFloat {
+            exp_bits: 5,
+            man_bits: 10,
+            bias: 15,
+            has_inf: true,
+            nan_bits: 0x7E00,
+        },
         DType::Fp8E4m3 => super::fp8::E4M3,
         DType::Fp8E4m3fn => super::fp8::E4M3FN,
         DType::Fp8E5m2 => super::fp8::E5M2,
@@ -177,7 +188,13 @@ pub(crate) fn encode_stochastic(dtype: DType, x: f32, rng: &mut StochasticRng) -
         if !x.is_finite() {
             return f32_to_tf32_rne(x);
         }
-        let fmt = SmallFloat { exp_bits: 8, man_bits: 10, bias: 127, has_inf: true, nan_bits: 0x7FE0_0000 };
+        let fmt = SmallFloat {
+            exp_bits: 8,
+            man_bits: 10,
+            bias: 127,
+            has_inf: true,
+            nan_bits: 0x7FE0_0000,
+        };
         let u = rng.next_unit();
         let bits19 = encode_small_float(&fmt, x, |s| stochastic(s, u));
         // Re-expand the 19-bit tf32 encoding to its 4-byte storage.

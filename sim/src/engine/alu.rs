@@ -21,7 +21,11 @@ pub(crate) fn canon(r: f32) -> f32 {
 
 #[inline]
 fn ftz(x: f32, n: &Numerics) -> f32 {
-    if n.denormals == Denormals::FlushToZero && x.is_subnormal() { 0.0f32.copysign(x) } else { x }
+    if n.denormals == Denormals::FlushToZero && x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
 }
 
 #[inline]
@@ -118,10 +122,18 @@ pub(crate) fn max(a: f32, b: f32, p: NanMaxMin) -> f32 {
         NanMaxMin::PreferNumber if b.is_nan() => a,
         // max(-0, +0) = +0
         _ if a == b => {
-            if a.is_sign_negative() { b } else { a }
+            if a.is_sign_negative() {
+                b
+            } else {
+                a
+            }
         }
         _ => {
-            if a > b { a } else { b }
+            if a > b {
+                a
+            } else {
+                b
+            }
         }
     }
 }
@@ -133,10 +145,18 @@ fn min(a: f32, b: f32, p: NanMaxMin) -> f32 {
         NanMaxMin::PreferNumber if a.is_nan() => b,
         NanMaxMin::PreferNumber if b.is_nan() => a,
         _ if a == b => {
-            if a.is_sign_negative() { a } else { b }
+            if a.is_sign_negative() {
+                a
+            } else {
+                b
+            }
         }
         _ => {
-            if a < b { a } else { b }
+            if a < b {
+                a
+            } else {
+                b
+            }
         }
     }
 }
@@ -151,10 +171,18 @@ pub fn apply_bits(op: AluOp, a: u32, b: u32, bits: u32) -> u32 {
         AluOp::BitwiseXor => a ^ b,
         AluOp::BitwiseNot => !a,
         AluOp::ShiftLeft => {
-            if b >= bits { 0 } else { a << b }
+            if b >= bits {
+                0
+            } else {
+                a << b
+            }
         }
         AluOp::LogicalShiftRight => {
-            if b >= bits { 0 } else { (a & mask) >> b }
+            if b >= bits {
+                0
+            } else {
+                (a & mask) >> b
+            }
         }
         _ => a,
     };
@@ -188,13 +216,24 @@ pub fn apply_int(op: AluOp, a: i64, b: i64) -> Result<i64, ErrorKind> {
         AluOp::BitwiseXor => a ^ b,
         AluOp::BitwiseNot => !a,
         AluOp::ShiftLeft => {
-            if !(0..32).contains(&b) { 0 } else { wrap(a << b) }
+            if !(0..32).contains(&b) {
+                0
+            } else {
+                wrap(a << b)
+            }
         }
         AluOp::LogicalShiftRight => {
-            if !(0..32).contains(&b) { 0 } else { ((a as u32) >> b) as i64 }
+            if !(0..32).contains(&b) {
+                0
+            } else {
+                ((a as u32) >> b) as i64
+            }
         }
         AluOp::Reciprocal | AluOp::Rsqrt | AluOp::Pow | AluOp::Average => {
-            return Err(ErrorKind::Unsupported(format!("{} has no exact integer form", op.name())));
+            return Err(ErrorKind::Unsupported(format!(
+                "{} has no exact integer form",
+                op.name()
+            )));
         }
     })
 }
@@ -239,7 +278,10 @@ mod tests {
     #[test]
     fn max_min_nan_policy_and_signed_zero() {
         assert!(apply_f32(AluOp::Max, f32::NAN, 1.0, &n()).is_nan());
-        let prefer = Numerics { nan_max_min: NanMaxMin::PreferNumber, ..n() };
+        let prefer = Numerics {
+            nan_max_min: NanMaxMin::PreferNumber,
+            ..n()
+        };
         assert_eq!(apply_f32(AluOp::Max, f32::NAN, 1.0, &prefer), 1.0);
         assert_eq!(apply_f32(AluOp::Min, 2.0, f32::NAN, &prefer), 2.0);
         assert!(apply_f32(AluOp::Max, -0.0, 0.0, &n()).is_sign_positive());
@@ -248,7 +290,10 @@ mod tests {
 
     #[test]
     fn flush_to_zero_setting() {
-        let ftz = Numerics { denormals: Denormals::FlushToZero, ..n() };
+        let ftz = Numerics {
+            denormals: Denormals::FlushToZero,
+            ..n()
+        };
         let sub = f32::from_bits(1);
         assert_eq!(apply_f32(AluOp::Add, sub, 0.0, &ftz), 0.0);
         assert_eq!(apply_f32(AluOp::Add, sub, 0.0, &n()), sub);
@@ -289,8 +334,14 @@ mod nan_tests {
             assert_eq!(a[0].to_bits(), CANONICAL_NAN.to_bits(), "{op:?} in place");
         }
         // inf - inf and 0 * inf are NaN too.
-        assert_eq!(apply_f32(AluOp::Add, f32::INFINITY, f32::NEG_INFINITY, &n).to_bits(), CANONICAL_NAN.to_bits());
-        assert_eq!(apply_f32(AluOp::Multiply, 0.0, f32::INFINITY, &n).to_bits(), CANONICAL_NAN.to_bits());
+        assert_eq!(
+            apply_f32(AluOp::Add, f32::INFINITY, f32::NEG_INFINITY, &n).to_bits(),
+            CANONICAL_NAN.to_bits()
+        );
+        assert_eq!(
+            apply_f32(AluOp::Multiply, 0.0, f32::INFINITY, &n).to_bits(),
+            CANONICAL_NAN.to_bits()
+        );
     }
 }
 
@@ -303,20 +354,43 @@ mod fast_path_tests {
     #[test]
     fn scalar_inplace_is_bit_identical_to_apply_f32() {
         let vals = [
-            0.0, -0.0, 1.0, -1.5, 3.0e38, -3.0e38, f32::MIN_POSITIVE, f32::from_bits(1),
-            -f32::from_bits(0x7F_FFFF), f32::INFINITY, f32::NEG_INFINITY, f32::NAN,
-            f32::from_bits(0xFFC0_1234), 1.0e-30, 7.25,
+            0.0,
+            -0.0,
+            1.0,
+            -1.5,
+            3.0e38,
+            -3.0e38,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            -f32::from_bits(0x7F_FFFF),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::from_bits(0xFFC0_1234),
+            1.0e-30,
+            7.25,
         ];
         for denormals in [Denormals::Preserve, Denormals::FlushToZero] {
-            let n = Numerics { denormals, ..Numerics::default() };
+            let n = Numerics {
+                denormals,
+                ..Numerics::default()
+            };
             for op in [AluOp::Add, AluOp::Subtract, AluOp::Multiply, AluOp::Max, AluOp::Rsqrt] {
                 for reverse in [false, true] {
                     for &s in &vals {
                         let mut a = vals;
                         apply_scalar_f32_inplace(op, &mut a, s, reverse, &n);
                         for (&x, r) in vals.iter().zip(a) {
-                            let want = if reverse { apply_f32(op, s, x, &n) } else { apply_f32(op, x, s, &n) };
-                            assert_eq!(r.to_bits(), want.to_bits(), "{op:?} rev={reverse} x={x} s={s} {denormals:?}");
+                            let want = if reverse {
+                                apply_f32(op, s, x, &n)
+                            } else {
+                                apply_f32(op, x, s, &n)
+                            };
+                            assert_eq!(
+                                r.to_bits(),
+                                want.to_bits(),
+                                "{op:?} rev={reverse} x={x} s={s} {denormals:?}"
+                            );
                         }
                     }
                 }

@@ -72,8 +72,11 @@ fn indirect_copy(ctx: &mut Ctx, i: &DmaCopy, ind: &Indirect) -> OpResult<()> {
     }
     let rows = direct.partitions;
     if ind.index.num_elems() != rows {
-        return Err(ErrorKind::ShapeMismatch(format!("{} indices for {rows} rows", ind.index.num_elems())))
-            .at("index");
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "{} indices for {rows} rows",
+            ind.index.num_elems()
+        )))
+        .at("index");
     }
     // Validates the whole direct side once (bounds of every row) before the per-row copies.
     ctx.mem.resolve(direct).at(direct_name)?;
@@ -94,15 +97,22 @@ fn indirect_copy(ctx: &mut Ctx, i: &DmaCopy, ind: &Indirect) -> OpResult<()> {
             .and_then(|e| e.checked_mul(size))
             .and_then(|b| b.checked_add(i64::try_from(indirect.offset).ok()?))
             .filter(|&b| b >= 0);
-        let row_ind = AccessPattern { partitions: 1, partition_step: 0, offset: offset.unwrap_or(0) as u64, ..indirect.clone() };
+        let row_ind = AccessPattern {
+            partitions: 1,
+            partition_step: 0,
+            offset: offset.unwrap_or(0) as u64,
+            ..indirect.clone()
+        };
         let row_dir = row_of(direct, p);
         let in_bounds = offset.is_some() && ctx.mem.resolve(&row_ind).is_ok();
         if !in_bounds {
             match ind.oob {
                 OobMode::Skip => continue,
                 OobMode::Error => {
-                    return Err(ErrorKind::Invalid(format!("index {k} of row {p} addresses outside the tensor")))
-                        .at("index");
+                    return Err(ErrorKind::Invalid(format!(
+                        "index {k} of row {p} addresses outside the tensor"
+                    )))
+                    .at("index");
                 }
             }
         }
@@ -123,11 +133,20 @@ fn indirect_copy(ctx: &mut Ctx, i: &DmaCopy, ind: &Indirect) -> OpResult<()> {
 /// Row `p` of an access pattern as a one-row pattern.
 fn row_of(ap: &AccessPattern, p: usize) -> AccessPattern {
     if ap.mem.is_on_chip() {
-        AccessPattern { start_partition: ap.start_partition + p, partitions: 1, ..ap.clone() }
+        AccessPattern {
+            start_partition: ap.start_partition + p,
+            partitions: 1,
+            ..ap.clone()
+        }
     } else {
         // The whole pattern was resolved (so bounds-checked) before: these products fit.
         let size = ap.dtype.size() as i64;
         let offset = (ap.offset as i64).wrapping_add((p as i64).wrapping_mul(ap.partition_step).wrapping_mul(size));
-        AccessPattern { partitions: 1, partition_step: 0, offset: offset as u64, ..ap.clone() }
+        AccessPattern {
+            partitions: 1,
+            partition_step: 0,
+            offset: offset as u64,
+            ..ap.clone()
+        }
     }
 }

@@ -34,24 +34,36 @@ fn prepare(ctx: &Ctx, operand: &str, ap: &AccessPattern, access: Access) -> OpRe
 
 /// An instruction field the hardware holds in an int32.
 fn int32_param(name: &str, v: i64) -> OpResult<i32> {
-    i32::try_from(v).map_err(|_| ErrorKind::Invalid(format!("{name} = {v} does not fit in int32"))).at(name)
+    i32::try_from(v)
+        .map_err(|_| ErrorKind::Invalid(format!("{name} = {v} does not fit in int32")))
+        .at(name)
 }
 
 /// `Σ step_k·i_k` (wrapping int32) for every index tuple of `pattern`, outer dimension slowest;
 /// the pattern must enumerate exactly `expected` elements (the destination's per-partition count).
 fn affine_free(ctx: &Ctx, pattern: &[[i64; 2]], expected: usize) -> OpResult<Vec<i32>> {
     if pattern.len() > ctx.target.max_free_dims {
-        return Err(ErrorKind::TooManyFreeDims { dims: pattern.len(), max: ctx.target.max_free_dims }).at("pattern");
+        return Err(ErrorKind::TooManyFreeDims {
+            dims: pattern.len(),
+            max: ctx.target.max_free_dims,
+        })
+        .at("pattern");
     }
     let mut count: usize = 1;
     for (d, &[step, num]) in pattern.iter().enumerate() {
         if i32::try_from(step).is_err() {
-            return Err(ErrorKind::BadFreeDim { dim: d, what: format!("step {step} does not fit in int32") })
-                .at("pattern");
+            return Err(ErrorKind::BadFreeDim {
+                dim: d,
+                what: format!("step {step} does not fit in int32"),
+            })
+            .at("pattern");
         }
         if !(0..=u16::MAX as i64).contains(&num) {
-            return Err(ErrorKind::BadFreeDim { dim: d, what: format!("size {num} is outside 0..=65535") })
-                .at("pattern");
+            return Err(ErrorKind::BadFreeDim {
+                dim: d,
+                what: format!("size {num} is outside 0..=65535"),
+            })
+            .at("pattern");
         }
         count = count.saturating_mul(num as usize);
     }
@@ -132,8 +144,10 @@ pub fn affine_select(ctx: &mut Ctx, i: &AffineSelect) -> OpResult<()> {
     let offset = int32_param("offset", i.offset)?;
     let cm = int32_param("channel_multiplier", i.channel_multiplier)?;
     let free = affine_free(ctx, &i.pattern, i.dst.free_elems())?;
-    let select: Vec<bool> =
-        affine_values(i.dst.partitions, offset, cm, &free).into_iter().map(|v| cmp_zero(i.cmp, v)).collect();
+    let select: Vec<bool> = affine_values(i.dst.partitions, offset, cm, &free)
+        .into_iter()
+        .map(|v| cmp_zero(i.cmp, v))
+        .collect();
     let on_false = i.on_false as f32;
     if i.on_true.dtype == i.dst.dtype {
         let mut bits = ctx.read_bits("on_true", &i.on_true)?;
@@ -181,13 +195,19 @@ pub fn local_gather(ctx: &mut Ctx, i: &LocalGather) -> OpResult<()> {
     prepare(ctx, "index", &i.index, Access::Read)?;
     prepare(ctx, "dst", &i.dst, Access::Write)?;
     if i.index.dtype != DType::U16 {
-        return Err(ErrorKind::UnsupportedDType { dtype: i.index.dtype.name(), why: "local_gather indices are uint16".into() })
-            .at("index");
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.index.dtype.name(),
+            why: "local_gather indices are uint16".into(),
+        })
+        .at("index");
     }
     require_same_dtype(&i.dst, "src", &i.src)?;
     let e = i.num_elem_per_idx;
     if !matches!(e, 1 | 2 | 4 | 8 | 16 | 32) {
-        return Err(ErrorKind::Invalid(format!("num_elem_per_idx = {e}: must be 1, 2, 4, 8, 16 or 32"))).at("dst");
+        return Err(ErrorKind::Invalid(format!(
+            "num_elem_per_idx = {e}: must be 1, 2, 4, 8, 16 or 32"
+        )))
+        .at("dst");
     }
     let p = i.src.partitions;
     if i.index.partitions != p || i.dst.partitions != p {
@@ -322,7 +342,10 @@ pub fn tensor_partition_reduce(ctx: &mut Ctx, i: &TensorPartitionReduce) -> OpRe
     prepare(ctx, "src", &i.src, Access::Read)?;
     prepare(ctx, "dst", &i.dst, Access::Write)?;
     let op = i.op;
-    if !matches!(op, AluOp::Add | AluOp::Average | AluOp::Max | AluOp::Min | AluOp::BitwiseOr | AluOp::BitwiseAnd) {
+    if !matches!(
+        op,
+        AluOp::Add | AluOp::Average | AluOp::Max | AluOp::Min | AluOp::BitwiseOr | AluOp::BitwiseAnd
+    ) {
         return Err(ErrorKind::Invalid(format!(
             "tensor_partition_reduce does not take {}: add, average, max, min, bitwise_or or bitwise_and",
             op.name()
@@ -346,7 +369,11 @@ pub fn tensor_partition_reduce(ctx: &mut Ctx, i: &TensorPartitionReduce) -> OpRe
     let f = i.src.free_elems();
     let int_path = i.src.dtype.is_int() && i.dst.dtype.is_int();
     if op.is_bitvec() && !int_path {
-        let (name, ap) = if i.src.dtype.is_float() { ("src", &i.src) } else { ("dst", &i.dst) };
+        let (name, ap) = if i.src.dtype.is_float() {
+            ("src", &i.src)
+        } else {
+            ("dst", &i.dst)
+        };
         return Err(ErrorKind::UnsupportedDType {
             dtype: ap.dtype.name(),
             why: format!("{} reduces integer tiles only (src and dst)", op.name()),
@@ -383,7 +410,8 @@ pub fn tensor_partition_reduce(ctx: &mut Ctx, i: &TensorPartitionReduce) -> OpRe
         if op == AluOp::Average {
             let n = p as f32; // p ≤ 128: exact
             // One correctly rounded fp32 division; the `× 1` applies the subnormal setting.
-            acc.iter_mut().for_each(|a| *a = apply_f32(AluOp::Multiply, *a / n, 1.0, &nm));
+            acc.iter_mut()
+                .for_each(|a| *a = apply_f32(AluOp::Multiply, *a / n, 1.0, &nm));
         }
         ctx.write_f32("dst", &i.dst, &acc)?;
         ctx.stats.flops += (p * f) as u64;

@@ -29,7 +29,10 @@ pub struct Registers {
 
 impl Registers {
     pub fn new(target: &Target) -> Self {
-        Registers { act_acc: vec![0.0; target.partitions], vector_rng: vector::DEFAULT_RNG_SEED }
+        Registers {
+            act_acc: vec![0.0; target.partitions],
+            vector_rng: vector::DEFAULT_RNG_SEED,
+        }
     }
 }
 
@@ -146,9 +149,16 @@ impl Ctx<'_> {
     pub fn check_start_partition(&self, operand: &str, ap: &AccessPattern) -> OpResult<()> {
         if self.engine != Engine::Dma
             && ap.mem.is_on_chip()
-            && !self.target.start_partition_rule.allows(ap.start_partition, ap.partitions)
+            && !self
+                .target
+                .start_partition_rule
+                .allows(ap.start_partition, ap.partitions)
         {
-            return Err(ErrorKind::StartPartition { start: ap.start_partition, count: ap.partitions }).at(operand);
+            return Err(ErrorKind::StartPartition {
+                start: ap.start_partition,
+                count: ap.partitions,
+            })
+            .at(operand);
         }
         Ok(())
     }
@@ -300,7 +310,11 @@ pub fn require_dtype(operand: &str, ap: &AccessPattern, allowed: &[DType], why: 
     if allowed.contains(&ap.dtype) {
         Ok(())
     } else {
-        Err(ErrorKind::UnsupportedDType { dtype: ap.dtype.name(), why: why.to_string() }).at(operand)
+        Err(ErrorKind::UnsupportedDType {
+            dtype: ap.dtype.name(),
+            why: why.to_string(),
+        })
+        .at(operand)
     }
 }
 

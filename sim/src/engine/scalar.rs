@@ -5,8 +5,8 @@ use super::activation::eval;
 use super::alu::{apply_f32, canon};
 use super::{Ctx, require_dtype, same_shape};
 use crate::dtype::{ALL_DTYPES, DType};
-use crate::exec::Denormals;
 use crate::error::{AtOperand, ErrorKind, OpResult};
+use crate::exec::Denormals;
 use crate::program::{AccCmd, ActFunc, Activation, AluOp, ScalarOperand};
 
 /// `y = func(x * scale + bias)`; `x*scale` and `+bias` are two fp32 operations (whether the
@@ -32,7 +32,10 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
         .at("bias");
     }
     if i.func == ActFunc::Reciprocal && i.bias.is_some() && !ctx.target.scalar_bias_immediate {
-        return Err(ErrorKind::Invalid("activation(reciprocal) takes no bias on NeuronCore-v2".into())).at("bias");
+        return Err(ErrorKind::Invalid(
+            "activation(reciprocal) takes no bias on NeuronCore-v2".into(),
+        ))
+        .at("bias");
     }
     if let ScalarOperand::Tile(s) = &i.scale {
         require_dtype("scale", s, &[DType::F32], "the activation scale is float32")?;
@@ -64,8 +67,12 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
     let nm = *ctx.numerics;
     let lane0 = i.src.start_partition;
     if ctx.regs.act_acc.len() < lane0 + p {
-        return Err(ErrorKind::PartitionOutOfRange { start: lane0, end: lane0 + p, max: ctx.regs.act_acc.len() })
-            .at("src");
+        return Err(ErrorKind::PartitionOutOfRange {
+            start: lane0,
+            end: lane0 + p,
+            max: ctx.regs.act_acc.len(),
+        })
+        .at("src");
     }
     let mut y = ctx.mem.scratch_f32(x.len());
     let mut sums = Vec::with_capacity(p);

@@ -15,8 +15,15 @@ use crate::mem::{AccessPattern, MemSpace};
 use crate::program::{NcMatmul, NcTranspose};
 
 /// Input dtypes of the PE array (no integer datapath on NC-v2).
-const MATMUL_INPUTS: [DType; 7] =
-    [DType::F32, DType::Tf32, DType::Bf16, DType::F16, DType::Fp8E4m3, DType::Fp8E4m3fn, DType::Fp8E5m2];
+const MATMUL_INPUTS: [DType; 7] = [
+    DType::F32,
+    DType::Tf32,
+    DType::Bf16,
+    DType::F16,
+    DType::Fp8E4m3,
+    DType::Fp8E4m3fn,
+    DType::Fp8E5m2,
+];
 
 fn is_32bit(d: DType) -> bool {
     matches!(d, DType::F32 | DType::Tf32)
@@ -27,8 +34,12 @@ fn is_32bit(d: DType) -> bool {
 fn require_sbuf_input(ctx: &Ctx, operand: &str, ap: &AccessPattern) -> OpResult<()> {
     ctx.check_access(operand, ap, Access::Read)?;
     if ap.mem != MemSpace::Sbuf {
-        return Err(ErrorKind::MemoryNotAccessible { engine: ctx.engine.name(), access: "read", memory: ap.mem.name() })
-            .at(operand);
+        return Err(ErrorKind::MemoryNotAccessible {
+            engine: ctx.engine.name(),
+            access: "read",
+            memory: ap.mem.name(),
+        })
+        .at(operand);
     }
     Ok(())
 }
@@ -48,12 +59,18 @@ fn require_pe_dtype(operand: &str, ap: &AccessPattern) -> OpResult<()> {
     } else {
         "TensorE has no integer datapath (fp8/bf16/fp16/tf32/fp32 inputs only)"
     };
-    Err(ErrorKind::UnsupportedDType { dtype: ap.dtype.name(), why: why.into() }).at(operand)
+    Err(ErrorKind::UnsupportedDType {
+        dtype: ap.dtype.name(),
+        why: why.into(),
+    })
+    .at(operand)
 }
 
 /// The destination's bytes in every partition must lie within one PSUM bank.
 fn check_psum_bank(ctx: &Ctx, operand: &str, ap: &AccessPattern) -> OpResult<()> {
-    let Some((lo, hi)) = ap.free_extent() else { return Ok(()) };
+    let Some((lo, hi)) = ap.free_extent() else {
+        return Ok(());
+    };
     let size = ap.dtype.size() as i128;
     let start = ap.offset as i128 + lo as i128 * size;
     let end = ap.offset as i128 + (hi as i128 + 1) * size;
@@ -88,14 +105,19 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
         };
         return Err(ErrorKind::UnsupportedDType {
             dtype: bad.dtype.name(),
-            why: format!("the other matmul input is {}: tf32/fp32 inputs pair only with tf32/fp32", other.dtype),
+            why: format!(
+                "the other matmul input is {}: tf32/fp32 inputs pair only with tf32/fp32",
+                other.dtype
+            ),
         })
         .at(bad_name);
     }
     let k = i.stationary.partitions;
     if k == 0 {
-        return Err(ErrorKind::Invalid("contraction size K (partitions of stationary) must be at least 1".into()))
-            .at("stationary");
+        return Err(ErrorKind::Invalid(
+            "contraction size K (partitions of stationary) must be at least 1".into(),
+        ))
+        .at("stationary");
     }
     if i.moving.partitions != k {
         return Err(ErrorKind::ShapeMismatch(format!(
@@ -384,8 +406,19 @@ mod kernel {
 
         // An AVX-512 instance (`__m512`, 16 lanes, 8 × 2 block) doubles the speed again, but its
         // intrinsics need Rust 1.89 (the workspace's MSRV is 1.85).
-        blocked_kernel!(seq_avx, "avx", __m256, 8, 4, 2,
-            _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps, _mm256_add_ps);
+        blocked_kernel!(
+            seq_avx,
+            "avx",
+            __m256,
+            8,
+            4,
+            2,
+            _mm256_set1_ps,
+            _mm256_loadu_ps,
+            _mm256_storeu_ps,
+            _mm256_mul_ps,
+            _mm256_add_ps
+        );
     }
 
     #[cfg(test)]
@@ -426,7 +459,14 @@ mod tests {
             let s = if seed & 0x8000 != 0 { -1.0 } else { 1.0 };
             s * (1.0 + (seed >> 8) as f32 / 16777216.0) * 2f32.powi(e)
         };
-        for &(k, m, n) in &[(1, 1, 1), (3, 5, 7), (17, 9, 33), (128, 128, 512), (64, 13, 100), (2, 128, 1)] {
+        for &(k, m, n) in &[
+            (1, 1, 1),
+            (3, 5, 7),
+            (17, 9, 33),
+            (128, 128, 512),
+            (64, 13, 100),
+            (2, 128, 1),
+        ] {
             let st: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
             let mv: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
             let got = matmul_kn(&st, &mv, k, m, n, MatmulAccumulation::Sequential);

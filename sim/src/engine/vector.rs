@@ -5,10 +5,10 @@
 //! write. Bitvec ops: raw bits of integer operands, no casting.
 
 use super::alu::{apply_bits, apply_f32, apply_int, apply_scalar_f32_inplace, canon, max};
-use crate::exec::Denormals;
 use super::{Ctx, same_shape};
 use crate::dtype::DType;
 use crate::error::{AtOperand, ErrorKind, OpResult};
+use crate::exec::Denormals;
 use crate::mem::{AccessPattern, MemSpace};
 use crate::program::*;
 
@@ -37,7 +37,10 @@ fn require_int(operand: &str, ap: &AccessPattern, op: AluOp) -> OpResult<()> {
 
 fn not_both_psum(a_name: &str, a: &AccessPattern, b: &AccessPattern) -> OpResult<()> {
     if a.mem == MemSpace::Psum && b.mem == MemSpace::Psum {
-        return Err(ErrorKind::Invalid("both inputs in PSUM: at most one input may be in PSUM".into())).at(a_name);
+        return Err(ErrorKind::Invalid(
+            "both inputs in PSUM: at most one input may be in PSUM".into(),
+        ))
+        .at(a_name);
     }
     Ok(())
 }
@@ -53,12 +56,20 @@ pub fn tensor_tensor(ctx: &mut Ctx, i: &TensorTensor) -> OpResult<()> {
     same_shape("dst", &i.dst, "in1", &i.in1)?;
     not_both_psum("in0", &i.in0, &i.in1)?;
     if i.op == AluOp::Pow && ctx.engine != Engine::Gpsimd {
-        return Err(ErrorKind::WrongEngine { engine: ctx.engine.name(), opcode: "tensor_tensor(pow)" }.into());
+        return Err(ErrorKind::WrongEngine {
+            engine: ctx.engine.name(),
+            opcode: "tensor_tensor(pow)",
+        }
+        .into());
     }
     let n = i.dst.num_elems();
     if i.op.is_bitvec() {
         if ctx.engine != Engine::Vector {
-            return Err(ErrorKind::WrongEngine { engine: ctx.engine.name(), opcode: "bitvec tensor_tensor" }.into());
+            return Err(ErrorKind::WrongEngine {
+                engine: ctx.engine.name(),
+                opcode: "bitvec tensor_tensor",
+            }
+            .into());
         }
         require_int("in0", &i.in0, i.op)?;
         require_int("in1", &i.in1, i.op)?;
@@ -68,11 +79,15 @@ pub fn tensor_tensor(ctx: &mut Ctx, i: &TensorTensor) -> OpResult<()> {
         let w = bit_width(&i.dst);
         let out: Vec<u32> = a.iter().zip(&b).map(|(&x, &y)| apply_bits(i.op, x, y, w)).collect();
         ctx.write_bits("dst", &i.dst, &out)?;
-    } else if ctx.engine == Engine::Gpsimd && is_int32(i.in0.dtype) && is_int32(i.in1.dtype) && is_int32(i.dst.dtype)
-    {
+    } else if ctx.engine == Engine::Gpsimd && is_int32(i.in0.dtype) && is_int32(i.in1.dtype) && is_int32(i.dst.dtype) {
         let a = ctx.read_i64("in0", &i.in0)?;
         let b = ctx.read_i64("in1", &i.in1)?;
-        let out = a.iter().zip(&b).map(|(&x, &y)| apply_int(i.op, x, y)).collect::<Result<Vec<_>, _>>().at("dst")?;
+        let out = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| apply_int(i.op, x, y))
+            .collect::<Result<Vec<_>, _>>()
+            .at("dst")?;
         let bits: Vec<u32> = out.iter().map(|&v| i.dst.dtype.wrap_i64(v)).collect();
         ctx.write_bits("dst", &i.dst, &bits)?;
     } else {
@@ -97,7 +112,11 @@ pub fn tensor_tensor(ctx: &mut Ctx, i: &TensorTensor) -> OpResult<()> {
 /// Applies `op` with a scalar operand, honouring `reverse` (operand on the left).
 #[inline]
 fn scalar_step(op: AluOp, x: f32, s: f32, reverse: bool, nm: &crate::exec::Numerics) -> f32 {
-    if reverse { apply_f32(op, s, x, nm) } else { apply_f32(op, x, s, nm) }
+    if reverse {
+        apply_f32(op, s, x, nm)
+    } else {
+        apply_f32(op, x, s, nm)
+    }
 }
 
 /// `dst = (src op0 operand0) op1 operand1`, operands per partition; fp32 math (bitvec on raw
@@ -120,7 +139,11 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
     }
     if bitvec {
         if ctx.engine != Engine::Vector {
-            return Err(ErrorKind::WrongEngine { engine: ctx.engine.name(), opcode: "bitvec tensor_scalar" }.into());
+            return Err(ErrorKind::WrongEngine {
+                engine: ctx.engine.name(),
+                opcode: "bitvec tensor_scalar",
+            }
+            .into());
         }
         require_int("src", &i.src, i.op0)?;
         require_int("dst", &i.dst, i.op0)?;
@@ -134,7 +157,13 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
         let mut out = Vec::with_capacity(x.len());
         for (k, &v) in x.iter().enumerate() {
             let part = k.checked_div(per).unwrap_or(0);
-            let bits = |a: u32, b: u32, op: AluOp, rev: bool| if rev { apply_bits(op, b, a, w) } else { apply_bits(op, a, b, w) };
+            let bits = |a: u32, b: u32, op: AluOp, rev: bool| {
+                if rev {
+                    apply_bits(op, b, a, w)
+                } else {
+                    apply_bits(op, a, b, w)
+                }
+            };
             let mut t = bits(v, s0[part] as u32, i.op0, i.reverse0);
             if let Some(op1) = i.op1 {
                 t = bits(t, s1[part] as u32, op1, i.reverse1);
@@ -152,7 +181,8 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
         let mut out = Vec::with_capacity(x.len());
         for (k, &v) in x.iter().enumerate() {
             let part = k.checked_div(per).unwrap_or(0);
-            let step = |a: i64, b: i64, op: AluOp, rev: bool| if rev { apply_int(op, b, a) } else { apply_int(op, a, b) };
+            let step =
+                |a: i64, b: i64, op: AluOp, rev: bool| if rev { apply_int(op, b, a) } else { apply_int(op, a, b) };
             let mut t = step(v, s0[part], i.op0, i.reverse0).at("operand0")?;
             if let Some(op1) = i.op1 {
                 t = step(t, s1[part], op1, i.reverse1).at("operand1")?;
@@ -204,7 +234,11 @@ fn require_arith(what: &str, op: AluOp) -> OpResult<()> {
 /// `pow` exists only on GpSimdE; the instructions below are VectorE-only.
 fn no_pow(ctx: &Ctx, op: AluOp, opcode: &'static str) -> OpResult<()> {
     if op == AluOp::Pow && ctx.engine != Engine::Gpsimd {
-        return Err(ErrorKind::WrongEngine { engine: ctx.engine.name(), opcode }.into());
+        return Err(ErrorKind::WrongEngine {
+            engine: ctx.engine.name(),
+            opcode,
+        }
+        .into());
     }
     Ok(())
 }
@@ -245,7 +279,11 @@ fn limit(operand: &str, ap: &AccessPattern, max: usize, what: &'static str) -> O
 
 fn require_float(operand: &str, ap: &AccessPattern, why: &str) -> OpResult<()> {
     if !ap.dtype.is_float() {
-        return Err(ErrorKind::UnsupportedDType { dtype: ap.dtype.name(), why: why.to_string() }).at(operand);
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: ap.dtype.name(),
+            why: why.to_string(),
+        })
+        .at(operand);
     }
     Ok(())
 }
@@ -343,7 +381,11 @@ pub fn scalar_tensor_tensor(ctx: &mut Ctx, i: &ScalarTensorTensor) -> OpResult<(
         let s = s0.get(part).copied().unwrap_or(0.0);
         for (&v, &w) in row(&x, part, per).iter().zip(row(&y, part, per)) {
             let t = scalar_step(i.op0, v, s, i.reverse0, &nm);
-            out.push(if i.reverse1 { apply_f32(i.op1, w, t, &nm) } else { apply_f32(i.op1, t, w, &nm) });
+            out.push(if i.reverse1 {
+                apply_f32(i.op1, w, t, &nm)
+            } else {
+                apply_f32(i.op1, t, w, &nm)
+            });
         }
     }
     ctx.write_f32("dst", &i.dst, &out)?;
@@ -468,7 +510,10 @@ pub fn tensor_scalar_reduce(ctx: &mut Ctx, i: &TensorScalarReduce) -> OpResult<(
     same_shape("dst", &i.dst, "src", &i.src)?;
     require_arith("op0", i.op0)?;
     no_pow(ctx, i.op0, "tensor_scalar_reduce(pow)")?;
-    if !matches!(i.reduce_op, AluOp::Add | AluOp::Subtract | AluOp::Multiply | AluOp::Max | AluOp::Min) {
+    if !matches!(
+        i.reduce_op,
+        AluOp::Add | AluOp::Subtract | AluOp::Multiply | AluOp::Max | AluOp::Min
+    ) {
         return Err(ErrorKind::Invalid(format!(
             "reduce_op {} is not one of add, subtract, multiply, max, min",
             i.reduce_op.name()
@@ -546,11 +591,19 @@ pub fn tensor_copy_predicated(ctx: &mut Ctx, i: &TensorCopyPredicated) -> OpResu
     same_shape("dst", &i.dst, "src", &i.src)?;
     same_shape("dst", &i.dst, "predicate", &i.predicate)?;
     not_both_psum("src", &i.src, &i.predicate)?;
-    super::require_dtype("predicate", &i.predicate, &COPY_PRED_DTYPES, "predicates are uint8, uint16, uint32 or bool")?;
+    super::require_dtype(
+        "predicate",
+        &i.predicate,
+        &COPY_PRED_DTYPES,
+        "predicates are uint8, uint16, uint32 or bool",
+    )?;
     if i.src.dtype != i.dst.dtype {
         return Err(ErrorKind::UnsupportedDType {
             dtype: i.dst.dtype.name(),
-            why: format!("tensor_copy_predicated copies bits: dst must have src's dtype {}", i.src.dtype),
+            why: format!(
+                "tensor_copy_predicated copies bits: dst must have src's dtype {}",
+                i.src.dtype
+            ),
         })
         .at("dst");
     }
@@ -568,7 +621,11 @@ pub fn tensor_copy_predicated(ctx: &mut Ctx, i: &TensorCopyPredicated) -> OpResu
 pub fn reciprocal(ctx: &mut Ctx, i: &Reciprocal) -> OpResult<()> {
     same_shape("dst", &i.dst, "src", &i.src)?;
     let nm = *ctx.numerics;
-    let v: Vec<f32> = ctx.read_f32("src", &i.src)?.into_iter().map(|x| apply_f32(AluOp::Reciprocal, x, 0.0, &nm)).collect();
+    let v: Vec<f32> = ctx
+        .read_f32("src", &i.src)?
+        .into_iter()
+        .map(|x| apply_f32(AluOp::Reciprocal, x, 0.0, &nm))
+        .collect();
     ctx.write_f32("dst", &i.dst, &v)?;
     ctx.stats.flops += v.len() as u64;
     ctx.cost_stream(8 * i.dst.free_elems());
@@ -602,7 +659,12 @@ fn group_stats(vals: impl Iterator<Item = f32> + Clone, nm: &crate::exec::Numeri
 /// ones (see [`group_stats`] for the exact fp32 formulas). `dst` is `[P, 6]`, a float dtype.
 pub fn bn_stats(ctx: &mut Ctx, i: &BnStats) -> OpResult<()> {
     let p = i.src.partitions;
-    limit("src", &i.src, ctx.target.bn_stats_fmax, "elements per partition for bn_stats")?;
+    limit(
+        "src",
+        &i.src,
+        ctx.target.bn_stats_fmax,
+        "elements per partition for bn_stats",
+    )?;
     require_rows("dst", &i.dst, p, 6)?;
     require_float("dst", &i.dst, "bn_stats writes means and variances")?;
     let per = i.src.free_elems();
@@ -658,7 +720,11 @@ pub fn bn_aggr(ctx: &mut Ctx, i: &BnAggr) -> OpResult<()> {
             let delta = f(AluOp::Subtract, mb, mean);
             let r = f(AluOp::Bypass, nb / nn, 0.0);
             mean = f(AluOp::Add, mean, f(AluOp::Multiply, delta, r));
-            let corr = f(AluOp::Multiply, f(AluOp::Multiply, f(AluOp::Multiply, delta, delta), n), r);
+            let corr = f(
+                AluOp::Multiply,
+                f(AluOp::Multiply, f(AluOp::Multiply, delta, delta), n),
+                r,
+            );
             m2 = f(AluOp::Add, f(AluOp::Add, m2, m2b), corr);
             n = nn;
         }
@@ -682,10 +748,18 @@ fn max8_order(a: f32, b: f32, nan_first: bool) -> std::cmp::Ordering {
     match (a.is_nan(), b.is_nan()) {
         (true, true) => Equal,
         (true, false) => {
-            if nan_first { Less } else { Greater }
+            if nan_first {
+                Less
+            } else {
+                Greater
+            }
         }
         (false, true) => {
-            if nan_first { Greater } else { Less }
+            if nan_first {
+                Greater
+            } else {
+                Less
+            }
         }
         _ => b.partial_cmp(&a).unwrap_or(Equal),
     }
@@ -698,8 +772,10 @@ pub fn max8(ctx: &mut Ctx, i: &Max8) -> OpResult<()> {
     limit("src", &i.src, MATCH_FMAX, "elements per partition for max8")?;
     let per = i.src.free_elems();
     if per < 8 {
-        return Err(ErrorKind::ShapeMismatch(format!("max8 needs at least 8 elements per partition, got {per}")))
-            .at("src");
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "max8 needs at least 8 elements per partition, got {per}"
+        )))
+        .at("src");
     }
     require_rows("dst", &i.dst, p, 8)?;
     let x = ctx.read_f32("src", &i.src)?;
@@ -718,7 +794,12 @@ pub fn max8(ctx: &mut Ctx, i: &Max8) -> OpResult<()> {
 
 /// Shared operand checks of `nc_find_index8` / `nc_match_replace8`.
 fn check_match8(data: &AccessPattern, vals: &AccessPattern) -> OpResult<()> {
-    limit("data", data, MATCH_FMAX, "elements per partition for the 8-value match instructions")?;
+    limit(
+        "data",
+        data,
+        MATCH_FMAX,
+        "elements per partition for the 8-value match instructions",
+    )?;
     require_rows("vals", vals, data.partitions, 8)
 }
 
@@ -799,7 +880,11 @@ pub fn match_replace8(ctx: &mut Ctx, i: &MatchReplace8) -> OpResult<()> {
         }
         ctx.write_bits("dst", &i.dst, &bits)?;
     } else {
-        let out: Vec<f32> = data.iter().zip(&replaced).map(|(&x, &r)| if r { imm } else { x }).collect();
+        let out: Vec<f32> = data
+            .iter()
+            .zip(&replaced)
+            .map(|(&x, &r)| if r { imm } else { x })
+            .collect();
         ctx.write_f32("dst", &i.dst, &out)?;
     }
     if let Some(ap) = &i.dst_idx {
@@ -820,7 +905,11 @@ pub fn memset(ctx: &mut Ctx, i: &Memset) -> OpResult<()> {
         ctx.write_f32("dst", &i.dst, &v)?;
     } else {
         if i.value.fract() != 0.0 || !i.value.is_finite() {
-            return Err(ErrorKind::Invalid(format!("memset of {} into integer dtype {}", i.value, i.dst.dtype))).at("dst");
+            return Err(ErrorKind::Invalid(format!(
+                "memset of {} into integer dtype {}",
+                i.value, i.dst.dtype
+            )))
+            .at("dst");
         }
         let v = vec![i.value as i64; n];
         ctx.write_i64("dst", &i.dst, &v)?;
@@ -928,7 +1017,10 @@ pub fn dropout(ctx: &mut Ctx, i: &Dropout) -> OpResult<()> {
     let x = ctx.read_f32("src", &i.src)?;
     let prob = ctx.scalar_f32("prob", &i.prob, p)?;
     if let Some(bad) = prob.iter().find(|q| !(0.0..=1.0).contains(*q)) {
-        return Err(ErrorKind::Invalid(format!("dropout probability {bad} is outside [0, 1]"))).at("prob");
+        return Err(ErrorKind::Invalid(format!(
+            "dropout probability {bad} is outside [0, 1]"
+        )))
+        .at("prob");
     }
     let mut state = ctx.regs.vector_rng;
     let mut out = Vec::with_capacity(x.len());
@@ -987,12 +1079,19 @@ pub fn stream_shuffle(ctx: &mut Ctx, i: &StreamShuffle) -> OpResult<()> {
     if i.src.dtype != i.dst.dtype {
         return Err(ErrorKind::UnsupportedDType {
             dtype: i.dst.dtype.name(),
-            why: format!("nc_stream_shuffle copies bits: dst must have src's dtype {}", i.src.dtype),
+            why: format!(
+                "nc_stream_shuffle copies bits: dst must have src's dtype {}",
+                i.src.dtype
+            ),
         })
         .at("dst");
     }
     if i.mask.is_empty() || i.mask.len() > 32 {
-        return Err(ErrorKind::Invalid(format!("mask has {} entries, 1..=32 expected", i.mask.len()))).at("mask");
+        return Err(ErrorKind::Invalid(format!(
+            "mask has {} entries, 1..=32 expected",
+            i.mask.len()
+        )))
+        .at("mask");
     }
     let src = ctx.read_bits("src", &i.src)?;
     let p = i.src.partitions;
@@ -1047,7 +1146,10 @@ pub fn transpose32(ctx: &mut Ctx, i: &NcTranspose) -> OpResult<()> {
     if i.src.dtype != i.dst.dtype {
         return Err(ErrorKind::UnsupportedDType {
             dtype: i.dst.dtype.name(),
-            why: format!("the VectorE transpose is a bit copy: dst must have src's dtype {}", i.src.dtype),
+            why: format!(
+                "the VectorE transpose is a bit copy: dst must have src's dtype {}",
+                i.src.dtype
+            ),
         })
         .at("dst");
     }
@@ -1074,6 +1176,9 @@ mod tests {
         let inc = (54u64 << 1) | 1;
         let mut s = pcg32_seed(42, inc);
         let got: Vec<u32> = (0..6).map(|_| pcg32_step(&mut s, inc)).collect();
-        assert_eq!(got, [0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e]);
+        assert_eq!(
+            got,
+            [0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e]
+        );
     }
 }

@@ -62,12 +62,28 @@ pub struct AccessPattern {
 impl AccessPattern {
     /// An SBUF operand.
     pub fn sbuf(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
-        AccessPattern { mem: MemSpace::Sbuf, dtype, start_partition, partitions, partition_step: 0, offset, free }
+        AccessPattern {
+            mem: MemSpace::Sbuf,
+            dtype,
+            start_partition,
+            partitions,
+            partition_step: 0,
+            offset,
+            free,
+        }
     }
 
     /// A PSUM operand.
     pub fn psum(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
-        AccessPattern { mem: MemSpace::Psum, dtype, start_partition, partitions, partition_step: 0, offset, free }
+        AccessPattern {
+            mem: MemSpace::Psum,
+            dtype,
+            start_partition,
+            partitions,
+            partition_step: 0,
+            offset,
+            free,
+        }
     }
 
     /// An HBM operand: `rows` rows `partition_step` elements apart, starting at element
@@ -95,7 +111,9 @@ impl AccessPattern {
     /// Saturates instead of overflowing: validation rejects such patterns, but shape checks may
     /// run before it and must not panic.
     pub fn free_elems(&self) -> usize {
-        self.free.iter().fold(1usize, |acc, d| acc.saturating_mul(d[1].max(0) as usize))
+        self.free
+            .iter()
+            .fold(1usize, |acc, d| acc.saturating_mul(d[1].max(0) as usize))
     }
 
     /// Total elements addressed (saturating).
@@ -158,7 +176,10 @@ impl AccessPattern {
         match self.free.split_last() {
             None => (vec![0], 1, 1),
             Some((&[step, num], outer)) => {
-                let outer_ap = AccessPattern { free: outer.to_vec(), ..self.clone() };
+                let outer_ap = AccessPattern {
+                    free: outer.to_vec(),
+                    ..self.clone()
+                };
                 (outer_ap.free_offsets(), num.max(0) as usize, step)
             }
         }

@@ -222,11 +222,25 @@ impl Memories {
         for d in decls {
             let bytes = d.shape.iter().product::<usize>() * d.dtype.size();
             hbm_index.insert(d.name.clone(), hbm.len());
-            hbm.push(HbmTensor { decl: d.clone(), data: vec![0; bytes], written: vec![0; bytes] });
+            hbm.push(HbmTensor {
+                decl: d.clone(),
+                data: vec![0; bytes],
+                written: vec![0; bytes],
+            });
         }
         Memories {
-            sbuf: OnChip::new("SBUF", target.partitions, sbuf_bytes.min(target.sbuf_usable_bytes), target.sbuf_usable_bytes),
-            psum: OnChip::new("PSUM", target.partitions, psum_bytes.min(target.psum_partition_bytes), target.psum_partition_bytes),
+            sbuf: OnChip::new(
+                "SBUF",
+                target.partitions,
+                sbuf_bytes.min(target.sbuf_usable_bytes),
+                target.sbuf_usable_bytes,
+            ),
+            psum: OnChip::new(
+                "PSUM",
+                target.partitions,
+                psum_bytes.min(target.psum_partition_bytes),
+                target.psum_partition_bytes,
+            ),
             hbm,
             hbm_index,
             partitions: target.partitions,
@@ -250,7 +264,9 @@ impl Memories {
 
     /// Fills an input tensor from host bytes (marks it written).
     pub fn load_input(&mut self, name: &str, bytes: &[u8]) -> Result<(), ErrorKind> {
-        let t = self.hbm_tensor_mut(name).ok_or_else(|| ErrorKind::UnknownTensor(name.to_string()))?;
+        let t = self
+            .hbm_tensor_mut(name)
+            .ok_or_else(|| ErrorKind::UnknownTensor(name.to_string()))?;
         if bytes.len() != t.data.len() {
             return Err(ErrorKind::ShapeMismatch(format!(
                 "input `{name}` has {} bytes, the program declares {:?} {} = {} bytes",
@@ -271,27 +287,59 @@ impl Memories {
 
     fn marks(&self, r: Region) -> Marks<'_> {
         match r {
-            Region::Sbuf => Marks { cells: &self.wm.sbuf, row_bytes: self.sbuf.partition_bytes },
-            Region::Psum => Marks { cells: &self.wm.psum, row_bytes: self.psum.partition_bytes },
-            Region::Hbm(i) => Marks { cells: &self.wm.hbm[i..i + 1], row_bytes: usize::MAX },
+            Region::Sbuf => Marks {
+                cells: &self.wm.sbuf,
+                row_bytes: self.sbuf.partition_bytes,
+            },
+            Region::Psum => Marks {
+                cells: &self.wm.psum,
+                row_bytes: self.psum.partition_bytes,
+            },
+            Region::Hbm(i) => Marks {
+                cells: &self.wm.hbm[i..i + 1],
+                row_bytes: usize::MAX,
+            },
         }
     }
 
     /// Data and written map of a region for writing, with its watermarks.
     fn region_for_write(&mut self, r: Region) -> (&mut [u8], &mut [u8], Marks<'_>) {
-        let Memories { sbuf, psum, hbm, wm, .. } = self;
+        let Memories {
+            sbuf, psum, hbm, wm, ..
+        } = self;
         match r {
             Region::Sbuf => {
                 let row_bytes = sbuf.partition_bytes;
-                (&mut sbuf.data, &mut sbuf.written, Marks { cells: &wm.sbuf, row_bytes })
+                (
+                    &mut sbuf.data,
+                    &mut sbuf.written,
+                    Marks {
+                        cells: &wm.sbuf,
+                        row_bytes,
+                    },
+                )
             }
             Region::Psum => {
                 let row_bytes = psum.partition_bytes;
-                (&mut psum.data, &mut psum.written, Marks { cells: &wm.psum, row_bytes })
+                (
+                    &mut psum.data,
+                    &mut psum.written,
+                    Marks {
+                        cells: &wm.psum,
+                        row_bytes,
+                    },
+                )
             }
             Region::Hbm(i) => {
                 let t = &mut hbm[i];
-                (&mut t.data, &mut t.written, Marks { cells: &wm.hbm[i..i + 1], row_bytes: usize::MAX })
+                (
+                    &mut t.data,
+                    &mut t.written,
+                    Marks {
+                        cells: &wm.hbm[i..i + 1],
+                        row_bytes: usize::MAX,
+                    },
+                )
             }
         }
     }
@@ -299,14 +347,23 @@ impl Memories {
     /// Checks an access pattern against the memory and the target's rules and resolves it.
     pub fn resolve(&self, ap: &AccessPattern) -> Result<Resolved, ErrorKind> {
         if ap.free.len() > self.max_free_dims {
-            return Err(ErrorKind::TooManyFreeDims { dims: ap.free.len(), max: self.max_free_dims });
+            return Err(ErrorKind::TooManyFreeDims {
+                dims: ap.free.len(),
+                max: self.max_free_dims,
+            });
         }
         for (i, &[step, num]) in ap.free.iter().enumerate() {
             if !(0..=u16::MAX as i64).contains(&num) {
-                return Err(ErrorKind::BadFreeDim { dim: i, what: format!("size {num} is outside 0..=65535") });
+                return Err(ErrorKind::BadFreeDim {
+                    dim: i,
+                    what: format!("size {num} is outside 0..=65535"),
+                });
             }
             if ap.mem.is_on_chip() && !(i16::MIN as i64..=i16::MAX as i64).contains(&step) {
-                return Err(ErrorKind::BadFreeDim { dim: i, what: format!("step {step} does not fit in int16") });
+                return Err(ErrorKind::BadFreeDim {
+                    dim: i,
+                    what: format!("step {step} does not fit in int16"),
+                });
             }
         }
         if ap.num_elems() > MAX_ACCESS_ELEMS {
@@ -316,14 +373,23 @@ impl Memories {
             )));
         }
         if ap.partitions > MAX_ACCESS_ELEMS {
-            return Err(ErrorKind::Invalid(format!("{} rows is more than the simulator's limit", ap.partitions)));
+            return Err(ErrorKind::Invalid(format!(
+                "{} rows is more than the simulator's limit",
+                ap.partitions
+            )));
         }
         if ap.offset > i64::MAX as u64 / 2 {
-            return Err(ErrorKind::Invalid(format!("byte offset {} is out of any memory", ap.offset)));
+            return Err(ErrorKind::Invalid(format!(
+                "byte offset {} is out of any memory",
+                ap.offset
+            )));
         }
         let size = ap.dtype.size();
         if ap.offset % size as u64 != 0 && !ap.mem.is_on_chip() {
-            return Err(ErrorKind::Misaligned { offset: ap.offset, dtype: ap.dtype.name() });
+            return Err(ErrorKind::Misaligned {
+                offset: ap.offset,
+                dtype: ap.dtype.name(),
+            });
         }
         let (run_starts, run_len, run_step) = ap.runs();
         let extent = ap.free_extent();
@@ -335,7 +401,10 @@ impl Memories {
                     (Region::Psum, &self.psum)
                 };
                 if ap.partitions > self.partitions {
-                    return Err(ErrorKind::TooManyPartitions { count: ap.partitions, max: self.partitions });
+                    return Err(ErrorKind::TooManyPartitions {
+                        count: ap.partitions,
+                        max: self.partitions,
+                    });
                 }
                 if ap.start_partition.saturating_add(ap.partitions) > self.partitions {
                     return Err(ErrorKind::PartitionOutOfRange {
@@ -351,7 +420,12 @@ impl Memories {
                     let start = (ap.offset as i64).saturating_add(lo.saturating_mul(size as i64));
                     let end = (ap.offset as i64).saturating_add(hi.saturating_add(1).saturating_mul(size as i64));
                     if start < 0 || end > mem.usable_bytes as i64 {
-                        return Err(ErrorKind::OutOfBounds { memory: mem.name, start, end, limit: mem.usable_bytes });
+                        return Err(ErrorKind::OutOfBounds {
+                            memory: mem.name,
+                            start,
+                            end,
+                            limit: mem.usable_bytes,
+                        });
                     }
                     if end > mem.partition_bytes as i64 {
                         // Only reachable for a pattern the program does not name (memories are
@@ -365,10 +439,20 @@ impl Memories {
                 let row_bases = (ap.start_partition..ap.start_partition + ap.partitions)
                     .map(|p| (p * mem.partition_bytes) as i64 + ap.offset as i64)
                     .collect();
-                Ok(Resolved { region, dtype: ap.dtype, row_bases, run_starts, run_len, run_step })
+                Ok(Resolved {
+                    region,
+                    dtype: ap.dtype,
+                    row_bases,
+                    run_starts,
+                    run_len,
+                    run_step,
+                })
             }
             MemSpace::Hbm(name) => {
-                let idx = *self.hbm_index.get(name).ok_or_else(|| ErrorKind::UnknownTensor(name.clone()))?;
+                let idx = *self
+                    .hbm_index
+                    .get(name)
+                    .ok_or_else(|| ErrorKind::UnknownTensor(name.clone()))?;
                 let t = &self.hbm[idx];
                 if ap.start_partition != 0 {
                     return Err(ErrorKind::Invalid("HBM operands have no start partition".into()));
@@ -380,15 +464,33 @@ impl Memories {
                 {
                     let last_row = ((ap.partitions - 1) as i64).saturating_mul(ap.partition_step);
                     let start = base.saturating_add(lo).saturating_add(last_row.min(0));
-                    let end = base.saturating_add(hi).saturating_add(last_row.max(0)).saturating_add(1);
+                    let end = base
+                        .saturating_add(hi)
+                        .saturating_add(last_row.max(0))
+                        .saturating_add(1);
                     if start < 0 || end > len {
-                        return Err(ErrorKind::HbmOutOfBounds { tensor: name.clone(), start, end, len: len as usize });
+                        return Err(ErrorKind::HbmOutOfBounds {
+                            tensor: name.clone(),
+                            start,
+                            end,
+                            len: len as usize,
+                        });
                     }
                 }
                 let row_bases = (0..ap.partitions as i64)
-                    .map(|p| base.wrapping_add(p.wrapping_mul(ap.partition_step)).wrapping_mul(size as i64))
+                    .map(|p| {
+                        base.wrapping_add(p.wrapping_mul(ap.partition_step))
+                            .wrapping_mul(size as i64)
+                    })
                     .collect();
-                Ok(Resolved { region: Region::Hbm(idx), dtype: ap.dtype, row_bases, run_starts, run_len, run_step })
+                Ok(Resolved {
+                    region: Region::Hbm(idx),
+                    dtype: ap.dtype,
+                    row_bases,
+                    run_starts,
+                    run_len,
+                    run_step,
+                })
             }
         }
     }
@@ -506,7 +608,11 @@ impl Memories {
 
     /// Reads integer elements exactly as i64, partition-major.
     pub fn read_i64(&self, ap: &AccessPattern) -> Result<Vec<i64>, ErrorKind> {
-        Ok(self.read_bits(ap)?.into_iter().map(|b| ap.dtype.decode_i64(b)).collect())
+        Ok(self
+            .read_bits(ap)?
+            .into_iter()
+            .map(|b| ap.dtype.decode_i64(b))
+            .collect())
     }
 
     /// Writes raw element bits, partition-major.
@@ -531,7 +637,10 @@ impl Memories {
     pub fn copy_resolved(&mut self, src: &Resolved, dst: &Resolved) -> Result<(), ErrorKind> {
         check_len(dst, src.num_elems())?;
         if src.dtype.size() != dst.dtype.size() {
-            return Err(ErrorKind::Invalid(format!("raw copy between {} and {}", src.dtype, dst.dtype)));
+            return Err(ErrorKind::Invalid(format!(
+                "raw copy between {} and {}",
+                src.dtype, dst.dtype
+            )));
         }
         let contiguous = |r: &Resolved| r.run_len <= 1 || r.run_step == 1;
         if src.region == dst.region || !contiguous(src) || !contiguous(dst) {
@@ -588,11 +697,22 @@ impl Memories {
     /// The data of region `a` and the data and written map of another region `b` (`a != b`).
     fn two_regions(&mut self, a: Region, b: Region) -> (&[u8], &mut [u8], &mut [u8], Marks<'_>) {
         debug_assert!(a != b);
-        let Memories { sbuf, psum, hbm, wm, .. } = self;
+        let Memories {
+            sbuf, psum, hbm, wm, ..
+        } = self;
         let (sbuf_rows, psum_rows) = (sbuf.partition_bytes, psum.partition_bytes);
-        let sbuf_marks = Marks { cells: &wm.sbuf, row_bytes: sbuf_rows };
-        let psum_marks = Marks { cells: &wm.psum, row_bytes: psum_rows };
-        let hbm_marks = |j: usize| Marks { cells: &wm.hbm[j..j + 1], row_bytes: usize::MAX };
+        let sbuf_marks = Marks {
+            cells: &wm.sbuf,
+            row_bytes: sbuf_rows,
+        };
+        let psum_marks = Marks {
+            cells: &wm.psum,
+            row_bytes: psum_rows,
+        };
+        let hbm_marks = |j: usize| Marks {
+            cells: &wm.hbm[j..j + 1],
+            row_bytes: usize::MAX,
+        };
         match (a, b) {
             (Region::Sbuf, Region::Psum) => (&sbuf.data, &mut psum.data, &mut psum.written, psum_marks),
             (Region::Psum, Region::Sbuf) => (&psum.data, &mut sbuf.data, &mut sbuf.written, sbuf_marks),
@@ -608,7 +728,11 @@ impl Memories {
             (Region::Hbm(i), Region::Psum) => (&hbm[i].data, &mut psum.data, &mut psum.written, psum_marks),
             (Region::Hbm(i), Region::Hbm(j)) => {
                 let (lo, hi) = hbm.split_at_mut(i.max(j));
-                let (src, dst) = if i < j { (&lo[i], &mut hi[0]) } else { (&hi[0], &mut lo[j]) };
+                let (src, dst) = if i < j {
+                    (&lo[i], &mut hi[0])
+                } else {
+                    (&hi[0], &mut lo[j])
+                };
                 (&src.data, &mut dst.data, &mut dst.written, hbm_marks(j))
             }
             _ => unreachable!("two_regions needs two different regions"),

@@ -74,7 +74,14 @@ impl Rig {
             data[k * dtype.size()..(k + 1) * dtype.size()].copy_from_slice(&le[..dtype.size()]);
         }
         self.prog.declare(&name, dtype, shape, HbmRole::Input);
-        self.inputs.insert(name.clone(), HostTensor { dtype, shape: shape.to_vec(), data });
+        self.inputs.insert(
+            name.clone(),
+            HostTensor {
+                dtype,
+                shape: shape.to_vec(),
+                data,
+            },
+        );
         name
     }
 
@@ -95,7 +102,10 @@ impl Rig {
         let cols = bits.len() / rows;
         let t = self.hbm_bits(dtype, &[rows, cols], bits);
         let dst = sb(dtype, start, rows, offset, cols);
-        self.dma(dst.clone(), AccessPattern::hbm(&t, dtype, 0, rows, cols as i64, vec![[1, cols as i64]]));
+        self.dma(
+            dst.clone(),
+            AccessPattern::hbm(&t, dtype, 0, rows, cols as i64, vec![[1, cols as i64]]),
+        );
         dst
     }
 
@@ -114,10 +124,22 @@ impl Rig {
     pub fn psum_bits(&mut self, dtype: DType, start: usize, rows: usize, offset: u64, bits: &[u32]) -> AccessPattern {
         let cols = bits.len() / rows;
         let t = self.hbm_bits(dtype, &[rows, cols], bits);
-        let st = AccessPattern { start_partition: start, ..self.stage(dtype, rows, cols) };
-        self.dma(st.clone(), AccessPattern::hbm(&t, dtype, 0, rows, cols as i64, vec![[1, cols as i64]]));
+        let st = AccessPattern {
+            start_partition: start,
+            ..self.stage(dtype, rows, cols)
+        };
+        self.dma(
+            st.clone(),
+            AccessPattern::hbm(&t, dtype, 0, rows, cols as i64, vec![[1, cols as i64]]),
+        );
         let dst = ps(dtype, start, rows, offset, cols);
-        self.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: dst.clone(), src: st }));
+        self.push(
+            Engine::Vector,
+            Op::TensorCopy(TensorCopy {
+                dst: dst.clone(),
+                src: st,
+            }),
+        );
         dst
     }
 
@@ -134,25 +156,48 @@ impl Rig {
     }
 
     pub fn dma(&mut self, dst: AccessPattern, src: AccessPattern) -> usize {
-        self.push(Engine::Dma, Op::DmaCopy(DmaCopy { dst, src, accumulate: false, indirect: None }))
+        self.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst,
+                src,
+                accumulate: false,
+                indirect: None,
+            }),
+        )
     }
 
     pub fn memset(&mut self, dst: &AccessPattern, value: f64) -> usize {
-        self.vector(Op::Memset(Memset { dst: dst.clone(), value }))
+        self.vector(Op::Memset(Memset {
+            dst: dst.clone(),
+            value,
+        }))
     }
 
     /// Reads an on-chip operand back (partition-major, in its own dtype) into a new HBM output.
     pub fn out(&mut self, ap: &AccessPattern) -> String {
         let n = ap.free_elems();
         let src = if ap.mem == MemSpace::Psum {
-            let st = AccessPattern { start_partition: ap.start_partition, ..self.stage(ap.dtype, ap.partitions, n) };
-            self.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: st.clone(), src: ap.clone() }));
+            let st = AccessPattern {
+                start_partition: ap.start_partition,
+                ..self.stage(ap.dtype, ap.partitions, n)
+            };
+            self.push(
+                Engine::Vector,
+                Op::TensorCopy(TensorCopy {
+                    dst: st.clone(),
+                    src: ap.clone(),
+                }),
+            );
             st
         } else {
             ap.clone()
         };
         let name = self.hbm_out(ap.dtype, &[ap.partitions, n]);
-        self.dma(AccessPattern::hbm(&name, ap.dtype, 0, ap.partitions, n as i64, vec![[1, n as i64]]), src);
+        self.dma(
+            AccessPattern::hbm(&name, ap.dtype, 0, ap.partitions, n as i64, vec![[1, n as i64]]),
+            src,
+        );
         name
     }
 
@@ -231,5 +276,8 @@ pub fn assert_ulps(a: f32, b: f32, ulps: u32, what: &str) {
         return;
     }
     let d = (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs();
-    assert!(a.signum() == b.signum() && d <= ulps as u64, "{what}: {a:e} vs {b:e} ({d} ulps apart)");
+    assert!(
+        a.signum() == b.signum() && d <= ulps as u64,
+        "{what}: {a:e} vs {b:e} ({d} ulps apart)"
+    );
 }

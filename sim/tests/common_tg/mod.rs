@@ -27,12 +27,24 @@ impl Core {
         let target = TargetName::Trn1.params();
         let mem = Memories::new(&target, &[]);
         let regs = Registers::new(&target);
-        Core { target, numerics, mem, regs, stats: Stats::default(), rounding: Rounding::NearestEven }
+        Core {
+            target,
+            numerics,
+            mem,
+            regs,
+            stats: Stats::default(),
+            rounding: Rounding::NearestEven,
+        }
     }
 
     /// Runs one instruction on `engine`, as the executor would (after its engine check).
     pub fn run(&mut self, engine: Engine, op: Op) -> Result<(), OperandError> {
-        assert!(engine::runs_on(&self.target, &op, engine), "{} does not run on {}", op.name(), engine.name());
+        assert!(
+            engine::runs_on(&self.target, &op, engine),
+            "{} does not run on {}",
+            op.name(),
+            engine.name()
+        );
         let mut ctx = Ctx {
             mem: &mut self.mem,
             target: &self.target,
@@ -76,7 +88,10 @@ pub fn ps(dtype: DType, partitions: usize, free: usize, offset: u64) -> AccessPa
 
 /// The same tile starting at another partition.
 pub fn at_partition(ap: AccessPattern, start: usize) -> AccessPattern {
-    AccessPattern { start_partition: start, ..ap }
+    AccessPattern {
+        start_partition: start,
+        ..ap
+    }
 }
 
 /// Bit patterns of f32 values (for exact comparisons that see -0 and NaN payloads).
