@@ -54,7 +54,7 @@ impl StartPartitionRule {
         match self {
             StartPartitionRule::Quadrants => match count {
                 0 => true,
-                1..=32 => start % 32 == 0,
+                1..=32 => start.is_multiple_of(32),
                 33..=64 => start == 0 || start == 64,
                 _ => start == 0,
             },

@@ -131,6 +131,8 @@ struct GoldenArg {
     golden: Option<PathBuf>,
 }
 
+// The command line is parsed once per process; the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run golden cases through lowering, the simulator and comparison.

@@ -312,9 +312,7 @@ pub(super) fn build<C>(
     }
 
     let mut alloc = SbufAllocator::new(&target);
-    let consts: Vec<Slot> = (0..CONSTS)
-        .map(|_| Ok(alloc.slot(4)?))
-        .collect::<Result<_, LowerError>>()?;
+    let consts: Vec<Slot> = (0..CONSTS).map(|_| alloc.slot(4)).collect::<Result<_, LowerError>>()?;
     let loads: Vec<T> = k
         .inputs
         .iter()
@@ -327,7 +325,7 @@ pub(super) fn build<C>(
         })
         .collect::<Result<_, LowerError>>()?;
     let scratch: Vec<Slot> = (0..SCRATCH)
-        .map(|_| Ok(alloc.slot(EW_FREE * 4)?))
+        .map(|_| alloc.slot(EW_FREE * 4))
         .collect::<Result<_, LowerError>>()?;
 
     let mut e = Emitter::new(program);

@@ -831,7 +831,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     let bits = 31 - (usize::BITS - (n - 1).leading_zeros());
     let pad = i32::MAX as f64;
     let alloc_n = |b: &mut Builder, dtype: DType, elems: usize| -> Result<Slot, LowerError> {
-        Ok(b.alloc.slot(elems * dtype.size())?)
+        b.alloc.slot(elems * dtype.size())
     };
     let r = alloc_n(&mut b, DType::U32, f)?;
     let j = alloc_n(&mut b, DType::I32, f)?;

@@ -273,7 +273,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
     let t = target.params();
     let parts = t.partitions;
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = |elems: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(elems.max(1) * 4)?) };
+    let mut slot = |elems: usize| -> Result<Slot, LowerError> { alloc.slot(elems.max(1) * 4) };
     let (r1, r2, m) = (d.r1, d.r2, d.m);
     // Column chunk `kc` of the features, and `jc` rows of x2 per block: `jc·kc ≤ DIRECT_BLOCK`.
     let kc_max = m.clamp(1, DIRECT_BLOCK);
@@ -486,7 +486,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
 fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> Result<(), LowerError> {
     let t = target.params();
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = |elems: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(elems * 4)?) };
+    let mut slot = |elems: usize| -> Result<Slot, LowerError> { alloc.slot(elems * 4) };
     let (r1, r2, m) = (d.r1, d.r2, d.m);
     let k_tiles = m.div_ceil(TILE_K);
     // Per K tile: x1ᵀ (then −2·x1ᵀ) and its square; x2ᵀ and its square.

@@ -502,11 +502,11 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
             });
             b.push(Engine::Dma, op, &[idx], &[gathered]);
         }
-        if let Some(name) = &scratch {
-            if d > 0 {
-                let dst = AccessPattern::hbm(name, wdt, (ch.i0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-                b.dma(dst, flat(wdt, p, g_off + wdt.size() as u64, d), &[gathered], &[]);
-            }
+        if let Some(name) = &scratch
+            && d > 0
+        {
+            let dst = AccessPattern::hbm(name, wdt, (ch.i0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
+            b.dma(dst, flat(wdt, p, g_off + wdt.size() as u64, d), &[gathered], &[]);
         }
         if bags == 0 {
             // No bags: PyTorch's cumsum of `[-1, 0, …]` makes every offset2bag entry −1.

@@ -250,9 +250,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
     // Chain the passes: input → scratch → … → output.
     let count = passes.len();
-    for i in 0..count {
-        passes[i].src = if i == 0 { in_name.to_string() } else { scratch(i - 1) };
-        passes[i].dst = if i + 1 == count {
+    for (i, pass) in passes.iter_mut().enumerate() {
+        pass.src = if i == 0 { in_name.to_string() } else { scratch(i - 1) };
+        pass.dst = if i + 1 == count {
             out_name.to_string()
         } else {
             scratch(i)
@@ -529,7 +529,7 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
             );
             let mut cur = (w, w2);
             let mut rows_at_one = vec![0i64];
-            if p.len % 2 == 0 {
+            if p.len.is_multiple_of(2) {
                 rows_at_one.push(p.len as i64 / 2);
             }
             for r in rows_at_one {

@@ -1338,7 +1338,7 @@ fn scatter_reduce_select(
     let (kx, k) = (xs[d], is[d]);
     let kc = (SELECT_FREE / l - 1).min(k).max(1);
     let counting = reduce == Reduce::Mean || !include_self;
-    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(b.alloc.slot(bytes)?) };
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { b.alloc.slot(bytes) };
     let pos = slot(4)?;
     let it = slot(l * kc * 4)?;
     let iw = slot(l * kc * 4)?;
@@ -1874,7 +1874,7 @@ fn index_bool_mask(
     }
     const CHUNK: usize = 8192;
     let ch = nm.min(CHUNK);
-    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(b.alloc.slot(bytes)?) };
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { b.alloc.slot(bytes) };
     let (m, ones, cs, w, ix, carry) = (
         slot(ch * 4)?,
         slot(ch * 4)?,

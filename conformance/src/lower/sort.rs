@@ -119,7 +119,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let width = split * inner;
 
     let mut alloc = SbufAllocator::new(&t);
-    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(bytes)?) };
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { alloc.slot(bytes) };
     let (xv, cs, ix, co) = (slot(width * 4)?, slot(width * 4)?, slot(width * 4)?, slot(width * 4)?);
     let ones = slot(parts * 4)?;
     let upper = slot(parts * 4)?;
@@ -440,7 +440,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let rounds = k.div_ceil(8);
     let slots = rounds * 8;
     let work = n8.max(slots);
-    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { Ok(alloc.slot(bytes)?) };
+    let mut slot = |bytes: usize| -> Result<Slot, LowerError> { alloc.slot(bytes) };
     let a = slot(work * 4)?;
     let b = slot(work * 4)?;
     let v8 = slot(slots * 4)?;

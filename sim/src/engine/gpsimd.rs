@@ -217,7 +217,7 @@ pub fn local_gather(ctx: &mut Ctx, i: &LocalGather) -> OpResult<()> {
         )))
         .at("index");
     }
-    if p % CORE_PARTITIONS != 0 || i.src.start_partition % CORE_PARTITIONS != 0 {
+    if !p.is_multiple_of(CORE_PARTITIONS) || !i.src.start_partition.is_multiple_of(CORE_PARTITIONS) {
         return Err(ErrorKind::ShapeMismatch(format!(
             "local_gather works on whole GpSimd cores: partitions {}..{} are not a multiple of 16 aligned to 16",
             i.src.start_partition,

@@ -394,7 +394,7 @@ pub fn scalar_tensor_tensor(ctx: &mut Ctx, i: &ScalarTensorTensor) -> OpResult<(
         && i.in1.dtype == DType::Bf16
         && i.op0 == AluOp::Subtract
         && i.op1 == AluOp::Multiply
-        && per % 2 == 0;
+        && per.is_multiple_of(2);
     ctx.cost_stream(if fast { per } else { 2 * per });
     Ok(())
 }
@@ -697,7 +697,7 @@ pub fn bn_stats(ctx: &mut Ctx, i: &BnStats) -> OpResult<()> {
 pub fn bn_aggr(ctx: &mut Ctx, i: &BnAggr) -> OpResult<()> {
     let p = i.src.partitions;
     let per = i.src.free_elems();
-    if per == 0 || per % 3 != 0 {
+    if per == 0 || !per.is_multiple_of(3) {
         return Err(ErrorKind::ShapeMismatch(format!(
             "src must hold (count, mean, count·var) tuples: 3·k elements per partition, got {per}"
         )))

@@ -385,7 +385,7 @@ impl Memories {
             )));
         }
         let size = ap.dtype.size();
-        if ap.offset % size as u64 != 0 && !ap.mem.is_on_chip() {
+        if !ap.offset.is_multiple_of(size as u64) && !ap.mem.is_on_chip() {
             return Err(ErrorKind::Misaligned {
                 offset: ap.offset,
                 dtype: ap.dtype.name(),
