@@ -90,6 +90,14 @@ pub struct Instruction {
     /// program order; these record the cross-engine synchronisation a parallel machine needs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wait: Vec<u32>,
+    /// For DMA instructions: the DMA queue the transfer is issued on (NC-v2 has 16 DMA engines
+    /// per core). `None` leaves it to the default assignment (docs/architecture.md, "Timeline").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u16>,
+    /// Where the instruction came from, for errors and traces: `file:line` of the kernel source
+    /// line that traced it (NKI front-end), or a free-form label. Never affects execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loc: Option<String>,
 }
 
 impl Instruction {
@@ -98,6 +106,8 @@ impl Instruction {
             engine,
             op,
             wait: Vec::new(),
+            queue: None,
+            loc: None,
         }
     }
 }

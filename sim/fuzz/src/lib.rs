@@ -451,6 +451,8 @@ impl FInst {
             engine,
             op,
             wait: self.wait.iter().take(3).map(|&w| w as u32).collect(),
+            queue: None,
+            loc: None,
         }
     }
 }
