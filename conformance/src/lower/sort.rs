@@ -1,6 +1,8 @@
-//! The `sort` family: `topk` and `sort` on VectorE's top-8 instructions.
+//! The `sort` family: `sort` and `topk` as a bitonic sorting network across partitions
+//! ([`Network`]), or — for a `topk` whose `k` is small next to `n` ([`top8_is_cheaper`]) — on
+//! VectorE's top-8 instructions, below; and `nonzero`.
 //!
-//! The sorted dim is moved to the free axis: each *lane* (one position of the other dims) is a
+//! **Top-8 path.** The sorted dim is moved to the free axis: each *lane* (one position of the other dims) is a
 //! partition holding its `n` values as fp32 (padded to ≥ 8 with −inf). For the smallest values
 //! (`topk(largest=False)`, ascending `sort`) the lane is negated first (exact in fp32). Then
 //! `⌈k/8⌉` rounds of `max8` (the next 8 largest, descending) and `match_replace8` (replace them
@@ -22,7 +24,8 @@
 //! values and indices are written by indirect-scatter DMAs (`oob: skip`) through HBM scratch.
 //! Integer lanes hold neither and write the first `k` slots directly.
 //!
-//! Limits: `n` ≤ 16 384 (max8's free size); integer values are exact below 2^24.
+//! Limits (both paths): `n` ≤ 16 384 (max8's free size; the network's 128 × 128 tile); integer
+//! values are exact below 2^24.
 
 use super::matmul::psum_slot;
 use super::tile::{Emitter, SbufAllocator, Slot};
@@ -436,6 +439,23 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         )));
     }
     let mut alloc = SbufAllocator::new(&t);
+    if !top8_is_cheaper(n, k) {
+        let net = Network {
+            x,
+            xdt,
+            vout,
+            vdt,
+            iout,
+            n,
+            k,
+            outer,
+            inner,
+            descending: largest,
+            float: xm.dtype.is_float(),
+        };
+        net.emit(&mut e, &mut alloc)?;
+        return Ok(Lowered::new(e.finish()));
+    }
     let n8 = n.max(8);
     let rounds = k.div_ceil(8);
     let slots = rounds * 8;
@@ -897,6 +917,572 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     Ok(Lowered::new(e.finish()))
 }
 
+// ------------------------------------------------------------------------------------------------
+// The sorting network.
+
+/// VectorE cycles of one `max(MIN_II, N)` instruction at the network's sizes (N ≤ 64 per
+/// partition): the minimum initiation interval.
+const NET_INSTRUCTION_CYCLES: usize = 64;
+/// VectorE instructions of one compare-exchange step of the network (see [`Network`]).
+const NET_STEP_INSTRUCTIONS: usize = 10;
+/// Instructions of the top-8 path outside its rounds (special-value pre-pass and scatters).
+const TOP8_FIXED_INSTRUCTIONS: usize = 16;
+
+/// Whether `k` rounds of `max8` + `match_replace8` over a lane of `n` (each `max(MIN_II, n)`
+/// cycles) cost less VectorE time than the sorting network (`log₂N·(log₂N+1)/2` steps of
+/// [`NET_STEP_INSTRUCTIONS`] instructions at the minimum interval): small `k` of a `topk`.
+/// `sort` (k = n) always takes the network unless the lane is tiny.
+fn top8_is_cheaper(n: usize, k: usize) -> bool {
+    let m = n.max(2).next_power_of_two().trailing_zeros() as usize;
+    let network = (m * (m + 1) / 2 * NET_STEP_INSTRUCTIONS + TOP8_FIXED_INSTRUCTIONS) * NET_INSTRUCTION_CYCLES;
+    let top8 = (2 * k.div_ceil(8) + TOP8_FIXED_INSTRUCTIONS) * n.max(NET_INSTRUCTION_CYCLES);
+    k < n && top8 < network
+}
+
+/// Partition-bits limit of the network tile: 128 partitions.
+const NET_MAX_PARTITION_BITS: usize = 7;
+/// Free-axis bits of the network tile (128 elements per partition): also the partitions of the
+/// transposed tile.
+const NET_MAX_FREE_BITS: usize = 7;
+
+/// `sort` / `topk` as a bitonic sorting network spread over partitions.
+///
+/// **Keys.** Each element is the pair (w, s) compared lexicographically, both fp32 and exact:
+/// `w` is the value (negated for a descending sort, so the network always sorts ascending), with
+/// NaN replaced by +inf (ascending) or −inf (descending); `s` is the element's position, moved
+/// past every ordinary position for NaN (ascending: `s + n`; descending: `s − n`) so that NaN
+/// sorts last (ascending) or first (descending) — PyTorch's "NaN is the largest". `s` is unique,
+/// so the order is total and the sort **stable** (equal values keep index order, −0 and +0 are
+/// equal), which is PyTorch's `stable=True` order and a valid `stable=False` one.
+///
+/// **Layout.** A lane of `n` values is padded to `N = 2^m` (pads sort last: NaN ascending, −inf
+/// before the negation descending, with positions ≥ n) and laid out as `[2^r partitions × 2^c]`
+/// (`c = min(m, 7)`, `r = m − c`; position `p = partition·2^c + column`); `128 / 2^r` lanes share
+/// a tile. Steps comparing positions `2^j` apart with `j < c` pair free-axis views of the tile;
+/// steps with `j ≥ c` run on the transposed tile `[2^c × lanes·2^r]` (a DMA round trip through
+/// HBM scratch, bit-exact), where those bits are free-axis bits too.
+///
+/// **Direction.** Phase `k` of the network merges blocks of `2^(k+1)` in the direction of
+/// position bit `k+1`; instead of reversing comparators, the keys of descending blocks are
+/// negated (negating both `w` and `s` reverses the lexicographic order exactly), so every
+/// comparator is ascending. Before phase `k` the stored keys are multiplied by the signs of bits
+/// `k` (undo) and `k+1` (apply): a strided view for a free-axis bit, a per-partition ±1 column
+/// (GpSimd `iota` + VectorE bit ops) for a partition bit.
+///
+/// **Compare-exchange** of views `a` (lower positions) and `b`: `swap = w_a > w_b`, overwritten
+/// by `s_a > s_b` where `w_a == w_b` (a predicated copy); then `w` and `s` swap through a GpSimd
+/// copy and two predicated copies each (bit copies: NaN-free keys, −0 kept).
+///
+/// **Output.** The first `k` positions of each lane: the value `w` (negated back), NaN where `s`
+/// marks a NaN, and the index `s − lane base` (minus the NaN shift). DMAs cast them to the
+/// output dtypes (exact: they came from those dtypes).
+struct Network<'a> {
+    x: &'a str,
+    xdt: DType,
+    vout: &'a str,
+    vdt: DType,
+    iout: &'a str,
+    n: usize,
+    k: usize,
+    outer: usize,
+    inner: usize,
+    descending: bool,
+    /// Floating-point input: NaN possible.
+    float: bool,
+}
+
+/// One array of the network in one layout: `[rows × width]` f32 at `slot`.
+#[derive(Clone, Copy)]
+struct NetArray {
+    slot: Slot,
+    rows: usize,
+    width: usize,
+}
+
+impl NetArray {
+    fn whole(&self, dtype: DType) -> AccessPattern {
+        AccessPattern::sbuf(dtype, 0, self.rows, self.slot.offset, vec![[1, self.width as i64]])
+    }
+
+    /// Elements whose free index has bit `b` clear (`high = false`) or set (`high = true`).
+    fn half(&self, b: usize, high: bool) -> AccessPattern {
+        let d = 1usize << b;
+        let blocks = self.width / (2 * d);
+        let off = if high { (d * 4) as u64 } else { 0 };
+        AccessPattern::sbuf(
+            DType::F32,
+            0,
+            self.rows,
+            self.slot.offset + off,
+            vec![[(2 * d) as i64, blocks as i64], [1, d as i64]],
+        )
+    }
+}
+
+/// A pseudo-slot for an HBM scratch tensor (the emitter tracks dependencies by slot key; SBUF
+/// offsets never come near these).
+fn hbm_slot(i: u64) -> Slot {
+    Slot { offset: u64::MAX - i }
+}
+
+impl Network<'_> {
+    fn emit(&self, e: &mut Emitter, alloc: &mut SbufAllocator) -> Result<(), LowerError> {
+        let (n, k) = (self.n, self.k);
+        let m = n.next_power_of_two().trailing_zeros() as usize;
+        let c = m.min(NET_MAX_FREE_BITS);
+        let r = m - c;
+        if r > NET_MAX_PARTITION_BITS {
+            return Err(LowerError::Resources(format!(
+                "{n} values per lane: the network takes at most 16384"
+            )));
+        }
+        let f = 1usize << c;
+        let lanes_per_tile = 128 >> r;
+        let lanes = self.outer * self.inner;
+        let f32b = 4;
+        // Per-partition bytes: A layout holds f ≤ 128 elements, T layout ≤ 128.
+        let w_a = alloc.slot(f * f32b)?;
+        let s_a = alloc.slot(f * f32b)?;
+        let w_t = alloc.slot(128 * f32b)?;
+        let s_t = alloc.slot(128 * f32b)?;
+        let nan = alloc.slot(f)?;
+        let swap = alloc.slot(64)?;
+        let equal = alloc.slot(64)?;
+        let tmp = alloc.slot(64 * f32b)?;
+        let cols = alloc.slot((3 + r) * f32b)?;
+        let icols = alloc.slot(3 * f32b)?;
+        let (scratch_w, scratch_s) = ("sort.network_w", "sort.network_s");
+        if m > c {
+            for name in [scratch_w, scratch_s] {
+                e.program.declare(name, DType::F32, &[128 * f], HbmRole::Scratch);
+            }
+        }
+        // Per-partition columns: 0 = the fill value of NaN keys, 1 = NaN, 2 = lane base
+        // position, 3.. = ±1 sign of partition bit b.
+        let col =
+            |p: usize, i: usize| AccessPattern::sbuf(DType::F32, 0, p, cols.offset + (i * 4) as u64, vec![[1, 1]]);
+        let icol =
+            |p: usize, i: usize| AccessPattern::sbuf(DType::I32, 0, p, icols.offset + (i * 4) as u64, vec![[1, 1]]);
+        let along = |p: usize, i: usize, w: usize| {
+            AccessPattern::sbuf(DType::F32, 0, p, cols.offset + (i * 4) as u64, vec![[0, w as i64]])
+        };
+        let nan_key = if self.descending {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        };
+        for (i, v) in [(0usize, nan_key), (1, f64::NAN)] {
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: col(128, i),
+                    value: v,
+                }),
+                &[],
+                &[cols],
+            );
+        }
+        // Partition index (int32), then the lane base `(p & !(2^r − 1)) << c` and the sign
+        // columns `1 − 2·((p >> b) & 1)`.
+        let iota = Op::Iota(Iota {
+            dst: icol(128, 0),
+            offset: 0,
+            channel_multiplier: 1,
+            pattern: vec![[1, 1]],
+        });
+        e.push(Engine::Gpsimd, iota, &[], &[icols]);
+        let low_mask = !((1i64 << r) - 1);
+        e.push(
+            Engine::Vector,
+            ts(
+                icol(128, 1),
+                icol(128, 0),
+                AluOp::BitwiseAnd,
+                Imm(low_mask as f64),
+                Some((AluOp::ShiftLeft, Imm(c as f64))),
+            ),
+            &[icols],
+            &[icols],
+        );
+        e.push(
+            Engine::Vector,
+            ts(col(128, 2), icol(128, 1), AluOp::Multiply, Imm(1.0), None),
+            &[icols],
+            &[cols],
+        );
+        for b in 0..r {
+            e.push(
+                Engine::Vector,
+                ts(
+                    icol(128, 2),
+                    icol(128, 0),
+                    AluOp::LogicalShiftRight,
+                    Imm(b as f64),
+                    Some((AluOp::BitwiseAnd, Imm(1.0))),
+                ),
+                &[icols],
+                &[icols],
+            );
+            e.push(
+                Engine::Vector,
+                ts(
+                    col(128, 3 + b),
+                    icol(128, 2),
+                    AluOp::Multiply,
+                    Imm(-2.0),
+                    Some((AluOp::Add, Imm(1.0))),
+                ),
+                &[icols],
+                &[cols],
+            );
+        }
+
+        // Lanes: HBM element offset of value 0 of lane `l` in the input and in the outputs, and
+        // the element step along the sorted dim.
+        let vstep = self.inner as i64;
+        let in_off = |l: usize| (l / self.inner) * n * self.inner + l % self.inner;
+        let out_off = |l: usize| (l / self.inner) * k * self.inner + l % self.inner;
+        let mut first = 0;
+        while first < lanes {
+            // A tile's lanes are one row of `inner` lanes at most (so that, one lane per
+            // partition, they sit one element apart in HBM) or consecutive rows (inner = 1).
+            let row_left = if self.inner == 1 {
+                lanes - first
+            } else {
+                self.inner - first % self.inner
+            };
+            let g = lanes_per_tile.min(row_left);
+            let p = g << r;
+            let a_w = NetArray {
+                slot: w_a,
+                rows: p,
+                width: f,
+            };
+            let a_s = NetArray {
+                slot: s_a,
+                rows: p,
+                width: f,
+            };
+            let t_w = NetArray {
+                slot: w_t,
+                rows: f,
+                width: p,
+            };
+            let t_s = NetArray {
+                slot: s_t,
+                rows: f,
+                width: p,
+            };
+            // Load: pads first, then the values (cast to fp32 by the DMA).
+            let pad = match (self.descending, self.float) {
+                (false, true) => f64::NAN,
+                (false, false) => f64::INFINITY,
+                (true, _) => f64::NEG_INFINITY,
+            };
+            if n < (1 << m) {
+                e.push(
+                    Engine::Vector,
+                    Op::Memset(Memset {
+                        dst: a_w.whole(DType::F32),
+                        value: pad,
+                    }),
+                    &[],
+                    &[w_a],
+                );
+            }
+            if r == 0 {
+                let lane_step = if self.inner == 1 { n as i64 } else { 1 };
+                let src = AccessPattern::hbm(
+                    self.x,
+                    self.xdt,
+                    in_off(first) as u64,
+                    g,
+                    lane_step,
+                    vec![[vstep, n as i64]],
+                );
+                let dst = AccessPattern::sbuf(DType::F32, 0, g, w_a.offset, vec![[1, n as i64]]);
+                e.push(Engine::Dma, dma(dst, src), &[], &[w_a]);
+            } else {
+                for li in 0..g {
+                    let base = in_off(first + li) as u64;
+                    let (full, rem) = (n / f, n % f);
+                    let part0 = li << r;
+                    if full > 0 {
+                        let src =
+                            AccessPattern::hbm(self.x, self.xdt, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
+                        let dst = AccessPattern::sbuf(DType::F32, part0, full, w_a.offset, vec![[1, f as i64]]);
+                        e.push(Engine::Dma, dma(dst, src), &[], &[w_a]);
+                    }
+                    if rem > 0 {
+                        let at = base + (full * f) as u64 * vstep as u64;
+                        let src = AccessPattern::hbm(self.x, self.xdt, at, 1, 0, vec![[vstep, rem as i64]]);
+                        let dst = AccessPattern::sbuf(DType::F32, part0 + full, 1, w_a.offset, vec![[1, rem as i64]]);
+                        e.push(Engine::Dma, dma(dst, src), &[], &[w_a]);
+                    }
+                }
+            }
+            let w = a_w.whole(DType::F32);
+            let sw = a_s.whole(DType::F32);
+            if self.descending {
+                e.push(
+                    Engine::Vector,
+                    ts(w.clone(), w.clone(), AluOp::Multiply, Imm(-1.0), None),
+                    &[w_a],
+                    &[w_a],
+                );
+            }
+            // s = position (global in the tile: lane base + position in the lane).
+            let iota = Op::Iota(Iota {
+                dst: sw.clone(),
+                offset: 0,
+                channel_multiplier: f as i64,
+                pattern: vec![[1, f as i64]],
+            });
+            e.push(Engine::Gpsimd, iota, &[], &[s_a]);
+            if self.float {
+                let mask = AccessPattern::sbuf(DType::U8, 0, p, nan.offset, vec![[1, f as i64]]);
+                e.push(
+                    Engine::Vector,
+                    Op::TensorTensor(TensorTensor {
+                        dst: mask.clone(),
+                        in0: w.clone(),
+                        in1: w.clone(),
+                        op: AluOp::NotEqual,
+                    }),
+                    &[w_a],
+                    &[nan],
+                );
+                e.push(
+                    Engine::Vector,
+                    Op::TensorCopyPredicated(TensorCopyPredicated {
+                        dst: w.clone(),
+                        src: along(p, 0, f),
+                        predicate: mask.clone(),
+                        reverse_pred: false,
+                    }),
+                    &[w_a, cols, nan],
+                    &[w_a],
+                );
+                let shift = if self.descending { -(n as f64) } else { n as f64 };
+                e.push(
+                    Engine::Vector,
+                    stt(sw.clone(), mask, AluOp::Multiply, Imm(shift), AluOp::Add, sw.clone()),
+                    &[nan, s_a],
+                    &[s_a],
+                );
+            }
+
+            // The network.
+            let negate = |e: &mut Emitter, bit: usize| {
+                for arr in [a_w, a_s] {
+                    let op = if bit < c {
+                        let v = arr.half(bit, true);
+                        ts(v.clone(), v, AluOp::Multiply, Imm(-1.0), None)
+                    } else {
+                        let v = arr.whole(DType::F32);
+                        ts(
+                            v.clone(),
+                            v,
+                            AluOp::Multiply,
+                            ScalarOperand::Tile(col(p, 3 + bit - c)),
+                            None,
+                        )
+                    };
+                    e.push(Engine::Vector, op, &[arr.slot, cols], &[arr.slot]);
+                }
+            };
+            let transpose = |e: &mut Emitter, to_t: bool| {
+                for (a, t, scratch, hs) in [(a_w, t_w, scratch_w, hbm_slot(0)), (a_s, t_s, scratch_s, hbm_slot(1))] {
+                    let (from, to) = if to_t { (a, t) } else { (t, a) };
+                    // `from` [R × W] row-major into scratch, then read back column-major.
+                    let (rr, ww) = (from.rows, from.width);
+                    let rows = AccessPattern::hbm(scratch, DType::F32, 0, rr, ww as i64, vec![[1, ww as i64]]);
+                    e.push(Engine::Dma, dma(rows, from.whole(DType::F32)), &[from.slot], &[hs]);
+                    let cols_view = AccessPattern::hbm(scratch, DType::F32, 0, ww, 1, vec![[ww as i64, rr as i64]]);
+                    e.push(Engine::Dma, dma(to.whole(DType::F32), cols_view), &[hs], &[to.slot]);
+                }
+            };
+            let compare_exchange = |e: &mut Emitter, w: NetArray, s: NetArray, b: usize| {
+                let half = w.width / 2;
+                let u8s = |sl: Slot| AccessPattern::sbuf(DType::U8, 0, w.rows, sl.offset, vec![[1, half as i64]]);
+                let f32s = AccessPattern::sbuf(DType::F32, 0, w.rows, tmp.offset, vec![[1, half as i64]]);
+                let (wa, wb, sa, sb) = (w.half(b, false), w.half(b, true), s.half(b, false), s.half(b, true));
+                let tt = |dst: AccessPattern, in0: &AccessPattern, in1: &AccessPattern, op: AluOp| {
+                    Op::TensorTensor(TensorTensor {
+                        dst,
+                        in0: in0.clone(),
+                        in1: in1.clone(),
+                        op,
+                    })
+                };
+                e.push(Engine::Vector, tt(u8s(swap), &wa, &wb, AluOp::IsGt), &[w.slot], &[swap]);
+                e.push(
+                    Engine::Vector,
+                    tt(u8s(equal), &wa, &wb, AluOp::IsEqual),
+                    &[w.slot],
+                    &[equal],
+                );
+                // Ties of w: decide by s (reusing `tmp` for the s comparison).
+                let sgt = AccessPattern::sbuf(DType::U8, 0, w.rows, tmp.offset, vec![[1, half as i64]]);
+                e.push(
+                    Engine::Vector,
+                    tt(sgt.clone(), &sa, &sb, AluOp::IsGt),
+                    &[s.slot],
+                    &[tmp],
+                );
+                e.push(
+                    Engine::Vector,
+                    Op::TensorCopyPredicated(TensorCopyPredicated {
+                        dst: u8s(swap),
+                        src: sgt,
+                        predicate: u8s(equal),
+                        reverse_pred: false,
+                    }),
+                    &[swap, tmp, equal],
+                    &[swap],
+                );
+                for (arr, a, bview) in [(w, wa, wb), (s, sa, sb)] {
+                    e.push(
+                        Engine::Gpsimd,
+                        Op::TensorCopy(trnsim::TensorCopy {
+                            dst: f32s.clone(),
+                            src: a.clone(),
+                        }),
+                        &[arr.slot],
+                        &[tmp],
+                    );
+                    for (dst, src, reads) in [(a, bview.clone(), arr.slot), (bview, f32s.clone(), tmp)] {
+                        e.push(
+                            Engine::Vector,
+                            Op::TensorCopyPredicated(TensorCopyPredicated {
+                                dst,
+                                src,
+                                predicate: u8s(swap),
+                                reverse_pred: false,
+                            }),
+                            &[arr.slot, reads, swap],
+                            &[arr.slot],
+                        );
+                    }
+                }
+            };
+            for phase in 0..m {
+                if phase >= 1 {
+                    negate(e, phase);
+                }
+                if phase + 1 < m {
+                    negate(e, phase + 1);
+                }
+                let mut transposed = false;
+                for j in (0..=phase).rev() {
+                    if j >= c && !transposed {
+                        transpose(e, true);
+                        transposed = true;
+                    }
+                    if j < c && transposed {
+                        transpose(e, false);
+                        transposed = false;
+                    }
+                    if j >= c {
+                        compare_exchange(e, t_w, t_s, j - c);
+                    } else {
+                        compare_exchange(e, a_w, a_s, j);
+                    }
+                }
+            }
+
+            // Output: index = s − lane base (− the NaN shift), value = ±w or NaN.
+            e.push(
+                Engine::Vector,
+                ts(
+                    sw.clone(),
+                    sw.clone(),
+                    AluOp::Subtract,
+                    ScalarOperand::Tile(col(p, 2)),
+                    None,
+                ),
+                &[s_a, cols],
+                &[s_a],
+            );
+            if self.descending {
+                e.push(
+                    Engine::Vector,
+                    ts(w.clone(), w.clone(), AluOp::Multiply, Imm(-1.0), None),
+                    &[w_a],
+                    &[w_a],
+                );
+            }
+            if self.float {
+                let flag = AccessPattern::sbuf(DType::U8, 0, p, nan.offset, vec![[1, f as i64]]);
+                let (cmp, at, back) = if self.descending {
+                    (AluOp::IsLt, 0.0, n as f64)
+                } else {
+                    (AluOp::IsGe, n as f64, -(n as f64))
+                };
+                e.push(
+                    Engine::Vector,
+                    ts(flag.clone(), sw.clone(), cmp, Imm(at), None),
+                    &[s_a],
+                    &[nan],
+                );
+                e.push(
+                    Engine::Vector,
+                    stt(
+                        sw.clone(),
+                        flag.clone(),
+                        AluOp::Multiply,
+                        Imm(back),
+                        AluOp::Add,
+                        sw.clone(),
+                    ),
+                    &[nan, s_a],
+                    &[s_a],
+                );
+                e.push(
+                    Engine::Vector,
+                    Op::TensorCopyPredicated(TensorCopyPredicated {
+                        dst: w.clone(),
+                        src: along(p, 1, f),
+                        predicate: flag,
+                        reverse_pred: false,
+                    }),
+                    &[w_a, cols, nan],
+                    &[w_a],
+                );
+            }
+            for (slot, out, dt) in [(w_a, self.vout, self.vdt), (s_a, self.iout, DType::I32)] {
+                if r == 0 {
+                    let lane_step = if self.inner == 1 { k as i64 } else { 1 };
+                    let dst = AccessPattern::hbm(out, dt, out_off(first) as u64, g, lane_step, vec![[vstep, k as i64]]);
+                    let src = AccessPattern::sbuf(DType::F32, 0, g, slot.offset, vec![[1, k as i64]]);
+                    e.push(Engine::Dma, dma(dst, src), &[slot], &[]);
+                } else {
+                    for li in 0..g {
+                        let base = out_off(first + li) as u64;
+                        let (full, rem) = (k / f, k % f);
+                        let part0 = li << r;
+                        if full > 0 {
+                            let dst =
+                                AccessPattern::hbm(out, dt, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
+                            let src = AccessPattern::sbuf(DType::F32, part0, full, slot.offset, vec![[1, f as i64]]);
+                            e.push(Engine::Dma, dma(dst, src), &[slot], &[]);
+                        }
+                        if rem > 0 {
+                            let at = base + (full * f) as u64 * vstep as u64;
+                            let dst = AccessPattern::hbm(out, dt, at, 1, 0, vec![[vstep, rem as i64]]);
+                            let src =
+                                AccessPattern::sbuf(DType::F32, part0 + full, 1, slot.offset, vec![[1, rem as i64]]);
+                            e.push(Engine::Dma, dma(dst, src), &[slot], &[]);
+                        }
+                    }
+                }
+            }
+            first += g;
+        }
+        Ok(())
+    }
+}
+
 /// Declares HBM scratch tensors of 128 lanes × `width` elements.
 fn declare_scratch(e: &mut Emitter, tensors: &[(&str, DType, usize)]) {
     for &(name, dtype, width) in tensors {
@@ -1166,6 +1752,60 @@ mod tests {
         check_nonzero(&[3, 300, 20], 4); // outer loop, row dim split in 3
         check_nonzero(&[300, 3000], 50); // 300 rows of one row-dim index: a carry over 3 chunks
         check_nonzero(&[2, 3, 4], 2);
+    }
+
+    /// The network's order is stable: every index equals the stable (index-order tie-break)
+    /// reference's, NaNs included. Lane lengths that span 1, 4 and 64 partitions (transposed
+    /// steps), several lanes per tile, and strided lanes.
+    #[test]
+    fn network_sorts_stably_across_partitions() {
+        for (count, n, along_rows) in [(3, 300, true), (2, 8000, true), (5, 130, false), (40, 3, true)] {
+            for descending in [false, true] {
+                assert!(!top8_is_cheaper(n, n));
+                let mut xs = lanes(count, n);
+                xs[..n.min(12)].fill(f32::NAN);
+                let (shape, dim) = if along_rows {
+                    (vec![count, n], 1)
+                } else {
+                    (vec![n, count], 0)
+                };
+                let args = vec![Value::Int(dim), Value::Bool(descending)];
+                let (vals, idx) = run("sort", &shape, &xs, args, &shape);
+                let at = |lane: usize, j: usize| if along_rows { lane * n + j } else { j * count + lane };
+                for lane in 0..count {
+                    let src: Vec<f32> = (0..n).map(|j| xs[at(lane, j)]).collect();
+                    // Stable reference: NaN greatest, −0 = +0, ties in index order.
+                    let key = |v: f32| if v.is_nan() { (1u8, 0.0) } else { (0u8, v) };
+                    let mut order: Vec<usize> = (0..n).collect();
+                    order.sort_by(|&a, &b| {
+                        let o = key(src[a]).partial_cmp(&key(src[b])).unwrap();
+                        if descending { o.reverse() } else { o }
+                    });
+                    for (r, &want) in order.iter().enumerate() {
+                        let (v, i) = (vals[at(lane, r)], idx[at(lane, r)]);
+                        assert_eq!(i as usize, want, "lane {lane} pos {r} of {count}×{n} desc={descending}");
+                        assert_eq!(
+                            v.to_bits(),
+                            if src[want].is_nan() {
+                                f32::NAN.to_bits()
+                            } else {
+                                src[want].to_bits()
+                            }
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn topk_takes_the_top8_rounds_only_when_cheaper() {
+        assert!(top8_is_cheaper(1000, 5));
+        assert!(!top8_is_cheaper(4097, 129));
+        assert!(!top8_is_cheaper(8000, 8000));
+        for largest in [true, false] {
+            check("topk", (3, 4097), 129, largest, true);
+        }
     }
 
     #[test]
