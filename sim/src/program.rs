@@ -991,6 +991,19 @@ impl Program {
                 }
             }
         }
+        // A dynamic copy's moved side can land anywhere in its partitions at run time.
+        for inst in &self.instructions {
+            let moved = match &inst.op {
+                Op::TensorCopyDynamicSrc(i) => &i.src,
+                Op::TensorCopyDynamicDst(i) => &i.dst,
+                _ => continue,
+            };
+            match moved.mem {
+                crate::mem::MemSpace::Sbuf => sbuf = target.sbuf_usable_bytes,
+                crate::mem::MemSpace::Psum => psum = target.psum_partition_bytes,
+                crate::mem::MemSpace::Hbm(_) => {}
+            }
+        }
         // Round up to a cache line so that partitions do not share one.
         (sbuf.next_multiple_of(64), psum.next_multiple_of(64))
     }

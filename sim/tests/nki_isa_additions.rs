@@ -426,3 +426,59 @@ fn range_select_is_not_on_trn1() {
         Engine::Vector
     ));
 }
+
+#[test]
+fn dynamic_copy_reaches_beyond_the_static_extent_in_a_program() {
+    // The executor sizes SBUF from the operands' static extents; a dynamic source 4096 elements
+    // (16 KiB) past its static offset must still be inside simulated SBUF.
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("x", DType::F32, &[2, 4], HbmRole::Input);
+    p.declare("y", DType::F32, &[2, 4], HbmRole::Output);
+    let far = sb(DType::F32, 2, 4, 16384);
+    p.push(
+        Engine::Dma,
+        Op::DmaCopy(DmaCopy {
+            dst: far,
+            src: AccessPattern::hbm("x", DType::F32, 0, 2, 4, vec![[1, 4]]),
+            accumulate: false,
+            indirect: None,
+        }),
+    );
+    p.push(
+        Engine::Gpsimd,
+        Op::Iota(Iota {
+            dst: sb(DType::I32, 1, 1, 64),
+            offset: 1024,
+            channel_multiplier: 0,
+            pattern: vec![[1, 1]],
+        }),
+    );
+    // offset 1024 × scale 4 = 4096 elements = 16 KiB past byte 0.
+    let op = Op::TensorCopyDynamicSrc(dynamic(
+        sb(DType::F32, 2, 4, 128),
+        sb(DType::F32, 2, 4, 0),
+        sb(DType::I32, 1, 1, 64),
+        4,
+    ));
+    p.push(Engine::Vector, op);
+    p.instructions[2].wait = vec![0, 1];
+    p.push(
+        Engine::Dma,
+        Op::DmaCopy(DmaCopy {
+            dst: AccessPattern::hbm("y", DType::F32, 0, 2, 4, vec![[1, 4]]),
+            src: sb(DType::F32, 2, 4, 128),
+            accumulate: false,
+            indirect: None,
+        }),
+    );
+    p.instructions[3].wait = vec![2];
+    assert_eq!(
+        p.on_chip_extent(&TargetName::Trn1.params()).0,
+        TargetName::Trn1.params().sbuf_usable_bytes.next_multiple_of(64)
+    );
+    let x: Vec<f32> = (0..8).map(|v| v as f32).collect();
+    let mut inputs = BTreeMap::new();
+    inputs.insert("x".to_string(), HostTensor::from_f32(&[2, 4], &x));
+    let run = Executor::new(TargetName::Trn1).run(&p, &inputs).unwrap();
+    assert_eq!(run.outputs["y"].to_f32(), x);
+}
