@@ -27,6 +27,7 @@
 //! assert_eq!(run.stats.instructions.vector, 1);
 //! ```
 
+pub mod deps;
 pub mod dtype;
 pub mod engine;
 pub mod error;
@@ -35,6 +36,7 @@ pub mod mem;
 pub mod program;
 pub mod target;
 
+pub use deps::infer_waits;
 pub use dtype::{ALL_DTYPES, DType, Rounding};
 pub use error::{ErrorKind, SimError};
 pub use exec::{
