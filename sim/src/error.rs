@@ -73,6 +73,26 @@ pub enum ErrorKind {
     #[error("{0}")]
     Unsupported(String),
     #[error(
+        "{hazard} race with instruction #{other} ({other_engine} {other_opcode} on queue {other_queue}, operand `{other_operand}`{}) on {range}: no wait orders them{}",
+        other_loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default(),
+        loc.as_ref().map(|l| format!(" (this instruction is at {l})")).unwrap_or_default()
+    )]
+    Race {
+        /// `read-after-write`, `write-after-read` or `write-after-write`.
+        hazard: &'static str,
+        /// The earlier instruction of the pair.
+        other: usize,
+        other_engine: &'static str,
+        other_queue: String,
+        other_opcode: &'static str,
+        other_operand: &'static str,
+        other_loc: Option<String>,
+        /// `loc` of the later instruction (the one the error is reported on).
+        loc: Option<String>,
+        /// The memory both touch: `SBUF partitions 0..128, bytes 0..512 of each`.
+        range: String,
+    },
+    #[error(
         "index {index} read from partition {partition} is out of range: it addresses elements {index}..{end} of a {len}-element row"
     )]
     IndexOutOfRange {

@@ -35,6 +35,7 @@ pub mod exec;
 pub mod mem;
 pub mod program;
 pub mod target;
+pub mod timeline;
 
 pub use deps::infer_waits;
 pub use dtype::{ALL_DTYPES, DType, Rounding};
@@ -46,3 +47,4 @@ pub use exec::{
 pub use mem::{AccessPattern, FreeDim, MemSpace};
 pub use program::*;
 pub use target::{Target, TargetName};
+pub use timeline::{QueueTime, Span, Timeline};

@@ -100,9 +100,10 @@ fn kind_index(k: &ErrorKind) -> usize {
         ErrorKind::Invalid(_) => 17,
         ErrorKind::Unsupported(_) => 18,
         ErrorKind::IndexOutOfRange { .. } => 19,
+        ErrorKind::Race { .. } => 20,
     }
 }
-const KINDS: usize = 20;
+const KINDS: usize = 21;
 const NAMES: [&str; KINDS] = [
     "TooManyPartitions",
     "PartitionOutOfRange",
@@ -124,6 +125,7 @@ const NAMES: [&str; KINDS] = [
     "Invalid",
     "Unsupported",
     "IndexOutOfRange",
+    "Race",
 ];
 /// Variants no instruction of this simulator version raises (see the coverage test).
 const UNREACHABLE: [usize; 0] = [];
@@ -493,6 +495,21 @@ fn cases() -> Vec<Case> {
             prefix: "instruction #1 (vector tensor_copy): ".into(),
             kind: 17,
             says: vec!["invalid operand: waits for instruction #1, which is not earlier"],
+        });
+    }
+    {
+        // The load (#0, DMA) writes what the copy (#1, VectorE) reads, and no wait orders them.
+        let (mut p, inputs) = base();
+        p.push(Engine::Vector, copy(free_dst(), loaded()));
+        c.push(Case {
+            name: "read after write with no wait (race)",
+            result: run(&p, &inputs),
+            prefix: "instruction #1 (vector tensor_copy) operand `src`: ".into(),
+            kind: 20,
+            says: vec![
+                "read-after-write race with instruction #0 (dma dma_copy on queue dma0, operand `dst`)",
+                "on SBUF partitions 0..128, bytes 0..32 of each: no wait orders them",
+            ],
         });
     }
     c.push(inst_case(
