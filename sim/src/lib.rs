@@ -36,6 +36,7 @@ pub mod mem;
 pub mod program;
 pub mod target;
 pub mod timeline;
+pub mod trace;
 
 pub use deps::infer_waits;
 pub use dtype::{ALL_DTYPES, DType, Rounding};

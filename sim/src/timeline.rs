@@ -137,13 +137,7 @@ impl Scheduler {
 
     /// Schedules instruction `index` (already executed, lasting `duration_ns`) and, when the
     /// detector is on, checks its accesses against every earlier conflicting access.
-    pub fn step(
-        &mut self,
-        program: &Program,
-        index: usize,
-        q: QueueId,
-        duration_ns: f64,
-    ) -> Result<(), Race> {
+    pub fn step(&mut self, program: &Program, index: usize, q: QueueId, duration_ns: f64) -> Result<(), Race> {
         let inst = &program.instructions[index];
         let qi = q as usize;
         let mut start = self.queue_free[qi];
@@ -175,7 +169,9 @@ impl Scheduler {
             let vc = self.clocks.of(index);
             let accesses = footprint(&inst.op, &self.hbm);
             for a in &accesses {
-                if let Some(r) = self.history.conflicts(a, q).find(|r| !Clocks::ordered(vc, r)) {
+                // The latest unordered conflict: the one a missing wait would have named.
+                let unordered = self.history.conflicts(a, q).filter(|r| !Clocks::ordered(vc, r));
+                if let Some(r) = unordered.max_by_key(|r| r.inst) {
                     return Err(self.race(program, index, a, r));
                 }
             }
@@ -249,5 +245,54 @@ impl Scheduler {
             critical_path,
             spans: self.spans,
         }
+    }
+}
+
+impl Timeline {
+    /// A human summary: makespan, busy time and utilisation per queue, and the critical path
+    /// (its first and last `path_lines` instructions when longer).
+    pub fn summary(&self, program: &Program, path_lines: usize) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "estimated device time {:.3} µs ({} instructions)",
+            self.makespan_ns / 1000.0,
+            program.instructions.len()
+        );
+        let _ = writeln!(s, "{:<8} {:>7} {:>12} {:>6}", "queue", "instrs", "busy µs", "util");
+        for q in &self.queues {
+            let _ = writeln!(
+                s,
+                "{:<8} {:>7} {:>12.3} {:>5.1}%",
+                q.queue,
+                q.instructions,
+                q.busy_ns / 1000.0,
+                100.0 * self.utilisation(&q.queue)
+            );
+        }
+        let n = self.critical_path.len();
+        let _ = writeln!(s, "critical path: {n} instructions");
+        for (k, &i) in self.critical_path.iter().enumerate() {
+            if n > 2 * path_lines && k == path_lines {
+                let _ = writeln!(s, "  … {} more", n - 2 * path_lines);
+            }
+            if n > 2 * path_lines && k >= path_lines && k < n - path_lines {
+                continue;
+            }
+            let (Some(inst), Some(sp)) = (program.instructions.get(i as usize), self.spans.get(i as usize)) else {
+                continue;
+            };
+            let loc = inst.loc.as_deref().map(|l| format!("  {l}")).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "  #{i:<6} {:<7} {:<24} {:>10.3} .. {:>10.3} µs{loc}",
+                queue_name(sp.queue),
+                inst.op.name(),
+                sp.start_ns / 1000.0,
+                sp.end_ns / 1000.0
+            );
+        }
+        s
     }
 }

@@ -7,7 +7,6 @@ use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::AccessPattern;
 use crate::program::{DmaCopy, Indirect, IndirectSide, OobMode};
 
-
 pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     ctx.check_access("src", &i.src, Access::Read)?;
     ctx.check_access("dst", &i.dst, Access::Write)?;
