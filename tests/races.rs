@@ -85,7 +85,7 @@ fn removable_waits(p: &Program) -> Vec<(usize, u32, &'static str, &'static str)>
             match Executor::new(p.target).run(&broken, &inputs) {
                 Err(e)
                     if e.index == Some(i)
-                        && matches!(&e.kind, ErrorKind::Race { hazard: h, other, .. } if *h == hazard && *other == w as usize) =>
+                        && matches!(&e.kind, ErrorKind::Race(r) if r.hazard == hazard && r.other == w as usize) =>
                 {
                     out.push((i, w, hazard, space_name(space)));
                 }

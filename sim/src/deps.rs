@@ -464,7 +464,7 @@ pub fn infer_waits(program: &mut Program) {
         let mut candidates: Vec<(u32, QueueId, u32)> =
             latest.iter().flatten().map(|r| (r.inst, r.queue, r.seq)).collect();
         // Latest first: an earlier candidate is often implied by a later one.
-        candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        candidates.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
         let mut implied: Vec<u32> = match last_in_queue[q as usize] {
             Some(p) => clocks.of(p).to_vec(),
             None => vec![0; nq],

@@ -72,26 +72,9 @@ pub enum ErrorKind {
     Invalid(String),
     #[error("{0}")]
     Unsupported(String),
-    #[error(
-        "{hazard} race with instruction #{other} ({other_engine} {other_opcode} on queue {other_queue}, operand `{other_operand}`{}) on {range}: no wait orders them{}",
-        other_loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default(),
-        loc.as_ref().map(|l| format!(" (this instruction is at {l})")).unwrap_or_default()
-    )]
-    Race {
-        /// `read-after-write`, `write-after-read` or `write-after-write`.
-        hazard: &'static str,
-        /// The earlier instruction of the pair.
-        other: usize,
-        other_engine: &'static str,
-        other_queue: String,
-        other_opcode: &'static str,
-        other_operand: &'static str,
-        other_loc: Option<String>,
-        /// `loc` of the later instruction (the one the error is reported on).
-        loc: Option<String>,
-        /// The memory both touch: `SBUF partitions 0..128, bytes 0..512 of each`.
-        range: String,
-    },
+    /// Two conflicting accesses from different queues that no wait orders (docs/timeline.md).
+    #[error("{0}")]
+    Race(Box<RaceDetail>),
     #[error(
         "index {index} read from partition {partition} is out of range: it addresses elements {index}..{end} of a {len}-element row"
     )]
@@ -101,6 +84,42 @@ pub enum ErrorKind {
         end: u64,
         len: usize,
     },
+}
+
+/// The two sides of a race, reported on the later instruction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RaceDetail {
+    /// `read-after-write`, `write-after-read` or `write-after-write`.
+    pub hazard: &'static str,
+    /// The earlier instruction of the pair.
+    pub other: usize,
+    pub other_engine: &'static str,
+    pub other_queue: String,
+    pub other_opcode: &'static str,
+    pub other_operand: &'static str,
+    pub other_loc: Option<String>,
+    /// `loc` of the later instruction (the one the error is reported on).
+    pub loc: Option<String>,
+    /// The memory both touch: `SBUF partitions 0..128, bytes 0..512 of each`.
+    pub range: String,
+}
+
+impl fmt::Display for RaceDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} race with instruction #{} ({} {} on queue {}, operand `{}`",
+            self.hazard, self.other, self.other_engine, self.other_opcode, self.other_queue, self.other_operand
+        )?;
+        if let Some(l) = &self.other_loc {
+            write!(f, " at {l}")?;
+        }
+        write!(f, ") on {}: no wait orders them", self.range)?;
+        if let Some(l) = &self.loc {
+            write!(f, " (this instruction is at {l})")?;
+        }
+        Ok(())
+    }
 }
 
 /// An error raised while executing one instruction of a program.

@@ -49,7 +49,7 @@ pub mod trace;
 
 pub use deps::infer_waits;
 pub use dtype::{ALL_DTYPES, DType, Rounding};
-pub use error::{ErrorKind, SimError};
+pub use error::{ErrorKind, RaceDetail, SimError};
 pub use exec::{
     ActivationModel, Denormals, EngineCounts, EngineTimes, ExecConfig, Executor, HostTensor, MatmulAccumulation,
     NanMaxMin, Numerics, RoundingMode, RunResult, Stats,

@@ -201,7 +201,7 @@ impl Scheduler {
         let other = &program.instructions[r.inst as usize];
         Race {
             operand: a.operand,
-            kind: ErrorKind::Race {
+            kind: ErrorKind::Race(Box::new(crate::error::RaceDetail {
                 hazard,
                 other: r.inst as usize,
                 other_engine: other.engine.name(),
@@ -211,7 +211,7 @@ impl Scheduler {
                 other_loc: other.loc.clone(),
                 loc: program.instructions[index].loc.clone(),
                 range: a.describe_overlap(&r.access, &self.hbm_names),
-            },
+            })),
         }
     }
 

@@ -100,7 +100,7 @@ fn kind_index(k: &ErrorKind) -> usize {
         ErrorKind::Invalid(_) => 17,
         ErrorKind::Unsupported(_) => 18,
         ErrorKind::IndexOutOfRange { .. } => 19,
-        ErrorKind::Race { .. } => 20,
+        ErrorKind::Race(_) => 20,
     }
 }
 const KINDS: usize = 21;
