@@ -39,6 +39,36 @@ pub struct CaseResult {
     /// Per-backend comparison when the executor ran several (nki mode), else empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<BackendResult>,
+    /// Estimated device time in µs: the simulator's timeline makespan (docs/timeline.md).
+    /// Absent when the simulator did not run the program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub est_us: Option<f64>,
+    /// Estimated busy time per engine in µs (DMA: summed over its queues), with `est_us`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_us: Option<BusyUs>,
+}
+
+/// Estimated busy time per engine in µs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct BusyUs {
+    pub tensor: f64,
+    pub vector: f64,
+    pub scalar: f64,
+    pub gpsimd: f64,
+    pub dma: f64,
+}
+
+impl BusyUs {
+    fn of(stats: &trnsim::Stats) -> Self {
+        let t = &stats.est_ns;
+        BusyUs {
+            tensor: t.tensor / 1000.0,
+            vector: t.vector / 1000.0,
+            scalar: t.scalar / 1000.0,
+            gpsimd: t.gpsimd / 1000.0,
+            dma: t.dma / 1000.0,
+        }
+    }
 }
 
 impl CaseResult {
@@ -55,6 +85,8 @@ impl CaseResult {
             wall_ms: 0.0,
             message: String::new(),
             backends: Vec::new(),
+            est_us: None,
+            busy_us: None,
         }
     }
 }
@@ -166,6 +198,10 @@ fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResul
     };
     result.backends = compare_backends(case, &lowered, &run.backends);
     result.instructions = run.instructions.clone();
+    if let Some(stats) = &run.stats {
+        result.est_us = Some(stats.timeline.makespan_ns / 1000.0);
+        result.busy_us = Some(BusyUs::of(stats));
+    }
     let mut actual = ActualOutputs {
         values: lowered.values.clone(),
         ..Default::default()
@@ -421,7 +457,7 @@ pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Ten
     Ok(t)
 }
 
-fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, HostTensor>, String> {
+pub fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, HostTensor>, String> {
     let mut inputs = BTreeMap::new();
     for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
         let t = case

@@ -72,6 +72,9 @@ pub enum ErrorKind {
     Invalid(String),
     #[error("{0}")]
     Unsupported(String),
+    /// Two conflicting accesses from different queues that no wait orders (docs/timeline.md).
+    #[error("{0}")]
+    Race(Box<RaceDetail>),
     #[error(
         "index {index} read from partition {partition} is out of range: it addresses elements {index}..{end} of a {len}-element row"
     )]
@@ -81,6 +84,42 @@ pub enum ErrorKind {
         end: u64,
         len: usize,
     },
+}
+
+/// The two sides of a race, reported on the later instruction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RaceDetail {
+    /// `read-after-write`, `write-after-read` or `write-after-write`.
+    pub hazard: &'static str,
+    /// The earlier instruction of the pair.
+    pub other: usize,
+    pub other_engine: &'static str,
+    pub other_queue: String,
+    pub other_opcode: &'static str,
+    pub other_operand: &'static str,
+    pub other_loc: Option<String>,
+    /// `loc` of the later instruction (the one the error is reported on).
+    pub loc: Option<String>,
+    /// The memory both touch: `SBUF partitions 0..128, bytes 0..512 of each`.
+    pub range: String,
+}
+
+impl fmt::Display for RaceDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} race with instruction #{} ({} {} on queue {}, operand `{}`",
+            self.hazard, self.other, self.other_engine, self.other_opcode, self.other_queue, self.other_operand
+        )?;
+        if let Some(l) = &self.other_loc {
+            write!(f, " at {l}")?;
+        }
+        write!(f, ") on {}: no wait orders them", self.range)?;
+        if let Some(l) = &self.loc {
+            write!(f, " (this instruction is at {l})")?;
+        }
+        Ok(())
+    }
 }
 
 /// An error raised while executing one instruction of a program.

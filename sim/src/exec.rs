@@ -7,6 +7,7 @@ use crate::error::{ErrorKind, SimError};
 use crate::mem::Memories;
 use crate::program::{Engine, HbmRole, Program};
 use crate::target::{Target, TargetName};
+use crate::timeline::{Scheduler, Timeline};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 
@@ -139,6 +140,19 @@ pub struct ExecConfig {
     pub max_hbm_bytes: usize,
     /// Refuse programs with more instructions than this.
     pub max_instructions: usize,
+    /// Build the timeline (per-instruction start/end, makespan, critical path) in
+    /// `Stats::timeline`. Costs little; see docs/performance.md.
+    #[serde(default = "yes")]
+    pub timeline: bool,
+    /// Check that every pair of conflicting memory accesses from different queues is ordered by
+    /// queue order and waits (docs/timeline.md); an unordered pair is an `ErrorKind::Race`.
+    /// On by default; switching it off saves its cost (docs/performance.md) and nothing else.
+    #[serde(default = "yes")]
+    pub race_check: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for ExecConfig {
@@ -147,6 +161,8 @@ impl Default for ExecConfig {
             numerics: Numerics::default(),
             max_hbm_bytes: 4 << 30,
             max_instructions: 10_000_000,
+            timeline: true,
+            race_check: true,
         }
     }
 }
@@ -194,8 +210,14 @@ pub struct Stats {
     pub dma_bytes: u64,
     /// Floating-point operations (matmul: 2·K·M·N; elementwise: one per output element).
     pub flops: u64,
-    /// Estimated busy time per engine in ns, from published per-instruction costs.
+    /// Estimated busy time per engine in ns, from published per-instruction costs (DMA: the sum
+    /// over its queues).
     pub est_ns: EngineTimes,
+    /// When each instruction runs with the engines and DMA queues working concurrently: the
+    /// makespan (estimated device time), per-queue busy time and the critical path. Empty when
+    /// `ExecConfig::timeline` and `race_check` are off.
+    #[serde(default)]
+    pub timeline: Timeline,
 }
 
 /// Busy time per engine in ns.
@@ -209,6 +231,16 @@ pub struct EngineTimes {
 }
 
 impl EngineTimes {
+    pub fn get(&self, e: Engine) -> f64 {
+        match e {
+            Engine::Tensor => self.tensor,
+            Engine::Vector => self.vector,
+            Engine::Scalar => self.scalar,
+            Engine::Gpsimd => self.gpsimd,
+            Engine::Dma => self.dma,
+        }
+    }
+
     pub fn add(&mut self, e: Engine, ns: f64) {
         match e {
             Engine::Tensor => self.tensor += ns,
@@ -290,6 +322,8 @@ impl Executor {
         };
         let mut regs = Registers::new(&self.target);
         let mut stats = Stats::default();
+        let scheduling = self.config.timeline || self.config.race_check;
+        let mut sched = Scheduler::new(program, self.target.dma_queues, self.config.race_check);
         for (index, inst) in program.instructions.iter().enumerate() {
             let fail = |operand: Option<String>, kind: ErrorKind| SimError {
                 index: Some(index),
@@ -319,6 +353,8 @@ impl Executor {
                 };
                 return Err(fail(None, kind));
             }
+            let queue = sched.queue(inst).map_err(|k| fail(None, k))?;
+            let busy_before = stats.est_ns.get(inst.engine);
             let mut ctx = Ctx {
                 mem: &mut mem,
                 target: &self.target,
@@ -330,6 +366,15 @@ impl Executor {
             };
             engine::execute(&mut ctx, &inst.op).map_err(|e| fail(e.operand, e.kind))?;
             stats.instructions.add(inst.engine, 1);
+            if scheduling {
+                let duration = stats.est_ns.get(inst.engine) - busy_before;
+                sched
+                    .step(program, index, queue, duration)
+                    .map_err(|race| fail(Some(race.operand.to_string()), race.kind))?;
+            }
+        }
+        if scheduling {
+            stats.timeline = sched.finish();
         }
         for t in mem.outputs() {
             if let Some(first) = mem.first_unwritten(&t.decl.name) {

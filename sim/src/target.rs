@@ -94,15 +94,37 @@ pub struct Target {
     pub max_free_dims: usize,
     /// Start-partition rule for on-chip operands.
     pub start_partition_rule: StartPartitionRule,
-    /// Engine clocks in GHz (for the time estimate).
+    // ---- Cost model (docs/timeline.md has the table with sources and calibration plans). ----
+    /// TensorE clock in GHz [ARCH1: 2.8 GHz on NC-v2; ARCH2: 2.4 GHz on NC-v3].
     pub tensor_ghz: f64,
+    /// VectorE clock in GHz [ARCH1: 1.12; ARCH2: 0.96].
     pub vector_ghz: f64,
+    /// ScalarE clock in GHz [ARCH1: 1.4; ARCH2: 1.2].
     pub scalar_ghz: f64,
+    /// GpSimdE clock in GHz [ARCH1: 1.4; ARCH2: 1.2].
     pub gpsimd_ghz: f64,
-    /// DMA bandwidth per NeuronCore in bytes per ns (16 queues).
-    pub dma_bytes_per_ns: f64,
-    /// Fixed instruction overhead in engine cycles (`MIN_II`).
+    /// Fixed per-instruction floor in engine cycles, `MIN_II` of every published Vector/Scalar/
+    /// GpSimd formula [ISA-OLD: `max(MIN_II, N)`, MIN_II ≈ 64].
     pub min_ii_cycles: u64,
+    /// Elements per partition per cycle of VectorE and ScalarE streaming one input [ARCH1: one
+    /// element per lane per cycle on NC-v2]; two-input VectorE instructions take twice as long.
+    pub stream_elems_per_cycle: u64,
+    /// TensorE: the floor of a matmul's cycle count, `MM_INIT_LATENCY` [ARCH1, PERF: 64 cycles];
+    /// a matmul costs `max(min(floor, N_stationary), N_moving)` PE cycles [ISA-OLD `nc_matmul`].
+    pub matmul_init_cycles: u64,
+    /// TensorE: cost multiplier for fp32 inputs [ARCH1: fp32 at a quarter rate, 23 vs 92 TFLOPS].
+    pub matmul_fp32_factor: u64,
+    /// GpSimd start-up cycles of `iota` and `affine_select` (`150 + N`) [ISA-OLD].
+    pub gpsimd_start_cycles: u64,
+    /// DMA queues (engines) per core [ARCH1, DMA-OV: 16 on NC-v2 and NC-v3].
+    pub dma_queues: usize,
+    /// DMA bandwidth of one queue in bytes per ns [DMA-BW table: 17 B/ns on Trn1, 23 on Trn2;
+    /// ARCH1 gives 27 GiB/s theoretical. Calibrate: nightly `dma_bandwidth` kernel].
+    pub dma_queue_bytes_per_ns: f64,
+    /// Fixed cost of one DMA transfer in ns: descriptor setup, synchronisation and the
+    /// semaphore-to-start latency [DMA-BW: ≈1300 ns "cross-engine". Calibrate: nightly
+    /// `dma_latency` kernel, a chain of 1-element DMAs].
+    pub dma_fixed_ns: f64,
     /// Whether ScalarE `activation` takes an immediate (not only a per-partition tile) bias.
     pub scalar_bias_immediate: bool,
     /// Whether ScalarE `tensor_copy` exists (NC-v3 adds it; NC-v2 copies with `activation(copy)`).
@@ -132,8 +154,14 @@ impl Target {
             vector_ghz: 1.12,
             scalar_ghz: 1.4,
             gpsimd_ghz: 1.4,
-            dma_bytes_per_ns: 272.0,
             min_ii_cycles: 64,
+            stream_elems_per_cycle: 1,
+            matmul_init_cycles: 64,
+            matmul_fp32_factor: 4,
+            gpsimd_start_cycles: 150,
+            dma_queues: 16,
+            dma_queue_bytes_per_ns: 17.0,
+            dma_fixed_ns: 1300.0,
             scalar_bias_immediate: false,
             scalar_tensor_copy: false,
         }
@@ -150,7 +178,7 @@ impl Target {
             vector_ghz: 0.96,
             scalar_ghz: 1.2,
             gpsimd_ghz: 1.2,
-            dma_bytes_per_ns: 368.0,
+            dma_queue_bytes_per_ns: 23.0,
             scalar_bias_immediate: true,
             scalar_tensor_copy: true,
             ..Target::trn1()

@@ -486,6 +486,8 @@ fn stochastic_rounding_through_the_executor() {
             indirect: None,
         }),
     );
+    // Load → cast on VectorE → store: each waits for the one before (another queue).
+    infer_waits(&mut p);
     let mut inputs = BTreeMap::new();
     inputs.insert(
         "x".to_string(),

@@ -100,9 +100,10 @@ fn kind_index(k: &ErrorKind) -> usize {
         ErrorKind::Invalid(_) => 17,
         ErrorKind::Unsupported(_) => 18,
         ErrorKind::IndexOutOfRange { .. } => 19,
+        ErrorKind::Race(_) => 20,
     }
 }
-const KINDS: usize = 20;
+const KINDS: usize = 21;
 const NAMES: [&str; KINDS] = [
     "TooManyPartitions",
     "PartitionOutOfRange",
@@ -124,11 +125,21 @@ const NAMES: [&str; KINDS] = [
     "Invalid",
     "Unsupported",
     "IndexOutOfRange",
+    "Race",
 ];
 /// Variants no instruction of this simulator version raises (see the coverage test).
 const UNREACHABLE: [usize; 0] = [];
 
+/// Runs `p` with the waits its accesses need (the cases build programs without waits, and each
+/// is about another error than a race).
 fn run(p: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
+    let mut p = p.clone();
+    infer_waits(&mut p);
+    run_as_is(&p, inputs)
+}
+
+/// Runs `p` with its wait lists exactly as given.
+fn run_as_is(p: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
     Executor::new(TargetName::Trn1).run(p, inputs)
 }
 
@@ -489,10 +500,25 @@ fn cases() -> Vec<Case> {
         p.instructions[1].wait = vec![0, 1];
         c.push(Case {
             name: "wait on a later instruction",
-            result: run(&p, &inputs),
+            result: run_as_is(&p, &inputs),
             prefix: "instruction #1 (vector tensor_copy): ".into(),
             kind: 17,
             says: vec!["invalid operand: waits for instruction #1, which is not earlier"],
+        });
+    }
+    {
+        // The load (#0, DMA) writes what the copy (#1, VectorE) reads, and no wait orders them.
+        let (mut p, inputs) = base();
+        p.push(Engine::Vector, copy(free_dst(), loaded()));
+        c.push(Case {
+            name: "read after write with no wait (race)",
+            result: run_as_is(&p, &inputs),
+            prefix: "instruction #1 (vector tensor_copy) operand `src`: ".into(),
+            kind: 20,
+            says: vec![
+                "read-after-write race with instruction #0 (dma dma_copy on queue dma0, operand `dst`)",
+                "on SBUF partitions 0..32, bytes 0..32 of each: no wait orders them",
+            ],
         });
     }
     c.push(inst_case(

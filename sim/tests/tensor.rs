@@ -698,6 +698,8 @@ fn matmul_program_through_the_executor() {
             sb(DType::F32, 2, 2, 128),
         ),
     );
+    // Load, load, matmul, evict, store: each waits for what it reads (other queues).
+    infer_waits(&mut p);
     let p = Program::from_json(&p.to_json()).unwrap();
     let mut inputs = BTreeMap::new();
     inputs.insert(

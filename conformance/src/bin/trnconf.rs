@@ -55,15 +55,19 @@ const SHOW_EXAMPLES: &str = "\
 Examples:
   trnconf show 'add.Tensor::f32::hand_0'
   trnconf show 'relu::bf16::opinfo_0' --target trn2
+  trnconf show 'mm::bf16::stress_0' --trace t.json
 
 Prints the op call, the inputs' shapes and dtypes, the lowered program (one instruction per
-line: engine, opcode, operands with their access patterns), per-engine instruction counts and
-the comparison result.";
+line: engine, opcode, operands with their access patterns), per-engine instruction counts, the
+timeline summary (estimated device time, busy time per engine and DMA queue, critical path) and
+the comparison result. --trace writes the timeline as Chrome Trace Event / Perfetto JSON
+(docs/timeline.md).";
 
 const LOWER_EXAMPLES: &str = "\
 Examples:
   trnconf lower 'add.Tensor::f32::hand_0' --emit json              # to stdout
-  trnconf lower 'add.Tensor::f32::hand_0' --emit json -o add.json  # the program file";
+  trnconf lower 'add.Tensor::f32::hand_0' --emit json -o add.json  # the program file
+  trnconf lower 'mm::bf16::stress_0' --emit nki -o mm.py          # the NKI kernel";
 
 const COVERAGE_EXAMPLES: &str = "\
 Examples:
@@ -105,6 +109,8 @@ impl Target {
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Emit {
     Json,
+    /// The program as an NKI kernel (conformance/src/emit_nki.rs), e.g. for timing on hardware.
+    Nki,
 }
 
 /// `I/N`: the I-th (1-based) of N shards.
@@ -232,6 +238,9 @@ enum Command {
         golden: GoldenArg,
         #[arg(long, value_enum, default_value = "trn1")]
         target: Target,
+        /// Write the timeline as a Chrome Trace Event / Perfetto JSON file.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
     },
     /// Lower one case and write its trnsim program.
     #[command(after_help = LOWER_EXAMPLES)]
@@ -327,14 +336,19 @@ fn main() -> ExitCode {
             coverage,
             results,
         } => list(golden.golden, filter, ops, coverage, results.as_deref()),
-        Command::Show { case, golden, target } => show(&case, golden.golden, target.name()),
+        Command::Show {
+            case,
+            golden,
+            target,
+            trace,
+        } => show(&case, golden.golden, target.name(), trace.as_deref()),
         Command::Lower {
             case,
-            emit: Emit::Json,
+            emit,
             output,
             golden,
             target,
-        } => lower(&case, golden.golden, target.name(), output.as_deref()),
+        } => lower(&case, golden.golden, target.name(), output.as_deref(), emit),
         Command::Coverage {
             markdown,
             golden,
@@ -989,7 +1003,7 @@ fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
     )
 }
 
-fn show(id: &str, golden: Option<PathBuf>, target: TargetName) -> ExitCode {
+fn show(id: &str, golden: Option<PathBuf>, target: TargetName, trace: Option<&Path>) -> ExitCode {
     let (index, pos, case) = match find_case(golden, id) {
         Ok(x) => x,
         Err(code) => return code,
@@ -1036,6 +1050,9 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName) -> ExitCode {
                 .map(|e| format!("{e} {}", counts.get(e).copied().unwrap_or(0)))
                 .collect();
             println!("per engine: {}", c.join(", "));
+            if let Err(code) = show_timeline(&case, p, trace) {
+                return code;
+            }
         }
         Err(e) => println!("program  not available: {e}"),
     }
@@ -1059,7 +1076,7 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName) -> ExitCode {
     }
 }
 
-fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&Path>) -> ExitCode {
+fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&Path>, emit: Emit) -> ExitCode {
     if let Some(o) = output
         && let Err(code) = check_output(o)
     {
@@ -1076,7 +1093,16 @@ fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&
             return ExitCode::from(1);
         }
     };
-    let json = lowered.program.to_json();
+    let json = match emit {
+        Emit::Json => lowered.program.to_json(),
+        Emit::Nki => match trnconf::emit_nki::emit(&lowered.program) {
+            Ok(k) => k,
+            Err(e) => {
+                eprintln!("trnconf: {id}: cannot emit NKI: {e}");
+                return ExitCode::from(1);
+            }
+        },
+    };
     match output {
         Some(o) => {
             if let Err(e) = results::write_atomic(o, format!("{json}\n").as_bytes()) {
@@ -1148,4 +1174,39 @@ fn sync_expectations(path: Option<PathBuf>, check: bool) -> ExitCode {
     }
     println!("{}: not-lowered block rewritten", path.display());
     ExitCode::SUCCESS
+}
+
+/// Runs the lowered program on the case's inputs and prints its timeline (docs/timeline.md);
+/// writes the trace file when asked.
+fn show_timeline(case: &trnconf::case::Case, p: &trnsim::Program, trace: Option<&Path>) -> Result<(), ExitCode> {
+    let run = trnconf::runner::device_inputs(case, p).and_then(|inputs| {
+        trnsim::Executor::new(p.target)
+            .run(p, &inputs)
+            .map_err(|e| e.to_string())
+    });
+    match run {
+        Ok(run) => {
+            println!("timeline:");
+            for line in run.stats.timeline.summary(p, 8).lines() {
+                println!("  {line}");
+            }
+            if let Some(f) = trace {
+                let t = trnsim::trace::chrome_trace(p, &run.stats.timeline);
+                let text = serde_json::to_string(&t).expect("traces serialize");
+                if let Err(e) = std::fs::write(f, text) {
+                    eprintln!("trnconf: {}: {e}", f.display());
+                    return Err(ExitCode::from(2));
+                }
+                println!("trace written to {}", f.display());
+            }
+        }
+        Err(e) => {
+            println!("timeline not available: {e}");
+            if trace.is_some() {
+                eprintln!("trnconf: no trace written: the program did not run");
+                return Err(ExitCode::from(1));
+            }
+        }
+    }
+    Ok(())
 }

@@ -349,9 +349,27 @@ pub fn lower(case: &Case, target: TargetName) -> Result<Lowered, LowerError> {
 /// Lowers a request for `target`.
 pub fn lower_request(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     match LOWERINGS.iter().find(|(name, _)| *name == req.op) {
-        Some((_, f)) => f(req, target),
+        Some((_, f)) => f(req, target).map(schedule),
         None => Err(LowerError::NotLowered(req.op.to_string())),
     }
+}
+
+/// The backend's scheduling pass, the last step of every lowering: spreads the DMA transfers the
+/// lowering left unassigned over the target's DMA queues (round robin in program order), then
+/// computes every instruction's waits from its memory accesses (`trnsim::infer_waits`: the latest
+/// conflicting instruction on each other queue). The engines and queues may then run in parallel,
+/// and the simulator's race detector checks that nothing was missed (docs/timeline.md).
+pub fn schedule(mut lowered: Lowered) -> Lowered {
+    let queues = lowered.program.target.params().dma_queues.clamp(1, u16::MAX as usize) as u16;
+    let mut next = 0u16;
+    for inst in lowered.program.instructions.iter_mut() {
+        if inst.engine == trnsim::Engine::Dma && inst.queue.is_none() {
+            inst.queue = Some(next);
+            next = (next + 1) % queues;
+        }
+    }
+    trnsim::infer_waits(&mut lowered.program);
+    lowered
 }
 
 pub use matmul::{AutoCast, LowerOptions};
@@ -365,9 +383,9 @@ pub fn lower_request_with_options(
     opts: &LowerOptions,
 ) -> Result<Lowered, LowerError> {
     match req.op {
-        "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts),
-        "convolution" => conv::lower_with(req, target, opts),
-        "convolution_backward" => conv_backward::lower_with(req, target, opts),
+        "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts).map(schedule),
+        "convolution" => conv::lower_with(req, target, opts).map(schedule),
+        "convolution_backward" => conv_backward::lower_with(req, target, opts).map(schedule),
         _ => lower_request(req, target),
     }
 }

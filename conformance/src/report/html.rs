@@ -154,6 +154,8 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     }
     out.push_str("</tbody></table>\n");
 
+    out.push_str(&est_time_table(records, &cols));
+
     // Per-op error distributions.
     out.push_str("<h2>Error distributions (max ULP distance per case)</h2>\n<div class=\"plots\" id=\"plots\">\n");
     let mut by_op: BTreeMap<&str, Vec<&CaseRecord>> = BTreeMap::new();
@@ -249,4 +251,42 @@ fn histogram(op: &str, ulps: &[u64]) -> String {
     }
     svg.push_str("</svg></div>\n");
     svg
+}
+
+/// Estimated device time (simulator timeline makespan, docs/timeline.md) per op × dtype: the
+/// largest `est_us` over the op's cases of that dtype, with the case count in the title.
+fn est_time_table(records: &[&CaseRecord], cols: &[String]) -> String {
+    let mut cells: BTreeMap<(&str, &str), (f64, usize)> = BTreeMap::new();
+    for r in records {
+        if let Some(us) = r.est_us {
+            let c = cells.entry((r.op.as_str(), r.dtype.as_str())).or_insert((0.0, 0));
+            c.0 = c.0.max(us);
+            c.1 += 1;
+        }
+    }
+    let mut out = String::from(
+        "<h2>Estimated device time by op × dtype (µs, slowest case)</h2>\n<table class=\"heat\" id=\"est-time\"><thead><tr><th>op</th>",
+    );
+    for d in cols {
+        let _ = write!(out, "<th>{}</th>", escape_xml(d));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    let ops: std::collections::BTreeSet<&str> = cells.keys().map(|(op, _)| *op).collect();
+    for op in ops {
+        let _ = write!(out, "<tr><th>{}</th>", escape_xml(op));
+        for d in cols {
+            match cells.get(&(op, d.as_str())) {
+                Some((us, n)) => {
+                    let _ = write!(
+                        out,
+                        "<td class=\"est\" data-est-us=\"{us:.3}\" title=\"{n} cases; slowest {us:.3} µs\">{us:.1}</td>"
+                    );
+                }
+                None => out.push_str("<td></td>"),
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table>\n");
+    out
 }

@@ -82,6 +82,12 @@ pub struct CaseRecord {
     /// simulate_kernel, hardware).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<crate::runner::BackendResult>,
+    /// Estimated device time in µs (simulator timeline makespan), when the simulator ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub est_us: Option<f64>,
+    /// Estimated busy time per engine in µs, with `est_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_us: Option<crate::runner::BusyUs>,
 }
 
 impl CaseRecord {

@@ -52,6 +52,29 @@ pub fn render(records: &[&CaseRecord], slowest: usize) -> String {
         for r in by_time.iter().take(slowest) {
             let _ = writeln!(out, "  {:>9.2} ms  {:<6} {}", r.wall_ms, r.status.name(), r.id);
         }
+        let mut by_est: Vec<&&CaseRecord> = records.iter().filter(|r| r.est_us.is_some()).collect();
+        by_est.sort_by(|a, b| {
+            b.est_us
+                .unwrap_or(0.0)
+                .total_cmp(&a.est_us.unwrap_or(0.0))
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        if !by_est.is_empty() {
+            let _ = writeln!(
+                out,
+                "
+slowest cases by estimated device time (docs/timeline.md):"
+            );
+            for r in by_est.iter().take(slowest) {
+                let _ = writeln!(
+                    out,
+                    "  {:>9.1} µs  {:<6} {}",
+                    r.est_us.unwrap_or(0.0),
+                    r.status.name(),
+                    r.id
+                );
+            }
+        }
     }
     out
 }

@@ -7,9 +7,6 @@ use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::AccessPattern;
 use crate::program::{DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
 
-/// Fixed cost of one DMA instruction in ns (descriptor processing; unpublished, our estimate).
-const DMA_FIXED_NS: f64 = 100.0;
-
 pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     ctx.check_access("src", &i.src, Access::Read)?;
     ctx.check_access("dst", &i.dst, Access::Write)?;
@@ -30,7 +27,8 @@ pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     let bytes = (i.dst.num_elems() * i.dst.dtype.size()) as u64;
     ctx.stats.dma_bytes += bytes;
     ctx.stats.elements.dma += i.dst.num_elems() as u64;
-    ctx.stats.est_ns.dma += DMA_FIXED_NS + bytes as f64 / ctx.target.dma_bytes_per_ns;
+    // One transfer on one DMA queue (docs/timeline.md).
+    ctx.stats.est_ns.dma += ctx.target.dma_fixed_ns + bytes as f64 / ctx.target.dma_queue_bytes_per_ns;
     Ok(())
 }
 
@@ -213,6 +211,6 @@ pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
     let bytes = (total * i.dst.dtype.size()) as u64;
     ctx.stats.dma_bytes += bytes;
     ctx.stats.elements.dma += total as u64;
-    ctx.stats.est_ns.dma += DMA_FIXED_NS + bytes as f64 / ctx.target.dma_bytes_per_ns;
+    ctx.stats.est_ns.dma += ctx.target.dma_fixed_ns + bytes as f64 / ctx.target.dma_queue_bytes_per_ns;
     Ok(())
 }

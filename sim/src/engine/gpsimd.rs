@@ -17,8 +17,6 @@ use crate::program::*;
 const CORE_PARTITIONS: usize = 16;
 /// Most indices one core takes in a `local_gather`.
 const LOCAL_GATHER_MAX_INDICES: usize = 4096;
-/// Fixed cost of `iota` / `affine_select` in GpSimd cycles (reference §5.14–5.15: `150 + N`).
-const AFFINE_FIXED_CYCLES: u64 = 150;
 
 /// All operand checks up front: access right, well-formed pattern (so the sizes computed from it
 /// cannot overflow), start-partition rule, free-size limit.
@@ -120,7 +118,7 @@ pub fn iota(ctx: &mut Ctx, i: &Iota) -> OpResult<()> {
         let v: Vec<i64> = vals.iter().map(|&x| x as i64).collect();
         ctx.write_i64("dst", &i.dst, &v)?;
     }
-    ctx.cost_cycles(AFFINE_FIXED_CYCLES + i.dst.free_elems() as u64);
+    ctx.cost_cycles(ctx.target.gpsimd_start_cycles + i.dst.free_elems() as u64);
     Ok(())
 }
 
@@ -166,7 +164,7 @@ pub fn affine_select(ctx: &mut Ctx, i: &AffineSelect) -> OpResult<()> {
         }
         ctx.write_f32("dst", &i.dst, &vals)?;
     }
-    ctx.cost_cycles(AFFINE_FIXED_CYCLES + i.dst.free_elems() as u64);
+    ctx.cost_cycles(ctx.target.gpsimd_start_cycles + i.dst.free_elems() as u64);
     Ok(())
 }
 

@@ -285,7 +285,9 @@ impl Ctx<'_> {
 
     /// The usual `max(MIN_II, n)` cost of a streaming instruction over `n` elements/partition.
     pub fn cost_stream(&mut self, per_partition: usize) {
-        let c = (per_partition as u64).max(self.target.min_ii_cycles);
+        let c = (per_partition as u64)
+            .div_ceil(self.target.stream_elems_per_cycle.max(1))
+            .max(self.target.min_ii_cycles);
         self.cost_cycles(c);
     }
 }

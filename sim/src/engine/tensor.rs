@@ -179,7 +179,8 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
 
     ctx.stats.flops += 2 * (k as u64) * (m as u64) * (n as u64);
     let fp32 = i.stationary.dtype == DType::F32 || i.moving.dtype == DType::F32;
-    let cycles = (m.min(64).max(n) as u64) * if fp32 { 4 } else { 1 };
+    let init = ctx.target.matmul_init_cycles as usize;
+    let cycles = (m.min(init).max(n) as u64) * if fp32 { ctx.target.matmul_fp32_factor } else { 1 };
     ctx.cost_cycles(cycles);
     Ok(())
 }
@@ -228,7 +229,9 @@ pub fn nc_transpose(ctx: &mut Ctx, i: &NcTranspose) -> OpResult<()> {
     }
     let out = matmul_kn(&src, &identity, p, f, p, ctx.numerics.matmul_accumulation);
     ctx.write_f32("dst", &i.dst, &out)?;
-    let cycles = (p.max(f.min(64)) as u64) * if i.src.dtype == DType::F32 { 4 } else { 1 };
+    let init = ctx.target.matmul_init_cycles as usize;
+    let fp32 = i.src.dtype == DType::F32;
+    let cycles = (p.max(f.min(init)) as u64) * if fp32 { ctx.target.matmul_fp32_factor } else { 1 };
     ctx.cost_cycles(cycles);
     Ok(())
 }

@@ -202,8 +202,12 @@ impl Rig {
     }
 
     pub fn run(&self) -> Result<Ran, SimError> {
-        let ex = Executor::with_config(self.prog.target, self.config.clone());
-        ex.run(&self.prog, &self.inputs).map(|r| Ran { r })
+        // The rig stages operands on DMA and engines without waits; the waits a parallel machine
+        // needs come from the operands (as a compiler's scheduler would compute them).
+        let mut prog = self.prog.clone();
+        infer_waits(&mut prog);
+        let ex = Executor::with_config(prog.target, self.config.clone());
+        ex.run(&prog, &self.inputs).map(|r| Ran { r })
     }
 
     /// Runs and returns the error, failing the test if the program succeeds.
