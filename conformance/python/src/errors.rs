@@ -7,22 +7,23 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trnsim::{ErrorKind, SimError};
 
-/// The error kind's variant name in snake_case (`UninitializedRead` → `uninitialized_read`):
+/// The error kind's variant name in snake_case (`UninitializedRead` → `uninitialized_read`,
+/// `UnsupportedDType` → `unsupported_dtype`):
 /// the stable, matchable name of what was violated. Taken from `Debug` so a variant added to
 /// trnsim needs no change here.
 pub fn kind_name(kind: &ErrorKind) -> String {
     let debug = format!("{kind:?}");
     let variant = debug.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("");
+    // A word starts at an uppercase letter after a lowercase one, so `UnsupportedDType` is
+    // `unsupported_dtype`.
     let mut out = String::with_capacity(variant.len() + 4);
-    for (i, c) in variant.chars().enumerate() {
-        if c.is_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
+    let mut prev_lower = false;
+    for c in variant.chars() {
+        if c.is_uppercase() && prev_lower {
+            out.push('_');
         }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        out.extend(c.to_lowercase());
     }
     out
 }
