@@ -291,16 +291,7 @@ impl Executor {
 
     /// Runs `program` on `inputs` (one per Input declaration). Never panics on any program.
     pub fn run(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
-        if program.target != self.target.name {
-            return Err(SimError::program(ErrorKind::Invalid(format!(
-                "program is for {}, the executor simulates {}",
-                program.target.name(),
-                self.target.name.name()
-            ))));
-        }
-        self.validate_declarations(program)?;
-        let (sbuf_bytes, psum_bytes) = program.on_chip_extent(&self.target);
-        let mut mem = Memories::with_extents(&self.target, &program.hbm, sbuf_bytes, psum_bytes);
+        let mut mem = self.prepare(program)?;
         for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
             let t = inputs.get(&decl.name).ok_or_else(|| {
                 SimError::program(ErrorKind::Invalid(format!(
@@ -316,6 +307,46 @@ impl Executor {
             }
             mem.load_input(&decl.name, &t.data).map_err(SimError::program)?;
         }
+        let stats = self.execute(program, &mut mem)?;
+        let outputs = mem
+            .into_outputs()
+            .map(|t| {
+                (
+                    t.decl.name,
+                    HostTensor {
+                        dtype: t.decl.dtype,
+                        shape: t.decl.shape,
+                        data: t.data,
+                    },
+                )
+            })
+            .collect();
+        Ok(RunResult { outputs, stats })
+    }
+
+    /// Checks `program` against this executor and allocates its memories, every HBM tensor
+    /// unwritten. The caller fills the inputs, then calls [`Executor::execute`].
+    pub(crate) fn prepare(&self, program: &Program) -> Result<Memories, SimError> {
+        if program.target != self.target.name {
+            return Err(SimError::program(ErrorKind::Invalid(format!(
+                "program is for {}, the executor simulates {}",
+                program.target.name(),
+                self.target.name.name()
+            ))));
+        }
+        self.validate_declarations(program)?;
+        let (sbuf_bytes, psum_bytes) = program.on_chip_extent(&self.target);
+        Ok(Memories::with_extents(
+            &self.target,
+            &program.hbm,
+            sbuf_bytes,
+            psum_bytes,
+        ))
+    }
+
+    /// Runs every instruction of `program` on `mem` (inputs already loaded by the caller), then
+    /// checks that every output was fully written. `mem` stays the caller's, error or not.
+    pub(crate) fn execute(&self, program: &Program, mem: &mut Memories) -> Result<Stats, SimError> {
         let mut rounding = match self.config.numerics.rounding {
             RoundingMode::NearestEven => Rounding::NearestEven,
             RoundingMode::Stochastic { seed } => Rounding::Stochastic(StochasticRng::new(seed)),
@@ -330,6 +361,7 @@ impl Executor {
                 engine: Some(inst.engine),
                 opcode: Some(inst.op.name()),
                 operand,
+                loc: inst.loc.clone(),
                 kind,
             };
             if let Some(&w) = inst.wait.iter().find(|&&w| w as usize >= index) {
@@ -356,7 +388,7 @@ impl Executor {
             let queue = sched.queue(inst).map_err(|k| fail(None, k))?;
             let busy_before = stats.est_ns.get(inst.engine);
             let mut ctx = Ctx {
-                mem: &mut mem,
+                mem: &mut *mem,
                 target: &self.target,
                 numerics: &self.config.numerics,
                 rounding: &mut rounding,
@@ -384,20 +416,7 @@ impl Executor {
                 ))));
             }
         }
-        let outputs = mem
-            .into_outputs()
-            .map(|t| {
-                (
-                    t.decl.name,
-                    HostTensor {
-                        dtype: t.decl.dtype,
-                        shape: t.decl.shape,
-                        data: t.data,
-                    },
-                )
-            })
-            .collect();
-        Ok(RunResult { outputs, stats })
+        Ok(stats)
     }
 
     fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {

@@ -2,9 +2,10 @@
 //!
 //! Layers, bottom up: [`dtype`] (formats, conversions, rounding) → [`mem`] (HBM, SBUF, PSUM,
 //! access patterns, written-byte tracking) → [`program`] (the instruction set as serde data) →
-//! [`engine`] (one function per instruction) → [`exec`] (runs a program, typed errors, stats),
-//! with [`deps`] (memory footprints, `infer_waits`) and [`timeline`] (the parallel schedule and
-//! the race detector, docs/timeline.md).
+//! [`engine`] (one function per instruction) → [`exec`] (runs a program, typed errors, stats) →
+//! [`session`] (named device tensors that stay in simulated HBM across program runs), with
+//! [`deps`] (memory footprints, `infer_waits`) and [`timeline`] (the parallel schedule and the
+//! race detector, docs/timeline.md).
 //! [`target`] holds every size and limit of a NeuronCore generation as data.
 //!
 //! ```
@@ -43,6 +44,7 @@ pub mod error;
 pub mod exec;
 pub mod mem;
 pub mod program;
+pub mod session;
 pub mod target;
 pub mod timeline;
 pub mod trace;
@@ -56,5 +58,6 @@ pub use exec::{
 };
 pub use mem::{AccessPattern, FreeDim, MemSpace};
 pub use program::*;
+pub use session::{DeviceTensor, Session, Transfers};
 pub use target::{Target, TargetName};
 pub use timeline::{QueueTime, Span, Timeline};
