@@ -48,10 +48,10 @@ float8_e4m3 = np.dtype(_mld.float8_e4m3) if _mld else None
 float8_e4m3fn = np.dtype(_mld.float8_e4m3fn) if _mld else None
 float8_e5m2 = np.dtype(_mld.float8_e5m2) if _mld else None
 
-# numpy dtype -> trnsim dtype name (docs/isa.md section 2)
+# numpy dtype -> trnsim dtype as serialised in Program JSON (serde snake_case of sim/src/dtype DType)
 _TRN_NAME = {
-    float32: "f32", tfloat32: "tf32", bfloat16: "bf16", float16: "f16", float8_e4m3: "f8e4m3",
-    float8_e4m3fn: "f8e4m3fn", float8_e5m2: "f8e5m2", int8: "i8", int16: "i16", int32: "i32",
+    float32: "f32", tfloat32: "tf32", bfloat16: "bf16", float16: "f16", float8_e4m3: "fp8_e4m3",
+    float8_e4m3fn: "fp8_e4m3fn", float8_e5m2: "fp8_e5m2", int8: "i8", int16: "i16", int32: "i32",
     uint8: "u8", uint16: "u16", uint32: "u32", bool_: "bool",
 }
 _FLOATS = {float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2}
@@ -468,6 +468,10 @@ class TileStorage:
         if not self.shape:
             raise NkiError("an on-chip tile needs a partition dimension", loc)
         self.partitions = self.shape[par_axis]
+        if not 0 < self.partitions <= tracer.limits["partitions"]:
+            raise NkiError(f"tile shape {list(self.shape)}: the partition dimension (dim {par_axis}) is "
+                           f"{self.partitions}, but on-chip tiles have 1 to {tracer.limits['partitions']} partitions",
+                           loc)
         fshape = self.shape[:par_axis] + self.shape[par_axis + 1:]
         self.fstrides = {}
         acc = 1
