@@ -270,7 +270,7 @@ def test_masked_op_leaves_masked_elements_unwritten():
     def k(a):
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         t = nl.load(a)
-        i_p, i_f = nl.mgrid[0:128, 0:64]
+        _, i_f = nl.mgrid[0:128, 0:64]
         t[...] = nl.multiply(t, 2.0, mask=(i_f < 32))
         nl.store(out, t)
         return out
@@ -387,3 +387,19 @@ def test_tile_size_and_par_dim():
 def test_unsupported_functions_say_so():
     with pytest.raises(trnsim.nki.NkiError, match="not supported"):
         run(nl.fmod, X, POS)
+
+
+def test_gather_flattened():
+    data = R.standard_normal((16, 32)).astype(np.float32)
+    idx = R.integers(0, 32, (16, 8)).astype(np.uint32)
+    got = run(nl.gather_flattened, data, idx)
+    np.testing.assert_array_equal(got, np.take_along_axis(data, idx.astype(np.int64), axis=1))
+
+
+def test_device_print_is_accepted_and_fp32_constants():
+    def body(t):
+        nl.device_print("t = ", t)
+        return nl.maximum(t, nl.fp32.min)
+
+    np.testing.assert_array_equal(run(body, X), X)
+    assert nl.fp32.min == float(np.finfo(np.float32).min)

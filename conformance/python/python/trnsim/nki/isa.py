@@ -36,6 +36,7 @@ tensor_engine = engine.tensor
 scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
 vector_engine = engine.vector
+dma_engine = engine.sync  # the DMA queues (legacy `nisa.dma_engine`); accepted where an engine is named
 
 
 class reduce_cmd(enum.IntEnum):
