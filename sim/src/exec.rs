@@ -306,7 +306,7 @@ impl Executor {
             }
             if !engine::runs_on(&self.target, &inst.op, inst.engine) {
                 // Say "not on this chip" when a later generation's engine has the instruction.
-                let kind = if engine::nc_v3_addition(&inst.op, inst.engine) {
+                let kind = if engine::nc_v3_addition(&inst.op, inst.engine) || engine::nc_v3_instruction(&inst.op) {
                     ErrorKind::NotOnTarget {
                         opcode: inst.op.name(),
                         target: self.target.name.name(),
