@@ -245,6 +245,59 @@ def test_enums_and_version():
     assert int(nisa.oob_mode.skip) == 1 and int(nisa.dge_mode.hwdge) == 2
 
 
-def test_not_yet_in_trnsim():
-    with pytest.raises(trnsim.nki.NkiError, match="no trnsim instruction yet"):
-        run(lambda t: nisa.tensor_copy_dynamic_src(t), X)
+def test_tensor_copy_dynamic_src_and_dst():
+    src = R.standard_normal((128, 64)).astype(np.float32)
+    offs = np.array([[5, 0, 63, 17]], np.int32)
+
+    @nki.jit
+    def k(a, o):
+        out = nl.ndarray((128, 4), a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        off = nl.load(o)
+        res = nl.ndarray((128, 4), a.dtype, buffer=nl.sbuf)
+        ix, iy = nl.mgrid[0:128, 0:1]
+        for i in nl.affine_range(4):
+            res[ix, i + iy] = nisa.tensor_copy_dynamic_src(t[ix, off[0, i] + iy])
+        nl.store(out, res)
+        return out
+
+    np.testing.assert_array_equal(k(src, offs), src[:, offs[0]])
+
+    @nki.jit
+    def scatter(a, o):
+        out = nl.ndarray((128, 64), a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        off = nl.load(o)
+        res = nl.zeros((128, 64), a.dtype)
+        ix, iy = nl.mgrid[0:128, 0:1]
+        for i in nl.affine_range(4):
+            nisa.tensor_copy_dynamic_dst(dst=res[ix, off[0, i] + iy], src=t[ix, i + iy])
+        nl.store(out, res)
+        return out
+
+    small = R.standard_normal((128, 4)).astype(np.float32)
+    want = np.zeros((128, 64), np.float32)
+    want[:, offs[0]] = small
+    np.testing.assert_array_equal(scatter(small, offs), want)
+
+
+def test_sequence_bounds():
+    ids = np.array([[1, 1, 2, 2, 2, 0, 3, 3]], np.int32)
+    got = run(lambda t: nisa.sequence_bounds(segment_ids=t), ids)
+    starts = np.array([0, 0, 2, 2, 2, 8, 6, 6])
+    ends = np.array([2, 2, 5, 5, 5, -1, 8, 8])
+    np.testing.assert_array_equal(got.reshape(2, 8), np.stack([starts, ends]))
+
+
+def test_range_select_is_trn2_only():
+    @nki.jit(platform_target="trn2")
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        nl.store(out, nisa.range_select(on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=2.0,
+                                        bound1=5.0))
+        return out
+
+    got = k(X)
+    i = np.arange(64)[None, :]
+    np.testing.assert_array_equal(got, np.where((i >= 2) & (i < 5), X, np.finfo(np.float32).min))

@@ -201,6 +201,8 @@ class Aff:
         if isinstance(other, (int, np.integer)) and not isinstance(other, bool):
             return Aff(sign_self * self.const + sign_other * int(other), [sign_self * c for c in self.coef],
                        self.shape)
+        if isinstance(other, View) and sign_self == 1 and sign_other == 1:
+            return DynIndex(other, self)
         return NotImplemented
 
     def aligned(self, rank):
@@ -693,6 +695,9 @@ class View:
             raise NkiError(f"{len(key)} indices for a tensor of rank {self.ndim}", caller_loc()[0])
         key = tuple(k.as_index() if isinstance(k, DynSlice) else k for k in key)
         key = key + (slice(None),) * (self.ndim - len(key))
+        if self.base.on_chip and any(isinstance(k, (View, DynIndex)) for k in key):
+            key = tuple(DynIndex(k, 0) if isinstance(k, View) else k for k in key)
+            return DynTileView(self, key)
         for k in key:
             if isinstance(k, View):
                 return DynView(self, key)
@@ -911,9 +916,13 @@ class View:
         return f(other, self) if reverse else f(self, other)
 
     def __add__(self, o):
+        if isinstance(o, Aff):  # a tile element plus an index expression: a dynamic index
+            return DynIndex(self, o)
         return self._op("add", o)
 
     def __radd__(self, o):
+        if isinstance(o, Aff):
+            return DynIndex(self, o)
         return self._op("add", o, True)
 
     def __sub__(self, o):
@@ -1046,6 +1055,49 @@ class DynView:
         self.base = parent.base
         self.shape = (self.index_tile.shape[0],) + self.row0.shape[1:] if self.row0.ndim else (
             self.index_tile.shape[0],)
+
+
+class DynIndex:
+    """A tile element used as an index on a free dim of an on-chip tile, plus an affine part:
+    `src[ix, offsets[0, i] + iy]` (tensor_copy_dynamic_src/_dst). The element is read at run time."""
+
+    def __init__(self, scalar, aff):
+        if int(np.prod(scalar.shape)) != 1:
+            raise NkiError("a dynamic index must be a single tile element (e.g. offsets[0, i])", caller_loc()[0])
+        self.scalar, self.aff = scalar, aff
+
+    def __add__(self, o):
+        if isinstance(o, (Aff, int, np.integer)):
+            return DynIndex(self.scalar, self.aff + o)
+        return NotImplemented
+
+    __radd__ = __add__
+
+
+class DynTileView:
+    """An on-chip view with one free dim at a dynamic offset: the static view (the affine part)
+    plus the tile element holding the offset and the elements one unit of it moves."""
+
+    def __init__(self, parent, key):
+        dyn = [j for j, k in enumerate(key) if isinstance(k, DynIndex)]
+        if len(dyn) != 1:
+            raise NkiError("only one dimension may have a dynamic index", caller_loc()[0])
+        j = dyn[0]
+        d = key[j]
+        rest = list(key)
+        rest[j] = d.aff
+        self.static = parent.index(tuple(rest))
+        self.scalar = d.scalar
+        b = parent.base
+        if not b.on_chip:
+            raise NkiError("tile-element indices are for on-chip tiles; index HBM tensors with a [P, 1] tile",
+                           caller_loc()[0])
+        if parent.idx[b.par_axis][1][j] != 0:
+            raise NkiError("the partition dimension cannot be indexed dynamically", caller_loc()[0])
+        self.scale = sum(b.fstrides[dd] * co[j] for dd, (_, co) in enumerate(parent.idx) if dd != b.par_axis)
+        self.shape = self.static.shape
+        self.dtype = self.static.dtype
+        self.base = self.static.base
 
 
 def _affine_vals(c, co, shape):

@@ -504,18 +504,71 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     return out
 
 
-def _not_in_trnsim(name):
-    def f(*args, **kwargs):
-        raise NkiError(f"nisa.{name} has no trnsim instruction yet (docs/nki.md)", caller_loc()[0])
+def _dyn_copy(op, dst_v, src_v, dyn, engine_, loc):
+    e = _eng(engine_, "vector")
+    if dyn.scalar.base.buffer != "sbuf":
+        raise NkiError("the dynamic offset must be a tile element in SBUF", loc)
+    f = {"dst": dst_v.ap(loc=loc), "src": src_v.ap(loc=loc), "offset": dyn.scalar.ap(loc=loc),
+         "offset_scale": int(dyn.scale)}
+    return f, e
 
-    f.__name__ = name
-    return f
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """`tensor_copy_dynamic_src`: `src` indexed with a tile element on a free dim
+    (`t[ix, offsets[0, i] + iy]`); VectorE unless engine= says otherwise."""
+    from ._core import DynTileView
+    loc = caller_loc()[0]
+    if not isinstance(src, DynTileView):
+        raise NkiError("tensor_copy_dynamic_src takes a tile indexed with a tile element (t[ix, off[0, i] + iy])",
+                       loc)
+    out = _fresh(src.shape, _dt(dtype, src), loc)
+    f, e = _dyn_copy("tensor_copy_dynamic_src", out, src.static, src, engine, loc)
+    emit(e, "tensor_copy_dynamic_src", f, loc, reads=[src.scalar], writes=[out], fresh=out)
+    return out
 
 
-tensor_copy_dynamic_src = _not_in_trnsim("tensor_copy_dynamic_src")
-tensor_copy_dynamic_dst = _not_in_trnsim("tensor_copy_dynamic_dst")
-sequence_bounds = _not_in_trnsim("sequence_bounds")
-range_select = _not_in_trnsim("range_select")
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """`tensor_copy_dynamic_dst`: writes `src` into `dst`, a tile indexed with a tile element."""
+    from ._core import DynTileView
+    loc = caller_loc()[0]
+    if not isinstance(dst, DynTileView):
+        raise NkiError("tensor_copy_dynamic_dst takes dst= indexed with a tile element (t[ix, off[0, i] + iy])", loc)
+    f, e = _dyn_copy("tensor_copy_dynamic_dst", dst.static, src, dst, engine, loc)
+    emit(e, "tensor_copy_dynamic_dst", f, loc, reads=[src, dst.scalar])
+    st = dst.static.base
+    from ._core import storage_of
+    storage_of(st).fully_written = True  # written at a run-time offset: assume defined (the simulator checks)
+
+
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
+    """GpSimd `sequence_bounds`: [1, n] segment ids -> [1, 2, n] (starts, then ends)."""
+    loc = caller_loc()[0]
+    n = int(np.prod(segment_ids.shape[1:]))
+    out = _fresh((1, 2, n), _dt(dtype, segment_ids), loc)
+    emit("gpsimd", "sequence_bounds", {"dst": out.ap(loc=loc), "segment_ids": segment_ids.ap(loc=loc)}, loc,
+         reads=[segment_ids], writes=[out], fresh=out)
+    return out
+
+
+_RANGE_CMP = {"equal": "equal", "less": "less", "less_equal": "less_equal", "greater": "greater",
+              "greater_equal": "greater_equal"}
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=None, range_start=0, on_false_value=-3.4028234663852886e38, mask=None, dtype=None,
+                 **kwargs):
+    """VectorE `range_select` (NeuronCore-v3+: the trn2 target; trn1 refuses it at run time)."""
+    loc = caller_loc()[0]
+    out = _fresh(on_true_tile.shape, _dt(dtype, on_true_tile), loc)
+    f = {"dst": out.ap(loc=loc), "on_true": on_true_tile.ap(loc=loc), "comp0": _RANGE_CMP[E._op_name(comp_op0)],
+         "bound0": scalar_operand(bound0, loc), "comp1": _RANGE_CMP[E._op_name(comp_op1)],
+         "bound1": scalar_operand(bound1, loc), "range_start": float(range_start),
+         "on_false": nl._imm(on_false_value)}
+    if reduce_res is not None:
+        f["reduce_res"] = reduce_res.ap(loc=loc)
+    emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, reduce_res], fresh=out)
+    return out
+
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E")]
 del trn_name
