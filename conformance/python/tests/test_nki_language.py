@@ -161,6 +161,13 @@ def test_reductions(name, ref, keepdims):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("f", [64, 1024])
+def test_var(f):
+    x = R.standard_normal((128, f)).astype(np.float32)
+    np.testing.assert_allclose(run(lambda t: nl.var(t, axis=1), x), x.astype(np.float64).var(1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_reduction_over_two_axes_and_all():
     x3 = R.standard_normal((128, 4, 16)).astype(np.float32)
     got = run(lambda t: nl.max(t, axis=[1, 2]), x3)

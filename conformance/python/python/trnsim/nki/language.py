@@ -935,6 +935,28 @@ def expand_dims(data, axis, **kwargs):
     return View(v.base, shape, idx, v.dtype)
 
 
+def var(x, axis, *, dtype=None, mask=None, **kwargs):
+    """Population variance over the free axis of a 2-D tile: VectorE `bn_stats` per chunk of at most
+    512 elements, then `bn_aggr`; the result is its variance column, [P, 1]."""
+    loc = caller_loc()[0]
+    axes = _axes(x, axis, loc)
+    if x.ndim != 2 or axes != (1,) or mask is not None:
+        raise NkiError("nl.var is supported on 2-D tiles over the free axis, without mask", loc)
+    f = x.shape[1]
+    chunk = builtins.min(f, 512)
+    if f % chunk:
+        raise NkiError(f"nl.var: the free size {f} must be at most 512 or a multiple of 512", loc)
+    n = f // chunk
+    stats = new_tile((x.shape[0], 6 * n), float32, loc=loc)
+    for c in builtins.range(n):
+        s = x[:, c * chunk:(c + 1) * chunk]
+        d = stats[:, 6 * c:6 * c + 6]
+        emit("vector", "bn_stats", {"dst": d.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[d])
+    mv = new_tile((x.shape[0], 2), float32, loc=loc)
+    emit("vector", "bn_aggr", {"dst": mv.ap(loc=loc), "src": stats.ap(loc=loc)}, loc, reads=[stats], writes=[mv])
+    return copy(mv[:, 1:2], dtype=dtype or x.dtype)
+
+
 def loop_reduce(*args, **kwargs):
     raise NkiError("nl.loop_reduce is not supported by the trnsim front-end (docs/nki.md)", caller_loc()[0])
 
@@ -959,4 +981,3 @@ ceil = _unsupported("ceil", "no rounding-mode operator in trnsim's ALU")
 trunc = _unsupported("trunc", "no rounding-mode operator in trnsim's ALU")
 cos = _unsupported("cos", "the Scalar Engine function table has no cos")
 tan = _unsupported("tan", "the Scalar Engine function table has no tan")
-var = _unsupported("var", "not yet lowered (use nisa.bn_stats / nisa.bn_aggr)")
