@@ -23,6 +23,7 @@ import functools
 import inspect
 import itertools
 import json
+import os
 import sys
 import time
 import types
@@ -144,7 +145,9 @@ def to_program(func, args, kwargs=None, grid=(), target="trn1"):
             ret = func(*pos, **kw)
     finally:
         Tracer._current = prev
-    return _finish(tr, ret, param_arrays, time.perf_counter() - t0)
+    code = getattr(func, "__code__", None)
+    def_loc = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else None
+    return _finish(tr, ret, param_arrays, time.perf_counter() - t0, def_loc)
 
 
 def _wrap_arg(tr, name, val, param_arrays):
@@ -155,7 +158,7 @@ def _wrap_arg(tr, name, val, param_arrays):
     return val
 
 
-def _finish(tr, ret, param_arrays, trace_s):
+def _finish(tr, ret, param_arrays, trace_s, def_loc):
     if ret is None:
         rets, shape = [], "none"
     elif isinstance(ret, (tuple, list)):
@@ -178,7 +181,7 @@ def _finish(tr, ret, param_arrays, trace_s):
                 twin = st.name + ".in"
                 hbm.append({"name": twin, "dtype": decl["dtype"], "shape": decl["shape"], "role": "input"})
                 inputs[twin] = st.array
-                pre.append(_whole_copy(st, twin))
+                pre.append(_whole_copy(st, twin, def_loc))
                 hbm.append(dict(decl, role="output"))
                 inout[st.name] = (param_arrays.get(st.name), st.name)
             else:
@@ -193,14 +196,16 @@ def _finish(tr, ret, param_arrays, trace_s):
     return KernelRun(program, inputs, out_names, shape, inout, trace_s)
 
 
-def _whole_copy(st, src_name):
-    rows = int(np.prod(st.shape[:-1])) if len(st.shape) > 1 else 1
-    cols = st.shape[-1] if st.shape else 1
+def _whole_copy(st, src_name, loc):
+    """The DMA filling a written parameter from its input twin; its loc is the kernel's `def` line."""
+    n = int(np.prod(st.shape)) if st.shape else 1
+    cols = next(c for c in range(min(n, 65535), 0, -1) if n % c == 0)  # a free dim holds <= 65535
+    rows = n // cols
     ap = {"dtype": _core.trn_name(st.dtype), "partitions": rows, "partition_step": cols if rows > 1 else 0,
           "free": [[1, cols]]}
     return {"engine": "dma", "op": {"dma_copy": {"dst": dict(ap, mem={"hbm": st.name}),
                                                  "src": dict(ap, mem={"hbm": src_name})}},
-            "loc": "(in/out parameter)"}
+            "loc": loc or "kernel parameter"}
 
 
 class Kernel:
