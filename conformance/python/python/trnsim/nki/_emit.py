@@ -326,3 +326,28 @@ def narrow(box, views, loc):
         raise NkiError("read of uninitialised memory: the written part of an input tile is not a rectangular box",
                        loc)
     return nb
+
+
+def row_box(loc, *views):
+    """Partitions [lo, hi) on which every view (all [P, ...] on chip, P equal) is wholly defined:
+    per-partition instructions run on just those rows (rows a masked load left undefined are
+    skipped, as in NKI). Undefined elements inside a defined row are an error."""
+    lo, hi = 0, None
+    for v in views:
+        if v is None or not isinstance(v, View) or not v.base.on_chip:
+            continue
+        full = [(0, s) for s in v.shape]
+        nb = narrow(full, [v], loc)
+        if nb[1:] != full[1:]:
+            raise NkiError(f"read of uninitialised memory: tile {storage_of(v.base).describe()} has unwritten "
+                           f"elements inside its written rows", loc)
+        lo = max(lo, nb[0][0])
+        hi = nb[0][1] if hi is None else min(hi, nb[0][1])
+    return lo, hi
+
+
+def rows(v, lo, hi):
+    """View `v` restricted to partitions [lo, hi) (None passes through)."""
+    if v is None or hi is None:
+        return v
+    return v.restrict([(lo, hi)] + [(0, s) for s in v.shape[1:]])

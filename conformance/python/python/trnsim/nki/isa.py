@@ -81,6 +81,11 @@ def _dt(dtype, x):
     return as_dtype(dtype) if dtype is not None else x.dtype
 
 
+def _no_mask(mask, name, loc):
+    if mask is not None and mask is not True:
+        raise NkiError(f"nisa.{name}(mask=) is not supported by the trnsim front-end (docs/nki.md, gaps)", loc)
+
+
 def _fresh(shape, dtype, loc, buffer="sbuf"):
     return new_tile(shape, dtype, buffer, loc=loc)
 
@@ -101,6 +106,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
               tile_position=(), tile_size=(), mask=None, **kwargs):
     """TensorE `nc_matmul`: stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N]."""
     loc = caller_loc()[0]
+    _no_mask(mask, "nc_matmul", loc)
     if is_transpose:
         return nc_transpose(stationary, engine=engine.tensor)
     if tile_position or tile_size:
@@ -137,25 +143,41 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     tile (VectorE memset) on trn1, whose ScalarE takes only tile biases."""
     loc = caller_loc()[0]
     out = _fresh(data.shape, _dt(dtype, data), loc)
-    box, (d, o) = _box(mask, data.shape, data, out, narrow=[data])
+    b = _bias_tile(bias, data.shape[0], loc)
+    box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, b, scale))
     if box is None:
         return out
-    f = {"dst": o.ap(loc=loc), "func": E.act(op), "src": d.ap(loc=loc), "scale": scalar_operand(scale, loc)}
+    if reduce_res is not None and box[1:] != [(0, s) for s in data.shape[1:]]:
+        raise NkiError("activation with reduce_res: the reduced free elements must all be defined", loc)
+    f = {"dst": o.ap(loc=loc), "func": E.act(op), "src": d.ap(loc=loc),
+         "scale": scalar_operand(_col_rows(scale, box), loc)}
     reads = [d]
-    b = _bias_tile(bias, data.shape[0], loc)
     if b is not None:
-        f["bias"] = scalar_operand(b, loc)
+        f["bias"] = scalar_operand(_col_rows(b, box), loc)
     writes = [o]
     if reduce_res is not None:
         if reduce_op is not None and E.alu(reduce_op) != "add":
             raise NkiError("the Scalar Engine of NeuronCore-v2 reduces with add only", loc)
         f["acc"] = "reset_reduce"
-        f["reduce_res"] = reduce_res.ap(loc=loc)
-        writes.append(reduce_res)
+        r = E.rows(reduce_res, box[0][0], box[0][1])
+        f["reduce_res"] = r.ap(loc=loc)
+        writes.append(r)
     elif reduce_cmd != 0:
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][int(reduce_cmd)]
     emit("scalar", "activation", f, loc, reads=reads, writes=writes, fresh=out, box=box)
     return out
+
+
+def _cols(shape, *operands):
+    """[P, 1] tile operands broadcast over `shape`, for narrowing to where they are defined."""
+    return [o.broadcast(shape) for o in operands if isinstance(o, View) and o.base.on_chip]
+
+
+def _col_rows(x, box):
+    """A [P, 1] tile operand restricted to the instruction's partitions; anything else as is."""
+    if isinstance(x, View):
+        return E.rows(x, box[0][0], box[0][1])
+    return x
 
 
 def _bias_tile(bias, parts, loc):
@@ -187,6 +209,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
     """GpSimd `tensor_partition_reduce`: [P, F] -> [1, F]."""
     loc = caller_loc()[0]
+    _no_mask(mask, "tensor_partition_reduce", loc)
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
     out = _fresh((1, f), _dt(dtype, data), loc)
     emit("gpsimd", "tensor_partition_reduce", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "op": E.alu(op)},
@@ -216,15 +239,16 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     loc = caller_loc()[0]
     e = _eng(engine, "vector")
     out = _fresh(data.shape, _dt(dtype, data), loc)
-    box, (d, o) = _box(mask, data.shape, data, out, narrow=[data])
+    box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
         return out
-    f = {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0), "operand0": scalar_operand(operand0, loc)}
+    f = {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0),
+         "operand0": scalar_operand(_col_rows(operand0, box), loc)}
     if reverse0:
         f["reverse0"] = True
     if op1 is not None:
         f["op1"] = E.alu(op1)
-        f["operand1"] = scalar_operand(operand1, loc)
+        f["operand1"] = scalar_operand(_col_rows(operand1, box), loc)
         if reverse1:
             f["reverse1"] = True
     emit(e, "tensor_scalar", f, loc, reads=[d], writes=[o], fresh=out, box=box)
@@ -255,13 +279,17 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
                          **kwargs):
     """VectorE `tensor_scalar_reduce`; reduce_res is written in place."""
     loc = caller_loc()[0]
+    _no_mask(mask, "tensor_scalar_reduce", loc)
     if reverse0:
         raise NkiError("tensor_scalar_reduce(reverse0=True) is not in trnsim's instruction", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
-    emit("vector", "tensor_scalar_reduce", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "op0": E.alu(op0),
-                                            "operand0": scalar_operand(operand0, loc),
-                                            "reduce_op": E.alu(reduce_op), "reduce_res": reduce_res.ap(loc=loc)},
-         loc, reads=[data], writes=[out, reduce_res], fresh=out)
+    lo, hi = E.row_box(loc, data)
+    d, o, r = E.rows(data, lo, hi), E.rows(out, lo, hi), E.rows(reduce_res, lo, hi)
+    op0v = E.rows(operand0, lo, hi) if isinstance(operand0, View) else operand0
+    emit("vector", "tensor_scalar_reduce", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0),
+                                            "operand0": scalar_operand(op0v, loc),
+                                            "reduce_op": E.alu(reduce_op), "reduce_res": r.ap(loc=loc)},
+         loc, reads=[d], writes=[o, r], fresh=out, box=[(lo, hi)] + [(0, s) for s in data.shape[1:]])
     return out
 
 
@@ -269,6 +297,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
                        **kwargs):
     """VectorE `tensor_tensor_scan`."""
     loc = caller_loc()[0]
+    _no_mask(mask, "tensor_tensor_scan", loc)
     if reverse0 or reverse1:
         raise NkiError("tensor_tensor_scan reverse0/reverse1 are not in trnsim's instruction", loc)
     out = _fresh(data0.shape, _dt(dtype, data0), loc)
@@ -329,6 +358,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
 def iota(expr, dtype, *, mask=None, **kwargs):
     """GpSimd `iota`: an affine index expression [P, F...] evaluated per element in int32."""
     loc = caller_loc()[0]
+    _no_mask(mask, "iota", loc)
     if not isinstance(expr, Aff):
         raise NkiError("nisa.iota takes an affine index expression (nl.arange / nl.mgrid arithmetic)", loc)
     shape = expr.shape if expr.ndim >= 2 else expr.shape + (1,)
@@ -348,6 +378,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     """GpSimd `affine_select`: one comparison `affine cmp value`, rewritten as `v cmp 0` with v affine
     (a < b as b - a > 0)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "affine_select", loc)
     if not isinstance(pred, Pred) or pred.op not in _SEL:
         raise NkiError("affine_select takes one comparison of affine expressions (no '&')", loc)
     cmp, sign = _SEL[pred.op]
@@ -367,26 +398,40 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
 
 
 def bn_stats(data, *, mask=None, dtype=None, **kwargs):
-    """VectorE `bn_stats`: [P, <=512] -> [P, 6]."""
+    """VectorE `bn_stats`: [P, <=512] -> [P, 6]. A mask restricts the elements (and partitions)
+    it reads, e.g. the last, shorter chunk of a row."""
     loc = caller_loc()[0]
     out = _fresh((data.shape[0], 6), _dt(dtype, data), loc)
-    emit("vector", "bn_stats", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc)}, loc, reads=[data], writes=[out],
-         fresh=out)
+    box = mask_box(mask, data.shape)
+    if box is None:
+        return out
+    narrowed = E.narrow(box, [data], loc)  # rows a masked load left undefined are skipped, as in NKI
+    if narrowed[1:] != box[1:]:
+        raise NkiError("read of uninitialised memory: bn_stats reads free elements that were never written", loc)
+    box = narrowed
+    d = data.restrict(box)
+    o = out.restrict([box[0], (0, 6)])
+    emit("vector", "bn_stats", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+         fresh=out, box=[box[0], (0, 6)])
     return out
 
 
 def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
     """VectorE `bn_aggr`: [P, 6k] -> [P, 2] (mean, variance)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "bn_aggr", loc)
     out = _fresh((data.shape[0], 2), _dt(dtype, data), loc)
-    emit("vector", "bn_aggr", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc)}, loc, reads=[data], writes=[out],
-         fresh=out)
+    lo, hi = E.row_box(loc, data)
+    d, o = E.rows(data, lo, hi), E.rows(out, lo, hi)
+    emit("vector", "bn_aggr", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+         fresh=out, box=[(lo, hi), (0, 2)])
     return out
 
 
 def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
     """GpSimd `local_gather`."""
     loc = caller_loc()[0]
+    _no_mask(mask, "local_gather", loc)
     nidx = int(np.prod(index.shape[1:])) * 16 if num_valid_indices is None else int(num_valid_indices)
     out = _fresh((src_buffer.shape[0], nidx * num_elem_per_idx), src_buffer.dtype, loc)
     emit("gpsimd", "local_gather", {"dst": out.ap(loc=loc), "src": src_buffer.ap(loc=loc), "index": index.ap(loc=loc),
@@ -398,15 +443,19 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
 def max8(*, src, mask=None, dtype=None, **kwargs):
     """VectorE `max8`: the 8 largest per partition, descending."""
     loc = caller_loc()[0]
+    _no_mask(mask, "max8", loc)
     out = _fresh((src.shape[0], 8), _dt(dtype, src), loc)
-    emit("vector", "max8", {"dst": out.ap(loc=loc), "src": src.ap(loc=loc)}, loc, reads=[src], writes=[out],
-         fresh=out)
+    lo, hi = E.row_box(loc, src)
+    d, o = E.rows(src, lo, hi), E.rows(out, lo, hi)
+    emit("vector", "max8", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+         fresh=out, box=[(lo, hi), (0, 8)])
     return out
 
 
 def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
     """VectorE `nc_find_index8` (uint32 indices)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "nc_find_index8", loc)
     out = _fresh((data.shape[0], 8), as_dtype(dtype) if dtype is not None else uint32, loc)
     emit("vector", "find_index8", {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "vals": vals.ap(loc=loc)}, loc,
          reads=[data, vals], writes=[out], fresh=out)
@@ -416,6 +465,7 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
     """VectorE `nc_match_replace8`; dst_idx (if given) is written in place."""
     loc = caller_loc()[0]
+    _no_mask(mask, "nc_match_replace8", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     f = {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "vals": vals.ap(loc=loc), "imm": nl._imm(imm)}
     if dst_idx is not None:
@@ -427,6 +477,7 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
     """VectorE `nc_stream_shuffle` into dst (in place)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "nc_stream_shuffle", loc)
     emit("vector", "stream_shuffle", {"dst": dst.ap(loc=loc), "src": src.ap(loc=loc),
                                       "mask": [int(m) for m in shuffle_mask]}, loc, reads=[src], writes=[dst])
 
@@ -435,6 +486,7 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
                   reduce_op=None, reverse_pred=False, mask=None, dtype=None, **kwargs):
     """VectorE `select_reduce` into dst (in place); the optional reduction is max."""
     loc = caller_loc()[0]
+    _no_mask(mask, "select_reduce", loc)
     if reduce_op is not None and E.alu(reduce_op) != "max":
         raise NkiError("select_reduce reduces with max only", loc)
     f = {"dst": dst.ap(loc=loc), "predicate": predicate.ap(loc=loc), "on_true": on_true.ap(loc=loc),
@@ -449,6 +501,7 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
     """VectorE `dropout` (trnsim's documented PCG32 generator)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "dropout", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     emit("vector", "dropout", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "prob": scalar_operand(prob, loc)},
          loc, reads=[data], writes=[out], fresh=out)
@@ -493,6 +546,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     """A DMA whose source access pattern walks src with its axes permuted ((1, 0), (2, 1, 0) or
     (3, 1, 2, 0)) into a new SBUF tile."""
     loc = caller_loc()[0]
+    _no_mask(mask, "dma_transpose", loc)
     if axes is None:
         axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
     axes = tuple(axes)
@@ -540,9 +594,10 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
     storage_of(st).fully_written = True  # written at a run-time offset: assume defined (the simulator checks)
 
 
-def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
+def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
     """GpSimd `sequence_bounds`: [1, n] segment ids -> [1, 2, n] (starts, then ends)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "sequence_bounds", loc)
     n = int(np.prod(segment_ids.shape[1:]))
     out = _fresh((1, 2, n), _dt(dtype, segment_ids), loc)
     emit("gpsimd", "sequence_bounds", {"dst": out.ap(loc=loc), "segment_ids": segment_ids.ap(loc=loc)}, loc,
@@ -559,6 +614,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
                  **kwargs):
     """VectorE `range_select` (NeuronCore-v3+: the trn2 target; trn1 refuses it at run time)."""
     loc = caller_loc()[0]
+    _no_mask(mask, "range_select", loc)
     out = _fresh(on_true_tile.shape, _dt(dtype, on_true_tile), loc)
     f = {"dst": out.ap(loc=loc), "on_true": on_true_tile.ap(loc=loc), "comp0": _RANGE_CMP[E._op_name(comp_op0)],
          "bound0": scalar_operand(bound0, loc), "comp1": _RANGE_CMP[E._op_name(comp_op1)],

@@ -736,7 +736,9 @@ def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
     obox = [b for ax, b in enumerate(box) if ax not in axes]
     if keepdims:
         obox = [(0, 1) if ax in axes else b for ax, b in enumerate(box)]
-    o = out.restrict(obox) if out.ndim == len(obox) else out
+    if out.ndim != len(obox):  # a reduction to [P] is held as a [P, 1] tile
+        obox = obox + [(0, 1)] * (out.ndim - len(obox))
+    o = out.restrict(obox)
     f = {"dst": o.ap(loc=loc), "src": a.ap(loc=loc, split=x.ndim - len(axes)), "op": op, "axes": len(axes)}
     # the reduced dims may merge into one (contiguous): `axes` counts the src pattern's dims
     nfree = len(f["src"]["free"])
@@ -744,8 +746,7 @@ def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
     f["axes"] = nfree - nkept
     if negate:
         f["negate"] = True
-    emit("vector", "tensor_reduce", f, loc, reads=[a], writes=[o], fresh=out,
-         box=obox if out.ndim == len(obox) else None)
+    emit("vector", "tensor_reduce", f, loc, reads=[a], writes=[o], fresh=out, box=obox)
     return out
 
 
