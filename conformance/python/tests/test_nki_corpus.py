@@ -132,6 +132,16 @@ def test_layernorm(d):
     np.testing.assert_allclose(norms.layernorm(x, g, b), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(300, 700), (128, 512), (5, 1030)])
+def test_layernorm_ragged_rows_and_chunks(shape):
+    r = rng(shape[1])
+    x = r.standard_normal(shape, np.float32)
+    g, b = r.random((shape[1],), np.float32), r.random((shape[1],), np.float32)
+    xd = x.astype(np.float64)
+    want = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(norms.layernorm_ragged(x, g, b), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("kernel", [softmax.softmax_nl, softmax.softmax_isa], ids=["nl", "isa"])
 def test_softmax(kernel):
     x = rng(7).standard_normal((256, 512), np.float32) * 4
