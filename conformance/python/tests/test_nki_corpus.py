@@ -156,6 +156,16 @@ def test_avgpool(k):
     np.testing.assert_allclose(avgpool.avgpool2d(x, k), want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_avgpool_interleaved_window_axes(dtype):
+    x = rng(9).standard_normal((32, 12, 18)).astype(dtype)
+    want = x.astype(np.float64).reshape(32, 4, 3, 6, 3).mean(axis=(2, 4))
+    got = avgpool.avgpool2d_window_axes(x, 3)
+    assert got.dtype == dtype
+    tol = 1e-6 if dtype == np.float32 else 2e-3  # fp16: the sum is rounded to fp16 before the scaling
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_flash_attention_forward(seed):
     r = rng(seed)

@@ -172,6 +172,8 @@ def test_reduction_over_two_axes_and_all():
     x3 = R.standard_normal((128, 4, 16)).astype(np.float32)
     got = run(lambda t: nl.max(t, axis=[1, 2]), x3)
     np.testing.assert_array_equal(got.reshape(128), x3.max(axis=(1, 2)))
+    got = run(lambda t: nl.max(t, axis=1), x3)  # a middle axis: the reduction walks it innermost
+    np.testing.assert_array_equal(got.reshape(128, 16), x3.max(axis=1))
     b = (R.random((128, 8)) < 0.9).astype(np.float32)
     np.testing.assert_array_equal(run(lambda t: nl.all(t, axis=1, keepdims=True), b), b.all(1, keepdims=True))
 

@@ -705,14 +705,15 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
 
 
 def _axes(x, axis, loc):
+    """The reduced axes (sorted); any free axes (not the partition axis 0)."""
     if axis is None:
         axis = tuple(range(1, x.ndim))
     if isinstance(axis, (int, np.integer)):
         axis = (int(axis),)
     axis = tuple(sorted(a + x.ndim if a < 0 else a for a in axis))
-    if 0 in axis or list(axis) != list(range(x.ndim - len(axis), x.ndim)):
-        raise NkiError(f"reductions run over the trailing free axes of a tile; axis={axis} on a tile of rank "
-                       f"{x.ndim} is not (cross-partition: nisa.tensor_partition_reduce)", loc)
+    if not axis or 0 in axis or axis[-1] >= x.ndim or len(set(axis)) != len(axis):
+        raise NkiError(f"reductions run over free axes of a tile; axis={axis} on a tile of rank {x.ndim} is not "
+                       f"(cross-partition: nisa.tensor_partition_reduce)", loc)
     return axis
 
 
@@ -733,12 +734,17 @@ def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
         raise NkiError(f"read of uninitialised memory: the reduced axes of tile {storage_of(x.base).describe()} "
                        f"were not all written", loc)
     a = x.restrict(box)
+    # the instruction reduces the innermost free dims of its source: walk the reduced axes last
+    order = [ax for ax in range(x.ndim) if ax not in axes] + list(axes)
+    a = a.permuted(order)
     obox = [b for ax, b in enumerate(box) if ax not in axes]
     if keepdims:
         obox = [(0, 1) if ax in axes else b for ax, b in enumerate(box)]
     if out.ndim != len(obox):  # a reduction to [P] is held as a [P, 1] tile
         obox = obox + [(0, 1)] * (out.ndim - len(obox))
     o = out.restrict(obox)
+    if keepdims:
+        o = o.permuted(order)
     f = {"dst": o.ap(loc=loc), "src": a.ap(loc=loc, split=x.ndim - len(axes)), "op": op, "axes": len(axes)}
     # the reduced dims may merge into one (contiguous): `axes` counts the src pattern's dims
     nfree = len(f["src"]["free"])
