@@ -301,3 +301,27 @@ def test_range_select_is_trn2_only():
     got = k(X)
     i = np.arange(64)[None, :]
     np.testing.assert_array_equal(got, np.where((i >= 2) & (i < 5), X, np.finfo(np.float32).min))
+
+
+def test_dst_keyword_writes_the_result_and_matmul_accumulates():
+    """The dst-first convention of later NKI releases on legacy ops: the result lands in dst, and
+    nc_matmul into a written PSUM region accumulates."""
+
+    @nki.jit
+    def k(a_t, b):
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+        for ki in nl.affine_range(2):
+            at = nl.ndarray((128, 128), a_t.dtype, buffer=nl.sbuf)
+            bt = nl.ndarray((128, 512), b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=at, src=a_t[ki * 128:(ki + 1) * 128, :])
+            nisa.dma_copy(dst=bt, src=b[ki * 128:(ki + 1) * 128, :])
+            nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
+        res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    a_t = R.standard_normal((256, 128)).astype(np.float32)
+    b = R.standard_normal((256, 512)).astype(np.float32)
+    np.testing.assert_allclose(k(a_t, b), a_t.astype(np.float64).T @ b, rtol=1e-4, atol=1e-4)

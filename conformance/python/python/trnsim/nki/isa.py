@@ -626,5 +626,44 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
     return out
 
 
+def _with_dst(f):
+    """Accept the newer calling convention `nisa.op(dst=..., ...)` on a legacy op that returns its
+    result: the result is written into `dst` (a copy, or the op itself re-targeted). `nc_matmul`
+    with a dst accumulates when dst's PSUM elements were already written (first write overwrites,
+    later writes add, as NKI 0.3 documents)."""
+    import functools
+    import inspect
+
+    if "dst" in inspect.signature(f).parameters:
+        return f
+
+    @functools.wraps(f)
+    def g(*args, **kwargs):
+        if "dst" not in kwargs:
+            if f.__name__ == "nc_matmul" and len(args) == 3:
+                kwargs["dst"], args = args[0], args[1:]
+            else:
+                return f(*args, **kwargs)
+        dst = kwargs.pop("dst")
+        if f.__name__ == "nc_matmul":
+            from ._core import storage_of
+            st = storage_of(dst.base)
+            written = st.fully_written or (st.written is not None and bool(st.written[dst.positions()].all()))
+            if written:
+                nl._accumulate(dst, f(*args, **kwargs))
+                return None
+        nl._assign(dst, f(*args, **kwargs))
+        return None
+
+    return g
+
+
+for _name in ["nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce", "tensor_partition_reduce",
+              "tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "tensor_scalar_reduce", "tensor_tensor_scan",
+              "tensor_copy", "reciprocal", "iota", "affine_select", "bn_stats", "bn_aggr", "local_gather", "max8",
+              "nc_find_index8", "nc_match_replace8", "dropout", "dma_transpose", "sequence_bounds", "range_select",
+              "tensor_copy_dynamic_src"]:
+    globals()[_name] = _with_dst(globals()[_name])
+
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E")]
 del trn_name
