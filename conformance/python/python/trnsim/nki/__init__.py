@@ -315,10 +315,19 @@ def last_run():
 # install(): make `neuronxcc.nki` (and its submodules) resolve to this package
 
 
-def install():
+def install(current=False):
     """Register `neuronxcc`, `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing` and
-    `.compiler` in sys.modules as this front-end. Idempotent; returns the `neuronxcc.nki` module."""
+    `.compiler` in sys.modules as this front-end. Idempotent; returns the `neuronxcc.nki` module.
+
+    current=True also registers the current namespace `nki`, `nki.language`, `nki.isa`,
+    `nki.typing` (NKI 0.2+, a partial stretch: see docs/nki.md), whose kernels default to the trn2
+    target."""
     this = sys.modules[__name__]
+    if current:
+        from . import current as cur
+        sys.modules["nki"] = cur
+        for sub in ("language", "isa", "typing"):
+            sys.modules[f"nki.{sub}"] = getattr(this, sub)
     top = sys.modules.get("neuronxcc")
     if top is None or not getattr(top, "_trnsim", False):
         top = types.ModuleType("neuronxcc")

@@ -645,6 +645,9 @@ def _with_dst(f):
             else:
                 return f(*args, **kwargs)
         dst = kwargs.pop("dst")
+        if f.__name__ == "memset" and "shape" not in kwargs:  # memset(dst, value): the shape is dst's
+            kwargs.setdefault("dtype", dst.dtype)
+            args = (dst.shape,) + args
         if f.__name__ == "nc_matmul":
             from ._core import storage_of
             st = storage_of(dst.base)
@@ -662,7 +665,7 @@ for _name in ["nc_matmul", "nc_transpose", "activation", "activation_reduce", "t
               "tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "tensor_scalar_reduce", "tensor_tensor_scan",
               "tensor_copy", "reciprocal", "iota", "affine_select", "bn_stats", "bn_aggr", "local_gather", "max8",
               "nc_find_index8", "nc_match_replace8", "dropout", "dma_transpose", "sequence_bounds", "range_select",
-              "tensor_copy_dynamic_src"]:
+              "tensor_copy_dynamic_src", "memset"]:
     globals()[_name] = _with_dst(globals()[_name])
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E")]
