@@ -8,6 +8,7 @@ exist in the simulator.
 """
 
 import linecache
+import math
 import os
 import sys
 import weakref
@@ -126,25 +127,42 @@ def promote(a, b):
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+_INSIDE = {}  # co_filename -> (inside this package?, basename)
+_LOC_SRC = {}  # "file:line" -> (filename, lineno), for naming tiles after their source line
+
+
 def caller_loc():
     """`file:line` of the innermost frame outside this package: the kernel's source line."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_PKG_DIR):
-            return f"{os.path.basename(fn)}:{f.f_lineno}", fn, f.f_lineno
+        known = _INSIDE.get(fn)
+        if known is None:
+            known = _INSIDE[fn] = (os.path.abspath(fn).startswith(_PKG_DIR), os.path.basename(fn))
+        if not known[0]:
+            loc = f"{known[1]}:{f.f_lineno}"
+            if loc not in _LOC_SRC:
+                _LOC_SRC[loc] = (fn, f.f_lineno)
+            return loc, fn, f.f_lineno
         f = f.f_back
     return None, None, None
+
+
+_NAMES = {}
 
 
 def source_name(filename, lineno):
     """The variable a source line assigns (`a_tile = nl.load(...)` -> 'a_tile'), else ''."""
     if not filename:
         return ""
-    line = linecache.getline(filename, lineno).strip()
-    lhs = line.split("=", 1)[0].strip() if "=" in line and "==" not in line.split("=", 1)[0] else ""
-    lhs = lhs.split("[", 1)[0].strip()
-    return lhs if lhs.isidentifier() else ""
+    key = (filename, lineno)
+    name = _NAMES.get(key)
+    if name is None:
+        line = linecache.getline(filename, lineno).strip()
+        lhs = line.split("=", 1)[0].strip() if "=" in line and "==" not in line.split("=", 1)[0] else ""
+        lhs = lhs.split("[", 1)[0].strip()
+        name = _NAMES[key] = lhs if lhs.isidentifier() else ""
+    return name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -463,6 +481,7 @@ class TileStorage:
     def __init__(self, tracer, shape, dtype, buffer, par_axis=0, name="", loc=None, line=None):
         self.tracer = tracer
         self.shape = tuple(int(s) for s in shape)
+        self._name = name
         self.dtype = as_dtype(dtype)
         self.buffer = buffer
         self.par_axis = par_axis
@@ -481,24 +500,39 @@ class TileStorage:
             self.fstrides[d] = acc
             acc *= self.shape[d]
         self.free_elems = acc
-        self.block_elems = int(np.prod(self.shape[par_axis + 1:], dtype=np.int64)) if fshape else 1
-        self.name = name or f"tile{next(tracer.counter)}"
+        self.block_elems = math.prod(self.shape[par_axis + 1:]) if fshape else 1
         self.bytes = self.free_elems * self.dtype.itemsize
         self.offset = tracer.alloc(self, line)
+        self._freed = False
         self.written = None  # bool array (partitions, free_elems), created on first partial write
         self.fully_written = False
         self.reads = 0
         self.writes = 0
         self.producer = None  # (instruction dict, field) while the tile is an unread fresh result
-        self._fin = weakref.finalize(self, tracer.free, buffer, self.offset)
+
+    def __del__(self):
+        self.release()
 
     on_chip = True
+
+    @property
+    def name(self):
+        """`name=`, else the variable its source line assigns, else tile<n>."""
+        if not self._name:
+            src = _LOC_SRC.get(self.loc)
+            self._name = (source_name(*src) if src else "") or f"tile{next(self.tracer.counter)}"
+        return self._name
 
     def mem(self):
         return self.buffer
 
     def release(self):
-        self._fin()
+        """Give the tile's bytes back (when the last view of it goes, or when a result was written
+        where it is assigned instead)."""
+        if self.__dict__.get("_freed", True):  # freed already, or never allocated
+            return
+        self._freed = True
+        self.tracer.free(self.buffer, self.offset)
 
     def describe(self):
         return f"'{self.name}' {list(self.shape)} {trn_name(self.dtype)} in {self.buffer.upper()}" + (
@@ -647,17 +681,28 @@ class View:
 
     __array_priority__ = 1000
 
+    __slots__ = ("base", "shape", "idx", "dtype", "_inplace", "__weakref__")
+
     def __init__(self, base, shape, idx, dtype=None):
+        # shape: tuple of ints; idx: list of (int, tuple of ints), built by this module's own
+        # index arithmetic (user ints are converted where they enter, in index())
         self.base = base
-        self.shape = tuple(int(s) for s in shape)
-        self.idx = [(int(c), tuple(int(x) for x in co)) for c, co in idx]
+        self.shape = shape if type(shape) is tuple else tuple(shape)
+        self.idx = idx if type(idx) is list else list(idx)
         self.dtype = base.dtype if dtype is None else dtype
         self._inplace = False
 
     @classmethod
     def full(cls, base):
-        n = len(base.shape)
-        return cls(base, base.shape, [(0, tuple(1 if a == d else 0 for a in range(n))) for d in range(n)])
+        fi = base.__dict__.get("_full_idx")
+        if fi is None:
+            n = len(base.shape)
+            fi = [(0, tuple(1 if a == d else 0 for a in range(n))) for d in range(n)]
+            try:
+                base._full_idx = fi
+            except AttributeError:
+                pass
+        return cls(base, base.shape, fi)
 
     # -- numpy-like attributes
     @property
@@ -678,7 +723,10 @@ class View:
         raise NkiError("a tile has no truth value (no tensor-valued 'if' in NKI)", caller_loc()[0])
 
     def is_full(self):
-        return self.shape == self.base.shape and self.idx == View.full(self.base).idx
+        if self.shape != self.base.shape:
+            return False
+        fi = self.base.__dict__.get("_full_idx")
+        return self.idx is fi or self.idx == View.full(self.base).idx
 
     # -- indexing
     def __getitem__(self, key):
@@ -759,16 +807,27 @@ class View:
         return k + self.shape[j] if k < 0 else k
 
     def _compose(self, shape, per_axis):
+        """This view indexed by `per_axis` (per view axis j: (const, coef over the new axes))."""
         n = len(shape)
+        rng = range(n)
         idx = []
         for c, co in self.idx:
-            nc = c + sum(co[j] * per_axis[j][0] for j in range(len(co)))
-            ncoef = tuple(sum(co[j] * per_axis[j][1][a] for j in range(len(co))) for a in range(n))
-            idx.append((nc, ncoef))
-        return View(self.base, shape, idx, self.dtype)
+            nc = c
+            ncoef = [0] * n
+            for j, x in enumerate(co):
+                if x:
+                    pc, pco = per_axis[j]
+                    nc += x * pc
+                    for a in rng:
+                        if pco[a]:
+                            ncoef[a] += x * pco[a]
+            idx.append((nc, tuple(ncoef)))
+        return View(self.base, tuple(shape), idx, self.dtype)
 
     def restrict(self, box):
         """The sub-view of view positions lo <= k < hi on every axis."""
+        if all(lo == 0 and hi == s for (lo, hi), s in zip(box, self.shape)) and len(box) == len(self.shape):
+            return self
         idx = [(c + sum(co[a] * box[a][0] for a in range(len(box))), co) for c, co in self.idx]
         return View(self.base, [hi - lo for lo, hi in box], idx, self.dtype)
 
@@ -791,7 +850,7 @@ class View:
         return View(self.base, [self.shape[a] for a in axes], idx, self.dtype)
 
     def check_bounds(self, loc=None):
-        if any(s == 0 for s in self.shape):
+        if 0 in self.shape or self.idx is self.base.__dict__.get("_full_idx"):
             return
         for d, (c, co) in enumerate(self.idx):
             lo = c + sum(min(0, x * (s - 1)) for x, s in zip(co, self.shape))
@@ -806,8 +865,15 @@ class View:
     def ap(self, dtype=None, loc=None, split=None):
         """The trnsim AccessPattern (JSON dict) of this view. `split`: the view axis where a
         reduction's reduced axes start (free dims are not merged across it)."""
-        self.check_bounds(loc)
         b = self.base
+        full = self.idx is b.__dict__.get("_full_idx") and self.shape == b.shape
+        if full and split is None:
+            cached = b.__dict__.get("_full_ap")
+            if cached is not None:
+                ap = dict(cached)
+                ap["dtype"] = trn_name(dtype or self.dtype)
+                return ap
+        self.check_bounds(loc)
         dt = trn_name(dtype or self.dtype)
         if not b.on_chip:
             lc = sum(s * c for s, (c, _) in zip(b.strides, self.idx))
@@ -817,8 +883,11 @@ class View:
             else:
                 parts, pstep = self.shape[0], lcoef[0]
                 free = [[lcoef[a], self.shape[a]] for a in range(1, self.ndim)]
-            return {"mem": b.mem(), "dtype": dt, "partitions": parts, "partition_step": pstep if parts > 1 else 0,
-                    "offset": lc * b.dtype.itemsize, "free": _merge_free(free, loc)}
+            ap = {"mem": b.mem(), "dtype": dt, "partitions": parts, "partition_step": pstep if parts > 1 else 0,
+                  "offset": lc * b.dtype.itemsize, "free": _merge_free(free, loc)}
+            if full and split is None:
+                b._full_ap = dict(ap)
+            return ap
         pc, pco = self.idx[b.par_axis]
         fc = sum(b.fstrides[d] * c for d, (c, _) in enumerate(self.idx) if d != b.par_axis)
         fco = [sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
@@ -840,9 +909,12 @@ class View:
                                loc or caller_loc()[0])
             parts, first_free = self.shape[0], 1
         free = [[fco[a], self.shape[a]] for a in range(first_free, self.ndim)]
-        return {"mem": b.mem(), "dtype": dt, "start_partition": pc, "partitions": parts,
-                "offset": b.offset + fc * b.dtype.itemsize,
-                "free": _merge_free(free, loc, None if split is None else split - first_free)}
+        ap = {"mem": b.mem(), "dtype": dt, "start_partition": pc, "partitions": parts,
+              "offset": b.offset + fc * b.dtype.itemsize,
+              "free": _merge_free(free, loc, None if split is None else split - first_free)}
+        if full and split is None:
+            b._full_ap = dict(ap)
+        return ap
 
     def positions(self):
         """(partition, free element) int arrays of every element of this on-chip view."""

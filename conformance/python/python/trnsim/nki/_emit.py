@@ -80,14 +80,35 @@ def T():
 def new_tile(shape, dtype, buffer="sbuf", name=None, loc=None):
     """A fresh on-chip tile; `shape` may hold a `par_dim` marking the partition axis."""
     from .language import par_dim
-    loc2, fn, line = caller_loc()
-    loc = loc or loc2
+    if loc is None:
+        loc = caller_loc()[0]
     shape = tuple(shape)
-    pax = next((i for i, s in enumerate(shape) if isinstance(s, par_dim)), 0)
+    pax = 0
+    for i, s in enumerate(shape):
+        if isinstance(s, par_dim):
+            pax = i
+            break
     if len(shape) == 1:
         shape = shape + (1,)
-    st = TileStorage(T(), shape, dtype, buffer, pax, name or source_name(fn, line), loc)
+    st = TileStorage(T(), shape, dtype, buffer, pax, name or "", loc)
     return View.full(st)
+
+
+def _cells(v):
+    """The (partition, free element) cells a view touches: a pair of slices when they form a
+    rectangle (the common case, cheap to test and mark), else index arrays."""
+    b = v.base
+    try:
+        ap = v.ap()
+    except NkiError:
+        return v.positions()
+    free = ap["free"]
+    if len(free) == 1 and free[0][0] == 1:
+        isz = storage_of(b).dtype.itemsize
+        f0 = (ap["offset"] - storage_of(b).offset) // isz
+        p0 = ap["start_partition"]
+        return slice(p0, p0 + ap["partitions"]), slice(f0, f0 + free[0][1])
+    return v.positions()
 
 
 def check_read(v, loc):
@@ -99,14 +120,12 @@ def check_read(v, loc):
     st.producer = None
     if st.fully_written:
         return
-    p, f = v.positions()
-    if st.written is None or not st.written[p, f].all():
-        if st.written is None:
-            n = p.size
-        else:
-            n = int((~st.written[p, f]).sum())
-        raise NkiError(f"read of uninitialised memory: {n} of the {p.size} elements this instruction reads from tile "
-                       f"{st.describe()} were never written", loc)
+    p, f = _cells(v)
+    written = st.written if st.written is not None else np.zeros((st.partitions, st.free_elems), dtype=bool)
+    cells = written[p, f]
+    if not cells.all():
+        raise NkiError(f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
+                       f"instruction reads from tile {st.describe()} were never written", loc)
 
 
 def mark_write(v):
@@ -123,7 +142,7 @@ def mark_write(v):
         return
     if st.written is None:
         st.written = np.zeros((st.partitions, st.free_elems), dtype=bool)
-    p, f = v.positions()
+    p, f = _cells(v)
     st.written[p, f] = True
     if st.written.all():
         st.fully_written = True
