@@ -296,6 +296,7 @@ impl Executor {
                 engine: Some(inst.engine),
                 opcode: Some(inst.op.name()),
                 operand,
+                loc: inst.loc.clone(),
                 kind,
             };
             if let Some(&w) = inst.wait.iter().find(|&&w| w as usize >= index) {
