@@ -93,6 +93,9 @@ pub struct SimError {
     pub opcode: Option<&'static str>,
     /// Operand name (`dst`, `src`, `stationary`, …), when one operand is at fault.
     pub operand: Option<String>,
+    /// The failing instruction's source location ([`crate::Instruction::loc`], e.g. the NKI
+    /// kernel's `file:line`), when the program records one.
+    pub loc: Option<String>,
     pub kind: ErrorKind,
 }
 
@@ -104,6 +107,7 @@ impl SimError {
             engine: None,
             opcode: None,
             operand: None,
+            loc: None,
             kind,
         }
     }
@@ -115,6 +119,9 @@ impl fmt::Display for SimError {
             (Some(i), Some(e), Some(op)) => write!(f, "instruction #{i} ({} {op})", e.name())?,
             (Some(i), _, _) => write!(f, "instruction #{i}")?,
             _ => write!(f, "program")?,
+        }
+        if let Some(loc) = &self.loc {
+            write!(f, " at {loc}")?;
         }
         if let Some(operand) = &self.operand {
             write!(f, " operand `{operand}`")?;

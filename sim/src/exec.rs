@@ -296,6 +296,7 @@ impl Executor {
                 engine: Some(inst.engine),
                 opcode: Some(inst.op.name()),
                 operand,
+                loc: inst.loc.clone(),
                 kind,
             };
             if let Some(&w) = inst.wait.iter().find(|&&w| w as usize >= index) {
@@ -306,7 +307,7 @@ impl Executor {
             }
             if !engine::runs_on(&self.target, &inst.op, inst.engine) {
                 // Say "not on this chip" when a later generation's engine has the instruction.
-                let kind = if engine::nc_v3_addition(&inst.op, inst.engine) {
+                let kind = if engine::nc_v3_addition(&inst.op, inst.engine) || engine::nc_v3_instruction(&inst.op) {
                     ErrorKind::NotOnTarget {
                         opcode: inst.op.name(),
                         target: self.target.name.name(),

@@ -636,6 +636,71 @@ pub struct DmaCopy {
     pub indirect: Option<Indirect>,
 }
 
+/// `tensor_copy` with one side at a dynamic offset along the free axis: the offset is an integer
+/// read at run time from `offset` (one element in SBUF), scaled by `offset_scale` elements of the
+/// dynamic side's dtype and added to that side's static offset (`tensor_copy_dynamic_src` moves
+/// `src`, `tensor_copy_dynamic_dst` moves `dst`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorCopyDynamic {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    /// An integer tensor in SBUF with exactly one element: the dynamic offset.
+    pub offset: AccessPattern,
+    /// Elements of the dynamic side per unit of `offset` (e.g. the row length of a 2-D tile).
+    #[serde(default = "one_i64")]
+    pub offset_scale: i64,
+}
+
+fn one_i64() -> i64 {
+    1
+}
+
+/// GpSimd: for a `[1, n]` row of segment ids, `dst[0, 0..n]` = start and `dst[0, n..2n]` = end
+/// (exclusive) of the run of equal ids each element belongs to; id 0 is padding → (n, −1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SequenceBounds {
+    pub dst: AccessPattern,
+    pub segment_ids: AccessPattern,
+}
+
+/// DMA transpose of a 2-, 3- or 4-dimensional tile (`[partitions/rows, free…]`), permutation
+/// fixed by the rank: `[1, 0]`, `[2, 1, 0]`, `[3, 1, 2, 0]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DmaTranspose {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+}
+
+/// Comparison of `range_select` (index against bound, in fp32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RangeCmp {
+    Equal,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+}
+
+/// VectorE, NeuronCore-v3+ (trn2): `idx = range_start + i` (fp32, i the free index);
+/// `dst = comp0(idx, bound0) && comp1(idx, bound1) ? on_true : on_false`; optional per-partition
+/// max of dst into `reduce_res`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RangeSelect {
+    pub dst: AccessPattern,
+    pub on_true: AccessPattern,
+    pub comp0: RangeCmp,
+    pub bound0: ScalarOperand,
+    pub comp1: RangeCmp,
+    pub bound1: ScalarOperand,
+    #[serde(default, with = "finite_or_name")]
+    pub range_start: f64,
+    #[serde(with = "finite_or_name")]
+    pub on_false: f64,
+    #[serde(default)]
+    pub reduce_res: Option<AccessPattern>,
+}
+
 /// Every instruction. Externally tagged in JSON: `{"tensor_tensor": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -652,6 +717,8 @@ pub enum Op {
     TensorScalarReduce(TensorScalarReduce),
     TensorCopy(TensorCopy),
     TensorCopyPredicated(TensorCopyPredicated),
+    TensorCopyDynamicSrc(TensorCopyDynamic),
+    TensorCopyDynamicDst(TensorCopyDynamic),
     Reciprocal(Reciprocal),
     BnStats(BnStats),
     BnAggr(BnAggr),
@@ -664,6 +731,8 @@ pub enum Op {
     Rng(Rng),
     SetRngSeed(SetRngSeed),
     StreamShuffle(StreamShuffle),
+    /// NeuronCore-v3+ only (refused on trn1).
+    RangeSelect(RangeSelect),
     // ScalarE
     Activation(Activation),
     // GpSimdE
@@ -672,8 +741,10 @@ pub enum Op {
     LocalGather(LocalGather),
     NGather(NGather),
     TensorPartitionReduce(TensorPartitionReduce),
+    SequenceBounds(SequenceBounds),
     // DMA
     DmaCopy(DmaCopy),
+    DmaTranspose(DmaTranspose),
 }
 
 impl Op {
@@ -690,6 +761,8 @@ impl Op {
             Op::TensorScalarReduce(_) => "tensor_scalar_reduce",
             Op::TensorCopy(_) => "tensor_copy",
             Op::TensorCopyPredicated(_) => "tensor_copy_predicated",
+            Op::TensorCopyDynamicSrc(_) => "tensor_copy_dynamic_src",
+            Op::TensorCopyDynamicDst(_) => "tensor_copy_dynamic_dst",
             Op::Reciprocal(_) => "reciprocal",
             Op::BnStats(_) => "bn_stats",
             Op::BnAggr(_) => "bn_aggr",
@@ -702,17 +775,21 @@ impl Op {
             Op::Rng(_) => "rng",
             Op::SetRngSeed(_) => "set_rng_seed",
             Op::StreamShuffle(_) => "nc_stream_shuffle",
+            Op::RangeSelect(_) => "range_select",
             Op::Activation(_) => "activation",
             Op::Iota(_) => "iota",
             Op::AffineSelect(_) => "affine_select",
             Op::LocalGather(_) => "local_gather",
             Op::NGather(_) => "nc_n_gather",
             Op::TensorPartitionReduce(_) => "tensor_partition_reduce",
+            Op::SequenceBounds(_) => "sequence_bounds",
             Op::DmaCopy(_) => "dma_copy",
+            Op::DmaTranspose(_) => "dma_transpose",
         }
     }
 
-    /// The engines that may execute this instruction on NC-v2 (the target may allow more).
+    /// The engines that may execute this instruction on NC-v2 (the target may allow more); for an
+    /// instruction NC-v2 lacks (`range_select`), the engines of the generation that has it.
     pub fn engines(&self) -> &'static [Engine] {
         use Engine::*;
         match self {
@@ -720,7 +797,7 @@ impl Op {
             Op::NcTranspose(_) => &[Tensor, Vector],
             Op::TensorTensor(_) => &[Vector, Gpsimd],
             Op::TensorScalar(_) => &[Vector, Gpsimd],
-            Op::TensorCopy(_) => &[Vector, Gpsimd],
+            Op::TensorCopy(_) | Op::TensorCopyDynamicSrc(_) | Op::TensorCopyDynamicDst(_) => &[Vector, Gpsimd],
             Op::Memset(_) => &[Vector, Gpsimd],
             Op::TensorReduce(_) => &[Vector],
             Op::ScalarTensorTensor(_)
@@ -737,12 +814,16 @@ impl Op {
             | Op::Dropout(_)
             | Op::Rng(_)
             | Op::SetRngSeed(_)
-            | Op::StreamShuffle(_) => &[Vector],
+            | Op::StreamShuffle(_)
+            | Op::RangeSelect(_) => &[Vector],
             Op::Activation(_) => &[Scalar],
-            Op::Iota(_) | Op::AffineSelect(_) | Op::LocalGather(_) | Op::NGather(_) | Op::TensorPartitionReduce(_) => {
-                &[Gpsimd]
-            }
-            Op::DmaCopy(_) => &[Dma],
+            Op::Iota(_)
+            | Op::AffineSelect(_)
+            | Op::LocalGather(_)
+            | Op::NGather(_)
+            | Op::TensorPartitionReduce(_)
+            | Op::SequenceBounds(_) => &[Gpsimd],
+            Op::DmaCopy(_) | Op::DmaTranspose(_) => &[Dma],
         }
     }
 }
@@ -824,6 +905,9 @@ impl Op {
             }
             Op::TensorCopy(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
             Op::TensorCopyPredicated(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("predicate", &i.predicate)]),
+            Op::TensorCopyDynamicSrc(i) | Op::TensorCopyDynamicDst(i) => {
+                v.extend([("dst", &i.dst), ("src", &i.src), ("offset", &i.offset)])
+            }
             Op::Reciprocal(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
             Op::BnStats(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
             Op::BnAggr(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
@@ -850,6 +934,14 @@ impl Op {
             Op::Rng(i) => v.push(("dst", &i.dst)),
             Op::SetRngSeed(i) => v.extend(s("seed", &i.seed)),
             Op::StreamShuffle(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::RangeSelect(i) => {
+                v.extend([("dst", &i.dst), ("on_true", &i.on_true)]);
+                v.extend(s("bound0", &i.bound0));
+                v.extend(s("bound1", &i.bound1));
+                if let Some(r) = &i.reduce_res {
+                    v.push(("reduce_res", r));
+                }
+            }
             Op::Activation(i) => {
                 v.extend([("dst", &i.dst), ("src", &i.src)]);
                 if let Some(b) = &i.bias {
@@ -865,6 +957,8 @@ impl Op {
             Op::LocalGather(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("index", &i.index)]),
             Op::NGather(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("indices", &i.indices)]),
             Op::TensorPartitionReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::SequenceBounds(i) => v.extend([("dst", &i.dst), ("segment_ids", &i.segment_ids)]),
+            Op::DmaTranspose(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
             Op::DmaCopy(i) => {
                 v.extend([("dst", &i.dst), ("src", &i.src)]);
                 if let Some(ind) = &i.indirect {

@@ -734,6 +734,7 @@ fn not_on_target_message_format() {
         engine: Some(Engine::Vector),
         opcode: Some("range_select"),
         operand: None,
+        loc: None,
         kind: ErrorKind::NotOnTarget {
             opcode: "range_select",
             target: "trn1",

@@ -48,9 +48,14 @@ fn variant(op: &Op) -> usize {
         Op::NGather(_) => 26,
         Op::TensorPartitionReduce(_) => 27,
         Op::DmaCopy(_) => 28,
+        Op::TensorCopyDynamicSrc(_) => 29,
+        Op::TensorCopyDynamicDst(_) => 30,
+        Op::SequenceBounds(_) => 31,
+        Op::DmaTranspose(_) => 32,
+        Op::RangeSelect(_) => 33,
     }
 }
-const VARIANTS: usize = 29;
+const VARIANTS: usize = 34;
 
 /// One of every instruction, with non-default values in every optional field so that a field
 /// that fails to serialize shows up as a difference.
@@ -236,6 +241,37 @@ fn all_ops_program(target: TargetName) -> Program {
                 row_step: 8,
                 oob: OobMode::Skip,
             }),
+        }),
+        Op::TensorCopyDynamicSrc(TensorCopyDynamic {
+            dst: sb(f, 4, 0, 4),
+            src: sb(f, 4, 32, 4),
+            offset: sb(DType::I32, 1, 64, 1),
+            offset_scale: 4,
+        }),
+        Op::TensorCopyDynamicDst(TensorCopyDynamic {
+            dst: sb(f, 4, 0, 4),
+            src: sb(f, 4, 32, 4),
+            offset: sb(DType::U16, 1, 64, 1),
+            offset_scale: -2,
+        }),
+        Op::SequenceBounds(SequenceBounds {
+            dst: sb(DType::I32, 1, 0, 16),
+            segment_ids: sb(f, 1, 64, 8),
+        }),
+        Op::DmaTranspose(DmaTranspose {
+            dst: AccessPattern::hbm("y", DType::Bf16, 0, 8, 4, vec![[1, 4]]),
+            src: sb(DType::Bf16, 4, 0, 8),
+        }),
+        Op::RangeSelect(RangeSelect {
+            dst: sb(f, 4, 0, 8),
+            on_true: sb(f, 4, 32, 8),
+            comp0: RangeCmp::GreaterEqual,
+            bound0: tile(96),
+            comp1: RangeCmp::Less,
+            bound1: ScalarOperand::Imm(6.0),
+            range_start: 16.0,
+            on_false: f32::MIN as f64,
+            reduce_res: Some(sb(f, 4, 100, 1)),
         }),
     ];
     let engines = |op: &Op| op.engines()[op.engines().len() - 1];

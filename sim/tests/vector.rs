@@ -2150,6 +2150,11 @@ fn isa_doc_examples_parse_and_cover_every_opcode() {
         "nc_n_gather",
         "tensor_partition_reduce",
         "dma_copy",
+        "tensor_copy_dynamic_src",
+        "tensor_copy_dynamic_dst",
+        "sequence_bounds",
+        "dma_transpose",
+        "range_select",
     ];
     for name in all {
         assert!(opcodes.contains(name), "docs/isa.md has no JSON example of {name}");

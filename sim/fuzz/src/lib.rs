@@ -279,7 +279,7 @@ impl FInst {
         let pattern: Vec<[i64; 2]> = a.free.iter().map(|d| [ints[0] % 4, d[1]]).collect();
         let acc = [AccCmd::Idle, AccCmd::Reset, AccCmd::Reduce, AccCmd::ResetReduce][(self.flags >> 4) as usize % 4];
         let cmp = [CmpOp::Equal, CmpOp::NotEqual, CmpOp::GreaterThan, CmpOp::GreaterEqual][(self.flags >> 6) as usize];
-        let op = match self.kind % 29 {
+        let op = match self.kind % 34 {
             0 => Op::NcMatmul(NcMatmul {
                 dst: a,
                 stationary: b,
@@ -424,6 +424,41 @@ impl FInst {
                 src: b,
                 op: op0,
             }),
+            28 | 29 => {
+                let dynamic = TensorCopyDynamic {
+                    dst: a,
+                    src: b,
+                    offset: c,
+                    offset_scale: ints[0] % 9 - 4,
+                };
+                if self.kind % 34 == 28 {
+                    Op::TensorCopyDynamicSrc(dynamic)
+                } else {
+                    Op::TensorCopyDynamicDst(dynamic)
+                }
+            }
+            30 => Op::SequenceBounds(SequenceBounds { dst: a, segment_ids: b }),
+            31 => Op::DmaTranspose(DmaTranspose { dst: a, src: b }),
+            32 => {
+                let cmps = [
+                    RangeCmp::Equal,
+                    RangeCmp::Less,
+                    RangeCmp::LessEqual,
+                    RangeCmp::Greater,
+                    RangeCmp::GreaterEqual,
+                ];
+                Op::RangeSelect(RangeSelect {
+                    dst: a,
+                    on_true: b,
+                    comp0: cmps[ints[2] as usize % 5],
+                    bound0: s0,
+                    comp1: cmps[ints[3] as usize % 5],
+                    bound1: s1.unwrap_or(ScalarOperand::Imm(self.imm as f64)),
+                    range_start: ints[0] as f64,
+                    on_false: if f(5) { f32::MIN as f64 } else { self.imm as f64 },
+                    reduce_res: d,
+                })
+            }
             _ => Op::DmaCopy(DmaCopy {
                 dst: a,
                 src: b,

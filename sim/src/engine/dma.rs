@@ -5,7 +5,7 @@
 use super::{Access, Ctx};
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::AccessPattern;
-use crate::program::{DmaCopy, Indirect, IndirectSide, OobMode};
+use crate::program::{DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
 
 /// Fixed cost of one DMA instruction in ns (descriptor processing; unpublished, our estimate).
 const DMA_FIXED_NS: f64 = 100.0;
@@ -149,4 +149,70 @@ fn row_of(ap: &AccessPattern, p: usize) -> AccessPattern {
             ..ap.clone()
         }
     }
+}
+
+/// `dma_transpose`: the source tile's dims are `[partitions (rows), free…]` (2 to 4 of them);
+/// the destination's must be the source's permuted by `[1, 0]`, `[2, 1, 0]` or `[3, 1, 2, 0]`
+/// (NKI docs). Same dtypes copy bits; different dtypes convert through fp32, as `dma_copy`.
+pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
+    ctx.check_access("src", &i.src, Access::Read)?;
+    ctx.check_access("dst", &i.dst, Access::Write)?;
+    let dims = |ap: &AccessPattern| {
+        let mut d = vec![ap.partitions];
+        d.extend(ap.free_shape());
+        d
+    };
+    let s = dims(&i.src);
+    let perm: &[usize] = match s.len() {
+        2 => &[1, 0],
+        3 => &[2, 1, 0],
+        4 => &[3, 1, 2, 0],
+        n => {
+            return Err(ErrorKind::Invalid(format!(
+                "dma_transpose takes a 2-, 3- or 4-dimensional tile, got {n} dimensions"
+            )))
+            .at("src");
+        }
+    };
+    let want: Vec<usize> = perm.iter().map(|&a| s[a]).collect();
+    if dims(&i.dst) != want {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "src is {s:?}, so dst must be {want:?}, got {:?}",
+            dims(&i.dst)
+        )))
+        .at("dst");
+    }
+    // Row-major strides of the source; destination element k (row-major over `want`) reads the
+    // source element whose index along source axis perm[j] is the destination's index j.
+    let mut stride = vec![1usize; s.len()];
+    for a in (0..s.len().saturating_sub(1)).rev() {
+        stride[a] = stride[a + 1] * s[a + 1];
+    }
+    let total: usize = s.iter().product();
+    let mut gather = Vec::with_capacity(total);
+    let mut idx = vec![0usize; want.len()];
+    for _ in 0..total {
+        gather.push(idx.iter().zip(perm).map(|(&x, &a)| x * stride[a]).sum::<usize>());
+        for j in (0..idx.len()).rev() {
+            idx[j] += 1;
+            if idx[j] < want[j] {
+                break;
+            }
+            idx[j] = 0;
+        }
+    }
+    if i.src.dtype == i.dst.dtype {
+        let v = ctx.mem.read_bits(&i.src).at("src")?;
+        let out: Vec<u32> = gather.iter().map(|&g| v[g]).collect();
+        ctx.mem.write_bits(&i.dst, &out).at("dst")?;
+    } else {
+        let v = ctx.mem.read_f32(&i.src).at("src")?;
+        let out: Vec<f32> = gather.iter().map(|&g| v[g]).collect();
+        ctx.mem.write_f32(&i.dst, &out, ctx.rounding).at("dst")?;
+    }
+    let bytes = (total * i.dst.dtype.size()) as u64;
+    ctx.stats.dma_bytes += bytes;
+    ctx.stats.elements.dma += total as u64;
+    ctx.stats.est_ns.dma += DMA_FIXED_NS + bytes as f64 / ctx.target.dma_bytes_per_ns;
+    Ok(())
 }

@@ -419,3 +419,81 @@ pub fn tensor_partition_reduce(ctx: &mut Ctx, i: &TensorPartitionReduce) -> OpRe
     ctx.cost_stream(f.saturating_mul(p.div_ceil(CORE_PARTITIONS)));
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// sequence_bounds
+
+/// For one row of n segment ids: `dst[0, k]` = index of the first element of the run of equal
+/// ids containing k, `dst[0, n + k]` = one past its last element; an id of 0 is padding and gets
+/// (n, −1). Ids are compared in their own dtype (f32 compares as fp32: −0 is padding too, NaN
+/// equals nothing), as the NumPy reference in the NKI docs does. P must be 1 (NKI docs).
+pub fn sequence_bounds(ctx: &mut Ctx, i: &SequenceBounds) -> OpResult<()> {
+    prepare(ctx, "segment_ids", &i.segment_ids, Access::Read)?;
+    prepare(ctx, "dst", &i.dst, Access::Write)?;
+    let allowed = [DType::F32, DType::I32];
+    super::require_dtype(
+        "segment_ids",
+        &i.segment_ids,
+        &allowed,
+        "segment ids are float32 or int32",
+    )?;
+    super::require_dtype("dst", &i.dst, &allowed, "sequence bounds are float32 or int32")?;
+    if i.segment_ids.partitions != 1 {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "the partition dimension must be 1, got {}",
+            i.segment_ids.partitions
+        )))
+        .at("segment_ids");
+    }
+    let n = i.segment_ids.free_elems();
+    if i.dst.partitions != 1 || i.dst.free_elems() != 2 * n {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "dst must be [1, 2 × {n}] (starts, then ends), got [{}, {}]",
+            i.dst.partitions,
+            i.dst.free_elems()
+        )))
+        .at("dst");
+    }
+    // Equality in the ids' own dtype: exact integers, or fp32 `==`.
+    let (same, zero): (Vec<bool>, Vec<bool>) = if i.segment_ids.dtype == DType::I32 {
+        let v = ctx.read_i64("segment_ids", &i.segment_ids)?;
+        (
+            v.windows(2).map(|w| w[0] == w[1]).collect(),
+            v.iter().map(|&x| x == 0).collect(),
+        )
+    } else {
+        let v = ctx.read_f32("segment_ids", &i.segment_ids)?;
+        (
+            v.windows(2).map(|w| w[0] == w[1]).collect(),
+            v.iter().map(|&x| x == 0.0).collect(),
+        )
+    };
+    let mut out = vec![0i64; 2 * n];
+    for k in 0..n {
+        out[k] = if zero[k] {
+            n as i64
+        } else if k > 0 && same[k - 1] {
+            out[k - 1]
+        } else {
+            k as i64
+        };
+    }
+    for k in (0..n).rev() {
+        out[n + k] = if zero[k] {
+            -1
+        } else if k + 1 < n && same[k] {
+            out[n + k + 1]
+        } else {
+            k as i64 + 1
+        };
+    }
+    if i.dst.dtype == DType::I32 {
+        ctx.write_i64("dst", &i.dst, &out)?;
+    } else {
+        // |values| ≤ 65 536 (the free-size limit), so fp32 holds them exactly.
+        let f: Vec<f32> = out.iter().map(|&x| x as f32).collect();
+        ctx.write_f32("dst", &i.dst, &f)?;
+    }
+    ctx.cost_stream(2 * n);
+    Ok(())
+}

@@ -49,6 +49,9 @@ pub struct Ctx<'a> {
 
 /// Whether `engine` may execute `op` on `target`.
 pub fn runs_on(target: &Target, op: &Op, engine: Engine) -> bool {
+    if nc_v3_instruction(op) && target.name != TargetName::Trn2 {
+        return false;
+    }
     op.engines().contains(&engine) || (target.name == TargetName::Trn2 && nc_v3_addition(op, engine))
 }
 
@@ -56,6 +59,12 @@ pub fn runs_on(target: &Target, op: &Op, engine: Engine) -> bool {
 /// and `tensor_scalar` (multiply/add) [neuroncore-isa.md §5.0].
 pub fn nc_v3_addition(op: &Op, engine: Engine) -> bool {
     engine == Engine::Scalar && matches!(op, Op::TensorCopy(_) | Op::TensorScalar(_))
+}
+
+/// Instructions NeuronCore-v2 lacks altogether (documented for NeuronCore-v3+): `range_select`
+/// [neuroncore-isa.md §5.16; NKI 2.23 release notes "for trn2"].
+pub fn nc_v3_instruction(op: &Op) -> bool {
+    matches!(op, Op::RangeSelect(_))
 }
 
 /// Executes one instruction. Exhaustive: a new `Op` variant does not compile until it has
@@ -75,6 +84,8 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::TensorScalarReduce(i) => vector::tensor_scalar_reduce(ctx, i),
         Op::TensorCopy(i) => vector::tensor_copy(ctx, i),
         Op::TensorCopyPredicated(i) => vector::tensor_copy_predicated(ctx, i),
+        Op::TensorCopyDynamicSrc(i) => vector::tensor_copy_dynamic(ctx, i, vector::DynamicSide::Src),
+        Op::TensorCopyDynamicDst(i) => vector::tensor_copy_dynamic(ctx, i, vector::DynamicSide::Dst),
         Op::Reciprocal(i) => vector::reciprocal(ctx, i),
         Op::BnStats(i) => vector::bn_stats(ctx, i),
         Op::BnAggr(i) => vector::bn_aggr(ctx, i),
@@ -87,13 +98,16 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::Rng(i) => vector::rng(ctx, i),
         Op::SetRngSeed(i) => vector::set_rng_seed(ctx, i),
         Op::StreamShuffle(i) => vector::stream_shuffle(ctx, i),
+        Op::RangeSelect(i) => vector::range_select(ctx, i),
         Op::Activation(i) => scalar::activation(ctx, i),
         Op::Iota(i) => gpsimd::iota(ctx, i),
         Op::AffineSelect(i) => gpsimd::affine_select(ctx, i),
         Op::LocalGather(i) => gpsimd::local_gather(ctx, i),
         Op::NGather(i) => gpsimd::n_gather(ctx, i),
         Op::TensorPartitionReduce(i) => gpsimd::tensor_partition_reduce(ctx, i),
+        Op::SequenceBounds(i) => gpsimd::sequence_bounds(ctx, i),
         Op::DmaCopy(i) => dma::dma_copy(ctx, i),
+        Op::DmaTranspose(i) => dma::dma_transpose(ctx, i),
     }
 }
 

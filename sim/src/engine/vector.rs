@@ -1182,3 +1182,142 @@ mod tests {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// tensor_copy_dynamic_src / tensor_copy_dynamic_dst: a tensor_copy with one side moved along the
+// free axis by an offset read from SBUF at run time.
+
+/// Minimum initiation interval of an instruction with a dynamic source or destination location
+/// (NKI ISA docs, `tensor_copy_dynamic_src/dst`: "MIN_II_DYNAMIC is roughly 600 engine cycles").
+const MIN_II_DYNAMIC_CYCLES: u64 = 600;
+
+/// Which side of a dynamic copy the run-time offset moves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum DynamicSide {
+    Src,
+    Dst,
+}
+
+/// `tensor_copy` with `src` (`side: Src`) or `dst` (`side: Dst`) moved by
+/// `offset[0] · offset_scale` elements along the free axis. The offset operand must be one
+/// integer element in SBUF; the moved pattern must stay inside the partition (the usual memory
+/// bounds checks report it otherwise), and a negative resulting offset is `IndexOutOfRange`.
+pub fn tensor_copy_dynamic(ctx: &mut Ctx, i: &TensorCopyDynamic, side: DynamicSide) -> OpResult<()> {
+    same_shape("dst", &i.dst, "src", &i.src)?;
+    if i.offset.mem != crate::mem::MemSpace::Sbuf {
+        return Err(ErrorKind::Invalid(format!(
+            "the dynamic offset must be in SBUF, not {}",
+            i.offset.mem.name()
+        )))
+        .at("offset");
+    }
+    if i.offset.num_elems() != 1 {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "the dynamic offset is one element, got {}",
+            i.offset.num_elems()
+        )))
+        .at("offset");
+    }
+    if i.offset.dtype.is_float() {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: i.offset.dtype.name(),
+            why: "the dynamic offset is an integer".into(),
+        })
+        .at("offset");
+    }
+    let value = ctx.read_i64("offset", &i.offset)?[0];
+    let (name, moved) = match side {
+        DynamicSide::Src => ("src", &i.src),
+        DynamicSide::Dst => ("dst", &i.dst),
+    };
+    let size = moved.dtype.size() as i128;
+    let bytes = value as i128 * i.offset_scale as i128 * size + moved.offset as i128;
+    ctx.mem.resolve(moved).at(name)?;
+    if bytes < 0 || bytes > u64::MAX as i128 {
+        return Err(ErrorKind::Invalid(format!(
+            "dynamic offset {value} × {} elements moves `{name}` outside its partition",
+            i.offset_scale
+        )))
+        .at("offset");
+    }
+    let shifted = AccessPattern {
+        offset: bytes as u64,
+        ..moved.clone()
+    };
+    let (src, dst) = match side {
+        DynamicSide::Src => (&shifted, &i.dst),
+        DynamicSide::Dst => (&i.src, &shifted),
+    };
+    if src.dtype == dst.dtype {
+        let bits = ctx.read_bits("src", src)?;
+        ctx.write_bits("dst", dst, &bits)?;
+    } else {
+        let v = ctx.read_f32("src", src)?;
+        ctx.write_f32("dst", dst, &v)?;
+        ctx.mem.recycle_f32(v);
+    }
+    ctx.cost_cycles((i.dst.free_elems() as u64).max(MIN_II_DYNAMIC_CYCLES));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// range_select (NeuronCore-v3+): select by the free index against two per-partition bounds.
+
+fn range_cmp(c: RangeCmp, idx: f32, bound: f32) -> bool {
+    match c {
+        RangeCmp::Equal => idx == bound,
+        RangeCmp::Less => idx < bound,
+        RangeCmp::LessEqual => idx <= bound,
+        RangeCmp::Greater => idx > bound,
+        RangeCmp::GreaterEqual => idx >= bound,
+    }
+}
+
+/// `idx = fp32(range_start + i)`; `dst[p, i] = comp0(idx, bound0[p]) && comp1(idx, bound1[p]) ?
+/// on_true[p, i] : on_false`; `reduce_res[p] = max_i dst[p, i]` (fp32). The NKI docs require
+/// `on_false` to be the fp32 minimum (-3.4028235e38) and the index to stay below 2^24.
+pub fn range_select(ctx: &mut Ctx, i: &RangeSelect) -> OpResult<()> {
+    same_shape("dst", &i.dst, "on_true", &i.on_true)?;
+    if i.on_false as f32 != f32::MIN {
+        return Err(ErrorKind::Invalid(format!(
+            "on_false must be the fp32 minimum -3.4028235e38, got {}",
+            i.on_false
+        )))
+        .at("on_false");
+    }
+    let p = i.on_true.partitions;
+    let per = i.on_true.free_elems();
+    let last = i.range_start + per.saturating_sub(1) as f64;
+    if !i.range_start.is_finite() || i.range_start.abs() >= 16_777_216.0 || last.abs() >= 16_777_216.0 {
+        return Err(ErrorKind::Invalid(format!(
+            "range_start + free index must stay within ±2^24, got {}..={last}",
+            i.range_start
+        )))
+        .at("range_start");
+    }
+    if let Some(r) = &i.reduce_res {
+        require_rows("reduce_res", r, p, 1)?;
+    }
+    let t = ctx.read_f32("on_true", &i.on_true)?;
+    let b0 = ctx.scalar_f32("bound0", &i.bound0, p)?;
+    let b1 = ctx.scalar_f32("bound1", &i.bound1, p)?;
+    let nm = *ctx.numerics;
+    let mut out = Vec::with_capacity(t.len());
+    let mut red = Vec::with_capacity(p);
+    for part in 0..p {
+        let start = out.len();
+        for (k, &v) in row(&t, part, per).iter().enumerate() {
+            let idx = (i.range_start + k as f64) as f32;
+            let keep = range_cmp(i.comp0, idx, b0[part]) && range_cmp(i.comp1, idx, b1[part]);
+            out.push(if keep { v } else { f32::MIN });
+        }
+        red.push(fold_f32(AluOp::Max, out[start..].iter().copied(), &nm));
+    }
+    ctx.write_f32("dst", &i.dst, &out)?;
+    if let Some(r) = &i.reduce_res {
+        ctx.write_f32("reduce_res", r, &red)?;
+        ctx.stats.flops += out.len() as u64;
+    }
+    ctx.cost_stream(per);
+    Ok(())
+}

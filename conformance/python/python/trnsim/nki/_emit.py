@@ -1,0 +1,372 @@
+"""Shared instruction builders for `language` and `isa`: operands, masks, initialised-memory
+tracking, fresh results and the fusion of `dst[...] = op(...)` into the op's own destination."""
+
+import math
+import sys
+
+import numpy as np
+
+from ._core import (
+    Aff,
+    NkiError,
+    TileStorage,
+    Tracer,
+    View,
+    as_dtype,
+    caller_loc,
+    is_float,
+    mask_box,
+    source_name,
+    storage_of,
+    trn_name,
+)
+
+# ---------------------------------------------------------------------------------------------
+# operator names: nl functions (by name) and numpy ufuncs -> trnsim AluOp / ActFunc
+
+ALU_BY_NAME = {
+    "bypass": "bypass", "add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "max",
+    "max": "max", "minimum": "min", "min": "min", "equal": "is_equal", "not_equal": "not_equal",
+    "greater_equal": "is_ge", "greater": "is_gt", "less_equal": "is_le", "less": "is_lt",
+    "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
+    "logical_not": "logical_not", "abs": "abs", "absolute": "abs", "reciprocal": "reciprocal", "rsqrt": "rsqrt",
+    "power": "pow", "average": "average", "mean": "average", "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor", "invert": "bitwise_not", "bitwise_not": "bitwise_not",
+    "left_shift": "shift_left", "right_shift": "logical_shift_right", "sum": "add", "prod": "multiply",
+    "amax": "max", "amin": "min", "all": "logical_and",
+}
+ACT_BY_NAME = {
+    "copy": "copy", "square": "square", "sigmoid": "sigmoid", "relu": "relu", "gelu": "gelu", "gelu_dx": "gelu_dx",
+    "gelu_apprx_tanh": "gelu_approx_tanh", "gelu_apprx_sigmoid": "gelu_approx_sigmoid",
+    "gelu_apprx_sigmoid_dx": "gelu_approx_sigmoid_dx", "silu": "silu", "silu_dx": "silu_dx", "tanh": "tanh",
+    "softplus": "softplus", "mish": "mish", "erf": "erf", "erf_dx": "erf_dx", "exp": "exp", "log": "log",
+    "sin": "sin", "arctan": "arctan", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sign": "sign",
+    "abs": "abs", "absolute": "abs",
+}
+BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "logical_shift_right"}
+
+
+def _op_name(op):
+    if isinstance(op, str):
+        return op
+    n = getattr(op, "__name__", None)
+    if n is None:
+        raise NkiError(f"{op!r} is not an operator", caller_loc()[0])
+    return n
+
+
+def alu(op):
+    n = _op_name(op)
+    if n not in ALU_BY_NAME:
+        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2", caller_loc()[0])
+    return ALU_BY_NAME[n]
+
+
+def act(op):
+    n = _op_name(op)
+    if n not in ACT_BY_NAME:
+        raise NkiError(f"'{n}' is not an activation function of the Scalar Engine", caller_loc()[0])
+    return ACT_BY_NAME[n]
+
+
+# ---------------------------------------------------------------------------------------------
+# tiles and memory tracking
+
+
+def T():
+    return Tracer.current()
+
+
+def new_tile(shape, dtype, buffer="sbuf", name=None, loc=None):
+    """A fresh on-chip tile; `shape` may hold a `par_dim` marking the partition axis."""
+    from .language import par_dim
+    if loc is None:
+        loc = caller_loc()[0]
+    shape = tuple(shape)
+    pax = 0
+    for i, s in enumerate(shape):
+        if isinstance(s, par_dim):
+            pax = i
+            break
+    if len(shape) == 1:
+        shape = shape + (1,)
+    st = TileStorage(T(), shape, dtype, buffer, pax, name or "", loc)
+    return View.full(st)
+
+
+def _cells(v):
+    """The (partition, free element) cells a view touches: a pair of slices when they form a
+    rectangle (the common case, cheap to test and mark), else index arrays."""
+    b = v.base
+    try:
+        ap = v.ap()
+    except NkiError:
+        return v.positions()
+    free = ap["free"]
+    if len(free) == 1 and free[0][0] == 1:
+        isz = storage_of(b).dtype.itemsize
+        f0 = (ap["offset"] - storage_of(b).offset) // isz
+        p0 = ap["start_partition"]
+        return slice(p0, p0 + ap["partitions"]), slice(f0, f0 + free[0][1])
+    return v.positions()
+
+
+def check_read(v, loc):
+    st = storage_of(v.base)
+    if not st.on_chip:
+        st.read = True
+        return
+    st.reads += 1
+    st.producer = None
+    if st.fully_written:
+        return
+    p, f = _cells(v)
+    written = st.written if st.written is not None else np.zeros((st.partitions, st.free_elems), dtype=bool)
+    cells = written[p, f]
+    if not cells.all():
+        raise NkiError(f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
+                       f"instruction reads from tile {st.describe()} were never written", loc)
+
+
+def mark_write(v):
+    st = storage_of(v.base)
+    if not st.on_chip:
+        st.written = True
+        return
+    st.writes += 1
+    if isinstance(v.base, TileStorage) and v.is_full():
+        st.fully_written = True
+        st.written = None
+        return
+    if st.fully_written:
+        return
+    if st.written is None:
+        st.written = np.zeros((st.partitions, st.free_elems), dtype=bool)
+    p, f = _cells(v)
+    st.written[p, f] = True
+    if st.written.all():
+        st.fully_written = True
+        st.written = None
+
+
+def scalar_operand(x, loc):
+    """An immediate or a [P, 1] tile operand (ScalarOperand JSON)."""
+    if isinstance(x, View):
+        check_read(x, loc)
+        return {"tile": x.ap(loc=loc)}
+    if isinstance(x, (bool, np.bool_)):
+        return {"imm": 1.0 if x else 0.0}
+    v = float(x)
+    if math.isnan(v):
+        return {"imm": "nan"}
+    if v in (float("inf"), float("-inf")):
+        return {"imm": "inf" if v > 0 else "-inf"}
+    return {"imm": v}
+
+
+def emit(engine, op, fields, loc, reads=(), writes=(), fresh=None, box=None):
+    """Append one instruction: check that `reads` are initialised, then mark `writes` written.
+    `fresh`: the result tile the `dst` field writes, which a following `x[...] = result` may
+    redirect into `x` (the NKI compiler writes an instruction's result where it is assigned)."""
+    for v in reads:
+        if v is not None:
+            check_read(v, loc)
+    ins = T().emit(engine, op, fields, loc)
+    for v in writes:
+        if v is not None:
+            mark_write(v)
+    if fresh is not None:
+        st = storage_of(fresh.base)
+        st.producer = (ins, op, engine, box, [storage_of(r.base) for r in reads if r is not None])
+    return ins
+
+
+def is_view(x):
+    return isinstance(x, View)
+
+
+def prep(v, shape, loc):
+    """Operand `v` broadcast to `shape`. On-chip partition broadcasting (1 -> P) is not an access
+    pattern a compute engine has: it is materialised by a DMA into a new tile first."""
+    shape = tuple(shape)
+    b = v.broadcast(shape)
+    if v.base.on_chip and len(shape) and shape[0] > 1:
+        pad = len(shape) - v.ndim
+        first = 1 if pad > 0 else v.shape[0]
+        if first == 1:
+            tmp = new_tile(shape, v.dtype, loc=loc)
+            emit("dma", "dma_copy", {"dst": tmp.ap(loc=loc), "src": b.ap(loc=loc)}, loc, reads=[v], writes=[tmp])
+            return tmp
+    return b
+
+
+def box_views(box, *views):
+    return [None if v is None else v.restrict(box) for v in views]
+
+
+def out_dtype(dtype, *operands):
+    if dtype is not None:
+        return as_dtype(dtype)
+    dts = []
+    for o in operands:
+        if isinstance(o, View):
+            dts.append(o.dtype)
+    if not dts:
+        return as_dtype(np.float32)
+    from ._core import promote, scalar_dtype
+    d = dts[0]
+    for o in operands[1:]:
+        d = promote(d, o.dtype if isinstance(o, View) else scalar_dtype(o))
+    if len(dts) == 1 and not isinstance(operands[0], View):
+        d = promote(scalar_dtype(operands[0]), dts[0])
+    return d
+
+
+# engines allowed to write each memory (docs/isa.md section 3)
+_WRITES = {"tensor": {"psum"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"}, "gpsimd": {"sbuf"},
+           "dma": {"sbuf", "hbm"}}
+_ELEMENTWISE = {"tensor_tensor", "tensor_scalar", "activation", "tensor_copy", "scalar_tensor_tensor", "reciprocal",
+                "dma_copy"}
+
+
+def _probe(dst, val):
+    return sys.getrefcount(val)
+
+
+def _via(dst, val):
+    return _probe(dst, val)
+
+
+class _Calibrate:
+    seen = None
+
+    def __setitem__(self, key, val):
+        _Calibrate.seen = _via(self, val)
+
+
+_Calibrate()[0] = object()
+# References a temporary value has inside try_redirect when it comes straight from the kernel's
+# `dst[...] = op(...)` / `dst += op(...)` through a dunder method and one function, as measured
+# on this interpreter. More references mean the kernel keeps the result (`r = op(...)`), so the
+# result must stay a tile of its own.
+_TEMP_REFS = _Calibrate.seen
+
+
+def try_redirect(dst, val, accumulate=False):
+    """`dst[...] = val` (or `+=` for a matmul into PSUM) where val is an unread fresh result that
+    the kernel does not keep: rewrite the instruction that produced it to write `dst` directly, as
+    the NKI compiler does. Called as dunder method -> one function -> here (see _TEMP_REFS)."""
+    if not isinstance(val, View) or not val.is_full() or not isinstance(val.base, TileStorage):
+        return False
+    if sys.getrefcount(val) > _TEMP_REFS:
+        return False
+    st = val.base
+    if sys.getrefcount(st) > 3:  # val.base, st, the argument: any more is another view of the result
+        return False
+    if st.producer is None or st.writes != 1 or st.reads != 0:
+        return False
+    ins, op, engine, box, srcs = st.producer
+    if dst.shape != val.shape:
+        return False
+    dmem = "hbm" if not dst.base.on_chip else dst.base.buffer
+    if dmem not in _WRITES[engine]:
+        return False
+    if engine == "tensor" and trn_name(dst.dtype) != "f32" and op == "nc_matmul":
+        return False
+    if accumulate and op != "nc_matmul":
+        return False
+    dst_st = storage_of(dst.base)
+    target = dst if box is None else dst.restrict(box)
+    loc = ins.get("loc")
+    new_ap = target.ap(loc=loc)
+    fields = ins["op"][op]
+    if dst_st in srcs:
+        if op not in _ELEMENTWISE:
+            return False
+        same = [k for k, v in fields.items() if isinstance(v, dict) and v == new_ap | {"dtype": v.get("dtype")}]
+        if not same:
+            return False
+    if accumulate:
+        check_read(target, loc)
+        fields["accumulate"] = True
+    fields["dst"] = new_ap
+    st.producer = None
+    st.writes = 0
+    mark_write(target)
+    st.release()
+    return True
+
+
+def is_fp(dt):
+    return is_float(dt)
+
+
+def mask_and_box(mask, shape):
+    return mask_box(mask, shape)
+
+
+__all__ = ["Aff", "NkiError", "act", "alu", "emit", "new_tile", "prep", "scalar_operand", "try_redirect"]
+
+
+def narrow(box, views, loc):
+    """Element-wise instructions run only where all their inputs are defined (NKI: masked-out
+    elements of a fresh tile are undefined, and so is anything computed from them; a later masked
+    store never reads them). Returns the box of `box` where every on-chip input view was written;
+    a read of nothing written, or of a defined region that is not a box, is an error."""
+    if box is None:
+        return None
+    defined = None
+    for v in views:
+        if v is None or not isinstance(v, View) or not v.base.on_chip:
+            continue
+        st = storage_of(v.base)
+        if st.fully_written:
+            continue
+        sub = v.restrict(box)
+        if st.written is None:
+            w = np.zeros(sub.shape, dtype=bool)
+        else:
+            p, f = sub.positions()
+            w = st.written[p, f]
+        defined = w if defined is None else (defined & w)
+    if defined is None or defined.all():
+        return box
+    if not defined.any():
+        bad = next(v for v in views if isinstance(v, View) and v.base.on_chip and not storage_of(v.base).fully_written)
+        raise NkiError(f"read of uninitialised memory: tile {storage_of(bad.base).describe()} is read where nothing "
+                       f"was written", loc)
+    nb = []
+    for ax in range(defined.ndim):
+        other = tuple(i for i in range(defined.ndim) if i != ax)
+        keep = np.nonzero(defined.any(axis=other) if other else defined)[0]
+        nb.append((box[ax][0] + int(keep[0]), box[ax][0] + int(keep[-1]) + 1))
+    inner = tuple(slice(lo - b[0], hi - b[0]) for (lo, hi), b in zip(nb, box))
+    if not defined[inner].all():
+        raise NkiError("read of uninitialised memory: the written part of an input tile is not a rectangular box",
+                       loc)
+    return nb
+
+
+def row_box(loc, *views):
+    """Partitions [lo, hi) on which every view (all [P, ...] on chip, P equal) is wholly defined:
+    per-partition instructions run on just those rows (rows a masked load left undefined are
+    skipped, as in NKI). Undefined elements inside a defined row are an error."""
+    lo, hi = 0, None
+    for v in views:
+        if v is None or not isinstance(v, View) or not v.base.on_chip:
+            continue
+        full = [(0, s) for s in v.shape]
+        nb = narrow(full, [v], loc)
+        if nb[1:] != full[1:]:
+            raise NkiError(f"read of uninitialised memory: tile {storage_of(v.base).describe()} has unwritten "
+                           f"elements inside its written rows", loc)
+        lo = max(lo, nb[0][0])
+        hi = nb[0][1] if hi is None else min(hi, nb[0][1])
+    return lo, hi
+
+
+def rows(v, lo, hi):
+    """View `v` restricted to partitions [lo, hi) (None passes through)."""
+    if v is None or hi is None:
+        return v
+    return v.restrict([(lo, hi)] + [(0, s) for s in v.shape[1:]])

@@ -1,0 +1,672 @@
+"""`neuronxcc.nki.isa` (legacy signatures: calls return a new tile) traced into trnsim
+instructions, one instruction per call unless noted. Semantics: docs/isa.md."""
+
+import enum
+
+import numpy as np
+
+from . import _emit as E
+from . import language as nl
+from ._core import (
+    Aff,
+    NkiError,
+    Pred,
+    View,
+    as_dtype,
+    caller_loc,
+    float32,
+    mask_box,
+    trn_name,
+    uint32,
+)
+from ._emit import emit, new_tile, prep, scalar_operand
+
+
+class engine(enum.IntEnum):
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    vector = 5
+    sync = 6
+
+
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+vector_engine = engine.vector
+dma_engine = engine.sync  # the DMA queues (legacy `nisa.dma_engine`); accepted where an engine is named
+
+
+class reduce_cmd(enum.IntEnum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+
+
+class dge_mode(enum.IntEnum):
+    none = 0
+    swdge = 1
+    hwdge = 2
+    unknown = 3
+
+
+class oob_mode(enum.IntEnum):
+    error = 0
+    skip = 1
+
+
+class nc_version(enum.IntEnum):
+    gen2 = 2
+    gen3 = 3
+
+
+def get_nc_version():
+    """NeuronCore-v2 on the trn1 target, v3 on trn2."""
+    return nc_version.gen3 if E.T().target == "trn2" else nc_version.gen2
+
+
+_ENGINE_NAME = {engine.tensor: "tensor", engine.scalar: "scalar", engine.gpsimd: "gpsimd", engine.vector: "vector"}
+
+
+def _eng(e, default):
+    if e is None or e == engine.unknown:
+        return default
+    return _ENGINE_NAME.get(engine(e), default)
+
+
+def _dt(dtype, x):
+    return as_dtype(dtype) if dtype is not None else x.dtype
+
+
+def _no_mask(mask, name, loc):
+    if mask is not None and mask is not True:
+        raise NkiError(f"nisa.{name}(mask=) is not supported by the trnsim front-end (docs/nki.md, gaps)", loc)
+
+
+def _fresh(shape, dtype, loc, buffer="sbuf"):
+    return new_tile(shape, dtype, buffer, loc=loc)
+
+
+def _box(mask, shape, *views, narrow=()):
+    """The mask's box, narrowed to where the element-wise inputs `narrow` are defined."""
+    box = E.narrow(mask_box(mask, shape), list(narrow), caller_loc()[0])
+    if box is None:
+        return None, None
+    return box, [None if v is None else v.restrict(box) for v in views]
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorE
+
+
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              tile_position=(), tile_size=(), mask=None, **kwargs):
+    """TensorE `nc_matmul`: stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N]."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "nc_matmul", loc)
+    if is_transpose:
+        return nc_transpose(stationary, engine=engine.tensor)
+    if tile_position or tile_size:
+        raise NkiError("nc_matmul tile_position/tile_size (PE tiling) is not modelled by trnsim", loc)
+    m = stationary.shape[1] if stationary.ndim >= 2 else 1
+    n = int(np.prod(moving.shape[1:])) if moving.ndim >= 2 else 1
+    out = _fresh((m, n), float32, loc, "psum")
+    emit("tensor", "nc_matmul", {"dst": out.ap(loc=loc), "stationary": stationary.ap(loc=loc),
+                                 "moving": moving.ap(loc=loc)}, loc, reads=[stationary, moving], writes=[out],
+         fresh=out)
+    return out
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """TensorE (into PSUM) for tiles beyond 32x32, VectorE (bit-exact, into SBUF) up to 32x32,
+    unless engine= says otherwise (AWS: the compiler picks by shape)."""
+    loc = caller_loc()[0]
+    p = data.shape[0]
+    f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
+    e = _eng(engine, "vector" if p <= 32 and f <= 32 else "tensor")
+    out = _fresh((f, p), _dt(dtype, data), loc, "psum" if e == "tensor" else "sbuf")
+    emit(e, "nc_transpose", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc)}, loc, reads=[data], writes=[out],
+         fresh=out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# ScalarE
+
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+               mask=None, dtype=None, **kwargs):
+    """ScalarE `activation`: op(data * scale + bias). A constant non-zero bias becomes a [P, 1]
+    tile (VectorE memset) on trn1, whose ScalarE takes only tile biases."""
+    loc = caller_loc()[0]
+    out = _fresh(data.shape, _dt(dtype, data), loc)
+    b = _bias_tile(bias, data.shape[0], loc)
+    box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, b, scale))
+    if box is None:
+        return out
+    if reduce_res is not None and box[1:] != [(0, s) for s in data.shape[1:]]:
+        raise NkiError("activation with reduce_res: the reduced free elements must all be defined", loc)
+    f = {"dst": o.ap(loc=loc), "func": E.act(op), "src": d.ap(loc=loc),
+         "scale": scalar_operand(_col_rows(scale, box), loc)}
+    reads = [d]
+    if b is not None:
+        f["bias"] = scalar_operand(_col_rows(b, box), loc)
+    writes = [o]
+    if reduce_res is not None:
+        if reduce_op is not None and E.alu(reduce_op) != "add":
+            raise NkiError("the Scalar Engine of NeuronCore-v2 reduces with add only", loc)
+        f["acc"] = "reset_reduce"
+        r = E.rows(reduce_res, box[0][0], box[0][1])
+        f["reduce_res"] = r.ap(loc=loc)
+        writes.append(r)
+    elif reduce_cmd != 0:
+        f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][int(reduce_cmd)]
+    emit("scalar", "activation", f, loc, reads=reads, writes=writes, fresh=out, box=box)
+    return out
+
+
+def _cols(shape, *operands):
+    """[P, 1] tile operands broadcast over `shape`, for narrowing to where they are defined."""
+    return [o.broadcast(shape) for o in operands if isinstance(o, View) and o.base.on_chip]
+
+
+def _col_rows(x, box):
+    """A [P, 1] tile operand restricted to the instruction's partitions; anything else as is."""
+    if isinstance(x, View):
+        return E.rows(x, box[0][0], box[0][1])
+    return x
+
+
+def _bias_tile(bias, parts, loc):
+    if bias is None or isinstance(bias, View):
+        return bias
+    if float(bias) == 0.0:
+        return None
+    t = new_tile((parts, 1), float32, loc=loc)
+    emit("vector", "memset", {"dst": t.ap(loc=loc), "value": float(bias)}, loc, writes=[t])
+    return t
+
+
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
+    """ScalarE `activation` with the free-axis sum written to reduce_res (in place)."""
+    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, mask=mask,
+                      dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# VectorE / GpSimd
+
+
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs):
+    """VectorE `tensor_reduce` over trailing free axes."""
+    loc = caller_loc()[0]
+    return nl._reduce(E.alu(op), data, axis, dtype, mask, keepdims, loc, negate=negate)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
+    """GpSimd `tensor_partition_reduce`: [P, F] -> [1, F]."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "tensor_partition_reduce", loc)
+    f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
+    out = _fresh((1, f), _dt(dtype, data), loc)
+    emit("gpsimd", "tensor_partition_reduce", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "op": E.alu(op)},
+         loc, reads=[data], writes=[out], fresh=out)
+    return out
+
+
+def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """VectorE `tensor_tensor`; GpSimd for `power` (the only engine with pow) or engine=gpsimd."""
+    loc = caller_loc()[0]
+    a = E.alu(op)
+    e = _eng(engine, "gpsimd" if a == "pow" else "vector")
+    shape = nl._result_shape(data1, data2)
+    out = _fresh(shape, _dt(dtype, data1) if dtype is not None else E.out_dtype(None, data1, data2), loc)
+    x, y = prep(data1, shape, loc), prep(data2, shape, loc)
+    box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
+    if box is None:
+        return out
+    emit(e, "tensor_tensor", {"dst": o.ap(loc=loc), "in0": x.ap(loc=loc), "in1": y.ap(loc=loc), "op": a}, loc,
+         reads=[x, y], writes=[o], fresh=out, box=box)
+    return out
+
+
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, mask=None,
+                  dtype=None, engine=engine.unknown, **kwargs):
+    """VectorE `tensor_scalar` (GpSimd with engine=gpsimd; ScalarE with engine=scalar on trn2)."""
+    loc = caller_loc()[0]
+    e = _eng(engine, "vector")
+    out = _fresh(data.shape, _dt(dtype, data), loc)
+    box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
+    if box is None:
+        return out
+    f = {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0),
+         "operand0": scalar_operand(_col_rows(operand0, box), loc)}
+    if reverse0:
+        f["reverse0"] = True
+    if op1 is not None:
+        f["op1"] = E.alu(op1)
+        f["operand1"] = scalar_operand(_col_rows(operand1, box), loc)
+        if reverse1:
+            f["reverse1"] = True
+    emit(e, "tensor_scalar", f, loc, reads=[d], writes=[o], fresh=out, box=box)
+    return out
+
+
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, mask=None,
+                         dtype=None, **kwargs):
+    """VectorE `scalar_tensor_tensor`: (data op0 operand0) op1 operand1 (a tile)."""
+    loc = caller_loc()[0]
+    shape = nl._result_shape(data, operand1)
+    out = _fresh(shape, _dt(dtype, data), loc)
+    x, y = prep(data, shape, loc), prep(operand1, shape, loc)
+    box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
+    if box is None:
+        return out
+    f = {"dst": o.ap(loc=loc), "src": x.ap(loc=loc), "op0": E.alu(op0), "operand0": scalar_operand(operand0, loc),
+         "op1": E.alu(op1), "in1": y.ap(loc=loc)}
+    if reverse0:
+        f["reverse0"] = True
+    if reverse1:
+        f["reverse1"] = True
+    emit("vector", "scalar_tensor_tensor", f, loc, reads=[x, y], writes=[o], fresh=out, box=box)
+    return out
+
+
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None,
+                         **kwargs):
+    """VectorE `tensor_scalar_reduce`; reduce_res is written in place."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "tensor_scalar_reduce", loc)
+    if reverse0:
+        raise NkiError("tensor_scalar_reduce(reverse0=True) is not in trnsim's instruction", loc)
+    out = _fresh(data.shape, _dt(dtype, data), loc)
+    lo, hi = E.row_box(loc, data)
+    d, o, r = E.rows(data, lo, hi), E.rows(out, lo, hi), E.rows(reduce_res, lo, hi)
+    op0v = E.rows(operand0, lo, hi) if isinstance(operand0, View) else operand0
+    emit("vector", "tensor_scalar_reduce", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0),
+                                            "operand0": scalar_operand(op0v, loc),
+                                            "reduce_op": E.alu(reduce_op), "reduce_res": r.ap(loc=loc)},
+         loc, reads=[d], writes=[o, r], fresh=out, box=[(lo, hi)] + [(0, s) for s in data.shape[1:]])
+    return out
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, mask=None, dtype=None,
+                       **kwargs):
+    """VectorE `tensor_tensor_scan`."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "tensor_tensor_scan", loc)
+    if reverse0 or reverse1:
+        raise NkiError("tensor_tensor_scan reverse0/reverse1 are not in trnsim's instruction", loc)
+    out = _fresh(data0.shape, _dt(dtype, data0), loc)
+    emit("vector", "tensor_tensor_scan", {"dst": out.ap(loc=loc), "in0": data0.ap(loc=loc), "in1": data1.ap(loc=loc),
+                                          "initial": scalar_operand(initial, loc), "op0": E.alu(op0),
+                                          "op1": E.alu(op1)}, loc, reads=[data0, data1], writes=[out], fresh=out)
+    return out
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """VectorE `tensor_copy` (GpSimd with engine=gpsimd; engine=scalar on trn1 is ScalarE
+    `activation(copy)`, trn1's ScalarE having no tensor_copy)."""
+    loc = caller_loc()[0]
+    e = _eng(engine, "vector")
+    out = _fresh(src.shape, _dt(dtype, src), loc)
+    box, (s, o) = _box(mask, src.shape, src, out, narrow=[src])
+    if box is None:
+        return out
+    if e == "scalar" and E.T().target == "trn1":
+        emit("scalar", "activation", {"dst": o.ap(loc=loc), "func": "copy", "src": s.ap(loc=loc),
+                                      "scale": {"imm": 1.0}}, loc, reads=[s], writes=[o], fresh=out, box=box)
+    else:
+        emit(e, "tensor_copy", {"dst": o.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
+             box=box)
+    return out
+
+
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """VectorE `tensor_copy_predicated`: dst (in place) = src where predicate != 0."""
+    loc = caller_loc()[0]
+    box, (s, d, p) = _box(mask, dst.shape, prep(src, dst.shape, loc), dst, prep(predicate, dst.shape, loc))
+    if box is None:
+        return
+    f = {"dst": d.ap(loc=loc), "src": s.ap(loc=loc), "predicate": p.ap(loc=loc)}
+    if reverse_pred:
+        f["reverse_pred"] = True
+    emit("vector", "tensor_copy_predicated", f, loc, reads=[s, p], writes=[d])
+    return
+
+
+def reciprocal(data, *, mask=None, dtype=None, **kwargs):
+    """VectorE `reciprocal`."""
+    return nl._unary_vec("reciprocal", data, dtype, mask, caller_loc()[0])
+
+
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
+    """VectorE `memset` (GpSimd with engine=gpsimd)."""
+    loc = caller_loc()[0]
+    e = _eng(engine, "vector")
+    out = _fresh(tuple(shape), as_dtype(dtype), loc)
+    box, (o,) = _box(mask, out.shape, out)
+    if box is None:
+        return out
+    emit(e, "memset", {"dst": o.ap(loc=loc), "value": nl._imm(value)}, loc, writes=[o], fresh=out, box=box)
+    return out
+
+
+def iota(expr, dtype, *, mask=None, **kwargs):
+    """GpSimd `iota`: an affine index expression [P, F...] evaluated per element in int32."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "iota", loc)
+    if not isinstance(expr, Aff):
+        raise NkiError("nisa.iota takes an affine index expression (nl.arange / nl.mgrid arithmetic)", loc)
+    shape = expr.shape if expr.ndim >= 2 else expr.shape + (1,)
+    a = expr.aligned(len(shape)) if expr.ndim >= 2 else expr[:, None]
+    out = _fresh(shape, as_dtype(dtype), loc)
+    pattern = [[a.coef[i], shape[i]] for i in range(1, len(shape))]
+    emit("gpsimd", "iota", {"dst": out.ap(loc=loc), "offset": a.const, "channel_multiplier": a.coef[0],
+                            "pattern": pattern}, loc, writes=[out], fresh=out)
+    return out
+
+
+_SEL = {"eq": ("equal", 1), "ne": ("not_equal", 1), "gt": ("greater_than", 1), "ge": ("greater_equal", 1),
+        "lt": ("greater_than", -1), "le": ("greater_equal", -1)}
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
+    """GpSimd `affine_select`: one comparison `affine cmp value`, rewritten as `v cmp 0` with v affine
+    (a < b as b - a > 0)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "affine_select", loc)
+    if not isinstance(pred, Pred) or pred.op not in _SEL:
+        raise NkiError("affine_select takes one comparison of affine expressions (no '&')", loc)
+    cmp, sign = _SEL[pred.op]
+    diff = pred.a - pred.b if isinstance(pred.a, Aff) else (pred.b * -1 + pred.a)
+    if not isinstance(diff, Aff):
+        raise NkiError("affine_select predicate has no index expression", loc)
+    v = diff * sign
+    shape = on_true_tile.shape
+    v = v.aligned(len(shape))
+    out = _fresh(shape, _dt(dtype, on_true_tile), loc)
+    pattern = [[v.coef[i], shape[i]] for i in range(1, len(shape))]
+    emit("gpsimd", "affine_select", {"dst": out.ap(loc=loc), "on_true": on_true_tile.ap(loc=loc),
+                                     "on_false": nl._imm(on_false_value), "offset": v.const,
+                                     "channel_multiplier": v.coef[0], "pattern": pattern, "cmp": cmp}, loc,
+         reads=[on_true_tile], writes=[out], fresh=out)
+    return out
+
+
+def bn_stats(data, *, mask=None, dtype=None, **kwargs):
+    """VectorE `bn_stats`: [P, <=512] -> [P, 6]. A mask restricts the elements (and partitions)
+    it reads, e.g. the last, shorter chunk of a row."""
+    loc = caller_loc()[0]
+    out = _fresh((data.shape[0], 6), _dt(dtype, data), loc)
+    box = mask_box(mask, data.shape)
+    if box is None:
+        return out
+    narrowed = E.narrow(box, [data], loc)  # rows a masked load left undefined are skipped, as in NKI
+    if narrowed[1:] != box[1:]:
+        raise NkiError("read of uninitialised memory: bn_stats reads free elements that were never written", loc)
+    box = narrowed
+    d = data.restrict(box)
+    o = out.restrict([box[0], (0, 6)])
+    emit("vector", "bn_stats", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+         fresh=out, box=[box[0], (0, 6)])
+    return out
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
+    """VectorE `bn_aggr`: [P, 6k] -> [P, 2] (mean, variance)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "bn_aggr", loc)
+    out = _fresh((data.shape[0], 2), _dt(dtype, data), loc)
+    lo, hi = E.row_box(loc, data)
+    d, o = E.rows(data, lo, hi), E.rows(out, lo, hi)
+    emit("vector", "bn_aggr", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+         fresh=out, box=[(lo, hi), (0, 2)])
+    return out
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
+    """GpSimd `local_gather`."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "local_gather", loc)
+    nidx = int(np.prod(index.shape[1:])) * 16 if num_valid_indices is None else int(num_valid_indices)
+    out = _fresh((src_buffer.shape[0], nidx * num_elem_per_idx), src_buffer.dtype, loc)
+    emit("gpsimd", "local_gather", {"dst": out.ap(loc=loc), "src": src_buffer.ap(loc=loc), "index": index.ap(loc=loc),
+                                    "num_elem_per_idx": int(num_elem_per_idx), "num_valid_indices": nidx}, loc,
+         reads=[src_buffer, index], writes=[out], fresh=out)
+    return out
+
+
+def max8(*, src, mask=None, dtype=None, **kwargs):
+    """VectorE `max8`: the 8 largest per partition, descending."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "max8", loc)
+    out = _fresh((src.shape[0], 8), _dt(dtype, src), loc)
+    lo, hi = E.row_box(loc, src)
+    d, o = E.rows(src, lo, hi), E.rows(out, lo, hi)
+    emit("vector", "max8", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+         fresh=out, box=[(lo, hi), (0, 8)])
+    return out
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
+    """VectorE `nc_find_index8` (uint32 indices)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "nc_find_index8", loc)
+    out = _fresh((data.shape[0], 8), as_dtype(dtype) if dtype is not None else uint32, loc)
+    emit("vector", "find_index8", {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "vals": vals.ap(loc=loc)}, loc,
+         reads=[data, vals], writes=[out], fresh=out)
+    return out
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
+    """VectorE `nc_match_replace8`; dst_idx (if given) is written in place."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "nc_match_replace8", loc)
+    out = _fresh(data.shape, _dt(dtype, data), loc)
+    f = {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "vals": vals.ap(loc=loc), "imm": nl._imm(imm)}
+    if dst_idx is not None:
+        f["dst_idx"] = dst_idx.ap(loc=loc)
+    emit("vector", "match_replace8", f, loc, reads=[data, vals], writes=[out, dst_idx], fresh=out)
+    return out
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
+    """VectorE `nc_stream_shuffle` into dst (in place)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "nc_stream_shuffle", loc)
+    emit("vector", "stream_shuffle", {"dst": dst.ap(loc=loc), "src": src.ap(loc=loc),
+                                      "mask": [int(m) for m in shuffle_mask]}, loc, reads=[src], writes=[dst])
+
+
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=None, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """VectorE `select_reduce` into dst (in place); the optional reduction is max."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "select_reduce", loc)
+    if reduce_op is not None and E.alu(reduce_op) != "max":
+        raise NkiError("select_reduce reduces with max only", loc)
+    f = {"dst": dst.ap(loc=loc), "predicate": predicate.ap(loc=loc), "on_true": on_true.ap(loc=loc),
+         "on_false": scalar_operand(on_false, loc)}
+    if reverse_pred:
+        f["reverse_pred"] = True
+    if reduce_res is not None:
+        f["reduce_res"] = reduce_res.ap(loc=loc)
+    emit("vector", "select_reduce", f, loc, reads=[predicate, on_true], writes=[dst, reduce_res])
+
+
+def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
+    """VectorE `dropout` (trnsim's documented PCG32 generator)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "dropout", loc)
+    out = _fresh(data.shape, _dt(dtype, data), loc)
+    emit("vector", "dropout", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "prob": scalar_operand(prob, loc)},
+         loc, reads=[data], writes=[out], fresh=out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# DMA
+
+
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, **kwargs):
+    """`dma_copy` (dst_rmw_op=np.add: accumulate; a tile-indexed HBM side: indirect DMA)."""
+    loc = caller_loc()[0]
+    from ._core import DynView
+    acc = dst_rmw_op is not None
+    if acc and E.alu(dst_rmw_op) != "add":
+        raise NkiError("dma_copy dst_rmw_op supports only np.add", loc)
+    oob = "skip" if int(oob_mode) == 1 else "error"
+    f = {}
+    if isinstance(src, DynView) or isinstance(dst, DynView):
+        side = "src" if isinstance(src, DynView) else "dst"
+        dyn = src if side == "src" else dst
+        hap, ind = nl._indirect(dyn, side, loc, oob)
+        other = dst if side == "src" else src
+        f = {"dst": hap if side == "dst" else other.ap(loc=loc), "src": hap if side == "src" else other.ap(loc=loc),
+             "indirect": ind}
+        if acc:
+            f["accumulate"] = True
+        emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=[other] if side == "src" else [])
+        return
+    box, (d, s) = _box(mask, dst.shape, dst, nl._fit_rank(src, dst.shape, loc).broadcast(dst.shape))
+    if box is None:
+        return
+    f = {"dst": d.ap(loc=loc), "src": s.ap(loc=loc)}
+    if acc:
+        f["accumulate"] = True
+    emit("dma", "dma_copy", f, loc, reads=[s] + ([d] if acc else []), writes=[d])
+    return
+
+
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
+    """A DMA whose source access pattern walks src with its axes permuted ((1, 0), (2, 1, 0) or
+    (3, 1, 2, 0)) into a new SBUF tile."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "dma_transpose", loc)
+    if axes is None:
+        axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
+    axes = tuple(axes)
+    if axes not in ((1, 0), (2, 1, 0), (3, 1, 2, 0)):
+        raise NkiError(f"dma_transpose axes {axes} are not supported", loc)
+    s = src.permuted(axes)
+    out = _fresh(s.shape, _dt(dtype, src), loc)
+    emit("dma", "dma_copy", {"dst": out.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[out], fresh=out)
+    return out
+
+
+def _dyn_copy(op, dst_v, src_v, dyn, engine_, loc):
+    e = _eng(engine_, "vector")
+    if dyn.scalar.base.buffer != "sbuf":
+        raise NkiError("the dynamic offset must be a tile element in SBUF", loc)
+    f = {"dst": dst_v.ap(loc=loc), "src": src_v.ap(loc=loc), "offset": dyn.scalar.ap(loc=loc),
+         "offset_scale": int(dyn.scale)}
+    return f, e
+
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """`tensor_copy_dynamic_src`: `src` indexed with a tile element on a free dim
+    (`t[ix, offsets[0, i] + iy]`); VectorE unless engine= says otherwise."""
+    from ._core import DynTileView
+    loc = caller_loc()[0]
+    if not isinstance(src, DynTileView):
+        raise NkiError("tensor_copy_dynamic_src takes a tile indexed with a tile element (t[ix, off[0, i] + iy])",
+                       loc)
+    out = _fresh(src.shape, _dt(dtype, src), loc)
+    f, e = _dyn_copy("tensor_copy_dynamic_src", out, src.static, src, engine, loc)
+    emit(e, "tensor_copy_dynamic_src", f, loc, reads=[src.scalar], writes=[out], fresh=out)
+    return out
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """`tensor_copy_dynamic_dst`: writes `src` into `dst`, a tile indexed with a tile element."""
+    from ._core import DynTileView
+    loc = caller_loc()[0]
+    if not isinstance(dst, DynTileView):
+        raise NkiError("tensor_copy_dynamic_dst takes dst= indexed with a tile element (t[ix, off[0, i] + iy])", loc)
+    f, e = _dyn_copy("tensor_copy_dynamic_dst", dst.static, src, dst, engine, loc)
+    emit(e, "tensor_copy_dynamic_dst", f, loc, reads=[src, dst.scalar])
+    st = dst.static.base
+    from ._core import storage_of
+    storage_of(st).fully_written = True  # written at a run-time offset: assume defined (the simulator checks)
+
+
+def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
+    """GpSimd `sequence_bounds`: [1, n] segment ids -> [1, 2, n] (starts, then ends)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "sequence_bounds", loc)
+    n = int(np.prod(segment_ids.shape[1:]))
+    out = _fresh((1, 2, n), _dt(dtype, segment_ids), loc)
+    emit("gpsimd", "sequence_bounds", {"dst": out.ap(loc=loc), "segment_ids": segment_ids.ap(loc=loc)}, loc,
+         reads=[segment_ids], writes=[out], fresh=out)
+    return out
+
+
+_RANGE_CMP = {"equal": "equal", "less": "less", "less_equal": "less_equal", "greater": "greater",
+              "greater_equal": "greater_equal"}
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=None, range_start=0, on_false_value=-3.4028234663852886e38, mask=None, dtype=None,
+                 **kwargs):
+    """VectorE `range_select` (NeuronCore-v3+: the trn2 target; trn1 refuses it at run time)."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "range_select", loc)
+    out = _fresh(on_true_tile.shape, _dt(dtype, on_true_tile), loc)
+    f = {"dst": out.ap(loc=loc), "on_true": on_true_tile.ap(loc=loc), "comp0": _RANGE_CMP[E._op_name(comp_op0)],
+         "bound0": scalar_operand(bound0, loc), "comp1": _RANGE_CMP[E._op_name(comp_op1)],
+         "bound1": scalar_operand(bound1, loc), "range_start": float(range_start),
+         "on_false": nl._imm(on_false_value)}
+    if reduce_res is not None:
+        f["reduce_res"] = reduce_res.ap(loc=loc)
+    emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, reduce_res], fresh=out)
+    return out
+
+
+def _with_dst(f):
+    """Accept the newer calling convention `nisa.op(dst=..., ...)` on a legacy op that returns its
+    result: the result is written into `dst` (a copy, or the op itself re-targeted). `nc_matmul`
+    with a dst accumulates when dst's PSUM elements were already written (first write overwrites,
+    later writes add, as NKI 0.3 documents)."""
+    import functools
+    import inspect
+
+    if "dst" in inspect.signature(f).parameters:
+        return f
+
+    @functools.wraps(f)
+    def g(*args, **kwargs):
+        if "dst" not in kwargs:
+            if f.__name__ == "nc_matmul" and len(args) == 3:
+                kwargs["dst"], args = args[0], args[1:]
+            else:
+                return f(*args, **kwargs)
+        dst = kwargs.pop("dst")
+        if f.__name__ == "memset" and "shape" not in kwargs:  # memset(dst, value): the shape is dst's
+            kwargs.setdefault("dtype", dst.dtype)
+            args = (dst.shape,) + args
+        if f.__name__ == "nc_matmul":
+            from ._core import storage_of
+            st = storage_of(dst.base)
+            written = st.fully_written or (st.written is not None and bool(st.written[dst.positions()].all()))
+            if written:
+                nl._accumulate(dst, f(*args, **kwargs))
+                return None
+        nl._assign(dst, f(*args, **kwargs))
+        return None
+
+    return g
+
+
+for _name in ["nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce", "tensor_partition_reduce",
+              "tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "tensor_scalar_reduce", "tensor_tensor_scan",
+              "tensor_copy", "reciprocal", "iota", "affine_select", "bn_stats", "bn_aggr", "local_gather", "max8",
+              "nc_find_index8", "nc_match_replace8", "dropout", "dma_transpose", "sequence_bounds", "range_select",
+              "tensor_copy_dynamic_src", "memset"]:
+    globals()[_name] = _with_dst(globals()[_name])
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E")]
+del trn_name

@@ -1,0 +1,149 @@
+"""The `nki` entry points on trnsim: install(), jit / baremetal / simulate_kernel / benchmark /
+profile, typing annotations, dtypes in and out, and what a traced Program carries."""
+
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trnsim
+import trnsim.nki
+
+
+def test_install_makes_the_legacy_names_resolve():
+    mod = trnsim.nki.install()
+    import neuronxcc.nki.compiler as ncc
+    import neuronxcc.nki.isa as nisa
+    import neuronxcc.nki.language as nl
+    import neuronxcc.nki.typing as nt
+    from neuronxcc import nki
+    from neuronxcc import nki as nki2
+
+    assert nki is mod is nki2 is sys.modules["trnsim.nki"]
+    assert nl is trnsim.nki.language and nisa is trnsim.nki.isa and nt is trnsim.nki.typing
+    assert ncc is trnsim.nki.compiler
+    assert trnsim.nki.install() is mod  # idempotent
+
+
+trnsim.nki.install()
+
+import neuronxcc.nki.compiler as ncc
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.typing as nt
+from neuronxcc import nki
+
+
+def copy_kernel(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a))
+    return out
+
+
+def test_call_styles():
+    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    np.testing.assert_array_equal(nki.jit(copy_kernel)(x), x)
+    np.testing.assert_array_equal(nki.jit(mode="simulation")(copy_kernel)(x), x)
+    np.testing.assert_array_equal(nki.baremetal(copy_kernel)(x), x)
+    np.testing.assert_array_equal(nki.baremetal(save_neff_name="x.neff")(copy_kernel)(x), x)
+    np.testing.assert_array_equal(nki.simulate_kernel(copy_kernel, x), x)
+    np.testing.assert_array_equal(nki.simulate_kernel(nki.jit(copy_kernel), x), x)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3, ml_dtypes.float8_e4m3fn,
+                                   ml_dtypes.float8_e5m2, np.float16, np.int8, np.uint16, np.int32])
+def test_dtypes_round_trip_bit_exactly(dtype):
+    bits = np.random.default_rng(0).integers(0, 256, (128, 64), dtype=np.uint8)
+    x = bits.view(np.dtype(dtype)) if np.dtype(dtype).itemsize == 1 else (
+        np.random.default_rng(1).integers(0, 2 ** 16, (128, 64)).astype(np.uint16).view(np.dtype(dtype))
+        if np.dtype(dtype).itemsize == 2 else np.random.default_rng(2).integers(-2 ** 31, 2 ** 31, (128, 64),
+                                                                               dtype=np.int64).astype(np.int32))
+    got = nki.jit(copy_kernel)(x)
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8))
+
+
+def test_benchmark_returns_the_simulator_statistics():
+    def mm(a_t, b):
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(nl.matmul(nl.load(a_t), nl.load(b), transpose_x=True)))
+        return out
+
+    bench = nki.benchmark(warmup=2, iters=5)(mm)
+    a = np.ones((128, 128), ml_dtypes.bfloat16)
+    b = np.ones((128, 512), ml_dtypes.bfloat16)
+    out = bench(a, b)
+    np.testing.assert_array_equal(out, np.full((128, 512), 128.0))
+    res = bench.benchmark_result
+    stats = res.stats
+    assert stats["instructions"]["tensor"] == 1 and stats["instructions"]["dma"] == 3
+    assert stats["flops"] >= 2 * 128 * 128 * 512
+    assert stats["est_ns"]["tensor"] > 0
+    p50 = res.nc_latency.get_latency_percentile(50)
+    assert p50 > 0 and p50 == res.nc_latency.get_latency_percentile(99)
+    prof = nki.profile(working_directory=".")(mm)
+    prof(a, b)
+    assert prof.benchmark_result.stats == stats
+
+
+def test_every_instruction_has_the_kernel_line():
+    nki.jit(copy_kernel)(np.zeros((4, 4), np.float32))
+    run = trnsim.nki.last_run()
+    locs = [ins["loc"] for ins in run.program["instructions"]]
+    assert locs and all(loc.startswith("test_nki_api.py:") for loc in locs)
+    assert run.stats is not None and run.trace_s > 0
+
+
+def test_to_program_gives_runnable_json():
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    kr = trnsim.nki.to_program(copy_kernel, (x,))
+    prog = trnsim.Program.from_json(kr.program_json())
+    assert len(prog) == 2
+    res = trnsim.run(prog, kr.inputs)
+    np.testing.assert_array_equal(res.outputs[kr.outputs[0]], x)
+
+
+def test_typing_annotations_and_compiler_decorators():
+    @nki.jit
+    @ncc.skip_middle_end_transformations
+    def k(a: nt.tensor[(128, 4), nl.float32]) -> nt.tensor:
+        return copy_kernel(a)
+
+    x = np.ones((128, 4), np.float32)
+    np.testing.assert_array_equal(k(x), x)
+    assert nt.tensor[(128, 4), nl.float32].check(x)
+    assert not nt.tensor[(64, 4), nl.float32].check(x)
+    with pytest.raises(trnsim.nki.NkiError, match="direct allocation"):
+        ncc.sbuf.alloc(lambda *a: (0, 0))
+
+
+def test_trace_subkernel_inline():
+    @nki.trace
+    def double(t):
+        return nl.multiply(t, 2.0)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, double(nl.load(a)))
+        return out
+
+    x = np.ones((8, 8), np.float32)
+    np.testing.assert_array_equal(k(x), 2 * x)
+
+
+def test_returning_a_tuple_and_private_hbm_scratch():
+    @nki.jit
+    def k(a):
+        o1 = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        scratch = nl.ndarray(a.shape, a.dtype, buffer=nl.hbm)
+        nl.store(scratch, nl.load(a))
+        t = nl.load(scratch)
+        nl.store(o1, t)
+        nl.store(o2, nl.add(t, t))
+        return o1, o2
+
+    x = np.ones((8, 8), np.float32)
+    o1, o2 = k(x)
+    np.testing.assert_array_equal(o1, x)
+    np.testing.assert_array_equal(o2, 2 * x)
