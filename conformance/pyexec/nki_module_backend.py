@@ -127,8 +127,8 @@ def describe(module, spec):
 
 
 def _np_dtype(name):
-    import numpy as np
     import ml_dtypes
+    import numpy as np
     return {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f8e4m3fn": ml_dtypes.float8_e4m3fn,
             "f8e5m2": ml_dtypes.float8_e5m2, "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8,
             "u8": np.uint8, "bool": np.bool_, "f64": np.float64}[name]
@@ -206,7 +206,7 @@ def run(module, meta, tensors):
         raise CaseError("runtime_error", _describe_error(e, module_files)) from e
     except CaseError:
         raise
-    except Exception as e:  # noqa: BLE001  (a kernel, front-end or simulator error, per case)
+    except Exception as e:
         raise CaseError("runtime_error", _describe_error(e, module_files)) from e
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     outputs, values = {}, {}
