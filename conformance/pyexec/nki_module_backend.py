@@ -217,7 +217,9 @@ def run(module, meta, tensors):
         if pos >= len(results):
             raise CaseError("runtime_error", f"the wrapper returned {len(results)} outputs; the op has "
                             f"{len(meta['outputs'])}")
-        a = np.ascontiguousarray(np.asarray(results[pos]))
+        a = np.asarray(results[pos])
+        if not a.flags["C_CONTIGUOUS"]:
+            a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-dim result 1-dim)
         tag = _tag_of(a)
         if tag is None:
             raise CaseError("runtime_error", f"`{name}`: the wrapper returned dtype {a.dtype}, which the golden "

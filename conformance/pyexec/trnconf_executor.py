@@ -122,7 +122,9 @@ class Executor:
         if self.sdk["numpy"] is None or self.sdk["safetensors"] is None:
             reason = "numpy and safetensors are required: " + "; ".join(
                 f"{k}: {v}" for k, v in self.import_errors.items() if k in ("numpy", "safetensors"))
-            return {m: {"available": False, "reason": reason} for m in ("echo", "torch", "nki")}
+            modes = {m: {"available": False, "reason": reason} for m in ("echo", "torch", "nki")}
+            modes["nki-module"] = self._nki_module_mode()  # numpy + the trnsim package only
+            return modes
         # torch
         if self.sdk["torch"] is None:
             modes["torch"] = {"available": False, "reason": f"torch is not importable ({self.import_errors['torch']})"}

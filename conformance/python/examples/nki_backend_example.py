@@ -17,6 +17,7 @@ results widened back). A call form they cannot serve raises NotImplementedError 
 the case is reported unsupported, never passed.
 """
 
+import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 import numpy as np
 from neuronxcc import nki
@@ -34,17 +35,28 @@ def _tiles(n, size):
 # Kernels
 
 
+def _is_int(dt):
+    return dt in (nl.int32, nl.int16, nl.int8, nl.uint8)
+
+
 @nki.jit
 def add_kernel(a, b, alpha, out_dtype):
-    """out = a + alpha * b over [rows, cols] tensors of the same shape; bool: logical or."""
+    """out = a + alpha * b over [rows, cols] tensors of the same shape. Both inputs are cast to
+    the result dtype on load (as PyTorch casts operands to the common dtype); floats compute on
+    the Vector Engine in fp32, integers on GpSimd's exact int32 ALU, bools as logical or."""
     rows, cols = a.shape
     out = nl.ndarray((rows, cols), dtype=out_dtype, buffer=nl.shared_hbm)
+    work = nl.int32 if _is_int(out_dtype) else out_dtype
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
-            y = nl.load(b[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0:r0 + rp, c0:c0 + cw], dtype=work)
+            y = nl.load(b[r0:r0 + rp, c0:c0 + cw], dtype=work)
             if out_dtype == nl.bool_:
                 z = nl.logical_or(x, y, dtype=out_dtype)
+            elif _is_int(out_dtype):
+                if alpha != 1:
+                    y = nisa.tensor_scalar(y, op0=nl.multiply, operand0=alpha, engine=nisa.gpsimd_engine)
+                z = nisa.tensor_tensor(x, y, op=nl.add, dtype=out_dtype, engine=nisa.gpsimd_engine)
             elif alpha == 1:
                 z = nl.add(x, y, dtype=out_dtype)
             else:
@@ -55,15 +67,19 @@ def add_kernel(a, b, alpha, out_dtype):
 
 @nki.jit
 def mul_kernel(a, b, out_dtype):
-    """out = a * b over [rows, cols] tensors of the same shape; bool: logical and."""
+    """out = a * b over [rows, cols] tensors of the same shape, operands cast to the result dtype
+    on load; integers on GpSimd's exact int32 ALU, bools as logical and."""
     rows, cols = a.shape
     out = nl.ndarray((rows, cols), dtype=out_dtype, buffer=nl.shared_hbm)
+    work = nl.int32 if _is_int(out_dtype) else out_dtype
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
-            y = nl.load(b[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0:r0 + rp, c0:c0 + cw], dtype=work)
+            y = nl.load(b[r0:r0 + rp, c0:c0 + cw], dtype=work)
             if out_dtype == nl.bool_:
                 z = nl.logical_and(x, y, dtype=out_dtype)
+            elif _is_int(out_dtype):
+                z = nisa.tensor_tensor(x, y, op=nl.multiply, dtype=out_dtype, engine=nisa.gpsimd_engine)
             else:
                 z = nl.multiply(x, y, dtype=out_dtype)
             nl.store(out[r0:r0 + rp, c0:c0 + cw], value=z)
