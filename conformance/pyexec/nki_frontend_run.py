@@ -95,7 +95,7 @@ def main(argv):
         try:
             run_one(job)
             res = {"id": job["id"], "status": "ok", "message": ""}
-        except Exception:  # reported per job
+        except Exception:  # noqa: BLE001  (reported per job)
             res = {"id": job["id"], "status": "error", "message": traceback.format_exc(limit=-3)[-3000:]}
         proto.write(json.dumps(res) + "\n")
         proto.flush()

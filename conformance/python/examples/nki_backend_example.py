@@ -100,15 +100,18 @@ def exp_kernel(a, out_dtype):
 
 @nki.jit
 def relu_kernel(a):
-    """out = max(a, 0): the Scalar Engine's relu for floats, a Vector Engine max for integers
-    (exact, where the Scalar Engine's fp32 pass would round large int32 values)."""
+    """out = max(a, 0): the Scalar Engine's relu for floats, GpSimd's exact int32 max for integers
+    (an fp32 engine pass would round int32 values beyond 2^24)."""
     rows, cols = a.shape
     out = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)
     is_float = a.dtype in (nl.float32, nl.bfloat16, nl.float16)
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
             x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
-            y = nl.relu(x, dtype=a.dtype) if is_float else nl.maximum(x, 0, dtype=a.dtype)
+            if is_float:
+                y = nl.relu(x, dtype=a.dtype)
+            else:
+                y = nisa.tensor_scalar(x, op0=nl.maximum, operand0=0, dtype=a.dtype, engine=nisa.gpsimd_engine)
             nl.store(out[r0:r0 + rp, c0:c0 + cw], value=y)
     return out
 
@@ -168,16 +171,18 @@ def softmax_kernel(a):
 
 @nki.jit
 def log_softmax_kernel(a):
-    """log_softmax along the last dim of [rows, cols]: x - max - log(sum(exp(x - max)))."""
+    """log_softmax along the last dim of [rows, cols]: (x - max) - log(sum(exp(x - max))). As in
+    PyTorch's CPU kernel, the sum is rounded to the input dtype before its log."""
     rows, cols = a.shape
     out = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)
     for r0, rp in _tiles(rows, P):
         neg_max = nl.negative(_row_max(a, r0, rp, cols))
-        log_sum = nl.log(_row_sum_exp(a, r0, rp, cols, neg_max))
-        shift = nl.subtract(neg_max, log_sum)
+        total = nl.copy(_row_sum_exp(a, r0, rp, cols, neg_max), dtype=a.dtype)
+        log_sum = nl.log(total, dtype=nl.float32)
         for c0, cw in _tiles(cols, F):
             x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=nl.add(x, shift, dtype=a.dtype))
+            shifted = nl.add(x, neg_max, dtype=nl.float32)
+            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=nl.subtract(shifted, log_sum, dtype=a.dtype))
     return out
 
 
