@@ -51,7 +51,9 @@ def write_safetensors(path, tensors):
     """tensors: name -> numpy array (written as its raw bytes under its dtype's tag)."""
     header, blobs, offset = {}, [], 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
+        a = np.asarray(tensors[name])
+        if not a.flags["C_CONTIGUOUS"]:
+            a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-dim output 1-dim)
         data = a.tobytes()
         header[name] = {"dtype": _TAG[str(a.dtype)], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
         offset += len(data)

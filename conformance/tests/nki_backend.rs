@@ -89,7 +89,11 @@ fn example_module_runs_its_overloads_and_reports_the_rest_not_provided() {
     let dir = TempDir::new("nki-backend-example");
     let json = dir.path().join("r.json");
     // One f32 hand case of every op: the module's overloads run, the rest are not provided.
-    let o = run_backend(&py, &example_module(), &["--filter", "*::f32::hand_0", "--json", s(&json)]);
+    let o = run_backend(
+        &py,
+        &example_module(),
+        &["--filter", "*::f32::hand_0", "--json", s(&json)],
+    );
     let v = read_json(&json);
     let all = cases(&v);
     assert!(!all.is_empty(), "{}", stderr(&o));
@@ -189,7 +193,13 @@ OVERLOADS["add.Tensor"] = (wrong_add_kernel, example.add_tensor)
             s(&html),
         ],
     );
-    assert_eq!(code(&o), 1, "wrong results fail the run:\n{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        code(&o),
+        1,
+        "wrong results fail the run:\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let v = read_json(&json);
     let failed: Vec<_> = cases(&v).into_iter().filter(|c| c["status"] == "fail").collect();
     assert!(!failed.is_empty(), "{v}");
