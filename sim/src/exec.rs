@@ -259,16 +259,7 @@ impl Executor {
 
     /// Runs `program` on `inputs` (one per Input declaration). Never panics on any program.
     pub fn run(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
-        if program.target != self.target.name {
-            return Err(SimError::program(ErrorKind::Invalid(format!(
-                "program is for {}, the executor simulates {}",
-                program.target.name(),
-                self.target.name.name()
-            ))));
-        }
-        self.validate_declarations(program)?;
-        let (sbuf_bytes, psum_bytes) = program.on_chip_extent(&self.target);
-        let mut mem = Memories::with_extents(&self.target, &program.hbm, sbuf_bytes, psum_bytes);
+        let mut mem = self.prepare(program)?;
         for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
             let t = inputs.get(&decl.name).ok_or_else(|| {
                 SimError::program(ErrorKind::Invalid(format!(
@@ -284,6 +275,46 @@ impl Executor {
             }
             mem.load_input(&decl.name, &t.data).map_err(SimError::program)?;
         }
+        let stats = self.execute(program, &mut mem)?;
+        let outputs = mem
+            .into_outputs()
+            .map(|t| {
+                (
+                    t.decl.name,
+                    HostTensor {
+                        dtype: t.decl.dtype,
+                        shape: t.decl.shape,
+                        data: t.data,
+                    },
+                )
+            })
+            .collect();
+        Ok(RunResult { outputs, stats })
+    }
+
+    /// Checks `program` against this executor and allocates its memories, every HBM tensor
+    /// unwritten. The caller fills the inputs, then calls [`Executor::execute`].
+    pub(crate) fn prepare(&self, program: &Program) -> Result<Memories, SimError> {
+        if program.target != self.target.name {
+            return Err(SimError::program(ErrorKind::Invalid(format!(
+                "program is for {}, the executor simulates {}",
+                program.target.name(),
+                self.target.name.name()
+            ))));
+        }
+        self.validate_declarations(program)?;
+        let (sbuf_bytes, psum_bytes) = program.on_chip_extent(&self.target);
+        Ok(Memories::with_extents(
+            &self.target,
+            &program.hbm,
+            sbuf_bytes,
+            psum_bytes,
+        ))
+    }
+
+    /// Runs every instruction of `program` on `mem` (inputs already loaded by the caller), then
+    /// checks that every output was fully written. `mem` stays the caller's, error or not.
+    pub(crate) fn execute(&self, program: &Program, mem: &mut Memories) -> Result<Stats, SimError> {
         let mut rounding = match self.config.numerics.rounding {
             RoundingMode::NearestEven => Rounding::NearestEven,
             RoundingMode::Stochastic { seed } => Rounding::Stochastic(StochasticRng::new(seed)),
@@ -321,7 +352,7 @@ impl Executor {
                 return Err(fail(None, kind));
             }
             let mut ctx = Ctx {
-                mem: &mut mem,
+                mem: &mut *mem,
                 target: &self.target,
                 numerics: &self.config.numerics,
                 rounding: &mut rounding,
@@ -340,20 +371,7 @@ impl Executor {
                 ))));
             }
         }
-        let outputs = mem
-            .into_outputs()
-            .map(|t| {
-                (
-                    t.decl.name,
-                    HostTensor {
-                        dtype: t.decl.dtype,
-                        shape: t.decl.shape,
-                        data: t.data,
-                    },
-                )
-            })
-            .collect();
-        Ok(RunResult { outputs, stats })
+        Ok(stats)
     }
 
     fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {

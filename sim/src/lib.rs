@@ -2,7 +2,8 @@
 //!
 //! Layers, bottom up: [`dtype`] (formats, conversions, rounding) → [`mem`] (HBM, SBUF, PSUM,
 //! access patterns, written-byte tracking) → [`program`] (the instruction set as serde data) →
-//! [`engine`] (one function per instruction) → [`exec`] (runs a program, typed errors, stats).
+//! [`engine`] (one function per instruction) → [`exec`] (runs a program, typed errors, stats) →
+//! [`session`] (named device tensors that stay in simulated HBM across program runs).
 //! [`target`] holds every size and limit of a NeuronCore generation as data.
 //!
 //! ```
@@ -33,6 +34,7 @@ pub mod error;
 pub mod exec;
 pub mod mem;
 pub mod program;
+pub mod session;
 pub mod target;
 
 pub use dtype::{ALL_DTYPES, DType, Rounding};
@@ -43,4 +45,5 @@ pub use exec::{
 };
 pub use mem::{AccessPattern, FreeDim, MemSpace};
 pub use program::*;
+pub use session::{DeviceTensor, Session, Transfers};
 pub use target::{Target, TargetName};

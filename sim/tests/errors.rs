@@ -756,3 +756,25 @@ fn errors_stop_the_run_at_the_failing_instruction() {
     assert_eq!(e.index, Some(1));
     assert!(matches!(e.kind, ErrorKind::UninitializedRead { .. }));
 }
+
+/// An instruction's `loc` (its source, e.g. an NKI kernel's file:line) is carried by its error
+/// and named in the message, next to the instruction.
+#[test]
+fn errors_carry_the_instruction_loc() {
+    let (mut p, inputs) = base();
+    let i = p.push(Engine::Vector, copy(free_dst(), sb(F, 0, P, 8192, vec![[1, 8]]))); // uninitialized
+    p.instructions[i].loc = Some("kernels/add.py:42".into());
+    let e = run(&p, &inputs).unwrap_err();
+    assert_eq!(e.loc.as_deref(), Some("kernels/add.py:42"));
+    assert_eq!(e.index, Some(i));
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "instruction #{i} (vector tensor_copy) at kernels/add.py:42 operand `src`: "
+        )),
+        "{text}"
+    );
+    // Without a loc the message is as before.
+    p.instructions[i].loc = None;
+    assert!(!run(&p, &inputs).unwrap_err().to_string().contains(" at "));
+}

@@ -11,6 +11,7 @@
 mod convert;
 mod errors;
 mod program;
+mod session;
 
 use pyo3::prelude::*;
 
@@ -19,6 +20,8 @@ use pyo3::prelude::*;
 mod _native {
     #[pymodule_export]
     use crate::program::{Program, numerics_default_json, numerics_normalize_json, run};
+    #[pymodule_export]
+    use crate::session::Session;
 
     use pyo3::prelude::*;
 

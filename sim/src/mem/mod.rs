@@ -285,6 +285,30 @@ impl Memories {
         Ok(())
     }
 
+    /// Installs a whole HBM tensor's bytes by move, without copying them, and marks them
+    /// written (device sessions, [`crate::session`]). Gives the bytes back when the tensor is not
+    /// declared or their length differs from the declaration's.
+    pub fn install(&mut self, name: &str, data: Vec<u8>) -> Result<(), Vec<u8>> {
+        let Some(&i) = self.hbm_index.get(name) else {
+            return Err(data);
+        };
+        let t = &mut self.hbm[i];
+        if data.len() != t.data.len() {
+            return Err(data);
+        }
+        t.data = data;
+        t.written.fill(1);
+        self.wm.hbm[i].set(t.written.len());
+        Ok(())
+    }
+
+    /// Moves an HBM tensor's bytes out (device sessions), leaving it empty: use only when the
+    /// run is over.
+    pub fn take_data(&mut self, name: &str) -> Option<Vec<u8>> {
+        let i = *self.hbm_index.get(name)?;
+        Some(std::mem::take(&mut self.hbm[i].data))
+    }
+
     fn marks(&self, r: Region) -> Marks<'_> {
         match r {
             Region::Sbuf => Marks {

@@ -28,6 +28,7 @@ __all__ = [
     "Numerics",
     "Program",
     "RunResult",
+    "Session",
     "SimError",
     "numpy_dtype",
     "run",
@@ -125,3 +126,71 @@ def run(
     wire = {name: to_wire(name, a, declared.get(name)) for name, a in inputs.items()}
     outputs, stats = _native.run(program, wire, target, _numerics_json(numerics))
     return RunResult({name: from_wire(w) for name, w in outputs.items()}, json.loads(stats))
+
+
+class Session:
+    """A device session: named tensors that stay in simulated HBM across program runs.
+
+    Only :meth:`put` and :meth:`get` copy between host and device (both counted in
+    :meth:`transfers`); :meth:`run` binds a program's Input/Output HBM tensors to session tensors
+    and moves them, so a sequence of programs keeps its data on the device.
+
+        s = trnsim.Session()
+        s.put("x", x)
+        s.run(kernel1, {"a": "x", "out": "h"})   # h = kernel1(x), stays on the device
+        s.run(kernel2, {"a": "h", "out": "y"})   # y = kernel2(h)
+        y = s.get("y")
+    """
+
+    def __init__(self, target: str = "trn1", numerics: NumericsLike = None) -> None:
+        self._native = _native.Session(target, _numerics_json(numerics))
+
+    def put(self, name: str, array: Any, dtype: str | None = None) -> None:
+        """Copies an array to the device as ``name`` (replacing any tensor of that name).
+        ``dtype="tf32"`` stores a float32 array as tf32 (its low 13 mantissa bits must be 0)."""
+        self._native.put(name, to_wire(name, array, dtype))
+
+    def get(self, name: str) -> np.ndarray:
+        """Copies a session tensor to the host. ``KeyError`` if there is none."""
+        return from_wire(self._native.get(name))
+
+    def info(self, name: str) -> tuple[str, tuple[int, ...]]:
+        """``(trnsim dtype name, shape)`` of a session tensor, without copying it."""
+        dtype, shape = self._native.info(name)
+        return dtype, tuple(shape)
+
+    def delete(self, name: str) -> bool:
+        """Frees a session tensor; whether it existed."""
+        return self._native.delete(name)
+
+    def names(self) -> list[str]:
+        """The session's tensor names, sorted."""
+        return self._native.names()
+
+    def run(self, prog: Program | str, bind: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Runs a program on session tensors and returns its statistics (as :func:`run`'s).
+
+        ``bind`` maps the program's Input/Output HBM tensor names to session tensor names; one
+        it leaves out binds to the session tensor of its own name. Inputs must exist with the
+        declared dtype and shape; outputs are created or replaced when the run succeeds. On a
+        :class:`SimError` the session is unchanged.
+        """
+        return json.loads(self._native.run(_program(prog), dict(bind or {})))
+
+    def transfers(self) -> dict[str, int]:
+        """Counters: ``host_to_device_bytes`` (put), ``device_to_host_bytes`` (get),
+        ``device_copy_bytes`` (one tensor bound to two inputs of a run) and ``runs``."""
+        return json.loads(self._native.transfers())
+
+    def device_bytes(self) -> int:
+        """Bytes held by the session's tensors."""
+        return self._native.device_bytes()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._native.names()
+
+    def __len__(self) -> int:
+        return len(self._native.names())
+
+    def __repr__(self) -> str:
+        return f"<trnsim.Session: {len(self)} tensors, {self.device_bytes()} bytes>"

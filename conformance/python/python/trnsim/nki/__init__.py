@@ -34,10 +34,12 @@ from . import _core, compiler, isa, language, typing
 from ._core import NkiError, Tracer, View
 
 __all__ = [
+    "DeviceTensor",
     "NkiError",
     "baremetal",
     "benchmark",
     "compiler",
+    "device",
     "install",
     "isa",
     "jit",
@@ -53,15 +55,43 @@ __all__ = [
 
 tensor = View  # `nki.tensor`: the type of kernel tensors
 
+
+class DeviceTensor:
+    """A tensor that lives in a `trnsim.Session` (simulated HBM), passed to a kernel in place of a
+    NumPy array: the kernel then runs in that session, reading its inputs there and leaving its
+    outputs there (returned as DeviceTensors), with no copy to or from the host.
+
+        s = trnsim.Session(); s.put("x", x)
+        h = add_kernel(device(s, "x"), device(s, "x"))     # h: a DeviceTensor in s
+        y = exp_kernel(h)                                  # still on the device
+        s.get(y.name)                                      # the only copy back
+    """
+
+    def __init__(self, session, name):
+        import trnsim
+        self.session, self.name = session, name
+        dt, shape = session.info(name)
+        self.dtype = trnsim.numpy_dtype(dt)
+        self.shape = tuple(shape)
+
+    def __repr__(self):
+        return f"<trnsim.nki.DeviceTensor {self.name!r} {list(self.shape)} {self.dtype}>"
+
+
+def device(session, name):
+    """The session tensor `name` as a kernel argument."""
+    return DeviceTensor(session, name)
+
 _LAST = {}
 
 
 class KernelRun:
     """A traced kernel call: the Program (dict) and the HBM inputs it needs."""
 
-    def __init__(self, program, inputs, outputs, ret_shape, inout, trace_s):
+    def __init__(self, program, inputs, outputs, ret_shape, inout, trace_s, device_args=None):
         self.program = program
         self.inputs = inputs
+        self.device_args = device_args or {}  # program tensor name -> DeviceTensor
         self.outputs = outputs  # names of returned tensors (tuple structure in ret_shape)
         self.ret_shape = ret_shape
         self.inout = inout  # param name -> (caller array, tensor name) written in place
@@ -77,6 +107,8 @@ class KernelRun:
         prog = trnsim.Program.from_json(self.program_json())
         if hasattr(prog, "infer_waits"):
             prog.infer_waits()
+        if self.device_args:
+            return _session_run(self, prog)
         t0 = time.perf_counter()
         res = trnsim.run(prog, self.inputs, target=target or self.program["target"], numerics=numerics)
         self.run_s = time.perf_counter() - t0
@@ -151,6 +183,10 @@ def to_program(func, args, kwargs=None, grid=(), target="trn1"):
 
 
 def _wrap_arg(tr, name, val, param_arrays):
+    if isinstance(val, DeviceTensor):
+        st = tr.new_hbm(val.shape, val.dtype, "input", name, array=None)
+        st.device = val
+        return View.full(st)
     if isinstance(val, np.ndarray):
         st = tr.new_hbm(val.shape, val.dtype, "input", name, array=val)
         param_arrays[st.name] = val
@@ -170,30 +206,35 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
         if not isinstance(r, View) or r.base.on_chip or not r.is_full():
             raise NkiError("a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))")
         out_names.append(_core.storage_of(r.base).name)
-    hbm, inputs, inout, pre = [], {}, {}, []
+    hbm, inputs, inout, pre, device_args = [], {}, {}, [], {}
     returned = set(out_names)
     for st in tr.hbm:
         decl = {"name": st.name, "dtype": _core.trn_name(st.dtype), "shape": list(st.shape)}
         if st.kind == "input":
+            dev = getattr(st, "device", None)
+            if dev is not None:
+                device_args[st.name] = dev
             if st.written:
                 # a parameter the kernel writes: an output, first filled from an input twin so
                 # the kernel still reads the caller's values (as on a device)
                 twin = st.name + ".in"
                 hbm.append({"name": twin, "dtype": decl["dtype"], "shape": decl["shape"], "role": "input"})
-                inputs[twin] = st.array
+                if dev is None:
+                    inputs[twin] = st.array
                 pre.append(_whole_copy(st, twin, def_loc))
                 hbm.append(dict(decl, role="output"))
                 inout[st.name] = (param_arrays.get(st.name), st.name)
             else:
                 hbm.append(dict(decl, role="input"))
-                inputs[st.name] = st.array
+                if dev is None:
+                    inputs[st.name] = st.array
         elif st.kind == "constant":
             hbm.append(dict(decl, role="input"))
             inputs[st.name] = st.array
         else:
             hbm.append(dict(decl, role="output" if st.name in returned else "scratch"))
     program = {"target": tr.target, "hbm": hbm, "instructions": pre + tr.instructions}
-    return KernelRun(program, inputs, out_names, shape, inout, trace_s)
+    return KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
 
 
 def _whole_copy(st, src_name, loc):
@@ -243,6 +284,37 @@ class Kernel:
         return out
 
 
+def _session_run(kr, prog):
+    """Run on the session of the kernel's DeviceTensor arguments: inputs bound to their session
+    tensors, host inputs (constants) put first, outputs created in the session under fresh names."""
+    sessions = {id(d.session): d.session for d in kr.device_args.values()}
+    if len(sessions) != 1:
+        raise NkiError("all device tensors of one kernel call must be in the same trnsim.Session")
+    sess = next(iter(sessions.values()))
+    bind = {hbm_name: d.name for hbm_name, d in kr.device_args.items()}
+    for name, arr in kr.inputs.items():
+        if name not in bind:
+            dev = f"{name}#{next(_SESSION_NAMES)}"
+            sess.put(dev, arr)
+            bind[name] = dev
+    for name, d in kr.device_args.items():
+        if name + ".in" in {h["name"] for h in kr.program["hbm"]}:
+            bind[name + ".in"] = d.name  # a parameter the kernel writes: updated in place
+    outs = []
+    for n in kr.outputs:
+        if n not in bind:
+            bind[n] = f"{n}#{next(_SESSION_NAMES)}"
+        outs.append(bind[n])
+    kr.stats = sess.run(prog, bind)
+    res = [DeviceTensor(sess, n) for n in outs]
+    if kr.ret_shape == "none":
+        return None
+    return res[0] if kr.ret_shape == "single" else tuple(res)
+
+
+_SESSION_NAMES = itertools.count(1)
+
+
 class _Latency:
     def __init__(self, us):
         self.us = us
@@ -254,14 +326,16 @@ class _Latency:
 
 class BenchmarkResult:
     """`benchmark_result.nc_latency.get_latency_percentile(p)` as AWS's, from the simulator's
-    estimate: the busiest engine's estimated time (engines overlap), in microseconds. `stats` is
-    the simulator's whole statistics dict."""
+    estimate in microseconds: the timeline's makespan when the simulator reports one, else the
+    busiest engine's estimated time. `stats` is the simulator's whole statistics dict."""
 
     def __init__(self, stats):
         self.stats = stats
-        est = stats.get("est_ns", {}) if isinstance(stats, dict) else {}
-        ns = stats.get("total_ns") if isinstance(stats, dict) else None
-        if ns is None:
+        stats = stats if isinstance(stats, dict) else {}
+        est = stats.get("est_ns") or {}
+        timeline = stats.get("timeline") or {}
+        ns = timeline.get("makespan_ns") if isinstance(timeline, dict) else None
+        if not ns:  # no timeline: the busiest engine bounds the time from below
             ns = max(est.values()) if est else 0.0
         self.nc_latency = _Latency(ns / 1000.0)
 

@@ -681,7 +681,7 @@ class View:
 
     __array_priority__ = 1000
 
-    __slots__ = ("base", "shape", "idx", "dtype", "_inplace", "__weakref__")
+    __slots__ = ("__weakref__", "_inplace", "base", "dtype", "idx", "shape")
 
     def __init__(self, base, shape, idx, dtype=None):
         # shape: tuple of ints; idx: list of (int, tuple of ints), built by this module's own

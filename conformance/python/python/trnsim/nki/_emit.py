@@ -16,7 +16,6 @@ from ._core import (
     caller_loc,
     is_float,
     mask_box,
-    source_name,
     storage_of,
     trn_name,
 )

@@ -201,7 +201,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs):
-    """VectorE `tensor_reduce` over trailing free axes."""
+    """VectorE `tensor_reduce` over free axes (the reduced ones walked innermost)."""
     loc = caller_loc()[0]
     return nl._reduce(E.alu(op), data, axis, dtype, mask, keepdims, loc, negate=negate)
 

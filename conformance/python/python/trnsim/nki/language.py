@@ -718,7 +718,7 @@ def _axes(x, axis, loc):
 
 
 def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
-    """VectorE `tensor_reduce` over trailing free axes."""
+    """VectorE `tensor_reduce` over free axes (the reduced ones walked innermost)."""
     axes = _axes(x, axis, loc)
     kept = tuple(s for a, s in enumerate(x.shape) if a not in axes)
     shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape)) if keepdims else kept

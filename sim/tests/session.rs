@@ -1,0 +1,220 @@
+//! Device sessions (sim/src/session.rs): tensors stay in simulated HBM across program runs and
+//! are moved, never copied, between the session and a run.
+
+use std::collections::BTreeMap;
+use trnsim::*;
+
+const P: usize = 4;
+const N: usize = 8;
+
+fn hbm(name: &str) -> AccessPattern {
+    AccessPattern::hbm(name, DType::F32, 0, P, N as i64, vec![[1, N as i64]])
+}
+
+fn sb(offset: u64) -> AccessPattern {
+    AccessPattern::sbuf(DType::F32, 0, P, offset, vec![[1, N as i64]])
+}
+
+fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
+}
+
+/// out = a `op` b, a kernel-like program: load, one VectorE instruction, store.
+fn binary(op: AluOp) -> Program {
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("a", DType::F32, &[P, N], HbmRole::Input);
+    p.declare("b", DType::F32, &[P, N], HbmRole::Input);
+    p.declare("out", DType::F32, &[P, N], HbmRole::Output);
+    p.push(Engine::Dma, dma(sb(0), hbm("a")));
+    p.push(Engine::Dma, dma(sb(64), hbm("b")));
+    p.push(
+        Engine::Vector,
+        Op::TensorTensor(TensorTensor {
+            dst: sb(128),
+            in0: sb(0),
+            in1: sb(64),
+            op,
+        }),
+    );
+    p.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    p
+}
+
+fn host(vals: impl Fn(usize) -> f32) -> HostTensor {
+    HostTensor::from_f32(&[P, N], &(0..P * N).map(vals).collect::<Vec<_>>())
+}
+
+fn bind(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    Session::binding(pairs)
+}
+
+fn session() -> Session {
+    let mut s = Session::new(Executor::new(TargetName::Trn1));
+    s.put("x", host(|i| i as f32)).unwrap();
+    s.put("w", host(|i| 0.5 * i as f32)).unwrap();
+    s
+}
+
+#[test]
+fn a_tensor_persists_between_two_runs_without_a_host_copy() {
+    let mut s = session();
+    let put_bytes = (2 * P * N * 4) as u64;
+    // Kernel 1: h = x + w. Kernel 2: y = h * x. `h` stays on the device.
+    s.run(&binary(AluOp::Add), &bind(&[("a", "x"), ("b", "w"), ("out", "h")]))
+        .unwrap();
+    let h_ptr = s.tensor("h").unwrap().bytes().as_ptr();
+    let x_ptr = s.tensor("x").unwrap().bytes().as_ptr();
+    s.run(&binary(AluOp::Multiply), &bind(&[("a", "h"), ("b", "x"), ("out", "y")]))
+        .unwrap();
+    // The very allocations that kernel 1 wrote and the host put are what kernel 2 read: the
+    // tensors were moved into the run and back, not copied.
+    assert_eq!(s.tensor("h").unwrap().bytes().as_ptr(), h_ptr);
+    assert_eq!(s.tensor("x").unwrap().bytes().as_ptr(), x_ptr);
+    assert_eq!(
+        *s.transfers(),
+        Transfers {
+            host_to_device_bytes: put_bytes,
+            device_to_host_bytes: 0,
+            device_copy_bytes: 0,
+            runs: 2,
+        }
+    );
+    assert_eq!(s.names(), vec!["h", "w", "x", "y"]);
+    let y = s.get("y").unwrap();
+    let expect: Vec<f32> = (0..P * N).map(|i| (i as f32 + 0.5 * i as f32) * i as f32).collect();
+    assert_eq!(y.to_f32(), expect);
+    assert_eq!(s.transfers().device_to_host_bytes, (P * N * 4) as u64);
+    assert_eq!(s.device_bytes(), 4 * P * N * 4);
+}
+
+#[test]
+fn unbound_tensors_bind_by_their_own_name() {
+    let mut s = Session::new(Executor::new(TargetName::Trn1));
+    s.put("a", host(|i| i as f32)).unwrap();
+    s.put("b", host(|_| 1.0)).unwrap();
+    s.run(&binary(AluOp::Add), &BTreeMap::new()).unwrap();
+    assert_eq!(
+        s.get("out").unwrap().to_f32(),
+        (0..P * N).map(|i| i as f32 + 1.0).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn one_tensor_bound_to_two_inputs_is_copied_on_the_device() {
+    let mut s = session();
+    s.run(&binary(AluOp::Add), &bind(&[("a", "x"), ("b", "x"), ("out", "y")]))
+        .unwrap();
+    assert_eq!(
+        s.get("y").unwrap().to_f32(),
+        (0..P * N).map(|i| 2.0 * i as f32).collect::<Vec<_>>()
+    );
+    assert_eq!(s.transfers().device_copy_bytes, (P * N * 4) as u64);
+    assert_eq!(s.get("x").unwrap(), host(|i| i as f32));
+}
+
+#[test]
+fn an_output_may_replace_its_own_input() {
+    let mut s = session();
+    s.run(&binary(AluOp::Add), &bind(&[("a", "x"), ("b", "w"), ("out", "x")]))
+        .unwrap();
+    assert_eq!(
+        s.get("x").unwrap().to_f32(),
+        (0..P * N).map(|i| 1.5 * i as f32).collect::<Vec<_>>()
+    );
+    assert_eq!(s.names(), vec!["w", "x"]);
+}
+
+#[test]
+fn a_failed_run_keeps_the_session_as_it_was() {
+    let mut s = session();
+    let x_ptr = s.tensor("x").unwrap().bytes().as_ptr();
+    // Reads SBUF bytes 192.. that nothing wrote.
+    let mut p = binary(AluOp::Add);
+    if let Op::TensorTensor(t) = &mut p.instructions[2].op {
+        t.in1 = sb(192);
+    }
+    p.instructions[2].loc = Some("kernel.py:7".into());
+    let e = s.run(&p, &bind(&[("a", "x"), ("b", "w"), ("out", "y")])).unwrap_err();
+    assert_eq!((e.index, e.loc.as_deref()), (Some(2), Some("kernel.py:7")));
+    assert!(matches!(e.kind, ErrorKind::UninitializedRead { .. }));
+    assert_eq!(s.names(), vec!["w", "x"], "no output appears");
+    assert_eq!(s.tensor("x").unwrap().bytes().as_ptr(), x_ptr, "the input came back");
+    assert_eq!(s.get("x").unwrap(), host(|i| i as f32));
+    assert_eq!(s.transfers().runs, 0);
+}
+
+#[test]
+fn bad_bindings_are_typed_errors_that_change_nothing() {
+    let mut s = session();
+    s.put("small", HostTensor::from_f32(&[2, 2], &[0.0; 4])).unwrap();
+    let p = binary(AluOp::Add);
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("a", "x"), ("b", "nope")],
+            "session tensor `nope`, which does not exist",
+        ),
+        (
+            &[("a", "x"), ("b", "small")],
+            "which is f32 [2, 2]; the program declares f32 [4, 8]",
+        ),
+        (
+            &[("a", "x"), ("b", "w"), ("zz", "x")],
+            "bind names `zz`, which the program does not declare",
+        ),
+        (
+            &[("a", "x")],
+            "`b` is bound to session tensor `b`, which does not exist",
+        ),
+        (&[("a", "x"), ("b", "w"), ("out", "w")], ""),
+    ];
+    for (pairs, msg) in cases {
+        let r = s.run(&p, &bind(pairs));
+        if msg.is_empty() {
+            // Binding the output over an input of the same run is allowed (in place).
+            r.unwrap();
+            continue;
+        }
+        let e = r.unwrap_err();
+        assert_eq!(e.index, None);
+        assert!(e.to_string().contains(msg), "{e} lacks {msg}");
+    }
+    let mut two_out = binary(AluOp::Add);
+    two_out.declare("out2", DType::F32, &[P, N], HbmRole::Output);
+    let e = s
+        .run(&two_out, &bind(&[("a", "x"), ("b", "x"), ("out", "o"), ("out2", "o")]))
+        .unwrap_err();
+    assert!(e.to_string().contains("both bound to session tensor `o`"), "{e}");
+}
+
+#[test]
+fn put_checks_sizes_and_get_delete_work() {
+    let mut s = session();
+    let bad = HostTensor {
+        dtype: DType::F32,
+        shape: vec![2, 2],
+        data: vec![0; 15],
+    };
+    assert!(s.put("bad", bad).unwrap_err().to_string().contains("15 bytes"));
+    assert!(s.delete("x"));
+    assert!(!s.delete("x"));
+    assert!(s.get("x").is_none());
+    assert_eq!(s.names(), vec!["w"]);
+    let mut tiny = Session::new(Executor::with_config(
+        TargetName::Trn1,
+        ExecConfig {
+            max_hbm_bytes: 100,
+            ..ExecConfig::default()
+        },
+    ));
+    assert!(
+        tiny.put("x", host(|_| 0.0))
+            .unwrap_err()
+            .to_string()
+            .contains("limit is 100")
+    );
+}
