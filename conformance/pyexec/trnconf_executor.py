@@ -10,6 +10,8 @@ Modes (the `mode` of a `run` request):
          device: the torch-neuronx XLA device when torch_xla imports (trn1), else the CPU.
   nki    run the NKI kernel the request names (`kernel`); needs neuronxcc (hardware) or the numpy
          stand-in conformance/pyexec/nki_standin; otherwise `unsupported` with the reason.
+  nki-module  run the case through the NKI backend module given with --nki-module MODULE (its kernels on
+         trnsim through the trnsim.nki front-end; `trnconf run --backend nki:MODULE`, nki_module_backend.py)
   echo   PROTOCOL-TEST MODE ONLY: returns the golden outputs stored in the case file. It tests the
          wire protocol, timeouts and fault handling without torch. Its results are never
          conformance results (the Rust side labels them `echo (protocol test)`).
@@ -106,11 +108,13 @@ def nki_standin_available():
 
 
 class Executor:
-    def __init__(self, device, injections, slow_seconds):
+    def __init__(self, device, injections, slow_seconds, nki_module=None):
         self.requested_device = device
         self.injections = injections
         self.slow_seconds = slow_seconds
         self.sdk, self.import_errors = probe()
+        self.nki_module_spec = nki_module
+        self.nki_module, self.nki_module_info = None, None
         self.modes = self._modes()
 
     def _modes(self):
@@ -118,7 +122,9 @@ class Executor:
         if self.sdk["numpy"] is None or self.sdk["safetensors"] is None:
             reason = "numpy and safetensors are required: " + "; ".join(
                 f"{k}: {v}" for k, v in self.import_errors.items() if k in ("numpy", "safetensors"))
-            return {m: {"available": False, "reason": reason} for m in ("echo", "torch", "nki")}
+            modes = {m: {"available": False, "reason": reason} for m in ("echo", "torch", "nki")}
+            modes["nki-module"] = self._nki_module_mode()  # numpy + the trnsim package only
+            return modes
         # torch
         if self.sdk["torch"] is None:
             modes["torch"] = {"available": False, "reason": f"torch is not importable ({self.import_errors['torch']})"}
@@ -138,7 +144,24 @@ class Executor:
                             "backend": "nki_standin (numpy stand-in, not AWS's simulator)"}
         else:
             modes["nki"] = {"available": False, "reason": "neither neuronxcc nor conformance/pyexec/nki_standin is available"}
+        modes["nki-module"] = self._nki_module_mode()
         return modes
+
+    def _nki_module_mode(self):
+        """Imports the backend module (--nki-module) through the trnsim.nki front-end."""
+        if self.nki_module_spec is None:
+            return {"available": False, "reason": "no backend module: start the executor with --nki-module MODULE"}
+        if HERE not in sys.path:
+            sys.path.insert(0, HERE)
+        import nki_module_backend
+        try:
+            self.nki_module = nki_module_backend.load(self.nki_module_spec)
+            self.nki_module_info = nki_module_backend.describe(self.nki_module, self.nki_module_spec)
+        except Exception as e:  # noqa: BLE001  (reported in the handshake, every case unsupported)
+            tb = traceback.format_exc(limit=-2).strip().splitlines()
+            return {"available": False, "reason": f"cannot load `{self.nki_module_spec}`: {type(e).__name__}: {e} "
+                    f"({' | '.join(tb[-3:])})"}
+        return {"available": True, "reason": "", "backend": "trnsim.nki front-end on the trnsim simulator"}
 
     def hello(self):
         return {
@@ -153,6 +176,7 @@ class Executor:
             "modes": self.modes,
             "dtypes": DTYPES,
             "injections": [f"{k}:{p}" for k, p in self.injections],
+            "nki_module": self.nki_module_info,
         }
 
     # --------------------------------------------------------------------------------------------
@@ -161,6 +185,17 @@ class Executor:
             if matches(pattern, case_id):
                 return kind
         return None
+
+    def run_nki_module(self, req):
+        """Mode nki-module: the case through the backend module's kernel and wrapper."""
+        import nki_module_backend
+        meta, tensors = load_case_np(req["case_file"])
+        wanted = set(req.get("inputs") or [])
+        inputs = {n: t for n, t in tensors.items() if n in wanted}  # never the golden outputs
+        try:
+            return nki_module_backend.run(self.nki_module, meta, inputs)
+        except nki_module_backend.CaseError as e:
+            raise CaseError(e.status, e.message) from e
 
     def run(self, req):
         """Handles one `run` request; returns the result message. Never raises."""
@@ -190,6 +225,8 @@ class Executor:
                 outputs, values = run_echo(req)
             elif mode == "torch":
                 outputs, values = run_torch(req, info["device"])
+            elif mode == "nki-module":
+                outputs, values = self.run_nki_module(req)
             else:
                 by_backend, values = run_nki(req, info), {}
                 outputs = by_backend[info["backends"][0]]
@@ -723,6 +760,8 @@ def main(argv):
     p.add_argument("--manifest", help="batch: JSON-lines run requests")
     p.add_argument("--results", help="batch: JSON-lines results (appended; finished cases are skipped)")
     p.add_argument("--mode", default="torch", help="batch: mode for manifest lines without one")
+    p.add_argument("--nki-module", metavar="MODULE",
+                   help="mode nki-module: the NKI backend module (dotted name or .py path) whose kernels run the cases")
     a = p.parse_args(argv)
 
     # Keep the protocol channel clean: anything else printing to stdout goes to stderr.
@@ -730,7 +769,7 @@ def main(argv):
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    ex = Executor(a.device, a.inject, a.slow_seconds)
+    ex = Executor(a.device, a.inject, a.slow_seconds, a.nki_module)
     if a.command == "hello":
         proto_out.write(json.dumps(ex.hello(), indent=1) + "\n")
         proto_out.flush()

@@ -334,6 +334,8 @@ pub enum Outcome {
     Error,
     /// The op has no lowering.
     NotLowered,
+    /// The backend module does not provide the overload (`--backend nki:MODULE`).
+    NotProvided,
 }
 
 /// The final status of a case.
@@ -348,12 +350,16 @@ pub enum Status {
     XPass,
     Skip,
     Error,
+    /// The backend does not provide the op (an NKI backend module without a kernel for the
+    /// overload): neither a pass nor a failure.
+    #[serde(rename = "not-provided")]
+    NotProvided,
 }
 
 impl Status {
     /// Whether the case matched its expectation (the run succeeds only if all did).
     pub fn is_ok(self) -> bool {
-        matches!(self, Status::Pass | Status::XFail | Status::Skip)
+        matches!(self, Status::Pass | Status::XFail | Status::Skip | Status::NotProvided)
     }
 
     pub fn name(self) -> &'static str {
@@ -364,6 +370,7 @@ impl Status {
             Status::XPass => "xpass",
             Status::Skip => "skip",
             Status::Error => "error",
+            Status::NotProvided => "not-provided",
         }
     }
 }
@@ -377,8 +384,10 @@ impl fmt::Display for Status {
 /// Combines an outcome with the case's expectation: the status, and a note to prepend to the
 /// case's message (empty when there is nothing to add).
 pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, String) {
-    let Some(e) = expectation else {
+    // Not provided is what the backend is, not how a case behaves: no expectation applies.
+    let Some(e) = expectation.filter(|_| outcome != Outcome::NotProvided) else {
         return match outcome {
+            Outcome::NotProvided => (Status::NotProvided, String::new()),
             Outcome::Pass => (Status::Pass, String::new()),
             Outcome::Fail => (Status::Fail, String::new()),
             Outcome::Error => (Status::Error, String::new()),
@@ -420,6 +429,7 @@ pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, 
             ),
         ),
         (_, Outcome::Fail | Outcome::Error) => (Status::XFail, e.describe()),
+        (_, Outcome::NotProvided) => (Status::NotProvided, String::new()),
     }
 }
 

@@ -1,22 +1,21 @@
 //! The one runner both front ends (the libtest-mimic suite and the `trnconf` binary) use:
-//! load case → lower → check the program does compute-engine work → execute → compare → apply
-//! expectations → [`CaseResult`].
+//! load case → a [`Backend`] runs it → compare → apply expectations → [`CaseResult`].
 //!
 //! Every failure is a per-case result naming the file and the reason; the rest of the run goes on.
-//! The runner knows executors, comparison and expectations — not engines or lowering details.
+//! The runner knows backends, comparison and expectations — not engines, lowering or kernels
+//! (crate::backend).
 
-use crate::case::{Case, GoldenIndex, IndexEntry, Value};
+pub use crate::backend::lowering::{
+    DeviceOutputs, check_compute_work, device_inputs, from_device, host_outputs, to_device,
+};
+use crate::backend::{Backend, Unrun};
+use crate::case::{Case, GoldenIndex, IndexEntry};
 use crate::compare::{self, ActualOutputs, OutputMetrics};
-use crate::executor::CaseExecutor;
 use crate::expect::{self, Expectations, Outcome, Status};
-use crate::lower::{self, LowerError};
-use crate::ops;
-use crate::tensor::{Tensor, TorchDType, format_index, unravel};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use trnsim::{DType, EngineCounts, HbmRole, HostTensor, Program};
+use trnsim::EngineCounts;
 
 /// The result of one case.
 #[derive(Clone, Debug, Serialize)]
@@ -104,16 +103,16 @@ fn raw(outcome: Outcome, message: impl Into<String>) -> Raw {
     }
 }
 
-/// Runs one case of `index`.
+/// Runs one case of `index` on `backend`.
 pub fn run_case(
     golden_dir: &Path,
     entry: &IndexEntry,
     expectations: &Expectations,
-    executor: &dyn CaseExecutor,
+    backend: &dyn Backend,
 ) -> CaseResult {
     let start = Instant::now();
     let mut result = CaseResult::new(entry);
-    finish_case(golden_dir, entry, expectations, executor, &mut result);
+    finish_case(golden_dir, entry, expectations, backend, &mut result);
     result.wall_time = start.elapsed();
     result.wall_ms = result.wall_time.as_secs_f64() * 1e3;
     result
@@ -123,7 +122,7 @@ fn finish_case(
     golden_dir: &Path,
     entry: &IndexEntry,
     expectations: &Expectations,
-    executor: &dyn CaseExecutor,
+    backend: &dyn Backend,
     result: &mut CaseResult,
 ) {
     let expectation = match expectations.lookup(&entry.id, &entry.op) {
@@ -145,22 +144,13 @@ fn finish_case(
     };
     let outcome = if expectation.is_some_and(|e| e.status == expect::ExpectedStatus::Skip) {
         raw(Outcome::Pass, "")
-    } else if let Some(run) = executor.run_case(&case) {
-        // A case-level (process) executor; `unsupported` is a missing capability: skipped.
-        match case_level_outcome(&case, run, executor, result) {
-            Ok(r) => r,
-            Err(why) => {
-                result.status = Status::Skip;
-                result.message = why;
-                return;
-            }
-        }
     } else {
-        match execute_case(&case, executor, result) {
+        match run_and_compare(&case, backend, result) {
             Ok(r) => r,
+            // A missing capability: skipped, whatever the expectation says.
             Err(why) => {
                 result.status = Status::Skip;
-                result.message = why;
+                result.message = format!("unsupported: {why}");
                 return;
             }
         }
@@ -174,63 +164,59 @@ fn finish_case(
     };
 }
 
-/// Lowers, runs and compares a loaded case. `Err`: the executor answered `unsupported` (the
-/// reason; the case is skipped).
-fn execute_case(case: &Case, executor: &dyn CaseExecutor, result: &mut CaseResult) -> Result<Raw, String> {
-    use crate::executor::FailureKind;
-    let file = case.file.display();
-    let lowered = match lower::lower(case, executor.target()) {
-        Ok(l) => l,
-        Err(LowerError::NotLowered(op)) => return Ok(raw(Outcome::NotLowered, format!("op `{op}` is not lowered"))),
-        Err(e) => return Ok(raw(Outcome::Error, format!("{file}: lowering: {e}"))),
+/// Runs a loaded case on the backend (twice when the case checks determinism) and compares
+/// what it produced. `Err`: the backend cannot run the case here (the reason; it is skipped).
+fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) -> Result<Raw, String> {
+    let unrun = |u: Unrun| -> Result<Raw, String> {
+        match u {
+            Unrun::NotLowered(m) => Ok(raw(Outcome::NotLowered, m)),
+            Unrun::NotProvided(m) => Ok(raw(Outcome::NotProvided, m)),
+            Unrun::Unsupported(m) => Err(m),
+            Unrun::Fail(m) => Ok(raw(Outcome::Fail, m)),
+            Unrun::Error(m) => Ok(raw(Outcome::Error, m)),
+        }
     };
-    if let Err(why) = check_compute_work(case, &lowered.program) {
-        return Ok(raw(Outcome::Fail, why));
-    }
-    let inputs = match device_inputs(case, &lowered.program) {
-        Ok(i) => i,
-        Err(e) => return Ok(raw(Outcome::Error, format!("{file}: {e}"))),
+    let produced = match backend.run(case) {
+        Ok(p) => p,
+        Err(u) => return unrun(u),
     };
-    let run = match executor.execute_case(case, &lowered.program, &inputs) {
-        Ok(r) => r,
-        Err(f) if f.kind == FailureKind::Unsupported => return Err(format!("unsupported: {}", f.message)),
-        Err(f) => return Ok(raw(Outcome::Error, format!("{file}: {}", f.message))),
-    };
-    result.backends = compare_backends(case, &lowered, &run.backends);
-    result.instructions = run.instructions.clone();
-    if let Some(stats) = &run.stats {
+    result.instructions = produced.instructions;
+    if let Some(stats) = &produced.stats {
         result.est_us = Some(stats.timeline.makespan_ns / 1000.0);
         result.busy_us = Some(BusyUs::of(stats));
     }
-    let mut actual = ActualOutputs {
-        values: lowered.values.clone(),
-        ..Default::default()
+    result.backends = produced.backends;
+    let with_note = |m: String| match (produced.note.is_empty(), m.is_empty()) {
+        (true, _) => m,
+        (false, true) => produced.note.clone(),
+        (false, false) => format!("{}: {m}", produced.note),
     };
-    match host_outputs(case, &lowered.program, &run.outputs) {
-        Ok(d) => {
-            actual.tensors = d.tensors;
-            actual.values.extend(d.values);
-        }
-        Err(e) => return Ok(raw(Outcome::Error, format!("{file}: {e}"))),
-    }
+    let mut actual = ActualOutputs {
+        tensors: produced.tensors,
+        values: produced.values,
+        rerun: None,
+    };
     if let crate::case::Check::Properties { props } = &case.check
         && props.deterministic == Some(true)
     {
-        match executor
-            .execute_case(case, &lowered.program, &inputs)
-            .map_err(|f| f.message)
-            .and_then(|r| host_outputs(case, &lowered.program, &r.outputs))
-        {
-            Ok(d) => actual.rerun = Some(d.tensors),
-            Err(e) => return Ok(raw(Outcome::Error, format!("{file}: second run: {e}"))),
+        match backend.run(case) {
+            Ok(again) => actual.rerun = Some(again.tensors),
+            Err(u) => {
+                let (Unrun::NotLowered(m)
+                | Unrun::NotProvided(m)
+                | Unrun::Unsupported(m)
+                | Unrun::Fail(m)
+                | Unrun::Error(m)) = u;
+                return Ok(raw(Outcome::Error, with_note(format!("second run: {m}"))));
+            }
         }
     }
     let cmp = compare::compare_case(case, &actual);
     result.metrics = cmp.outputs;
     Ok(if cmp.passed {
-        raw(Outcome::Pass, "")
+        raw(Outcome::Pass, with_note(String::new()))
     } else {
-        raw(Outcome::Fail, cmp.message)
+        raw(Outcome::Fail, with_note(cmp.message))
     })
 }
 
@@ -250,295 +236,6 @@ pub struct BackendResult {
     pub message: String,
 }
 
-/// Compares every backend's outputs with the golden (empty unless the executor returned more
-/// than one backend).
-fn compare_backends(
-    case: &Case,
-    lowered: &lower::Lowered,
-    backends: &[(String, BTreeMap<String, HostTensor>)],
-) -> Vec<BackendResult> {
-    let sim = backends.iter().find(|(n, _)| n == "sim").map(|(_, o)| o);
-    backends
-        .iter()
-        .map(|(name, outputs)| {
-            let same_bits_as_sim = sim.is_some_and(|s| s == outputs);
-            let (status, max_ulp, message) = match host_outputs(case, &lowered.program, outputs) {
-                Ok(d) => {
-                    let mut actual = ActualOutputs {
-                        values: lowered.values.clone(),
-                        ..Default::default()
-                    };
-                    actual.tensors = d.tensors;
-                    actual.values.extend(d.values);
-                    // A determinism check needs a second run; the backends are compared on values.
-                    let cmp = compare::compare_case(case, &actual);
-                    let ulp = cmp
-                        .outputs
-                        .iter()
-                        .filter(|m| m.kind == compare::CompareKind::Values)
-                        .map(|m| m.max_ulp)
-                        .max();
-                    let status = if cmp.passed { "pass" } else { "fail" };
-                    (status, ulp, cmp.message.lines().next().unwrap_or("").to_string())
-                }
-                Err(e) => ("error", None, e),
-            };
-            BackendResult {
-                name: name.clone(),
-                status: status.into(),
-                max_ulp,
-                same_bits_as_sim,
-                message,
-            }
-        })
-        .collect()
-}
-
-/// Compares what a case-level executor returned (docs/executor-protocol.md) with the same code as
-/// the simulator's outputs. `Err`: the executor answered `unsupported` (the reason).
-fn case_level_outcome(
-    case: &Case,
-    run: Result<crate::executor::CaseOutputs, crate::executor::ExecFailure>,
-    executor: &dyn CaseExecutor,
-    result: &mut CaseResult,
-) -> Result<Raw, String> {
-    use crate::executor::FailureKind;
-    let file = case.file.display();
-    let out = match run {
-        Ok(o) => o,
-        Err(f) if f.kind == FailureKind::Unsupported => return Err(format!("unsupported: {}", f.message)),
-        Err(f) => return Ok(raw(Outcome::Error, format!("{file}: {f}"))),
-    };
-    let mut actual = ActualOutputs {
-        tensors: out.tensors,
-        values: out.values,
-        rerun: None,
-    };
-    if let crate::case::Check::Properties { props } = &case.check
-        && props.deterministic == Some(true)
-    {
-        match executor.run_case(case) {
-            Some(Ok(o)) => actual.rerun = Some(o.tensors),
-            Some(Err(f)) => return Ok(raw(Outcome::Error, format!("{file}: second run: {f}"))),
-            None => {
-                return Ok(raw(
-                    Outcome::Error,
-                    format!("{file}: second run: executor stopped running cases"),
-                ));
-            }
-        }
-    }
-    let cmp = compare::compare_case(case, &actual);
-    result.metrics = cmp.outputs;
-    Ok(if cmp.passed {
-        raw(Outcome::Pass, "")
-    } else {
-        raw(Outcome::Fail, cmp.message)
-    })
-}
-
-/// A compute op must make the engines compute: a program of only DMAs would mean the result was
-/// produced some other way. Exceptions ([`ops::NO_COMPUTE_WORK_OPS`]): metadata queries, which
-/// run nothing, and shape ops, which must still move their data with DMA; and programs whose
-/// outputs are all empty (there is nothing to compute).
-pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> {
-    let outputs_empty = program
-        .hbm
-        .iter()
-        .filter(|d| d.role == HbmRole::Output)
-        .all(|d| d.shape.iter().product::<usize>() == 0);
-    if ops::NO_COMPUTE_WORK_OPS.contains(&case.op.as_str()) {
-        let moves_data = program.instructions.iter().any(|i| i.engine == trnsim::Engine::Dma);
-        if ops::family_of(&case.op) == Some("shape") && !outputs_empty && !moves_data {
-            return Err(format!(
-                "no data movement: the program for `{}` runs no DMA instruction",
-                case.op
-            ));
-        }
-        return Ok(());
-    }
-    if outputs_empty {
-        return Ok(());
-    }
-    if program.instructions.iter().any(|i| i.engine.is_compute()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "no compute-engine work: the program for `{}` runs no Tensor/Vector/Scalar/GpSimd instruction",
-            case.op
-        ))
-    }
-}
-
-/// The host tensor for one program input: the case tensor in its device dtype. The only
-/// conversion is int64 → int32 (Trainium has no int64); a value that does not fit is an error
-/// naming the first such element. A complex64 tensor goes over as its real view — the same
-/// bytes, as F32 of shape `[..., 2]` (re, im) — which is not a conversion.
-pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, String> {
-    if t.dtype == TorchDType::C64 && dtype == DType::F32 {
-        return Ok(HostTensor {
-            dtype,
-            shape: lower::complex_real_view_shape(&t.shape),
-            data: t.data.clone(),
-        });
-    }
-    if t.dtype == TorchDType::I64 && dtype == DType::I32 {
-        let n = t.numel();
-        let mut data = Vec::with_capacity(4 * n);
-        let mut overflow = None;
-        for i in 0..n {
-            let v = t.value_i64(i);
-            let narrowed = v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-            if overflow.is_none() && narrowed as i64 != v {
-                overflow = Some((i, v));
-            }
-            data.extend(narrowed.to_le_bytes());
-        }
-        if let Some((i, v)) = overflow {
-            return Err(format!(
-                "`{name}`: int64 value {v} at index {} does not fit in int32 (Trainium has no int64)",
-                format_index(&unravel(i, &t.shape))
-            ));
-        }
-        return Ok(HostTensor {
-            dtype,
-            shape: t.shape.clone(),
-            data,
-        });
-    }
-    match t.dtype.device_dtype() {
-        Some(d) if d == dtype => Ok(HostTensor {
-            dtype,
-            shape: t.shape.clone(),
-            data: t.data.clone(),
-        }),
-        _ => Err(format!(
-            "`{name}` is {} in the case; the program declares it {dtype}, and only int64 → int32 is converted at the boundary",
-            t.dtype
-        )),
-    }
-}
-
-/// The case tensor for one program output: int32 widened to int64 when the golden output is
-/// int64; an F32 `[..., 2]` real view read back as complex64 when the golden output is complex
-/// (same bytes); otherwise the device dtype as the torch dtype.
-pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Tensor, String> {
-    if golden == TorchDType::C64 && h.dtype == DType::F32 {
-        let Some((&2, complex_shape)) = h.shape.split_last() else {
-            return Err(format!(
-                "output `{name}` is complex64; its real view must end in an axis of 2, the program declares {:?}",
-                h.shape
-            ));
-        };
-        return Ok(Tensor::new(TorchDType::C64, complex_shape.to_vec(), h.data.clone()));
-    }
-    if h.dtype == DType::I32 && golden == TorchDType::I64 {
-        let data = h
-            .data
-            .chunks_exact(4)
-            .flat_map(|c| (i32::from_le_bytes(c.try_into().expect("4-byte chunk")) as i64).to_le_bytes())
-            .collect();
-        return Ok(Tensor::new(TorchDType::I64, h.shape.clone(), data));
-    }
-    let dtype = crate::tensor::ALL_TORCH_DTYPES
-        .iter()
-        .copied()
-        .find(|t| t.device_dtype() == Some(h.dtype))
-        .ok_or_else(|| format!("output `{name}` is {}, which PyTorch has no dtype for", h.dtype))?;
-    let t = Tensor::new(dtype, h.shape.clone(), h.data.clone());
-    if !t.is_consistent() {
-        return Err(format!(
-            "output `{name}` has {} bytes for {:?} {}",
-            h.data.len(),
-            h.shape,
-            h.dtype
-        ));
-    }
-    Ok(t)
-}
-
-pub fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, HostTensor>, String> {
-    let mut inputs = BTreeMap::new();
-    for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
-        let t = case
-            .tensors
-            .get(&decl.name)
-            .ok_or_else(|| format!("the program reads `{}`, which the case does not have", decl.name))?;
-        let device_shape = if t.dtype.is_complex() {
-            lower::complex_real_view_shape(&t.shape)
-        } else {
-            t.shape.clone()
-        };
-        if device_shape != decl.shape {
-            return Err(format!(
-                "`{}` is {:?} in the case, the program declares {:?}",
-                decl.name, device_shape, decl.shape
-            ));
-        }
-        inputs.insert(decl.name.clone(), to_device(&decl.name, t, decl.dtype)?);
-    }
-    Ok(inputs)
-}
-
-fn host_outputs(
-    case: &Case,
-    program: &Program,
-    outputs: &BTreeMap<String, HostTensor>,
-) -> Result<DeviceOutputs, String> {
-    let mut out = DeviceOutputs::default();
-    for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Output) {
-        let h = outputs
-            .get(&decl.name)
-            .ok_or_else(|| format!("the executor returned no `{}`", decl.name))?;
-        if let Some(meta) = case.tensor_meta.get(&decl.name) {
-            out.tensors
-                .insert(decl.name.clone(), from_device(&decl.name, h, meta.dtype)?);
-        } else if let Some((pos, expected)) = scalar_output(case, &decl.name) {
-            out.values.insert(pos, scalar_from_device(&decl.name, h, expected)?);
-        } else {
-            return Err(format!(
-                "the program writes `{}`, which is not an output of the case",
-                decl.name
-            ));
-        }
-    }
-    Ok(out)
-}
-
-/// What the engines produced, as the comparison sees it.
-#[derive(Default)]
-struct DeviceOutputs {
-    tensors: BTreeMap<String, Tensor>,
-    /// Non-tensor outputs (e.g. `_local_scalar_dense`) read back from one-element tensors.
-    values: BTreeMap<usize, Value>,
-}
-
-/// A program output `output.<pos>` that stands for a non-tensor output of the case.
-fn scalar_output<'a>(case: &'a Case, name: &str) -> Option<(usize, &'a Value)> {
-    let pos: usize = name.strip_prefix("output.")?.parse().ok()?;
-    let v = case.outputs.get(pos)?;
-    (!matches!(v, Value::Tensor(_) | Value::Tensors(_))).then_some((pos, v))
-}
-
-/// Reads a scalar the engines wrote as a one-element tensor, as the kind of value the golden
-/// output is (an int32 is widened to int64 here, the way `to_device` narrowed it).
-fn scalar_from_device(name: &str, h: &HostTensor, expected: &Value) -> Result<Value, String> {
-    if h.num_elems() != 1 {
-        return Err(format!(
-            "`{name}` stands for a scalar but has {} elements",
-            h.num_elems()
-        ));
-    }
-    let bits = h.bits()[0];
-    Ok(match expected {
-        Value::Bool(_) => Value::Bool(h.dtype.decode_f32(bits) != 0.0),
-        Value::Int(_) if h.dtype.is_int() => Value::Int(h.dtype.decode_i64(bits)),
-        Value::Int(_) => Value::Int(h.dtype.decode_f32(bits) as i64),
-        Value::Float(_) => Value::Float(crate::case::JsonFloat(h.dtype.decode_f32(bits) as f64)),
-        other => return Err(format!("`{name}`: cannot read a {other:?} output from a tensor")),
-    })
-}
-
 // ---------------------------------------------------------------------------------------------
 // Whole runs
 
@@ -552,6 +249,13 @@ pub struct Summary {
     pub xpassed: usize,
     pub skipped: usize,
     pub errors: usize,
+    /// Cases of overloads the backend does not provide (`--backend nki:MODULE`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_provided: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -568,6 +272,7 @@ impl Summary {
                 Status::XPass => s.xpassed += 1,
                 Status::Skip => s.skipped += 1,
                 Status::Error => s.errors += 1,
+                Status::NotProvided => s.not_provided += 1,
             }
         }
         s
@@ -593,7 +298,7 @@ pub fn run_cases(
     index: &GoldenIndex,
     entries: &[&IndexEntry],
     expectations: &Expectations,
-    executor: &dyn CaseExecutor,
+    backend: &dyn Backend,
     threads: usize,
 ) -> Vec<CaseResult> {
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -605,7 +310,7 @@ pub fn run_cases(
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(entry) = entries.get(i) else { break };
-                    let r = run_case(&index.dir, entry, expectations, executor);
+                    let r = run_case(&index.dir, entry, expectations, backend);
                     *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
                 }
             });
@@ -624,7 +329,7 @@ pub fn run_cases_streaming(
     golden_dir: &Path,
     entries: &[&IndexEntry],
     expectations: &Expectations,
-    executor: &dyn CaseExecutor,
+    backend: &dyn Backend,
     jobs: usize,
     on_result: &(dyn Fn(&CaseResult) + Sync),
 ) -> Vec<CaseResult> {
@@ -633,7 +338,7 @@ pub fn run_cases_streaming(
         entries
             .par_iter()
             .map(|entry| {
-                let r = run_case(golden_dir, entry, expectations, executor);
+                let r = run_case(golden_dir, entry, expectations, backend);
                 on_result(&r);
                 r
             })
@@ -645,7 +350,7 @@ pub fn run_cases_streaming(
         Err(_) => entries
             .iter()
             .map(|entry| {
-                let r = run_case(golden_dir, entry, expectations, executor);
+                let r = run_case(golden_dir, entry, expectations, backend);
                 on_result(&r);
                 r
             })
@@ -670,7 +375,10 @@ mod tests {
     use crate::case::{Check, Properties, Value};
     use crate::executor::SimExecutor;
     use crate::fixture::{CaseBuilder, TempDir, write_golden};
+    use crate::tensor::Tensor;
     use crate::tensor::TorchDType::*;
+    use crate::{lower, ops};
+    use trnsim::{DType, HbmRole, HostTensor, Program};
 
     fn run_all(dir: &Path, cases: &[CaseBuilder], expectations: &Expectations) -> Vec<CaseResult> {
         write_golden(dir, cases);

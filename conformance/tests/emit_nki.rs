@@ -950,19 +950,29 @@ fn standin_detects_a_wrong_kernel() {
     assert_ne!(sim.outputs["output.0"].data, wrong["output.0"].data);
 }
 
-/// Every golden case of a lowered op: lower, emit, parse, run on the stand-in with the case's
-/// inputs, and compare bit for bit with the simulator. Programs the emitter refuses are counted
-/// per opcode (and printed); every emitted kernel must match.
-#[test]
-fn golden_cases_emit_and_match_the_simulator() {
+/// The golden cases' emitted kernels, ready to run: one manifest line per kernel.
+struct EmittedGoldens {
+    /// Kept alive for the files (unless EMIT_NKI_KEEP names a directory).
+    _tmp: TempDir,
+    dir: PathBuf,
+    manifest: String,
+    /// case id -> (program, the simulator's outputs)
+    expected: BTreeMap<String, (Program, BTreeMap<String, HostTensor>)>,
+    /// (case id, kernel file, outputs file)
+    kernels: Vec<(String, PathBuf, PathBuf)>,
+}
+
+/// Every golden case of a lowered op: lower, run on the simulator, emit, and write the kernel and
+/// inputs. Programs the emitter refuses are counted per opcode (and printed); every kernel parses.
+fn emit_goldens(tag: &str) -> EmittedGoldens {
     use trnconf::case::{Case, GoldenIndex};
     let index = match GoldenIndex::load(&trnconf::default_golden_dir()) {
         Ok(i) => i,
         Err(e) => panic!("golden index: {e}"),
     };
     // EMIT_NKI_KEEP=<dir> keeps the kernels, inputs and outputs there (for debugging).
-    let tmp = TempDir::new("emit-nki-golden");
-    let keep = std::env::var_os("EMIT_NKI_KEEP").map(PathBuf::from);
+    let tmp = TempDir::new(&format!("emit-nki-golden-{tag}"));
+    let keep = std::env::var_os("EMIT_NKI_KEEP").map(|k| PathBuf::from(k).join(tag));
     if let Some(k) = &keep {
         std::fs::create_dir_all(k).unwrap();
     }
@@ -1024,7 +1034,13 @@ fn golden_cases_emit_and_match_the_simulator() {
         let opath = dir_path.join(format!("k{k}.out.safetensors"));
         std::fs::write(&kpath, &kernel).unwrap();
         std::fs::write(&ipath, emit_nki::to_safetensors(&inputs).unwrap()).unwrap();
-        let job = serde_json::json!({"id": entry.id, "kernel": kpath, "inputs": ipath, "outputs": opath});
+        // The input dtypes by name: a safetensors tag alone cannot tell fp8 e4m3 from e4m3fn.
+        let dtypes: BTreeMap<&str, serde_json::Value> = inputs
+            .iter()
+            .map(|(n, h)| (n.as_str(), serde_json::to_value(h.dtype).unwrap()))
+            .collect();
+        let job =
+            serde_json::json!({"id": entry.id, "kernel": kpath, "inputs": ipath, "outputs": opath, "dtypes": dtypes});
         manifest.push_str(&format!("{job}\n"));
         kernels.push((entry.id.clone(), kpath, opath));
         expected.insert(entry.id.clone(), (program, sim.outputs));
@@ -1047,30 +1063,41 @@ fn golden_cases_emit_and_match_the_simulator() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-
-    let Some(py) = standin_python("golden_cases_emit_and_match_the_simulator") else {
-        return;
-    };
     let mpath = dir_path.join("manifest.jsonl");
-    std::fs::write(&mpath, manifest).unwrap();
-    let out = Command::new(py)
-        .args(["-m", "nki_standin", "--batch"])
-        .arg(&mpath)
-        .env("PYTHONPATH", pyexec_dir())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&mpath, &manifest).unwrap();
+    EmittedGoldens {
+        _tmp: tmp,
+        dir: dir_path,
+        manifest,
+        expected,
+        kernels,
+    }
+}
+
+/// Reads a batch runner's result lines and compares every kernel's outputs with the simulator's,
+/// bit for bit; panics listing every difference and every error — except errors whose message
+/// contains one of `known_gaps`' patterns (a gap of the runner, named with its reason), which are
+/// counted and printed per gap.
+fn assert_batch_matches(runner: &str, e: &EmittedGoldens, stdout: &[u8], known_gaps: &[(&str, &str)]) {
     let mut failures = Vec::new();
     let mut nan_only = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    let mut gaps: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    let mut seen = 0;
+    for line in String::from_utf8_lossy(stdout).lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = r["id"].as_str().unwrap().to_string();
+        seen += 1;
         if r["status"] != "ok" {
-            failures.push(format!("{id}: stand-in error: {}", r["message"].as_str().unwrap_or("")));
+            let message = r["message"].as_str().unwrap_or("");
+            if let Some((pattern, _)) = known_gaps.iter().find(|(p, _)| message.contains(p)) {
+                gaps.entry(pattern).or_insert_with(|| (0, id.clone())).0 += 1;
+            } else {
+                failures.push(format!("{id}: {runner} error: {message}"));
+            }
             continue;
         }
-        let (program, sim) = &expected[&id];
-        let opath = &kernels.iter().find(|(k, _, _)| *k == id).unwrap().2;
+        let (program, sim) = &e.expected[&id];
+        let opath = &e.kernels.iter().find(|(k, _, _)| *k == id).unwrap().2;
         let names: Vec<(String, DType)> = program
             .hbm
             .iter()
@@ -1078,22 +1105,144 @@ fn golden_cases_emit_and_match_the_simulator() {
             .map(|d| (d.name.clone(), d.dtype))
             .collect();
         let got = emit_nki::from_safetensors(&std::fs::read(opath).unwrap(), &names).unwrap();
-        if let Err(e) = bit_identical(&id, sim, &got, true) {
-            failures.push(e);
+        if let Err(err) = bit_identical(&id, sim, &got, true) {
+            failures.push(err);
         } else if bit_identical(&id, sim, &got, false).is_err() {
             nan_only.push(id);
         }
     }
+    assert_eq!(seen, e.expected.len(), "{runner}: one result line per kernel");
+    let gapped: usize = gaps.values().map(|g| g.0).sum();
     eprintln!(
-        "emit_nki over the goldens: {} kernels bit-identical, {} of them up to NaN sign/payload: {nan_only:?}",
-        expected.len() - failures.len(),
+        "emit_nki over the goldens ({runner}): {} kernels bit-identical, {} of them up to NaN sign/payload: {nan_only:?}; {gapped} not run (known gaps)",
+        e.expected.len() - failures.len() - gapped,
         nan_only.len()
     );
+    for (pattern, why) in known_gaps {
+        if let Some((n, example)) = gaps.get(pattern) {
+            eprintln!("  known gap, {n} kernels (e.g. {example}): `{pattern}`: {why}");
+        }
+    }
     assert!(
         failures.is_empty(),
-        "{} of {} kernels differ from the simulator:\n{}",
+        "{runner}: {} of {} kernels differ from the simulator:\n{}",
         failures.len(),
-        expected.len(),
+        e.expected.len(),
         failures.join("\n")
     );
+}
+
+/// Every golden case of a lowered op: lower, emit, parse, run on the numpy stand-in with the
+/// case's inputs, and compare bit for bit with the simulator (the stand-in is an independent
+/// second opinion: a reimplementation of the instruction semantics in numpy, docs/hardware.md).
+#[test]
+fn golden_cases_emit_and_match_the_simulator() {
+    let e = emit_goldens("standin");
+    let Some(py) = standin_python("golden_cases_emit_and_match_the_simulator") else {
+        return;
+    };
+    let out = Command::new(py)
+        .args(["-m", "nki_standin", "--batch"])
+        .arg(e.dir.join("manifest.jsonl"))
+        .env("PYTHONPATH", pyexec_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!e.manifest.is_empty());
+    assert_batch_matches("stand-in", &e, &out.stdout, &[]);
+}
+
+/// A Python that imports the trnsim package (`pip install ./conformance/python`), or `None`
+/// (skip, loudly) — panics under `CI` when there is none.
+fn trnsim_python(test: &str) -> Option<String> {
+    let mut candidates = Vec::new();
+    if let Ok(p) = std::env::var("TRNCONF_PYTHON") {
+        candidates.push(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if venv.is_file() {
+        candidates.push(venv.display().to_string());
+    }
+    candidates.push("python3".into());
+    let py = candidates.iter().find(|py| {
+        Command::new(py)
+            .args(["-c", "import trnsim.nki, ml_dtypes"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if py.is_none() {
+        let msg = format!(
+            "no Python with the trnsim package among {candidates:?} (pip install ./conformance/python; set TRNCONF_PYTHON)"
+        );
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: {msg}");
+        }
+        eprintln!("\n!!!!! {test}: SKIPPING: {msg} !!!!!\n");
+    }
+    py.cloned()
+}
+
+/// What the trnsim.nki front-end (or the bindings under it) cannot run yet of the emitted golden
+/// kernels, by error message: each such kernel is reported, not compared. Every other error, and
+/// any bit difference, fails the test. Remove an entry when its gap closes (docs/hardware.md).
+const FRONT_END_GAPS: &[(&str, &str)] = &[
+    (
+        "the program declares",
+        "the bindings turn a 0-dim input array into shape [1] (np.ascontiguousarray in trnsim/_dtypes.py to_wire)",
+    ),
+    (
+        "tensor.view to a dtype of another size",
+        "the front-end has no bitcast view to a dtype of another size (the emitter's byte-tile regions)",
+    ),
+    (
+        "reshape is supported on whole tensors only",
+        "the front-end reshapes whole tensors only; the emitter reshapes slices",
+    ),
+    (
+        "reshape of tile",
+        "the front-end keeps the partition dim in an SBUF tile reshape; the emitter reshapes across it",
+    ),
+    (
+        "a dynamic index must be a single tile element",
+        "indirect DMA: the emitter's index-tile expression form is not the front-end's",
+    ),
+    (
+        "cannot be broadcast to",
+        "3- and 4-D affine index expressions of the emitter's views are not accepted by the front-end",
+    ),
+    (
+        "has no attribute 'set_rng_seed'",
+        "nisa.set_rng_seed is not in the front-end",
+    ),
+    (
+        "has no attribute 'bypass'",
+        "nl.bypass (the emitter's copy operator) is not in the front-end",
+    ),
+    (
+        "nisa.iota takes an affine index expression",
+        "the emitter's iota expression form is not accepted by the front-end",
+    ),
+    (
+        "axes = ",
+        "a tensor_reduce over more free axes than the front-end's traced source view has",
+    ),
+];
+
+/// The loop closed: every emitted golden kernel, traced by the trnsim.nki front-end into a new
+/// trnsim program and run on the simulator, gives the same bits as the program it was emitted
+/// from.
+#[test]
+fn golden_cases_emitted_run_through_the_nki_front_end_bit_identically() {
+    let e = emit_goldens("frontend");
+    let Some(py) = trnsim_python("golden_cases_emitted_run_through_the_nki_front_end_bit_identically") else {
+        return;
+    };
+    let out = Command::new(&py)
+        .arg(pyexec_dir().join("nki_frontend_run.py"))
+        .arg("--batch")
+        .arg(e.dir.join("manifest.jsonl"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_batch_matches("trnsim.nki front-end", &e, &out.stdout, FRONT_END_GAPS);
 }

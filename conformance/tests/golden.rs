@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use trnconf::case::{GoldenIndex, IndexEntry};
-use trnconf::executor::{CaseExecutor, SimExecutor};
+use trnconf::executor::SimExecutor;
 use trnconf::expect::{Expectations, ExpectedStatus, Status};
 use trnconf::runner::{self, CaseResult};
 use trnconf::snapshot;
@@ -108,7 +108,7 @@ fn trials(suite: &Arc<Suite>, with_snapshots: bool) -> Vec<Trial> {
 fn verdict(r: &CaseResult) -> Result<Completion, Failed> {
     match r.status {
         Status::Pass => Ok(Completion::Completed),
-        Status::XFail | Status::Skip => Ok(Completion::ignored_with(format!(
+        Status::XFail | Status::Skip | Status::NotProvided => Ok(Completion::ignored_with(format!(
             "{}: {}",
             r.status,
             r.expectation.as_deref().unwrap_or("")
@@ -127,16 +127,7 @@ fn snapshot_op(suite: &Suite, op: &str) -> Result<(), Failed> {
     let results: Vec<CaseResult> = entries
         .iter()
         .zip(cached)
-        .map(|(e, c)| {
-            c.unwrap_or_else(|| {
-                runner::run_case(
-                    &suite.index.dir,
-                    e,
-                    &suite.expectations,
-                    &suite.executor as &dyn CaseExecutor,
-                )
-            })
-        })
+        .map(|(e, c)| c.unwrap_or_else(|| runner::run_case(&suite.index.dir, e, &suite.expectations, &suite.executor)))
         .collect();
     let snap = snapshot::op_snapshot(op, &results);
     // insta's settings are thread-local: build and bind them inside the trial.

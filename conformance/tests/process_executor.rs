@@ -98,7 +98,7 @@ fn executor(py: &str, extra: &str, mode: &str, timeout_s: f64) -> ProcessExecuto
     ProcessExecutor::new(c).expect("executor")
 }
 
-fn run_all(dir: &Path, cases: &[CaseBuilder], ex: &dyn CaseExecutor) -> Vec<CaseResult> {
+fn run_all(dir: &Path, cases: &[CaseBuilder], ex: &dyn trnconf::backend::Backend) -> Vec<CaseResult> {
     write_golden(dir, cases);
     let index = GoldenIndex::load(dir).unwrap();
     let entries: Vec<&IndexEntry> = index.cases.iter().collect();

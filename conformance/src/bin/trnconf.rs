@@ -13,9 +13,11 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use trnconf::backend::Backend;
+use trnconf::backend::nki_module::{self, NkiModuleBackend};
 use trnconf::case::{Case, GoldenIndex, IndexEntry};
+use trnconf::executor::SimExecutor;
 use trnconf::executor::process::{ProcessConfig, ProcessExecutor};
-use trnconf::executor::{CaseExecutor, SimExecutor};
 use trnconf::expect::Expectations;
 use trnconf::report::json::{self as results, Loaded, PartialWriter, RunInfo};
 use trnconf::report::{self, CaseRecord};
@@ -30,6 +32,8 @@ Examples:
   trnconf run --shard 2/4                       # the 2nd of 4 disjoint parts (by position mod 4)
   trnconf run --target trn2 --json r.json --junit r.xml --html r.html
   trnconf run --resume r.json                   # finish a killed run (reads r.json.partial.jsonl)
+  trnconf run --backend nki:conformance/python/examples/nki_backend_example.py
+                                                # someone's NKI kernels, through trnsim.nki
 
 Outputs: --json FILE is written progressively to FILE.partial.jsonl (one line per finished case)
 and folded into FILE at the end. Exit status: 0 every case matched its expectation, 1 some did
@@ -199,6 +203,13 @@ enum Command {
         /// of a temporary directory deleted as the run goes.
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
+        /// `lowering` (trnconf's own lowering, run on --executor), or `nki:MODULE`: the NKI
+        /// kernels a Python backend module maps Core ATen overloads to, run through the trnsim.nki
+        /// front-end on the simulator (docs/nki-backend.md). MODULE is a dotted module name
+        /// importable from the current directory or a path to a .py file. Python:
+        /// $TRNCONF_PYTHON, else the workspace's .venv, else python3.
+        #[arg(long, default_value = "lowering", value_name = "lowering|nki:MODULE")]
+        backend: String,
     },
     /// Compare two results files case by case.
     #[command(after_help = DIFF_EXAMPLES)]
@@ -310,6 +321,7 @@ fn main() -> ExitCode {
             mode,
             timeout,
             artifacts,
+            backend,
         } => run(RunArgs {
             golden: golden.golden,
             filter,
@@ -327,6 +339,7 @@ fn main() -> ExitCode {
             mode,
             timeout,
             artifacts,
+            backend,
         }),
         Command::Diff { a, b, html } => diff(&a, &b, html.as_deref()),
         Command::List {
@@ -415,6 +428,7 @@ struct RunArgs {
     mode: String,
     timeout: f64,
     artifacts: Option<PathBuf>,
+    backend: String,
 }
 
 struct ExecutorArgs {
@@ -425,8 +439,37 @@ struct ExecutorArgs {
     artifacts: Option<PathBuf>,
 }
 
+/// The backend `--backend nki:MODULE` names (after the child's handshake), with the module's
+/// own expectations file (`<module>.expectations.toml` beside it), if it has one.
+fn make_nki_backend(module: &str, a: &ExecutorArgs) -> Result<(Box<dyn Backend>, Option<PathBuf>), ExitCode> {
+    if a.executor != "sim" {
+        return Err(bad_input(format!(
+            "--backend nki:{module} runs on trnsim through the NKI front-end; --executor {} does not apply",
+            a.executor
+        )));
+    }
+    let python = nki_module::python();
+    let mut config = ProcessConfig::new(NkiModuleBackend::command(&python, module), nki_module::MODE);
+    config.timeout = Duration::from_secs_f64(a.timeout);
+    config.target = a.target;
+    if let Some(dir) = &a.artifacts {
+        config.artifacts_dir = Some(dir.clone());
+        config.keep_artifacts = true;
+    }
+    let backend = NkiModuleBackend::start(module, config).map_err(bad_input)?;
+    eprintln!("backend: nki:{module} (python: {python})");
+    for (op, kernels) in backend.provided() {
+        eprintln!("  {op:<20} {}", kernels.join(", "));
+    }
+    let expectations = backend
+        .file()
+        .map(|f| f.with_extension("expectations.toml"))
+        .filter(|p| p.is_file());
+    Ok((Box::new(backend), expectations))
+}
+
 /// The executor `--executor` names (the process executor after its handshake).
-fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
+fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
     if a.executor == "sim" {
         return Ok(Box::new(SimExecutor::new(a.target)));
     }
@@ -496,14 +539,6 @@ fn run(a: RunArgs) -> ExitCode {
         Ok(i) => i,
         Err(code) => return code,
     };
-    let expectations_path = a
-        .expectations
-        .clone()
-        .unwrap_or_else(|| trnconf::expect::default_path_for(&a.executor, &a.mode));
-    let expectations = match Expectations::load(&expectations_path) {
-        Ok(e) => e,
-        Err(e) => return bad_input(e),
-    };
     let json_path = a.json.clone().or_else(|| a.resume.clone());
     for p in [&json_path, &a.junit, &a.html].into_iter().flatten() {
         if let Err(code) = check_output(p) {
@@ -527,24 +562,57 @@ fn run(a: RunArgs) -> ExitCode {
             .map(|(_, e)| e)
             .collect();
     }
-    let executor = match make_executor(&ExecutorArgs {
+    let exec_args = ExecutorArgs {
         executor: a.executor.clone(),
         mode: a.mode.clone(),
         timeout: a.timeout,
         target: a.target,
         artifacts: a.artifacts.clone(),
-    }) {
-        Ok(e) => e,
-        Err(code) => return code,
     };
+    // Expectations are per backend: our lowering's list for the lowering, PyTorch's for the
+    // process torch mode, and an NKI module's own list (beside it) or none for its kernels.
+    let (executor, expectations_path) = if a.backend == "lowering" {
+        match make_executor(&exec_args) {
+            Ok(e) => (
+                e,
+                Some(
+                    a.expectations
+                        .clone()
+                        .unwrap_or_else(|| trnconf::expect::default_path_for(&a.executor, &a.mode)),
+                ),
+            ),
+            Err(code) => return code,
+        }
+    } else if let Some(module) = NkiModuleBackend::parse_spec(&a.backend) {
+        match make_nki_backend(module, &exec_args) {
+            Ok((b, own)) => (b, a.expectations.clone().or(own)),
+            Err(code) => return code,
+        }
+    } else {
+        return bad_input(format!(
+            "--backend `{}`: expected `lowering` or `nki:MODULE`",
+            a.backend
+        ));
+    };
+    let expectations = match &expectations_path {
+        Some(p) => match Expectations::load(p) {
+            Ok(e) => e,
+            Err(e) => return bad_input(e),
+        },
+        None => Expectations::none(),
+    };
+    let expectations_name = expectations_path.as_ref().map_or_else(
+        || "none (every case the backend provides must pass)".to_string(),
+        |p| p.display().to_string(),
+    );
     let executor = executor.as_ref();
     let info = RunInfo {
-        executor: executor.name(),
+        executor: executor.backend_name(),
         target: a.target.name().to_string(),
         golden: index.dir.display().to_string(),
         filter: a.filter.clone(),
         shard: a.shard.map(|s| format!("{}/{}", s.index, s.count)),
-        expectations: Some(expectations_path.display().to_string()),
+        expectations: Some(expectations_name.clone()),
     };
     // What a previous, interrupted run already did.
     let mut done = Loaded::default();
@@ -585,7 +653,7 @@ fn run(a: RunArgs) -> ExitCode {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     // Printed once the input is known good (bad input gets exactly one line).
-    eprintln!("expectations: {}", expectations_path.display());
+    eprintln!("expectations: {expectations_name}");
     let progress = Progress::new(entries.len());
     let write_error: Mutex<Option<String>> = Mutex::new(None);
     let on_result = |r: &CaseResult| {
@@ -633,10 +701,15 @@ fn run(a: RunArgs) -> ExitCode {
     }
     let elapsed = start.elapsed();
     let peak = report::peak_rss_kib();
+    let not_provided = if summary.not_provided > 0 {
+        format!(", {} not provided", summary.not_provided)
+    } else {
+        String::new()
+    };
     println!(
-        "\n{} cases ({}, {} jobs): {} passed, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors",
+        "\n{} cases ({}, {} jobs): {} passed, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors{not_provided}",
         summary.total,
-        executor.name(),
+        executor.backend_name(),
         jobs,
         summary.passed,
         summary.failed,

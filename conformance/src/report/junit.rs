@@ -70,7 +70,7 @@ fn testcase(out: &mut String, group: &str, r: &CaseRecord) {
             escape_xml(r.headline()),
             escape_xml(&details(r))
         )),
-        Status::XFail | Status::Skip => Some(format!(
+        Status::XFail | Status::Skip | Status::NotProvided => Some(format!(
             "      <skipped message=\"{}\"/>\n",
             escape_xml(&format!(
                 "{}: {}",

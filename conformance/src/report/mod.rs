@@ -132,6 +132,7 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summa
             Status::XPass => s.xpassed += 1,
             Status::Skip => s.skipped += 1,
             Status::Error => s.errors += 1,
+            Status::NotProvided => s.not_provided += 1,
         }
     }
     s
@@ -141,7 +142,7 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summa
 pub fn severity(s: Status) -> u8 {
     match s {
         Status::Pass => 0,
-        Status::Skip => 1,
+        Status::NotProvided | Status::Skip => 1,
         Status::XFail => 2,
         Status::Fail => 4,
         Status::XPass => 3,

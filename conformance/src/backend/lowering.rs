@@ -1,0 +1,289 @@
+//! Our lowering as a backend: lower the case's ATen call to a trnsim program, check that the
+//! program makes the engines compute, run it on a program executor (the simulator, or the process
+//! executor's `nki` mode), and read its outputs back as case tensors. The only conversions at the
+//! boundary are int64 ↔ int32 and complex64 ↔ its real view.
+
+use super::{Produced, Unrun};
+use crate::case::{Case, Value};
+use crate::compare::{self, ActualOutputs};
+use crate::executor::{CaseExecutor, FailureKind};
+use crate::lower::{self, LowerError};
+use crate::ops;
+use crate::runner::BackendResult;
+use crate::tensor::{Tensor, TorchDType, format_index, unravel};
+use std::collections::BTreeMap;
+use trnsim::{DType, HbmRole, HostTensor, Program};
+
+/// Lowers `case`, runs the program on `executor` and returns its outputs as case tensors.
+pub fn run<E: CaseExecutor + ?Sized>(case: &Case, executor: &E) -> Result<Produced, Unrun> {
+    let file = case.file.display();
+    let lowered = match lower::lower(case, executor.target()) {
+        Ok(l) => l,
+        Err(LowerError::NotLowered(op)) => return Err(Unrun::NotLowered(format!("op `{op}` is not lowered"))),
+        Err(e) => return Err(Unrun::Error(format!("{file}: lowering: {e}"))),
+    };
+    check_compute_work(case, &lowered.program).map_err(Unrun::Fail)?;
+    let inputs = device_inputs(case, &lowered.program).map_err(|e| Unrun::Error(format!("{file}: {e}")))?;
+    let run = match executor.execute_case(case, &lowered.program, &inputs) {
+        Ok(r) => r,
+        Err(f) if f.kind == FailureKind::Unsupported => return Err(Unrun::Unsupported(f.message)),
+        Err(f) => return Err(Unrun::Error(format!("{file}: {}", f.message))),
+    };
+    let d = host_outputs(case, &lowered.program, &run.outputs).map_err(|e| Unrun::Error(format!("{file}: {e}")))?;
+    let mut values = lowered.values.clone();
+    values.extend(d.values);
+    Ok(Produced {
+        tensors: d.tensors,
+        values,
+        instructions: run.instructions.clone(),
+        backends: compare_backends(case, &lowered, &run.backends),
+        note: String::new(),
+        stats: run.stats.clone(),
+    })
+}
+
+/// Compares every backend's outputs with the golden (empty unless the executor returned more
+/// than one backend).
+fn compare_backends(
+    case: &Case,
+    lowered: &lower::Lowered,
+    backends: &[(String, BTreeMap<String, HostTensor>)],
+) -> Vec<BackendResult> {
+    let sim = backends.iter().find(|(n, _)| n == "sim").map(|(_, o)| o);
+    backends
+        .iter()
+        .map(|(name, outputs)| {
+            let same_bits_as_sim = sim.is_some_and(|s| s == outputs);
+            let (status, max_ulp, message) = match host_outputs(case, &lowered.program, outputs) {
+                Ok(d) => {
+                    let mut actual = ActualOutputs {
+                        values: lowered.values.clone(),
+                        ..Default::default()
+                    };
+                    actual.tensors = d.tensors;
+                    actual.values.extend(d.values);
+                    // A determinism check needs a second run; the backends are compared on values.
+                    let cmp = compare::compare_case(case, &actual);
+                    let ulp = cmp
+                        .outputs
+                        .iter()
+                        .filter(|m| m.kind == compare::CompareKind::Values)
+                        .map(|m| m.max_ulp)
+                        .max();
+                    let status = if cmp.passed { "pass" } else { "fail" };
+                    (status, ulp, cmp.message.lines().next().unwrap_or("").to_string())
+                }
+                Err(e) => ("error", None, e),
+            };
+            BackendResult {
+                name: name.clone(),
+                status: status.into(),
+                max_ulp,
+                same_bits_as_sim,
+                message,
+            }
+        })
+        .collect()
+}
+
+/// A compute op must make the engines compute: a program of only DMAs would mean the result was
+/// produced some other way. Exceptions ([`ops::NO_COMPUTE_WORK_OPS`]): metadata queries, which
+/// run nothing, and shape ops, which must still move their data with DMA; and programs whose
+/// outputs are all empty (there is nothing to compute).
+pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> {
+    let outputs_empty = program
+        .hbm
+        .iter()
+        .filter(|d| d.role == HbmRole::Output)
+        .all(|d| d.shape.iter().product::<usize>() == 0);
+    if ops::NO_COMPUTE_WORK_OPS.contains(&case.op.as_str()) {
+        let moves_data = program.instructions.iter().any(|i| i.engine == trnsim::Engine::Dma);
+        if ops::family_of(&case.op) == Some("shape") && !outputs_empty && !moves_data {
+            return Err(format!(
+                "no data movement: the program for `{}` runs no DMA instruction",
+                case.op
+            ));
+        }
+        return Ok(());
+    }
+    if outputs_empty {
+        return Ok(());
+    }
+    if program.instructions.iter().any(|i| i.engine.is_compute()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "no compute-engine work: the program for `{}` runs no Tensor/Vector/Scalar/GpSimd instruction",
+            case.op
+        ))
+    }
+}
+
+/// The host tensor for one program input: the case tensor in its device dtype. The only
+/// conversion is int64 → int32 (Trainium has no int64); a value that does not fit is an error
+/// naming the first such element. A complex64 tensor goes over as its real view — the same
+/// bytes, as F32 of shape `[..., 2]` (re, im) — which is not a conversion.
+pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, String> {
+    if t.dtype == TorchDType::C64 && dtype == DType::F32 {
+        return Ok(HostTensor {
+            dtype,
+            shape: lower::complex_real_view_shape(&t.shape),
+            data: t.data.clone(),
+        });
+    }
+    if t.dtype == TorchDType::I64 && dtype == DType::I32 {
+        let n = t.numel();
+        let mut data = Vec::with_capacity(4 * n);
+        let mut overflow = None;
+        for i in 0..n {
+            let v = t.value_i64(i);
+            let narrowed = v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+            if overflow.is_none() && narrowed as i64 != v {
+                overflow = Some((i, v));
+            }
+            data.extend(narrowed.to_le_bytes());
+        }
+        if let Some((i, v)) = overflow {
+            return Err(format!(
+                "`{name}`: int64 value {v} at index {} does not fit in int32 (Trainium has no int64)",
+                format_index(&unravel(i, &t.shape))
+            ));
+        }
+        return Ok(HostTensor {
+            dtype,
+            shape: t.shape.clone(),
+            data,
+        });
+    }
+    match t.dtype.device_dtype() {
+        Some(d) if d == dtype => Ok(HostTensor {
+            dtype,
+            shape: t.shape.clone(),
+            data: t.data.clone(),
+        }),
+        _ => Err(format!(
+            "`{name}` is {} in the case; the program declares it {dtype}, and only int64 → int32 is converted at the boundary",
+            t.dtype
+        )),
+    }
+}
+
+/// The case tensor for one program output: int32 widened to int64 when the golden output is
+/// int64; an F32 `[..., 2]` real view read back as complex64 when the golden output is complex
+/// (same bytes); otherwise the device dtype as the torch dtype.
+pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Tensor, String> {
+    if golden == TorchDType::C64 && h.dtype == DType::F32 {
+        let Some((&2, complex_shape)) = h.shape.split_last() else {
+            return Err(format!(
+                "output `{name}` is complex64; its real view must end in an axis of 2, the program declares {:?}",
+                h.shape
+            ));
+        };
+        return Ok(Tensor::new(TorchDType::C64, complex_shape.to_vec(), h.data.clone()));
+    }
+    if h.dtype == DType::I32 && golden == TorchDType::I64 {
+        let data = h
+            .data
+            .chunks_exact(4)
+            .flat_map(|c| (i32::from_le_bytes(c.try_into().expect("4-byte chunk")) as i64).to_le_bytes())
+            .collect();
+        return Ok(Tensor::new(TorchDType::I64, h.shape.clone(), data));
+    }
+    let dtype = crate::tensor::ALL_TORCH_DTYPES
+        .iter()
+        .copied()
+        .find(|t| t.device_dtype() == Some(h.dtype))
+        .ok_or_else(|| format!("output `{name}` is {}, which PyTorch has no dtype for", h.dtype))?;
+    let t = Tensor::new(dtype, h.shape.clone(), h.data.clone());
+    if !t.is_consistent() {
+        return Err(format!(
+            "output `{name}` has {} bytes for {:?} {}",
+            h.data.len(),
+            h.shape,
+            h.dtype
+        ));
+    }
+    Ok(t)
+}
+
+pub fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, HostTensor>, String> {
+    let mut inputs = BTreeMap::new();
+    for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
+        let t = case
+            .tensors
+            .get(&decl.name)
+            .ok_or_else(|| format!("the program reads `{}`, which the case does not have", decl.name))?;
+        let device_shape = if t.dtype.is_complex() {
+            lower::complex_real_view_shape(&t.shape)
+        } else {
+            t.shape.clone()
+        };
+        if device_shape != decl.shape {
+            return Err(format!(
+                "`{}` is {:?} in the case, the program declares {:?}",
+                decl.name, device_shape, decl.shape
+            ));
+        }
+        inputs.insert(decl.name.clone(), to_device(&decl.name, t, decl.dtype)?);
+    }
+    Ok(inputs)
+}
+
+pub fn host_outputs(
+    case: &Case,
+    program: &Program,
+    outputs: &BTreeMap<String, HostTensor>,
+) -> Result<DeviceOutputs, String> {
+    let mut out = DeviceOutputs::default();
+    for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Output) {
+        let h = outputs
+            .get(&decl.name)
+            .ok_or_else(|| format!("the executor returned no `{}`", decl.name))?;
+        if let Some(meta) = case.tensor_meta.get(&decl.name) {
+            out.tensors
+                .insert(decl.name.clone(), from_device(&decl.name, h, meta.dtype)?);
+        } else if let Some((pos, expected)) = scalar_output(case, &decl.name) {
+            out.values.insert(pos, scalar_from_device(&decl.name, h, expected)?);
+        } else {
+            return Err(format!(
+                "the program writes `{}`, which is not an output of the case",
+                decl.name
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// What the engines produced, as the comparison sees it.
+#[derive(Default)]
+pub struct DeviceOutputs {
+    pub tensors: BTreeMap<String, Tensor>,
+    /// Non-tensor outputs (e.g. `_local_scalar_dense`) read back from one-element tensors.
+    pub values: BTreeMap<usize, Value>,
+}
+
+/// A program output `output.<pos>` that stands for a non-tensor output of the case.
+fn scalar_output<'a>(case: &'a Case, name: &str) -> Option<(usize, &'a Value)> {
+    let pos: usize = name.strip_prefix("output.")?.parse().ok()?;
+    let v = case.outputs.get(pos)?;
+    (!matches!(v, Value::Tensor(_) | Value::Tensors(_))).then_some((pos, v))
+}
+
+/// Reads a scalar the engines wrote as a one-element tensor, as the kind of value the golden
+/// output is (an int32 is widened to int64 here, the way `to_device` narrowed it).
+fn scalar_from_device(name: &str, h: &HostTensor, expected: &Value) -> Result<Value, String> {
+    if h.num_elems() != 1 {
+        return Err(format!(
+            "`{name}` stands for a scalar but has {} elements",
+            h.num_elems()
+        ));
+    }
+    let bits = h.bits()[0];
+    Ok(match expected {
+        Value::Bool(_) => Value::Bool(h.dtype.decode_f32(bits) != 0.0),
+        Value::Int(_) if h.dtype.is_int() => Value::Int(h.dtype.decode_i64(bits)),
+        Value::Int(_) => Value::Int(h.dtype.decode_f32(bits) as i64),
+        Value::Float(_) => Value::Float(crate::case::JsonFloat(h.dtype.decode_f32(bits) as f64)),
+        other => return Err(format!("`{name}`: cannot read a {other:?} output from a tensor")),
+    })
+}
