@@ -500,7 +500,6 @@ fn relu_run(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, s
 fn resume_refuses_results_recorded_under_other_inputs_or_settings() {
     let dir = TempDir::new("cli-resume-guard");
     let (golden, ex, json) = relu_run(dir.path());
-    let before = std::fs::read_to_string(&json).unwrap();
     let resume = |extra: &[&str], g: &std::path::Path| {
         let mut args = vec!["run", "--golden", s(g), "--expectations", s(&ex), "--resume", s(&json)];
         args.extend_from_slice(extra);
@@ -514,6 +513,7 @@ fn resume_refuses_results_recorded_under_other_inputs_or_settings() {
         "{}",
         stderr(&o)
     );
+    let before = std::fs::read_to_string(&json).unwrap();
     // Another golden directory, even with the same content.
     let other = dir.path().join("g2");
     relu_golden(&other);
