@@ -52,6 +52,22 @@ pub fn default_golden_dir() -> PathBuf {
     workspace_root().unwrap_or_default().join("golden")
 }
 
+/// The Pythons to try for the tools' Python parts (the process executor, golden scripts), in
+/// order: `$TRNCONF_PYTHON`, the project-local `<workspace>/.venv/bin/python` that
+/// `golden/setup-venv.sh` creates, then `python3`. Never a machine-specific path.
+pub fn python_candidates() -> Vec<String> {
+    let mut c = Vec::new();
+    if let Some(p) = std::env::var_os("TRNCONF_PYTHON").filter(|p| !p.is_empty()) {
+        c.push(p.to_string_lossy().into_owned());
+    }
+    let venv = workspace_root().unwrap_or_default().join(".venv/bin/python");
+    if venv.is_file() {
+        c.push(venv.to_string_lossy().into_owned());
+    }
+    c.push("python3".into());
+    c
+}
+
 /// The `conformance/` directory of the workspace (relative when no workspace is found).
 pub fn conformance_dir() -> PathBuf {
     workspace_root().unwrap_or_default().join("conformance")
