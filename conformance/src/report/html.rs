@@ -111,8 +111,17 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     );
     let _ = writeln!(
         out,
-        "<p class=\"summary\" id=\"summary\"><span><b>{}</b> cases</span><span class=\"st st-pass\">{} passed</span><a class=\"st st-fail\" href=\"#failing\">{} failed</a><span class=\"st st-xfail\">{} xfailed</span><span class=\"st st-xpass\">{} xpassed</span><span class=\"st\">{} skipped</span><span class=\"st st-error\">{} errors</span></p>",
-        s.total, s.passed, s.failed, s.xfailed, s.xpassed, s.skipped, s.errors
+        "<p class=\"summary\" id=\"summary\"><span><b>{}</b> cases</span><span class=\"st st-pass\">{} passed</span><a class=\"st{}\" href=\"#failing\">{} failed</a><span class=\"st st-xfail\">{} xfailed</span><span class=\"st{}\">{} xpassed</span><span class=\"st\">{} skipped</span><span class=\"st{}\">{} errors</span></p>",
+        s.total,
+        s.passed,
+        red(s.failed, "fail"),
+        s.failed,
+        s.xfailed,
+        red(s.xpassed, "xpass"),
+        s.xpassed,
+        s.skipped,
+        red(s.errors, "error"),
+        s.errors
     );
     let _ = writeln!(
         out,
@@ -220,6 +229,11 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     out.push_str(JS);
     out.push_str("</script>\n</body></html>\n");
     out
+}
+
+/// The class that makes a count red, only when there is something to count.
+fn red(n: usize, status: &str) -> String {
+    if n > 0 { format!(" st-{status}") } else { String::new() }
 }
 
 fn case_details(r: &CaseRecord) -> String {
