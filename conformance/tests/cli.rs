@@ -201,7 +201,8 @@ fn resume_finishes_a_partial_file_and_gives_the_same_final_file() {
     // What a killed run leaves: the header, some finished cases, a line cut short.
     let killed = dir.path().join("killed.json");
     let header = serde_json::json!({"executor": full_v["executor"], "target": "trn1", "golden": full_v["golden"],
-        "filter": filter, "shard": null});
+        "filter": filter, "shard": null, "expectations": full_v["expectations"], "golden_hash": full_v["golden_hash"],
+        "expectations_hash": full_v["expectations_hash"], "numerics": full_v["numerics"]});
     let mut partial = format!("{{\"trnconf_partial\":1,{}\n", &header.to_string()[1..]);
     for c in full_v["cases"].as_array().unwrap().iter().take(n / 2) {
         partial.push_str(&format!("{c}\n"));
@@ -293,8 +294,15 @@ fn diff_orders_status_changes_then_numeric_changes() {
     std::fs::write(&b, serde_json::to_string(&v).unwrap()).unwrap();
     let html = dir.path().join("d.html");
     let o = trnconf(&["diff", s(&a), s(&b), "--html", s(&html)]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(code(&o), 1, "pass -> fail is a regression: {}", stderr(&o));
     let out = stdout(&o);
+    assert!(out.contains("regressions: 1"), "{out}");
+    assert!(out.contains("(Δ+40)") && out.contains("(Δ+3)"), "signed changes: {out}");
+    // The other way round: fail -> pass is no regression; the ULP changes are negative.
+    let back = trnconf(&["diff", s(&b), s(&a)]);
+    assert_eq!(code(&back), 0, "{}", stdout(&back));
+    assert!(stdout(&back).contains("(Δ-40)"), "{}", stdout(&back));
+    assert!(stdout(&back).contains("regressions: 0"), "{}", stdout(&back));
     let ids: Vec<&str> = v["cases"]
         .as_array()
         .unwrap()
@@ -468,4 +476,300 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
     );
     assert!(!trnconf::report::json::partial_path(&keep).exists());
     assert!(!dir.path().join("bad.json.partial.jsonl").exists());
+}
+
+/// A relu golden dir, run once with `--json`: (golden, expectations, results file).
+fn relu_run(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let golden = relu_golden(&dir.join("g"));
+    let ex = no_expectations(dir);
+    let json = dir.join("r.json");
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex),
+        "--json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    (golden, ex, json)
+}
+
+#[test]
+fn resume_refuses_results_recorded_under_other_inputs_or_settings() {
+    let dir = TempDir::new("cli-resume-guard");
+    let (golden, ex, json) = relu_run(dir.path());
+    let resume = |extra: &[&str], g: &std::path::Path| {
+        let mut args = vec!["run", "--golden", s(g), "--expectations", s(&ex), "--resume", s(&json)];
+        args.extend_from_slice(extra);
+        trnconf(&args)
+    };
+    // The same inputs and settings: everything is already done.
+    let o = resume(&[], &golden);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("2 case(s) already done, 0 to run"),
+        "{}",
+        stderr(&o)
+    );
+    let before = std::fs::read_to_string(&json).unwrap();
+    // Another golden directory, even with the same content.
+    let other = dir.path().join("g2");
+    relu_golden(&other);
+    assert_bad_input(&resume(&[], &other), "cannot resume: recorded with golden directory");
+    // The same directory with an edited case file.
+    let case = golden.join(&trnconf::case::GoldenIndex::load(&golden).unwrap().cases[1].file);
+    let mut bytes = std::fs::read(&case).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&case, &bytes).unwrap();
+    assert_bad_input(&resume(&[], &golden), "golden content hash");
+    bytes[last] ^= 1;
+    std::fs::write(&case, &bytes).unwrap();
+    // Another selection, target or numerics setting.
+    assert_bad_input(&resume(&["--filter", "hand_0"], &golden), "--filter");
+    assert_bad_input(&resume(&["--shard", "1/2"], &golden), "--shard");
+    assert_bad_input(&resume(&["--target", "trn2"], &golden), "--target");
+    assert_bad_input(
+        &resume(&["--numerics", "denormals=flush_to_zero"], &golden),
+        "--numerics",
+    );
+    // Another expectations file.
+    let ex2 = dir.path().join("other.toml");
+    std::fs::write(&ex2, "").unwrap();
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex2),
+        "--resume",
+        s(&json),
+    ]);
+    assert_bad_input(&o, "expectations file");
+    assert_eq!(
+        std::fs::read_to_string(&json).unwrap(),
+        before,
+        "a refused resume writes nothing"
+    );
+}
+
+#[test]
+fn a_fresh_json_run_never_counts_an_old_file() {
+    let dir = TempDir::new("cli-fresh");
+    let json = dir.path().join("r.json");
+    // An old results file with a case this run does not select, and a stale partial file.
+    let (golden, ex, old) = relu_run(&dir.path().join("old"));
+    std::fs::copy(&old, &json).unwrap();
+    std::fs::copy(&old, common_partial(&json)).unwrap();
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex),
+        "--filter",
+        "hand_0",
+        "--json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let v = read_json(&json);
+    let ids: Vec<&str> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["relu::f32::hand_0"], "only this run's cases");
+    assert!(!common_partial(&json).exists());
+}
+
+#[test]
+fn an_empty_case_list_exits_2() {
+    let dir = TempDir::new("cli-empty");
+    let g = dir.path().join("g");
+    std::fs::create_dir_all(&g).unwrap();
+    std::fs::write(g.join("index.json"), r#"{"format": 1, "cases": []}"#).unwrap();
+    let json = dir.path().join("r.json");
+    assert_bad_input(
+        &trnconf(&["run", "--golden", s(&g), "--json", s(&json)]),
+        "no cases to run",
+    );
+    assert!(!json.exists() && !common_partial(&json).exists());
+    // A shard with nothing in it is empty too.
+    let golden = relu_golden(&dir.path().join("two"));
+    assert_bad_input(
+        &trnconf(&["run", "--golden", s(&golden), "--shard", "3/3"]),
+        "none in shard 3/3",
+    );
+}
+
+#[test]
+fn jobs_are_validated() {
+    assert_bad_input(&trnconf(&["run", "--filter", SMALL, "--jobs", "0"]), "--jobs 0");
+    assert_bad_input(&trnconf(&["run", "--filter", SMALL, "--jobs", "100000"]), "at most");
+}
+
+/// Spawns trnconf with its stdout read by `reader`, which may close it early.
+fn with_stdout_closed_after(args: &[&str], lines: usize) -> std::process::Output {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_trnconf"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut reader = std::io::BufReader::new(out);
+    for _ in 0..lines {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+    }
+    drop(reader);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn broken_pipes_exit_quietly() {
+    let dir = TempDir::new("cli-pipe");
+    let (_, _, json) = relu_run(dir.path());
+    let program = dir.path().join("p.json");
+    // `trnconf list | head -1`: trnconf's own status.
+    for (args, lines) in [
+        (vec!["list"], 1),
+        (vec!["list", "--ops"], 0),
+        (vec!["show", "add.Tensor::f32::hand_0"], 0),
+        (vec!["lower", "add.Tensor::f32::hand_0"], 0),
+        (vec!["diff", s(&json), s(&json)], 0),
+    ] {
+        let o = with_stdout_closed_after(&args, lines);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+    // A run whose output is cut still does its work and writes its files.
+    let r = dir.path().join("run.json");
+    let o = with_stdout_closed_after(&["run", "--filter", "relu::f32::", "--json", s(&r)], 0);
+    assert!(code(&o) <= 1 && !stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(read_json(&r)["cases"].as_array().unwrap().len() > 1);
+    let _ = program;
+}
+
+#[test]
+fn a_terminal_fail_prints_the_first_mismatch() {
+    let dir = TempDir::new("cli-mismatch");
+    let golden = relu_golden(&dir.path().join("g"));
+    let ex = no_expectations(dir.path());
+    let o = trnconf(&["run", "--golden", s(&golden), "--expectations", s(&ex)]);
+    let out = stdout(&o);
+    // relu([1, -2, 3]) is [1, 0, 3]; the golden says 4 at index 2: 2^22 f32 ULPs apart.
+    assert!(
+        out.contains("output.0: first mismatch at [2]: actual 3") && out.contains("expected 4"),
+        "{out}"
+    );
+    assert!(out.contains("(4194304 ULP)"), "{out}");
+}
+
+#[test]
+fn default_paths_come_from_the_current_workspace_and_the_run_names_its_golden_dir() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let run_in = |cwd: &std::path::Path, env: Option<&std::path::Path>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_trnconf"));
+        c.args(["run", "--filter", "relu::f32::hand_0"])
+            .current_dir(cwd)
+            .env_remove("TRNCONF_ROOT")
+            .env_remove("TRNCONF_GOLDEN");
+        if let Some(r) = env {
+            c.env("TRNCONF_ROOT", r);
+        }
+        c.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    // From a subdirectory of the workspace.
+    let o = run_in(&root.join("sim/src"), None);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let golden = std::fs::canonicalize(root.join("golden")).unwrap();
+    assert!(
+        stderr(&o).contains(&format!("golden: {}", golden.display())),
+        "{}",
+        stderr(&o)
+    );
+    // Outside any workspace: no compiled-in fallback.
+    let dir = TempDir::new("cli-nowhere");
+    assert_bad_input(&run_in(dir.path(), None), "golden directory does not exist");
+    // Named by the environment.
+    let o = run_in(dir.path(), Some(&root));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn numerics_settings_are_options_recorded_and_compared() {
+    let dir = TempDir::new("cli-numerics");
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let filter = "mm::f32::";
+    let oa = trnconf(&["run", "--filter", filter, "--json", s(&a)]);
+    let ob = trnconf(&[
+        "run",
+        "--filter",
+        filter,
+        "--json",
+        s(&b),
+        "--numerics",
+        "matmul_accumulation=pairwise",
+    ]);
+    assert!(code(&oa) <= 1 && code(&ob) <= 1, "{}", stderr(&ob));
+    assert_eq!(read_json(&a)["numerics"], "default");
+    assert_eq!(read_json(&b)["numerics"], "matmul_accumulation=pairwise");
+    assert!(stderr(&ob).contains("numerics: matmul_accumulation=pairwise"));
+    let d = trnconf(&["diff", s(&a), s(&b)]);
+    assert!(code(&d) <= 1, "{}", stderr(&d));
+    assert!(stdout(&d).contains("numerics differ"), "{}", stdout(&d));
+    let html = dir.path().join("r.html");
+    trnconf(&[
+        "run",
+        "--filter",
+        filter,
+        "--numerics",
+        "denormals=flush_to_zero",
+        "--html",
+        s(&html),
+    ]);
+    assert!(
+        std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("denormals=flush_to_zero")
+    );
+    let o = trnconf(&["show", "mm::f32::hand_0", "--numerics", "matmul_accumulation=pairwise"]);
+    assert!(
+        stdout(&o).contains("numerics matmul_accumulation=pairwise"),
+        "{}",
+        stdout(&o)
+    );
+    assert_bad_input(
+        &trnconf(&["run", "--filter", filter, "--numerics", "matmul=tree"]),
+        "unknown setting",
+    );
+    assert_bad_input(&trnconf(&["lower", "mm::f32::hand_0", "--numerics", "x"]), "KEY=VALUE");
+}
+
+#[test]
+fn an_executor_that_never_answers_hello_fails_within_its_timeout() {
+    let start = std::time::Instant::now();
+    let o = trnconf(&[
+        "run",
+        "--filter",
+        "relu::f32::hand_0",
+        "--executor",
+        "process:sleep 600",
+        "--hello-timeout",
+        "2",
+    ]);
+    let took = start.elapsed();
+    assert_bad_input(&o, "handshake");
+    assert!(stderr(&o).contains("timeout"), "{}", stderr(&o));
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
 }

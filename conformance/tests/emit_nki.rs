@@ -2,7 +2,7 @@
 //! kernel, and a bit-exact comparison of each kernel run through the numpy stand-in
 //! (`conformance/pyexec/nki_standin`) against the simulator's outputs on the same inputs.
 //!
-//! Python: `$TRNCONF_PYTHON`, else `/work/venv/bin/python`, else `python3` — the first that
+//! Python: `$TRNCONF_PYTHON`, else `./.venv/bin/python`, else `python3` — the first that
 //! imports numpy. If none does, the stand-in checks fail when `CI` is set and are skipped (with a
 //! loud message) otherwise. Parsing needs only `python3`.
 //! Snapshots live in `tests/snapshots/emit_nki/` (a subdirectory: tests/golden.rs treats every
@@ -566,17 +566,12 @@ fn pyexec_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("pyexec")
 }
 
-/// A Python that imports numpy: `$TRNCONF_PYTHON`, `/work/venv/bin/python`, `python3`.
+/// A Python that imports numpy: `$TRNCONF_PYTHON`, `./.venv/bin/python`, `python3`
+/// ([`trnconf::python_candidates`]).
 fn numpy_python() -> Option<&'static str> {
     static PY: OnceLock<Option<String>> = OnceLock::new();
     PY.get_or_init(|| {
-        let mut candidates = Vec::new();
-        if let Ok(p) = std::env::var("TRNCONF_PYTHON") {
-            candidates.push(p);
-        }
-        candidates.push("/work/venv/bin/python".into());
-        candidates.push("python3".into());
-        candidates.into_iter().find(|py| {
+        trnconf::python_candidates().into_iter().find(|py| {
             Command::new(py)
                 .args(["-c", "import numpy"])
                 .output()
@@ -593,7 +588,7 @@ fn standin_python(test: &str) -> Option<&'static str> {
     if py.is_none() {
         if std::env::var_os("CI").is_some() {
             panic!(
-                "{test}: no Python with numpy (tried $TRNCONF_PYTHON, /work/venv/bin/python, python3); CI requires one"
+                "{test}: no Python with numpy (tried $TRNCONF_PYTHON, ./.venv/bin/python, python3); CI requires one"
             );
         }
         eprintln!(

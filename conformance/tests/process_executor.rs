@@ -5,7 +5,7 @@
 //!
 //! Protocol and fault tests use the `echo` PROTOCOL-TEST mode (returns the golden outputs): they
 //! need only numpy + safetensors in Python, never torch. Python is found as `$TRNCONF_PYTHON`, then
-//! /work/venv/bin/python, then python3. Without numpy+safetensors the protocol tests fail in CI
+//! the project's ./.venv/bin/python (golden/setup-venv.sh), then python3. Without numpy+safetensors the protocol tests fail in CI
 //! (`CI` set; .ci/run installs them) and skip loudly elsewhere; the torch tests skip loudly
 //! everywhere when no torch is found (torch is not installed in CI).
 
@@ -28,13 +28,7 @@ fn script() -> PathBuf {
 }
 
 fn candidates() -> Vec<String> {
-    let mut c = Vec::new();
-    if let Ok(p) = std::env::var("TRNCONF_PYTHON") {
-        c.push(p);
-    }
-    c.push("/work/venv/bin/python".into());
-    c.push("python3".into());
-    c
+    trnconf::python_candidates()
 }
 
 /// The first candidate Python that imports `modules`.

@@ -110,8 +110,20 @@ fn html_report_renders_in_a_headless_browser() {
     };
     let dir = TempDir::new("html");
     let (page, json) = (dir.path().join("report.html"), dir.path().join("r.json"));
-    // One case per op × dtype that has a hand-written case 0: every op, many dtypes.
-    let o = trnconf(&["run", "--filter", "*::hand_0", "--json", s(&json), "--html", s(&page)]);
+    // One case per op × dtype that has a hand-written case 0: every op, many dtypes. Under
+    // stochastic rounding (a documented simulator setting; the CPU goldens round to nearest even)
+    // some bf16/f16 cases fail: the page has failures to put first.
+    let o = trnconf(&[
+        "run",
+        "--filter",
+        "*::hand_0",
+        "--numerics",
+        "rounding=stochastic:1",
+        "--json",
+        s(&json),
+        "--html",
+        s(&page),
+    ]);
     assert!(code(&o) <= 1, "{}", stderr(&o));
     let html = std::fs::read_to_string(&page).unwrap();
     // Self-contained: nothing fetched from anywhere.
@@ -150,6 +162,38 @@ fn html_report_renders_in_a_headless_browser() {
         assert!(dom.contains(&format!("<th>{d}</th>")), "a column for {d}");
     }
     assert!(dom.contains("<svg"), "error distributions are inline SVG");
+    // The page opens with the failures: the first case it shows (the first element with a
+    // status, before the heatmap's cells) did not match its expectation, under its op group's
+    // heading; the summary's failed count links to them; red marks nothing else.
+    let failed = cases.iter().filter(|c| c["status"] == "fail").count();
+    assert!(
+        dom.contains("rounding=stochastic:1"),
+        "the page names its numerics settings"
+    );
+    assert!(failed > 0, "the run has failures");
+    let first = dom.split("data-status=\"").nth(1).expect("a case with a status");
+    let first_status = &first[..first.find('"').unwrap()];
+    assert!(
+        ["fail", "error", "xpass"].contains(&first_status),
+        "first shown: {first_status}"
+    );
+    let first_case = dom.find("<details class=\"case\"").expect("a case block");
+    assert!(
+        first_case < dom.find("id=\"heatmap\"").unwrap(),
+        "failures before the heatmap"
+    );
+    let heading = dom[..first_case]
+        .rfind("<h3 class=\"group\"")
+        .expect("an op-group heading");
+    assert!(heading > dom.find("id=\"failing\"").unwrap());
+    assert!(dom.contains("href=\"#failing\""), "the failed count is a link");
+    assert!(
+        !dom.contains("#d32f2f\"") && !dom.contains("fill=\"#d32f2f"),
+        "no red bars"
+    );
+    for cell in dom.split("<td class=\"cell s-fail\"").skip(1) {
+        assert!(cell.starts_with(" data-dtype") && cell[..cell.find('>').unwrap()].contains("data-status=\"fail\""));
+    }
     assert!(dom.contains(&format!("id=\"shown\">{}<", ops.len())), "the script ran");
 
     // The filter from the URL.

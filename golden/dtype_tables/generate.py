@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the dtype conversion tables that sim/tests/dtype_tables.rs checks trnsim against.
 
-Run:  /work/venv/bin/python golden/dtype_tables/generate.py   (needs torch; ml_dtypes for the
+Run:  .venv/bin/python golden/dtype_tables/generate.py   (needs torch; ml_dtypes for the
 legacy float8_e4m3, `pip install ml_dtypes`). Writes next to this file; commit the outputs.
 
 What is recorded (all little-endian, no headers; meta.json describes every file):

@@ -7,8 +7,20 @@ import numpy as np
 
 from . import numerics as nm
 from .numerics import (  # noqa: F401  (re-exported as nl.<dtype>)
-    bfloat16, bool_, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8, int16, int32,
-    tfloat32, uint8, uint16, uint32,
+    bfloat16,
+    bool_,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e5m2,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    tfloat32,
+    uint8,
+    uint16,
+    uint32,
 )
 
 

@@ -22,7 +22,34 @@ use trnconf::expect::Expectations;
 use trnconf::report::json::{self as results, Loaded, PartialWriter, RunInfo};
 use trnconf::report::{self, CaseRecord};
 use trnconf::runner::{self, CaseResult};
-use trnsim::TargetName;
+use trnsim::{ExecConfig, Numerics, TargetName};
+
+/// Output to a closed pipe (`trnconf list | head -1`) is dropped quietly: `print!`/`println!` are
+/// shadowed here by versions that stop writing at the first broken pipe instead of panicking. The
+/// command still finishes its work and exits with its own status (a run still writes its report
+/// files), so nothing is claimed for work that was not done.
+macro_rules! print {
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn write_stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("trnconf: cannot write to stdout: {e}");
+        }
+    }
+}
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -34,6 +61,7 @@ Examples:
   trnconf run --resume r.json                   # finish a killed run (reads r.json.partial.jsonl)
   trnconf run --backend nki:conformance/python/examples/nki_backend_example.py
                                                 # someone's NKI kernels, through trnsim.nki
+  trnconf run --numerics matmul_accumulation=pairwise   # another simulator setting (docs/numerics.md)
 
 Outputs: --json FILE is written progressively to FILE.partial.jsonl (one line per finished case)
 and folded into FILE at the end. Exit status: 0 every case matched its expectation, 1 some did
@@ -45,7 +73,10 @@ Examples:
   trnconf diff before.json after.json --html d.html
 
 Cases are joined by id. Status changes come first (including cases only in one run), then cases
-sorted by the change in max ULP distance, then in max relative error. Unchanged cases are counted.";
+sorted by the change in max ULP distance (signed: + is further from the golden), then in max
+relative error. Unchanged cases are counted. Exit status 1 when a case regressed: it matched its
+expectation in the earlier run and does not in the later one, or it is missing from the later one.
+Runs under different --numerics settings are compared too; the settings of both are printed.";
 
 const LIST_EXAMPLES: &str = "\
 Examples:
@@ -198,6 +229,14 @@ enum Command {
         /// With --executor process: seconds per case before the executor is killed (timeout).
         #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
         timeout: f64,
+        /// With --executor process: seconds for the start-up handshake (`hello`) before the
+        /// executor is killed and the run fails.
+        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+        hello_timeout: f64,
+        /// The simulator's numerics settings, KEY=VALUE,... (docs/numerics.md), e.g.
+        /// `matmul_accumulation=pairwise,denormals=flush_to_zero`; recorded in the reports.
+        #[arg(long, value_name = "KEY=VALUE,...")]
+        numerics: Option<String>,
         /// With --executor process: keep every request's files in DIR (the emitted kernels, device
         /// inputs and each backend's outputs in nki mode; the executor's NEFFs and logs) instead
         /// of a temporary directory deleted as the run goes.
@@ -252,6 +291,9 @@ enum Command {
         /// Write the timeline as a Chrome Trace Event / Perfetto JSON file.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// The simulator's numerics settings, KEY=VALUE,... (docs/numerics.md).
+        #[arg(long, value_name = "KEY=VALUE,...")]
+        numerics: Option<String>,
     },
     /// Lower one case and write its trnsim program.
     #[command(after_help = LOWER_EXAMPLES)]
@@ -268,6 +310,10 @@ enum Command {
         golden: GoldenArg,
         #[arg(long, value_enum, default_value = "trn1")]
         target: Target,
+        /// The simulator's numerics settings, KEY=VALUE,... (docs/numerics.md; checked, and
+        /// recorded on stderr: a program does not depend on them).
+        #[arg(long, value_name = "KEY=VALUE,...")]
+        numerics: Option<String>,
     },
     /// Generate the coverage page (docs/coverage.md) from the suite.
     #[command(after_help = COVERAGE_EXAMPLES)]
@@ -320,6 +366,8 @@ fn main() -> ExitCode {
             executor,
             mode,
             timeout,
+            hello_timeout,
+            numerics,
             artifacts,
             backend,
         } => run(RunArgs {
@@ -338,6 +386,8 @@ fn main() -> ExitCode {
             executor,
             mode,
             timeout,
+            hello_timeout,
+            numerics,
             artifacts,
             backend,
         }),
@@ -354,14 +404,22 @@ fn main() -> ExitCode {
             golden,
             target,
             trace,
-        } => show(&case, golden.golden, target.name(), trace.as_deref()),
+            numerics,
+        } => match parse_numerics(numerics.as_deref()) {
+            Ok(n) => show(&case, golden.golden, target.name(), trace.as_deref(), n),
+            Err(code) => code,
+        },
         Command::Lower {
             case,
             emit,
             output,
             golden,
             target,
-        } => lower(&case, golden.golden, target.name(), output.as_deref(), emit),
+            numerics,
+        } => match parse_numerics(numerics.as_deref()) {
+            Ok(_) => lower(&case, golden.golden, target.name(), output.as_deref(), emit),
+            Err(code) => code,
+        },
         Command::Coverage {
             markdown,
             golden,
@@ -371,11 +429,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--numerics` as settings (bad text is bad input).
+fn parse_numerics(spec: Option<&str>) -> Result<Numerics, ExitCode> {
+    trnconf::numerics::parse(spec.unwrap_or("")).map_err(|e| bad_input(format!("--numerics: {e}")))
+}
+
 fn load_index(golden: Option<PathBuf>) -> Result<GoldenIndex, ExitCode> {
+    let given = golden.is_some();
     let golden = golden.unwrap_or_else(trnconf::default_golden_dir);
     if !golden.is_dir() {
+        let hint = if given {
+            ""
+        } else {
+            " (found from the current directory's workspace or $TRNCONF_GOLDEN / $TRNCONF_ROOT; give --golden DIR)"
+        };
         return Err(bad_input(format!(
-            "{}: golden directory does not exist",
+            "{}: golden directory does not exist{hint}",
             golden.display()
         )));
     }
@@ -427,6 +496,8 @@ struct RunArgs {
     executor: String,
     mode: String,
     timeout: f64,
+    hello_timeout: f64,
+    numerics: Option<String>,
     artifacts: Option<PathBuf>,
     backend: String,
 }
@@ -435,6 +506,8 @@ struct ExecutorArgs {
     executor: String,
     mode: String,
     timeout: f64,
+    hello_timeout: f64,
+    numerics: Option<Numerics>,
     target: TargetName,
     artifacts: Option<PathBuf>,
 }
@@ -471,7 +544,16 @@ fn make_nki_backend(module: &str, a: &ExecutorArgs) -> Result<(Box<dyn Backend>,
 /// The executor `--executor` names (the process executor after its handshake).
 fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
     if a.executor == "sim" {
-        return Ok(Box::new(SimExecutor::new(a.target)));
+        let config = ExecConfig {
+            numerics: a.numerics.unwrap_or_default(),
+            ..ExecConfig::default()
+        };
+        return Ok(Box::new(SimExecutor::with_config(a.target, config)));
+    }
+    if a.numerics.is_some() {
+        return Err(bad_input(
+            "--numerics: settings of the simulator; `--executor process:…` runs a real backend",
+        ));
     }
     let Some(cmd) = ProcessExecutor::parse_spec(&a.executor) else {
         return Err(bad_input(format!(
@@ -479,14 +561,16 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
             a.executor
         )));
     };
-    if !(a.timeout > 0.0 && a.timeout.is_finite()) {
-        return Err(bad_input(format!(
-            "--timeout {}: must be a positive number of seconds",
-            a.timeout
-        )));
+    for (flag, secs) in [("--timeout", a.timeout), ("--hello-timeout", a.hello_timeout)] {
+        if !(secs > 0.0 && secs.is_finite()) {
+            return Err(bad_input(format!(
+                "{flag} {secs}: must be a positive number of seconds"
+            )));
+        }
     }
     let mut config = ProcessConfig::new(cmd, a.mode.clone());
     config.timeout = Duration::from_secs_f64(a.timeout);
+    config.hello_timeout = Duration::from_secs_f64(a.hello_timeout);
     config.target = a.target;
     if let Some(dir) = &a.artifacts {
         config.artifacts_dir = Some(dir.clone());
@@ -533,8 +617,44 @@ fn load_resume(path: &Path) -> Result<Loaded, String> {
     Ok(loaded)
 }
 
+/// The most `--jobs` a run accepts: 4 threads per core (cases are CPU-bound on the simulator;
+/// more threads only cost memory; a process executor runs one case at a time per child).
+fn max_jobs() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Reads the files a run depends on and hashes them (see [`RunInfo::golden_hash`]).
+fn golden_hash(index: &GoldenIndex, entries: &[&IndexEntry]) -> Result<String, String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let mut parts = vec![read(&index.dir.join("index.json"))?];
+    for e in entries {
+        parts.push(e.id.as_bytes().to_vec());
+        // A missing case file is reported by the case itself (an error), not here.
+        parts.push(std::fs::read(index.dir.join(&e.file)).unwrap_or_default());
+    }
+    Ok(results::content_hash(parts.iter().map(|p| p.as_slice())))
+}
+
 fn run(a: RunArgs) -> ExitCode {
     let start = Instant::now();
+    let numerics = match &a.numerics {
+        Some(spec) => match parse_numerics(Some(spec)) {
+            Ok(n) => Some(n),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    if a.jobs == Some(0) {
+        return bad_input("--jobs 0: need at least 1 job");
+    }
+    if let Some(j) = a.jobs
+        && j > max_jobs()
+    {
+        return bad_input(format!(
+            "--jobs {j}: at most {} on this machine (4 per core)",
+            max_jobs()
+        ));
+    }
     let index = match load_index(a.golden) {
         Ok(i) => i,
         Err(code) => return code,
@@ -562,10 +682,27 @@ fn run(a: RunArgs) -> ExitCode {
             .map(|(_, e)| e)
             .collect();
     }
+    // Nothing to run is never a success.
+    if entries.is_empty() {
+        return bad_input(format!(
+            "no cases to run: {} lists {} case(s){}",
+            index.dir.join("index.json").display(),
+            index.cases.len(),
+            a.shard
+                .map(|s| format!(", none in shard {}/{}", s.index, s.count))
+                .unwrap_or_default()
+        ));
+    }
+    let golden_hash = match golden_hash(&index, &entries) {
+        Ok(h) => h,
+        Err(e) => return bad_input(e),
+    };
     let exec_args = ExecutorArgs {
         executor: a.executor.clone(),
         mode: a.mode.clone(),
         timeout: a.timeout,
+        hello_timeout: a.hello_timeout,
+        numerics,
         target: a.target,
         artifacts: a.artifacts.clone(),
     };
@@ -601,6 +738,13 @@ fn run(a: RunArgs) -> ExitCode {
         },
         None => Expectations::none(),
     };
+    let expectations_hash = match &expectations_path {
+        Some(p) => match std::fs::read(p) {
+            Ok(bytes) => results::content_hash([bytes.as_slice()]),
+            Err(e) => return bad_input(format!("{}: {e}", p.display())),
+        },
+        None => results::content_hash([&b""[..]]),
+    };
     let expectations_name = expectations_path.as_ref().map_or_else(
         || "none (every case the backend provides must pass)".to_string(),
         |p| p.display().to_string(),
@@ -613,6 +757,9 @@ fn run(a: RunArgs) -> ExitCode {
         filter: a.filter.clone(),
         shard: a.shard.map(|s| format!("{}/{}", s.index, s.count)),
         expectations: Some(expectations_name.clone()),
+        golden_hash: Some(golden_hash),
+        expectations_hash: Some(expectations_hash),
+        numerics: (a.executor == "sim").then(|| trnconf::numerics::describe(&numerics.unwrap_or_default())),
     };
     // What a previous, interrupted run already did.
     let mut done = Loaded::default();
@@ -621,24 +768,36 @@ fn run(a: RunArgs) -> ExitCode {
             Ok(l) => l,
             Err(e) => return bad_input(e),
         };
-        if let Some(prev) = &done.info
-            && prev.target != info.target
-        {
-            return bad_input(format!(
-                "{}: was run with --target {}, not {}",
-                r.display(),
-                prev.target,
-                info.target
-            ));
+        // Results count only if they were recorded under exactly this run's settings and inputs.
+        let prev = done.info.clone().unwrap_or_default();
+        if let Some(why) = prev.resume_mismatch(&info) {
+            return bad_input(format!("{}: cannot resume: {why}; run afresh with --json", r.display()));
         }
         let wanted: std::collections::BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-        done.cases.retain(|id, _| wanted.contains(id.as_str()));
+        if let Some(stray) = done.cases.keys().find(|id| !wanted.contains(id.as_str())) {
+            return bad_input(format!(
+                "{}: cannot resume: it holds case {stray}, which this run does not select",
+                r.display()
+            ));
+        }
         entries.retain(|e| !done.cases.contains_key(&e.id));
         eprintln!(
             "resuming: {} case(s) already done, {} to run",
             done.cases.len(),
             entries.len()
         );
+    }
+    // A fresh run: an older FILE (or its partial file) must never be mistaken for this run's.
+    if a.resume.is_none()
+        && let Some(p) = &json_path
+    {
+        for old in [p.clone(), results::partial_path(p)] {
+            if old.is_file()
+                && let Err(e) = std::fs::remove_file(&old)
+            {
+                return bad_input(format!("{}: cannot remove the previous results: {e}", old.display()));
+            }
+        }
     }
     let partial = match &json_path {
         Some(p) => match PartialWriter::create(&results::partial_path(p), &info, &done) {
@@ -648,12 +807,18 @@ fn run(a: RunArgs) -> ExitCode {
         None => None,
     };
 
+    // No more threads than cases.
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(entries.len())
         .max(1);
     // Printed once the input is known good (bad input gets exactly one line).
+    eprintln!("golden: {}", index.dir.display());
     eprintln!("expectations: {expectations_name}");
+    if let Some(n) = &info.numerics {
+        eprintln!("numerics: {n}");
+    }
     let progress = Progress::new(entries.len());
     let write_error: Mutex<Option<String>> = Mutex::new(None);
     let on_result = |r: &CaseResult| {
@@ -684,6 +849,19 @@ fn run(a: RunArgs) -> ExitCode {
     for r in &records {
         if a.verbose || !r.status.is_ok() {
             println!("{:<6} {}  {}", r.status.name().to_uppercase(), r.id, r.headline());
+            // Where it went wrong: the first element that does not match, per output.
+            for m in &r.metrics {
+                if let Some(fm) = &m.first_mismatch {
+                    println!(
+                        "       {}: first mismatch at {:?}: actual {}, expected {}{}",
+                        m.name,
+                        fm.index,
+                        fm.actual,
+                        fm.expected,
+                        fm.ulp.map(|u| format!(" ({u} ULP)")).unwrap_or_default()
+                    );
+                }
+            }
         }
     }
     if a.filter.is_none() && a.shard.is_none() {
@@ -869,6 +1047,19 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
     {
         return code;
     }
+    // Runs under different settings are compared all the same; the settings are said first.
+    let setting = |l: &Loaded| {
+        l.info
+            .as_ref()
+            .and_then(|i| i.numerics.clone())
+            .unwrap_or_else(|| "(not recorded)".into())
+    };
+    let (na, nb) = (setting(&la), setting(&lb));
+    if na == nb {
+        println!("numerics: {na}");
+    } else {
+        println!("numerics differ: {} has {na}, {} has {nb}", a.display(), b.display());
+    }
     let (changes, unchanged) = report::diff::diff(&la, &lb);
     print!("{}", report::diff::render_text(&changes, unchanged));
     // A multi-backend run (nki mode) also gets its three-way table: sim vs simulate_kernel vs
@@ -885,7 +1076,12 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
             return bad_input(e);
         }
     }
-    ExitCode::SUCCESS
+    // A regression fails the comparison (scripts and CI can gate on it).
+    if changes.iter().any(|c| c.is_regression()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Runs every case of the index on the simulator (trn1), quietly, for coverage.
@@ -1076,7 +1272,7 @@ fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
     )
 }
 
-fn show(id: &str, golden: Option<PathBuf>, target: TargetName, trace: Option<&Path>) -> ExitCode {
+fn show(id: &str, golden: Option<PathBuf>, target: TargetName, trace: Option<&Path>, numerics: Numerics) -> ExitCode {
     let (index, pos, case) = match find_case(golden, id) {
         Ok(x) => x,
         Err(code) => return code,
@@ -1133,7 +1329,13 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName, trace: Option<&Pa
         Ok(e) => e,
         Err(e) => return bad_input(e),
     };
-    let r = runner::run_case(&index.dir, &index.cases[pos], &expectations, &SimExecutor::new(target));
+    let config = ExecConfig {
+        numerics,
+        ..ExecConfig::default()
+    };
+    let executor = SimExecutor::with_config(target, config);
+    println!("numerics {}", trnconf::numerics::describe(&numerics));
+    let r = runner::run_case(&index.dir, &index.cases[pos], &expectations, &executor);
     let rec: CaseRecord = serde_json::from_value(serde_json::to_value(&r).expect("serialize")).expect("read back");
     println!("result   {} ({:.2} ms)", r.status, r.wall_ms);
     if let Some(e) = &r.expectation {

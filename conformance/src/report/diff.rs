@@ -25,6 +25,21 @@ impl Change {
         self.before != self.after
     }
 
+    /// A regression: the case matched its expectation before and does not now (fail, xpass,
+    /// error), or it is missing from the later run.
+    pub fn is_regression(&self) -> bool {
+        match (self.before, self.after) {
+            (Some(b), Some(a)) => b.is_ok() && !a.is_ok(),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// Δ max ULP, signed: positive when the later run is further from the golden.
+    pub fn ulp_change(&self) -> i128 {
+        i128::from(self.ulp_after.unwrap_or(0)) - i128::from(self.ulp_before.unwrap_or(0))
+    }
+
     /// |Δ max ULP|.
     pub fn ulp_delta(&self) -> u64 {
         self.ulp_before.unwrap_or(0).abs_diff(self.ulp_after.unwrap_or(0))
@@ -111,17 +126,22 @@ pub fn render_text(changes: &[Change], unchanged: usize) -> String {
     for c in &numeric {
         let _ = writeln!(
             out,
-            "  {:<48} {:<8} max_ulp {} -> {} (Δ{})  max_rel {} -> {}",
+            "  {:<48} {:<8} max_ulp {} -> {} (Δ{:+})  max_rel {} -> {}",
             c.id,
             status(c.after),
             ulp(c.ulp_before),
             ulp(c.ulp_after),
-            c.ulp_delta(),
+            c.ulp_change(),
             rel(c.rel_before),
             rel(c.rel_after)
         );
     }
     let _ = writeln!(out, "unchanged: {unchanged}");
+    let regressions = changes.iter().filter(|c| c.is_regression()).count();
+    let _ = writeln!(
+        out,
+        "regressions: {regressions} (matched their expectation before and do not now, or are missing)"
+    );
     out
 }
 

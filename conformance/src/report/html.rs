@@ -1,10 +1,12 @@
 //! The HTML report (`trnconf run --html FILE`): one self-contained file — inline CSS, JS and
-//! SVG, no network — with
+//! SVG, no network — that opens with what needs attention:
+//! * every case that did not match its expectation, first, grouped by op group under headings
+//!   (the summary's count links to them); only these are red,
 //! * an op × dtype heatmap of status (`#heatmap`, one `td.cell` per op × dtype),
 //! * per-op error distributions: histograms of the cases' max ULP distance, as inline SVG,
 //! * a filter box (`#filter`; also set from the URL: `report.html#filter=add`) that hides the
 //!   heatmap rows, plots and cases of ops not matching it,
-//! * every failing case (and every expected failure that has numerics) as a `<details>` with its
+//! * every expected failure that has numerics, last; every case block is a `<details>` with its
 //!   metrics and first mismatches.
 
 use super::coverage::{self, OpCoverage};
@@ -100,12 +102,26 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
         info.shard
             .as_deref()
             .map(|f| format!(", shard <code>{}</code>", escape_xml(f)))
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            + &info
+                .numerics
+                .as_deref()
+                .map(|n| format!(", numerics <code id=\"numerics\">{}</code>", escape_xml(n)))
+                .unwrap_or_default(),
     );
     let _ = writeln!(
         out,
-        "<p class=\"summary\" id=\"summary\"><span><b>{}</b> cases</span><span class=\"st st-pass\">{} passed</span><span class=\"st st-fail\">{} failed</span><span class=\"st st-xfail\">{} xfailed</span><span class=\"st st-xpass\">{} xpassed</span><span class=\"st\">{} skipped</span><span class=\"st st-error\">{} errors</span></p>",
-        s.total, s.passed, s.failed, s.xfailed, s.xpassed, s.skipped, s.errors
+        "<p class=\"summary\" id=\"summary\"><span><b>{}</b> cases</span><span class=\"st st-pass\">{} passed</span><a class=\"st{}\" href=\"#failing\">{} failed</a><span class=\"st st-xfail\">{} xfailed</span><span class=\"st{}\">{} xpassed</span><span class=\"st\">{} skipped</span><span class=\"st{}\">{} errors</span></p>",
+        s.total,
+        s.passed,
+        red(s.failed, "fail"),
+        s.failed,
+        s.xfailed,
+        red(s.xpassed, "xpass"),
+        s.xpassed,
+        s.skipped,
+        red(s.errors, "error"),
+        s.errors
     );
     let _ = writeln!(
         out,
@@ -113,6 +129,34 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
         cov.len(),
         cov.len()
     );
+
+    // The cases that did not match their expectation come first, grouped by op group.
+    let failing: Vec<&&CaseRecord> = records.iter().filter(|r| !r.status.is_ok()).collect();
+    let _ = writeln!(
+        out,
+        "<h2 id=\"failing-heading\">Cases that did not match their expectation (<span data-count-of=\"failing\">{}</span>)</h2>\n<div id=\"failing\">",
+        failing.len()
+    );
+    let mut by_group: BTreeMap<&str, Vec<&CaseRecord>> = BTreeMap::new();
+    for r in &failing {
+        by_group.entry(r.group()).or_default().push(r);
+    }
+    for (group, rs) in &by_group {
+        let _ = writeln!(
+            out,
+            "<h3 class=\"group\" data-group=\"{}\">{} ({})</h3>",
+            escape_xml(group),
+            escape_xml(group),
+            rs.len()
+        );
+        for r in rs {
+            out.push_str(&case_details(r));
+        }
+    }
+    if failing.is_empty() {
+        out.push_str("<p>None.</p>\n");
+    }
+    out.push_str("</div>\n");
 
     // Heatmap.
     out.push_str("<h2>Status by op × dtype</h2>\n<p class=\"legend\"><span class=\"s-pass\">pass</span><span class=\"s-partial\">partial</span><span class=\"s-xfail\">xfail</span><span class=\"s-fail\">fail</span><span class=\"s-none\">no cases</span></p>\n");
@@ -171,26 +215,13 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     }
     out.push_str("</div>\n");
 
-    // Failing cases.
-    let failing: Vec<&&CaseRecord> = records.iter().filter(|r| !r.status.is_ok()).collect();
     let numeric_xfail: Vec<&&CaseRecord> = records
         .iter()
         .filter(|r| r.status == Status::XFail && !r.metrics.is_empty())
         .collect();
     let _ = writeln!(
         out,
-        "<h2>Cases that did not match their expectation (<span data-count-of=\"failing\">{}</span>)</h2>\n<div id=\"failing\">",
-        failing.len()
-    );
-    for r in &failing {
-        out.push_str(&case_details(r));
-    }
-    if failing.is_empty() {
-        out.push_str("<p>None.</p>\n");
-    }
-    let _ = writeln!(
-        out,
-        "</div>\n<h2>Expected failures with numerics (<span data-count-of=\"xfailing\">{}</span>)</h2>\n<div id=\"xfailing\">",
+        "<h2>Expected failures with numerics (<span data-count-of=\"xfailing\">{}</span>)</h2>\n<div id=\"xfailing\">",
         numeric_xfail.len()
     );
     for r in &numeric_xfail {
@@ -200,6 +231,11 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     out.push_str(JS);
     out.push_str("</script>\n</body></html>\n");
     out
+}
+
+/// The class that makes a count red, only when there is something to count.
+fn red(n: usize, status: &str) -> String {
+    if n > 0 { format!(" st-{status}") } else { String::new() }
 }
 
 fn case_details(r: &CaseRecord) -> String {
@@ -237,7 +273,8 @@ fn histogram(op: &str, ulps: &[u64]) -> String {
             0 => "#3c9d4e",
             1 => "#7cb342",
             2..=16 => "#f9a825",
-            _ => "#d32f2f",
+            // Not red: red is kept for cases that did not match their expectation.
+            _ => "#6a1b9a",
         };
         let _ = write!(
             svg,

@@ -36,6 +36,56 @@ pub struct RunInfo {
     pub shard: Option<String>,
     /// The expectations file the run applied (they are per executor).
     pub expectations: Option<String>,
+    /// [`content_hash`] of the golden `index.json` and of the selected cases' files, so that
+    /// `--resume` never counts results of goldens that have changed since.
+    pub golden_hash: Option<String>,
+    /// [`content_hash`] of the expectations file.
+    pub expectations_hash: Option<String>,
+    /// The simulator's numerics settings (`crate::numerics::describe`; `None` for executors
+    /// that are not the simulator).
+    pub numerics: Option<String>,
+}
+
+impl RunInfo {
+    /// Why results recorded under `self` cannot be counted in a run under `now` (the first
+    /// setting that differs, as one line), or `None` when they can.
+    pub fn resume_mismatch(&self, now: &RunInfo) -> Option<String> {
+        let show = |v: &Option<String>| v.as_deref().unwrap_or("(none)").to_string();
+        // Settings first: a different selection also changes the content hash.
+        let fields: [(&str, String, String); 9] = [
+            ("golden directory", self.golden.clone(), now.golden.clone()),
+            ("--filter", show(&self.filter), show(&now.filter)),
+            ("--shard", show(&self.shard), show(&now.shard)),
+            ("--target", self.target.clone(), now.target.clone()),
+            ("executor", self.executor.clone(), now.executor.clone()),
+            ("--numerics", show(&self.numerics), show(&now.numerics)),
+            ("expectations file", show(&self.expectations), show(&now.expectations)),
+            ("golden content hash", show(&self.golden_hash), show(&now.golden_hash)),
+            (
+                "expectations content hash",
+                show(&self.expectations_hash),
+                show(&now.expectations_hash),
+            ),
+        ];
+        fields
+            .into_iter()
+            .find(|(_, a, b)| a != b)
+            .map(|(what, a, b)| format!("recorded with {what} {a}, this run has {b}"))
+    }
+}
+
+/// A content hash (64-bit FNV-1a over each part's length and bytes, as `fnv1a64:<hex>`): enough
+/// to notice edited files, not a defence against a forger.
+pub fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in (part.len() as u64).to_le_bytes().iter().chain(part) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(PRIME);
+        }
+    }
+    format!("fnv1a64:{h:016x}")
 }
 
 /// A final results file.

@@ -114,8 +114,11 @@ pub fn details(r: &CaseRecord) -> String {
         if let Some(fm) = &m.first_mismatch {
             let _ = writeln!(
                 s,
-                "  first mismatch at {:?}: actual {} expected {}",
-                fm.index, fm.actual, fm.expected
+                "  first mismatch at {:?}: actual {} expected {}{}",
+                fm.index,
+                fm.actual,
+                fm.expected,
+                fm.ulp.map(|u| format!(" ({u} ULP)")).unwrap_or_default()
             );
         }
     }

@@ -35,6 +35,8 @@ pub struct MismatchRecord {
     pub index: Vec<usize>,
     pub actual: String,
     pub expected: String,
+    /// The element's ULP distance (absent in older files, and when a side is NaN).
+    pub ulp: Option<u64>,
 }
 
 /// The metrics of one output (a lenient view of `compare::OutputMetrics`).

@@ -19,6 +19,51 @@ pub fn config(numerics: Numerics) -> ExecConfig {
     }
 }
 
+/// Every value of every `Numerics` setting, one setting changed from the default at a time (the
+/// default first), so a fuzz input reaches each setting's code paths. The `match` makes adding a
+/// variant to a setting a compile error here until it is listed.
+pub fn numerics_variants() -> Vec<Numerics> {
+    let d = Numerics::default();
+    let _every_variant_listed = |n: Numerics| match (
+        n.rounding,
+        n.denormals,
+        n.nan_max_min,
+        n.matmul_accumulation,
+        n.activation,
+    ) {
+        (
+            RoundingMode::NearestEven | RoundingMode::Stochastic { .. },
+            Denormals::Preserve | Denormals::FlushToZero,
+            NanMaxMin::Propagate | NanMaxMin::PreferNumber,
+            MatmulAccumulation::Sequential | MatmulAccumulation::Pairwise,
+            ActivationModel::Accurate,
+        ) => (),
+    };
+    vec![
+        d,
+        Numerics {
+            rounding: RoundingMode::Stochastic { seed: 1 },
+            ..d
+        },
+        Numerics {
+            denormals: Denormals::FlushToZero,
+            ..d
+        },
+        Numerics {
+            nan_max_min: NanMaxMin::PreferNumber,
+            ..d
+        },
+        Numerics {
+            matmul_accumulation: MatmulAccumulation::Pairwise,
+            ..d
+        },
+        Numerics {
+            emulate_act_copy_bias_bug: true,
+            ..d
+        },
+    ]
+}
+
 /// Deterministic pseudo-random bytes (SplitMix64) for input tensors.
 pub fn fill(seed: u64, n: usize) -> Vec<u8> {
     let mut s = seed;

@@ -255,8 +255,10 @@ fn pairwise(st: &[f32], mv: &[f32], k: usize, m: usize, n: usize) -> Vec<f32> {
     if n == 0 || k == 0 {
         return out;
     }
+    // Both buffers hold all K rows: the levels swap them, so after an odd number of levels the
+    // products of the next output row are written into what was `next`.
     let mut cur = vec![0.0f32; k * n];
-    let mut next = vec![0.0f32; k.div_ceil(2) * n];
+    let mut next = vec![0.0f32; k * n];
     for (mi, out_row) in out.chunks_exact_mut(n).enumerate() {
         for ((row, mv_row), st_row) in cur.chunks_exact_mut(n).zip(mv.chunks_exact(n)).zip(st.chunks_exact(m)) {
             let a = st_row[mi];
@@ -499,5 +501,25 @@ mod tests {
         // Sequential: ((((1e8 + 1) - 1e8) + 1) + 1) = 2.
         let got = matmul_kn(&st, &mv, 5, 1, 1, MatmulAccumulation::Sequential);
         assert_eq!(got, vec![2.0]);
+    }
+
+    #[test]
+    fn pairwise_with_an_odd_number_of_levels_and_several_rows() {
+        // K = 5 takes three levels (5 → 3 → 2 → 1), leaving the buffers swapped for the second
+        // output row (M = 2); this used to index past the end of the half-size buffer.
+        let (k, m, n) = (5, 2, 3);
+        let st: Vec<f32> = (0..k * m).map(|i| i as f32).collect();
+        let mv: Vec<f32> = (0..k * n).map(|i| (i % 4) as f32).collect();
+        let got = matmul_kn(&st, &mv, k, m, n, MatmulAccumulation::Pairwise);
+        let want = matmul_kn(&st, &mv, k, m, n, MatmulAccumulation::Sequential);
+        assert_eq!(got, want, "small integers sum exactly in any order");
+        for k in 1..=9 {
+            let st = vec![1.0f32; k * 3];
+            let mv = vec![1.0f32; k * 2];
+            assert_eq!(
+                matmul_kn(&st, &mv, k, 3, 2, MatmulAccumulation::Pairwise),
+                vec![k as f32; 6]
+            );
+        }
     }
 }
