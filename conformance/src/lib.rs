@@ -14,6 +14,7 @@ pub mod executor;
 pub mod expect;
 pub mod fixture;
 pub mod lower;
+pub mod model;
 pub mod ops;
 pub mod report;
 pub mod runner;

@@ -421,7 +421,7 @@ pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Ten
     Ok(t)
 }
 
-fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, HostTensor>, String> {
+pub fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, HostTensor>, String> {
     let mut inputs = BTreeMap::new();
     for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
         let t = case
@@ -444,7 +444,7 @@ fn device_inputs(case: &Case, program: &Program) -> Result<BTreeMap<String, Host
     Ok(inputs)
 }
 
-fn host_outputs(
+pub fn host_outputs(
     case: &Case,
     program: &Program,
     outputs: &BTreeMap<String, HostTensor>,
@@ -471,10 +471,10 @@ fn host_outputs(
 
 /// What the engines produced, as the comparison sees it.
 #[derive(Default)]
-struct DeviceOutputs {
-    tensors: BTreeMap<String, Tensor>,
+pub struct DeviceOutputs {
+    pub tensors: BTreeMap<String, Tensor>,
     /// Non-tensor outputs (e.g. `_local_scalar_dense`) read back from one-element tensors.
-    values: BTreeMap<usize, Value>,
+    pub values: BTreeMap<usize, Value>,
 }
 
 /// A program output `output.<pos>` that stands for a non-tensor output of the case.
