@@ -214,6 +214,10 @@ def vit():
                        "hidden_dim=64, mlp_dim=128, num_classes=10)"}
 
 
+# Models that also have a training step, captured as `<name>_train`.
+TRAIN_SUFFIX = "_train"
+TRAINED = ["vit", "bert"]
+
 MODELS = {
     "gpt2": gpt2,
     "bert": bert,
@@ -274,19 +278,54 @@ def encode_arg(v, ty, graph):
 
 
 def record(name, mod, inputs, provenance, out_dir, recipes):
-    ALIAS.clear()
+    """The inference graph: torch.export, decomposed to Core ATen."""
     ep = export_core(mod, inputs)
-    gm = ep.graph_module
     sig = ep.graph_signature
-    graph = Graph(name)
     state = dict(ep.state_dict)
     state.update(getattr(ep, "constants", {}) or {})
-    param_of = {}
-    for spec in sig.input_specs:
-        if spec.target is not None:
-            param_of[spec.arg.name] = spec.target
-    user_inputs = [s.arg.name for s in sig.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+    param_of = {spec.arg.name: spec.target for spec in sig.input_specs if spec.target is not None}
+    user = [s.arg.name for s in sig.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+    return record_graph(name, ep.graph_module, user, param_of, state, inputs, provenance, out_dir, recipes)
 
+
+def record_training_step(name, mod, inputs, provenance, out_dir, recipes):
+    """The joint forward+backward graph of one training step, as AOTAutograd produces it
+    (`aot_export_module(trace_joint=True)` with the Core ATen decompositions). The loss is
+    `sum over outputs of mean(output ** 2)`; the graph's outputs are the loss, then the gradient of every parameter."""
+    from torch._decomp import core_aten_decompositions
+    from torch._functorch.aot_autograd import aot_export_module
+
+    mod.train()
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = mod
+
+        def forward(self, *xs):
+            outs = self.m(*xs)
+            outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+            return (sum((o.float() ** 2).mean() for o in outs),)
+
+    step = Step()
+    # Attention through SDPA's math path: its fused CPU backward is no Core ATen op.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        gm, sig = aot_export_module(step, inputs, trace_joint=True, output_loss_index=0,
+                                    decompositions=core_aten_decompositions())
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    names = list(sig.parameters) + list(sig.buffers)
+    param_of = dict(zip(placeholders, names))
+    state = {**dict(step.named_parameters()), **dict(step.named_buffers())}
+    state = {k: v.detach() for k, v in state.items()}
+    recipes = {f"m.{k}": v for k, v in recipes.items()}
+    return record_graph(name, gm, list(sig.user_inputs), param_of, state, inputs, provenance, out_dir, recipes)
+
+
+def record_graph(name, gm, user_inputs, param_of, state, inputs, provenance, out_dir, recipes):
+    ALIAS.clear()
+    graph = Graph(name)
     env = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     user_iter = iter(inputs)
@@ -474,7 +513,7 @@ def _user_frame(n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=HERE, help="directory holding one sub-directory per model")
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated names from the committed set")
+    ap.add_argument("--models", default=",".join(list(MODELS) + [m + TRAIN_SUFFIX for m in TRAINED]), help="comma-separated names from the committed set")
     ap.add_argument("--user", help="MODULE:FACTORY returning (nn.Module, example_inputs_tuple)")
     ap.add_argument("--exported", help="a saved ExportedProgram (torch.export.save)")
     ap.add_argument("--name", help="directory name for --user / --exported")
@@ -500,10 +539,19 @@ def main():
         return
     for name in a.models.split(","):
         torch.manual_seed(0)
-        mod, inputs, prov = MODELS[name]()
+        train = name.endswith(TRAIN_SUFFIX)
+        base = name[: -len(TRAIN_SUFFIX)] if train else name
+        mod, inputs, prov = MODELS[base]()
         mod.eval()
         recipes = init_module(mod)
-        doc = record(name, mod, inputs, {"builder": name, **_jsonable(prov)}, os.path.join(a.out, name), recipes)
+        prov = {"builder": base, **_jsonable(prov)}
+        if train:
+            # Batch norm in training mode needs more than one value per channel: batch 2.
+            inputs = tuple(torch.cat([x, x.flip(-1)]) if x.is_floating_point() else x for x in inputs)
+            prov["graph"] = "joint forward+backward (AOTAutograd), loss = sum of mean(output ** 2) over outputs"
+            doc = record_training_step(name, mod, inputs, prov, os.path.join(a.out, name), recipes)
+        else:
+            doc = record(name, mod, inputs, prov, os.path.join(a.out, name), recipes)
         d = os.path.join(a.out, name)
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".safetensors"))
         print(f"{name}: {len(doc['nodes'])} nodes, {size / 1024:.0f} KiB, "

@@ -121,7 +121,18 @@ pub fn summary(r: &ModelResult) -> String {
             let _ = writeln!(out, "chained run: every node within tolerance of the reference");
         }
     }
-    for (name, s) in &r.end_to_end {
+    // A training step's outputs are the loss and every gradient: show the worst few.
+    let mut worst: Vec<&(String, ErrorSummary)> = r.end_to_end.iter().collect();
+    worst.sort_by(|a, b| b.1.max_rel_err.total_cmp(&a.1.max_rel_err));
+    if worst.len() > 5 {
+        let _ = writeln!(
+            out,
+            "end-to-end: {} outputs, the 5 with the largest relative error:",
+            worst.len()
+        );
+        worst.truncate(5);
+    }
+    for (name, s) in worst {
         let _ = writeln!(
             out,
             "end-to-end `{name}`: max abs {:.3e}, max rel {:.3e}, max {} ulp{}",
