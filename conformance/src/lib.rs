@@ -15,6 +15,7 @@ pub mod executor;
 pub mod expect;
 pub mod fixture;
 pub mod lower;
+pub mod model;
 pub mod numerics;
 pub mod ops;
 pub mod report;

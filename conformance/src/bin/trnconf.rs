@@ -5,6 +5,8 @@
 //! error), 2 for usage errors and bad input (missing golden dir, unknown case, malformed
 //! expectations or results file, unwritable output). On bad input nothing is written.
 
+#[path = "trnconf_cmd/model.rs"]
+mod trnconf_model;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use std::io::IsTerminal;
@@ -330,6 +332,11 @@ enum Command {
     /// Rewrite the generated not-lowered block of the expectations file from the lowering
     /// registry (run after adding a lowering).
     #[command(after_help = SYNC_EXAMPLES)]
+    /// Whole models: run a captured Core ATen graph node by node (docs/models.md).
+    Model {
+        #[command(subcommand)]
+        cmd: trnconf_model::ModelCommand,
+    },
     SyncExpectations {
         /// Expectations file (default: conformance/expectations.toml).
         #[arg(long)]
@@ -426,6 +433,10 @@ fn main() -> ExitCode {
             results,
         } => coverage(&markdown, golden.golden, results.as_deref()),
         Command::SyncExpectations { expectations, check } => sync_expectations(expectations, check),
+        Command::Model { cmd } => match trnconf_model::run(cmd) {
+            Ok(code) => ExitCode::from(code as u8),
+            Err(e) => bad_input(e),
+        },
     }
 }
 

@@ -11,6 +11,7 @@ pub mod diff;
 pub mod html;
 pub mod json;
 pub mod junit;
+pub mod model;
 pub mod summary;
 
 use crate::expect::Status;
