@@ -450,11 +450,22 @@ fn host_outputs(
     outputs: &BTreeMap<String, HostTensor>,
 ) -> Result<DeviceOutputs, String> {
     let mut out = DeviceOutputs::default();
+    let data_dependent = lower::data_dependent_output(&case.op, &case.call, &case.tensor_meta);
+    let count_name = data_dependent.as_deref().map(lower::count_output_name);
+    let mut count = None;
     for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Output) {
         let h = outputs
             .get(&decl.name)
             .ok_or_else(|| format!("the executor returned no `{}`", decl.name))?;
-        if let Some(meta) = case.tensor_meta.get(&decl.name) {
+        if count_name.as_deref() == Some(decl.name.as_str()) {
+            if h.dtype != DType::I32 || h.num_elems() != 1 {
+                return Err(format!(
+                    "`{}` must be one int32, the program declares {:?} {}",
+                    decl.name, h.shape, h.dtype
+                ));
+            }
+            count = Some(DType::I32.decode_i64(h.bits()[0]));
+        } else if let Some(meta) = case.tensor_meta.get(&decl.name) {
             out.tensors
                 .insert(decl.name.clone(), from_device(&decl.name, h, meta.dtype)?);
         } else if let Some((pos, expected)) = scalar_output(case, &decl.name) {
@@ -466,7 +477,29 @@ fn host_outputs(
             ));
         }
     }
+    if let Some(name) = data_dependent
+        && let Some(t) = out.tensors.get_mut(&name)
+    {
+        let c = count.ok_or_else(|| format!("`{name}` is data-dependent: the program writes no row count"))?;
+        *t = trim_rows(&name, t, c)?;
+    }
     Ok(out)
+}
+
+/// The first `count` rows of a data-dependent output's padded buffer (the rows the device says
+/// it wrote). A count outside `0..=rows` is an error; any other count that differs from the
+/// golden's shows as a shape mismatch in the comparison.
+fn trim_rows(name: &str, t: &Tensor, count: i64) -> Result<Tensor, String> {
+    let rows = t.shape.first().copied().unwrap_or(0);
+    if count < 0 || count as usize > rows {
+        return Err(format!(
+            "`{name}`: the device counts {count} rows in a buffer of {rows}"
+        ));
+    }
+    let mut shape = t.shape.clone();
+    shape[0] = count as usize;
+    let bytes = shape.iter().product::<usize>() * t.dtype.size();
+    Ok(Tensor::new(t.dtype, shape, t.data[..bytes].to_vec()))
 }
 
 /// What the engines produced, as the comparison sees it.

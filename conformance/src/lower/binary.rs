@@ -780,7 +780,7 @@ mod tests {
         op: &'static str,
         call: OpCall,
         tensors: BTreeMap<String, TensorMeta>,
-        outputs: Vec<Value>,
+        outputs: Vec<super::super::OutputSlot>,
     }
 
     impl Call {
@@ -803,7 +803,7 @@ mod tests {
                     kwargs: BTreeMap::new(),
                 },
                 tensors,
-                outputs: vec![Value::Tensor("output.0".into())],
+                outputs: vec![super::super::OutputSlot::Tensor("output.0".into())],
             }
         }
 
