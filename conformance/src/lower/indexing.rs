@@ -801,19 +801,40 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, ms) = b.declare(mask, HbmRole::Input)?;
             let (sdt, srcs) = b.declare(source, HbmRole::Input)?;
-            b.copy_flat(out, odt, x, xdt, on, false);
             if srcs.iter().product::<usize>() >= 1 << 22 {
                 return Err(req.unsupported("source too large for the skip offset".into()));
+            }
+            // `self` and `mask` both broadcast to the output's shape.
+            let os1 = shape1(&oshape);
+            if xs.len() > os1.len() || ms.len() > os1.len() {
+                return Err(req.invalid(format!("self {xs:?} / mask {ms:?} wider than the output {oshape:?}")));
+            }
+            if xs == oshape {
+                b.copy_flat(out, odt, x, xdt, on, false);
+            } else if on > 0 {
+                if os1.len() > 4 {
+                    return Err(req.unsupported(format!("a broadcast `self` of rank {}", os1.len())));
+                }
+                let xst = broadcast_strides(&xs, &os1);
+                let xfree: Vec<[i64; 2]> = os1.iter().zip(&xst).map(|(&n, &k)| [k, n as i64]).collect();
+                b.e.push(
+                    Engine::Dma,
+                    dma(
+                        AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, on as i64]]),
+                        AccessPattern::hbm(x, xdt, 0, 1, 0, xfree),
+                    ),
+                    &[],
+                    &[],
+                );
             }
             if on == 0 {
                 return Ok(b.finish());
             }
-            if on > 8192 || xs.len() > 4 {
+            if on > 8192 || os1.len() > 4 {
                 return Err(req.unsupported(format!("masked_scatter of {on} elements (one-partition scan)")));
             }
-            let xs1 = shape1(&xs);
-            let mst = broadcast_strides(&ms, &xs1);
-            let mfree: Vec<[i64; 2]> = xs1.iter().zip(&mst).map(|(&n, &k)| [k, n as i64]).collect();
+            let mst = broadcast_strides(&ms, &os1);
+            let mfree: Vec<[i64; 2]> = os1.iter().zip(&mst).map(|(&n, &k)| [k, n as i64]).collect();
             let n = on;
             let m = b.alloc.slot(n * 4)?;
             let ones = b.alloc.slot(n * 4)?;
@@ -925,14 +946,13 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let vst = broadcast_strides(&vs, &shape);
             let vst = if vst.is_empty() { vec![0] } else { vst };
-            b.scatter(
-                &sp,
-                Vals::Tensor(v.into(), vdt, vst),
-                out,
-                odt,
-                accumulate,
-                OobMode::Error,
-            )?;
+            let vals = Vals::Tensor(v.into(), vdt, vst);
+            if accumulate {
+                // Onto bool, a logical or (scatter_sum's fp32 scratch and `!= 0` pass).
+                b.scatter_sum(&sp, vals, out, odt, on)?;
+            } else {
+                b.scatter(&sp, vals, out, odt, false, OobMode::Error)?;
+            }
         }
         "select_scatter" | "slice_scatter" => {
             let x = tensor_arg(req, 0, "self")?;

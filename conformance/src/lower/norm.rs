@@ -221,10 +221,16 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
         }
         tree_reduce(&mut ctx.e, v, &ps, p, chunks.len(), AluOp::Add);
         if log {
-            // ls = log(s) of the sum rounded to the input dtype (PyTorch's CPU kernel keeps the
-            // sum in the input's scalar type); out = (x − m) − ls.
-            ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
-            ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
+            // ls = log(s); out = (x − m) − ls. PyTorch's CPU kernels differ by dim: over the
+            // last dim (its `lastdim` kernel) the row sum is rounded to the input dtype before
+            // the log; over any other dim (even with only size-1 dims after it) the sum stays
+            // fp32. Measured against torch 2.15 with the generator's pins, bf16 and f16.
+            if d as usize + 1 >= ndim {
+                ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
+                ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
+            } else {
+                ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, ps.at(p, 0, 1), None);
+            }
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
