@@ -2109,6 +2109,10 @@ def regression_cases():
     C("index_put", T((5, 6), "f32"), [I64()], T((0, 6), "f32"))
     # masked_scatter with `self` broadcast to the mask's shape.
     C("masked_scatter", T((5,), "f32"), T((4, 5), "bool"), T((20,), "f32"))
+    # add/sub with alpha in bf16/f16: PyTorch rounds alpha * other to the dtype first.
+    for dt in ("bf16", "f16"):
+        C("sub.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=-1.5)
+        C("add.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=0.75)
 
 
 HAND_BUILDERS = [unary_cases, activation_cases, first_family_cases, other_binary_cases,
