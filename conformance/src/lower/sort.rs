@@ -1204,7 +1204,8 @@ mod tests {
         };
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(TorchDType::F32, shape)),
-            ("output.0".to_string(), meta(TorchDType::I64, &[count, shape.len()])),
+            // The upper bound, not the count: the device writes the count.
+            ("output.0".to_string(), meta(TorchDType::I64, &[n, shape.len()])),
         ]);
         let call = OpCall {
             args: vec![Value::Tensor("input.0".into())],
@@ -1225,7 +1226,12 @@ mod tests {
             .chunks(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        assert_eq!(got, want, "nonzero of {shape:?}");
+        let rows = run.outputs["output.0.count"].data[..4]
+            .try_into()
+            .map(i32::from_le_bytes)
+            .unwrap();
+        assert_eq!(rows as usize, count, "count of nonzero of {shape:?}");
+        assert_eq!(&got[..want.len()], &want[..], "nonzero of {shape:?}");
     }
 
     #[test]
