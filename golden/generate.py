@@ -184,7 +184,12 @@ RNG_OPS = {"rand", "randn", "randperm", "native_dropout"}
 UNINIT_OPS = {"empty.memory_format", "empty_strided"}
 
 
+RUN_SEED = None  # --seed: mixed into every case seed (a fresh corpus); None = the committed set
+
+
 def stable_seed(*parts):
+    if RUN_SEED is not None:
+        parts = ("seed", RUN_SEED) + parts
     return zlib.crc32("|".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
 
 
@@ -602,7 +607,7 @@ def run_samples(info, oname, dt, grad, mode):
     seed = stable_seed("opinfo", oname, dname, "grad" if grad else "fwd")
     torch.manual_seed(seed)
     try:
-        samples = iter(info.sample_inputs("cpu", dt, requires_grad=grad))
+        samples = iter(getattr(info, SAMPLE_SOURCE)("cpu", dt, requires_grad=grad))
     except Exception:  # noqa: BLE001 - no samples for this dtype: nothing to record
         return
     for idx in range(OPINFO_MAX_SAMPLES):
@@ -2088,10 +2093,32 @@ def float8_cases():
         C("neg", T((4, 5), dt))                                          # no CPU kernel
 
 
+def regression_cases():
+    """Call forms that fresh OpInfo corpora found broken (issue 13), one case each, so that the
+    committed set catches them. Appended last: the seeds of earlier entries do not move."""
+    # log_softmax over a dim that is not the last: PyTorch keeps the row sum in fp32 there.
+    C("_log_softmax", T((40, 3, 1), "bf16", -10, 10), 1, False)
+    C("_log_softmax", T((3, 40), "f16", -10, 10), 0, False)
+    # index_put accumulate on bool is a logical or, not a sum.
+    C("index_put", T((5, 6), "bool"), [I64(1, 1, 3, 1)], T((4, 6), "bool"), True)
+    # gather with an empty index of a dtype other than int64.
+    C("gather", T((4, 5), "f32"), 1, T((4, 0), "i32"))
+    # avg_pool3d with a negative divisor_override.
+    C("avg_pool3d", T((2, 4, 4, 4), "f32"), [2, 2, 2], [1, 1, 1], [0, 0, 0], False, True, -3)
+    # index_put with an empty index: nothing to compute, the result is `self`.
+    C("index_put", T((5, 6), "f32"), [I64()], T((0, 6), "f32"))
+    # masked_scatter with `self` broadcast to the mask's shape.
+    C("masked_scatter", T((5,), "f32"), T((4, 5), "bool"), T((20,), "f32"))
+    # add/sub with alpha in bf16/f16: PyTorch rounds alpha * other to the dtype first.
+    for dt in ("bf16", "f16"):
+        C("sub.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=-1.5)
+        C("add.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=0.75)
+
+
 HAND_BUILDERS = [unary_cases, activation_cases, first_family_cases, other_binary_cases,
                  comparison_cases, reduction_cases, sort_cases, matmul_cases, norm_cases,
                  pooling_cases, pad_cases, indexing_cases, shape_cases, creation_cases,
-                 metadata_cases, float8_cases]
+                 metadata_cases, float8_cases, regression_cases]
 
 
 def run_table(wanted, log):
@@ -2261,6 +2288,55 @@ def summarize(out_dir, entries, sizes, skipped, log, wanted, partial):
         log(f"WARNING: golden cases total {golden_total} bytes > budget {TOTAL_AIM}")
 
 
+SAMPLE_SOURCE = "sample_inputs"  # --reference-inputs: OpInfo's superset with edge cases
+
+
+def large_cases():
+    """--large: long contractions and reductions, several tiles in every dimension (128
+    partitions, 512-wide PSUM banks), for accuracy work. Not part of the committed set."""
+    S("mm", T((260, 3000), "f32", -1, 1), T((3000, 140), "f32", -1, 1))
+    S("mm", T((200, 2100), "bf16", -1, 1), T((2100, 600), "bf16", -1, 1))
+    S("bmm", T((3, 130, 1100), "f32", -1, 1), T((3, 1100, 520), "f32", -1, 1))
+    S("sum.dim_IntList", T((300, 4000), "f32", -1, 1), [1])
+    S("sum.dim_IntList", T((5000, 140), "bf16", -1, 1), [0])
+    S("mean.dim", T((130, 9000), "f16", -1, 1), [1])
+    S("var.correction", T((260, 2000), "f32", -1, 1), [1])
+    S("cumsum", T((130, 3000), "f32", -1, 1), 1)
+    S("_softmax", T((260, 3000), "f32", -10, 10), 1, False)
+    S("_log_softmax", T((260, 3000), "bf16", -10, 10), 1, False)
+    S("native_layer_norm", T((260, 2100), "f32"), [2100], T((2100,), "f32"), T((2100,), "f32"), 1e-5)
+    S("convolution", T((2, 130, 20, 20), "f32", -1, 1), T((140, 130, 3, 3), "f32", -1, 1), None,
+      [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+
+
+def fresh_corpus_options(ap):
+    """Options that make a corpus other than the committed one (docs: golden/README.md)."""
+    ap.add_argument("--seed", type=int, default=None,
+                    help="mix N into every case seed: fresh inputs for every case (default: the "
+                         "committed set's seeds)")
+    ap.add_argument("--reference-inputs", action="store_true",
+                    help="draw OpInfo calls from reference_inputs (sample_inputs plus edge cases)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="OpInfo samples tried per (OpInfo, dtype) and kept per (op, dtype)")
+    ap.add_argument("--large", action="store_true",
+                    help="add large-shape cases (long contractions/reductions, several tiles per "
+                         "dimension); raises the per-file limit to 8 MB")
+
+
+def apply_fresh_corpus_options(opts):
+    global RUN_SEED, SAMPLE_SOURCE, OPINFO_MAX_SAMPLES, OPINFO_CAP, OPINFO_CAP_OTHER, FILE_LIMIT
+    RUN_SEED = opts.seed
+    if opts.reference_inputs:
+        SAMPLE_SOURCE = "reference_inputs"
+    if opts.samples:
+        OPINFO_MAX_SAMPLES = opts.samples
+        OPINFO_CAP = {k: max(v, opts.samples // 2) for k, v in OPINFO_CAP.items()}
+        OPINFO_CAP_OTHER = max(OPINFO_CAP_OTHER, opts.samples // 2)
+    if opts.large:
+        HAND_BUILDERS.append(large_cases)
+        FILE_LIMIT = 8 * 1024 * 1024
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -2269,7 +2345,9 @@ def main():
                     help="comma-separated globs of core op names to regenerate (e.g. 'add.*,mm')")
     ap.add_argument("--no-opinfo", action="store_true",
                     help="skip the OpInfo capture (debugging only: changes nothing else)")
+    fresh_corpus_options(ap)
     opts = ap.parse_args()
+    apply_fresh_corpus_options(opts)
 
     def log(msg):
         print(msg, flush=True)

@@ -172,3 +172,75 @@ fn nightly_pins_a_trn1_sdk_and_uploads_everything() {
     let ci = std::fs::read_to_string(root().join(".github/workflows/ci.yml")).unwrap();
     assert!(ci.contains("bash .ci/run"));
 }
+
+/// The nightly's version-skew report (conformance/pyexec/skew_report.py) on a faked run: a case
+/// that already differs on CPU under the venv's PyTorch is skew, one that passes there and fails
+/// on the device is a hardware difference, one the venv cannot run is listed as missing.
+#[test]
+fn version_skew_report_separates_skew_from_the_device() {
+    let text = std::fs::read_to_string(root().join(".github/workflows/nightly-trn1.yml")).unwrap();
+    assert!(text.contains("--device cpu") && text.contains("skew_report.py"));
+    let dir = std::env::temp_dir().join(format!("trnconf-skew-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = |id: &str, status: &str, message: &str| {
+        format!(r#"{{"id": "{id}", "op": "x", "dtype": "f32", "status": "{status}", "message": "{message}"}}"#)
+    };
+    let baseline = format!(
+        r#"{{"cases": [{}, {}, {}, {}]}}"#,
+        case("a::f32::hand_0", "fail", "Tensor-likes are not close!"),
+        case("b::f32::hand_0", "pass", ""),
+        case(
+            "c::f32::hand_0",
+            "skip",
+            "unsupported: aten::c has no overload c.new in torch 2.9"
+        ),
+        case("d::f32::hand_0", "pass", ""),
+    );
+    let device = format!(
+        r#"{{"cases": [{}, {}, {}, {}]}}"#,
+        case("a::f32::hand_0", "fail", "Tensor-likes are not close!"),
+        case("b::f32::hand_0", "fail", "Mismatched elements: 3 / 10"),
+        case("c::f32::hand_0", "error", "no such overload"),
+        case("d::f32::hand_0", "pass", ""),
+    );
+    std::fs::write(dir.join("cpu.json"), baseline).unwrap();
+    std::fs::write(dir.join("hw.json"), device).unwrap();
+    let out = match Command::new("python3")
+        .arg(root().join("conformance/pyexec/skew_report.py"))
+        .arg(dir.join("cpu.json"))
+        .arg(dir.join("hw.json"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "python3 missing in CI: {e}");
+            eprintln!("SKIPPED version_skew_report_separates_skew_from_the_device: no python3 ({e})");
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1), "a device difference exits 1:\n{text}");
+    let section = |title: &str| -> String {
+        let start = text
+            .find(title)
+            .unwrap_or_else(|| panic!("no section `{title}`:\n{text}"));
+        let rest = &text[start..];
+        let end = rest[1..].find("\n## ").map_or(rest.len(), |e| e + 1);
+        rest[..end].to_string()
+    };
+    assert!(text.starts_with("4 cases on the device; 1 differ on CPU"), "{text}");
+    let skew = section("## Differs on CPU under the venv's PyTorch");
+    let hw = section("## Differs on the device");
+    let missing = section("## Missing in the venv's PyTorch");
+    assert!(skew.contains("a::f32::hand_0") && !skew.contains("b::f32"), "{skew}");
+    assert!(
+        hw.contains("b::f32::hand_0 [fail] Mismatched") && !hw.contains("a::f32"),
+        "{hw}"
+    );
+    assert!(
+        missing.contains("c::f32::hand_0: unsupported: aten::c has no overload"),
+        "{missing}"
+    );
+    assert!(!text.contains("d::f32"), "matched cases are not listed:\n{text}");
+}

@@ -51,7 +51,7 @@ impl Call {
             op: self.op,
             call: &self.call,
             tensors: &self.tensors,
-            outputs: &self.outputs,
+            outputs: &trnconf::lower::OutputSlot::of(&self.outputs),
         };
         let lowered = lower_request_with_options(&req, TargetName::Trn1, &LowerOptions::default()).expect("lowers");
         let n = lowered.program.instructions.len();

@@ -49,11 +49,12 @@ fn main() {
     };
     let outputs = vec![Value::Tensor("output.0".into()), Value::Tensor("output.1".into())];
     let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32_as(DType::F32, &[N], &x))]);
+    let slots = trnconf::lower::OutputSlot::of(&outputs);
     let req = LowerRequest {
         op: "sort",
         call: &call,
         tensors: &tensors,
-        outputs: &outputs,
+        outputs: &slots,
     };
     let lower = || lower_request_with_options(&req, TargetName::Trn1, &LowerOptions::default()).expect("lowers");
     let native = || {

@@ -12,6 +12,7 @@
 //! Index outputs of ops that may break ties differently (sort, topk, argmax, …) are compared
 //! semantically: both index sets must select equal values from the input ([`INDEX_OUTPUT_RULES`]).
 
+pub mod rng;
 use crate::case::{Case, Check, OpCall, Properties, Value};
 use crate::tensor::{Tensor, TorchDType, format_index, unravel};
 use serde::Serialize;
@@ -970,7 +971,20 @@ fn compare_output(case: &Case, pos: usize, name: &str, actual: &ActualOutputs) -
                     _ => None,
                 });
                 let rerun = actual.rerun.as_ref().and_then(|r| r.get(name));
-                check_properties(props, name, got, expected, input, mask, rerun)
+                let m = check_properties(props, name, got, expected, input, mask, rerun);
+                let p = props.dropout.as_ref().map(|d| d.p);
+                let stats = if m.passed && got.shape == expected.shape {
+                    rng::failures(&case.op, got, input, mask, p)
+                } else {
+                    vec![]
+                };
+                if stats.is_empty() {
+                    m
+                } else {
+                    let mut m = m;
+                    m.mismatches = stats.len() as u64;
+                    m.fail(format!("Properties do not hold:\n{}", stats.join("\n")))
+                }
             } else {
                 // Secondary outputs of RNG ops (dropout's mask) are checked with output 0.
                 compare_metadata(name, got, expected)

@@ -370,6 +370,9 @@ pub struct Report<'a> {
 }
 
 #[cfg(test)]
+mod tamper;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::case::{Check, Properties, Value};

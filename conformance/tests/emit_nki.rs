@@ -65,7 +65,7 @@ fn lower_binary(op: &str, dtype: TorchDType, a: &[usize], b: &[usize], out: &[us
         op,
         call: &call,
         tensors: &tensors,
-        outputs: &outputs,
+        outputs: &trnconf::lower::OutputSlot::of(&outputs),
     };
     lower_request(&req, TargetName::Trn1).expect("lowers").program
 }

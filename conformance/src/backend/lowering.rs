@@ -106,7 +106,7 @@ pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> 
         }
         return Ok(());
     }
-    if outputs_empty {
+    if outputs_empty || nothing_to_compute(case) {
         return Ok(());
     }
     if program.instructions.iter().any(|i| i.engine.is_compute()) {
@@ -117,6 +117,25 @@ pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> 
             case.op
         ))
     }
+}
+
+/// A call whose result is one of its inputs, moved unchanged: an `index_put` whose index
+/// tensors are all empty writes no element, so `out = self` is a copy (DMA only). Decided from
+/// the call and input metadata alone — never from what the program does — so a lowering cannot
+/// claim it for a call that has work to do.
+fn nothing_to_compute(case: &Case) -> bool {
+    if case.op != "index_put" {
+        return false;
+    }
+    let Some(Value::Tensors(indices)) = case.call.arg(1, "indices") else {
+        return false;
+    };
+    let empty = |t: &String| {
+        case.tensor_meta
+            .get(t)
+            .is_some_and(|m| m.shape.iter().product::<usize>() == 0)
+    };
+    indices.iter().flatten().count() > 0 && indices.iter().flatten().all(empty)
 }
 
 /// The host tensor for one program input: the case tensor in its device dtype. The only
@@ -235,11 +254,22 @@ pub fn host_outputs(
     outputs: &BTreeMap<String, HostTensor>,
 ) -> Result<DeviceOutputs, String> {
     let mut out = DeviceOutputs::default();
+    let data_dependent = lower::data_dependent_output(&case.op, &case.call, &case.tensor_meta);
+    let count_name = data_dependent.as_deref().map(lower::count_output_name);
+    let mut count = None;
     for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Output) {
         let h = outputs
             .get(&decl.name)
             .ok_or_else(|| format!("the executor returned no `{}`", decl.name))?;
-        if let Some(meta) = case.tensor_meta.get(&decl.name) {
+        if count_name.as_deref() == Some(decl.name.as_str()) {
+            if h.dtype != DType::I32 || h.num_elems() != 1 {
+                return Err(format!(
+                    "`{}` must be one int32, the program declares {:?} {}",
+                    decl.name, h.shape, h.dtype
+                ));
+            }
+            count = Some(DType::I32.decode_i64(h.bits()[0]));
+        } else if let Some(meta) = case.tensor_meta.get(&decl.name) {
             out.tensors
                 .insert(decl.name.clone(), from_device(&decl.name, h, meta.dtype)?);
         } else if let Some((pos, expected)) = scalar_output(case, &decl.name) {
@@ -251,7 +281,29 @@ pub fn host_outputs(
             ));
         }
     }
+    if let Some(name) = data_dependent
+        && let Some(t) = out.tensors.get_mut(&name)
+    {
+        let c = count.ok_or_else(|| format!("`{name}` is data-dependent: the program writes no row count"))?;
+        *t = trim_rows(&name, t, c)?;
+    }
     Ok(out)
+}
+
+/// The first `count` rows of a data-dependent output's padded buffer (the rows the device says
+/// it wrote). A count outside `0..=rows` is an error; any other count that differs from the
+/// golden's shows as a shape mismatch in the comparison.
+fn trim_rows(name: &str, t: &Tensor, count: i64) -> Result<Tensor, String> {
+    let rows = t.shape.first().copied().unwrap_or(0);
+    if count < 0 || count as usize > rows {
+        return Err(format!(
+            "`{name}`: the device counts {count} rows in a buffer of {rows}"
+        ));
+    }
+    let mut shape = t.shape.clone();
+    shape[0] = count as usize;
+    let bytes = shape.iter().product::<usize>() * t.dtype.size();
+    Ok(Tensor::new(t.dtype, shape, t.data[..bytes].to_vec()))
 }
 
 /// What the engines produced, as the comparison sees it.

@@ -653,7 +653,18 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                 } else {
                     let mut rhs = (b.flat(job), b.slot);
                     if let Some(alpha) = &alpha_imm {
-                        let s = &scratch.s;
+                        // PyTorch's CPU kernels round `alpha · other` to a bf16/f16 result's
+                        // dtype before the add (measured against torch 2.15: every element of
+                        // add/sub with alpha matches that, 1 in 4 differs from one rounding), so
+                        // the product is written in the output dtype (cast on write, RNE) into
+                        // `t`, which only division uses.
+                        let s = &match out_dev {
+                            DType::Bf16 | DType::F16 if path == Path::Fp32 => TileSlot {
+                                dtype: out_dev,
+                                ..scratch.t
+                            },
+                            _ => scratch.s,
+                        };
                         e.push(
                             engine,
                             tensor_scalar(flat(s), rhs.0, AluOp::Multiply, alpha.clone()),
@@ -780,7 +791,7 @@ mod tests {
         op: &'static str,
         call: OpCall,
         tensors: BTreeMap<String, TensorMeta>,
-        outputs: Vec<Value>,
+        outputs: Vec<super::super::OutputSlot>,
     }
 
     impl Call {
@@ -803,7 +814,7 @@ mod tests {
                     kwargs: BTreeMap::new(),
                 },
                 tensors,
-                outputs: vec![Value::Tensor("output.0".into())],
+                outputs: vec![super::super::OutputSlot::Tensor("output.0".into())],
             }
         }
 

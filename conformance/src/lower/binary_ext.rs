@@ -1671,7 +1671,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         let lowered = super::super::lower_request(&req, TargetName::Trn1).unwrap();
         let r = exec.run(&lowered.program, &host).unwrap();
@@ -2011,7 +2011,7 @@ mod tests {
                 op,
                 call: &call,
                 tensors: &tensors,
-                outputs: &outputs,
+                outputs: &crate::lower::OutputSlot::of(&outputs),
             };
             let p = super::super::lower_request(&req, TargetName::Trn1).unwrap().program;
             let mut host = BTreeMap::new();

@@ -30,7 +30,7 @@
 use super::conv::{self, Conv, SDim, tap_range};
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, dma, pe_dtype, psum_slot};
 use super::tile::{Emitter, SbufAllocator, Slot};
-use super::{LowerError, LowerRequest, Lowered, device_dtype};
+use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
 use crate::case::{TensorMeta, Value};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
@@ -163,7 +163,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     let mut grads: [Option<(String, TensorMeta)>; 3] = [None, None, None];
     for (i, grad) in grads.iter_mut().enumerate() {
         match req.outputs.get(i) {
-            Some(Value::Tensor(name)) => {
+            Some(OutputSlot::Tensor(name)) => {
                 let meta = req.tensor(name)?.clone();
                 if meta.shape != shapes[i] || meta.dtype != dtype {
                     return Err(req.invalid(format!(
@@ -173,7 +173,7 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
                 }
                 *grad = Some((name.clone(), meta));
             }
-            Some(Value::None(_)) | None if !mask[i] => {}
+            Some(OutputSlot::NonTensor) | None if !mask[i] => {}
             other => {
                 return Err(req.invalid(format!("output {i} is {other:?} with output_mask {mask:?}")));
             }
@@ -700,7 +700,7 @@ mod tests {
             op: "convolution_backward",
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
     }

@@ -394,6 +394,12 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         _ => scalar_arg(req, 0, "s")?,
     };
     check_dtype_kwarg(req, meta.dtype)?;
+    if meta.dtype == TorchDType::I64 && !is_float && (value < i32::MIN as f64 || value > i32::MAX as f64) {
+        return Err(LowerError::Int64OutsideInt32 {
+            op: req.op.to_string(),
+            value: value as i64,
+        });
+    }
     match req.op {
         "full_like" | "fill.Scalar" => {
             let (_, input) = tensor_arg(req, 0, "self")?;
@@ -618,7 +624,7 @@ pub fn lower_local_scalar_dense(req: &LowerRequest<'_>, target: TargetName) -> R
     if in_meta.shape.iter().product::<usize>() != 1 {
         return Err(req.invalid(format!("_local_scalar_dense of a {:?} tensor", in_meta.shape)));
     }
-    if !matches!(req.outputs, [v] if !matches!(v, Value::Tensor(_))) {
+    if !matches!(req.outputs, [super::OutputSlot::NonTensor]) {
         return Err(req.invalid("_local_scalar_dense returns one scalar".into()));
     }
     let d = dev(req, in_meta.dtype)?;
@@ -1055,7 +1061,7 @@ mod tests {
         op: &'static str,
         call: OpCall,
         tensors: BTreeMap<String, TensorMeta>,
-        outputs: Vec<Value>,
+        outputs: Vec<super::super::OutputSlot>,
     }
 
     impl Call {
@@ -1065,7 +1071,7 @@ mod tests {
             let outputs = tensors
                 .keys()
                 .filter(|n| n.starts_with("output."))
-                .map(|n| Value::Tensor(n.clone()))
+                .map(|n| super::super::OutputSlot::Tensor(n.clone()))
                 .collect();
             let kwargs = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
             Call {
@@ -1178,7 +1184,7 @@ mod tests {
             &[],
             &[("input.0", TensorMeta::contiguous(F32, &[1, 1]))],
         );
-        c.outputs = vec![Value::Float(crate::case::JsonFloat(-2.5))];
+        c.outputs = vec![super::super::OutputSlot::NonTensor];
         let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1).unwrap();
         assert!(l.program.instructions.iter().any(|i| i.engine.is_compute()));
         let inputs = [("input.0".to_string(), HostTensor::from_f32(&[1, 1], &[-2.5]))]

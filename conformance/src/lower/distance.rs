@@ -677,7 +677,7 @@ mod tests {
             op: "_cdist_forward",
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         lower_cdist(&req, TargetName::Trn1).map(|l| l.program)
     }

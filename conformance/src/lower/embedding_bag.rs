@@ -1082,7 +1082,7 @@ mod tests {
     struct Bag {
         call: OpCall,
         tensors: BTreeMap<String, TensorMeta>,
-        outputs: Vec<Value>,
+        outputs: Vec<super::super::OutputSlot>,
     }
 
     impl Bag {
@@ -1116,7 +1116,7 @@ mod tests {
                     kwargs: BTreeMap::new(),
                 },
                 tensors: tensors.iter().map(|(n, m)| (n.to_string(), m.clone())).collect(),
-                outputs: (0..4).map(|i| t(&format!("output.{i}"))).collect(),
+                outputs: super::super::OutputSlot::of(&(0..4).map(|i| t(&format!("output.{i}"))).collect::<Vec<_>>()),
             }
         }
 

@@ -835,7 +835,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
     }

@@ -754,7 +754,7 @@ mod tests {
             op: "grid_sampler_2d",
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
     }

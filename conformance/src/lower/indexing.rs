@@ -29,7 +29,7 @@
 //!
 //! Limits: `S` must merge into ≤ 5 dims with ≤ 16384 elements per partition. Bool (mask)
 //! indices: `index.Tensor` with one mask over the leading dims ([`index_bool_mask`]: on-device
-//! prefix-sum compaction, output row count from the metadata) and `index_put` with one mask and
+//! prefix-sum compaction into a buffer of the upper bound, the row count written by the device) and `index_put` with one mask and
 //! values that broadcast over the selected rows ([`index_put_mask`]); other mask call forms
 //! return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
 //! elements).
@@ -551,6 +551,20 @@ fn shape1(s: &[usize]) -> Vec<usize> {
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    if req.op == "index.Tensor" {
+        let indices = index_list(req, 1)?;
+        let is_mask = |t: &str| Ok::<_, LowerError>(matches!(req.tensor(t)?.dtype, TorchDType::Bool | TorchDType::U8));
+        let single_mask = matches!(indices.as_slice(), [Some(m)] if is_mask(m)?);
+        for t in indices.iter().flatten() {
+            if !single_mask && is_mask(t)? {
+                return Err(req.unsupported(
+                    "index.Tensor with a boolean mask after a `None` slice or next to other \
+                     indices (only a single mask over the leading dims is lowered)"
+                        .into(),
+                ));
+            }
+        }
+    }
     let mut b = B::new(req, target);
     let out = req.output_tensor(0)?;
     let (odt, oshape) = b.declare(out, HbmRole::Output)?;
@@ -645,13 +659,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 return index_bool_mask(b, x, mask, out, odt, on);
             }
             for t in indices.iter().flatten() {
-                if matches!(req.tensor(t)?.dtype, TorchDType::Bool | TorchDType::U8) {
-                    return Err(req.unsupported(
-                        "index.Tensor with a boolean mask after a `None` slice or next to other \
-                         indices (only a single mask over the leading dims is lowered)"
-                            .into(),
-                    ));
-                }
                 check_index_dtype(req, t)?;
                 b.declare(t, HbmRole::Input)?;
             }
@@ -794,19 +801,40 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, ms) = b.declare(mask, HbmRole::Input)?;
             let (sdt, srcs) = b.declare(source, HbmRole::Input)?;
-            b.copy_flat(out, odt, x, xdt, on, false);
             if srcs.iter().product::<usize>() >= 1 << 22 {
                 return Err(req.unsupported("source too large for the skip offset".into()));
+            }
+            // `self` and `mask` both broadcast to the output's shape.
+            let os1 = shape1(&oshape);
+            if xs.len() > os1.len() || ms.len() > os1.len() {
+                return Err(req.invalid(format!("self {xs:?} / mask {ms:?} wider than the output {oshape:?}")));
+            }
+            if xs == oshape {
+                b.copy_flat(out, odt, x, xdt, on, false);
+            } else if on > 0 {
+                if os1.len() > 4 {
+                    return Err(req.unsupported(format!("a broadcast `self` of rank {}", os1.len())));
+                }
+                let xst = broadcast_strides(&xs, &os1);
+                let xfree: Vec<[i64; 2]> = os1.iter().zip(&xst).map(|(&n, &k)| [k, n as i64]).collect();
+                b.e.push(
+                    Engine::Dma,
+                    dma(
+                        AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, on as i64]]),
+                        AccessPattern::hbm(x, xdt, 0, 1, 0, xfree),
+                    ),
+                    &[],
+                    &[],
+                );
             }
             if on == 0 {
                 return Ok(b.finish());
             }
-            if on > 8192 || xs.len() > 4 {
+            if on > 8192 || os1.len() > 4 {
                 return Err(req.unsupported(format!("masked_scatter of {on} elements (one-partition scan)")));
             }
-            let xs1 = shape1(&xs);
-            let mst = broadcast_strides(&ms, &xs1);
-            let mfree: Vec<[i64; 2]> = xs1.iter().zip(&mst).map(|(&n, &k)| [k, n as i64]).collect();
+            let mst = broadcast_strides(&ms, &os1);
+            let mfree: Vec<[i64; 2]> = os1.iter().zip(&mst).map(|(&n, &k)| [k, n as i64]).collect();
             let n = on;
             let m = b.alloc.slot(n * 4)?;
             let ones = b.alloc.slot(n * 4)?;
@@ -918,14 +946,13 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let vst = broadcast_strides(&vs, &shape);
             let vst = if vst.is_empty() { vec![0] } else { vst };
-            b.scatter(
-                &sp,
-                Vals::Tensor(v.into(), vdt, vst),
-                out,
-                odt,
-                accumulate,
-                OobMode::Error,
-            )?;
+            let vals = Vals::Tensor(v.into(), vdt, vst);
+            if accumulate {
+                // Onto bool, a logical or (scatter_sum's fp32 scratch and `!= 0` pass).
+                b.scatter_sum(&sp, vals, out, odt, on)?;
+            } else {
+                b.scatter(&sp, vals, out, odt, false, OobMode::Error)?;
+            }
         }
         "select_scatter" | "slice_scatter" => {
             let x = tensor_arg(req, 0, "self")?;
@@ -1860,11 +1887,33 @@ fn index_bool_mask(
     }
     let r: usize = xs[k..].iter().product();
     let nm: usize = ms.iter().product();
-    if on == 0 || r == 0 || nm == 0 {
-        return Ok(b.finish());
+    if on != nm * r {
+        return Err(req.invalid(format!("output bound of {on} elements, expected {nm} rows of {r}")));
     }
-    if !on.is_multiple_of(r) || on / r > nm {
-        return Err(req.invalid(format!("output of {on} elements for rows of {r}")));
+    // The selected row count goes to `out.count` (int32); the runner trims the padded `out`.
+    let count = super::count_output_name(out);
+    b.e.program.declare(&count, DType::I32, &[1], HbmRole::Output);
+    if nm == 0 {
+        let c = b.alloc.slot(4)?;
+        b.e.push(
+            Engine::Vector,
+            Op::Memset(Memset {
+                dst: sb(DType::I32, 1, c.offset, 1),
+                value: 0.0,
+            }),
+            &[],
+            &[c],
+        );
+        b.e.push(
+            Engine::Dma,
+            dma(
+                AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]),
+                sb(DType::I32, 1, c.offset, 1),
+            ),
+            &[c],
+            &[],
+        );
+        return Ok(b.finish());
     }
     // Unselected rows are sent to cs + BIG − 1 ≥ BIG − 1, past any output row; cs + BIG stays
     // exact in fp32 for masks below 2^23 elements.
@@ -1875,15 +1924,17 @@ fn index_bool_mask(
     const CHUNK: usize = 8192;
     let ch = nm.min(CHUNK);
     let mut slot = |bytes: usize| -> Result<Slot, LowerError> { b.alloc.slot(bytes) };
-    let (m, ones, cs, w, ix, carry) = (
+    let (m, ones, cs, w, ix, carry, count_i) = (
         slot(ch * 4)?,
         slot(ch * 4)?,
         slot(ch * 4)?,
         slot(ch * 4)?,
         slot(ch * 4)?,
         slot(4)?,
+        slot(4)?,
     );
     let f = |dt: DType, s: Slot, n: usize| sb(dt, 1, s.offset, n);
+    super::zero_fill_hbm(&mut b.e, ix, 1, ch, out, odt, on);
     b.e.push(
         Engine::Vector,
         Op::Memset(Memset {
@@ -1959,23 +2010,44 @@ fn index_bool_mask(
             &[cs, w],
             &[ix],
         );
-        b.e.push(
-            Engine::Dma,
-            Op::DmaCopy(DmaCopy {
-                dst: AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, r as i64]]),
-                src: AccessPattern::hbm(x, xdt, (c0 * r) as u64, cn, r as i64, vec![[1, r as i64]]),
-                accumulate: false,
-                indirect: Some(Indirect {
-                    side: IndirectSide::Dst,
-                    index: f(DType::I32, ix, cn),
-                    row_step: r as i64,
-                    oob: OobMode::Skip,
+        if r > 0 {
+            b.e.push(
+                Engine::Dma,
+                Op::DmaCopy(DmaCopy {
+                    dst: AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, r as i64]]),
+                    src: AccessPattern::hbm(x, xdt, (c0 * r) as u64, cn, r as i64, vec![[1, r as i64]]),
+                    accumulate: false,
+                    indirect: Some(Indirect {
+                        side: IndirectSide::Dst,
+                        index: f(DType::I32, ix, cn),
+                        row_step: r as i64,
+                        oob: OobMode::Skip,
+                    }),
                 }),
-            }),
-            &[ix],
-            &[],
-        );
+                &[ix],
+                &[],
+            );
+        }
         c0 += cn;
     }
+    // The final carry is the number of selected rows.
+    b.e.push(
+        Engine::Vector,
+        Op::TensorCopy(TensorCopy {
+            dst: f(DType::I32, count_i, 1),
+            src: f(DType::F32, carry, 1),
+        }),
+        &[carry],
+        &[count_i],
+    );
+    b.e.push(
+        Engine::Dma,
+        dma(
+            AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]),
+            f(DType::I32, count_i, 1),
+        ),
+        &[count_i],
+        &[],
+    );
     Ok(b.finish())
 }

@@ -469,7 +469,7 @@ mod tests {
             op: "mm",
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         lower_with(&req, TargetName::Trn1, opts).unwrap().program
     }

@@ -47,27 +47,150 @@ use crate::tensor::TorchDType;
 use std::collections::BTreeMap;
 use trnsim::{DType, Program, TargetName};
 
-/// What a lowering may look at: the call and tensor metadata, no tensor values.
+/// One output of the call as a lowering sees it: where a tensor goes, or that the op returns a
+/// non-tensor value there. Never the value itself: a lowering derives non-tensor results from
+/// the arguments and metadata ([`Lowered::values`]) or has the engines write them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputSlot {
+    /// A tensor output, by name.
+    Tensor(String),
+    /// A list of optional tensors (`split_with_sizes`, …).
+    Tensors(Vec<Option<String>>),
+    /// A non-tensor output (a number, a bool, or `None` for a masked-out gradient).
+    NonTensor,
+}
+
+impl OutputSlot {
+    /// The slots of a case's outputs: tensor names kept, every non-tensor value dropped.
+    pub fn of(outputs: &[Value]) -> Vec<OutputSlot> {
+        outputs
+            .iter()
+            .map(|v| match v {
+                Value::Tensor(t) => OutputSlot::Tensor(t.clone()),
+                Value::Tensors(ts) => OutputSlot::Tensors(ts.clone()),
+                _ => OutputSlot::NonTensor,
+            })
+            .collect()
+    }
+}
+
+/// What a lowering may look at: the call and tensor metadata, no tensor values, no golden
+/// non-tensor outputs and no golden data-dependent shapes. Build it with [`LowerInput`].
 #[derive(Clone, Copy, Debug)]
 pub struct LowerRequest<'a> {
     pub op: &'a str,
     pub call: &'a OpCall,
-    /// Dtype and shape of every tensor of the case, inputs and outputs, by name.
+    /// Dtype and shape of every tensor of the case, inputs and outputs, by name. A
+    /// data-dependent output ([`data_dependent_output`]) has its upper bound as its shape (or no
+    /// entry when no bound is known): the program writes a padded buffer of that shape and the
+    /// row count to [`count_output_name`].
     pub tensors: &'a BTreeMap<String, TensorMeta>,
-    /// The op's outputs (tensor names, or values for non-tensor outputs).
-    pub outputs: &'a [Value],
+    /// The op's outputs: tensor names, or the mark of a non-tensor output.
+    pub outputs: &'a [OutputSlot],
 }
 
-impl<'a> LowerRequest<'a> {
-    pub fn from_case(case: &'a Case) -> Self {
-        LowerRequest {
-            op: &case.op,
-            call: &case.call,
-            tensors: &case.tensor_meta,
-            outputs: &case.outputs,
+/// The owned data behind a [`LowerRequest`], made from a case with everything golden removed:
+/// non-tensor output values and data-dependent output shapes.
+#[derive(Clone, Debug)]
+pub struct LowerInput {
+    pub op: String,
+    pub call: OpCall,
+    pub tensors: BTreeMap<String, TensorMeta>,
+    pub outputs: Vec<OutputSlot>,
+}
+
+impl LowerInput {
+    pub fn of_case(case: &Case) -> LowerInput {
+        let mut tensors = case.tensor_meta.clone();
+        if let Some(out) = data_dependent_output(&case.op, &case.call, &case.tensor_meta) {
+            match data_dependent_bound(&case.op, &case.call, &case.tensor_meta) {
+                Some(bound) => {
+                    if let Some(m) = tensors.get_mut(&out) {
+                        *m = TensorMeta::contiguous(m.dtype, &bound);
+                    }
+                }
+                None => {
+                    tensors.remove(&out);
+                }
+            }
+        }
+        LowerInput {
+            op: case.op.clone(),
+            call: case.call.clone(),
+            tensors,
+            outputs: OutputSlot::of(&case.outputs),
         }
     }
 
+    pub fn request(&self) -> LowerRequest<'_> {
+        LowerRequest {
+            op: &self.op,
+            call: &self.call,
+            tensors: &self.tensors,
+            outputs: &self.outputs,
+        }
+    }
+}
+
+/// The output of a call whose shape depends on input *values* (`nonzero`, `index.Tensor` with a
+/// boolean mask), if any. Its golden shape never reaches the lowering.
+pub fn data_dependent_output(op: &str, call: &OpCall, tensors: &BTreeMap<String, TensorMeta>) -> Option<String> {
+    let is_mask = |name: &str| {
+        tensors
+            .get(name)
+            .is_some_and(|m| matches!(m.dtype, TorchDType::Bool | TorchDType::U8))
+    };
+    match op {
+        "nonzero" => Some("output.0".into()),
+        "index.Tensor" => match call.arg(1, "indices") {
+            Some(Value::Tensors(ts)) if ts.iter().flatten().any(|t| is_mask(t)) => Some("output.0".into()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The upper bound of a data-dependent output's shape, from input metadata alone: `nonzero` of
+/// `x` has at most `numel(x)` rows of `ndim(x)` coordinates; `x[mask]` with one mask over the
+/// leading `k` dims has at most `numel(mask)` rows of `x.shape[k..]`. `None` for call forms with
+/// no known bound (not lowered).
+pub fn data_dependent_bound(op: &str, call: &OpCall, tensors: &BTreeMap<String, TensorMeta>) -> Option<Vec<usize>> {
+    let meta = |v: Option<&Value>| match v {
+        Some(Value::Tensor(t)) => tensors.get(t),
+        _ => None,
+    };
+    match op {
+        "nonzero" => {
+            let x = meta(call.arg(0, "self"))?;
+            Some(vec![x.shape.iter().product(), x.shape.len()])
+        }
+        "index.Tensor" => {
+            let x = meta(call.arg(0, "self"))?;
+            let Some(Value::Tensors(ts)) = call.arg(1, "indices") else {
+                return None;
+            };
+            let [Some(mask)] = ts.as_slice() else {
+                return None;
+            };
+            let m = tensors.get(mask)?;
+            let k = m.shape.len();
+            if k > x.shape.len() {
+                return None;
+            }
+            let mut bound = vec![m.shape.iter().product()];
+            bound.extend_from_slice(&x.shape[k..]);
+            Some(bound)
+        }
+        _ => None,
+    }
+}
+
+/// The program output holding the row count of data-dependent output `name`: one int32 element.
+pub fn count_output_name(name: &str) -> String {
+    format!("{name}.count")
+}
+
+impl<'a> LowerRequest<'a> {
     /// Metadata of a named tensor.
     pub fn tensor(&self, name: &str) -> Result<&'a TensorMeta, LowerError> {
         self.tensors
@@ -78,7 +201,7 @@ impl<'a> LowerRequest<'a> {
     /// The name of output `i`, which must be a tensor.
     pub fn output_tensor(&self, i: usize) -> Result<&'a str, LowerError> {
         match self.outputs.get(i) {
-            Some(Value::Tensor(name)) => Ok(name),
+            Some(OutputSlot::Tensor(name)) => Ok(name),
             other => Err(self.invalid(format!("output {i} is {other:?}, expected a tensor"))),
         }
     }
@@ -102,8 +225,8 @@ impl<'a> LowerRequest<'a> {
 #[derive(Clone, Debug)]
 pub struct Lowered {
     pub program: Program,
-    /// Non-tensor outputs known at lowering time from metadata alone (the `sym_*` ops), by
-    /// output position.
+    /// Non-tensor outputs known at lowering time from the arguments and metadata alone (the
+    /// `sym_*` ops; the `None` of a gradient that `output_mask` turns off), by output position.
     pub values: BTreeMap<usize, Value>,
 }
 
@@ -130,6 +253,11 @@ pub enum LowerError {
     /// The program would not fit the machine.
     #[error("out of resources: {0}")]
     Resources(String),
+    /// An int64 scalar argument outside int32: int64 tensors live on the device as int32 (the
+    /// runner's narrowing), so the value cannot be written. The same refusal as the runner's for
+    /// input tensors, never a saturated value.
+    #[error("{op}: int64 value {value} does not fit in int32 (Trainium has no int64)")]
+    Int64OutsideInt32 { op: String, value: i64 },
 }
 
 type LowerFn = fn(&LowerRequest<'_>, TargetName) -> Result<Lowered, LowerError>;
@@ -343,7 +471,7 @@ pub fn lowered_ops() -> Vec<&'static str> {
 
 /// Lowers a case for `target`.
 pub fn lower(case: &Case, target: TargetName) -> Result<Lowered, LowerError> {
-    lower_request(&LowerRequest::from_case(case), target)
+    lower_request(&LowerInput::of_case(case).request(), target)
 }
 
 /// Lowers a request for `target`.
@@ -414,4 +542,50 @@ pub fn complex_real_view(meta: &TensorMeta) -> Option<(DType, Vec<usize>)> {
     meta.dtype
         .is_complex()
         .then(|| (DType::F32, complex_real_view_shape(&meta.shape)))
+}
+
+/// Zeroes the padded buffer of a data-dependent output (`n` elements of 4-byte `dtype`) with
+/// DMAs from a VectorE-zeroed SBUF tile `zero` of `parts × width` elements, so that every element
+/// of the declared buffer is written: the rows past the device's count hold zeros and are trimmed
+/// by the runner. Same DMA queue as the scatters that follow, so they land after the zeros.
+pub(crate) fn zero_fill_hbm(
+    e: &mut tile::Emitter,
+    zero: tile::Slot,
+    parts: usize,
+    width: usize,
+    name: &str,
+    dtype: DType,
+    n: usize,
+) {
+    use trnsim::{AccessPattern, DmaCopy, Engine, Memset, Op};
+    e.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: AccessPattern::sbuf(dtype, 0, parts, zero.offset, vec![[1, width as i64]]),
+            value: 0.0,
+        }),
+        &[],
+        &[zero],
+    );
+    let mut done = 0;
+    while done < n {
+        let rest = n - done;
+        let (rows, cols) = if rest >= width {
+            ((rest / width).min(parts), width)
+        } else {
+            (1, rest)
+        };
+        e.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst: AccessPattern::hbm(name, dtype, done as u64, rows, cols as i64, vec![[1, cols as i64]]),
+                src: AccessPattern::sbuf(dtype, 0, rows, zero.offset, vec![[1, cols as i64]]),
+                accumulate: false,
+                indirect: None,
+            }),
+            &[zero],
+            &[],
+        );
+        done += rows * cols;
+    }
 }

@@ -26,7 +26,7 @@ use super::reduction::{
     Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk, load_col_op, load_op,
     reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
-use super::{LowerError, LowerRequest, Lowered};
+use super::{LowerError, LowerRequest, Lowered, OutputSlot};
 use crate::case::Value;
 use crate::tensor::{TorchDType, contiguous_strides};
 use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Op, Program, TargetName};
@@ -82,7 +82,7 @@ fn input(req: &LowerRequest<'_>) -> Result<(String, TorchDType, Vec<usize>), Low
 /// Output `i` if it is a non-empty tensor.
 fn out_opt(req: &LowerRequest<'_>, i: usize) -> Result<Option<(String, TorchDType)>, LowerError> {
     match req.outputs.get(i) {
-        Some(Value::Tensor(t)) => {
+        Some(OutputSlot::Tensor(t)) => {
             let m = req.tensor(t)?;
             if m.shape.iter().product::<usize>() == 0 {
                 Ok(None)
@@ -221,10 +221,16 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
         }
         tree_reduce(&mut ctx.e, v, &ps, p, chunks.len(), AluOp::Add);
         if log {
-            // ls = log(s) of the sum rounded to the input dtype (PyTorch's CPU kernel keeps the
-            // sum in the input's scalar type); out = (x − m) − ls.
-            ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
-            ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
+            // ls = log(s); out = (x − m) − ls. PyTorch's CPU kernels differ by dim: over the
+            // last dim (its `lastdim` kernel) the row sum is rounded to the input dtype before
+            // the log; over any other dim (even with only size-1 dims after it) the sum stays
+            // fp32. Measured against torch 2.15 with the generator's pins, bf16 and f16.
+            if d as usize + 1 >= ndim {
+                ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
+                ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
+            } else {
+                ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, ps.at(p, 0, 1), None);
+            }
             for ch in &chunks {
                 let w = ch.elems();
                 if !single {
@@ -415,7 +421,7 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
         if let Some((name, _)) = out_opt(req, i)? {
             let d = declare(req, &mut program, &name, HbmRole::Output)?;
             stat_outs.push((name, d, i));
-        } else if let Some(Value::Tensor(t)) = req.outputs.get(i) {
+        } else if let Some(OutputSlot::Tensor(t)) = req.outputs.get(i) {
             // Empty outputs (eval-mode batch norm) are declared but hold nothing.
             declare(req, &mut program, t, HbmRole::Output)?;
         }
@@ -663,6 +669,30 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
     Ok(Lowered::new(ctx.e.finish()))
 }
 
+/// The non-tensor results of a norm backward, derived from its `output_mask` argument (as
+/// `conv_backward` does): each gradient the mask turns off is `None`. A non-tensor output the
+/// mask asks for is an invalid call.
+fn masked_out_values(
+    req: &LowerRequest<'_>,
+    pos: usize,
+    name: &str,
+) -> Result<std::collections::BTreeMap<usize, Value>, LowerError> {
+    let mask = match req.call.arg(pos, name) {
+        Some(Value::Bools(b)) => b.clone(),
+        other => return Err(req.invalid(format!("`{name}` is {other:?}, expected 3 bools"))),
+    };
+    let mut values = std::collections::BTreeMap::new();
+    for (i, slot) in req.outputs.iter().enumerate() {
+        if *slot == OutputSlot::NonTensor {
+            if mask.get(i).copied().unwrap_or(true) {
+                return Err(req.invalid(format!("output {i} is not a tensor but `{name}` asks for it")));
+            }
+            values.insert(i, Value::None(()));
+        }
+    }
+    Ok(values)
+}
+
 /// Device dtypes of a norm backward's inputs and its three optional outputs (`None` where
 /// `output_mask` leaves an output out: it is declared, so the program is complete, but not
 /// written).
@@ -699,7 +729,7 @@ fn declare_backward_io(
                 outs.push(Some((name, d)));
             }
             None => {
-                if let Some(Value::Tensor(t)) = req.outputs.get(i) {
+                if let Some(OutputSlot::Tensor(t)) = req.outputs.get(i) {
                     declare(req, program, t, HbmRole::Output)?;
                 }
                 outs.push(None);
@@ -923,11 +953,7 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         }
     }
     let mut lowered = Lowered::new(ctx.e.finish());
-    for (i, o) in req.outputs.iter().enumerate() {
-        if !matches!(o, Value::Tensor(_)) {
-            lowered.values.insert(i, o.clone());
-        }
-    }
+    lowered.values = masked_out_values(req, 7, "output_mask")?;
     Ok(lowered)
 }
 
@@ -1153,11 +1179,7 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         }
     }
     let mut lowered = Lowered::new(ctx.e.finish());
-    for (i, o) in req.outputs.iter().enumerate() {
-        if !matches!(o, Value::Tensor(_)) {
-            lowered.values.insert(i, o.clone());
-        }
-    }
+    lowered.values = masked_out_values(req, 9, "output_mask")?;
     Ok(lowered)
 }
 
@@ -1210,7 +1232,7 @@ mod tests {
             op: "_softmax",
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         let p = lower(&req, TargetName::Trn1).unwrap().program;
         let names: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();

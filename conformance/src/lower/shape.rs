@@ -535,7 +535,7 @@ fn lower_split(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         return Err(req.invalid(format!("split sizes {sizes:?} do not sum to dim {d} of size {}", s[d])));
     }
     let outs: Vec<&str> = match req.outputs.first() {
-        Some(Value::Tensors(names)) => names
+        Some(super::OutputSlot::Tensors(names)) => names
             .iter()
             .map(|n| n.as_deref().ok_or_else(|| req.invalid("a split output is None".into())))
             .collect::<Result<_, _>>()?,
@@ -658,7 +658,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         let l = lower(&req, TargetName::Trn1).expect("lowers");
         for i in &l.program.instructions {

@@ -35,7 +35,7 @@ use ScalarOperand::Imm;
 use trnsim::{
     AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
     MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName,
-    TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+    TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
 
 fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: i64) -> Result<i64, LowerError> {
@@ -63,7 +63,8 @@ fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
     })
 }
 
-/// `nonzero`: the output's row count (data-dependent) comes from the case metadata.
+/// `nonzero`: the output's row count is data-dependent. The program writes a buffer of the upper
+/// bound's `numel(x)` rows and the count to `output.0.count` (int32); the runner trims by it.
 ///
 /// On device the input is viewed as `[outer…, rows, S, inner…]`: `inner` are the trailing dims
 /// that fit one partition's free budget, the dim before them (the *row dim*) is split into rows
@@ -76,9 +77,7 @@ fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
 /// the later chunks. Element `e`'s output row is then `cs − 1` where nonzero, and −1 (skipped by
 /// the scatter) where zero. GpSimd `iota` writes each element's coordinate per dim (affine in
 /// the partition and free indices by construction of the view), and one indirect scatter per
-/// dim writes the coordinates into column `d` of their rows. A real backend would read the
-/// total back to size the output; here it must equal the metadata's count (else rows stay
-/// unwritten and the run fails).
+/// dim writes the coordinates into column `d` of their rows. The final carry is the count.
 fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let x = match req.call.arg(0, "self") {
         Some(Value::Tensor(t)) => t.as_str(),
@@ -90,12 +89,63 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let xdt = device_dtype(xm.dtype).ok_or_else(|| req.unsupported(format!("dtype {:?}", xm.dtype)))?;
     let mut e = Emitter::new(Program::new(target));
     e.program.declare(x, xdt, &xm.shape, HbmRole::Input);
-    e.program.declare(out, DType::I32, &om.shape, HbmRole::Output);
-    let rows = om.shape.first().copied().unwrap_or(0);
     let shape = &xm.shape;
     let r = shape.len();
     let n: usize = shape.iter().product();
-    if rows == 0 || r == 0 || n == 0 {
+    if om.shape != [n, r] {
+        return Err(req.invalid(format!("output bound {:?}, expected [{n}, {r}]", om.shape)));
+    }
+    e.program.declare(out, DType::I32, &om.shape, HbmRole::Output);
+    let count = super::count_output_name(out);
+    e.program.declare(&count, DType::I32, &[1], HbmRole::Output);
+    if r == 0 || n == 0 {
+        // No coordinates to write: the count is `x != 0` for a 0-d `x`, 0 for an empty one.
+        let t = target.params();
+        let mut alloc = SbufAllocator::new(&t);
+        let c = alloc.slot(4)?;
+        let ca = |dt: DType| AccessPattern::sbuf(dt, 0, 1, c.offset, vec![[1, 1]]);
+        if n == 0 {
+            e.push(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: ca(DType::I32),
+                    value: 0.0,
+                }),
+                &[],
+                &[c],
+            );
+        } else {
+            e.push(
+                Engine::Dma,
+                dma(ca(DType::F32), AccessPattern::hbm(x, xdt, 0, 1, 0, vec![[1, 1]])),
+                &[],
+                &[c],
+            );
+            e.push(
+                Engine::Vector,
+                Op::TensorScalar(TensorScalar {
+                    dst: ca(DType::I32),
+                    src: ca(DType::F32),
+                    op0: AluOp::NotEqual,
+                    operand0: ScalarOperand::Imm(0.0),
+                    reverse0: false,
+                    op1: None,
+                    operand1: None,
+                    reverse1: false,
+                }),
+                &[c],
+                &[c],
+            );
+        }
+        e.push(
+            Engine::Dma,
+            dma(
+                AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]),
+                ca(DType::I32),
+            ),
+            &[c],
+            &[],
+        );
         return Ok(Lowered::new(e.finish()));
     }
     if r > 4 {
@@ -124,6 +174,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let mut alloc = SbufAllocator::new(&t);
     let mut slot = |bytes: usize| -> Result<Slot, LowerError> { alloc.slot(bytes) };
     let (xv, cs, ix, co) = (slot(width * 4)?, slot(width * 4)?, slot(width * 4)?, slot(width * 4)?);
+    super::zero_fill_hbm(&mut e, co, parts, width, out, DType::I32, n * r);
     let ones = slot(parts * 4)?;
     let upper = slot(parts * 4)?;
     let small = slot(4 * 4)?; // columns: carry, row offset
@@ -363,6 +414,23 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             );
         }
     }
+    // The count: the final carry (partition 0), cast to int32 on write.
+    let count_sb = AccessPattern::sbuf(DType::I32, 0, 1, small.offset + 8, vec![[1, 1]]);
+    e.push(
+        Engine::Vector,
+        Op::TensorCopy(TensorCopy {
+            dst: count_sb.clone(),
+            src: AccessPattern::sbuf(DType::F32, 0, 1, small.offset, vec![[1, 1]]),
+        }),
+        &[small],
+        &[small],
+    );
+    e.push(
+        Engine::Dma,
+        dma(AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]), count_sb),
+        &[small],
+        &[],
+    );
     Ok(Lowered::new(e.finish()))
 }
 
@@ -1578,7 +1646,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         let program = lower(&req, TargetName::Trn1).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, x))]);
@@ -1722,7 +1790,8 @@ mod tests {
         };
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(TorchDType::F32, shape)),
-            ("output.0".to_string(), meta(TorchDType::I64, &[count, shape.len()])),
+            // The upper bound, not the count: the device writes the count.
+            ("output.0".to_string(), meta(TorchDType::I64, &[n, shape.len()])),
         ]);
         let call = OpCall {
             args: vec![Value::Tensor("input.0".into())],
@@ -1733,7 +1802,7 @@ mod tests {
             op: "nonzero",
             call: &call,
             tensors: &tensors,
-            outputs: &outputs,
+            outputs: &crate::lower::OutputSlot::of(&outputs),
         };
         let program = lower(&req, TargetName::Trn1).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
@@ -1743,7 +1812,12 @@ mod tests {
             .chunks(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        assert_eq!(got, want, "nonzero of {shape:?}");
+        let rows = run.outputs["output.0.count"].data[..4]
+            .try_into()
+            .map(i32::from_le_bytes)
+            .unwrap();
+        assert_eq!(rows as usize, count, "count of nonzero of {shape:?}");
+        assert_eq!(&got[..want.len()], &want[..], "nonzero of {shape:?}");
     }
 
     #[test]
