@@ -121,6 +121,7 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summa
         s.total += 1;
         match r.status {
             Status::Pass => s.passed += 1,
+            Status::Accurate => s.accurate += 1,
             Status::Fail => s.failed += 1,
             Status::XFail => s.xfailed += 1,
             Status::XPass => s.xpassed += 1,
@@ -135,6 +136,7 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summa
 pub fn severity(s: Status) -> u8 {
     match s {
         Status::Pass => 0,
+        Status::Accurate => 0,
         Status::Skip => 1,
         Status::XFail => 2,
         Status::Fail => 4,
