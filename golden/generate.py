@@ -42,13 +42,29 @@ from dataclasses import dataclass, field
 os.environ["ATEN_CPU_CAPABILITY"] = "default"
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
+# The BLAS and oneDNN code paths too (they ignore ATEN_CPU_CAPABILITY): MKL's conditional
+# numerical reproducibility on its SSE2-compatible path, oneDNN (convolutions) capped at SSE4.1,
+# the ISA every x86-64 CPU of the last fifteen years has. What still varies by CPU is listed in
+# golden/README.md ("Reproducibility").
+os.environ["MKL_CBWR"] = "COMPATIBLE"
+os.environ["MKL_ENABLE_INSTRUCTIONS"] = "SSE4_2"
+os.environ["ONEDNN_MAX_CPU_ISA"] = "SSE41"
+os.environ["DNNL_MAX_CPU_ISA"] = "SSE41"
+# The reproducibility experiment (golden/README.md) regenerates with other code paths:
+# TRNCONF_GOLDEN_CPU_PATHS="ATEN_CPU_CAPABILITY=avx2,ONEDNN_MAX_CPU_ISA=AVX2" overrides the pins.
+for _kv in filter(None, os.environ.get("TRNCONF_GOLDEN_CPU_PATHS", "").split(",")):
+    _k, _, _v = _kv.partition("=")
+    if _v == "unset":
+        os.environ.pop(_k.strip(), None)
+    else:
+        os.environ[_k.strip()] = _v.strip()
 
 import torch  # noqa: E402
 import safetensors.torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import oracle  # noqa: E402
+import oracle
 
 GENERATOR = "golden/generate.py"
 FORMAT = 2  # docs/golden-format.md; format 2 adds the oracles (golden/oracle.py)

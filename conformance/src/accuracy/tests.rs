@@ -232,3 +232,75 @@ fn exact_oracle_is_the_cpu_output() {
     assert!(!m.within, "an exact op allows no error beyond assert_close");
     assert_eq!(m.ratio, None);
 }
+
+/// A format 2 file: oracle and scale tensors load; malformed oracles are clear errors.
+#[test]
+fn format_2_oracles_load_and_malformed_ones_are_errors() {
+    use crate::case::{Case, CaseErrorKind};
+    use safetensors::tensor::TensorView;
+    let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let input = f32_bytes(&[1.0, 2.0]);
+    let output = f32_bytes(&[1.0, 2.0]);
+    let oracle: Vec<u8> = [1.0f64, 2.0000001].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let scale = f32_bytes(&[3.0, 4.0]);
+    let file = |oracle_json: &str, format: u32, with_scale: bool| {
+        let meta = format!(
+            r#"{{"format":{format},"id":"mm::f32::hand_0","op":"mm","dtype":"f32","args":[{{"tensor":"input.0"}}],"outputs":[{{"tensor":"output.0"}}],"tensors":{{"input.0":{{"dtype":"f32","shape":[2]}},"output.0":{{"dtype":"f32","shape":[2]}}}},"oracle":{oracle_json}}}"#
+        );
+        let mut views = vec![
+            (
+                "input.0",
+                TensorView::new(safetensors::Dtype::F32, vec![2], &input).unwrap(),
+            ),
+            (
+                "output.0",
+                TensorView::new(safetensors::Dtype::F32, vec![2], &output).unwrap(),
+            ),
+            (
+                "oracle.0",
+                TensorView::new(safetensors::Dtype::F64, vec![2], &oracle).unwrap(),
+            ),
+        ];
+        if with_scale {
+            views.push((
+                "oracle_scale.0",
+                TensorView::new(safetensors::Dtype::F32, vec![2], &scale).unwrap(),
+            ));
+        }
+        let md = std::collections::HashMap::from([("trnconf".to_string(), meta)]);
+        let bytes = safetensors::serialize(views, Some(md)).unwrap();
+        Case::from_bytes(std::path::Path::new("x.safetensors"), &bytes)
+    };
+    let dot = r#"{"output.0":{"method":"f64","tensor":"oracle.0","dtype":"F64","bound":{"kind":"dot","terms":2,"scale":"oracle_scale.0"}}}"#;
+    let case = file(dot, 2, true).unwrap();
+    assert_eq!(
+        case.oracles["output.0"],
+        Oracle::Values {
+            values: vec![1.0, 2.0000001],
+            bound: Bound::Dot {
+                terms: 2,
+                scale: vec![3.0, 4.0]
+            }
+        }
+    );
+    let kind = |r: Result<Case, crate::case::CaseError>| r.unwrap_err().kind;
+    assert_eq!(
+        kind(file(dot, 2, false)),
+        CaseErrorKind::MissingTensor {
+            name: "oracle_scale.0".into()
+        }
+    );
+    assert!(matches!(
+        kind(file(dot, 3, true)),
+        CaseErrorKind::UnsupportedFormat { found: 3 }
+    ));
+    let on_input = r#"{"input.0":{"method":"exact"}}"#;
+    assert!(matches!(kind(file(on_input, 2, false)), CaseErrorKind::BadMetadata(_)));
+    let unknown = r#"{"output.0":{"method":"f128"}}"#;
+    assert!(matches!(kind(file(unknown, 2, false)), CaseErrorKind::BadMetadata(_)));
+    // A stored tensor no entry refers to is undescribed.
+    assert!(matches!(
+        kind(file(r#"{"output.0":{"method":"exact"}}"#, 2, false)),
+        CaseErrorKind::UndescribedTensor { .. }
+    ));
+}

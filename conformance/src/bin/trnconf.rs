@@ -414,6 +414,17 @@ struct ExecutorArgs {
 /// The executor `--executor` names (the process executor after its handshake).
 fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn CaseExecutor>, ExitCode> {
     if a.executor == "sim" {
+        // TRNCONF_SIM_NUMERICS: the simulator's named numerics settings as JSON (docs/numerics.md),
+        // e.g. '{"activation":{"approximate":{"ulps":4}}}', to measure the suite's accuracy under them.
+        if let Ok(json) = std::env::var("TRNCONF_SIM_NUMERICS") {
+            let numerics: trnsim::Numerics =
+                serde_json::from_str(&json).map_err(|e| bad_input(format!("TRNCONF_SIM_NUMERICS: {e}")))?;
+            let config = trnsim::ExecConfig {
+                numerics,
+                ..Default::default()
+            };
+            return Ok(Box::new(SimExecutor::with_config(a.target, config)));
+        }
         return Ok(Box::new(SimExecutor::new(a.target)));
     }
     let Some(cmd) = ProcessExecutor::parse_spec(&a.executor) else {
@@ -620,11 +631,12 @@ fn run(a: RunArgs) -> ExitCode {
     let elapsed = start.elapsed();
     let peak = report::peak_rss_kib();
     println!(
-        "\n{} cases ({}, {} jobs): {} passed, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors",
+        "\n{} cases ({}, {} jobs): {} passed, {} accurate, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors",
         summary.total,
         executor.name(),
         jobs,
         summary.passed,
+        summary.accurate,
         summary.failed,
         summary.xfailed,
         summary.xpassed,

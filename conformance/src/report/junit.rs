@@ -116,6 +116,9 @@ pub fn details(r: &CaseRecord) -> String {
             fmt_opt(m.rtol),
             fmt_opt(m.atol),
         );
+        if let Some(o) = &m.oracle {
+            let _ = writeln!(s, "  {}", o.line());
+        }
         if let Some(fm) = &m.first_mismatch {
             let _ = writeln!(
                 s,
