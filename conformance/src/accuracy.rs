@@ -357,11 +357,16 @@ pub fn measure(actual: &Tensor, cpu: &Tensor, oracle: &Oracle) -> Option<OracleM
     }
     let dtype = cpu.dtype;
     let n = cpu.num_scalars();
-    let (method, bound, oracle_at): (_, &Bound, Box<dyn Fn(usize) -> f64>) = match oracle {
-        Oracle::Values { values, bound } if values.len() == n => ("f64", bound, Box::new(|i| values[i])),
-        Oracle::Exact => ("exact", &Bound::None, Box::new(|i| cpu.value_f64(i))),
+    let exact_values;
+    let (method, bound, oracle_values): (&'static str, &Bound, &[f64]) = match oracle {
+        Oracle::Values { values, bound } if values.len() == n => ("f64", bound, values),
+        Oracle::Exact => {
+            exact_values = cpu.to_f64_vec();
+            ("exact", &Bound::None, &exact_values)
+        }
         _ => return None,
     };
+    let oracle_at = |i: usize| oracle_values[i];
     let per_element = if dtype.is_complex() { 2 } else { 1 };
     let mut dev = Vec::with_capacity(n);
     let mut cpu_errs = Vec::with_capacity(n);
