@@ -622,9 +622,9 @@ mod tests {
         crate::fixture::write_raw(&path, r#"{"format": 1, "id": 3}"#, &[]);
         let e = Case::load(&path).unwrap_err();
         assert!(matches!(e.kind, CaseErrorKind::BadMetadata(_)), "{e}");
-        crate::fixture::write_raw(&path, r#"{"format": 2}"#, &[]);
+        crate::fixture::write_raw(&path, r#"{"format": 3}"#, &[]);
         let e = Case::load(&path).unwrap_err();
-        assert_eq!(e.kind, CaseErrorKind::UnsupportedFormat { found: 2 });
+        assert_eq!(e.kind, CaseErrorKind::UnsupportedFormat { found: 3 });
     }
 
     #[test]

@@ -136,3 +136,34 @@ pub fn valid_range(func: ActFunc) -> (f32, f32) {
         _ => (f32::NEG_INFINITY, f32::INFINITY),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Approximate { ulps }` stays within its budget, uses it, and leaves exact functions exact.
+    #[test]
+    fn approximate_model_keeps_its_ulp_budget() {
+        let model = ActivationModel::Approximate { ulps: 4 };
+        let (mut worst, mut moved) = (0i64, 0);
+        for i in 0..20_000 {
+            let x = -10.0 + i as f32 * 1e-3;
+            for func in [ActFunc::Exp, ActFunc::Tanh, ActFunc::Erf, ActFunc::Sigmoid] {
+                let (a, r) = (eval(func, x), eval_with(model, func, x));
+                assert_eq!(a.is_sign_negative(), r.is_sign_negative());
+                let d = (a.to_bits() as i64 - r.to_bits() as i64).abs();
+                worst = worst.max(d);
+                moved += (d != 0) as usize;
+            }
+            for func in [ActFunc::Copy, ActFunc::Relu, ActFunc::Square, ActFunc::Abs] {
+                assert_eq!(eval(func, x).to_bits(), eval_with(model, func, x).to_bits());
+            }
+        }
+        assert_eq!(worst, 4, "the budget is reached and never exceeded");
+        assert!(moved > 50_000, "most results move ({moved} of 80000)");
+        assert_eq!(
+            eval_with(ActivationModel::Accurate, ActFunc::Exp, 1.0),
+            eval(ActFunc::Exp, 1.0)
+        );
+    }
+}
