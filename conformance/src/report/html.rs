@@ -228,8 +228,7 @@ fn accuracy_table(records: &[&CaseRecord]) -> String {
         };
         let _ = writeln!(
             out,
-            "<tr data-op=\"{}\"><td>{}</td><td>{}</td><td>{n}</td><td>{acc}</td><td>{dev:.3}</td><td>{cpu:.3}</td><td>{ratio}</td></tr>",
-            escape_xml(op),
+            "<tr><td>{}</td><td>{}</td><td>{n}</td><td>{acc}</td><td>{dev:.3}</td><td>{cpu:.3}</td><td>{ratio}</td></tr>",
             escape_xml(op),
             escape_xml(dtype)
         );
