@@ -14,8 +14,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The golden format version this loader reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The golden format version this loader reads (and the newest it understands).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest golden format this loader still reads (format 1: no oracles).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 
 /// The key of the safetensors `__metadata__` map that holds the case description.
 pub const METADATA_KEY: &str = "trnconf";
@@ -31,7 +34,9 @@ pub enum CaseErrorKind {
     MissingMetadata,
     #[error("invalid metadata JSON: {0}")]
     BadMetadata(String),
-    #[error("golden format {found} is not supported (this runner reads format {FORMAT_VERSION})")]
+    #[error(
+        "golden format {found} is not supported (this runner reads formats {MIN_FORMAT_VERSION} to {FORMAT_VERSION})"
+    )]
     UnsupportedFormat { found: u32 },
     #[error("unknown op `{0}`: not one of the 193 Core ATen overloads")]
     UnknownOp(String),
@@ -288,6 +293,9 @@ pub struct CaseMeta {
     pub check: Check,
     #[serde(default)]
     pub provenance: Provenance,
+    /// Format 2: the oracle of each floating output, by output tensor name.
+    #[serde(default)]
+    pub oracle: BTreeMap<String, crate::accuracy::OracleSpec>,
 }
 
 /// One loaded golden case.
@@ -307,6 +315,8 @@ pub struct Case {
     pub tensor_meta: BTreeMap<String, TensorMeta>,
     pub check: Check,
     pub provenance: Provenance,
+    /// Format 2: the oracle of each floating output, by output tensor name (empty for format 1).
+    pub oracles: BTreeMap<String, crate::accuracy::Oracle>,
 }
 
 impl Case {
@@ -369,7 +379,7 @@ impl Case {
         let version: serde_json::Value =
             serde_json::from_str(json).map_err(|e| err(CaseErrorKind::BadMetadata(e.to_string())))?;
         match version.get("format").and_then(|f| f.as_u64()) {
-            Some(v) if v == FORMAT_VERSION as u64 => {}
+            Some(v) if (MIN_FORMAT_VERSION as u64..=FORMAT_VERSION as u64).contains(&v) => {}
             Some(v) => return Err(err(CaseErrorKind::UnsupportedFormat { found: v as u32 })),
             None => return Err(err(CaseErrorKind::BadMetadata("missing integer field `format`".into()))),
         }
@@ -436,8 +446,9 @@ impl Case {
             }
             tensors.insert(name.clone(), t);
         }
+        let oracles = crate::accuracy::load_oracles(&meta, &st).map_err(err)?;
         for (name, _) in st.iter() {
-            if !meta.tensors.contains_key(name) {
+            if !meta.tensors.contains_key(name) && !crate::accuracy::is_oracle_tensor(&meta.oracle, name) {
                 return Err(err(CaseErrorKind::UndescribedTensor { name: name.to_string() }));
             }
         }
@@ -465,6 +476,7 @@ impl Case {
             tensor_meta: meta.tensors,
             check: meta.check,
             provenance: meta.provenance,
+            oracles,
         })
     }
 }
@@ -509,7 +521,7 @@ impl GoldenIndex {
         let err = |kind| CaseError::new(&path, kind);
         let text = std::fs::read_to_string(&path).map_err(|e| err(CaseErrorKind::Io(e.to_string())))?;
         let raw: IndexFile = serde_json::from_str(&text).map_err(|e| err(CaseErrorKind::BadIndex(e.to_string())))?;
-        if raw.format != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&raw.format) {
             return Err(err(CaseErrorKind::UnsupportedFormat { found: raw.format }));
         }
         let mut cases = raw.cases;
@@ -610,9 +622,9 @@ mod tests {
         crate::fixture::write_raw(&path, r#"{"format": 1, "id": 3}"#, &[]);
         let e = Case::load(&path).unwrap_err();
         assert!(matches!(e.kind, CaseErrorKind::BadMetadata(_)), "{e}");
-        crate::fixture::write_raw(&path, r#"{"format": 2}"#, &[]);
+        crate::fixture::write_raw(&path, r#"{"format": 3}"#, &[]);
         let e = Case::load(&path).unwrap_err();
-        assert_eq!(e.kind, CaseErrorKind::UnsupportedFormat { found: 2 });
+        assert_eq!(e.kind, CaseErrorKind::UnsupportedFormat { found: 3 });
     }
 
     #[test]

@@ -160,6 +160,12 @@ pub struct OutputMetrics {
     pub first_mismatch: Option<Mismatch>,
     /// PyTorch-worded explanation when the output fails; notes otherwise.
     pub message: String,
+    /// Device and CPU error against the oracle (golden format 2), when the output has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<crate::accuracy::OracleMetrics>,
+    /// Passed by the accuracy rule only: not `assert_close` to the CPU output (status `accurate`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub accurate: bool,
 }
 
 impl OutputMetrics {
@@ -182,6 +188,8 @@ impl OutputMetrics {
             inf_mismatches: 0,
             first_mismatch: None,
             message: String::new(),
+            oracle: None,
+            accurate: false,
         }
     }
 
@@ -898,6 +906,8 @@ pub struct ActualOutputs {
 pub struct Comparison {
     pub outputs: Vec<OutputMetrics>,
     pub passed: bool,
+    /// Passed, and at least one output only by the accuracy rule.
+    pub accurate: bool,
     /// The failing outputs' messages, each prefixed by the output name.
     pub message: String,
 }
@@ -931,9 +941,19 @@ pub fn compare_case(case: &Case, actual: &ActualOutputs) -> Comparison {
         .filter(|m| !m.passed)
         .map(|m| format!("{}: {}", m.name, m.message))
         .collect();
+    let accurate: Vec<String> = outputs
+        .iter()
+        .filter(|m| m.accurate)
+        .map(|m| format!("{}: {}", m.name, m.message))
+        .collect();
     Comparison {
         passed: failed.is_empty(),
-        message: failed.join("\n\n"),
+        accurate: failed.is_empty() && !accurate.is_empty(),
+        message: if failed.is_empty() {
+            accurate.join("\n\n")
+        } else {
+            failed.join("\n\n")
+        },
         outputs,
     }
 }
@@ -1007,9 +1027,33 @@ fn compare_output(case: &Case, pos: usize, name: &str, actual: &ActualOutputs) -
             {
                 m.message = format!("tolerance override: {reason}");
             }
+            if let Some(oracle) = case.oracles.get(name) {
+                judge_accuracy(&mut m, got, expected, oracle);
+            }
             m
         }
     }
+}
+
+/// Records the output's error against its oracle and applies the accuracy rule: an output that
+/// is not `assert_close` to the CPU passes as `accurate` when it is within the rule
+/// (crate::accuracy, docs/numerics.md "Accuracy against the oracle").
+pub fn judge_accuracy(m: &mut OutputMetrics, got: &Tensor, expected: &Tensor, oracle: &crate::accuracy::Oracle) {
+    let Some(om) = crate::accuracy::measure(got, expected, oracle) else {
+        return;
+    };
+    if !m.passed && om.within && m.dtype.is_some_and(|d| d.is_float() || d.is_complex()) {
+        m.passed = true;
+        m.accurate = true;
+        m.message = format!(
+            "accurate: not assert_close to the CPU output, but within the accuracy rule: {}\n{}",
+            om.summary(),
+            m.message
+        );
+    } else if !m.passed {
+        m.message = format!("{}\n{}", m.message, om.summary());
+    }
+    m.oracle = Some(om);
 }
 
 #[cfg(test)]

@@ -328,6 +328,9 @@ pub fn sync_not_lowered(text: &str, is_lowered: impl Fn(&str) -> bool) -> Option
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Pass,
+    /// Passed by the accuracy rule only (not `assert_close` to the CPU output; see
+    /// crate::accuracy).
+    Accurate,
     /// Outputs did not match.
     Fail,
     /// The case could not be run: bad file, lowering error, simulator error.
@@ -343,6 +346,9 @@ pub enum Outcome {
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Pass,
+    /// Passed by the accuracy rule only: not `assert_close` to PyTorch CPU's output, but at least
+    /// as accurate against the oracle, or within the algorithm's error bound.
+    Accurate,
     Fail,
     /// Expected not to pass, and did not.
     XFail,
@@ -359,12 +365,16 @@ pub enum Status {
 impl Status {
     /// Whether the case matched its expectation (the run succeeds only if all did).
     pub fn is_ok(self) -> bool {
-        matches!(self, Status::Pass | Status::XFail | Status::Skip | Status::NotProvided)
+        matches!(
+            self,
+            Status::Pass | Status::Accurate | Status::XFail | Status::Skip | Status::NotProvided
+        )
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Status::Pass => "pass",
+            Status::Accurate => "accurate",
             Status::Fail => "fail",
             Status::XFail => "xfail",
             Status::XPass => "xpass",
@@ -389,6 +399,7 @@ pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, 
         return match outcome {
             Outcome::NotProvided => (Status::NotProvided, String::new()),
             Outcome::Pass => (Status::Pass, String::new()),
+            Outcome::Accurate => (Status::Accurate, String::new()),
             Outcome::Fail => (Status::Fail, String::new()),
             Outcome::Error => (Status::Error, String::new()),
             Outcome::NotLowered => (
@@ -401,7 +412,7 @@ pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, 
         return (Status::Skip, format!("skipped: {}", e.describe()));
     }
     match (e.reason, outcome) {
-        (_, Outcome::Pass) => (
+        (_, Outcome::Pass | Outcome::Accurate) => (
             Status::XPass,
             format!(
                 "passed, but expected to fail ({}): remove or narrow the expectation",

@@ -7,6 +7,7 @@
 //! Two front ends use the runner: `tests/golden.rs` (one libtest-mimic trial per case) and the
 //! `trnconf` binary. See docs/workflow.md.
 
+pub mod accuracy;
 pub mod backend;
 pub mod case;
 pub mod compare;

@@ -204,6 +204,7 @@ fn compare_sample(op: &str, actual: &Tensor, idx: &Tensor, vals: &Tensor) -> Res
         tensor_meta: BTreeMap::from([(name.clone(), TensorMeta::contiguous(vals.dtype, &vals.shape))]),
         check: Check::Values,
         provenance: Provenance::default(),
+        oracles: BTreeMap::new(),
     };
     let actual = ActualOutputs {
         tensors: BTreeMap::from([(name, gathered)]),
@@ -323,6 +324,7 @@ fn node_case(model: &Model, node: &Node, values: &dyn Fn(&str) -> Option<Tensor>
                 source: Some("model".into()),
                 ..Default::default()
             },
+            oracles: BTreeMap::new(),
         },
         input_of,
         output_of,

@@ -103,7 +103,7 @@ pub fn every_setting() -> Vec<(String, Numerics)> {
             NanMaxMin::Propagate | NanMaxMin::PreferNumber,
             MatmulAccumulation::Sequential | MatmulAccumulation::Pairwise,
         ) => match n.activation {
-            ActivationModel::Accurate => (),
+            ActivationModel::Accurate | ActivationModel::Approximate { .. } => (),
         },
     };
     [
@@ -126,6 +126,10 @@ pub fn every_setting() -> Vec<(String, Numerics)> {
         },
         Numerics {
             emulate_act_copy_bias_bug: true,
+            ..d
+        },
+        Numerics {
+            activation: ActivationModel::Approximate { ulps: 4 },
             ..d
         },
     ]

@@ -1,6 +1,6 @@
 //! Numeric drift snapshots: per op, one document holding each case's status, quantized error
-//! summary and per-engine instruction counts. The verdict is always the tolerance check in
-//! [`crate::compare`]; snapshots only make changes in numerics or instruction counts visible in
+//! summary (with the device and CPU error against the oracle, golden format 2) and per-engine
+//! instruction counts. The verdict is always the check in [`crate::compare`]; snapshots only make changes in numerics or instruction counts visible in
 //! review. Values are pre-formatted (2 significant digits, integer ULP buckets, explicit NaN/inf
 //! counts) so that harmless noise does not churn them and YAML/JSON float quirks don't matter.
 
@@ -65,6 +65,15 @@ fn output_line(m: &OutputMetrics) -> String {
     }
     if m.inf_mismatches > 0 {
         line += &format!(" inf_bad={}", m.inf_mismatches);
+    }
+    if let Some(o) = &m.oracle {
+        // Device and CPU max error against the oracle, in ulps of the output dtype.
+        line += &format!(
+            " oracle[{} dev={} cpu={}]",
+            o.bound,
+            two_digits(o.device_max_ulp),
+            two_digits(o.cpu_max_ulp)
+        );
     }
     line
 }

@@ -105,9 +105,10 @@ fn trials(suite: &Arc<Suite>, with_snapshots: bool) -> Vec<Trial> {
 }
 
 /// A trial fails iff the case failed, xpassed or errored; xfail and skip show as ignored.
+/// An `accurate` case completes (its status is in the snapshot and the run's counts).
 fn verdict(r: &CaseResult) -> Result<Completion, Failed> {
     match r.status {
-        Status::Pass => Ok(Completion::Completed),
+        Status::Pass | Status::Accurate => Ok(Completion::Completed),
         Status::XFail | Status::Skip | Status::NotProvided => Ok(Completion::ignored_with(format!(
             "{}: {}",
             r.status,

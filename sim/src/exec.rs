@@ -111,6 +111,11 @@ pub enum ActivationModel {
     /// Evaluate in f64 and round once to fp32: the most accurate fp32 answer.
     #[default]
     Accurate,
+    /// A lower-accuracy ScalarE: the accurate fp32 result moved by a deterministic error of up
+    /// to `ulps` fp32 ulps (uniform over −ulps..=ulps, chosen by a hash of the function and the
+    /// input bits), the error profile of a table/polynomial approximation with that ulp budget.
+    /// Exact functions (copy, square, relu, sign, abs) stay exact. docs/numerics.md.
+    Approximate { ulps: u32 },
 }
 
 /// Every numeric choice the simulator makes where AWS publishes nothing. Documented in

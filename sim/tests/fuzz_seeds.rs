@@ -19,11 +19,18 @@ fn numerics_variants() -> Vec<(&'static str, Numerics)> {
             NanMaxMin::Propagate | NanMaxMin::PreferNumber,
             MatmulAccumulation::Sequential | MatmulAccumulation::Pairwise,
         ) => match n.activation {
-            ActivationModel::Accurate => (),
+            ActivationModel::Accurate | ActivationModel::Approximate { .. } => (),
         },
     };
     vec![
         ("default", d),
+        (
+            "activation=approximate:4",
+            Numerics {
+                activation: ActivationModel::Approximate { ulps: 4 },
+                ..d
+            },
+        ),
         (
             "rounding=stochastic",
             Numerics {

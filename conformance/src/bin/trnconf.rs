@@ -555,8 +555,17 @@ fn make_nki_backend(module: &str, a: &ExecutorArgs) -> Result<(Box<dyn Backend>,
 /// The executor `--executor` names (the process executor after its handshake).
 fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
     if a.executor == "sim" {
+        // The settings: --numerics, else TRNCONF_SIM_NUMERICS (the named settings as JSON, e.g.
+        // '{"activation":{"approximate":{"ulps":4}}}'; docs/numerics.md), else the defaults.
+        let numerics = match (a.numerics.clone(), std::env::var("TRNCONF_SIM_NUMERICS")) {
+            (Some(n), _) => n,
+            (None, Ok(json)) => {
+                serde_json::from_str(&json).map_err(|e| bad_input(format!("TRNCONF_SIM_NUMERICS: {e}")))?
+            }
+            (None, Err(_)) => Default::default(),
+        };
         let config = ExecConfig {
-            numerics: a.numerics.unwrap_or_default(),
+            numerics,
             ..ExecConfig::default()
         };
         return Ok(Box::new(SimExecutor::with_config(a.target, config)));
@@ -896,11 +905,12 @@ fn run(a: RunArgs) -> ExitCode {
         String::new()
     };
     println!(
-        "\n{} cases ({}, {} jobs): {} passed, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors{not_provided}",
+        "\n{} cases ({}, {} jobs): {} passed, {} accurate, {} failed, {} xfailed, {} xpassed, {} skipped, {} errors{not_provided}",
         summary.total,
         executor.backend_name(),
         jobs,
         summary.passed,
+        summary.accurate,
         summary.failed,
         summary.xfailed,
         summary.xpassed,

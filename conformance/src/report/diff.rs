@@ -18,6 +18,9 @@ pub struct Change {
     pub ulp_after: Option<u64>,
     pub rel_before: Option<f64>,
     pub rel_after: Option<f64>,
+    /// Device error against the oracle (max over outputs, ulps), when the case has oracles.
+    pub oracle_before: Option<f64>,
+    pub oracle_after: Option<f64>,
 }
 
 impl Change {
@@ -70,8 +73,14 @@ pub fn diff(a: &Loaded, b: &Loaded) -> (Vec<Change>, usize) {
             ulp_after: rb.and_then(|r| r.max_ulp()),
             rel_before: ra.and_then(|r| r.max_rel_err()),
             rel_after: rb.and_then(|r| r.max_rel_err()),
+            oracle_before: ra.and_then(|r| r.oracle_errors()).map(|e| e.0),
+            oracle_after: rb.and_then(|r| r.oracle_errors()).map(|e| e.0),
         };
-        if c.status_changed() || c.ulp_before != c.ulp_after || c.rel_before != c.rel_after {
+        if c.status_changed()
+            || c.ulp_before != c.ulp_after
+            || c.rel_before != c.rel_after
+            || c.oracle_before != c.oracle_after
+        {
             changes.push(c);
         } else {
             unchanged += 1;
@@ -103,6 +112,18 @@ fn rel(r: Option<f64>) -> String {
     }
 }
 
+/// `  oracle_ulp A -> B` when either run measured the case against an oracle.
+fn oracle_change(c: &Change) -> String {
+    if c.oracle_before.is_none() && c.oracle_after.is_none() {
+        return String::new();
+    }
+    format!(
+        "  oracle_ulp {} -> {}",
+        super::fmt_ulp(c.oracle_before),
+        super::fmt_ulp(c.oracle_after)
+    )
+}
+
 /// The text report.
 pub fn render_text(changes: &[Change], unchanged: usize) -> String {
     let mut out = String::new();
@@ -112,28 +133,30 @@ pub fn render_text(changes: &[Change], unchanged: usize) -> String {
     for c in &status_changes {
         let _ = writeln!(
             out,
-            "  {:<48} {:>8} -> {:<8}  max_ulp {} -> {}  max_rel {} -> {}",
+            "  {:<48} {:>8} -> {:<8}  max_ulp {} -> {}  max_rel {} -> {}{}",
             c.id,
             status(c.before),
             status(c.after),
             ulp(c.ulp_before),
             ulp(c.ulp_after),
             rel(c.rel_before),
-            rel(c.rel_after)
+            rel(c.rel_after),
+            oracle_change(c)
         );
     }
     let _ = writeln!(out, "numeric changes: {}", numeric.len());
     for c in &numeric {
         let _ = writeln!(
             out,
-            "  {:<48} {:<8} max_ulp {} -> {} (Δ{:+})  max_rel {} -> {}",
+            "  {:<48} {:<8} max_ulp {} -> {} (Δ{:+})  max_rel {} -> {}{}",
             c.id,
             status(c.after),
             ulp(c.ulp_before),
             ulp(c.ulp_after),
             c.ulp_change(),
             rel(c.rel_before),
-            rel(c.rel_after)
+            rel(c.rel_after),
+            oracle_change(c)
         );
     }
     let _ = writeln!(out, "unchanged: {unchanged}");

@@ -43,7 +43,7 @@ table.heat td.op{text-align:left;font-family:monospace;background:#f6f6f6}
 details{margin:2px 0;border:1px solid #eee;padding:2px 6px}
 details summary{cursor:pointer;font-family:monospace}
 details pre{white-space:pre-wrap;font-size:12px;background:#fafafa;padding:6px}
-.st{font-weight:bold;padding:0 4px}.st-fail,.st-error,.st-xpass{color:#b00020}.st-xfail{color:#666}
+.st{font-weight:bold;padding:0 4px}.st-fail,.st-error,.st-xpass{color:#b00020}.st-xfail{color:#666}.st-accurate{color:#1565c0}
 .legend span{padding:1px 8px;margin-right:4px}
 "#;
 
@@ -111,9 +111,10 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     );
     let _ = writeln!(
         out,
-        "<p class=\"summary\" id=\"summary\"><span><b>{}</b> cases</span><span class=\"st st-pass\">{} passed</span><a class=\"st{}\" href=\"#failing\">{} failed</a><span class=\"st st-xfail\">{} xfailed</span><span class=\"st{}\">{} xpassed</span><span class=\"st\">{} skipped</span><span class=\"st{}\">{} errors</span></p>",
+        "<p class=\"summary\" id=\"summary\"><span><b>{}</b> cases</span><span class=\"st st-pass\">{} passed</span><span class=\"st st-accurate\">{} accurate</span><a class=\"st{}\" href=\"#failing\">{} failed</a><span class=\"st st-xfail\">{} xfailed</span><span class=\"st{}\">{} xpassed</span><span class=\"st\">{} skipped</span><span class=\"st{}\">{} errors</span></p>",
         s.total,
         s.passed,
+        s.accurate,
         red(s.failed, "fail"),
         s.failed,
         s.xfailed,
@@ -215,6 +216,7 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
     }
     out.push_str("</div>\n");
 
+    out.push_str(&accuracy_table(records));
     let numeric_xfail: Vec<&&CaseRecord> = records
         .iter()
         .filter(|r| r.status == Status::XFail && !r.metrics.is_empty())
@@ -236,6 +238,51 @@ pub fn render(info: &RunInfo, records: &[&CaseRecord]) -> String {
 /// The class that makes a count red, only when there is something to count.
 fn red(n: usize, status: &str) -> String {
     if n > 0 { format!(" st-{status}") } else { String::new() }
+}
+
+/// Device vs CPU error against the oracle per op × dtype (golden format 2), and the cases that
+/// passed only by the accuracy rule: shown, never folded into the passes.
+fn accuracy_table(records: &[&CaseRecord]) -> String {
+    let mut cells: BTreeMap<(&str, &str), (usize, usize, f64, f64)> = BTreeMap::new();
+    for r in records {
+        if let Some((dev, cpu)) = r.oracle_errors() {
+            let c = cells.entry((r.op.as_str(), r.dtype.as_str())).or_default();
+            c.0 += 1;
+            c.1 += usize::from(r.status == Status::Accurate);
+            c.2 = c.2.max(dev);
+            c.3 = c.3.max(cpu);
+        }
+    }
+    let mut out = String::from(
+        "<h2>Accuracy against the oracle (max error in ulps of the output dtype, per op × dtype)</h2>\n<table class=\"accuracy\" id=\"accuracy\"><thead><tr><th>op</th><th>dtype</th><th>cases</th><th>accurate</th><th>device max ulp</th><th>CPU max ulp</th><th>device / CPU</th></tr></thead><tbody>\n",
+    );
+    for ((op, dtype), (n, acc, dev, cpu)) in &cells {
+        let ratio = if *cpu > 0.0 {
+            format!("{:.3}", dev / cpu)
+        } else if *dev == 0.0 {
+            "1".into()
+        } else {
+            "inf".into()
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{n}</td><td>{acc}</td><td>{dev:.3}</td><td>{cpu:.3}</td><td>{ratio}</td></tr>",
+            escape_xml(op),
+            escape_xml(dtype)
+        );
+    }
+    out.push_str("</tbody></table>\n");
+    let accurate: Vec<&&CaseRecord> = records.iter().filter(|r| r.status == Status::Accurate).collect();
+    let _ = writeln!(
+        out,
+        "<h2>Passed by accuracy, not assert_close (<span data-count-of=\"accurate\">{}</span>)</h2>\n<div id=\"accurate\">",
+        accurate.len()
+    );
+    for r in &accurate {
+        out.push_str(&case_details(r));
+    }
+    out.push_str("</div>\n");
+    out
 }
 
 fn case_details(r: &CaseRecord) -> String {

@@ -59,6 +59,11 @@ fn testcase(out: &mut String, group: &str, r: &CaseRecord) {
     );
     let body = match r.status {
         Status::Pass => None,
+        // A pass, shown as such: the accuracy verdict goes to system-out, never hidden.
+        Status::Accurate => Some(format!(
+            "      <system-out>{}</system-out>\n",
+            escape_xml(&format!("[accurate] {}", r.message))
+        )),
         Status::Fail | Status::XPass => Some(format!(
             "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
             escape_xml(&format!("[{}] {}", r.status, r.headline())),
@@ -111,6 +116,9 @@ pub fn details(r: &CaseRecord) -> String {
             fmt_opt(m.rtol),
             fmt_opt(m.atol),
         );
+        if let Some(o) = &m.oracle {
+            let _ = writeln!(s, "  {}", o.line());
+        }
         if let Some(fm) = &m.first_mismatch {
             let _ = writeln!(
                 s,

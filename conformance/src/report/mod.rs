@@ -62,6 +62,54 @@ pub struct MetricRecord {
     pub inf_mismatches: u64,
     pub first_mismatch: Option<MismatchRecord>,
     pub message: String,
+    /// Error against the oracle (golden format 2), when the output has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleRecord>,
+    /// Passed by the accuracy rule only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub accurate: bool,
+}
+
+/// The error of one output against its oracle (a lenient view of `accuracy::OracleMetrics`;
+/// ulps of the output dtype; `None`: not finite).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OracleRecord {
+    pub method: String,
+    pub bound: String,
+    pub device_max_ulp: Option<f64>,
+    pub device_p99_ulp: Option<f64>,
+    pub cpu_max_ulp: Option<f64>,
+    pub cpu_p99_ulp: Option<f64>,
+    pub ratio: Option<f64>,
+    pub allowed_ulp: Option<f64>,
+    pub nonfinite_mismatches: u64,
+    pub over_bound: u64,
+    pub within: bool,
+}
+
+impl OracleRecord {
+    /// One line: device vs CPU error against the oracle.
+    pub fn line(&self) -> String {
+        format!(
+            "oracle ({}, {} bound): device max {} ulp (p99 {}), CPU max {} ulp (p99 {}), ratio {}, allowed {} ulp, {} over, {} NaN/inf disagreements",
+            self.method,
+            self.bound,
+            fmt_ulp(self.device_max_ulp),
+            fmt_ulp(self.device_p99_ulp),
+            fmt_ulp(self.cpu_max_ulp),
+            fmt_ulp(self.cpu_p99_ulp),
+            fmt_ulp(self.ratio),
+            fmt_ulp(self.allowed_ulp),
+            self.over_bound,
+            self.nonfinite_mismatches
+        )
+    }
+}
+
+/// An ulp figure with three decimals, `-` when absent or not finite.
+pub fn fmt_ulp(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{x:.3}"))
 }
 
 /// One case of a results file.
@@ -112,6 +160,17 @@ impl CaseRecord {
             .reduce(f64::max)
     }
 
+    /// The largest device / CPU error against the oracle over the outputs that have one (ulps).
+    pub fn oracle_errors(&self) -> Option<(f64, f64)> {
+        let os: Vec<&OracleRecord> = self.metrics.iter().filter_map(|m| m.oracle.as_ref()).collect();
+        if os.is_empty() {
+            return None;
+        }
+        let max =
+            |f: fn(&OracleRecord) -> Option<f64>| os.iter().map(|o| f(o).unwrap_or(f64::INFINITY)).fold(0.0, f64::max);
+        Some((max(|o| o.device_max_ulp), max(|o| o.cpu_max_ulp)))
+    }
+
     /// The op group (family of the core list), `other` for an op outside it.
     pub fn group(&self) -> &'static str {
         crate::ops::family_of(&self.op).unwrap_or("other")
@@ -130,6 +189,7 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summa
         s.total += 1;
         match r.status {
             Status::Pass => s.passed += 1,
+            Status::Accurate => s.accurate += 1,
             Status::Fail => s.failed += 1,
             Status::XFail => s.xfailed += 1,
             Status::XPass => s.xpassed += 1,
@@ -145,6 +205,7 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> Summa
 pub fn severity(s: Status) -> u8 {
     match s {
         Status::Pass => 0,
+        Status::Accurate => 0,
         Status::NotProvided | Status::Skip => 1,
         Status::XFail => 2,
         Status::Fail => 4,

@@ -22,12 +22,12 @@ pub fn by_group<'a>(records: impl IntoIterator<Item = &'a CaseRecord>) -> BTreeM
 pub fn render(records: &[&CaseRecord], slowest: usize) -> String {
     let mut out = String::new();
     let header = [
-        "group", "cases", "passed", "failed", "xfailed", "xpassed", "skipped", "errors", "time",
+        "group", "cases", "passed", "accurate", "failed", "xfailed", "xpassed", "skipped", "errors", "time",
     ];
     let _ = writeln!(
         out,
-        "{:<14} {:>6} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>9}",
-        header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7], header[8]
+        "{:<14} {:>6} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>9}",
+        header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7], header[8], header[9]
     );
     let groups = by_group(records.iter().copied());
     let mut total = Summary::default();
@@ -36,6 +36,7 @@ pub fn render(records: &[&CaseRecord], slowest: usize) -> String {
         row(&mut out, g, s, *ms);
         total.total += s.total;
         total.passed += s.passed;
+        total.accurate += s.accurate;
         total.failed += s.failed;
         total.xfailed += s.xfailed;
         total.xpassed += s.xpassed;
@@ -43,7 +44,7 @@ pub fn render(records: &[&CaseRecord], slowest: usize) -> String {
         total.errors += s.errors;
         total_ms += ms;
     }
-    let _ = writeln!(out, "{}", "-".repeat(83));
+    let _ = writeln!(out, "{}", "-".repeat(92));
     row(&mut out, "total", &total, total_ms);
     if slowest > 0 && !records.is_empty() {
         let mut by_time: Vec<&&CaseRecord> = records.iter().collect();
@@ -82,10 +83,11 @@ slowest cases by estimated device time (docs/timeline.md):"
 fn row(out: &mut String, name: &str, s: &Summary, ms: f64) {
     let _ = writeln!(
         out,
-        "{:<14} {:>6} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7.2} s",
+        "{:<14} {:>6} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7.2} s",
         name,
         s.total,
         s.passed,
+        s.accurate,
         s.failed,
         s.xfailed,
         s.xpassed,

@@ -1,12 +1,12 @@
 //! ScalarE (ACT): `activation` — `dst = func(src * scale + bias)` per lane, fp32 inside, cast on
 //! write, with the per-partition accumulator registers for reduce commands.
 
-use super::activation::eval;
+use super::activation::{eval, eval_with};
 use super::alu::{apply_f32, canon};
 use super::{Ctx, require_dtype, same_shape};
 use crate::dtype::{ALL_DTYPES, DType};
 use crate::error::{AtOperand, ErrorKind, OpResult};
-use crate::exec::Denormals;
+use crate::exec::{ActivationModel, Denormals};
 use crate::program::{AccCmd, ActFunc, Activation, AluOp, ScalarOperand};
 
 /// `y = func(x * scale + bias)`; `x*scale` and `+bias` are two fp32 operations (whether the
@@ -84,7 +84,11 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
             // NaN canonicalization; dispatching the function once per row lets the compiler
             // inline it (same results, bit for bit — performance only).
             let y = &mut y;
+            let model = nm.activation;
+            let approx = model != ActivationModel::Accurate;
             match (i.func, i.acc == AccCmd::Idle) {
+                (func, false) if approx => activate_row::<true>(row, s, b, y, |t| eval_with(model, func, t)),
+                (func, true) if approx => activate_row::<false>(row, s, b, y, |t| eval_with(model, func, t)),
                 (ActFunc::Exp, false) => activate_row::<true>(row, s, b, y, |t| eval(ActFunc::Exp, t)),
                 (ActFunc::Exp, true) => activate_row::<false>(row, s, b, y, |t| eval(ActFunc::Exp, t)),
                 (ActFunc::Square, true) => activate_row::<false>(row, s, b, y, |t| eval(ActFunc::Square, t)),
@@ -95,7 +99,7 @@ pub fn activation(ctx: &mut Ctx, i: &Activation) -> OpResult<()> {
             let mut sum = 0.0f32;
             for &v in row {
                 let t = apply_f32(AluOp::Add, apply_f32(AluOp::Multiply, v, s, &nm), b, &nm);
-                let r = apply_f32(AluOp::Bypass, eval(i.func, t), 0.0, &nm);
+                let r = apply_f32(AluOp::Bypass, eval_with(nm.activation, i.func, t), 0.0, &nm);
                 sum = apply_f32(AluOp::Add, sum, r, &nm);
                 y.push(r);
             }
