@@ -557,7 +557,7 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
     if a.executor == "sim" {
         // The settings: --numerics, else TRNCONF_SIM_NUMERICS (the named settings as JSON, e.g.
         // '{"activation":{"approximate":{"ulps":4}}}'; docs/numerics.md), else the defaults.
-        let numerics = match (a.numerics.clone(), std::env::var("TRNCONF_SIM_NUMERICS")) {
+        let numerics = match (a.numerics, std::env::var("TRNCONF_SIM_NUMERICS")) {
             (Some(n), _) => n,
             (None, Ok(json)) => {
                 serde_json::from_str(&json).map_err(|e| bad_input(format!("TRNCONF_SIM_NUMERICS: {e}")))?
