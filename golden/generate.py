@@ -59,12 +59,12 @@ for _kv in filter(None, os.environ.get("TRNCONF_GOLDEN_CPU_PATHS", "").split(","
     else:
         os.environ[_k.strip()] = _v.strip()
 
-import safetensors.torch
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+import safetensors.torch  # noqa: E402 - after the CPU-path environment above
+import torch  # noqa: E402 - after the CPU-path environment above
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402 - after the CPU-path environment above
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import oracle
+import oracle  # noqa: E402 - after the CPU-path environment above
 
 GENERATOR = "golden/generate.py"
 FORMAT = 2  # docs/golden-format.md; format 2 adds the oracles (golden/oracle.py)
@@ -2253,7 +2253,7 @@ def write_all(out_dir, cases, wanted, full):
     # one case per line: stable, reviewable diffs
     lines = [json.dumps(e, sort_keys=True, separators=(", ", ": ")) for e in entries]
     with open(index_path, "w") as f:
-        f.write('{"format": %d, "torch": "%s", "cases": [\n' % (FORMAT, TORCH_VERSION))
+        f.write(f'{{"format": {FORMAT}, "torch": "{TORCH_VERSION}", "cases": [\n')
         f.write(",\n".join(lines))
         f.write("\n]}\n")
     return entries, sizes

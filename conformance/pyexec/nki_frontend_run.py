@@ -55,7 +55,8 @@ def write_safetensors(path, tensors):
         if not a.flags["C_CONTIGUOUS"]:
             a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-dim output 1-dim)
         data = a.tobytes()
-        header[name] = {"dtype": _TAG[str(a.dtype)], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {"dtype": _TAG[str(a.dtype)], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
         blobs.append(data)
     h = json.dumps(header, separators=(",", ":")).encode()

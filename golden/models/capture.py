@@ -21,10 +21,10 @@ Usage (needs golden/models/requirements.txt; CI never runs this):
 """
 
 import argparse
-import operator
 import importlib
 import json
 import math
+import operator
 import os
 import sys
 import zlib
@@ -34,9 +34,9 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-import torch  # noqa: E402
-import torch.fx  # noqa: E402
-import safetensors.torch  # noqa: E402
+import safetensors.torch
+import torch
+import torch.fx
 
 torch.set_num_threads(1)
 
@@ -513,7 +513,8 @@ def _user_frame(n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=HERE, help="directory holding one sub-directory per model")
-    ap.add_argument("--models", default=",".join(list(MODELS) + [m + TRAIN_SUFFIX for m in TRAINED]), help="comma-separated names from the committed set")
+    ap.add_argument("--models", default=",".join(list(MODELS) + [m + TRAIN_SUFFIX for m in TRAINED]),
+                    help="comma-separated names from the committed set")
     ap.add_argument("--user", help="MODULE:FACTORY returning (nn.Module, example_inputs_tuple)")
     ap.add_argument("--exported", help="a saved ExportedProgram (torch.export.save)")
     ap.add_argument("--name", help="directory name for --user / --exported")
