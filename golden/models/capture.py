@@ -26,6 +26,7 @@ import json
 import math
 import operator
 import os
+import re
 import sys
 import zlib
 
@@ -507,7 +508,28 @@ def sample_indices(vname, n):
 def _user_frame(n):
     st = n.meta.get("stack_trace") or ""
     lines = [ln.strip() for ln in st.strip().splitlines() if ln.strip().startswith("File ")]
-    return lines[-1] if lines else None
+    return clean_frame(lines[-1]) if lines else None
+
+
+FRAME = re.compile(r'File "(.*?)", line (\d+), in (\S+)')
+
+
+def clean_frame(line):
+    """`path:line in function` of a traceback line, with no machine-specific path: a file in a
+    package as its path inside site-packages, a file under the current directory relative to
+    it, generated code (`<eval_with_key>...`) as no location."""
+    m = FRAME.search(line or "")
+    if not m:
+        return None
+    path, lineno, func = m.groups()
+    if path.startswith("<"):
+        return None
+    if "site-packages/" in path:
+        path = path.split("site-packages/", 1)[1]
+    elif os.path.isabs(path):
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith("..") else os.path.basename(path)
+    return f"{path}:{lineno} in {func}"
 
 
 def main():
