@@ -128,10 +128,6 @@ pub fn every_setting() -> Vec<(String, Numerics)> {
             emulate_act_copy_bias_bug: true,
             ..d
         },
-        Numerics {
-            activation: ActivationModel::Approximate { ulps: 4 },
-            ..d
-        },
     ]
     .into_iter()
     .map(|n| (describe(&n), n))

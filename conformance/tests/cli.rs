@@ -21,6 +21,7 @@ fn every_command_has_help_with_examples() {
         &["lower"],
         &["coverage"],
         &["sync-expectations"],
+        &["model"],
     ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");

@@ -19,6 +19,7 @@
 //! p.push(Engine::Dma, Op::DmaCopy(DmaCopy { dst: sb(0), src: hbm("a"), accumulate: false, indirect: None }));
 //! p.push(Engine::Vector, Op::TensorTensor(TensorTensor { dst: sb(64), in0: sb(0), in1: sb(0), op: AluOp::Add }));
 //! p.push(Engine::Dma, Op::DmaCopy(DmaCopy { dst: hbm("out"), src: sb(64), accumulate: false, indirect: None }));
+//! infer_waits(&mut p); // the cross-engine waits the race detector requires
 //!
 //! let mut s = Session::new(Executor::new(TargetName::Trn1));
 //! s.put("x", HostTensor::from_f32(&[4, 8], &[1.0; 32])).unwrap();

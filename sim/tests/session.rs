@@ -42,6 +42,7 @@ fn binary(op: AluOp) -> Program {
         }),
     );
     p.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    trnsim::infer_waits(&mut p);
     p
 }
 

@@ -24,6 +24,13 @@ impl Program {
             .map_err(|e| PyValueError::new_err(format!("not a trnsim program: {e}")))
     }
 
+    /// Fills every instruction's `wait` list from the memory dependencies between instructions
+    /// on different queues (`trnsim::infer_waits`, the analysis trnconf's lowering uses), so the
+    /// race detector accepts a program written in program order.
+    fn infer_waits(&mut self) {
+        trnsim::infer_waits(&mut self.inner);
+    }
+
     /// The program as JSON text (pretty-printed, as trnconf writes it).
     fn to_json(&self) -> String {
         self.inner.to_json()

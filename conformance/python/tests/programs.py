@@ -38,14 +38,21 @@ def dma(dst, src, loc=None):
 
 
 def program(hbm_decls, instructions, target="trn1"):
-    """Program JSON text: ``hbm_decls`` is a list of (name, dtype, shape, role)."""
-    return json.dumps(
+    """Program JSON text: ``hbm_decls`` is a list of (name, dtype, shape, role). The
+    instructions are written in program order; their cross-engine waits are filled in by
+    ``Program.infer_waits`` (the race detector refuses a program without them)."""
+    import trnsim
+
+    text = json.dumps(
         {
             "target": target,
             "hbm": [{"name": n, "dtype": d, "shape": list(s), "role": r} for n, d, s, r in hbm_decls],
             "instructions": instructions,
         }
     )
+    prog = trnsim.Program.from_json(text)
+    prog.infer_waits()
+    return prog.to_json()
 
 
 def copy_through_sbuf(dtype, partitions, row, src="x", dst="y"):

@@ -53,6 +53,12 @@ fn write_stdout(args: std::fmt::Arguments) {
     }
 }
 
+const MODEL_EXAMPLES: &str = "\
+Examples:
+  trnconf model run golden/models/gpt2          # per-node verdicts, drift, end-to-end error
+  trnconf model run golden/models/resnet18 -v --html r.html --json r.json --junit r.xml
+";
+
 const RUN_EXAMPLES: &str = "\
 Examples:
   trnconf run                                   # the whole committed suite on the simulator (trn1)
@@ -329,14 +335,15 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         results: Option<PathBuf>,
     },
-    /// Rewrite the generated not-lowered block of the expectations file from the lowering
-    /// registry (run after adding a lowering).
-    #[command(after_help = SYNC_EXAMPLES)]
     /// Whole models: run a captured Core ATen graph node by node (docs/models.md).
+    #[command(after_help = MODEL_EXAMPLES)]
     Model {
         #[command(subcommand)]
         cmd: trnconf_model::ModelCommand,
     },
+    /// Rewrite the generated not-lowered block of the expectations file from the lowering
+    /// registry (run after adding a lowering).
+    #[command(after_help = SYNC_EXAMPLES)]
     SyncExpectations {
         /// Expectations file (default: conformance/expectations.toml).
         #[arg(long)]
