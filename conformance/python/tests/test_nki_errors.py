@@ -251,7 +251,7 @@ def test_dtype_not_allowed_on_tensor_engine():
     with pytest.raises(trnsim.SimError) as e:
         int_matmul(a, a)
     assert e.value.loc == line_of("int-pe")
-    assert (e.value.kind, e.value.engine, e.value.operand) == ("unsupported_d_type", "tensor", "stationary")
+    assert (e.value.kind, e.value.engine, e.value.operand) == ("unsupported_dtype", "tensor", "stationary")
 
 
 @nki.jit
@@ -267,7 +267,7 @@ def test_bitvec_on_float_dtype():
     with pytest.raises(trnsim.SimError) as e:
         bitwise_on_floats(np.ones((128, 8), np.float32))
     assert e.value.loc == line_of("bits-float")
-    assert (e.value.kind, e.value.engine) == ("unsupported_d_type", "vector")
+    assert (e.value.kind, e.value.engine) == ("unsupported_dtype", "vector")
 
 
 # -- what SimError carries ----------------------------------------------------------------------
