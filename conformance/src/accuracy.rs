@@ -312,6 +312,10 @@ pub struct OracleMetrics {
     pub ratio: Option<f64>,
     /// The allowance at the element where the device's error is closest to it (ulps).
     pub allowed_ulp: f64,
+    /// The largest `device error / allowance` over the elements (≤ 1: within the rule; 0 when
+    /// the device matches the oracle; inf where the allowance is 0 and the device is off), the
+    /// headroom figure of docs/numerics.md's accuracy table.
+    pub allowance_use: f64,
     /// Elements where the device disagrees with the oracle on NaN/inf.
     pub nonfinite_mismatches: u64,
     /// Elements over their allowance.
@@ -385,10 +389,14 @@ pub fn measure(actual: &Tensor, cpu: &Tensor, oracle: &Oracle) -> Option<OracleM
     let relative = CPU_ERROR_FACTOR * cpu_max;
     let mut over = 0u64;
     let (mut worst_margin, mut allowed_at_worst) = (f64::NEG_INFINITY, relative);
+    let mut allowance_use = 0.0f64;
     for &(i, e) in &dev {
         let allowed = relative.max(bound.ulps(i / per_element, oracle_at(i), dtype));
         if e > allowed {
             over += 1;
+        }
+        if e > 0.0 {
+            allowance_use = allowance_use.max(if allowed > 0.0 { e / allowed } else { f64::INFINITY });
         }
         let margin = e - allowed;
         if margin > worst_margin {
@@ -405,11 +413,14 @@ pub fn measure(actual: &Tensor, cpu: &Tensor, oracle: &Oracle) -> Option<OracleM
         cpu_p99_ulp: percentile(cpu_errs, 0.99),
         ratio: (cpu_max > 0.0).then(|| device_max / cpu_max),
         allowed_ulp: allowed_at_worst,
+        allowance_use,
         nonfinite_mismatches: nonfinite,
         over_bound: over,
         within: over == 0 && nonfinite == 0,
     })
 }
+
+pub mod inject;
 
 #[cfg(test)]
 mod tests;

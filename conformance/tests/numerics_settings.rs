@@ -70,3 +70,77 @@ fn every_numerics_setting_runs_the_whole_suite_without_panicking() {
         panicked.len()
     );
 }
+
+/// The accuracy rule on the accumulation cases (f32 `stress` cases whose outputs carry a `dot` or
+/// `sum` bound: long mm/bmm/addmm/convolution/convolution_backward contractions and summations;
+/// not the edge-value ones):
+/// the simulator passes them (plain or `accurate`); a device whose every bounded element is off
+/// by a quarter of its bound still does; one off by 4× the bound fails every one of them — the
+/// CPU-relative part of the rule and `assert_close` do not absorb it (docs/numerics.md, (f),
+/// "Generalisation"). `TRNCONF_GOLDEN=<dir>` runs it on another corpus (e.g. `generate.py --large
+/// --seed N`), as the generalisation workflow does.
+#[test]
+fn an_error_at_four_times_the_bound_fails_every_accumulation_case() {
+    use trnconf::accuracy::inject::InjectBoundError;
+    use trnconf::accuracy::{Bound, Oracle};
+    use trnconf::case::Case;
+    use trnconf::expect::Status;
+
+    let dir = std::env::var_os("TRNCONF_GOLDEN").map_or_else(trnconf::default_golden_dir, Into::into);
+    let index = GoldenIndex::load(&dir).expect("the golden index");
+    let expectations = Expectations::load(&trnconf::default_expectations_path()).expect("expectations");
+    let accumulation: Vec<_> = index
+        .cases
+        .iter()
+        .filter(|e| e.dtype == "f32" && e.id.contains("::stress_"))
+        .filter(|e| {
+            let case = Case::load_entry(&index.dir, e).expect("a readable case");
+            // Edge-value cases (±inf, NaN, values near the f32 maximum) test specials, not the
+            // accumulation: their Σ|x| — and bound — overflow the range.
+            let tame = |v: &[f64]| v.iter().all(|x| x.abs() < 1e30);
+            case.oracles.values().any(|o| {
+                matches!(o, Oracle::Values { values, bound: Bound::Dot { scale, .. } | Bound::Sum { scale, .. } }
+                    if tame(values) && tame(scale))
+            })
+        })
+        .collect();
+    assert!(
+        accumulation.len() >= 10,
+        "only {} accumulation cases",
+        accumulation.len()
+    );
+    let sim = || SimExecutor::new(TargetName::Trn1);
+    let mut wrong = Vec::new();
+    for entry in &accumulation {
+        let plain = runner::run_case(&index.dir, entry, &expectations, &sim());
+        let quarter = InjectBoundError {
+            inner: sim(),
+            factor: 0.25,
+        };
+        let quarter = runner::run_case(&index.dir, entry, &expectations, &quarter);
+        let four = InjectBoundError {
+            inner: sim(),
+            factor: 4.0,
+        };
+        let four = runner::run_case(&index.dir, entry, &expectations, &four);
+        let ok = |s: Status| matches!(s, Status::Pass | Status::Accurate);
+        eprintln!(
+            "{}: {} / quarter {} / 4x {}",
+            entry.id,
+            plain.status.name(),
+            quarter.status.name(),
+            four.status.name()
+        );
+        if !ok(plain.status) || !ok(quarter.status) || four.status != Status::Fail {
+            wrong.push(format!(
+                "{}: plain {}, 0.25x {}, 4x {}: {}",
+                entry.id,
+                plain.status.name(),
+                quarter.status.name(),
+                four.status.name(),
+                quarter.message.lines().next().unwrap_or("")
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -575,7 +575,20 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
             numerics,
             ..ExecConfig::default()
         };
-        return Ok(Box::new(SimExecutor::with_config(a.target, config)));
+        let sim = SimExecutor::with_config(a.target, config);
+        // TEST ONLY (docs/numerics.md, "Generalisation"): move every bounded output to k× its
+        // accuracy bound, to show that the rule fails such a device.
+        if let Ok(k) = std::env::var("TRNCONF_TEST_INJECT_BOUND_ERROR") {
+            let factor: f64 = k
+                .parse()
+                .map_err(|_| bad_input(format!("TRNCONF_TEST_INJECT_BOUND_ERROR={k}: not a number")))?;
+            eprintln!("TEST ONLY: TRNCONF_TEST_INJECT_BOUND_ERROR={k}: outputs are moved to {k}x their accuracy bound");
+            return Ok(Box::new(trnconf::accuracy::inject::InjectBoundError {
+                inner: sim,
+                factor,
+            }));
+        }
+        return Ok(Box::new(sim));
     }
     if a.numerics.is_some() {
         return Err(bad_input(
