@@ -798,6 +798,7 @@ class HandCase:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     build: object = None   # callable -> (args, kwargs), for inputs derived from other ops
+    prov: dict = None      # extra provenance keys (model call forms: models and node)
 
 
 def materialize(x):
@@ -2134,10 +2135,139 @@ def regression_cases():
         C("add.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=0.75)
 
 
+# --------------------------------------------------------------------------------------------
+# Source 4: the call forms of the committed models (--models)
+# --------------------------------------------------------------------------------------------
+MODELS_DIR = None             # --models DIR: golden/models by default, None with --models none
+MODEL_CASE_LIMIT = 64 * 1024  # tensor bytes (inputs + outputs) of one model call form
+MODEL_SKIPPED = []            # call forms over the limit, for the log
+
+
+def _graph_tensor(values, name):
+    v = values[name]
+    return (tuple(v["shape"]), v["dtype"])
+
+
+def _form_key(n, values):
+    """A node's call form: the op, its arguments with every tensor replaced by (dtype, shape)."""
+    def enc(a):
+        (kind, x), = a.items()
+        if kind == "tensor":
+            return {"tensor": _graph_tensor(values, x)}
+        if kind == "tensors":
+            return {"tensors": [None if t is None else _graph_tensor(values, t) for t in x]}
+        return a
+    return json.dumps([n["op"], [enc(a) for a in n["args"]],
+                       {k: enc(v) for k, v in sorted(n["kwargs"].items())}], sort_keys=True)
+
+
+def _model_value(a, values):
+    """A graph.json argument (docs/model-format.md; the golden value encoding) as a lazy input:
+    tensors become T specs of the recorded dtype and shape, contiguous (graph.json records no
+    strides)."""
+    (kind, x), = a.items()
+    if kind == "tensor":
+        return T(*_graph_tensor(values, x))
+    if kind == "tensors":
+        return [None if t is None else T(*_graph_tensor(values, t)) for t in x]
+    if kind == "float":
+        return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(x, x) \
+            if isinstance(x, str) else float(x)
+    if kind in ("int", "bool", "str", "bools"):
+        return x
+    if kind in ("ints",):
+        return list(x)
+    if kind == "floats":
+        return [float(y) for y in x]
+    if kind == "dtype":
+        return DT[x] if x in DT else {"f64": torch.float64, "c128": torch.complex128}[x]
+    if kind in ("layout", "memory_format"):
+        return getattr(torch, x)
+    if kind == "device":
+        return torch.device(x)
+    if kind == "none":
+        return None
+    raise ValueError(f"graph.json value kind {kind}")
+
+
+def _ranged(t, hi):
+    """An integer index tensor in [0, hi) (a bool mask stays a coin)."""
+    return t if t.dtype == "bool" else T(t.shape, t.dtype, 0, max(hi, 1))
+
+
+def _with_domain(op, args):
+    """The generator's usual recipes, applied to a model call form: index tensors within the
+    indexed dim, unary functions in their domain, positive variances and fractional-power bases,
+    no zero divisors."""
+    args = list(args)
+
+    def dim_of(t, d):
+        return t.shape[d % len(t.shape)] if t.shape else 1
+
+    if op == "embedding":
+        args[1] = _ranged(args[1], args[0].shape[0])
+    elif op == "gather":
+        args[2] = _ranged(args[2], dim_of(args[0], args[1]))
+    elif op in ("index.Tensor", "index_put"):
+        args[1] = [None if t is None else _ranged(t, dim_of(args[0], k))
+                   for k, t in enumerate(args[1])]
+    elif op in UNARY_DOMAIN and isinstance(args[0], T):
+        lo, hi = UNARY_DOMAIN[op]
+        args[0] = T(args[0].shape, args[0].dtype, lo, hi)
+    elif op == "pow.Tensor_Scalar" and float(args[1]) != int(args[1]):
+        args[0] = T(args[0].shape, args[0].dtype, 0.05, 4)
+    elif op == "_native_batch_norm_legit_no_training":
+        args[4] = T(args[4].shape, args[4].dtype, 0.5, 2)
+    elif op == "div.Tensor" and isinstance(args[1], T):
+        args[1] = T(args[1].shape, args[1].dtype, nz=True)
+    return args
+
+
+def model_cases():
+    """One `model` case per distinct call form (overload, input dtypes/shapes, other arguments)
+    of the committed models' traced graphs (golden/models/*/graph.json), inputs drawn by the usual
+    recipes, first occurrence order (models by name, nodes in graph order). Forms whose tensors
+    exceed MODEL_CASE_LIMIT bytes are listed in the log instead (the budget)."""
+    if MODELS_DIR is None or not os.path.isdir(MODELS_DIR):
+        return
+    forms = {}
+    for name in sorted(os.listdir(MODELS_DIR)):
+        path = os.path.join(MODELS_DIR, name, "graph.json")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            g = json.load(f)
+        values = g["values"]
+        for n in g["nodes"]:
+            if n["op"] not in CORE_SET:
+                continue
+            key = _form_key(n, values)
+            if key in forms:
+                forms[key][2].append(name)
+                continue
+            nbytes = 0
+            for ref in n["args"] + n["outputs"]:
+                (kind, x), = ref.items()
+                for t in ([x] if kind == "tensor" else x if kind == "tensors" else []):
+                    if t is not None and t in values:
+                        shape, dt = _graph_tensor(values, t)
+                        nbytes += math.prod(shape) * DT[dt].itemsize
+            forms[key] = (n, values, [name], nbytes)
+    for n, values, models, nbytes in forms.values():
+        op = n["op"]
+        if nbytes > MODEL_CASE_LIMIT:
+            MODEL_SKIPPED.append(f"{op} from {models[0]}/{n['name']} ({nbytes} bytes)")
+            continue
+        args = _with_domain(op, [_model_value(a, values) for a in n["args"]])
+        kwargs = {k: _model_value(v, values) for k, v in n["kwargs"].items()}
+        TABLE.append(HandCase(op, "model", tuple(args), kwargs, None,
+                              {"models": sorted(set(models)), "node": f"{models[0]}/{n['name']}"}))
+
+
 HAND_BUILDERS = [unary_cases, activation_cases, first_family_cases, other_binary_cases,
                  comparison_cases, reduction_cases, sort_cases, matmul_cases, norm_cases,
                  pooling_cases, pad_cases, indexing_cases, shape_cases, creation_cases,
-                 metadata_cases, float8_cases, regression_cases]
+                 metadata_cases, float8_cases, regression_cases, model_cases]
 
 
 def run_table(wanted, log):
@@ -2159,7 +2289,7 @@ def run_table(wanted, log):
             args, kwargs = hc.build() if hc.build else (materialize(hc.args),
                                                         materialize(hc.kwargs))
             case, _, why = record_call(func, tuple(args), kwargs, hc.source,
-                                       {"seed": seed, "table_index": k})
+                                       {"seed": seed, "table_index": k, **(hc.prov or {})})
         except Exception as e:  # noqa: BLE001 - torch refused (dtype not implemented on CPU, ...)
             skipped.append(f"{hc.op} {hc.source}#{k}: {type(e).__name__}: "
                            f"{str(e).splitlines()[0][:120]}")
@@ -2272,13 +2402,13 @@ def summarize(out_dir, entries, sizes, skipped, log, wanted, partial):
     for e in entries:
         by_op.setdefault(e["op"], []).append(e)
     log("")
-    log(f"{'group':<14}{'ops':>5}{'cases':>7}{'opinfo':>8}{'hand':>6}{'stress':>8}  dtypes")
+    log(f"{'group':<14}{'ops':>5}{'cases':>7}{'opinfo':>8}{'hand':>6}{'stress':>8}{'model':>7}  dtypes")
     for g, ops in CORE_GROUPS.items():
         es = [e for op in ops for e in by_op.get(op, [])]
-        src = {s: sum(e["source"] == s for e in es) for s in ("opinfo", "hand", "stress")}
+        src = {s: sum(e["source"] == s for e in es) for s in ("opinfo", "hand", "stress", "model")}
         dts = sorted({e["dtype"] for e in es})
         log(f"{g:<14}{len(ops):>5}{len(es):>7}{src['opinfo']:>8}{src['hand']:>6}"
-            f"{src['stress']:>8}  {' '.join(dts)}")
+            f"{src['stress']:>8}{src['model']:>7}  {' '.join(dts)}")
     only_hand = [op for op in CORE_OPS if by_op.get(op)
                  and not any(e["source"] == "opinfo" for e in by_op[op])]
     log(f"total: {len(entries)} cases")
@@ -2293,6 +2423,11 @@ def summarize(out_dir, entries, sizes, skipped, log, wanted, partial):
         os.path.getsize(os.path.join(out_dir, "index.json"))
     log(f"total bytes: cases+index {golden_total} ({golden_total / 2 ** 20:.1f} MiB); "
         f"whole directory {total} ({total / 2 ** 20:.1f} MiB)")
+    if MODEL_SKIPPED:
+        log(f"model call forms over {MODEL_CASE_LIMIT // 1024} KB, not recorded "
+            f"({len(MODEL_SKIPPED)}):")
+        for s in MODEL_SKIPPED:
+            log("  " + s)
     if skipped:
         log(f"table entries skipped ({len(skipped)}):")
         for s in skipped:
@@ -2383,9 +2518,14 @@ def main():
                     help="comma-separated globs of core op names to regenerate (e.g. 'add.*,mm')")
     ap.add_argument("--no-opinfo", action="store_true",
                     help="skip the OpInfo capture (debugging only: changes nothing else)")
+    ap.add_argument("--models", default=os.path.join(here, "models"), metavar="DIR|none",
+                    help="add one `model` case per distinct call form of the traced models in "
+                         "DIR/*/graph.json (default: golden/models; `none`: no model cases)")
     fresh_corpus_options(ap)
     opts = ap.parse_args()
     apply_fresh_corpus_options(opts)
+    global MODELS_DIR
+    MODELS_DIR = None if opts.models == "none" else opts.models
 
     def log(msg):
         print(msg, flush=True)
