@@ -23,6 +23,7 @@ use crate::tensor::{Tensor, TorchDType};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use trnsim::{DType, HbmRole, Session};
 
 /// The model format version this runner reads.
 pub const MODEL_FORMAT: u32 = 1;
@@ -236,15 +237,28 @@ pub fn recipe_fill(r: &Recipe, dtype: TorchDType, shape: &[usize]) -> Result<Ten
     Ok(Tensor::from_f64(dtype, shape, &vals))
 }
 
-/// The tensors of one node as a golden case: inputs renamed `input.i` / `input.i.j` /
-/// `kwarg.k`, outputs `output.i` (the op suite's naming, which the lowerings and comparison
-/// share), with `values` giving each input's tensor.
+/// One node as a golden case: inputs renamed `input.i` / `input.i.j` / `kwarg.k`, outputs
+/// `output.i` (the op suite's naming, which the lowerings and comparison share). The metadata
+/// comes from the graph; the case holds the outputs' whole references (for the comparison) and no
+/// input values: each run fills those in ([`NodeCase::with_inputs`]).
 struct NodeCase {
     case: Case,
     /// Golden-case input name → graph value name.
     input_of: BTreeMap<String, String>,
     /// Golden-case output name → graph value name.
     output_of: BTreeMap<String, String>,
+}
+
+impl NodeCase {
+    /// The case with every input's value from `values` (by graph value name).
+    fn with_inputs(&self, node: &str, values: &mut dyn FnMut(&str) -> Option<Tensor>) -> Result<Case, String> {
+        let mut case = self.case.clone();
+        for (local, global) in &self.input_of {
+            let t = values(global).ok_or_else(|| format!("node `{node}`: input `{global}` has no value"))?;
+            case.tensors.insert(local.clone(), t);
+        }
+        Ok(case)
+    }
 }
 
 fn rename_value(v: &Value, name: &str, map: &mut BTreeMap<String, String>) -> Value {
@@ -269,7 +283,7 @@ fn rename_value(v: &Value, name: &str, map: &mut BTreeMap<String, String>) -> Va
     }
 }
 
-fn node_case(model: &Model, node: &Node, values: &dyn Fn(&str) -> Option<Tensor>) -> Result<NodeCase, String> {
+fn node_case(model: &Model, node: &Node) -> Result<NodeCase, String> {
     let mut input_of = BTreeMap::new();
     let args: Vec<Value> = node
         .args
@@ -291,17 +305,19 @@ fn node_case(model: &Model, node: &Node, values: &dyn Fn(&str) -> Option<Tensor>
         .collect();
     let mut tensors = BTreeMap::new();
     let mut tensor_meta = BTreeMap::new();
-    for (local, global) in &input_of {
-        let t = values(global).ok_or_else(|| format!("node `{}`: input `{global}` has no value", node.name))?;
-        tensor_meta.insert(local.clone(), TensorMeta::contiguous(t.dtype, &t.shape));
-        tensors.insert(local.clone(), t);
-    }
-    for (local, global) in &output_of {
-        let meta = model
+    let meta_of = |global: &str| {
+        model
             .doc
             .values
             .get(global)
-            .ok_or_else(|| format!("node `{}`: no metadata for output `{global}`", node.name))?;
+            .ok_or_else(|| format!("node `{}`: no metadata for `{global}`", node.name))
+    };
+    for (local, global) in &input_of {
+        let meta = meta_of(global)?;
+        tensor_meta.insert(local.clone(), TensorMeta::contiguous(meta.dtype, &meta.shape));
+    }
+    for (local, global) in &output_of {
+        let meta = meta_of(global)?;
         tensor_meta.insert(local.clone(), TensorMeta::contiguous(meta.dtype, &meta.shape));
         if let Some(r) = model.reference(global) {
             tensors.insert(local.clone(), r.clone());
@@ -347,31 +363,13 @@ fn primary_dtype(args: &[Value], kwargs: &BTreeMap<String, Value>, meta: &BTreeM
         .unwrap_or_else(|| "none".into())
 }
 
-/// What one execution of a node case gave.
-struct NodeRun {
-    metrics: Vec<OutputMetrics>,
-    outputs: BTreeMap<String, Tensor>,
-    instructions: u64,
-}
-
 enum NodeError {
     Unsupported(String),
     Error(String),
 }
 
-/// [`run_node`], then the sampled references of outputs stored as samples.
-fn run_and_check(model: &Model, nc: &NodeCase, executor: &dyn CaseExecutor) -> Result<NodeRun, NodeError> {
-    let mut run = run_node(&nc.case, executor)?;
-    for (local, global) in &nc.output_of {
-        if let (Some((idx, vals)), Some(actual)) = (model.sampled_reference(global), run.outputs.get(local)) {
-            let m = compare_sample(&nc.case.op, actual, idx, vals).map_err(NodeError::Error)?;
-            run.metrics.extend(m);
-        }
-    }
-    Ok(run)
-}
-
-fn run_node(case: &Case, executor: &dyn CaseExecutor) -> Result<NodeRun, NodeError> {
+/// A node lowered once: both runs (isolated and chained) execute this program.
+fn lower_node(case: &Case, executor: &dyn CaseExecutor) -> Result<lower::Lowered, NodeError> {
     let lowered = match lower::lower(case, executor.target()) {
         Ok(l) => l,
         Err(LowerError::NotLowered(op)) => return Err(NodeError::Unsupported(format!("`{op}` is not lowered"))),
@@ -379,15 +377,61 @@ fn run_node(case: &Case, executor: &dyn CaseExecutor) -> Result<NodeRun, NodeErr
         Err(e) => return Err(NodeError::Error(format!("lowering: {e}"))),
     };
     runner::check_compute_work(case, &lowered.program).map_err(NodeError::Error)?;
+    Ok(lowered)
+}
+
+/// What one execution of a node gave, read back to the host for the comparison.
+struct NodeRun {
+    outputs: BTreeMap<String, Tensor>,
+    values: BTreeMap<usize, Value>,
+    instructions: u64,
+    /// The timeline's makespan: the node's estimated device time.
+    est_us: Option<f64>,
+}
+
+fn total_instructions(stats: &trnsim::Stats) -> u64 {
+    trnsim::program::ALL_ENGINES
+        .iter()
+        .map(|&e| stats.instructions.get(e))
+        .sum()
+}
+
+fn est_us(stats: &trnsim::Stats) -> Option<f64> {
+    (stats.timeline.makespan_ns > 0.0).then(|| stats.timeline.makespan_ns / 1e3)
+}
+
+/// Runs a lowered node on host inputs (`case` holds them) through `executor`.
+fn run_on_host(case: &Case, lowered: &lower::Lowered, executor: &dyn CaseExecutor) -> Result<NodeRun, NodeError> {
     let inputs = runner::device_inputs(case, &lowered.program).map_err(NodeError::Error)?;
     let run = executor.execute(&lowered.program, &inputs).map_err(NodeError::Error)?;
     let outs = runner::host_outputs(case, &lowered.program, &run.outputs).map_err(NodeError::Error)?;
-    let mut actual = ActualOutputs {
-        values: lowered.values.clone(),
+    let mut values = lowered.values.clone();
+    values.extend(outs.values);
+    Ok(NodeRun {
+        outputs: outs.tensors,
+        values,
+        instructions: run.stats.as_ref().map_or_else(
+            || {
+                trnsim::program::ALL_ENGINES
+                    .iter()
+                    .map(|&e| run.instructions.get(e))
+                    .sum()
+            },
+            total_instructions,
+        ),
+        est_us: run.stats.as_ref().and_then(est_us),
+    })
+}
+
+/// Compares a node run with the references: whole ones under the suite's rules, sampled ones at
+/// their indices.
+fn judge(model: &Model, nc: &NodeCase, run: &NodeRun) -> Result<Vec<OutputMetrics>, String> {
+    let case = &nc.case;
+    let actual = ActualOutputs {
+        tensors: run.outputs.clone(),
+        values: run.values.clone(),
         ..Default::default()
     };
-    actual.tensors = outs.tensors.clone();
-    actual.values.extend(outs.values);
     // Outputs whose reference is stored only as a sample are compared by `compare_sample`.
     let mut whole = case.clone();
     for v in &mut whole.outputs {
@@ -398,22 +442,344 @@ fn run_node(case: &Case, executor: &dyn CaseExecutor) -> Result<NodeRun, NodeErr
             _ => {}
         }
     }
-    let metrics = compare::compare_case(&whole, &actual).outputs;
-    Ok(NodeRun {
-        metrics,
-        outputs: outs.tensors,
-        instructions: trnsim::program::ALL_ENGINES
+    let mut metrics = compare::compare_case(&whole, &actual).outputs;
+    for (local, global) in &nc.output_of {
+        if let (Some((idx, vals)), Some(out)) = (model.sampled_reference(global), run.outputs.get(local)) {
+            metrics.extend(compare_sample(&case.op, out, idx, vals)?);
+        }
+    }
+    Ok(metrics)
+}
+
+/// The device dtype a host tensor lives in on the device: the boundary's only conversions are
+/// int64 → int32 and complex64 → its f32 real view (`runner::to_device`).
+fn device_form(name: &str, t: &Tensor) -> Result<trnsim::HostTensor, String> {
+    let dtype = match t.dtype {
+        TorchDType::I64 => DType::I32,
+        TorchDType::C64 => DType::F32,
+        d => d
+            .device_dtype()
+            .ok_or_else(|| format!("`{name}` is {d}, which the device has no dtype for"))?,
+    };
+    runner::to_device(name, t, dtype)
+}
+
+/// The model's real run: every node executes on a [`Session`], its inputs bound to the session
+/// tensors earlier nodes wrote, its outputs left there for later nodes. Only the leaves (inputs,
+/// weights, constants) are copied in, once, before the first node; nothing is copied out except
+/// what the caller reads to compare ([`Forward::read`]).
+pub struct Forward<'m> {
+    model: &'m Model,
+    session: Option<Session>,
+    /// Host copies of values for executors without a session (every node then runs on the host).
+    host: BTreeMap<String, Tensor>,
+    /// Graph value → the index of the last node that reads it (freed after it, unless an output).
+    last_use: BTreeMap<String, usize>,
+    /// Bytes the leaves put on the device.
+    pub leaf_bytes: u64,
+    /// Nodes that could not run on session tensors (data-dependent sizes, scalar outputs, or an
+    /// executor without a session): their inputs were read to the host and their outputs put back.
+    pub host_round_trips: Vec<String>,
+}
+
+/// What one node of the forward did.
+pub struct Step {
+    pub instructions: u64,
+    pub est_us: Option<f64>,
+}
+
+impl<'m> Forward<'m> {
+    /// Puts every leaf on the device (a session of the executor's simulator, when it has one).
+    pub fn new(model: &'m Model, executor: &dyn CaseExecutor) -> Result<Forward<'m>, String> {
+        let mut session = executor.session_executor().map(Session::new);
+        let mut host = BTreeMap::new();
+        let mut leaf_bytes = 0;
+        let leaves = model
+            .doc
+            .inputs
             .iter()
-            .map(|&e| run.instructions.get(e))
-            .sum(),
+            .chain(model.doc.weights.keys())
+            .collect::<std::collections::BTreeSet<_>>();
+        for name in leaves {
+            let t = model.leaf(name)?;
+            match &mut session {
+                Some(s) => {
+                    let d = device_form(name, &t)?;
+                    leaf_bytes += d.data.len() as u64;
+                    s.put(name, d)
+                        .map_err(|e| format!("putting `{name}` on the device: {e}"))?;
+                }
+                None => {
+                    host.insert(name.clone(), t);
+                }
+            }
+        }
+        let mut last_use = BTreeMap::new();
+        for (i, node) in model.doc.nodes.iter().enumerate() {
+            for v in node.args.iter().chain(node.kwargs.values()) {
+                for n in v.tensor_names() {
+                    last_use.insert(n.to_string(), i);
+                }
+            }
+        }
+        Ok(Forward {
+            model,
+            session,
+            host,
+            last_use,
+            leaf_bytes,
+            host_round_trips: Vec::new(),
+        })
+    }
+
+    /// Bytes that crossed the host boundary so far (none without a session).
+    pub fn transfers(&self) -> Option<&trnsim::Transfers> {
+        self.session.as_ref().map(Session::transfers)
+    }
+
+    /// A value's device bytes, read to the host as its graph dtype (a counted transfer).
+    pub fn read(&mut self, name: &str) -> Option<Tensor> {
+        match &mut self.session {
+            Some(s) => {
+                let h = s.get(name)?;
+                let meta = self.model.doc.values.get(name)?;
+                runner::from_device(name, &h, meta.dtype).ok()
+            }
+            None => self.host.get(name).cloned(),
+        }
+    }
+
+    fn has(&self, name: &str) -> bool {
+        match &self.session {
+            Some(s) => s.tensor(name).is_some(),
+            None => self.host.contains_key(name),
+        }
+    }
+
+    /// Runs node `index` (already lowered) on the values earlier nodes left on the device.
+    fn step(
+        &mut self,
+        index: usize,
+        nc: &NodeCase,
+        lowered: &lower::Lowered,
+        executor: &dyn CaseExecutor,
+    ) -> Result<Step, NodeError> {
+        let model = self.model;
+        let node = &model.doc.nodes[index];
+        let program = &lowered.program;
+        let case = &nc.case;
+        // On session tensors when every program tensor maps to a graph value in its device form;
+        // otherwise (data-dependent sizes, scalars read back as values) through the host.
+        let on_device = self.session.is_some()
+            && lower::data_dependent_output(&case.op, &case.call, &case.tensor_meta).is_none()
+            && program
+                .hbm
+                .iter()
+                .filter(|d| d.role == HbmRole::Output)
+                .all(|d| nc.output_of.contains_key(&d.name));
+        let step = if on_device {
+            let Some(session) = self.session.as_mut() else {
+                unreachable!("on_device implies a session")
+            };
+            let mut bind = BTreeMap::new();
+            for d in program.hbm.iter().filter(|d| d.role != HbmRole::Scratch) {
+                let global = nc
+                    .input_of
+                    .get(&d.name)
+                    .or_else(|| nc.output_of.get(&d.name))
+                    .ok_or_else(|| NodeError::Error(format!("the program declares `{}`, not a node tensor", d.name)))?;
+                bind.insert(d.name.clone(), global.clone());
+            }
+            let stats = session
+                .run(program, &bind)
+                .map_err(|e| NodeError::Error(format!("simulator: {e}")))?;
+            Step {
+                instructions: total_instructions(&stats),
+                est_us: est_us(&stats),
+            }
+        } else {
+            if self.session.is_some() {
+                self.host_round_trips.push(node.name.clone());
+            }
+            let host_case = nc
+                .with_inputs(&node.name, &mut |g| self.read(g))
+                .map_err(NodeError::Error)?;
+            let run = run_on_host(&host_case, lowered, executor)?;
+            for (local, global) in &nc.output_of {
+                if let Some(t) = run.outputs.get(local) {
+                    match &mut self.session {
+                        Some(s) => {
+                            let d = device_form(global, t).map_err(NodeError::Error)?;
+                            s.put(global, d).map_err(|e| NodeError::Error(e.to_string()))?;
+                        }
+                        None => {
+                            self.host.insert(global.clone(), t.clone());
+                        }
+                    }
+                }
+            }
+            Step {
+                instructions: run.instructions,
+                est_us: run.est_us,
+            }
+        };
+        Ok(step)
+    }
+
+    /// Frees the values no node after `index` reads (the model's outputs stay).
+    fn free_after(&mut self, index: usize) {
+        let dead: Vec<String> = self
+            .last_use
+            .iter()
+            .filter(|&(n, &last)| last == index && !self.model.doc.outputs.contains(n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in dead {
+            self.last_use.remove(&n);
+            match &mut self.session {
+                Some(s) => {
+                    s.delete(&n);
+                }
+                None => {
+                    self.host.remove(&n);
+                }
+            }
+        }
+    }
+}
+
+/// One forward of a model with nothing judged: what the benchmark times.
+#[derive(Clone, Debug)]
+pub struct ForwardReport {
+    /// Putting the leaves (inputs, recipe weights, constants) on the device, in ms.
+    pub load_ms: f64,
+    /// Lowering every node, in ms.
+    pub lower_ms: f64,
+    /// Simulating every node on the session, in ms.
+    pub simulate_ms: f64,
+    /// Estimated device time of the model (sum of the nodes' makespans), in µs.
+    pub est_us: f64,
+    /// Per node: name, op, estimated device time in µs.
+    pub nodes: Vec<(String, String, Option<f64>)>,
+    /// The model outputs' error against the references.
+    pub end_to_end: Vec<(String, ErrorSummary)>,
+    pub transfers: Option<trnsim::Transfers>,
+}
+
+/// Runs the model's forward once on `executor`: every node lowered and run on the session, the
+/// intermediates left on the device, and only the model's outputs read back (and compared). Any
+/// node that cannot run is an error: a forward that skipped work would time less than the model.
+pub fn run_forward(model: &Model, executor: &dyn CaseExecutor) -> Result<ForwardReport, String> {
+    let t = std::time::Instant::now();
+    let mut fwd = Forward::new(model, executor)?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (mut lower_s, mut sim_s) = (0.0, 0.0);
+    let mut nodes = Vec::new();
+    let mut finals = Vec::new();
+    for (index, node) in model.doc.nodes.iter().enumerate() {
+        if ASSERTION_OPS.contains(&node.op.as_str()) || node.op == "getitem" {
+            continue;
+        }
+        let why = |e: NodeError| match e {
+            NodeError::Unsupported(w) | NodeError::Error(w) => format!("node `{}` ({}): {w}", node.name, node.op),
+        };
+        let t = std::time::Instant::now();
+        let nc = node_case(model, node)?;
+        let lowered = lower_node(&nc.case, executor).map_err(why)?;
+        lower_s += t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let step = fwd.step(index, &nc, &lowered, executor).map_err(why)?;
+        fwd.free_after(index);
+        sim_s += t.elapsed().as_secs_f64();
+        nodes.push((node.name.clone(), node.op.clone(), step.est_us));
+        if nc.output_of.values().any(|g| model.doc.outputs.contains(g)) {
+            finals.push((nc, lowered.values));
+        }
+    }
+    let mut end_to_end = Vec::new();
+    for (nc, values) in finals {
+        let outputs = nc
+            .output_of
+            .iter()
+            .filter_map(|(local, global)| fwd.read(global).map(|t| (local.clone(), t)))
+            .collect();
+        let run = NodeRun {
+            outputs,
+            values,
+            instructions: 0,
+            est_us: None,
+        };
+        let s = ErrorSummary::of(&judge(model, &nc, &run)?);
+        for global in nc.output_of.values().filter(|g| model.doc.outputs.contains(g)) {
+            end_to_end.push((global.clone(), s.clone()));
+        }
+    }
+    Ok(ForwardReport {
+        load_ms,
+        lower_ms: lower_s * 1e3,
+        simulate_ms: sim_s * 1e3,
+        est_us: nodes.iter().filter_map(|n| n.2).sum(),
+        nodes,
+        end_to_end,
+        transfers: fwd.transfers().cloned(),
     })
+}
+
+/// What a model run does.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Also run every node on its reference inputs (the verdict). Off: only the chained run,
+    /// whose error is reported but which judges nothing (the benchmark's forward).
+    pub isolated: bool,
+    /// Read every node's chained outputs back to compare them (off: only the model's outputs).
+    pub compare_every_node: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            isolated: true,
+            compare_every_node: true,
+        }
+    }
 }
 
 /// Runs a loaded model on `executor`; `progress` is called after each node.
 pub fn run_model(model: &Model, executor: &dyn CaseExecutor, progress: &dyn Fn(usize, usize)) -> ModelResult {
+    run_model_with(model, executor, RunOptions::default(), progress)
+}
+
+/// [`run_model`] with options.
+pub fn run_model_with(
+    model: &Model,
+    executor: &dyn CaseExecutor,
+    opts: RunOptions,
+    progress: &dyn Fn(usize, usize),
+) -> ModelResult {
     let start = std::time::Instant::now();
-    // Chained values: what the device computed (leaves are exact).
-    let mut device: BTreeMap<String, Tensor> = BTreeMap::new();
+    let mut forward_s = 0.0;
+    let mut fwd = match Forward::new(model, executor) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            return ModelResult {
+                model: model.doc.name.clone(),
+                dir: model.dir.display().to_string(),
+                nodes: Vec::new(),
+                first_failing_node: Some("(load)".into()),
+                first_drift: Some(("(load)".into(), e.clone())),
+                end_to_end: Vec::new(),
+                unsupported: Vec::new(),
+                passed: false,
+                wall_ms: start.elapsed().as_secs_f64() * 1e3,
+                forward_ms: 0.0,
+                est_us: 0.0,
+                transfers: None,
+                host_round_trips: Vec::new(),
+                error: Some(e),
+            };
+        }
+    };
+    let fwd_ref = fwd.as_mut().expect("set above");
     // Chained relative error of every value so far (for error growth).
     let mut drift: BTreeMap<String, f64> = BTreeMap::new();
     let mut nodes = Vec::new();
@@ -440,95 +806,145 @@ pub fn run_model(model: &Model, executor: &dyn CaseExecutor, progress: &dyn Fn(u
             growth: None,
             chained_within_tolerance: false,
             instructions: 0,
+            est_us: None,
             stack: node.stack.clone(),
         };
-        if ASSERTION_OPS.contains(&node.op.as_str()) {
+        if ASSERTION_OPS.contains(&node.op.as_str()) || node.op == "getitem" {
             r.status = "skipped".into();
-            r.message = "metadata assertion: nothing to compute (its metadata is checked at capture)".into();
+            r.message = if node.op == "getitem" {
+                "tuple element selection: no computation".into()
+            } else {
+                "metadata assertion: nothing to compute (its metadata is checked at capture)".into()
+            };
             r.chained_within_tolerance = true;
             nodes.push(r);
             continue;
         }
-        if node.op == "getitem" {
-            // Tuple element selection (the exporter's `operator.getitem`): no data moves.
-            r.status = "skipped".into();
-            r.message = "tuple element selection: no computation".into();
-            r.chained_within_tolerance = true;
-            nodes.push(r);
-            continue;
-        }
-        // Isolated: reference inputs.
-        // An input stored only as a sample has no whole reference: the isolated run takes the
-        // device's value for it (documented in docs/models.md).
-        let reference_value = |name: &str| -> Option<Tensor> {
-            model
-                .reference(name)
-                .cloned()
-                .or_else(|| model.leaf(name).ok())
-                .or_else(|| device.get(name).cloned())
-        };
-        let iso = match node_case(model, node, &reference_value) {
-            Ok(nc) => nc,
-            Err(e) => {
-                r.message = e;
-                nodes.push(r);
-                continue;
-            }
-        };
-        match run_and_check(model, &iso, executor) {
-            Ok(run) => {
-                let s = ErrorSummary::of(&run.metrics);
-                r.status = if s.passed { "pass" } else { "fail" }.into();
-                if !s.passed {
-                    r.message = s.message.clone();
-                }
-                r.instructions = run.instructions;
-                r.isolated = Some(s);
-            }
+        let t_lower = std::time::Instant::now();
+        let prepared = node_case(model, node)
+            .map_err(NodeError::Error)
+            .and_then(|nc| lower_node(&nc.case, executor).map(|l| (nc, l)));
+        forward_s += t_lower.elapsed().as_secs_f64();
+        let (nc, lowered) = match prepared {
+            Ok(p) => p,
             Err(NodeError::Unsupported(why)) => {
                 r.status = "unsupported".into();
                 r.message = why.clone();
                 unsupported.push(format!("{} ({}): {why}", node.op, node.name));
+                nodes.push(r);
+                continue;
             }
-            Err(NodeError::Error(why)) => r.message = why,
-        }
-        // Chained: what the device computed for the inputs (falls back to the reference for an
-        // input the device could not compute, so the rest of the model still runs).
-        let chained_value =
-            |name: &str| -> Option<Tensor> { device.get(name).cloned().or_else(|| reference_value(name)) };
-        let chained_case = node_case(model, node, &chained_value);
-        let input_drift = chained_case
-            .as_ref()
-            .map(|nc| {
-                nc.input_of
-                    .values()
-                    .filter_map(|g| drift.get(g).copied())
-                    .fold(0.0, f64::max)
-            })
-            .unwrap_or(0.0);
-        let chained = chained_case
-            .ok()
-            .and_then(|nc| run_and_check(model, &nc, executor).ok().map(|run| (nc, run)));
-        match chained {
-            Some((nc, run)) => {
-                let s = ErrorSummary::of(&run.metrics);
-                r.chained_within_tolerance = s.passed;
-                if input_drift > 0.0 {
-                    r.growth = Some(s.max_rel_err / input_drift);
-                }
-                for (local, global) in &nc.output_of {
-                    if let Some(t) = run.outputs.get(local) {
-                        device.insert(global.clone(), t.clone());
+            Err(NodeError::Error(why)) => {
+                r.message = why;
+                nodes.push(r);
+                continue;
+            }
+        };
+        // Isolated: reference inputs. An input stored only as a sample has no whole reference:
+        // the isolated run takes the device's value for it (documented in docs/models.md).
+        if opts.isolated {
+            let iso = nc
+                .with_inputs(&node.name, &mut |g| {
+                    model
+                        .reference(g)
+                        .cloned()
+                        .or_else(|| model.leaf(g).ok())
+                        .or_else(|| fwd_ref.read(g))
+                })
+                .map_err(NodeError::Error)
+                .and_then(|case| run_on_host(&case, &lowered, executor))
+                .and_then(|run| judge(model, &nc, &run).map(|m| (run, m)).map_err(NodeError::Error));
+            match iso {
+                Ok((run, metrics)) => {
+                    let s = ErrorSummary::of(&metrics);
+                    r.status = if s.passed { "pass" } else { "fail" }.into();
+                    if !s.passed {
+                        r.message = s.message.clone();
                     }
-                    drift.insert(global.clone(), s.max_rel_err);
+                    r.instructions = run.instructions;
+                    r.isolated = Some(s);
                 }
-                r.chained = Some(s);
+                Err(NodeError::Unsupported(why)) => {
+                    r.status = "unsupported".into();
+                    r.message = why.clone();
+                    unsupported.push(format!("{} ({}): {why}", node.op, node.name));
+                }
+                Err(NodeError::Error(why)) => r.message = why,
             }
-            None => {
+        } else {
+            r.status = "not judged".into();
+        }
+        // Chained: the device's own values for the inputs. An input the device could not compute
+        // is put from its reference, so the rest of the model still runs.
+        for global in nc.input_of.values() {
+            if !fwd_ref.has(global)
+                && let Some(t) = model.reference(global)
+            {
+                if let Some(s) = fwd_ref.session.as_mut() {
+                    if let Ok(d) = device_form(global, t) {
+                        let _ = s.put(global, d);
+                    }
+                } else {
+                    fwd_ref.host.insert(global.clone(), t.clone());
+                }
+            }
+        }
+        let input_drift = nc
+            .input_of
+            .values()
+            .filter_map(|g| drift.get(g).copied())
+            .fold(0.0, f64::max);
+        let t_run = std::time::Instant::now();
+        let stepped = fwd_ref.step(index, &nc, &lowered, executor);
+        forward_s += t_run.elapsed().as_secs_f64();
+        match stepped {
+            Ok(step) => {
+                r.est_us = step.est_us;
+                if !opts.isolated {
+                    r.instructions = step.instructions;
+                }
+                let is_output = |g: &String| model.doc.outputs.contains(g);
+                if opts.compare_every_node || nc.output_of.values().any(is_output) {
+                    let outputs: BTreeMap<String, Tensor> = nc
+                        .output_of
+                        .iter()
+                        .filter_map(|(local, global)| fwd_ref.read(global).map(|t| (local.clone(), t)))
+                        .collect();
+                    let run = NodeRun {
+                        outputs,
+                        values: lowered.values.clone(),
+                        instructions: step.instructions,
+                        est_us: step.est_us,
+                    };
+                    match judge(model, &nc, &run) {
+                        Ok(metrics) => {
+                            let s = ErrorSummary::of(&metrics);
+                            r.chained_within_tolerance = s.passed;
+                            if input_drift > 0.0 {
+                                r.growth = Some(s.max_rel_err / input_drift);
+                            }
+                            for global in nc.output_of.values() {
+                                drift.insert(global.clone(), s.max_rel_err);
+                            }
+                            r.chained = Some(s);
+                        }
+                        Err(e) => {
+                            r.chained_within_tolerance = false;
+                            if r.message.is_empty() {
+                                r.message = format!("chained run: {e}");
+                            }
+                        }
+                    }
+                } else {
+                    r.chained_within_tolerance = true;
+                }
+            }
+            Err(_) => {
                 // The node did not run: downstream nodes use its reference values.
                 r.chained_within_tolerance = r.status == "pass";
             }
         }
+        fwd_ref.free_after(index);
         nodes.push(r);
     }
     progress(total, total);
@@ -557,12 +973,16 @@ pub fn run_model(model: &Model, executor: &dyn CaseExecutor, progress: &dyn Fn(u
                 "the op is within tolerance on reference inputs; the drift it was given compounds ({})",
                 c.message
             ),
+            ("not judged", Some(c)) => format!("not judged on reference inputs ({})", c.message),
             (_, Some(c)) => format!("the op itself fails at this call form ({})", c.message),
             (_, None) => r.message.clone(),
         };
         (r.name.clone(), why)
     });
-    let passed = first_failing_node.is_none();
+    // Without the isolated runs nothing is judged: such a run never reports a pass.
+    let passed = opts.isolated && first_failing_node.is_none();
+    let est_total = nodes.iter().filter_map(|n| n.est_us).sum();
+    let fwd = fwd.expect("set above");
     ModelResult {
         model: model.doc.name.clone(),
         dir: model.dir.display().to_string(),
@@ -573,6 +993,11 @@ pub fn run_model(model: &Model, executor: &dyn CaseExecutor, progress: &dyn Fn(u
         unsupported,
         passed,
         wall_ms: start.elapsed().as_secs_f64() * 1e3,
+        forward_ms: forward_s * 1e3,
+        est_us: est_total,
+        transfers: fwd.transfers().cloned(),
+        host_round_trips: fwd.host_round_trips.clone(),
+        error: None,
     }
 }
 

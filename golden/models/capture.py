@@ -51,6 +51,8 @@ import generate as G  # noqa: E402
 # outputs, and the model's final outputs, are stored whole.
 REF_FULL_LIMIT = 1 << 18
 REF_SAMPLE = 4096
+# The rule of the model being recorded (the benchmark models use a sparser one, see BENCH).
+RULE = {"full_limit": REF_FULL_LIMIT, "sample": REF_SAMPLE}
 SHARD_BYTES = 1536 * 1024
 
 MASK64 = (1 << 64) - 1
@@ -215,6 +217,47 @@ def vit():
                        "hidden_dim=64, mlp_dim=128, num_classes=10)"}
 
 
+def gpt2_block():
+    """One GPT-2-small decoder block at full size (d = 768, 12 heads, sequence 128): the speed
+    benchmark of docs/performance.md. Its input is the block's hidden state and the additive
+    causal mask GPT2Model hands every block (0 on and below the diagonal, the f32 minimum
+    above)."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    cfg = GPT2Config(n_embd=768, n_head=12, n_positions=1024, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0,
+                     attn_implementation="eager")
+    block = GPT2Block(cfg, layer_idx=0)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+
+        def forward(self, hidden, mask):
+            out = self.block(hidden, attention_mask=mask)
+            return out[0] if isinstance(out, tuple) else out
+
+    seq = 128
+    mask = torch.triu(torch.full((seq, seq), torch.finfo(torch.float32).min), diagonal=1)[None, None]
+    return Wrap(), (_image((1, seq, 768), 7), mask), {"config": cfg.to_diff_dict(), "block": "GPT2Block(layer 0)"}
+
+
+def resnet18_224():
+    """torchvision ResNet-18 at full size (1000 classes, 224 x 224, batch 1): the speed benchmark
+    of docs/performance.md."""
+    import torchvision
+
+    m = torchvision.models.resnet18()
+    return m.eval(), (_image((1, 3, 224, 224), 8),), {"torchvision": "resnet18()"}
+
+
+# Full-size benchmark models: their references are sampled more sparsely (every output above
+# BENCH_FULL_LIMIT elements keeps BENCH_SAMPLE of them) to keep the committed data small.
+BENCH = {"gpt2_block", "resnet18_224"}
+BENCH_FULL_LIMIT = 1 << 12
+BENCH_SAMPLE = 1024
+
 # Models that also have a training step, captured as `<name>_train`.
 TRAIN_SUFFIX = "_train"
 TRAINED = ["vit", "bert"]
@@ -226,6 +269,8 @@ MODELS = {
     "resnet18": resnet18,
     "mobilenet_v3_small": mobilenet_v3_small,
     "vit": vit,
+    "gpt2_block": gpt2_block,
+    "resnet18_224": resnet18_224,
 }
 
 
@@ -442,7 +487,7 @@ def record_graph(name, gm, user_inputs, param_of, state, inputs, provenance, out
         "values": graph.values,
         "nodes": graph.nodes,
         "outputs": graph.outputs,
-        "reference": {"full_limit": REF_FULL_LIMIT, "sample": REF_SAMPLE},
+        "reference": dict(RULE),
         "unsupported": sorted(set(graph.unsupported)),
     }
     os.makedirs(out_dir, exist_ok=True)
@@ -484,11 +529,11 @@ def _lookup(env, vname):
 
 
 def _store_reference(graph, vname, t):
-    """Reference values of one node output: whole (`ref.NAME`) up to REF_FULL_LIMIT elements,
-    else REF_SAMPLE elements (`sample.NAME`) at the flat indices `sample_idx.NAME` (int64,
+    """Reference values of one node output: whole (`ref.NAME`) up to RULE["full_limit"] elements,
+    else RULE["sample"] elements (`sample.NAME`) at the flat indices `sample_idx.NAME` (int64,
     sorted, distinct; drawn from SplitMix64(crc32(NAME)))."""
     flat = t.detach().contiguous().reshape(-1)
-    if flat.numel() <= REF_FULL_LIMIT:
+    if flat.numel() <= RULE["full_limit"]:
         graph.tensors[f"ref.{vname}"] = t.detach().contiguous()
     else:
         idx = torch.from_numpy(sample_indices(vname, flat.numel()).astype("int64"))
@@ -499,9 +544,9 @@ def _store_reference(graph, vname, t):
 def sample_indices(vname, n):
     import numpy as np
 
-    raw = splitmix64(zlib.crc32(vname.encode()), 4 * REF_SAMPLE) % np.uint64(n)
+    raw = splitmix64(zlib.crc32(vname.encode()), 4 * RULE["sample"]) % np.uint64(n)
     _, first = np.unique(raw, return_index=True)
-    chosen = raw[np.sort(first)][:REF_SAMPLE]
+    chosen = raw[np.sort(first)][:RULE["sample"]]
     return np.sort(chosen)
 
 
@@ -565,6 +610,8 @@ def main():
         train = name.endswith(TRAIN_SUFFIX)
         base = name[: -len(TRAIN_SUFFIX)] if train else name
         mod, inputs, prov = MODELS[base]()
+        RULE.update(full_limit=BENCH_FULL_LIMIT if name in BENCH else REF_FULL_LIMIT,
+                    sample=BENCH_SAMPLE if name in BENCH else REF_SAMPLE)
         mod.eval()
         recipes = init_module(mod)
         prov = {"builder": base, **_jsonable(prov)}

@@ -71,19 +71,41 @@ pub struct Access {
     pattern: Option<Walk>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 struct Walk {
     offset: i64,
     size: i64,
     dims: Vec<[i64; 2]>,
+    /// [`Walk::intervals`], computed once: an access is tested against many others (every
+    /// history record of its memory, in `infer_waits` and in the race detector).
+    intervals: std::sync::OnceLock<Option<Vec<(i64, i64)>>>,
+}
+
+impl PartialEq for Walk {
+    fn eq(&self, other: &Walk) -> bool {
+        self.offset == other.offset && self.size == other.size && self.dims == other.dims
+    }
 }
 
 /// Elements beyond which an exact overlap test falls back to the (conservative) hulls.
 const EXACT_LIMIT: usize = 1 << 20;
 
 impl Walk {
+    fn new(offset: i64, size: i64, dims: Vec<[i64; 2]>) -> Walk {
+        Walk {
+            offset,
+            size,
+            dims,
+            intervals: std::sync::OnceLock::new(),
+        }
+    }
+
     /// Sorted, merged byte intervals touched, or `None` when there are too many to list.
-    fn intervals(&self) -> Option<Vec<(i64, i64)>> {
+    fn intervals(&self) -> Option<&[(i64, i64)]> {
+        self.intervals.get_or_init(|| self.compute_intervals()).as_deref()
+    }
+
+    fn compute_intervals(&self) -> Option<Vec<(i64, i64)>> {
         let n = self
             .dims
             .iter()
@@ -91,23 +113,56 @@ impl Walk {
         if n > EXACT_LIMIT {
             return None;
         }
-        let mut starts = Vec::with_capacity(n);
-        fn walk(dims: &[[i64; 2]], base: i64, out: &mut Vec<i64>) {
-            match dims.split_first() {
-                None => out.push(base),
-                Some((&[step, num], rest)) => {
-                    for i in 0..num.max(0) {
-                        walk(rest, base.saturating_add(i.saturating_mul(step)), out);
+        // Element runs `[lo, hi)` (in elements): the innermost dim is one run when its step is
+        // ±1, else one run per element; the outer dims are walked as an odometer. The union of
+        // the runs is the union of the elements, so sorting and merging gives the same intervals
+        // as listing every element would.
+        let Some((&[step, num], outer)) = self.dims.split_last() else {
+            return Some(vec![(self.offset, self.offset.saturating_add(self.size))]);
+        };
+        let num = num.max(0);
+        let contiguous = step.abs() == 1;
+        let per_outer = if contiguous { 1 } else { num as usize };
+        let outer_count = n.checked_div(num.max(1) as usize).unwrap_or(0);
+        let mut runs: Vec<(i64, i64)> = Vec::with_capacity(outer_count.saturating_mul(per_outer));
+        let mut idx = vec![0i64; outer.len()];
+        if num > 0 && outer.iter().all(|d| d[1] > 0) {
+            'odometer: loop {
+                let base = outer
+                    .iter()
+                    .zip(&idx)
+                    .fold(0i64, |acc, (d, &i)| acc.saturating_add(i.saturating_mul(d[0])));
+                if contiguous {
+                    let last = base.saturating_add((num - 1).saturating_mul(step));
+                    runs.push((base.min(last), base.max(last).saturating_add(1)));
+                } else {
+                    for i in 0..num {
+                        let e = base.saturating_add(i.saturating_mul(step));
+                        runs.push((e, e.saturating_add(1)));
                     }
+                }
+                // The next outer index, the last outer dim fastest.
+                let mut k = outer.len();
+                loop {
+                    if k == 0 {
+                        break 'odometer;
+                    }
+                    k -= 1;
+                    idx[k] += 1;
+                    if idx[k] < outer[k][1] {
+                        break;
+                    }
+                    idx[k] = 0;
                 }
             }
         }
-        walk(&self.dims, 0, &mut starts);
-        starts.sort_unstable();
+        if !runs.windows(2).all(|w| w[0].0 <= w[1].0) {
+            runs.sort_unstable();
+        }
         let mut out: Vec<(i64, i64)> = Vec::new();
-        for s in starts {
+        for (s, e) in runs {
             let lo = self.offset.saturating_add(s.saturating_mul(self.size));
-            let hi = lo.saturating_add(self.size);
+            let hi = self.offset.saturating_add(e.saturating_mul(self.size));
             match out.last_mut() {
                 Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
                 _ => out.push((lo, hi)),
@@ -115,6 +170,12 @@ impl Walk {
         }
         Some(out)
     }
+}
+
+/// Whether sorted, disjoint intervals `a` touch `[lo, hi)`.
+fn touches(a: &[(i64, i64)], (lo, hi): (i64, i64)) -> bool {
+    let i = a.partition_point(|iv| iv.1 <= lo);
+    a.get(i).is_some_and(|iv| iv.0 < hi)
 }
 
 /// Whether `[step, num]` dims (in elements) touch every element between their extremes once.
@@ -191,8 +252,8 @@ impl Access {
         }
         let (a, b) = match (&self.pattern, &other.pattern) {
             (None, None) => return true,
-            (Some(a), None) => (a.intervals(), Some(vec![other.bytes])),
-            (None, Some(b)) => (Some(vec![self.bytes]), b.intervals()),
+            (Some(a), None) => return a.intervals().is_none_or(|a| touches(a, other.bytes)),
+            (None, Some(b)) => return b.intervals().is_none_or(|b| touches(b, self.bytes)),
             (Some(a), Some(b)) => (a.intervals(), b.intervals()),
         };
         let (Some(a), Some(b)) = (a, b) else { return true };
@@ -276,17 +337,7 @@ fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Optio
                 return None;
             }
             let parts = (ap.start_partition, ap.start_partition.saturating_add(ap.partitions));
-            Access::new(
-                operand,
-                write,
-                space,
-                parts,
-                Walk {
-                    offset,
-                    size,
-                    dims: ap.free.clone(),
-                },
-            )
+            Access::new(operand, write, space, parts, Walk::new(offset, size, ap.free.clone()))
         }
         MemSpace::Hbm(name) => {
             // An undeclared tensor is the executor's error; it cannot conflict with anything.
@@ -294,7 +345,7 @@ fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Optio
             let mut dims = Vec::with_capacity(ap.free.len() + 1);
             dims.push([ap.partition_step, ap.partitions as i64]);
             dims.extend(ap.free.iter().copied());
-            Access::new(operand, write, Space::Hbm(k), (0, 1), Walk { offset, size, dims })
+            Access::new(operand, write, Space::Hbm(k), (0, 1), Walk::new(offset, size, dims))
         }
     }
 }
@@ -519,6 +570,54 @@ mod tests {
             accumulate: false,
             indirect: None,
         })
+    }
+
+    /// Every element's bytes, sorted and merged: the definition `compute_intervals` must meet.
+    fn intervals_by_element(w: &Walk) -> Vec<(i64, i64)> {
+        fn walk(dims: &[[i64; 2]], base: i64, out: &mut Vec<i64>) {
+            match dims.split_first() {
+                None => out.push(base),
+                Some((&[step, num], rest)) => {
+                    for i in 0..num.max(0) {
+                        walk(rest, base + i * step, out);
+                    }
+                }
+            }
+        }
+        let mut starts = Vec::new();
+        walk(&w.dims, 0, &mut starts);
+        starts.sort_unstable();
+        let mut out: Vec<(i64, i64)> = Vec::new();
+        for s in starts {
+            let lo = w.offset + s * w.size;
+            let hi = lo + w.size;
+            match out.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => out.push((lo, hi)),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn run_intervals_equal_element_intervals() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |m: i64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as i64
+        };
+        for _ in 0..2000 {
+            let rank = next(4) as usize;
+            let dims: Vec<[i64; 2]> = (0..rank).map(|_| [next(13) - 6, next(5) + 1]).collect();
+            let w = Walk::new(next(64), [1, 2, 4][next(3) as usize], dims);
+            assert_eq!(
+                w.intervals().map(<[_]>::to_vec),
+                Some(intervals_by_element(&w)),
+                "{w:?}"
+            );
+        }
     }
 
     #[test]

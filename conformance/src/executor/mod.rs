@@ -59,6 +59,13 @@ pub trait CaseExecutor: Send + Sync {
     fn run_case(&self, _case: &Case) -> Option<Result<CaseOutputs, ExecFailure>> {
         None
     }
+
+    /// The simulator to keep device tensors in across programs ([`trnsim::Session`]), when this
+    /// executor is one: `trnconf model run` then runs a model's nodes on session tensors. `None`
+    /// (the default): every program runs through [`CaseExecutor::execute`] on host inputs.
+    fn session_executor(&self) -> Option<Executor> {
+        None
+    }
 }
 
 /// What a case-level executor returned for one case.
@@ -147,6 +154,10 @@ impl CaseExecutor for SimExecutor {
 
     fn target(&self) -> TargetName {
         self.target
+    }
+
+    fn session_executor(&self) -> Option<Executor> {
+        Some(self.executor.clone())
     }
 
     fn execute(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String> {

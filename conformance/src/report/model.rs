@@ -28,6 +28,9 @@ pub struct NodeResult {
     /// Whether the chained output is within the suite's tolerance of the reference.
     pub chained_within_tolerance: bool,
     pub instructions: u64,
+    /// Estimated device time of the node's program in the chained run (the timeline's makespan,
+    /// from the cost model's per-instruction costs), in µs.
+    pub est_us: Option<f64>,
     pub stack: Option<String>,
 }
 
@@ -78,6 +81,19 @@ pub struct ModelResult {
     pub unsupported: Vec<String>,
     pub passed: bool,
     pub wall_ms: f64,
+    /// Host time of the chained run alone (lowering and simulating every node on the session:
+    /// the model's forward), in ms. The rest of `wall_ms` is the isolated runs and comparisons.
+    pub forward_ms: f64,
+    /// Estimated device time of the whole model: the sum of the nodes' `est_us` (one program
+    /// after another; nodes do not overlap), in µs.
+    pub est_us: f64,
+    /// What crossed the host boundary in the chained run: the leaves put once, and the reads
+    /// made to compare. `None` when the executor keeps no device session.
+    pub transfers: Option<trnsim::Transfers>,
+    /// Nodes whose chained run went through the host (data-dependent sizes, scalar outputs).
+    pub host_round_trips: Vec<String>,
+    /// Why the model could not run at all (its leaves could not be put on the device).
+    pub error: Option<String>,
 }
 
 fn fmt_err(s: &Option<ErrorSummary>) -> String {

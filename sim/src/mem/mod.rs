@@ -135,44 +135,85 @@ pub struct Memories {
     wm: Watermarks,
 }
 
-/// A cache over the written maps: for every SBUF/PSUM partition and every HBM tensor, a number
-/// of leading bytes known to be all written. It only ever grows (bytes never become unwritten)
-/// and it may lag behind the written map, never run ahead of it, so a check may skip scanning
-/// any span below the watermark. Writes and successful checks of a span that starts at or below
-/// the watermark raise it to the span's end.
+/// A cache over the written maps: for every SBUF/PSUM partition and every HBM tensor, a few
+/// byte ranges known to be all written. It only ever learns ranges that are written (bytes never
+/// become unwritten) and it may lag behind the written map, never run ahead of it, so a check may
+/// skip scanning any span inside a known range. Writes and successful checks of a span record it
+/// (merged with the known ranges it overlaps or touches): a tile read again and again, anywhere
+/// in its partition, is scanned once.
 #[derive(Clone, Debug)]
 struct Watermarks {
-    sbuf: Vec<Cell<usize>>,
-    psum: Vec<Cell<usize>>,
-    hbm: Vec<Cell<usize>>,
+    sbuf: Vec<Cell<Known>>,
+    psum: Vec<Cell<Known>>,
+    hbm: Vec<Cell<Known>>,
+}
+
+/// Up to [`KNOWN_RANGES`] written byte ranges `[lo, hi)` of one row, relative to its start;
+/// `(0, 0)` is an unused slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct Known([(usize, usize); KNOWN_RANGES]);
+
+const KNOWN_RANGES: usize = 4;
+
+impl Known {
+    /// The first `len` bytes.
+    fn prefix(len: usize) -> Known {
+        let mut k = Known::default();
+        k.0[0] = (0, len);
+        k
+    }
+
+    fn covers(&self, lo: usize, hi: usize) -> bool {
+        self.0.iter().any(|&(a, b)| a <= lo && hi <= b)
+    }
+
+    /// Records `[lo, hi)`: merged with every range it overlaps or touches, then kept in a free
+    /// slot, or in place of the shortest range when that is shorter.
+    fn add(&mut self, mut lo: usize, mut hi: usize) {
+        if hi <= lo {
+            return;
+        }
+        for r in self.0.iter_mut() {
+            if r.1 > r.0 && r.0 <= hi && lo <= r.1 {
+                lo = lo.min(r.0);
+                hi = hi.max(r.1);
+                *r = (0, 0);
+            }
+        }
+        if let Some(slot) = self.0.iter_mut().min_by_key(|r| r.1 - r.0)
+            && slot.1 - slot.0 < hi - lo
+        {
+            *slot = (lo, hi);
+        }
+    }
 }
 
 /// The watermarks of one region: one cell per row of `row_bytes` (HBM: one row, the tensor).
 #[derive(Clone, Copy)]
 struct Marks<'a> {
-    cells: &'a [Cell<usize>],
+    cells: &'a [Cell<Known>],
     row_bytes: usize,
 }
 
 impl Marks<'_> {
     /// The cell of the row holding byte `addr`, and that row's first byte.
-    fn row(&self, addr: usize) -> Option<(&Cell<usize>, usize)> {
+    fn row(&self, addr: usize) -> Option<(&Cell<Known>, usize)> {
         let r = addr.checked_div(self.row_bytes)?;
         Some((self.cells.get(r)?, r * self.row_bytes))
     }
 
     /// Whether bytes `start..end` (within one row) are known written.
     fn covers(&self, start: usize, end: usize) -> bool {
-        self.row(start).is_some_and(|(c, base)| end <= base + c.get())
+        self.row(start)
+            .is_some_and(|(c, base)| c.get().covers(start - base, end - base))
     }
 
     /// Records that bytes `start..end` (within one row) are written.
     fn extend(&self, start: usize, end: usize) {
-        if let Some((c, base)) = self.row(start)
-            && start <= base + c.get()
-            && end > base + c.get()
-        {
-            c.set(end - base);
+        if let Some((c, base)) = self.row(start) {
+            let mut k = c.get();
+            k.add(start - base, end - base);
+            c.set(k);
         }
     }
 }
@@ -247,9 +288,9 @@ impl Memories {
             max_free_dims: target.max_free_dims,
             pool: BufferPool::default(),
             wm: Watermarks {
-                sbuf: vec![Cell::new(0); target.partitions],
-                psum: vec![Cell::new(0); target.partitions],
-                hbm: vec![Cell::new(0); decls.len()],
+                sbuf: vec![Cell::new(Known::default()); target.partitions],
+                psum: vec![Cell::new(Known::default()); target.partitions],
+                hbm: vec![Cell::new(Known::default()); decls.len()],
             },
         }
     }
@@ -280,7 +321,7 @@ impl Memories {
         t.written.fill(1);
         let len = t.written.len();
         if let Some(&i) = self.hbm_index.get(name) {
-            self.wm.hbm[i].set(len);
+            self.wm.hbm[i].set(Known::prefix(len));
         }
         Ok(())
     }
@@ -298,7 +339,7 @@ impl Memories {
         }
         t.data = data;
         t.written.fill(1);
-        self.wm.hbm[i].set(t.written.len());
+        self.wm.hbm[i].set(Known::prefix(t.written.len()));
         Ok(())
     }
 
@@ -578,6 +619,10 @@ impl Memories {
                     bad = Some(start + i);
                 }
             } else {
+                // A strided run inside a range known written (a whole input tensor) needs no scan.
+                if marks.covers(start, start + (n - 1) * stride + size) {
+                    return;
+                }
                 for i in 0..n {
                     let a = start + i * stride;
                     if let Some(j) = written[a..a + size].iter().position(|&w| w == 0) {
