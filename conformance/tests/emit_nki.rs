@@ -1029,6 +1029,11 @@ fn emit_goldens(tag: &str) -> EmittedGoldens {
         let opath = dir_path.join(format!("k{k}.out.safetensors"));
         std::fs::write(&kpath, &kernel).unwrap();
         std::fs::write(&ipath, emit_nki::to_safetensors(&inputs).unwrap()).unwrap();
+        if keep.is_some() {
+            // The simulator's outputs too, to compare a rerun of the kept kernels by hand.
+            let epath = dir_path.join(format!("k{k}.expected.safetensors"));
+            std::fs::write(&epath, emit_nki::to_safetensors(&sim.outputs).unwrap()).unwrap();
+        }
         // The input dtypes by name: a safetensors tag alone cannot tell fp8 e4m3 from e4m3fn.
         let dtypes: BTreeMap<&str, serde_json::Value> = inputs
             .iter()
@@ -1181,10 +1186,6 @@ fn trnsim_python(test: &str) -> Option<String> {
 /// kernels, by error message: each such kernel is reported, not compared. Every other error, and
 /// any bit difference, fails the test. Remove an entry when its gap closes (docs/hardware.md).
 const FRONT_END_GAPS: &[(&str, &str)] = &[
-    (
-        "the program declares",
-        "the bindings turn a 0-dim input array into shape [1] (np.ascontiguousarray in trnsim/_dtypes.py to_wire)",
-    ),
     (
         "tensor.view to a dtype of another size",
         "the front-end has no bitcast view to a dtype of another size (the emitter's byte-tile regions)",
