@@ -1203,10 +1203,6 @@ const FRONT_END_GAPS: &[(&str, &str)] = &[
         "indirect DMA: the emitter's index-tile expression form is not the front-end's",
     ),
     (
-        "cannot be broadcast to",
-        "3- and 4-D affine index expressions of the emitter's views are not accepted by the front-end",
-    ),
-    (
         "has no attribute 'set_rng_seed'",
         "nisa.set_rng_seed is not in the front-end",
     ),
@@ -1217,10 +1213,6 @@ const FRONT_END_GAPS: &[(&str, &str)] = &[
     (
         "nisa.iota takes an affine index expression",
         "the emitter's iota expression form is not accepted by the front-end",
-    ),
-    (
-        "axes = ",
-        "a tensor_reduce over more free axes than the front-end's traced source view has",
     ),
 ];
 

@@ -36,3 +36,62 @@ def test_zero_dim_input_and_output():
     res = trnsim.run(prog, {"x": x})
     (out,) = [h["name"] for h in kr.program["hbm"] if h["role"] == "output"]
     assert res.outputs[out].shape == () and res.outputs[out] == np.float32(4.5)
+
+
+def test_isa_operands_pair_elements_in_order():
+    """nki.isa instructions pair their operands' elements in order: same partitions and elements
+    per partition, any shapes (a [P, 12] tile against a strided [P, 4, 3] view of another)."""
+    a = R.standard_normal((8, 24)).astype(np.float32)
+    b = R.standard_normal((8, 12)).astype(np.float32)
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((8, 12), dtype=nl.float32, buffer=nl.shared_hbm)
+        ta, tb = nl.load(a), nl.load(b)
+        res = nl.ndarray((8, 12), dtype=nl.float32, buffer=nl.sbuf)
+        i_p = nl.arange(8)[:, None, None]
+        # every other group of 3 of a's 24 columns: [8, 4, 3], steps 6 and 1 (not a [8, 12] view)
+        strided = ta[i_p, 6 * nl.arange(4)[None, :, None] + nl.arange(3)[None, None, :]]
+        res[0:8, 0:12] = nisa.tensor_tensor(strided, tb, op=nl.subtract)
+        nl.store(out, res)
+        return out
+
+    import neuronxcc.nki.isa as nisa
+
+    ref = a.reshape(8, 4, 6)[:, :, :3].reshape(8, 12) - b
+    np.testing.assert_array_equal(k(a, b), ref)
+
+
+def test_tensor_scalar_column_over_a_3d_tile():
+    """A [P, 1] operand0 is one scalar per partition whatever the data's rank."""
+    import neuronxcc.nki.isa as nisa
+
+    x = R.standard_normal((6, 20)).astype(np.float32)
+    s = R.standard_normal((6, 1)).astype(np.float32)
+
+    @nki.jit
+    def k(x, s):
+        out = nl.ndarray((6, 4, 5), dtype=nl.float32, buffer=nl.shared_hbm)
+        tx, ts = nl.load(x), nl.load(s)
+        v = tx[nl.arange(6)[:, None, None], 5 * nl.arange(4)[None, :, None] + nl.arange(5)[None, None, :]]
+        nl.store(out, nisa.tensor_scalar(v, op0=nl.multiply, operand0=ts))
+        return out
+
+    np.testing.assert_array_equal(k(x, s), (x * s).reshape(6, 4, 5))
+
+
+def test_tensor_reduce_over_a_size_one_axis():
+    """Reducing an axis of size 1 is a reduction over one element (not an empty instruction)."""
+    import neuronxcc.nki.isa as nisa
+
+    x = R.standard_normal((4, 5)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 5), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        v = t[nl.arange(4)[:, None, None], nl.arange(5)[None, :, None] + nl.arange(1)[None, None, :]]
+        nl.store(out, nisa.tensor_reduce(op=nl.max, data=v, axis=2, negate=True))
+        return out
+
+    np.testing.assert_array_equal(k(x), -x)

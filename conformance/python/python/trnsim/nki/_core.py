@@ -849,6 +849,58 @@ class View:
         idx = [(c, tuple(co[a] for a in axes)) for c, co in self.idx]
         return View(self.base, [self.shape[a] for a in axes], idx, self.dtype)
 
+    def in_element_order(self, shape):
+        """This view's elements, in their row-major order, seen in `shape` (same element count),
+        or None when that is not an affine view (a merged pair of axes whose steps are not
+        nested, as numpy's no-copy reshape). The first axis (partitions on chip) must stay."""
+        shape = tuple(int(s) for s in shape)
+        if shape == self.shape:
+            return self
+        if not shape or not self.shape or shape[0] != self.shape[0] or math.prod(shape) != math.prod(self.shape):
+            return None
+        nb = len(self.idx)
+        # per view axis: its step in every base dim (size-1 axes carry none)
+        old = [(s, tuple(co[a] for _, co in self.idx)) for a, s in enumerate(self.shape) if a > 0 and s != 1]
+        new_free = list(shape[1:])
+        steps = [None] * len(new_free)
+        i = j = 0
+        while i < len(old) or j < len(new_free):
+            if j < len(new_free) and new_free[j] == 1:
+                steps[j] = (0,) * nb
+                j += 1
+                continue
+            if i >= len(old) or j >= len(new_free):
+                return None
+            # the smallest runs of old axes [i, ip) and new axes [j, jp) with equal products
+            ip, jp = i + 1, j + 1
+            po, pn = old[i][0], new_free[j]
+            while po != pn:
+                if po < pn:
+                    if ip >= len(old):
+                        return None
+                    po *= old[ip][0]
+                    ip += 1
+                else:
+                    if jp >= len(new_free):
+                        return None
+                    pn *= new_free[jp]
+                    jp += 1
+            for k in range(i, ip - 1):  # the old run must be one nested (mergeable) walk
+                if old[k][1] != tuple(x * old[k + 1][0] for x in old[k + 1][1]):
+                    return None
+            step = old[ip - 1][1]
+            for k in range(jp - 1, j - 1, -1):
+                if new_free[k] == 1:
+                    steps[k] = (0,) * nb
+                    continue
+                steps[k] = step
+                step = tuple(x * new_free[k] for x in step)
+            i, j = ip, jp
+        idx = []
+        for d, (c, co) in enumerate(self.idx):
+            idx.append((c, (co[0],) + tuple(s[d] for s in steps)))
+        return View(self.base, shape, idx, self.dtype)
+
     def check_bounds(self, loc=None):
         if 0 in self.shape or self.idx is self.base.__dict__.get("_full_idx"):
             return
