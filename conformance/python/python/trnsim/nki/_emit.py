@@ -8,12 +8,12 @@ import numpy as np
 
 from ._core import (
     Aff,
-    broadcast_shapes,
     NkiError,
     TileStorage,
     Tracer,
     View,
     as_dtype,
+    broadcast_shapes,
     caller_loc,
     is_float,
     mask_box,
