@@ -1187,10 +1187,6 @@ fn trnsim_python(test: &str) -> Option<String> {
 /// any bit difference, fails the test. Remove an entry when its gap closes (docs/hardware.md).
 const FRONT_END_GAPS: &[(&str, &str)] = &[
     (
-        "tensor.view to a dtype of another size",
-        "the front-end has no bitcast view to a dtype of another size (the emitter's byte-tile regions)",
-    ),
-    (
         "reshape is supported on whole tensors only",
         "the front-end reshapes whole tensors only; the emitter reshapes slices",
     ),

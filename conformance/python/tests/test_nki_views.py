@@ -95,3 +95,29 @@ def test_tensor_reduce_over_a_size_one_axis():
         return out
 
     np.testing.assert_array_equal(k(x), -x)
+
+
+def test_view_as_a_dtype_of_another_size():
+    """tensor.view reinterprets bytes, as numpy's ndarray.view: a [P, 16] uint8 tile is a [P, 4]
+    float32 / int32 tile. Floats land in a byte tile, their sign is cleared through an int32 view,
+    and their high bytes are read through the byte view."""
+    import neuronxcc.nki.isa as nisa
+
+    x = R.standard_normal((6, 4)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        absx = nl.ndarray((6, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        high = nl.ndarray((6, 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+        raw = nl.ndarray((6, 16), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=raw.view(nl.float32), src=x)
+        hi = nisa.tensor_copy(raw[nl.arange(6)[:, None], 4 * nl.arange(4)[None, :] + 3])
+        raw.view(nl.int32)[0:6, 0:4] = nisa.tensor_scalar(raw.view(nl.int32), op0=nl.bitwise_and,
+                                                          operand0=0x7FFFFFFF)
+        nl.store(absx, raw.view(nl.float32))
+        nl.store(high, hi)
+        return absx, high
+
+    absx, high = k(x)
+    np.testing.assert_array_equal(absx, np.abs(x))
+    np.testing.assert_array_equal(high, x.view(np.uint8)[:, 3::4])

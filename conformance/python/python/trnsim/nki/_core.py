@@ -977,6 +977,18 @@ class View:
         fco = [sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
                for a in range(self.ndim)]
         f = _affine_vals(fc, fco, self.shape)
+        st = storage_of(b)
+        asz, ssz = b.dtype.itemsize, st.dtype.itemsize
+        if asz != ssz:
+            # a view in a dtype of another size (tensor.view): the storage elements its bytes
+            # cover, on an extra last axis when one element spans several
+            byte0 = (b.offset - st.offset) + f * asz
+            if asz > ssz:
+                r = asz // ssz
+                f = (byte0 // ssz)[..., None] + np.arange(r, dtype=np.int64)
+                p = p[..., None]
+            else:
+                f = byte0 // ssz
         return np.broadcast_arrays(p, f)
 
     # -- tensor methods (nki.tensor)
@@ -993,9 +1005,9 @@ class View:
             if shape[0] != b.partitions or b.par_axis != 0:
                 raise NkiError(f"reshape of tile {b.describe()} must keep the partition dimension", caller_loc()[0])
             # a view with the new free dims over the same row-major free storage of a 2-D alias
-            alias = _Alias(b, shape)
+            alias = _Alias(storage_of(b), shape, b.dtype)
             return View.full(alias)
-        return View.full(_HbmAlias(b, shape))
+        return View.full(_HbmAlias(storage_of(b), shape, b.dtype))
 
     def broadcast_to(self, shape):
         from . import language as nl
@@ -1010,12 +1022,26 @@ class View:
         return nl.copy(self, dtype=dtype)
 
     def view(self, dtype):
+        """The same bytes read as `dtype`. To a dtype of another size, as numpy's `ndarray.view`:
+        the last dimension is rescaled (`[P, 8]` uint8 viewed as int32 is `[P, 2]`); the view must
+        be a whole tensor whose last dimension holds a whole number of the new elements."""
         dtype = as_dtype(dtype)
-        if dtype.itemsize != self.dtype.itemsize:
-            raise NkiError("tensor.view to a dtype of another size is not supported by the trnsim front-end",
-                           caller_loc()[0])
-        v = View(self.base, self.shape, self.idx, dtype)
-        return v
+        if dtype.itemsize == self.dtype.itemsize:
+            return View(self.base, self.shape, self.idx, dtype)
+        loc = caller_loc()[0]
+        if not self.is_full() or self.ndim < (2 if self.base.on_chip else 1):
+            raise NkiError("tensor.view to a dtype of another size takes a whole tensor (view it, then index the "
+                           "view)", loc)
+        nbytes = self.shape[-1] * self.dtype.itemsize
+        if nbytes % dtype.itemsize:
+            raise NkiError(f"tensor.view: the last dimension ({self.shape[-1]} x {self.dtype.itemsize} bytes) is not a "
+                           f"whole number of {dtype} elements", loc)
+        shape = self.shape[:-1] + (nbytes // dtype.itemsize,)
+        if self.base.on_chip:
+            if self.base.par_axis != 0:
+                raise NkiError("tensor.view to a dtype of another size: the partition dimension must come first", loc)
+            return View.full(_Alias(storage_of(self.base), shape, dtype))
+        return View.full(_HbmAlias(storage_of(self.base), shape, dtype))
 
     # -- writes
     def __setitem__(self, key, value):
@@ -1123,9 +1149,10 @@ class _Alias:
 
     on_chip = True
 
-    def __init__(self, st, shape):
+    def __init__(self, st, shape, dtype=None):
         self._st = st
         self.shape = tuple(shape)
+        self.dtype = st.dtype if dtype is None else dtype
         self.par_axis = 0
         self.partitions = shape[0]
         self.fstrides = {}
@@ -1141,9 +1168,10 @@ class _Alias:
 class _HbmAlias:
     on_chip = False
 
-    def __init__(self, st, shape):
+    def __init__(self, st, shape, dtype=None):
         self._st = st
         self.shape = tuple(shape)
+        self.dtype = st.dtype if dtype is None else dtype
         strides, acc = [], 1
         for s in reversed(self.shape):
             strides.append(acc)

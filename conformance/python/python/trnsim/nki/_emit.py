@@ -104,10 +104,13 @@ def _cells(v):
         return v.positions()
     free = ap["free"]
     if len(free) == 1 and free[0][0] == 1:
-        isz = storage_of(b).dtype.itemsize
-        f0 = (ap["offset"] - storage_of(b).offset) // isz
+        st = storage_of(b)
+        isz = st.dtype.itemsize
+        byte0 = ap["offset"] - st.offset
+        byte1 = byte0 + free[0][1] * v.dtype.itemsize
         p0 = ap["start_partition"]
-        return slice(p0, p0 + ap["partitions"]), slice(f0, f0 + free[0][1])
+        # the storage elements these bytes touch (a view may have a dtype of another size)
+        return slice(p0, p0 + ap["partitions"]), slice(byte0 // isz, -(-byte1 // isz))
     return v.positions()
 
 
@@ -385,6 +388,8 @@ def narrow(box, views, loc):
         else:
             p, f = sub.positions()
             w = st.written[p, f]
+            if w.ndim > len(sub.shape):  # elements spanning several storage elements
+                w = w.all(axis=-1)
         defined = w if defined is None else (defined & w)
     if defined is None or defined.all():
         return box
