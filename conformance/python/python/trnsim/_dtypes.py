@@ -60,7 +60,9 @@ def to_wire(name: str, array, declared: str | None = None):
     dt = trnsim_dtype(a.dtype)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
-    a = np.ascontiguousarray(a)
+    if not a.flags.c_contiguous:
+        # (not np.ascontiguousarray: it returns at least 1-d, so a 0-d array would become shape [1])
+        a = a.copy(order="C")
     if declared == "tf32" and dt == "f32":
         if np.any(a.view(np.uint32) & np.uint32(0x1FFF)):
             raise ValueError(f"tensor {name!r}: float32 values with nonzero low 13 mantissa bits are not tf32")

@@ -849,6 +849,58 @@ class View:
         idx = [(c, tuple(co[a] for a in axes)) for c, co in self.idx]
         return View(self.base, [self.shape[a] for a in axes], idx, self.dtype)
 
+    def in_element_order(self, shape):
+        """This view's elements, in their row-major order, seen in `shape` (same element count),
+        or None when that is not an affine view (a merged pair of axes whose steps are not
+        nested, as numpy's no-copy reshape). The first axis (partitions on chip) must stay."""
+        shape = tuple(int(s) for s in shape)
+        if shape == self.shape:
+            return self
+        if not shape or not self.shape or shape[0] != self.shape[0] or math.prod(shape) != math.prod(self.shape):
+            return None
+        nb = len(self.idx)
+        # per view axis: its step in every base dim (size-1 axes carry none)
+        old = [(s, tuple(co[a] for _, co in self.idx)) for a, s in enumerate(self.shape) if a > 0 and s != 1]
+        new_free = list(shape[1:])
+        steps = [None] * len(new_free)
+        i = j = 0
+        while i < len(old) or j < len(new_free):
+            if j < len(new_free) and new_free[j] == 1:
+                steps[j] = (0,) * nb
+                j += 1
+                continue
+            if i >= len(old) or j >= len(new_free):
+                return None
+            # the smallest runs of old axes [i, ip) and new axes [j, jp) with equal products
+            ip, jp = i + 1, j + 1
+            po, pn = old[i][0], new_free[j]
+            while po != pn:
+                if po < pn:
+                    if ip >= len(old):
+                        return None
+                    po *= old[ip][0]
+                    ip += 1
+                else:
+                    if jp >= len(new_free):
+                        return None
+                    pn *= new_free[jp]
+                    jp += 1
+            for k in range(i, ip - 1):  # the old run must be one nested (mergeable) walk
+                if old[k][1] != tuple(x * old[k + 1][0] for x in old[k + 1][1]):
+                    return None
+            step = old[ip - 1][1]
+            for k in range(jp - 1, j - 1, -1):
+                if new_free[k] == 1:
+                    steps[k] = (0,) * nb
+                    continue
+                steps[k] = step
+                step = tuple(x * new_free[k] for x in step)
+            i, j = ip, jp
+        idx = []
+        for d, (c, co) in enumerate(self.idx):
+            idx.append((c, (co[0],) + tuple(s[d] for s in steps)))
+        return View(self.base, shape, idx, self.dtype)
+
     def check_bounds(self, loc=None):
         if 0 in self.shape or self.idx is self.base.__dict__.get("_full_idx"):
             return
@@ -925,6 +977,18 @@ class View:
         fco = [sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
                for a in range(self.ndim)]
         f = _affine_vals(fc, fco, self.shape)
+        st = storage_of(b)
+        asz, ssz = b.dtype.itemsize, st.dtype.itemsize
+        if asz != ssz:
+            # a view in a dtype of another size (tensor.view): the storage elements its bytes
+            # cover, on an extra last axis when one element spans several
+            byte0 = (b.offset - st.offset) + f * asz
+            if asz > ssz:
+                r = asz // ssz
+                f = (byte0 // ssz)[..., None] + np.arange(r, dtype=np.int64)
+                p = p[..., None]
+            else:
+                f = byte0 // ssz
         return np.broadcast_arrays(p, f)
 
     # -- tensor methods (nki.tensor)
@@ -941,9 +1005,9 @@ class View:
             if shape[0] != b.partitions or b.par_axis != 0:
                 raise NkiError(f"reshape of tile {b.describe()} must keep the partition dimension", caller_loc()[0])
             # a view with the new free dims over the same row-major free storage of a 2-D alias
-            alias = _Alias(b, shape)
+            alias = _Alias(storage_of(b), shape, b.dtype)
             return View.full(alias)
-        return View.full(_HbmAlias(b, shape))
+        return View.full(_HbmAlias(storage_of(b), shape, b.dtype))
 
     def broadcast_to(self, shape):
         from . import language as nl
@@ -958,12 +1022,26 @@ class View:
         return nl.copy(self, dtype=dtype)
 
     def view(self, dtype):
+        """The same bytes read as `dtype`. To a dtype of another size, as numpy's `ndarray.view`:
+        the last dimension is rescaled (`[P, 8]` uint8 viewed as int32 is `[P, 2]`); the view must
+        be a whole tensor whose last dimension holds a whole number of the new elements."""
         dtype = as_dtype(dtype)
-        if dtype.itemsize != self.dtype.itemsize:
-            raise NkiError("tensor.view to a dtype of another size is not supported by the trnsim front-end",
-                           caller_loc()[0])
-        v = View(self.base, self.shape, self.idx, dtype)
-        return v
+        if dtype.itemsize == self.dtype.itemsize:
+            return View(self.base, self.shape, self.idx, dtype)
+        loc = caller_loc()[0]
+        if not self.is_full() or self.ndim < (2 if self.base.on_chip else 1):
+            raise NkiError("tensor.view to a dtype of another size takes a whole tensor (view it, then index the "
+                           "view)", loc)
+        nbytes = self.shape[-1] * self.dtype.itemsize
+        if nbytes % dtype.itemsize:
+            raise NkiError(f"tensor.view: the last dimension ({self.shape[-1]} x {self.dtype.itemsize} bytes) is not a "
+                           f"whole number of {dtype} elements", loc)
+        shape = self.shape[:-1] + (nbytes // dtype.itemsize,)
+        if self.base.on_chip:
+            if self.base.par_axis != 0:
+                raise NkiError("tensor.view to a dtype of another size: the partition dimension must come first", loc)
+            return View.full(_Alias(storage_of(self.base), shape, dtype))
+        return View.full(_HbmAlias(storage_of(self.base), shape, dtype))
 
     # -- writes
     def __setitem__(self, key, value):
@@ -1071,9 +1149,10 @@ class _Alias:
 
     on_chip = True
 
-    def __init__(self, st, shape):
+    def __init__(self, st, shape, dtype=None):
         self._st = st
         self.shape = tuple(shape)
+        self.dtype = st.dtype if dtype is None else dtype
         self.par_axis = 0
         self.partitions = shape[0]
         self.fstrides = {}
@@ -1089,9 +1168,10 @@ class _Alias:
 class _HbmAlias:
     on_chip = False
 
-    def __init__(self, st, shape):
+    def __init__(self, st, shape, dtype=None):
         self._st = st
         self.shape = tuple(shape)
+        self.dtype = st.dtype if dtype is None else dtype
         strides, acc = [], 1
         for s in reversed(self.shape):
             strides.append(acc)

@@ -13,6 +13,7 @@ from ._core import (
     Tracer,
     View,
     as_dtype,
+    broadcast_shapes,
     caller_loc,
     is_float,
     mask_box,
@@ -103,10 +104,13 @@ def _cells(v):
         return v.positions()
     free = ap["free"]
     if len(free) == 1 and free[0][0] == 1:
-        isz = storage_of(b).dtype.itemsize
-        f0 = (ap["offset"] - storage_of(b).offset) // isz
+        st = storage_of(b)
+        isz = st.dtype.itemsize
+        byte0 = ap["offset"] - st.offset
+        byte1 = byte0 + free[0][1] * v.dtype.itemsize
         p0 = ap["start_partition"]
-        return slice(p0, p0 + ap["partitions"]), slice(f0, f0 + free[0][1])
+        # the storage elements these bytes touch (a view may have a dtype of another size)
+        return slice(p0, p0 + ap["partitions"]), slice(byte0 // isz, -(-byte1 // isz))
     return v.positions()
 
 
@@ -199,6 +203,54 @@ def prep(v, shape, loc):
     return b
 
 
+def _same_elements(a, b):
+    return bool(a) and bool(b) and a[0] == b[0] and math.prod(a[1:]) == math.prod(b[1:])
+
+
+def in_shape(v, shape, loc):
+    """Operand `v` of an ISA instruction in the instruction's `shape`. The NKI ISA pairs its
+    operands' elements in order: they need the same partition count and the same number of
+    elements per partition, not one shape (nki.isa.tensor_tensor, tensor_copy, dma_copy...). So an
+    operand with those is seen in `shape` in element order; any other is broadcast (numpy rules,
+    `prep`)."""
+    shape = tuple(shape)
+    if v.shape == shape:
+        return v
+    if not _same_elements(v.shape, shape):
+        return prep(v, shape, loc)
+    r = v.in_element_order(shape)
+    if r is None:
+        raise NkiError(f"an operand of shape {v.shape} pairs with shape {shape}: it has the same elements per "
+                       f"partition, but its steps do not merge into that shape as a view (numpy's no-copy "
+                       f"reshape rule)", loc)
+    return r
+
+
+def common_shape(loc, *views):
+    """The shape an ISA instruction walks its operands in. Operands with the same partitions and
+    elements per partition: the first of their shapes (most axes first) every operand can be seen
+    in, in element order. Otherwise their numpy broadcast."""
+    vs = [v for v in views if isinstance(v, View)]
+    shapes = [v.shape for v in vs]
+    if all(_same_elements(s, shapes[0]) for s in shapes):
+        for cand in sorted(shapes, key=len, reverse=True):
+            if all(s == cand or v.in_element_order(cand) is not None for v, s in zip(vs, shapes)):
+                return cand
+        raise NkiError(f"operand shapes {' and '.join(str(s) for s in shapes)} hold the same elements per "
+                       f"partition, but no one shape is a view of them all", loc)
+    return broadcast_shapes(*shapes)
+
+
+def partition_column(v, shape):
+    """A [P, 1] tile operand of a per-partition scalar (tensor_scalar's operand0, activation's
+    bias and scale) broadcast over a data tile of `shape` of any rank: one value per partition."""
+    shape = tuple(shape)
+    if v.ndim == 2 and v.shape[1] == 1 and len(shape) > 2:
+        pad = len(shape) - 2
+        v = View(v.base, v.shape + (1,) * pad, [(c, co + (0,) * pad) for c, co in v.idx], v.dtype)
+    return v.broadcast(shape)
+
+
 def box_views(box, *views):
     return [None if v is None else v.restrict(box) for v in views]
 
@@ -266,7 +318,16 @@ def try_redirect(dst, val, accumulate=False):
         return False
     ins, op, engine, box, srcs = st.producer
     if dst.shape != val.shape:
-        return False
+        # an ISA instruction writes its dst in element order (same partitions, same elements per
+        # partition): `t[p, 0:12] = nisa.op(x)` with x of shape [P, 4, 3]
+        if box is not None and list(box) != [(0, s) for s in val.shape]:
+            return False
+        if not _same_elements(dst.shape, val.shape):
+            return False
+        # (when dst's steps do not split into val's shape, its own access pattern still walks the
+        # same elements in the same order)
+        seen = dst.in_element_order(val.shape)
+        dst = dst if seen is None else seen
     dmem = "hbm" if not dst.base.on_chip else dst.base.buffer
     if dmem not in _WRITES[engine]:
         return False
@@ -327,6 +388,8 @@ def narrow(box, views, loc):
         else:
             p, f = sub.positions()
             w = st.written[p, f]
+            if w.ndim > len(sub.shape):  # elements spanning several storage elements
+                w = w.all(axis=-1)
         defined = w if defined is None else (defined & w)
     if defined is None or defined.all():
         return box

@@ -19,7 +19,7 @@ from ._core import (
     trn_name,
     uint32,
 )
-from ._emit import emit, new_tile, prep, scalar_operand
+from ._emit import emit, new_tile, scalar_operand
 
 
 class engine(enum.IntEnum):
@@ -170,7 +170,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
 
 def _cols(shape, *operands):
     """[P, 1] tile operands broadcast over `shape`, for narrowing to where they are defined."""
-    return [o.broadcast(shape) for o in operands if isinstance(o, View) and o.base.on_chip]
+    return [E.partition_column(o, shape) for o in operands if isinstance(o, View) and o.base.on_chip]
 
 
 def _col_rows(x, box):
@@ -222,9 +222,9 @@ def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unkn
     loc = caller_loc()[0]
     a = E.alu(op)
     e = _eng(engine, "gpsimd" if a == "pow" else "vector")
-    shape = nl._result_shape(data1, data2)
+    shape = E.common_shape(loc, data1, data2)
     out = _fresh(shape, _dt(dtype, data1) if dtype is not None else E.out_dtype(None, data1, data2), loc)
-    x, y = prep(data1, shape, loc), prep(data2, shape, loc)
+    x, y = E.in_shape(data1, shape, loc), E.in_shape(data2, shape, loc)
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
         return out
@@ -259,9 +259,9 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
                          dtype=None, **kwargs):
     """VectorE `scalar_tensor_tensor`: (data op0 operand0) op1 operand1 (a tile)."""
     loc = caller_loc()[0]
-    shape = nl._result_shape(data, operand1)
+    shape = E.common_shape(loc, data, operand1)
     out = _fresh(shape, _dt(dtype, data), loc)
-    x, y = prep(data, shape, loc), prep(operand1, shape, loc)
+    x, y = E.in_shape(data, shape, loc), E.in_shape(operand1, shape, loc)
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
         return out
@@ -328,7 +328,10 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
 def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None, **kwargs):
     """VectorE `tensor_copy_predicated`: dst (in place) = src where predicate != 0."""
     loc = caller_loc()[0]
-    box, (s, d, p) = _box(mask, dst.shape, prep(src, dst.shape, loc), dst, prep(predicate, dst.shape, loc))
+    if mask is None:
+        dst = E.in_shape(dst, E.common_shape(loc, dst, src, predicate), loc)
+    box, (s, d, p) = _box(mask, dst.shape, E.in_shape(src, dst.shape, loc), dst,
+                          E.in_shape(predicate, dst.shape, loc))
     if box is None:
         return
     f = {"dst": d.ap(loc=loc), "src": s.ap(loc=loc), "predicate": p.ap(loc=loc)}
@@ -532,7 +535,11 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
             f["accumulate"] = True
         emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=[other] if side == "src" else [])
         return
-    box, (d, s) = _box(mask, dst.shape, dst, nl._fit_rank(src, dst.shape, loc).broadcast(dst.shape))
+    src = nl._fit_rank(src, dst.shape, loc)
+    if mask is None and src.shape != dst.shape and E._same_elements(src.shape, dst.shape):
+        shape = E.common_shape(loc, dst, src)  # elements in order, in a shape both are views in
+        dst = E.in_shape(dst, shape, loc)
+    box, (d, s) = _box(mask, dst.shape, dst, E.in_shape(src, dst.shape, loc))
     if box is None:
         return
     f = {"dst": d.ap(loc=loc), "src": s.ap(loc=loc)}

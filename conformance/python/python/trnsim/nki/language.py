@@ -750,6 +750,10 @@ def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
     nfree = len(f["src"]["free"])
     nkept = len(_merged_kept(a, x.ndim - len(axes), loc))
     f["axes"] = nfree - nkept
+    if f["axes"] == 0 and nfree < 4:
+        # every reduced axis has size 1 (merged away): reduce over an explicit size-1 free dim
+        f["src"]["free"].append([1, 1])
+        f["axes"] = 1
     if negate:
         f["negate"] = True
     emit("vector", "tensor_reduce", f, loc, reads=[a], writes=[o], fresh=out, box=obox)
