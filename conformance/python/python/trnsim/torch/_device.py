@@ -368,6 +368,10 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         raise _NotRunnable("unencodable", str(e)) from None
     if meta is None:
         meta = _meta_outputs(func, args, kwargs)
+    if meta is None and not any("Tensor" in str(r.type) for r in func._schema.returns):
+        # Only non-tensor returns (`_local_scalar_dense`): nothing for a meta kernel to say.
+        rets = func._schema.returns
+        meta = 0 if len(rets) == 1 else tuple(0 for _ in rets)
     if meta is None:
         if name not in _DATA_DEPENDENT:
             raise _NotRunnable("no_meta", f"`{name}`: PyTorch has no meta kernel for this call")
@@ -381,7 +385,11 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
     if err is not None:
         raise _NotRunnable(err, msg)
     out_names: dict[str, str] = {}
-    for decl, dev, shape, role in program.hbm:
+    hbm = program.hbm
+    declared = {decl for decl, _, _, role in hbm if role == "input"}
+    # A program need not read every input (`full_like` reads only metadata).
+    bind = {k: v for k, v in bind.items() if k in declared}
+    for decl, dev, shape, role in hbm:
         if role == "output":
             out_names[decl] = _new_name()
             bind[decl] = out_names[decl]
@@ -391,7 +399,7 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
     produced: dict[str, _Storage] = {}
     scalars: dict[str, Any] = {}
     count_value = None
-    for decl, dev, shape, role in program.hbm:
+    for decl, dev, shape, role in hbm:
         if role != "output":
             continue
         sname = out_names[decl]
@@ -517,6 +525,11 @@ def _dispatch(func, args, kwargs, top: bool):
         return _copy_(args[0], args[1])
     if func in (aten.lift_fresh.default, aten.lift_fresh_copy.default) and isinstance(args[0], TrnsimTensor):
         return args[0]
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        # A composite (`to.dtype`, `reshape`, …) reaching the device: PyTorch's own decomposition.
+        out = func.decompose(*args, **kwargs)
+        if out is not NotImplemented:
+            return out
     if func.is_view:
         if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
             return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
