@@ -103,6 +103,29 @@ def _factory(op, *args, **kwargs):
     return _device.dispatch(op, args, kwargs)
 
 
+_aten_lib = None
+
+
+def _arange_start_step(start, end, step=1, **kw):
+    return _device.dispatch(torch.ops.aten.arange.start_step, (start, end, step), kw)
+
+
+def _arange_start(start, end, **kw):
+    return _arange_start_step(start, end, 1, **kw)
+
+
+def _arange_end(end, **kw):
+    return _arange_start_step(0, end, 1, **kw)
+
+
+def _copy_kernel(dst, src, non_blocking=False):
+    return _device.dispatch(torch.ops.aten.copy_.default, (dst, src), {})
+
+
+def _copy_from_kernel(src, dst, non_blocking=False):
+    return _device.dispatch(torch.ops.aten.copy_.default, (dst, src), {})
+
+
 def register() -> None:
     """Makes the ``trnsim`` device available (idempotent; done on import)."""
     global _registered, _lib
@@ -113,6 +136,18 @@ def register() -> None:
     _setup_privateuseone_for_python_backend(_device.DEVICE_NAME, backend_module=_DeviceModule())
     _lib = torch.library.Library("_", "IMPL")
     _lib.fallback(_factory, "PrivateUse1")
+    global _aten_lib
+    _aten_lib = torch.library.Library("aten", "IMPL")
+    # `arange` would reach the device as `arange.start_out` on an empty tensor that it resizes;
+    # its functional form is the lowered op, so every `arange` goes there directly.
+    _aten_lib.impl("arange", _arange_end, "PrivateUse1")
+    _aten_lib.impl("arange.start", _arange_start, "PrivateUse1")
+    _aten_lib.impl("arange.start_step", _arange_start_step, "PrivateUse1")
+    # Calls made with PyTorch's Python key excluded (`torch.tensor(..., device=)` copies that
+    # way) reach the PrivateUse1 key itself; the boxed fallback cannot serve them (an internal
+    # assert in torch 2.15), these kernels do.
+    _aten_lib.impl("copy_", _copy_kernel, "PrivateUse1")
+    _aten_lib.impl("_copy_from", _copy_from_kernel, "PrivateUse1")
     _registered = True
 
 

@@ -66,6 +66,8 @@ _SESSION_TORCH = {
 
 #: random ops whose values the check mode cannot compare with the CPU's (another generator).
 _RANDOM = {"rand", "randn", "randperm", "native_dropout", "normal_", "uniform_"}
+#: ops whose outputs are uninitialised memory: nothing to compare.
+_UNINITIALISED = {"empty.memory_format", "empty_strided", "empty_like", "new_empty", "new_empty_strided"}
 
 
 class _State:
@@ -491,6 +493,23 @@ def _functional_of(func):
     return getattr(packet, s.overload_name or "default", None)
 
 
+def _functional_of_out(func):
+    """The functional overload of an `out=` overload: same name, the same non-out arguments."""
+    s = func._schema
+    packet = getattr(aten, s.name.split("::", 1)[1], None)
+    if packet is None:
+        return None
+    want = [a.name for a in s.arguments if not a.is_out and not a.kwarg_only]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        cs = cand._schema
+        if any(a.is_out for a in cs.arguments) or cs.is_mutable:
+            continue
+        if [a.name for a in cs.arguments if not a.kwarg_only] == want:
+            return cand
+    return None
+
+
 def _mutated_args(func) -> list[int]:
     return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
 
@@ -534,6 +553,8 @@ def _dispatch(func, args, kwargs, top: bool):
         if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
             return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
         return _alias(func, args, kwargs)
+    if func is aten.native_batch_norm.default:
+        return _native_batch_norm(*args, **kwargs)
     if func in _RNG_INPLACE:
         return _RNG_INPLACE[func](*args, **kwargs)
     if func._schema.is_mutable:
@@ -650,14 +671,19 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
 
 def _copy_(dst, src):
     if isinstance(dst, TrnsimTensor):
+        fresh = False
         if not isinstance(src, TrnsimTensor):
             _report.REPORT.transfer("host_to_device")
-            src = upload(src.to(dst.dtype) if src.dtype != dst.dtype and src.dtype in (torch.float64,) else src)
+            # float64 / complex128 have no device dtype: the CPU converts to the target's dtype
+            # as part of the transfer (PyTorch's copy_ converts too).
+            if src.dtype in (torch.float64, torch.complex128) and dst.dtype != src.dtype:
+                src = src.to(dst.dtype)
+            src = upload(src)
+            fresh = True
         if list(src.shape) != list(dst.shape) or src.dtype != dst.dtype:
             src = _run_lowered(aten.copy.default, (dst, src), {}, count=False)
-        elif not _is_whole(src) or src._trn is dst._trn:
-            src = _run_lowered(aten.clone.default, (src,), {}, count=False)
-        else:
+        elif not fresh:
+            # The source stays the caller's: the target gets a device copy of it.
             src = _run_lowered(aten.clone.default, (src,), {}, count=False)
         _write_into(dst, src)
         _report.REPORT.op("copy_", "device", STATE.depth == 1)
@@ -705,12 +731,17 @@ def _inplace(func, args, kwargs, top: bool):
     out_kw = [a.name for a in func._schema.arguments if a.is_out]
     if out_kw:
         # An `out=` overload: its functional overload, written into `out`.
-        base = func._schema.name.split("::", 1)[1]
-        packet = getattr(aten, base, None)
-        functional = getattr(packet, "default", None) if packet is not None else None
+        functional = _functional_of_out(func)
         if functional is not None and all(k in kwargs for k in out_kw):
             fkw = {k: v for k, v in kwargs.items() if k not in out_kw}
-            res = dispatch_inner(functional, args, fkw)
+            fnames = {a.name for a in functional._schema.arguments}
+            first_out = kwargs[out_kw[0]]
+            # A factory's `out=` overload: the functional form is told the dtype and device.
+            if "dtype" in fnames and "dtype" not in fkw:
+                fkw["dtype"] = first_out.dtype
+            if "device" in fnames and "device" not in fkw:
+                fkw["device"] = first_out.device
+            res = _call(functional, args, fkw)
             outs = [kwargs[k] for k in out_kw]
             results = res if isinstance(res, (tuple, list)) else (res,)
             for o, r in zip(outs, results):
@@ -724,7 +755,7 @@ def _inplace(func, args, kwargs, top: bool):
     # PyTorch's own checks of the in-place call (shape that cannot broadcast into self, a
     # result dtype self cannot hold) on meta tensors first, so the errors are PyTorch's.
     _check_inplace_meta(func, args, kwargs)
-    res = dispatch_inner(functional, args, kwargs)
+    res = _call(functional, args, kwargs)
     if isinstance(res, (tuple, list)):
         res = res[0]
     self = args[0]
@@ -754,10 +785,45 @@ def _fresh(t: TrnsimTensor) -> bool:
     return _is_whole(t) and sys.getrefcount(t._trn) <= 2
 
 
+def _call(func, args, kwargs):
+    """The functional form of an in-place or `out=` call: lowered directly when trnconf lowers
+    it (a factory's functional form would otherwise come back here through its `out=` form)."""
+    name = op_name(func)
+    if _native.is_lowered(name):
+        try:
+            out = _run_lowered(func, args, kwargs)
+            _report.REPORT.op(name, "device", False)
+            return out
+        except _NotRunnable:
+            pass
+    return dispatch_inner(func, args, kwargs)
+
+
 def dispatch_inner(func, args, kwargs):
     """Re-enters the dispatcher (autograd off: this is below it), so decompositions and
     in-place ops reach the device the same way a user's call does."""
     return func(*args, **kwargs)
+
+
+def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """`native_batch_norm` is not Core ATen; PyTorch's export lowers it to the
+    `_native_batch_norm_legit*` forms, which trnconf lowers, so the device does the same."""
+    if training and running_mean is not None:
+        f, a = aten._native_batch_norm_legit.default, (x, weight, bias, running_mean, running_var, True, momentum, eps)
+    elif training:
+        f, a = aten._native_batch_norm_legit.no_stats, (x, weight, bias, True, momentum, eps)
+    else:
+        f, a = aten._native_batch_norm_legit_no_training.default, (x, weight, bias, running_mean, running_var,
+                                                                  momentum, eps)
+    _report.REPORT.op("native_batch_norm", "decomposed", STATE.depth == 1)
+    out = _call(f, a, {})
+    if training:
+        return out
+    # In eval, native_batch_norm's saved mean and inverse std are empty (its CPU and CUDA
+    # kernels), where the `_no_training` form returns them per channel.
+    empty = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": out[1].dtype, "device": torch.device("cpu")},
+                         count=False)
+    return out[0], empty, _run_lowered(aten.clone.default, (empty,), {}, count=False)
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):
@@ -796,7 +862,7 @@ def _checked(func, args, kwargs):
     """Runs the call on the device and on the CPU (same inputs) and records the drift."""
     name = op_name(func)
     flat, _ = tree_flatten((args, kwargs))
-    compare = not func.is_view and name not in _RANDOM and func not in _RNG_INPLACE and any(
+    compare = not func.is_view and name not in _RANDOM and name not in _UNINITIALISED and func not in _RNG_INPLACE and any(
         isinstance(x, TrnsimTensor) for x in flat
     ) and func not in (aten._to_copy.default, aten.copy_.default) and name != "_local_scalar_dense"
     cpu_args = cpu_kwargs = None
