@@ -553,6 +553,16 @@ def _dispatch(func, args, kwargs, top: bool):
         if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
             return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
         return _alias(func, args, kwargs)
+    if func._schema.name.startswith("prims::"):
+        return _prim(func, args, kwargs)
+    if func is aten.rsub.Scalar or func is aten.rsub.Tensor:
+        # `1 - x`: PyTorch decomposes rsub through its refs into prims; the Core ATen form is sub.
+        self, other = args[0], args[1]
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        if not isinstance(other, torch.Tensor):
+            other = torch.scalar_tensor(other, dtype=torch.float64 if isinstance(other, float) else torch.int64)
+        _report.REPORT.op(name, "decomposed", top)
+        return _call(aten.sub.Tensor, (other, self), {"alpha": alpha} if alpha != 1 else {})
     if func is aten.native_batch_norm.default:
         return _native_batch_norm(*args, **kwargs)
     if func in _RNG_INPLACE:
@@ -803,6 +813,29 @@ def dispatch_inner(func, args, kwargs):
     """Re-enters the dispatcher (autograd off: this is below it), so decompositions and
     in-place ops reach the device the same way a user's call does."""
     return func(*args, **kwargs)
+
+
+def _prim(func, args, kwargs):
+    """A `prims::` op (left by a PyTorch ref): its ATen namesake, Python numbers as CPU scalars."""
+    base = func._schema.name.split("::", 1)[1]
+    packet = getattr(aten, base, None)
+    target = None
+    if packet is not None:
+        for ov in ("Tensor", "default"):
+            if ov in packet.overloads():
+                target = getattr(packet, ov)
+                break
+    if target is None:
+        return _unsupported(func, args, kwargs, "a prims op with no ATen namesake")
+
+    def wrap(x):
+        if isinstance(x, (bool, int, float)) and not isinstance(x, torch.Tensor):
+            dt = torch.bool if isinstance(x, bool) else torch.int64 if isinstance(x, int) else torch.float64
+            return torch.scalar_tensor(x, dtype=dt)
+        return x
+
+    _report.REPORT.op(op_name(func), "decomposed", STATE.depth == 1)
+    return _call(target, tuple(wrap(a) for a in args), kwargs)
 
 
 def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
