@@ -31,7 +31,7 @@ class Classifier(nn.Module):
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, device: str) -> list[float]:
     model = model.to(device)
     x, y = x.to(device), y.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
