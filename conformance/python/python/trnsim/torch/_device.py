@@ -565,6 +565,17 @@ def _dispatch(func, args, kwargs, top: bool):
         return _call(aten.sub.Tensor, (other, self), {"alpha": alpha} if alpha != 1 else {})
     if func is aten.native_batch_norm.default:
         return _native_batch_norm(*args, **kwargs)
+    if func is aten._native_batch_norm_legit.default:
+        x, w, b, rm, rv, training, momentum, eps = _bn_args(args, kwargs, 8)
+        return _native_batch_norm(x, w, b, rm, rv, training, momentum, eps, legit=True)
+    if func is aten._batch_norm_with_update.default:
+        x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
+        out, mean, rstd = _native_batch_norm(x, w, b, rm, rv, True, momentum, eps, legit=True)
+        reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
+                               count=False)
+        return out, mean, rstd, reserve
+    if func is aten.bernoulli_.float:
+        return _bernoulli_(*args, **kwargs)
     if func in _RNG_INPLACE:
         return _RNG_INPLACE[func](*args, **kwargs)
     if func._schema.is_mutable:
@@ -580,8 +591,10 @@ def _dispatch(func, args, kwargs, top: bool):
         reason = None
     decomp = _decomposition(func)
     if decomp is not None:
-        _report.REPORT.op(name, "decomposed", top)
-        return decomp(*args, **kwargs)
+        out = decomp(*args, **kwargs)
+        if out is not NotImplemented:
+            _report.REPORT.op(name, "decomposed", top)
+            return out
     out = func.decompose(*args, **kwargs)
     if out is not NotImplemented:
         _report.REPORT.op(name, "decomposed", top)
@@ -649,6 +662,11 @@ def _alias(func, args, kwargs):
         return x
 
     out = func(*tree_map(meta_view, args), **tree_map(meta_view, kwargs))
+    flat_out, _ = tree_flatten(out)
+    if any(isinstance(m, torch.Tensor) and (m.is_conj() or m.is_neg()) for m in flat_out):
+        # A lazily conjugated / negated view carries a bit the device's tensors do not have;
+        # dropping it would silently give the unconjugated values.
+        return _unsupported(func, args, kwargs, "a conjugate or negative view (PyTorch's lazy conj/neg bit)")
     _report.REPORT.op(op_name(func), "view", STATE.depth == 1)
 
     def wrap(m):
@@ -825,8 +843,15 @@ def _prim(func, args, kwargs):
             if ov in packet.overloads():
                 target = getattr(packet, ov)
                 break
+    special = _PRIM_FORMS.get(base)
+    if special is not None:
+        _report.REPORT.op(op_name(func), "decomposed", STATE.depth == 1)
+        return special(*args, **kwargs)
     if target is None:
         return _unsupported(func, args, kwargs, "a prims op with no ATen namesake")
+    if not _native.is_lowered(op_name(target)):
+        # The namesake would decompose back into this prim: refuse instead of looping.
+        return _unsupported(func, args, kwargs, f"a prims op whose ATen namesake `{op_name(target)}` is not lowered")
 
     def wrap(x):
         if isinstance(x, (bool, int, float)) and not isinstance(x, torch.Tensor):
@@ -838,11 +863,71 @@ def _prim(func, args, kwargs):
     return _call(target, tuple(wrap(a) for a in args), kwargs)
 
 
-def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+def _bn_args(args, kwargs, n):
+    names = ["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"]
+    if n == 7:
+        names.remove("training")
+    vals = list(args) + [None] * (n - len(args))
+    for i, k in enumerate(names):
+        if k in kwargs:
+            vals[i] = kwargs[k]
+    return vals
+
+
+def _prim_var(a, dims, correction=1, *, output_dtype=None):
+    return _call(aten.var.correction, (a, list(dims) if dims is not None else None), {"correction": correction})
+
+
+def _prim_prod(a, dims, *, output_dtype=None):
+    out = a
+    for d in sorted(dims or range(a.dim()), reverse=True):
+        out = _call(aten.prod.dim_int, (out, d), {})
+    return out
+
+
+def _prim_reduce(op):
+    def f(a, dims, *, output_dtype=None):
+        return _call(op, (a, list(dims) if dims is not None else list(range(a.dim()))), {})
+
+    return f
+
+
+def _prim_convert(a, dtype):
+    return _call(aten._to_copy.default, (a,), {"dtype": dtype})
+
+
+def _prim_broadcast_in_dim(a, shape, broadcast_dimensions):
+    v = a
+    for i in range(len(shape)):
+        if i not in broadcast_dimensions:
+            v = _alias(aten.unsqueeze.default, (v, i), {})
+    return _alias(aten.expand.default, (v, list(shape)), {})
+
+
+_PRIM_FORMS = {
+    "var": _prim_var,
+    "prod": _prim_prod,
+    "sum": _prim_reduce(aten.sum.dim_IntList),
+    "amax": _prim_reduce(aten.amax.default),
+    "amin": _prim_reduce(aten.amin.default),
+    "convert_element_type": _prim_convert,
+    "broadcast_in_dim": _prim_broadcast_in_dim,
+}
+
+
+def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, legit=False):
     """`native_batch_norm` is not Core ATen; PyTorch's export lowers it to the
-    `_native_batch_norm_legit*` forms, which trnconf lowers, so the device does the same."""
+    `_native_batch_norm_legit*` forms, which trnconf lowers, so the device does the same. The
+    lowering returns the outputs; in training the running statistics are then updated in place
+    with device ops (`running = (1 − momentum)·running + momentum·batch`, the batch variance
+    unbiased), as PyTorch's kernels do."""
     if training and running_mean is not None:
         f, a = aten._native_batch_norm_legit.default, (x, weight, bias, running_mean, running_var, True, momentum, eps)
+        _report.REPORT.op("_native_batch_norm_legit" if legit else "native_batch_norm", "decomposed",
+                          STATE.depth == 1)
+        out = _run_lowered(f, a, {})
+        _update_running(x, out[1], out[2], running_mean, running_var, momentum, eps)
+        return out
     elif training:
         f, a = aten._native_batch_norm_legit.no_stats, (x, weight, bias, True, momentum, eps)
     else:
@@ -857,6 +942,29 @@ def _native_batch_norm(x, weight, bias, running_mean, running_var, training, mom
     empty = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": out[1].dtype, "device": torch.device("cpu")},
                          count=False)
     return out[0], empty, _run_lowered(aten.clone.default, (empty,), {}, count=False)
+
+
+def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> None:
+    n = x.numel() // x.shape[1]
+    with torch.no_grad():
+        var = dispatch_inner(aten.sub.Tensor, (dispatch_inner(aten.reciprocal.default,
+                             (dispatch_inner(aten.mul.Tensor, (rstd, rstd), {}),), {}), eps), {})
+        unbiased = dispatch_inner(aten.mul.Tensor, (var, n / max(n - 1, 1)), {})
+        for run, batch in ((running_mean, mean), (running_var, unbiased)):
+            upd = dispatch_inner(aten.add.Tensor, (dispatch_inner(aten.mul.Tensor, (run, 1.0 - momentum), {}),
+                                 dispatch_inner(aten.mul.Tensor, (batch, momentum), {})), {})
+            _write_into(run, upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
+
+
+def _bernoulli_(self, p=0.5, *, generator=None):
+    """`bernoulli_(p)`: uniform draws on the device, compared with p (`rand < p`), as self's dtype."""
+    r = _run_lowered(aten.rand.default, (list(self.shape),), {"dtype": torch.float32, "device": torch.device("cpu")},
+                     name="rand")
+    mask = dispatch_inner(aten.lt.Scalar, (r, p), {})
+    val = _run_lowered(aten._to_copy.default, (mask,), {"dtype": self.dtype}, count=False)
+    _write_into(self, val)
+    _report.REPORT.op("bernoulli_.float", "device", STATE.depth == 1)
+    return self
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):
