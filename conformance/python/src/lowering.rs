@@ -21,7 +21,13 @@ use trnconf::tensor::TorchDType;
 /// output)`. The error kind is `None` on success; otherwise `not_lowered` (no lowering for the
 /// op), `unsupported` (lowered, not for this call form), `int64` (an int64 scalar argument
 /// outside int32), `no_compute` (the program would not make the engines compute) or `error`.
-type LowerOutcome = (Option<&'static str>, String, Option<Program>, String, Option<(String, String)>);
+type LowerOutcome = (
+    Option<&'static str>,
+    String,
+    Option<Program>,
+    String,
+    Option<(String, String)>,
+);
 
 /// Lowers one call for `target`. `call_json` is `{"args": [...], "kwargs": {...}}` in the golden
 /// value encoding, `tensors_json` maps every tensor name (inputs and outputs) to

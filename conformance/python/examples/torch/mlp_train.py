@@ -9,9 +9,8 @@ import copy
 import json
 
 import torch
-from torch import nn
-
 import trnsim.torch
+from torch import nn
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, device: str) -> list[float]:

@@ -10,7 +10,6 @@ import argparse
 import time
 
 import torch
-
 import trnsim.torch
 
 

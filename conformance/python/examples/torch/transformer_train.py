@@ -9,9 +9,8 @@ import copy
 import json
 
 import torch
-from torch import nn
-
 import trnsim.torch
+from torch import nn
 
 
 class Classifier(nn.Module):

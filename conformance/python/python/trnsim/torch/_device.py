@@ -95,7 +95,7 @@ class _Storage:
     """One session tensor: the device memory behind a tensor and all its views. Its contents are
     contiguous; views index it as a flat array of ``numel`` elements."""
 
-    __slots__ = ("name", "dtype", "shape", "__weakref__")
+    __slots__ = ("__weakref__", "dtype", "name", "shape")
 
     def __init__(self, name: str, dtype: torch.dtype, shape: list[int]) -> None:
         self.name = name
@@ -116,7 +116,7 @@ class _Storage:
         try:
             if self.name is not None:
                 STATE.session.delete(self.name)
-        except Exception:  # noqa: BLE001 - interpreter shutdown: the session may be gone
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the session may be gone
             pass
 
 
@@ -143,7 +143,7 @@ class TrnsimTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
+    def __repr__(self, *, tensor_contents=None) -> str:
         with torch.no_grad():
             body = repr(self.cpu())
         extra = f", device='{DEVICE_NAME}:0'"
@@ -416,7 +416,6 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
             produced[decl] = _Storage(sname, dtype, tshape)
         else:
             scalars[decl] = sname
-    del temps, keep
     if data_dep is not None and data_dep[1] in produced:
         st = produced[data_dep[1]]
         padded = TrnsimTensor(st, st.shape)
