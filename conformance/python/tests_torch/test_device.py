@@ -163,3 +163,28 @@ def test_examples_run_on_the_device_and_match_cpu(script, args, tmp_path):
                          text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fallbacks 0" in out.stdout or "fallbacks: 0" in out.stdout
+
+
+def test_inplace_metadata_ops_and_batch_norm_training():
+    x = torch.randn(3, 4)
+    d = x.to("trnsim")
+    d.t_()
+    assert d.shape == (4, 3) and d.stride() == (1, 4)
+    torch.testing.assert_close(d.cpu(), x.t())
+    # matmul of a vector decomposes through `squeeze_`
+    a, b = torch.randn(10), torch.randn(10, 5)
+    torch.testing.assert_close(torch.matmul(a.to("trnsim"), b.to("trnsim")).cpu(), a @ b, rtol=1.3e-6, atol=1e-5)
+    # batch norm in training: output and the running statistics, updated on the device
+    bn = torch.nn.BatchNorm2d(4)
+    dbn = torch.nn.BatchNorm2d(4).to("trnsim")
+    inp = torch.randn(2, 4, 5, 5)
+    out = bn(inp)
+    dout = dbn(inp.to("trnsim"))
+    torch.testing.assert_close(dout.cpu(), out, rtol=1.3e-6, atol=1e-5)
+    torch.testing.assert_close(dbn.running_mean.cpu(), bn.running_mean, rtol=1.3e-6, atol=1e-6)
+    torch.testing.assert_close(dbn.running_var.cpu(), bn.running_var, rtol=1.3e-6, atol=1e-6)
+
+
+def test_a_view_as_another_dtype_is_refused_not_misread():
+    with pytest.raises(trnsim.torch.UnsupportedOpError, match="view_as_complex"):
+        torch.view_as_complex(torch.randn(3, 2).to("trnsim"))

@@ -531,6 +531,16 @@ def dispatch(func, args, kwargs):
             if top and STATE.checking:
                 return _checked(func, args, kwargs)
             return _dispatch(func, args, kwargs, top)
+        except _NotRunnable as e:
+            # A lowering refused a call made on the way (a transfer's conversion, a gather):
+            # the op as the user called it is unsupported.
+            if not top:
+                raise
+            return _unsupported(func, args, kwargs, str(e))
+        except RecursionError:
+            if not top:
+                raise
+            return _unsupported(func, args, kwargs, "its decompositions do not reach lowered ops (they recurse)")
         finally:
             STATE.depth -= 1
 
@@ -668,6 +678,11 @@ def _alias(func, args, kwargs):
         return _unsupported(func, args, kwargs, "a conjugate or negative view (PyTorch's lazy conj/neg bit)")
     _report.REPORT.op(op_name(func), "view", STATE.depth == 1)
 
+    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype for m in flat_out):
+        # `view_as_complex`, `view(dtype)`: a reinterpretation of the bytes as another dtype,
+        # which the device's tensors (one dtype per storage) do not express.
+        return _unsupported(func, args, kwargs, "a view as another dtype")
+
     def wrap(m):
         if isinstance(m, torch.Tensor):
             return TrnsimTensor(st, m.shape, m.stride(), m.storage_offset())
@@ -773,10 +788,22 @@ def _inplace(func, args, kwargs, top: bool):
             results = res if isinstance(res, (tuple, list)) else (res,)
             for o, r in zip(outs, results):
                 if list(o.shape) != list(r.shape):
-                    return _unsupported(func, args, kwargs, "an `out=` tensor that must be resized")
+                    if o._trn.numel >= r.numel():
+                        # PyTorch resizes an `out=` tensor of the wrong shape: within its
+                        # storage that is new sizes and strides.
+                        _restride(o, r.shape, _contiguous_strides(r.shape), 0)
+                    else:
+                        return _unsupported(func, args, kwargs, "an `out=` tensor that must grow beyond its storage")
                 _write_into(o, r if _fresh(r) else _run_lowered(aten.clone.default, (r,), {}, count=False))
             return outs[0] if len(outs) == 1 else tuple(outs)
         return _unsupported(func, args, kwargs, "no functional form of this `out=` overload")
+    if func is aten.resize_.default:
+        return _resize_(func, args, kwargs)
+    if functional is not None and functional.is_view and mutated == [0]:
+        # `squeeze_`, `t_`, `transpose_`, …: new sizes/strides for the same memory.
+        out = _alias(functional, args, kwargs)
+        _restride(args[0], out.shape, out.stride(), out.storage_offset())
+        return args[0]
     if functional is None or len(mutated) != 1 or mutated[0] != 0:
         return _unsupported(func, args, kwargs, "an in-place op with no functional form")
     # PyTorch's own checks of the in-place call (shape that cannot broadcast into self, a
@@ -792,6 +819,25 @@ def _inplace(func, args, kwargs, top: bool):
         res = _run_lowered(aten.clone.default, (res,), {}, count=False)
     _write_into(self, res)
     _report.REPORT.op(name, "in-place", top)
+    return self
+
+
+def _restride(t: TrnsimTensor, size, stride, offset: int) -> None:
+    """Changes a device tensor's sizes/strides/offset in place (PyTorch's own `as_strided_`
+    on the wrapper, below the Python key: metadata only)."""
+    with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
+        torch.ops.aten.as_strided_.default(t, list(size), list(stride), offset)
+
+
+def _resize_(func, args, kwargs):
+    self, size = args[0], list(args[1])
+    n = 1
+    for x in size:
+        n *= x
+    if n > self._trn.numel - self.storage_offset():
+        # The wrapper's storage size is fixed when it is made: a tensor cannot grow in place.
+        return _unsupported(func, args, kwargs, "resize_ that grows a tensor beyond its storage")
+    _restride(self, size, _contiguous_strides(size), self.storage_offset())
     return self
 
 
