@@ -10,6 +10,7 @@
 
 mod convert;
 mod errors;
+mod lowering;
 mod program;
 mod session;
 
@@ -18,6 +19,8 @@ use pyo3::prelude::*;
 /// Native half of the `trnsim` package; use `import trnsim`, not this module.
 #[pymodule]
 mod _native {
+    #[pymodule_export]
+    use crate::lowering::{device_dtype, is_lowered, lower_op, tolerance};
     #[pymodule_export]
     use crate::program::{Program, numerics_default_json, numerics_normalize_json, run};
     #[pymodule_export]

@@ -1,0 +1,184 @@
+"""`trnsim.torch`: a PyTorch device named ``trnsim`` whose every op runs on the simulated
+NeuronCore through trnconf's lowering (docs/torch-device.md).
+
+    import torch, trnsim.torch
+    x = torch.randn(4, 4, device="trnsim")
+    print((x @ x).cpu())
+
+Importing this module registers the device (PyTorch's PrivateUse1 backend, renamed). Modes:
+
+* default: an op the device cannot run raises :class:`UnsupportedOpError` naming the overload;
+* fallback (``TRNSIM_TORCH_FALLBACK=1`` or :func:`set_fallback`): such an op runs on the CPU,
+  warned once per op and counted in :func:`report`;
+* check (``TRNSIM_TORCH_CHECK=1`` or ``with trnsim.torch.checking():``): every op also runs on
+  the CPU on the same inputs and the drift is recorded per op.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import Any
+
+import torch
+
+from . import _device, _report
+from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, checking
+
+__all__ = [
+    "DtypeError",
+    "TrnsimError",
+    "TrnsimTensor",
+    "UnsupportedOpError",
+    "checking",
+    "register",
+    "report",
+    "reset_report",
+    "set_fallback",
+    "write_report",
+]
+
+_registered = False
+_lib = None
+
+
+class _DeviceModule:
+    """``torch.trnsim``: what PyTorch asks of a device module (seeding, counts)."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def set_device(device: Any) -> None:
+        pass
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        pass
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        _device.STATE.seed = int(seed)
+        _device.STATE.rng_calls = 0
+
+    manual_seed_all = manual_seed
+
+    @staticmethod
+    def initial_seed() -> int:
+        return _device.STATE.seed
+
+    @staticmethod
+    def get_rng_state(device: Any = None) -> torch.Tensor:
+        return torch.tensor([_device.STATE.seed, _device.STATE.rng_calls], dtype=torch.int64)
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+        _device.STATE.seed, _device.STATE.rng_calls = (int(v) for v in state.tolist())
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.bfloat16, torch.float16]
+
+
+def _factory(op, *args, **kwargs):
+    """PrivateUse1 fallback: calls with no trnsim tensor that still select the device (factory
+    functions with ``device='trnsim'``: ``empty``, ``empty_strided``, …)."""
+    return _device.dispatch(op, args, kwargs)
+
+
+_aten_lib = None
+
+
+def _arange_start_step(start, end, step=1, **kw):
+    return _device.dispatch(torch.ops.aten.arange.start_step, (start, end, step), kw)
+
+
+def _arange_start(start, end, **kw):
+    return _arange_start_step(start, end, 1, **kw)
+
+
+def _arange_end(end, **kw):
+    return _arange_start_step(0, end, 1, **kw)
+
+
+def _copy_kernel(dst, src, non_blocking=False):
+    return _device.dispatch(torch.ops.aten.copy_.default, (dst, src), {})
+
+
+def _copy_from_kernel(src, dst, non_blocking=False):
+    return _device.dispatch(torch.ops.aten.copy_.default, (dst, src), {})
+
+
+def register() -> None:
+    """Makes the ``trnsim`` device available (idempotent; done on import)."""
+    global _registered, _lib
+    if _registered:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    _setup_privateuseone_for_python_backend(_device.DEVICE_NAME, backend_module=_DeviceModule())
+    _lib = torch.library.Library("_", "IMPL")
+    _lib.fallback(_factory, "PrivateUse1")
+    global _aten_lib
+    _aten_lib = torch.library.Library("aten", "IMPL")
+    # `arange` would reach the device as `arange.start_out` on an empty tensor that it resizes;
+    # its functional form is the lowered op, so every `arange` goes there directly.
+    _aten_lib.impl("arange", _arange_end, "PrivateUse1")
+    _aten_lib.impl("arange.start", _arange_start, "PrivateUse1")
+    _aten_lib.impl("arange.start_step", _arange_start_step, "PrivateUse1")
+    # Calls made with PyTorch's Python key excluded (`torch.tensor(..., device=)` copies that
+    # way) reach the PrivateUse1 key itself; the boxed fallback cannot serve them (an internal
+    # assert in torch 2.15), these kernels do.
+    _aten_lib.impl("copy_", _copy_kernel, "PrivateUse1")
+    _aten_lib.impl("_copy_from", _copy_from_kernel, "PrivateUse1")
+    _registered = True
+
+
+def set_fallback(enabled: bool = True) -> None:
+    """Runs ops the device cannot run on the CPU (counted) instead of refusing them."""
+    _device.STATE.fallback = bool(enabled)
+
+
+def report() -> dict[str, Any]:
+    """The device report as a dict (ops, programs, estimated device time, fallbacks, drift)."""
+    return _report.REPORT.to_dict()
+
+
+def reset_report() -> None:
+    _report.REPORT.reset()
+
+
+def write_report(json_path: str | None = None, html_path: str | None = None) -> None:
+    """Writes the report as JSON and/or HTML."""
+    if json_path:
+        _report.REPORT.to_json(json_path)
+    if html_path:
+        _report.REPORT.to_html(html_path)
+
+
+def _write_at_exit() -> None:
+    path = os.environ.get("TRNSIM_TORCH_REPORT")
+    if path:
+        html_path = path[: -len(".json")] + ".html" if path.endswith(".json") else path + ".html"
+        write_report(path, html_path)
+
+
+register()
+atexit.register(_write_at_exit)

@@ -1,0 +1,1079 @@
+"""The `trnsim` PyTorch device: tensors in a trnsim session, every op lowered by trnconf.
+
+How a call is served (docs/torch-device.md, "How an op runs"):
+
+* a **view** (``op.is_view``: ``view``, ``permute``, ``t``, ``slice``, ``detach``, …) aliases
+  the device memory of its input; its sizes, strides and offset come from running the op on
+  ``meta`` tensors. No program runs, as no kernel runs for a view on any device;
+* a **lowered** Core ATen overload is lowered by trnconf (the lowering the golden suite checks),
+  and the program runs on the session's tensors. A strided input is first gathered on the device
+  by the ``as_strided`` lowering;
+* an **in-place** op runs its functional form, then the result is written into the target
+  (a whole-storage target takes the result's memory; a partial view is written with the
+  ``index_put`` lowering over the flat storage);
+* anything else is decomposed with PyTorch's decompositions (Core ATen first), and what is left
+  is refused, or run on the CPU when the fallback is on (counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import threading
+import traceback
+import warnings
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from .. import _native
+from . import _report
+from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
+
+aten = torch.ops.aten
+
+DEVICE_NAME = "trnsim"
+
+
+class TrnsimError(RuntimeError):
+    """An error of the trnsim device."""
+
+
+class UnsupportedOpError(TrnsimError, NotImplementedError):
+    """The device cannot run this overload (no lowering, and no decomposition into ones it can)."""
+
+
+class DtypeError(TrnsimError, TypeError):
+    """A dtype Trn1 lacks: float64 / complex128 are refused, int64 beyond int32 does not fit."""
+
+
+#: device dtype name (trnsim) -> torch dtype of the session bytes.
+_SESSION_TORCH = {
+    "f32": torch.float32,
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "fp8_e4m3fn": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
+
+#: random ops whose values the check mode cannot compare with the CPU's (another generator).
+_RANDOM = {"rand", "randn", "randperm", "native_dropout", "normal_", "uniform_"}
+#: ops whose outputs are uninitialised memory: nothing to compare.
+_UNINITIALISED = {"empty.memory_format", "empty_strided", "empty_like", "new_empty", "new_empty_strided"}
+
+
+class _State:
+    def __init__(self) -> None:
+        self.target = os.environ.get("TRNSIM_TORCH_TARGET", "trn1")
+        self.session = _native.Session(self.target)
+        self.names = itertools.count()
+        self.fallback = os.environ.get("TRNSIM_TORCH_FALLBACK", "") not in ("", "0")
+        self.checking = os.environ.get("TRNSIM_TORCH_CHECK", "") not in ("", "0")
+        self.warned: set[str] = set()
+        self.seed = 0
+        self.rng_calls = 0
+        self.lock = threading.RLock()
+        self.depth = 0  # nesting: ops run inside a decomposition or an in-place op are not top level
+
+
+STATE = _State()
+
+
+def _new_name() -> str:
+    return f"t{next(STATE.names)}"
+
+
+class _Storage:
+    """One session tensor: the device memory behind a tensor and all its views. Its contents are
+    contiguous; views index it as a flat array of ``numel`` elements."""
+
+    __slots__ = ("__weakref__", "dtype", "name", "shape")
+
+    def __init__(self, name: str, dtype: torch.dtype, shape: list[int]) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.shape = list(shape)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def dev_shape(self) -> list[int]:
+        return self.shape + [2] if self.dtype == torch.complex64 else list(self.shape)
+
+    def __del__(self) -> None:
+        try:
+            if self.name is not None:
+                STATE.session.delete(self.name)
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the session may be gone
+            pass
+
+
+class TrnsimTensor(torch.Tensor):
+    """A tensor on the `trnsim` device: sizes, strides and offset over a session tensor."""
+
+    _trn: _Storage
+
+    @staticmethod
+    def __new__(cls, storage: _Storage, size, stride=None, offset: int = 0):
+        if stride is None:
+            stride = _contiguous_strides(size)
+        t = torch.Tensor._make_wrapper_subclass(
+            cls,
+            size,
+            strides=stride,
+            storage_offset=offset,
+            dtype=storage.dtype,
+            device=torch.device(DEVICE_NAME, 0),
+            requires_grad=False,
+        )
+        t._trn = storage
+        return t
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        with torch.no_grad():
+            body = repr(self.cpu())
+        extra = f", device='{DEVICE_NAME}:0'"
+        if body.endswith(")"):
+            return body[:-1] + extra + ")"
+        return body + extra
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return dispatch(func, args, kwargs or {})
+
+
+def _contiguous_strides(size) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(list(size)):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return list(reversed(strides))
+
+
+def is_device_tensor(x: Any) -> bool:
+    return isinstance(x, TrnsimTensor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host boundary
+
+
+def _device_dtype_name(dtype: torch.dtype) -> str:
+    if dtype == torch.complex64:
+        return "f32"
+    golden = GOLDEN_NAME.get(dtype)
+    dev = _native.device_dtype(golden) if golden else None
+    if dev is None:
+        _report.REPORT.refusal(str(dtype))
+        raise DtypeError(
+            f"trnsim: {dtype} has no device dtype on Trainium (policy: float64 and complex128 are refused, "
+            "int64 is stored as int32 and refused beyond it; convert with .float() / .to(torch.complex64))"
+        )
+    return dev
+
+
+def upload(t: torch.Tensor) -> TrnsimTensor:
+    """Copies a CPU tensor into a new session tensor (the host → device transfer)."""
+    dtype = t.dtype
+    dev = _device_dtype_name(dtype)
+    host = t.detach().contiguous()
+    if host.is_conj():
+        host = host.resolve_conj()
+    if host.is_neg():
+        host = host.resolve_neg()
+    shape = list(host.shape)
+    if dtype == torch.int64:
+        if host.numel():
+            lo, hi = int(host.min()), int(host.max())
+            if lo < -(2**31) or hi > 2**31 - 1:
+                _report.REPORT.narrowing("int64", overflow=True)
+                bad = lo if lo < -(2**31) else hi
+                raise DtypeError(
+                    f"trnsim: int64 value {bad} does not fit in int32 (Trainium has no int64; "
+                    "the device stores int64 tensors as int32)"
+                )
+        _report.REPORT.narrowing("int64", overflow=False)
+        host = host.to(torch.int32)
+    elif dtype == torch.complex64:
+        host = torch.view_as_real(host).contiguous()
+    data = host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b""
+    name = _new_name()
+    dev_shape = list(host.shape)
+    STATE.session.put(name, (dev, dev_shape, data))
+    return TrnsimTensor(_Storage(name, dtype, shape), shape)
+
+
+def _download_storage(st: _Storage) -> torch.Tensor:
+    dev, shape, data = STATE.session.get(st.name)
+    n = 1
+    for s in shape:
+        n *= s
+    flat = torch.frombuffer(data, dtype=_SESSION_TORCH[dev], count=n) if n else torch.empty(0, dtype=_SESSION_TORCH[dev])
+    host = flat.reshape(shape)
+    if st.dtype == torch.int64:
+        host = host.to(torch.int64)
+    elif st.dtype == torch.complex64:
+        host = torch.view_as_complex(host.contiguous())
+    return host.clone() if not n else host
+
+
+def download(t: TrnsimTensor) -> torch.Tensor:
+    """The tensor's values on the CPU: gathered on the device when strided, then transferred."""
+    st = _contiguous_storage(t)
+    host = _download_storage(st)
+    return host.reshape(t.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Device programs
+
+
+class _NotRunnable(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _is_whole(t: TrnsimTensor) -> bool:
+    st = t._trn
+    return t.storage_offset() == 0 and t.is_contiguous() and list(t.shape) == st.shape
+
+
+def _contiguous_storage(t: TrnsimTensor) -> _Storage:
+    """A storage holding exactly ``t``'s elements, contiguous in ``t``'s shape: ``t``'s own when
+    it is its whole storage, else a device gather (the ``as_strided`` lowering)."""
+    if _is_whole(t):
+        return t._trn
+    base = TrnsimTensor(t._trn, t._trn.shape)
+    out = _run_lowered(
+        aten.as_strided.default, (base, list(t.shape), list(t.stride()), t.storage_offset()), {}, count=False
+    )
+    return out._trn
+
+
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, TrnsimTensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, torch.device):
+        return torch.device("meta")
+    return x
+
+
+def _meta_outputs(func, args, kwargs):
+    """The outputs' metadata, from PyTorch's meta kernel for the same call (None: no meta kernel,
+    e.g. a data-dependent shape)."""
+    margs = tree_map(_to_meta, args)
+    mkwargs = tree_map(_to_meta, kwargs)
+    if "device" in mkwargs or _has_device_arg(func):
+        mkwargs["device"] = torch.device("meta")
+    try:
+        return func(*margs, **mkwargs)
+    except Exception:  # noqa: BLE001 - no meta kernel / data-dependent: the lowering bounds it
+        return None
+
+
+def _has_device_arg(func) -> bool:
+    return any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
+
+
+_DATA_DEPENDENT = {"nonzero", "index.Tensor"}
+
+
+def _encode_outputs(func, meta, metas: dict[str, dict]) -> list:
+    rets = func._schema.returns
+    outs = meta if (isinstance(meta, tuple) and len(rets) > 1) else (meta,)
+    enc = []
+    for i, o in enumerate(outs):
+        name = f"output.{i}"
+        if isinstance(o, torch.Tensor):
+            metas[name] = {"dtype": _golden(o.dtype), "shape": list(o.shape)}
+            enc.append({"tensor": name})
+        elif isinstance(o, (list, tuple)) and all(isinstance(x, torch.Tensor) for x in o) and o:
+            names = []
+            for j, x in enumerate(o):
+                metas[f"{name}.{j}"] = {"dtype": _golden(x.dtype), "shape": list(x.shape)}
+                names.append(f"{name}.{j}")
+            enc.append({"tensors": names})
+        elif o is None:
+            enc.append({"none": None})
+        else:
+            enc.append({"float": 0.0})
+    return enc
+
+
+def _golden(dtype: torch.dtype) -> str:
+    g = GOLDEN_NAME.get(dtype)
+    if g is None:
+        _report.REPORT.refusal(str(dtype))
+        raise DtypeError(f"trnsim: {dtype} has no device dtype on Trainium (float64 and complex128 are refused)")
+    return g
+
+
+def _next_seed() -> int:
+    STATE.rng_calls += 1
+    # A 24-bit seed per call (the program's seed is an fp32 immediate): the device's generator
+    # is the base seed and a call counter, so the same seed gives the same sequence of calls.
+    x = (STATE.seed * 0x9E3779B1 + STATE.rng_calls * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 15
+    return x & 0xFFFFFF
+
+
+def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = None, meta=None):
+    """Lowers ``func(*args, **kwargs)`` with trnconf and runs it on the session's tensors."""
+    name = name or op_name(func)
+    metas: dict[str, dict] = {}
+    bind: dict[str, str] = {}
+    temps: list[_Storage] = []
+    keep: list[Any] = []
+
+    def on_tensor(tname: str, t: torch.Tensor) -> None:
+        if isinstance(t, TrnsimTensor):
+            st = _contiguous_storage(t)
+        elif t.device.type == "cpu" and t.dim() == 0:
+            # A CPU scalar tensor (a Python number PyTorch wrapped): moved to the device, as
+            # PyTorch allows a CPU scalar beside any device's tensors. Float64 / int64 scalars are
+            # narrowed like the CPU kernel does for a wrapped number (to the op's dtype).
+            host = t
+            if t.dtype == torch.float64:
+                host = t.to(torch.float32)
+            elif t.dtype == torch.complex128:
+                host = t.to(torch.complex64)
+            st = upload(host)._trn
+        else:
+            raise TrnsimError(
+                f"trnsim: `{name}` got a {t.device.type} tensor of shape {tuple(t.shape)} beside trnsim tensors; "
+                "move it with .to('trnsim')"
+            )
+        if st is not getattr(t, "_trn", None):
+            temps.append(st)
+        metas[tname] = {"dtype": _golden(st.dtype), "shape": list(st.shape)}
+        bind[tname] = st.name
+        keep.append(st)
+
+    try:
+        call = Encoder(on_tensor).call(func, args, kwargs)
+    except Unencodable as e:
+        raise _NotRunnable("unencodable", str(e)) from None
+    if meta is None:
+        meta = _meta_outputs(func, args, kwargs)
+    if meta is None and not any("Tensor" in str(r.type) for r in func._schema.returns):
+        # Only non-tensor returns (`_local_scalar_dense`): nothing for a meta kernel to say.
+        rets = func._schema.returns
+        meta = 0 if len(rets) == 1 else tuple(0 for _ in rets)
+    if meta is None:
+        if name not in _DATA_DEPENDENT:
+            raise _NotRunnable("no_meta", f"`{name}`: PyTorch has no meta kernel for this call")
+        # The lowering bounds the output from input metadata; the dtype is what PyTorch returns.
+        meta = torch.empty((0, 0), dtype=torch.int64 if name == "nonzero" else args[0].dtype, device="meta")
+    outputs = _encode_outputs(func, meta, metas)
+    seed = _next_seed() if name in _RANDOM else None
+    err, msg, program, values_json, data_dep = _native.lower_op(
+        name, json.dumps(call), json.dumps(metas), json.dumps(outputs), STATE.target, seed
+    )
+    if err is not None:
+        raise _NotRunnable(err, msg)
+    out_names: dict[str, str] = {}
+    hbm = program.hbm
+    declared = {decl for decl, _, _, role in hbm if role == "input"}
+    # A program need not read every input (`full_like` reads only metadata).
+    bind = {k: v for k, v in bind.items() if k in declared}
+    for decl, dev, shape, role in hbm:
+        if role == "output":
+            out_names[decl] = _new_name()
+            bind[decl] = out_names[decl]
+    stats = json.loads(STATE.session.run(program, bind))
+    _report.REPORT.device_run(name, stats, count=count)
+    values = {int(k): v for k, v in json.loads(values_json).items()}
+    produced: dict[str, _Storage] = {}
+    scalars: dict[str, Any] = {}
+    count_value = None
+    for decl, dev, shape, role in hbm:
+        if role != "output":
+            continue
+        sname = out_names[decl]
+        if data_dep is not None and decl == data_dep[0]:
+            _, _, data = STATE.session.get(sname)
+            count_value = int(torch.frombuffer(data, dtype=torch.int32, count=1)[0])
+            STATE.session.delete(sname)
+            continue
+        if decl in metas:
+            dtype = _torch_dtype(metas[decl]["dtype"])
+            tshape = shape[:-1] if dtype == torch.complex64 else shape
+            produced[decl] = _Storage(sname, dtype, tshape)
+        else:
+            scalars[decl] = sname
+    if data_dep is not None and data_dep[1] in produced:
+        st = produced[data_dep[1]]
+        padded = TrnsimTensor(st, st.shape)
+        trimmed = _run_lowered(aten.slice.Tensor, (padded, 0, 0, count_value), {}, count=False)
+        produced[data_dep[1]] = _contiguous_storage(trimmed)
+    return _assemble(func, meta, outputs, produced, scalars, values)
+
+
+_TORCH_OF_GOLDEN = {v: k for k, v in GOLDEN_NAME.items()}
+
+
+def _torch_dtype(golden: str) -> torch.dtype:
+    return _TORCH_OF_GOLDEN[golden]
+
+
+def _assemble(func, meta, outputs, produced, scalars, values):
+    res = []
+    for i, enc in enumerate(outputs):
+        if i in values:
+            res.append(_decode_value(values[i]))
+        elif "tensor" in enc:
+            st = produced[enc["tensor"]]
+            res.append(TrnsimTensor(st, st.shape))
+        elif "tensors" in enc:
+            res.append([TrnsimTensor(produced[n], produced[n].shape) for n in enc["tensors"]])
+        elif f"output.{i}" in scalars:
+            sname = scalars[f"output.{i}"]
+            dev, _, data = STATE.session.get(sname)
+            STATE.session.delete(sname)
+            v = torch.frombuffer(data, dtype=_SESSION_TORCH[dev], count=1)[0]
+            ret_ty = str(func._schema.returns[i].type)
+            res.append(bool(v) if ret_ty == "bool" else (int(v) if ret_ty in ("int", "SymInt") else v.item()))
+        else:
+            res.append(None)
+    if len(func._schema.returns) == 1:
+        return res[0]
+    return tuple(res)
+
+
+def _decode_value(v: dict) -> Any:
+    (kind, x), = v.items()
+    if kind == "float" and isinstance(x, str):
+        return float(x)
+    if kind == "none":
+        return None
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch
+
+
+def _decomposition(func):
+    from torch._decomp import core_aten_decompositions, decomposition_table
+
+    table = _decomposition.core
+    if table is None:
+        table = _decomposition.core = dict(core_aten_decompositions())
+    return table.get(func) or decomposition_table.get(func)
+
+
+_decomposition.core = None  # type: ignore[attr-defined]
+
+
+def _functional_of(func):
+    """The functional overload of an in-place op (``add_.Tensor`` -> ``add.Tensor``)."""
+    s = func._schema
+    base = s.name.split("::", 1)[1]
+    if not base.endswith("_"):
+        return None
+    packet = getattr(aten, base[:-1], None)
+    if packet is None:
+        return None
+    return getattr(packet, s.overload_name or "default", None)
+
+
+def _functional_of_out(func):
+    """The functional overload of an `out=` overload: same name, the same non-out arguments."""
+    s = func._schema
+    packet = getattr(aten, s.name.split("::", 1)[1], None)
+    if packet is None:
+        return None
+    want = [a.name for a in s.arguments if not a.is_out and not a.kwarg_only]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        cs = cand._schema
+        if any(a.is_out for a in cs.arguments) or cs.is_mutable:
+            continue
+        if [a.name for a in cs.arguments if not a.kwarg_only] == want:
+            return cand
+    return None
+
+
+def _mutated_args(func) -> list[int]:
+    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _call_site() -> str:
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        f = frame.filename
+        if "/torch/" in f or "/trnsim/torch/" in f or f.startswith("<frozen"):
+            continue
+        return f"{f}:{frame.lineno}"
+    return "?"
+
+
+def dispatch(func, args, kwargs):
+    """Serves one ATen call that involves a trnsim tensor."""
+    with STATE.lock:
+        top = STATE.depth == 0
+        STATE.depth += 1
+        try:
+            if top and STATE.checking:
+                return _checked(func, args, kwargs)
+            return _dispatch(func, args, kwargs, top)
+        except _NotRunnable as e:
+            # A lowering refused a call made on the way (a transfer's conversion, a gather):
+            # the op as the user called it is unsupported.
+            if not top:
+                raise
+            return _unsupported(func, args, kwargs, str(e))
+        except RecursionError:
+            if not top:
+                raise
+            return _unsupported(func, args, kwargs, "its decompositions do not reach lowered ops (they recurse)")
+        finally:
+            STATE.depth -= 1
+
+
+def _dispatch(func, args, kwargs, top: bool):
+    name = op_name(func)
+    if func is aten._to_copy.default:
+        return _to_copy(args[0], **kwargs)
+    if func is aten.copy_.default:
+        return _copy_(args[0], args[1])
+    if func in (aten.lift_fresh.default, aten.lift_fresh_copy.default) and isinstance(args[0], TrnsimTensor):
+        return args[0]
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        # A composite (`to.dtype`, `reshape`, …) reaching the device: PyTorch's own decomposition.
+        out = func.decompose(*args, **kwargs)
+        if out is not NotImplemented:
+            return out
+    if func.is_view:
+        if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
+            return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
+        return _alias(func, args, kwargs)
+    if func._schema.name.startswith("prims::"):
+        return _prim(func, args, kwargs)
+    if func is aten.rsub.Scalar or func is aten.rsub.Tensor:
+        # `1 - x`: PyTorch decomposes rsub through its refs into prims; the Core ATen form is sub.
+        self, other = args[0], args[1]
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        if not isinstance(other, torch.Tensor):
+            other = torch.scalar_tensor(other, dtype=torch.float64 if isinstance(other, float) else torch.int64)
+        _report.REPORT.op(name, "decomposed", top)
+        return _call(aten.sub.Tensor, (other, self), {"alpha": alpha} if alpha != 1 else {})
+    if func is aten.native_batch_norm.default:
+        return _native_batch_norm(*args, **kwargs)
+    if func is aten._native_batch_norm_legit.default:
+        x, w, b, rm, rv, training, momentum, eps = _bn_args(args, kwargs, 8)
+        return _native_batch_norm(x, w, b, rm, rv, training, momentum, eps, legit=True)
+    if func is aten._batch_norm_with_update.default:
+        x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
+        out, mean, rstd = _native_batch_norm(x, w, b, rm, rv, True, momentum, eps, legit=True)
+        reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
+                               count=False)
+        return out, mean, rstd, reserve
+    if func is aten.bernoulli_.float:
+        return _bernoulli_(*args, **kwargs)
+    if func in _RNG_INPLACE:
+        return _RNG_INPLACE[func](*args, **kwargs)
+    if func._schema.is_mutable:
+        return _inplace(func, args, kwargs, top)
+    if _native.is_lowered(name):
+        try:
+            out = _run_lowered(func, args, kwargs)
+            _report.REPORT.op(name, "device", top)
+            return out
+        except _NotRunnable as e:
+            reason = e
+    else:
+        reason = None
+    decomp = _decomposition(func)
+    if decomp is not None:
+        out = decomp(*args, **kwargs)
+        if out is not NotImplemented:
+            _report.REPORT.op(name, "decomposed", top)
+            return out
+    out = func.decompose(*args, **kwargs)
+    if out is not NotImplemented:
+        _report.REPORT.op(name, "decomposed", top)
+        return out
+    why = str(reason) if reason is not None else "trnconf has no lowering for it and PyTorch no decomposition"
+    return _unsupported(func, args, kwargs, why)
+
+
+def _unsupported(func, args, kwargs, why: str):
+    name = op_name(func)
+    form = _call_form(args, kwargs)
+    if not STATE.fallback:
+        _report.REPORT.unsupported(name)
+        raise UnsupportedOpError(
+            f"trnsim: aten::{name} is not supported on the trnsim device ({why}); call form: {name}({form}). "
+            "Set TRNSIM_TORCH_FALLBACK=1 or trnsim.torch.set_fallback(True) to run it on the CPU."
+        )
+    if name not in STATE.warned:
+        STATE.warned.add(name)
+        warnings.warn(
+            f"trnsim: aten::{name} runs on the CPU (fallback; {why}); call form: {name}({form})",
+            stacklevel=3,
+        )
+    _report.REPORT.fallback(name, _call_site())
+    return _run_on_cpu(func, args, kwargs)
+
+
+def _call_form(args, kwargs) -> str:
+    def d(x):
+        if isinstance(x, torch.Tensor):
+            return f"Tensor[{','.join(map(str, x.shape))}] {str(x.dtype).replace('torch.', '')}"
+        return repr(x)
+
+    parts = [d(a) if not isinstance(a, (list, tuple)) else "[" + ", ".join(d(y) for y in a) + "]" for a in args]
+    parts += [f"{k}={d(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def _run_on_cpu(func, args, kwargs):
+    cargs = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, args)
+    ckwargs = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, kwargs)
+    ckwargs = {k: (torch.device("cpu") if isinstance(v, torch.device) else v) for k, v in ckwargs.items()}
+    out = func(*cargs, **ckwargs)
+    for i in _mutated_args(func):
+        if i < len(args) and isinstance(args[i], TrnsimTensor):
+            _write_into(args[i], upload(cargs[i]))
+    mutated = {i for i in _mutated_args(func)}
+    rets = func._schema.returns
+    if len(rets) == 1 and rets[0].alias_info is not None and mutated:
+        return args[min(mutated)]
+    return tree_map(lambda x: upload(x) if isinstance(x, torch.Tensor) else x, out)
+
+
+def _alias(func, args, kwargs):
+    """A view: same storage, the sizes/strides/offset PyTorch's meta kernel gives."""
+    src = args[0]
+    if isinstance(src, (list, tuple)):
+        src = src[0]
+    st = src._trn
+    base = torch.empty(st.numel, dtype=st.dtype, device="meta")
+
+    def meta_view(x):
+        if isinstance(x, TrnsimTensor):
+            return base.as_strided(x.shape, x.stride(), x.storage_offset())
+        return x
+
+    out = func(*tree_map(meta_view, args), **tree_map(meta_view, kwargs))
+    flat_out, _ = tree_flatten(out)
+    if any(isinstance(m, torch.Tensor) and (m.is_conj() or m.is_neg()) for m in flat_out):
+        # A lazily conjugated / negated view carries a bit the device's tensors do not have;
+        # dropping it would silently give the unconjugated values.
+        return _unsupported(func, args, kwargs, "a conjugate or negative view (PyTorch's lazy conj/neg bit)")
+    _report.REPORT.op(op_name(func), "view", STATE.depth == 1)
+
+    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype for m in flat_out):
+        # `view_as_complex`, `view(dtype)`: a reinterpretation of the bytes as another dtype,
+        # which the device's tensors (one dtype per storage) do not express.
+        return _unsupported(func, args, kwargs, "a view as another dtype")
+
+    def wrap(m):
+        if isinstance(m, torch.Tensor):
+            return TrnsimTensor(st, m.shape, m.stride(), m.storage_offset())
+        return m
+
+    return tree_map(wrap, out)
+
+
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    dev = torch.device(device) if device is not None else None
+    if isinstance(x, TrnsimTensor) and dev is not None and dev.type != DEVICE_NAME:
+        host = download(x)
+        _report.REPORT.transfer("device_to_host")
+        return host.to(dtype=dtype or host.dtype, device=dev)
+    if not isinstance(x, TrnsimTensor):
+        # CPU -> trnsim: convert on the CPU first only if asked (the dtype the user wants to store).
+        host = x.to(dtype=dtype) if dtype is not None else x
+        _report.REPORT.transfer("host_to_device")
+        return upload(host)
+    kw = {}
+    if dtype is not None and dtype != x.dtype:
+        kw["dtype"] = dtype
+    else:
+        # A copy in the same dtype is a clone.
+        return _run_lowered(aten.clone.default, (x,), {})
+    return _run_lowered(aten._to_copy.default, (x,), kw)
+
+
+def _copy_(dst, src):
+    if isinstance(dst, TrnsimTensor):
+        fresh = False
+        if not isinstance(src, TrnsimTensor):
+            _report.REPORT.transfer("host_to_device")
+            # float64 / complex128 have no device dtype: the CPU converts to the target's dtype
+            # as part of the transfer (PyTorch's copy_ converts too).
+            if src.dtype in (torch.float64, torch.complex128) and dst.dtype != src.dtype:
+                src = src.to(dst.dtype)
+            src = upload(src)
+            fresh = True
+        if list(src.shape) != list(dst.shape) or src.dtype != dst.dtype:
+            src = _run_lowered(aten.copy.default, (dst, src), {}, count=False)
+        elif not fresh:
+            # The source stays the caller's: the target gets a device copy of it.
+            src = _run_lowered(aten.clone.default, (src,), {}, count=False)
+        _write_into(dst, src)
+        _report.REPORT.op("copy_", "device", STATE.depth == 1)
+        return dst
+    # trnsim -> CPU
+    _report.REPORT.transfer("device_to_host")
+    dst.copy_(download(src))
+    return dst
+
+
+def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
+    """Writes ``src`` (a fresh, whole, contiguous device tensor of ``dst``'s shape and dtype) into
+    ``dst``'s memory, so every alias of ``dst`` sees it."""
+    if src.dtype != dst.dtype:
+        src = _run_lowered(aten._to_copy.default, (src,), {"dtype": dst.dtype}, count=False)
+    st = dst._trn
+    if _is_whole(dst) or (dst.storage_offset() == 0 and dst.is_contiguous() and dst.numel() == st.numel):
+        new = src._trn
+        old = st.name
+        st.name, st.shape = new.name, list(new.shape)
+        new.name = None
+        STATE.session.delete(old)
+        return
+    # A partial view: index_put over the flat storage, at the view's element positions.
+    flat = TrnsimTensor(st, [st.numel]) if len(st.shape) != 1 else TrnsimTensor(st, st.shape)
+    if len(st.shape) != 1:
+        flat = _run_lowered(aten.view.default, (TrnsimTensor(st, st.shape), [st.numel]), {}, count=False)
+    positions = torch.arange(st.numel, dtype=torch.int64).as_strided(dst.shape, dst.stride(), dst.storage_offset())
+    idx = upload(positions.reshape(-1))
+    vals = src if src.dim() == 1 else _run_lowered(aten.view.default, (src, [src.numel()]), {}, count=False)
+    written = _run_lowered(aten.index_put.default, (flat, [idx], vals), {}, count=False)
+    if len(st.shape) != 1:
+        written = _run_lowered(aten.view.default, (written, list(st.shape)), {}, count=False)
+    new = written._trn
+    old = st.name
+    st.name = new.name
+    new.name = None
+    STATE.session.delete(old)
+
+
+def _inplace(func, args, kwargs, top: bool):
+    name = op_name(func)
+    mutated = _mutated_args(func)
+    functional = _functional_of(func)
+    out_kw = [a.name for a in func._schema.arguments if a.is_out]
+    if out_kw:
+        # An `out=` overload: its functional overload, written into `out`.
+        functional = _functional_of_out(func)
+        if functional is not None and all(k in kwargs for k in out_kw):
+            fkw = {k: v for k, v in kwargs.items() if k not in out_kw}
+            fnames = {a.name for a in functional._schema.arguments}
+            first_out = kwargs[out_kw[0]]
+            # A factory's `out=` overload: the functional form is told the dtype and device.
+            if "dtype" in fnames and "dtype" not in fkw:
+                fkw["dtype"] = first_out.dtype
+            if "device" in fnames and "device" not in fkw:
+                fkw["device"] = first_out.device
+            res = _call(functional, args, fkw)
+            outs = [kwargs[k] for k in out_kw]
+            results = res if isinstance(res, (tuple, list)) else (res,)
+            for o, r in zip(outs, results):
+                if list(o.shape) != list(r.shape):
+                    if o._trn.numel >= r.numel():
+                        # PyTorch resizes an `out=` tensor of the wrong shape: within its
+                        # storage that is new sizes and strides.
+                        _restride(o, r.shape, _contiguous_strides(r.shape), 0)
+                    else:
+                        return _unsupported(func, args, kwargs, "an `out=` tensor that must grow beyond its storage")
+                _write_into(o, r if _fresh(r) else _run_lowered(aten.clone.default, (r,), {}, count=False))
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return _unsupported(func, args, kwargs, "no functional form of this `out=` overload")
+    if func is aten.resize_.default:
+        return _resize_(func, args, kwargs)
+    if functional is not None and functional.is_view and mutated == [0]:
+        # `squeeze_`, `t_`, `transpose_`, …: new sizes/strides for the same memory.
+        out = _alias(functional, args, kwargs)
+        _restride(args[0], out.shape, out.stride(), out.storage_offset())
+        return args[0]
+    if functional is None or len(mutated) != 1 or mutated[0] != 0:
+        return _unsupported(func, args, kwargs, "an in-place op with no functional form")
+    # PyTorch's own checks of the in-place call (shape that cannot broadcast into self, a
+    # result dtype self cannot hold) on meta tensors first, so the errors are PyTorch's.
+    _check_inplace_meta(func, args, kwargs)
+    res = _call(functional, args, kwargs)
+    if isinstance(res, (tuple, list)):
+        res = res[0]
+    self = args[0]
+    if list(res.shape) != list(self.shape):
+        res = _run_lowered(aten.expand.default, (res, list(self.shape)), {}, count=False)
+    if not _fresh(res) or res._trn is self._trn:
+        res = _run_lowered(aten.clone.default, (res,), {}, count=False)
+    _write_into(self, res)
+    _report.REPORT.op(name, "in-place", top)
+    return self
+
+
+def _restride(t: TrnsimTensor, size, stride, offset: int) -> None:
+    """Changes a device tensor's sizes/strides/offset in place (PyTorch's own `as_strided_`
+    on the wrapper, below the Python key: metadata only)."""
+    with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
+        torch.ops.aten.as_strided_.default(t, list(size), list(stride), offset)
+
+
+def _resize_(func, args, kwargs):
+    self, size = args[0], list(args[1])
+    n = 1
+    for x in size:
+        n *= x
+    if n > self._trn.numel - self.storage_offset():
+        # The wrapper's storage size is fixed when it is made: a tensor cannot grow in place.
+        return _unsupported(func, args, kwargs, "resize_ that grows a tensor beyond its storage")
+    _restride(self, size, _contiguous_strides(size), self.storage_offset())
+    return self
+
+
+def _check_inplace_meta(func, args, kwargs) -> None:
+    margs = tree_map(_to_meta, args)
+    mkwargs = tree_map(_to_meta, kwargs)
+    try:
+        func(*margs, **mkwargs)
+    except NotImplementedError:
+        pass
+
+
+def _fresh(t: TrnsimTensor) -> bool:
+    import sys
+
+    # A result nobody else holds (the local and getrefcount's argument only) and that covers its
+    # storage: safe to hand its memory to the target.
+    return _is_whole(t) and sys.getrefcount(t._trn) <= 2
+
+
+def _call(func, args, kwargs):
+    """The functional form of an in-place or `out=` call: lowered directly when trnconf lowers
+    it (a factory's functional form would otherwise come back here through its `out=` form)."""
+    name = op_name(func)
+    if _native.is_lowered(name):
+        try:
+            out = _run_lowered(func, args, kwargs)
+            _report.REPORT.op(name, "device", False)
+            return out
+        except _NotRunnable:
+            pass
+    return dispatch_inner(func, args, kwargs)
+
+
+def dispatch_inner(func, args, kwargs):
+    """Re-enters the dispatcher (autograd off: this is below it), so decompositions and
+    in-place ops reach the device the same way a user's call does."""
+    return func(*args, **kwargs)
+
+
+def _prim(func, args, kwargs):
+    """A `prims::` op (left by a PyTorch ref): its ATen namesake, Python numbers as CPU scalars."""
+    base = func._schema.name.split("::", 1)[1]
+    packet = getattr(aten, base, None)
+    target = None
+    if packet is not None:
+        for ov in ("Tensor", "default"):
+            if ov in packet.overloads():
+                target = getattr(packet, ov)
+                break
+    special = _PRIM_FORMS.get(base)
+    if special is not None:
+        _report.REPORT.op(op_name(func), "decomposed", STATE.depth == 1)
+        return special(*args, **kwargs)
+    if target is None:
+        return _unsupported(func, args, kwargs, "a prims op with no ATen namesake")
+    if not _native.is_lowered(op_name(target)):
+        # The namesake would decompose back into this prim: refuse instead of looping.
+        return _unsupported(func, args, kwargs, f"a prims op whose ATen namesake `{op_name(target)}` is not lowered")
+
+    def wrap(x):
+        if isinstance(x, (bool, int, float)) and not isinstance(x, torch.Tensor):
+            dt = torch.bool if isinstance(x, bool) else torch.int64 if isinstance(x, int) else torch.float64
+            return torch.scalar_tensor(x, dtype=dt)
+        return x
+
+    _report.REPORT.op(op_name(func), "decomposed", STATE.depth == 1)
+    return _call(target, tuple(wrap(a) for a in args), kwargs)
+
+
+def _bn_args(args, kwargs, n):
+    names = ["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"]
+    if n == 7:
+        names.remove("training")
+    vals = list(args) + [None] * (n - len(args))
+    for i, k in enumerate(names):
+        if k in kwargs:
+            vals[i] = kwargs[k]
+    return vals
+
+
+def _prim_var(a, dims, correction=1, *, output_dtype=None):
+    return _call(aten.var.correction, (a, list(dims) if dims is not None else None), {"correction": correction})
+
+
+def _prim_prod(a, dims, *, output_dtype=None):
+    out = a
+    for d in sorted(dims or range(a.dim()), reverse=True):
+        out = _call(aten.prod.dim_int, (out, d), {})
+    return out
+
+
+def _prim_reduce(op):
+    def f(a, dims, *, output_dtype=None):
+        return _call(op, (a, list(dims) if dims is not None else list(range(a.dim()))), {})
+
+    return f
+
+
+def _prim_convert(a, dtype):
+    return _call(aten._to_copy.default, (a,), {"dtype": dtype})
+
+
+def _prim_broadcast_in_dim(a, shape, broadcast_dimensions):
+    v = a
+    for i in range(len(shape)):
+        if i not in broadcast_dimensions:
+            v = _alias(aten.unsqueeze.default, (v, i), {})
+    return _alias(aten.expand.default, (v, list(shape)), {})
+
+
+_PRIM_FORMS = {
+    "var": _prim_var,
+    "prod": _prim_prod,
+    "sum": _prim_reduce(aten.sum.dim_IntList),
+    "amax": _prim_reduce(aten.amax.default),
+    "amin": _prim_reduce(aten.amin.default),
+    "convert_element_type": _prim_convert,
+    "broadcast_in_dim": _prim_broadcast_in_dim,
+}
+
+
+def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, legit=False):
+    """`native_batch_norm` is not Core ATen; PyTorch's export lowers it to the
+    `_native_batch_norm_legit*` forms, which trnconf lowers, so the device does the same. The
+    lowering returns the outputs; in training the running statistics are then updated in place
+    with device ops (`running = (1 − momentum)·running + momentum·batch`, the batch variance
+    unbiased), as PyTorch's kernels do."""
+    if training and running_mean is not None:
+        f, a = aten._native_batch_norm_legit.default, (x, weight, bias, running_mean, running_var, True, momentum, eps)
+        _report.REPORT.op("_native_batch_norm_legit" if legit else "native_batch_norm", "decomposed",
+                          STATE.depth == 1)
+        out = _run_lowered(f, a, {})
+        _update_running(x, out[1], out[2], running_mean, running_var, momentum, eps)
+        return out
+    elif training:
+        f, a = aten._native_batch_norm_legit.no_stats, (x, weight, bias, True, momentum, eps)
+    else:
+        f, a = aten._native_batch_norm_legit_no_training.default, (x, weight, bias, running_mean, running_var,
+                                                                  momentum, eps)
+    _report.REPORT.op("native_batch_norm", "decomposed", STATE.depth == 1)
+    out = _call(f, a, {})
+    if training:
+        return out
+    # In eval, native_batch_norm's saved mean and inverse std are empty (its CPU and CUDA
+    # kernels), where the `_no_training` form returns them per channel.
+    empty = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": out[1].dtype, "device": torch.device("cpu")},
+                         count=False)
+    return out[0], empty, _run_lowered(aten.clone.default, (empty,), {}, count=False)
+
+
+def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> None:
+    n = x.numel() // x.shape[1]
+    with torch.no_grad():
+        var = dispatch_inner(aten.sub.Tensor, (dispatch_inner(aten.reciprocal.default,
+                             (dispatch_inner(aten.mul.Tensor, (rstd, rstd), {}),), {}), eps), {})
+        unbiased = dispatch_inner(aten.mul.Tensor, (var, n / max(n - 1, 1)), {})
+        for run, batch in ((running_mean, mean), (running_var, unbiased)):
+            upd = dispatch_inner(aten.add.Tensor, (dispatch_inner(aten.mul.Tensor, (run, 1.0 - momentum), {}),
+                                 dispatch_inner(aten.mul.Tensor, (batch, momentum), {})), {})
+            _write_into(run, upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
+
+
+def _bernoulli_(self, p=0.5, *, generator=None):
+    """`bernoulli_(p)`: uniform draws on the device, compared with p (`rand < p`), as self's dtype."""
+    r = _run_lowered(aten.rand.default, (list(self.shape),), {"dtype": torch.float32, "device": torch.device("cpu")},
+                     name="rand")
+    mask = dispatch_inner(aten.lt.Scalar, (r, p), {})
+    val = _run_lowered(aten._to_copy.default, (mask,), {"dtype": self.dtype}, count=False)
+    _write_into(self, val)
+    _report.REPORT.op("bernoulli_.float", "device", STATE.depth == 1)
+    return self
+
+
+def _normal_(self, mean=0.0, std=1.0, *, generator=None):
+    r = _run_lowered(aten.randn.default, (list(self.shape),), {"dtype": self.dtype, "device": torch.device("cpu")},
+                     name="randn")
+    if std != 1.0:
+        r = dispatch_inner(aten.mul.Tensor, (r, std), {})
+    if mean != 0.0:
+        r = dispatch_inner(aten.add.Tensor, (r, mean), {})
+    _write_into(self, r if _fresh(r) else _run_lowered(aten.clone.default, (r,), {}, count=False))
+    _report.REPORT.op("normal_", "device", STATE.depth == 1)
+    return self
+
+
+def _uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
+    from_ = kw.get("from", from_)
+    r = _run_lowered(aten.rand.default, (list(self.shape),), {"dtype": self.dtype, "device": torch.device("cpu")},
+                     name="rand")
+    if to - from_ != 1.0:
+        r = dispatch_inner(aten.mul.Tensor, (r, to - from_), {})
+    if from_ != 0.0:
+        r = dispatch_inner(aten.add.Tensor, (r, from_), {})
+    _write_into(self, r if _fresh(r) else _run_lowered(aten.clone.default, (r,), {}, count=False))
+    _report.REPORT.op("uniform_", "device", STATE.depth == 1)
+    return self
+
+
+_RNG_INPLACE = {aten.normal_.default: _normal_, aten.uniform_.default: _uniform_}
+
+
+# ---------------------------------------------------------------------------------------------
+# Check mode
+
+
+def _checked(func, args, kwargs):
+    """Runs the call on the device and on the CPU (same inputs) and records the drift."""
+    name = op_name(func)
+    flat, _ = tree_flatten((args, kwargs))
+    compare = not func.is_view and name not in _RANDOM and name not in _UNINITIALISED and func not in _RNG_INPLACE and any(
+        isinstance(x, TrnsimTensor) for x in flat
+    ) and func not in (aten._to_copy.default, aten.copy_.default) and name != "_local_scalar_dense"
+    cpu_args = cpu_kwargs = None
+    if compare:
+        with _report.REPORT.paused():
+            cpu_args = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, args)
+            cpu_kwargs = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, kwargs)
+            cpu_kwargs = {k: (torch.device("cpu") if isinstance(v, torch.device) else v) for k, v in cpu_kwargs.items()}
+    out = _dispatch(func, args, kwargs, True)
+    if compare:
+        with _report.REPORT.paused():
+            expected = func(*cpu_args, **cpu_kwargs)
+            got_flat, _ = tree_flatten(out)
+            exp_flat, _ = tree_flatten(expected)
+            for g, e in zip(got_flat, exp_flat):
+                if isinstance(g, TrnsimTensor) and isinstance(e, torch.Tensor):
+                    _report.REPORT.drift(name, download(g), e, _call_site())
+    return out
+
+
+@contextlib.contextmanager
+def checking(enabled: bool = True):
+    prev = STATE.checking
+    STATE.checking = enabled
+    try:
+        yield _report.REPORT
+    finally:
+        STATE.checking = prev
