@@ -3,9 +3,10 @@
 
 Every expected output in golden/cases/ is what `torch` (pinned in requirements.txt) returned on CPU
 for the recorded inputs; nothing is computed by hand. The file format is the contract in
-docs/golden-format.md (format 1); the Rust loader is written from that page, not from this script.
+docs/golden-format.md (format 2: with oracles, golden/oracle.py); the Rust loader is written from
+that page, not from this script.
 
-Three sources of cases (the `<source>` part of a case id):
+Four sources of cases (the `<source>` part of a case id):
   opinfo  calls captured from PyTorch's own OpInfo samples (op_db) by a TorchDispatchMode that
           records every dispatched Core ATen overload with its real inputs and outputs;
   hand    a hand-written table, so that every one of the 193 core overloads has cases
@@ -13,13 +14,16 @@ Three sources of cases (the `<source>` part of a case id):
           consistent with their forward: saved statistics, pooling indices, ...);
   stress  tiling/edge cases for a tiled backend: >128 partitions, >512-wide PSUM banks,
           non-multiples, 0-size / 0-d tensors, broadcasting, 64K+ reductions, dtype limits,
-          NaN, +-inf, -0.0.
+          NaN, +-inf, -0.0;
+  model   one case per distinct call form (overload, input dtypes/shapes, other arguments) of
+          the committed models' traced graphs (golden/models/*/graph.json), fresh inputs.
 
 Usage:
   python golden/generate.py                     # regenerate everything into golden/
   python golden/generate.py --out /tmp/g        # into another directory
   python golden/generate.py --ops 'add.*,mm'    # only these ops (comma-separated globs);
                                                 # other ops' files and index entries are kept
+  python golden/generate.py --models none       # without the model call forms
 """
 
 import argparse

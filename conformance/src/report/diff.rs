@@ -21,6 +21,10 @@ pub struct Change {
     /// Device error against the oracle (max over outputs, ulps), when the case has oracles.
     pub oracle_before: Option<f64>,
     pub oracle_after: Option<f64>,
+    /// PyTorch CPU's error against the same oracle (max over outputs, ulps): what the device's is
+    /// measured against.
+    pub oracle_cpu_before: Option<f64>,
+    pub oracle_cpu_after: Option<f64>,
 }
 
 impl Change {
@@ -75,11 +79,14 @@ pub fn diff(a: &Loaded, b: &Loaded) -> (Vec<Change>, usize) {
             rel_after: rb.and_then(|r| r.max_rel_err()),
             oracle_before: ra.and_then(|r| r.oracle_errors()).map(|e| e.0),
             oracle_after: rb.and_then(|r| r.oracle_errors()).map(|e| e.0),
+            oracle_cpu_before: ra.and_then(|r| r.oracle_errors()).map(|e| e.1),
+            oracle_cpu_after: rb.and_then(|r| r.oracle_errors()).map(|e| e.1),
         };
         if c.status_changed()
             || c.ulp_before != c.ulp_after
             || c.rel_before != c.rel_after
             || c.oracle_before != c.oracle_after
+            || c.oracle_cpu_before != c.oracle_cpu_after
         {
             changes.push(c);
         } else {
@@ -112,15 +119,18 @@ fn rel(r: Option<f64>) -> String {
     }
 }
 
-/// `  oracle_ulp A -> B` when either run measured the case against an oracle.
+/// `  oracle_ulp A -> B (cpu C -> D)` (device, then CPU error against the oracle) when either run
+/// measured the case against an oracle.
 fn oracle_change(c: &Change) -> String {
     if c.oracle_before.is_none() && c.oracle_after.is_none() {
         return String::new();
     }
     format!(
-        "  oracle_ulp {} -> {}",
+        "  oracle_ulp {} -> {} (cpu {} -> {})",
         super::fmt_ulp(c.oracle_before),
-        super::fmt_ulp(c.oracle_after)
+        super::fmt_ulp(c.oracle_after),
+        super::fmt_ulp(c.oracle_cpu_before),
+        super::fmt_ulp(c.oracle_cpu_after)
     )
 }
 
@@ -174,7 +184,7 @@ pub fn render_html(a_name: &str, b_name: &str, changes: &[Change], unchanged: us
     for c in changes {
         let _ = writeln!(
             rows,
-            "<tr class=\"{}\"><td>{}</td><td class=\"s-{}\">{}</td><td class=\"s-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"{}\"><td>{}</td><td class=\"s-{}\">{}</td><td class=\"s-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             if c.status_changed() { "status" } else { "numeric" },
             escape_xml(&c.id),
             status(c.before),
@@ -185,7 +195,11 @@ pub fn render_html(a_name: &str, b_name: &str, changes: &[Change], unchanged: us
             ulp(c.ulp_after),
             c.ulp_delta(),
             rel(c.rel_before),
-            rel(c.rel_after)
+            rel(c.rel_after),
+            super::fmt_ulp(c.oracle_before),
+            super::fmt_ulp(c.oracle_after),
+            super::fmt_ulp(c.oracle_cpu_before),
+            super::fmt_ulp(c.oracle_cpu_after)
         );
     }
     format!(
@@ -194,7 +208,7 @@ body{{font:14px system-ui,sans-serif;margin:1.5em}}table{{border-collapse:collap
 tr.status{{background:#fff4d6}}.s-pass{{color:#176c2c}}.s-fail,.s-error,.s-xpass{{color:#b00020;font-weight:bold}}.s-xfail,.s-skip{{color:#666}}\
 </style></head><body><h1>trnconf diff</h1><p>A: <code>{}</code><br>B: <code>{}</code></p>\
 <p>{} status changes, {} numeric changes, {} unchanged.</p>\
-<table id=\"diff\"><thead><tr><th>case</th><th>status A</th><th>status B</th><th>max ULP A</th><th>max ULP B</th><th>|Δ ULP|</th><th>max rel A</th><th>max rel B</th></tr></thead><tbody>\n{}</tbody></table></body></html>\n",
+<table id=\"diff\"><thead><tr><th>case</th><th>status A</th><th>status B</th><th>max ULP A</th><th>max ULP B</th><th>|Δ ULP|</th><th>max rel A</th><th>max rel B</th><th>device oracle ulp A</th><th>device oracle ulp B</th><th>CPU oracle ulp A</th><th>CPU oracle ulp B</th></tr></thead><tbody>\n{}</tbody></table></body></html>\n",
         escape_xml(a_name),
         escape_xml(b_name),
         changes.iter().filter(|c| c.status_changed()).count(),

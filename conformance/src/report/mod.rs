@@ -83,6 +83,8 @@ pub struct OracleRecord {
     pub cpu_p99_ulp: Option<f64>,
     pub ratio: Option<f64>,
     pub allowed_ulp: Option<f64>,
+    /// Largest device error / allowance (`None`: absent in older results, or infinite).
+    pub allowance_use: Option<f64>,
     pub nonfinite_mismatches: u64,
     pub over_bound: u64,
     pub within: bool,
