@@ -210,7 +210,12 @@ def upload(t: torch.Tensor) -> TrnsimTensor:
         host = host.to(torch.int32)
     elif dtype == torch.complex64:
         host = torch.view_as_real(host).contiguous()
-    data = host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b""
+    flat = host.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:
+        # A one-element tensor may keep a 0 stride through `contiguous()` (size-1 dims are
+        # contiguous whatever their stride); bytes need a unit stride.
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     name = _new_name()
     dev_shape = list(host.shape)
     STATE.session.put(name, (dev, dev_shape, data))
@@ -583,6 +588,11 @@ def _dispatch(func, args, kwargs, top: bool):
         reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
                                count=False)
         return out, mean, rstd, reserve
+    if func in (aten.max.default, aten.min.default):
+        # The all-element max/min: the lowered amax/amin over every dim.
+        red = aten.amax.default if func is aten.max.default else aten.amin.default
+        _report.REPORT.op(name, "decomposed", top)
+        return _call(red, (args[0], list(range(args[0].dim()))), {})
     if func is aten.bernoulli_.float:
         return _bernoulli_(*args, **kwargs)
     if func in _RNG_INPLACE:
