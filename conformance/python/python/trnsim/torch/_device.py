@@ -494,7 +494,16 @@ def _functional_of(func):
     packet = getattr(aten, base[:-1], None)
     if packet is None:
         return None
-    return getattr(packet, s.overload_name or "default", None)
+    same = getattr(packet, s.overload_name or "default", None)
+    if same is not None:
+        return same
+    # `transpose_` -> `transpose.int`: the overload with the same argument names.
+    want = [a.name for a in s.arguments]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        if not cand._schema.is_mutable and [a.name for a in cand._schema.arguments] == want:
+            return cand
+    return None
 
 
 def _functional_of_out(func):
