@@ -555,6 +555,15 @@ def dispatch(func, args, kwargs):
             if not top:
                 raise
             return _unsupported(func, args, kwargs, "its decompositions do not reach lowered ops (they recurse)")
+        except BaseException as e:
+            if top and torch._C._current_autograd_node() is not None:
+                # torch 2.15 aborts the process ("terminate called without an active
+                # exception") when an error leaves a backward pass on a Python-registered
+                # PrivateUse1 device, losing the message: say it first.
+                import sys
+
+                print(f"trnsim: error in backward: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            raise
         finally:
             STATE.depth -= 1
 
