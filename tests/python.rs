@@ -59,13 +59,8 @@ fn unavailable(why: String) {
     eprintln!("\n!!!!! SKIPPED python_package_tests: {msg} !!!!!\n");
 }
 
-/// The torch-device tests need PyTorch (~5 GB), which `.ci/run` never installs.
-const TORCH_DEVICE_NOTE: &str = "!!!!! NOT RUN HERE: the trnsim PyTorch device tests (conformance/python/tests_torch, \
-need torch) run only in .github/workflows/torch-device.yml (docs/torch-device.md) !!!!!";
-
 #[test]
 fn python_package_tests() {
-    eprintln!("\n{TORCH_DEVICE_NOTE}\n");
     let root = repo_root();
     let Some((python, installed)) = find_python(&root) else {
         unavailable(format!(

@@ -226,12 +226,16 @@ def main() -> None:
     ap.add_argument("--markdown")
     a = ap.parse_args()
     if a.merge is not None:
-        results, wall = [], 0.0
+        # A later file's entry replaces an earlier one for the same OpInfo × dtype (a re-run of
+        # some OpInfos after a fix); the wall time is the longest shard's.
+        merged, wall = {}, 0.0
         for p in a.merge:
             with open(p) as f:
                 d = json.load(f)
-            results += d["results"]
+            for r in d["results"]:
+                merged[(r["name"], r["variant"], r["dtype"])] = r
             wall = max(wall, d.get("wall_s", 0.0))
+        results = list(merged.values())
         if a.markdown:
             splice(a.markdown, markdown(results, wall))
         return

@@ -188,3 +188,17 @@ def test_inplace_metadata_ops_and_batch_norm_training():
 def test_a_view_as_another_dtype_is_refused_not_misread():
     with pytest.raises(trnsim.torch.UnsupportedOpError, match="view_as_complex"):
         torch.view_as_complex(torch.randn(3, 2).to("trnsim"))
+
+
+def test_an_unsupported_op_in_backward_names_itself_and_falls_back():
+    code = ("import torch, trnsim.torch\n"
+            "x = torch.randn(1, 1, 4, 4).to('trnsim').requires_grad_()\n"
+            "g = (torch.rand(1, 3, 3, 2) * 2 - 1).to('trnsim')\n"
+            "torch.nn.functional.grid_sample(x, g, align_corners=False).sum().backward()\n"
+            "print(trnsim.torch.report()['fallback_count'])\n")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    # torch 2.15 aborts on an error leaving a backward pass on this device; the message comes first.
+    assert out.returncode != 0 and "aten::grid_sampler_2d_backward is not supported" in out.stderr
+    env = dict(os.environ, TRNSIM_TORCH_FALLBACK="1")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr

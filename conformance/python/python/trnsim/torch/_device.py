@@ -210,7 +210,12 @@ def upload(t: torch.Tensor) -> TrnsimTensor:
         host = host.to(torch.int32)
     elif dtype == torch.complex64:
         host = torch.view_as_real(host).contiguous()
-    data = host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b""
+    flat = host.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:
+        # A one-element tensor may keep a 0 stride through `contiguous()` (size-1 dims are
+        # contiguous whatever their stride); bytes need a unit stride.
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     name = _new_name()
     dev_shape = list(host.shape)
     STATE.session.put(name, (dev, dev_shape, data))
@@ -489,7 +494,16 @@ def _functional_of(func):
     packet = getattr(aten, base[:-1], None)
     if packet is None:
         return None
-    return getattr(packet, s.overload_name or "default", None)
+    same = getattr(packet, s.overload_name or "default", None)
+    if same is not None:
+        return same
+    # `transpose_` -> `transpose.int`: the overload with the same argument names.
+    want = [a.name for a in s.arguments]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        if not cand._schema.is_mutable and [a.name for a in cand._schema.arguments] == want:
+            return cand
+    return None
 
 
 def _functional_of_out(func):
@@ -541,6 +555,15 @@ def dispatch(func, args, kwargs):
             if not top:
                 raise
             return _unsupported(func, args, kwargs, "its decompositions do not reach lowered ops (they recurse)")
+        except BaseException as e:
+            if top and torch._C._current_autograd_node() is not None:
+                # torch 2.15 aborts the process ("terminate called without an active
+                # exception") when an error leaves a backward pass on a Python-registered
+                # PrivateUse1 device, losing the message: say it first.
+                import sys
+
+                print(f"trnsim: error in backward: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            raise
         finally:
             STATE.depth -= 1
 
@@ -583,6 +606,11 @@ def _dispatch(func, args, kwargs, top: bool):
         reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
                                count=False)
         return out, mean, rstd, reserve
+    if func in (aten.max.default, aten.min.default):
+        # The all-element max/min: the lowered amax/amin over every dim.
+        red = aten.amax.default if func is aten.max.default else aten.amin.default
+        _report.REPORT.op(name, "decomposed", top)
+        return _call(red, (args[0], list(range(args[0].dim()))), {})
     if func is aten.bernoulli_.float:
         return _bernoulli_(*args, **kwargs)
     if func in _RNG_INPLACE:
