@@ -1445,7 +1445,12 @@ fn coverage(markdown: &Path, golden: Option<PathBuf>, results_file: Option<&Path
         Err(code) => return code,
     };
     let cov = report::coverage::compute(&records);
-    let page = report::coverage::render_markdown(&cov, torch.as_deref());
+    let mut page = report::coverage::render_markdown(&cov, torch.as_deref());
+    // The torch device's OpInfo comparison (docs/torch-device.md) writes its own marked section
+    // into the same page from a run this command cannot redo (it needs torch): keep it.
+    if let Ok(old) = std::fs::read_to_string(markdown) {
+        page.push_str(&report::coverage::kept_sections(&old));
+    }
     if let Err(e) = results::write_atomic(markdown, page.as_bytes()) {
         return bad_input(e);
     }

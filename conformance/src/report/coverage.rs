@@ -214,3 +214,41 @@ pub fn render_markdown(cov: &[OpCoverage], torch: Option<&str>) -> String {
     }
     out
 }
+
+/// Marked sections other tools write into the coverage page, which regenerating it keeps.
+const KEPT_SECTIONS: &[(&str, &str)] =
+    &[("<!-- torch-device OpInfo comparison: begin -->", "<!-- torch-device OpInfo comparison: end -->")];
+
+/// The kept sections of an existing page (each from its begin marker through its end marker,
+/// preceded by a blank line), to append to a regenerated one. A section without its end marker is
+/// dropped rather than guessed at.
+pub fn kept_sections(old_page: &str) -> String {
+    let mut out = String::new();
+    for (begin, end) in KEPT_SECTIONS {
+        if let Some(start) = old_page.find(begin) {
+            if let Some(stop) = old_page[start..].find(end) {
+                out.push('\n');
+                out.push_str(&old_page[start..start + stop + end.len()]);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod kept_tests {
+    use super::kept_sections;
+
+    #[test]
+    fn the_torch_device_section_survives_regeneration_and_nothing_else_does() {
+        let old = "# Coverage\nold table\n<!-- torch-device OpInfo comparison: begin -->\nrows\n\
+                   <!-- torch-device OpInfo comparison: end -->\ntrailer\n";
+        let kept = kept_sections(old);
+        assert_eq!(
+            kept,
+            "\n<!-- torch-device OpInfo comparison: begin -->\nrows\n<!-- torch-device OpInfo comparison: end -->\n"
+        );
+        assert_eq!(kept_sections("# Coverage\n<!-- torch-device OpInfo comparison: begin -->\nno end"), "");
+    }
+}
