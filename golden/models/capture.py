@@ -13,6 +13,8 @@ bit, so committed model data holds only the graph, the inputs and the reference 
 Usage (needs golden/models/requirements.txt; CI never runs this):
   python golden/models/capture.py                     # every model of the committed set
   python golden/models/capture.py --models gpt2,vit   # some of them
+  python golden/models/capture.py --models gpt2_block,resnet18_224
+      # the full-size benchmark models (docs/performance.md "Models"; sparser reference samples)
   python golden/models/capture.py --out DIR           # somewhere else
   python golden/models/capture.py --user my_pkg.my_mod:make_model --name mine --out DIR
       # your own model: the factory returns (module, example_inputs_tuple)

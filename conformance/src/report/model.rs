@@ -15,7 +15,8 @@ pub struct NodeResult {
     pub dtype: String,
     pub shape: Vec<usize>,
     /// `pass`, `fail` (the op at this call form is wrong on reference inputs), `unsupported`
-    /// (lowering refused the call form), `error`, or `skipped` (assertion ops).
+    /// (lowering refused the call form), `error`, `skipped` (assertion ops), or `not judged` (a
+    /// run without the isolated verdicts, [`crate::model::RunOptions`]).
     pub status: String,
     pub message: String,
     /// The isolated run's comparison (the verdict).
@@ -103,6 +104,10 @@ fn fmt_err(s: &Option<ErrorSummary>) -> String {
     }
 }
 
+fn fmt_us(t: Option<f64>) -> String {
+    t.map(|t| format!("{t:.2}")).unwrap_or_else(|| "—".into())
+}
+
 /// The terminal summary: counts, the first failing and first drifting node, end-to-end error, the
 /// "will it run" list.
 pub fn summary(r: &ModelResult) -> String {
@@ -158,6 +163,35 @@ pub fn summary(r: &ModelResult) -> String {
             if s.passed { "" } else { " (outside tolerance)" }
         );
     }
+    if r.est_us > 0.0 {
+        let _ = writeln!(
+            out,
+            "estimated device time: {:.1} µs (the nodes' programs one after another, trn1 cost model)",
+            r.est_us
+        );
+    }
+    if let Some(t) = &r.transfers {
+        let _ = writeln!(
+            out,
+            "device session: {} node programs on tensors in simulated HBM; {:.2} MB put (the leaves), {:.2} MB \
+             read back to compare; chained forward {:.0} ms on this host{}",
+            t.runs,
+            t.host_to_device_bytes as f64 / 1e6,
+            t.device_to_host_bytes as f64 / 1e6,
+            r.forward_ms,
+            if r.host_round_trips.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; through the host (data-dependent sizes or scalar outputs): {}",
+                    r.host_round_trips.join(", ")
+                )
+            }
+        );
+    }
+    if let Some(e) = &r.error {
+        let _ = writeln!(out, "the model could not run: {e}");
+    }
     if r.unsupported.is_empty() {
         let _ = writeln!(out, "will it run: every call form is supported");
     } else {
@@ -178,13 +212,13 @@ pub fn table(r: &ModelResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4}  {:<28} {:<34} {:<6} {:<11} {:<26} {:<26} {:>8}",
-        "#", "node", "op", "dtype", "status", "isolated abs/rel/ulp", "chained abs/rel/ulp", "growth"
+        "{:>4}  {:<28} {:<34} {:<6} {:<11} {:<26} {:<26} {:>8} {:>9}",
+        "#", "node", "op", "dtype", "status", "isolated abs/rel/ulp", "chained abs/rel/ulp", "growth", "est µs"
     );
     for n in &r.nodes {
         let _ = writeln!(
             out,
-            "{:>4}  {:<28} {:<34} {:<6} {:<11} {:<26} {:<26} {:>8}",
+            "{:>4}  {:<28} {:<34} {:<6} {:<11} {:<26} {:<26} {:>8} {:>9}",
             n.index,
             n.name,
             n.op,
@@ -192,7 +226,8 @@ pub fn table(r: &ModelResult) -> String {
             n.status,
             fmt_err(&n.isolated),
             fmt_err(&n.chained),
-            n.growth.map(|g| format!("{g:.2}")).unwrap_or_else(|| "—".into())
+            n.growth.map(|g| format!("{g:.2}")).unwrap_or_else(|| "—".into()),
+            fmt_us(n.est_us)
         );
     }
     out
@@ -290,7 +325,7 @@ pub fn html(r: &ModelResult) -> String {
     let row = |n: &NodeResult| {
         format!(
             "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:?}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
             if matches!(n.status.as_str(), "fail" | "error" | "unsupported") {
                 "fail"
             } else {
@@ -305,11 +340,12 @@ pub fn html(r: &ModelResult) -> String {
             fmt_err(&n.isolated),
             fmt_err(&n.chained),
             n.growth.map(|g| format!("{g:.2}")).unwrap_or_default(),
+            fmt_us(n.est_us),
             esc(&n.message)
         )
     };
     let head = "<table><tr><th>#</th><th>node</th><th>op</th><th>dtype</th><th>shape</th><th>status</th>\
-                <th>isolated abs/rel/ulp</th><th>chained abs/rel/ulp</th><th>growth</th><th>message</th></tr>";
+                <th>isolated abs/rel/ulp</th><th>chained abs/rel/ulp</th><th>growth</th><th>est µs</th><th>message</th></tr>";
     if !failing.is_empty() {
         let _ = write!(out, "<h2 id=\"failures\">Failing nodes</h2>{head}");
         for n in &failing {
