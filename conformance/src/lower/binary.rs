@@ -461,9 +461,14 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
         (_, None) => None,
     };
     let imm_i32 = |s: Scalar, what: &str| -> Result<f64, LowerError> {
-        s.as_i32()
-            .map(|v| v as f64)
-            .ok_or_else(|| req.unsupported(format!("{what} {s:?} does not fit in int32 (Trainium has no int64)")))
+        s.as_i32().map(|v| v as f64).ok_or_else(|| match s {
+            // The typed refusal the runner's narrowing gives input tensors (expectations name it).
+            Scalar::Int(value) => LowerError::Int64OutsideInt32 {
+                op: req.op.to_string(),
+                value,
+            },
+            _ => req.unsupported(format!("{what} {s:?} does not fit in int32 (Trainium has no int64)")),
+        })
     };
     let alpha_imm = match (call.alpha, path) {
         (None, _) => None,
