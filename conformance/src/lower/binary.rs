@@ -943,7 +943,7 @@ mod tests {
         assert_eq!(p.hbm[0].dtype, DType::I32, "int64 is declared as int32");
         assert_eq!(count(&p, Engine::Gpsimd), 2);
         assert_eq!(count(&p, Engine::Vector), 0);
-        // alpha does not fit int32 → unsupported.
+        // alpha does not fit int32 → the typed refusal (the narrowing's, for a scalar).
         let c = Call::new(
             "add.Tensor",
             TensorMeta::contiguous(I64, &[7]),
@@ -953,7 +953,7 @@ mod tests {
         .alpha(Value::Int(1 << 40));
         assert!(matches!(
             lower(&c.req(), TargetName::Trn1),
-            Err(LowerError::Unsupported { .. })
+            Err(LowerError::Int64OutsideInt32 { value, .. }) if value == 1 << 40
         ));
     }
 
