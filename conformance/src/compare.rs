@@ -899,6 +899,9 @@ pub struct ActualOutputs {
     pub values: BTreeMap<usize, Value>,
     /// A second run's tensors, for the determinism property.
     pub rerun: Option<BTreeMap<String, Tensor>>,
+    /// Runs of an RNG case under other seeds (compare/rng.rs, "Several seeds"); empty when the
+    /// backend does not take its seed from the case.
+    pub other_seeds: Vec<BTreeMap<String, Tensor>>,
 }
 
 /// The verdict over all outputs of a case.
@@ -994,7 +997,21 @@ fn compare_output(case: &Case, pos: usize, name: &str, actual: &ActualOutputs) -
                 let m = check_properties(props, name, got, expected, input, mask, rerun);
                 let p = props.dropout.as_ref().map(|d| d.p);
                 let stats = if m.passed && got.shape == expected.shape {
-                    rng::failures(&case.op, got, input, mask, p)
+                    let mut f = rng::failures(&case.op, got, input, mask, p);
+                    let others: Vec<&Tensor> = actual.other_seeds.iter().filter_map(|o| o.get(name)).collect();
+                    if others.len() == actual.other_seeds.len() {
+                        let mask_name = case.outputs.get(1).and_then(|v| match v {
+                            Value::Tensor(t) => Some(t.as_str()),
+                            _ => None,
+                        });
+                        let masks: Vec<Option<&Tensor>> = std::iter::once(mask)
+                            .chain(actual.other_seeds.iter().map(|o| mask_name.and_then(|n| o.get(n))))
+                            .collect();
+                        f.extend(rng::cross_seed_failures(&case.op, got, &others, input, &masks, p));
+                    } else {
+                        f.push("a run under another seed did not produce this output".into());
+                    }
+                    f
                 } else {
                     vec![]
                 };

@@ -6,12 +6,21 @@
 //! * `skip`: it is not run (its file is still loaded, as a corruption check), and is reported as
 //!   skipped with its reason. Nothing is skipped silently.
 //!
-//! Each entry selects cases by op name (`ops`) or by glob over case ids (`cases`, `*` and `?`),
-//! gives a reason category and a text. A case matched by two entries is an error (no precedence
-//! rules to reason about). Unknown keys, unknown categories, unknown op names and empty texts are
-//! load errors.
+//! Each entry selects cases by what they are, never by id: op names (`ops`), primary dtypes
+//! (`dtypes`), generator sources (`sources`) and call properties (`when`: an int64 value outside
+//! int32, an empty or 0-d input, a given `dim` argument, …; see [`Property`]). An `xfail` entry
+//! may also require the typed error the run must end in (`error`, see [`ErrorKind`]). Case ids
+//! are numbered per sample and change whenever a corpus is regenerated with other seeds or
+//! samples; what a case *is* does not, so a fresh corpus's expected failures are recognised
+//! (`conformance/tests/expect_structural.rs` renames every committed id and checks the verdicts).
+//! An entry gives a reason category and a text. A case matched by two entries is an error (no
+//! precedence rules to reason about). Unknown keys, properties, categories, op and dtype names
+//! and empty texts are load errors.
 
+use crate::case::{Case, Value};
+use crate::tensor::{Tensor, TorchDType};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -63,13 +72,276 @@ pub enum ExpectedStatus {
     Skip,
 }
 
+/// A typed error kind a run can end in, which an `xfail` entry may require (`error = "…"`):
+/// the entry then holds only if the case fails with exactly that error, so a case that fails
+/// for another reason is not hidden behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// An int64 value (an input element or a scalar argument) does not fit in int32, so the
+    /// int64 → int32 narrowing at the device boundary refuses it (docs/lowering.md).
+    Int64OutsideInt32,
+}
+
+impl ErrorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Int64OutsideInt32 => "int64-outside-int32",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A property of a case's call that an entry can require (`when = [...]`). Every property is
+/// computed from the call — its arguments and its input tensors' metadata and values — never
+/// from the case id or the golden outputs, so a freshly generated corpus (new seeds, other
+/// samples, renumbered ids) keeps each case's properties.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Property {
+    /// An int64 input tensor holds a value outside int32, or an integer argument is outside
+    /// int32 (`int64-outside-int32`).
+    Int64OutsideInt32,
+    /// An input tensor has no elements (`empty-input`).
+    EmptyInput,
+    /// An input tensor is 0-d (`zero-dim-input`).
+    ZeroDimInput,
+    /// An input tensor was not contiguous in PyTorch (recorded strides or storage offset;
+    /// `non-contiguous-input`).
+    NonContiguousInput,
+    /// A floating input tensor or float argument holds an infinity or a NaN (`non-finite-input`).
+    NonFiniteInput,
+    /// An input tensor is bool — a mask, or a bool operand (`bool-input`).
+    BoolInput,
+    /// A floating input tensor holds a finite value within a factor 2 of its dtype's largest
+    /// (`near-overflow-input`: sums and products of it overflow or cancel by order).
+    NearOverflowInput,
+    /// An integer input tensor holds a value beyond ±2^24, which fp32 does not hold exactly
+    /// (`int-beyond-f32-exact-input`).
+    IntBeyondF32ExactInput,
+    /// The schema argument `NAME` is given, not None (`arg:NAME`: a `dim`, a `dtype`, …).
+    Arg(String),
+}
+
+/// The property names `when` accepts (besides `arg:NAME`).
+pub const PROPERTY_NAMES: [&str; 8] = [
+    "int64-outside-int32",
+    "empty-input",
+    "zero-dim-input",
+    "non-contiguous-input",
+    "non-finite-input",
+    "bool-input",
+    "near-overflow-input",
+    "int-beyond-f32-exact-input",
+];
+
+impl Property {
+    pub fn parse(s: &str) -> Option<Property> {
+        Some(match s {
+            "int64-outside-int32" => Property::Int64OutsideInt32,
+            "empty-input" => Property::EmptyInput,
+            "zero-dim-input" => Property::ZeroDimInput,
+            "non-contiguous-input" => Property::NonContiguousInput,
+            "non-finite-input" => Property::NonFiniteInput,
+            "bool-input" => Property::BoolInput,
+            "near-overflow-input" => Property::NearOverflowInput,
+            "int-beyond-f32-exact-input" => Property::IntBeyondF32ExactInput,
+            _ => {
+                let name = s.strip_prefix("arg:")?;
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    return None;
+                }
+                Property::Arg(name.to_string())
+            }
+        })
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Property::Int64OutsideInt32 => "int64-outside-int32",
+            Property::EmptyInput => "empty-input",
+            Property::ZeroDimInput => "zero-dim-input",
+            Property::NonContiguousInput => "non-contiguous-input",
+            Property::NonFiniteInput => "non-finite-input",
+            Property::BoolInput => "bool-input",
+            Property::NearOverflowInput => "near-overflow-input",
+            Property::IntBeyondF32ExactInput => "int-beyond-f32-exact-input",
+            Property::Arg(name) => return write!(f, "arg:{name}"),
+        };
+        f.write_str(s)
+    }
+}
+
+/// What an entry can see of a case: op, primary dtype, source and call properties. Nothing here
+/// depends on the case id or on golden outputs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CaseFacts {
+    pub op: String,
+    pub dtype: String,
+    /// `opinfo`, `hand` or `stress` (the generator's source), when the case records it.
+    pub source: Option<String>,
+    /// The properties that hold (`Arg` ones included).
+    pub properties: BTreeSet<Property>,
+}
+
+impl CaseFacts {
+    /// The facts of a loaded case.
+    pub fn of(case: &Case) -> CaseFacts {
+        let mut p = BTreeSet::new();
+        let inputs: Vec<(&str, &Tensor)> = case
+            .tensors
+            .iter()
+            .filter(|(n, _)| !n.starts_with("output."))
+            .map(|(n, t)| (n.as_str(), t))
+            .collect();
+        let int_out = |v: i64| i32::try_from(v).is_err();
+        let args: Vec<&Value> = case.call.args.iter().chain(case.call.kwargs.values()).collect();
+        let int_arg_out = args.iter().any(|v| match v {
+            Value::Int(i) => int_out(*i),
+            Value::Ints(is) => is.iter().any(|&i| int_out(i)),
+            _ => false,
+        });
+        let int_tensor_out = inputs
+            .iter()
+            .any(|(_, t)| t.dtype == TorchDType::I64 && (0..t.numel()).any(|i| int_out(t.value_i64(i))));
+        if int_arg_out || int_tensor_out {
+            p.insert(Property::Int64OutsideInt32);
+        }
+        if inputs.iter().any(|(_, t)| t.numel() == 0) {
+            p.insert(Property::EmptyInput);
+        }
+        if inputs.iter().any(|(_, t)| t.shape.is_empty()) {
+            p.insert(Property::ZeroDimInput);
+        }
+        let non_contiguous = inputs.iter().any(|(n, _)| {
+            case.tensor_meta.get(*n).is_some_and(|m| {
+                let strides_differ = m.strides.as_ref().is_some_and(|s| {
+                    // Dims of size 1 may carry any stride without making the tensor strided.
+                    let want = crate::tensor::contiguous_strides(&m.shape);
+                    s.len() != want.len()
+                        || s.iter()
+                            .zip(&want)
+                            .zip(&m.shape)
+                            .any(|((&got, &w), &size)| size > 1 && got != w as i64)
+                });
+                strides_differ || m.storage_offset.is_some_and(|o| o != 0)
+            })
+        });
+        if non_contiguous {
+            p.insert(Property::NonContiguousInput);
+        }
+        let float_arg_nonfinite = args.iter().any(|v| match v {
+            Value::Float(x) => !x.0.is_finite(),
+            Value::Floats(xs) => xs.iter().any(|x| !x.0.is_finite()),
+            Value::Complex(c) => c.iter().any(|x| !x.0.is_finite()),
+            _ => false,
+        });
+        let tensor_nonfinite = inputs.iter().any(|(_, t)| {
+            (t.dtype.is_float() || t.dtype.is_complex()) && t.to_f64_vec().iter().any(|x| !x.is_finite())
+        });
+        if float_arg_nonfinite || tensor_nonfinite {
+            p.insert(Property::NonFiniteInput);
+        }
+        if inputs.iter().any(|(_, t)| t.dtype == TorchDType::Bool) {
+            p.insert(Property::BoolInput);
+        }
+        let near_overflow = inputs.iter().any(|(_, t)| {
+            t.dtype.is_float()
+                && dtype_max(t.dtype)
+                    .is_some_and(|max| t.to_f64_vec().iter().any(|x| x.is_finite() && x.abs() >= max / 2.0))
+        });
+        if near_overflow {
+            p.insert(Property::NearOverflowInput);
+        }
+        let beyond_f32 = inputs
+            .iter()
+            .any(|(_, t)| t.dtype.is_int() && (0..t.numel()).any(|i| t.value_i64(i).unsigned_abs() > 1 << 24));
+        if beyond_f32 {
+            p.insert(Property::IntBeyondF32ExactInput);
+        }
+        for name in given_args(case) {
+            p.insert(Property::Arg(name));
+        }
+        CaseFacts {
+            op: case.op.clone(),
+            dtype: case.dtype.clone(),
+            source: case.provenance.source.clone(),
+            properties: p,
+        }
+    }
+}
+
+/// The largest finite value of a float dtype.
+fn dtype_max(d: TorchDType) -> Option<f64> {
+    Some(match d {
+        TorchDType::F32 | TorchDType::C64 => f32::MAX as f64,
+        TorchDType::Bf16 => half::bf16::MAX.to_f64(),
+        TorchDType::F16 => half::f16::MAX.to_f64(),
+        TorchDType::F8E4m3fn => 448.0,
+        TorchDType::F8E5m2 => 57344.0,
+        _ => return None,
+    })
+}
+
+/// The schema argument names the call gives a value other than None: keyword arguments by
+/// name, positional ones by the schema's order (no schema: keyword arguments only).
+fn given_args(case: &Case) -> Vec<String> {
+    let mut out: Vec<String> = case
+        .call
+        .kwargs
+        .iter()
+        .filter(|(_, v)| !v.is_none())
+        .map(|(k, _)| k.clone())
+        .collect();
+    if let Some(names) = case.schema.as_deref().and_then(schema_arg_names) {
+        for (v, name) in case.call.args.iter().zip(names) {
+            if !v.is_none() {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// Argument names of a schema `op(Tensor self, int[1]? dim, *, ScalarType? dtype=None) -> …`.
+fn schema_arg_names(schema: &str) -> Option<Vec<String>> {
+    let open = schema.find('(')?;
+    let close = schema.find(") ->").or_else(|| schema.rfind(')'))?;
+    let inner = schema.get(open + 1..close)?;
+    let mut names = Vec::new();
+    for part in inner.split(',') {
+        let part = part.trim();
+        if part.is_empty() || part == "*" {
+            continue;
+        }
+        let decl = part.split('=').next()?.trim();
+        names.push(decl.rsplit(' ').next()?.to_string());
+    }
+    Some(names)
+}
+
+/// The sources a case can come from (`golden/generate.py`).
+pub const SOURCES: [&str; 3] = ["opinfo", "hand", "stress"];
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEntry {
     #[serde(default)]
     ops: Option<Vec<String>>,
     #[serde(default)]
-    cases: Option<Vec<String>>,
+    dtypes: Option<Vec<String>>,
+    #[serde(default)]
+    sources: Option<Vec<String>>,
+    #[serde(default)]
+    when: Option<Vec<String>>,
+    #[serde(default)]
+    error: Option<ErrorKind>,
     status: ExpectedStatus,
     reason: ReasonCategory,
     text: String,
@@ -82,12 +354,27 @@ struct RawFile {
     expect: Vec<RawEntry>,
 }
 
-/// Which cases an entry covers.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Selector {
-    Ops(Vec<String>),
-    /// Globs over case ids.
-    Cases(Vec<String>),
+/// Which cases an entry covers: every given list must admit the case (an omitted list admits
+/// any). At least one of `ops`, `dtypes` and `when` is given.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selector {
+    pub ops: Vec<String>,
+    pub dtypes: Vec<String>,
+    pub sources: Vec<String>,
+    /// Every property must hold.
+    pub when: Vec<Property>,
+    /// No property may hold (`when = ["!non-finite-input"]`).
+    pub unless: Vec<Property>,
+}
+
+impl Selector {
+    pub fn matches(&self, f: &CaseFacts) -> bool {
+        (self.ops.is_empty() || self.ops.contains(&f.op))
+            && (self.dtypes.is_empty() || self.dtypes.contains(&f.dtype))
+            && (self.sources.is_empty() || f.source.as_ref().is_some_and(|s| self.sources.contains(s)))
+            && self.when.iter().all(|p| f.properties.contains(p))
+            && !self.unless.iter().any(|p| f.properties.contains(p))
+    }
 }
 
 /// One entry of the expectations file.
@@ -96,17 +383,16 @@ pub struct Expectation {
     /// 1-based position of the entry in the file (for messages).
     pub entry: usize,
     pub selector: Selector,
+    /// The typed error the case must end in (xfail only); `None`: any failure or error.
+    pub error: Option<ErrorKind>,
     pub status: ExpectedStatus,
     pub reason: ReasonCategory,
     pub text: String,
 }
 
 impl Expectation {
-    pub fn matches(&self, id: &str, op: &str) -> bool {
-        match &self.selector {
-            Selector::Ops(ops) => ops.iter().any(|o| o == op),
-            Selector::Cases(globs) => globs.iter().any(|g| glob_match(g, id)),
-        }
+    pub fn matches(&self, facts: &CaseFacts) -> bool {
+        self.selector.matches(facts)
     }
 
     /// `not-lowered: not lowered yet (expectations entry 3)`.
@@ -166,25 +452,30 @@ impl Expectations {
                 entry,
                 reason,
             };
-            let selector = match (r.ops, r.cases) {
-                (Some(ops), None) => {
-                    if ops.is_empty() {
-                        return Err(bad("`ops` is empty".into()));
-                    }
-                    if let Some(unknown) = ops.iter().find(|o| !crate::ops::is_core_op(o)) {
-                        return Err(bad(format!("`{unknown}` is not a Core ATen op")));
-                    }
-                    Selector::Ops(ops)
-                }
-                (None, Some(cases)) => {
-                    if cases.is_empty() || cases.iter().any(|c| c.trim().is_empty()) {
-                        return Err(bad("`cases` needs non-empty patterns".into()));
-                    }
-                    Selector::Cases(cases)
-                }
-                (Some(_), Some(_)) => return Err(bad("give either `ops` or `cases`, not both".into())),
-                (None, None) => return Err(bad("needs `ops` or `cases`".into())),
+            let list = |name: &str, v: Option<Vec<String>>, ok: &dyn Fn(&str) -> bool| match v {
+                None => Ok(Vec::new()),
+                Some(v) if v.is_empty() => Err(bad(format!("`{name}` is empty (omit it to admit any)"))),
+                Some(v) => match v.iter().find(|x| !ok(x)) {
+                    Some(x) => Err(bad(format!("`{x}` is not a valid entry of `{name}`"))),
+                    None => Ok(v),
+                },
             };
+            let ops = list("ops", r.ops, &|o| crate::ops::is_core_op(o))?;
+            let dtypes = list("dtypes", r.dtypes, &|d| {
+                d == "none" || TorchDType::from_name(d).is_some()
+            })?;
+            let sources = list("sources", r.sources, &|s| SOURCES.contains(&s))?;
+            let when_names = list("when", r.when, &|p| {
+                Property::parse(p.strip_prefix('!').unwrap_or(p)).is_some()
+            })?;
+            let (negated, required): (Vec<&String>, Vec<&String>) = when_names.iter().partition(|p| p.starts_with('!'));
+            let when: Vec<Property> = required.iter().filter_map(|p| Property::parse(p)).collect();
+            let unless: Vec<Property> = negated.iter().filter_map(|p| Property::parse(&p[1..])).collect();
+            if ops.is_empty() && dtypes.is_empty() && when.is_empty() && unless.is_empty() {
+                return Err(bad(
+                    "needs `ops`, `dtypes` or `when` (entries select cases by what they are, not by id)".into(),
+                ));
+            }
             if r.text.trim().is_empty() {
                 return Err(bad("`text` must say why".into()));
             }
@@ -193,9 +484,22 @@ impl Expectations {
                     "not-lowered cases are xfail, not skip: they run so that a new lowering shows up".into(),
                 ));
             }
+            if r.error.is_some() && r.status == ExpectedStatus::Skip {
+                return Err(bad("`error` needs status xfail: a skipped case never runs".into()));
+            }
+            if r.error.is_some() && r.reason == ReasonCategory::NotLowered {
+                return Err(bad("`error` does not apply to not-lowered entries".into()));
+            }
             entries.push(Expectation {
                 entry,
-                selector,
+                selector: Selector {
+                    ops,
+                    dtypes,
+                    sources,
+                    when,
+                    unless,
+                },
+                error: r.error,
                 status: r.status,
                 reason: r.reason,
                 text: r.text,
@@ -207,10 +511,10 @@ impl Expectations {
         })
     }
 
-    /// The entry covering a case, if any.
-    pub fn lookup(&self, id: &str, op: &str) -> Result<Option<&Expectation>, ExpectError> {
+    /// The entry covering a case (`id` only names it in the error), if any.
+    pub fn lookup(&self, id: &str, facts: &CaseFacts) -> Result<Option<&Expectation>, ExpectError> {
         let mut found: Option<&Expectation> = None;
-        for e in self.entries.iter().filter(|e| e.matches(id, op)) {
+        for e in self.entries.iter().filter(|e| e.matches(facts)) {
             if let Some(first) = found {
                 return Err(ExpectError::Ambiguous {
                     id: id.to_string(),
@@ -223,11 +527,13 @@ impl Expectations {
         Ok(found)
     }
 
-    /// Entries that cover none of the given `(id, op)` cases (stale entries).
-    pub fn unused<'a>(&self, cases: impl IntoIterator<Item = (&'a str, &'a str)> + Clone) -> Vec<&Expectation> {
+    /// Entries no case result was covered by (stale entries): `described` holds each result's
+    /// `expectation` text ([`Expectation::describe`]).
+    pub fn unused<'a>(&self, described: impl IntoIterator<Item = &'a str>) -> Vec<&Expectation> {
+        let used: BTreeSet<&str> = described.into_iter().collect();
         self.entries
             .iter()
-            .filter(|e| !cases.clone().into_iter().any(|(id, op)| e.matches(id, op)))
+            .filter(|e| !used.contains(e.describe().as_str()))
             .collect()
     }
 }
@@ -392,8 +698,9 @@ impl fmt::Display for Status {
 }
 
 /// Combines an outcome with the case's expectation: the status, and a note to prepend to the
-/// case's message (empty when there is nothing to add).
-pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, String) {
+/// case's message (empty when there is nothing to add). `error`: the typed error kind the run
+/// ended in, when it ended in one (an entry with `error = …` is met only by that kind).
+pub fn resolve(outcome: Outcome, error: Option<ErrorKind>, expectation: Option<&Expectation>) -> (Status, String) {
     // Not provided is what the backend is, not how a case behaves: no expectation applies.
     let Some(e) = expectation.filter(|_| outcome != Outcome::NotProvided) else {
         return match outcome {
@@ -439,7 +746,25 @@ pub fn resolve(outcome: Outcome, expectation: Option<&Expectation>) -> (Status, 
                 e.describe()
             ),
         ),
-        (_, Outcome::Fail | Outcome::Error) => (Status::XFail, e.describe()),
+        (_, Outcome::Fail | Outcome::Error) => match e.error {
+            Some(want) if error != Some(want) => (
+                if outcome == Outcome::Fail {
+                    Status::Fail
+                } else {
+                    Status::Error
+                },
+                format!(
+                    "expected the typed error `{want}` ({}), but the case {}",
+                    e.describe(),
+                    match error {
+                        Some(got) => format!("ended in `{got}`"),
+                        None if outcome == Outcome::Fail => "fails its comparison".to_string(),
+                        None => "errors otherwise".to_string(),
+                    }
+                ),
+            ),
+            _ => (Status::XFail, e.describe()),
+        },
         (_, Outcome::NotProvided) => (Status::NotProvided, String::new()),
     }
 }
@@ -476,6 +801,16 @@ mod tests {
         }
     }
 
+    /// Facts of a case of `op` and `dtype` with the given properties.
+    fn facts(op: &str, dtype: &str, source: &str, props: &[&str]) -> CaseFacts {
+        CaseFacts {
+            op: op.into(),
+            dtype: dtype.into(),
+            source: Some(source.into()),
+            properties: props.iter().map(|p| Property::parse(p).unwrap()).collect(),
+        }
+    }
+
     const SAMPLE: &str = r#"
 [[expect]]
 ops = ["sort", "topk"]
@@ -484,13 +819,17 @@ reason = "not-lowered"
 text = "not lowered yet"
 
 [[expect]]
-cases = ["add.Tensor::i64::stress_*"]
+when = ["int64-outside-int32"]
+error = "int64-outside-int32"
 status = "xfail"
-reason = "hardware-limitation"
+reason = "unsupported-dtype"
 text = "int64 values beyond int32"
 
 [[expect]]
-cases = ["mm::f32::opinfo_?"]
+ops = ["mm"]
+dtypes = ["f32"]
+sources = ["stress"]
+when = ["empty-input", "arg:out_dtype"]
 status = "skip"
 reason = "simulator-gap"
 text = "matmul semantics missing"
@@ -500,28 +839,53 @@ text = "matmul semantics missing"
     fn parses_and_looks_up() {
         let ex = parse(SAMPLE).unwrap();
         assert_eq!(ex.entries.len(), 3);
-        let e = ex.lookup("sort::f32::opinfo_0", "sort").unwrap().unwrap();
+        let e = ex.lookup("x", &facts("sort", "f32", "opinfo", &[])).unwrap().unwrap();
         assert_eq!((e.entry, e.reason), (1, ReasonCategory::NotLowered));
-        let e = ex.lookup("add.Tensor::i64::stress_12", "add.Tensor").unwrap().unwrap();
-        assert_eq!(e.reason, ReasonCategory::HardwareLimitation);
-        assert!(ex.lookup("add.Tensor::i64::opinfo_1", "add.Tensor").unwrap().is_none());
+        let e = ex
+            .lookup("x", &facts("add.Tensor", "i64", "stress", &["int64-outside-int32"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.entry, e.error), (2, Some(ErrorKind::Int64OutsideInt32)));
+        assert!(
+            ex.lookup("x", &facts("add.Tensor", "i64", "stress", &[]))
+                .unwrap()
+                .is_none()
+        );
+        let all = ["empty-input", "arg:out_dtype"];
+        let neg = parse("[[expect]]\nops = [\"mm\"]\nwhen = [\"!non-finite-input\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\n").unwrap();
+        assert!(neg.lookup("x", &facts("mm", "f32", "stress", &[])).unwrap().is_some());
+        assert!(
+            neg.lookup("x", &facts("mm", "f32", "stress", &["non-finite-input"]))
+                .unwrap()
+                .is_none()
+        );
         assert_eq!(
-            ex.lookup("mm::f32::opinfo_3", "mm").unwrap().unwrap().status,
+            ex.lookup("x", &facts("mm", "f32", "stress", &all))
+                .unwrap()
+                .unwrap()
+                .status,
             ExpectedStatus::Skip
         );
-        assert!(
-            ex.lookup("mm::f32::opinfo_13", "mm").unwrap().is_none(),
-            "? is one character"
-        );
+        // Every given list must admit the case.
+        for f in [
+            facts("mm", "f32", "stress", &["empty-input"]),
+            facts("mm", "f32", "hand", &all),
+            facts("mm", "bf16", "stress", &all),
+            facts("bmm", "f32", "stress", &all),
+        ] {
+            assert!(ex.lookup("x", &f).unwrap().is_none(), "{f:?}");
+        }
     }
 
     #[test]
     fn ambiguous_match_is_an_error() {
         let ex = parse(&format!(
-            "{SAMPLE}\n[[expect]]\ncases = [\"sort::*\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"x\"\n"
+            "{SAMPLE}\n[[expect]]\ndtypes = [\"f32\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"x\"\n"
         ))
         .unwrap();
-        let e = ex.lookup("sort::f32::hand_0", "sort").unwrap_err();
+        let e = ex
+            .lookup("sort::f32::hand_0", &facts("sort", "f32", "hand", &[]))
+            .unwrap_err();
         assert_eq!(
             e,
             ExpectError::Ambiguous {
@@ -534,31 +898,43 @@ text = "matmul semantics missing"
 
     #[test]
     fn malformed_files_are_clear_errors() {
-        let unknown_key =
-            "[[expect]]\nops = [\"relu\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\nwhy = 1\n";
-        let e = parse(unknown_key).unwrap_err();
+        let entry =
+            |body: &str| format!("[[expect]]\n{body}\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\n");
+        let e = parse(&entry("ops = [\"relu\"]\nwhy = 1")).unwrap_err();
         assert!(e.to_string().contains("why"), "{e}");
         let bad_reason = "[[expect]]\nops = [\"relu\"]\nstatus = \"xfail\"\nreason = \"flaky\"\ntext = \"t\"\n";
         let e = parse(bad_reason).unwrap_err();
         assert!(e.to_string().contains("flaky"), "{e}");
-        let unknown_op =
-            "[[expect]]\nops = [\"relu.default\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\n";
-        let e = parse(unknown_op).unwrap_err();
+        let e = parse(&entry("ops = [\"relu.default\"]")).unwrap_err();
         assert!(
             e.to_string().contains("entry 1") && e.to_string().contains("relu.default"),
             "{e}"
         );
+        for (body, word) in [
+            ("dtypes = [\"f31\"]", "f31"),
+            ("sources = [\"fresh\"]", "fresh"),
+            ("when = [\"big-values\"]", "big-values"),
+            ("when = [\"arg:\"]", "arg:"),
+            ("ops = []", "empty"),
+            ("sources = [\"stress\"]", "by what they are"),
+            ("error = \"int64-outside-int32\"", "by what they are"),
+            // Ids change with every regenerated corpus: there is no id selector.
+            ("cases = [\"add.Tensor::i64::stress_1\"]", "cases"),
+            ("ops = [\"relu\"]\nerror = \"overflow\"", "overflow"),
+        ] {
+            let e = parse(&entry(body)).unwrap_err();
+            assert!(e.to_string().contains(word), "{body}: {e}");
+        }
         let no_text = "[[expect]]\nops = [\"relu\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \" \"\n";
         assert!(parse(no_text).unwrap_err().to_string().contains("text"));
-        let both =
-            "[[expect]]\nops = [\"relu\"]\ncases = [\"x\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\n";
-        assert!(parse(both).unwrap_err().to_string().contains("not both"));
         let top = "[expectations]\n";
         assert!(parse(top).is_err());
         assert!(parse("[[expect]\n").is_err());
         let skip_not_lowered =
             "[[expect]]\nops = [\"relu\"]\nstatus = \"skip\"\nreason = \"not-lowered\"\ntext = \"t\"\n";
         assert!(parse(skip_not_lowered).is_err());
+        let skip_error = "[[expect]]\nops = [\"relu\"]\nerror = \"int64-outside-int32\"\nstatus = \"skip\"\nreason = \"precision\"\ntext = \"t\"\n";
+        assert!(parse(skip_error).unwrap_err().to_string().contains("xfail"));
         assert!(parse("").unwrap().entries.is_empty());
     }
 
@@ -574,37 +950,62 @@ text = "matmul semantics missing"
     }
 
     #[test]
+    fn schema_argument_names() {
+        assert_eq!(
+            schema_arg_names(
+                "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
+            )
+            .unwrap(),
+            vec!["self", "dim", "keepdim", "dtype"]
+        );
+        assert_eq!(schema_arg_names("randperm(SymInt n) -> Tensor").unwrap(), vec!["n"]);
+        assert_eq!(schema_arg_names("f() -> Tensor").unwrap(), Vec::<String>::new());
+        assert!(schema_arg_names("no parens").is_none());
+    }
+
+    #[test]
     fn xpass_fails_the_run() {
         let ex = parse(SAMPLE).unwrap();
-        let not_lowered = ex.lookup("sort::f32::opinfo_0", "sort").unwrap();
-        let (s, note) = resolve(Outcome::Pass, not_lowered);
+        let not_lowered = ex.lookup("x", &facts("sort", "f32", "hand", &[])).unwrap();
+        let (s, note) = resolve(Outcome::Pass, None, not_lowered);
         assert_eq!(s, Status::XPass);
         assert!(!s.is_ok());
         assert!(note.contains("expected to fail"), "{note}");
-        let hw = ex.lookup("add.Tensor::i64::stress_1", "add.Tensor").unwrap();
-        assert_eq!(resolve(Outcome::Pass, hw).0, Status::XPass);
+        let hw = ex
+            .lookup("x", &facts("add.Tensor", "i64", "stress", &["int64-outside-int32"]))
+            .unwrap();
+        assert_eq!(resolve(Outcome::Pass, None, hw).0, Status::XPass);
     }
 
     #[test]
     fn resolution_table() {
         let ex = parse(SAMPLE).unwrap();
-        let nl = ex.lookup("sort::f32::opinfo_0", "sort").unwrap();
-        let hw = ex.lookup("add.Tensor::i64::stress_1", "add.Tensor").unwrap();
-        let skip = ex.lookup("mm::f32::opinfo_1", "mm").unwrap();
-        assert_eq!(resolve(Outcome::NotLowered, nl).0, Status::XFail);
+        let nl = ex.lookup("x", &facts("sort", "f32", "hand", &[])).unwrap();
+        let hw = ex
+            .lookup("x", &facts("add.Tensor", "i64", "stress", &["int64-outside-int32"]))
+            .unwrap();
+        let skip = ex
+            .lookup("x", &facts("mm", "f32", "stress", &["empty-input", "arg:out_dtype"]))
+            .unwrap();
+        let i64e = Some(ErrorKind::Int64OutsideInt32);
+        assert_eq!(resolve(Outcome::NotLowered, None, nl).0, Status::XFail);
         assert_eq!(
-            resolve(Outcome::Fail, nl).0,
+            resolve(Outcome::Fail, None, nl).0,
             Status::Fail,
             "a stale not-lowered reason must not hide a failure"
         );
-        assert_eq!(resolve(Outcome::Error, nl).0, Status::Error);
-        assert_eq!(resolve(Outcome::Fail, hw).0, Status::XFail);
-        assert_eq!(resolve(Outcome::Error, hw).0, Status::XFail);
-        assert_eq!(resolve(Outcome::NotLowered, hw).0, Status::Error);
-        assert_eq!(resolve(Outcome::Fail, skip).0, Status::Skip);
-        assert_eq!(resolve(Outcome::Pass, None).0, Status::Pass);
-        assert_eq!(resolve(Outcome::Fail, None).0, Status::Fail);
-        let (s, note) = resolve(Outcome::NotLowered, None);
+        assert_eq!(resolve(Outcome::Error, None, nl).0, Status::Error);
+        assert_eq!(resolve(Outcome::Error, i64e, hw).0, Status::XFail);
+        // An entry that names its error is met by that error only.
+        let (s, note) = resolve(Outcome::Error, None, hw);
+        assert_eq!(s, Status::Error);
+        assert!(note.contains("int64-outside-int32"), "{note}");
+        assert_eq!(resolve(Outcome::Fail, None, hw).0, Status::Fail);
+        assert_eq!(resolve(Outcome::NotLowered, None, hw).0, Status::Error);
+        assert_eq!(resolve(Outcome::Fail, None, skip).0, Status::Skip);
+        assert_eq!(resolve(Outcome::Pass, None, None).0, Status::Pass);
+        assert_eq!(resolve(Outcome::Fail, None, None).0, Status::Fail);
+        let (s, note) = resolve(Outcome::NotLowered, None, None);
         assert_eq!(s, Status::Error);
         assert!(note.contains("not lowered"));
         assert!(Status::XFail.is_ok() && Status::Skip.is_ok() && !Status::Error.is_ok() && !Status::Fail.is_ok());
@@ -619,14 +1020,7 @@ text = "matmul semantics missing"
         assert!(synced.starts_with("# head\n"));
         assert!(synced.ends_with("\n# tail\n"));
         let ex = parse(&synced).unwrap();
-        let ops: Vec<&String> = ex
-            .entries
-            .iter()
-            .flat_map(|e| match &e.selector {
-                Selector::Ops(o) => o.iter().collect::<Vec<_>>(),
-                _ => vec![],
-            })
-            .collect();
+        let ops: Vec<&String> = ex.entries.iter().flat_map(|e| e.selector.ops.iter()).collect();
         assert_eq!(ops, vec!["relu", "mm"]);
         assert_eq!(
             sync_not_lowered(&synced, |op| op != "relu" && op != "mm").unwrap(),
@@ -639,8 +1033,8 @@ text = "matmul semantics missing"
     #[test]
     fn unused_entries() {
         let ex = parse(SAMPLE).unwrap();
-        let cases = [("sort::f32::opinfo_0", "sort")];
-        let unused: Vec<usize> = ex.unused(cases.iter().copied()).iter().map(|e| e.entry).collect();
+        let used = ex.entries[0].describe();
+        let unused: Vec<usize> = ex.unused([used.as_str()]).iter().map(|e| e.entry).collect();
         assert_eq!(unused, vec![2, 3]);
     }
 }

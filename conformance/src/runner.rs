@@ -94,12 +94,15 @@ impl CaseResult {
 struct Raw {
     outcome: Outcome,
     message: String,
+    /// The typed error the run ended in, if it ended in one (expectations may require it).
+    error: Option<expect::ErrorKind>,
 }
 
 fn raw(outcome: Outcome, message: impl Into<String>) -> Raw {
     Raw {
         outcome,
         message: message.into(),
+        error: None,
     }
 }
 
@@ -112,20 +115,36 @@ pub fn run_case(
 ) -> CaseResult {
     let start = Instant::now();
     let mut result = CaseResult::new(entry);
-    finish_case(golden_dir, entry, expectations, backend, &mut result);
+    // A bad file is an error whatever the expectations say: they are about how an op behaves,
+    // never about corrupt goldens. Skipped cases are loaded too, as a corruption check.
+    match Case::load_entry(golden_dir, entry) {
+        Ok(case) => finish_case(&case, expectations, backend, &mut result),
+        Err(e) => result.message = e.to_string(),
+    }
     result.wall_time = start.elapsed();
     result.wall_ms = result.wall_time.as_secs_f64() * 1e3;
     result
 }
 
-fn finish_case(
-    golden_dir: &Path,
-    entry: &IndexEntry,
-    expectations: &Expectations,
-    backend: &dyn Backend,
-    result: &mut CaseResult,
-) {
-    let expectation = match expectations.lookup(&entry.id, &entry.op) {
+/// Runs a case already loaded (its `id` names the result): what [`run_case`] does after loading.
+pub fn run_loaded_case(case: &Case, expectations: &Expectations, backend: &dyn Backend) -> CaseResult {
+    let start = Instant::now();
+    let mut result = CaseResult::new(&IndexEntry {
+        id: case.id.clone(),
+        op: case.op.clone(),
+        dtype: case.dtype.clone(),
+        source: case.provenance.source.clone(),
+        file: String::new(),
+    });
+    finish_case(case, expectations, backend, &mut result);
+    result.wall_time = start.elapsed();
+    result.wall_ms = result.wall_time.as_secs_f64() * 1e3;
+    result
+}
+
+fn finish_case(case: &Case, expectations: &Expectations, backend: &dyn Backend, result: &mut CaseResult) {
+    // Entries select cases by what they are (op, dtype, call properties), never by id.
+    let expectation = match expectations.lookup(&case.id, &expect::CaseFacts::of(case)) {
         Ok(e) => e,
         Err(e) => {
             result.message = e.to_string();
@@ -133,19 +152,10 @@ fn finish_case(
         }
     };
     result.expectation = expectation.map(|e| e.describe());
-    // A bad file is an error whatever the expectation says: expectations are about how an op
-    // behaves, never about corrupt goldens. Skipped cases are loaded too, as a corruption check.
-    let case = match Case::load_entry(golden_dir, entry) {
-        Ok(c) => c,
-        Err(e) => {
-            result.message = e.to_string();
-            return;
-        }
-    };
     let outcome = if expectation.is_some_and(|e| e.status == expect::ExpectedStatus::Skip) {
         raw(Outcome::Pass, "")
     } else {
-        match run_and_compare(&case, backend, result) {
+        match run_and_compare(case, backend, result) {
             Ok(r) => r,
             // A missing capability: skipped, whatever the expectation says.
             Err(why) => {
@@ -155,7 +165,7 @@ fn finish_case(
             }
         }
     };
-    let (status, note) = expect::resolve(outcome.outcome, expectation);
+    let (status, note) = expect::resolve(outcome.outcome, outcome.error, expectation);
     result.status = status;
     result.message = match (note.is_empty(), outcome.message.is_empty()) {
         (true, _) => outcome.message,
@@ -174,6 +184,10 @@ fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) 
             Unrun::Unsupported(m) => Err(m),
             Unrun::Fail(m) => Ok(raw(Outcome::Fail, m)),
             Unrun::Error(m) => Ok(raw(Outcome::Error, m)),
+            Unrun::Refused(kind, m) => Ok(Raw {
+                error: Some(kind),
+                ..raw(Outcome::Error, m)
+            }),
         }
     };
     let produced = match backend.run(case) {
@@ -195,6 +209,7 @@ fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) 
         tensors: produced.tensors,
         values: produced.values,
         rerun: None,
+        other_seeds: Vec::new(),
     };
     if let crate::case::Check::Properties { props } = &case.check
         && props.deterministic == Some(true)
@@ -206,8 +221,35 @@ fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) 
                 | Unrun::NotProvided(m)
                 | Unrun::Unsupported(m)
                 | Unrun::Fail(m)
-                | Unrun::Error(m)) = u;
+                | Unrun::Error(m)
+                | Unrun::Refused(_, m)) = u;
                 return Ok(raw(Outcome::Error, with_note(format!("second run: {m}"))));
+            }
+        }
+        // A backend that seeds its generator from the case also runs the case under other
+        // seeds: different seeds must give different streams, and the statistics are pooled
+        // (compare/rng.rs).
+        if let Some(seed) = produced.rng_seed {
+            let n = case
+                .output_tensor_names()
+                .first()
+                .and_then(|o| actual.tensors.get(*o))
+                .map_or(0, |t| t.numel());
+            for k in 1..=crate::compare::rng::other_seed_count(&case.op, n) {
+                let mut reseeded = case.clone();
+                reseeded.provenance.seed = Some(crate::compare::rng::other_seed(seed, k) as u64);
+                match backend.run(&reseeded) {
+                    Ok(p) => actual.other_seeds.push(p.tensors),
+                    Err(u) => {
+                        let (Unrun::NotLowered(m)
+                        | Unrun::NotProvided(m)
+                        | Unrun::Unsupported(m)
+                        | Unrun::Fail(m)
+                        | Unrun::Error(m)
+                        | Unrun::Refused(_, m)) = u;
+                        return Ok(raw(Outcome::Error, with_note(format!("run under another seed: {m}"))));
+                    }
+                }
             }
         }
     }

@@ -18,11 +18,17 @@ fn every_status(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
             .input(F32, &[2], &[1.0, -1.0])
             .output(F32, &[2], out)
     };
+    // Expectations select cases by what they are: the xfail case has a non-finite input, the
+    // skipped one a 0-d input.
     let cases = [
         relu(0, &[1.0, 0.0]),
         relu(1, &[2.0, 0.0]),
-        relu(2, &[3.0, 0.0]),
-        relu(3, &[1.0, 0.0]),
+        CaseBuilder::new("relu", "f32", "hand", 2)
+            .input(F32, &[2], &[f64::INFINITY, -1.0])
+            .output(F32, &[2], &[3.0, 0.0]),
+        CaseBuilder::new("relu", "f32", "hand", 3)
+            .input(F32, &[], &[1.0])
+            .output(F32, &[], &[1.0]),
         relu(4, &[1.0, 0.0]),
     ];
     let broken = golden.join(cases[4].rel_file());
@@ -31,8 +37,8 @@ fn every_status(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let ex = dir.join("ex.toml");
     std::fs::write(
         &ex,
-        "[[expect]]\ncases = [\"relu::f32::hand_2\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"a <known> & expected difference\"\n\n\
-         [[expect]]\ncases = [\"relu::f32::hand_3\"]\nstatus = \"skip\"\nreason = \"simulator-gap\"\ntext = \"skipped for the test\"\n",
+        "[[expect]]\nops = [\"relu\"]\nwhen = [\"non-finite-input\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"a <known> & expected difference\"\n\n\
+         [[expect]]\nops = [\"relu\"]\nwhen = [\"zero-dim-input\"]\nstatus = \"skip\"\nreason = \"simulator-gap\"\ntext = \"skipped for the test\"\n",
     )
     .unwrap();
     (golden, ex)

@@ -7,6 +7,7 @@ use super::{Produced, Unrun};
 use crate::case::{Case, Value};
 use crate::compare::{self, ActualOutputs};
 use crate::executor::{CaseExecutor, FailureKind};
+use crate::expect::ErrorKind;
 use crate::lower::{self, LowerError};
 use crate::ops;
 use crate::runner::BackendResult;
@@ -17,12 +18,22 @@ use trnsim::{DType, HbmRole, HostTensor, Program};
 /// Lowers `case`, runs the program on `executor` and returns its outputs as case tensors.
 pub fn run<E: CaseExecutor + ?Sized>(case: &Case, executor: &E) -> Result<Produced, Unrun> {
     let file = case.file.display();
-    let lowered = match lower::lower(case, executor.target()) {
+    let mut lowered = match lower::lower(case, executor.target()) {
         Ok(l) => l,
         Err(LowerError::NotLowered(op)) => return Err(Unrun::NotLowered(format!("op `{op}` is not lowered"))),
+        Err(e @ LowerError::Int64OutsideInt32 { .. }) => {
+            return Err(Unrun::Refused(
+                ErrorKind::Int64OutsideInt32,
+                format!("{file}: lowering: {e}"),
+            ));
+        }
         Err(e) => return Err(Unrun::Error(format!("{file}: lowering: {e}"))),
     };
     check_compute_work(case, &lowered.program).map_err(Unrun::Fail)?;
+    let rng_seed = bind_rng_seed(&mut lowered.program, case_rng_seed(case));
+    if let Some(m) = narrowing_refusal(case, &lowered.program) {
+        return Err(Unrun::Refused(ErrorKind::Int64OutsideInt32, format!("{file}: {m}")));
+    }
     let inputs = device_inputs(case, &lowered.program).map_err(|e| Unrun::Error(format!("{file}: {e}")))?;
     let run = match executor.execute_case(case, &lowered.program, &inputs) {
         Ok(r) => r,
@@ -39,7 +50,32 @@ pub fn run<E: CaseExecutor + ?Sized>(case: &Case, executor: &E) -> Result<Produc
         backends: compare_backends(case, &lowered, &run.backends),
         note: String::new(),
         stats: run.stats.clone(),
+        rng_seed,
     })
+}
+
+/// The seed of a case's RNG ops: the case's own seed (`provenance.seed`, the seed PyTorch drew
+/// the golden sample with, so a corpus generated with another `--seed` brings new ones), folded
+/// to the generator's 32 bits; 0 for a case that records none.
+pub fn case_rng_seed(case: &Case) -> u32 {
+    case.provenance.seed.map_or(0, |s| (s ^ (s >> 32)) as u32)
+}
+
+/// Binds the generator seed of a lowered program: every `set_rng_seed` immediate becomes
+/// `seed`. The seed is device state that the runtime sets before a kernel runs, as
+/// `torch.manual_seed` sets PyTorch's generator, so the lowering only marks where the generator
+/// is seeded (lower/creation.rs). `Some(seed)` when the program seeds its generator.
+pub fn bind_rng_seed(program: &mut Program, seed: u32) -> Option<u32> {
+    let mut bound = None;
+    for inst in program.instructions.iter_mut() {
+        if let trnsim::Op::SetRngSeed(s) = &mut inst.op
+            && matches!(s.seed, trnsim::ScalarOperand::Imm(_))
+        {
+            s.seed = trnsim::ScalarOperand::Imm(seed as f64);
+            bound = Some(seed);
+        }
+    }
+    bound
 }
 
 /// Compares every backend's outputs with the golden (empty unless the executor returned more
@@ -151,23 +187,12 @@ pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, Str
         });
     }
     if t.dtype == TorchDType::I64 && dtype == DType::I32 {
-        let n = t.numel();
-        let mut data = Vec::with_capacity(4 * n);
-        let mut overflow = None;
-        for i in 0..n {
-            let v = t.value_i64(i);
-            let narrowed = v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-            if overflow.is_none() && narrowed as i64 != v {
-                overflow = Some((i, v));
-            }
-            data.extend(narrowed.to_le_bytes());
+        if let Some(m) = outside_int32(name, t) {
+            return Err(m);
         }
-        if let Some((i, v)) = overflow {
-            return Err(format!(
-                "`{name}`: int64 value {v} at index {} does not fit in int32 (Trainium has no int64)",
-                format_index(&unravel(i, &t.shape))
-            ));
-        }
+        let data = (0..t.numel())
+            .flat_map(|i| (t.value_i64(i) as i32).to_le_bytes())
+            .collect();
         return Ok(HostTensor {
             dtype,
             shape: t.shape.clone(),
@@ -185,6 +210,32 @@ pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, Str
             t.dtype
         )),
     }
+}
+
+/// The narrowing's refusal of an int64 tensor `t`: its first value outside int32, named.
+fn outside_int32(name: &str, t: &Tensor) -> Option<String> {
+    let i = (0..t.numel()).find(|&i| i32::try_from(t.value_i64(i)).is_err())?;
+    Some(format!(
+        "`{name}`: int64 value {} at index {} does not fit in int32 (Trainium has no int64)",
+        t.value_i64(i),
+        format_index(&unravel(i, &t.shape))
+    ))
+}
+
+/// The narrowing's refusal of the first program input that is int64 in the case and int32 on
+/// the device and holds a value outside int32: a typed refusal (expectations can name it), found
+/// before the inputs are converted.
+pub fn narrowing_refusal(case: &Case, program: &Program) -> Option<String> {
+    program
+        .hbm
+        .iter()
+        .filter(|d| d.role == HbmRole::Input && d.dtype == DType::I32)
+        .find_map(|d| {
+            let t = case.tensors.get(&d.name)?;
+            (t.dtype == TorchDType::I64)
+                .then(|| outside_int32(&d.name, t))
+                .flatten()
+        })
 }
 
 /// The case tensor for one program output: int32 widened to int64 when the golden output is

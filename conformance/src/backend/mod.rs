@@ -42,6 +42,10 @@ pub struct Produced {
     pub note: String,
     /// The simulator's statistics, when the simulator ran the program (timeline estimates).
     pub stats: Option<trnsim::Stats>,
+    /// The RNG seed the run took from the case, when the backend seeds its generator from the
+    /// case (our lowering: [`lowering::case_rng_seed`]); the runner then also runs RNG cases
+    /// under other seeds (compare/rng.rs).
+    pub rng_seed: Option<u32>,
 }
 
 /// Why a backend produced no outputs for a case.
@@ -58,6 +62,9 @@ pub enum Unrun {
     Fail(String),
     /// It broke: a lowering error, a simulator or kernel error, a crashed child.
     Error(String),
+    /// The call was refused with a typed error (an int64 value outside int32, …): an error
+    /// whose kind expectations can name (`error = "…"`, docs/workflow.md).
+    Refused(crate::expect::ErrorKind, String),
 }
 
 /// Runs cases. `Send + Sync`: one backend serves all the runner's threads.

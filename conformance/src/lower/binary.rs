@@ -461,9 +461,14 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
         (_, None) => None,
     };
     let imm_i32 = |s: Scalar, what: &str| -> Result<f64, LowerError> {
-        s.as_i32()
-            .map(|v| v as f64)
-            .ok_or_else(|| req.unsupported(format!("{what} {s:?} does not fit in int32 (Trainium has no int64)")))
+        s.as_i32().map(|v| v as f64).ok_or_else(|| match s {
+            // The typed refusal the runner's narrowing gives input tensors (expectations name it).
+            Scalar::Int(value) => LowerError::Int64OutsideInt32 {
+                op: req.op.to_string(),
+                value,
+            },
+            _ => req.unsupported(format!("{what} {s:?} does not fit in int32 (Trainium has no int64)")),
+        })
     };
     let alpha_imm = match (call.alpha, path) {
         (None, _) => None,
@@ -938,7 +943,7 @@ mod tests {
         assert_eq!(p.hbm[0].dtype, DType::I32, "int64 is declared as int32");
         assert_eq!(count(&p, Engine::Gpsimd), 2);
         assert_eq!(count(&p, Engine::Vector), 0);
-        // alpha does not fit int32 → unsupported.
+        // alpha does not fit int32 → the typed refusal (the narrowing's, for a scalar).
         let c = Call::new(
             "add.Tensor",
             TensorMeta::contiguous(I64, &[7]),
@@ -948,7 +953,7 @@ mod tests {
         .alpha(Value::Int(1 << 40));
         assert!(matches!(
             lower(&c.req(), TargetName::Trn1),
-            Err(LowerError::Unsupported { .. })
+            Err(LowerError::Int64OutsideInt32 { value, .. }) if value == 1 << 40
         ));
     }
 

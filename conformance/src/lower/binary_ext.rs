@@ -538,9 +538,14 @@ pub(super) fn is_int(t: TorchDType) -> bool {
 
 /// A scalar as an exact int32 immediate.
 pub(super) fn imm_i32(req: &LowerRequest<'_>, s: Scalar) -> Result<f64, LowerError> {
-    s.as_i32()
-        .map(|v| v as f64)
-        .ok_or_else(|| req.unsupported(format!("scalar {s:?} does not fit in int32 (Trainium has no int64)")))
+    s.as_i32().map(|v| v as f64).ok_or_else(|| match s {
+        // The typed refusal the runner's narrowing gives input tensors (expectations name it).
+        Scalar::Int(value) => LowerError::Int64OutsideInt32 {
+            op: req.op.to_string(),
+            value,
+        },
+        _ => req.unsupported(format!("scalar {s:?} does not fit in int32 (Trainium has no int64)")),
+    })
 }
 
 /// The operand for a Python scalar used in `dt` arithmetic: PyTorch casts it to the common dtype

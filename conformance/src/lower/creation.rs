@@ -35,7 +35,9 @@
 //!   with `scale = 1/(1−p)` (0 for p = 1, as PyTorch).
 //!
 //! The RNG ops seed the generator at the start of the program (`set_rng_seed`), so a program is
-//! deterministic: the same seed gives the same values.
+//! deterministic: the same seed gives the same values. The seed is the case's: the backend binds
+//! it into that instruction before the program runs (`backend::lowering::bind_rng_seed`), as a
+//! runtime sets the device generator from `torch.manual_seed`.
 
 use super::binary::{dev, dma};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
@@ -51,7 +53,7 @@ use trnsim::{
 /// Elements per partition of one tile (scratch tiles are 4 bytes per element: 8 KiB each).
 const MAX_FREE: usize = 2048;
 
-/// The seed every RNG program starts from.
+/// The placeholder seed of the program's `set_rng_seed`; the backend binds the case's seed.
 const RNG_SEED: f64 = 0.0;
 
 /// An SBUF buffer of `MAX_FREE` 4-byte elements per partition, viewed as any dtype.

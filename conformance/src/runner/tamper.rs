@@ -171,16 +171,22 @@ fn forge(case: &Case, f: Forgery) -> compare::ActualOutputs {
         };
         tensors.insert(name.to_string(), Tensor::from_f64(g.dtype, &g.shape, &vals));
     }
+    // The forger ignores the seed: every other seed gets the same output.
     compare::ActualOutputs {
         rerun: Some(tensors.clone()),
+        other_seeds: vec![
+            tensors.clone();
+            compare::rng::other_seed_count(&case.op, case.tensors[case.output_tensor_names()[0]].numel())
+        ],
         tensors,
         values: BTreeMap::new(),
     }
 }
 
-/// Samples below which one case cannot reject a forged output at a false-failure rate of 1e-6
-/// (compare/rng.rs): a KS gap of 1/2 needs n ≥ 30, a gap of 1 needs n ≥ 8; 10 fixed points.
-const SMALL_SAMPLE: usize = 30;
+/// Samples below which one seed cannot reject a forged output at the per-check false-failure
+/// rate (compare/rng.rs): a KS gap of 1/2 needs n ≥ 32, a gap of 1 needs n ≥ 8; 10 fixed points.
+/// Across seeds a seed-independent forgery is caught from far fewer elements.
+const SMALL_SAMPLE: usize = 32;
 
 #[test]
 fn adversarial_rng_executor_fails_every_case_it_can() {
@@ -213,9 +219,95 @@ fn adversarial_rng_executor_fails_every_case_it_can() {
             }
         }
     }
-    // Small outputs are one draw too few to reject at 1e-6; listed, never hidden.
+    // A forger ignores the seed, so the cross-seed checks see the same output under every seed:
+    // caught on every case where that is not itself correct.
+    assert!(
+        uncaught.is_empty(),
+        "forgeries not caught ({}):\n{}",
+        uncaught.len(),
+        uncaught.join("\n")
+    );
+}
+
+/// Our lowering, run on the simulator under seed 0 whatever the case's seed, while reporting
+/// the case's seed: a backend whose generator does not follow the seed.
+struct FixedSeed(SimExecutor);
+
+impl Backend for FixedSeed {
+    fn backend_name(&self) -> String {
+        "fixed-seed".into()
+    }
+
+    fn backend_target(&self) -> TargetName {
+        TargetName::Trn1
+    }
+
+    fn run(&self, case: &Case) -> Result<crate::backend::Produced, crate::backend::Unrun> {
+        let mut fixed = case.clone();
+        fixed.provenance.seed = Some(0);
+        let mut p = crate::backend::lowering::run(&fixed, &self.0)?;
+        p.rng_seed = p.rng_seed.map(|_| crate::backend::lowering::case_rng_seed(case));
+        Ok(p)
+    }
+}
+
+/// The seed comes from the case, and the runner checks that other seeds give other streams:
+/// the simulator passes every RNG case, and a backend that ignores the seed fails every case
+/// large enough that a correct generator repeats itself with probability ≤ 1e-6.
+#[test]
+fn rng_cases_run_under_several_seeds() {
+    let cases = committed(|c| {
+        matches!(c.op.as_str(), "rand" | "randn" | "randperm" | "native_dropout")
+            && matches!(c.check, crate::case::Check::Properties { .. })
+    });
+    let sim = SimExecutor::new(TargetName::Trn1);
+    let fixed = FixedSeed(SimExecutor::new(TargetName::Trn1));
+    let none = Expectations::none();
+    let mut seeds = std::collections::BTreeSet::new();
+    let mut uncaught = Vec::new();
+    for case in &cases {
+        let r = run_loaded_case(case, &none, &sim);
+        assert_eq!(r.status, Status::Pass, "{}: {}", case.id, r.message);
+        let seed = crate::backend::lowering::case_rng_seed(case);
+        seeds.insert(seed);
+        let n = case.tensors[case.output_tensor_names()[0]].numel();
+        let p = match &case.check {
+            crate::case::Check::Properties { props } => props.dropout.as_ref().map(|d| d.p),
+            _ => None,
+        };
+        // Outputs that are the same under every seed by definition.
+        if n == 0 || (case.op == "randperm" && n <= 1) || matches!(p, Some(p) if p == 0.0 || p == 1.0) {
+            continue;
+        }
+        // Every other program seeds its generator, with the case's seed.
+        let mut program = lower::lower(case, TargetName::Trn1).unwrap().program;
+        assert_eq!(
+            crate::backend::lowering::bind_rng_seed(&mut program, seed),
+            Some(seed),
+            "{}",
+            case.id
+        );
+        let r = run_loaded_case(case, &none, &fixed);
+        if r.status == Status::Pass {
+            // Allowed only where a correct generator repeats its output under one of the other
+            // seeds with probability above the check's rate.
+            let golden = &case.tensors[case.output_tensor_names()[0]];
+            let input = case.call.args.first().and_then(|v| match v {
+                Value::Tensor(t) => case.tensors.get(t),
+                _ => None,
+            });
+            let bound = compare::rng::identical_stream_bound(&case.op, golden, input, p)
+                * compare::rng::other_seed_count(&case.op, n) as f64;
+            assert!(bound > compare::rng::ALPHA, "{}: uncaught at P ≤ {bound:e}", case.id);
+            uncaught.push(format!("{} ({n} elements, P ≤ {bound:.1e})", case.id));
+        } else {
+            assert!(r.message.contains("seed"), "{}: {}", case.id, r.message);
+        }
+    }
+    assert!(seeds.len() > cases.len() / 2, "cases bring their own seeds: {seeds:?}");
+    // Small outputs a correct generator can repeat by chance: listed, never hidden.
     eprintln!(
-        "forgeries not caught by one small case ({}):\n{}",
+        "seed-independent outputs not caught ({}):\n{}",
         uncaught.len(),
         uncaught.join("\n")
     );
