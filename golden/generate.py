@@ -1508,6 +1508,9 @@ def norm_cases():
             B("native_group_norm", gn_fwd, xs, groups, aff, dt)
             B("native_group_norm_backward", gn_bwd, xs, groups, aff, [True, aff, aff], dt)
     B("native_group_norm_backward", gn_bwd, (2, 6, 4, 4), 3, True, [True, False, False], "f32")
+    # An empty batch: dγ and dβ are sums over no sample, zeros that must still be written (a
+    # fresh corpus found the lowering writing nothing).
+    B("native_group_norm_backward", gn_bwd, (0, 4, 3), 2, True, [True, True, True], "f32")
     B("native_group_norm", gn_fwd, (2, 130, 4, 4), 13, True, "f32", _src="stress")
     B("native_group_norm", gn_fwd, (1, 8, 1000), 4, True, "bf16", _src="stress")
     B("native_group_norm_backward", gn_bwd, (2, 130, 4, 4), 13, True, [True, True, True], "f32",

@@ -1166,7 +1166,17 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
             if let Some((name, dd)) = &outs[o] {
                 if nb == 0 {
-                    continue;
+                    // An empty batch: dγ and dβ are sums over no sample, so zeros, and they are
+                    // outputs of shape [C] that must still be written.
+                    ctx.e.push(
+                        v,
+                        Op::Memset(trnsim::Memset {
+                            dst: acc.cols(p, 0, d),
+                            value: 0.0,
+                        }),
+                        &[],
+                        &[acc.slot],
+                    );
                 }
                 let dst = trnsim::AccessPattern::hbm(name, *dd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
                 ctx.e.push(
