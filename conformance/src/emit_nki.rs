@@ -31,9 +31,9 @@
 //! indirect DMA indexes its HBM side with the SBUF index tile as legacy NKI's dynamic index on the
 //! first dimension, `t.reshape((M, row_step))[idx[0:R, k:k+1], c0 + nl.arange(n)[None, :]]` (an
 //! index tile laid out other than one per partition is first copied into an `[R, 1]` tile by a
-//! DMA), and adds `oob_mode=nisa.oob_mode.error | skip`. Rows that are not rows of the tensor (an
-//! element offset or an overlapping window per index; more than 128 indices laid out otherwise)
-//! are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`, which
+//! DMA; more than 128 rows are split into DMAs of at most 128), and adds
+//! `oob_mode=nisa.oob_mode.error | skip`. Rows that are not rows of the tensor (an element offset
+//! or an overlapping window per index; more than 128 indices in one partition) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`, which
 //! legacy NKI does not express (the stand-in runs it; the trnsim.nki front-end refuses it,
 //! docs/nki.md). The `wait` lists are not emitted: NKI derives the synchronisation from the
 //! dataflow. A `bypass` ALU stage is a multiply by 1.0 (legacy NKI has no `nl.bypass`).
@@ -479,8 +479,8 @@ impl<'a> Emitter<'a> {
     /// legacy NKI's dynamic index on the first dimension:
     /// `t.reshape((M, row_step))[idx[0:R, k:k+1], c0 + step * nl.arange(n)[None, :]]`, with a
     /// `[R, 1]` index tile (one index per partition; indices laid out otherwise are first copied
-    /// into one by a DMA, returned as the prelude). Other rows (a window per index, rows that
-    /// overlap) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`,
+    /// into one by a DMA, returned as the prelude; [`Self::indirect_chunks`] splits more than 128
+    /// rows). Other rows (a window per index, rows that overlap) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`,
     /// which legacy NKI's dynamic indexing does not express (docs/nki.md).
     /// `Err(reason)` when the form is not emitted; `Ok((prelude statements, expression))`.
     fn indirect_ap(
@@ -512,14 +512,8 @@ impl<'a> Emitter<'a> {
         let base = ap.offset as i64 / ap.dtype.size() as i64;
         let size = self.hbm_sizes[t] as i64;
         let rs = ind.row_step;
-        let in_row = |c0: i64| n == 0 || (c0 + (n as i64 - 1) * step < rs && c0 + (n as i64 - 1) * step >= 0);
         let one_per_partition = ind.index.partitions == rows && ind.index.free_elems() == 1;
-        if rs > 0
-            && size % rs == 0
-            && (0..rs).contains(&base)
-            && in_row(base)
-            && (one_per_partition || rows <= PARTITIONS)
-        {
+        if self.rows_of_tensor(ap, ind) && (one_per_partition || rows <= PARTITIONS) {
             let mut prelude = Vec::new();
             let col = if one_per_partition {
                 idx
@@ -547,6 +541,63 @@ impl<'a> Emitter<'a> {
         };
         let terms = [(ind.row_step, rows, idx), (step, n, arange(n, 1, 2))];
         Ok(Ok((Vec::new(), format!("{py}_flat[{}]", affine(base, &terms)))))
+    }
+
+    /// Whether an indirect side's rows are rows of its tensor seen as `[size / row_step, row_step]`
+    /// (row_step divides the size, the offset lies in row 0, a row's elements stay in the row).
+    fn rows_of_tensor(&self, ap: &AccessPattern, ind: &trnsim::Indirect) -> bool {
+        let MemSpace::Hbm(t) = &ap.mem else { return false };
+        let free = free_dims(ap);
+        let (Some(&size), [[step, num]]) = (self.hbm_sizes.get(t), free.as_slice()) else {
+            return false;
+        };
+        let (size, rs, n) = (size as i64, ind.row_step, (*num).max(0));
+        let base = ap.offset as i64 / ap.dtype.size() as i64;
+        let last = base + (n - 1) * step;
+        rs > 0 && size % rs == 0 && (0..rs).contains(&base) && (n == 0 || (0..rs).contains(&last))
+    }
+
+    /// An indirect DMA of more than 128 rows whose index tile holds `k` indices per partition,
+    /// split into DMAs of at most 128 rows (whole partitions of the index tile each), so each
+    /// one's indices fit one `[R, 1]` index column; the rows keep their order. `None` when the
+    /// DMA is not of that form.
+    fn indirect_chunks(
+        &self,
+        direct: &AccessPattern,
+        indirect: &AccessPattern,
+        ind: &trnsim::Indirect,
+    ) -> Option<Vec<(AccessPattern, trnsim::Indirect)>> {
+        let rows = direct.partitions;
+        let idx = &ind.index;
+        let k = match free_dims(idx).as_slice() {
+            [[1, k]] => (*k).max(0) as usize,
+            _ => return None,
+        };
+        if rows <= PARTITIONS
+            || k == 0
+            || k > PARTITIONS
+            || idx.partitions * k != rows
+            || !matches!(direct.mem, MemSpace::Hbm(_))
+            || !self.rows_of_tensor(indirect, ind)
+        {
+            return None;
+        }
+        let per = PARTITIONS / k; // index partitions per chunk
+        let mut out = Vec::new();
+        let mut p = 0;
+        while p < idx.partitions {
+            let np = per.min(idx.partitions - p);
+            let mut d = direct.clone();
+            d.partitions = np * k;
+            d.offset =
+                (direct.offset as i64 + (p * k) as i64 * direct.partition_step * direct.dtype.size() as i64) as u64;
+            let mut c = ind.clone();
+            c.index.start_partition = idx.start_partition + p;
+            c.index.partitions = np;
+            out.push((d, c));
+            p += np;
+        }
+        Some(out)
     }
 
     fn scalar(&self, s: &ScalarOperand) -> Result<String, EmitError> {
@@ -584,6 +635,19 @@ impl<'a> Emitter<'a> {
                             trnsim::IndirectSide::Src => (&i.dst, &i.src),
                             trnsim::IndirectSide::Dst => (&i.src, &i.dst),
                         };
+                        if let Some(chunks) = self.indirect_chunks(direct, indirect, ind) {
+                            let mut parts = Vec::new();
+                            for (d, c) in chunks {
+                                let mut one = i.clone();
+                                match ind.side {
+                                    trnsim::IndirectSide::Src => one.dst = d,
+                                    trnsim::IndirectSide::Dst => one.src = d,
+                                }
+                                one.indirect = Some(c);
+                                parts.push(self.statement(index, engine, &Op::DmaCopy(one))?);
+                            }
+                            return Ok(parts.join("\n    "));
+                        }
                         let (prelude, ind_expr) = self
                             .indirect_ap(index, indirect, direct.partitions, ind)
                             .map_err(|r| unsupported(&r))??;

@@ -1185,7 +1185,7 @@ fn trnsim_python(test: &str) -> Option<String> {
 /// Why the emitter's flat indirect-DMA form is a front-end gap (conformance/src/emit_nki.rs,
 /// `indirect_ap`).
 const FLAT_INDIRECT: &str = "an indirect DMA whose rows are not rows of the tensor (an element offset or an overlapping \
-     window per index, or more than 128 indices laid out other than one per partition) is emitted as an expression of \
+     window per index, or an index tile holding more than 128 indices per partition) is emitted as an expression of \
      the index tile on the flat view; legacy NKI's dynamic index (a [P, 1] index tile on the first dimension of an HBM \
      tensor) does not express it, and the front-end refuses it";
 
