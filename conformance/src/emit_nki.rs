@@ -28,17 +28,23 @@
 //! the destination view (`dst[...] = nisa.tensor_tensor(...)`), with `dtype=` the destination's
 //! dtype (the cast on write); `nc_matmul` with `accumulate` is `dst[...] += nisa.nc_matmul(...)`.
 //! DMA is `nisa.dma_copy(dst=…, src=…)` (`dst_rmw_op=np.add` for an accumulating DMA); an
-//! indirect DMA indexes its HBM side with the SBUF index tile as a dynamic index
-//! (`t_flat[row_step * idx[0:R, k:k+1] + base + nl.arange(n)[None, :]]`) and adds
-//! `oob_mode=nisa.oob_mode.error | skip`. The `wait` lists are not emitted: NKI derives the
-//! synchronisation from the dataflow.
+//! indirect DMA indexes its HBM side with the SBUF index tile as legacy NKI's dynamic index on the
+//! first dimension, `t.reshape((M, row_step))[idx[0:R, k:k+1], c0 + nl.arange(n)[None, :]]` (an
+//! index tile laid out other than one per partition is first copied into an `[R, 1]` tile by a
+//! DMA; more than 128 rows are split into DMAs of at most 128), and adds
+//! `oob_mode=nisa.oob_mode.error | skip`. Rows that are not rows of the tensor (an element offset
+//! or an overlapping window per index; more than 128 indices in one partition) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`, which
+//! legacy NKI does not express (the stand-in runs it; the trnsim.nki front-end refuses it,
+//! docs/nki.md). The `wait` lists are not emitted: NKI derives the synchronisation from the
+//! dataflow. A `bypass` ALU stage is a multiply by 1.0 (legacy NKI has no `nl.bypass`).
 //! Supported: `nc_matmul`, `nc_transpose`, `tensor_tensor`, `tensor_scalar`,
 //! `scalar_tensor_tensor`, `tensor_reduce`, `tensor_tensor_scan`, `tensor_scalar_reduce`,
 //! `tensor_copy`, `tensor_copy_predicated` (writes its `dst=` in place: unselected elements keep
 //! their value), `reciprocal`, `memset`, `iota`, `affine_select` (predicate `(affine) cmp 0`),
 //! `activation`, `tensor_partition_reduce`, `bn_stats`, `bn_aggr`, `max8`, `nc_match_replace8`
-//! (`dst_idx=` written in place), `select_reduce`,
-//! `set_rng_seed` / `rng` / `dropout` (trnsim's PCG32 generator in the stand-in; the hardware
+//! (`dst_idx=` written in place), `select_reduce` (`dst=` in place),
+//! `set_rng_seed` (as `nl.random_seed`) / `rng` (as `nisa.rng`, which legacy NKI lacks) /
+//! `dropout` (trnsim's PCG32 generator in the stand-in; the hardware
 //! PRNG is unpublished, so on a device these give other random numbers), `dma_copy` (direct, and
 //! indirect with one free dimension per row). Anything else returns [`EmitError::Unsupported`]
 //! naming the instruction's index and opcode.
@@ -191,7 +197,7 @@ fn sanitize(name: &str) -> String {
     // Emitter-generated locals are `sbuf_<n>`, `psum_<n>` and `<name>_flat`.
     let generated = |s: &str| {
         s.ends_with("_flat")
-            || ["sbuf_", "psum_"].iter().any(|p| {
+            || ["sbuf_", "psum_", "idx_"].iter().any(|p| {
                 s.strip_prefix(p)
                     .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_digit()))
             })
@@ -316,6 +322,13 @@ fn affine(base: i64, terms: &[(i64, usize, String)]) -> String {
         (false, b) if b < 0 => format!("{s} - {}", -b),
         (false, b) => format!("{s} + {b}"),
     }
+}
+
+/// As [`affine`], but every term stays (a zero coefficient as `0 * idx`), so the expression has
+/// the shape of all its index terms.
+fn affine_all(base: i64, terms: &[(i64, usize, String)]) -> String {
+    let kept: Vec<(i64, usize, String)> = terms.iter().map(|(c, n, idx)| (*c, (*n).max(2), idx.clone())).collect();
+    affine(base, &kept)
 }
 
 impl<'a> Emitter<'a> {
@@ -459,16 +472,24 @@ impl<'a> Emitter<'a> {
     }
 
     /// The indirect side of a gather/scatter DMA: row `r` of `rows` starts `index[r]·row_step`
-    /// elements past the operand's offset and walks its (single) free dimension; the index tile
-    /// is used as a dynamic index, `t_flat[row_step * idx[0:R, k:k+1] + base + nl.arange(n)[None, :]]`
-    /// (an index tile of another layout is read in element order: `idx[…].reshape((R, 1))`).
-    /// `Err(reason)` when the form is not emitted.
+    /// elements past the operand's offset and walks its (single) free dimension.
+    ///
+    /// When those rows are rows of the tensor seen as `[size / row_step, row_step]` (row_step
+    /// divides the size, the offset lies in row 0 and a row's elements stay in their row), this is
+    /// legacy NKI's dynamic index on the first dimension:
+    /// `t.reshape((M, row_step))[idx[0:R, k:k+1], c0 + step * nl.arange(n)[None, :]]`, with a
+    /// `[R, 1]` index tile (one index per partition; indices laid out otherwise are first copied
+    /// into one by a DMA, returned as the prelude; [`Self::indirect_chunks`] splits more than 128
+    /// rows). Other rows (a window per index, rows that overlap) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`,
+    /// which legacy NKI's dynamic indexing does not express (docs/nki.md).
+    /// `Err(reason)` when the form is not emitted; `Ok((prelude statements, expression))`.
     fn indirect_ap(
         &self,
+        index: usize,
         ap: &AccessPattern,
         rows: usize,
         ind: &trnsim::Indirect,
-    ) -> Result<Result<String, EmitError>, String> {
+    ) -> Result<Result<(Vec<String>, String), EmitError>, String> {
         let MemSpace::Hbm(t) = &ap.mem else {
             return Err("the indirect side of a DMA must be in HBM".into());
         };
@@ -483,16 +504,100 @@ impl<'a> Emitter<'a> {
             return Ok(Err(EmitError::Invalid(format!("HBM tensor `{t}` is not declared"))));
         };
         let idx = match self.ap(&ind.index) {
-            // Indices laid out other than one per partition are taken in element order.
-            Ok(e) if ind.index.partitions != rows => format!("{e}.reshape(({rows}, 1))"),
             Ok(e) => e,
             Err(e) => return Ok(Err(e)),
         };
         let [step, num] = free[0];
         let n = num.max(0) as usize;
         let base = ap.offset as i64 / ap.dtype.size() as i64;
+        let size = self.hbm_sizes[t] as i64;
+        let rs = ind.row_step;
+        let one_per_partition = ind.index.partitions == rows && ind.index.free_elems() == 1;
+        if self.rows_of_tensor(ap, ind) && (one_per_partition || rows <= PARTITIONS) {
+            let mut prelude = Vec::new();
+            let col = if one_per_partition {
+                idx
+            } else {
+                // One index per partition, as a dynamic index takes them: a DMA copies the index
+                // tile's elements, in order, into an [R, 1] tile.
+                let name = format!("idx_{index}");
+                prelude.push(format!(
+                    "{name} = nl.ndarray(({rows}, 1), dtype={}, buffer=nl.sbuf)",
+                    nl_dtype(ind.index.dtype)
+                ));
+                let col = format!("{name}[0:{rows}, 0:1]");
+                prelude.push(format!("nisa.dma_copy(dst={col}, src={idx})"));
+                col
+            };
+            let cols = affine_all(base, &[(step, n, arange(n, 1, 2))]);
+            let expr = format!("{py}.reshape(({}, {rs}))[{col}, {cols}]", size / rs);
+            return Ok(Ok((prelude, expr)));
+        }
+        let idx = if ind.index.partitions != rows {
+            // Indices laid out other than one per partition are taken in element order.
+            format!("{idx}.reshape(({rows}, 1))")
+        } else {
+            idx
+        };
         let terms = [(ind.row_step, rows, idx), (step, n, arange(n, 1, 2))];
-        Ok(Ok(format!("{py}_flat[{}]", affine(base, &terms))))
+        Ok(Ok((Vec::new(), format!("{py}_flat[{}]", affine(base, &terms)))))
+    }
+
+    /// Whether an indirect side's rows are rows of its tensor seen as `[size / row_step, row_step]`
+    /// (row_step divides the size, the offset lies in row 0, a row's elements stay in the row).
+    fn rows_of_tensor(&self, ap: &AccessPattern, ind: &trnsim::Indirect) -> bool {
+        let MemSpace::Hbm(t) = &ap.mem else { return false };
+        let free = free_dims(ap);
+        let (Some(&size), [[step, num]]) = (self.hbm_sizes.get(t), free.as_slice()) else {
+            return false;
+        };
+        let (size, rs, n) = (size as i64, ind.row_step, (*num).max(0));
+        let base = ap.offset as i64 / ap.dtype.size() as i64;
+        let last = base + (n - 1) * step;
+        rs > 0 && size % rs == 0 && (0..rs).contains(&base) && (n == 0 || (0..rs).contains(&last))
+    }
+
+    /// An indirect DMA of more than 128 rows whose index tile holds `k` indices per partition,
+    /// split into DMAs of at most 128 rows (whole partitions of the index tile each), so each
+    /// one's indices fit one `[R, 1]` index column; the rows keep their order. `None` when the
+    /// DMA is not of that form.
+    fn indirect_chunks(
+        &self,
+        direct: &AccessPattern,
+        indirect: &AccessPattern,
+        ind: &trnsim::Indirect,
+    ) -> Option<Vec<(AccessPattern, trnsim::Indirect)>> {
+        let rows = direct.partitions;
+        let idx = &ind.index;
+        let k = match free_dims(idx).as_slice() {
+            [[1, k]] => (*k).max(0) as usize,
+            _ => return None,
+        };
+        if rows <= PARTITIONS
+            || k == 0
+            || k > PARTITIONS
+            || idx.partitions * k != rows
+            || !matches!(direct.mem, MemSpace::Hbm(_))
+            || !self.rows_of_tensor(indirect, ind)
+        {
+            return None;
+        }
+        let per = PARTITIONS / k; // index partitions per chunk
+        let mut out = Vec::new();
+        let mut p = 0;
+        while p < idx.partitions {
+            let np = per.min(idx.partitions - p);
+            let mut d = direct.clone();
+            d.partitions = np * k;
+            d.offset =
+                (direct.offset as i64 + (p * k) as i64 * direct.partition_step * direct.dtype.size() as i64) as u64;
+            let mut c = ind.clone();
+            c.index.start_partition = idx.start_partition + p;
+            c.index.partitions = np;
+            out.push((d, c));
+            p += np;
+        }
+        Some(out)
     }
 
     fn scalar(&self, s: &ScalarOperand) -> Result<String, EmitError> {
@@ -530,8 +635,21 @@ impl<'a> Emitter<'a> {
                             trnsim::IndirectSide::Src => (&i.dst, &i.src),
                             trnsim::IndirectSide::Dst => (&i.src, &i.dst),
                         };
-                        let ind_expr = self
-                            .indirect_ap(indirect, direct.partitions, ind)
+                        if let Some(chunks) = self.indirect_chunks(direct, indirect, ind) {
+                            let mut parts = Vec::new();
+                            for (d, c) in chunks {
+                                let mut one = i.clone();
+                                match ind.side {
+                                    trnsim::IndirectSide::Src => one.dst = d,
+                                    trnsim::IndirectSide::Dst => one.src = d,
+                                }
+                                one.indirect = Some(c);
+                                parts.push(self.statement(index, engine, &Op::DmaCopy(one))?);
+                            }
+                            return Ok(parts.join("\n    "));
+                        }
+                        let (prelude, ind_expr) = self
+                            .indirect_ap(index, indirect, direct.partitions, ind)
                             .map_err(|r| unsupported(&r))??;
                         let (dst, src) = match ind.side {
                             trnsim::IndirectSide::Src => (self.ap(&i.dst)?, ind_expr),
@@ -541,7 +659,13 @@ impl<'a> Emitter<'a> {
                             trnsim::OobMode::Error => "error",
                             trnsim::OobMode::Skip => "skip",
                         };
-                        format!("nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})")
+                        let mut out: String = prelude.iter().map(|l| format!("{l}\n    ")).collect();
+                        write!(
+                            out,
+                            "nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})"
+                        )
+                        .unwrap();
+                        out
                     }
                 }
             }
@@ -569,19 +693,28 @@ impl<'a> Emitter<'a> {
                 nl_dtype(i.dst.dtype)
             ),
             Op::TensorScalar(i) => {
+                // Legacy NKI has no `bypass` operator: a stage that passes its input through is a
+                // multiply by 1.0, which gives the same bits (fp32 `x * 1.0 == x`, the same
+                // denormal flush; NaN payloads aside).
+                let (op0, operand0) = match i.op0 {
+                    AluOp::Bypass => ("nl.multiply", "1.0".to_string()),
+                    op => (nl_alu(op), self.scalar(&i.operand0)?),
+                };
                 let mut s = format!(
-                    "{} = nisa.tensor_scalar({}, op0={}, operand0={}",
+                    "{} = nisa.tensor_scalar({}, op0={op0}, operand0={operand0}",
                     self.ap(&i.dst)?,
                     self.ap(&i.src)?,
-                    nl_alu(i.op0),
-                    self.scalar(&i.operand0)?
                 );
-                if i.reverse0 {
+                if i.reverse0 && i.op0 != AluOp::Bypass {
                     s.push_str(", reverse0=True");
                 }
                 if let (Some(op1), Some(operand1)) = (i.op1, &i.operand1) {
-                    write!(s, ", op1={}, operand1={}", nl_alu(op1), self.scalar(operand1)?).unwrap();
-                    if i.reverse1 {
+                    let (op1, operand1) = match op1 {
+                        AluOp::Bypass => ("nl.multiply", "1.0".to_string()),
+                        op => (nl_alu(op), self.scalar(operand1)?),
+                    };
+                    write!(s, ", op1={op1}, operand1={operand1}").unwrap();
+                    if i.reverse1 && i.op1 != Some(AluOp::Bypass) {
                         s.push_str(", reverse1=True");
                     }
                 } else if i.op1.is_some() || i.operand1.is_some() {
@@ -656,7 +789,9 @@ impl<'a> Emitter<'a> {
                     let n = num.max(0) as usize;
                     terms.push((step, n, arange(n, d + 1, rank)));
                 }
-                let expr = affine(i.offset, &terms);
+                // Every axis stays in the expression (`0 * nl.arange(1)[:, None]`): nisa.iota
+                // takes an index expression, whose shape is the tile's.
+                let expr = affine_all(i.offset, &terms);
                 format!(
                     "{} = nisa.iota({expr}, dtype={})",
                     self.ap(&i.dst)?,
@@ -742,9 +877,11 @@ impl<'a> Emitter<'a> {
                     nl_dtype(i.dst.dtype)
                 )
             }
+            // Legacy NKI seeds VectorE's generator with `nl.random_seed` (`nisa.set_rng_seed` is
+            // the current namespace's).
             Op::SetRngSeed(i) => match &i.seed {
-                ScalarOperand::Imm(v) => format!("nisa.set_rng_seed({})", *v as i64),
-                ScalarOperand::Tile(ap) => format!("nisa.set_rng_seed({})", self.ap(ap)?),
+                ScalarOperand::Imm(v) => format!("nl.random_seed({})", *v as i64),
+                ScalarOperand::Tile(ap) => format!("nl.random_seed({})", self.ap(ap)?),
             },
             Op::Rng(i) => format!(
                 "{} = nisa.rng(shape={}, dtype={})",
@@ -799,8 +936,9 @@ impl<'a> Emitter<'a> {
                 s
             }
             Op::SelectReduce(i) => {
+                // Legacy select_reduce writes its `dst=` in place (it returns nothing).
                 let mut s = format!(
-                    "{} = nisa.select_reduce(predicate={}, on_true={}, on_false={}",
+                    "nisa.select_reduce(dst={}, predicate={}, on_true={}, on_false={}",
                     self.ap(&i.dst)?,
                     self.ap(&i.predicate)?,
                     self.ap(&i.on_true)?,

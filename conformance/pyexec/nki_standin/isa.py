@@ -512,6 +512,18 @@ def _positions(view):
     idx = view.idx
     if isinstance(idx, np.ndarray) and view.tensor.bits.ndim == 1:
         pos = np.asarray(idx, dtype=np.int64)
+    elif isinstance(idx, tuple) and any(isinstance(k, View) for k in idx):
+        # `t.reshape((M, row))[idx_tile, cols]`: a dynamic index on the first dimension; the
+        # positions are computed without numpy's bounds check (out-of-range rows are flagged)
+        shape = view.tensor.bits.shape
+        pos = np.int64(0)
+        for d, k in enumerate(idx):
+            step = int(np.prod(shape[d + 1:], dtype=np.int64))
+            if isinstance(k, View):
+                k = k.values()
+            elif isinstance(k, slice):
+                k = np.arange(*k.indices(shape[d]))
+            pos = pos + np.asarray(k, dtype=np.int64) * step
     else:
         pos = np.arange(size, dtype=np.int64).reshape(view.tensor.bits.shape)[idx]
     rows = pos.shape[0] if pos.ndim else 1
@@ -741,7 +753,7 @@ def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, **_kw):
     return Result(np.where(replaced, np.float32(imm), d).astype(np.float32).reshape(data.shape))
 
 
-def select_reduce(predicate, on_true, on_false, reverse_pred=False, reduce_res=None, dtype=None, **_kw):
+def select_reduce(predicate, on_true, on_false, reverse_pred=False, reduce_res=None, dtype=None, dst=None, **_kw):
     """y = (predicate != 0) != reverse_pred ? on_true : on_false (fp32); optional max-reduction
     of y per partition (from -inf, index order) into reduce_res."""
     p = on_true.shape[0]
@@ -751,4 +763,7 @@ def select_reduce(predicate, on_true, on_false, reverse_pred=False, reduce_res=N
     if reduce_res is not None:
         from .language import maximum
         write(reduce_res, Result(_fold(maximum, y).reshape(p, 1)))
+    if dst is not None:  # the legacy call writes dst in place
+        write(dst, Result(y))
+        return None
     return Result(y)

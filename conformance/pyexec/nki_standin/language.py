@@ -221,3 +221,11 @@ def load(src, dtype=None, **_kw):
 
 def store(dst, value, **_kw):
     write(dst, value)
+
+
+def random_seed(seed, **_kw):
+    """`nl.random_seed`: seeds VectorE's generator, as the ISA's set_rng_seed (the emitter's
+    legacy spelling of it)."""
+    from .isa import set_rng_seed
+
+    set_rng_seed(seed)

@@ -121,3 +121,28 @@ def test_view_as_a_dtype_of_another_size():
     absx, high = k(x)
     np.testing.assert_array_equal(absx, np.abs(x))
     np.testing.assert_array_equal(high, x.view(np.uint8)[:, 3::4])
+
+
+def test_gather_rows_by_an_index_row_copied_into_a_column():
+    """A dynamic index on the first dimension of an HBM tensor seen as rows
+    (`t.reshape((M, row))[idx, cols]`), with the indices arriving as one [1, n] row: a DMA moves
+    them into an [n, 1] column first (a DMA pairs element streams whatever their layouts)."""
+    import neuronxcc.nki.isa as nisa
+
+    table = R.standard_normal((12, 6)).astype(np.float32)
+    idx = np.array([[3, 0, 11, 3, 7]], np.int32)
+
+    @nki.jit
+    def k(table, idx):
+        out = nl.ndarray((5, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        row = nl.load(idx)
+        col = nl.ndarray((5, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=col[0:5, 0:1], src=row[0:1, 0:5])
+        g = nl.ndarray((5, 4), dtype=nl.float32, buffer=nl.sbuf)
+        # the table read as 18 rows of 4 (through its flat [72] view), rows chosen by the column
+        nisa.dma_copy(dst=g, src=table.reshape((72,)).reshape((18, 4))[col[0:5, 0:1], nl.arange(4)[None, :]])
+        nl.store(out, g)
+        return out
+
+    flat_rows = table.reshape(18, 4)
+    np.testing.assert_array_equal(k(table, idx), flat_rows[idx[0]])

@@ -536,6 +536,15 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
         emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=[other] if side == "src" else [])
         return
     src = nl._fit_rank(src, dst.shape, loc)
+    if (mask is None and src.shape != dst.shape and not E._same_elements(src.shape, dst.shape)
+            and int(np.prod(src.shape)) == int(np.prod(dst.shape)) and not _broadcasts(src, dst.shape)):
+        # A DMA moves a stream of elements: two views of the same element count pair in order
+        # whatever their partitions (a [1, n] row into an [n, 1] column).
+        f = {"dst": dst.ap(loc=loc), "src": src.ap(loc=loc)}
+        if acc:
+            f["accumulate"] = True
+        emit("dma", "dma_copy", f, loc, reads=[src] + ([dst] if acc else []), writes=[dst])
+        return
     if mask is None and src.shape != dst.shape and E._same_elements(src.shape, dst.shape):
         shape = E.common_shape(loc, dst, src)  # elements in order, in a shape both are views in
         dst = E.in_shape(dst, shape, loc)
@@ -547,6 +556,14 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
         f["accumulate"] = True
     emit("dma", "dma_copy", f, loc, reads=[s] + ([d] if acc else []), writes=[d])
     return
+
+
+def _broadcasts(v, shape):
+    try:
+        v.broadcast(shape)
+        return True
+    except NkiError:
+        return False
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
