@@ -214,36 +214,10 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
         return;
     }
     let inner = &region.dims[k - 1];
-    // The innermost dim alone is too long for one tile: split it into full chunks (+ a tail).
-    if inner.size > limits.max_free {
-        let chunk = limits.max_free;
-        let full = inner.size / chunk;
-        let rest = inner.size % chunk;
-        let mut body = region.clone();
-        body.dims[k - 1] = Dim {
-            size: full,
-            strides: inner.strides.iter().map(|s| s * chunk as i64).collect(),
-        };
-        body.dims.push(Dim {
-            size: chunk,
-            strides: inner.strides.clone(),
-        });
-        plan_into(body, limits, jobs);
-        if rest > 0 {
-            let mut tail = region.clone();
-            tail.base = region
-                .base
-                .iter()
-                .zip(&inner.strides)
-                .map(|(b, s)| b + s * (full * chunk) as i64)
-                .collect();
-            tail.dims[k - 1].size = rest;
-            plan_into(tail, limits, jobs);
-        }
-        return;
-    }
     if k == 1 {
-        // One dim: spread it over the partitions as [rows, cols] (+ a tail).
+        // One dim: spread it over the partitions as [rows, cols] (+ a tail) before anything
+        // else, so that every lane works: cutting a long dim into `max_free` chunks first would
+        // put a 4257-element tensor on 1 partition × 4096 (+ 80 × 2 + 1).
         let n = inner.size;
         if n <= limits.partitions {
             jobs.push(TileJob {
@@ -287,6 +261,34 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
                     strides: inner.strides.clone(),
                 }],
             };
+            plan_into(tail, limits, jobs);
+        }
+        return;
+    }
+    // The innermost dim alone is too long for one tile: split it into full chunks (+ a tail).
+    if inner.size > limits.max_free {
+        let chunk = limits.max_free;
+        let full = inner.size / chunk;
+        let rest = inner.size % chunk;
+        let mut body = region.clone();
+        body.dims[k - 1] = Dim {
+            size: full,
+            strides: inner.strides.iter().map(|s| s * chunk as i64).collect(),
+        };
+        body.dims.push(Dim {
+            size: chunk,
+            strides: inner.strides.clone(),
+        });
+        plan_into(body, limits, jobs);
+        if rest > 0 {
+            let mut tail = region.clone();
+            tail.base = region
+                .base
+                .iter()
+                .zip(&inner.strides)
+                .map(|(b, s)| b + s * (full * chunk) as i64)
+                .collect();
+            tail.dims[k - 1].size = rest;
             plan_into(tail, limits, jobs);
         }
         return;
