@@ -125,9 +125,9 @@ pub struct Target {
     /// semaphore-to-start latency [DMA-BW: ≈1300 ns "cross-engine". Calibrate: nightly
     /// `dma_latency` kernel, a chain of 1-element DMAs].
     pub dma_fixed_ns: f64,
-    /// HBM bandwidth available to one core in bytes per ns. Not used by the timeline (which
-    /// models DMA queues, not HBM contention); it is the HBM term of the roofline lower bound
-    /// (trnconf `roofline`, docs/performance.md) [ARCH1: 820 GB/s per Trn1 chip of 2 cores → 410;
+    /// HBM bandwidth available to one core in bytes per ns. Each DMA queue gets a fair share of
+    /// it for the HBM traffic of its transfers (`engine::dma`), and it is the HBM term of the
+    /// roofline lower bound (trnconf `roofline`, docs/performance.md) [ARCH1: 820 GB/s per Trn1 chip of 2 cores → 410;
     /// ARCH2: 3 TB/s per Trn2 chip of 8 cores → 375 (TRN2 says 2.9 TB/s: the larger figure keeps
     /// the bound a lower bound)].
     pub hbm_bytes_per_ns: f64,
