@@ -85,9 +85,26 @@ fn main() {
         std::hint::black_box(native());
         tb.push(t.elapsed());
     }
+    // The same program with the timeline and the race detector off, to show what they cost here
+    // (the baseline predates both).
+    let bare = Executor::with_config(
+        TargetName::Trn1,
+        trnsim::ExecConfig {
+            timeline: false,
+            race_check: false,
+            ..Default::default()
+        },
+    );
+    let mut tbare = vec![];
+    for _ in 0..ts.len() {
+        let t = Instant::now();
+        std::hint::black_box(bare.run(&program, &inputs).expect("runs"));
+        tbare.push(t.elapsed());
+    }
     let rounds = ts.len();
     let (l, s, b) = (median(tl), median(ts), median(tb));
     let st = &run.stats;
+    let bare_ms = ms(median(tbare));
     println!("sort f32 [{N}] (Trn1), {rounds} rounds");
     println!("| lowering ms | simulation ms | native sort ms | sim / native | instructions |");
     println!("|---|---|---|---|---|");
@@ -122,6 +139,7 @@ fn main() {
             .join(" / "),
         engines.iter().map(|&e| est(e)).fold(0.0, f64::max) / 1e3
     );
+    println!("simulation without timeline and race detector: {bare_ms:.2} ms");
     // The device time is the timeline's makespan (engines and DMA queues overlap), not a sum.
     let makespan_us = st.timeline.makespan_ns / 1e3;
     let bound = trnconf::roofline::bound("sort", &call, &tensors, &TargetName::Trn1.params());

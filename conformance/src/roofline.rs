@@ -452,7 +452,7 @@ fn required_inputs(op: &str, call: &OpCall, tensors: &BTreeMap<String, TensorMet
         let first = args(&[0]);
         let (b, s) = sum(&first);
         let kept = s.min(out_scalars);
-        let bytes = if s == 0 { 0 } else { b * kept / s };
+        let bytes = (b * kept).checked_div(s).unwrap_or(0);
         let rest: Vec<&str> = tensors
             .keys()
             .map(|k| k.as_str())
@@ -1121,7 +1121,8 @@ mod tests {
         use crate::lower::{LowerRequest, OutputSlot, lower_request};
         use trnsim::{Executor, HbmRole, HostTensor, TargetName};
         let f32s = |s: &[usize]| t(TorchDType::F32, s);
-        let cases: Vec<(&str, Vec<Value>, Vec<(&str, TensorMeta)>)> = vec![
+        type Call<'a> = (&'a str, Vec<Value>, Vec<(&'a str, TensorMeta)>);
+        let cases: Vec<Call> = vec![
             (
                 "permute",
                 vec![Value::Tensor("input.0".into()), Value::Ints(vec![1, 0])],
