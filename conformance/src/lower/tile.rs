@@ -749,6 +749,21 @@ mod tests {
         plan(&[1, 9000], &[&[9000]]);
     }
 
+    /// A contiguous tensor longer than one partition's budget still uses every lane: [129, 33]
+    /// (4257 elements) is 125 partitions × 34 + a 7-row tail, not 1 × 4096 + 80 × 2 + 1; a
+    /// million elements take four jobs of at least 125 partitions but the last.
+    #[test]
+    fn long_contiguous_tensors_use_all_partitions() {
+        let (_, jobs) = plan(&[129, 33], &[&[129, 33]]);
+        let shape: Vec<(usize, usize)> = jobs.iter().map(|j| (j.partitions, j.free_elems())).collect();
+        assert_eq!(shape, [(125, 34), (7, 1)]);
+        let (_, jobs) = plan(&[1_000_000], &[&[1_000_000]]);
+        assert_eq!((jobs[0].partitions, jobs[0].free_elems()), (128, 4096));
+        let last = jobs.len() - 1;
+        assert!(jobs[..last].iter().all(|j| j.partitions >= 125), "{jobs:?}");
+        assert!(jobs.len() <= 4, "{}", jobs.len());
+    }
+
     #[test]
     fn emitter_records_cross_engine_waits() {
         let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
