@@ -20,6 +20,7 @@ pub mod model;
 pub mod numerics;
 pub mod ops;
 pub mod report;
+pub mod roofline;
 pub mod runner;
 pub mod snapshot;
 pub mod tensor;

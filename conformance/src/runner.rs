@@ -45,6 +45,15 @@ pub struct CaseResult {
     /// Estimated busy time per engine in µs (DMA: summed over its queues), with `est_us`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busy_us: Option<BusyUs>,
+    /// Roofline lower bound on the device time in µs (crate::roofline), with `est_us`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_us: Option<f64>,
+    /// `bound_us / est_us`, in (0, 1]; absent when the call has no required work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<f64>,
+    /// The roofline term that sets `bound_us`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limiter: Option<crate::roofline::Limiter>,
 }
 
 /// Estimated busy time per engine in µs.
@@ -86,6 +95,9 @@ impl CaseResult {
             backends: Vec::new(),
             est_us: None,
             busy_us: None,
+            bound_us: None,
+            efficiency: None,
+            limiter: None,
         }
     }
 }
@@ -172,6 +184,11 @@ fn finish_case(case: &Case, expectations: &Expectations, backend: &dyn Backend, 
         (false, true) => note,
         (false, false) => format!("{note}\n{}", outcome.message),
     };
+    // An estimate below the roofline bound is a cost-model bug: loud, whatever was expected.
+    if let Some(bug) = crate::roofline::violation(result.bound_us, result.est_us) {
+        result.status = Status::Error;
+        result.message = format!("{bug}\n{}", result.message);
+    }
 }
 
 /// Runs a loaded case on the backend (twice when the case checks determinism) and compares
@@ -198,6 +215,20 @@ fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) 
     if let Some(stats) = &produced.stats {
         result.est_us = Some(stats.timeline.makespan_ns / 1000.0);
         result.busy_us = Some(BusyUs::of(stats));
+        let bound = crate::roofline::bound(
+            &case.op,
+            &case.call,
+            &case.tensor_meta,
+            &backend.backend_target().params(),
+        );
+        if bound.ns() > 0.0 {
+            result.bound_us = Some(bound.ns() / 1000.0);
+            result.limiter = Some(bound.limiter());
+            // Err (estimate below the bound) is reported by finish_case as an error.
+            result.efficiency = crate::roofline::efficiency(bound.ns(), stats.timeline.makespan_ns)
+                .ok()
+                .flatten();
+        }
     }
     result.backends = produced.backends;
     let with_note = |m: String| match (produced.note.is_empty(), m.is_empty()) {

@@ -22,6 +22,7 @@ fn every_command_has_help_with_examples() {
         &["coverage"],
         &["sync-expectations"],
         &["model"],
+        &["perf"],
     ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");
@@ -773,4 +774,53 @@ fn an_executor_that_never_answers_hello_fails_within_its_timeout() {
     assert_bad_input(&o, "handshake");
     assert!(stderr(&o).contains("timeout"), "{}", stderr(&o));
     assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+}
+
+/// `trnconf perf` reads a results file: every executed case carries a bound and an efficiency
+/// in (0, 1], the table has a row per family, and an estimate edited below its bound (a
+/// cost-model bug) makes it exit 1 naming the case.
+#[test]
+fn perf_prints_the_family_table_and_fails_on_an_estimate_below_its_bound() {
+    let dir = TempDir::new("cli-perf");
+    let json = dir.path().join("r.json");
+    let o = trnconf(&["run", "--filter", "add.Tensor::f32::", "--json", s(&json)]);
+    assert!(code(&o) <= 1, "{}", stderr(&o));
+    let mut v = read_json(&json);
+    let cases = v["cases"].as_array().unwrap();
+    // Every case with outputs to produce has a bound; empty outputs ([0, 3]) have none.
+    let with_work = |c: &&serde_json::Value| {
+        c["metrics"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["numel"] != 0))
+    };
+    assert!(cases.iter().filter(with_work).count() > 5);
+    for c in cases.iter().filter(with_work) {
+        let e = c["efficiency"].as_f64().unwrap_or_else(|| panic!("no efficiency: {c}"));
+        assert!(e > 0.0 && e <= 1.0, "{c}");
+        assert!(c["bound_us"].as_f64().unwrap() <= c["est_us"].as_f64().unwrap(), "{c}");
+        assert!(c["limiter"].is_string(), "{c}");
+    }
+    let o = trnconf(&["perf", "--results", s(&json), "--all", "--markdown"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.starts_with("| family | cases |"), "{out}");
+    assert!(out.contains("| binary | "), "{out}");
+    assert!(out.contains("least efficient cases"), "{out}");
+    // A cost-model bug: the first case's estimate edited below its bound.
+    let first = v["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c.get("bound_us").is_some())
+        .unwrap();
+    let id = first["id"].as_str().unwrap().to_string();
+    first["est_us"] = serde_json::json!(first["bound_us"].as_f64().unwrap() / 2.0);
+    std::fs::write(&json, serde_json::to_string(&v).unwrap()).unwrap();
+    let o = trnconf(&["perf", "--results", s(&json), "--all"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(&id) && stderr(&o).contains("below their roofline bound"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -125,6 +125,12 @@ pub struct Target {
     /// semaphore-to-start latency [DMA-BW: ≈1300 ns "cross-engine". Calibrate: nightly
     /// `dma_latency` kernel, a chain of 1-element DMAs].
     pub dma_fixed_ns: f64,
+    /// HBM bandwidth available to one core in bytes per ns. Each DMA queue gets a fair share of
+    /// it for the HBM traffic of its transfers (`engine::dma`), and it is the HBM term of the
+    /// roofline lower bound (trnconf `roofline`, docs/performance.md) [ARCH1: 820 GB/s per Trn1 chip of 2 cores → 410;
+    /// ARCH2: 3 TB/s per Trn2 chip of 8 cores → 375 (TRN2 says 2.9 TB/s: the larger figure keeps
+    /// the bound a lower bound)].
+    pub hbm_bytes_per_ns: f64,
     /// Whether ScalarE `activation` takes an immediate (not only a per-partition tile) bias.
     pub scalar_bias_immediate: bool,
     /// Whether ScalarE `tensor_copy` exists (NC-v3 adds it; NC-v2 copies with `activation(copy)`).
@@ -162,6 +168,7 @@ impl Target {
             dma_queues: 16,
             dma_queue_bytes_per_ns: 17.0,
             dma_fixed_ns: 1300.0,
+            hbm_bytes_per_ns: 410.0,
             scalar_bias_immediate: false,
             scalar_tensor_copy: false,
         }
@@ -179,6 +186,7 @@ impl Target {
             scalar_ghz: 1.2,
             gpsimd_ghz: 1.2,
             dma_queue_bytes_per_ns: 23.0,
+            hbm_bytes_per_ns: 375.0,
             scalar_bias_immediate: true,
             scalar_tensor_copy: true,
             ..Target::trn1()

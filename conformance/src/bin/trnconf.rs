@@ -117,6 +117,17 @@ Examples:
   trnconf coverage --markdown docs/coverage.md            # runs the suite, writes the page
   trnconf coverage --markdown docs/coverage.md --results r.json";
 
+const PERF_EXAMPLES: &str = "\
+Examples:
+  trnconf perf                          # the stress cases' roofline efficiency per op family
+  trnconf perf --all --worst 20         # every case; list the 20 least efficient
+  trnconf perf --results r.json --markdown   # from a results file, as a Markdown table
+
+Efficiency = roofline lower bound / estimated device time (timeline makespan), per case; per
+family the time-weighted Σ bound / Σ estimate, the median and the minimum. The bound comes from
+the call's shapes and the target's published rates (docs/performance.md, \"Roofline\"). Exit
+status 1 when a case's estimate is below its bound (a cost-model bug).";
+
 const SYNC_EXAMPLES: &str = "\
 Examples:
   trnconf sync-expectations            # rewrite the not-lowered block
@@ -335,6 +346,28 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         results: Option<PathBuf>,
     },
+    /// Roofline efficiency per op family: lower bound / estimated device time (trn1).
+    #[command(after_help = PERF_EXAMPLES)]
+    Perf {
+        #[command(flatten)]
+        golden: GoldenArg,
+        /// Take the cases from this results file instead of running the suite.
+        #[arg(long, value_name = "FILE")]
+        results: Option<PathBuf>,
+        /// Only cases whose id contains PATTERN (or matches it, with `*`/`?`); default: the
+        /// stress cases (`::stress_`).
+        #[arg(long, value_name = "PATTERN", conflicts_with = "all")]
+        filter: Option<String>,
+        /// Every case, not only the stress cases.
+        #[arg(long)]
+        all: bool,
+        /// Print the table as Markdown (as docs/performance.md has it).
+        #[arg(long)]
+        markdown: bool,
+        /// Also list the N least efficient cases.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        worst: usize,
+    },
     /// Whole models: run a captured Core ATen graph node by node (docs/models.md).
     #[command(after_help = MODEL_EXAMPLES)]
     Model {
@@ -440,6 +473,14 @@ fn main() -> ExitCode {
             results,
         } => coverage(&markdown, golden.golden, results.as_deref()),
         Command::SyncExpectations { expectations, check } => sync_expectations(expectations, check),
+        Command::Perf {
+            golden,
+            results,
+            filter,
+            all,
+            markdown,
+            worst,
+        } => perf(golden.golden, results.as_deref(), filter, all, markdown, worst),
         Command::Model { cmd } => match trnconf_model::run(cmd) {
             Ok(code) => ExitCode::from(code as u8),
             Err(e) => bad_input(e),
@@ -1460,6 +1501,74 @@ fn coverage(markdown: &Path, golden: Option<PathBuf>, results_file: Option<&Path
         markdown.display()
     );
     ExitCode::SUCCESS
+}
+
+/// `trnconf perf`: the roofline table per op family, the least efficient cases, and any case
+/// whose estimate beat its bound.
+fn perf(
+    golden: Option<PathBuf>,
+    results_file: Option<&Path>,
+    filter: Option<String>,
+    all: bool,
+    markdown: bool,
+    worst: usize,
+) -> ExitCode {
+    let records = match coverage_records(golden, results_file) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let pattern = filter.unwrap_or_else(|| "::stress_".into());
+    let records: Vec<&CaseRecord> = records
+        .iter()
+        .filter(|r| all || runner::filter_matches(&pattern, &r.id))
+        .collect();
+    let rows = trnconf::roofline::family_table(records.iter().copied());
+    print!("{}", trnconf::roofline::render_table(&rows, markdown));
+    let mut by_eff: Vec<&&CaseRecord> = records.iter().filter(|r| r.efficiency.is_some()).collect();
+    by_eff.sort_by(|a, b| {
+        a.efficiency
+            .unwrap_or(0.0)
+            .total_cmp(&b.efficiency.unwrap_or(0.0))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    if worst > 0 && !by_eff.is_empty() {
+        println!("\nleast efficient cases (efficiency, est / bound µs, bound set by):");
+        for r in by_eff.iter().take(worst) {
+            println!(
+                "  {:>6.1} %  {:>9.1} / {:>7.1}  {:<8} {}",
+                100.0 * r.efficiency.unwrap_or(0.0),
+                r.est_us.unwrap_or(0.0),
+                r.bound_us.unwrap_or(0.0),
+                r.limiter.map_or("-", |l| l.name()),
+                r.id
+            );
+        }
+    }
+    let bugs: Vec<&&CaseRecord> = records
+        .iter()
+        .filter(|r| trnconf::roofline::violation(r.bound_us, r.est_us).is_some())
+        .collect();
+    println!(
+        "\n{} cases, {} with an efficiency{}",
+        records.len(),
+        by_eff.len(),
+        if all {
+            ""
+        } else {
+            " (stress cases; --all for every case)"
+        }
+    );
+    if bugs.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for r in &bugs {
+        eprintln!("{}: {}", r.id, r.headline());
+    }
+    eprintln!(
+        "{} cases have an estimate below their roofline bound (cost-model bug)",
+        bugs.len()
+    );
+    ExitCode::from(1)
 }
 
 fn sync_expectations(path: Option<PathBuf>, check: bool) -> ExitCode {

@@ -489,6 +489,7 @@ pub fn lower_request(req: &LowerRequest<'_>, target: TargetName) -> Result<Lower
 /// and the simulator's race detector checks that nothing was missed (docs/timeline.md).
 pub fn schedule(mut lowered: Lowered) -> Lowered {
     let queues = lowered.program.target.params().dma_queues.clamp(1, u16::MAX as usize) as u16;
+    split_large_dmas(&mut lowered.program, queues as usize);
     let mut next = 0u16;
     for inst in lowered.program.instructions.iter_mut() {
         if inst.engine == trnsim::Engine::Dma && inst.queue.is_none() {
@@ -498,6 +499,83 @@ pub fn schedule(mut lowered: Lowered) -> Lowered {
     }
     trnsim::infer_waits(&mut lowered.program);
     lowered
+}
+
+/// Smallest piece a large DMA is cut into: transfers of 32 KiB and more reach full bandwidth
+/// on Trn1 (NKI performance guide, Opt #9; `neuroncore-costs.md` §9.4).
+const DMA_SPLIT_BYTES: usize = 32 * 1024;
+
+/// Cuts every large unassigned DMA into up to `queues` pieces by partition (row) ranges, each
+/// at least [`DMA_SPLIT_BYTES`], so that the pieces run on different DMA queues at once — one
+/// DMA instruction is one transfer on one engine, and a `[128 × 4000]` fp32 tile load on one
+/// queue took 121 µs where 16 queues take 9 µs (docs/performance.md, "Roofline"). Only plain
+/// copies whose two sides have the same rows × elements per row are cut (the element order is
+/// partition-major on both sides, so row ranges correspond); indirect DMAs and DMAs a lowering
+/// put on a queue itself are left alone. Waits are recomputed afterwards (`infer_waits`), so
+/// overlapping pieces stay ordered as in program order.
+fn split_large_dmas(program: &mut Program, queues: usize) {
+    use trnsim::{AccessPattern, Engine, Op};
+    let needs = program.instructions.iter().any(|i| {
+        i.engine == Engine::Dma
+            && i.queue.is_none()
+            && matches!(&i.op, Op::DmaCopy(d) if d.indirect.is_none()
+                && d.dst.num_elems() * d.dst.dtype.size() >= 2 * DMA_SPLIT_BYTES)
+    });
+    if !needs {
+        return;
+    }
+    // Rows `p0..p0 + n` of an access pattern; `None` when an HBM row would start before the
+    // tensor (a negative row step past its start).
+    fn rows(ap: &AccessPattern, p0: usize, n: usize) -> Option<AccessPattern> {
+        let mut sub = ap.clone();
+        sub.partitions = n;
+        if ap.mem.is_on_chip() {
+            sub.start_partition = ap.start_partition + p0;
+        } else {
+            let delta = p0 as i64 * ap.partition_step * ap.dtype.size() as i64;
+            sub.offset = u64::try_from(ap.offset as i64 + delta).ok()?;
+        }
+        Some(sub)
+    }
+    let old = std::mem::take(&mut program.instructions);
+    for inst in old {
+        let pieces = match (&inst.op, inst.engine, inst.queue) {
+            (Op::DmaCopy(d), Engine::Dma, None)
+                if d.indirect.is_none()
+                    && d.src.partitions == d.dst.partitions
+                    && d.src.free_elems() == d.dst.free_elems() =>
+            {
+                let bytes = d.dst.num_elems() * d.dst.dtype.size();
+                let k = (bytes / DMA_SPLIT_BYTES).min(queues).min(d.dst.partitions);
+                if k < 2 {
+                    None
+                } else {
+                    let p = d.dst.partitions;
+                    let cut: Option<Vec<_>> = (0..k)
+                        .map(|j| {
+                            let (p0, p1) = (p * j / k, p * (j + 1) / k);
+                            let mut piece = d.clone();
+                            piece.src = rows(&d.src, p0, p1 - p0)?;
+                            piece.dst = rows(&d.dst, p0, p1 - p0)?;
+                            Some(piece)
+                        })
+                        .collect();
+                    cut
+                }
+            }
+            _ => None,
+        };
+        match pieces {
+            Some(pieces) => {
+                for piece in pieces {
+                    let mut i = inst.clone();
+                    i.op = Op::DmaCopy(piece);
+                    program.instructions.push(i);
+                }
+            }
+            None => program.instructions.push(inst),
+        }
+    }
 }
 
 pub use matmul::{AutoCast, LowerOptions};

@@ -214,36 +214,10 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
         return;
     }
     let inner = &region.dims[k - 1];
-    // The innermost dim alone is too long for one tile: split it into full chunks (+ a tail).
-    if inner.size > limits.max_free {
-        let chunk = limits.max_free;
-        let full = inner.size / chunk;
-        let rest = inner.size % chunk;
-        let mut body = region.clone();
-        body.dims[k - 1] = Dim {
-            size: full,
-            strides: inner.strides.iter().map(|s| s * chunk as i64).collect(),
-        };
-        body.dims.push(Dim {
-            size: chunk,
-            strides: inner.strides.clone(),
-        });
-        plan_into(body, limits, jobs);
-        if rest > 0 {
-            let mut tail = region.clone();
-            tail.base = region
-                .base
-                .iter()
-                .zip(&inner.strides)
-                .map(|(b, s)| b + s * (full * chunk) as i64)
-                .collect();
-            tail.dims[k - 1].size = rest;
-            plan_into(tail, limits, jobs);
-        }
-        return;
-    }
     if k == 1 {
-        // One dim: spread it over the partitions as [rows, cols] (+ a tail).
+        // One dim: spread it over the partitions as [rows, cols] (+ a tail) before anything
+        // else, so that every lane works: cutting a long dim into `max_free` chunks first would
+        // put a 4257-element tensor on 1 partition × 4096 (+ 80 × 2 + 1).
         let n = inner.size;
         if n <= limits.partitions {
             jobs.push(TileJob {
@@ -287,6 +261,34 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
                     strides: inner.strides.clone(),
                 }],
             };
+            plan_into(tail, limits, jobs);
+        }
+        return;
+    }
+    // The innermost dim alone is too long for one tile: split it into full chunks (+ a tail).
+    if inner.size > limits.max_free {
+        let chunk = limits.max_free;
+        let full = inner.size / chunk;
+        let rest = inner.size % chunk;
+        let mut body = region.clone();
+        body.dims[k - 1] = Dim {
+            size: full,
+            strides: inner.strides.iter().map(|s| s * chunk as i64).collect(),
+        };
+        body.dims.push(Dim {
+            size: chunk,
+            strides: inner.strides.clone(),
+        });
+        plan_into(body, limits, jobs);
+        if rest > 0 {
+            let mut tail = region.clone();
+            tail.base = region
+                .base
+                .iter()
+                .zip(&inner.strides)
+                .map(|(b, s)| b + s * (full * chunk) as i64)
+                .collect();
+            tail.dims[k - 1].size = rest;
             plan_into(tail, limits, jobs);
         }
         return;
@@ -745,6 +747,21 @@ mod tests {
         plan(&[2, 10_000], &[&[2, 10_000], &[1]]);
         plan(&[100_003], &[&[100_003]]);
         plan(&[1, 9000], &[&[9000]]);
+    }
+
+    /// A contiguous tensor longer than one partition's budget still uses every lane: [129, 33]
+    /// (4257 elements) is 125 partitions × 34 + a 7-row tail, not 1 × 4096 + 80 × 2 + 1; a
+    /// million elements take four jobs of at least 125 partitions but the last.
+    #[test]
+    fn long_contiguous_tensors_use_all_partitions() {
+        let (_, jobs) = plan(&[129, 33], &[&[129, 33]]);
+        let shape: Vec<(usize, usize)> = jobs.iter().map(|j| (j.partitions, j.free_elems())).collect();
+        assert_eq!(shape, [(125, 34), (7, 1)]);
+        let (_, jobs) = plan(&[1_000_000], &[&[1_000_000]]);
+        assert_eq!((jobs[0].partitions, jobs[0].free_elems()), (128, 4096));
+        let last = jobs.len() - 1;
+        assert!(jobs[..last].iter().all(|j| j.partitions >= 125), "{jobs:?}");
+        assert!(jobs.len() <= 4, "{}", jobs.len());
     }
 
     #[test]

@@ -141,6 +141,15 @@ pub struct CaseRecord {
     /// Estimated busy time per engine in µs, with `est_us`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_us: Option<crate::runner::BusyUs>,
+    /// Roofline lower bound on the device time in µs (crate::roofline), with `est_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_us: Option<f64>,
+    /// `bound_us / est_us`, in (0, 1]; absent when the call has no required work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<f64>,
+    /// The roofline term that sets `bound_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limiter: Option<crate::roofline::Limiter>,
 }
 
 impl CaseRecord {

@@ -28,8 +28,26 @@ pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     ctx.stats.dma_bytes += bytes;
     ctx.stats.elements.dma += i.dst.num_elems() as u64;
     // One transfer on one DMA queue (docs/timeline.md).
-    ctx.stats.est_ns.dma += ctx.target.dma_fixed_ns + bytes as f64 / ctx.target.dma_queue_bytes_per_ns;
+    ctx.stats.est_ns.dma += transfer_ns(ctx, &i.src, &i.dst, i.accumulate, bytes);
     Ok(())
+}
+
+/// Queue time of one transfer: the fixed cost plus the bytes at the queue's bandwidth, capped
+/// at the queue's fair share of HBM bandwidth for the HBM traffic it makes. The queues share one
+/// HBM (`hbm_bytes_per_ns`), which the schedule does not model as a resource; an HBM → HBM copy
+/// moves every byte through HBM twice (an accumulating write three times), so 16 queues copying
+/// at 17 B/ns would need 544 B/ns of the 410 a Trn1 core has. Each queue is therefore held to
+/// `hbm_bytes_per_ns / dma_queues` of HBM traffic, which keeps the aggregate within HBM bandwidth
+/// however many queues run (the roofline bound found the gap: docs/performance.md, "Roofline").
+/// A transfer touching HBM once is unaffected (410 / 16 = 25.6 B/ns > 17).
+fn transfer_ns(ctx: &Ctx, src: &AccessPattern, dst: &AccessPattern, accumulate: bool, bytes: u64) -> f64 {
+    let t = &ctx.target;
+    let hbm_passes = u32::from(!src.mem.is_on_chip()) + u32::from(!dst.mem.is_on_chip()) * (1 + u32::from(accumulate));
+    let mut rate = t.dma_queue_bytes_per_ns;
+    if hbm_passes > 0 {
+        rate = rate.min(t.hbm_bytes_per_ns / (t.dma_queues.max(1) as f64 * f64::from(hbm_passes)));
+    }
+    t.dma_fixed_ns + bytes as f64 / rate
 }
 
 /// Copies (or accumulates) `src` into `dst`, element order partition-major on both sides.
@@ -211,6 +229,6 @@ pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
     let bytes = (total * i.dst.dtype.size()) as u64;
     ctx.stats.dma_bytes += bytes;
     ctx.stats.elements.dma += total as u64;
-    ctx.stats.est_ns.dma += ctx.target.dma_fixed_ns + bytes as f64 / ctx.target.dma_queue_bytes_per_ns;
+    ctx.stats.est_ns.dma += transfer_ns(ctx, &i.src, &i.dst, false, bytes);
     Ok(())
 }
