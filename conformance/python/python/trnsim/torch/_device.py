@@ -527,10 +527,14 @@ def _mutated_args(func) -> list[int]:
     return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
 
 
+# Frames in these directories are PyTorch's or this package's, not the user's call site.
+_LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("torch", os.path.join("trnsim", "torch")))
+
+
 def _call_site() -> str:
     for frame in reversed(traceback.extract_stack()[:-1]):
         f = frame.filename
-        if "/torch/" in f or "/trnsim/torch/" in f or f.startswith("<frozen"):
+        if any(d in f for d in _LIBRARY_DIRS) or f.startswith("<frozen"):
             continue
         return f"{f}:{frame.lineno}"
     return "?"
