@@ -190,6 +190,18 @@ pub struct CaseFacts {
     pub properties: BTreeSet<Property>,
 }
 
+/// The positional indices and keyword names of an op's arguments that are bounds PyTorch clamps
+/// to the dimension size (so any int64 value is valid and none travels to the device as is).
+fn clamped_bound_args(op: &str) -> (&'static [usize], &'static [&'static str]) {
+    match op {
+        // slice.Tensor(self, dim, start, end, step)
+        "slice.Tensor" => (&[2, 3], &["start", "end"]),
+        // slice_scatter(self, src, dim, start, end, step)
+        "slice_scatter" => (&[3, 4], &["start", "end"]),
+        _ => (&[], &[]),
+    }
+}
+
 impl CaseFacts {
     /// The facts of a loaded case.
     pub fn of(case: &Case) -> CaseFacts {
@@ -202,7 +214,24 @@ impl CaseFacts {
             .collect();
         let int_out = |v: i64| i32::try_from(v).is_err();
         let args: Vec<&Value> = case.call.args.iter().chain(case.call.kwargs.values()).collect();
-        let int_arg_out = args.iter().any(|v| match v {
+        // Bounds that PyTorch clamps to the dimension (slice's start/end: `x[3:]` traces as end =
+        // i64::MAX) never reach the device as values, so a huge one is no int64 value to narrow.
+        let clamped = clamped_bound_args(&case.op);
+        let value_args = case
+            .call
+            .args
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !clamped.0.contains(i))
+            .map(|(_, v)| v)
+            .chain(
+                case.call
+                    .kwargs
+                    .iter()
+                    .filter(|(k, _)| !clamped.1.contains(&k.as_str()))
+                    .map(|(_, v)| v),
+            );
+        let int_arg_out = value_args.into_iter().any(|v| match v {
             Value::Int(i) => int_out(*i),
             Value::Ints(is) => is.iter().any(|&i| int_out(i)),
             _ => false,

@@ -698,10 +698,18 @@ pub fn bound(op: &str, call: &OpCall, tensors: &BTreeMap<String, TensorMeta>, ta
         Kind::NoWork | Kind::Generate => (0, 0),
         _ => required_inputs(op, call, tensors, out_scalars),
     };
-    if kind == Kind::Compute && in_bytes == 0 {
-        // Nothing to read (an empty reduction, say): the values are generated.
+    let first_input_empty = tensors.get("input.0").is_some_and(|m| m.shape.contains(&0));
+    if kind == Kind::Compute && (in_bytes == 0 || first_input_empty) {
+        // Nothing to read (an empty reduction, say), or a non-empty output computed over an empty
+        // first operand (group norm's dγ over an empty batch, an [m, 0] @ [0, n] product): its
+        // values are constants an engine generates, whatever the other inputs hold.
         kind = Kind::Generate;
     }
+    let (in_bytes, in_scalars) = if kind == Kind::Generate {
+        (0, 0)
+    } else {
+        (in_bytes, in_scalars)
+    };
     let (macs, fp32, extra_stream) = match kind {
         Kind::Compute => contraction(op, call, tensors),
         _ => (0, true, 0),
