@@ -87,6 +87,13 @@ pub fn apply_f32_inplace(op: AluOp, a: &mut [f32], b: &[f32], n: &Numerics) {
         (AluOp::Add, Denormals::Preserve) => zip(a, b, |x, y| canon(x + y)),
         (AluOp::Subtract, Denormals::Preserve) => zip(a, b, |x, y| canon(x - y)),
         (AluOp::Multiply, Denormals::Preserve) => zip(a, b, |x, y| canon(x * y)),
+        // Comparisons give 0 or 1, which `canon` leaves alone.
+        (AluOp::IsEqual, Denormals::Preserve) => zip(a, b, |x, y| b2f(x == y)),
+        (AluOp::NotEqual, Denormals::Preserve) => zip(a, b, |x, y| b2f(x != y)),
+        (AluOp::IsGe, Denormals::Preserve) => zip(a, b, |x, y| b2f(x >= y)),
+        (AluOp::IsGt, Denormals::Preserve) => zip(a, b, |x, y| b2f(x > y)),
+        (AluOp::IsLe, Denormals::Preserve) => zip(a, b, |x, y| b2f(x <= y)),
+        (AluOp::IsLt, Denormals::Preserve) => zip(a, b, |x, y| b2f(x < y)),
         _ => zip(a, b, |x, y| apply_f32(op, x, y, n)),
     }
 }
@@ -392,6 +399,50 @@ mod fast_path_tests {
                                 "{op:?} rev={reverse} x={x} s={s} {denormals:?}"
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+    /// Same for the tensor-tensor slice paths (arithmetic and comparisons), every operand pair.
+    #[test]
+    fn tensor_inplace_is_bit_identical_to_apply_f32() {
+        let vals = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.5,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            -f32::from_bits(1),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            7.25,
+        ];
+        let ops = [
+            AluOp::Add,
+            AluOp::Subtract,
+            AluOp::Multiply,
+            AluOp::IsEqual,
+            AluOp::NotEqual,
+            AluOp::IsGe,
+            AluOp::IsGt,
+            AluOp::IsLe,
+            AluOp::IsLt,
+        ];
+        for denormals in [Denormals::Preserve, Denormals::FlushToZero] {
+            let n = Numerics {
+                denormals,
+                ..Numerics::default()
+            };
+            for op in ops {
+                for &y in &vals {
+                    let mut a = vals;
+                    apply_f32_inplace(op, &mut a, &[y; 11], &n);
+                    for (&x, r) in vals.iter().zip(a) {
+                        let want = apply_f32(op, x, y, &n);
+                        assert_eq!(r.to_bits(), want.to_bits(), "{op:?} x={x} y={y} {denormals:?}");
                     }
                 }
             }

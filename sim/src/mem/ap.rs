@@ -168,12 +168,26 @@ impl AccessPattern {
     }
 
     /// The pattern as runs along the innermost dimension: (element offset of the run start,
-    /// number of elements, step). Used by the memory fast paths.
+    /// number of elements, step). Used by the memory fast paths. The free dims are first reduced
+    /// to the fewest that address the same elements in the same order (size-1 dims dropped,
+    /// an outer dim merged into the inner one when it continues it), so that, e.g., `[[2, 64],
+    /// [1, 1]]` is one strided run of 64 rather than 64 runs of one (performance only).
     pub fn runs(&self) -> (Vec<i64>, usize, i64) {
         if self.free_elems() == 0 {
             return (Vec::new(), 0, 1);
         }
-        match self.free.split_last() {
+        let mut dims: Vec<FreeDim> = Vec::with_capacity(self.free.len());
+        for &[step, num] in &self.free {
+            if num == 1 {
+                continue;
+            }
+            match dims.last_mut() {
+                // `[so, no], [si, ni]` with `so == si·ni`: element (o, i) is at (o·ni + i)·si.
+                Some(last) if num > 0 && last[0] == step.saturating_mul(num) => *last = [step, last[1] * num],
+                _ => dims.push([step, num]),
+            }
+        }
+        match dims.split_last() {
             None => (vec![0], 1, 1),
             Some((&[step, num], outer)) => {
                 let outer_ap = AccessPattern {
@@ -211,5 +225,39 @@ impl std::fmt::Display for AccessPattern {
             write!(f, "[{s},{n}]")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runs address exactly the pattern's elements, in order, however its dims reduce.
+    #[test]
+    fn runs_enumerate_the_free_offsets_in_order() {
+        let patterns: [&[FreeDim]; 9] = [
+            &[[1, 128]],
+            &[[2, 64], [1, 1]],
+            &[[4, 32], [1, 2]],
+            &[[64, 2], [1, 64]],
+            &[[8, 3], [1, 1], [2, 4]],
+            &[[1, 1], [0, 5], [1, 1]],
+            &[[0, 3], [0, 4]],
+            &[[-2, 4], [1, 2]],
+            &[[16, 2], [4, 2], [1, 4], [1, 1]],
+        ];
+        for free in patterns {
+            let ap = AccessPattern::sbuf(DType::F32, 0, 1, 0, free.to_vec());
+            let (starts, len, step) = ap.runs();
+            let got: Vec<i64> = starts
+                .iter()
+                .flat_map(|&s| (0..len as i64).map(move |i| s + i * step))
+                .collect();
+            assert_eq!(got, ap.free_offsets(), "{free:?}");
+        }
+        let ap = AccessPattern::sbuf(DType::F32, 0, 1, 0, vec![[2, 64], [1, 1]]);
+        assert_eq!(ap.runs(), (vec![0], 64, 2), "one strided run");
+        let ap = AccessPattern::sbuf(DType::F32, 0, 1, 0, vec![[8, 2], [4, 2], [1, 4]]);
+        assert_eq!(ap.runs(), (vec![0], 16, 1), "one contiguous run");
     }
 }

@@ -77,6 +77,9 @@ pub struct Resolved {
     run_starts: Vec<i64>,
     run_len: usize,
     run_step: i64,
+    /// Bytes `[lo, hi)` relative to a row's base that hold all of that row's elements (gaps
+    /// included): a row whose whole span is known written needs no per-element bookkeeping.
+    span: (i64, i64),
 }
 
 impl Resolved {
@@ -84,39 +87,49 @@ impl Resolved {
         self.row_bases.len() * self.run_starts.len() * self.run_len
     }
 
-    /// Calls `f(byte_address)` for every element, in order.
+    /// Calls `f(start_byte, n, stride_bytes)` for every run.
     #[inline]
-    fn for_each_addr(&self, mut f: impl FnMut(usize)) {
-        let size = self.dtype.size() as i64;
+    fn for_each_run(&self, mut f: impl FnMut(usize, usize, usize)) -> Result<(), ErrorKind> {
         for &row in &self.row_bases {
-            for &run in &self.run_starts {
-                let base = row + run * size;
+            self.for_each_run_in_row(row, &mut f);
+        }
+        Ok(())
+    }
+
+    /// Calls `f(start_byte, n, stride_bytes)` for every run of the row based at byte `row`.
+    #[inline]
+    fn for_each_run_in_row(&self, row: i64, mut f: impl FnMut(usize, usize, usize)) {
+        let size = self.dtype.size() as i64;
+        let step = self.run_step * size;
+        for &run in &self.run_starts {
+            let base = row + run * size;
+            if step < 0 && self.run_len > 1 {
+                // Negative innermost steps: hand out element by element.
                 for i in 0..self.run_len as i64 {
-                    f((base + i * self.run_step * size) as usize);
+                    f((base + i * step) as usize, 1, size as usize);
                 }
+            } else {
+                f(base as usize, self.run_len, step as usize);
             }
         }
     }
 
-    /// Calls `f(start_byte, n, stride_bytes)` for every run.
+    /// Like [`Resolved::for_each_run`] for a write: `f(start_byte, n, stride_bytes, known)`,
+    /// where `known` says that the run's whole row is already known written (`marks`), so the
+    /// write need not mark its bytes.
     #[inline]
-    fn for_each_run(&self, mut f: impl FnMut(usize, usize, usize)) -> Result<(), ErrorKind> {
-        let size = self.dtype.size() as i64;
+    fn for_each_write_run(&self, marks: Marks, mut f: impl FnMut(usize, usize, usize, bool)) {
         for &row in &self.row_bases {
-            for &run in &self.run_starts {
-                let base = row + run * size;
-                let step = self.run_step * size;
-                if step < 0 && self.run_len > 1 {
-                    // Negative innermost steps: hand out element by element.
-                    for i in 0..self.run_len as i64 {
-                        f((base + i * step) as usize, 1, size as usize);
-                    }
-                } else {
-                    f(base as usize, self.run_len, step as usize);
-                }
-            }
+            let (lo, hi) = self.row_span(row);
+            let known = hi <= lo || marks.covers(lo, hi);
+            self.for_each_run_in_row(row, |start, n, stride| f(start, n, stride, known));
         }
-        Ok(())
+    }
+
+    /// Bytes `[start, end)` of the row based at byte `row` that hold its elements.
+    #[inline]
+    fn row_span(&self, row: i64) -> (usize, usize) {
+        ((row + self.span.0) as usize, (row + self.span.1) as usize)
     }
 }
 
@@ -458,6 +471,7 @@ impl Memories {
         }
         let (run_starts, run_len, run_step) = ap.runs();
         let extent = ap.free_extent();
+        let span = extent.map_or((0, 0), |(lo, hi)| (lo * size as i64, (hi + 1) * size as i64));
         match &ap.mem {
             MemSpace::Sbuf | MemSpace::Psum => {
                 let (region, mem) = if ap.mem == MemSpace::Sbuf {
@@ -511,6 +525,7 @@ impl Memories {
                     run_starts,
                     run_len,
                     run_step,
+                    span,
                 })
             }
             MemSpace::Hbm(name) => {
@@ -555,6 +570,7 @@ impl Memories {
                     run_starts,
                     run_len,
                     run_step,
+                    span,
                 })
             }
         }
@@ -565,17 +581,6 @@ impl Memories {
             Region::Sbuf => (&self.sbuf.data, &self.sbuf.written),
             Region::Psum => (&self.psum.data, &self.psum.written),
             Region::Hbm(i) => (&self.hbm[i].data, &self.hbm[i].written),
-        }
-    }
-
-    fn region_mut(&mut self, r: Region) -> (&mut [u8], &mut [u8]) {
-        match r {
-            Region::Sbuf => (&mut self.sbuf.data, &mut self.sbuf.written),
-            Region::Psum => (&mut self.psum.data, &mut self.psum.written),
-            Region::Hbm(i) => {
-                let t = &mut self.hbm[i];
-                (&mut t.data, &mut t.written)
-            }
         }
     }
 
@@ -603,35 +608,46 @@ impl Memories {
         let marks = self.marks(r.region);
         let size = r.dtype.size();
         let mut bad = None;
-        r.for_each_run(|start, n, stride| {
-            if bad.is_some() || n == 0 {
-                return;
+        for &row in &r.row_bases {
+            // A row whose whole span is known written (a tile read again and again) needs no
+            // look at its runs.
+            let (lo, hi) = r.row_span(row);
+            if hi <= lo || marks.covers(lo, hi) {
+                continue;
             }
-            if stride == size {
-                let end = start + n * size;
-                if marks.covers(start, end) {
+            r.for_each_run_in_row(row, |start, n, stride| {
+                if bad.is_some() || n == 0 {
                     return;
                 }
-                let span = &written[start..end];
-                if all_nonzero(span) {
-                    marks.extend(start, end);
-                } else if let Some(i) = span.iter().position(|&w| w == 0) {
-                    bad = Some(start + i);
-                }
-            } else {
-                // A strided run inside a range known written (a whole input tensor) needs no scan.
-                if marks.covers(start, start + (n - 1) * stride + size) {
-                    return;
-                }
-                for i in 0..n {
-                    let a = start + i * stride;
-                    if let Some(j) = written[a..a + size].iter().position(|&w| w == 0) {
-                        bad = Some(a + j);
+                if stride == size {
+                    let end = start + n * size;
+                    if marks.covers(start, end) {
                         return;
                     }
+                    let span = &written[start..end];
+                    if all_nonzero(span) {
+                        marks.extend(start, end);
+                    } else if let Some(i) = span.iter().position(|&w| w == 0) {
+                        bad = Some(start + i);
+                    }
+                } else {
+                    // A strided run inside a range known written (a whole input tensor) needs no scan.
+                    if marks.covers(start, start + (n - 1) * stride + size) {
+                        return;
+                    }
+                    for i in 0..n {
+                        let a = start + i * stride;
+                        if let Some(j) = written[a..a + size].iter().position(|&w| w == 0) {
+                            bad = Some(a + j);
+                            return;
+                        }
+                    }
                 }
+            });
+            if bad.is_some() {
+                break;
             }
-        })?;
+        }
         match bad {
             Some(addr) => Err(self.uninit_error(r.region, addr)),
             None => Ok(()),
@@ -691,11 +707,13 @@ impl Memories {
         let size = r.dtype.size();
         let (data, written, marks) = self.region_for_write(r.region);
         let mut i = 0;
-        r.for_each_run(|start, n, stride| {
+        r.for_each_write_run(marks, |start, n, stride, known| {
             dtype::store_bits_run(r.dtype, &bits[i..i + n], data, start, stride);
-            mark_written(written, marks, start, n, stride, size);
+            if !known {
+                mark_written(written, marks, start, n, stride, size);
+            }
             i += n;
-        })?;
+        });
         Ok(())
     }
 
@@ -720,11 +738,13 @@ impl Memories {
             let size = dst.dtype.size();
             let (data, written, marks) = self.region_for_write(dst.region);
             let mut i = 0;
-            dst.for_each_run(|start, n, stride| {
+            dst.for_each_write_run(marks, |start, n, stride, known| {
                 dtype::store_bits_run(dst.dtype, &bits[i..i + n], data, start, stride);
-                mark_written(written, marks, start, n, stride, size);
+                if !known {
+                    mark_written(written, marks, start, n, stride, size);
+                }
                 i += n;
-            })?;
+            });
             return Ok(());
         }
         let byte_runs = |r: &Resolved| -> Result<Vec<(usize, usize)>, ErrorKind> {
@@ -815,14 +835,34 @@ impl Memories {
         check_len(&r, bits.len())?;
         check_len(&r, mask.len())?;
         let size = r.dtype.size();
-        let (data, written) = self.region_mut(r.region);
-        let mut i = 0;
-        r.for_each_addr(|a| {
-            if mask[i] {
-                dtype::store_bits(r.dtype, data, a, bits[i]);
-                written[a..a + size].fill(1);
+        let (data, written, marks) = self.region_for_write(r.region);
+        // One store loop per element size, so the inner loop is a fixed-width store.
+        fn run<const W: usize>(
+            data: &mut [u8],
+            written: &mut [u8],
+            (start, stride, known): (usize, usize, bool),
+            bits: &[u32],
+            mask: &[bool],
+        ) {
+            for (k, (&b, &m)) in bits.iter().zip(mask).enumerate() {
+                if m {
+                    let a = start + k * stride;
+                    data[a..a + W].copy_from_slice(&b.to_le_bytes()[..W]);
+                    if !known {
+                        written[a..a + W].copy_from_slice(&[1; W]);
+                    }
+                }
             }
-            i += 1;
+        }
+        let mut i = 0;
+        r.for_each_write_run(marks, |start, n, stride, known| {
+            let (b, m) = (&bits[i..i + n], &mask[i..i + n]);
+            match size {
+                4 => run::<4>(data, written, (start, stride, known), b, m),
+                2 => run::<2>(data, written, (start, stride, known), b, m),
+                _ => run::<1>(data, written, (start, stride, known), b, m),
+            }
+            i += n;
         });
         Ok(())
     }
@@ -834,11 +874,13 @@ impl Memories {
         let size = r.dtype.size();
         let (data, written, marks) = self.region_for_write(r.region);
         let mut i = 0;
-        r.for_each_run(|start, n, stride| {
+        r.for_each_write_run(marks, |start, n, stride, known| {
             dtype::encode_run(r.dtype, rounding, &vals[i..i + n], data, start, stride);
-            mark_written(written, marks, start, n, stride, size);
+            if !known {
+                mark_written(written, marks, start, n, stride, size);
+            }
             i += n;
-        })?;
+        });
         Ok(())
     }
 
