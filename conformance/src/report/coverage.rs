@@ -216,8 +216,10 @@ pub fn render_markdown(cov: &[OpCoverage], torch: Option<&str>) -> String {
 }
 
 /// Marked sections other tools write into the coverage page, which regenerating it keeps.
-const KEPT_SECTIONS: &[(&str, &str)] =
-    &[("<!-- torch-device OpInfo comparison: begin -->", "<!-- torch-device OpInfo comparison: end -->")];
+const KEPT_SECTIONS: &[(&str, &str)] = &[(
+    "<!-- torch-device OpInfo comparison: begin -->",
+    "<!-- torch-device OpInfo comparison: end -->",
+)];
 
 /// The kept sections of an existing page (each from its begin marker through its end marker,
 /// preceded by a blank line), to append to a regenerated one. A section without its end marker is
@@ -249,6 +251,9 @@ mod kept_tests {
             kept,
             "\n<!-- torch-device OpInfo comparison: begin -->\nrows\n<!-- torch-device OpInfo comparison: end -->\n"
         );
-        assert_eq!(kept_sections("# Coverage\n<!-- torch-device OpInfo comparison: begin -->\nno end"), "");
+        assert_eq!(
+            kept_sections("# Coverage\n<!-- torch-device OpInfo comparison: begin -->\nno end"),
+            ""
+        );
     }
 }
