@@ -1573,6 +1573,18 @@ def bn(xs, dt, aff, stats, training):
     return (x, w, b, rm, rv, training, 0.1, 1e-5), {}
 
 
+def bn_same(xs, dt, stats):
+    """Training-mode batch norm with weight, bias and running stats in the input's dtype (the
+    form a model converted with `.to(dtype)` runs), input values off-centre."""
+    x = T(xs, dt, 2, 10).make()
+    c = xs[1]
+    w, b = T((c,), dt, 0.5, 1.5).make(), T((c,), dt).make()
+    if not stats:
+        return (x, w, b, True, 0.1, 1e-5), {}
+    rm, rv = T((c,), dt).make(), T((c,), dt, 0.5, 2).make()
+    return (x, w, b, rm, rv, True, 0.1, 1e-5), {}
+
+
 # ---- pooling ------------------------------------------------------------------------------
 def pooling_cases():
     for dt in F:
@@ -2158,6 +2170,11 @@ def regression_cases():
         C("_to_copy", T((3, 4), dt), dtype=torch.complex64)
     C("scalar_tensor", complex(1.5, -2.25), dtype=torch.complex64)
     C("full", [2, 3], complex(-0.5, 4.0), dtype=torch.complex64)
+    # batch norm whose input and parameters share a 16-bit dtype: PyTorch rounds the sum of
+    # squares and the variance to that dtype before 1/sqrt(var + eps).
+    for dt, xs in (("bf16", (16, 8, 24)), ("bf16", (8, 16, 16)), ("f16", (16, 8, 24))):
+        B("_native_batch_norm_legit", bn_same, xs, dt, True)
+    B("_native_batch_norm_legit.no_stats", bn_same, (12, 8, 20), "bf16", False)
 
 
 def _cx(shape, zero=False):
