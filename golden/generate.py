@@ -2175,6 +2175,16 @@ def regression_cases():
     for dt, xs in (("bf16", (16, 8, 24)), ("bf16", (8, 16, 16)), ("f16", (16, 8, 24))):
         B("_native_batch_norm_legit", bn_same, xs, dt, True)
     B("_native_batch_norm_legit.no_stats", bn_same, (12, 8, 20), "bf16", False)
+    # index_put with a boolean mask and one value row per selected row (positions from an
+    # on-device prefix count of the mask), and accumulating masked index_put.
+    rows5 = V((True, False, True, True, False), "bool")
+    C("index_put", T((5, 6), "f32"), [rows5], T((3, 6), "f32"))
+    C("index_put", T((4, 5), "f32"),
+      [V((0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1), "bool", (4, 5))],
+      T((9,), "f32"))
+    C("index_put", T((2, 5, 3), "bf16"), [V((1, 0, 0, 1, 1, 1, 0, 1, 0, 0), "bool", (2, 5))],
+      T((5, 3), "bf16"), True)
+    C("index_put", T((5, 6), "f32"), [rows5], T((6,), "f32"), True)
 
 
 def _cx(shape, zero=False):
