@@ -1212,7 +1212,7 @@ fn index_put_mask_rows(
     let mut mfree: Vec<[i64; 2]> = contiguous_strides(ms)
         .iter()
         .zip(ms)
-        .map(|(&st, &n)| [st as i64, n as i64])
+        .map(|(&st, &n)| [st, n as i64])
         .collect();
     mfree.extend(xs[k..].iter().map(|&n| [0, n as i64]));
     let m_ap = sb(DType::I32, 1, m.offset, n);

@@ -227,12 +227,12 @@ const KEPT_SECTIONS: &[(&str, &str)] = &[(
 pub fn kept_sections(old_page: &str) -> String {
     let mut out = String::new();
     for (begin, end) in KEPT_SECTIONS {
-        if let Some(start) = old_page.find(begin) {
-            if let Some(stop) = old_page[start..].find(end) {
-                out.push('\n');
-                out.push_str(&old_page[start..start + stop + end.len()]);
-                out.push('\n');
-            }
+        if let Some(start) = old_page.find(begin)
+            && let Some(stop) = old_page[start..].find(end)
+        {
+            out.push('\n');
+            out.push_str(&old_page[start..start + stop + end.len()]);
+            out.push('\n');
         }
     }
     out
