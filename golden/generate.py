@@ -1573,6 +1573,18 @@ def bn(xs, dt, aff, stats, training):
     return (x, w, b, rm, rv, training, 0.1, 1e-5), {}
 
 
+def bn_same(xs, dt, stats):
+    """Training-mode batch norm with weight, bias and running stats in the input's dtype (the
+    form a model converted with `.to(dtype)` runs), input values off-centre."""
+    x = T(xs, dt, 2, 10).make()
+    c = xs[1]
+    w, b = T((c,), dt, 0.5, 1.5).make(), T((c,), dt).make()
+    if not stats:
+        return (x, w, b, True, 0.1, 1e-5), {}
+    rm, rv = T((c,), dt).make(), T((c,), dt, 0.5, 2).make()
+    return (x, w, b, rm, rv, True, 0.1, 1e-5), {}
+
+
 # ---- pooling ------------------------------------------------------------------------------
 def pooling_cases():
     for dt in F:
@@ -2140,6 +2152,70 @@ def regression_cases():
     for dt in ("bf16", "f16"):
         C("sub.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=-1.5)
         C("add.Tensor", T((64, 64), dt, -4, 4), T((64, 64), dt, -4, 4), alpha=0.75)
+    # complex64 through the data-movement ops (as its F32 [..., 2] real view).
+    B("clone", _cx_call, [(3, 4)])
+    B("unsqueeze", _cx_call, [(3, 4)], 1)
+    B("permute", _cx_call, [(2, 3, 4)], [2, 0, 1])
+    B("expand", _cx_call, [(3, 1)], [2, 3, 5])
+    B("cat", _cx_cat, [(2, 3), (4, 3)], 0)
+    B("split_with_sizes", _cx_call, [(5, 3)], [2, 3], 0)
+    B("select.int", _cx_call, [(3, 4)], 1, -1)
+    B("flip", _cx_call, [(3, 4)], [0, 1])
+    B("where.self", _cx_where, (3, 4), (3, 4), (4,))
+    B("_to_copy", _cx_to, (3, 4), torch.complex64, False)
+    B("_to_copy", _cx_to, (2, 5), torch.float32, False)
+    B("_to_copy", _cx_to, (2, 5), torch.bool, True)
+    B("copy", _cx_copy, (3, 4), (4,))
+    for dt in ("f32", "bf16", "i32", "i64", "bool"):
+        C("_to_copy", T((3, 4), dt), dtype=torch.complex64)
+    C("scalar_tensor", complex(1.5, -2.25), dtype=torch.complex64)
+    C("full", [2, 3], complex(-0.5, 4.0), dtype=torch.complex64)
+    # batch norm whose input and parameters share a 16-bit dtype: PyTorch rounds the sum of
+    # squares and the variance to that dtype before 1/sqrt(var + eps).
+    for dt, xs in (("bf16", (16, 8, 24)), ("bf16", (8, 16, 16)), ("f16", (16, 8, 24))):
+        B("_native_batch_norm_legit", bn_same, xs, dt, True)
+    B("_native_batch_norm_legit.no_stats", bn_same, (12, 8, 20), "bf16", False)
+    # index_put with a boolean mask and one value row per selected row (positions from an
+    # on-device prefix count of the mask), and accumulating masked index_put.
+    rows5 = V((True, False, True, True, False), "bool")
+    C("index_put", T((5, 6), "f32"), [rows5], T((3, 6), "f32"))
+    C("index_put", T((4, 5), "f32"),
+      [V((0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1), "bool", (4, 5))],
+      T((9,), "f32"))
+    C("index_put", T((2, 5, 3), "bf16"), [V((1, 0, 0, 1, 1, 1, 0, 1, 0, 0), "bool", (2, 5))],
+      T((5, 3), "bf16"), True)
+    C("index_put", T((5, 6), "f32"), [rows5], T((6,), "f32"), True)
+
+
+def _cx(shape, zero=False):
+    """A complex64 tensor with uniform real and imaginary parts (some elements 0, some parts 0
+    when `zero`)."""
+    x = torch.view_as_complex(T(tuple(shape) + (2,), "f32").make().contiguous())
+    if zero:
+        flat = torch.view_as_real(x).reshape(-1, 2)
+        flat[0::3, 0] = 0.0
+        flat[0::2, 1] = 0.0
+    return x
+
+
+def _cx_call(shapes, *args):
+    return tuple(_cx(s) for s in shapes) + args, {}
+
+
+def _cx_to(shape, dtype, zero):
+    return (_cx(shape, zero),), {"dtype": dtype}
+
+
+def _cx_cat(shapes, dim):
+    return ([_cx(s) for s in shapes], dim), {}
+
+
+def _cx_where(cond, a, b):
+    return (T(cond, "bool").make(), _cx(a), _cx(b)), {}
+
+
+def _cx_copy(dst, src):
+    return (_cx(dst), _cx(src)), {}
 
 
 # --------------------------------------------------------------------------------------------

@@ -269,8 +269,12 @@ fn ts(dst: AccessPattern, src: AccessPattern, op: AluOp, operand: ScalarOperand,
 #[derive(Clone, Debug)]
 pub(super) struct Input {
     pub name: String,
+    /// How the kernel sees the tensor: dtype and the shape it broadcasts from.
     pub meta: TensorMeta,
     pub load: DType,
+    /// The HBM shape when it differs from `meta.shape` (a bool condition iterated with a
+    /// trailing size-1 axis over complex real views): same elements, same order.
+    pub hbm_shape: Option<Vec<usize>>,
 }
 
 /// An elementwise kernel: tensor inputs broadcast to the output.
@@ -299,7 +303,12 @@ pub(super) fn build<C>(
     for i in &k.inputs {
         let d = dev(req, i.meta.dtype)?;
         if !declared.contains(&i.name.as_str()) {
-            program.declare(&i.name, d, &i.meta.shape, HbmRole::Input);
+            program.declare(
+                &i.name,
+                d,
+                i.hbm_shape.as_ref().unwrap_or(&i.meta.shape),
+                HbmRole::Input,
+            );
             declared.push(&i.name);
         }
         hbm_dt.push(d);
@@ -524,6 +533,7 @@ pub(super) fn inputs(args: &[&Arg], load: impl Fn(&TensorMeta) -> DType) -> (Vec
                     name: n.clone(),
                     meta: m.clone(),
                     load: load(m),
+                    hbm_shape: None,
                 });
             }
             Arg::Scalar(_) => pos.push(None),
@@ -693,6 +703,7 @@ fn lower_logical(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Resul
                 name: n.clone(),
                 meta: m.clone(),
                 load: dev(req, m.dtype)?,
+                hbm_shape: None,
             });
         }
     }
@@ -811,6 +822,12 @@ fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         TorchDType::U8 => DType::U8,
         d => return Err(req.unsupported(format!("condition of dtype {d}"))),
     };
+    if [&a, &b]
+        .iter()
+        .any(|x| matches!(x, Arg::Tensor(_, m) if m.dtype.is_complex()))
+    {
+        return lower_where_complex(req, target, (&c, pred_dt), &a, &b);
+    }
     let common = common_type(req, &[&a, &b])?;
     let (out_name, out_shape) = output(req, &[&c, &a, &b], common)?;
     let work = dev(req, common)?;
@@ -846,6 +863,71 @@ fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
             let r = kit.tmp(work)?;
             kit.copy(Engine::Vector, r, tb);
             kit.copy_pred(r, ta, t[0]);
+            Ok(r)
+        },
+    )
+}
+
+/// `where` with complex64 operands: the same predicated bit copy over their F32 real views
+/// (`[..., 2]`, lower/mod.rs), the condition iterated with a trailing axis of 1 so that it
+/// selects both parts of an element. Both operands must be complex64 tensors: a real one or a
+/// scalar would need its imaginary part made, which is not a move.
+fn lower_where_complex(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    (c, pred_dt): (&Arg, DType),
+    a: &Arg,
+    b: &Arg,
+) -> Result<Lowered, LowerError> {
+    let (Arg::Tensor(cn, cm), Arg::Tensor(an, am), Arg::Tensor(bn, bm)) = (c, a, b) else {
+        return Err(req.unsupported("where of a complex tensor and a scalar".into()));
+    };
+    if am.dtype != TorchDType::C64 || bm.dtype != TorchDType::C64 {
+        return Err(req.unsupported(format!("where of {} and {} (one real)", am.dtype, bm.dtype)));
+    }
+    let (out_name, out_shape) = output(req, &[c, a, b], TorchDType::C64)?;
+    let view = |m: &TensorMeta, last: usize| {
+        let mut shape = m.shape.clone();
+        shape.push(last);
+        TensorMeta::contiguous(TorchDType::F32, &shape)
+    };
+    let mut cond = view(cm, 1);
+    cond.dtype = cm.dtype;
+    let ins = vec![
+        Input {
+            name: cn.clone(),
+            meta: cond,
+            load: pred_dt,
+            hbm_shape: Some(cm.shape.clone()),
+        },
+        Input {
+            name: an.clone(),
+            meta: view(am, 2),
+            load: DType::F32,
+            hbm_shape: None,
+        },
+        Input {
+            name: bn.clone(),
+            meta: view(bm, 2),
+            load: DType::F32,
+            hbm_shape: None,
+        },
+    ];
+    let k = Kernel {
+        inputs: ins,
+        out_name,
+        out_dtype: TorchDType::F32,
+        out_shape: super::complex_real_view_shape(&out_shape),
+    };
+    build(
+        req,
+        target,
+        &k,
+        |_| Ok(()),
+        |kit, t, _| {
+            let r = kit.tmp(DType::F32)?;
+            kit.copy(Engine::Vector, r, t[2]);
+            kit.copy_pred(r, t[1], t[0]);
             Ok(r)
         },
     )

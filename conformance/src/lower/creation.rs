@@ -389,6 +389,9 @@ fn emit_fill(
 
 fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
+    if meta.dtype.is_complex() {
+        return lower_fill_complex(req, target, out, meta);
+    }
     let (value, is_float) = match req.op {
         "full" => scalar_arg(req, 1, "fill_value")?,
         "full_like" => scalar_arg(req, 1, "fill_value")?,
@@ -438,6 +441,74 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
     Ok(b.finish())
 }
 
+/// The position and name of the fill value argument of `req.op`.
+fn fill_value_arg(op: &str) -> (usize, &'static str) {
+    match op {
+        "full" | "full_like" => (1, "fill_value"),
+        "fill.Scalar" => (1, "value"),
+        _ => (0, "s"),
+    }
+}
+
+/// A complex64 fill: its real view gets the real part at even and the imaginary part at odd
+/// positions (two memsets, two strided stores). A real value has imaginary part 0.
+fn lower_fill_complex(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    out: &str,
+    meta: &TensorMeta,
+) -> Result<Lowered, LowerError> {
+    let (pos, name) = fill_value_arg(req.op);
+    let (re, im) = match req.call.arg(pos, name) {
+        Some(Value::Complex([re, im])) => (re.0, im.0),
+        Some(Value::Float(f)) => (f.0, 0.0),
+        Some(Value::Int(i)) => (*i as f64, 0.0),
+        Some(Value::Bool(b)) => (*b as i64 as f64, 0.0),
+        other => return Err(req.unsupported(format!("`{name}` is {other:?}"))),
+    };
+    check_dtype_kwarg(req, meta.dtype)?;
+    let expected_shape: Option<Vec<usize>> = match req.op {
+        "scalar_tensor" => Some(vec![]),
+        "full" => match req.call.arg(0, "size") {
+            Some(Value::Ints(s)) => Some(s.iter().map(|&d| d as usize).collect()),
+            _ => None,
+        },
+        _ => match req.call.arg(0, "self") {
+            Some(Value::Tensor(t)) => Some(req.tensor(t)?.shape.clone()),
+            _ => None,
+        },
+    };
+    if expected_shape.as_deref() != Some(&meta.shape[..]) {
+        return Err(req.invalid(format!("output shape {:?} ≠ {expected_shape:?}", meta.shape)));
+    }
+    let mut b = Builder::new(target);
+    b.declare(
+        out,
+        DType::F32,
+        &super::complex_real_view_shape(&meta.shape),
+        HbmRole::Output,
+    );
+    let parts = complex_parts(&meta.shape);
+    let res = b.buf(DType::F32)?;
+    let res_im = b.buf(DType::F32)?;
+    for job in tile::plan_tiles(
+        Region::new(&meta.shape, &[parts.clone(), parts.clone()]).with_base(vec![0, 1]),
+        b.limits,
+    ) {
+        b.memset_float(&job, res, re);
+        b.store(&job, 0, out, res);
+        b.memset_float(&job, res_im, im);
+        b.store(&job, 1, out, res_im);
+    }
+    Ok(b.finish())
+}
+
+/// The strides of a complex tensor's real or imaginary parts in its real view (`shape + [2]`):
+/// twice the contiguous strides (base 0 for the real parts, 1 for the imaginary ones).
+fn complex_parts(shape: &[usize]) -> Vec<i64> {
+    tile::broadcast_strides(shape, shape).iter().map(|s| s * 2).collect()
+}
+
 fn lower_empty(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
     check_dtype_kwarg(req, meta.dtype)?;
@@ -446,18 +517,14 @@ fn lower_empty(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         other => return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape))),
     }
     // Uninitialised memory has no defined value: the engines write zeros (the check is shape and
-    // dtype only).
+    // dtype only). A complex64 tensor is zeros over its F32 real view.
+    let (dtype, shape) = match super::complex_real_view(meta) {
+        Some((_, view)) => (TorchDType::F32, view),
+        None => (meta.dtype, meta.shape.clone()),
+    };
     let mut b = Builder::new(target);
-    b.declare(out, dev(req, meta.dtype)?, &meta.shape, HbmRole::Output);
-    emit_fill(
-        &mut b,
-        contiguous_region(&meta.shape, 1),
-        out,
-        meta.dtype,
-        0.0,
-        false,
-        req,
-    )?;
+    b.declare(out, dev(req, dtype)?, &shape, HbmRole::Output);
+    emit_fill(&mut b, contiguous_region(&shape, 1), out, dtype, 0.0, false, req)?;
     Ok(b.finish())
 }
 
@@ -586,14 +653,14 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
             }
         }
     }
-    if src_meta.dtype.is_complex() || meta.dtype.is_complex() {
-        return Err(req.unsupported("complex".into()));
-    }
     if tile::broadcast_shapes(&src_meta.shape, &meta.shape).as_deref() != Some(&meta.shape[..]) {
         return Err(req.invalid(format!(
             "src {:?} does not broadcast to {:?}",
             src_meta.shape, meta.shape
         )));
+    }
+    if src_meta.dtype.is_complex() || meta.dtype.is_complex() {
+        return lower_copy_complex(req, target, (src_name, src_meta), (out, meta));
     }
     let mut b = Builder::new(target);
     b.declare(src_name, dev(req, src_meta.dtype)?, &src_meta.shape, HbmRole::Input);
@@ -612,6 +679,95 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         meta.dtype,
         req,
     )?;
+    Ok(b.finish())
+}
+
+/// A copy into or out of complex64 (real views, lower/mod.rs):
+/// * complex → complex: a bit copy of the real views (`[..., 2]`, broadcast like the tensors);
+/// * real → complex: the value converted to fp32 (PyTorch's `complex<float>(float(x))`) into the
+///   real parts, VectorE zeros into the imaginary parts (two strided stores);
+/// * complex → bool: `re != 0 || im != 0` (PyTorch's `z != 0`);
+/// * complex → other real: the real part, converted like an fp32 value (PyTorch drops the
+///   imaginary part, with a warning).
+fn lower_copy_complex(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    (src, src_meta): (&str, &TensorMeta),
+    (out, meta): (&str, &TensorMeta),
+) -> Result<Lowered, LowerError> {
+    let view = super::complex_real_view_shape;
+    let mut b = Builder::new(target);
+    let v = Engine::Vector;
+    match (src_meta.dtype.is_complex(), meta.dtype.is_complex()) {
+        (true, true) => {
+            let (sv, ov) = (view(&src_meta.shape), view(&meta.shape));
+            b.declare(src, DType::F32, &sv, HbmRole::Input);
+            b.declare(out, DType::F32, &ov, HbmRole::Output);
+            let strides = vec![tile::broadcast_strides(&ov, &ov), tile::broadcast_strides(&sv, &ov)];
+            emit_map(
+                &mut b,
+                Region::new(&ov, &strides),
+                src,
+                TorchDType::F32,
+                out,
+                TorchDType::F32,
+                req,
+            )?;
+        }
+        (false, true) => {
+            let in_dev = dev(req, src_meta.dtype)?;
+            b.declare(src, in_dev, &src_meta.shape, HbmRole::Input);
+            b.declare(out, DType::F32, &view(&meta.shape), HbmRole::Output);
+            let parts = complex_parts(&meta.shape);
+            let strides = [
+                parts.clone(),
+                tile::broadcast_strides(&src_meta.shape, &meta.shape),
+                parts,
+            ];
+            let region = Region::new(&meta.shape, &strides).with_base(vec![0, 0, 1]);
+            let x = b.buf(in_dev)?;
+            let re = b.buf(DType::F32)?;
+            let im = b.buf(DType::F32)?;
+            let tmp = [b.buf(DType::F32)?, b.buf(DType::F32)?, b.buf(DType::F32)?];
+            for job in tile::plan_tiles(region, b.limits) {
+                b.load(&job, 1, src, x);
+                b.convert(&job, x, src_meta.dtype, re, TorchDType::F32, tmp);
+                b.store(&job, 0, out, re);
+                b.memset(&job, im, 0.0);
+                b.store(&job, 2, out, im);
+            }
+        }
+        (true, false) => {
+            let out_dev = dev(req, meta.dtype)?;
+            b.declare(src, DType::F32, &view(&src_meta.shape), HbmRole::Input);
+            b.declare(out, out_dev, &meta.shape, HbmRole::Output);
+            let parts: Vec<i64> = tile::broadcast_strides(&src_meta.shape, &meta.shape)
+                .iter()
+                .map(|s| s * 2)
+                .collect();
+            let strides = [tile::broadcast_strides(&meta.shape, &meta.shape), parts.clone(), parts];
+            let region = Region::new(&meta.shape, &strides).with_base(vec![0, 0, 1]);
+            let re = b.buf(DType::F32)?;
+            let im = b.buf(DType::F32)?;
+            let res = b.buf(out_dev)?;
+            let tmp = [b.buf(DType::F32)?, b.buf(DType::F32)?, b.buf(DType::F32)?];
+            for job in tile::plan_tiles(region, b.limits) {
+                b.load(&job, 1, src, re);
+                if meta.dtype == TorchDType::Bool {
+                    b.load(&job, 2, src, im);
+                    // max(re != 0, im != 0): false only when both parts are 0 (NaN is true, as in PyTorch).
+                    b.ts(v, &job, tmp[0], re, AluOp::NotEqual, 0.0);
+                    b.ts(v, &job, tmp[1], im, AluOp::NotEqual, 0.0);
+                    b.tt(v, &job, tmp[0], tmp[0], tmp[1], AluOp::Max);
+                    b.ts(v, &job, res, tmp[0], AluOp::NotEqual, 0.0);
+                } else {
+                    b.convert(&job, re, TorchDType::F32, res, meta.dtype, tmp);
+                }
+                b.store(&job, 0, out, res);
+            }
+        }
+        (false, false) => return Err(req.invalid("no complex tensor in a complex copy".into())),
+    }
     Ok(b.finish())
 }
 

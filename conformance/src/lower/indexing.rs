@@ -29,9 +29,11 @@
 //!
 //! Limits: `S` must merge into ≤ 5 dims with ≤ 16384 elements per partition. Bool (mask)
 //! indices: `index.Tensor` with one mask over the leading dims ([`index_bool_mask`]: on-device
-//! prefix-sum compaction into a buffer of the upper bound, the row count written by the device) and `index_put` with one mask and
-//! values that broadcast over the selected rows ([`index_put_mask`]); other mask call forms
-//! return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
+//! prefix-sum compaction into a buffer of the upper bound, the row count written by the device) and `index_put` with one mask over
+//! the leading dims (≤ 8192 elements, one partition): values that broadcast over the selected
+//! rows ([`index_put_mask`]) or one value row per selected row, placed by an on-device prefix
+//! count of the mask ([`index_put_mask_rows`]); `accumulate` for float dtypes. Other mask call
+//! forms return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
 //! elements).
 
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides};
@@ -927,9 +929,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let accumulate = bool_arg(req, 3, "accumulate", false)?;
             if let [Some(mask)] = indices.as_slice()
                 && req.tensor(mask)?.dtype == TorchDType::Bool
-                && !accumulate
+                && (!accumulate || req.tensor(x)?.dtype.is_float())
             {
-                return index_put_mask(b, x, mask, v, out, odt, on);
+                // Accumulating through the DMA's fp32 add: float dtypes only (one rounding to
+                // the dtype, as PyTorch's add; int32 beyond 2^24 would not be exact).
+                return index_put_mask(b, x, mask, v, out, odt, on, accumulate);
             }
             for t in indices.iter().flatten() {
                 check_index_dtype(req, t)?;
@@ -1024,8 +1028,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 /// `out[e] = mask[e] ? values[v(e)] : self[e]` with `v` affine in `e`'s trailing coordinates —
 /// data-independent. One partition holds the flattened tensor: GpSimd `iota` writes `v(e)`,
 /// VectorE adds `2^23` where the mask is false, and an indirect gather with `oob: skip` copies
-/// values into the masked elements only. Values that differ per selected row (consumed in mask
-/// order) would need a prefix sum over the mask: that call form is not lowered.
+/// values into the masked elements only (added onto them with `accumulate`). Values that differ
+/// per selected row (consumed in mask order) take the prefix sum of [`index_put_mask_rows`].
+#[allow(clippy::too_many_arguments)]
 fn index_put_mask(
     mut b: B<'_, '_>,
     x: &str,
@@ -1034,6 +1039,7 @@ fn index_put_mask(
     out: &str,
     odt: DType,
     on: usize,
+    accumulate: bool,
 ) -> Result<Lowered, LowerError> {
     let req = b.req;
     let (xdt, xs) = b.declare(x, HbmRole::Input)?;
@@ -1047,9 +1053,12 @@ fn index_put_mask(
     let mut rshape = vec![usize::MAX];
     rshape.extend_from_slice(&xs[k..]);
     let vr = vs.len();
+    if vr == rshape.len() && vs[0] != 1 && vs[1..] == xs[k..] {
+        return index_put_mask_rows(b, (x, xdt, &xs), (mask, &ms), (v, vdt, &vs), (out, odt, on), accumulate);
+    }
     if vr > rshape.len() || (vr == rshape.len() && vs[0] != 1) {
         return Err(LowerError::NotLowered(
-            "index_put with per-row mask values (needs a prefix sum)".into(),
+            "index_put with per-row mask values that broadcast inside a row".into(),
         ));
     }
     for (i, &dsz) in vs.iter().rev().enumerate() {
@@ -1144,10 +1153,139 @@ fn index_put_mask(
         Op::DmaCopy(DmaCopy {
             dst: AccessPattern::hbm(out, odt, 0, n, 1, vec![[1, 1]]),
             src: AccessPattern::hbm(v, vdt, 0, 1, 0, vec![[1, 1]]),
-            accumulate: false,
+            accumulate,
             indirect: Some(Indirect {
                 side: IndirectSide::Src,
                 index: f(DType::I32, ix),
+                row_step: 1,
+                oob: OobMode::Skip,
+            }),
+        }),
+        &[ix],
+        &[],
+    );
+    Ok(b.finish())
+}
+
+/// `index_put(self, [mask], values)` with one bool mask over the leading `k` dims and one
+/// value row per selected row (`values` of shape `[R, *self.shape[k..]]`, R the number of true
+/// mask elements in a valid call): the i-th selected row takes `values[i]`, so element `e` of
+/// a selected row reads `values.flat[c(e) − 1]` with `c` the inclusive prefix count of the mask
+/// broadcast over the row — the same on-device prefix sum as `masked_scatter` (one partition,
+/// VectorE scan), then one indirect DMA whose unselected elements point past `values` and are
+/// skipped. Positions come from the mask on the device, never from the golden output.
+/// `accumulate` adds onto `self` through the DMA's accumulate (a mask selects each element at
+/// most once, so there are no duplicate writes).
+fn index_put_mask_rows(
+    mut b: B<'_, '_>,
+    (x, xdt, xs): (&str, DType, &[usize]),
+    (mask, ms): (&str, &[usize]),
+    (v, vdt, vs): (&str, DType, &[usize]),
+    (out, odt, on): (&str, DType, usize),
+    accumulate: bool,
+) -> Result<Lowered, LowerError> {
+    let req = b.req;
+    let k = ms.len();
+    if xdt != vdt {
+        return Err(req.unsupported(format!("index_put of {vdt} values into {xdt}")));
+    }
+    if accumulate && odt == DType::Bool {
+        return Err(req.unsupported("accumulating masked index_put on bool".into()));
+    }
+    if vs.iter().product::<usize>() >= 1 << 22 {
+        return Err(req.unsupported("values too large for the skip offset".into()));
+    }
+    b.copy_flat(out, odt, x, xdt, on, false);
+    if on == 0 {
+        return Ok(b.finish());
+    }
+    if on > 8192 || xs.len() > 4 {
+        return Err(req.unsupported(format!("masked index_put of {on} elements (one-partition scan)")));
+    }
+    let n = on;
+    let m = b.alloc.slot(n * 4)?;
+    let ones = b.alloc.slot(n * 4)?;
+    let cs = b.alloc.slot(n * 4)?;
+    let w = b.alloc.slot(n * 4)?;
+    let ix = b.alloc.slot(n * 4)?;
+    // The mask read once per element of x: its own strides on the leading dims, 0 on the row.
+    let mut mfree: Vec<[i64; 2]> = contiguous_strides(ms)
+        .iter()
+        .zip(ms)
+        .map(|(&st, &n)| [st, n as i64])
+        .collect();
+    mfree.extend(xs[k..].iter().map(|&n| [0, n as i64]));
+    let m_ap = sb(DType::I32, 1, m.offset, n);
+    b.e.push(
+        Engine::Dma,
+        dma(m_ap.clone(), AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree)),
+        &[],
+        &[m],
+    );
+    let ones_ap = sb(DType::F32, 1, ones.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: ones_ap.clone(),
+            value: 1.0,
+        }),
+        &[],
+        &[ones],
+    );
+    // cs = inclusive prefix count of the (row-broadcast) mask, fp32 state: exact below 2^24.
+    let cs_ap = sb(DType::F32, 1, cs.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::TensorTensorScan(TensorTensorScan {
+            dst: cs_ap.clone(),
+            in0: ones_ap,
+            in1: m_ap.clone(),
+            initial: ScalarOperand::Imm(0.0),
+            op0: AluOp::Multiply,
+            op1: AluOp::Add,
+        }),
+        &[ones, m],
+        &[cs],
+    );
+    // w = m ? -1 : 2^23 - 1, so ix = cs + w is cs − 1 where selected and past `values` elsewhere.
+    const BIG: f64 = (1u64 << 23) as f64;
+    let w_ap = sb(DType::F32, 1, w.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::TensorScalar(TensorScalar {
+            dst: w_ap.clone(),
+            src: m_ap,
+            op0: AluOp::Multiply,
+            operand0: ScalarOperand::Imm(-BIG),
+            reverse0: false,
+            op1: Some(AluOp::Add),
+            operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
+            reverse1: false,
+        }),
+        &[m],
+        &[w],
+    );
+    let ix_ap = sb(DType::I32, 1, ix.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::TensorTensor(TensorTensor {
+            dst: ix_ap.clone(),
+            in0: cs_ap,
+            in1: w_ap,
+            op: AluOp::Add,
+        }),
+        &[cs, w],
+        &[ix],
+    );
+    b.e.push(
+        Engine::Dma,
+        Op::DmaCopy(DmaCopy {
+            dst: AccessPattern::hbm(out, odt, 0, n, 1, vec![[1, 1]]),
+            src: AccessPattern::hbm(v, vdt, 0, 1, 0, vec![[1, 1]]),
+            accumulate,
+            indirect: Some(Indirect {
+                side: IndirectSide::Src,
+                index: ix_ap,
                 row_step: 1,
                 oob: OobMode::Skip,
             }),

@@ -523,6 +523,26 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                     None,
                 );
                 sum_pass(&mut ctx, rt, true);
+                // Batch norm with bf16 statistics (input and parameters all bf16): PyTorch's CPU
+                // kernel keeps the sum of squares as bf16 and divides it by N in bf16 (c10's
+                // `BFloat16 / int64_t` rounds its result) before `1/sqrt(var + eps)` in fp32.
+                // Both roundings are on the engines here. Measured against PyTorch 2.15's
+                // outputs: every save_invstd of 300 random bf16 calls matches only with both
+                // roundings; its f16 kernel keeps the variance in fp32 (300 of 300 match
+                // without them).
+                let stat_dtype = stat_outs.iter().find(|(_, _, i)| *i == 2).map(|(_, d, _)| *d);
+                let round_var = match stat_dtype {
+                    Some(d) if call.round_stats && d == DType::Bf16 => Some(Buf {
+                        slot: rrstd.slot,
+                        dtype: d,
+                        cols: 1,
+                    }),
+                    _ => None,
+                };
+                if let Some(rb) = &round_var {
+                    ctx.e.tensor_copy(v, rb.at(p, 0, 1), parts.at(p, 0, 1));
+                    ctx.e.tensor_copy(v, parts.at(p, 0, 1), rb.at(p, 0, 1));
+                }
                 ctx.e.tensor_scalar(
                     v,
                     rstd.at(p, 0, 1),
@@ -531,6 +551,10 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                     Scalar::Imm(inv_n),
                     None,
                 );
+                if let Some(rb) = &round_var {
+                    ctx.e.tensor_copy(v, rb.at(p, 0, 1), rstd.at(p, 0, 1));
+                    ctx.e.tensor_copy(v, rstd.at(p, 0, 1), rb.at(p, 0, 1));
+                }
             }
         }
         // rstd = rsqrt(var + eps)

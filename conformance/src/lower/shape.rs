@@ -111,6 +111,50 @@ impl Copier {
         }
     }
 
+    /// Declares a case tensor of torch dtype `dtype`: a complex64 one as its F32 real view
+    /// (`shape + [2]`, lower/mod.rs). The device dtype it got.
+    fn declare_t(
+        &mut self,
+        req: &LowerRequest<'_>,
+        name: &str,
+        dtype: TorchDType,
+        shape: &[usize],
+        role: HbmRole,
+    ) -> Result<DType, LowerError> {
+        if dtype.is_complex() {
+            self.declare(name, DType::F32, &super::complex_real_view_shape(shape), role);
+            return Ok(DType::F32);
+        }
+        let d = dev(req, dtype)?;
+        self.declare(name, d, shape, role);
+        Ok(d)
+    }
+
+    /// [`Copier::copy`] of tensors that are complex64 when `complex`: the same view over their
+    /// real views, i.e. every stride and offset doubled and a trailing (re, im) axis of stride 1.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_t(
+        &mut self,
+        complex: bool,
+        dst: (&str, DType),
+        dst_base: i64,
+        dst_strides: &[i64],
+        src: (&str, DType),
+        view: &View,
+    ) {
+        if !complex {
+            return self.copy(dst, dst_base, dst_strides, src, view);
+        }
+        let mut v = view.clone();
+        v.offset *= 2;
+        v.strides.iter_mut().for_each(|s| *s *= 2);
+        v.shape.push(2);
+        v.strides.push(1);
+        let mut ds: Vec<i64> = dst_strides.iter().map(|s| s * 2).collect();
+        ds.push(1);
+        self.copy(dst, dst_base * 2, &ds, src, &v);
+    }
+
     fn finish(self) -> Lowered {
         Lowered::new(self.program)
     }
@@ -464,13 +508,10 @@ fn lower_single(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     };
     let out_name = req.output_tensor(0)?;
     check_output(req, out_name, meta.dtype, &out_shape)?;
-    if meta.dtype.is_complex() && req.op == "slice.Tensor" {
-        return lower_complex_slice(target, in_name, &meta.shape, out_name, &view);
-    }
-    let dt = dev(req, meta.dtype)?;
+    let cx = meta.dtype.is_complex();
     let mut c = Copier::new(target);
-    c.declare(in_name, dt, &meta.shape, HbmRole::Input);
-    c.declare(out_name, dt, &out_shape, HbmRole::Output);
+    let dt = c.declare_t(req, in_name, meta.dtype, &meta.shape, HbmRole::Input)?;
+    c.declare_t(req, out_name, meta.dtype, &out_shape, HbmRole::Output)?;
     let dst_strides = if req.op == "repeat" {
         let oc = contig(&out_shape);
         oc.iter()
@@ -480,41 +521,7 @@ fn lower_single(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
     } else {
         contig(&view.shape)
     };
-    c.copy((out_name, dt), 0, &dst_strides, (in_name, dt), &view);
-    Ok(c.finish())
-}
-
-/// `slice.Tensor` of a complex64 tensor: the same view over its F32 real view (`[..., 2]`, see
-/// `lower/mod.rs`), i.e. every stride and the offset doubled and a trailing (re, im) axis of
-/// stride 1.
-fn lower_complex_slice(
-    target: TargetName,
-    in_name: &str,
-    in_shape: &[usize],
-    out_name: &str,
-    complex_view: &View,
-) -> Result<Lowered, LowerError> {
-    let mut view = complex_view.clone();
-    view.offset *= 2;
-    view.strides.iter_mut().for_each(|s| *s *= 2);
-    view.shape.push(2);
-    view.strides.push(1);
-    let out_shape = view.shape.clone();
-    let mut c = Copier::new(target);
-    c.declare(
-        in_name,
-        DType::F32,
-        &super::complex_real_view_shape(in_shape),
-        HbmRole::Input,
-    );
-    c.declare(out_name, DType::F32, &out_shape, HbmRole::Output);
-    c.copy(
-        (out_name, DType::F32),
-        0,
-        &contig(&out_shape),
-        (in_name, DType::F32),
-        &view,
-    );
+    c.copy_t(cx, (out_name, dt), 0, &dst_strides, (in_name, dt), &view);
     Ok(c.finish())
 }
 
@@ -544,18 +551,18 @@ fn lower_split(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     if outs.len() != sizes.len() {
         return Err(req.invalid(format!("{} outputs for {} split sizes", outs.len(), sizes.len())));
     }
-    let dt = dev(req, meta.dtype)?;
+    let cx = meta.dtype.is_complex();
     let mut c = Copier::new(target);
-    c.declare(in_name, dt, s, HbmRole::Input);
+    let dt = c.declare_t(req, in_name, meta.dtype, s, HbmRole::Input)?;
     let mut start = 0usize;
     for (&out, &n) in outs.iter().zip(&sizes) {
         let mut view = View::contiguous(s);
         view.offset = start as i64 * view.strides[d];
         view.shape[d] = n;
         check_output(req, out, meta.dtype, &view.shape)?;
-        c.declare(out, dt, &view.shape, HbmRole::Output);
+        c.declare_t(req, out, meta.dtype, &view.shape, HbmRole::Output)?;
         let dst = contig(&view.shape);
-        c.copy((out, dt), 0, &dst, (in_name, dt), &view);
+        c.copy_t(cx, (out, dt), 0, &dst, (in_name, dt), &view);
         start += n;
     }
     Ok(c.finish())
@@ -584,7 +591,7 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let out_name = req.output_tensor(0)?;
         check_output(req, out_name, out_dtype, &[0])?;
         let mut c = Copier::new(target);
-        c.declare(out_name, dev(req, out_dtype)?, &[0], HbmRole::Output);
+        c.declare_t(req, out_name, out_dtype, &[0], HbmRole::Output)?;
         return Ok(c.finish());
     };
     let nd = first.shape.len();
@@ -603,18 +610,22 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     }
     let out_name = req.output_tensor(0)?;
     check_output(req, out_name, out_dtype, &out_shape)?;
-    let out_dt = dev(req, out_dtype)?;
+    let cx = out_dtype.is_complex();
+    if cx && metas.iter().any(|m| !m.dtype.is_complex()) {
+        // A real input would need its imaginary part made (zeros): not a plain move.
+        return Err(req.unsupported("cat of real and complex tensors".into()));
+    }
     let mut c = Copier::new(target);
-    c.declare(out_name, out_dt, &out_shape, HbmRole::Output);
+    let out_dt = c.declare_t(req, out_name, out_dtype, &out_shape, HbmRole::Output)?;
     let oc = contig(&out_shape);
     let mut at = 0usize;
     for (name, m) in names.iter().zip(&metas) {
-        let in_dt = dev(req, m.dtype)?;
-        c.declare(name, in_dt, &m.shape, HbmRole::Input);
+        let in_dt = c.declare_t(req, name, m.dtype, &m.shape, HbmRole::Input)?;
         if skipped(m) {
             continue;
         }
-        c.copy(
+        c.copy_t(
+            cx,
             (out_name, out_dt),
             at as i64 * oc[d],
             &oc,

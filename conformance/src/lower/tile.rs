@@ -79,6 +79,13 @@ impl Region {
         }
     }
 
+    /// The same region with per-operand base offsets (elements).
+    pub fn with_base(mut self, base: Vec<i64>) -> Region {
+        debug_assert_eq!(base.len(), self.base.len());
+        self.base = base;
+        self
+    }
+
     pub fn numel(&self) -> usize {
         self.dims.iter().map(|d| d.size).product()
     }
