@@ -144,6 +144,76 @@ fn sb(dtype: DType, p: usize, offset: u64, f: usize) -> AccessPattern {
     AccessPattern::sbuf(dtype, 0, p, offset, vec![[1, f as i64]])
 }
 
+/// Scatter positions of a 0/1 mask `m` (I32, `n` elements on one partition, read through `m_ap`):
+/// `ix[i]` is the count of set elements up to `i`, minus one, where `m[i]` is set, and at least
+/// 2^23 − 1 elsewhere, past any source, so an indirect DMA with `OobMode::Skip` drops unselected
+/// elements. The scan state is fp32: exact below 2^24 (callers bound `n` well below). The four
+/// scratch slots hold ones, the running count, the offset and the positions (returned, I32).
+fn mask_positions(
+    b: &mut B<'_, '_>,
+    m: Slot,
+    m_ap: AccessPattern,
+    n: usize,
+    [ones, cs, w, ix]: [Slot; 4],
+) -> AccessPattern {
+    let ones_ap = sb(DType::F32, 1, ones.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: ones_ap.clone(),
+            value: 1.0,
+        }),
+        &[],
+        &[ones],
+    );
+    // cs = inclusive prefix count of the (row-broadcast) mask, fp32 state: exact below 2^24.
+    let cs_ap = sb(DType::F32, 1, cs.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::TensorTensorScan(TensorTensorScan {
+            dst: cs_ap.clone(),
+            in0: ones_ap,
+            in1: m_ap.clone(),
+            initial: ScalarOperand::Imm(0.0),
+            op0: AluOp::Multiply,
+            op1: AluOp::Add,
+        }),
+        &[ones, m],
+        &[cs],
+    );
+    // w = m ? -1 : 2^23 - 1, so ix = cs + w is cs − 1 where selected and past `values` elsewhere.
+    const BIG: f64 = (1u64 << 23) as f64;
+    let w_ap = sb(DType::F32, 1, w.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::TensorScalar(TensorScalar {
+            dst: w_ap.clone(),
+            src: m_ap,
+            op0: AluOp::Multiply,
+            operand0: ScalarOperand::Imm(-BIG),
+            reverse0: false,
+            op1: Some(AluOp::Add),
+            operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
+            reverse1: false,
+        }),
+        &[m],
+        &[w],
+    );
+    let ix_ap = sb(DType::I32, 1, ix.offset, n);
+    b.e.push(
+        Engine::Vector,
+        Op::TensorTensor(TensorTensor {
+            dst: ix_ap.clone(),
+            in0: cs_ap,
+            in1: w_ap,
+            op: AluOp::Add,
+        }),
+        &[cs, w],
+        &[ix],
+    );
+    ix_ap
+}
+
 fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
     Op::DmaCopy(DmaCopy {
         dst,
@@ -846,62 +916,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let m_ap = sb(DType::I32, 1, m.offset, n);
             let mh = AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree);
             b.e.push(Engine::Dma, dma(m_ap.clone(), mh), &[], &[m]);
-            let ones_ap = sb(DType::F32, 1, ones.offset, n);
-            b.e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: ones_ap.clone(),
-                    value: 1.0,
-                }),
-                &[],
-                &[ones],
-            );
-            // cs = inclusive prefix sum of the mask (fp32 state, exact below 2^24).
-            let cs_ap = sb(DType::F32, 1, cs.offset, n);
-            b.e.push(
-                Engine::Vector,
-                Op::TensorTensorScan(TensorTensorScan {
-                    dst: cs_ap.clone(),
-                    in0: ones_ap,
-                    in1: m_ap.clone(),
-                    initial: ScalarOperand::Imm(0.0),
-                    op0: AluOp::Multiply,
-                    op1: AluOp::Add,
-                }),
-                &[ones, m],
-                &[cs],
-            );
-            // w = m ? -1 : 2^23 - 1 (unmasked rows fall outside `source`: skipped by the DMA; the
-            // constants stay exact in the fp32 ALU).
-            const BIG: f64 = (1u64 << 23) as f64;
-            let w_ap = sb(DType::F32, 1, w.offset, n);
-            b.e.push(
-                Engine::Vector,
-                Op::TensorScalar(TensorScalar {
-                    dst: w_ap.clone(),
-                    src: m_ap,
-                    op0: AluOp::Multiply,
-                    operand0: ScalarOperand::Imm(-BIG),
-                    reverse0: false,
-                    op1: Some(AluOp::Add),
-                    operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
-                    reverse1: false,
-                }),
-                &[m],
-                &[w],
-            );
-            let ix_ap = sb(DType::I32, 1, ix.offset, n);
-            b.e.push(
-                Engine::Vector,
-                Op::TensorTensor(TensorTensor {
-                    dst: ix_ap.clone(),
-                    in0: cs_ap,
-                    in1: w_ap,
-                    op: AluOp::Add,
-                }),
-                &[cs, w],
-                &[ix],
-            );
+            let ix_ap = mask_positions(&mut b, m, m_ap, n, [ones, cs, w, ix]);
             let dst = AccessPattern::hbm(out, odt, 0, n, 1, vec![[1, 1]]);
             let src = AccessPattern::hbm(source, sdt, 0, 1, 0, vec![[1, 1]]);
             b.e.push(
@@ -1222,61 +1237,7 @@ fn index_put_mask_rows(
         &[],
         &[m],
     );
-    let ones_ap = sb(DType::F32, 1, ones.offset, n);
-    b.e.push(
-        Engine::Vector,
-        Op::Memset(Memset {
-            dst: ones_ap.clone(),
-            value: 1.0,
-        }),
-        &[],
-        &[ones],
-    );
-    // cs = inclusive prefix count of the (row-broadcast) mask, fp32 state: exact below 2^24.
-    let cs_ap = sb(DType::F32, 1, cs.offset, n);
-    b.e.push(
-        Engine::Vector,
-        Op::TensorTensorScan(TensorTensorScan {
-            dst: cs_ap.clone(),
-            in0: ones_ap,
-            in1: m_ap.clone(),
-            initial: ScalarOperand::Imm(0.0),
-            op0: AluOp::Multiply,
-            op1: AluOp::Add,
-        }),
-        &[ones, m],
-        &[cs],
-    );
-    // w = m ? -1 : 2^23 - 1, so ix = cs + w is cs − 1 where selected and past `values` elsewhere.
-    const BIG: f64 = (1u64 << 23) as f64;
-    let w_ap = sb(DType::F32, 1, w.offset, n);
-    b.e.push(
-        Engine::Vector,
-        Op::TensorScalar(TensorScalar {
-            dst: w_ap.clone(),
-            src: m_ap,
-            op0: AluOp::Multiply,
-            operand0: ScalarOperand::Imm(-BIG),
-            reverse0: false,
-            op1: Some(AluOp::Add),
-            operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
-            reverse1: false,
-        }),
-        &[m],
-        &[w],
-    );
-    let ix_ap = sb(DType::I32, 1, ix.offset, n);
-    b.e.push(
-        Engine::Vector,
-        Op::TensorTensor(TensorTensor {
-            dst: ix_ap.clone(),
-            in0: cs_ap,
-            in1: w_ap,
-            op: AluOp::Add,
-        }),
-        &[cs, w],
-        &[ix],
-    );
+    let ix_ap = mask_positions(&mut b, m, m_ap, n, [ones, cs, w, ix]);
     b.e.push(
         Engine::Dma,
         Op::DmaCopy(DmaCopy {
