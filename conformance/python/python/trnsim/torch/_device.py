@@ -30,7 +30,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
-from . import _report
+from . import _backend, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
@@ -82,9 +82,32 @@ class _State:
         self.rng_calls = 0
         self.lock = threading.RLock()
         self.depth = 0  # nesting: ops run inside a decomposition or an in-place op are not top level
+        # The backend of Core ATen ops: None for trnconf's lowering, or an NKI backend module
+        # (`TRNSIM_TORCH_BACKEND=nki:MODULE`, `trnsim.torch.set_backend`).
+        self.backend: _backend.NkiModule | None = None
+        # Check mode: which backends (and kernels) served the ops of the current top-level call.
+        self.served: list[tuple[str, str, list[str]]] | None = None
+
+
+def _backend_from_env() -> None:
+    spec = os.environ.get("TRNSIM_TORCH_BACKEND")
+    if spec:
+        try:
+            STATE.backend = _backend.parse(spec)
+        except _backend.BackendError as e:
+            raise _backend.BackendError(f"TRNSIM_TORCH_BACKEND: {e}") from None
 
 
 STATE = _State()
+_backend_from_env()
+
+
+def _backend_info() -> dict[str, Any]:
+    mod = STATE.backend
+    return {"backend": backend(), "nki_module": mod.describe() if mod is not None else None}
+
+
+_report.REPORT.backend_info = _backend_info
 
 
 def _new_name() -> str:
@@ -470,6 +493,106 @@ def _decode_value(v: dict) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# Backends: trnconf's lowering, or an NKI backend module for the overloads it provides
+
+_NOT_SERVED = object()
+
+
+def _served(name: str, top: bool, backend: str = _backend.LOWERING, kernels: list[str] | None = None) -> None:
+    """Records that ``name`` ran on the device through ``backend`` (report, and check mode's
+    attribution of drift to a backend and its kernels)."""
+    _report.REPORT.op(name, "device", top)
+    _report.REPORT.backend(name, backend)
+    if STATE.served is not None:
+        STATE.served.append((name, backend, kernels or []))
+
+
+def _via_module(func, args, kwargs, top: bool):
+    """Runs ``func`` through the NKI backend module when it provides the overload; else (or when
+    its wrapper declines the call form) ``_NOT_SERVED``, and the lowering serves it."""
+    mod = STATE.backend
+    name = op_name(func)
+    if mod is None or not mod.provides(name):
+        return _NOT_SERVED
+    try:
+        out = _run_module(mod, func, args, kwargs)
+    except _backend.Declined as e:
+        _report.REPORT.declined(name, mod.label, str(e))
+        return _NOT_SERVED
+    _served(name, top, mod.label, mod.locations[name])
+    return out
+
+
+def _run_module(mod: _backend.NkiModule, func, args, kwargs):
+    """The module's wrapper and kernels on the call. The module convention hands the wrapper NumPy
+    arrays (it does layout with NumPy), so the inputs are copied to the host and the outputs back
+    into the session (counted under ``transfers``: ``nki_module_*``); the kernels themselves are
+    traced by trnsim.nki and run on the simulator."""
+    name = op_name(func)
+    meta = _meta_outputs(func, args, kwargs)
+    if meta is None:
+        raise _backend.Declined("PyTorch has no meta kernel for the call (the outputs' shapes are unknown)")
+
+    def host(x):
+        if isinstance(x, TrnsimTensor):
+            if x.dtype.is_complex:
+                raise _backend.Declined("a complex tensor (the NKI backend convention has no complex arrays)")
+            _report.REPORT.transfer("nki_module_device_to_host")
+            return _backend.numpy_of(download(x))
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "cpu" or x.dim() != 0:
+                raise TrnsimError(f"trnsim: `{name}` got a {x.device.type} tensor of shape {tuple(x.shape)} beside "
+                                  "trnsim tensors; move it with .to('trnsim')")
+            # A wrapped Python number, narrowed as the lowering path narrows it.
+            if x.dtype == torch.float64:
+                x = x.to(torch.float32)
+            return _backend.numpy_of(x)
+        if isinstance(x, torch.dtype):
+            return _backend.numpy_dtype(x)
+        if isinstance(x, (torch.device, torch.layout, torch.memory_format)):
+            raise _backend.Declined(f"a {type(x).__name__} argument (no NKI backend form)")
+        return x
+
+    hargs = tree_map(host, list(args))
+    hkwargs = {k: tree_map(host, v) for k, v in kwargs.items()}
+    try:
+        result, runs = mod.run(name, hargs, hkwargs)
+    except _backend.Declined:
+        raise
+    except RuntimeError as e:
+        raise TrnsimError(f"trnsim: {e}") from e
+    for stats in runs:
+        _report.REPORT.device_run(name, stats)
+    rets = func._schema.returns
+    metas = list(meta) if len(rets) > 1 else [meta]
+    results = list(result) if isinstance(result, (tuple, list)) and len(rets) > 1 else [result]
+    where = ", ".join(mod.locations[name])
+    if len(results) != len(metas):
+        raise TrnsimError(f"trnsim: {mod.label}: `{name}` returned {len(results)} outputs where the op has "
+                          f"{len(metas)} (kernels: {where})")
+    outs = []
+    for i, (r, m) in enumerate(zip(results, metas)):
+        t = _backend.torch_of(r)
+        if list(t.shape) != list(m.shape) or t.dtype != m.dtype:
+            raise TrnsimError(
+                f"trnsim: {mod.label}: `{name}` output {i} is {tuple(t.shape)} {t.dtype} where PyTorch's op gives "
+                f"{tuple(m.shape)} {m.dtype} (kernels: {where})"
+            )
+        _report.REPORT.transfer("nki_module_host_to_device")
+        outs.append(upload(t))
+    return tuple(outs) if len(rets) > 1 else outs[0]
+
+
+def set_backend(spec: str | None) -> None:
+    """``lowering`` (or None) or ``nki:MODULE``: the backend of the device's Core ATen ops."""
+    STATE.backend = _backend.parse(spec)
+
+
+def backend() -> str:
+    return STATE.backend.label if STATE.backend is not None else _backend.LOWERING
+
+
+# ---------------------------------------------------------------------------------------------
 # Dispatch
 
 
@@ -621,10 +744,13 @@ def _dispatch(func, args, kwargs, top: bool):
         return _RNG_INPLACE[func](*args, **kwargs)
     if func._schema.is_mutable:
         return _inplace(func, args, kwargs, top)
+    out = _via_module(func, args, kwargs, top)
+    if out is not _NOT_SERVED:
+        return out
     if _native.is_lowered(name):
         try:
             out = _run_lowered(func, args, kwargs)
-            _report.REPORT.op(name, "device", top)
+            _served(name, top)
             return out
         except _NotRunnable as e:
             reason = e
@@ -894,10 +1020,13 @@ def _call(func, args, kwargs):
     """The functional form of an in-place or `out=` call: lowered directly when trnconf lowers
     it (a factory's functional form would otherwise come back here through its `out=` form)."""
     name = op_name(func)
+    out = _via_module(func, args, kwargs, False)
+    if out is not _NOT_SERVED:
+        return out
     if _native.is_lowered(name):
         try:
             out = _run_lowered(func, args, kwargs)
-            _report.REPORT.op(name, "device", False)
+            _served(name, False)
             return out
         except _NotRunnable:
             pass
@@ -1089,15 +1218,23 @@ def _checked(func, args, kwargs):
             cpu_args = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, args)
             cpu_kwargs = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, kwargs)
             cpu_kwargs = {k: (torch.device("cpu") if isinstance(v, torch.device) else v) for k, v in cpu_kwargs.items()}
-    out = _dispatch(func, args, kwargs, True)
+    prev_served, STATE.served = STATE.served, []
+    try:
+        out = _dispatch(func, args, kwargs, True)
+        served = STATE.served
+    finally:
+        STATE.served = prev_served
     if compare:
+        # The backends (and NKI kernels) that computed this call, so drift names who drifted.
+        backends = sorted({b for _, b, _ in served})
+        kernels = sorted({k for _, _, ks in served for k in ks})
         with _report.REPORT.paused():
             expected = func(*cpu_args, **cpu_kwargs)
             got_flat, _ = tree_flatten(out)
             exp_flat, _ = tree_flatten(expected)
             for g, e in zip(got_flat, exp_flat):
                 if isinstance(g, TrnsimTensor) and isinstance(e, torch.Tensor):
-                    _report.REPORT.drift(name, download(g), e, _call_site())
+                    _report.REPORT.drift(name, download(g), e, _call_site(), backends=backends, kernels=kernels)
     return out
 
 
