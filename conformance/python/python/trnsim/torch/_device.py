@@ -118,12 +118,13 @@ class _Storage:
     """One session tensor: the device memory behind a tensor and all its views. Its contents are
     contiguous; views index it as a flat array of ``numel`` elements."""
 
-    __slots__ = ("__weakref__", "dtype", "name", "shape")
+    __slots__ = ("__weakref__", "dtype", "name", "owned", "shape")
 
-    def __init__(self, name: str, dtype: torch.dtype, shape: list[int]) -> None:
+    def __init__(self, name: str, dtype: torch.dtype, shape: list[int], owned: bool = True) -> None:
         self.name = name
         self.dtype = dtype
         self.shape = list(shape)
+        self.owned = owned  # False: a second handle on another storage's session tensor
 
     @property
     def numel(self) -> int:
@@ -137,7 +138,7 @@ class _Storage:
 
     def __del__(self) -> None:
         try:
-            if self.name is not None:
+            if self.name is not None and self.owned:
                 STATE.session.delete(self.name)
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the session may be gone
             pass
@@ -149,7 +150,10 @@ class TrnsimTensor(torch.Tensor):
     _trn: _Storage
 
     @staticmethod
-    def __new__(cls, storage: _Storage, size, stride=None, offset: int = 0):
+    def __new__(cls, storage: _Storage, size, stride=None, offset: int = 0, dtype: torch.dtype | None = None):
+        # `dtype` differs from the storage's only for the complex64 <-> float32 views
+        # (`view_as_real`, `view_as_complex`, `.real`, `.imag`); sizes, strides and offset are
+        # then in units of `dtype` over the same bytes, as PyTorch defines those views.
         if stride is None:
             stride = _contiguous_strides(size)
         t = torch.Tensor._make_wrapper_subclass(
@@ -157,7 +161,7 @@ class TrnsimTensor(torch.Tensor):
             size,
             strides=stride,
             storage_offset=offset,
-            dtype=storage.dtype,
+            dtype=dtype or storage.dtype,
             device=torch.device(DEVICE_NAME, 0),
             requires_grad=False,
         )
@@ -278,7 +282,58 @@ class _NotRunnable(Exception):
 
 def _is_whole(t: TrnsimTensor) -> bool:
     st = t._trn
-    return t.storage_offset() == 0 and t.is_contiguous() and list(t.shape) == st.shape
+    return t.storage_offset() == 0 and t.is_contiguous() and list(t.shape) == st.shape and t.dtype == st.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# complex64: stored as interleaved float32 pairs (the golden format's and the lowering's real
+# view, shape + [2]). A complex64 tensor and a float32 view of it (`view_as_real`) index the same
+# session bytes; `_real_layout` gives any such tensor's elements in float32 units of its storage.
+
+
+def _real_layout(t: TrnsimTensor) -> tuple[list[int], list[int], int]:
+    """Sizes, strides and offset of ``t``'s elements as float32 over its storage's real view
+    (a complex element is its (re, im) pair: a trailing axis of 2 with stride 1)."""
+    if t.dtype == torch.complex64:
+        return list(t.shape) + [2], [2 * s for s in t.stride()] + [1], 2 * t.storage_offset()
+    return list(t.shape), list(t.stride()), t.storage_offset()
+
+
+def _f32_elements(st: _Storage) -> int:
+    return st.numel * (2 if st.dtype == torch.complex64 else 1)
+
+
+def _real_base(st: _Storage) -> TrnsimTensor:
+    """The whole storage as a float32 tensor in its session shape (no copy: a second handle
+    on the same session tensor that never frees it)."""
+    alias = _Storage(st.name, torch.float32, st.dev_shape(), owned=False)
+    return TrnsimTensor(alias, alias.shape)
+
+
+def _adopt(t: TrnsimTensor, dtype: torch.dtype, shape: list[int]) -> TrnsimTensor:
+    """A fresh, whole float32 tensor's memory re-labelled as ``dtype`` of ``shape`` (its
+    float32 elements are the interleaved pairs of a complex64 tensor of ``shape``, or vice versa)."""
+    st = t._trn
+    new = _Storage(st.name, dtype, list(shape))
+    st.name = None
+    return TrnsimTensor(new, new.shape)
+
+
+def _real_gather(t: TrnsimTensor) -> _Storage:
+    """A storage holding ``t``'s elements contiguously, for a tensor whose dtype is not its
+    storage's (a complex64 / float32 view of the other): a device gather over the float32 real
+    view, then re-labelled as ``t``'s dtype."""
+    sizes, strides, offset = _real_layout(t)
+    out = _run_lowered(aten.as_strided.default, (_real_base(t._trn), sizes, strides, offset), {}, count=False)
+    if t.dtype == torch.complex64:
+        return _adopt(out, torch.complex64, list(t.shape))._trn
+    return out._trn
+
+
+def _real_view(z: TrnsimTensor) -> TrnsimTensor:
+    """``view_as_real(z)`` for a complex64 device tensor, without a report entry."""
+    sizes, strides, offset = _real_layout(z)
+    return TrnsimTensor(z._trn, sizes, strides, offset, dtype=torch.float32)
 
 
 def _contiguous_storage(t: TrnsimTensor) -> _Storage:
@@ -286,6 +341,8 @@ def _contiguous_storage(t: TrnsimTensor) -> _Storage:
     it is its whole storage, else a device gather (the ``as_strided`` lowering)."""
     if _is_whole(t):
         return t._trn
+    if t.dtype != t._trn.dtype:
+        return _real_gather(t)
     base = TrnsimTensor(t._trn, t._trn.shape)
     out = _run_lowered(
         aten.as_strided.default, (base, list(t.shape), list(t.stride()), t.storage_offset()), {}, count=False
@@ -708,6 +765,8 @@ def _dispatch(func, args, kwargs, top: bool):
         out = func.decompose(*args, **kwargs)
         if out is not NotImplemented:
             return out
+    if func in _COMPLEX_FORMS and any(isinstance(a, TrnsimTensor) and a.dtype == torch.complex64 for a in args[:1]):
+        return _COMPLEX_FORMS[func](func, args, kwargs, top)
     if func.is_view:
         if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
             return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
@@ -821,10 +880,13 @@ def _alias(func, args, kwargs):
     if isinstance(src, (list, tuple)):
         src = src[0]
     st = src._trn
-    base = torch.empty(st.numel, dtype=st.dtype, device="meta")
 
     def meta_view(x):
         if isinstance(x, TrnsimTensor):
+            # The storage seen in x's dtype (complex64 / float32 views count its elements in
+            # their own units), so PyTorch's meta kernel gives the view's true strides and offset.
+            n = _f32_elements(x._trn) // (2 if x.dtype == torch.complex64 else 1)
+            base = torch.empty(n, dtype=x.dtype, device="meta")
             return base.as_strided(x.shape, x.stride(), x.storage_offset())
         return x
 
@@ -836,14 +898,16 @@ def _alias(func, args, kwargs):
         return _unsupported(func, args, kwargs, "a conjugate or negative view (PyTorch's lazy conj/neg bit)")
     _report.REPORT.op(op_name(func), "view", STATE.depth == 1)
 
-    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype for m in flat_out):
-        # `view_as_complex`, `view(dtype)`: a reinterpretation of the bytes as another dtype,
-        # which the device's tensors (one dtype per storage) do not express.
+    real_pair = {torch.complex64, torch.float32}
+    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype and {m.dtype, st.dtype} != real_pair
+           for m in flat_out):
+        # `view(dtype)` and the like: a reinterpretation of the bytes as another dtype, which the
+        # device's tensors do not express (only complex64 <-> its float32 real view).
         return _unsupported(func, args, kwargs, "a view as another dtype")
 
     def wrap(m):
         if isinstance(m, torch.Tensor):
-            return TrnsimTensor(st, m.shape, m.stride(), m.storage_offset())
+            return TrnsimTensor(st, m.shape, m.stride(), m.storage_offset(), dtype=m.dtype)
         return m
 
     return tree_map(wrap, out)
@@ -851,6 +915,10 @@ def _alias(func, args, kwargs):
 
 def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     dev = torch.device(device) if device is not None else None
+    if dtype in (torch.complex32, torch.complex128, torch.float64) and (dev is None or dev.type == DEVICE_NAME):
+        _report.REPORT.refusal(str(dtype))
+        raise DtypeError(f"trnsim: {dtype} has no device dtype on Trainium (policy: float64, complex128 and "
+                         "complex32 are refused; complex64 is stored as float32 pairs)")
     if isinstance(x, TrnsimTensor) and dev is not None and dev.type != DEVICE_NAME:
         host = download(x)
         _report.REPORT.transfer("device_to_host")
@@ -900,6 +968,9 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
     if src.dtype != dst.dtype:
         src = _run_lowered(aten._to_copy.default, (src,), {"dtype": dst.dtype}, count=False)
     st = dst._trn
+    if dst.dtype != st.dtype:
+        raise _NotRunnable("unsupported", "an in-place write through a view as another dtype (view_as_real, "
+                           "view_as_complex, .real, .imag of a complex64 tensor)")
     if _is_whole(dst) or (dst.storage_offset() == 0 and dst.is_contiguous() and dst.numel() == st.numel):
         new = src._trn
         old = st.name
@@ -1199,6 +1270,58 @@ def _uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
 
 
 _RNG_INPLACE = {aten.normal_.default: _normal_, aten.uniform_.default: _uniform_}
+
+
+# ---------------------------------------------------------------------------------------------
+# complex64 ops the lowering has no complex form of, computed on the engines over the float32
+# real view (docs/torch-device.md, "Dtypes")
+
+
+def _conj_physical(func, args, kwargs, top):
+    """conj(z) = (re, −im): the real view times (1, −1), the Vector Engine's multiply (bit-exact:
+    a sign flip, −0.0 and NaN included). ``_conj`` (PyTorch's lazy conjugate *view*) is served
+    the same way: the device's tensors carry no conj bit, so the result is a new tensor."""
+    z = args[0]
+    sign = upload(torch.tensor([1.0, -1.0]))
+    prod = _run_lowered(aten.mul.Tensor, (_real_view(z), sign), {})
+    _served(op_name(func), top)
+    return _adopt(prod, torch.complex64, list(z.shape))
+
+
+def _fft_c2c(func, args, kwargs, top):
+    """``_fft_c2c`` from the lowered ``_fft_r2c``: FFT(x + iy) = FFT(x) + i·FFT(y) by linearity,
+    with x, y the real and imaginary parts (each a full, not onesided, real-input transform over
+    the same dims and normalisation). The inverse transform of a real input is the conjugate of
+    the forward one, so ``forward=False`` combines the conjugated spectra. The combine is one
+    add and one subtract per element on the engines."""
+    z, dim, normalization, forward = args[:4]
+    r = _real_view(z)
+    x = dispatch_inner(aten.select.int, (r, -1, 0), {})
+    y = dispatch_inner(aten.select.int, (r, -1, 1), {})
+    fa = _real_view(dispatch_inner(aten._fft_r2c.default, (x, list(dim), normalization, False), {}))
+    fb = _real_view(dispatch_inner(aten._fft_r2c.default, (y, list(dim), normalization, False), {}))
+    a_re, a_im = (dispatch_inner(aten.select.int, (fa, -1, i), {}) for i in (0, 1))
+    b_re, b_im = (dispatch_inner(aten.select.int, (fb, -1, i), {}) for i in (0, 1))
+    if forward:  # (a_re − b_im) + i(a_im + b_re)
+        re = dispatch_inner(aten.sub.Tensor, (a_re, b_im), {})
+        im = dispatch_inner(aten.add.Tensor, (a_im, b_re), {})
+    else:  # conj(A) + i·conj(B) = (a_re + b_im) + i(b_re − a_im)
+        re = dispatch_inner(aten.add.Tensor, (a_re, b_im), {})
+        im = dispatch_inner(aten.sub.Tensor, (b_re, a_im), {})
+    pair = dispatch_inner(aten.cat.default, ([dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
+                                              dispatch_inner(aten.unsqueeze.default, (im, -1), {})], -1), {})
+    if not _is_whole(pair):
+        pair = _run_lowered(aten.clone.default, (pair,), {}, count=False)
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _adopt(pair, torch.complex64, list(z.shape))
+
+
+_COMPLEX_FORMS = {
+    aten._conj.default: _conj_physical,
+    aten._conj_physical.default: _conj_physical,
+    aten.conj_physical.default: _conj_physical,
+    aten._fft_c2c.default: _fft_c2c,
+}
 
 
 # ---------------------------------------------------------------------------------------------

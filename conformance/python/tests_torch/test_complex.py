@@ -1,0 +1,118 @@
+"""complex64 on the `trnsim` device: interleaved float32 storage, bit-exact transfers, real <->
+complex copies, `view_as_real` / `view_as_complex` as views, conjugation, and the FFTs against
+the CPU. complex128 and complex32 stay refused by the dtype policy."""
+
+import pytest
+import torch
+import trnsim.torch
+
+# The golden suite's tolerance for complex64 outputs (trnsim._native.tolerance).
+TOL = {"rtol": 1.3e-6, "atol": 1e-5}
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    trnsim.torch.set_fallback(False)
+    trnsim.torch.reset_report()
+    yield
+
+
+def _bits(z):
+    return torch.view_as_real(z).contiguous().view(torch.int32)
+
+
+def _cplx(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.complex(torch.randn(*shape, generator=g), torch.randn(*shape, generator=g))
+
+
+def test_round_trip_is_bit_exact_with_specials():
+    z = _cplx(5, 7)
+    z[0, 0] = complex(float("nan"), -0.0)
+    z[1, 2] = complex(float("inf"), float("-inf"))
+    z[2, 3] = complex(-0.0, 1e-42)  # a subnormal imaginary part
+    d = z.to("trnsim")
+    assert d.dtype == torch.complex64 and d.device.type == "trnsim"
+    assert torch.equal(_bits(d.cpu()), _bits(z))
+    # through a strided view (gathered on the device) too
+    assert torch.equal(_bits(d.t()[1:, ::2].cpu()), _bits(z.t()[1:, ::2].contiguous()))
+
+
+def test_factories_and_real_complex_copies():
+    e = torch.zeros(3, 4, dtype=torch.complex64, device="trnsim")
+    assert torch.equal(e.cpu(), torch.zeros(3, 4, dtype=torch.complex64))
+    x = torch.randn(6, 5)
+    z = x.to("trnsim").to(torch.complex64)  # real -> complex: (x, 0)
+    assert torch.equal(_bits(z.cpu()), _bits(x.to(torch.complex64)))
+    c = _cplx(6, 5, seed=1)
+    back = c.to("trnsim").to(torch.float32)  # complex -> real: the real part (PyTorch warns)
+    assert torch.equal(back.cpu(), c.real)
+
+
+def test_view_as_real_and_complex_are_views():
+    z = _cplx(4, 3, seed=2)
+    d = z.to("trnsim")
+    r = torch.view_as_real(d)
+    assert r.dtype == torch.float32 and list(r.shape) == [4, 3, 2]
+    assert torch.equal(r.cpu(), torch.view_as_real(z))
+    assert torch.equal(d.real.cpu(), z.real) and torch.equal(d.imag.cpu(), z.imag)
+    # An in-place write to the complex tensor is seen through its real view (same memory).
+    d.zero_()
+    assert torch.equal(r.cpu(), torch.zeros(4, 3, 2))
+    f = torch.randn(5, 2)
+    df = f.to("trnsim")
+    c = torch.view_as_complex(df)
+    assert c.dtype == torch.complex64 and torch.equal(c.cpu(), torch.view_as_complex(f))
+    df.fill_(2.0)
+    assert torch.equal(c.cpu(), torch.full((5,), complex(2.0, 2.0), dtype=torch.complex64))
+    rep = trnsim.torch.report()
+    assert rep["ops"]["view_as_real"]["view"] >= 1 and rep["ops"]["view_as_complex"]["view"] == 1
+
+
+def test_conj_is_resolved_on_the_device():
+    z = _cplx(3, 8, seed=3)
+    z[0, 0] = complex(1.0, 0.0)  # conj gives -0.0: the sign bit must flip
+    d = z.to("trnsim")
+    for got in (d.conj().cpu(), torch.conj_physical(d).cpu(), d.conj().resolve_conj().cpu()):
+        assert not got.is_conj()
+        assert torch.equal(_bits(got), _bits(z.conj().resolve_conj()))
+    assert trnsim.torch.report()["ops"]["_conj"]["device"] >= 1
+
+
+@pytest.mark.parametrize("shape,dim,norm", [((16,), -1, None), ((4, 12), -1, "ortho"), ((3, 8, 5), 1, "forward"),
+                                            ((6, 10), 0, "backward")])
+def test_fft_ifft_match_cpu(shape, dim, norm):
+    z = _cplx(*shape, seed=len(shape))
+    d = z.to("trnsim")
+    with trnsim.torch.checking():
+        f = torch.fft.fft(d, dim=dim, norm=norm)
+        i = torch.fft.ifft(d, dim=dim, norm=norm)
+    torch.testing.assert_close(f.cpu(), torch.fft.fft(z, dim=dim, norm=norm), **TOL)
+    torch.testing.assert_close(i.cpu(), torch.fft.ifft(z, dim=dim, norm=norm), **TOL)
+    assert trnsim.torch.report()["first_out_of_tolerance"] is None
+
+
+@pytest.mark.parametrize("shape", [(32,), (5, 9)])
+def test_rfft_and_fft_of_real_match_cpu(shape):
+    x = torch.randn(*shape)
+    d = x.to("trnsim")
+    torch.testing.assert_close(torch.fft.rfft(d).cpu(), torch.fft.rfft(x), **TOL)
+    torch.testing.assert_close(torch.fft.fft(d).cpu(), torch.fft.fft(x), **TOL)
+    torch.testing.assert_close(torch.fft.irfft(torch.fft.rfft(d)).cpu(), torch.fft.irfft(torch.fft.rfft(x)), **TOL)
+
+
+def test_fft2_round_trip():
+    z = _cplx(6, 8, seed=7)
+    d = z.to("trnsim")
+    torch.testing.assert_close(torch.fft.fft2(d).cpu(), torch.fft.fft2(z), **TOL)
+    torch.testing.assert_close(torch.fft.ifft2(torch.fft.fft2(d)).cpu(), z, **TOL)
+
+
+def test_complex128_and_complex32_are_refused():
+    z = _cplx(3)
+    with pytest.raises(trnsim.torch.DtypeError, match="complex128"):
+        z.to(torch.complex128).to("trnsim")
+    with pytest.raises(trnsim.torch.DtypeError, match="complex32"):
+        z.to("trnsim").to(torch.complex32)
+    refusals = trnsim.torch.report()["dtype_refusals"]
+    assert refusals.get("torch.complex128", 0) >= 1 and refusals.get("torch.complex32", 0) >= 1
