@@ -69,6 +69,44 @@ def test_view_as_real_and_complex_are_views():
     assert rep["ops"]["view_as_real"]["view"] >= 1 and rep["ops"]["view_as_complex"]["view"] == 1
 
 
+def test_writes_into_complex_views_and_through_real_views():
+    z = _cplx(6, 5, seed=4)
+    d = z.to("trnsim")
+    e = z.clone()
+    d[:, 1] = 3 - 4j  # a partial write into a complex64 view
+    e[:, 1] = 3 - 4j
+    d[2:4].copy_(torch.full((2, 5), 0.5j, dtype=torch.complex64).to("trnsim"))
+    e[2:4] = 0.5j
+    d.real[0].mul_(2.0)  # through a float32 view of complex64 memory
+    e.real[0].mul_(2.0)
+    d.imag.clamp_(min=0.0)
+    e.imag.clamp_(min=0.0)
+    assert torch.equal(_bits(d.cpu()), _bits(e))
+    f = torch.randn(4, 2)
+    df = f.to("trnsim")
+    torch.view_as_complex(df)[1:3] = 1 + 1j  # through a complex64 view of float32 memory
+    f[1:3] = 1.0
+    assert torch.equal(df.cpu(), f)
+
+
+def test_complex_from_parts_polar_and_indexing():
+    re, im = torch.randn(7, 3), torch.randn(7, 3)
+    c = torch.complex(re.to("trnsim"), im.to("trnsim"))
+    assert torch.equal(_bits(c.cpu()), _bits(torch.complex(re, im)))
+    r, th = torch.rand(9), torch.randn(9)
+    torch.testing.assert_close(torch.polar(r.to("trnsim"), th.to("trnsim")).cpu(), torch.polar(r, th), **TOL)
+    z = _cplx(5, 6, seed=5)
+    d = z.to("trnsim")
+    idx = torch.tensor([4, 0, 2])
+    didx = idx.to("trnsim")
+    assert torch.equal(d[didx].cpu(), z[idx])
+    assert torch.equal(d[:, didx].cpu(), z[:, idx])
+    assert torch.equal(torch.index_select(d, -1, didx).cpu(), torch.index_select(z, -1, idx))
+    mask = z.real > 0
+    assert torch.equal(d[mask.to("trnsim")].cpu(), z[mask])
+    assert torch.equal(torch.fft.fftshift(d).cpu(), torch.fft.fftshift(z))
+
+
 def test_conj_is_resolved_on_the_device():
     z = _cplx(3, 8, seed=3)
     z[0, 0] = complex(1.0, 0.0)  # conj gives -0.0: the sign bit must flip

@@ -969,8 +969,7 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
         src = _run_lowered(aten._to_copy.default, (src,), {"dtype": dst.dtype}, count=False)
     st = dst._trn
     if dst.dtype != st.dtype:
-        raise _NotRunnable("unsupported", "an in-place write through a view as another dtype (view_as_real, "
-                           "view_as_complex, .real, .imag of a complex64 tensor)")
+        return _write_real(dst, src)
     if _is_whole(dst) or (dst.storage_offset() == 0 and dst.is_contiguous() and dst.numel() == st.numel):
         new = src._trn
         old = st.name
@@ -978,6 +977,8 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
         new.name = None
         STATE.session.delete(old)
         return
+    if st.dtype == torch.complex64:
+        return _write_real(dst, src)
     # A partial view: index_put over the flat storage, at the view's element positions.
     flat = TrnsimTensor(st, [st.numel]) if len(st.shape) != 1 else TrnsimTensor(st, st.shape)
     if len(st.shape) != 1:
@@ -988,6 +989,35 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
     written = _run_lowered(aten.index_put.default, (flat, [idx], vals), {}, count=False)
     if len(st.shape) != 1:
         written = _run_lowered(aten.view.default, (written, list(st.shape)), {}, count=False)
+    new = written._trn
+    old = st.name
+    st.name = new.name
+    new.name = None
+    STATE.session.delete(old)
+
+
+def _write_real(dst: TrnsimTensor, src: TrnsimTensor) -> None:
+    """``_write_into`` for complex64 memory (a partial complex64 view, or a float32 / complex64
+    view of the other dtype's storage): the same write over the storage's float32 real view,
+    where a complex element is its (re, im) pair (the lowering's index_put has no complex form)."""
+    st = dst._trn
+    n = _f32_elements(st)
+    sizes, strides, offset = _real_layout(dst)
+    src_real = _real_base(src._trn)  # src is fresh and whole: its bytes in float32
+    if sizes == st.dev_shape() and strides == _contiguous_strides(sizes) and offset == 0:
+        # The view covers the whole storage in order: the storage takes over src's memory.
+        new = src._trn
+        old = st.name
+        st.name = new.name
+        new.name = None
+        STATE.session.delete(old)
+        return
+    flat = _run_lowered(aten.view.default, (_real_base(st), [n]), {}, count=False)
+    positions = torch.arange(n, dtype=torch.int64).as_strided(sizes, strides, offset)
+    idx = upload(positions.reshape(-1))
+    vals = _run_lowered(aten.view.default, (src_real, [src_real.numel()]), {}, count=False)
+    written = _run_lowered(aten.index_put.default, (flat, [idx], vals), {}, count=False)
+    written = _run_lowered(aten.view.default, (written, st.dev_shape()), {}, count=False)
     new = written._trn
     old = st.name
     st.name = new.name
@@ -1316,7 +1346,24 @@ def _fft_c2c(func, args, kwargs, top):
     return _adopt(pair, torch.complex64, list(z.shape))
 
 
+def _index_real(func, args, kwargs, top):
+    """``index.Tensor`` / ``index_select`` of complex64: the same indexing of the float32 real
+    view (the indices address leading dims; the trailing (re, im) axis comes along), whose result
+    is the complex64 result's real view (the lowering's indexing has no complex form)."""
+    z = args[0]
+    rest = list(args[1:])
+    if func is aten.index_select.default:
+        rest[0] = rest[0] % max(z.dim(), 1)  # a negative dim would count from the pair axis
+    out = _call(func, (_real_view(z), *rest), kwargs)
+    if not _is_whole(out):
+        out = _run_lowered(aten.clone.default, (out,), {}, count=False)
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _adopt(out, torch.complex64, list(out.shape[:-1]))
+
+
 _COMPLEX_FORMS = {
+    aten.index.Tensor: _index_real,
+    aten.index_select.default: _index_real,
     aten._conj.default: _conj_physical,
     aten._conj_physical.default: _conj_physical,
     aten.conj_physical.default: _conj_physical,
