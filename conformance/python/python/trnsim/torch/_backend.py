@@ -99,29 +99,52 @@ def _kernels_of(entry) -> list:
     return list(k) if isinstance(k, (tuple, list)) else [k]
 
 
-class _CountingKernel:
-    """A kernel handed to a wrapper: calls the real one and records the simulator run's
-    statistics, so the device's report counts the kernel's programs and estimated time."""
+def last_stats() -> dict:
+    """The statistics of the latest kernel run (``trnsim.nki.last_run()``)."""
+    import trnsim.nki
 
-    def __init__(self, kernel, runs: list) -> None:
+    run = trnsim.nki.last_run()
+    stats = run.stats if run is not None else None
+    if isinstance(stats, str):
+        import json
+
+        stats = json.loads(stats)
+    return stats or {}
+
+
+def _host_call(kernel, args, kwargs, runs: list):
+    out = kernel(*args, **kwargs)
+    runs.append(last_stats())
+    return out
+
+
+def retarget(kernel, target: str | None):
+    """``kernel`` (an ``nki.jit`` kernel or a plain function) traced for ``target``: the device's
+    target, so a kernel runs on the NeuronCore the device simulates."""
+    import trnsim.nki
+
+    if target is None:
+        return kernel
+    if not isinstance(kernel, trnsim.nki.Kernel):
+        return trnsim.nki.Kernel(kernel, target=target)
+    return trnsim.nki.Kernel(kernel.func, kernel.mode, kernel.grid, target, kernel.numerics, **kernel.options)
+
+
+class _CountingKernel:
+    """A kernel handed to a wrapper: calls the real one through ``call`` (the host convention, or
+    the device's session) and records the simulator run's statistics, so the device's report
+    counts the kernel's programs and estimated time."""
+
+    def __init__(self, kernel, runs: list, call=_host_call) -> None:
         self._kernel = kernel
         self._runs = runs
+        self._call = call
 
     def __call__(self, *args, **kwargs):
-        import trnsim.nki
-
-        out = self._kernel(*args, **kwargs)
-        run = trnsim.nki.last_run()
-        stats = run.stats if run is not None else None
-        if isinstance(stats, str):
-            import json
-
-            stats = json.loads(stats)
-        self._runs.append(stats or {})
-        return out
+        return self._call(self._kernel, args, kwargs, self._runs)
 
     def __getitem__(self, grid):  # `kernel[grid](...)`: an SPMD launch
-        return _CountingKernel(self._kernel[grid], self._runs)
+        return _CountingKernel(self._kernel[grid], self._runs, self._call)
 
     def __getattr__(self, name: str):
         return getattr(self._kernel, name)
@@ -170,16 +193,18 @@ class NkiModule:
             "overloads": {op: self.locations[op] for op in sorted(self.table)},
         }
 
-    def run(self, op: str, args: list, kwargs: dict) -> tuple[Any, list[dict]]:
-        """Calls the wrapper of ``op`` (arguments already host values); returns its result and
-        the statistics of every kernel run. Raises :class:`Declined` or a RuntimeError naming
-        where in the module it failed."""
+    def run(self, op: str, args: list, kwargs: dict, call=_host_call, raw: bool = False,
+            target: str | None = None) -> tuple[Any, list[dict]]:
+        """Calls the wrapper of ``op``; every kernel call goes through ``call``, traced for
+        ``target`` (None: the kernel's own). Returns the result and the statistics of every
+        kernel run. Raises :class:`Declined`, and otherwise a RuntimeError naming where in the
+        module it failed (``raw``: the error itself)."""
         kernels, wrapper = self.table[op]
         runs: list[dict] = []
         if isinstance(kernels, (tuple, list)):
-            counted = type(kernels)(_CountingKernel(k, runs) for k in kernels)
+            counted = type(kernels)(_CountingKernel(retarget(k, target), runs, call) for k in kernels)
         else:
-            counted = _CountingKernel(kernels, runs)
+            counted = _CountingKernel(retarget(kernels, target), runs, call)
         try:
             result = wrapper(counted, *args, **kwargs)
         except NotImplementedError as e:
@@ -188,8 +213,12 @@ class NkiModule:
             if ours and tb and ours[-1] == tb[-1]:
                 where = f"{_display_path(ours[-1].filename)}:{ours[-1].lineno}"
                 raise Declined(f"call form not supported by the backend ({where}): {e}") from e
+            if raw:
+                raise
             raise RuntimeError(self.describe_error(op, e)) from e
         except Exception as e:  # named with the module's file:line and re-raised
+            if raw:
+                raise
             raise RuntimeError(self.describe_error(op, e)) from e
         return result, runs
 

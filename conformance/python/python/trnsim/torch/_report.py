@@ -43,6 +43,7 @@ class Report:
         self.drifts: dict[str, dict[str, Any]] = {}
         self.backends: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.declines: dict[str, dict[str, Any]] = {}
+        self.host_paths: dict[str, dict[str, Any]] = {}
         self.first_out_of_tolerance: dict[str, Any] | None = None
         self._paused = 0
 
@@ -81,6 +82,13 @@ class Report:
         if self._paused:
             return
         d = self.declines.setdefault(name, {"backend": label, "count": 0, "first_reason": why})
+        d["count"] += 1
+
+    def module_host_path(self, name: str, why: str) -> None:
+        """An NKI module's wrapper could not run on device arrays: it ran on NumPy arrays."""
+        if self._paused:
+            return
+        d = self.host_paths.setdefault(name, {"count": 0, "first_reason": why[:500]})
         d["count"] += 1
 
     def fallback(self, name: str, site: str) -> None:
@@ -167,6 +175,8 @@ class Report:
                 entry["backends"] = dict(self.backends[name])
             if name in self.declines:
                 entry["nki_declined"] = self.declines[name]
+            if name in self.host_paths:
+                entry["nki_host_path"] = self.host_paths[name]
             ops[name] = entry
         total_ns = sum(r["est_ns"] for r in self.runs.values())
         info = self.backend_info() if self.backend_info is not None else {"backend": "lowering", "nki_module": None}
