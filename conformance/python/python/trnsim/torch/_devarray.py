@@ -134,10 +134,21 @@ class DevArray(trnsim.nki.DeviceTensor):
         return DevArray(self.t.clone())
 
     def min(self):
-        return torch.amin(self.t).item()
+        return self._extreme(torch.ops.aten.amin.default)
 
     def max(self):
-        return torch.amax(self.t).item()
+        return self._extreme(torch.ops.aten.amax.default)
+
+    def _extreme(self, op):
+        """A reduction the wrapper decides on (e.g. whether int64 values fit int32): reduced on
+        the device by the lowering (not the module: its own wrapper may ask the same question),
+        and the one value read on the host (counted)."""
+        if self.size == 0:
+            raise ValueError("zero-size array to reduction operation which has no identity")
+        r = _device._run_lowered(op, (self.t, list(range(self.t.dim()))), {}, count=False)
+        _report.REPORT.transfer("nki_module_device_to_host")
+        v = _device.download(r).item()
+        return self.dtype.type(v)
 
     def __getitem__(self, key):
         if isinstance(key, (DevArray, np.ndarray, list)):
