@@ -816,6 +816,8 @@ def _dispatch(func, args, kwargs, top: bool):
             return out
     if func in _COMPLEX_FORMS and any(isinstance(a, TrnsimTensor) and a.dtype == torch.complex64 for a in args[:1]):
         return _COMPLEX_FORMS[func](func, args, kwargs, top)
+    if func in _COMPLEX_ARITH and _complex_result(func, args, kwargs):
+        return _COMPLEX_ARITH[func](func, args, kwargs, top)
     if func.is_view:
         if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
             return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
@@ -1410,7 +1412,113 @@ def _index_real(func, args, kwargs, top):
     return _adopt(out, torch.complex64, list(out.shape[:-1]))
 
 
+def _complex_result(func, args, kwargs) -> bool:
+    if not any(isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.dtype.is_complex)
+               for x in tree_flatten((args, kwargs))[0]):
+        return False  # the common case, without a meta call
+    meta = _meta_outputs(func, args, kwargs)
+    return isinstance(meta, torch.Tensor) and meta.dtype == torch.complex64
+
+
+def _complex_operand(x) -> TrnsimTensor:
+    """An operand of a complex64 op as a complex64 device tensor: a real device tensor converted
+    on the device (the lowered ``_to_copy``: ``(x, 0)``), a wrapped CPU scalar or a Python number
+    moved as complex64 (as a wrapped number takes the op's dtype)."""
+    if isinstance(x, TrnsimTensor):
+        if x.dtype == torch.complex64:
+            return x
+        return _call(aten._to_copy.default, (x,), {"dtype": torch.complex64})
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu" or x.dim() != 0:
+            raise TrnsimError(f"trnsim: a {x.device.type} tensor of shape {tuple(x.shape)} beside trnsim tensors; "
+                              "move it with .to('trnsim')")
+        return upload(x.to(torch.complex64))
+    return upload(torch.tensor(complex(x), dtype=torch.complex64))
+
+
+def _parts(z: TrnsimTensor) -> tuple[TrnsimTensor, TrnsimTensor]:
+    """The real and imaginary parts of a complex64 tensor: float32 views of its memory."""
+    r = _real_view(z)
+    return dispatch_inner(aten.select.int, (r, -1, 0), {}), dispatch_inner(aten.select.int, (r, -1, 1), {})
+
+
+def _from_parts(re: TrnsimTensor, im: TrnsimTensor) -> TrnsimTensor:
+    """A complex64 tensor from float32 parts of one shape: interleaved on the device (``cat`` of
+    the parts along a new last axis), the result re-labelled as complex64."""
+    pair = dispatch_inner(aten.cat.default, ([dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
+                                              dispatch_inner(aten.unsqueeze.default, (im, -1), {})], -1), {})
+    if not _is_whole(pair):
+        pair = _run_lowered(aten.clone.default, (pair,), {}, count=False)
+    return _adopt(pair, torch.complex64, list(pair.shape[:-1]))
+
+
+def _on_real_view(out: TrnsimTensor) -> TrnsimTensor:
+    if not _is_whole(out):
+        out = _run_lowered(aten.clone.default, (out,), {}, count=False)
+    return _adopt(out, torch.complex64, list(out.shape[:-1]))
+
+
+def _complex_add(func, args, kwargs, top):
+    """``add`` / ``sub`` of complex64: the same op on the operands' float32 real views (a real
+    ``alpha`` scales both parts alike; the (re, im) axis broadcasts with the tensors)."""
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    if isinstance(alpha, complex):
+        if alpha.imag:
+            return _unsupported(func, args, kwargs, "a complex alpha")
+        alpha = alpha.real
+    a, b = _complex_operand(args[0]), _complex_operand(args[1])
+    real_op = aten.add.Tensor if func is aten.add.Tensor else aten.sub.Tensor
+    out = _call(real_op, (_real_view(a), _real_view(b)), {"alpha": alpha} if alpha != 1 else {})
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _on_real_view(out)
+
+
+def _complex_mul(func, args, kwargs, top):
+    """``mul`` of complex64: ``(ar·br − ai·bi) + i(ar·bi + ai·br)`` from the parts, each product
+    and sum one float32 engine op rounded once, as PyTorch's scalar complex multiply. A real
+    operand is first made complex (``(x, 0)``), as PyTorch promotes it."""
+    a, b = _complex_operand(args[0]), _complex_operand(args[1])
+    ar, ai = _parts(a)
+    br, bi = _parts(b)
+
+    def mul(x, y):
+        return dispatch_inner(aten.mul.Tensor, (x, y), {})
+
+    re = dispatch_inner(aten.sub.Tensor, (mul(ar, br), mul(ai, bi)), {})
+    im = dispatch_inner(aten.add.Tensor, (mul(ar, bi), mul(ai, br)), {})
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _from_parts(re, im)
+
+
+def _complex_neg(func, args, kwargs, top):
+    """``neg`` of complex64: both parts negated (the float32 real view's ``neg``)."""
+    out = _call(aten.neg.default, (_real_view(_complex_operand(args[0])),), {})
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _on_real_view(out)
+
+
+#: complex64 arithmetic, chosen when PyTorch's meta kernel says the result is complex64.
+_COMPLEX_ARITH = {
+    aten.add.Tensor: _complex_add,
+    aten.sub.Tensor: _complex_add,
+    aten.mul.Tensor: _complex_mul,
+    aten.mul.Scalar: _complex_mul,
+    aten.neg.default: _complex_neg,
+}
+
+
+def _index_put_real(func, args, kwargs, top):
+    """``index_put`` into complex64: the same ``index_put`` on the float32 real views of the
+    target and the values (the indices address leading dims; accumulation adds both parts)."""
+    z, indices, values = args[0], args[1], _complex_operand(args[2])
+    rest = list(args[3:])
+    out = _call(func, (_real_view(z), indices, _real_view(values), *rest), kwargs)
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _on_real_view(out)
+
+
 _COMPLEX_FORMS = {
+    aten.index_put.default: _index_put_real,
     aten.index.Tensor: _index_real,
     aten.index_select.default: _index_real,
     aten._conj.default: _conj_physical,
