@@ -244,3 +244,32 @@ def test_a_failing_kernel_names_its_module_line(tmp_path):
     trnsim.torch.set_backend(f"nki:{path}")
     with pytest.raises(trnsim.torch.TrnsimError, match=r"failing_backend\.py:\d+"):
         torch.exp(torch.randn(4, 6).to("trnsim"))
+
+
+@pytest.mark.parametrize("script,args", [("mlp_train.py", []), ("model_forward.py", ["gpt2"])])
+def test_examples_train_and_run_with_the_module(script, args, tmp_path):
+    # Autograd and the optimiser through the module's kernels (mm, add, mul, relu, gelu, sums, …):
+    # the script itself exits non-zero when a step's loss (or the output) leaves its CPU bound.
+    report = tmp_path / "r.json"
+    env = dict(os.environ, TRNSIM_TORCH_BACKEND=LABEL, TRNSIM_TORCH_REPORT=str(report))
+    path = os.path.join(HERE, "..", "examples", "torch", script)
+    out = subprocess.run([sys.executable, path, *args], check=False, capture_output=True, text=True, cwd=tmp_path,
+                         env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rep = json.loads(report.read_text())
+    assert rep["backend"] == LABEL and rep["fallback_count"] == 0
+    ops = rep["ops"]
+    assert LABEL in ops["mm"]["backends"] and LABEL in ops["add.Tensor"]["backends"], ops
+    assert not any("nki_host_path" in e for e in ops.values())
+
+
+def test_kernels_are_traced_for_the_device_target():
+    # On a trn2 device, a legacy-API kernel is traced for trn2 and runs in the session (a program
+    # traced for trn1 would be refused by the trn2 session and need the host path).
+    script = ("import torch, trnsim.torch, json; a = torch.randn(4, 6); "
+              "torch.testing.assert_close(torch.exp(a.to('trnsim')).cpu(), torch.exp(a), rtol=1.3e-6, atol=1e-5); "
+              "print(json.dumps(trnsim.torch.report()['ops']['exp']))")
+    env = dict(os.environ, TRNSIM_TORCH_BACKEND=LABEL, TRNSIM_TORCH_TARGET="trn2")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    exp = json.loads(out.stdout.strip().splitlines()[-1])
+    assert exp["backends"] == {LABEL: 1} and "nki_host_path" not in exp, exp
