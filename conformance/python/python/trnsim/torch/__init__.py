@@ -12,6 +12,10 @@ Importing this module registers the device (PyTorch's PrivateUse1 backend, renam
   warned once per op and counted in :func:`report`;
 * check (``TRNSIM_TORCH_CHECK=1`` or ``with trnsim.torch.checking():``): every op also runs on
   the CPU on the same inputs and the drift is recorded per op.
+
+Backends (``TRNSIM_TORCH_BACKEND`` or :func:`set_backend`, spelled as ``trnconf run --backend``):
+``lowering`` (the default) or ``nki:MODULE``, an NKI backend module whose kernels serve the
+overloads it provides; the lowering serves the rest.
 """
 
 from __future__ import annotations
@@ -23,17 +27,21 @@ from typing import Any
 import torch
 
 from . import _device, _report
-from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, checking
+from ._backend import BackendError
+from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 
 __all__ = [
+    "BackendError",
     "DtypeError",
     "TrnsimError",
     "TrnsimTensor",
     "UnsupportedOpError",
+    "backend",
     "checking",
     "register",
     "report",
     "reset_report",
+    "set_backend",
     "set_fallback",
     "write_report",
 ]

@@ -30,7 +30,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
-from . import _report
+from . import _backend, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
@@ -82,9 +82,32 @@ class _State:
         self.rng_calls = 0
         self.lock = threading.RLock()
         self.depth = 0  # nesting: ops run inside a decomposition or an in-place op are not top level
+        # The backend of Core ATen ops: None for trnconf's lowering, or an NKI backend module
+        # (`TRNSIM_TORCH_BACKEND=nki:MODULE`, `trnsim.torch.set_backend`).
+        self.backend: _backend.NkiModule | None = None
+        # Check mode: which backends (and kernels) served the ops of the current top-level call.
+        self.served: list[tuple[str, str, list[str]]] | None = None
+
+
+def _backend_from_env() -> None:
+    spec = os.environ.get("TRNSIM_TORCH_BACKEND")
+    if spec:
+        try:
+            STATE.backend = _backend.parse(spec)
+        except _backend.BackendError as e:
+            raise _backend.BackendError(f"TRNSIM_TORCH_BACKEND: {e}") from None
 
 
 STATE = _State()
+_backend_from_env()
+
+
+def _backend_info() -> dict[str, Any]:
+    mod = STATE.backend
+    return {"backend": backend(), "nki_module": mod.describe() if mod is not None else None}
+
+
+_report.REPORT.backend_info = _backend_info
 
 
 def _new_name() -> str:
@@ -95,12 +118,13 @@ class _Storage:
     """One session tensor: the device memory behind a tensor and all its views. Its contents are
     contiguous; views index it as a flat array of ``numel`` elements."""
 
-    __slots__ = ("__weakref__", "dtype", "name", "shape")
+    __slots__ = ("__weakref__", "dtype", "name", "owned", "shape")
 
-    def __init__(self, name: str, dtype: torch.dtype, shape: list[int]) -> None:
+    def __init__(self, name: str, dtype: torch.dtype, shape: list[int], owned: bool = True) -> None:
         self.name = name
         self.dtype = dtype
         self.shape = list(shape)
+        self.owned = owned  # False: a second handle on another storage's session tensor
 
     @property
     def numel(self) -> int:
@@ -114,7 +138,7 @@ class _Storage:
 
     def __del__(self) -> None:
         try:
-            if self.name is not None:
+            if self.name is not None and self.owned:
                 STATE.session.delete(self.name)
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the session may be gone
             pass
@@ -126,7 +150,10 @@ class TrnsimTensor(torch.Tensor):
     _trn: _Storage
 
     @staticmethod
-    def __new__(cls, storage: _Storage, size, stride=None, offset: int = 0):
+    def __new__(cls, storage: _Storage, size, stride=None, offset: int = 0, dtype: torch.dtype | None = None):
+        # `dtype` differs from the storage's only for the complex64 <-> float32 views
+        # (`view_as_real`, `view_as_complex`, `.real`, `.imag`); sizes, strides and offset are
+        # then in units of `dtype` over the same bytes, as PyTorch defines those views.
         if stride is None:
             stride = _contiguous_strides(size)
         t = torch.Tensor._make_wrapper_subclass(
@@ -134,7 +161,7 @@ class TrnsimTensor(torch.Tensor):
             size,
             strides=stride,
             storage_offset=offset,
-            dtype=storage.dtype,
+            dtype=dtype or storage.dtype,
             device=torch.device(DEVICE_NAME, 0),
             requires_grad=False,
         )
@@ -255,7 +282,58 @@ class _NotRunnable(Exception):
 
 def _is_whole(t: TrnsimTensor) -> bool:
     st = t._trn
-    return t.storage_offset() == 0 and t.is_contiguous() and list(t.shape) == st.shape
+    return t.storage_offset() == 0 and t.is_contiguous() and list(t.shape) == st.shape and t.dtype == st.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# complex64: stored as interleaved float32 pairs (the golden format's and the lowering's real
+# view, shape + [2]). A complex64 tensor and a float32 view of it (`view_as_real`) index the same
+# session bytes; `_real_layout` gives any such tensor's elements in float32 units of its storage.
+
+
+def _real_layout(t: TrnsimTensor) -> tuple[list[int], list[int], int]:
+    """Sizes, strides and offset of ``t``'s elements as float32 over its storage's real view
+    (a complex element is its (re, im) pair: a trailing axis of 2 with stride 1)."""
+    if t.dtype == torch.complex64:
+        return list(t.shape) + [2], [2 * s for s in t.stride()] + [1], 2 * t.storage_offset()
+    return list(t.shape), list(t.stride()), t.storage_offset()
+
+
+def _f32_elements(st: _Storage) -> int:
+    return st.numel * (2 if st.dtype == torch.complex64 else 1)
+
+
+def _real_base(st: _Storage) -> TrnsimTensor:
+    """The whole storage as a float32 tensor in its session shape (no copy: a second handle
+    on the same session tensor that never frees it)."""
+    alias = _Storage(st.name, torch.float32, st.dev_shape(), owned=False)
+    return TrnsimTensor(alias, alias.shape)
+
+
+def _adopt(t: TrnsimTensor, dtype: torch.dtype, shape: list[int]) -> TrnsimTensor:
+    """A fresh, whole float32 tensor's memory re-labelled as ``dtype`` of ``shape`` (its
+    float32 elements are the interleaved pairs of a complex64 tensor of ``shape``, or vice versa)."""
+    st = t._trn
+    new = _Storage(st.name, dtype, list(shape))
+    st.name = None
+    return TrnsimTensor(new, new.shape)
+
+
+def _real_gather(t: TrnsimTensor) -> _Storage:
+    """A storage holding ``t``'s elements contiguously, for a tensor whose dtype is not its
+    storage's (a complex64 / float32 view of the other): a device gather over the float32 real
+    view, then re-labelled as ``t``'s dtype."""
+    sizes, strides, offset = _real_layout(t)
+    out = _run_lowered(aten.as_strided.default, (_real_base(t._trn), sizes, strides, offset), {}, count=False)
+    if t.dtype == torch.complex64:
+        return _adopt(out, torch.complex64, list(t.shape))._trn
+    return out._trn
+
+
+def _real_view(z: TrnsimTensor) -> TrnsimTensor:
+    """``view_as_real(z)`` for a complex64 device tensor, without a report entry."""
+    sizes, strides, offset = _real_layout(z)
+    return TrnsimTensor(z._trn, sizes, strides, offset, dtype=torch.float32)
 
 
 def _contiguous_storage(t: TrnsimTensor) -> _Storage:
@@ -263,6 +341,8 @@ def _contiguous_storage(t: TrnsimTensor) -> _Storage:
     it is its whole storage, else a device gather (the ``as_strided`` lowering)."""
     if _is_whole(t):
         return t._trn
+    if t.dtype != t._trn.dtype:
+        return _real_gather(t)
     base = TrnsimTensor(t._trn, t._trn.shape)
     out = _run_lowered(
         aten.as_strided.default, (base, list(t.shape), list(t.stride()), t.storage_offset()), {}, count=False
@@ -470,6 +550,155 @@ def _decode_value(v: dict) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# Backends: trnconf's lowering, or an NKI backend module for the overloads it provides
+
+_NOT_SERVED = object()
+
+
+def _served(name: str, top: bool, backend: str = _backend.LOWERING, kernels: list[str] | None = None) -> None:
+    """Records that ``name`` ran on the device through ``backend`` (report, and check mode's
+    attribution of drift to a backend and its kernels)."""
+    _report.REPORT.op(name, "device", top)
+    _report.REPORT.backend(name, backend)
+    if STATE.served is not None:
+        STATE.served.append((name, backend, kernels or []))
+
+
+def _via_module(func, args, kwargs, top: bool):
+    """Runs ``func`` through the NKI backend module when it provides the overload; else (or when
+    its wrapper declines the call form) ``_NOT_SERVED``, and the lowering serves it."""
+    mod = STATE.backend
+    name = op_name(func)
+    if mod is None or not mod.provides(name):
+        return _NOT_SERVED
+    try:
+        out = _run_module(mod, func, args, kwargs)
+    except _backend.Declined as e:
+        _report.REPORT.declined(name, mod.label, str(e))
+        return _NOT_SERVED
+    _served(name, top, mod.label, mod.locations[name])
+    return out
+
+
+def _run_module(mod: _backend.NkiModule, func, args, kwargs):
+    """The module's wrapper and kernels on the call, checked against PyTorch's meta kernel.
+
+    First in the device's session: the wrapper gets the tensors as device arrays (``_devarray``:
+    the NumPy interface wrappers use for layout, done by the device's own ops), its kernels run
+    on the session's tensors, and results stay there. A wrapper that needs what device arrays do
+    not offer (or fails there) is run again with NumPy arrays (the module convention): the inputs
+    are copied to the host, the kernels run as separate simulator runs, and the results are copied
+    back; every copy is counted under ``transfers`` (``nki_module_*``) and the rerun under the
+    op's ``nki_host_path`` with its reason."""
+    from . import _devarray
+
+    name = op_name(func)
+    meta = _meta_outputs(func, args, kwargs)
+    if meta is None:
+        raise _backend.Declined("PyTorch has no meta kernel for the call (the outputs' shapes are unknown)")
+    try:
+        result, runs = _devarray.run_on_device(mod, name, *_module_args(name, args, kwargs, device=True))
+    except _backend.Declined:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure on device arrays: the host convention decides
+        why = f"{type(e).__name__}: {e}"
+        try:
+            result, runs = mod.run(name, *_module_args(name, args, kwargs, device=False), target=STATE.target)
+        except _backend.Declined:
+            raise
+        except RuntimeError as host_err:
+            raise TrnsimError(f"trnsim: {host_err}") from host_err
+        _report.REPORT.module_host_path(name, why)
+    for stats in runs:
+        _report.REPORT.device_run(name, stats)
+    rets = func._schema.returns
+    metas = list(meta) if len(rets) > 1 else [meta]
+    results = list(result) if isinstance(result, (tuple, list)) and len(rets) > 1 else [result]
+    where = ", ".join(mod.locations[name])
+    if len(results) != len(metas):
+        raise TrnsimError(f"trnsim: {mod.label}: `{name}` returned {len(results)} outputs where the op has "
+                          f"{len(metas)} (kernels: {where})")
+    inputs = {id(x._trn) for x in tree_flatten((args, kwargs))[0] if isinstance(x, TrnsimTensor)}
+    outs = []
+    for i, (r, m) in enumerate(zip(results, metas)):
+        if isinstance(r, _devarray.DevArray):
+            t = r.t
+        else:
+            t = _backend.torch_of(r)
+        if list(t.shape) != list(m.shape) or t.dtype != m.dtype:
+            raise TrnsimError(
+                f"trnsim: {mod.label}: `{name}` output {i} is {tuple(t.shape)} {t.dtype} where PyTorch's op gives "
+                f"{tuple(m.shape)} {m.dtype} (kernels: {where})"
+            )
+        if not isinstance(t, TrnsimTensor):
+            _report.REPORT.transfer("nki_module_host_to_device")
+            t = upload(t)
+        elif not _is_whole(t) or id(t._trn) in inputs:
+            # A view (a wrapper's reshape of a kernel result) or an input itself: a fresh tensor.
+            t = _run_lowered(aten.clone.default, (t,), {}, count=False)
+        outs.append(t)
+    return tuple(outs) if len(rets) > 1 else outs[0]
+
+
+def _module_args(name: str, args, kwargs, device: bool) -> tuple[list, dict]:
+    """The call's arguments in the module convention: tensors as device arrays (``device``) or
+    NumPy arrays, dtypes as ``numpy.dtype``, other Python values unchanged."""
+    from . import _devarray
+
+    def conv(x):
+        if isinstance(x, TrnsimTensor):
+            if x.dtype.is_complex:
+                raise _backend.Declined("a complex tensor (the NKI backend convention has no complex arrays)")
+            if device:
+                return _devarray.DevArray(x)
+            _report.REPORT.transfer("nki_module_device_to_host")
+            return _backend.numpy_of(download(x))
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "cpu" or x.dim() != 0:
+                raise TrnsimError(f"trnsim: `{name}` got a {x.device.type} tensor of shape {tuple(x.shape)} beside "
+                                  "trnsim tensors; move it with .to('trnsim')")
+            # A wrapped Python number, narrowed as the lowering path narrows it.
+            return _backend.numpy_of(x.to(torch.float32) if x.dtype == torch.float64 else x)
+        if isinstance(x, torch.dtype):
+            return _backend.numpy_dtype(x)
+        if isinstance(x, (torch.device, torch.layout, torch.memory_format)):
+            raise _backend.Declined(f"a {type(x).__name__} argument (no NKI backend form)")
+        return x
+
+    def number(x, ty: str):
+        # A Python number where the schema has a Tensor (`mul.Tensor(x, 2)`): the 0-d tensor
+        # PyTorch would wrap it as (the golden cases record such calls that way).
+        if ty in ("Tensor", "Optional[Tensor]", "Tensor?") and isinstance(x, (bool, int, float)):
+            dt = torch.bool if isinstance(x, bool) else torch.int64 if isinstance(x, int) else torch.float32
+            return torch.scalar_tensor(x, dtype=dt)
+        if ty in ("Tensor", "Optional[Tensor]", "Tensor?") and isinstance(x, complex):
+            raise _backend.Declined("a complex scalar (the NKI backend convention has no complex arrays)")
+        return x
+
+    schema = func_schema_types(name)
+    args = [number(a, schema[i][1]) if i < len(schema) else a for i, a in enumerate(args)]
+    types = dict(schema)
+    kwargs = {k: number(v, types.get(k, "")) for k, v in kwargs.items()}
+    return tree_map(conv, list(args)), {k: tree_map(conv, v) for k, v in kwargs.items()}
+
+
+def func_schema_types(name: str) -> list[tuple[str, str]]:
+    """``[(argument name, type)]`` of the ATen overload ``name`` (golden spelling)."""
+    base, _, overload = name.partition(".")
+    func = getattr(getattr(aten, base), overload or "default")
+    return [(a.name, str(a.type)) for a in func._schema.arguments]
+
+
+def set_backend(spec: str | None) -> None:
+    """``lowering`` (or None) or ``nki:MODULE``: the backend of the device's Core ATen ops."""
+    STATE.backend = _backend.parse(spec)
+
+
+def backend() -> str:
+    return STATE.backend.label if STATE.backend is not None else _backend.LOWERING
+
+
+# ---------------------------------------------------------------------------------------------
 # Dispatch
 
 
@@ -585,6 +814,10 @@ def _dispatch(func, args, kwargs, top: bool):
         out = func.decompose(*args, **kwargs)
         if out is not NotImplemented:
             return out
+    if func in _COMPLEX_FORMS and any(isinstance(a, TrnsimTensor) and a.dtype == torch.complex64 for a in args[:1]):
+        return _COMPLEX_FORMS[func](func, args, kwargs, top)
+    if func in _COMPLEX_ARITH and _complex_result(func, args, kwargs):
+        return _COMPLEX_ARITH[func](func, args, kwargs, top)
     if func.is_view:
         if func is aten.view.dtype or (func._schema.name == "aten::view" and "dtype" in func._schema.overload_name):
             return _unsupported(func, args, kwargs, "a view as another dtype reinterprets bits")
@@ -621,10 +854,13 @@ def _dispatch(func, args, kwargs, top: bool):
         return _RNG_INPLACE[func](*args, **kwargs)
     if func._schema.is_mutable:
         return _inplace(func, args, kwargs, top)
+    out = _via_module(func, args, kwargs, top)
+    if out is not _NOT_SERVED:
+        return out
     if _native.is_lowered(name):
         try:
             out = _run_lowered(func, args, kwargs)
-            _report.REPORT.op(name, "device", top)
+            _served(name, top)
             return out
         except _NotRunnable as e:
             reason = e
@@ -695,10 +931,13 @@ def _alias(func, args, kwargs):
     if isinstance(src, (list, tuple)):
         src = src[0]
     st = src._trn
-    base = torch.empty(st.numel, dtype=st.dtype, device="meta")
 
     def meta_view(x):
         if isinstance(x, TrnsimTensor):
+            # The storage seen in x's dtype (complex64 / float32 views count its elements in
+            # their own units), so PyTorch's meta kernel gives the view's true strides and offset.
+            n = _f32_elements(x._trn) // (2 if x.dtype == torch.complex64 else 1)
+            base = torch.empty(n, dtype=x.dtype, device="meta")
             return base.as_strided(x.shape, x.stride(), x.storage_offset())
         return x
 
@@ -710,14 +949,16 @@ def _alias(func, args, kwargs):
         return _unsupported(func, args, kwargs, "a conjugate or negative view (PyTorch's lazy conj/neg bit)")
     _report.REPORT.op(op_name(func), "view", STATE.depth == 1)
 
-    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype for m in flat_out):
-        # `view_as_complex`, `view(dtype)`: a reinterpretation of the bytes as another dtype,
-        # which the device's tensors (one dtype per storage) do not express.
+    real_pair = {torch.complex64, torch.float32}
+    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype and {m.dtype, st.dtype} != real_pair
+           for m in flat_out):
+        # `view(dtype)` and the like: a reinterpretation of the bytes as another dtype, which the
+        # device's tensors do not express (only complex64 <-> its float32 real view).
         return _unsupported(func, args, kwargs, "a view as another dtype")
 
     def wrap(m):
         if isinstance(m, torch.Tensor):
-            return TrnsimTensor(st, m.shape, m.stride(), m.storage_offset())
+            return TrnsimTensor(st, m.shape, m.stride(), m.storage_offset(), dtype=m.dtype)
         return m
 
     return tree_map(wrap, out)
@@ -725,6 +966,10 @@ def _alias(func, args, kwargs):
 
 def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     dev = torch.device(device) if device is not None else None
+    if dtype in (torch.complex32, torch.complex128, torch.float64) and (dev is None or dev.type == DEVICE_NAME):
+        _report.REPORT.refusal(str(dtype))
+        raise DtypeError(f"trnsim: {dtype} has no device dtype on Trainium (policy: float64, complex128 and "
+                         "complex32 are refused; complex64 is stored as float32 pairs)")
     if isinstance(x, TrnsimTensor) and dev is not None and dev.type != DEVICE_NAME:
         host = download(x)
         _report.REPORT.transfer("device_to_host")
@@ -774,6 +1019,8 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
     if src.dtype != dst.dtype:
         src = _run_lowered(aten._to_copy.default, (src,), {"dtype": dst.dtype}, count=False)
     st = dst._trn
+    if dst.dtype != st.dtype:
+        return _write_real(dst, src)
     if _is_whole(dst) or (dst.storage_offset() == 0 and dst.is_contiguous() and dst.numel() == st.numel):
         new = src._trn
         old = st.name
@@ -781,6 +1028,8 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
         new.name = None
         STATE.session.delete(old)
         return
+    if st.dtype == torch.complex64:
+        return _write_real(dst, src)
     # A partial view: index_put over the flat storage, at the view's element positions.
     flat = TrnsimTensor(st, [st.numel]) if len(st.shape) != 1 else TrnsimTensor(st, st.shape)
     if len(st.shape) != 1:
@@ -791,6 +1040,35 @@ def _write_into(dst: TrnsimTensor, src: TrnsimTensor) -> None:
     written = _run_lowered(aten.index_put.default, (flat, [idx], vals), {}, count=False)
     if len(st.shape) != 1:
         written = _run_lowered(aten.view.default, (written, list(st.shape)), {}, count=False)
+    new = written._trn
+    old = st.name
+    st.name = new.name
+    new.name = None
+    STATE.session.delete(old)
+
+
+def _write_real(dst: TrnsimTensor, src: TrnsimTensor) -> None:
+    """``_write_into`` for complex64 memory (a partial complex64 view, or a float32 / complex64
+    view of the other dtype's storage): the same write over the storage's float32 real view,
+    where a complex element is its (re, im) pair (the lowering's index_put has no complex form)."""
+    st = dst._trn
+    n = _f32_elements(st)
+    sizes, strides, offset = _real_layout(dst)
+    src_real = _real_base(src._trn)  # src is fresh and whole: its bytes in float32
+    if sizes == st.dev_shape() and strides == _contiguous_strides(sizes) and offset == 0:
+        # The view covers the whole storage in order: the storage takes over src's memory.
+        new = src._trn
+        old = st.name
+        st.name = new.name
+        new.name = None
+        STATE.session.delete(old)
+        return
+    flat = _run_lowered(aten.view.default, (_real_base(st), [n]), {}, count=False)
+    positions = torch.arange(n, dtype=torch.int64).as_strided(sizes, strides, offset)
+    idx = upload(positions.reshape(-1))
+    vals = _run_lowered(aten.view.default, (src_real, [src_real.numel()]), {}, count=False)
+    written = _run_lowered(aten.index_put.default, (flat, [idx], vals), {}, count=False)
+    written = _run_lowered(aten.view.default, (written, st.dev_shape()), {}, count=False)
     new = written._trn
     old = st.name
     st.name = new.name
@@ -894,10 +1172,13 @@ def _call(func, args, kwargs):
     """The functional form of an in-place or `out=` call: lowered directly when trnconf lowers
     it (a factory's functional form would otherwise come back here through its `out=` form)."""
     name = op_name(func)
+    out = _via_module(func, args, kwargs, False)
+    if out is not _NOT_SERVED:
+        return out
     if _native.is_lowered(name):
         try:
             out = _run_lowered(func, args, kwargs)
-            _report.REPORT.op(name, "device", False)
+            _served(name, False)
             return out
         except _NotRunnable:
             pass
@@ -1073,6 +1354,181 @@ _RNG_INPLACE = {aten.normal_.default: _normal_, aten.uniform_.default: _uniform_
 
 
 # ---------------------------------------------------------------------------------------------
+# complex64 ops the lowering has no complex form of, computed on the engines over the float32
+# real view (docs/torch-device.md, "Dtypes")
+
+
+def _conj_physical(func, args, kwargs, top):
+    """conj(z) = (re, −im): the real view times (1, −1), the Vector Engine's multiply (bit-exact:
+    a sign flip, −0.0 and NaN included). ``_conj`` (PyTorch's lazy conjugate *view*) is served
+    the same way: the device's tensors carry no conj bit, so the result is a new tensor."""
+    z = args[0]
+    sign = upload(torch.tensor([1.0, -1.0]))
+    prod = _run_lowered(aten.mul.Tensor, (_real_view(z), sign), {})
+    _served(op_name(func), top)
+    return _adopt(prod, torch.complex64, list(z.shape))
+
+
+def _fft_c2c(func, args, kwargs, top):
+    """``_fft_c2c`` from the lowered ``_fft_r2c``: FFT(x + iy) = FFT(x) + i·FFT(y) by linearity,
+    with x, y the real and imaginary parts (each a full, not onesided, real-input transform over
+    the same dims and normalisation). The inverse transform of a real input is the conjugate of
+    the forward one, so ``forward=False`` combines the conjugated spectra. The combine is one
+    add and one subtract per element on the engines."""
+    z, dim, normalization, forward = args[:4]
+    r = _real_view(z)
+    x = dispatch_inner(aten.select.int, (r, -1, 0), {})
+    y = dispatch_inner(aten.select.int, (r, -1, 1), {})
+    fa = _real_view(dispatch_inner(aten._fft_r2c.default, (x, list(dim), normalization, False), {}))
+    fb = _real_view(dispatch_inner(aten._fft_r2c.default, (y, list(dim), normalization, False), {}))
+    a_re, a_im = (dispatch_inner(aten.select.int, (fa, -1, i), {}) for i in (0, 1))
+    b_re, b_im = (dispatch_inner(aten.select.int, (fb, -1, i), {}) for i in (0, 1))
+    if forward:  # (a_re − b_im) + i(a_im + b_re)
+        re = dispatch_inner(aten.sub.Tensor, (a_re, b_im), {})
+        im = dispatch_inner(aten.add.Tensor, (a_im, b_re), {})
+    else:  # conj(A) + i·conj(B) = (a_re + b_im) + i(b_re − a_im)
+        re = dispatch_inner(aten.add.Tensor, (a_re, b_im), {})
+        im = dispatch_inner(aten.sub.Tensor, (b_re, a_im), {})
+    pair = dispatch_inner(aten.cat.default, ([dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
+                                              dispatch_inner(aten.unsqueeze.default, (im, -1), {})], -1), {})
+    if not _is_whole(pair):
+        pair = _run_lowered(aten.clone.default, (pair,), {}, count=False)
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _adopt(pair, torch.complex64, list(z.shape))
+
+
+def _index_real(func, args, kwargs, top):
+    """``index.Tensor`` / ``index_select`` of complex64: the same indexing of the float32 real
+    view (the indices address leading dims; the trailing (re, im) axis comes along), whose result
+    is the complex64 result's real view (the lowering's indexing has no complex form)."""
+    z = args[0]
+    rest = list(args[1:])
+    if func is aten.index_select.default:
+        rest[0] = rest[0] % max(z.dim(), 1)  # a negative dim would count from the pair axis
+    out = _call(func, (_real_view(z), *rest), kwargs)
+    if not _is_whole(out):
+        out = _run_lowered(aten.clone.default, (out,), {}, count=False)
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _adopt(out, torch.complex64, list(out.shape[:-1]))
+
+
+def _complex_result(func, args, kwargs) -> bool:
+    if not any(isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.dtype.is_complex)
+               for x in tree_flatten((args, kwargs))[0]):
+        return False  # the common case, without a meta call
+    meta = _meta_outputs(func, args, kwargs)
+    return isinstance(meta, torch.Tensor) and meta.dtype == torch.complex64
+
+
+def _complex_operand(x) -> TrnsimTensor:
+    """An operand of a complex64 op as a complex64 device tensor: a real device tensor converted
+    on the device (the lowered ``_to_copy``: ``(x, 0)``), a wrapped CPU scalar or a Python number
+    moved as complex64 (as a wrapped number takes the op's dtype)."""
+    if isinstance(x, TrnsimTensor):
+        if x.dtype == torch.complex64:
+            return x
+        return _call(aten._to_copy.default, (x,), {"dtype": torch.complex64})
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu" or x.dim() != 0:
+            raise TrnsimError(f"trnsim: a {x.device.type} tensor of shape {tuple(x.shape)} beside trnsim tensors; "
+                              "move it with .to('trnsim')")
+        return upload(x.to(torch.complex64))
+    return upload(torch.tensor(complex(x), dtype=torch.complex64))
+
+
+def _parts(z: TrnsimTensor) -> tuple[TrnsimTensor, TrnsimTensor]:
+    """The real and imaginary parts of a complex64 tensor: float32 views of its memory."""
+    r = _real_view(z)
+    return dispatch_inner(aten.select.int, (r, -1, 0), {}), dispatch_inner(aten.select.int, (r, -1, 1), {})
+
+
+def _from_parts(re: TrnsimTensor, im: TrnsimTensor) -> TrnsimTensor:
+    """A complex64 tensor from float32 parts of one shape: interleaved on the device (``cat`` of
+    the parts along a new last axis), the result re-labelled as complex64."""
+    pair = dispatch_inner(aten.cat.default, ([dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
+                                              dispatch_inner(aten.unsqueeze.default, (im, -1), {})], -1), {})
+    if not _is_whole(pair):
+        pair = _run_lowered(aten.clone.default, (pair,), {}, count=False)
+    return _adopt(pair, torch.complex64, list(pair.shape[:-1]))
+
+
+def _on_real_view(out: TrnsimTensor) -> TrnsimTensor:
+    if not _is_whole(out):
+        out = _run_lowered(aten.clone.default, (out,), {}, count=False)
+    return _adopt(out, torch.complex64, list(out.shape[:-1]))
+
+
+def _complex_add(func, args, kwargs, top):
+    """``add`` / ``sub`` of complex64: the same op on the operands' float32 real views (a real
+    ``alpha`` scales both parts alike; the (re, im) axis broadcasts with the tensors)."""
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    if isinstance(alpha, complex):
+        if alpha.imag:
+            return _unsupported(func, args, kwargs, "a complex alpha")
+        alpha = alpha.real
+    a, b = _complex_operand(args[0]), _complex_operand(args[1])
+    real_op = aten.add.Tensor if func is aten.add.Tensor else aten.sub.Tensor
+    out = _call(real_op, (_real_view(a), _real_view(b)), {"alpha": alpha} if alpha != 1 else {})
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _on_real_view(out)
+
+
+def _complex_mul(func, args, kwargs, top):
+    """``mul`` of complex64: ``(ar·br − ai·bi) + i(ar·bi + ai·br)`` from the parts, each product
+    and sum one float32 engine op rounded once, as PyTorch's scalar complex multiply. A real
+    operand is first made complex (``(x, 0)``), as PyTorch promotes it."""
+    a, b = _complex_operand(args[0]), _complex_operand(args[1])
+    ar, ai = _parts(a)
+    br, bi = _parts(b)
+
+    def mul(x, y):
+        return dispatch_inner(aten.mul.Tensor, (x, y), {})
+
+    re = dispatch_inner(aten.sub.Tensor, (mul(ar, br), mul(ai, bi)), {})
+    im = dispatch_inner(aten.add.Tensor, (mul(ar, bi), mul(ai, br)), {})
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _from_parts(re, im)
+
+
+def _complex_neg(func, args, kwargs, top):
+    """``neg`` of complex64: both parts negated (the float32 real view's ``neg``)."""
+    out = _call(aten.neg.default, (_real_view(_complex_operand(args[0])),), {})
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _on_real_view(out)
+
+
+#: complex64 arithmetic, chosen when PyTorch's meta kernel says the result is complex64.
+_COMPLEX_ARITH = {
+    aten.add.Tensor: _complex_add,
+    aten.sub.Tensor: _complex_add,
+    aten.mul.Tensor: _complex_mul,
+    aten.mul.Scalar: _complex_mul,
+    aten.neg.default: _complex_neg,
+}
+
+
+def _index_put_real(func, args, kwargs, top):
+    """``index_put`` into complex64: the same ``index_put`` on the float32 real views of the
+    target and the values (the indices address leading dims; accumulation adds both parts)."""
+    z, indices, values = args[0], args[1], _complex_operand(args[2])
+    rest = list(args[3:])
+    out = _call(func, (_real_view(z), indices, _real_view(values), *rest), kwargs)
+    _report.REPORT.op(op_name(func), "decomposed", top)
+    return _on_real_view(out)
+
+
+_COMPLEX_FORMS = {
+    aten.index_put.default: _index_put_real,
+    aten.index.Tensor: _index_real,
+    aten.index_select.default: _index_real,
+    aten._conj.default: _conj_physical,
+    aten._conj_physical.default: _conj_physical,
+    aten.conj_physical.default: _conj_physical,
+    aten._fft_c2c.default: _fft_c2c,
+}
+
+
+# ---------------------------------------------------------------------------------------------
 # Check mode
 
 
@@ -1089,15 +1545,23 @@ def _checked(func, args, kwargs):
             cpu_args = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, args)
             cpu_kwargs = tree_map(lambda x: download(x) if isinstance(x, TrnsimTensor) else x, kwargs)
             cpu_kwargs = {k: (torch.device("cpu") if isinstance(v, torch.device) else v) for k, v in cpu_kwargs.items()}
-    out = _dispatch(func, args, kwargs, True)
+    prev_served, STATE.served = STATE.served, []
+    try:
+        out = _dispatch(func, args, kwargs, True)
+        served = STATE.served
+    finally:
+        STATE.served = prev_served
     if compare:
+        # The backends (and NKI kernels) that computed this call, so drift names who drifted.
+        backends = sorted({b for _, b, _ in served})
+        kernels = sorted({k for _, _, ks in served for k in ks})
         with _report.REPORT.paused():
             expected = func(*cpu_args, **cpu_kwargs)
             got_flat, _ = tree_flatten(out)
             exp_flat, _ = tree_flatten(expected)
             for g, e in zip(got_flat, exp_flat):
                 if isinstance(g, TrnsimTensor) and isinstance(e, torch.Tensor):
-                    _report.REPORT.drift(name, download(g), e, _call_site())
+                    _report.REPORT.drift(name, download(g), e, _call_site(), backends=backends, kernels=kernels)
     return out
 
 

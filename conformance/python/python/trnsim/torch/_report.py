@@ -27,6 +27,8 @@ def _ulp(expected: torch.Tensor) -> torch.Tensor:
 
 class Report:
     def __init__(self) -> None:
+        # Set by the device: the configured backend and the NKI module's overloads and kernels.
+        self.backend_info: Any = None
         self.reset()
 
     def reset(self) -> None:
@@ -39,6 +41,9 @@ class Report:
         self.refusals: dict[str, int] = defaultdict(int)
         self.transfers: dict[str, int] = defaultdict(int)
         self.drifts: dict[str, dict[str, Any]] = {}
+        self.backends: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.declines: dict[str, dict[str, Any]] = {}
+        self.host_paths: dict[str, dict[str, Any]] = {}
         self.first_out_of_tolerance: dict[str, Any] | None = None
         self._paused = 0
 
@@ -67,6 +72,25 @@ class Report:
         r["est_ns"] += float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0)
         r["instructions"] += sum(int(v) for v in stats.get("instructions", {}).values())
 
+    def backend(self, name: str, label: str) -> None:
+        """``name`` ran through ``label`` (``lowering`` or ``nki:MODULE``)."""
+        if not self._paused:
+            self.backends[name][label] += 1
+
+    def declined(self, name: str, label: str, why: str) -> None:
+        """The NKI module's wrapper declined a call form of ``name``: the lowering ran it."""
+        if self._paused:
+            return
+        d = self.declines.setdefault(name, {"backend": label, "count": 0, "first_reason": why})
+        d["count"] += 1
+
+    def module_host_path(self, name: str, why: str) -> None:
+        """An NKI module's wrapper could not run on device arrays: it ran on NumPy arrays."""
+        if self._paused:
+            return
+        d = self.host_paths.setdefault(name, {"count": 0, "first_reason": why[:500]})
+        d["count"] += 1
+
     def fallback(self, name: str, site: str) -> None:
         f = self.fallbacks.setdefault(name, {"count": 0, "first_call_site": site})
         f["count"] += 1
@@ -87,16 +111,22 @@ class Report:
         if not self._paused:
             self.transfers[direction] += 1
 
-    def drift(self, name: str, got: torch.Tensor, expected: torch.Tensor, site: str) -> None:
+    def drift(self, name: str, got: torch.Tensor, expected: torch.Tensor, site: str,
+              backends: list[str] | None = None, kernels: list[str] | None = None) -> None:
         d = self.drifts.setdefault(
             name,
-            {"compared": 0, "out_of_tolerance": 0, "max_abs": 0.0, "max_rel": 0.0, "max_ulp": 0.0, "mismatched": 0},
+            {"compared": 0, "out_of_tolerance": 0, "max_abs": 0.0, "max_rel": 0.0, "max_ulp": 0.0, "mismatched": 0,
+             "backends": [], "kernels": []},
         )
         d["compared"] += 1
+        # Who computed it: the backends that served the call (and the NKI kernels, file:line).
+        d["backends"] = sorted(set(d["backends"]) | set(backends or []))
+        d["kernels"] = sorted(set(d["kernels"]) | set(kernels or []))
+        who = {"backends": backends or [], "kernels": kernels or []}
         if got.shape != expected.shape or got.dtype != expected.dtype:
             d["mismatched"] += 1
             self._first(name, site, f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(expected.shape)} "
-                        f"{expected.dtype}")
+                        f"{expected.dtype}", who)
             return
         golden = GOLDEN_NAME.get(expected.dtype)
         if expected.numel() == 0 or golden is None:
@@ -125,11 +155,12 @@ class Report:
         d["max_ulp"] = max(d["max_ulp"], ulp)
         if bad:
             d["out_of_tolerance"] += 1
-            self._first(name, site, f"{bad} of {expected.numel()} elements out of tolerance (max abs {max_abs:.3g})")
+            self._first(name, site, f"{bad} of {expected.numel()} elements out of tolerance (max abs {max_abs:.3g})",
+                        who)
 
-    def _first(self, name: str, site: str, what: str) -> None:
+    def _first(self, name: str, site: str, what: str, who: dict[str, list[str]]) -> None:
         if self.first_out_of_tolerance is None:
-            self.first_out_of_tolerance = {"op": name, "call_site": site, "detail": what}
+            self.first_out_of_tolerance = {"op": name, "call_site": site, "detail": what, **who}
 
     # -- output ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -140,11 +171,19 @@ class Report:
                 entry.update(self.runs[name])
             if name in self.drifts:
                 entry["drift"] = self.drifts[name]
+            if name in self.backends:
+                entry["backends"] = dict(self.backends[name])
+            if name in self.declines:
+                entry["nki_declined"] = self.declines[name]
+            if name in self.host_paths:
+                entry["nki_host_path"] = self.host_paths[name]
             ops[name] = entry
         total_ns = sum(r["est_ns"] for r in self.runs.values())
+        info = self.backend_info() if self.backend_info is not None else {"backend": "lowering", "nki_module": None}
         return {
             "device": "trnsim",
             "torch": torch.__version__,
+            **info,
             "ops": ops,
             "op_calls": sum(v.get("calls", 0) for v in self.ops.values()),
             "device_programs": sum(int(r["programs"]) for r in self.runs.values()),
@@ -175,7 +214,8 @@ class Report:
                 "<tr>" + "".join(
                     f"<td>{html.escape(str(x))}</td>"
                     for x in (
-                        name, e.get("calls", 0), e.get("device", 0), e.get("decomposed", 0), e.get("view", 0),
+                        name, ", ".join(f"{b}×{n}" for b, n in sorted(e.get("backends", {}).items())),
+                        ", ".join(dr.get("kernels", [])) if dr else "", e.get("calls", 0), e.get("device", 0), e.get("decomposed", 0), e.get("view", 0),
                         e.get("programs", 0), f"{e.get('est_ns', 0.0) / 1000:.2f}",
                         dr.get("compared", ""), dr.get("out_of_tolerance", ""),
                         f"{dr['max_abs']:.3g}" if dr else "", f"{dr['max_ulp']:.3g}" if dr else "",
@@ -186,10 +226,10 @@ class Report:
         body = (
             "<!doctype html><meta charset=utf-8><title>trnsim.torch report</title>"
             "<style>body{font-family:sans-serif}td,th{padding:2px 8px;border-bottom:1px solid #ddd}</style>"
-            f"<h1>trnsim device report</h1><p>{d['op_calls']} op calls, {d['device_programs']} device programs, "
+            f"<h1>trnsim device report</h1><p>backend {html.escape(str(d['backend']))}; {d['op_calls']} op calls, {d['device_programs']} device programs, "
             f"estimated device time {d['est_device_time_us']:.1f} µs, {d['fallback_count']} fallbacks.</p>"
             f"<p>First op out of tolerance: {html.escape(json.dumps(first)) if first else 'none'}</p>"
-            "<table><tr><th>op</th><th>calls</th><th>device</th><th>decomposed</th><th>view</th><th>programs</th>"
+            "<table><tr><th>op</th><th>backends</th><th>NKI kernels (drift)</th><th>calls</th><th>device</th><th>decomposed</th><th>view</th><th>programs</th>"
             "<th>est µs</th><th>compared</th><th>out of tol</th><th>max abs</th><th>max ulp</th></tr>"
             + "".join(rows) + "</table>"
             f"<h2>Fallbacks</h2><pre>{html.escape(json.dumps(d['fallbacks'], indent=2))}</pre>"
