@@ -229,3 +229,11 @@ def test_indices_on_the_cpu_as_pytorch_allows():
     parts = torch.tensor_split(x.to("trnsim"), torch.tensor([1, 3]), dim=1)
     for p, q in zip(parts, torch.tensor_split(x, torch.tensor([1, 3]), dim=1)):
         assert torch.equal(p.cpu(), q)
+
+
+def test_eye_runs_on_the_device():
+    # eye's kernel for every backend fills its out= form; the device runs PyTorch's ref instead.
+    assert torch.equal(torch.eye(3, 4, device="trnsim").cpu(), torch.eye(3, 4))
+    assert torch.equal(torch.eye(2, dtype=torch.bool, device="trnsim").cpu(), torch.eye(2, dtype=torch.bool))
+    x = torch.randn(3, 3)
+    torch.testing.assert_close(torch.linalg.matrix_power(x.to("trnsim"), 0).cpu(), torch.eye(3))
