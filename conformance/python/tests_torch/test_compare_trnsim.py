@@ -19,6 +19,8 @@ generated from it by `opinfo_compare.py --merge … --markdown docs/coverage.md`
     PYTORCH_TESTING_DEVICE_FOR_CUSTOM=trnsim TRNSIM_OPINFO_SHARD=0/2 TRNSIM_OPINFO_RESULTS=opinfo-0.jsonl \\
         python -m pytest -q conformance/python/tests_torch/test_compare_trnsim.py
 
+(the documented command, docs/torch-device.md, also pins the CPU side to the goldens' code paths).
+
 Environment: `TRNSIM_OPINFO_SHARD=i/n` keeps the OpInfos whose index in `op_db` is i modulo n;
 `TRNSIM_OPINFO_BUDGET` (seconds per OpInfo, default 1800) stops an OpInfo's remaining samples,
 which are then counted as not run.
