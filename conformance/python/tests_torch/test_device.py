@@ -203,3 +203,38 @@ def test_an_unsupported_op_in_backward_names_itself_and_falls_back():
     env = dict(os.environ, TRNSIM_TORCH_FALLBACK="1")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
+
+
+def test_a_python_number_beside_a_0d_tensor_keeps_its_dtype():
+    # A number wrapped as a float64 0-d tensor would promote a 0-d float32 operand to float64
+    # (refused), and the reflected operators turn that TypeError into NotImplemented.
+    x = torch.tensor(-8.4784)
+    d = x.to("trnsim")
+    for got, want in ((torch.Tensor.__rsub__(d, -2.4), torch.Tensor.__rsub__(x, -2.4)),
+                      (torch.Tensor.__rmod__(d, -2.4), torch.Tensor.__rmod__(x, -2.4)),
+                      (2.5 - d, 2.5 - x), (torch.remainder(3.0, d), torch.remainder(3.0, x))):
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), want, rtol=1.3e-6, atol=1e-5)
+
+
+def test_indices_on_the_cpu_as_pytorch_allows():
+    x = torch.randn(5, 6)
+    d = x.to("trnsim")
+    i = torch.tensor([0, 2, 4])
+    assert torch.equal(d[i].cpu(), x[i])
+    d[i] = torch.ones(3, 6).to("trnsim")
+    y = x.clone()
+    y[i] = 1.0
+    assert torch.equal(d.cpu(), y)
+    # tensor_split takes its index tensor on the CPU only (PyTorch's own rule).
+    parts = torch.tensor_split(x.to("trnsim"), torch.tensor([1, 3]), dim=1)
+    for p, q in zip(parts, torch.tensor_split(x, torch.tensor([1, 3]), dim=1)):
+        assert torch.equal(p.cpu(), q)
+
+
+def test_eye_runs_on_the_device():
+    # eye's kernel for every backend fills its out= form; the device runs PyTorch's ref instead.
+    assert torch.equal(torch.eye(3, 4, device="trnsim").cpu(), torch.eye(3, 4))
+    assert torch.equal(torch.eye(2, dtype=torch.bool, device="trnsim").cpu(), torch.eye(2, dtype=torch.bool))
+    x = torch.randn(3, 3)
+    torch.testing.assert_close(torch.linalg.matrix_power(x.to("trnsim"), 0).cpu(), torch.eye(3))

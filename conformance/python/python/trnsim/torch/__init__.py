@@ -126,6 +126,19 @@ def _arange_end(end, **kw):
     return _arange_start_step(0, end, 1, **kw)
 
 
+def _eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # eye's own kernel (registered for every backend) fills its `out=` form, whose functional
+    # form the device would run through that kernel again: PyTorch's ref instead (arange == arange).
+    import torch._refs
+
+    _report.REPORT.op("eye.m", "decomposed", _device.STATE.depth == 0)
+    return torch._refs.eye(n, m, dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+def _eye(n, **kw):
+    return _eye_m(n, n, **kw)
+
+
 def _copy_kernel(dst, src, non_blocking=False):
     return _device.dispatch(torch.ops.aten.copy_.default, (dst, src), {})
 
@@ -151,6 +164,8 @@ def register() -> None:
     _aten_lib.impl("arange", _arange_end, "PrivateUse1")
     _aten_lib.impl("arange.start", _arange_start, "PrivateUse1")
     _aten_lib.impl("arange.start_step", _arange_start_step, "PrivateUse1")
+    _aten_lib.impl("eye", _eye, "PrivateUse1")
+    _aten_lib.impl("eye.m", _eye_m, "PrivateUse1")
     # Calls made with PyTorch's Python key excluded (`torch.tensor(..., device=)` copies that
     # way) reach the PrivateUse1 key itself; the boxed fallback cannot serve them (an internal
     # assert in torch 2.15), these kernels do.

@@ -376,6 +376,9 @@ def _has_device_arg(func) -> bool:
 
 
 _DATA_DEPENDENT = {"nonzero", "index.Tensor"}
+#: ops whose index tensors PyTorch accepts on the CPU beside tensors of another device.
+_CPU_INDICES_OK = {"index.Tensor", "index_put", "_unsafe_index.Tensor", "_unsafe_index_put", "_unsafe_masked_index",
+                   "_unsafe_masked_index_put_accumulate"}
 
 
 def _encode_outputs(func, meta, metas: dict[str, dict]) -> list:
@@ -438,6 +441,11 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
             elif t.dtype == torch.complex128:
                 host = t.to(torch.complex64)
             st = upload(host)._trn
+        elif t.device.type == "cpu" and name in _CPU_INDICES_OK and not (t.is_floating_point() or t.is_complex()):
+            # PyTorch takes the indices of advanced indexing on the CPU beside any device's
+            # tensor (it moves them to the device itself): so does this device.
+            _report.REPORT.transfer("host_to_device")
+            st = upload(t)._trn
         else:
             raise TrnsimError(
                 f"trnsim: `{name}` got a {t.device.type} tensor of shape {tuple(t.shape)} beside trnsim tensors; "
@@ -829,7 +837,9 @@ def _dispatch(func, args, kwargs, top: bool):
         self, other = args[0], args[1]
         alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
         if not isinstance(other, torch.Tensor):
-            other = torch.scalar_tensor(other, dtype=torch.float64 if isinstance(other, float) else torch.int64)
+            # The Python number in the result's dtype (PyTorch's promotion of a tensor with a
+            # number): as a float64 0-d tensor it would promote a 0-d `self` to float64.
+            other = torch.scalar_tensor(other, dtype=torch.result_type(self, other))
         _report.REPORT.op(name, "decomposed", top)
         return _call(aten.sub.Tensor, (other, self), {"alpha": alpha} if alpha != 1 else {})
     if func is aten.native_batch_norm.default:
@@ -1211,14 +1221,33 @@ def _prim(func, args, kwargs):
         # The namesake would decompose back into this prim: refuse instead of looping.
         return _unsupported(func, args, kwargs, f"a prims op whose ATen namesake `{op_name(target)}` is not lowered")
 
+    # A prim's Python number takes no part in its dtype (the ref has already promoted): as a 0-d
+    # tensor it must not either. Two 0-d tensors promote each other (a 0-d float32 input beside a
+    # float64 scalar gives float64, which the device refuses), so the number gets the tensor
+    # operands' dtype (the widest kind among them: `where`'s condition is bool) whenever its kind
+    # does not exceed theirs.
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    ref = max(tensors, key=lambda t: _kind(t.dtype)) if tensors else None
+
     def wrap(x):
         if isinstance(x, (bool, int, float)) and not isinstance(x, torch.Tensor):
             dt = torch.bool if isinstance(x, bool) else torch.int64 if isinstance(x, int) else torch.float64
+            if ref is not None and _kind(dt) <= _kind(ref.dtype):
+                dt = ref.dtype
             return torch.scalar_tensor(x, dtype=dt)
         return x
 
     _report.REPORT.op(op_name(func), "decomposed", STATE.depth == 1)
     return _call(target, tuple(wrap(a) for a in args), kwargs)
+
+
+def _kind(dtype: torch.dtype) -> int:
+    """bool < integer < floating < complex: the order of PyTorch's type-promotion categories."""
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 0 if dtype == torch.bool else 1
 
 
 def _bn_args(args, kwargs, n):
