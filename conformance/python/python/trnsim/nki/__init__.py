@@ -401,7 +401,7 @@ def install(current=False):
         from . import current as cur
         sys.modules["nki"] = cur
         for sub in ("language", "isa", "typing"):
-            sys.modules[f"nki.{sub}"] = getattr(this, sub)
+            sys.modules[f"nki.{sub}"] = getattr(cur, sub)
     top = sys.modules.get("neuronxcc")
     if top is None or not getattr(top, "_trnsim", False):
         top = types.ModuleType("neuronxcc")
