@@ -786,35 +786,51 @@ impl<'a> Emitter<'a> {
             } else {
                 v("rows_0")
             };
-            let temps: &[&str] = if pieces.len() > 1 {
-                &["rows_2", "rows_3", "rows_4", "rows_5"]
-            } else {
-                &["rows_2", "rows_3", "rows_4"]
-            };
-            for name in temps {
-                out.push(tile(name, DType::I32));
-            }
+            // One piece of a whole row (`row_step = g`) from signed indices: `index + b` is in
+            // bounds exactly when the program's row is (and when it wraps in int32, it goes
+            // negative: out of bounds, as in the program), so no mask is needed.
+            let plain = pieces.len() == 1 && rs == g && cdt == DType::I32;
             let (valid, tmp, first, col) = (v("rows_2"), v("rows_3"), v("rows_4"), v("rows_5"));
-            out.push(format!(
-                "{valid} = nisa.tensor_scalar({x}, op0=nl.greater_equal, operand0={lo}, {int}, {gp})"
-            ));
-            out.push(format!(
-                "{tmp} = nisa.tensor_scalar({x}, op0=nl.less_equal, operand0={hi}, {int}, {gp})"
-            ));
-            out.push(format!(
-                "{valid} = nisa.tensor_tensor({valid}, {tmp}, op=nl.multiply, {int}, {gp})"
-            ));
-            out.push(format!(
-                "{tmp} = nisa.tensor_scalar({x}, op0=nl.multiply, operand0={}, op1=nl.add, operand1={}, {int}, {gp})",
-                rs / g,
-                base / g + 1
-            ));
-            out.push(format!(
-                "{tmp} = nisa.tensor_tensor({tmp}, {valid}, op=nl.multiply, {int}, {gp})"
-            ));
-            out.push(format!(
-                "{first} = nisa.tensor_scalar({tmp}, op0=nl.add, operand0=-1, {int}, {gp})"
-            ));
+            let first = if plain && base == 0 {
+                x.clone()
+            } else if plain {
+                out.push(tile("rows_4", DType::I32));
+                out.push(format!(
+                    "{first} = nisa.tensor_scalar({x}, op0=nl.add, operand0={}, {int}, {gp})",
+                    base / g
+                ));
+                first
+            } else {
+                let temps: &[&str] = if pieces.len() > 1 {
+                    &["rows_2", "rows_3", "rows_4", "rows_5"]
+                } else {
+                    &["rows_2", "rows_3", "rows_4"]
+                };
+                for name in temps {
+                    out.push(tile(name, DType::I32));
+                }
+                out.push(format!(
+                    "{valid} = nisa.tensor_scalar({x}, op0=nl.greater_equal, operand0={lo}, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{tmp} = nisa.tensor_scalar({x}, op0=nl.less_equal, operand0={hi}, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{valid} = nisa.tensor_tensor({valid}, {tmp}, op=nl.multiply, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{tmp} = nisa.tensor_scalar({x}, op0=nl.multiply, operand0={}, op1=nl.add, operand1={}, {int}, {gp})",
+                    rs / g,
+                    base / g + 1
+                ));
+                out.push(format!(
+                    "{tmp} = nisa.tensor_tensor({tmp}, {valid}, op=nl.multiply, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{first} = nisa.tensor_scalar({tmp}, op0=nl.add, operand0=-1, {int}, {gp})"
+                ));
+                first
+            };
             for (c, &o) in pieces.iter().enumerate() {
                 let col = if o == 0 {
                     first.clone()

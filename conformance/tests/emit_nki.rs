@@ -532,6 +532,8 @@ fn gather_scatter() -> Program {
 ///   whose int32 row number `index·4 + 1` wraps back into the tensor (still skipped);
 /// * `b`: 200 single elements at offset 1, row step 3, from an int16 index tile holding all 200
 ///   in one partition (two DMAs of at most 128), into HBM;
+/// * `e`: single elements at offset 5 (row step 1: no mask needed), `oob: skip`, with the last
+///   element, one past it, −5, −6 and `i32::MAX` (whose `index + 5` wraps negative);
 /// * `c`/`d`: scatters of overlapping windows (row step 2, 6 elements, offset 1), one adding and
 ///   one overwriting, where the program's row order decides shared elements; one partly-out
 ///   window is skipped.
@@ -541,11 +543,13 @@ fn indirect_not_rows() -> Program {
     p.declare("ia", DType::I32, &[5, 1], HbmRole::Input);
     p.declare("ib", DType::I16, &[1, 200], HbmRole::Input);
     p.declare("ic", DType::I32, &[5, 1], HbmRole::Input);
+    p.declare("ie", DType::I32, &[5, 1], HbmRole::Input);
     p.declare("src", DType::F32, &[5, 6], HbmRole::Input);
     p.declare("a", DType::F32, &[5, 6], HbmRole::Output);
     p.declare("b", DType::F32, &[200], HbmRole::Output);
     p.declare("c", DType::F32, &[40], HbmRole::Output);
     p.declare("d", DType::F32, &[40], HbmRole::Output);
+    p.declare("e", DType::F32, &[5, 1], HbmRole::Output);
     let dma = |p: &mut Program, dst, src, accumulate, indirect| {
         p.push(
             Engine::Dma,
@@ -597,6 +601,26 @@ fn indirect_not_rows() -> Program {
         false,
         ind(&ib, IndirectSide::Src, 3, OobMode::Error),
     );
+    // e: single elements at an offset.
+    let ie = sbuf(DType::I32, 0, 5, 8, vec![[1, 1]]);
+    dma(&mut p, ie.clone(), hbm_rows("ie", DType::I32, 5, 1), false, None);
+    let ge = sbuf(DType::F32, 0, 5, 48, vec![[1, 1]]);
+    p.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: ge.clone(),
+            value: -1.0,
+        }),
+    );
+    let el = AccessPattern::hbm("table", DType::F32, 5, 1, 0, vec![[1, 1]]);
+    dma(
+        &mut p,
+        ge.clone(),
+        el,
+        false,
+        ind(&ie, IndirectSide::Src, 1, OobMode::Skip),
+    );
+    dma(&mut p, hbm_rows("e", DType::F32, 5, 1), ge, false, None);
     // c, d: scatters of overlapping windows.
     let ic = sbuf(DType::I32, 0, 5, 4, vec![[1, 1]]);
     dma(&mut p, ic.clone(), hbm_rows("ic", DType::I32, 5, 1), false, None);
@@ -969,6 +993,7 @@ fn indirect_rows_that_are_not_rows_of_the_tensor() {
     );
     // c/d: windows [1+2i, 7+2i): 0, 1 and 2 overlap each other; 18 ends past 40 (skipped).
     inputs.insert("ic".into(), i32s(&[1, 0, 18, 2, 1]));
+    inputs.insert("ie".into(), i32s(&[54, 55, -5, -6, i32::MAX]));
     let k = check("indirect_rows_that_are_not_rows_of_the_tensor", &p, &inputs, false);
     assert!(k.contains("table.reshape((30, 2))[rows_"), "pieces of 2 elements: {k}");
     assert!(k.contains("table.reshape((60, 1))[rows_"), "{k}");
@@ -982,6 +1007,13 @@ fn indirect_rows_that_are_not_rows_of_the_tensor() {
         a[12..30].iter().all(|&v| v == -1.0) && a[..12].iter().all(|&v| v != -1.0),
         "{a:?}"
     );
+    let e = sim.outputs["e"].to_f32();
+    assert_eq!(
+        e.iter().map(|&v| v == -1.0).collect::<Vec<_>>(),
+        [false, true, false, true, true],
+        "{e:?}"
+    );
+    assert!(k.contains("op0=nl.add, operand0=5, dtype=nl.int32"), "{k}");
     check_frontend("indirect_rows_that_are_not_rows_of_the_tensor", &p, &k, &inputs);
 }
 
