@@ -89,7 +89,9 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     import trnsim.nki
-    trnsim.nki.install()
+    # The legacy namespace, and the current one's `nki.isa`: an emitted kernel that writes raw random
+    # bits imports `nki.isa` for `rng`, which legacy NKI lacks (docs/nki.md, "Emitted kernels").
+    trnsim.nki.install(current=True)
     proto = os.fdopen(os.dup(1), "w")  # job lines only; anything else printed goes to stderr
     os.dup2(2, 1)
     with open(argv[1]) as f:

@@ -33,17 +33,22 @@
 //! index tile laid out other than one per partition is first copied into an `[R, 1]` tile by a
 //! DMA; more than 128 rows are split into DMAs of at most 128), and adds
 //! `oob_mode=nisa.oob_mode.error | skip`. Rows that are not rows of the tensor (an element offset
-//! or an overlapping window per index; more than 128 indices in one partition) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`, which
-//! legacy NKI does not express (the stand-in runs it; the trnsim.nki front-end refuses it,
-//! docs/nki.md). The `wait` lists are not emitted: NKI derives the synchronisation from the
-//! dataflow. A `bypass` ALU stage is a multiply by 1.0 (legacy NKI has no `nl.bypass`).
+//! or an overlapping window per index; more than 128 indices in one partition) use the same
+//! dynamic index on the tensor seen as rows of `g` elements (`g` divides the row step, the offset,
+//! the size and the window's pieces): one DMA per `g`-element piece of the window and per at most
+//! 128 indices, each with an `[R, 1]` column of row numbers computed on GpSimd in exact int32
+//! arithmetic from the index tile, `-1` (out of bounds) where the program's row would be out of
+//! bounds (`Emitter::indirect_rows`). The `wait` lists are not emitted: NKI derives the
+//! synchronisation from the dataflow. A `bypass` ALU stage is a multiply by 1.0 (legacy NKI has no `nl.bypass`).
 //! Supported: `nc_matmul`, `nc_transpose`, `tensor_tensor`, `tensor_scalar`,
 //! `scalar_tensor_tensor`, `tensor_reduce`, `tensor_tensor_scan`, `tensor_scalar_reduce`,
 //! `tensor_copy`, `tensor_copy_predicated` (writes its `dst=` in place: unselected elements keep
 //! their value), `reciprocal`, `memset`, `iota`, `affine_select` (predicate `(affine) cmp 0`),
 //! `activation`, `tensor_partition_reduce`, `bn_stats`, `bn_aggr`, `max8`, `nc_match_replace8`
 //! (`dst_idx=` written in place), `select_reduce` (`dst=` in place),
-//! `set_rng_seed` (as `nl.random_seed`) / `rng` (as `nisa.rng`, which legacy NKI lacks) /
+//! `set_rng_seed` (as `nl.random_seed`) / `rng` (legacy NKI has no raw-bit call: the current
+//! namespace's `nki.isa.rng(dst=…, engine=…)`, documented for NeuronCore-v2's Vector engine,
+//! imported as `nisa_current` by kernels that need it) /
 //! `dropout` (trnsim's PCG32 generator in the stand-in; the hardware
 //! PRNG is unpublished, so on a device these give other random numbers), `dma_copy` (direct, and
 //! indirect with one free dimension per row). Anything else returns [`EmitError::Unsupported`]
@@ -180,8 +185,12 @@ const PY_KEYWORDS: &[&str] = &[
     "not", "or", "pass", "raise", "return", "try", "while", "with", "yield", "match", "case", "type",
 ];
 
+/// The name an emitted kernel imports the current namespace's `nki.isa` under (for `rng`, the one
+/// call legacy `neuronxcc.nki.isa` lacks).
+const CURRENT_ISA: &str = "nisa_current";
+
 /// Names the kernel uses for itself (modules, the function); HBM tensors never take them.
-const RESERVED: &[&str] = &["np", "nl", "nisa", "nki", KERNEL_NAME];
+const RESERVED: &[&str] = &["np", "nl", "nisa", "nki", CURRENT_ISA, KERNEL_NAME];
 
 fn sanitize(name: &str) -> String {
     let mut s: String = name
@@ -194,10 +203,10 @@ fn sanitize(name: &str) -> String {
     if PY_KEYWORDS.contains(&s.as_str()) || RESERVED.contains(&s.as_str()) {
         s.push('_');
     }
-    // Emitter-generated locals are `sbuf_<n>`, `psum_<n>` and `<name>_flat`.
+    // Emitter-generated locals are `sbuf_<n>`, `psum_<n>`, `idx_<n>`, `rows_<n>` and `<name>_flat`.
     let generated = |s: &str| {
         s.ends_with("_flat")
-            || ["sbuf_", "psum_", "idx_"].iter().any(|p| {
+            || ["sbuf_", "psum_", "idx_", "rows_"].iter().any(|p| {
                 s.strip_prefix(p)
                     .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_digit()))
             })
@@ -248,6 +257,29 @@ fn py_float(v: f64) -> String {
         }
     }
 }
+
+/// Greatest common divisor (`gcd(0, x) = x`).
+fn gcd(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.abs(), b.abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// ⌊a / b⌋ for b ≠ 0.
+fn div_floor(a: i64, b: i64) -> i64 {
+    let (a, b) = if b < 0 { (-a, -b) } else { (a, b) };
+    a.div_euclid(b)
+}
+
+/// ⌈a / b⌉ for b ≠ 0.
+fn div_ceil(a: i64, b: i64) -> i64 {
+    -div_floor(-a, b)
+}
+
+/// The statements an indirect DMA needs first, and the expression of its indirect side.
+type IndirectForm = (Vec<String>, String);
 
 /// One merged on-chip region (one tile).
 #[derive(Clone, Debug)]
@@ -480,16 +512,16 @@ impl<'a> Emitter<'a> {
     /// `t.reshape((M, row_step))[idx[0:R, k:k+1], c0 + step * nl.arange(n)[None, :]]`, with a
     /// `[R, 1]` index tile (one index per partition; indices laid out otherwise are first copied
     /// into one by a DMA, returned as the prelude; [`Self::indirect_chunks`] splits more than 128
-    /// rows). Other rows (a window per index, rows that overlap) are written on the flat view, `t_flat[row_step * idx + base + nl.arange(n)[None, :]]`,
-    /// which legacy NKI's dynamic indexing does not express (docs/nki.md).
-    /// `Err(reason)` when the form is not emitted; `Ok((prelude statements, expression))`.
+    /// rows). Other rows (an element offset or a window per index, rows that overlap) give
+    /// `Ok(Ok(None))`: [`Self::indirect_rows`] writes those.
+    /// `Err(reason)` when the form is not emitted; `Ok(Ok(Some((prelude statements, expression))))`.
     fn indirect_ap(
         &self,
         index: usize,
         ap: &AccessPattern,
         rows: usize,
         ind: &trnsim::Indirect,
-    ) -> Result<Result<(Vec<String>, String), EmitError>, String> {
+    ) -> Result<Result<Option<IndirectForm>, EmitError>, String> {
         let MemSpace::Hbm(t) = &ap.mem else {
             return Err("the indirect side of a DMA must be in HBM".into());
         };
@@ -503,6 +535,10 @@ impl<'a> Emitter<'a> {
         let Some(py) = self.hbm_names.get(t) else {
             return Ok(Err(EmitError::Invalid(format!("HBM tensor `{t}` is not declared"))));
         };
+        let one_per_partition = ind.index.partitions == rows && ind.index.free_elems() == 1;
+        if !(self.rows_of_tensor(ap, ind) && (one_per_partition || rows <= PARTITIONS)) {
+            return Ok(Ok(None));
+        }
         let idx = match self.ap(&ind.index) {
             Ok(e) => e,
             Err(e) => return Ok(Err(e)),
@@ -512,35 +548,24 @@ impl<'a> Emitter<'a> {
         let base = ap.offset as i64 / ap.dtype.size() as i64;
         let size = self.hbm_sizes[t] as i64;
         let rs = ind.row_step;
-        let one_per_partition = ind.index.partitions == rows && ind.index.free_elems() == 1;
-        if self.rows_of_tensor(ap, ind) && (one_per_partition || rows <= PARTITIONS) {
-            let mut prelude = Vec::new();
-            let col = if one_per_partition {
-                idx
-            } else {
-                // One index per partition, as a dynamic index takes them: a DMA copies the index
-                // tile's elements, in order, into an [R, 1] tile.
-                let name = format!("idx_{index}");
-                prelude.push(format!(
-                    "{name} = nl.ndarray(({rows}, 1), dtype={}, buffer=nl.sbuf)",
-                    nl_dtype(ind.index.dtype)
-                ));
-                let col = format!("{name}[0:{rows}, 0:1]");
-                prelude.push(format!("nisa.dma_copy(dst={col}, src={idx})"));
-                col
-            };
-            let cols = affine_all(base, &[(step, n, arange(n, 1, 2))]);
-            let expr = format!("{py}.reshape(({}, {rs}))[{col}, {cols}]", size / rs);
-            return Ok(Ok((prelude, expr)));
-        }
-        let idx = if ind.index.partitions != rows {
-            // Indices laid out other than one per partition are taken in element order.
-            format!("{idx}.reshape(({rows}, 1))")
-        } else {
+        let mut prelude = Vec::new();
+        let col = if one_per_partition {
             idx
+        } else {
+            // One index per partition, as a dynamic index takes them: a DMA copies the index
+            // tile's elements, in order, into an [R, 1] tile.
+            let name = format!("idx_{index}");
+            prelude.push(format!(
+                "{name} = nl.ndarray(({rows}, 1), dtype={}, buffer=nl.sbuf)",
+                nl_dtype(ind.index.dtype)
+            ));
+            let col = format!("{name}[0:{rows}, 0:1]");
+            prelude.push(format!("nisa.dma_copy(dst={col}, src={idx})"));
+            col
         };
-        let terms = [(ind.row_step, rows, idx), (step, n, arange(n, 1, 2))];
-        Ok(Ok((Vec::new(), format!("{py}_flat[{}]", affine(base, &terms)))))
+        let cols = affine_all(base, &[(step, n, arange(n, 1, 2))]);
+        let expr = format!("{py}.reshape(({}, {rs}))[{col}, {cols}]", size / rs);
+        Ok(Ok(Some((prelude, expr))))
     }
 
     /// Whether an indirect side's rows are rows of its tensor seen as `[size / row_step, row_step]`
@@ -600,6 +625,255 @@ impl<'a> Emitter<'a> {
         Some(out)
     }
 
+    /// An indirect DMA whose rows are not rows of its tensor (an element offset or a window per
+    /// index, windows that overlap, more than 128 indices in one partition), written with legacy
+    /// NKI's one dynamic-index form, `t.reshape((size / g, g))[col, nl.arange(w)[None, :]]` with
+    /// an `[R, 1]` int32 column `col` of row numbers:
+    /// * `g` divides the row step, the offset, the tensor size and every piece of the window, so
+    ///   each index's window is `w`-element pieces that start on rows of that view (a contiguous
+    ///   window: pieces of `w = g`; a strided one: single elements, `w = 1`). Each piece is one
+    ///   DMA, `col = index · row_step/g + (offset + piece offset)/g`, computed on GpSimd in exact
+    ///   int32 arithmetic (`tensor_scalar`/`tensor_tensor`), never on the host.
+    /// * A row is in bounds in the program when its whole window is; a piece alone could be in
+    ///   bounds when its row is not (and int32 products can wrap). So the column is `-1` (out of
+    ///   bounds, skipped or an error as `oob` says) wherever the index lies outside the range that
+    ///   keeps the window in the tensor: `col = (index·k + b + 1)·valid − 1 (+ c·valid)`.
+    /// * The index tile is taken 128 indices at a time (whole partitions of it when they hold at
+    ///   most 128, else runs of one partition), each copied by a DMA into an `[R, 1]` column.
+    /// * A scatter of several pieces per row goes one row at a time, pieces in order, so writes to
+    ///   an element shared by two windows keep the program's order.
+    fn indirect_rows(&self, i: &trnsim::DmaCopy, ind: &trnsim::Indirect) -> Result<String, String> {
+        use trnsim::IndirectSide;
+        let (direct, indirect) = match ind.side {
+            IndirectSide::Src => (&i.dst, &i.src),
+            IndirectSide::Dst => (&i.src, &i.dst),
+        };
+        let MemSpace::Hbm(t) = &indirect.mem else {
+            return Err("the indirect side of a DMA must be in HBM".into());
+        };
+        let py = self
+            .hbm_names
+            .get(t)
+            .ok_or_else(|| format!("HBM tensor `{t}` is not declared"))?;
+        let xfree = free_dims(indirect);
+        let [[xstep, xn]] = xfree.as_slice() else {
+            return Err("indirect DMA rows with more than one free dimension are not emitted".into());
+        };
+        let (xstep, n) = (*xstep, (*xn).max(0));
+        let rows = direct.partitions;
+        if n == 0 || rows == 0 {
+            return Err("an indirect DMA of empty rows is not emitted".into());
+        }
+        if ind.index.num_elems() != rows || direct.free_elems() != n as usize {
+            return Err(format!(
+                "{} indices and {} elements for {rows} rows of {n}",
+                ind.index.num_elems(),
+                direct.free_elems()
+            ));
+        }
+        let esize = indirect.dtype.size() as i64;
+        let base = indirect.offset as i64 / esize;
+        let size = self.hbm_sizes[t] as i64;
+        let rs = ind.row_step;
+        // The direct side's free dims without unit dims (a piece must lie in one innermost run).
+        let mut dfree: Vec<[i64; 2]> = free_dims(direct).into_iter().filter(|d| d[1] != 1).collect();
+        if dfree.is_empty() {
+            dfree.push([1, 1]);
+        }
+        let inner = dfree.last().map_or(1, |d| d[1]);
+        // (g, w, element offset of each piece within the window)
+        let (g, w, pieces): (i64, i64, Vec<i64>) = if xstep == 1 || n == 1 {
+            let g = [rs.abs(), base, size, n, inner].into_iter().fold(0, gcd);
+            (g, g, (0..n / g).map(|c| c * g).collect())
+        } else {
+            let g = [rs.abs(), base, size, xstep.abs()].into_iter().fold(0, gcd);
+            (g, 1, (0..n).map(|j| j * xstep).collect())
+        };
+        // The index range that keeps a row's window inside the tensor (the simulator's check:
+        // the row's first byte and its whole extent in bounds).
+        let (lo_ext, hi_ext) = indirect.free_extent().unwrap_or((0, 0));
+        let (amin, amax) = (0i64.max(-lo_ext) - base, size - 1 - hi_ext - base);
+        let (lo, hi) = match rs.signum() {
+            1 => (div_ceil(amin, rs), div_floor(amax, rs)),
+            -1 => (div_ceil(amax, rs), div_floor(amin, rs)),
+            _ if amin <= 0 && 0 <= amax => (i64::MIN, i64::MAX),
+            _ => (1, 0),
+        };
+        // Any index the index tile can hold is within ±2^32.
+        let clamp = |v: i64| v.clamp(-(1 << 33), 1 << 33);
+        let (lo, hi) = (clamp(lo), clamp(hi));
+
+        // Row groups: (first row, rows, the index elements of those rows as one pattern).
+        let idx = &ind.index;
+        let isize = idx.dtype.size() as i64;
+        let mut ifree: Vec<[i64; 2]> = free_dims(idx).into_iter().filter(|d| d[1] != 1).collect();
+        let mut groups: Vec<(usize, usize, AccessPattern)> = Vec::new();
+        let per_row = ind.side == IndirectSide::Dst && pieces.len() > 1;
+        if ifree.is_empty() {
+            ifree.push([1, 1]);
+        }
+        let k = if ifree.len() == 1 {
+            ifree[0][1].max(0) as usize
+        } else {
+            return Err("an index tile with more than one free dimension is not emitted".into());
+        };
+        let [istep, _] = ifree[0];
+        let take = if per_row { 1 } else { PARTITIONS };
+        if k == 1 || k <= take {
+            let per = (take / k).max(1);
+            let mut p = 0;
+            while p < idx.partitions {
+                let np = per.min(idx.partitions - p);
+                let mut a = idx.clone();
+                a.start_partition += p;
+                a.partitions = np;
+                a.free = vec![[istep, k as i64]];
+                groups.push((p * k, np * k, a));
+                p += np;
+            }
+        } else {
+            for p in 0..idx.partitions {
+                let mut j = 0;
+                while j < k {
+                    let r = take.min(k - j);
+                    let mut a = idx.clone();
+                    a.start_partition += p;
+                    a.partitions = 1;
+                    a.offset = (idx.offset as i64 + j as i64 * istep * isize) as u64;
+                    a.free = vec![[istep, r as i64]];
+                    groups.push((p * k + j, r, a));
+                    j += r;
+                }
+            }
+        }
+
+        let rmw = if i.accumulate { ", dst_rmw_op=np.add" } else { "" };
+        let oob = match ind.oob {
+            trnsim::OobMode::Error => "error",
+            trnsim::OobMode::Skip => "skip",
+        };
+        let dsize = direct.dtype.size() as i64;
+        let gp = "engine=nisa.gpsimd_engine";
+        let int = "dtype=nl.int32";
+        let view = format!("{py}.reshape(({}, {g}))", size / g);
+        let cols = arange(w as usize, 1, 2);
+        let mut out: Vec<String> = Vec::new();
+        for (r0, r, iap) in groups {
+            // The indices as an [R, 1] int32/uint32 column (`x`: exact integer arithmetic on GpSimd
+            // needs 32-bit integer tiles), then `valid` (1 where the row's window is in the tensor,
+            // else 0) and `first` (the first piece's row number, −1 where out of bounds).
+            let cdt = if idx.dtype == DType::U32 {
+                DType::U32
+            } else {
+                DType::I32
+            };
+            let tile = |name: &str, dt: DType| {
+                format!("{name} = nl.ndarray(({r}, 1), dtype={}, buffer=nl.sbuf)", nl_dtype(dt))
+            };
+            let v = |name: &str| format!("{name}[0:{r}, 0:1]");
+            let iexpr = self.ap(&iap).map_err(|e| e.to_string())?;
+            out.push(tile("rows_0", idx.dtype));
+            out.push(format!("nisa.dma_copy(dst={}, src={iexpr})", v("rows_0")));
+            let x = if idx.dtype != cdt {
+                out.push(tile("rows_1", cdt));
+                out.push(format!(
+                    "{} = nisa.tensor_copy({}, dtype={}, {gp})",
+                    v("rows_1"),
+                    v("rows_0"),
+                    nl_dtype(cdt)
+                ));
+                v("rows_1")
+            } else {
+                v("rows_0")
+            };
+            // One piece of a whole row (`row_step = g`) from signed indices: `index + b` is in
+            // bounds exactly when the program's row is (and when it wraps in int32, it goes
+            // negative: out of bounds, as in the program), so no mask is needed.
+            let plain = pieces.len() == 1 && rs == g && cdt == DType::I32;
+            let (valid, tmp, first, col) = (v("rows_2"), v("rows_3"), v("rows_4"), v("rows_5"));
+            let first = if plain && base == 0 {
+                x.clone()
+            } else if plain {
+                out.push(tile("rows_4", DType::I32));
+                out.push(format!(
+                    "{first} = nisa.tensor_scalar({x}, op0=nl.add, operand0={}, {int}, {gp})",
+                    base / g
+                ));
+                first
+            } else {
+                let temps: &[&str] = if pieces.len() > 1 {
+                    &["rows_2", "rows_3", "rows_4", "rows_5"]
+                } else {
+                    &["rows_2", "rows_3", "rows_4"]
+                };
+                for name in temps {
+                    out.push(tile(name, DType::I32));
+                }
+                out.push(format!(
+                    "{valid} = nisa.tensor_scalar({x}, op0=nl.greater_equal, operand0={lo}, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{tmp} = nisa.tensor_scalar({x}, op0=nl.less_equal, operand0={hi}, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{valid} = nisa.tensor_tensor({valid}, {tmp}, op=nl.multiply, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{tmp} = nisa.tensor_scalar({x}, op0=nl.multiply, operand0={}, op1=nl.add, operand1={}, {int}, {gp})",
+                    rs / g,
+                    base / g + 1
+                ));
+                out.push(format!(
+                    "{tmp} = nisa.tensor_tensor({tmp}, {valid}, op=nl.multiply, {int}, {gp})"
+                ));
+                out.push(format!(
+                    "{first} = nisa.tensor_scalar({tmp}, op0=nl.add, operand0=-1, {int}, {gp})"
+                ));
+                first
+            };
+            for (c, &o) in pieces.iter().enumerate() {
+                let col = if o == 0 {
+                    first.clone()
+                } else {
+                    out.push(format!(
+                        "{col} = nisa.tensor_scalar({valid}, op0=nl.multiply, operand0={}, op1=nl.add, operand1={first}, {int}, {gp})",
+                        o / g
+                    ));
+                    col.clone()
+                };
+                // The direct side: rows r0.., elements [e, e + w) of each.
+                let e = c as i64 * w;
+                let mut d = direct.clone();
+                let mut rem = e;
+                let mut off = 0i64;
+                for (k, &[s, num]) in dfree.iter().enumerate().rev() {
+                    let num = num.max(1);
+                    let within = if k == 0 { rem } else { rem % num };
+                    off += within * s;
+                    rem /= num;
+                }
+                d.free = vec![[dfree.last().map_or(1, |x| x[0]), w]];
+                if d.mem.is_on_chip() {
+                    d.start_partition += r0;
+                    d.offset = (d.offset as i64 + off * dsize) as u64;
+                } else {
+                    d.offset = (d.offset as i64 + (r0 as i64 * d.partition_step + off) * dsize) as u64;
+                }
+                d.partitions = r;
+                let dexpr = self.ap(&d).map_err(|e| e.to_string())?;
+                let iexpr = format!("{view}[{col}, {cols}]");
+                let (dst, src) = match ind.side {
+                    IndirectSide::Src => (dexpr, iexpr),
+                    IndirectSide::Dst => (iexpr, dexpr),
+                };
+                out.push(format!(
+                    "nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})"
+                ));
+            }
+        }
+        Ok(out.join("\n    "))
+    }
+
     fn scalar(&self, s: &ScalarOperand) -> Result<String, EmitError> {
         match s {
             ScalarOperand::Imm(v) => Ok(py_float(*v)),
@@ -648,9 +922,12 @@ impl<'a> Emitter<'a> {
                             }
                             return Ok(parts.join("\n    "));
                         }
-                        let (prelude, ind_expr) = self
+                        let Some((prelude, ind_expr)) = self
                             .indirect_ap(index, indirect, direct.partitions, ind)
-                            .map_err(|r| unsupported(&r))??;
+                            .map_err(|r| unsupported(&r))??
+                        else {
+                            return self.indirect_rows(i, ind).map_err(|r| unsupported(&r));
+                        };
                         let (dst, src) = match ind.side {
                             trnsim::IndirectSide::Src => (self.ap(&i.dst)?, ind_expr),
                             trnsim::IndirectSide::Dst => (ind_expr, self.ap(&i.src)?),
@@ -883,11 +1160,13 @@ impl<'a> Emitter<'a> {
                 ScalarOperand::Imm(v) => format!("nl.random_seed({})", *v as i64),
                 ScalarOperand::Tile(ap) => format!("nl.random_seed({})", self.ap(ap)?),
             },
+            // Raw random bits have no legacy call (`nl.rand` gives uniform floats): the current
+            // namespace's `nki.isa.rng`, documented for NeuronCore-v2 on the Vector engine, writes
+            // them into its `dst` (docs/nki.md, "Emitted kernels").
             Op::Rng(i) => format!(
-                "{} = nisa.rng(shape={}, dtype={})",
+                "{CURRENT_ISA}.rng(dst={}, engine={})",
                 self.ap(&i.dst)?,
-                Self::shape(&i.dst),
-                nl_dtype(i.dst.dtype)
+                nisa_engine(engine).replace("nisa.", &format!("{CURRENT_ISA}."))
             ),
             Op::Dropout(i) => format!(
                 "{} = nisa.dropout({}, prob={}, dtype={})",
@@ -1028,7 +1307,12 @@ impl<'a> Emitter<'a> {
         out.push_str("import numpy as np\n");
         out.push_str("import neuronxcc.nki as nki\n");
         out.push_str("import neuronxcc.nki.language as nl\n");
-        out.push_str("import neuronxcc.nki.isa as nisa\n\n");
+        out.push_str("import neuronxcc.nki.isa as nisa\n");
+        if p.instructions.iter().any(|inst| matches!(inst.op, Op::Rng(_))) {
+            // Raw random bits: the current namespace's `nki.isa.rng` (legacy NKI has no such call).
+            writeln!(out, "import nki.isa as {CURRENT_ISA}").unwrap();
+        }
+        out.push('\n');
         // The program's tensor names, in the order of the parameters and of the returned values
         // (JSON strings are valid Python string literals).
         let names = |role: HbmRole| -> Vec<String> {

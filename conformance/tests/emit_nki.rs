@@ -8,7 +8,7 @@
 //! Snapshots live in `tests/snapshots/emit_nki/` (a subdirectory: tests/golden.rs treats every
 //! `.snap` directly in `tests/snapshots/` as an op snapshot).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -526,6 +526,128 @@ fn gather_scatter() -> Program {
     p
 }
 
+/// Indirect DMAs whose rows are not rows of their tensor (`emit_nki`'s `indirect_rows`):
+/// * `a`: a gather of 6-element windows at an element offset (row step 8, offset 2: pieces of 2),
+///   `oob: skip`, with an index whose window is only partly in the tensor (skipped whole) and one
+///   whose int32 row number `index·4 + 1` wraps back into the tensor (still skipped);
+/// * `b`: 200 single elements at offset 1, row step 3, from an int16 index tile holding all 200
+///   in one partition (two DMAs of at most 128), into HBM;
+/// * `e`: single elements at offset 5 (row step 1: no mask needed), `oob: skip`, with the last
+///   element, one past it, −5, −6 and `i32::MAX` (whose `index + 5` wraps negative);
+/// * `c`/`d`: scatters of overlapping windows (row step 2, 6 elements, offset 1), one adding and
+///   one overwriting, where the program's row order decides shared elements; one partly-out
+///   window is skipped.
+fn indirect_not_rows() -> Program {
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("table", DType::F32, &[10, 6], HbmRole::Input);
+    p.declare("ia", DType::I32, &[5, 1], HbmRole::Input);
+    p.declare("ib", DType::I16, &[1, 200], HbmRole::Input);
+    p.declare("ic", DType::I32, &[5, 1], HbmRole::Input);
+    p.declare("ie", DType::I32, &[5, 1], HbmRole::Input);
+    p.declare("src", DType::F32, &[5, 6], HbmRole::Input);
+    p.declare("a", DType::F32, &[5, 6], HbmRole::Output);
+    p.declare("b", DType::F32, &[200], HbmRole::Output);
+    p.declare("c", DType::F32, &[40], HbmRole::Output);
+    p.declare("d", DType::F32, &[40], HbmRole::Output);
+    p.declare("e", DType::F32, &[5, 1], HbmRole::Output);
+    let dma = |p: &mut Program, dst, src, accumulate, indirect| {
+        p.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst,
+                src,
+                accumulate,
+                indirect,
+            }),
+        );
+    };
+    let ind = |index: &AccessPattern, side, row_step, oob| {
+        Some(trnsim::Indirect {
+            side,
+            index: index.clone(),
+            row_step,
+            oob,
+        })
+    };
+    use trnsim::{IndirectSide, OobMode};
+    // a: gather, skip.
+    let ia = sbuf(DType::I32, 0, 5, 0, vec![[1, 1]]);
+    dma(&mut p, ia.clone(), hbm_rows("ia", DType::I32, 5, 1), false, None);
+    let ga = sbuf(DType::F32, 0, 5, 16, vec![[1, 6]]);
+    p.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: ga.clone(),
+            value: -1.0,
+        }),
+    );
+    let win = AccessPattern::hbm("table", DType::F32, 2, 1, 0, vec![[1, 6]]);
+    dma(
+        &mut p,
+        ga.clone(),
+        win,
+        false,
+        ind(&ia, IndirectSide::Src, 8, OobMode::Skip),
+    );
+    dma(&mut p, hbm_rows("a", DType::F32, 5, 6), ga, false, None);
+    // b: 200 indices in one partition, HBM to HBM.
+    let ib = sbuf(DType::I16, 0, 1, 64, vec![[1, 200]]);
+    dma(&mut p, ib.clone(), hbm_rows("ib", DType::I16, 1, 200), false, None);
+    let one = AccessPattern::hbm("table", DType::F32, 1, 1, 0, vec![[1, 1]]);
+    dma(
+        &mut p,
+        hbm_rows("b", DType::F32, 200, 1),
+        one,
+        false,
+        ind(&ib, IndirectSide::Src, 3, OobMode::Error),
+    );
+    // e: single elements at an offset.
+    let ie = sbuf(DType::I32, 0, 5, 8, vec![[1, 1]]);
+    dma(&mut p, ie.clone(), hbm_rows("ie", DType::I32, 5, 1), false, None);
+    let ge = sbuf(DType::F32, 0, 5, 48, vec![[1, 1]]);
+    p.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: ge.clone(),
+            value: -1.0,
+        }),
+    );
+    let el = AccessPattern::hbm("table", DType::F32, 5, 1, 0, vec![[1, 1]]);
+    dma(
+        &mut p,
+        ge.clone(),
+        el,
+        false,
+        ind(&ie, IndirectSide::Src, 1, OobMode::Skip),
+    );
+    dma(&mut p, hbm_rows("e", DType::F32, 5, 1), ge, false, None);
+    // c, d: scatters of overlapping windows.
+    let ic = sbuf(DType::I32, 0, 5, 4, vec![[1, 1]]);
+    dma(&mut p, ic.clone(), hbm_rows("ic", DType::I32, 5, 1), false, None);
+    let sc = sbuf(DType::F32, 0, 5, 512, vec![[1, 6]]);
+    dma(&mut p, sc.clone(), hbm_rows("src", DType::F32, 5, 6), false, None);
+    let init = sbuf(DType::F32, 0, 1, 1024, vec![[1, 40]]);
+    p.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: init.clone(),
+            value: 0.25,
+        }),
+    );
+    for (name, accumulate) in [("c", true), ("d", false)] {
+        dma(&mut p, hbm_rows(name, DType::F32, 1, 40), init.clone(), false, None);
+        let w = AccessPattern::hbm(name, DType::F32, 1, 1, 0, vec![[1, 6]]);
+        dma(
+            &mut p,
+            w,
+            sc.clone(),
+            accumulate,
+            ind(&ic, IndirectSide::Dst, 2, OobMode::Skip),
+        );
+    }
+    p
+}
+
 // ---------------------------------------------------------------------------------------------
 // Inputs.
 
@@ -803,6 +925,98 @@ fn indirect_gather_and_scatter_add() {
     assert!(k.contains("oob_mode=nisa.oob_mode.skip"), "{k}");
 }
 
+/// Runs the emitted kernel through the trnsim.nki front-end (`nki_frontend_run.py`, as the golden
+/// round trip does) and asserts its outputs are bit-identical to the simulator's. `false` (after
+/// a loud message) when no Python has the trnsim package.
+fn check_frontend(name: &str, program: &Program, kernel: &str, inputs: &BTreeMap<String, HostTensor>) -> bool {
+    let Some(py) = trnsim_python(name) else {
+        return false;
+    };
+    let mut scheduled = program.clone();
+    trnsim::infer_waits(&mut scheduled);
+    let sim = Executor::new(TargetName::Trn1).run(&scheduled, inputs).unwrap();
+    let dir = TempDir::new("emit-nki-frontend");
+    let (kpath, ipath, opath) = (
+        dir.path().join(format!("{name}.py")),
+        dir.path().join("in.safetensors"),
+        dir.path().join("out.safetensors"),
+    );
+    std::fs::write(&kpath, kernel).unwrap();
+    std::fs::write(&ipath, emit_nki::to_safetensors(inputs).unwrap()).unwrap();
+    let dtypes: BTreeMap<&str, serde_json::Value> = inputs
+        .iter()
+        .map(|(n, h)| (n.as_str(), serde_json::to_value(h.dtype).unwrap()))
+        .collect();
+    let job = serde_json::json!({"id": name, "kernel": kpath, "inputs": ipath, "outputs": opath, "dtypes": dtypes});
+    let mpath = dir.path().join("manifest.jsonl");
+    std::fs::write(&mpath, format!("{job}\n")).unwrap();
+    let out = Command::new(&py)
+        .arg(pyexec_dir().join("nki_frontend_run.py"))
+        .arg("--batch")
+        .arg(&mpath)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "ok", "{name}: front-end: {}", r["message"]);
+    let names: Vec<(String, DType)> = program
+        .hbm
+        .iter()
+        .filter(|d| d.role == HbmRole::Output)
+        .map(|d| (d.name.clone(), d.dtype))
+        .collect();
+    let got = emit_nki::from_safetensors(&std::fs::read(&opath).unwrap(), &names).unwrap();
+    assert_bit_identical(name, &sim.outputs, &got);
+    true
+}
+
+#[test]
+fn indirect_rows_that_are_not_rows_of_the_tensor() {
+    let p = indirect_not_rows();
+    let mut inputs = inputs_for(&p, 20, 3.0, false);
+    let i32s = |v: &[i32]| HostTensor {
+        dtype: DType::I32,
+        shape: vec![v.len(), 1],
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    // a: 6 is the last whole window (elements 50..56); 7 is partly out (58..64); 2^30 + 1 gives
+    // row number 5 in wrapping int32 (index·4 + 1); -1 is out.
+    inputs.insert("ia".into(), i32s(&[3, 6, 7, (1 << 30) + 1, -1]));
+    let ib: Vec<i16> = (0..200).map(|k| ((k * 7) % 20) as i16).collect();
+    inputs.insert(
+        "ib".into(),
+        HostTensor {
+            dtype: DType::I16,
+            shape: vec![1, 200],
+            data: ib.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        },
+    );
+    // c/d: windows [1+2i, 7+2i): 0, 1 and 2 overlap each other; 18 ends past 40 (skipped).
+    inputs.insert("ic".into(), i32s(&[1, 0, 18, 2, 1]));
+    inputs.insert("ie".into(), i32s(&[54, 55, -5, -6, i32::MAX]));
+    let k = check("indirect_rows_that_are_not_rows_of_the_tensor", &p, &inputs, false);
+    assert!(k.contains("table.reshape((30, 2))[rows_"), "pieces of 2 elements: {k}");
+    assert!(k.contains("table.reshape((60, 1))[rows_"), "{k}");
+    // The simulator's outputs are not trivially what a piece-wise copy would give: the partly-out
+    // window of `a` is skipped whole (row 2 keeps its memset -1.0).
+    let mut scheduled = p.clone();
+    trnsim::infer_waits(&mut scheduled);
+    let sim = Executor::new(TargetName::Trn1).run(&scheduled, &inputs).unwrap();
+    let a = sim.outputs["a"].to_f32();
+    assert!(
+        a[12..30].iter().all(|&v| v == -1.0) && a[..12].iter().all(|&v| v != -1.0),
+        "{a:?}"
+    );
+    let e = sim.outputs["e"].to_f32();
+    assert_eq!(
+        e.iter().map(|&v| v == -1.0).collect::<Vec<_>>(),
+        [false, true, false, true, true],
+        "{e:?}"
+    );
+    assert!(k.contains("op0=nl.add, operand0=5, dtype=nl.int32"), "{k}");
+    check_frontend("indirect_rows_that_are_not_rows_of_the_tensor", &p, &k, &inputs);
+}
+
 /// The kernel's interface: inputs in declaration order as sanitized parameters, outputs in
 /// shared HBM and returned in order.
 #[test]
@@ -1075,25 +1289,19 @@ fn emit_goldens(tag: &str) -> EmittedGoldens {
 }
 
 /// Reads a batch runner's result lines and compares every kernel's outputs with the simulator's,
-/// bit for bit; panics listing every difference and every error — except errors whose message
-/// contains one of `known_gaps`' patterns (a gap of the runner, named with its reason), which are
-/// counted and printed per gap.
-fn assert_batch_matches(runner: &str, e: &EmittedGoldens, stdout: &[u8], known_gaps: &[(&str, &str)]) {
+/// bit for bit; panics listing every difference and every error. No kernel is exempt: a kernel the
+/// runner cannot run is a failure, so every emitted kernel runs or the test fails.
+fn assert_batch_matches(runner: &str, e: &EmittedGoldens, stdout: &[u8]) {
     let mut failures = Vec::new();
     let mut nan_only = Vec::new();
-    let mut gaps: BTreeMap<&str, (usize, String)> = BTreeMap::new();
-    let mut seen = 0;
+    let mut seen = BTreeSet::new();
     for line in String::from_utf8_lossy(stdout).lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = r["id"].as_str().unwrap().to_string();
-        seen += 1;
+        assert!(seen.insert(id.clone()), "{runner}: two result lines for {id}");
         if r["status"] != "ok" {
             let message = r["message"].as_str().unwrap_or("");
-            if let Some((pattern, _)) = known_gaps.iter().find(|(p, _)| message.contains(p)) {
-                gaps.entry(pattern).or_insert_with(|| (0, id.clone())).0 += 1;
-            } else {
-                failures.push(format!("{id}: {runner} error: {message}"));
-            }
+            failures.push(format!("{id}: {runner} error: {message}"));
             continue;
         }
         let (program, sim) = &e.expected[&id];
@@ -1111,21 +1319,16 @@ fn assert_batch_matches(runner: &str, e: &EmittedGoldens, stdout: &[u8], known_g
             nan_only.push(id);
         }
     }
-    assert_eq!(seen, e.expected.len(), "{runner}: one result line per kernel");
-    let gapped: usize = gaps.values().map(|g| g.0).sum();
+    assert_eq!(seen.len(), e.expected.len(), "{runner}: one result line per kernel");
     eprintln!(
-        "emit_nki over the goldens ({runner}): {} kernels bit-identical, {} of them up to NaN sign/payload: {nan_only:?}; {gapped} not run (known gaps)",
-        e.expected.len() - failures.len() - gapped,
+        "emit_nki over the goldens ({runner}): {} of {} kernels bit-identical, {} of them up to NaN sign/payload: {nan_only:?}",
+        e.expected.len() - failures.len(),
+        e.expected.len(),
         nan_only.len()
     );
-    for (pattern, why) in known_gaps {
-        if let Some((n, example)) = gaps.get(pattern) {
-            eprintln!("  known gap, {n} kernels (e.g. {example}): `{pattern}`: {why}");
-        }
-    }
     assert!(
         failures.is_empty(),
-        "{runner}: {} of {} kernels differ from the simulator:\n{}",
+        "{runner}: {} of {} kernels fail to run or differ from the simulator:\n{}",
         failures.len(),
         e.expected.len(),
         failures.join("\n")
@@ -1149,7 +1352,7 @@ fn golden_cases_emit_and_match_the_simulator() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!e.manifest.is_empty());
-    assert_batch_matches("stand-in", &e, &out.stdout, &[]);
+    assert_batch_matches("stand-in", &e, &out.stdout);
 }
 
 /// A Python that imports the trnsim package (`pip install ./conformance/python`), or `None`
@@ -1182,28 +1385,6 @@ fn trnsim_python(test: &str) -> Option<String> {
     py.cloned()
 }
 
-/// Why the emitter's flat indirect-DMA form is a front-end gap (conformance/src/emit_nki.rs,
-/// `indirect_ap`).
-const FLAT_INDIRECT: &str = "an indirect DMA whose rows are not rows of the tensor (an element offset or an overlapping \
-     window per index, or an index tile holding more than 128 indices per partition) is emitted as an expression of \
-     the index tile on the flat view; legacy NKI's dynamic index (a [P, 1] index tile on the first dimension of an HBM \
-     tensor) does not express it, and the front-end refuses it";
-
-/// What the trnsim.nki front-end cannot run of the emitted golden kernels, by error message: each
-/// such kernel is reported, not compared. Every other error, and any bit difference, fails the
-/// test. Remove an entry when its gap closes (docs/nki.md, "Emitted kernels").
-const FRONT_END_GAPS: &[(&str, &str)] = &[
-    (
-        "has no attribute 'rng'",
-        "trnsim's raw-bit `rng` instruction has no legacy NKI call (neuronxcc.nki has nl.rand and nl.random_seed; \
-         nki.isa.rng arrives with the NKI 0.2+ namespace), so the emitted nisa.rng is not in the legacy namespace",
-    ),
-    ("a dynamic index must be a single tile element", FLAT_INDIRECT),
-    ("unsupported index <trnsim.nki._core.DynIndex", FLAT_INDIRECT),
-    ("reshape is supported on whole tensors only", FLAT_INDIRECT),
-    ("must keep the partition dimension", FLAT_INDIRECT),
-];
-
 /// The loop closed: every emitted golden kernel, traced by the trnsim.nki front-end into a new
 /// trnsim program and run on the simulator, gives the same bits as the program it was emitted
 /// from.
@@ -1220,5 +1401,5 @@ fn golden_cases_emitted_run_through_the_nki_front_end_bit_identically() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_batch_matches("trnsim.nki front-end", &e, &out.stdout, FRONT_END_GAPS);
+    assert_batch_matches("trnsim.nki front-end", &e, &out.stdout);
 }

@@ -3,7 +3,7 @@
 the trnsim simulator (fp32 math, round-to-nearest-even cast on write), so that an emitted kernel
 run here reproduces the simulator's outputs bit for bit. It is not AWS's simulator.
 
-    import nki_standin; nki_standin.install()   # registers neuronxcc, neuronxcc.nki{,.language,.isa}
+    import nki_standin; nki_standin.install()   # registers neuronxcc, neuronxcc.nki{,.language,.isa}, nki{,.isa}
     python -m nki_standin KERNEL.py INPUTS.safetensors OUTPUTS.safetensors
 
 See docs/hardware.md."""
@@ -13,7 +13,7 @@ import types
 
 import numpy as np
 
-from . import isa, language
+from . import isa, isa_current, language
 from . import numerics as _nm
 
 __all__ = ["install", "jit", "baremetal", "simulate_kernel", "language", "isa"]
@@ -59,7 +59,7 @@ def simulate_kernel(kernel, *args, **kwargs):
 
 def install():
     """Makes `import neuronxcc.nki`, `neuronxcc.nki.language` and `neuronxcc.nki.isa` resolve to
-    the stand-in."""
+    the stand-in, and `nki.isa` (the current namespace, whose `rng` emitted kernels call) too."""
     nki = types.ModuleType("neuronxcc.nki")
     nki.jit = jit
     nki.baremetal = baremetal
@@ -73,3 +73,10 @@ def install():
     sys.modules["neuronxcc.nki"] = nki
     sys.modules["neuronxcc.nki.language"] = language
     sys.modules["neuronxcc.nki.isa"] = isa
+    current = types.ModuleType("nki")
+    current.__path__ = []
+    current.isa = isa_current
+    current.language = language
+    sys.modules["nki"] = current
+    sys.modules["nki.isa"] = isa_current
+    sys.modules["nki.language"] = language

@@ -5,6 +5,7 @@ import sys
 
 import ml_dtypes
 import numpy as np
+import pytest
 import trnsim.nki
 
 
@@ -51,3 +52,117 @@ def test_current_namespace_dst_first_matmul_on_trn2():
     finally:
         for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
             sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def current_nki():
+    """`nki`, `nki.language`, `nki.isa` of the current namespace (removed again afterwards)."""
+    trnsim.nki.install(current=True)
+    try:
+        import nki
+        yield nki
+    finally:
+        for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+            sys.modules.pop(name, None)
+
+
+def _bits_kernel(nisa_cur, dtype):
+    """A legacy (trn1) kernel that seeds VectorE's generator and writes raw random bits of `dtype`
+    with the current namespace's `rng`, as trnconf's emitter writes them."""
+    import neuronxcc.nki.language as nl
+    from neuronxcc import nki as legacy
+
+    @legacy.jit
+    def k(seed):
+        out = nl.ndarray((128, 48), dtype=dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa_cur.dma_copy(dst=s, src=seed)
+        nisa_cur.set_rng_seed(s)
+        t = nl.ndarray((128, 48), dtype=dtype, buffer=nl.sbuf)
+        nisa_cur.rng(dst=t, engine=nisa_cur.vector_engine)
+        nisa_cur.dma_copy(dst=out, src=t)
+        return out
+
+    return k
+
+
+def test_current_rng_writes_truncated_raw_bits_on_nc_v2(current_nki):
+    import neuronxcc.nki.isa as legacy_isa
+    import neuronxcc.nki.language as nl
+    import nki.isa as nisa_cur
+
+    # Legacy NKI has no raw-bit call; only the current namespace has rng / set_rng_seed.
+    assert not hasattr(legacy_isa, "rng") and not hasattr(legacy_isa, "set_rng_seed")
+    seed = np.array([[1234]], np.int32)
+    w32 = _bits_kernel(nisa_cur, nl.uint32)(seed)
+    prog = trnsim.nki.last_run().program
+    assert prog["target"] == "trn1"
+    assert [(i["engine"], next(iter(i["op"]))) for i in prog["instructions"]
+            if next(iter(i["op"])) in ("rng", "set_rng_seed")] == [("vector", "set_rng_seed"), ("vector", "rng")]
+    assert w32.dtype == np.uint32 and len(np.unique(w32)) > 128 * 48 - 8  # 32 random bits, no repeats to speak of
+    assert np.array_equal(_bits_kernel(nisa_cur, nl.uint32)(seed), w32)  # same seed, same bits
+    assert not np.array_equal(_bits_kernel(nisa_cur, nl.uint32)(seed + 1), w32)
+    # Narrower dtypes keep the least significant bits of the same draws.
+    for dt, np_dt in ((nl.uint8, np.uint8), (nl.int16, np.int16), (nl.int32, np.int32)):
+        got = _bits_kernel(nisa_cur, dt)(seed)
+        assert got.dtype == np_dt
+        np.testing.assert_array_equal(got, w32.astype(np_dt))
+    # nl.random_seed(imm) seeds as set_rng_seed(tile) does, and nl.rand draws from the same
+    # generator: (bits >> 8) * 2^-24.
+    from neuronxcc import nki as legacy
+
+    @legacy.jit
+    def uniform(seed):
+        out = nl.ndarray((128, 48), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.random_seed(1234)
+        nl.store(out, nl.rand((128, 48), dtype=nl.float32))
+        return out
+
+    np.testing.assert_array_equal(uniform(seed), (w32 >> 8).astype(np.float64) * 2.0 ** -24)
+
+
+def test_current_rng_and_set_rng_seed_check_their_documented_constraints(current_nki):
+    import neuronxcc.nki.language as nl
+    import nki.isa as nisa_cur
+    from neuronxcc import nki as legacy
+
+    def run(body, target=None):
+        @legacy.jit(**({"platform_target": target} if target else {}))
+        def k(x):
+            out = nl.ndarray((128, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = body(x)
+            nisa_cur.dma_copy(dst=out, src=t)
+            return out
+
+        return k(np.zeros((128, 8), np.int32))
+
+    def rng_into(dtype, buffer=nl.sbuf, engine=None):
+        def body(x):
+            t = nl.ndarray((128, 8), dtype=dtype, buffer=buffer)
+            nisa_cur.rng(dst=t, **({"engine": engine} if engine is not None else {}))
+            return nisa_cur.tensor_copy(t) if buffer is nl.psum else t  # (DMA cannot read PSUM)
+        return body
+
+    run(rng_into(nl.int32, nl.psum))  # PSUM is allowed
+    with pytest.raises(trnsim.nki.NkiError, match="integers"):
+        run(rng_into(nl.float32))
+    with pytest.raises(trnsim.nki.NkiError, match="SBUF or PSUM"):
+        run(lambda x: nisa_cur.rng(dst=x) or x)
+    with pytest.raises(trnsim.nki.NkiError, match="Vector engine only on NeuronCore-v2"):
+        run(rng_into(nl.int32, engine=nisa_cur.gpsimd_engine))
+    with pytest.raises(trnsim.nki.NkiError, match="not modelled"):
+        run(rng_into(nl.int32, engine=nisa_cur.gpsimd_engine), target="trn2")
+
+    def seeded(shape, dtype):
+        def body(x):
+            s = nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+            nisa_cur.memset(dst=s, value=7)
+            nisa_cur.set_rng_seed(s)
+            return rng_into(nl.int32)(x)
+        return body
+
+    run(seeded((1, 1), nl.uint32))
+    with pytest.raises(trnsim.nki.NkiError, match=r"\[1, 1\] tile"):
+        run(seeded((1, 2), nl.int32))
+    with pytest.raises(trnsim.nki.NkiError, match="32-bit integer"):
+        run(seeded((1, 1), nl.int16))

@@ -395,13 +395,14 @@ def install(current=False):
 
     current=True also registers the current namespace `nki`, `nki.language`, `nki.isa`,
     `nki.typing` (NKI 0.2+, a partial stretch: see docs/nki.md), whose kernels default to the trn2
-    target."""
+    target. Its `nki.isa` is the legacy one plus the calls legacy NKI lacks (`rng`,
+    `set_rng_seed`: `isa_current`)."""
     this = sys.modules[__name__]
     if current:
         from . import current as cur
         sys.modules["nki"] = cur
         for sub in ("language", "isa", "typing"):
-            sys.modules[f"nki.{sub}"] = getattr(this, sub)
+            sys.modules[f"nki.{sub}"] = getattr(cur, sub)
     top = sys.modules.get("neuronxcc")
     if top is None or not getattr(top, "_trnsim", False):
         top = types.ModuleType("neuronxcc")

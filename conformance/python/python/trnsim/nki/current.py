@@ -2,7 +2,8 @@
 covers it: `nki.jit` kernels default to the trn2 target, `nki.simulate(kernel)(*arrays)` runs one,
 and the `nki.isa` calls take `dst=` first (see `isa._with_dst`). Partial: docs/nki.md."""
 
-from . import Kernel, isa, language, typing
+from . import Kernel, language, typing
+from . import isa_current as isa
 
 __all__ = ["isa", "jit", "language", "simulate", "typing"]
 
