@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import threading
 import traceback
@@ -876,6 +877,12 @@ def _dispatch(func, args, kwargs, top: bool):
             reason = e
     else:
         reason = None
+    if func in _FASTPATH_FORMS:
+        # PyTorch's inference fast paths (`nn.MultiheadAttention`, `nn.TransformerEncoderLayer`
+        # in eval mode without grad) call fused kernels it has only for the CPU and CUDA, with no
+        # decomposition: the device runs their math as lowered ops.
+        _report.REPORT.op(name, "decomposed", top)
+        return _FASTPATH_FORMS[func](*args, **kwargs)
     decomp = _decomposition(func)
     if decomp is not None:
         out = decomp(*args, **kwargs)
@@ -893,11 +900,18 @@ def _dispatch(func, args, kwargs, top: bool):
 def _unsupported(func, args, kwargs, why: str):
     name = op_name(func)
     form = _call_form(args, kwargs)
-    if not STATE.fallback:
+    nested = name.startswith("_nested")
+    if nested:
+        # The device's tensors are strided wrappers: a nested (jagged) tensor cannot live on it,
+        # and a CPU fallback would hand one back. `nn.TransformerEncoder` builds one in eval mode
+        # from `src_key_padding_mask`.
+        why = ("nested tensors are not supported on the trnsim device; for nn.TransformerEncoder pass "
+               "enable_nested_tensor=False")
+    if not STATE.fallback or nested:
         _report.REPORT.unsupported(name)
         raise UnsupportedOpError(
-            f"trnsim: aten::{name} is not supported on the trnsim device ({why}); call form: {name}({form}). "
-            "Set TRNSIM_TORCH_FALLBACK=1 or trnsim.torch.set_fallback(True) to run it on the CPU."
+            f"trnsim: aten::{name} is not supported on the trnsim device ({why}); call form: {name}({form})."
+            + ("" if nested else " Set TRNSIM_TORCH_FALLBACK=1 or trnsim.torch.set_fallback(True) to run it on the CPU.")
         )
     if name not in STATE.warned:
         STATE.warned.add(name)
@@ -1545,6 +1559,73 @@ def _index_put_real(func, args, kwargs, top):
     _report.REPORT.op(op_name(func), "decomposed", top)
     return _on_real_view(out)
 
+
+def _fastpath_mask(scores, mask, mask_type):
+    """Applies a fast-path attention mask to (B, H, L, S) scores as PyTorch's `_masked_softmax`
+    does: boolean True masks a key out (type 0: (L, S), type 1: (B, S) key padding, type 2:
+    broadcastable to (B, H, L, S)); a floating mask is added."""
+    b, _, _, s = scores.shape
+    if mask_type == 1:
+        mask = mask.view(b, 1, 1, s)
+    if mask.dtype == torch.bool:
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        # A row whose keys are all masked is 0 in `_masked_softmax` (softmax alone gives NaN).
+        return probs.masked_fill(mask, 0.0)
+    return torch.softmax(scores + mask, dim=-1)
+
+
+def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None,
+                need_weights=True, average_attn_weights=True, mask_type=None):
+    """`aten::_native_multi_head_attention` (batch-first (B, L, E) inputs) as lowered ops."""
+    b, lq, e = query.shape
+    s = key.shape[1]
+    d = embed_dim // num_head
+    wq, wk, wv = qkv_weight.chunk(3)
+    bq, bk, bv = qkv_bias.chunk(3)
+    # The CPU kernel scales q by 1/sqrt(d) after the bias, before q·kᵀ.
+    q = torch.nn.functional.linear(query, wq, bq).view(b, lq, num_head, d).transpose(1, 2) * (1.0 / math.sqrt(d))
+    k = torch.nn.functional.linear(key, wk, bk).view(b, s, num_head, d).transpose(1, 2)
+    v = torch.nn.functional.linear(value, wv, bv).view(b, s, num_head, d).transpose(1, 2)
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    if mask is not None:
+        probs = _fastpath_mask(scores, mask, mask_type)
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    attn = torch.matmul(probs, v).transpose(1, 2).reshape(b, lq, e)
+    out = torch.nn.functional.linear(attn, proj_weight, proj_bias)
+    if not need_weights:
+        return out, torch.empty(0, dtype=out.dtype, device=out.device)
+    return out, (probs.mean(dim=1) if average_attn_weights else probs)
+
+
+def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
+                                   norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
+                                   ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+    """`aten::_transformer_encoder_layer_fwd`: `nn.TransformerEncoderLayer.forward`'s math
+    (dropout is off in eval mode) as lowered ops."""
+    F = torch.nn.functional
+
+    def sa(x):
+        return _native_mha(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask,
+                           False, True, mask_type)[0]
+
+    def ff(x):
+        h = F.linear(x, ffn_weight_1, ffn_bias_1)
+        return F.linear(F.gelu(h) if use_gelu else F.relu(h), ffn_weight_2, ffn_bias_2)
+
+    ln1 = (lambda x: F.layer_norm(x, (embed_dim,), norm_weight_1, norm_bias_1, eps))
+    ln2 = (lambda x: F.layer_norm(x, (embed_dim,), norm_weight_2, norm_bias_2, eps))
+    if norm_first:
+        x = src + sa(ln1(src))
+        return x + ff(ln2(x))
+    x = ln1(src + sa(src))
+    return ln2(x + ff(x))
+
+
+_FASTPATH_FORMS = {
+    aten._native_multi_head_attention.default: _native_mha,
+    aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
+}
 
 _COMPLEX_FORMS = {
     aten.index_put.default: _index_put_real,
