@@ -1622,9 +1622,76 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
     return ln2(x + ff(x))
 
 
+def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """`aten::_thnn_fused_lstm_cell` (what `nn.LSTM` calls per step on a non-CPU device): the
+    cell's math as lowered ops. The workspace is the activated gates (i, f, g, o), which
+    `_fused_lstm_cell_backward` reads."""
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias
+    if hidden_bias is not None:
+        gates = gates + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    cy = f * cx + i * g
+    hy = o * torch.tanh(cy)
+    return hy, cy, torch.cat([i, f, g, o], 1)
+
+
+def _fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    """`aten::_thnn_fused_lstm_cell_backward_impl`: gradients of the gates (pre-activation),
+    of cx and of the bias, from the workspace `_fused_lstm_cell` saved."""
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = torch.tanh(cy)
+    d_cy = grad_cy if grad_cy is not None else torch.zeros_like(cy)
+    if grad_hy is not None:
+        d_cy = d_cy + grad_hy * o * (1 - tanh_cy * tanh_cy)
+        d_o = grad_hy * tanh_cy * o * (1 - o)
+    else:
+        d_o = torch.zeros_like(o)
+    d_i = d_cy * g * i * (1 - i)
+    d_f = d_cy * cx * f * (1 - f)
+    d_g = d_cy * i * (1 - g * g)
+    grad_gates = torch.cat([d_i, d_f, d_g, d_o], 1)
+    return grad_gates, d_cy * f, (grad_gates.sum(0) if has_bias else None)
+
+
+def _fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """`aten::_thnn_fused_gru_cell` (`nn.GRU`'s step on a non-CPU device) as lowered ops. The
+    workspace is (r, z, n, hn, hx), the layout PyTorch's CUDA kernel uses."""
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    if hidden_bias is not None:
+        hidden_gates = hidden_gates + hidden_bias
+    ir, ii, in_ = input_gates.chunk(3, 1)
+    hr, hi, hn = hidden_gates.chunk(3, 1)
+    r = torch.sigmoid(ir + hr)
+    z = torch.sigmoid(ii + hi)
+    n = torch.tanh(in_ + r * hn)
+    hy = n + z * (hx - n)
+    return hy, torch.cat([r, z, n, hn, hx], 1)
+
+
+def _fused_gru_cell_backward(grad_hy, workspace, has_bias):
+    """`aten::_thnn_fused_gru_cell_backward` from `_fused_gru_cell`'s workspace."""
+    r, z, n, hn, hx = workspace.chunk(5, 1)
+    d_n = grad_hy * (1 - z) * (1 - n * n)
+    d_z = grad_hy * (hx - n) * z * (1 - z)
+    d_r = d_n * hn * r * (1 - r)
+    grad_input = torch.cat([d_r, d_z, d_n], 1)
+    grad_hidden = torch.cat([d_r, d_z, d_n * r], 1)
+    if has_bias:
+        return grad_input, grad_hidden, grad_hy * z, grad_input.sum(0), grad_hidden.sum(0)
+    return grad_input, grad_hidden, grad_hy * z, None, None
+
+
 _FASTPATH_FORMS = {
     aten._native_multi_head_attention.default: _native_mha,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
+    aten._thnn_fused_lstm_cell.default: _fused_lstm_cell,
+    aten._thnn_fused_lstm_cell_backward_impl.default: _fused_lstm_cell_backward,
+    aten._thnn_fused_gru_cell.default: _fused_gru_cell,
+    aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward,
 }
 
 _COMPLEX_FORMS = {
@@ -1666,7 +1733,12 @@ def _checked(func, args, kwargs):
         backends = sorted({b for _, b, _ in served})
         kernels = sorted({k for _, _, ks in served for k in ks})
         with _report.REPORT.paused():
-            expected = func(*cpu_args, **cpu_kwargs)
+            if func in _FASTPATH_FORMS and not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CPU"):
+                # PyTorch has this fused op only for CUDA (`_thnn_fused_lstm_cell`, …): the CPU
+                # reference is the same math in PyTorch's CPU ops.
+                expected = _FASTPATH_FORMS[func](*cpu_args, **cpu_kwargs)
+            else:
+                expected = func(*cpu_args, **cpu_kwargs)
             got_flat, _ = tree_flatten(out)
             exp_flat, _ = tree_flatten(expected)
             for g, e in zip(got_flat, exp_flat):
