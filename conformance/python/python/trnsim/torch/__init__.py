@@ -139,6 +139,32 @@ def _eye(n, **kw):
     return _eye_m(n, n, **kw)
 
 
+def _linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # As `eye`: the kernel registered for every backend fills `linspace.out`, whose functional
+    # form would come back here. PyTorch's ref computes in float64 for Python-number bounds, which
+    # the device refuses; this is the CPU kernel's formula (from the nearer end, so both ends are
+    # exact) in float32 on the engines.
+    dtype = dtype or torch.get_default_dtype()
+    _report.REPORT.op("linspace", "decomposed", _device.STATE.depth == 0)
+    start = start.item() if isinstance(start, torch.Tensor) else start
+    end = end.item() if isinstance(end, torch.Tensor) else end
+    if steps <= 1:
+        return torch.full((steps,), start, dtype=dtype, device=device)
+    step = (end - start) / (steps - 1)
+    rg = torch.arange(steps, dtype=torch.float32, device=device)
+    lo = rg * step + start
+    hi = (rg - (steps - 1)) * step + end
+    out = torch.where(rg < steps // 2, lo, hi)
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
+def _logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    _report.REPORT.op("logspace", "decomposed", _device.STATE.depth == 0)
+    out = torch.pow(base, _linspace(start, end, steps, dtype=torch.float32, device=device))
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
 def _copy_kernel(dst, src, non_blocking=False):
     return _device.dispatch(torch.ops.aten.copy_.default, (dst, src), {})
 
@@ -166,6 +192,8 @@ def register() -> None:
     _aten_lib.impl("arange.start_step", _arange_start_step, "PrivateUse1")
     _aten_lib.impl("eye", _eye, "PrivateUse1")
     _aten_lib.impl("eye.m", _eye_m, "PrivateUse1")
+    _aten_lib.impl("linspace", _linspace, "PrivateUse1")
+    _aten_lib.impl("logspace", _logspace, "PrivateUse1")
     # Calls made with PyTorch's Python key excluded (`torch.tensor(..., device=)` copies that
     # way) reach the PrivateUse1 key itself; the boxed fallback cannot serve them (an internal
     # assert in torch 2.15), these kernels do.

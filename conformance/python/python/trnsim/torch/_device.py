@@ -179,6 +179,11 @@ class TrnsimTensor(torch.Tensor):
             return body[:-1] + extra + ")"
         return body + extra
 
+    def tolist(self):
+        # PyTorch's `tolist` refuses tensor subclasses; like `.item()` it is a read to the host.
+        with torch.no_grad():
+            return self.cpu().tolist()
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return dispatch(func, args, kwargs or {})
@@ -750,13 +755,15 @@ def _functional_of_out(func):
     packet = getattr(aten, s.name.split("::", 1)[1], None)
     if packet is None:
         return None
-    want = [a.name for a in s.arguments if not a.is_out and not a.kwarg_only]
+    # Names and types: `linspace.out` (Scalar start, end) and `linspace.Tensor_Tensor` share the
+    # argument names, only the types tell them apart.
+    want = [(a.name, str(a.type)) for a in s.arguments if not a.is_out and not a.kwarg_only]
     for ov in packet.overloads():
         cand = getattr(packet, ov)
         cs = cand._schema
         if any(a.is_out for a in cs.arguments) or cs.is_mutable:
             continue
-        if [a.name for a in cs.arguments if not a.kwarg_only] == want:
+        if [(a.name, str(a.type)) for a in cs.arguments if not a.kwarg_only] == want:
             return cand
     return None
 
