@@ -118,6 +118,13 @@ def _arange_start_step(start, end, step=1, **kw):
     return _device.dispatch(torch.ops.aten.arange.start_step, (start, end, step), kw)
 
 
+def _randperm(n, *, generator=None, **kw):
+    # `randperm` reaches the device as `randperm.generator_out` on an empty tensor; the lowered
+    # op is the functional `randperm`. As for the device's other random ops, its values come from
+    # the device's generator (`torch.manual_seed`), not from `generator`.
+    return _device.dispatch(torch.ops.aten.randperm.default, (n,), kw)
+
+
 def _arange_start(start, end, **kw):
     return _arange_start_step(start, end, 1, **kw)
 
@@ -191,6 +198,8 @@ def register() -> None:
     _aten_lib.impl("arange.start", _arange_start, "PrivateUse1")
     _aten_lib.impl("arange.start_step", _arange_start_step, "PrivateUse1")
     _aten_lib.impl("eye", _eye, "PrivateUse1")
+    _aten_lib.impl("randperm", _randperm, "PrivateUse1")
+    _aten_lib.impl("randperm.generator", _randperm, "PrivateUse1")
     _aten_lib.impl("eye.m", _eye_m, "PrivateUse1")
     _aten_lib.impl("linspace", _linspace, "PrivateUse1")
     _aten_lib.impl("logspace", _logspace, "PrivateUse1")

@@ -179,6 +179,15 @@ class TrnsimTensor(torch.Tensor):
             return body[:-1] + extra + ")"
         return body + extra
 
+    def __reduce_ex__(self, protocol):
+        # `torch.save`: the values (read to the host, as for any device without host-visible
+        # storage) and PyTorch's allow-listed rebuild, so `torch.load` (weights_only, the
+        # default) restores them to the device, or where `map_location` says.
+        with torch.no_grad():
+            data = self.cpu()
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (data, self.dtype, str(self.device), self.requires_grad))
+
     def tolist(self):
         # PyTorch's `tolist` refuses tensor subclasses; like `.item()` it is a read to the host.
         with torch.no_grad():
@@ -757,15 +766,21 @@ def _functional_of_out(func):
         return None
     # Names and types: `linspace.out` (Scalar start, end) and `linspace.Tensor_Tensor` share the
     # argument names, only the types tell them apart.
+    # The keyword-only arguments too: `randperm.generator_out` is `randperm.generator`, not
+    # `randperm` (which has no `generator`).
     want = [(a.name, str(a.type)) for a in s.arguments if not a.is_out and not a.kwarg_only]
+    want_kw = {a.name for a in s.arguments if not a.is_out and a.kwarg_only}
+    fallback = None
     for ov in packet.overloads():
         cand = getattr(packet, ov)
         cs = cand._schema
         if any(a.is_out for a in cs.arguments) or cs.is_mutable:
             continue
         if [(a.name, str(a.type)) for a in cs.arguments if not a.kwarg_only] == want:
-            return cand
-    return None
+            if want_kw <= {a.name for a in cs.arguments if a.kwarg_only}:
+                return cand
+            fallback = fallback or cand
+    return fallback
 
 
 def _mutated_args(func) -> list[int]:
