@@ -885,6 +885,9 @@ def _dispatch(func, args, kwargs, top: bool):
         return _bernoulli_(*args, **kwargs)
     if func in _RNG_INPLACE:
         return _RNG_INPLACE[func](*args, **kwargs)
+    if func in _RNG_FORMS:
+        _report.REPORT.op(name, "decomposed", top)
+        return _RNG_FORMS[func](*args, **kwargs)
     if func._schema.is_mutable:
         return _inplace(func, args, kwargs, top)
     out = _via_module(func, args, kwargs, top)
@@ -1415,7 +1418,81 @@ def _uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
     return self
 
 
-_RNG_INPLACE = {aten.normal_.default: _normal_, aten.uniform_.default: _uniform_}
+def _rand(shape) -> TrnsimTensor:
+    """Uniform float32 draws in [0, 1) from the lowered `rand` (the device's generator)."""
+    return _run_lowered(aten.rand.default, (list(shape),), {"dtype": torch.float32, "device": torch.device("cpu")},
+                        name="rand")
+
+
+def _random_(self, from_=0, to=None, *, generator=None):
+    """`random_(from, to)` (what `torch.randint` fills): `from + floor(u·(to − from))` from
+    uniform draws, clamped below `to` (u·range can round up to range in float32), as self's dtype."""
+    if to is None:
+        # `random_()` / `random_(from, None)`: up to the dtype's maximum, beyond the float32 draws'
+        # resolution (and beyond int32 for int64).
+        return _unsupported(getattr(aten.random_, "from"), (self, from_, to), {},
+                            "random_ without an upper bound is not supported")
+    u = _rand(self.shape)
+    v = dispatch_inner(aten.floor.default, (dispatch_inner(aten.mul.Tensor, (u, float(to - from_)), {}),), {})
+    v = dispatch_inner(aten.clamp.default, (v, None, float(to - from_ - 1)), {})
+    if from_ != 0:
+        v = dispatch_inner(aten.add.Tensor, (v, float(from_)), {})
+    val = _run_lowered(aten._to_copy.default, (v,), {"dtype": self.dtype}, count=False)
+    _write_into(self, val)
+    _report.REPORT.op("random_", "device", STATE.depth == 1)
+    return self
+
+
+def _random_to(self, to, *, generator=None):
+    return _random_(self, 0, to)
+
+
+def _like_shape_dtype(x, dtype):
+    return list(x.shape), (dtype if dtype is not None else x.dtype)
+
+
+def _rand_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    shape, dt = _like_shape_dtype(x, dtype)
+    return _run_lowered(aten.rand.default, (shape,), {"dtype": dt, "device": torch.device("cpu")}, name="rand")
+
+
+def _randn_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    shape, dt = _like_shape_dtype(x, dtype)
+    return _run_lowered(aten.randn.default, (shape,), {"dtype": dt, "device": torch.device("cpu")}, name="randn")
+
+
+def _multinomial(probs, num_samples, replacement=False, *, generator=None):
+    """`torch.multinomial` on the engines. With replacement (or one sample): inverse-CDF
+    sampling, the index of the first category whose cumulative weight exceeds u·total. Without:
+    the Gumbel top-k trick, the k largest `log p − log(−log u)`, which draws k distinct categories
+    with the probabilities of successive draws without replacement."""
+    p = probs if probs.dim() == 2 else probs.unsqueeze(0)
+    b, n = p.shape
+    if replacement or num_samples == 1:
+        total = p.sum(-1, keepdim=True)
+        u = _rand([b, num_samples]) * total
+        c = torch.cumsum(p, -1)
+        idx = (c.unsqueeze(1) <= u.unsqueeze(2)).sum(-1)
+        idx = torch.clamp(idx, max=n - 1)
+    else:
+        keys = torch.log(p) - torch.log(-torch.log(_rand([b, n])))
+        idx = torch.topk(keys, num_samples, dim=-1).indices
+    idx = idx.to(torch.int64)
+    return idx if probs.dim() == 2 else idx.squeeze(0)
+
+
+def _randint_like(x, low_or_high, high=None, *, dtype=None, layout=None, device=None, pin_memory=None,
+                  memory_format=None):
+    low, high = (0, low_or_high) if high is None else (low_or_high, high)
+    shape, dt = _like_shape_dtype(x, dtype)
+    return _random_(torch.empty(shape, dtype=dt, device=x.device), low, high)
+
+
+_RNG_INPLACE = {aten.normal_.default: _normal_, aten.uniform_.default: _uniform_, aten.random_.to: _random_to,
+                getattr(aten.random_, "from"): _random_}
+_RNG_FORMS = {aten.rand_like.default: _rand_like, aten.randn_like.default: _randn_like,
+              aten.multinomial.default: _multinomial, aten.randint_like.default: _randint_like,
+              aten.randint_like.low_dtype: _randint_like}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1735,7 +1812,7 @@ def _checked(func, args, kwargs):
     """Runs the call on the device and on the CPU (same inputs) and records the drift."""
     name = op_name(func)
     flat, _ = tree_flatten((args, kwargs))
-    compare = not func.is_view and name not in _RANDOM and name not in _UNINITIALISED and func not in _RNG_INPLACE and any(
+    compare = not func.is_view and name not in _RANDOM and name not in _UNINITIALISED and func not in _RNG_INPLACE and func not in _RNG_FORMS and any(
         isinstance(x, TrnsimTensor) for x in flat
     ) and func not in (aten._to_copy.default, aten.copy_.default) and name != "_local_scalar_dense"
     cpu_args = cpu_kwargs = None
