@@ -1784,10 +1784,28 @@ def _fused_gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input, grad_hidden, grad_hy * z, None, None
 
 
+def _pack_padded_sequence(input, lengths, batch_first):
+    """`aten::_pack_padded_sequence`: the rows of each time step's running sequences, gathered on
+    the device. `lengths` is a CPU tensor by PyTorch's contract, and so is the `batch_sizes`
+    output (the count of sequences longer than each step): both are metadata."""
+    lens = [int(v) for v in lengths.tolist()]
+    if not lens or lens[-1] <= 0 or any(a < b for a, b in zip(lens, lens[1:])):
+        raise ValueError("`lengths` must be positive and sorted in decreasing order "
+                         "(pack_padded_sequence with enforce_sorted=False sorts them)")
+    x = input.transpose(0, 1) if batch_first else input
+    b = x.shape[1]
+    batch_sizes = [sum(1 for n in lens if n > t) for t in range(lens[0])]
+    rows = [t * b + i for t, bs in enumerate(batch_sizes) for i in range(bs)]
+    flat = x.reshape(x.shape[0] * b, *x.shape[2:])
+    data = torch.index_select(flat, 0, torch.tensor(rows, dtype=torch.int64, device=input.device))
+    return data, torch.tensor(batch_sizes, dtype=torch.int64)
+
+
 _FASTPATH_FORMS = {
     aten._native_multi_head_attention.default: _native_mha,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._thnn_fused_lstm_cell.default: _fused_lstm_cell,
+    aten._pack_padded_sequence.default: _pack_padded_sequence,
     aten._thnn_fused_lstm_cell_backward_impl.default: _fused_lstm_cell_backward,
     aten._thnn_fused_gru_cell.default: _fused_gru_cell,
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward,
