@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 import trnsim.torch
+from torch import nn
 
 DEV = "trnsim"
 
