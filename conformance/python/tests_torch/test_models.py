@@ -301,3 +301,41 @@ def test_sdpa_and_functional_ops_match_the_cpu():
                                    F.interpolate(q, size=(7, 9), mode="bilinear"), rtol=1e-5, atol=1e-6)
         assert torch.equal(F.one_hot(torch.tensor([0, 2, 1]).to(DEV), 4).cpu(), F.one_hot(torch.tensor([0, 2, 1]), 4))
     clean_report()
+
+
+def test_module_half_bfloat16_after_moving_to_the_device():
+    torch.manual_seed(0)
+    m, x = nn.Linear(4, 3), torch.randn(2, 4)
+    dm = copy.deepcopy(m).to(DEV).half()  # converts parameters already on the device (`param.data = …`)
+    assert dm.weight.dtype == torch.float16
+    with torch.no_grad(), trnsim.torch.checking():
+        y = dm(x.to(DEV).half())
+    assert torch.equal(y.cpu(), copy.deepcopy(m).half()(x.half()).detach())
+    dm.float()
+    assert torch.equal(dm.weight.cpu(), m.weight.detach().half().float())
+    b = copy.deepcopy(m).to(DEV).bfloat16()
+    with trnsim.torch.checking():
+        b(x.to(DEV).bfloat16()).float().sum().backward()
+    assert b.weight.grad.dtype == torch.bfloat16
+    clean_report()
+
+
+def test_distributions_and_weight_norm():
+    torch.manual_seed(0)
+    loc, scale, v = torch.zeros(3), torch.ones(3), torch.randn(3)
+    with trnsim.torch.checking():
+        got = torch.distributions.Normal(loc.to(DEV), scale.to(DEV)).log_prob(v.to(DEV)).cpu()  # validates args
+        sample = torch.distributions.Categorical(logits=torch.randn(2, 4).to(DEV)).sample().cpu()
+    torch.testing.assert_close(got, torch.distributions.Normal(loc, scale).log_prob(v), rtol=1.3e-6, atol=1e-5)
+    assert sample.shape == (2,) and sample.min() >= 0 and sample.max() <= 3
+    for dim in (0, 1):
+        m = nn.utils.parametrizations.weight_norm(nn.Linear(4, 3), dim=dim)
+        dm = copy.deepcopy(m).to(DEV)
+        x = torch.randn(2, 4)
+        (m(x) ** 2).sum().backward()
+        with trnsim.torch.checking():
+            (dm(x.to(DEV)) ** 2).sum().backward()
+        for a, b in zip(dm.parameters(), m.parameters()):
+            torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
+    rep = clean_report()
+    assert rep["ops"]["_weight_norm_interface_backward"]["calls"] == 2

@@ -188,6 +188,20 @@ class TrnsimTensor(torch.Tensor):
         return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (data, self.dtype, str(self.device), self.requires_grad))
 
+    # `param.data = new` (what `Module.half()`, `.to(dtype)`, `.float()` do to parameters already
+    # on the device) shallow-copies `new`'s sizes, strides and dtype into this tensor, but not
+    # its Python attributes: the session storage must follow, or the tensor would claim `new`'s
+    # dtype over its old bytes.
+    @property
+    def data(self):
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        torch.Tensor.data.__set__(self, new)
+        if isinstance(new, TrnsimTensor):
+            self._trn = new._trn
+
     def tolist(self):
         # PyTorch's `tolist` refuses tensor subclasses; like `.item()` it is a read to the host.
         with torch.no_grad():
@@ -1801,11 +1815,26 @@ def _pack_padded_sequence(input, lengths, batch_first):
     return data, torch.tensor(batch_sizes, dtype=torch.int64)
 
 
+def _weight_norm_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """`aten::_weight_norm_interface_backward` (`weight_norm` on a non-CPU device): with
+    w = g·v/‖v‖ (norms over every dim but `dim`), grad_g = Σ(grad_w·v)/‖v‖ and
+    grad_v = (g/‖v‖)·(grad_w − v·Σ(grad_w·v)/‖v‖²)."""
+    dims = [i for i in range(saved_v.dim()) if i != dim] if 0 <= dim < saved_v.dim() else list(range(saved_v.dim()))
+    s = torch.sum(grad_w * saved_v, dims, keepdim=True).reshape(saved_norms.shape)
+    grad_g = (s / saved_norms).reshape(saved_g.shape)
+    grad_v = (saved_g / saved_norms) * (grad_w - saved_v * (s / (saved_norms * saved_norms)))
+    return grad_v, grad_g
+
+
 _FASTPATH_FORMS = {
     aten._native_multi_head_attention.default: _native_mha,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._thnn_fused_lstm_cell.default: _fused_lstm_cell,
     aten._pack_padded_sequence.default: _pack_padded_sequence,
+    aten._weight_norm_interface_backward.default: _weight_norm_backward,
+    # `torch.distributions` argument validation (on by default).
+    aten._is_all_true.default: lambda x: torch.all(x),
+    aten._is_any_true.default: lambda x: torch.any(x),
     aten._thnn_fused_lstm_cell_backward_impl.default: _fused_lstm_cell_backward,
     aten._thnn_fused_gru_cell.default: _fused_gru_cell,
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward,
