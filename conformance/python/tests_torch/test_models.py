@@ -339,3 +339,25 @@ def test_distributions_and_weight_norm():
             torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
     rep = clean_report()
     assert rep["ops"]["_weight_norm_interface_backward"]["calls"] == 2
+
+
+def test_autocast_bfloat16_follows_the_cpu_policy():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    dm = copy.deepcopy(m).to(DEV)
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([0, 2])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(x)
+        loss = F.cross_entropy(out, y)
+    loss.backward()
+    with trnsim.torch.checking():
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            dout = dm(x.to(DEV))
+            dloss = F.cross_entropy(dout, y.to(DEV))
+        dloss.backward()
+    # Matmuls and convolutions in bfloat16, the loss in float32, as CPU (and CUDA) autocast do.
+    assert dout.dtype == out.dtype == torch.bfloat16 and dloss.dtype == loss.dtype == torch.float32
+    torch.testing.assert_close(dout.cpu(), out.detach())  # PyTorch's default bfloat16 tolerance
+    assert abs(dloss.item() - loss.item()) <= 1e-5 * abs(loss.item())
+    assert dm[0].weight.grad.dtype == torch.float32
+    clean_report()

@@ -208,6 +208,9 @@ def register() -> None:
     # assert in torch 2.15), these kernels do.
     _aten_lib.impl("copy_", _copy_kernel, "PrivateUse1")
     _aten_lib.impl("_copy_from", _copy_from_kernel, "PrivateUse1")
+    from . import _autocast
+
+    _autocast.register()
     _registered = True
 
 
