@@ -309,3 +309,44 @@ def test_one_dimensional_column_operands():
     want[:, 0] = 2 * x[:, 0]
     want[:, 1] = np.maximum(x[:, 1], x[:, 2])
     np.testing.assert_array_equal(pair_sums(x), want - x[:, 3:4])
+
+
+# 12. Ragged rows through ISA calls: a 128-partition tile over fewer valid rows, every nisa call
+#     masked to them, then a fused exp with a per-row sum and a reciprocal-multiply normalisation.
+@nki.jit
+def ragged_row_normalise(x, alpha):
+    R, F = x.shape
+    out = nl.ndarray((R, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(F)[None, :]
+    valid = i_p < R
+    t = nl.load(x[i_p, i_f], mask=valid)
+    y = nisa.tensor_scalar(t[i_p, i_f], np.multiply, alpha, mask=valid)
+    s = nl.ndarray((128, 1), dtype=nl.float32)
+    e = nisa.activation_reduce(op=np.exp, data=y[i_p, i_f], reduce_op=np.add, reduce_res=s[i_p, 0], mask=valid)
+    inv = nisa.reciprocal(s[i_p, 0], mask=valid)
+    z = nisa.tensor_scalar(e[i_p, i_f], np.multiply, inv[i_p, 0], mask=valid)
+    nl.store(out[i_p, i_f], value=z[i_p, i_f], mask=valid)
+    return out
+
+
+def test_ragged_rows_through_masked_isa_calls():
+    x = rng(12).standard_normal((100, 64), np.float32)
+    e = np.exp(0.5 * x.astype(np.float64))
+    np.testing.assert_allclose(ragged_row_normalise(x, 0.5), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+# 13. An ALU operator trnsim's NC-v2 lacks: the error names the line and says what to use instead.
+@nki.jit
+def divide_by_row_sum(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    s = nl.sum(t, axis=1, keepdims=True)
+    nl.store(out, value=nisa.tensor_scalar(t, np.divide, s))
+    return out
+
+
+def test_isa_divide_error_says_what_to_use():
+    with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: 'divide' is not an ALU operator.*"
+                                                   r"nisa.reciprocal"):
+        divide_by_row_sum(np.ones((128, 8), np.float32))

@@ -55,10 +55,23 @@ def _op_name(op):
     return n
 
 
+# What to write instead, for operators a kernel may name but NC-v2's ALU (as trnsim models it) lacks.
+ALU_HINTS = {
+    "divide": "trnsim's NC-v2 ALU has no divide (docs/nki.md, Gaps): multiply by nisa.reciprocal(divisor), "
+              "by the scalar 1/c, or use nl.divide",
+    "fmod": "trnsim's NC-v2 ALU has no remainder operator (docs/nki.md, Gaps)",
+    "floor_divide": "trnsim's NC-v2 ALU has no integer division or rounding operator (docs/nki.md, Gaps)",
+}
+ALU_HINTS["true_divide"] = ALU_HINTS["divide"]
+ALU_HINTS["mod"] = ALU_HINTS["remainder"] = ALU_HINTS["fmod"]
+
+
 def alu(op):
     n = _op_name(op)
     if n not in ALU_BY_NAME:
-        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2", caller_loc()[0])
+        hint = ALU_HINTS.get(n)
+        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2" + (f": {hint}" if hint else ""),
+                       caller_loc()[0])
     return ALU_BY_NAME[n]
 
 
