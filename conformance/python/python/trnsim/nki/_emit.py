@@ -201,6 +201,16 @@ def is_view(x):
     return isinstance(x, View)
 
 
+def column(v):
+    """A 1-D on-chip view (`t[:, j]`, one element per partition) as the `[P, 1]` column it is:
+    a fresh tile of shape `(P,)` is stored as `[P, 1]`, so the operands and the result of an
+    element-wise op must agree on that rank for their access patterns to pair up (numpy's rules
+    would broadcast `(P,)` against `(P, 1)` to `(P, P)`)."""
+    if isinstance(v, View) and v.ndim == 1 and v.base.on_chip:
+        return View(v.base, (v.shape[0], 1), [(c, tuple(co) + (0,)) for c, co in v.idx], v.dtype)
+    return v
+
+
 def prep(v, shape, loc):
     """Operand `v` broadcast to `shape`. On-chip partition broadcasting (1 -> P) is not an access
     pattern a compute engine has: it is materialised by a DMA into a new tile first."""
@@ -378,7 +388,7 @@ def mask_and_box(mask, shape):
     return mask_box(mask, shape)
 
 
-__all__ = ["Aff", "NkiError", "act", "alu", "emit", "new_tile", "prep", "scalar_operand", "try_redirect"]
+__all__ = ["Aff", "NkiError", "act", "alu", "column", "emit", "new_tile", "prep", "scalar_operand", "try_redirect"]
 
 
 def narrow(box, views, loc):

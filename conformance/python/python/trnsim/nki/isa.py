@@ -142,6 +142,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     """ScalarE `activation`: op(data * scale + bias). A constant non-zero bias becomes a [P, 1]
     tile (VectorE memset) on trn1, whose ScalarE takes only tile biases."""
     loc = caller_loc()[0]
+    data, bias, scale = E.column(data), E.column(bias), E.column(scale)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     b = _bias_tile(bias, data.shape[0], loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, b, scale))

@@ -455,19 +455,10 @@ def _result_shape(*xs):
     return broadcast_shapes(*shapes)
 
 
-def _column(v):
-    """A 1-D on-chip view (`t[:, j]`, one element per partition) as the `[P, 1]` column it is:
-    a fresh tile of shape `(P,)` is stored as `[P, 1]`, so the operands and the result must agree
-    on that rank for their access patterns to pair up."""
-    if isinstance(v, View) and v.ndim == 1 and v.base.on_chip:
-        return View(v.base, (v.shape[0], 1), [(c, tuple(co) + (0,)) for c, co in v.idx], v.dtype)
-    return v
-
-
 def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None):
     if not isinstance(x, View) and not isinstance(y, View):
         raise NkiError("an element-wise NKI operation needs at least one tile operand", loc)
-    x, y = _column(x), _column(y)
+    x, y = E.column(x), E.column(y)
     shape = _result_shape(x, y)
     dt = as_dtype(dtype) if dtype is not None else (default_dtype or E.out_dtype(None, x, y))
     out = new_tile(shape, dt, loc=loc)
@@ -680,6 +671,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     """VectorE: y (tensor_copy, or memset for a scalar) into the result, then
     `tensor_copy_predicated` of x where the condition is non-zero."""
     loc = caller_loc()[0]
+    condition, x, y = E.column(condition), E.column(x), E.column(y)
     shape = _result_shape(condition, x, y)
     dt = as_dtype(dtype) if dtype is not None else E.out_dtype(None, x, y)
     out = new_tile(shape, dt, loc=loc)
