@@ -358,3 +358,47 @@ def test_isa_divide_error_says_what_to_use():
     with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: 'divide' is not an ALU operator.*"
                                                    r"nisa.reciprocal"):
         divide_by_row_sum(np.ones((128, 8), np.float32))
+
+
+# 14. A row sum over a long row, chunk by chunk, in ScalarE's reduce registers: the first chunk
+#     resets them, later chunks add (reduce_cmd=reduce), the last one reads them out.
+@nki.jit
+def chunked_exp_sum(x):
+    P, F = x.shape
+    CH = 512
+    out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    total = nl.ndarray((P, 1), dtype=nl.float32)
+    n = F // CH
+    for c in nl.sequential_range(n):
+        t = nl.load(x[:, nl.ds(c * CH, CH)])
+        cmd = nisa.reduce_cmd.reset_reduce if c == 0 else nisa.reduce_cmd.reduce
+        if c == n - 1:
+            nisa.activation(np.exp, t, reduce_op=np.add, reduce_res=total, reduce_cmd=cmd)
+        else:
+            nisa.activation(np.exp, t, reduce_cmd=cmd)
+    nl.store(out, value=total)
+    return out
+
+
+@pytest.mark.parametrize("f", [1024, 1536])
+def test_activation_reduce_registers_across_calls(f):
+    x = rng(f).standard_normal((128, f), np.float32)
+    want = np.exp(x.astype(np.float64)).sum(1, keepdims=True)
+    np.testing.assert_allclose(chunked_exp_sum(x), want, rtol=1e-5)
+
+
+def test_select_reduce_carrying_max_across_calls_says_so():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        sel = nl.ndarray(x.shape, dtype=x.dtype)
+        red = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
+        pred = nl.greater(t, 0.0, dtype=nl.uint8)
+        nisa.select_reduce(dst=sel, predicate=pred, on_true=t, on_false=-1.0, reduce_res=red,
+                           reduce_cmd=nisa.reduce_cmd.reduce)
+        nl.store(out, value=sel)
+        return out
+
+    with pytest.raises(trnsim.nki.NkiError, match="reduce_cmd=reduce .* not supported by trnsim"):
+        k(np.ones((128, 8), np.float32))

@@ -159,7 +159,11 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     if reduce_res is not None:
         if reduce_op is not None and E.alu(reduce_op) != "add":
             raise NkiError("the Scalar Engine of NeuronCore-v2 reduces with add only", loc)
-        f["acc"] = "reset_reduce"
+        # an explicit reduce_cmd decides what happens to the registers before they are read out
+        # (`reduce` adds this call's sum to the earlier calls'); without one, reading out a
+        # result means this call's own sum, as activation_reduce
+        cmd = int(reduce_cmd)
+        f["acc"] = ["reset_reduce", "reset", "reduce", "reset_reduce"][cmd]
         r = E.rows(reduce_res, box[0][0], box[0][1])
         f["reduce_res"] = r.ap(loc=loc)
         writes.append(r)
@@ -493,6 +497,11 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
     _no_mask(mask, "select_reduce", loc)
     if reduce_op is not None and E.alu(reduce_op) != "max":
         raise NkiError("select_reduce reduces with max only", loc)
+    if int(reduce_cmd) in (1, 2):  # reset, reduce (the parameter shadows the enum here)
+        # trnsim's select_reduce writes this call's row max; it keeps no registers across calls
+        raise NkiError(f"select_reduce with reduce_cmd={['idle', 'reset', 'reduce'][int(reduce_cmd)]} (carrying "
+                       "the max across calls) is not supported by trnsim: reduce each call into its own "
+                       "reduce_res and take the maximum", loc)
     f = {"dst": dst.ap(loc=loc), "predicate": predicate.ap(loc=loc), "on_true": on_true.ap(loc=loc),
          "on_false": scalar_operand(on_false, loc)}
     if reverse_pred:
