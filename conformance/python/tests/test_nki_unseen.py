@@ -402,3 +402,14 @@ def test_select_reduce_carrying_max_across_calls_says_so():
 
     with pytest.raises(trnsim.nki.NkiError, match="reduce_cmd=reduce .* not supported by trnsim"):
         k(np.ones((128, 8), np.float32))
+
+
+def test_tensor_scalar_on_trn1_scalar_engine_is_refused_at_the_kernel_line():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.tensor_scalar(nl.load(x), np.multiply, 2.0, engine=nisa.scalar_engine))
+        return out
+
+    with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: nisa.tensor_scalar on the Scalar Engine"):
+        k(np.ones((128, 8), np.float32))

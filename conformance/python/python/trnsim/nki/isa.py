@@ -243,6 +243,11 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     """VectorE `tensor_scalar` (GpSimd with engine=gpsimd; ScalarE with engine=scalar on trn2)."""
     loc = caller_loc()[0]
     e = _eng(engine, "vector")
+    if e == "scalar" and E.T().target == "trn1":
+        # said here, at the kernel line, rather than as the simulator's engine refusal at run time
+        raise NkiError("nisa.tensor_scalar on the Scalar Engine: trn1's ScalarE (NeuronCore-v2) has no tensor_scalar "
+                       "in trnsim (docs/isa.md); use engine=nisa.vector_engine (or gpsimd), or "
+                       "nisa.activation(nl.copy, data, scale=..., bias=...) for a multiply-add", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
