@@ -387,6 +387,22 @@ def test_activation_reduce_registers_across_calls(f):
     np.testing.assert_allclose(chunked_exp_sum(x), want, rtol=1e-5)
 
 
+def test_activation_reduce_cmd_idle_reads_the_registers_unchanged():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
+        nisa.activation(np.exp, nl.load(x[:, 0:256]), reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        # idle: this call's exp is not added; the registers (the first half's sum) are read out
+        nisa.activation(np.exp, nl.load(x[:, 256:512]), reduce_op=np.add, reduce_res=s,
+                        reduce_cmd=nisa.reduce_cmd.idle)
+        nl.store(out, value=s)
+        return out
+
+    x = rng(13).standard_normal((128, 512), np.float32)
+    np.testing.assert_allclose(k(x), np.exp(x[:, :256].astype(np.float64)).sum(1, keepdims=True), rtol=1e-5)
+
+
 def test_select_reduce_carrying_max_across_calls_says_so():
     @nki.jit
     def k(x):

@@ -137,7 +137,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
 # ScalarE
 
 
-def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None,
                mask=None, dtype=None, **kwargs):
     """ScalarE `activation`: op(data * scale + bias). A constant non-zero bias becomes a [P, 1]
     tile (VectorE memset) on trn1, whose ScalarE takes only tile biases."""
@@ -160,14 +160,14 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         if reduce_op is not None and E.alu(reduce_op) != "add":
             raise NkiError("the Scalar Engine of NeuronCore-v2 reduces with add only", loc)
         # an explicit reduce_cmd decides what happens to the registers before they are read out
-        # (`reduce` adds this call's sum to the earlier calls'); without one, reading out a
-        # result means this call's own sum, as activation_reduce
-        cmd = int(reduce_cmd)
-        f["acc"] = ["reset_reduce", "reset", "reduce", "reset_reduce"][cmd]
+        # (`reduce` adds this call's sum to the earlier calls', `idle` reads them unchanged);
+        # without one, reading out a result means this call's own sum, as activation_reduce
+        cmd = 3 if reduce_cmd is None else int(reduce_cmd)
+        f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][cmd]
         r = E.rows(reduce_res, box[0][0], box[0][1])
         f["reduce_res"] = r.ap(loc=loc)
         writes.append(r)
-    elif reduce_cmd != 0:
+    elif reduce_cmd is not None and int(reduce_cmd) != 0:
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][int(reduce_cmd)]
     emit("scalar", "activation", f, loc, reads=reads, writes=writes, fresh=out, box=box)
     return out
