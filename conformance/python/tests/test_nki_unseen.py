@@ -429,3 +429,68 @@ def test_tensor_scalar_on_trn1_scalar_engine_is_refused_at_the_kernel_line():
 
     with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: nisa.tensor_scalar on the Scalar Engine"):
         k(np.ones((128, 8), np.float32))
+
+
+# 15. Rotary embedding on interleaved pairs: strided tile views (`t[:, 0:D:2]`) read and written.
+@nki.jit
+def rope_interleaved(x, cos, sin):
+    S, D = x.shape
+    out = nl.ndarray((S, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    for s in nl.affine_range(S // 128):
+        t = nl.load(x[nl.ds(s * 128, 128), :])
+        c = nl.load(cos[nl.ds(s * 128, 128), :])
+        sn = nl.load(sin[nl.ds(s * 128, 128), :])
+        ev, od = t[:, 0:D:2], t[:, 1:D:2]
+        res = nl.ndarray((128, D), dtype=x.dtype)
+        res[:, 0:D:2] = nl.subtract(nl.multiply(ev, c), nl.multiply(od, sn))
+        res[:, 1:D:2] = nl.add(nl.multiply(ev, sn), nl.multiply(od, c))
+        nl.store(out[nl.ds(s * 128, 128), :], value=res)
+    return out
+
+
+def test_rope_strided_views():
+    r = rng(15)
+    x = r.standard_normal((256, 64), np.float32)
+    ang = r.uniform(0, 2 * np.pi, (256, 32))
+    c, s = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    want = np.empty((256, 64))
+    xd = x.astype(np.float64)
+    want[:, 0::2] = xd[:, 0::2] * c - xd[:, 1::2] * s
+    want[:, 1::2] = xd[:, 0::2] * s + xd[:, 1::2] * c
+    np.testing.assert_allclose(rope_interleaved(x, c, s), want, rtol=1e-5, atol=1e-6)
+
+
+# 16. SwiGLU MLP in bf16: gate/up projections produce hT blocks (a block dim before par_dim),
+#     silu(g) * u, then the down projection accumulated in PSUM over the hidden blocks.
+@nki.jit
+def swiglu_mlp(xT, wg, wu, wd):
+    M = xT.shape[1]
+    F = wg.shape[1]
+    N = wd.shape[1]
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    x_sb = nl.load(xT, dtype=nl.bfloat16)
+    hT = nl.ndarray((F // 128, nl.par_dim(128), M), dtype=nl.bfloat16)
+    for f in nl.affine_range(F // 128):
+        g = nl.matmul(nl.load(wg[:, nl.ds(f * 128, 128)], dtype=nl.bfloat16), x_sb, transpose_x=True)
+        u = nl.matmul(nl.load(wu[:, nl.ds(f * 128, 128)], dtype=nl.bfloat16), x_sb, transpose_x=True)
+        hT[f] = nl.multiply(nl.silu(g), u, dtype=nl.bfloat16)
+    acc = nl.zeros((M, N), nl.float32, buffer=nl.psum)
+    for f in nl.affine_range(F // 128):
+        acc += nl.matmul(hT[f], nl.load(wd[nl.ds(f * 128, 128), :], dtype=nl.bfloat16), transpose_x=True)
+    nl.store(out, value=acc)
+    return out
+
+
+def test_swiglu_mlp_bf16():
+    r = rng(16)
+    xT = r.standard_normal((128, 64), np.float32) * 0.5
+    wg, wu = (r.standard_normal((128, 256), np.float32) * 0.1 for _ in range(2))
+    wd = r.standard_normal((256, 128), np.float32) * 0.1
+
+    def bf(a):
+        return a.astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    g, u = bf(xT).T @ bf(wg), bf(xT).T @ bf(wu)
+    want = bf(g / (1 + np.exp(-g)) * u) @ bf(wd)
+    # inputs and h through bf16 (as the kernel casts them); fp32 PSUM sums
+    np.testing.assert_allclose(swiglu_mlp(xT, wg, wu, wd), want, rtol=2e-2, atol=2e-2)
