@@ -494,3 +494,39 @@ def test_swiglu_mlp_bf16():
     want = bf(g / (1 + np.exp(-g)) * u) @ bf(wd)
     # inputs and h through bf16 (as the kernel casts them); fp32 PSUM sums
     np.testing.assert_allclose(swiglu_mlp(xT, wg, wu, wd), want, rtol=2e-2, atol=2e-2)
+
+
+# 17. Paged KV-cache gather: a block table picks whole [16, D] blocks of a 3-D cache, indexed with
+#     3-D arange expressions and the table tile on the first dim (one indirect DMA).
+@nki.jit
+def gather_kv_blocks(cache, block_table):
+    _, BS, D = cache.shape
+    NB = block_table.shape[0]
+    out = nl.ndarray((NB, BS, D), dtype=cache.dtype, buffer=nl.shared_hbm)
+    ids = nl.load(block_table)
+    i_p = nl.arange(NB)[:, None, None]
+    i_s = nl.arange(BS)[None, :, None]
+    i_d = nl.arange(D)[None, None, :]
+    blocks = nl.load(cache[ids[i_p, 0], i_s, i_d])
+    nl.store(out[i_p, i_s, i_d], value=blocks)
+    return out
+
+
+def test_paged_kv_gather_3d_indirect():
+    r = rng(17)
+    cache = r.standard_normal((12, 16, 32)).astype(ml_dtypes.bfloat16)
+    table = r.permutation(12)[:5].astype(np.int32)[:, None]
+    got = gather_kv_blocks(cache, table)
+    np.testing.assert_array_equal(got.view(np.uint16), cache[table[:, 0]].view(np.uint16))
+
+
+def test_runtime_offset_in_ds_says_what_is_supported():
+    @nki.jit
+    def k(x, off):
+        out = nl.ndarray((x.shape[0], 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        o = nl.load(off)
+        nl.store(out, value=nl.load(x[:, nl.ds(o[0, 0], 8)]))
+        return out
+
+    with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: nl.ds with a tile-valued start"):
+        k(np.ones((128, 64), np.float32), np.array([[5]], np.int32))

@@ -100,6 +100,11 @@ mgrid = MGrid()
 
 
 def ds(start, size):
+    if isinstance(start, View):
+        # a start read from a tile at run time (a dynamic slice): not a form trnsim's DMAs take
+        raise NkiError("nl.ds with a tile-valued start (a run-time offset) is not supported by trnsim: index the "
+                       "first dimension of an HBM tensor with a [P, 1] index tile instead (an indirect DMA), or "
+                       "use nisa.tensor_copy_dynamic_src/dst on chip", caller_loc()[0])
     return DynSlice(start, size)
 
 
@@ -264,6 +269,9 @@ def _indirect(dyn, side, loc, oob="error"):
     its first dimension: row p of the HBM side starts index[p] rows past row 0."""
     from ._core import _merge_free
     idx = dyn.index_tile
+    if idx.ndim > 2 and builtins.all(n == 1 for n in idx.shape[1:]):
+        # `ids[i_p, 0]` with a 3-D (or 4-D) arange i_p, to index a tensor of that rank: [P, 1, 1]
+        idx = View(idx.base, (idx.shape[0], 1), [(c, (co[0], 0)) for c, co in idx.idx], idx.dtype)
     if idx.ndim != 2 or idx.shape[1] != 1:
         raise NkiError("a dynamic index must be a [P, 1] tile of integers", loc)
     if dyn.dim != 0:
