@@ -530,3 +530,20 @@ def test_runtime_offset_in_ds_says_what_is_supported():
 
     with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: nl.ds with a tile-valued start"):
         k(np.ones((128, 64), np.float32), np.array([[5]], np.int32))
+
+
+# 18. A row of one partition (`t[0, :]`, 1-D along the free axis) through VectorE and ScalarE ops.
+@nki.jit
+def first_row_ops(x):
+    out = nl.ndarray((2, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out[0, :], value=nl.add(t[0, :], 1.0))
+    nl.store(out[1, :], value=nl.exp(t[0, :]))
+    return out
+
+
+def test_one_partition_row_views():
+    x = rng(18).standard_normal((128, 64), np.float32)
+    got = first_row_ops(x)
+    np.testing.assert_array_equal(got[0], x[0] + 1)
+    np.testing.assert_allclose(got[1], np.exp(x[0].astype(np.float64)), rtol=1e-6)

@@ -207,6 +207,10 @@ def column(v):
     element-wise op must agree on that rank for their access patterns to pair up (numpy's rules
     would broadcast `(P,)` against `(P, 1)` to `(P, P)`)."""
     if isinstance(v, View) and v.ndim == 1 and v.base.on_chip:
+        pax = getattr(v.base, "par_axis", 0)
+        if v.shape[0] > 1 and v.idx[pax][1][0] == 0:
+            # `t[0, :]`: free elements of one partition, a [1, N] row
+            return View(v.base, (1, v.shape[0]), [(c, (0,) + tuple(co)) for c, co in v.idx], v.dtype)
         return View(v.base, (v.shape[0], 1), [(c, tuple(co) + (0,)) for c, co in v.idx], v.dtype)
     return v
 

@@ -563,6 +563,7 @@ def divide(x, y, *, dtype=None, mask=None, **kwargs):
 
 def _unary_vec(op, x, dtype, mask, loc):
     """A VectorE unary: `reciprocal` instruction, or tensor_scalar with a unary ALU operator."""
+    x = E.column(x)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
@@ -579,6 +580,7 @@ def _unary_vec(op, x, dtype, mask, loc):
 
 
 def _activation(func, x, dtype, mask, loc, bias=None, scale=1.0):
+    x = E.column(x)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
@@ -661,6 +663,7 @@ def copy(x, *, dtype=None, mask=None, **kwargs):
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     if not x.base.on_chip:
         return load(x, mask=mask, dtype=dt)
+    x = E.column(x)
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
     if box is None:
