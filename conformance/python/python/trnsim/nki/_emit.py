@@ -55,10 +55,23 @@ def _op_name(op):
     return n
 
 
+# What to write instead, for operators a kernel may name but NC-v2's ALU (as trnsim models it) lacks.
+ALU_HINTS = {
+    "divide": "trnsim's NC-v2 ALU has no divide (docs/nki.md, Gaps): multiply by nisa.reciprocal(divisor), "
+              "by the scalar 1/c, or use nl.divide",
+    "fmod": "trnsim's NC-v2 ALU has no remainder operator (docs/nki.md, Gaps)",
+    "floor_divide": "trnsim's NC-v2 ALU has no integer division or rounding operator (docs/nki.md, Gaps)",
+}
+ALU_HINTS["true_divide"] = ALU_HINTS["divide"]
+ALU_HINTS["mod"] = ALU_HINTS["remainder"] = ALU_HINTS["fmod"]
+
+
 def alu(op):
     n = _op_name(op)
     if n not in ALU_BY_NAME:
-        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2", caller_loc()[0])
+        hint = ALU_HINTS.get(n)
+        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2" + (f": {hint}" if hint else ""),
+                       caller_loc()[0])
     return ALU_BY_NAME[n]
 
 
@@ -186,6 +199,20 @@ def emit(engine, op, fields, loc, reads=(), writes=(), fresh=None, box=None):
 
 def is_view(x):
     return isinstance(x, View)
+
+
+def column(v):
+    """A 1-D on-chip view (`t[:, j]`, one element per partition) as the `[P, 1]` column it is:
+    a fresh tile of shape `(P,)` is stored as `[P, 1]`, so the operands and the result of an
+    element-wise op must agree on that rank for their access patterns to pair up (numpy's rules
+    would broadcast `(P,)` against `(P, 1)` to `(P, P)`)."""
+    if isinstance(v, View) and v.ndim == 1 and v.base.on_chip:
+        pax = getattr(v.base, "par_axis", 0)
+        if v.shape[0] > 1 and v.idx[pax][1][0] == 0:
+            # `t[0, :]`: free elements of one partition, a [1, N] row
+            return View(v.base, (1, v.shape[0]), [(c, (0,) + tuple(co)) for c, co in v.idx], v.dtype)
+        return View(v.base, (v.shape[0], 1), [(c, tuple(co) + (0,)) for c, co in v.idx], v.dtype)
+    return v
 
 
 def prep(v, shape, loc):
@@ -365,7 +392,7 @@ def mask_and_box(mask, shape):
     return mask_box(mask, shape)
 
 
-__all__ = ["Aff", "NkiError", "act", "alu", "emit", "new_tile", "prep", "scalar_operand", "try_redirect"]
+__all__ = ["Aff", "NkiError", "act", "alu", "column", "emit", "new_tile", "prep", "scalar_operand", "try_redirect"]
 
 
 def narrow(box, views, loc):

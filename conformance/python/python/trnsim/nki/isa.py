@@ -137,11 +137,12 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
 # ScalarE
 
 
-def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None,
                mask=None, dtype=None, **kwargs):
     """ScalarE `activation`: op(data * scale + bias). A constant non-zero bias becomes a [P, 1]
     tile (VectorE memset) on trn1, whose ScalarE takes only tile biases."""
     loc = caller_loc()[0]
+    data, bias, scale = E.column(data), E.column(bias), E.column(scale)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     b = _bias_tile(bias, data.shape[0], loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, b, scale))
@@ -158,11 +159,15 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     if reduce_res is not None:
         if reduce_op is not None and E.alu(reduce_op) != "add":
             raise NkiError("the Scalar Engine of NeuronCore-v2 reduces with add only", loc)
-        f["acc"] = "reset_reduce"
+        # an explicit reduce_cmd decides what happens to the registers before they are read out
+        # (`reduce` adds this call's sum to the earlier calls', `idle` reads them unchanged);
+        # without one, reading out a result means this call's own sum, as activation_reduce
+        cmd = 3 if reduce_cmd is None else int(reduce_cmd)
+        f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][cmd]
         r = E.rows(reduce_res, box[0][0], box[0][1])
         f["reduce_res"] = r.ap(loc=loc)
         writes.append(r)
-    elif reduce_cmd != 0:
+    elif reduce_cmd is not None and int(reduce_cmd) != 0:
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][int(reduce_cmd)]
     emit("scalar", "activation", f, loc, reads=reads, writes=writes, fresh=out, box=box)
     return out
@@ -238,6 +243,11 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     """VectorE `tensor_scalar` (GpSimd with engine=gpsimd; ScalarE with engine=scalar on trn2)."""
     loc = caller_loc()[0]
     e = _eng(engine, "vector")
+    if e == "scalar" and E.T().target == "trn1":
+        # said here, at the kernel line, rather than as the simulator's engine refusal at run time
+        raise NkiError("nisa.tensor_scalar on the Scalar Engine: trn1's ScalarE (NeuronCore-v2) has no tensor_scalar "
+                       "in trnsim (docs/isa.md); use engine=nisa.vector_engine (or gpsimd), or "
+                       "nisa.activation(nl.copy, data, scale=..., bias=...) for a multiply-add", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
@@ -492,6 +502,11 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
     _no_mask(mask, "select_reduce", loc)
     if reduce_op is not None and E.alu(reduce_op) != "max":
         raise NkiError("select_reduce reduces with max only", loc)
+    if int(reduce_cmd) in (1, 2):  # reset, reduce (the parameter shadows the enum here)
+        # trnsim's select_reduce writes this call's row max; it keeps no registers across calls
+        raise NkiError(f"select_reduce with reduce_cmd={['idle', 'reset', 'reduce'][int(reduce_cmd)]} (carrying "
+                       "the max across calls) is not supported by trnsim: reduce each call into its own "
+                       "reduce_res and take the maximum", loc)
     f = {"dst": dst.ap(loc=loc), "predicate": predicate.ap(loc=loc), "on_true": on_true.ap(loc=loc),
          "on_false": scalar_operand(on_false, loc)}
     if reverse_pred:

@@ -100,6 +100,11 @@ mgrid = MGrid()
 
 
 def ds(start, size):
+    if isinstance(start, View):
+        # a start read from a tile at run time (a dynamic slice): not a form trnsim's DMAs take
+        raise NkiError("nl.ds with a tile-valued start (a run-time offset) is not supported by trnsim: index the "
+                       "first dimension of an HBM tensor with a [P, 1] index tile instead (an indirect DMA), or "
+                       "use nisa.tensor_copy_dynamic_src/dst on chip", caller_loc()[0])
     return DynSlice(start, size)
 
 
@@ -264,6 +269,9 @@ def _indirect(dyn, side, loc, oob="error"):
     its first dimension: row p of the HBM side starts index[p] rows past row 0."""
     from ._core import _merge_free
     idx = dyn.index_tile
+    if idx.ndim > 2 and builtins.all(n == 1 for n in idx.shape[1:]):
+        # `ids[i_p, 0]` with a 3-D (or 4-D) arange i_p, to index a tensor of that rank: [P, 1, 1]
+        idx = View(idx.base, (idx.shape[0], 1), [(c, (co[0], 0)) for c, co in idx.idx], idx.dtype)
     if idx.ndim != 2 or idx.shape[1] != 1:
         raise NkiError("a dynamic index must be a [P, 1] tile of integers", loc)
     if dyn.dim != 0:
@@ -458,6 +466,7 @@ def _result_shape(*xs):
 def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None):
     if not isinstance(x, View) and not isinstance(y, View):
         raise NkiError("an element-wise NKI operation needs at least one tile operand", loc)
+    x, y = E.column(x), E.column(y)
     shape = _result_shape(x, y)
     dt = as_dtype(dtype) if dtype is not None else (default_dtype or E.out_dtype(None, x, y))
     out = new_tile(shape, dt, loc=loc)
@@ -554,6 +563,7 @@ def divide(x, y, *, dtype=None, mask=None, **kwargs):
 
 def _unary_vec(op, x, dtype, mask, loc):
     """A VectorE unary: `reciprocal` instruction, or tensor_scalar with a unary ALU operator."""
+    x = E.column(x)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
@@ -570,6 +580,7 @@ def _unary_vec(op, x, dtype, mask, loc):
 
 
 def _activation(func, x, dtype, mask, loc, bias=None, scale=1.0):
+    x = E.column(x)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
@@ -652,6 +663,7 @@ def copy(x, *, dtype=None, mask=None, **kwargs):
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     if not x.base.on_chip:
         return load(x, mask=mask, dtype=dt)
+    x = E.column(x)
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
     if box is None:
@@ -670,6 +682,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     """VectorE: y (tensor_copy, or memset for a scalar) into the result, then
     `tensor_copy_predicated` of x where the condition is non-zero."""
     loc = caller_loc()[0]
+    condition, x, y = E.column(condition), E.column(x), E.column(y)
     shape = _result_shape(condition, x, y)
     dt = as_dtype(dtype) if dtype is not None else E.out_dtype(None, x, y)
     out = new_tile(shape, dt, loc=loc)
