@@ -19,12 +19,12 @@ reason: the case is reported `unsupported` (skipped, with that reason), never pa
 The process executor (trnconf_executor.py, mode `nki-module`) calls `load` once and `run` per case.
 """
 
-import importlib
-import importlib.util
-import inspect
 import os
-import sys
 import traceback
+
+from trnsim.nki import backend_module
+from trnsim.nki.backend_module import display_path as _display_path
+from trnsim.nki.backend_module import kernel_location, kernels_of, source_files
 
 
 class CaseError(Exception):
@@ -38,78 +38,11 @@ class CaseError(Exception):
 
 def load(spec):
     """Installs the trnsim.nki front-end and imports the backend module `spec` (a dotted name
-    importable from the current directory, or a path to a .py file). Raises on failure."""
+    importable from the current directory, or a path to a .py file). Raises on failure
+    (`trnsim.nki.backend_module.BackendModuleError`)."""
     import trnsim.nki
     trnsim.nki.install()
-    if spec.endswith(".py") or os.sep in spec:
-        path = os.path.abspath(spec)
-        name = os.path.splitext(os.path.basename(path))[0]
-        folder = os.path.dirname(path)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)  # the module's own helpers import as siblings
-        mod_spec = importlib.util.spec_from_file_location(name, path)
-        if mod_spec is None:
-            raise ImportError(f"{spec}: not a Python file")
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[name] = module
-        mod_spec.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(spec)
-    table = getattr(module, "OVERLOADS", None)
-    if not isinstance(table, dict):
-        raise TypeError(f"{spec}: a backend module defines OVERLOADS, a dict from Core ATen overload to "
-                        f"(kernel or tuple of kernels, wrapper)")
-    for op, entry in table.items():
-        if not (isinstance(entry, tuple) and len(entry) == 2 and callable(entry[1])):
-            raise TypeError(f"{spec}: OVERLOADS[{op!r}] must be (kernel or tuple of kernels, wrapper)")
-    return module
-
-
-def _function_of(kernel):
-    """The Python function behind a kernel object (an nki.jit wrapper or a plain function)."""
-    f = kernel
-    for _ in range(8):
-        inner = None
-        for attr in ("func", "__wrapped__", "fn", "kernel", "function"):
-            g = getattr(f, attr, None)
-            if g is not None and g is not f and callable(g):
-                inner = g
-                break
-        if inner is None:
-            break
-        f = inner
-    return f
-
-
-def _display_path(path):
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-def kernel_location(kernel):
-    """`name (file:line)` of a kernel: the line of its `def`."""
-    f = _function_of(kernel)
-    name = getattr(f, "__name__", repr(f))
-    try:
-        path = inspect.getsourcefile(f)
-        lines, first = inspect.getsourcelines(f)
-    except (TypeError, OSError):
-        return name
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith(("def ", "async def ")):
-            first += i
-            break
-    return f"{name} ({_display_path(path)}:{first})"
-
-
-def kernels_of(entry):
-    k = entry[0]
-    return list(k) if isinstance(k, (tuple, list)) else [k]
+    return backend_module.load(spec)
 
 
 def describe(module, spec):
@@ -194,8 +127,7 @@ def run(module, meta, tensors):
         raise CaseError("unsupported", f"the backend module provides no kernel for `{op}`")
     kernels, wrapper = entry
     args, kwargs = decode_call(meta, tensors)
-    module_files = {os.path.abspath(module.__file__)}
-    module_files |= {os.path.abspath(inspect.getsourcefile(_function_of(k)) or "") for k in kernels_of(entry)}
+    module_files = source_files(module)
     try:
         result = wrapper(kernels, *args, **kwargs)
     except NotImplementedError as e:

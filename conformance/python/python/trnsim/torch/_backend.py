@@ -10,16 +10,17 @@ call through it; the device (``_device.py``) decides when, and moves the tensors
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import os
-import sys
 import traceback
 from typing import Any
 
 import numpy as np
 import torch
+
+from ..nki import backend_module
+from ..nki.backend_module import display_path as _display_path
+from ..nki.backend_module import kernel_location
+from ..nki.backend_module import kernels_of as _kernels_of
 
 LOWERING = "lowering"
 
@@ -31,72 +32,6 @@ class BackendError(RuntimeError):
 class Declined(Exception):
     """The module's wrapper raised NotImplementedError from its own code: it does not serve this
     call form, so the lowering serves it."""
-
-
-def _load_module(spec: str):
-    if spec.endswith(".py") or os.sep in spec:
-        path = os.path.abspath(spec)
-        if not os.path.isfile(path):
-            raise BackendError(f"nki:{spec}: no such file")
-        name = os.path.splitext(os.path.basename(path))[0]
-        folder = os.path.dirname(path)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)  # the module's own helpers import as siblings
-        mod_spec = importlib.util.spec_from_file_location(name, path)
-        if mod_spec is None or mod_spec.loader is None:
-            raise BackendError(f"nki:{spec}: not a Python file")
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[name] = module
-        mod_spec.loader.exec_module(module)
-        return module
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    return importlib.import_module(spec)
-
-
-def _function_of(kernel):
-    """The Python function behind a kernel object (an nki.jit wrapper or a plain function)."""
-    f = kernel
-    for _ in range(8):
-        inner = None
-        for attr in ("func", "__wrapped__", "fn", "kernel", "function"):
-            g = getattr(f, attr, None)
-            if g is not None and g is not f and callable(g):
-                inner = g
-                break
-        if inner is None:
-            break
-        f = inner
-    return f
-
-
-def _display_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-def kernel_location(kernel) -> str:
-    """``name (file:line)`` of a kernel: the line of its ``def``."""
-    f = _function_of(kernel)
-    name = getattr(f, "__name__", repr(f))
-    try:
-        path = inspect.getsourcefile(f)
-        lines, first = inspect.getsourcelines(f)
-    except (TypeError, OSError):
-        return name
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith(("def ", "async def ")):
-            first += i
-            break
-    return f"{name} ({_display_path(path or '?')}:{first})"
-
-
-def _kernels_of(entry) -> list:
-    k = entry[0]
-    return list(k) if isinstance(k, (tuple, list)) else [k]
 
 
 def last_stats() -> dict:
@@ -160,28 +95,14 @@ class NkiModule:
         self.spec = spec
         self.label = f"nki:{spec}"
         try:
-            self.module = _load_module(spec)
-        except BackendError:
-            raise
-        except Exception as e:  # any import failure names the module
-            raise BackendError(f"nki:{spec}: the module does not import: {type(e).__name__}: {e}") from e
-        table = getattr(self.module, "OVERLOADS", None)
-        if not isinstance(table, dict):
-            raise BackendError(f"nki:{spec}: a backend module defines OVERLOADS, a dict from Core ATen overload to "
-                               "(kernel or tuple of kernels, wrapper)")
-        for op, entry in table.items():
-            if not (isinstance(entry, tuple) and len(entry) == 2 and callable(entry[1])):
-                raise BackendError(f"nki:{spec}: OVERLOADS[{op!r}] must be (kernel or tuple of kernels, wrapper)")
+            self.module = backend_module.load(spec)
+        except backend_module.BackendModuleError as e:
+            raise BackendError(f"nki:{e}") from e
+        table = self.module.OVERLOADS
         self.table = table
-        self.files = {os.path.abspath(self.module.__file__ or "")}
-        self.locations: dict[str, list[str]] = {}
-        for op, entry in table.items():
-            self.locations[op] = [kernel_location(k) for k in _kernels_of(entry)]
-            for k in _kernels_of(entry):
-                try:
-                    self.files.add(os.path.abspath(inspect.getsourcefile(_function_of(k)) or ""))
-                except TypeError:
-                    pass
+        self.files = backend_module.source_files(self.module)
+        self.locations: dict[str, list[str]] = {op: [kernel_location(k) for k in _kernels_of(entry)]
+                                                for op, entry in table.items()}
 
     def provides(self, op: str) -> bool:
         return op in self.table
