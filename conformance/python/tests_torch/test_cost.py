@@ -3,7 +3,7 @@
 import pytest
 
 torch = pytest.importorskip("torch")
-import trnsim.torch  # noqa: F401  (registers the device)
+import trnsim.torch  # registers the device
 
 
 def test_report_bills_the_estimated_device_time():
