@@ -2,12 +2,13 @@
 """trnconf process executor: runs golden cases outside the Rust process and speaks the trnconf
 executor protocol (docs/executor-protocol.md, protocol version 1).
 
-    trnconf_executor.py [--device auto|cpu|xla] [--inject KIND[:PATTERN]]...   # serve: JSON lines on stdin/stdout
+    trnconf_executor.py [--device auto|cpu|xla|neuron] [--inject KIND[:PATTERN]]...  # serve: JSON lines on stdin/stdout
     trnconf_executor.py batch --manifest M.jsonl --results R.jsonl [options]   # batch: manifest in, results out
 
 Modes (the `mode` of a `run` request):
   torch  rebuild the ATen call from the case metadata and run torch.ops.aten.<op>.<overload> on the
-         device: the torch-neuronx XLA device when torch_xla imports (trn1), else the CPU.
+         device: the torch-neuronx XLA device when torch_xla imports (trn1), else the CPU;
+         `--device neuron` asks for TorchNeuron's native `neuron` device (Trn2/Trn3, SDK 2.33+).
   nki    run the NKI kernel the request names (`kernel`); needs neuronxcc (hardware) or the numpy
          stand-in conformance/pyexec/nki_standin; otherwise `unsupported` with the reason.
   nki-module  run the case through the NKI backend module given with --nki-module MODULE (its kernels on
@@ -139,6 +140,13 @@ class Executor:
         elif self.requested_device == "xla" and self.sdk["torch_xla"] is None:
             why = f"--device xla but torch_xla is not importable ({self.import_errors['torch_xla']})"
             modes["torch"] = {"available": False, "reason": why}
+        elif self.requested_device == "neuron":
+            # TorchNeuron (torch-neuronx 2.13+, SDK 2.33+) registers the native `neuron` device.
+            if self.sdk["torch_neuronx"] is None:
+                why = f"--device neuron but torch_neuronx is not importable ({self.import_errors['torch_neuronx']})"
+                modes["torch"] = {"available": False, "reason": why}
+            else:
+                modes["torch"] = {"available": True, "reason": "", "device": "neuron"}
         else:
             use_xla = self.requested_device == "xla" or (self.requested_device == "auto" and self.sdk["torch_xla"])
             modes["torch"] = {"available": True, "reason": "", "device": "xla" if use_xla else "cpu"}
@@ -514,6 +522,11 @@ def torch_env(device):
             import torch_xla.core.xla_model as xm
             _TORCH["device"] = xm.xla_device()
             _TORCH["sync"] = xm.mark_step
+        elif device == "neuron":
+            import torch_neuronx  # noqa: F401  (registers the `neuron` device)
+            _TORCH["device"] = torch.device("neuron")
+            sync = getattr(getattr(torch, "neuron", None), "synchronize", None)
+            _TORCH["sync"] = sync if callable(sync) else (lambda: None)
         else:
             _TORCH["device"] = torch.device("cpu")
             _TORCH["sync"] = lambda: None
@@ -759,7 +772,7 @@ def parse_inject(s):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", default="serve", choices=["serve", "batch", "hello"])
-    p.add_argument("--device", choices=["auto", "cpu", "xla"], default="auto",
+    p.add_argument("--device", choices=["auto", "cpu", "xla", "neuron"], default="auto",
                    help="torch mode: auto = XLA (torch-neuronx) when importable, else CPU")
     p.add_argument("--inject", action="append", type=parse_inject, default=[], metavar="KIND[:PATTERN]")
     p.add_argument("--slow-seconds", type=float, default=0.5)
