@@ -146,12 +146,16 @@ def work_dtype(dtype: str, op: str, s: Settings | None = None) -> str:
     return dtype
 
 
+def _shape(session, name: str) -> list:
+    return list(session.info(name)[1])
+
+
 def _to_work(session, target: str, name: str, dtype: str, wd: str, n: int) -> str:
     """A work copy of ``name`` in dtype ``wd`` (a DMA cast); ``name`` itself when equal."""
     if wd == dtype:
         return name
     out = f"{name}.w{next(_names)}"
-    session.run(cast_program(target, dtype, wd, n), {"src": name, "out": out})
+    session.run(cast_program(target, dtype, wd, _shape(session, name)), {"src": name, "out": out})
     return out
 
 
@@ -159,9 +163,10 @@ def _from_work(session, target: str, work: str, name: str, dtype: str, wd: str, 
     if wd == dtype:
         return
     tmp = f"{name}.c{next(_names)}"
-    session.run(cast_program(target, wd, dtype, n), {"src": work, "out": tmp})
-    # the cast result replaces the buffer's contents (a device copy program would do the same)
-    session.run(cast_program(target, dtype, dtype, n), {"src": tmp, "out": name})
+    shape = _shape(session, name)
+    session.run(cast_program(target, wd, dtype, shape), {"src": work, "out": tmp})
+    # the rounded result written back into the buffer by a second DMA
+    session.run(cast_program(target, dtype, dtype, shape), {"src": tmp, "out": name})
     session.delete(tmp)
     session.delete(work)
 
@@ -169,7 +174,7 @@ def _from_work(session, target: str, work: str, name: str, dtype: str, wd: str, 
 def finish_average(session, target: str, name: str, dtype: str, n: int, world: int) -> None:
     """The average: the sum times fp32(1/world) on VectorE."""
     if n and world > 1:
-        session.run(scale_program(target, dtype, n, 1.0 / world), {"buf": name})
+        session.run(scale_program(target, dtype, _shape(session, name), 1.0 / world), {"buf": name})
 
 
 def simulate(collective: str, inputs: list[np.ndarray], *, op: str = "add", root: int = 0, send_counts=None,

@@ -111,10 +111,18 @@ class Receipt:
     recv: str
 
 
-def step_program(target: str, dtype: str, op: str, receipts: Sequence[Receipt], buf_len: dict[str, int]):
-    """The program one rank runs for the chunks it received in one step, in order."""
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def step_program(target: str, dtype: str, op: str, receipts: Sequence[Receipt], buf_shape: dict[str, list]):
+    """The program one rank runs for the chunks it received in one step, in order (buffers are
+    addressed flat, whatever their shape)."""
     size = ITEMSIZE[dtype]
-    hbm = [{"name": b, "dtype": dtype, "shape": [ln], "role": "input"} for b, ln in sorted(buf_len.items())]
+    hbm = [{"name": b, "dtype": dtype, "shape": list(sh), "role": "input"} for b, sh in sorted(buf_shape.items())]
     ins: list[dict] = []
 
     def add(engine: str, opj: dict) -> None:
@@ -147,9 +155,9 @@ def step_program(target: str, dtype: str, op: str, receipts: Sequence[Receipt], 
     return _native.Program.from_json(json.dumps(prog))
 
 
-def scale_program(target: str, dtype: str, n: int, factor: float):
+def scale_program(target: str, dtype: str, shape: list, factor: float):
     """``buf *= factor`` on VectorE (the average's division by the rank count)."""
-    size = ITEMSIZE[dtype]
+    n = _numel(shape)
     ins: list[dict] = []
     for off, parts, width in _tile_pieces(n):
         a = {"mem": "sbuf", "dtype": dtype, "partitions": parts, "free": [[1, width]]}
@@ -162,14 +170,14 @@ def scale_program(target: str, dtype: str, n: int, factor: float):
             if ins:
                 inst["wait"] = [len(ins) - 1]
             ins.append(inst)
-    del size
-    prog = {"target": target, "hbm": [{"name": "buf", "dtype": dtype, "shape": [n], "role": "input"}],
+    prog = {"target": target, "hbm": [{"name": "buf", "dtype": dtype, "shape": list(shape), "role": "input"}],
             "instructions": ins}
     return _native.Program.from_json(json.dumps(prog))
 
 
-def cast_program(target: str, src_dtype: str, dst_dtype: str, n: int):
+def cast_program(target: str, src_dtype: str, dst_dtype: str, shape: list):
     """``out = cast(src)`` by DMA (through fp32, round to nearest even)."""
+    n = _numel(shape)
     ins = []
     for off, rows, width in _flat_pieces(n):
         inst = {"engine": "dma", "op": {"dma_copy": {"dst": _hbm("out", dst_dtype, off, rows, width),
@@ -178,8 +186,8 @@ def cast_program(target: str, src_dtype: str, dst_dtype: str, n: int):
             inst["wait"] = [len(ins) - 1]
         ins.append(inst)
     prog = {"target": target,
-            "hbm": [{"name": "src", "dtype": src_dtype, "shape": [n], "role": "input"},
-                    {"name": "out", "dtype": dst_dtype, "shape": [n], "role": "output"}],
+            "hbm": [{"name": "src", "dtype": src_dtype, "shape": list(shape), "role": "input"},
+                    {"name": "out", "dtype": dst_dtype, "shape": list(shape), "role": "output"}],
             "instructions": ins}
     return _native.Program.from_json(json.dumps(prog))
 
@@ -215,12 +223,8 @@ class RankMemory:
         self._n = 0
         self._cache: dict[str, bytes] = {}
 
-    def buf_len(self, role: str) -> int:
-        _, shape = self.session.info(self.bufs[role])
-        n = 1
-        for s in shape:
-            n *= s
-        return n
+    def buf_shape(self, role: str) -> list:
+        return list(self.session.info(self.bufs[role])[1])
 
     def read(self, role: str, off: int, n: int) -> bytes:
         """The bytes of ``n`` elements at ``off`` as the rank's HBM holds them now (what its DMA
@@ -238,6 +242,7 @@ class RankMemory:
 
     def apply(self, op: str, arrived: Sequence[tuple[Move, bytes]]) -> None:
         """Lands each received chunk in HBM and runs the step's combines and copies."""
+        arrived = [(m, d) for m, d in arrived if m.n]
         if not arrived:
             return
         receipts = []
@@ -250,7 +255,7 @@ class RankMemory:
                 receipts.append(Receipt(m, name))
                 bind[f"r{i}"] = name
             roles = {rc.move.dst_buf for rc in receipts}
-            lens = {r: self.buf_len(r) for r in roles}
+            lens = {r: self.buf_shape(r) for r in roles}
             for r in roles:
                 bind[r] = self.bufs[r]
             prog = step_program(self.target, self.dtype, op, receipts, lens)
@@ -275,6 +280,10 @@ def run_rank(plan: Plan, rank: int, mem: RankMemory, op: str, exchange: Exchange
         mem.new_step()
         sends, recv_from, local = [], [], {}
         for mi, m in enumerate(step):
+            if m.n == 0:
+                if m.dst == rank:
+                    local[mi] = b""
+                continue
             if m.src == rank:
                 data = mem.read(m.src_buf, m.src_off, m.n)
                 if m.dst == rank:
@@ -284,6 +293,7 @@ def run_rank(plan: Plan, rank: int, mem: RankMemory, op: str, exchange: Exchange
                     mem.stats.bytes_sent += len(data)
             if m.dst == rank and m.src != rank:
                 recv_from.append((mi, m.src))
+        got: dict[int, bytes]
         got = dict(zip([mi for mi, _ in recv_from], exchange(si, sends, recv_from) if (sends or recv_from) else []))
         got.update(local)
         arrived = [(m, got[mi]) for mi, m in enumerate(step) if m.dst == rank]

@@ -86,7 +86,9 @@ def link(t: Topology, a: int, b: int) -> tuple[float, float]:
         hops = min(abs(ia - ib), ring - abs(ia - ib))
         return hops * t.hop_latency, t.inter_instance_bw / share
     if ca == cb:
-        return 0.0, t.dma_bw / share
+        # Ranks of one chip: a DMA through the chip's HBM; the model charges one hop's latency
+        # for the CC cores' semaphore handshake (AWS publishes no on-chip figure).
+        return t.hop_latency, t.dma_bw / share
     rows, cols = t.torus
     dx = abs(ca % cols - cb % cols)
     dy = abs(ca // cols - cb // cols)

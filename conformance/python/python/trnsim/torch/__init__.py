@@ -211,6 +211,10 @@ def register() -> None:
     from . import _autocast
 
     _autocast.register()
+    # torch.distributed: the `trnsim` c10d backend (trnsim/torch/distributed, docs/distributed.md).
+    from . import distributed
+
+    distributed.register()
     _registered = True
 
 

@@ -847,6 +847,11 @@ def dispatch(func, args, kwargs):
 
 
 def _dispatch(func, args, kwargs, top: bool):
+    if func.namespace in ("c10d", "_c10d_functional"):
+        # Distributed hook: collectives go to the c10d backend package (trnsim.torch.distributed).
+        from . import distributed
+
+        return distributed.dispatch(func, args, kwargs)
     name = op_name(func)
     if func is aten._to_copy.default:
         return _to_copy(args[0], **kwargs)

@@ -25,6 +25,10 @@ def _ulp(expected: torch.Tensor) -> torch.Tensor:
     return torch.exp2(exp - mant)
 
 
+#: Extra report sections by name: a callable returning the section's JSON-like value.
+SECTIONS: dict[str, Any] = {}
+
+
 class Report:
     def __init__(self) -> None:
         # Set by the device: the configured backend and the NKI module's overloads and kernels.
@@ -196,6 +200,8 @@ class Report:
             "dtype_refusals": dict(self.refusals),
             "transfers": dict(self.transfers),
             "first_out_of_tolerance": self.first_out_of_tolerance,
+            # Sections other packages add (trnsim.torch.distributed: "collectives").
+            **{k: f() for k, f in SECTIONS.items()},
         }
 
     def to_json(self, path: str | None = None) -> str:
