@@ -338,7 +338,7 @@ class TrnsimBackend(_CBackend):
 
     def send(self, tensors, dst_rank, tag):
         for t in tensors:
-            name, dtype, _ = self._flat(t)
+            name, _dtype, _ = self._flat(t)
             _, _, data = _device.STATE.session.get(name)
             self._side.send([torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else
                              torch.empty(0, dtype=torch.uint8)], dst_rank, tag).wait()
