@@ -169,6 +169,8 @@ def _steps(collective: str, algorithm: str, n: int, s: float):
                 d *= 2
             return out
         return [([(v, v + 1)], s, 0.0) for v in range(n - 1)]
+    if collective in ("scatter", "gather"):
+        return [([(0, r) for r in range(1, n)], (n - 1) * chunk, 0.0)]
     if collective == "all_to_all":
         return [([(a, b) for a in range(n) for b in range(n) if a != b], (n - 1) * chunk, 0.0)]
     if collective in ("send", "recv"):

@@ -163,8 +163,8 @@ class TrnsimBackend(_CBackend):
         for k, v in _REDUCE.items():
             if red == k:
                 return v
-        raise DistributedError(f"trnsim backend: reduce op {red} is not supported (PREMUL_SUM carries a factor the "
-                               "backend cannot read)")
+        raise DistributedError("trnsim backend: ReduceOp.PREMUL_SUM is not supported (its factor is not readable "
+                               "from Python; the collective is refused rather than run as a plain sum)")
 
     # -- collectives -------------------------------------------------------------------------------
     def _all_reduce_one(self, t: torch.Tensor, op: str, collective: str = "all_reduce") -> None:
@@ -299,29 +299,69 @@ class TrnsimBackend(_CBackend):
             self._reduce_scatter_base(o, i, opts)
         return _work(outputs)
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+    def _a2a(self, flat_in: torch.Tensor, flat_out: torch.Tensor, row: list[int], collective: str) -> None:
+        """Routed writes of ``row[d]`` elements of ``flat_in`` to each rank d into ``flat_out``
+        (blocks in source-rank order); every rank's row is exchanged first to build the plan."""
         n = self._size
-        rows_in, rows_out = input.shape[0] if input.dim() else 1, output.shape[0] if output.dim() else 1
-        per_row = input.numel() // rows_in if rows_in else 0
-        ins = list(input_split_sizes) or [rows_in // n] * n
-        outs = list(output_split_sizes) or [rows_out // n] * n
-        send = [c * per_row for c in ins]
-        # every rank's send counts (to build the plan): exchanged over the side group
-        mine = torch.tensor(send, dtype=torch.int64)
+        mine = torch.tensor(row, dtype=torch.int64)
         allc = [torch.empty(n, dtype=torch.int64) for _ in range(n)]
         self._side.allgather([allc], [mine]).wait()
         matrix = [[int(x) for x in c] for c in allc]
-        if [matrix[s][self._rank] for s in range(n)] != [c * per_row for c in outs]:
-            raise DistributedError("trnsim backend: all_to_all output splits do not match the other ranks' input splits")
-        iname, dtype, _ = self._flat(input.contiguous() if not input.is_contiguous() else input)
-        with _Restored(), torch.no_grad():
-            flat_out = torch.empty(output.numel(), dtype=output.dtype, device=output.device)
+        if sum(matrix[s][self._rank] for s in range(n)) != flat_out.numel():
+            raise DistributedError(f"trnsim backend: {collective}: the output size does not match what the other "
+                                   "ranks send")
+        iname, dtype, _ = self._flat(flat_in)
         oname, _, _ = self._flat(flat_out)
         plan = cc.plan("all_to_all", n, send_counts=matrix)
-        self._run(plan, {"in": iname, "out": oname}, dtype, "add", "all_to_all", sum(send) * cc.ITEMSIZE[dtype])
+        self._run(plan, {"in": iname, "out": oname}, dtype, "add", collective, sum(row) * cc.ITEMSIZE[dtype])
+
+    def _new(self, like: torch.Tensor, numel: int) -> torch.Tensor:
+        with _Restored(), torch.no_grad():
+            return torch.empty(numel, dtype=like.dtype, device=like.device)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        n = self._size
+        rows_in = input.shape[0] if input.dim() else 1
+        per_row = input.numel() // rows_in if rows_in else 0
+        ins = list(input_split_sizes) or [rows_in // n] * n
+        with _Restored(), torch.no_grad():
+            flat_in = input.reshape(-1).contiguous()
+        flat_out = self._new(output, output.numel())
+        self._a2a(flat_in, flat_out, [c * per_row for c in ins], "all_to_all")
         with _Restored(), torch.no_grad():
             output.copy_(flat_out.reshape(output.shape))
         return _work([output])
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        root, out = opts.rootRank, output_tensors[0]
+        if self._rank == root:
+            with _Restored(), torch.no_grad():
+                flat_in = torch.cat([t.reshape(-1) for t in input_tensors[0]])
+            row = [t.numel() for t in input_tensors[0]]
+        else:
+            flat_in, row = self._new(out, 0), [0] * self._size
+        flat_out = self._new(out, out.numel())
+        self._a2a(flat_in, flat_out, row, "scatter")
+        with _Restored(), torch.no_grad():
+            out.copy_(flat_out.reshape(out.shape))
+        return _work(output_tensors)
+
+    def gather(self, output_tensors, input_tensors, opts):
+        root, inp = opts.rootRank, input_tensors[0]
+        row = [0] * self._size
+        row[root] = inp.numel()
+        outs = output_tensors[0] if self._rank == root else []
+        flat_out = self._new(inp, sum(t.numel() for t in outs))
+        with _Restored(), torch.no_grad():
+            flat_in = inp.reshape(-1).contiguous()
+        self._a2a(flat_in, flat_out, row, "gather")
+        if self._rank == root:
+            with _Restored(), torch.no_grad():
+                off = 0
+                for t in outs:
+                    t.copy_(flat_out[off:off + t.numel()].reshape(t.shape))
+                    off += t.numel()
+        return _work(output_tensors)
 
     def alltoall(self, output_tensors, input_tensors, opts):
         with _Restored(), torch.no_grad():
@@ -363,12 +403,6 @@ class TrnsimBackend(_CBackend):
         self._side.barrier().wait()
         _record.point("barrier", 0, self._size)
         return _work([])
-
-    def gather(self, output_tensors, input_tensors, opts):
-        raise DistributedError("trnsim backend: gather is not supported (use all_gather)")
-
-    def scatter(self, output_tensors, input_tensors, opts):
-        raise DistributedError("trnsim backend: scatter is not supported (use broadcast or all_to_all)")
 
 
 def _sess_dtype(name: str) -> str:
