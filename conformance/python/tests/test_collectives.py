@@ -3,6 +3,8 @@ algorithm's reduction order, bit for bit; hand-checked cases; a wrong order must
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -283,3 +285,42 @@ def test_refusals_name_the_operation():
         cc.simulate("all_reduce", [np.ones(2, np.float32)] * 2, op="bitwise_and")
     with pytest.raises(cc.CollectiveError, match="bool"):
         cc.simulate("all_reduce", [np.ones(2, np.bool_)] * 2)
+
+
+# -- the time model against hand-computed costs ------------------------------------------------------
+
+
+def test_ring_cost_by_hand():
+    # 16 ranks on one trn2.48xlarge: 4 ranks per chip on chips 0-3 (one torus row). Every ring
+    # step crosses one NeuronLink hop somewhere (chip 3 -> chip 0 wraps around the row): 1.5 us,
+    # and a rank's share of the chip's 1,024 GB/s is 256 GB/s.
+    s = 64e6
+    e = cc.estimate("all_reduce", "ring", 16, s, "trn2.48xlarge")
+    lat = 30 * 1.5e-6
+    transfer = 30 * (s / 16) / 256e9
+    reduce = 15 * (s / 16) / (3500e9 / 4 * 0.5)
+    assert e.steps == 30
+    assert math.isclose(e.time_s, lat + transfer + reduce, rel_tol=1e-12)
+
+
+def test_rdh_cost_by_hand():
+    # Recursive halving at distance 8, 4, 2, 1: ranks 0/8 are chips 0/2 (2 hops), 0/4 chips 0/1
+    # (1 hop), 2 and 1 stay on a chip (DMA: 3,500 GB/s / 4 ranks, one hop's handshake).
+    s = 64e6
+    e = cc.estimate("all_reduce", "rdh", 16, s, "trn2.48xlarge")
+    lat = 2 * (3e-6 + 1.5e-6 + 1.5e-6 + 1.5e-6)
+    transfer = 2 * (s / 2 / 256e9 + s / 4 / 256e9 + s / 8 / 875e9 + s / 16 / 875e9)
+    reduce = (s / 2 + s / 4 + s / 8 + s / 16) / (875e9 * 0.5)
+    assert e.steps == 8
+    assert math.isclose(e.time_s, lat + transfer + reduce, rel_tol=1e-12)
+
+
+def test_efa_and_ultraserver_links():
+    from trnsim.collectives import _time
+
+    t = _time.topology("trn2.48xlarge")
+    assert _time.link(t, 0, 64) == (15e-6, 25e9 / 4)  # another instance: EFA
+    u = _time.topology("trn2-ultraserver")
+    assert _time.link(u, 0, 64) == (1.5e-6, 256e9 / 4)  # the next instance of the UltraServer
+    with pytest.raises(ValueError):
+        _time.topology("trn3")
