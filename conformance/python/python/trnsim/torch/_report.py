@@ -25,8 +25,10 @@ def _ulp(expected: torch.Tensor) -> torch.Tensor:
     return torch.exp2(exp - mant)
 
 
-#: Extra report sections by name: a callable returning the section's JSON-like value.
+#: Extra report sections by name: a callable returning the section's JSON-like value (None: left
+#: out), and what resets them with the report (trnsim.torch.distributed adds "collectives").
 SECTIONS: dict[str, Any] = {}
+RESETS: list[Any] = []
 
 
 class Report:
@@ -50,6 +52,8 @@ class Report:
         self.host_paths: dict[str, dict[str, Any]] = {}
         self.first_out_of_tolerance: dict[str, Any] | None = None
         self._paused = 0
+        for f in RESETS:
+            f()
 
     @contextlib.contextmanager
     def paused(self):
@@ -201,7 +205,7 @@ class Report:
             "transfers": dict(self.transfers),
             "first_out_of_tolerance": self.first_out_of_tolerance,
             # Sections other packages add (trnsim.torch.distributed: "collectives").
-            **{k: f() for k, f in SECTIONS.items()},
+            **{k: v for k, f in SECTIONS.items() if (v := f()) is not None},
         }
 
     def to_json(self, path: str | None = None) -> str:

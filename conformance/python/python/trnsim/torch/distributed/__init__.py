@@ -60,3 +60,4 @@ def _section():
 from .. import _report
 
 _report.SECTIONS["collectives"] = _section
+_report.RESETS.append(_record.reset)
