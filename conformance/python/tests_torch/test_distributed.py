@@ -152,7 +152,7 @@ def test_fsdp2_fully_shard_matches_cpu_gloo(tmp_path):
         assert _rel(a, b) <= 1e-5, (dev["losses"], cpu["losses"])
 
 
-@pytest.mark.parametrize("nproc,fallback", [(4, "0"), (3, "1")])
+@pytest.mark.parametrize("nproc,fallback", [(4, "0"), (2, "1")])
 def test_every_collective_matches_gloo(tmp_path, nproc, fallback):
     # With the CPU fallback on, the collectives still run on the backend (they used to run on
     # the CPU and leave all_gather's outputs at zero).
