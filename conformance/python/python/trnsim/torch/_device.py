@@ -25,6 +25,7 @@ import os
 import threading
 import traceback
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -198,18 +199,74 @@ class TrnsimTensor(torch.Tensor):
 
     @data.setter
     def data(self, new):
+        if not isinstance(new, TrnsimTensor):
+            # `param.data = cpu_tensor` (what `Module.cpu()` / `.to("cpu")` do, as on CUDA): this
+            # object becomes ``new``'s tensor, keeping its identity (a tied weight stays tied, an
+            # optimizer keeps its parameter). A wrapper cannot take a CPU tensor's storage, so
+            # the object is swapped (``torch.utils.swap_tensors``) with a fresh CPU tensor of
+            # ``new``'s data; the device storage goes with the other object.
+            if not isinstance(new, torch.Tensor) or type(new) not in (torch.Tensor, torch.nn.Parameter):
+                raise TrnsimError(f"trnsim: cannot set .data of a device tensor to {type(new).__name__}")
+            repl = new.detach()
+            if getattr(self, "_is_param", False):
+                repl = torch.nn.Parameter(repl, requires_grad=self.requires_grad)
+            else:
+                repl.requires_grad_(self.requires_grad)
+            # The gradient lives in the tensor being swapped away: it comes along, moved to the
+            # CPU the same way (its own object kept too), as `param.data =` keeps `param.grad`.
+            grad = self.grad
+            if grad is not None:
+                self.grad = None
+                if isinstance(grad, TrnsimTensor):
+                    grad.data = grad.detach().to(new.device)
+            torch.utils.swap_tensors(self, repl)
+            if grad is not None:
+                self.grad = grad
+            return
         torch.Tensor.data.__set__(self, new)
-        if isinstance(new, TrnsimTensor):
-            self._trn = new._trn
+        self._trn = new._trn
 
     def tolist(self):
         # PyTorch's `tolist` refuses tensor subclasses; like `.item()` it is a read to the host.
         with torch.no_grad():
             return self.cpu().tolist()
 
+    # A traceable wrapper subclass (docs/torch-device.md, "Tensor representation"): one inner
+    # tensor, ``_proxy``, a meta tensor with this tensor's sizes, strides, offset and dtype and
+    # no data. PyTorch's tracers (Dynamo, AOTAutograd, make_fx) flatten a device tensor into it,
+    # fake it and trace ops on it, so a graph of ops on device tensors is one graph; and
+    # ``Module._apply`` swaps such tensors into the existing ``Parameter`` objects
+    # (``torch.utils.swap_tensors``), so `.to("trnsim")` keeps parameter identity. The proxy of a
+    # real device tensor carries a weak reference back to it (``device_tensor_of``), which is how
+    # a compile backend finds the data behind a graph input. The context is empty: no storage
+    # identity goes into Dynamo's guards.
+    def __tensor_flatten__(self):
+        return ["_proxy"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return _fake_wrapper(inner["_proxy"])
+
+    @property
+    def _proxy(self) -> torch.Tensor:
+        fake = self.__dict__.get("_fake")
+        if fake is not None:
+            return fake
+        key = (tuple(self.shape), tuple(self.stride()), self.storage_offset(), self.dtype)
+        cached = self.__dict__.get("_proxy_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        proxy = _meta_like(self)
+        proxy._trnsim_outer = weakref.ref(self)
+        self.__dict__["_proxy_cache"] = (key, proxy)
+        return proxy
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return dispatch(func, args, kwargs or {})
+        kwargs = kwargs or {}
+        if _any_fake(args, kwargs):
+            return _fake_dispatch(func, args, kwargs)
+        return dispatch(func, args, kwargs)
 
 
 def _contiguous_strides(size) -> list[int]:
@@ -221,7 +278,85 @@ def _contiguous_strides(size) -> list[int]:
 
 
 def is_device_tensor(x: Any) -> bool:
-    return isinstance(x, TrnsimTensor)
+    return isinstance(x, TrnsimTensor) and x._trn is not None
+
+
+def device_tensor_of(inner: torch.Tensor) -> TrnsimTensor | None:
+    """The device tensor whose ``__tensor_flatten__`` proxy ``inner`` is (what a graph traced
+    by AOTAutograd / make_fx receives in place of a device tensor), or None."""
+    ref = getattr(inner, "_trnsim_outer", None)
+    return ref() if ref is not None else None
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with ``t``'s sizes, strides, storage offset and dtype."""
+    span = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
+    if any(s == 0 for s in t.shape):
+        span = 0
+    base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _fake_wrapper(inner: torch.Tensor) -> TrnsimTensor:
+    """A device tensor with no session storage, standing for ``inner`` (a fake or meta tensor)
+    while PyTorch traces: what ``__tensor_unflatten__`` builds from a traced inner tensor."""
+    t = torch.Tensor._make_wrapper_subclass(
+        TrnsimTensor,
+        inner.shape,
+        strides=inner.stride(),
+        storage_offset=inner.storage_offset(),
+        dtype=inner.dtype,
+        device=torch.device(DEVICE_NAME, 0),
+        requires_grad=inner.requires_grad,
+    )
+    t._trn = None
+    t._fake = inner
+    return t
+
+
+def _any_fake(args, kwargs) -> bool:
+    """Whether a call has a traced (storage-less) device tensor: checked on every op, so a plain
+    walk of the arguments and of lists in them (ATen takes tensors nowhere deeper)."""
+    for x in itertools.chain(args, kwargs.values()):
+        if type(x) is TrnsimTensor:
+            if x._trn is None:
+                return True
+        elif type(x) in (list, tuple):
+            for y in x:
+                if type(y) is TrnsimTensor and y._trn is None:
+                    return True
+    return False
+
+
+def _fake_dispatch(func, args, kwargs):
+    """An op on traced device tensors: PyTorch's own (fake / meta) kernel on their inner tensors,
+    the results wrapped as traced device tensors. Nothing runs on the simulator: this is shape
+    propagation for a tracer, which records the op itself in its graph."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    outer_of: dict[int, TrnsimTensor] = {}
+
+    def unwrap(x):
+        if isinstance(x, TrnsimTensor):
+            inner = x._proxy
+            outer_of[id(inner)] = x
+            return inner
+        if isinstance(x, FakeTensor) and x.device.type == DEVICE_NAME:
+            # A tensor the tracer made on the device itself (a factory call with device=trnsim).
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        if isinstance(x, torch.device) and x.type == DEVICE_NAME:
+            return torch.device("meta")
+        return x
+
+    out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+
+    def wrap(m):
+        if isinstance(m, torch.Tensor):
+            same = outer_of.get(id(m))
+            return same if same is not None else _fake_wrapper(m)
+        return m
+
+    return tree_map(wrap, out)
 
 
 # ---------------------------------------------------------------------------------------------
