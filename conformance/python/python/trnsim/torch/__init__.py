@@ -38,7 +38,9 @@ __all__ = [
     "UnsupportedOpError",
     "backend",
     "checking",
+    "compile_report",
     "register",
+    "register_compile_backend",
     "report",
     "reset_report",
     "set_backend",
@@ -241,6 +243,22 @@ def _keep_identity_to_cpu() -> None:
         return _plain_compatible(input, from_)
 
     torch._has_compatible_shallow_copy_type = _has_compatible_shallow_copy_type
+
+
+def register_compile_backend() -> None:
+    """Registers the TorchDynamo backend ``trnsim`` now (an installed package also provides it
+    through the ``torch_dynamo_backends`` entry point, without this call)."""
+    from . import _compile
+
+    _compile.register()
+
+
+def compile_report() -> dict[str, Any]:
+    """The compiled graphs so far: nodes, joined program size, capture/lowering times, estimated
+    device time per call, recompiles (docs/compile.md)."""
+    from . import _compile
+
+    return _compile.compile_report()
 
 
 def set_fallback(enabled: bool = True) -> None:

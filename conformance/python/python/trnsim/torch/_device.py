@@ -173,6 +173,9 @@ class TrnsimTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __repr__(self, *, tensor_contents=None) -> str:
+        if self._trn is None:
+            # A traced tensor (no data): what a tracer's log prints while it traces.
+            return f"TrnsimTensor(traced, size={tuple(self.shape)}, dtype={self.dtype}, device='{DEVICE_NAME}:0')"
         with torch.no_grad():
             body = repr(self.cpu())
         extra = f", device='{DEVICE_NAME}:0'"
@@ -245,7 +248,13 @@ class TrnsimTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return _fake_wrapper(inner["_proxy"])
+        proxy = inner["_proxy"]
+        # A compiled graph's output at run time (trnsim.torch._compile): the proxy of a real
+        # device tensor, which is the result.
+        real = proxy.__dict__.pop("_trnsim_keep", None) if hasattr(proxy, "__dict__") else None
+        if real is not None:
+            return real
+        return _fake_wrapper(proxy)
 
     @property
     def _proxy(self) -> torch.Tensor:
@@ -255,10 +264,16 @@ class TrnsimTensor(torch.Tensor):
         key = (tuple(self.shape), tuple(self.stride()), self.storage_offset(), self.dtype)
         cached = self.__dict__.get("_proxy_cache")
         if cached is not None and cached[0] == key:
-            return cached[1]
+            proxy = cached[1]()
+            if proxy is not None:
+                return proxy
         proxy = _meta_like(self)
+        # The proxy keeps its device tensor alive (a tracer's runtime may hold only the proxy of
+        # a temporary, e.g. a backward's incoming gradient); the tensor caches its proxy weakly,
+        # so the two make no reference cycle.
         proxy._trnsim_outer = weakref.ref(self)
-        self.__dict__["_proxy_cache"] = (key, proxy)
+        proxy._trnsim_owner = self
+        self.__dict__["_proxy_cache"] = (key, weakref.ref(proxy))
         return proxy
 
     @classmethod
@@ -284,6 +299,9 @@ def is_device_tensor(x: Any) -> bool:
 def device_tensor_of(inner: torch.Tensor) -> TrnsimTensor | None:
     """The device tensor whose ``__tensor_flatten__`` proxy ``inner`` is (what a graph traced
     by AOTAutograd / make_fx receives in place of a device tensor), or None."""
+    owner = getattr(inner, "_trnsim_owner", None)
+    if owner is not None:
+        return owner
     ref = getattr(inner, "_trnsim_outer", None)
     return ref() if ref is not None else None
 
