@@ -254,6 +254,22 @@ def _purge_saved() -> None:
         del _SAVED[cdata]
 
 
+class _DeviceInterpreter(torch.fx.Interpreter):
+    """Runs an AOTAutograd graph on device tensors. The graph was traced on the device tensors'
+    meta proxies, so a `meta` device in a node's arguments (a factory call, `_to_copy`) stands for
+    the device: it becomes the device again."""
+
+    def call_function(self, target, args, kwargs):
+        dev = torch.device(_device.DEVICE_NAME, 0)
+
+        def fix(x):
+            return dev if isinstance(x, torch.device) and x.type == "meta" else x
+
+        args = torch.utils._pytree.tree_map(fix, args)
+        kwargs = torch.utils._pytree.tree_map(fix, kwargs)
+        return super().call_function(target, args, kwargs)
+
+
 def _run_graph(gm: torch.fx.GraphModule, entry: dict, args: list) -> list:
     real = [_device_arg(a) for a in args]
     if any(isinstance(a, _device.TrnsimTensor) and a._trn is None for a in real):
@@ -265,7 +281,7 @@ def _run_graph(gm: torch.fx.GraphModule, entry: dict, args: list) -> list:
         recorder = _Recorder(state.session, f"compiled:{entry['name']}")
         state.session = recorder
         try:
-            outs = torch.fx.Interpreter(gm).run(*real)
+            outs = _DeviceInterpreter(gm).run(*real)
             recorder.flush()
         finally:
             state.session = recorder.session

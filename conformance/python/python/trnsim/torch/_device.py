@@ -359,9 +359,11 @@ def _fake_dispatch(func, args, kwargs):
             inner = x._proxy
             outer_of[id(inner)] = x
             return inner
-        if isinstance(x, FakeTensor) and x.device.type == DEVICE_NAME:
-            # A tensor the tracer made on the device itself (a factory call with device=trnsim).
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        if isinstance(x, torch.Tensor) and x.device.type == DEVICE_NAME:
+            # A tensor the tracer made on the device itself (a factory call with device=trnsim),
+            # fake or functional: moved to meta by an op the tracer records, so its values stay
+            # in the traced graph's data flow (a fresh empty tensor here would cut them off).
+            return x.to("meta")
         if isinstance(x, torch.device) and x.type == DEVICE_NAME:
             return torch.device("meta")
         return x
@@ -1037,6 +1039,17 @@ def _dispatch(func, args, kwargs, top: bool):
     if func is aten._native_batch_norm_legit.default:
         x, w, b, rm, rv, training, momentum, eps = _bn_args(args, kwargs, 8)
         return _native_batch_norm(x, w, b, rm, rv, training, momentum, eps, legit=True)
+    if func is aten._native_batch_norm_legit_functional.default:
+        x, w, b, rm, rv, training, momentum, eps = _bn_args(args, kwargs, 8)
+        _report.REPORT.op(name, "decomposed", top)
+        return _batch_norm_functional(x, w, b, rm, rv, training, momentum, eps)
+    if func is aten._batch_norm_with_update_functional.default:
+        x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
+        _report.REPORT.op(name, "decomposed", top)
+        out, mean, rstd, new_mean, new_var = _batch_norm_functional(x, w, b, rm, rv, True, momentum, eps)
+        reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
+                               count=False)
+        return out, mean, rstd, reserve, new_mean, new_var
     if func is aten._batch_norm_with_update.default:
         x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
         out, mean, rstd = _native_batch_norm(x, w, b, rm, rv, True, momentum, eps, legit=True)
@@ -1537,8 +1550,10 @@ def _native_batch_norm(x, weight, bias, running_mean, running_var, training, mom
     return out[0], empty, _run_lowered(aten.clone.default, (empty,), {}, count=False)
 
 
-def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> None:
+def _running_stats(x, mean, rstd, running_mean, running_var, momentum, eps) -> list:
+    """The updated running mean and variance (device ops), as new tensors."""
     n = x.numel() // x.shape[1]
+    out = []
     with torch.no_grad():
         var = dispatch_inner(aten.sub.Tensor, (dispatch_inner(aten.reciprocal.default,
                              (dispatch_inner(aten.mul.Tensor, (rstd, rstd), {}),), {}), eps), {})
@@ -1546,7 +1561,29 @@ def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> 
         for run, batch in ((running_mean, mean), (running_var, unbiased)):
             upd = dispatch_inner(aten.add.Tensor, (dispatch_inner(aten.mul.Tensor, (run, 1.0 - momentum), {}),
                                  dispatch_inner(aten.mul.Tensor, (batch, momentum), {})), {})
-            _write_into(run, upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
+            out.append(upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
+    return out
+
+
+def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> None:
+    new = _running_stats(x, mean, rstd, running_mean, running_var, momentum, eps)
+    for run, upd in zip((running_mean, running_var), new):
+        _write_into(run, upd)
+
+
+def _batch_norm_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """The functional batch norm AOTAutograd's functionalization gives (`..._functional`): the
+    same device ops as the in-place forms, with the updated running statistics returned instead of
+    written, so a compiled graph computes the same bits as eager."""
+    if training:
+        out = _run_lowered(aten._native_batch_norm_legit.default,
+                           (x, weight, bias, running_mean, running_var, True, momentum, eps), {})
+        new_mean, new_var = _running_stats(x, out[1], out[2], running_mean, running_var, momentum, eps)
+        return out[0], out[1], out[2], new_mean, new_var
+    out = _call(aten._native_batch_norm_legit_no_training.default,
+                (x, weight, bias, running_mean, running_var, momentum, eps), {})
+    keep = [_run_lowered(aten.clone.default, (t,), {}, count=False) for t in (running_mean, running_var)]
+    return out[0], out[1], out[2], keep[0], keep[1]
 
 
 def _bernoulli_(self, p=0.5, *, generator=None):
