@@ -138,7 +138,7 @@ def _model_cases():
 
 @pytest.mark.parametrize("case", _model_cases(), ids=lambda c: c[0])
 def test_models_compile_forward_and_backward_bit_identical_to_eager(case):
-    name, make, make_input, loss_of = case
+    _name, make, make_input, loss_of = case
     torch._dynamo.reset()
     from trnsim.torch import _compile
 

@@ -350,7 +350,6 @@ def _fake_dispatch(func, args, kwargs):
     """An op on traced device tensors: PyTorch's own (fake / meta) kernel on their inner tensors,
     the results wrapped as traced device tensors. Nothing runs on the simulator: this is shape
     propagation for a tracer, which records the op itself in its graph."""
-    from torch._subclasses.fake_tensor import FakeTensor
 
     outer_of: dict[int, TrnsimTensor] = {}
 
