@@ -42,6 +42,7 @@ def test_forward_and_backward_are_bit_identical_to_eager_and_one_program_per_gra
     assert kinds == {"forward", "backward"}
     for g in graphs:
         assert g["calls"] == 2
+        assert g["joins"] == 1, g  # the second call reused the joined program
         assert g["programs"] == 1, g  # the whole graph ran as one program
         assert g["programs_joined"] > 1, g  # ... joined from several ops' programs
         assert g["nodes"] >= 2

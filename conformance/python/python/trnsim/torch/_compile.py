@@ -47,7 +47,11 @@ class _Recorder:
         self.dead: set[str] = set()  # produced in the group and deleted before it ran
         self.deferred_deletes: list[str] = []  # inputs of the group deleted before it ran
         self.inputs: set[str] = set()
+        self.puts = 0  # host uploads while recording (a replay could not repeat them)
+        self.direct_runs = 0  # programs run outside a joined group
+        self.last: dict | None = None  # the last joined run: program, canonical names, binding
         self.programs_joined = 0
+        self.joins = 0  # joined programs built (the others came from the cache)
         self.runs: list[dict] = []
 
     # -- the session's interface, as the device uses it ------------------------------------
@@ -56,6 +60,7 @@ class _Recorder:
             if role == "output" and bind.get(decl) in self.inputs:
                 # An output bound to a tensor the group reads: not expressible in one program.
                 self.flush()
+                self.direct_runs += 1
                 return self.session.run(program, bind)
         for decl, dev, shape, role in program.hbm:
             name = bind.get(decl)
@@ -89,6 +94,11 @@ class _Recorder:
             return True
         return self.session.delete(name)
 
+    def put(self, name, tensor):
+        # A new session tensor (a CPU scalar moved to the device): the group may read it.
+        self.puts += 1
+        return self.session.put(name, tensor)
+
     def __getattr__(self, attr: str):
         # put, names, transfers, device_bytes: the real session, after the pending group ran
         # (names and byte counts must see its outputs).
@@ -101,11 +111,34 @@ class _Recorder:
             self._finish_deletes()
             return
         pending, self.pending = self.pending, []
-        joined = _join(pending, self.dead)
-        native = _device._native.Program.from_json(json.dumps(joined))
-        native.infer_waits()
-        bind = {d["name"]: d["name"] for d in joined["hbm"] if d["role"] != "scratch"}
+        # Canonical names (t0, t1, ... in order of first use) make the joined program independent
+        # of the session names of this call, so the next call of the graph reuses it.
+        canon: dict[str, str] = {}
+        recorded = []
+        for program, bind in pending:
+            recorded.append((program, {d: canon.setdefault(n, f"g{len(canon)}") for d, n in sorted(bind.items())}))
+        dead = frozenset(canon[n] for n in self.dead if n in canon)
+        key = (tuple((id(p), tuple(b.items())) for p, b in recorded), dead)
+        hit = _JOINED.get(key)
+        if hit is None:
+            joined = _join(recorded, set(dead))
+            native = _device._native.Program.from_json(json.dumps(joined))
+            native.infer_waits()
+            outer = [d["name"] for d in joined["hbm"] if d["role"] != "scratch"]
+            # The entry keeps the recorded programs alive, so their ids in the key stay theirs.
+            hit = (native, outer, [p for p, _ in recorded])
+            if len(_JOINED) >= _JOINED_MAX:
+                _JOINED.pop(next(iter(_JOINED)))
+            _JOINED[key] = hit
+            self.joins += 1
+        else:
+            _JOINED[key] = _JOINED.pop(key)  # most recently used last
+        native, outer, _ = hit
+        actual = {c: n for n, c in canon.items()}
+        bind = {c: actual[c] for c in outer}
         stats = json.loads(self.session.run(native, bind))
+        roles = {d: r for d, _, _, r in native.hbm}
+        self.last = {"program": native, "bind": bind, "roles": roles, "seeded": _seeded(native)}
         self.programs_joined += len(pending)
         self.runs.append(
             {
@@ -125,6 +158,17 @@ class _Recorder:
         for name in self.deferred_deletes:
             self.session.delete(name)
         self.deferred_deletes.clear()
+
+
+#: Joined programs by the recorded sequence (program identities and canonical bindings), most
+#: recently used last; bounded.
+_JOINED: dict[tuple, tuple] = {}
+_JOINED_MAX = 256
+
+
+def _seeded(native) -> bool:
+    """Whether a joined program seeds an RNG: each call draws new seeds, so it cannot be replayed."""
+    return '"set_rng_seed"' in native.to_json()
 
 
 def _rename(node: Any, names: dict[str, str]) -> Any:
@@ -270,15 +314,95 @@ class _DeviceInterpreter(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
 
+def _layout(t) -> tuple:
+    st = t._trn
+    return (st.dtype, tuple(st.shape), t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def _plan_replay(recorder: _Recorder, real: list, names_before: list, outs: list) -> dict | None:
+    """How to run the graph again without interpreting it: the joined program, which argument's
+    session tensor each input is, and how each output is built from the program's outputs. None
+    when the call did something a replay could not repeat (several programs, host uploads, host
+    reads, RNG seeds, an argument whose storage the graph replaced)."""
+    last = recorder.last
+    if last is None or len(recorder.runs) != 1 or recorder.puts or recorder.direct_runs or last["seeded"]:
+        return None
+    names_after = [a._trn.name if isinstance(a, _device.TrnsimTensor) else None for a in real]
+    if names_after != names_before:
+        return None  # an in-place update swapped an argument's storage
+    by_name = {n: i for i, n in enumerate(names_before) if n is not None}
+    inputs, outputs = {}, []
+    for c, actual in last["bind"].items():
+        if last["roles"][c] == "input":
+            if actual not in by_name:
+                return None
+            inputs[c] = by_name[actual]
+        else:
+            outputs.append(c)
+    canon_of = {actual: c for c, actual in last["bind"].items()}
+    results = []
+    for o in outs:
+        if isinstance(o, _device.TrnsimTensor):
+            c = canon_of.get(o._trn.name)
+            if c is None:
+                return None
+            results.append(("tensor", c, _layout(o)))
+        elif isinstance(o, torch.Tensor):
+            return None
+        else:
+            results.append(("value", o, None))
+    layouts = [_layout(a) if isinstance(a, _device.TrnsimTensor) else None for a in real]
+    return {"program": last["program"], "inputs": inputs, "outputs": outputs, "results": results,
+            "layouts": layouts}
+
+
+def _replay(plan: dict, real: list, label: str) -> list | None:
+    for a, lay in zip(real, plan["layouts"]):
+        if lay is not None and (not isinstance(a, _device.TrnsimTensor) or a._trn is None or _layout(a) != lay):
+            return None
+    state = _device.STATE
+    bind = {c: real[i]._trn.name for c, i in plan["inputs"].items()}
+    fresh = {c: _device._new_name() for c in plan["outputs"]}
+    bind.update(fresh)
+    with state.lock:
+        stats = json.loads(state.session.run(plan["program"], bind))
+    _report.REPORT.device_run(label, stats)
+    storages = {}
+    out = []
+    for kind, v, lay in plan["results"]:
+        if kind == "value":
+            out.append(v)
+            continue
+        st_dtype, st_shape, dtype, shape, stride, offset = lay
+        st = storages.get(v)
+        if st is None and v in plan["inputs"]:
+            st = real[plan["inputs"][v]]._trn  # an input returned, or a view of one: same storage
+        elif st is None:
+            st = storages[v] = _device._Storage(fresh[v], st_dtype, list(st_shape))
+        out.append(_device.TrnsimTensor(st, shape, stride, offset, dtype))
+    for c, name in fresh.items():
+        if c not in storages:
+            state.session.delete(name)  # produced but not returned (alive only by chance at planning)
+    return out, float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0)
+
+
 def _run_graph(gm: torch.fx.GraphModule, entry: dict, args: list) -> list:
     real = [_device_arg(a) for a in args]
     if any(isinstance(a, _device.TrnsimTensor) and a._trn is None for a in real):
         raise _device.TrnsimError("trnsim compile: a compiled graph got a device tensor with no data")
     _purge_saved()
+    label = f"compiled:{entry['name']}"
+    plan = entry.get("replay")
+    replayed = _replay(plan, real, label) if plan is not None else None
+    if replayed is not None:
+        entry["calls"] += 1
+        entry["replays"] = entry.get("replays", 0) + 1
+        return _as_results(replayed[0])
     state = _device.STATE
     t0 = time.perf_counter()
+    names_before = [a._trn.name if isinstance(a, _device.TrnsimTensor) else None for a in real]
     with state.lock:
-        recorder = _Recorder(state.session, f"compiled:{entry['name']}")
+        recorder = _Recorder(state.session, label)
         state.session = recorder
         try:
             outs = _DeviceInterpreter(gm).run(*real)
@@ -286,15 +410,21 @@ def _run_graph(gm: torch.fx.GraphModule, entry: dict, args: list) -> list:
         finally:
             state.session = recorder.session
     dt = time.perf_counter() - t0
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    entry["replay"] = _plan_replay(recorder, real, names_before, list(outs))
     entry["calls"] += 1
     if entry["calls"] == 1:
         entry["lower_join_s"] = dt
+    entry["joins"] = entry.get("joins", 0) + recorder.joins
     entry["programs"] = len(recorder.runs)
     entry["programs_joined"] = recorder.programs_joined
     entry["instructions"] = sum(r["instructions"] for r in recorder.runs)
     entry["est_device_time_us"] = sum(r["est_ns"] for r in recorder.runs) / 1000.0
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
+    return _as_results(outs)
+
+
+def _as_results(outs) -> list:
     result = []
     for o in outs:
         if isinstance(o, _device.TrnsimTensor):
