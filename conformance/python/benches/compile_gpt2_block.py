@@ -14,9 +14,8 @@ import time
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests_torch"))
-import _compile_models as models  # noqa: E402
-
-import trnsim.torch  # noqa: E402
+import _compile_models as models
+import trnsim.torch
 
 
 def cpu_time(f, n):
