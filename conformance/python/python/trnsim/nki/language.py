@@ -189,7 +189,8 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
         return View.full(st)
     if b not in ("sbuf", "psum"):
         raise NkiError(f"unknown buffer {buffer!r}", loc)
-    return new_tile(shape, dtype, b, name=name or None, loc=loc)
+    from ._alloc import direct  # where the kernel places the tile, if it says (docs/nki-allocation.md)
+    return direct(new_tile(shape, dtype, b, name=name or None, loc=loc), buffer, kwargs.get("address"), loc)
 
 
 def _fill(shape, value, dtype, buffer, name):
