@@ -328,3 +328,47 @@ def test_reused_bytes_are_ordered_by_infer_waits_and_a_missing_wait_is_a_race():
     assert e.value.kind == "race"
     assert "write-after-read" in str(e.value)
     assert e.value.index == iz
+
+
+# -- flash attention at sequence 4096 --------------------------------------------------------------
+
+
+def _attention_inputs(s, d=128, seed=3):
+    import ml_dtypes
+    r = np.random.default_rng(seed)
+    return [r.standard_normal((s, d)).astype(ml_dtypes.bfloat16) for _ in range(4)]
+
+
+def _close(got, ref):
+    """bf16 operands (q, k, v, and p / ds rounded to bf16 before their matmuls, 2^-9 relative
+    each) with fp32 accumulation: within 2^-6 of the output's largest magnitude. A tile whose
+    bytes another tile overwrote would be off by the output's own size."""
+    ref = np.asarray(ref, np.float64)
+    err = np.abs(np.asarray(got, np.float64) - ref).max()
+    assert err <= 2.0 ** -6 * np.abs(ref).max(), (err, np.abs(ref).max())
+
+
+def _fits(allocation):
+    assert allocation["psum"]["highest_byte"] <= 16384 and allocation["psum"]["peak_live_bytes"] <= 16384
+    assert allocation["sbuf"]["highest_byte"] <= allocation["sbuf"]["usable_bytes"] == 180224
+    # only because tiles die at their last use: all of them together are more than SBUF
+    assert allocation["sbuf"]["all_tiles_bytes"] > 2 * 180224
+
+
+def test_flash_attention_forward_and_backward_at_4096_bf16_fit_and_match_numpy():
+    from nki_corpus import flash_attention as fa
+
+    q, k, v, do = _attention_inputs(4096)
+
+    def t(x):
+        return np.ascontiguousarray(x.T)
+
+    o, lse = fa.flash_fwd(t(q), t(k), v)
+    _fits(trnsim.nki.last_run().allocation)
+    ro, rlse, (rdq, rdk, rdv) = fa.reference(q, k, v, do)
+    _close(o, ro)
+    np.testing.assert_allclose(lse, rlse, rtol=0, atol=1e-4)  # fp32 max and log of an fp32 sum
+    dq, dk, dv = fa.flash_bwd(q, t(q), k, t(k), t(v), o, do, t(do), lse)
+    _fits(trnsim.nki.last_run().allocation)
+    for got, ref in ((dq, rdq), (dk, rdk), (dv, rdv)):
+        _close(got, ref)

@@ -197,7 +197,7 @@ def _wrap_arg(tr, name, val, param_arrays):
 
 
 def _finish(tr, ret, param_arrays, trace_s, def_loc):
-    _alloc.assign(tr)  # SBUF/PSUM addresses from the tiles' live ranges (docs/nki-allocation.md)
+    allocation = _alloc.assign(tr)  # SBUF/PSUM addresses from the tiles' live ranges (docs/nki-allocation.md)
     if ret is None:
         rets, shape = [], "none"
     elif isinstance(ret, (tuple, list)):
@@ -237,7 +237,9 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
         else:
             hbm.append(dict(decl, role="output" if st.name in returned else "scratch"))
     program = {"target": tr.target, "hbm": hbm, "instructions": pre + tr.instructions}
-    return KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
+    run = KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
+    run.allocation = allocation  # per memory: tiles, peak live bytes, highest byte used, usable bytes
+    return run
 
 
 def _whole_copy(st, src_name, loc):

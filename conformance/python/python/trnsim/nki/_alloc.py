@@ -305,9 +305,14 @@ def assign(tracer):
         for u in (where[id(st)][1] or {}).values() if where[id(st)][0] is None else [where[id(st)][0]]:
             if buf == "psum" and not u.fixed:
                 u.align = _psum_align(st, lim)
+    stats = {}
     for buf in ("sbuf", "psum"):
-        _allocate(units[buf], buf, lim, ins, tracer.target)
+        peak = _allocate(units[buf], buf, lim, ins, tracer.target)
+        top = max((u.offset + u.size for u in units[buf]), default=0)
+        stats[buf] = {"tiles": len(units[buf]), "all_tiles_bytes": sum(u.size for u in units[buf]),
+                      "peak_live_bytes": peak, "highest_byte": top, "usable_bytes": lim[buf]}
     _rewrite(aps, where)
+    return stats
 
 
 def _psum_align(st, lim):
@@ -401,8 +406,9 @@ def _loc_of(ins, i):
 
 
 def _allocate(units, buf, lim, ins, target):
+    """Place `units`; returns the largest bytes per partition live at once."""
     if not units:
-        return
+        return 0
     cap = lim[buf]
     fixed = sorted((u for u in units if u.fixed), key=lambda u: u.start)
     # 2. direct placements must not share bytes while both live
@@ -420,11 +426,11 @@ def _allocate(units, buf, lim, ins, target):
                     u.st.loc, [u.info(), v.info()])
         active.append(u)
     # 3. the live set must fit
-    _check_peak(units, buf, cap, lim, ins, target)
+    peak = _check_peak(units, buf, cap, lim, ins, target)
     # 4. first fit in start order, then largest first
     auto = [u for u in units if not u.fixed]
     if not auto:
-        return
+        return peak
     if not _first_fit(auto, fixed, cap, lim, buf):
         for u in auto:
             u.offset = None
@@ -436,6 +442,7 @@ def _allocate(units, buf, lim, ins, target):
                 f"partition in one piece, and the live set fits in the {cap} bytes of {target}, but no gap left "
                 f"between the {len(live) - 1} tiles live with it is large enough (fragmentation): "
                 + _listing(live), failed.st.loc, [v.info() for v in live])
+    return peak
 
 
 def _usage_size(u, lim, buf):
@@ -460,7 +467,7 @@ def _check_peak(units, buf, cap, lim, ins, target):
         if m > best:
             best, best_t = m, t
     if best <= cap:
-        return
+        return best
     live = [u for u in units if u.start <= best_t <= u.end]
     last = max(live, key=lambda u: (u.start, u.size))
     raise NkiAllocationError(
@@ -500,15 +507,28 @@ def _fits_bank(cand, u, lim, buf):
 
 def _gap(u, taken, cap, lim, buf):
     """The lowest aligned offset where `u` fits between the (offset, end) spans in `taken`."""
-    pos = 0
-    for o, e in sorted(taken) + [(cap, cap)]:
+    taken.sort()
+    return _scan(u, taken, cap, lim, buf, 0)
+
+
+def _scan(u, taken, cap, lim, buf, pos):
+    a, size = u.align, u.size
+    if buf != "psum":
+        for o, e in taken:
+            cand = -(-pos // a) * a
+            if cand + size <= o:
+                return cand
+            pos = max(pos, e)
+        cand = -(-pos // a) * a
+        return cand if cand + size <= cap else None
+    for o, e in taken + [(cap, cap)]:
         while True:
-            cand = -(-pos // u.align) * u.align
+            cand = -(-pos // a) * a
             fixed = _fits_bank(cand, u, lim, buf)
             if fixed == cand:
                 break
             pos = fixed
-        if cand + u.size <= o:
+        if cand + size <= o:
             return cand
         pos = max(pos, e)
     return None
@@ -518,9 +538,13 @@ def _first_fit(auto, fixed, cap, lim, buf):
     auto.sort(key=lambda u: (u.start, -u.size))
     fstarts = [u.start for u in fixed]
     active = []
+    first_end = -1  # the earliest end in `active`: nothing expires before it
     for u in auto:
-        active = [v for v in active if v.end >= u.start]
-        taken = [(v.offset, v.offset + v.size) for v in active if v.p0 < u.p1 and u.p0 < v.p1]
+        if first_end < u.start:
+            active = [v for v in active if v.end >= u.start]
+            first_end = min((v.end for v in active), default=1 << 62)
+        p0, p1 = u.p0, u.p1
+        taken = [(v.offset, v.offset + v.size) for v in active if v.p0 < p1 and p0 < v.p1]
         # direct placements that become live while this unit is
         i = bisect.bisect_right(fstarts, u.start)
         while i < len(fixed) and fixed[i].start <= u.end:
@@ -533,6 +557,7 @@ def _first_fit(auto, fixed, cap, lim, buf):
             return False
         u.offset = off
         active.append(u)
+        first_end = min(first_end, u.end)
     return True
 
 
