@@ -372,3 +372,29 @@ def test_flash_attention_forward_and_backward_at_4096_bf16_fit_and_match_numpy()
     _fits(trnsim.nki.last_run().allocation)
     for got, ref in ((dq, rdq), (dk, rdk), (dv, rdv)):
         _close(got, ref)
+
+
+def test_current_nki_ndarray_address_on_trn2():
+    trnsim.nki.install(current=True)
+    import nki as nki_current
+    import nki.isa as cisa
+    import nki.language as cl
+
+    @nki_current.jit
+    def k(a):
+        out = cl.ndarray(a.shape, a.dtype, buffer=cl.shared_hbm)
+        t = cl.ndarray(a.shape, a.dtype, buffer=cl.sbuf, address=(0, 8192))
+        cisa.dma_copy(dst=t, src=a)
+        u = cl.ndarray(a.shape, a.dtype, buffer=cl.sbuf)
+        cisa.tensor_copy(dst=u, src=t)
+        cisa.dma_copy(dst=out, src=u)
+        return out
+
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_array_equal(nki_current.simulate(k)(a), a)
+    prog = trnsim.nki.last_run().program
+    assert prog["target"] == "trn2"
+    (_, _, t), = chip_aps(prog, None, "dst")[:1]
+    assert t["offset"] == 8192
+    (_, _, u), = [x for x in chip_aps(prog) if x[1] == "dst"][1:2]
+    assert u["offset"] + 256 <= 8192 or u["offset"] >= 8192 + 256

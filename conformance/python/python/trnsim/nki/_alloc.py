@@ -214,10 +214,11 @@ def _extent(ap):
 
 
 def _collect(instructions):
-    """{id(storage): [storage, {block: [first, last]}, multi-block?]} and the on-chip access
+    """{id(tile): [tile, {block: [first, last]}, multi-block?]} and the on-chip access
     patterns, in program order."""
     recs = {}
     aps = []
+    geom = {}  # id(tile) -> (blocks, bytes per block, the [first, last] of block 0 when it has one block)
     for i, ins in enumerate(instructions):
         op = ins["op"]
         name = next(iter(op))
@@ -225,27 +226,36 @@ def _collect(instructions):
         _find(op[name], found)
         if not found:
             continue
+        aps.extend(found)
         dyn = name in _DYNAMIC_OPS
         for ap in found:
-            aps.append(ap)
             st = ap["_st"]
-            rec = recs.get(id(st))
-            if rec is None:
-                rec = recs[id(st)] = [st, {}, False]
-            bb = st.block_elems * st.dtype.itemsize
-            nb = st.free_elems // max(st.block_elems, 1)
-            if dyn or nb == 1:
+            key = id(st)
+            g = geom.get(key)
+            if g is None:
+                nb = st.free_elems // max(st.block_elems, 1)
+                r0 = [i, i]
+                recs[key] = [st, {0: r0} if nb == 1 else {}, False]
+                g = geom[key] = (nb, st.block_elems * st.dtype.itemsize, r0 if nb == 1 else None)
+                if nb == 1:
+                    continue
+            nb, bb, r0 = g
+            if r0 is not None:  # one block: the common case
+                r0[1] = i
+                continue
+            rec = recs[key]
+            if dyn:
                 b0, b1 = 0, nb - 1
             else:
                 lo, hi = _extent(ap)
-                b0, b1 = max(lo, 0) // bb, max(hi - 1, 0) // bb
+                b0, b1 = max(lo, 0) // bb, min(max(hi - 1, 0) // bb, nb - 1)
             if b1 > b0:
                 rec[2] = True
             blocks = rec[1]
-            for b in range(b0, min(b1, nb - 1) + 1):
-                r = blocks.get(b)
+            for blk in range(b0, b1 + 1):
+                r = blocks.get(blk)
                 if r is None:
-                    blocks[b] = [i, i]
+                    blocks[blk] = [i, i]
                 else:
                     r[1] = i
     return recs, aps
