@@ -12,6 +12,7 @@ import trnsim.nki
 trnsim.nki.install()
 
 import neuronxcc.nki.compiler as ncc
+import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 from neuronxcc import nki
 
@@ -398,3 +399,25 @@ def test_current_nki_ndarray_address_on_trn2():
     assert t["offset"] == 8192
     (_, _, u), = [x for x in chip_aps(prog) if x[1] == "dst"][1:2]
     assert u["offset"] + 256 <= 8192 or u["offset"] >= 8192 + 256
+
+
+@nki.jit
+def accumulate_into_fresh_psum(a, b):
+    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((nl.par_dim(128), 512), nl.float32, buffer=ncc.psum.mod_alloc(base_bank=3))
+    for kk in nl.affine_range(a.shape[0] // 128):
+        acc += nisa.nc_matmul(nl.load(a[kk * 128:(kk + 1) * 128, :]), nl.load(b[kk * 128:(kk + 1) * 128, :]))
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_the_first_matmul_accumulated_into_unwritten_psum_overwrites_it():
+    """`psum += nc_matmul(...)` with nothing written there yet (AWS's attention tutorial v8a-v11
+    never zero their PSUM accumulators): the first matmul writes, the next ones add."""
+    r = np.random.default_rng(4)
+    a, b = r.standard_normal((384, 128), np.float32), r.standard_normal((384, 512), np.float32)
+    np.testing.assert_allclose(accumulate_into_fresh_psum(a, b), a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    mms = [next(iter(i["op"].values())) for i in trnsim.nki.last_run().program["instructions"]
+           if "nc_matmul" in i["op"]]
+    assert [m.get("accumulate", False) for m in mms] == [False, True, True]
+    assert all(m["dst"]["offset"] == 3 * 2048 for m in mms)

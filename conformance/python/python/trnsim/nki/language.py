@@ -440,9 +440,29 @@ def _copy_into(dst, value, loc):
     emit("vector", "tensor_copy", {"dst": dst.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[dst])
 
 
+def _first_psum_write(dst, val):
+    """`dst += val` where val is a fresh nc_matmul result and no element of dst (in PSUM) was written."""
+    if not isinstance(val, View) or not isinstance(dst, View) or dst.base.buffer != "psum":
+        return False
+    prod = getattr(val.base, "producer", None)
+    if prod is None or prod[1] != "nc_matmul":
+        return False
+    from ._core import storage_of
+    st = storage_of(dst.base)
+    if st.fully_written:
+        return False
+    return st.written is None or not bool(st.written[dst.positions()].any())
+
+
 def _accumulate(dst, val):
     """`dst += val`: a fresh matmul result accumulates in PSUM (`nc_matmul` with accumulate);
-    anything else is a VectorE add in place."""
+    anything else is a VectorE add in place. Into PSUM elements nothing has written yet, a fresh
+    matmul result is written, not added: the first write of an accumulation overwrites (NKI 0.3's
+    nc_matmul rule; AWS's attention tutorial v8a-v11 accumulate into PSUM they never zero)."""
+    if _first_psum_write(dst, val):
+        if try_redirect(dst, val):
+            return
+        return _assign(dst, val)
     if try_redirect(dst, val, accumulate=True):
         return
     loc = caller_loc()[0]
