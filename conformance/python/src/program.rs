@@ -117,6 +117,14 @@ pub fn numerics_default_json() -> String {
     serde_json::to_string(&Numerics::default()).expect("numerics serialize")
 }
 
+/// The parameters of target `name` (`trnsim::Target`: SBUF usable bytes, PSUM banks, …) as
+/// JSON, so the Python front-ends read a generation's limits from the simulator, not a copy.
+#[pyfunction]
+pub fn target_json(name: &str) -> PyResult<String> {
+    let t = convert::target(name)?.params();
+    Ok(serde_json::to_string(&t).expect("target serializes"))
+}
+
 /// Validates numerics settings (JSON) and returns them complete (defaults filled in), as JSON.
 #[pyfunction]
 pub fn numerics_normalize_json(json: &str) -> PyResult<String> {

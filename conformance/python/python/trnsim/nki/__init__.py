@@ -30,11 +30,13 @@ import types
 
 import numpy as np
 
-from . import _core, compiler, isa, language, typing
+from . import _alloc, _core, compiler, isa, language, typing
+from ._alloc import NkiAllocationError
 from ._core import NkiError, Tracer, View
 
 __all__ = [
     "DeviceTensor",
+    "NkiAllocationError",
     "NkiError",
     "baremetal",
     "benchmark",
@@ -195,6 +197,7 @@ def _wrap_arg(tr, name, val, param_arrays):
 
 
 def _finish(tr, ret, param_arrays, trace_s, def_loc):
+    allocation = _alloc.assign(tr)  # SBUF/PSUM addresses from the tiles' live ranges (docs/nki-allocation.md)
     if ret is None:
         rets, shape = [], "none"
     elif isinstance(ret, (tuple, list)):
@@ -234,7 +237,9 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
         else:
             hbm.append(dict(decl, role="output" if st.name in returned else "scratch"))
     program = {"target": tr.target, "hbm": hbm, "instructions": pre + tr.instructions}
-    return KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
+    run = KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
+    run.allocation = allocation  # per memory: tiles, peak live bytes, highest byte used, usable bytes
+    return run
 
 
 def _whole_copy(st, src_name, loc):

@@ -11,7 +11,6 @@ import linecache
 import math
 import os
 import sys
-import weakref
 
 import numpy as np
 
@@ -556,10 +555,10 @@ class Tracer:
 
     def __init__(self, target="trn1"):
         self.target = target
-        self.limits = _TARGETS[target]
+        from ._alloc import limits
+        self.limits = limits(target)
         self.instructions = []
         self.hbm = []  # HbmStorage in declaration order
-        self.live = {"sbuf": {}, "psum": {}}  # offset -> (end, weakref to storage)
         self.counter = iter(range(1, 1 << 62))
         self.program_id = ()
         self.grid = ()
@@ -577,60 +576,27 @@ class Tracer:
 
     # -- allocation
     def alloc(self, st, line=None):
+        """Check that a new tile can exist at all. Its address comes after tracing, from the live
+        ranges of all tiles (`_alloc.assign`); until then it is laid out from byte 0."""
         buf = st.buffer
         cap = self.limits[buf]
-        size = st.bytes
         bank = self.limits["bank"]
         if buf == "psum":
             block = st.block_elems * st.dtype.itemsize
             if block > bank:
                 raise NkiError(f"PSUM tile {st.describe()} needs {block} bytes per partition in one block, more than "
                                f"a PSUM bank ({bank} bytes = 512 fp32): a PSUM tile cannot cross a bank", st.loc)
-            align = 1
-            while align < block:
-                align *= 2
-            align = max(align, 4)
-        else:
-            align = 4
+        size = st.bytes if st.par_axis == 0 else st.block_elems * st.dtype.itemsize
         if size > cap:
-            raise self._capacity_error(st, size, cap)
-        spans = sorted((o, e) for o, (e, _) in self.live[buf].items())
-        pos = 0
-        for o, e in spans + [(cap, cap)]:
-            cand = -(-pos // align) * align
-            if buf == "psum" and st.block_elems * st.dtype.itemsize > 0:
-                cand = self._psum_fix(cand, st, bank, align)
-            if cand + size <= o:
-                self.live[buf][cand] = (cand + size, weakref.ref(st))
-                return cand
-            pos = max(pos, e)
-        raise self._capacity_error(st, size, cap)
-
-    @staticmethod
-    def _psum_fix(cand, st, bank, align):
-        block = st.block_elems * st.dtype.itemsize
-        nblocks = st.free_elems // max(st.block_elems, 1)
-        for b in range(nblocks):
-            s = cand + b * block
-            if s // bank != (s + block - 1) // bank:
-                return -(-cand // bank) * bank
-        return cand
-
-    def _capacity_error(self, st, size, cap):
-        buf = st.buffer
-        used = sum(e - o for o, (e, _) in self.live[buf].items())
-        lives = []
-        for o, (e, ref) in sorted(self.live[buf].items(), key=lambda kv: kv[0] - kv[1][0]):
-            t = ref()
-            if t is not None:
-                lives.append(f"{t.describe()} {e - o} B")
-        shown = "; ".join(lives[:8]) + (f"; ... {len(lives) - 8} more" if len(lives) > 8 else "")
-        return NkiError(f"{buf.upper()} capacity exceeded: tile {st.describe()} needs {size} bytes per partition, but "
-                        f"{used} of the {cap} bytes per partition are held by {len(lives)} live tiles"
-                        + (f" ({shown})" if shown else ""), st.loc)
+            raise NkiError(f"{buf.upper()} capacity exceeded: tile {st.describe()} needs {size} bytes per partition, "
+                           f"more than the {cap} usable bytes per partition of {self.target} (no live tiles needed)",
+                           st.loc)
+        from ._alloc import TileRec
+        st._rec = TileRec(st)
+        return 0
 
     def free(self, buf, offset):
-        self.live[buf].pop(offset, None)
+        """Tiles die at their last use in the program, not when Python drops them."""
 
     # -- HBM
     def new_hbm(self, shape, dtype, kind, name=None, array=None, loc=None):
@@ -962,7 +928,7 @@ class View:
             parts, first_free = self.shape[0], 1
         free = [[fco[a], self.shape[a]] for a in range(first_free, self.ndim)]
         ap = {"mem": b.mem(), "dtype": dt, "start_partition": pc, "partitions": parts,
-              "offset": b.offset + fc * b.dtype.itemsize,
+              "offset": b.offset + fc * b.dtype.itemsize, "_st": storage_of(b)._rec,
               "free": _merge_free(free, loc, None if split is None else split - first_free)}
         if full and split is None:
             b._full_ap = dict(ap)

@@ -189,7 +189,8 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
         return View.full(st)
     if b not in ("sbuf", "psum"):
         raise NkiError(f"unknown buffer {buffer!r}", loc)
-    return new_tile(shape, dtype, b, name=name or None, loc=loc)
+    from ._alloc import direct  # where the kernel places the tile, if it says (docs/nki-allocation.md)
+    return direct(new_tile(shape, dtype, b, name=name or None, loc=loc), buffer, kwargs.get("address"), loc)
 
 
 def _fill(shape, value, dtype, buffer, name):
@@ -439,9 +440,29 @@ def _copy_into(dst, value, loc):
     emit("vector", "tensor_copy", {"dst": dst.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[dst])
 
 
+def _first_psum_write(dst, val):
+    """`dst += val` where val is a fresh nc_matmul result and no element of dst (in PSUM) was written."""
+    if not isinstance(val, View) or not isinstance(dst, View) or dst.base.buffer != "psum":
+        return False
+    prod = getattr(val.base, "producer", None)
+    if prod is None or prod[1] != "nc_matmul":
+        return False
+    from ._core import storage_of
+    st = storage_of(dst.base)
+    if st.fully_written:
+        return False
+    return st.written is None or not bool(st.written[dst.positions()].any())
+
+
 def _accumulate(dst, val):
     """`dst += val`: a fresh matmul result accumulates in PSUM (`nc_matmul` with accumulate);
-    anything else is a VectorE add in place."""
+    anything else is a VectorE add in place. Into PSUM elements nothing has written yet, a fresh
+    matmul result is written, not added: the first write of an accumulation overwrites (NKI 0.3's
+    nc_matmul rule; AWS's attention tutorial v8a-v11 accumulate into PSUM they never zero)."""
+    if _first_psum_write(dst, val):
+        if try_redirect(dst, val):
+            return
+        return _assign(dst, val)
     if try_redirect(dst, val, accumulate=True):
         return
     loc = caller_loc()[0]
