@@ -10,6 +10,7 @@ from . import _emit as E
 from . import isa as _legacy
 from ._core import NkiError, View, caller_loc, int8, int16, int32, uint8, uint16, uint32
 from ._emit import emit, scalar_operand
+from ._targets import nc_generation
 
 # The legacy calls, re-exported (their `__all__` also lists a name the module deletes).
 _LEGACY = [n for n in _legacy.__all__ if hasattr(_legacy, n)]
@@ -34,10 +35,10 @@ def rng(dst, engine=_legacy.engine.unknown, name=None, **kwargs):
         raise NkiError(f"nisa.rng writes integers (int8/16/32, uint8/16/32), not {dst.dtype}", loc)
     e = _legacy._eng(engine, "vector")
     if e != "vector":
-        if e == "gpsimd" and E.T().target == "trn1":
+        if e == "gpsimd" and nc_generation(E.T().target) < 3:
             raise NkiError("nisa.rng runs on the Vector engine only on NeuronCore-v2", loc)
         raise NkiError(f"nisa.rng on the {e} engine is not modelled: trnsim has VectorE's generator only", loc)
-    emit("vector", "rng", {"dst": dst.ap(loc=loc)}, loc, writes=[dst])
+    emit("vector", "rng", {"dst": dst._ap(loc=loc)}, loc, writes=[dst])
 
 
 def set_rng_seed(src_seeds, name=None, **kwargs):
