@@ -320,3 +320,60 @@ def test_ap_reinterprets_with_dtype_and_refuses_what_aws_forbids(cur):
 
     with pytest.raises(NkiError, match="already indexed tensor"):
         nested(np.ones((16, 32), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# loops and namespaces
+
+
+def test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike(cur):
+    nki, nl, nisa = cur
+
+    def make(loop):
+        @nki.jit
+        def colsum(x):
+            acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=acc, value=0.0)
+            t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+
+            def body(j):
+                nisa.dma_copy(dst=t, src=x[:, j * 8:(j + 1) * 8])
+                part = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=part, data=t, op=nl.add, axis=1)
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
+
+            if loop == "fori":
+                nl.fori_loop(0, x.shape[1] // 8, body)
+            else:
+                for j in getattr(nl, loop, range)(x.shape[1] // 8):
+                    body(j)
+            out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=acc)
+            return out
+        return colsum
+
+    x = np.random.default_rng(2).integers(-8, 8, (128, 32)).astype(np.float32)
+    for loop in ("range", "affine_range", "sequential_range", "static_range", "fori"):
+        np.testing.assert_array_equal(make(loop)(x), x.sum(axis=1, keepdims=True), err_msg=loop)
+
+    @nki.jit
+    def register_loop(x):
+        nl.while_loop(None, lambda r: r)
+
+    with pytest.raises(NkiError, match="while_loop loops on a register condition"):
+        register_loop(x)
+
+
+def test_install_provides_both_namespaces():
+    for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+        sys.modules.pop(name, None)
+    trnsim.nki.install()
+    try:
+        import neuronxcc.nki.language as legacy_nl
+        import nki
+        import nki.language as nl
+        assert nki.jit is not trnsim.nki.jit and nl.fori_loop
+        assert not hasattr(legacy_nl, "fori_loop")  # the legacy surface stays the legacy one
+    finally:
+        for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+            sys.modules.pop(name, None)

@@ -510,14 +510,12 @@ def last_run():
 # install(): make `neuronxcc.nki` (and its submodules) resolve to this package
 
 
-def install(current=False):
-    """Register `neuronxcc`, `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing` and
-    `.compiler` in sys.modules as this front-end. Idempotent; returns the `neuronxcc.nki` module.
-
-    current=True also registers the current namespace `nki`, `nki.language`, `nki.isa`,
-    `nki.typing` (NKI 0.2+, a partial stretch: see docs/nki.md), whose kernels default to the trn2
-    target. Its `nki.isa` is the legacy one plus the calls legacy NKI lacks (`rng`,
-    `set_rng_seed`: `isa_current`)."""
+def install(current=True):
+    """Register both namespaces in sys.modules as this front-end: the legacy `neuronxcc`,
+    `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing`, `.compiler`, and the current
+    `nki`, `nki.language`, `nki.isa`, `nki.typing` (NKI 0.3+ as of SDK 2.32, docs/nki.md). Which
+    one a kernel sees is what it imports. Idempotent; returns the `neuronxcc.nki` module.
+    `current=False` registers the legacy namespace only."""
     this = sys.modules[__name__]
     if current:
         from . import current as cur

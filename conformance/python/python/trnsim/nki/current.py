@@ -6,8 +6,9 @@ NEURON_PLATFORM_TARGET_OVERRIDE names another generation, and `kernel[lnc]` is t
 and ignored, as AWS's is. `nki.simulate(kernel)(...)` runs the same way: trnsim is the simulator,
 so `NKI_SIMULATOR=1` changes nothing here. See docs/nki.md."""
 
-from . import Kernel, language, typing
+from . import Kernel, typing
 from . import isa_current as isa
+from . import language_current as language
 from ._core import NkiError
 
 __all__ = ["isa", "jit", "language", "simulate", "typing"]

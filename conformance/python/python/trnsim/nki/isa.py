@@ -725,5 +725,5 @@ for _name in ["nc_matmul", "nc_transpose", "activation", "activation_reduce", "t
               "tensor_copy_dynamic_src", "memset"]:
     globals()[_name] = _with_dst(globals()[_name])
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E", "B", "nc_generation")]
 del trn_name
