@@ -384,6 +384,10 @@ class Kernel:
         return int(v)
 
     def __call__(self, *args, **kwargs):
+        if Tracer._current is not None:
+            # a kernel called from a kernel being traced (any mode=, `@nki.jit(mode='trace')`
+            # included): a sub-kernel, traced inline into the caller's program
+            return self.func(*args, **kwargs)
         from . import _frameworks
         conv = _frameworks.Converted(args, kwargs) if self.api == "current" else None
         if conv is not None:
@@ -532,4 +536,10 @@ def install(current=True):
     sys.modules["neuronxcc.nki"] = this
     for sub in ("language", "isa", "typing", "compiler"):
         sys.modules[f"neuronxcc.nki.{sub}"] = getattr(this, sub)
+    from . import isa_constants
+    isa.constants = isa_constants
+    sys.modules["neuronxcc.nki.isa.constants"] = isa_constants
+    if current:
+        cur.isa.constants = isa_constants
+        sys.modules["nki.isa.constants"] = isa_constants
     return this

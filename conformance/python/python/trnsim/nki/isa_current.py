@@ -52,4 +52,20 @@ def set_rng_seed(src_seeds, name=None, **kwargs):
     emit("vector", "set_rng_seed", {"seed": scalar_operand(src_seeds, loc)}, loc, reads=[src_seeds])
 
 
-__all__ = [n for n in (*_LEGACY, "rng", "set_rng_seed")]
+def _two_cores(what):
+    raise NkiError(f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
+                   "trnsim does not simulate two cores at once yet, and refuses it rather than run one core's "
+                   "half alone", caller_loc()[0])
+
+
+def core_barrier(*args, **kwargs):
+    """Refused until trnsim simulates the two physical cores of a logical core together."""
+    _two_cores("core_barrier")
+
+
+def sendrecv(*args, **kwargs):
+    """Refused until trnsim simulates the two physical cores of a logical core together."""
+    _two_cores("sendrecv")
+
+
+__all__ = [n for n in (*_LEGACY, "core_barrier", "rng", "sendrecv", "set_rng_seed")]

@@ -561,7 +561,21 @@ def copy(x, *, dtype=None, mask=None, **kwargs):
 
 
 def static_cast(x, dtype, **kwargs):
+    """In a kernel: a VectorE copy with a cast. On a host NumPy array (outside any kernel, as
+    kernel tests use it to prepare inputs and references): NumPy's `astype` to the NKI dtype,
+    a host value like any other test data."""
+    if isinstance(x, np.ndarray) and not isinstance(x, View):
+        return x.astype(as_dtype(dtype))
     return copy(x, dtype=dtype)
+
+
+def finfo(dtype):
+    """Machine limits of a floating NKI dtype (bf16 and fp8 through ml_dtypes), as `numpy.finfo`."""
+    d = as_dtype(dtype)
+    if not is_float(d):
+        raise NkiError(f"nl.finfo takes a floating dtype, not {d}", caller_loc()[0])
+    import ml_dtypes
+    return ml_dtypes.finfo(d)
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
