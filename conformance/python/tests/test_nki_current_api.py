@@ -377,3 +377,42 @@ def test_install_provides_both_namespaces():
     finally:
         for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
             sys.modules.pop(name, None)
+
+
+def test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def positional(x, y):
+        a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(a, x)
+        nisa.dma_copy(b, y)
+        s = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(s, a, b, nl.subtract)  # dst, data1, data2, op
+        nisa.tensor_scalar(s, s, nl.multiply, 3.0)
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, s)
+        return out
+
+    r = np.random.default_rng(3)
+    x, y = (r.integers(-9, 9, (128, 16)).astype(np.float32) for _ in range(2))
+    np.testing.assert_array_equal(positional(x, y), (x - y) * 3)
+
+    def kernel_with(call):
+        @nki.jit
+        def k(x):
+            a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a, src=x)
+            call(a)
+            return a
+        return k
+
+    with pytest.raises(NkiError, match=r"nisa.tensor_copy\(dtype=...\): the current NKI has no dtype="):
+        kernel_with(lambda a: nisa.tensor_copy(dst=a, src=a, dtype=nl.bfloat16))(x)
+    with pytest.raises(NkiError, match=r"nisa.tensor_copy\(mask=...\)"):
+        kernel_with(lambda a: nisa.tensor_copy(dst=a, src=a, mask=None))(x)
+    with pytest.raises(NkiError, match="writes every result into dst="):
+        kernel_with(lambda a: nisa.reciprocal(data=a))(x)
+    with pytest.raises(NkiError, match="iota.*not supported by trnsim yet"):
+        kernel_with(lambda a: nisa.iota(a, [[1, 16]], 0))(x)

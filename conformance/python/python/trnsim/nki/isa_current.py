@@ -6,6 +6,8 @@ raw-bit call (`nl.rand` gives uniform floats), so they live in this module only 
 `neuronxcc.nki.isa` keeps the legacy surface. The current docs list `rng` for NeuronCore-v2
 (Vector engine) as well, so they are accepted on the trn1 target too."""
 
+import functools
+
 from . import _emit as E
 from . import isa as _legacy
 from ._core import NkiError, View, caller_loc, int8, int16, int32, uint8, uint16, uint32
@@ -50,6 +52,93 @@ def set_rng_seed(src_seeds, name=None, **kwargs):
     if src_seeds.dtype not in (int32, uint32):
         raise NkiError(f"nisa.set_rng_seed takes a 32-bit integer seed, not {src_seeds.dtype}", loc)
     emit("vector", "set_rng_seed", {"seed": scalar_operand(src_seeds, loc)}, loc, reads=[src_seeds])
+
+
+# The current API's parameter order of each call (dst first; AWS's nki.isa signatures, SDK 2.32).
+# Positional arguments are mapped to these names and the legacy call gets keywords only, so a
+# positional `nisa.tensor_copy(dst, src)` can never land in the legacy `src` slot.
+_SIGNATURES = {
+    "nc_matmul": ("dst", "stationary", "moving", "is_stationary_onezero", "is_moving_onezero", "is_transpose",
+                  "accumulate", "tile_position", "tile_size", "perf_mode"),
+    "nc_transpose": ("dst", "data", "engine"),
+    "activation": ("dst", "op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"),
+    "activation_reduce": ("dst", "op", "data", "reduce_op", "reduce_res", "bias", "scale"),
+    "tensor_reduce": ("dst", "op", "data", "axis", "negate", "keepdims"),
+    "tensor_partition_reduce": ("dst", "op", "data"),
+    "tensor_tensor": ("dst", "data1", "data2", "op", "engine"),
+    "tensor_scalar": ("dst", "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1", "engine"),
+    "scalar_tensor_tensor": ("dst", "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1"),
+    "tensor_scalar_reduce": ("dst", "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0"),
+    "tensor_tensor_scan": ("dst", "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1"),
+    "tensor_copy": ("dst", "src", "engine"),
+    "tensor_copy_predicated": ("dst", "src", "predicate", "reverse_pred"),
+    "reciprocal": ("dst", "data"),
+    "memset": ("dst", "value", "engine"),
+    "bn_stats": ("dst", "data"),
+    "bn_aggr": ("dst", "data"),
+    "local_gather": ("dst", "src_buffer", "index", "num_elem_per_idx", "num_valid_indices"),
+    "max8": ("dst", "src"),
+    "nc_find_index8": ("dst", "data", "vals"),
+    "nc_match_replace8": ("dst", "data", "vals", "imm", "dst_idx"),
+    "nc_stream_shuffle": ("dst", "src", "shuffle_mask"),
+    "select_reduce": ("dst", "predicate", "on_true", "on_false", "reduce_res", "reduce_cmd"),
+    "dropout": ("dst", "data", "prob"),
+    "dma_copy": ("dst", "src"),
+    "dma_transpose": ("dst", "src", "axes"),
+    "sequence_bounds": ("dst", "segment_ids"),
+    "range_select": ("dst", "on_true_tile", "comp_op0", "comp_op1", "bound0", "bound1", "reduce_cmd", "reduce_res",
+                     "reduce_op", "range_start", "on_false_value"),
+}
+# Calls whose current form the legacy one cannot stand for (the reason each is refused).
+_REFUSED = {
+    "iota": "the current nisa.iota(dst, pattern, offset, channel_multiplier) form is not supported by trnsim yet",
+    "affine_select": "the current nisa.affine_select(dst, pattern, offset, channel_multiplier, ...) form is not "
+                     "supported by trnsim yet",
+    "tensor_copy_dynamic_src": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
+    "tensor_copy_dynamic_dst": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
+}
+
+
+def _current_call(name, legacy):
+    params = _SIGNATURES[name]
+
+    @functools.wraps(legacy)
+    def call(*args, **kwargs):
+        loc = caller_loc()[0]
+        for k in ("mask", "dtype"):
+            if k in kwargs:
+                raise NkiError(f"nisa.{name}({k}=...): the current NKI has no {k}= (removed in NKI 0.2); "
+                               + ("the result takes dst's dtype" if k == "dtype" else "slice the operands instead"),
+                               loc)
+        if len(args) > len(params):
+            raise NkiError(f"nisa.{name} takes at most {len(params)} positional arguments ({', '.join(params)})", loc)
+        for p, a in zip(params, args):
+            if p in kwargs:
+                raise NkiError(f"nisa.{name} got {p} both by position and by name", loc)
+            kwargs[p] = a
+        if "dst" not in kwargs:
+            raise NkiError(f"nisa.{name}: the current NKI writes every result into dst= (its first argument)", loc)
+        if name == "nc_matmul" and kwargs.get("accumulate") is not None:
+            raise NkiError("nisa.nc_matmul(accumulate=True/False) is not supported by trnsim yet; accumulate=None (the "
+                           "default: the first write overwrites, later writes add) is", loc)
+        kwargs.pop("accumulate", None)
+        return legacy(**kwargs)
+
+    return call
+
+
+def _refused(name, why):
+    def call(*args, **kwargs):
+        raise NkiError(f"nisa.{name}: {why}", caller_loc()[0])
+
+    call.__name__ = name
+    return call
+
+
+for _n in _SIGNATURES:
+    globals()[_n] = _current_call(_n, getattr(_legacy, _n))
+for _n, _why in _REFUSED.items():
+    globals()[_n] = _refused(_n, _why)
 
 
 def _two_cores(what):
