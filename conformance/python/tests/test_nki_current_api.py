@@ -416,3 +416,29 @@ def test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask(cur):
         kernel_with(lambda a: nisa.reciprocal(data=a))(x)
     with pytest.raises(NkiError, match="iota.*not supported by trnsim yet"):
         kernel_with(lambda a: nisa.iota(a, [[1, 16]], 0))(x)
+
+
+def test_refusals_kept_on_purpose_say_what_aws_does_instead(cur):
+    import trnsim
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def half_written(x):
+        out = nl.ndarray((256, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out[0:128, :], src=t)
+        return out
+
+    with pytest.raises(trnsim.SimError, match="output `out` was not fully written.*AWS's NKI simulator returns"):
+        half_written(np.ones((128, 4), np.float32))
+
+    @nki.jit
+    def bad_rate(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dropout(dst=t, data=t, prob=1.5)
+        return t
+
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: nisa.dropout probability 1.5 is outside \[0, 1\]. AWS's"):
+        bad_rate(np.ones((128, 4), np.float32))

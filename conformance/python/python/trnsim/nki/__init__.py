@@ -110,7 +110,13 @@ class KernelRun:
         if self.device_args:
             return _session_run(self, prog)
         t0 = time.perf_counter()
-        res = trnsim.run(prog, self.inputs, target=target or self.program["target"], numerics=numerics)
+        try:
+            res = trnsim.run(prog, self.inputs, target=target or self.program["target"], numerics=numerics)
+        except trnsim.SimError as e:
+            if e.index is None and "was not fully written" in e.message:
+                e.args = (str(e) + _PARTLY_WRITTEN,)
+                e.message += _PARTLY_WRITTEN
+            raise
         self.run_s = time.perf_counter() - t0
         self.stats = res.stats
         for arr, name in self.inout.values():
@@ -125,6 +131,11 @@ class KernelRun:
         if self.ret_shape == "single":
             return outs[0]
         return tuple(outs)
+
+
+_PARTLY_WRITTEN = (". AWS's NKI simulator returns such an output with whatever its array held there (NaN or 4 "
+                   "for a fresh tensor); on a device those bytes are whatever HBM held, so trnsim refuses the run "
+                   "rather than return them: store every element of each output")
 
 
 def _grid_dims(grid):

@@ -526,6 +526,9 @@ def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
     """VectorE `dropout` (trnsim's documented PCG32 generator)."""
     loc = caller_loc()[0]
     _no_mask(mask, "dropout", loc)
+    if isinstance(prob, (int, float)) and not 0.0 <= float(prob) <= 1.0:
+        raise NkiError(f"nisa.dropout probability {prob} is outside [0, 1]. AWS's NKI simulator computes with it "
+                       "anyway; what the hardware does with such a rate is not documented, so trnsim refuses it", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
     emit("vector", "dropout", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "prob": scalar_operand(prob, loc)},
          loc, reads=[data], writes=[out], fresh=out)

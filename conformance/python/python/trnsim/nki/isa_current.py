@@ -132,6 +132,7 @@ def _refused(name, why):
         raise NkiError(f"nisa.{name}: {why}", caller_loc()[0])
 
     call.__name__ = name
+    call._trnsim_refused = why
     return call
 
 
@@ -155,6 +156,9 @@ def core_barrier(*args, **kwargs):
 def sendrecv(*args, **kwargs):
     """Refused until trnsim simulates the two physical cores of a logical core together."""
     _two_cores("sendrecv")
+
+
+core_barrier._trnsim_refused = sendrecv._trnsim_refused = "needs the two-core LNC=2 simulation"
 
 
 __all__ = [n for n in (*_LEGACY, "core_barrier", "rng", "sendrecv", "set_rng_seed")]

@@ -54,4 +54,6 @@ def dynamic_range(*args, **kwargs):
                    "nl.fori_loop", caller_loc()[0])
 
 
+while_loop._trnsim_refused = dynamic_range._trnsim_refused = "needs the register model"
+
 __all__ = [n for n in (*_LEGACY, "dynamic_range", "fori_loop", "while_loop")]
