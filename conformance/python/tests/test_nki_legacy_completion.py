@@ -52,3 +52,38 @@ def test_finfo_and_host_static_cast():
     np.testing.assert_array_equal(y.astype(np.float32), x.astype(ml_dtypes.bfloat16).astype(np.float32))
     with pytest.raises(trnsim.nki.NkiError, match="floating dtype"):
         nl.finfo(nl.int32)
+
+
+def test_column_view_operand_scalar_at_an_unaligned_partition_and_3d_partition_reduce():
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+
+    @nki.jit
+    def col_operand(x):
+        t = nl.load(x)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nisa.tensor_scalar(t, np.add, t[:, 2]))  # one value per partition
+        return out
+
+    np.testing.assert_array_equal(col_operand(x), x + x[:, 2:3])
+
+    @nki.jit
+    def set_one(x):
+        t = nl.load(x)
+        t[5, 3] = -7.0  # partition 5: no engine may start there, so a DMA puts the value
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    want = x.copy()
+    want[5, 3] = -7.0
+    np.testing.assert_array_equal(set_one(x), want)
+
+    @nki.jit
+    def part_sum(x):
+        t = nl.load(x.reshape((128, 2, 4)))
+        r = nisa.tensor_partition_reduce(np.add, t)
+        out = nl.ndarray((1, 2, 4), x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, r)
+        return out
+
+    np.testing.assert_array_equal(part_sum(x), x.reshape(128, 2, 4).sum(axis=0, keepdims=True))

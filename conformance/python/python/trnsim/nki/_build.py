@@ -11,6 +11,19 @@ from ._core import DynView, NkiError, View, as_dtype, caller_loc, float32, is_fl
 from ._emit import emit, new_tile, prep, scalar_operand, try_redirect
 
 
+def start_partition_ok(start, count):
+    """Whether a compute engine may access `count` partitions from `start`, by the target's
+    start-partition rule (trnsim's `Target.start_partition_rule`; `Quadrants` on NC-v2/v3)."""
+    rule = E.T().params.get("start_partition_rule")
+    if rule != "Quadrants":
+        raise NkiError(f"the target's start-partition rule {rule!r} is unknown to the NKI front-end")
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return count == 0 or start % 32 == 0
+
+
 def load_indirect(src, dt, loc):
     """A DMA from an HBM tensor indexed by a [P, 1] tile on its first dimension into a new tile."""
     out = new_tile(src.shape, dt, loc=loc)
@@ -94,7 +107,15 @@ def _assign(dst, value):
             return _copy_into(dst, load_indirect(value, value.dtype, loc), loc)
         if not dst.base.on_chip:
             raise NkiError("assigning a scalar to an HBM tensor: store a tile instead", loc)
-        emit("vector", "memset", {"dst": dst._ap(loc=loc), "value": _imm(value)}, loc, writes=[dst])
+        ap = dst._ap(loc=loc)
+        if not start_partition_ok(ap["start_partition"], ap["partitions"]):
+            # `t[5, j] = c`: no compute engine may start there (the start-partition rule), so the
+            # value is set in a fresh tile (partition 0) and a DMA, which has no such rule, puts it
+            tmp = new_tile(dst.shape if dst.ndim >= 2 else (dst.shape[0] if dst.ndim else 1, 1), dst.dtype, loc=loc)
+            emit("vector", "memset", {"dst": tmp._ap(loc=loc), "value": _imm(value)}, loc, writes=[tmp], fresh=tmp)
+            emit("dma", "dma_copy", {"dst": ap, "src": tmp._ap(loc=loc)}, loc, reads=[tmp], writes=[dst])
+            return
+        emit("vector", "memset", {"dst": ap, "value": _imm(value)}, loc, writes=[dst])
         return
     _copy_into(dst, value, loc)
 

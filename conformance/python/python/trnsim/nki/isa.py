@@ -222,7 +222,8 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
     loc = caller_loc()[0]
     _no_mask(mask, "tensor_partition_reduce", loc)
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
-    out = _fresh((1, f), _dt(dtype, data), loc)
+    # a 3-D+ tile reduces to [1, *free dims] (its free elements walked in order, as a [P, F] one)
+    out = _fresh((1,) + tuple(data.shape[1:]) if data.ndim > 2 else (1, f), _dt(dtype, data), loc)
     emit("gpsimd", "tensor_partition_reduce", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "op": E.alu(op)},
          loc, reads=[data], writes=[out], fresh=out)
     return out
@@ -254,6 +255,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
         raise NkiError("nisa.tensor_scalar on the Scalar Engine: trn1's ScalarE (NeuronCore-v2) has no tensor_scalar "
                        "in trnsim (docs/isa.md); use engine=nisa.vector_engine (or gpsimd), or "
                        "nisa.activation(nl.copy, data, scale=..., bias=...) for a multiply-add", loc)
+    operand0, operand1 = E.column(operand0), E.column(operand1)  # `t[:, i]`: one value per partition
     out = _fresh(data.shape, _dt(dtype, data), loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
