@@ -442,3 +442,26 @@ def test_refusals_kept_on_purpose_say_what_aws_does_instead(cur):
 
     with pytest.raises(NkiError, match=rf"{HERE}:\d+: nisa.dropout probability 1.5 is outside \[0, 1\]. AWS's"):
         bad_rate(np.ones((128, 4), np.float32))
+
+
+def test_nc_n_gather_takes_flattened_free_elements(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def gather(x, idx):
+        d = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d, src=x)
+        i = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        g = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.nc_n_gather(g, d, i)
+        out = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=g)
+        return out
+
+    r = np.random.default_rng(4)
+    x = r.standard_normal((16, 4, 8)).astype(np.float32)
+    idx = r.integers(0, 32, (16, 10)).astype(np.uint32)
+    np.testing.assert_array_equal(gather(x, idx), np.take_along_axis(x.reshape(16, 32), idx.astype(np.int64), 1))
+    with pytest.raises(NkiError, match="indices are uint32"):
+        gather(x, idx.astype(np.int32))

@@ -46,6 +46,7 @@ TESTS = {
         "activation": "K test_flash_attention_forward",
         "activation_reduce": "I test_activation_scale_bias_and_reduce",
         "local_gather": "I test_local_gather",
+        "nc_n_gather": "A test_nc_n_gather_takes_flattened_free_elements",
         "bn_stats": "I test_bn_stats_bn_aggr",
         "bn_aggr": "I test_bn_stats_bn_aggr",
         "tensor_tensor_scan": "K test_cumulative_scan",
@@ -110,7 +111,7 @@ _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additi
 UNSUPPORTED = {
     "nki.isa": {
         "nc_matmul_mx": ("not-yet", _GEN), "tensor_scalar_cumulative": ("not-yet", _GEN),
-        "activate2": ("not-yet", _GEN), "nc_n_gather": ("not-yet", "not wired in the current namespace yet"),
+        "activate2": ("not-yet", _GEN),
         "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
         "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),
         "rand_set_state": ("not-yet", "the XORWOW generator state is not modelled"),

@@ -142,6 +142,22 @@ for _n, _why in _REFUSED.items():
     globals()[_n] = _refused(_n, _why)
 
 
+def nc_n_gather(dst, data, indices, name=None):
+    """GpSimd `nc_n_gather`: per partition, `data`'s free elements flattened, taken at the uint32
+    `indices`; dst has the indices' shape and data's dtype (AWS's 2.32 docs). All in SBUF."""
+    from . import _build as B
+    from . import language as nl
+    loc = caller_loc()[0]
+    for what, t in (("dst", dst), ("data", data), ("indices", indices)):
+        if not isinstance(t, View) or t.base.buffer != "sbuf":
+            raise NkiError(f"nisa.nc_n_gather's {what} must be a tile in SBUF (GpSimd cannot reach PSUM)", loc)
+    if indices.dtype != uint32:
+        raise NkiError(f"nisa.nc_n_gather's indices are uint32, not {indices.dtype}", loc)
+    if dst.dtype != data.dtype:
+        raise NkiError(f"nisa.nc_n_gather's dst has data's dtype ({data.dtype}), not {dst.dtype}", loc)
+    B._assign(dst, nl.gather_flattened(data, indices))
+
+
 def _two_cores(what):
     raise NkiError(f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
                    "trnsim does not simulate two cores at once yet, and refuses it rather than run one core's "
@@ -161,4 +177,4 @@ def sendrecv(*args, **kwargs):
 core_barrier._trnsim_refused = sendrecv._trnsim_refused = "needs the two-core LNC=2 simulation"
 
 
-__all__ = [n for n in (*_LEGACY, "core_barrier", "rng", "sendrecv", "set_rng_seed")]
+__all__ = [n for n in (*_LEGACY, "core_barrier", "nc_n_gather", "rng", "sendrecv", "set_rng_seed")]
