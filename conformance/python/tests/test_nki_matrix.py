@@ -9,7 +9,7 @@ from trnsim.nki import _matrix as M
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 DOC = os.path.join(TESTS_DIR, "..", "..", "..", "docs", "nki.md")
-BEGIN, END = "<!-- feature-matrix:begin (generated: python -m trnsim.nki._matrix) -->", "<!-- feature-matrix:end -->"
+BEGIN, END = M.BEGIN, M.END
 
 
 def test_matrix_package_and_tests_agree():
@@ -39,4 +39,4 @@ def test_docs_page_holds_the_generated_matrix():
         text = f.read()
     assert BEGIN in text and END in text, "docs/nki.md has no feature-matrix markers"
     got = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
-    assert got == M.markdown().strip("\n"), "docs/nki.md's matrix is stale: regenerate it with python -m trnsim.nki._matrix"
+    assert got == M.markdown().strip("\n"), "docs/nki.md's matrix is stale: regenerate it with python -m trnsim.nki._matrix --write docs/nki.md"

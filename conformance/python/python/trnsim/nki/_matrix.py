@@ -7,7 +7,8 @@ disagreement between the two and the package: a supported name the package lacks
 an unsupported one the package has a working function for, a name in neither, a test that does not
 exist. `tests/test_nki_matrix.py` fails on any, and on docs/nki.md differing from `markdown()`.
 
-    python -m trnsim.nki._matrix        # prints the matrix (paste between the markers in docs/nki.md)
+    python -m trnsim.nki._matrix                   # prints the matrix
+    python -m trnsim.nki._matrix --write docs/nki.md  # rewrites it between the page's markers
 """
 
 import importlib
@@ -206,5 +207,22 @@ def markdown():
     return "\n".join(lines) + "\n"
 
 
+BEGIN = "<!-- feature-matrix:begin (generated: python -m trnsim.nki._matrix) -->"
+END = "<!-- feature-matrix:end -->"
+
+
+def write(path):
+    """Replace the matrix between the markers of the page at `path`."""
+    with open(path) as f:
+        text = f.read()
+    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+    with open(path, "w") as f:
+        f.write(text[:a] + "\n" + markdown() + text[b:])
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    import sys
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        write(sys.argv[2])
+    else:
+        print(markdown(), end="")
