@@ -121,6 +121,20 @@ def test_lnc2_splits_the_work_between_two_cores(cur):
     np.testing.assert_array_equal(add(a, b), a + b)
 
 
+def test_lnc_from_neuron_logical_nc_config(cur, monkeypatch):
+    nki, nl, nisa = cur
+    add = _lnc_add(nki, nl, nisa)
+    a = np.ones((256, 8), np.float32)
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    np.testing.assert_array_equal(add(a, a), a + a)
+    dma_dsts = [i["op"]["dma_copy"]["dst"] for i in trnsim.nki.last_run().program["instructions"]
+                if "dma_copy" in i["op"] and "hbm" in i["op"]["dma_copy"]["dst"]["mem"]]
+    assert len(dma_dsts) == 2  # one 128-row store per core
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "4")
+    with pytest.raises(NkiError, match="the LNC degree is 1 or 2"):
+        add(a, a)
+
+
 def test_lnc_bracket_is_not_an_spmd_grid(cur):
     nki, nl, nisa = cur
     add = _lnc_add(nki, nl, nisa)
