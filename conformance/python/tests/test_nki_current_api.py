@@ -479,3 +479,24 @@ def test_nc_n_gather_takes_flattened_free_elements(cur):
     np.testing.assert_array_equal(gather(x, idx), np.take_along_axis(x.reshape(16, 32), idx.astype(np.int64), 1))
     with pytest.raises(NkiError, match="indices are uint32"):
         gather(x, idx.astype(np.int32))
+
+
+def test_torch_tensors_on_the_trnsim_device_come_back_there(cur):
+    torch = pytest.importorskip("torch")
+    import trnsim.torch
+    trnsim.torch.register()
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def double(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = torch.arange(512, dtype=torch.float32).reshape(128, 4).to("trnsim")
+    y = double(x)
+    assert y.device.type == "trnsim"
+    assert torch.equal(y.cpu(), x.cpu() * 2)
