@@ -80,3 +80,35 @@ def test_a_tile_living_across_a_collective_is_reported():
 def test_outside_a_launch_is_an_error():
     with pytest.raises(Exception, match="launch"):
         ncc.rank_id()
+
+
+def test_all_to_all_exchanges_row_chunks():
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        ncc.all_to_all([x], [out], WORLD)
+        return out
+
+    xs = [np.arange(32, dtype=np.float32).reshape(8, 4) + 100 * r for r in range(4)]
+    outs = ncc.launch(k, 4)([(x,) for x in xs])
+    for r, out in enumerate(outs):
+        want = np.concatenate([xs[i][2 * r:2 * r + 2] for i in range(4)])
+        assert np.array_equal(out, want), r
+
+
+def test_all_to_all_v_with_uneven_send_counts():
+    c = [1, 2, 3, 6]
+    counts = [[c[(r + j) % 4] for j in range(4)] for r in range(4)]  # elements rank r sends to rank j
+
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        ncc.all_to_all_v([x], [out], WORLD, counts)
+        return out
+
+    xs = [np.arange(12, dtype=np.float32).reshape(12, 1) + 100 * r for r in range(4)]
+    outs = ncc.launch(k, 4)([(x,) for x in xs])
+    for j, out in enumerate(outs):
+        parts = []
+        for r in range(4):
+            start = sum(counts[r][:j])
+            parts.append(xs[r].reshape(-1)[start:start + counts[r][j]])
+        assert np.array_equal(out.reshape(-1), np.concatenate(parts)), j

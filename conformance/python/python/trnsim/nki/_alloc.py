@@ -21,11 +21,11 @@ bytes at different times, as it orders any two accesses of the same bytes.
 """
 
 import bisect
-import json
 
 import numpy as np
 
-from ._core import _TARGETS, _TRN_NAME, NkiError
+from . import _targets
+from ._core import _TRN_NAME, NkiError
 
 _ITEMSIZE = {name: dt.itemsize for dt, name in _TRN_NAME.items() if dt is not None}
 
@@ -53,18 +53,12 @@ _LIMITS = {}
 
 def limits(target):
     """{'sbuf', 'psum', 'bank', 'banks', 'partitions'} of a target, read from trnsim's Target
-    (`trnsim._native.target_json`). A native module older than this package has no
-    `target_json`: the table copied from sim/src/target.rs is used then."""
+    (`_targets.params`, the native module's parameters; the package keeps no copy)."""
     lim = _LIMITS.get(target)
     if lim is None:
-        try:
-            from trnsim import _native
-            t = json.loads(_native.target_json(target))
-            lim = {"sbuf": t["sbuf_usable_bytes"], "psum": t["psum_partition_bytes"], "bank": t["psum_bank_bytes"],
-                   "banks": t["psum_banks"], "partitions": t["partitions"]}
-        except (ImportError, AttributeError):
-            fb = _TARGETS[target]
-            lim = dict(fb, banks=fb["psum"] // fb["bank"])
+        t = _targets.params(target)
+        lim = {"sbuf": t["sbuf_usable_bytes"], "psum": t["psum_partition_bytes"], "bank": t["psum_bank_bytes"],
+               "banks": t["psum_banks"], "partitions": t["partitions"]}
         _LIMITS[target] = lim
     return lim
 
