@@ -29,6 +29,8 @@ class Report:
     def __init__(self) -> None:
         # Set by the device: the configured backend and the NKI module's overloads and kernels.
         self.backend_info: Any = None
+        # Set by the device: the program cache's counters (hits, misses, entries, bounds).
+        self.cache_info: Any = None
         self.reset()
 
     def reset(self) -> None:
@@ -196,6 +198,7 @@ class Report:
             "dtype_refusals": dict(self.refusals),
             "transfers": dict(self.transfers),
             "first_out_of_tolerance": self.first_out_of_tolerance,
+            "program_cache": self.cache_info() if self.cache_info is not None else None,
         }
 
     def to_json(self, path: str | None = None) -> str:
