@@ -11,7 +11,8 @@
 
 Times are CPU time of the whole process (every thread: the simulator's too) with PyTorch on one
 thread, the least of a few repetitions after a warm-up; the machine is shared, and both sides of
-each ratio are measured alike. `--profile N` prints cProfile's N most expensive functions of one
+each ratio are measured alike. The device is also timed with its program cache off (every op
+lowered again), the baseline of the cache's saving. `--profile N` prints cProfile's N most expensive functions of one
 device step instead.
 """
 
@@ -131,10 +132,21 @@ def gpt2_forward(device):
 
 
 def measure(name, make, reps_cpu, reps_dev):
+    from trnsim.torch import _device
+
     cpu = make("cpu")
     cpu()
     t_cpu = best_of(reps_cpu, cpu)
     dev = make("trnsim")
+    dev()
+    # The same steps with the program cache off: every op lowered again (the baseline of the
+    # cache's saving, in the same run).
+    cached = _device.CACHE
+    _device.CACHE = _device.ProgramCache(0, 0)
+    try:
+        t_uncached = best_of(reps_dev, dev)
+    finally:
+        _device.CACHE = cached
     dev()
     trnsim.torch.reset_report()
     t_dev = best_of(reps_dev, dev)
@@ -146,7 +158,7 @@ def measure(name, make, reps_cpu, reps_dev):
         "program_cache": rep.get("program_cache"),
     }
     return {"bench": name, "cpu_s": round(t_cpu, 5), "device_s": round(t_dev, 4), "ratio": round(t_dev / t_cpu, 1),
-            **per}
+            "device_uncached_s": round(t_uncached, 4), "ratio_uncached": round(t_uncached / t_cpu, 1), **per}
 
 
 def main():
