@@ -179,3 +179,16 @@ def test_a_traced_input_proxy_leads_back_to_its_device_tensor():
     v = x.t()
     assert _device.device_tensor_of(v._proxy) is v and v._proxy.stride() == v.stride()
     assert ctx is None
+
+
+def test_deepcopy_of_a_device_model_is_independent_and_keeps_its_ties():
+    torch.manual_seed(4)
+    m = TiedLM().to("trnsim")
+    before = m.embed.weight.detach().cpu().clone()
+    c = copy.deepcopy(m)
+    assert c.lm_head.weight is c.embed.weight and c.embed.weight is not m.embed.weight
+    assert isinstance(c.embed.weight, torch.nn.Parameter) and c.embed.weight.requires_grad
+    with torch.no_grad():
+        c.embed.weight.mul_(0)
+    del c
+    assert torch.equal(m.embed.weight.detach().cpu(), before)

@@ -294,7 +294,9 @@ def report(cost: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def reset_report() -> None:
+    """Starts the report afresh (the program cache keeps its programs; its counters restart)."""
     _report.REPORT.reset()
+    _device.CACHE.reset_counters()
 
 
 def write_report(json_path: str | None = None, html_path: str | None = None) -> None:

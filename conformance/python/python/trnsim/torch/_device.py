@@ -18,6 +18,7 @@ How a call is served (docs/torch-device.md, "How an op runs"):
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import math
@@ -228,6 +229,24 @@ class TrnsimTensor(torch.Tensor):
             return
         torch.Tensor.data.__set__(self, new)
         self._trn = new._trn
+
+    def __deepcopy__(self, memo):
+        # `copy.deepcopy(model)`: a new device tensor with its own session storage (a device
+        # clone). PyTorch's `Tensor.__deepcopy__` would deep-copy this object's `__dict__` over
+        # the clone's, giving the copy a second handle on the original's session tensor.
+        if id(self) in memo:
+            return memo[id(self)]
+        if self._trn is None:
+            raise TrnsimError("trnsim: a traced device tensor (no storage) cannot be deep-copied")
+        with torch.no_grad():
+            new = dispatch(aten.clone.default, (self,), {})
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        extra = {k: v for k, v in self.__dict__.items() if k not in ("_trn", "_proxy_cache", "_fake")}
+        new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
 
     def tolist(self):
         # PyTorch's `tolist` refuses tensor subclasses; like `.item()` it is a read to the host.
@@ -657,14 +676,10 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         meta = torch.empty((0, 0), dtype=torch.int64 if name == "nonzero" else args[0].dtype, device="meta")
     outputs = _encode_outputs(func, meta, metas)
     seed = _next_seed() if name in _RANDOM else None
-    err, msg, program, values_json, data_dep = _native.lower_op(
-        name, json.dumps(call), json.dumps(metas), json.dumps(outputs), STATE.target, seed
-    )
+    err, msg, program, values_json, data_dep, hbm, declared = _lower(name, call, metas, outputs, seed)
     if err is not None:
         raise _NotRunnable(err, msg)
     out_names: dict[str, str] = {}
-    hbm = program.hbm
-    declared = {decl for decl, _, _, role in hbm if role == "input"}
     # A program need not read every input (`full_like` reads only metadata).
     bind = {k: v for k, v in bind.items() if k in declared}
     for decl, dev, shape, role in hbm:
@@ -698,6 +713,94 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         trimmed = _run_lowered(aten.slice.Tensor, (padded, 0, 0, count_value), {}, count=False)
         produced[data_dep[1]] = _contiguous_storage(trimmed)
     return _assemble(func, meta, outputs, produced, scalars, values)
+
+
+class ProgramCache:
+    """Lowered programs by call signature, so a repeated op is not lowered again.
+
+    The key is everything ``lower_op`` reads: the op, the encoded call (scalar arguments, and the
+    sizes, strides and offset of a gather, which are its arguments), every tensor's dtype and
+    shape, the outputs' encoding and the target. Tensors are named by role (``input.0``), never
+    by identity, and no value reaches the lowering, so two calls with equal keys get the same
+    program. A random op's program carries its own seed: never cached. Refusals are cached too
+    (the same call is refused the same way). Bounded: at most ``max_entries`` programs and
+    ``max_instructions`` instructions in all; the least recently used go first."""
+
+    def __init__(self, max_entries: int = 2048, max_instructions: int = 400_000) -> None:
+        from collections import OrderedDict
+
+        self.max_entries = max_entries
+        self.max_instructions = max_instructions
+        self.entries: OrderedDict[tuple, tuple] = OrderedDict()
+        self.instructions = 0
+        self.hits = self.misses = self.evictions = self.uncached = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.instructions = 0
+        self.reset_counters()
+
+    def reset_counters(self) -> None:
+        self.hits = self.misses = self.evictions = self.uncached = 0
+
+    def get(self, key: tuple):
+        hit = self.entries.get(key)
+        if hit is None:
+            self.misses += 1
+            return None
+        self.entries.move_to_end(key)
+        self.hits += 1
+        return hit
+
+    def put(self, key: tuple, value: tuple) -> None:
+        size = len(value[2]) if value[2] is not None else 0
+        if size > self.max_instructions or self.max_entries <= 0:
+            return
+        self.entries[key] = value
+        self.instructions += size
+        while len(self.entries) > self.max_entries or self.instructions > self.max_instructions:
+            _, old = self.entries.popitem(last=False)
+            self.instructions -= len(old[2]) if old[2] is not None else 0
+            self.evictions += 1
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "uncached": self.uncached, "entries": len(self.entries),
+                "instructions": self.instructions, "evictions": self.evictions, "max_entries": self.max_entries,
+                "max_instructions": self.max_instructions}
+
+
+def _cache_from_env() -> ProgramCache:
+    spec = os.environ.get("TRNSIM_TORCH_PROGRAM_CACHE", "")
+    if spec in ("0", "off"):
+        return ProgramCache(0, 0)
+    return ProgramCache(int(spec)) if spec.isdigit() else ProgramCache()
+
+
+CACHE = _cache_from_env()
+_report.REPORT.cache_info = CACHE.stats
+
+
+def _lower(name: str, call, metas, outputs, seed):
+    """``lower_op`` through the program cache: (err, msg, program, values_json, data_dep, hbm,
+    declared inputs)."""
+    call_json, metas_json, outputs_json = json.dumps(call), json.dumps(metas), json.dumps(outputs)
+    key = None
+    if seed is None:
+        key = (name, call_json, metas_json, outputs_json, STATE.target)
+        hit = CACHE.get(key)
+        if hit is not None:
+            return hit
+    else:
+        CACHE.uncached += 1
+    err, msg, program, values_json, data_dep = _native.lower_op(
+        name, call_json, metas_json, outputs_json, STATE.target, seed
+    )
+    hbm = program.hbm if program is not None else []
+    declared = frozenset(decl for decl, _, _, role in hbm if role == "input")
+    value = (err, msg, program, values_json, data_dep, hbm, declared)
+    if key is not None:
+        CACHE.put(key, value)
+    return value
 
 
 _TORCH_OF_GOLDEN = {v: k for k, v in GOLDEN_NAME.items()}

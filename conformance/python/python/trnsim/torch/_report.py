@@ -35,6 +35,8 @@ class Report:
     def __init__(self) -> None:
         # Set by the device: the configured backend and the NKI module's overloads and kernels.
         self.backend_info: Any = None
+        # Set by the device: the program cache's counters (hits, misses, entries, bounds).
+        self.cache_info: Any = None
         self.reset()
 
     def reset(self) -> None:
@@ -206,6 +208,7 @@ class Report:
             "first_out_of_tolerance": self.first_out_of_tolerance,
             # Sections other packages add (trnsim.torch.distributed: "collectives").
             **{k: v for k, f in SECTIONS.items() if (v := f()) is not None},
+            "program_cache": self.cache_info() if self.cache_info is not None else None,
         }
 
     def to_json(self, path: str | None = None) -> str:
