@@ -3,10 +3,11 @@
 //!
 //! An instruction's *footprint* is one [`Access`] per operand: the memory (SBUF, PSUM or one HBM
 //! tensor), for on-chip memory the partition range, and the bytes touched within each partition
-//! (for HBM, within the tensor). Operands named `dst`, `reduce_res` and `dst_idx` are writes,
-//! every other operand a read (a read-modify-write destination is a write, which conflicts with
-//! everything a read would). The indirect side of a DMA gather/scatter depends on data, so it is
-//! taken conservatively as the whole tensor (HBM) or the whole partition rows (on chip).
+//! (for HBM, within the tensor). Each operand's [`crate::program::Role`] comes from
+//! [`Op::operands`]: a write or a read-modify-write is a write here (it conflicts with everything
+//! a read would), a read a read. An operand whose address depends on data (the indirect side of a
+//! DMA gather/scatter, the moved side of a dynamic copy) is taken conservatively as the whole
+//! tensor (HBM) or the whole partition rows (on chip).
 //!
 //! Two accesses *conflict* when their bytes overlap and at least one writes. Instructions are
 //! ordered by their queue (each compute engine is one queue, each DMA queue another, see
@@ -362,13 +363,7 @@ impl HbmIndex {
     }
 }
 
-/// Whether an operand of this name is written by its instruction.
-fn is_write(operand: &str) -> bool {
-    matches!(operand, "dst" | "reduce_res" | "dst_idx")
-}
-
-fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Option<Access> {
-    let write = is_write(operand);
+fn access_of(operand: &'static str, write: bool, ap: &AccessPattern, hbm: &HbmIndex) -> Option<Access> {
     let size = ap.dtype.size() as i64;
     let offset = ap.offset.min(i64::MAX as u64) as i64;
     match &ap.mem {
@@ -395,35 +390,29 @@ fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Optio
     }
 }
 
-/// Every memory access of one instruction.
+/// Every memory access of one instruction, from [`Op::operands`]'s roles (a write or a
+/// read-modify-write is a write). An operand whose address depends on data is taken as its
+/// whole HBM tensor, or the whole rows of every partition.
 pub fn footprint(op: &Op, hbm: &HbmIndex) -> Vec<Access> {
-    // The data-dependent side of an indirect DMA: the whole tensor / the whole rows.
-    let indirect = match op {
-        Op::DmaCopy(d) => d.indirect.as_ref().map(|ind| match ind.side {
-            crate::program::IndirectSide::Src => "src",
-            crate::program::IndirectSide::Dst => "dst",
-        }),
-        _ => None,
-    };
     let mut out = Vec::new();
-    for (operand, ap) in op.operands() {
-        if Some(operand) == indirect {
-            let write = is_write(operand);
-            match &ap.mem {
+    for o in op.operands() {
+        let write = o.role.writes();
+        if o.dynamic {
+            match &o.ap.mem {
                 MemSpace::Hbm(name) => {
                     if let Some(&k) = hbm.0.get(name) {
-                        out.push(Access::whole(operand, write, Space::Hbm(k), (0, 1)));
+                        out.push(Access::whole(o.name, write, Space::Hbm(k), (0, 1)));
                     }
                 }
                 m => {
                     let space = if *m == MemSpace::Sbuf { Space::Sbuf } else { Space::Psum };
                     // Rows may be redirected anywhere within the partitions the pattern spans.
-                    out.push(Access::whole(operand, write, space, (0, usize::MAX)));
+                    out.push(Access::whole(o.name, write, space, (0, usize::MAX)));
                 }
             }
             continue;
         }
-        out.extend(access_of(operand, ap, hbm));
+        out.extend(access_of(o.name, write, o.ap, hbm));
     }
     out
 }
@@ -827,13 +816,19 @@ mod tests {
         let hbm = HbmIndex(HashMap::new());
         let even = AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[2, 8]]);
         let odd = AccessPattern::sbuf(DType::F32, 0, 4, 4, vec![[2, 8]]);
-        let a = access_of("dst", &even, &hbm).unwrap();
-        let b = access_of("dst", &odd, &hbm).unwrap();
+        let a = access_of("dst", true, &even, &hbm).unwrap();
+        let b = access_of("dst", true, &odd, &hbm).unwrap();
         assert!(!a.overlaps(&b));
         assert!(a.overlaps(&a.clone()));
-        let all = access_of("src", &sb(0, 16), &hbm).unwrap();
+        let all = access_of("src", false, &sb(0, 16), &hbm).unwrap();
         assert!(all.is_dense() && all.overlaps(&a) && all.overlaps(&b));
-        let other_parts = access_of("src", &AccessPattern::sbuf(DType::F32, 4, 4, 0, vec![[1, 16]]), &hbm).unwrap();
+        let other_parts = access_of(
+            "src",
+            false,
+            &AccessPattern::sbuf(DType::F32, 4, 4, 0, vec![[1, 16]]),
+            &hbm,
+        )
+        .unwrap();
         assert!(!other_parts.overlaps(&all));
     }
 

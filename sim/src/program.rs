@@ -747,6 +747,42 @@ pub enum Op {
     DmaTranspose(DmaTranspose),
 }
 
+/// How an instruction uses one of its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Only read.
+    Read,
+    /// Written, from other operands only.
+    Write,
+    /// Written, and the result depends on the operand's previous contents (accumulation, a
+    /// predicated copy's kept elements).
+    ReadWrite,
+}
+
+impl Role {
+    /// Whether the operand's memory changes (a write or a read-modify-write).
+    pub fn writes(self) -> bool {
+        matches!(self, Role::Write | Role::ReadWrite)
+    }
+
+    /// Whether the operand's previous contents are read.
+    pub fn reads(self) -> bool {
+        matches!(self, Role::Read | Role::ReadWrite)
+    }
+}
+
+/// One operand of an instruction: its name (NKI's), its role and its access pattern.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Operand<'a> {
+    pub name: &'static str,
+    pub role: Role,
+    pub ap: &'a AccessPattern,
+    /// The address depends on data read at run time (a DMA's indirect side, a dynamic copy's
+    /// moved side): the operand may touch any byte of its partitions (of its HBM tensor), not
+    /// only what `ap` names.
+    pub dynamic: bool,
+}
+
 impl Op {
     /// The NKI-style opcode name.
     pub fn name(&self) -> &'static str {
@@ -872,97 +908,164 @@ impl ScalarOperand {
 }
 
 impl Op {
-    /// Every access pattern the instruction names, with its operand name. Exhaustive, so a new
-    /// operand cannot be missed by whoever sizes memories, checks hazards or prints programs.
-    pub fn operands(&self) -> Vec<(&'static str, &AccessPattern)> {
-        fn s<'a>(name: &'static str, op: &'a ScalarOperand) -> Option<(&'static str, &'a AccessPattern)> {
-            op.tile().map(|ap| (name, ap))
+    /// Every access pattern the instruction names, with its operand name and [`Role`]: what the
+    /// race detector and `infer_waits` read and write (docs/timeline.md). Exhaustive, so a new
+    /// operand cannot be missed by whoever sizes memories, checks hazards or prints programs;
+    /// `sim/tests/program_serde.rs` checks every variant's roles against a table.
+    pub fn operands(&self) -> Vec<Operand<'_>> {
+        use Role::{Read, ReadWrite, Write};
+        fn o<'a>(name: &'static str, role: Role, ap: &'a AccessPattern) -> Operand<'a> {
+            Operand {
+                name,
+                role,
+                ap,
+                dynamic: false,
+            }
         }
-        let mut v: Vec<(&'static str, &AccessPattern)> = Vec::new();
+        fn s<'a>(name: &'static str, op: &'a ScalarOperand) -> Option<Operand<'a>> {
+            op.tile().map(|ap| o(name, Read, ap))
+        }
+        let mut v: Vec<Operand<'_>> = Vec::new();
         match self {
-            Op::NcMatmul(i) => v.extend([("dst", &i.dst), ("stationary", &i.stationary), ("moving", &i.moving)]),
-            Op::NcTranspose(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::TensorTensor(i) => v.extend([("dst", &i.dst), ("in0", &i.in0), ("in1", &i.in1)]),
+            Op::NcMatmul(i) => v.extend([
+                o("dst", if i.accumulate { ReadWrite } else { Write }, &i.dst),
+                o("stationary", Read, &i.stationary),
+                o("moving", Read, &i.moving),
+            ]),
+            Op::NcTranspose(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::TensorTensor(i) => v.extend([o("dst", Write, &i.dst), o("in0", Read, &i.in0), o("in1", Read, &i.in1)]),
             Op::TensorScalar(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 v.extend(s("operand0", &i.operand0));
-                if let Some(o) = &i.operand1 {
-                    v.extend(s("operand1", o));
+                if let Some(x) = &i.operand1 {
+                    v.extend(s("operand1", x));
                 }
             }
             Op::ScalarTensorTensor(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src), ("in1", &i.in1)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src), o("in1", Read, &i.in1)]);
                 v.extend(s("operand0", &i.operand0));
             }
-            Op::TensorReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::TensorReduce(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::TensorTensorScan(i) => {
-                v.extend([("dst", &i.dst), ("in0", &i.in0), ("in1", &i.in1)]);
+                v.extend([o("dst", Write, &i.dst), o("in0", Read, &i.in0), o("in1", Read, &i.in1)]);
                 v.extend(s("initial", &i.initial));
             }
             Op::TensorScalarReduce(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src), ("reduce_res", &i.reduce_res)]);
+                v.extend([
+                    o("dst", Write, &i.dst),
+                    o("src", Read, &i.src),
+                    o("reduce_res", Write, &i.reduce_res),
+                ]);
                 v.extend(s("operand0", &i.operand0));
             }
-            Op::TensorCopy(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::TensorCopyPredicated(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("predicate", &i.predicate)]),
-            Op::TensorCopyDynamicSrc(i) | Op::TensorCopyDynamicDst(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src), ("offset", &i.offset)])
-            }
-            Op::Reciprocal(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::BnStats(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::BnAggr(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::Max8(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::FindIndex8(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("vals", &i.vals)]),
+            Op::TensorCopy(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            // Elements whose predicate is false keep their old values.
+            Op::TensorCopyPredicated(i) => v.extend([
+                o("dst", ReadWrite, &i.dst),
+                o("src", Read, &i.src),
+                o("predicate", Read, &i.predicate),
+            ]),
+            Op::TensorCopyDynamicSrc(i) => v.extend([
+                o("dst", Write, &i.dst),
+                Operand {
+                    dynamic: true,
+                    ..o("src", Read, &i.src)
+                },
+                o("offset", Read, &i.offset),
+            ]),
+            Op::TensorCopyDynamicDst(i) => v.extend([
+                Operand {
+                    dynamic: true,
+                    ..o("dst", Write, &i.dst)
+                },
+                o("src", Read, &i.src),
+                o("offset", Read, &i.offset),
+            ]),
+            Op::Reciprocal(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::BnStats(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::BnAggr(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::Max8(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::FindIndex8(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("data", Read, &i.data),
+                o("vals", Read, &i.vals),
+            ]),
             Op::MatchReplace8(i) => {
-                v.extend([("dst", &i.dst), ("data", &i.data), ("vals", &i.vals)]);
+                v.extend([
+                    o("dst", Write, &i.dst),
+                    o("data", Read, &i.data),
+                    o("vals", Read, &i.vals),
+                ]);
                 if let Some(d) = &i.dst_idx {
-                    v.push(("dst_idx", d));
+                    v.push(o("dst_idx", Write, d));
                 }
             }
-            Op::Memset(i) => v.push(("dst", &i.dst)),
+            Op::Memset(i) => v.push(o("dst", Write, &i.dst)),
             Op::SelectReduce(i) => {
-                v.extend([("dst", &i.dst), ("predicate", &i.predicate), ("on_true", &i.on_true)]);
+                v.extend([
+                    o("dst", Write, &i.dst),
+                    o("predicate", Read, &i.predicate),
+                    o("on_true", Read, &i.on_true),
+                ]);
                 v.extend(s("on_false", &i.on_false));
                 if let Some(r) = &i.reduce_res {
-                    v.push(("reduce_res", r));
+                    v.push(o("reduce_res", Write, r));
                 }
             }
             Op::Dropout(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 v.extend(s("prob", &i.prob));
             }
-            Op::Rng(i) => v.push(("dst", &i.dst)),
+            Op::Rng(i) => v.push(o("dst", Write, &i.dst)),
             Op::SetRngSeed(i) => v.extend(s("seed", &i.seed)),
-            Op::StreamShuffle(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::StreamShuffle(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::RangeSelect(i) => {
-                v.extend([("dst", &i.dst), ("on_true", &i.on_true)]);
+                v.extend([o("dst", Write, &i.dst), o("on_true", Read, &i.on_true)]);
                 v.extend(s("bound0", &i.bound0));
                 v.extend(s("bound1", &i.bound1));
                 if let Some(r) = &i.reduce_res {
-                    v.push(("reduce_res", r));
+                    v.push(o("reduce_res", Write, r));
                 }
             }
             Op::Activation(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 if let Some(b) = &i.bias {
                     v.extend(s("bias", b));
                 }
                 v.extend(s("scale", &i.scale));
                 if let Some(r) = &i.reduce_res {
-                    v.push(("reduce_res", r));
+                    v.push(o("reduce_res", Write, r));
                 }
             }
-            Op::Iota(i) => v.push(("dst", &i.dst)),
-            Op::AffineSelect(i) => v.extend([("dst", &i.dst), ("on_true", &i.on_true)]),
-            Op::LocalGather(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("index", &i.index)]),
-            Op::NGather(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("indices", &i.indices)]),
-            Op::TensorPartitionReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::SequenceBounds(i) => v.extend([("dst", &i.dst), ("segment_ids", &i.segment_ids)]),
-            Op::DmaTranspose(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::Iota(i) => v.push(o("dst", Write, &i.dst)),
+            Op::AffineSelect(i) => v.extend([o("dst", Write, &i.dst), o("on_true", Read, &i.on_true)]),
+            Op::LocalGather(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("src", Read, &i.src),
+                o("index", Read, &i.index),
+            ]),
+            Op::NGather(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("data", Read, &i.data),
+                o("indices", Read, &i.indices),
+            ]),
+            Op::TensorPartitionReduce(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::SequenceBounds(i) => v.extend([o("dst", Write, &i.dst), o("segment_ids", Read, &i.segment_ids)]),
+            Op::DmaTranspose(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::DmaCopy(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                let side = i.indirect.as_ref().map(|ind| ind.side);
+                v.extend([
+                    Operand {
+                        dynamic: side == Some(IndirectSide::Dst),
+                        ..o("dst", if i.accumulate { ReadWrite } else { Write }, &i.dst)
+                    },
+                    Operand {
+                        dynamic: side == Some(IndirectSide::Src),
+                        ..o("src", Read, &i.src)
+                    },
+                ]);
                 if let Some(ind) = &i.indirect {
-                    v.push(("index", &ind.index));
+                    v.push(o("index", Read, &ind.index));
                 }
             }
         }
@@ -978,7 +1081,7 @@ impl Program {
         let mut sbuf = 0usize;
         let mut psum = 0usize;
         for inst in &self.instructions {
-            for (_, ap) in inst.op.operands() {
+            for ap in inst.op.operands().into_iter().map(|o| o.ap) {
                 let (slot, cap) = match ap.mem {
                     crate::mem::MemSpace::Sbuf => (&mut sbuf, target.sbuf_usable_bytes),
                     crate::mem::MemSpace::Psum => (&mut psum, target.psum_partition_bytes),

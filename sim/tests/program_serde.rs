@@ -580,3 +580,101 @@ fn non_finite_immediates_round_trip() {
     }
     assert!(Program::from_json(r#"{"hbm":[],"instructions":[{"engine":"vector","op":{"memset":{"dst":{"mem":"sbuf","dtype":"f32","partitions":1,"free":[[1,1]]},"value":"lots"}}}]}"#).is_err());
 }
+
+/// The read/write role of every operand of every instruction, as `all_ops_program` builds it
+/// (every optional operand present; `accumulate` set on `nc_matmul` and `dma_copy`). Written from
+/// the instructions' definitions in docs/isa.md, not from `Op::operands`. Exhaustive on purpose: a
+/// new variant does not compile until its roles are written here.
+fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
+    use Role::{Read as R, ReadWrite as RW, Write as W};
+    let v: &[(&str, Role, bool)] = match op {
+        Op::NcMatmul(_) => &[("dst", RW, false), ("stationary", R, false), ("moving", R, false)],
+        Op::NcTranspose(_) => &[("dst", W, false), ("src", R, false)],
+        Op::TensorTensor(_) => &[("dst", W, false), ("in0", R, false), ("in1", R, false)],
+        // operand0 is an immediate here, operand1 a tile.
+        Op::TensorScalar(_) => &[("dst", W, false), ("src", R, false), ("operand1", R, false)],
+        Op::ScalarTensorTensor(_) => &[("dst", W, false), ("src", R, false), ("in1", R, false)],
+        Op::TensorReduce(_) => &[("dst", W, false), ("src", R, false)],
+        Op::TensorTensorScan(_) => &[
+            ("dst", W, false),
+            ("in0", R, false),
+            ("in1", R, false),
+            ("initial", R, false),
+        ],
+        // operand0 is an immediate here.
+        Op::TensorScalarReduce(_) => &[("dst", W, false), ("src", R, false), ("reduce_res", W, false)],
+        Op::TensorCopy(_) => &[("dst", W, false), ("src", R, false)],
+        Op::TensorCopyPredicated(_) => &[("dst", RW, false), ("src", R, false), ("predicate", R, false)],
+        Op::Reciprocal(_) | Op::BnStats(_) | Op::BnAggr(_) | Op::Max8(_) => &[("dst", W, false), ("src", R, false)],
+        Op::FindIndex8(_) => &[("dst", W, false), ("data", R, false), ("vals", R, false)],
+        Op::MatchReplace8(_) => &[
+            ("dst", W, false),
+            ("data", R, false),
+            ("vals", R, false),
+            ("dst_idx", W, false),
+        ],
+        Op::Memset(_) | Op::Rng(_) | Op::Iota(_) => &[("dst", W, false)],
+        Op::SelectReduce(_) => &[
+            ("dst", W, false),
+            ("predicate", R, false),
+            ("on_true", R, false),
+            ("reduce_res", W, false),
+        ],
+        Op::Dropout(_) => &[("dst", W, false), ("src", R, false)],
+        Op::SetRngSeed(_) => &[("seed", R, false)],
+        Op::StreamShuffle(_) => &[("dst", W, false), ("src", R, false)],
+        Op::Activation(_) => &[
+            ("dst", W, false),
+            ("src", R, false),
+            ("bias", R, false),
+            ("reduce_res", W, false),
+        ],
+        Op::AffineSelect(_) => &[("dst", W, false), ("on_true", R, false)],
+        Op::LocalGather(_) => &[("dst", W, false), ("src", R, false), ("index", R, false)],
+        Op::NGather(_) => &[("dst", W, false), ("data", R, false), ("indices", R, false)],
+        Op::TensorPartitionReduce(_) => &[("dst", W, false), ("src", R, false)],
+        // An indirect destination, accumulating.
+        Op::DmaCopy(_) => &[("dst", RW, true), ("src", R, false), ("index", R, false)],
+        Op::TensorCopyDynamicSrc(_) => &[("dst", W, false), ("src", R, true), ("offset", R, false)],
+        Op::TensorCopyDynamicDst(_) => &[("dst", W, true), ("src", R, false), ("offset", R, false)],
+        Op::SequenceBounds(_) => &[("dst", W, false), ("segment_ids", R, false)],
+        Op::DmaTranspose(_) => &[("dst", W, false), ("src", R, false)],
+        Op::RangeSelect(_) => &[
+            ("dst", W, false),
+            ("on_true", R, false),
+            ("bound0", R, false),
+            ("reduce_res", W, false),
+        ],
+    };
+    v.to_vec()
+}
+
+#[test]
+fn every_operand_has_its_documented_role() {
+    let p = all_ops_program(TargetName::Trn1);
+    for inst in &p.instructions {
+        let got: Vec<(&str, Role, bool)> = inst.op.operands().iter().map(|o| (o.name, o.role, o.dynamic)).collect();
+        assert_eq!(got, expected_roles(&inst.op), "{}", inst.op.name());
+    }
+    // Without accumulation the destination is only written; a direct DMA is not dynamic.
+    let p = all_ops_program(TargetName::Trn1);
+    for inst in p.instructions {
+        let mut op = inst.op;
+        match &mut op {
+            Op::NcMatmul(i) => i.accumulate = false,
+            Op::DmaCopy(i) => {
+                i.accumulate = false;
+                i.indirect = None;
+            }
+            _ => continue,
+        }
+        let dst = op.operands()[0];
+        assert_eq!(
+            (dst.name, dst.role, dst.dynamic),
+            ("dst", Role::Write, false),
+            "{}",
+            op.name()
+        );
+    }
+    assert!(Role::ReadWrite.reads() && Role::ReadWrite.writes() && !Role::Read.writes() && !Role::Write.reads());
+}
