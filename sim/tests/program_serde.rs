@@ -678,3 +678,74 @@ fn every_operand_has_its_documented_role() {
     }
     assert!(Role::ReadWrite.reads() && Role::ReadWrite.writes() && !Role::Read.writes() && !Role::Write.reads());
 }
+
+/// Every object of a program's JSON, with the path to it: the program, each declaration, each
+/// instruction, each op's operand struct, each access pattern and nested struct.
+fn objects<'v>(v: &'v serde_json::Value, path: String, out: &mut Vec<(String, &'v serde_json::Value)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            out.push((path.clone(), v));
+            for (k, x) in m {
+                objects(x, format!("{path}.{k}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                objects(x, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn an_unknown_key_anywhere_is_a_load_error_naming_it() {
+    // The misspelling that used to be silently `false`.
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("x", DType::F32, &[4, 8], HbmRole::Input);
+    p.push(
+        Engine::Dma,
+        Op::DmaCopy(DmaCopy {
+            dst: sb(DType::F32, 4, 0, 8),
+            src: AccessPattern::hbm("x", DType::F32, 0, 4, 8, vec![[1, 8]]),
+            accumulate: false,
+            indirect: None,
+        }),
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    let copy = &mut v["instructions"][0]["op"]["dma_copy"];
+    copy.as_object_mut().unwrap().remove("accumulate");
+    copy["acumulate"] = serde_json::json!(true);
+    let e = Program::from_json(&v.to_string()).unwrap_err().to_string();
+    assert!(e.contains("unknown field `acumulate`"), "{e}");
+    // Every struct of the program's JSON, one at a time: every object of the one-of-every-op
+    // program gets a key no struct has. An object that is an op's tag map (`{"nc_matmul": …}`) or
+    // a tagged value (`{"imm": …}`, `{"hbm": …}`) refuses a second key as well.
+    let json: serde_json::Value = serde_json::from_str(&all_ops_program(TargetName::Trn1).to_json()).unwrap();
+    let mut all = Vec::new();
+    objects(&json, String::new(), &mut all);
+    let paths: Vec<String> = all.into_iter().map(|(p, _)| p).collect();
+    assert!(paths.len() > 150, "{}", paths.len());
+    for path in paths {
+        let mut bad = json.clone();
+        let mut at = &mut bad;
+        for part in path.split('.').skip(1) {
+            let (key, idx) = match part.split_once('[') {
+                Some((k, rest)) => (k, Some(rest)),
+                None => (part, None),
+            };
+            at = &mut at[key];
+            if let Some(rest) = idx {
+                for i in rest.split('[') {
+                    at = &mut at[i.trim_end_matches(']').parse::<usize>().unwrap()];
+                }
+            }
+        }
+        at["zz_unknown"] = serde_json::json!(1);
+        let e = Program::from_json(&bad.to_string())
+            .err()
+            .unwrap_or_else(|| panic!("an unknown key in `{path}` was accepted"))
+            .to_string();
+        assert!(e.contains("zz_unknown"), "{path}: {e}");
+    }
+}
