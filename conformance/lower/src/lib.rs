@@ -1,0 +1,720 @@
+//! `trnlower`, the lowering: an ATen call → a trnsim [`Program`], for a target.
+//!
+//! A backend crate: it depends on `trnsim` and knows nothing of golden files, comparison,
+//! expectations or reports (trnconf, the harness, and the Python package depend on it). The entry
+//! point is [`lower_call`]: the call and tensor metadata in, a scheduled program out.
+//!
+//! The interface every op family implements. A lowering sees only the call (arguments, scalar
+//! values) and tensor *metadata* ([`LowerRequest`]): it builds a program and never touches tensor
+//! values — results are computed by the simulated engines only.
+//!
+//! Conventions:
+//! * The program's HBM tensors are named exactly like the case's tensors (`input.0`, `kwarg.x`,
+//!   `output.0`, …): inputs with role Input, outputs with role Output.
+//! * Trainium has no int64: a lowering declares an int64 case tensor as `I32` (and bool as
+//!   `Bool`). The runner narrows int64 host data to int32 at the boundary (flagging values that
+//!   do not fit) and widens int32 outputs back to int64. No other host conversion exists:
+//!   every other dtype is declared as its own device dtype ([`device_dtype`]).
+//! * Trainium has no complex dtype: a complex64 case tensor is declared as its *real view*, `F32`
+//!   of shape `shape + [2]` (real, imaginary) — exactly the bytes the golden file stores, so the
+//!   runner passes them through unchanged ([`complex_real_view`]). [`device_dtype`] answers `None`
+//!   for c64 so that a lowering which does not handle the extra axis refuses complex cases
+//!   instead of declaring the wrong shape.
+//! * Ops without a lowering return [`LowerError::NotLowered`].
+
+pub mod call;
+pub mod check;
+pub mod dtype;
+pub mod ops;
+pub mod tolerance;
+
+pub mod activation;
+pub mod binary;
+pub mod binary_ext;
+pub mod comparison;
+pub mod conv;
+pub mod conv_backward;
+pub mod creation;
+pub mod distance;
+pub mod embedding_bag;
+pub mod fft;
+pub mod grid_sample;
+pub mod indexing;
+pub mod matmul;
+pub mod metadata;
+pub mod norm;
+pub mod pad;
+pub mod pooling;
+pub mod promote;
+pub mod reduction;
+pub mod shape;
+pub mod sort;
+pub mod tile;
+pub mod unary;
+
+pub use crate::call::{JsonFloat, OpCall, TensorMeta, Value};
+pub use crate::check::check_compute_work;
+pub use crate::dtype::TorchDType;
+use std::collections::BTreeMap;
+use trnsim::{DType, Program, TargetName};
+
+/// One output of the call as a lowering sees it: where a tensor goes, or that the op returns a
+/// non-tensor value there. Never the value itself: a lowering derives non-tensor results from
+/// the arguments and metadata ([`Lowered::values`]) or has the engines write them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputSlot {
+    /// A tensor output, by name.
+    Tensor(String),
+    /// A list of optional tensors (`split_with_sizes`, …).
+    Tensors(Vec<Option<String>>),
+    /// A non-tensor output (a number, a bool, or `None` for a masked-out gradient).
+    NonTensor,
+}
+
+impl OutputSlot {
+    /// The slots of a case's outputs: tensor names kept, every non-tensor value dropped.
+    pub fn of(outputs: &[Value]) -> Vec<OutputSlot> {
+        outputs
+            .iter()
+            .map(|v| match v {
+                Value::Tensor(t) => OutputSlot::Tensor(t.clone()),
+                Value::Tensors(ts) => OutputSlot::Tensors(ts.clone()),
+                _ => OutputSlot::NonTensor,
+            })
+            .collect()
+    }
+}
+
+/// What a lowering may look at: the call and tensor metadata, no tensor values, no golden
+/// non-tensor outputs and no golden data-dependent shapes. Build it with [`LowerInput`].
+#[derive(Clone, Copy, Debug)]
+pub struct LowerRequest<'a> {
+    pub op: &'a str,
+    pub call: &'a OpCall,
+    /// Dtype and shape of every tensor of the case, inputs and outputs, by name. A
+    /// data-dependent output ([`data_dependent_output`]) has its upper bound as its shape (or no
+    /// entry when no bound is known): the program writes a padded buffer of that shape and the
+    /// row count to [`count_output_name`].
+    pub tensors: &'a BTreeMap<String, TensorMeta>,
+    /// The op's outputs: tensor names, or the mark of a non-tensor output.
+    pub outputs: &'a [OutputSlot],
+}
+
+/// The owned data behind a [`LowerRequest`], made from a case with everything golden removed:
+/// non-tensor output values and data-dependent output shapes.
+#[derive(Clone, Debug)]
+pub struct LowerInput {
+    pub op: String,
+    pub call: OpCall,
+    pub tensors: BTreeMap<String, TensorMeta>,
+    pub outputs: Vec<OutputSlot>,
+}
+
+impl LowerInput {
+    /// The request for `op(call)` with every tensor's metadata (inputs and outputs, by name) and
+    /// the op's outputs as recorded: non-tensor output values are dropped and a data-dependent
+    /// output's shape is replaced by its bound from input metadata (or removed when none is known).
+    pub fn new(op: &str, call: &OpCall, tensor_meta: &BTreeMap<String, TensorMeta>, outputs: &[Value]) -> LowerInput {
+        let mut tensors = tensor_meta.clone();
+        if let Some(out) = data_dependent_output(op, call, tensor_meta) {
+            match data_dependent_bound(op, call, tensor_meta) {
+                Some(bound) => {
+                    if let Some(m) = tensors.get_mut(&out) {
+                        *m = TensorMeta::contiguous(m.dtype, &bound);
+                    }
+                }
+                None => {
+                    tensors.remove(&out);
+                }
+            }
+        }
+        LowerInput {
+            op: op.to_string(),
+            call: call.clone(),
+            tensors,
+            outputs: OutputSlot::of(outputs),
+        }
+    }
+
+    pub fn request(&self) -> LowerRequest<'_> {
+        LowerRequest {
+            op: &self.op,
+            call: &self.call,
+            tensors: &self.tensors,
+            outputs: &self.outputs,
+        }
+    }
+}
+
+/// The output of a call whose shape depends on input *values* (`nonzero`, `index.Tensor` with a
+/// boolean mask), if any. Its golden shape never reaches the lowering.
+pub fn data_dependent_output(op: &str, call: &OpCall, tensors: &BTreeMap<String, TensorMeta>) -> Option<String> {
+    let is_mask = |name: &str| {
+        tensors
+            .get(name)
+            .is_some_and(|m| matches!(m.dtype, TorchDType::Bool | TorchDType::U8))
+    };
+    match op {
+        "nonzero" => Some("output.0".into()),
+        "index.Tensor" => match call.arg(1, "indices") {
+            Some(Value::Tensors(ts)) if ts.iter().flatten().any(|t| is_mask(t)) => Some("output.0".into()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The upper bound of a data-dependent output's shape, from input metadata alone: `nonzero` of
+/// `x` has at most `numel(x)` rows of `ndim(x)` coordinates; `x[mask]` with one mask over the
+/// leading `k` dims has at most `numel(mask)` rows of `x.shape[k..]`. `None` for call forms with
+/// no known bound (not lowered).
+pub fn data_dependent_bound(op: &str, call: &OpCall, tensors: &BTreeMap<String, TensorMeta>) -> Option<Vec<usize>> {
+    let meta = |v: Option<&Value>| match v {
+        Some(Value::Tensor(t)) => tensors.get(t),
+        _ => None,
+    };
+    match op {
+        "nonzero" => {
+            let x = meta(call.arg(0, "self"))?;
+            Some(vec![x.shape.iter().product(), x.shape.len()])
+        }
+        "index.Tensor" => {
+            let x = meta(call.arg(0, "self"))?;
+            let Some(Value::Tensors(ts)) = call.arg(1, "indices") else {
+                return None;
+            };
+            let [Some(mask)] = ts.as_slice() else {
+                return None;
+            };
+            let m = tensors.get(mask)?;
+            let k = m.shape.len();
+            if k > x.shape.len() {
+                return None;
+            }
+            let mut bound = vec![m.shape.iter().product()];
+            bound.extend_from_slice(&x.shape[k..]);
+            Some(bound)
+        }
+        _ => None,
+    }
+}
+
+/// The program output holding the row count of data-dependent output `name`: one int32 element.
+pub fn count_output_name(name: &str) -> String {
+    format!("{name}.count")
+}
+
+impl<'a> LowerRequest<'a> {
+    /// Metadata of a named tensor.
+    pub fn tensor(&self, name: &str) -> Result<&'a TensorMeta, LowerError> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| self.invalid(format!("no metadata for tensor `{name}`")))
+    }
+
+    /// The name of output `i`, which must be a tensor.
+    pub fn output_tensor(&self, i: usize) -> Result<&'a str, LowerError> {
+        match self.outputs.get(i) {
+            Some(OutputSlot::Tensor(name)) => Ok(name),
+            other => Err(self.invalid(format!("output {i} is {other:?}, expected a tensor"))),
+        }
+    }
+
+    pub fn invalid(&self, reason: String) -> LowerError {
+        LowerError::Invalid {
+            op: self.op.to_string(),
+            reason,
+        }
+    }
+
+    pub fn unsupported(&self, reason: String) -> LowerError {
+        LowerError::Unsupported {
+            op: self.op.to_string(),
+            reason,
+        }
+    }
+}
+
+/// A lowered case.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub program: Program,
+    /// Non-tensor outputs known at lowering time from the arguments and metadata alone (the
+    /// `sym_*` ops; the `None` of a gradient that `output_mask` turns off), by output position.
+    pub values: BTreeMap<usize, Value>,
+}
+
+impl Lowered {
+    pub fn new(program: Program) -> Self {
+        Lowered {
+            program,
+            values: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why a case could not be lowered.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    #[error("op `{0}` is not lowered")]
+    NotLowered(String),
+    /// The op is lowered, but not for this call (dtype, argument value, …).
+    #[error("{op}: unsupported: {reason}")]
+    Unsupported { op: String, reason: String },
+    /// The call does not fit the op's schema (a malformed case or a lowering bug).
+    #[error("{op}: invalid call: {reason}")]
+    Invalid { op: String, reason: String },
+    /// The program would not fit the machine.
+    #[error("out of resources: {0}")]
+    Resources(String),
+    /// An int64 scalar argument outside int32: int64 tensors live on the device as int32 (the
+    /// runner's narrowing), so the value cannot be written. The same refusal as the runner's for
+    /// input tensors, never a saturated value.
+    #[error("{op}: int64 value {value} does not fit in int32 (Trainium has no int64)")]
+    Int64OutsideInt32 { op: String, value: i64 },
+}
+
+type LowerFn = fn(&LowerRequest<'_>, TargetName) -> Result<Lowered, LowerError>;
+
+/// The registry: op name → lowering. Ops not listed are not lowered.
+/// One entry of [`LOWERINGS`]: the op, the lowering file (module) that holds its lowering, and
+/// the lowering. The file name is taken from the path, so it cannot drift from where the code is.
+macro_rules! by_file {
+    ($op:literal, $file:ident :: $f:ident) => {
+        ($op, stringify!($file), $file::$f as LowerFn)
+    };
+}
+
+/// The one registry of lowered ops: every op, the file under `conformance/lower/src/` that lowers
+/// it (its family, as the roofline and reports group ops), and the lowering function.
+const LOWERINGS: &[(&str, &str, LowerFn)] = &[
+    by_file!("add.Tensor", binary::lower),
+    by_file!("add.Scalar", binary::lower),
+    by_file!("sub.Tensor", binary::lower),
+    by_file!("sub.Scalar", binary::lower),
+    by_file!("mul.Tensor", binary::lower),
+    by_file!("mul.Scalar", binary::lower),
+    by_file!("div.Tensor", binary::lower),
+    by_file!("div.Scalar", binary::lower),
+    by_file!("abs", unary::lower),
+    by_file!("acos", unary::lower),
+    by_file!("acosh", unary::lower),
+    by_file!("asin", unary::lower),
+    by_file!("asinh", unary::lower),
+    by_file!("atan", unary::lower),
+    by_file!("atanh", unary::lower),
+    by_file!("ceil", unary::lower),
+    by_file!("cos", unary::lower),
+    by_file!("cosh", unary::lower),
+    by_file!("erf", unary::lower),
+    by_file!("exp", unary::lower),
+    by_file!("expm1", unary::lower),
+    by_file!("floor", unary::lower),
+    by_file!("log", unary::lower),
+    by_file!("log10", unary::lower),
+    by_file!("log1p", unary::lower),
+    by_file!("log2", unary::lower),
+    by_file!("neg", unary::lower),
+    by_file!("reciprocal", unary::lower),
+    by_file!("round", unary::lower),
+    by_file!("rsqrt", unary::lower),
+    by_file!("sign", unary::lower),
+    by_file!("sin", unary::lower),
+    by_file!("sinh", unary::lower),
+    by_file!("sqrt", unary::lower),
+    by_file!("tan", unary::lower),
+    by_file!("tanh", unary::lower),
+    by_file!("trunc", unary::lower),
+    by_file!("bitwise_not", unary::lower),
+    by_file!("logical_not", unary::lower),
+    by_file!("isnan", unary::lower),
+    by_file!("isinf", unary::lower),
+    by_file!("relu", activation::lower),
+    by_file!("gelu", activation::lower),
+    by_file!("sigmoid", activation::lower),
+    by_file!("hardtanh", activation::lower),
+    by_file!("leaky_relu", activation::lower),
+    by_file!("elu", activation::lower),
+    by_file!("eq.Scalar", comparison::lower),
+    by_file!("eq.Tensor", comparison::lower),
+    by_file!("ne.Scalar", comparison::lower),
+    by_file!("ne.Tensor", comparison::lower),
+    by_file!("ge.Scalar", comparison::lower),
+    by_file!("ge.Tensor", comparison::lower),
+    by_file!("gt.Scalar", comparison::lower),
+    by_file!("gt.Tensor", comparison::lower),
+    by_file!("le.Scalar", comparison::lower),
+    by_file!("le.Tensor", comparison::lower),
+    by_file!("lt.Scalar", comparison::lower),
+    by_file!("lt.Tensor", comparison::lower),
+    by_file!("maximum", binary_ext::lower),
+    by_file!("minimum", binary_ext::lower),
+    by_file!("bitwise_and.Scalar", binary_ext::lower),
+    by_file!("bitwise_and.Tensor", binary_ext::lower),
+    by_file!("bitwise_or.Scalar", binary_ext::lower),
+    by_file!("bitwise_or.Tensor", binary_ext::lower),
+    by_file!("bitwise_xor.Scalar", binary_ext::lower),
+    by_file!("bitwise_xor.Tensor", binary_ext::lower),
+    by_file!("logical_and", binary_ext::lower),
+    by_file!("logical_or", binary_ext::lower),
+    by_file!("logical_xor", binary_ext::lower),
+    by_file!("clamp", binary_ext::lower),
+    by_file!("clamp.Tensor", binary_ext::lower),
+    by_file!("where.self", binary_ext::lower),
+    by_file!("pow.Tensor_Tensor", binary_ext::lower),
+    by_file!("pow.Scalar", binary_ext::lower),
+    by_file!("pow.Tensor_Scalar", binary_ext::lower),
+    by_file!("div.Tensor_mode", binary_ext::lower),
+    by_file!("div.Scalar_mode", binary_ext::lower),
+    by_file!("fmod.Scalar", binary_ext::lower),
+    by_file!("fmod.Tensor", binary_ext::lower),
+    by_file!("remainder.Scalar", binary_ext::lower),
+    by_file!("remainder.Tensor", binary_ext::lower),
+    by_file!("atan2", binary_ext::lower),
+    by_file!("atan2.out", binary_ext::lower),
+    by_file!("sum.dim_IntList", reduction::lower),
+    by_file!("mean", reduction::lower),
+    by_file!("mean.dim", reduction::lower),
+    by_file!("prod", reduction::lower),
+    by_file!("prod.dim_int", reduction::lower),
+    by_file!("amax", reduction::lower),
+    by_file!("amin", reduction::lower),
+    by_file!("any", reduction::lower),
+    by_file!("any.dim", reduction::lower),
+    by_file!("any.dims", reduction::lower),
+    by_file!("var.correction", reduction::lower),
+    by_file!("var.dim", reduction::lower),
+    by_file!("argmax", reduction::lower),
+    by_file!("argmin", reduction::lower),
+    by_file!("max.dim", reduction::lower),
+    by_file!("min.dim", reduction::lower),
+    by_file!("cumsum", reduction::lower),
+    by_file!("_softmax", norm::lower),
+    by_file!("_log_softmax", norm::lower),
+    by_file!("native_layer_norm", norm::lower),
+    by_file!("native_layer_norm_backward", norm::lower),
+    by_file!("native_group_norm", norm::lower),
+    by_file!("native_group_norm_backward", norm::lower),
+    by_file!("_native_batch_norm_legit", norm::lower),
+    by_file!("_native_batch_norm_legit.no_stats", norm::lower),
+    by_file!("_native_batch_norm_legit_no_training", norm::lower),
+    by_file!("mm", matmul::lower),
+    by_file!("bmm", matmul::lower),
+    by_file!("addmm", matmul::lower),
+    by_file!("convolution", conv::lower),
+    by_file!("convolution_backward", conv_backward::lower),
+    by_file!("_cdist_forward", distance::lower_cdist),
+    by_file!("_pdist_forward", distance::lower_pdist),
+    by_file!("_fft_r2c", fft::lower),
+    by_file!("_fft_c2r", fft::lower),
+    by_file!("full", creation::lower),
+    by_file!("full_like", creation::lower),
+    by_file!("fill.Scalar", creation::lower),
+    by_file!("scalar_tensor", creation::lower),
+    by_file!("empty.memory_format", creation::lower),
+    by_file!("empty_strided", creation::lower),
+    by_file!("arange.start_step", creation::lower),
+    by_file!("_to_copy", creation::lower),
+    by_file!("clone", creation::lower),
+    by_file!("_local_scalar_dense", creation::lower_local_scalar_dense),
+    by_file!("copy", creation::lower),
+    by_file!("resize_", creation::lower),
+    by_file!("rand", creation::lower),
+    by_file!("randn", creation::lower),
+    by_file!("randperm", creation::lower),
+    by_file!("native_dropout", creation::lower),
+    by_file!("alias", shape::lower),
+    by_file!("as_strided", shape::lower),
+    by_file!("view", shape::lower),
+    by_file!("permute", shape::lower),
+    by_file!("expand", shape::lower),
+    by_file!("squeeze.dim", shape::lower),
+    by_file!("squeeze.dims", shape::lower),
+    by_file!("unsqueeze", shape::lower),
+    by_file!("select.int", shape::lower),
+    by_file!("slice.Tensor", shape::lower),
+    by_file!("diagonal", shape::lower),
+    by_file!("split_with_sizes", shape::lower),
+    by_file!("cat", shape::lower),
+    by_file!("flip", shape::lower),
+    by_file!("repeat", shape::lower),
+    by_file!("sym_size.int", metadata::lower),
+    by_file!("sym_stride.int", metadata::lower),
+    by_file!("sym_numel", metadata::lower),
+    by_file!("sym_storage_offset", metadata::lower),
+    by_file!("sym_is_contiguous", metadata::lower),
+    by_file!("constant_pad_nd", pad::lower),
+    by_file!("reflection_pad1d", pad::lower),
+    by_file!("reflection_pad2d", pad::lower),
+    by_file!("reflection_pad3d", pad::lower),
+    by_file!("replication_pad2d", pad::lower),
+    by_file!("replication_pad3d", pad::lower),
+    by_file!("upsample_nearest2d.vec", pad::lower_upsample_nearest),
+    by_file!("upsample_bilinear2d.vec", pad::lower_upsample_bilinear),
+    by_file!("col2im", pad::lower_col2im),
+    by_file!("grid_sampler_2d", grid_sample::lower),
+    by_file!("avg_pool1d", pooling::lower),
+    by_file!("avg_pool2d", pooling::lower),
+    by_file!("avg_pool3d", pooling::lower),
+    by_file!("adaptive_avg_pool1d", pooling::lower),
+    by_file!("_adaptive_avg_pool2d", pooling::lower),
+    by_file!("_adaptive_avg_pool3d", pooling::lower),
+    by_file!("max_pool2d_with_indices", pooling::lower_max),
+    by_file!("max_pool3d_with_indices", pooling::lower_max),
+    by_file!("max_pool2d_with_indices_backward", pooling::lower_max_backward),
+    by_file!("avg_pool2d_backward", pooling::lower_avg_backward),
+    by_file!("_adaptive_avg_pool2d_backward", pooling::lower_avg_backward),
+    by_file!("index_select", indexing::lower),
+    by_file!("embedding", indexing::lower),
+    by_file!("gather", indexing::lower),
+    by_file!("index.Tensor", indexing::lower),
+    by_file!("scatter_add", indexing::lower),
+    by_file!("scatter.src", indexing::lower),
+    by_file!("scatter.value", indexing::lower),
+    by_file!("select_scatter", indexing::lower),
+    by_file!("slice_scatter", indexing::lower),
+    by_file!("index_put", indexing::lower),
+    by_file!("scatter_reduce.two", indexing::lower),
+    by_file!("embedding_dense_backward", indexing::lower),
+    by_file!("masked_scatter", indexing::lower),
+    by_file!("_embedding_bag", embedding_bag::lower),
+    by_file!("topk", sort::lower),
+    by_file!("sort", sort::lower),
+    by_file!("nonzero", sort::lower),
+];
+
+/// Whether `op` has a lowering.
+pub fn is_lowered(op: &str) -> bool {
+    LOWERINGS.iter().any(|(name, _, _)| *name == op)
+}
+
+/// Names of the lowered ops.
+pub fn lowered_ops() -> Vec<&'static str> {
+    LOWERINGS.iter().map(|(name, _, _)| *name).collect()
+}
+
+/// The file under `conformance/lower/src/` whose lowering runs `op` (its op family), if lowered.
+pub fn lowering_file_of(op: &str) -> Option<&'static str> {
+    LOWERINGS
+        .iter()
+        .find(|(name, _, _)| *name == op)
+        .map(|(_, file, _)| *file)
+}
+
+/// Every lowering file that lowers an op, in registry order (each once).
+pub fn lowering_files() -> Vec<&'static str> {
+    let mut files: Vec<&'static str> = Vec::new();
+    for (_, file, _) in LOWERINGS {
+        if !files.contains(file) {
+            files.push(file);
+        }
+    }
+    files
+}
+
+/// Lowers `op(call)` for `target` from metadata alone: the one entry point of the lowering.
+/// `tensor_meta` names every tensor of the call (inputs and outputs), `outputs` the op's returns
+/// (tensor names; non-tensor values are ignored). See [`LowerInput::new`].
+pub fn lower_call(
+    op: &str,
+    call: &OpCall,
+    tensor_meta: &BTreeMap<String, TensorMeta>,
+    outputs: &[Value],
+    target: TargetName,
+) -> Result<Lowered, LowerError> {
+    lower_request(&LowerInput::new(op, call, tensor_meta, outputs).request(), target)
+}
+
+/// Lowers a request for `target`.
+pub fn lower_request(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    match LOWERINGS.iter().find(|(name, _, _)| *name == req.op) {
+        Some((_, _, f)) => f(req, target).map(schedule),
+        None => Err(LowerError::NotLowered(req.op.to_string())),
+    }
+}
+
+/// The backend's scheduling pass, the last step of every lowering: spreads the DMA transfers the
+/// lowering left unassigned over the target's DMA queues (round robin in program order), then
+/// computes every instruction's waits from its memory accesses (`trnsim::infer_waits`: the latest
+/// conflicting instruction on each other queue). The engines and queues may then run in parallel,
+/// and the simulator's race detector checks that nothing was missed (docs/timeline.md).
+pub fn schedule(mut lowered: Lowered) -> Lowered {
+    let queues = lowered.program.target.params().dma_queues.clamp(1, u16::MAX as usize) as u16;
+    split_large_dmas(&mut lowered.program, queues as usize);
+    let mut next = 0u16;
+    for inst in lowered.program.instructions.iter_mut() {
+        if inst.engine == trnsim::Engine::Dma && inst.queue.is_none() {
+            inst.queue = Some(next);
+            next = (next + 1) % queues;
+        }
+    }
+    trnsim::infer_waits(&mut lowered.program);
+    lowered
+}
+
+/// Smallest piece a large DMA is cut into: transfers of 32 KiB and more reach full bandwidth
+/// on Trn1 (NKI performance guide, Opt #9; `neuroncore-costs.md` §9.4).
+const DMA_SPLIT_BYTES: usize = 32 * 1024;
+
+/// Cuts every large unassigned DMA into up to `queues` pieces by partition (row) ranges, each
+/// at least [`DMA_SPLIT_BYTES`], so that the pieces run on different DMA queues at once — one
+/// DMA instruction is one transfer on one engine, and a `[128 × 4000]` fp32 tile load on one
+/// queue took 121 µs where 16 queues take 9 µs (docs/performance.md, "Roofline"). Only plain
+/// copies whose two sides have the same rows × elements per row are cut (the element order is
+/// partition-major on both sides, so row ranges correspond); indirect DMAs and DMAs a lowering
+/// put on a queue itself are left alone. Waits are recomputed afterwards (`infer_waits`), so
+/// overlapping pieces stay ordered as in program order.
+fn split_large_dmas(program: &mut Program, queues: usize) {
+    use trnsim::{AccessPattern, Engine, Op};
+    let needs = program.instructions.iter().any(|i| {
+        i.engine == Engine::Dma
+            && i.queue.is_none()
+            && matches!(&i.op, Op::DmaCopy(d) if d.indirect.is_none()
+                && d.dst.num_elems() * d.dst.dtype.size() >= 2 * DMA_SPLIT_BYTES)
+    });
+    if !needs {
+        return;
+    }
+    // Rows `p0..p0 + n` of an access pattern; `None` when an HBM row would start before the
+    // tensor (a negative row step past its start).
+    fn rows(ap: &AccessPattern, p0: usize, n: usize) -> Option<AccessPattern> {
+        let mut sub = ap.clone();
+        sub.partitions = n;
+        if ap.mem.is_on_chip() {
+            sub.start_partition = ap.start_partition + p0;
+        } else {
+            let delta = p0 as i64 * ap.partition_step * ap.dtype.size() as i64;
+            sub.offset = u64::try_from(ap.offset as i64 + delta).ok()?;
+        }
+        Some(sub)
+    }
+    let old = std::mem::take(&mut program.instructions);
+    for inst in old {
+        let pieces = match (&inst.op, inst.engine, inst.queue) {
+            (Op::DmaCopy(d), Engine::Dma, None)
+                if d.indirect.is_none()
+                    && d.src.partitions == d.dst.partitions
+                    && d.src.free_elems() == d.dst.free_elems() =>
+            {
+                let bytes = d.dst.num_elems() * d.dst.dtype.size();
+                let k = (bytes / DMA_SPLIT_BYTES).min(queues).min(d.dst.partitions);
+                if k < 2 {
+                    None
+                } else {
+                    let p = d.dst.partitions;
+                    let cut: Option<Vec<_>> = (0..k)
+                        .map(|j| {
+                            let (p0, p1) = (p * j / k, p * (j + 1) / k);
+                            let mut piece = d.clone();
+                            piece.src = rows(&d.src, p0, p1 - p0)?;
+                            piece.dst = rows(&d.dst, p0, p1 - p0)?;
+                            Some(piece)
+                        })
+                        .collect();
+                    cut
+                }
+            }
+            _ => None,
+        };
+        match pieces {
+            Some(pieces) => {
+                for piece in pieces {
+                    let mut i = inst.clone();
+                    i.op = Op::DmaCopy(piece);
+                    program.instructions.push(i);
+                }
+            }
+            None => program.instructions.push(inst),
+        }
+    }
+}
+
+pub use matmul::{AutoCast, LowerOptions};
+
+/// Lowers a request with explicit [`LowerOptions`] (compiler flags such as `--auto-cast`). Only
+/// the TensorE families (matmul, convolution) read options; every other op lowers as
+/// [`lower_request`] does.
+pub fn lower_request_with_options(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
+    match req.op {
+        "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts).map(schedule),
+        "convolution" => conv::lower_with(req, target, opts).map(schedule),
+        "convolution_backward" => conv_backward::lower_with(req, target, opts).map(schedule),
+        _ => lower_request(req, target),
+    }
+}
+
+/// The device dtype a case tensor of `dtype` is declared as: its own dtype, or int32 for int64
+/// (the one boundary conversion). `None` for complex, which has no device dtype of its own: a
+/// lowering that handles complex declares the real view instead ([`complex_real_view`]).
+pub fn device_dtype(dtype: TorchDType) -> Option<DType> {
+    match dtype {
+        TorchDType::I64 => Some(DType::I32),
+        other => other.device_dtype(),
+    }
+}
+
+/// The shape of a complex tensor's real view: the complex shape plus a trailing axis of 2
+/// (real, imaginary), as the golden format stores it.
+pub fn complex_real_view_shape(complex_shape: &[usize]) -> Vec<usize> {
+    let mut shape = complex_shape.to_vec();
+    shape.push(2);
+    shape
+}
+
+/// How a c64 case tensor is declared on the device: `F32` with shape `shape + [2]` (its real
+/// view, no conversion). `None` when `meta` is not complex.
+pub fn complex_real_view(meta: &TensorMeta) -> Option<(DType, Vec<usize>)> {
+    meta.dtype
+        .is_complex()
+        .then(|| (DType::F32, complex_real_view_shape(&meta.shape)))
+}
+
+/// Zeroes the padded buffer of a data-dependent output (`n` elements of 4-byte `dtype`) with
+/// DMAs from a VectorE-zeroed SBUF tile `zero` of `parts × width` elements, so that every element
+/// of the declared buffer is written: the rows past the device's count hold zeros and are trimmed
+/// by the runner. Same DMA queue as the scatters that follow, so they land after the zeros.
+pub(crate) fn zero_fill_hbm(
+    e: &mut tile::Emitter,
+    zero: tile::Slot,
+    parts: usize,
+    width: usize,
+    name: &str,
+    dtype: DType,
+    n: usize,
+) {
+    use trnsim::{AccessPattern, DmaCopy, Engine, Memset, Op};
+    e.push(
+        Engine::Vector,
+        Op::Memset(Memset {
+            dst: AccessPattern::sbuf(dtype, 0, parts, zero.offset, vec![[1, width as i64]]),
+            value: 0.0,
+        }),
+        &[],
+        &[zero],
+    );
+    let mut done = 0;
+    while done < n {
+        let rest = n - done;
+        let (rows, cols) = if rest >= width {
+            ((rest / width).min(parts), width)
+        } else {
+            (1, rest)
+        };
+        e.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst: AccessPattern::hbm(name, dtype, done as u64, rows, cols as i64, vec![[1, cols as i64]]),
+                src: AccessPattern::sbuf(dtype, 0, rows, zero.offset, vec![[1, cols as i64]]),
+                accumulate: false,
+                indirect: None,
+            }),
+            &[zero],
+            &[],
+        );
+        done += rows * cols;
+    }
+}

@@ -1,0 +1,89 @@
+//! The `metadata` family: `sym_size.int`, `sym_stride.int`, `sym_numel`, `sym_storage_offset`,
+//! `sym_is_contiguous`.
+//!
+//! A backend answers these at trace time from the tensor's metadata (shape, strides): there is
+//! nothing to compute on the device, so the program is empty and the answer is a
+//! [`Lowered::values`] entry. They are the only ops allowed to run no instruction at all
+//! (`ops::NO_COMPUTE_WORK_OPS`).
+//!
+//! `sym_storage_offset` answers from the `storage_offset` the golden records (0 when absent).
+
+use super::shape::is_contiguous;
+use super::{LowerError, LowerRequest, Lowered};
+use crate::call::{TensorMeta, Value};
+use crate::dtype::contiguous_strides;
+use trnsim::{Program, TargetName};
+
+pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    let meta = match req.call.arg(0, "self") {
+        Some(Value::Tensor(t)) => req.tensor(t)?,
+        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
+    };
+    let value = match req.op {
+        "sym_size.int" => Value::Int(meta.shape[dim(req, meta)?] as i64),
+        "sym_stride.int" => Value::Int(strides(meta)[dim(req, meta)?]),
+        "sym_numel" => Value::Int(meta.shape.iter().product::<usize>() as i64),
+        "sym_storage_offset" => Value::Int(meta.storage_offset.unwrap_or(0)),
+        "sym_is_contiguous" => {
+            let format = match req.call.arg(1, "memory_format") {
+                None | Some(Value::None(())) => "contiguous_format",
+                Some(Value::MemoryFormat(f)) => f.as_str(),
+                other => return Err(req.invalid(format!("`memory_format` is {other:?}"))),
+            };
+            Value::Bool(is_contiguous_as(req, &meta.shape, &strides(meta), format)?)
+        }
+        other => return Err(LowerError::NotLowered(other.to_string())),
+    };
+    let mut lowered = Lowered::new(Program::new(target));
+    lowered.values.insert(0, value);
+    Ok(lowered)
+}
+
+/// The recorded strides, or the contiguous ones when the golden gives none.
+fn strides(meta: &TensorMeta) -> Vec<i64> {
+    meta.strides
+        .clone()
+        .unwrap_or_else(|| contiguous_strides(&meta.shape).into_iter().map(|s| s as i64).collect())
+}
+
+/// The wrapped `dim` argument (a 0-d tensor has no sizes or strides to ask for).
+fn dim(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<usize, LowerError> {
+    let d = match req.call.arg(1, "dim") {
+        Some(Value::Int(d)) => *d,
+        other => return Err(req.invalid(format!("`dim` must be an int, got {other:?}"))),
+    };
+    let n = meta.shape.len() as i64;
+    let w = if d < 0 { d + n } else { d };
+    if w < 0 || w >= n {
+        return Err(req.invalid(format!("dim {d} out of range for a {n}-d tensor")));
+    }
+    Ok(w as usize)
+}
+
+/// `Tensor.is_contiguous(memory_format)`, c10's `compute_contiguous` /
+/// `compute_channels_last_contiguous_2d/3d`: size-1 dims are skipped; channels-last order is
+/// C, W, H, N (and C, W, H, D, N for 3-d), and other ranks are never channels-last contiguous.
+fn is_contiguous_as(
+    req: &LowerRequest<'_>,
+    shape: &[usize],
+    strides: &[i64],
+    format: &str,
+) -> Result<bool, LowerError> {
+    let order: &[usize] = match format {
+        "contiguous_format" => return Ok(is_contiguous(shape, strides)),
+        "channels_last" if shape.len() == 4 => &[1, 3, 2, 0],
+        "channels_last_3d" if shape.len() == 5 => &[1, 4, 3, 2, 0],
+        "channels_last" | "channels_last_3d" => return Ok(false),
+        other => return Err(req.invalid(format!("unknown memory format `{other}`"))),
+    };
+    let mut expected = 1i64;
+    for &d in order {
+        if shape[d] != 1 {
+            if strides[d] != expected {
+                return Ok(false);
+            }
+            expected *= shape[d] as i64;
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,860 @@
+//! Tiling and layout helpers shared by lowerings.
+//!
+//! An elementwise op iterates over its output's index space. Each operand (output included) is
+//! described by one stride per output dimension (0 where it is broadcast), so broadcasting is
+//! done by the DMA access patterns — never by materialising copies. The index space is simplified
+//! (size-1 dims dropped, dims that are contiguous for every operand merged) and cut into
+//! [`TileJob`]s: up to 128 rows on SBUF partitions (one HBM stride per operand) × up to 3 free
+//! dims whose product fits the free-size budget. Outer dims become unrolled loops; a dim that does
+//! not divide evenly leaves a tail job.
+
+use super::LowerError;
+use std::collections::{BTreeSet, HashMap};
+use trnsim::{
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Op, Program, Reciprocal,
+    ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
+};
+
+/// NumPy/PyTorch broadcasting of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Strides (in elements) of a contiguous tensor of `shape` seen through broadcasting to
+/// `out_shape`: 0 for broadcast dimensions. `shape` must broadcast to `out_shape`.
+pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<i64> {
+    let contiguous = crate::dtype::contiguous_strides(shape);
+    let lead = out_shape.len() - shape.len();
+    (0..out_shape.len())
+        .map(|d| {
+            if d < lead || shape[d - lead] == 1 {
+                0
+            } else {
+                contiguous[d - lead] as i64
+            }
+        })
+        .collect()
+}
+
+/// One dimension of an iteration space: its size and one stride per operand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dim {
+    pub size: usize,
+    pub strides: Vec<i64>,
+}
+
+/// A strided region: per-operand base offsets (elements) and dims, outer to inner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub base: Vec<i64>,
+    pub dims: Vec<Dim>,
+}
+
+impl Region {
+    /// The region of `shape` with one stride vector per operand (`strides[operand][dim]`).
+    pub fn new(shape: &[usize], strides: &[Vec<i64>]) -> Region {
+        let dims = shape
+            .iter()
+            .enumerate()
+            .map(|(d, &size)| Dim {
+                size,
+                strides: strides.iter().map(|s| s[d]).collect(),
+            })
+            .collect();
+        Region {
+            base: vec![0; strides.len()],
+            dims,
+        }
+    }
+
+    /// The same region with per-operand base offsets (elements).
+    pub fn with_base(mut self, base: Vec<i64>) -> Region {
+        debug_assert_eq!(base.len(), self.base.len());
+        self.base = base;
+        self
+    }
+
+    pub fn numel(&self) -> usize {
+        self.dims.iter().map(|d| d.size).product()
+    }
+
+    /// Drops size-1 dims and merges neighbours that are contiguous for every operand
+    /// (`outer.stride == inner.stride * inner.size`).
+    pub fn simplify(mut self) -> Region {
+        self.dims.retain(|d| d.size != 1);
+        let mut merged: Vec<Dim> = Vec::with_capacity(self.dims.len());
+        for d in self.dims.into_iter() {
+            if let Some(last) = merged.last_mut()
+                && last
+                    .strides
+                    .iter()
+                    .zip(&d.strides)
+                    .all(|(&o, &i)| o == i * d.size as i64)
+            {
+                last.size *= d.size;
+                last.strides = d.strides;
+                continue;
+            }
+            merged.push(d);
+        }
+        Region {
+            base: self.base,
+            dims: merged,
+        }
+    }
+}
+
+/// Limits that shape the tiles.
+#[derive(Clone, Copy, Debug)]
+pub struct TileLimits {
+    /// SBUF partitions (rows per tile).
+    pub partitions: usize,
+    /// Max elements per partition of one tile.
+    pub max_free: usize,
+    /// Max free dims of a tile (the access patterns allow 4; one is kept spare).
+    pub max_free_dims: usize,
+}
+
+impl TileLimits {
+    pub fn for_target(target: &Target, max_free: usize) -> TileLimits {
+        TileLimits {
+            partitions: target.partitions,
+            max_free,
+            max_free_dims: 3,
+        }
+    }
+}
+
+/// One tile: `partitions` rows (one HBM stride per operand) × `free` dims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileJob {
+    /// Per-operand element offset of the tile's first element.
+    pub base: Vec<i64>,
+    pub partitions: usize,
+    pub partition_strides: Vec<i64>,
+    /// Free dims outer to inner.
+    pub free: Vec<Dim>,
+}
+
+impl TileJob {
+    pub fn free_elems(&self) -> usize {
+        self.free.iter().map(|d| d.size).product()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.partitions * self.free_elems()
+    }
+
+    /// Free sizes outer to inner.
+    pub fn free_shape(&self) -> Vec<usize> {
+        self.free.iter().map(|d| d.size).collect()
+    }
+
+    /// The HBM side of a DMA for operand `operand`: the tile's rows and free dims in tensor
+    /// `name` (strides 0 where the operand is broadcast).
+    pub fn hbm_ap(&self, operand: usize, name: &str, dtype: DType) -> AccessPattern {
+        let free = self.free.iter().map(|d| [d.strides[operand], d.size as i64]).collect();
+        AccessPattern::hbm(
+            name,
+            dtype,
+            self.base[operand] as u64,
+            self.partitions,
+            self.partition_strides[operand],
+            free,
+        )
+    }
+
+    /// A dense SBUF tile with the same free shape as the HBM side (for DMAs).
+    pub fn sbuf_shaped(&self, dtype: DType, offset: u64) -> AccessPattern {
+        let mut free = Vec::with_capacity(self.free.len());
+        let mut step = 1i64;
+        for d in self.free.iter().rev() {
+            free.push([step, d.size as i64]);
+            step *= d.size as i64;
+        }
+        free.reverse();
+        AccessPattern::sbuf(dtype, 0, self.partitions, offset, free)
+    }
+
+    /// The same dense SBUF tile as one flat free dim (for compute instructions).
+    pub fn sbuf_flat(&self, dtype: DType, offset: u64) -> AccessPattern {
+        AccessPattern::sbuf(dtype, 0, self.partitions, offset, vec![[1, self.free_elems() as i64]])
+    }
+}
+
+/// Cuts a region into tile jobs (see the module doc). Empty regions give no jobs; a 0-d region
+/// gives one 1×1 job.
+pub fn plan_tiles(region: Region, limits: TileLimits) -> Vec<TileJob> {
+    let mut jobs = Vec::new();
+    plan_into(region.simplify(), limits, &mut jobs);
+    jobs
+}
+
+fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
+    let ops = region.base.len();
+    if region.dims.iter().any(|d| d.size == 0) {
+        return;
+    }
+    let k = region.dims.len();
+    if k == 0 {
+        jobs.push(TileJob {
+            base: region.base,
+            partitions: 1,
+            partition_strides: vec![0; ops],
+            free: vec![Dim {
+                size: 1,
+                strides: vec![0; ops],
+            }],
+        });
+        return;
+    }
+    let inner = &region.dims[k - 1];
+    if k == 1 {
+        // One dim: spread it over the partitions as [rows, cols] (+ a tail) before anything
+        // else, so that every lane works: cutting a long dim into `max_free` chunks first would
+        // put a 4257-element tensor on 1 partition × 4096 (+ 80 × 2 + 1).
+        let n = inner.size;
+        if n <= limits.partitions {
+            jobs.push(TileJob {
+                base: region.base,
+                partitions: n,
+                partition_strides: inner.strides.clone(),
+                free: vec![Dim {
+                    size: 1,
+                    strides: vec![0; ops],
+                }],
+            });
+            return;
+        }
+        let cols = n.div_ceil(limits.partitions).min(limits.max_free);
+        let rows = (n / cols).min(limits.partitions);
+        let body = Region {
+            base: region.base.clone(),
+            dims: vec![
+                Dim {
+                    size: rows,
+                    strides: inner.strides.iter().map(|s| s * cols as i64).collect(),
+                },
+                Dim {
+                    size: cols,
+                    strides: inner.strides.clone(),
+                },
+            ],
+        };
+        plan_into(body, limits, jobs);
+        let done = rows * cols;
+        if done < n {
+            let tail = Region {
+                base: region
+                    .base
+                    .iter()
+                    .zip(&inner.strides)
+                    .map(|(b, s)| b + s * done as i64)
+                    .collect(),
+                dims: vec![Dim {
+                    size: n - done,
+                    strides: inner.strides.clone(),
+                }],
+            };
+            plan_into(tail, limits, jobs);
+        }
+        return;
+    }
+    // The innermost dim alone is too long for one tile: split it into full chunks (+ a tail).
+    if inner.size > limits.max_free {
+        let chunk = limits.max_free;
+        let full = inner.size / chunk;
+        let rest = inner.size % chunk;
+        let mut body = region.clone();
+        body.dims[k - 1] = Dim {
+            size: full,
+            strides: inner.strides.iter().map(|s| s * chunk as i64).collect(),
+        };
+        body.dims.push(Dim {
+            size: chunk,
+            strides: inner.strides.clone(),
+        });
+        plan_into(body, limits, jobs);
+        if rest > 0 {
+            let mut tail = region.clone();
+            tail.base = region
+                .base
+                .iter()
+                .zip(&inner.strides)
+                .map(|(b, s)| b + s * (full * chunk) as i64)
+                .collect();
+            tail.dims[k - 1].size = rest;
+            plan_into(tail, limits, jobs);
+        }
+        return;
+    }
+    // Free dims: as many inner dims as fit (at least one), then one partition dim, then loops.
+    let mut f = (k - 1).min(limits.max_free_dims);
+    while f > 1 && region.dims[k - f..].iter().map(|d| d.size).product::<usize>() > limits.max_free {
+        f -= 1;
+    }
+    let free: Vec<Dim> = region.dims[k - f..].to_vec();
+    let part = &region.dims[k - f - 1];
+    let loops = &region.dims[..k - f - 1];
+    let mut counter = vec![0usize; loops.len()];
+    loop {
+        let mut base = region.base.clone();
+        for (d, &i) in loops.iter().zip(&counter) {
+            for (b, s) in base.iter_mut().zip(&d.strides) {
+                *b += s * i as i64;
+            }
+        }
+        let mut p0 = 0;
+        while p0 < part.size {
+            let rows = (part.size - p0).min(limits.partitions);
+            jobs.push(TileJob {
+                base: base.iter().zip(&part.strides).map(|(b, s)| b + s * p0 as i64).collect(),
+                partitions: rows,
+                partition_strides: part.strides.clone(),
+                free: free.clone(),
+            });
+            p0 += rows;
+        }
+        // Next loop index (odometer, innermost fastest).
+        let mut d = loops.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            counter[d] += 1;
+            if counter[d] < loops[d].size {
+                break;
+            }
+            counter[d] = 0;
+        }
+    }
+}
+
+/// A bump allocator of SBUF bytes per partition (tiles live at the same offset in every
+/// partition).
+#[derive(Clone, Debug)]
+pub struct SbufAllocator {
+    next: u64,
+    limit: u64,
+}
+
+impl SbufAllocator {
+    /// Allocation alignment: keeps every dtype's elements aligned.
+    const ALIGN: u64 = 64;
+
+    pub fn new(target: &Target) -> Self {
+        SbufAllocator {
+            next: 0,
+            limit: target.sbuf_usable_bytes as u64,
+        }
+    }
+
+    /// Reserves `bytes` per partition; returns the byte offset.
+    pub fn alloc(&mut self, bytes: usize) -> Result<u64, LowerError> {
+        let offset = self.next;
+        let end = offset + (bytes as u64).div_ceil(Self::ALIGN) * Self::ALIGN;
+        if end > self.limit {
+            return Err(LowerError::Resources(format!(
+                "SBUF exhausted: {end} bytes per partition needed, {} usable",
+                self.limit
+            )));
+        }
+        self.next = end;
+        Ok(offset)
+    }
+
+    /// Reserves `bytes` per partition as a dependency-tracked [`Slot`].
+    pub fn slot(&mut self, bytes: usize) -> Result<Slot, LowerError> {
+        Ok(Slot {
+            offset: self.alloc(bytes)?,
+        })
+    }
+
+    pub fn used(&self) -> u64 {
+        self.next
+    }
+}
+
+/// A region of SBUF that instructions read and write (one allocation), for dependency tracking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Slot {
+    pub offset: u64,
+}
+
+/// Appends instructions to a program and fills in their cross-engine `wait` lists: an
+/// instruction waits for the last writer of each slot it reads (read after write), and for the
+/// last writer and the readers since of each slot it writes (write after write / after read),
+/// when those ran on another engine. (Instructions on one engine's queue are ordered anyway.)
+#[derive(Debug)]
+pub struct Emitter {
+    pub program: Program,
+    last_write: HashMap<Slot, usize>,
+    reads_since_write: HashMap<Slot, Vec<usize>>,
+}
+
+impl Emitter {
+    pub fn new(program: Program) -> Self {
+        Emitter {
+            program,
+            last_write: HashMap::new(),
+            reads_since_write: HashMap::new(),
+        }
+    }
+
+    /// Appends `op` on `engine`, which reads `reads` and writes `writes`.
+    pub fn push(&mut self, engine: Engine, op: Op, reads: &[Slot], writes: &[Slot]) -> usize {
+        let index = self.program.instructions.len();
+        let mut wait = BTreeSet::new();
+        let engine_of = |i: usize, p: &Program| p.instructions[i].engine;
+        for r in reads {
+            if let Some(&w) = self.last_write.get(r) {
+                wait.insert(w);
+            }
+        }
+        for w in writes {
+            if let Some(&prev) = self.last_write.get(w) {
+                wait.insert(prev);
+            }
+            if let Some(readers) = self.reads_since_write.get(w) {
+                wait.extend(readers.iter().copied());
+            }
+        }
+        wait.retain(|&i| engine_of(i, &self.program) != engine);
+        let mut inst = Instruction::new(engine, op);
+        inst.wait = wait.into_iter().map(|i| i as u32).collect();
+        self.program.instructions.push(inst);
+        for r in reads {
+            self.reads_since_write.entry(*r).or_default().push(index);
+        }
+        for w in writes {
+            self.last_write.insert(*w, index);
+            self.reads_since_write.remove(w);
+        }
+        index
+    }
+
+    pub fn finish(self) -> Program {
+        self.program
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// SBUF buffers and instruction builders.
+
+/// An SBUF buffer: `[P, cols]` of `dtype` at `offset`.
+#[derive(Clone, Copy, Debug)]
+pub struct Buf {
+    pub slot: Slot,
+    pub dtype: DType,
+    pub cols: usize,
+}
+
+impl Buf {
+    pub fn new(alloc: &mut SbufAllocator, dtype: DType, cols: usize) -> Result<Buf, LowerError> {
+        Ok(Buf {
+            slot: alloc.slot(cols.max(1) * dtype.size())?,
+            dtype,
+            cols,
+        })
+    }
+
+    /// Columns `[c0, c0 + n)` of `p` partitions, one flat free dim.
+    pub fn cols(&self, p: usize, c0: usize, n: usize) -> AccessPattern {
+        AccessPattern::sbuf(
+            self.dtype,
+            0,
+            p,
+            self.slot.offset + (c0 * self.dtype.size()) as u64,
+            vec![[1, n as i64]],
+        )
+    }
+
+    /// Column `c` as a `[P, 1]` scalar operand.
+    pub fn col(&self, p: usize, c: usize) -> AccessPattern {
+        self.cols(p, c, 1)
+    }
+
+    /// Free layout `free` (element steps) from column 0.
+    pub fn shaped(&self, p: usize, free: Vec<[i64; 2]>) -> AccessPattern {
+        AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset, free)
+    }
+}
+
+pub fn ts(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    v0: ScalarOperand,
+    op1: Option<(AluOp, ScalarOperand)>,
+) -> Op {
+    let (op1, operand1) = match op1 {
+        Some((o, v)) => (Some(o), Some(v)),
+        None => (None, None),
+    };
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0: v0,
+        reverse0: false,
+        op1,
+        operand1,
+        reverse1: false,
+    })
+}
+
+pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
+    Op::TensorTensor(TensorTensor { dst, in0, in1, op })
+}
+
+pub fn imm(v: f64) -> ScalarOperand {
+    ScalarOperand::Imm(v)
+}
+
+/// Columns `[c0, c0 + n)` of the first `p` partitions of a [`Buf`]: an operand that knows
+/// which buffer it lives in, so the [`Emitter`] shorthands below derive an instruction's
+/// read and write slots from its operands instead of from hand-written lists.
+#[derive(Clone, Copy, Debug)]
+pub struct Cols {
+    pub buf: Buf,
+    pub p: usize,
+    pub c0: usize,
+    pub n: usize,
+}
+
+impl Cols {
+    pub fn ap(&self) -> AccessPattern {
+        self.buf.cols(self.p, self.c0, self.n)
+    }
+}
+
+impl Buf {
+    /// Columns `[c0, c0 + n)` of `p` partitions as a slot-carrying operand.
+    pub fn at(&self, p: usize, c0: usize, n: usize) -> Cols {
+        Cols { buf: *self, p, c0, n }
+    }
+
+    /// Column `c` of `p` partitions: a per-partition scalar operand.
+    pub fn scalar(&self, p: usize, c: usize) -> Scalar {
+        Scalar::Col(self.at(p, c, 1))
+    }
+}
+
+/// The scalar operand of a `tensor_scalar`/`activation` bias: an immediate, or one column of
+/// a buffer (one value per partition).
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    Imm(f64),
+    Col(Cols),
+}
+
+impl Scalar {
+    fn operand(&self) -> ScalarOperand {
+        match self {
+            Scalar::Imm(v) => ScalarOperand::Imm(*v),
+            Scalar::Col(c) => ScalarOperand::Tile(c.ap()),
+        }
+    }
+
+    fn slot(&self) -> Option<Slot> {
+        match self {
+            Scalar::Imm(_) => None,
+            Scalar::Col(c) => Some(c.buf.slot),
+        }
+    }
+}
+
+/// Shorthands for the instructions lowerings emit most, over [`Cols`] operands. Each pushes one
+/// instruction whose reads are its source operands' buffers and whose write is `dst`'s buffer.
+impl Emitter {
+    fn push_derived(&mut self, engine: Engine, op: Op, reads: &[Option<Slot>], dst: Slot) -> usize {
+        let mut slots: Vec<Slot> = Vec::with_capacity(reads.len());
+        for s in reads.iter().flatten() {
+            if !slots.contains(s) {
+                slots.push(*s);
+            }
+        }
+        self.push(engine, op, &slots, &[dst])
+    }
+
+    /// `dst = (src op0 s0) op1 s1` (`tensor_scalar`, one or two ALU stages).
+    pub fn tensor_scalar(
+        &mut self,
+        engine: Engine,
+        dst: Cols,
+        src: Cols,
+        op0: AluOp,
+        s0: Scalar,
+        then: Option<(AluOp, Scalar)>,
+    ) -> usize {
+        let op = ts(
+            dst.ap(),
+            src.ap(),
+            op0,
+            s0.operand(),
+            then.map(|(o, s)| (o, s.operand())),
+        );
+        let reads = [Some(src.buf.slot), s0.slot(), then.and_then(|(_, s)| s.slot())];
+        self.push_derived(engine, op, &reads, dst.buf.slot)
+    }
+
+    /// `dst = a op b` elementwise (`tensor_tensor`).
+    pub fn tensor_tensor(&mut self, engine: Engine, dst: Cols, a: Cols, b: Cols, op: AluOp) -> usize {
+        let reads = [Some(a.buf.slot), Some(b.buf.slot)];
+        self.push_derived(engine, tt(dst.ap(), a.ap(), b.ap(), op), &reads, dst.buf.slot)
+    }
+
+    /// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
+    pub fn tensor_copy(&mut self, engine: Engine, dst: Cols, src: Cols) -> usize {
+        let op = Op::TensorCopy(TensorCopy {
+            dst: dst.ap(),
+            src: src.ap(),
+        });
+        self.push_derived(engine, op, &[Some(src.buf.slot)], dst.buf.slot)
+    }
+
+    /// `dst = 1 / src` on VectorE (`reciprocal`).
+    pub fn reciprocal(&mut self, dst: Cols, src: Cols) -> usize {
+        let op = Op::Reciprocal(Reciprocal {
+            dst: dst.ap(),
+            src: src.ap(),
+        });
+        self.push_derived(Engine::Vector, op, &[Some(src.buf.slot)], dst.buf.slot)
+    }
+
+    /// `dst = func(src + bias)` on ScalarE (`activation`, scale 1, no accumulation).
+    pub fn activation(&mut self, dst: Cols, func: ActFunc, src: Cols, bias: Option<Scalar>) -> usize {
+        let op = Op::Activation(Activation {
+            dst: dst.ap(),
+            func,
+            src: src.ap(),
+            bias: bias.map(|b| b.operand()),
+            scale: imm(1.0),
+            acc: AccCmd::Idle,
+            reduce_res: None,
+        });
+        let reads = [Some(src.buf.slot), bias.and_then(|b| b.slot())];
+        self.push_derived(Engine::Scalar, op, &reads, dst.buf.slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> TileLimits {
+        TileLimits {
+            partitions: 128,
+            max_free: 4096,
+            max_free_dims: 3,
+        }
+    }
+
+    /// Every output element is covered exactly once, and every operand offset is where
+    /// broadcasting says it is.
+    fn check_cover(shape: &[usize], strides: &[Vec<i64>], jobs: &[TileJob]) {
+        let numel: usize = shape.iter().product();
+        let mut seen = vec![0u32; numel];
+        for j in jobs {
+            assert!(j.partitions >= 1 && j.partitions <= 128, "{j:?}");
+            assert!(j.free_elems() <= 4096 && j.free.len() <= 3, "{j:?}");
+            for p in 0..j.partitions {
+                let free_offsets = |op: usize| {
+                    let mut offs = vec![j.base[op] + p as i64 * j.partition_strides[op]];
+                    for d in &j.free {
+                        offs = offs
+                            .iter()
+                            .flat_map(|o| (0..d.size).map(move |i| o + i as i64 * d.strides[op]))
+                            .collect();
+                    }
+                    offs
+                };
+                let out = free_offsets(0);
+                for (op, s) in strides.iter().enumerate().skip(1) {
+                    let got = free_offsets(op);
+                    for (o, g) in out.iter().zip(&got) {
+                        // Recover the multi-index from the contiguous output offset.
+                        let idx = crate::dtype::unravel(*o as usize, shape);
+                        let want: i64 = idx.iter().zip(s).map(|(i, st)| *i as i64 * st).sum();
+                        assert_eq!(*g, want, "operand {op} at output offset {o}");
+                    }
+                }
+                for o in out {
+                    seen[o as usize] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1), "every element exactly once: {shape:?}");
+    }
+
+    fn plan(out: &[usize], inputs: &[&[usize]]) -> (Vec<Vec<i64>>, Vec<TileJob>) {
+        let mut strides = vec![broadcast_strides(out, out)];
+        for i in inputs {
+            strides.push(broadcast_strides(i, out));
+        }
+        let jobs = plan_tiles(Region::new(out, &strides), limits());
+        check_cover(out, &strides, &jobs);
+        (strides, jobs)
+    }
+
+    #[test]
+    fn broadcasting_shapes() {
+        assert_eq!(broadcast_shapes(&[5, 5], &[5]), Some(vec![5, 5]));
+        assert_eq!(broadcast_shapes(&[2, 1, 4], &[3, 1]), Some(vec![2, 3, 4]));
+        assert_eq!(broadcast_shapes(&[], &[3]), Some(vec![3]));
+        assert_eq!(broadcast_shapes(&[0], &[1]), Some(vec![0]));
+        assert_eq!(broadcast_shapes(&[2], &[3]), None);
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(broadcast_strides(&[], &[2, 3]), vec![0, 0]);
+    }
+
+    #[test]
+    fn sizes_0_1_129_513_1000_and_0d() {
+        assert!(plan(&[0], &[&[0]]).1.is_empty());
+        assert!(plan(&[3, 0], &[&[1]]).1.is_empty());
+        assert_eq!(plan(&[], &[&[]]).1.len(), 1);
+        assert_eq!(plan(&[1], &[&[1]]).1.len(), 1);
+        let (_, jobs) = plan(&[129], &[&[129]]);
+        assert_eq!(jobs.len(), 2, "[64 x 2] + tail 1");
+        plan(&[513], &[&[513]]);
+        let (_, jobs) = plan(&[1000], &[&[1000]]);
+        assert_eq!(jobs.len(), 1);
+        assert_eq!((jobs[0].partitions, jobs[0].free_elems()), (125, 8));
+        plan(&[1000], &[&[]]);
+        plan(&[1000, 3], &[&[3]]);
+    }
+
+    #[test]
+    fn broadcast_patterns() {
+        plan(&[5, 5], &[&[5, 5], &[5]]);
+        plan(&[5, 5], &[&[5, 1], &[1, 5]]);
+        plan(&[2, 3, 4], &[&[2, 3, 4], &[3, 1]]);
+        plan(&[2, 3, 4, 5, 6], &[&[2, 1, 4, 1, 6], &[3, 1, 5, 1]]);
+        plan(&[300, 7], &[&[300, 1], &[7]]);
+        plan(&[3, 200, 129], &[&[1, 200, 1], &[129]]);
+        let (_, jobs) = plan(&[4, 4], &[&[4, 4], &[4, 4]]);
+        assert_eq!(jobs.len(), 1, "contiguous operands merge into one dim");
+    }
+
+    #[test]
+    fn long_rows_are_split() {
+        plan(&[2, 10_000], &[&[2, 10_000], &[1]]);
+        plan(&[100_003], &[&[100_003]]);
+        plan(&[1, 9000], &[&[9000]]);
+    }
+
+    /// A contiguous tensor longer than one partition's budget still uses every lane: [129, 33]
+    /// (4257 elements) is 125 partitions × 34 + a 7-row tail, not 1 × 4096 + 80 × 2 + 1; a
+    /// million elements take four jobs of at least 125 partitions but the last.
+    #[test]
+    fn long_contiguous_tensors_use_all_partitions() {
+        let (_, jobs) = plan(&[129, 33], &[&[129, 33]]);
+        let shape: Vec<(usize, usize)> = jobs.iter().map(|j| (j.partitions, j.free_elems())).collect();
+        assert_eq!(shape, [(125, 34), (7, 1)]);
+        let (_, jobs) = plan(&[1_000_000], &[&[1_000_000]]);
+        assert_eq!((jobs[0].partitions, jobs[0].free_elems()), (128, 4096));
+        let last = jobs.len() - 1;
+        assert!(jobs[..last].iter().all(|j| j.partitions >= 125), "{jobs:?}");
+        assert!(jobs.len() <= 4, "{}", jobs.len());
+    }
+
+    #[test]
+    fn emitter_records_cross_engine_waits() {
+        let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
+        let (a, b) = (Slot { offset: 0 }, Slot { offset: 64 });
+        let memset = |off| {
+            Op::Memset(trnsim::Memset {
+                dst: AccessPattern::sbuf(DType::F32, 0, 1, off, vec![[1, 1]]),
+                value: 0.0,
+            })
+        };
+        let load = e.push(Engine::Dma, memset(0), &[], &[a]);
+        let compute = e.push(Engine::Vector, memset(64), &[a], &[b]);
+        let store = e.push(Engine::Dma, memset(0), &[b], &[]);
+        let reload = e.push(Engine::Dma, memset(0), &[], &[a]);
+        let p = e.finish();
+        assert!(p.instructions[load].wait.is_empty());
+        assert_eq!(p.instructions[compute].wait, vec![load as u32]);
+        assert_eq!(p.instructions[store].wait, vec![compute as u32]);
+        assert_eq!(
+            p.instructions[reload].wait,
+            vec![compute as u32],
+            "write after read on another engine"
+        );
+    }
+
+    #[test]
+    fn shorthands_wait_on_every_buffer_their_operands_touch() {
+        let t = trnsim::TargetName::Trn1.params();
+        let mut alloc = SbufAllocator::new(&t);
+        let x = Buf::new(&mut alloc, DType::F32, 8).unwrap();
+        let stats = Buf::new(&mut alloc, DType::F32, 2).unwrap();
+        let y = Buf::new(&mut alloc, DType::F32, 8).unwrap();
+        let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
+        // Different engines write the three buffers, so each dependency shows up as a wait.
+        let load_x = e.push(
+            Engine::Dma,
+            Op::Memset(trnsim::Memset {
+                dst: x.cols(4, 0, 8),
+                value: 1.0,
+            }),
+            &[],
+            &[x.slot],
+        );
+        let set_stats = e.push(
+            Engine::Gpsimd,
+            Op::Memset(trnsim::Memset {
+                dst: stats.cols(4, 0, 2),
+                value: 2.0,
+            }),
+            &[],
+            &[stats.slot],
+        );
+        // y = (x · stats[:, 1]) + 3: reads x and the stats column, writes y.
+        let scale = e.tensor_scalar(
+            Engine::Vector,
+            y.at(4, 0, 8),
+            x.at(4, 0, 8),
+            AluOp::Multiply,
+            stats.scalar(4, 1),
+            Some((AluOp::Add, Scalar::Imm(3.0))),
+        );
+        // exp(y + stats[:, 0]) on ScalarE into x: waits for the writers of y (VectorE) and of
+        // the stats (GpSimd), and for x's last writer and readers on other engines.
+        let exp = e.activation(x.at(4, 0, 8), ActFunc::Exp, y.at(4, 0, 8), Some(stats.scalar(4, 0)));
+        let p = e.finish();
+        assert_eq!(p.instructions[scale].wait, vec![load_x as u32, set_stats as u32]);
+        assert_eq!(
+            p.instructions[exp].wait,
+            vec![load_x as u32, set_stats as u32, scale as u32]
+        );
+        let Op::TensorScalar(ts) = &p.instructions[scale].op else {
+            panic!("not tensor_scalar")
+        };
+        assert_eq!(ts.operand0, ScalarOperand::Tile(stats.cols(4, 1, 1)));
+        assert_eq!(ts.operand1, Some(ScalarOperand::Imm(3.0)));
+        assert_eq!(ts.dst, y.cols(4, 0, 8));
+    }
+
+    #[test]
+    fn allocator_limits() {
+        let t = trnsim::TargetName::Trn1.params();
+        let mut a = SbufAllocator::new(&t);
+        assert_eq!(a.alloc(10).unwrap(), 0);
+        assert_eq!(a.alloc(4).unwrap(), 64);
+        assert!(a.alloc(t.sbuf_usable_bytes).is_err());
+    }
+}
