@@ -411,7 +411,10 @@ impl Executor {
         Ok(stats)
     }
 
-    fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {
+    /// Checks a program's declarations against this executor's limits (instruction count, unique
+    /// names, total HBM bytes) without allocating anything: what `run` checks first. A caller that
+    /// builds inputs from the declarations (the `trnsim` CLI zero-fills them) calls it before.
+    pub fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {
         if program.instructions.len() > self.config.max_instructions {
             return Err(SimError::program(ErrorKind::Invalid(format!(
                 "{} instructions, the executor accepts at most {}",

@@ -1321,7 +1321,7 @@ fn fmt_value(v: &trnconf::case::Value) -> String {
 /// One instruction as text: engine, opcode, operands with access patterns, other fields.
 fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
     let operands = ins.op.operands();
-    let mut parts: Vec<String> = operands.iter().map(|(name, ap)| format!("{name}={ap}")).collect();
+    let mut parts: Vec<String> = operands.iter().map(|o| format!("{}={}", o.name, o.ap)).collect();
     // The non-operand fields (ALU ops, immediates, …) from the instruction's serde form.
     if let Ok(Value::Object(m)) = serde_json::to_value(&ins.op) {
         let inner = if m.len() == 1 {
@@ -1331,9 +1331,9 @@ fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
         };
         if let Some(Value::Object(fields)) = inner {
             for (k, v) in fields {
-                if !operands.iter().any(|(n, _)| *n == k) && !v.is_null() {
+                if !operands.iter().any(|o| o.name == k) && !v.is_null() {
                     // A scalar operand that is a tile was printed above; others are immediates.
-                    if v.is_object() && operands.iter().any(|(n, _)| k.starts_with(n)) {
+                    if v.is_object() && operands.iter().any(|o| k.starts_with(o.name)) {
                         continue;
                     }
                     parts.push(format!("{k}={v}"));

@@ -69,6 +69,16 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = parse(args)?;
     let text = std::fs::read_to_string(&o.program).map_err(|e| format!("{}: {e}", o.program))?;
     let program = Program::from_json(&text).map_err(|e| format!("{}: not a program: {e}", o.program))?;
+    let config = ExecConfig {
+        race_check: o.race_check,
+        ..ExecConfig::default()
+    };
+    let executor = Executor::with_config(program.target, config);
+    // Declarations first: a huge declared input is refused before anything is allocated for it.
+    if let Err(e) = executor.validate_declarations(&program) {
+        eprintln!("trnsim: {}: {e}", o.program);
+        return Ok(ExitCode::from(1));
+    }
     let mut inputs = match &o.inputs {
         Some(f) => read_safetensors(f)?,
         None => BTreeMap::new(),
@@ -86,11 +96,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             );
         }
     }
-    let config = ExecConfig {
-        race_check: o.race_check,
-        ..ExecConfig::default()
-    };
-    let run = match Executor::with_config(program.target, config).run(&program, &inputs) {
+    let run = match executor.run(&program, &inputs) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("trnsim: {}: {e}", o.program);

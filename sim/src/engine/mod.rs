@@ -88,7 +88,7 @@ const LATER_SCALAR_INSTRUCTIONS: &[&str] = &["tensor_copy", "tensor_scalar"];
 /// Every dtype an instruction's operands use must exist on the core
 /// ([`ErrorKind::DTypeNotOnTarget`] naming the generation and the dtype).
 pub fn check_dtypes(target: &Target, op: &Op) -> Result<(), OperandError> {
-    for (name, ap) in op.operands() {
+    for (name, ap) in op.operands().into_iter().map(|o| (o.name, o.ap)) {
         if !target.has_dtype(ap.dtype) {
             return Err(OperandError {
                 operand: Some(name.to_string()),
