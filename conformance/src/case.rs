@@ -464,6 +464,7 @@ impl Case {
                 return Err(err(CaseErrorKind::UndescribedTensor { name: name.to_string() }));
             }
         }
+        crate::accuracy::check_consistency(&meta.op, &tensors, &oracles).map_err(err)?;
         // Every tensor a value refers to must exist.
         let values = meta.args.iter().chain(meta.kwargs.values()).chain(meta.outputs.iter());
         for v in values {

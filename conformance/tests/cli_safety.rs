@@ -515,3 +515,76 @@ fn every_committed_golden_is_consistent() {
         bad.join("\n")
     );
 }
+
+/// A committed golden whose stored CPU output is replaced by garbage (its oracle untouched):
+/// inconsistent, an error naming the file, never an "accurate" pass.
+#[test]
+fn a_golden_whose_cpu_output_is_off_its_own_oracle_is_an_error() {
+    let src = trnconf::default_golden_dir();
+    let index = trnconf::case::GoldenIndex::load(&src).unwrap();
+    let entry = index
+        .cases
+        .iter()
+        .find(|e| {
+            e.op == "add.Tensor"
+                && e.dtype == "f32"
+                && trnconf::case::Case::load_entry(&src, e).is_ok_and(|c| {
+                    matches!(
+                        c.oracles.get("output.0"),
+                        Some(trnconf::accuracy::Oracle::Values { bound, .. }) if bound.kind() == "arithmetic"
+                    )
+                })
+        })
+        .expect("a committed add.Tensor f32 case with an arithmetic-bound oracle");
+    let bytes = std::fs::read(src.join(&entry.file)).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    for (name, _, _, data) in &mut owned {
+        if name == "output.0" {
+            for c in data.chunks_exact_mut(4) {
+                let x = f32::from_le_bytes(c.try_into().unwrap());
+                c.copy_from_slice(&(x * 1.01 + 1.0).to_le_bytes());
+            }
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = owned
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    let dir = TempDir::new("safety-consistency");
+    let golden = dir.path().join("g");
+    let file = golden.join(&entry.file);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, safetensors::serialize(views, header.metadata().clone()).unwrap()).unwrap();
+    let one = serde_json::json!({"format": 2, "torch": "test", "cases": [entry]});
+    std::fs::write(golden.join("index.json"), one.to_string()).unwrap();
+    let ex = no_expectations(dir.path());
+    let json = dir.path().join("r.json");
+    let o = trnconf(&[
+        "run",
+        "--golden",
+        s(&golden),
+        "--expectations",
+        s(&ex),
+        "--json",
+        s(&json),
+    ]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let c = &read_json(&json)["cases"][0];
+    assert_eq!(c["status"], "error", "{c}");
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.contains("inconsistent golden") && msg.contains(&entry.file),
+        "{msg}"
+    );
+}
