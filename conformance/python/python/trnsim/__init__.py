@@ -145,7 +145,7 @@ class _one_thread:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, e: Any, tb: Any) -> bool:
+    def __exit__(self, kind: object, e: object, tb: object) -> bool:
         if kind is RuntimeError and "borrowed" in str(e):
             raise RuntimeError(
                 f"trnsim.Session.{self.method}: this Session is in use by another thread; a Session "
