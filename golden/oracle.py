@@ -60,6 +60,7 @@ def bound_kind(op):
     return "none"
 
 
+CAST_OPS = {"_to_copy", "copy"}
 SIXTEEN_BIT = {"bf16", "f16", "f8e4m3fn", "f8e5m2"}
 ROUNDING_DIV_OPS = {"div.Tensor_mode", "div.Scalar_mode"}
 CONV_OPS = {"convolution", "convolution_backward"}
@@ -145,6 +146,29 @@ def _upcast(t):
     return t.clone()
 
 
+def _upcast_values(t):
+    """`_upcast`, and integer/bool tensors to float64 too: for a call whose result is floating
+    only by promotion (no floating tensor input), the integers are the values computed on."""
+    if t.dtype in FLOAT_STORED or t.dtype == torch.complex64:
+        return _upcast(t)
+    return t.to(torch.float64)
+
+
+def promotes_integers(c):
+    """Whether the oracle call promotes integer inputs to float64 (docs/golden-format.md, "How a
+    generator computes the oracle"): the case has a floating output but no floating tensor input
+    (true division, transcendentals and float scalars on integer tensors). Integer-result ops
+    keep exact integer arithmetic (float64 is not exact above 2^53), and ops with a floating
+    input keep their integer inputs (indices, counts) unchanged."""
+    if c.op in CAST_OPS:
+        return False  # a cast of an integer is its own exact oracle (via float64 it would round twice)
+    ins = [t for n, t in c.rec.tensors.items() if not n.startswith("output")]
+    outs = [c.rec.tensors[n] for n in c.rec.output_order]
+    floating = FLOAT_STORED + (torch.complex64,)
+    return (any(t.dtype in floating for t in outs) and bool(ins)
+            and not any(t.dtype in floating for t in ins))
+
+
 def _call(func, c, tconv, scalar, dtypes):
     names = [a.name for a in func._schema.arguments]
     args = []
@@ -198,7 +222,7 @@ def attach_oracle(c, func, dtypes):
         return
     try:
         with torch.no_grad():
-            outs = _call(func, c, _upcast, None, dtypes)
+            outs = _call(func, c, _upcast_values if promotes_integers(c) else _upcast, None, dtypes)
     except Exception as e:  # noqa: BLE001 (no float64 CPU kernel, or the op refuses mixed dtypes)
         why = f"float64 call failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"
         for n in floats:
