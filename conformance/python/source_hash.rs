@@ -7,10 +7,12 @@
 
 /// Paths, relative to the repository root, whose files (recursively) make up the extension.
 pub const HASHED_PATHS: &[&str] = &[
+    // The root manifest: sim and the lowering inherit versions from its [workspace] tables.
+    "Cargo.toml",
     "sim/Cargo.toml",
     "sim/src",
-    "conformance/Cargo.toml",
-    "conformance/src",
+    "conformance/lower/Cargo.toml",
+    "conformance/lower/src",
     "conformance/data",
     "conformance/python/Cargo.toml",
     "conformance/python/Cargo.lock",

@@ -2,6 +2,7 @@
 //! `golden/generate.py`). Produces exactly the format of docs/golden-format.md.
 
 use crate::case::{Check, IndexEntry, JsonFloat, METADATA_KEY, Value};
+use crate::tensor::StoredDtype as _;
 use crate::tensor::{Tensor, TorchDType};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

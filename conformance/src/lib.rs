@@ -18,7 +18,7 @@ pub mod fixture;
 pub mod lower;
 pub mod model;
 pub mod numerics;
-pub mod ops;
+pub use trnlower::ops;
 pub mod report;
 pub mod roofline;
 pub mod runner;

@@ -19,6 +19,7 @@ use crate::executor::CaseExecutor;
 use crate::lower::{self, LowerError};
 pub use crate::report::model::{ErrorSummary, ModelResult, NodeResult};
 use crate::runner;
+use crate::tensor::StoredDtype as _;
 use crate::tensor::{Tensor, TorchDType};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

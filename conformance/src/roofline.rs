@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use trnsim::Target;
 
-/// The op family of a lowered op: the name of its lowering file under `conformance/src/lower/`,
+/// The op family of a lowered op: the name of its lowering file under `conformance/lower/src/`,
 /// from the lowering registry itself (one list of ops, not a second copy here).
 pub fn family_of(op: &str) -> Option<&'static str> {
     crate::lower::lowering_file_of(op)
@@ -694,7 +694,7 @@ mod tests {
             assert!(family_of(op).is_some(), "{op} has no family");
         }
         for f in families() {
-            let file = crate::conformance_dir().join("src/lower").join(format!("{f}.rs"));
+            let file = crate::conformance_dir().join("lower/src").join(format!("{f}.rs"));
             assert!(file.is_file(), "{f}: no lowering file {}", file.display());
         }
         assert_eq!(family_of("div.Scalar"), Some("binary"));

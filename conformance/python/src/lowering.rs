@@ -3,7 +3,7 @@
 //!
 //! The device sees a call the way the golden suite records it (docs/golden-format.md: `args`,
 //! `kwargs`, `outputs`, tensor metadata by `input.<i>` / `kwarg.<name>` / `output.<i>` names) and
-//! asks for the same lowering the suite checks ([`trnconf::lower::lower`]), with the same
+//! asks for the same lowering the suite checks ([`trnlower::lower_call`]), with the same
 //! compute-work check as the suite's runner. The program comes back as a `trnsim.Program`; the
 //! device runs it on its session tensors, so tensor values never pass through here.
 
@@ -11,11 +11,7 @@ use crate::program::Program;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use trnconf::backend::lowering::check_compute_work;
-use trnconf::case::{Case, Check, OpCall, Provenance, TensorMeta, Value};
-use trnconf::lower::{self, LowerError};
-use trnconf::tensor::TorchDType;
+use trnlower::{self as lower, LowerError, OpCall, TensorMeta, TorchDType, Value, check_compute_work};
 
 /// The outcome of [`lower_op`]: `(error kind, message, program, values JSON, data-dependent
 /// output)`. The error kind is `None` on success; otherwise `not_lowered` (no lowering for the
@@ -52,37 +48,22 @@ pub fn lower_op(
         serde_json::from_str(tensors_json).map_err(|e| parse("tensors", e))?;
     let outputs: Vec<Value> = serde_json::from_str(outputs_json).map_err(|e| parse("outputs", e))?;
     let target = crate::convert::target(target)?;
-    let case = Case {
-        id: format!("{op}::torch-device"),
-        op: op.to_string(),
-        dtype: "none".into(),
-        file: PathBuf::from("<trnsim.torch>"),
-        schema: None,
-        call,
-        outputs,
-        // No values: the lowering and the compute-work check read metadata only.
-        tensors: BTreeMap::new(),
-        tensor_meta,
-        check: Check::default(),
-        provenance: Provenance::default(),
-        oracles: BTreeMap::new(),
-    };
     let fail = |kind: &'static str, msg: String| Ok((Some(kind), msg, None, String::new(), None));
-    let mut lowered = match lower::lower(&case, target) {
+    let mut lowered = match lower::lower_call(op, &call, &tensor_meta, &outputs, target) {
         Ok(l) => l,
         Err(LowerError::NotLowered(op)) => return fail("not_lowered", format!("op `{op}` is not lowered")),
         Err(e @ LowerError::Unsupported { .. }) => return fail("unsupported", e.to_string()),
         Err(e @ LowerError::Int64OutsideInt32 { .. }) => return fail("int64", e.to_string()),
         Err(e) => return fail("error", e.to_string()),
     };
-    if let Err(msg) = check_compute_work(&case, &lowered.program) {
+    if let Err(msg) = check_compute_work(op, &call, &tensor_meta, &lowered.program) {
         return fail("no_compute", msg);
     }
     if let Some(seed) = seed {
         reseed(&mut lowered.program, seed);
     }
     let values = serde_json::to_string(&lowered.values).expect("values serialize");
-    let data_dependent = lower::data_dependent_output(&case.op, &case.call, &case.tensor_meta)
+    let data_dependent = lower::data_dependent_output(op, &call, &tensor_meta)
         .map(|name| (lower::count_output_name(&name), name));
     Ok((
         None,
@@ -122,12 +103,12 @@ pub fn is_lowered(op: &str) -> bool {
 }
 
 /// The golden suite's tolerance for `op`'s outputs of golden dtype `dtype`
-/// (`trnconf::compare::tolerance_for`): `(rtol, atol, reason)`, the reason naming why the op
+/// (`trnlower::tolerance::tolerance_for`, the table the suite compares with): `(rtol, atol, reason)`, the reason naming why the op
 /// has a wider tolerance than the dtype's default (`None` for the default). The device's check
 /// mode judges drift with it, so a drift flagged there is one the suite would flag too.
 #[pyfunction]
 pub fn tolerance(op: &str, dtype: &str) -> PyResult<(f64, f64, Option<&'static str>)> {
     let t = TorchDType::from_name(dtype).ok_or_else(|| PyValueError::new_err(format!("unknown dtype `{dtype}`")))?;
-    let (tol, why) = trnconf::compare::tolerance_for(op, t);
+    let (tol, why) = trnlower::tolerance::tolerance_for(op, t);
     Ok((tol.rtol, tol.atol, why))
 }

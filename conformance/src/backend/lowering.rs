@@ -9,7 +9,6 @@ use crate::compare::{self, ActualOutputs};
 use crate::executor::{CaseExecutor, FailureKind};
 use crate::expect::ErrorKind;
 use crate::lower::{self, LowerError};
-use crate::ops;
 use crate::runner::BackendResult;
 use crate::tensor::{Tensor, TorchDType, format_index, unravel};
 use std::collections::BTreeMap;
@@ -122,56 +121,9 @@ fn compare_backends(
         .collect()
 }
 
-/// A compute op must make the engines compute: a program of only DMAs would mean the result was
-/// produced some other way. Exceptions ([`ops::NO_COMPUTE_WORK_OPS`]): metadata queries, which
-/// run nothing, and shape ops, which must still move their data with DMA; and programs whose
-/// outputs are all empty (there is nothing to compute).
+/// A compute op must make the engines compute ([`trnlower::check_compute_work`]).
 pub fn check_compute_work(case: &Case, program: &Program) -> Result<(), String> {
-    let outputs_empty = program
-        .hbm
-        .iter()
-        .filter(|d| d.role == HbmRole::Output)
-        .all(|d| d.shape.iter().product::<usize>() == 0);
-    if ops::NO_COMPUTE_WORK_OPS.contains(&case.op.as_str()) {
-        let moves_data = program.instructions.iter().any(|i| i.engine == trnsim::Engine::Dma);
-        if ops::family_of(&case.op) == Some("shape") && !outputs_empty && !moves_data {
-            return Err(format!(
-                "no data movement: the program for `{}` runs no DMA instruction",
-                case.op
-            ));
-        }
-        return Ok(());
-    }
-    if outputs_empty || nothing_to_compute(case) {
-        return Ok(());
-    }
-    if program.instructions.iter().any(|i| i.engine.is_compute()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "no compute-engine work: the program for `{}` runs no Tensor/Vector/Scalar/GpSimd instruction",
-            case.op
-        ))
-    }
-}
-
-/// A call whose result is one of its inputs, moved unchanged: an `index_put` whose index
-/// tensors are all empty writes no element, so `out = self` is a copy (DMA only). Decided from
-/// the call and input metadata alone — never from what the program does — so a lowering cannot
-/// claim it for a call that has work to do.
-fn nothing_to_compute(case: &Case) -> bool {
-    if case.op != "index_put" {
-        return false;
-    }
-    let Some(Value::Tensors(indices)) = case.call.arg(1, "indices") else {
-        return false;
-    };
-    let empty = |t: &String| {
-        case.tensor_meta
-            .get(t)
-            .is_some_and(|m| m.shape.iter().product::<usize>() == 0)
-    };
-    indices.iter().flatten().count() > 0 && indices.iter().flatten().all(empty)
+    trnlower::check_compute_work(&case.op, &case.call, &case.tensor_meta, program)
 }
 
 /// The host tensor for one program input: the case tensor in its device dtype. The only

@@ -10,6 +10,7 @@
 
 use super::{CaseExecutor, CaseOutputs, ExecFailure, Execution, FailureKind};
 use crate::case::{Case, Value};
+use crate::tensor::StoredDtype as _;
 use crate::tensor::{Tensor, TorchDType};
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;

@@ -219,9 +219,27 @@ def set_fallback(enabled: bool = True) -> None:
     _device.STATE.fallback = bool(enabled)
 
 
-def report() -> dict[str, Any]:
-    """The device report as a dict (ops, programs, estimated device time, fallbacks, drift)."""
-    return _report.REPORT.to_dict()
+def report(cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The device report as a dict (ops, programs, estimated device time, fallbacks, drift).
+
+    ``cost`` adds the bill (:func:`trnsim.bill.bill`) under ``"cost"``: the keyword arguments of
+    ``bill`` (``instance``, ``ranks``, ``usd_per_hour``, ``steps``, ``tokens_per_step``, ``gpu``, ...)
+    plus ``steps_measured``, how many training steps this report's device time covers (default 1),
+    so that the step time billed is the estimated device time divided by it.
+    """
+    out = _report.REPORT.to_dict()
+    if cost is not None:
+        from .. import bill as _bill
+
+        args = dict(cost)
+        measured = args.pop("steps_measured", 1)
+        if isinstance(measured, bool) or not isinstance(measured, int) or measured < 1:
+            raise ValueError(f"report(cost=): steps_measured must be a positive whole number, got {measured!r}")
+        step_s = out["est_device_time_us"] * 1e-6 / measured
+        if step_s <= 0:
+            raise ValueError("report(cost=): the report has no estimated device time yet (no device program ran)")
+        out["cost"] = {"steps_measured": measured, **_bill.bill(step_s, **args)}
+    return out
 
 
 def reset_report() -> None:

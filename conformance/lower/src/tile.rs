@@ -35,7 +35,7 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 /// Strides (in elements) of a contiguous tensor of `shape` seen through broadcasting to
 /// `out_shape`: 0 for broadcast dimensions. `shape` must broadcast to `out_shape`.
 pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<i64> {
-    let contiguous = crate::tensor::contiguous_strides(shape);
+    let contiguous = crate::dtype::contiguous_strides(shape);
     let lead = out_shape.len() - shape.len();
     (0..out_shape.len())
         .map(|d| {
@@ -687,7 +687,7 @@ mod tests {
                     let got = free_offsets(op);
                     for (o, g) in out.iter().zip(&got) {
                         // Recover the multi-index from the contiguous output offset.
-                        let idx = crate::tensor::unravel(*o as usize, shape);
+                        let idx = crate::dtype::unravel(*o as usize, shape);
                         let want: i64 = idx.iter().zip(s).map(|(i, st)| *i as i64 * st).sum();
                         assert_eq!(*g, want, "operand {op} at output offset {o}");
                     }

@@ -13,8 +13,8 @@
 use super::promote::{self, Category};
 use super::unary::{self, Kernel, OutRule, Reg, scalar_arg};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
-use crate::tensor::TorchDType;
+use crate::call::Value;
+use crate::dtype::TorchDType;
 use trnsim::{ActFunc, AluOp, DType, TargetName};
 
 fn rule(name: &str) -> Option<OutRule> {

@@ -42,8 +42,8 @@
 use super::binary::{dev, dma};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Memset, Op,
     Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed, TargetName, TensorCopy, TensorReduce, TensorScalar,
@@ -321,7 +321,7 @@ fn is_contiguous(meta: &TensorMeta) -> bool {
     let Some(strides) = &meta.strides else {
         return true;
     };
-    let want = crate::tensor::contiguous_strides(&meta.shape);
+    let want = crate::dtype::contiguous_strides(&meta.shape);
     meta.shape
         .iter()
         .zip(strides.iter().zip(&want))
@@ -1210,7 +1210,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::OpCall;
+    use crate::call::OpCall;
     use TorchDType::*;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};

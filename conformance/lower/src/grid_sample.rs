@@ -33,7 +33,7 @@
 use super::binary::{dev, dma};
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
+use crate::call::Value;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
     ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
@@ -722,8 +722,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::{OpCall, TensorMeta};
-    use crate::tensor::TorchDType;
+    use crate::call::{OpCall, TensorMeta};
+    use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
@@ -754,7 +754,7 @@ mod tests {
             op: "grid_sampler_2d",
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
     }

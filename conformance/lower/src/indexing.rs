@@ -38,8 +38,8 @@
 
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::case::Value;
-use crate::tensor::TorchDType;
+use crate::call::Value;
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
     Reciprocal, ScalarOperand, TargetName, TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,

@@ -5,7 +5,7 @@
 //! Source: c10/core/ScalarType.h `promoteTypes`, aten/src/ATen/native/TypeProperties.cpp
 //! `update_result_type_state` / `result_type`.
 
-use crate::tensor::TorchDType;
+use crate::dtype::TorchDType;
 
 /// bool < integer < float < complex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

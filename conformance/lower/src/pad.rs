@@ -11,7 +11,7 @@
 use super::binary::{dev, dma};
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
+use crate::call::Value;
 use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
 
 /// Largest plane (elements per partition) handled in one tile.

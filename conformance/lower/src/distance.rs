@@ -33,8 +33,8 @@
 use super::matmul::{TILE_K, TILE_M, TILE_N, dma, psum_slot};
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_shapes, broadcast_strides};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
-use crate::tensor::{TorchDType, unravel};
+use crate::call::Value;
+use crate::dtype::{TorchDType, unravel};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName,
     TensorReduce, TensorScalar, TensorTensor,
@@ -645,7 +645,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::{JsonFloat, OpCall, TensorMeta};
+    use crate::call::{JsonFloat, OpCall, TensorMeta};
     use std::collections::BTreeMap;
 
     fn meta(shape: &[usize]) -> TensorMeta {
@@ -677,7 +677,7 @@ mod tests {
             op: "_cdist_forward",
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         lower_cdist(&req, TargetName::Trn1).map(|l| l.program)
     }

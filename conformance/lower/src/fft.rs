@@ -40,8 +40,8 @@ use super::binary::dma;
 use super::matmul::psum_slot;
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
     Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar, TensorTensor,
@@ -806,8 +806,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::OpCall;
-    use crate::executor::{CaseExecutor, SimExecutor};
+    use crate::call::OpCall;
     use std::collections::BTreeMap;
     use trnsim::HostTensor;
 
@@ -835,15 +834,15 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
     }
 
     fn run(lowered: &Lowered, input: HostTensor) -> Vec<f32> {
         let inputs = BTreeMap::from([("input.0".to_string(), input)]);
-        let ex = SimExecutor::new(TargetName::Trn1);
-        let run = ex.execute(&lowered.program, &inputs).expect("the program runs");
+        let ex = trnsim::Executor::new(TargetName::Trn1);
+        let run = ex.run(&lowered.program, &inputs).expect("the program runs");
         run.outputs["output.0"].to_f32()
     }
 

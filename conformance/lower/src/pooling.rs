@@ -13,7 +13,7 @@
 use super::binary::{dev, dma};
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
+use crate::call::Value;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorCopy, TensorReduce,
     TensorScalar, TensorTensor,
@@ -156,7 +156,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     };
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
-    if in_meta.dtype.is_complex() || in_meta.dtype == crate::tensor::TorchDType::Bool {
+    if in_meta.dtype.is_complex() || in_meta.dtype == crate::dtype::TorchDType::Bool {
         return Err(req.unsupported(format!("{}", in_meta.dtype)));
     }
     // Integer dtypes: fp32 sums (exact below 2^24), then C++'s truncating `sum / divisor`.
@@ -180,7 +180,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     } = avg_windows(req, &ishape, &oshape, adaptive, 1)?;
 
     // adaptive_avg_pool3d accumulates in the tensor's own dtype on CPU.
-    let seq_acc = adaptive && k == 3 && out_meta.dtype != crate::tensor::TorchDType::F32;
+    let seq_acc = adaptive && k == 3 && out_meta.dtype != crate::dtype::TorchDType::F32;
     let in_d = dev(req, in_meta.dtype)?;
     let out_d = dev(req, out_meta.dtype)?;
     let mut program = Program::new(target);
@@ -1001,7 +1001,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     );
     // PyTorch's CPU kernels compute `grad_delta` and the `+=` in scalar_t: for 16-bit floats the
     // delta and the accumulator are rounded to the dtype at every step.
-    let acc_d = if out_meta.dtype == crate::tensor::TorchDType::F32 {
+    let acc_d = if out_meta.dtype == crate::dtype::TorchDType::F32 {
         DType::F32
     } else {
         out_d

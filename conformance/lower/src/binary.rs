@@ -26,8 +26,8 @@
 use super::promote::{self, Category, Operand, ScalarKind};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use trnsim::{
     AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
     TensorTensor,
@@ -788,7 +788,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::{JsonFloat, OpCall};
+    use crate::call::{JsonFloat, OpCall};
     use TorchDType::*;
     use std::collections::BTreeMap;
 

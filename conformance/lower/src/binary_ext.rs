@@ -13,8 +13,8 @@ use super::binary::{Scalar, dev, dma};
 use super::promote::{self, Category, Operand};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
     TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
@@ -1698,7 +1698,7 @@ mod tests {
     //! compositions: int32 beyond 2^24, exact remainders, quotients near integers, signed zeros,
     //! inf/NaN) against Rust's own operators in the role of PyTorch.
     use super::*;
-    use crate::case::{JsonFloat, OpCall};
+    use crate::call::{JsonFloat, OpCall};
     use TorchDType::*;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
@@ -1758,7 +1758,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         let lowered = super::super::lower_request(&req, TargetName::Trn1).unwrap();
         let r = exec.run(&lowered.program, &host).unwrap();
@@ -2098,7 +2098,7 @@ mod tests {
                 op,
                 call: &call,
                 tensors: &tensors,
-                outputs: &crate::lower::OutputSlot::of(&outputs),
+                outputs: &crate::OutputSlot::of(&outputs),
             };
             let p = super::super::lower_request(&req, TargetName::Trn1).unwrap().program;
             let mut host = BTreeMap::new();

@@ -30,7 +30,7 @@
 use super::matmul::psum_slot;
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::case::Value;
+use crate::call::Value;
 use ScalarOperand::Imm;
 use trnsim::{
     AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
@@ -353,7 +353,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         );
         // The chunk's free shape: [seg, inner dims…].
         let free_shape: Vec<usize> = std::iter::once(seg).chain(shape[dr + 1..].iter().copied()).collect();
-        let outer_index = crate::tensor::unravel(o, outer_shape);
+        let outer_index = crate::dtype::unravel(o, outer_shape);
         for d in 0..r {
             // Coordinate along d: constant for the outer dims; a0·split + p·split + s for the
             // row dim; the free index of its own axis for the inner dims.
@@ -1617,8 +1617,8 @@ fn stt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::{OpCall, TensorMeta};
-    use crate::tensor::TorchDType;
+    use crate::call::{OpCall, TensorMeta};
+    use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
@@ -1646,7 +1646,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         let program = lower(&req, TargetName::Trn1).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, x))]);
@@ -1779,7 +1779,7 @@ mod tests {
             .collect();
         let want: Vec<i32> = (0..n)
             .filter(|&i| x[i] != 0.0)
-            .flat_map(|i| crate::tensor::unravel(i, shape).into_iter().map(|c| c as i32))
+            .flat_map(|i| crate::dtype::unravel(i, shape).into_iter().map(|c| c as i32))
             .collect();
         let count = want.len() / shape.len();
         let meta = |dtype, shape: &[usize]| TensorMeta {
@@ -1802,7 +1802,7 @@ mod tests {
             op: "nonzero",
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         let program = lower(&req, TargetName::Trn1).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);

@@ -36,8 +36,8 @@
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, dma, pe_dtype, psum_slot};
 use super::tile::{Emitter, SbufAllocator, Slot, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName, TensorCopy,
 };

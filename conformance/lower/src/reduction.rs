@@ -27,8 +27,8 @@ use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, Slot};
 // that import them from here.
 pub use super::tile::{Buf, imm, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
-use crate::tensor::{TorchDType, contiguous_strides};
+use crate::call::Value;
+use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand, TargetName, TensorCopy,
     TensorReduce, TensorTensorScan,

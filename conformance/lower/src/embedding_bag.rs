@@ -43,8 +43,8 @@ use super::binary::{dev, dma};
 use super::matmul::psum_slot;
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::Value;
-use crate::tensor::TorchDType;
+use crate::call::Value;
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, NcMatmul, OobMode, Op,
     Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
@@ -1074,7 +1074,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::{OpCall, TensorMeta};
+    use crate::call::{OpCall, TensorMeta};
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 

@@ -34,8 +34,8 @@
 use super::binary::Scalar;
 use super::tile::{self, Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
     ScalarTensorTensor, TargetName, TensorCopy, TensorScalar,
@@ -445,7 +445,7 @@ fn emit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::OpCall;
+    use crate::call::OpCall;
     use std::collections::BTreeMap;
 
     fn lowered(opts: &LowerOptions) -> Program {
@@ -469,7 +469,7 @@ mod tests {
             op: "mm",
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         lower_with(&req, TargetName::Trn1, opts).unwrap().program
     }

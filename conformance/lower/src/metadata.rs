@@ -10,8 +10,8 @@
 
 use super::shape::is_contiguous;
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::contiguous_strides;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::contiguous_strides;
 use trnsim::{Program, TargetName};
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {

@@ -31,7 +31,7 @@ use super::conv::{self, Conv, SDim, tap_range};
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, dma, pe_dtype, psum_slot};
 use super::tile::{Emitter, SbufAllocator, Slot};
 use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
-use crate::case::{TensorMeta, Value};
+use crate::call::{TensorMeta, Value};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
     TensorReduce, TensorTensor,
@@ -651,8 +651,8 @@ fn emit_grad_bias(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::OpCall;
-    use crate::tensor::TorchDType;
+    use crate::call::OpCall;
+    use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
 
     /// A 2d `convolution_backward` call: grad_output, input, weight of these shapes, stride 1,
@@ -700,7 +700,7 @@ mod tests {
             op: "convolution_backward",
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
     }

@@ -27,8 +27,8 @@ use super::reduction::{
     reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
 use super::{LowerError, LowerRequest, Lowered, OutputSlot};
-use crate::case::Value;
-use crate::tensor::{TorchDType, contiguous_strides};
+use crate::call::Value;
+use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Op, Program, TargetName};
 
 use super::tile::{Dim, Emitter, Scalar};
@@ -1243,7 +1243,7 @@ fn backward_coefficients(e: &mut Emitter, st: &Buf, p: usize, db_col: usize, ds_
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::{OpCall, TensorMeta};
+    use crate::call::{OpCall, TensorMeta};
     use std::collections::BTreeMap;
 
     #[test]
@@ -1266,7 +1266,7 @@ mod tests {
             op: "_softmax",
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         let p = lower(&req, TargetName::Trn1).unwrap().program;
         let names: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 /// The embedded list, grouped by family (`{"torch", "count", "groups": {family: [op, ...]}}`).
-const CORE_ATEN_JSON: &str = include_str!("../data/core-aten-overloads.json");
+const CORE_ATEN_JSON: &str = include_str!("../../data/core-aten-overloads.json");
 
 #[derive(serde::Deserialize)]
 struct CoreList {

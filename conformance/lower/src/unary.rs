@@ -26,8 +26,8 @@
 use super::promote::{self, Category};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::TorchDType;
+use crate::call::{TensorMeta, Value};
+use crate::dtype::TorchDType;
 use std::f64::consts::{LN_2, PI};
 use trnsim::{
     AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal,

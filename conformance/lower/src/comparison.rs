@@ -12,7 +12,7 @@
 use super::binary::dev;
 use super::binary_ext::{self, Arg, Kernel, X, build, common_type, inputs, is_int, need, output};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::tensor::TorchDType;
+use crate::dtype::TorchDType;
 use trnsim::{AluOp, DType, Engine, TargetName};
 
 fn alu(op: &str) -> Option<AluOp> {

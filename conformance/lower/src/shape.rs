@@ -24,8 +24,8 @@ use super::binary::{dev, dma};
 use super::promote;
 use super::tile::{Region, TileLimits, plan_tiles};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::case::{TensorMeta, Value};
-use crate::tensor::{TorchDType, contiguous_strides};
+use crate::call::{TensorMeta, Value};
+use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{DType, Engine, HbmRole, Instruction, Program, TargetName};
 
 /// Elements per row of one DMA access pattern (a free dim's `num` is at most 65535; the tiler
@@ -640,7 +640,7 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::case::OpCall;
+    use crate::call::OpCall;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor, Op};
 
@@ -669,7 +669,7 @@ mod tests {
             op,
             call: &call,
             tensors: &tensors,
-            outputs: &crate::lower::OutputSlot::of(&outputs),
+            outputs: &crate::OutputSlot::of(&outputs),
         };
         let l = lower(&req, TargetName::Trn1).expect("lowers");
         for i in &l.program.instructions {

@@ -1,4 +1,8 @@
-//! Lowering: an ATen call → a trnsim [`Program`].
+//! `trnlower`, the lowering: an ATen call → a trnsim [`Program`], for a target.
+//!
+//! A backend crate: it depends on `trnsim` and knows nothing of golden files, comparison,
+//! expectations or reports (trnconf, the harness, and the Python package depend on it). The entry
+//! point is [`lower_call`]: the call and tensor metadata in, a scheduled program out.
 //!
 //! The interface every op family implements. A lowering sees only the call (arguments, scalar
 //! values) and tensor *metadata* ([`LowerRequest`]): it builds a program and never touches tensor
@@ -17,6 +21,12 @@
 //!   for c64 so that a lowering which does not handle the extra axis refuses complex cases
 //!   instead of declaring the wrong shape.
 //! * Ops without a lowering return [`LowerError::NotLowered`].
+
+pub mod call;
+pub mod check;
+pub mod dtype;
+pub mod ops;
+pub mod tolerance;
 
 pub mod activation;
 pub mod binary;
@@ -42,8 +52,9 @@ pub mod sort;
 pub mod tile;
 pub mod unary;
 
-use crate::case::{Case, OpCall, TensorMeta, Value};
-use crate::tensor::TorchDType;
+pub use crate::call::{JsonFloat, OpCall, TensorMeta, Value};
+pub use crate::check::check_compute_work;
+pub use crate::dtype::TorchDType;
 use std::collections::BTreeMap;
 use trnsim::{DType, Program, TargetName};
 
@@ -100,10 +111,13 @@ pub struct LowerInput {
 }
 
 impl LowerInput {
-    pub fn of_case(case: &Case) -> LowerInput {
-        let mut tensors = case.tensor_meta.clone();
-        if let Some(out) = data_dependent_output(&case.op, &case.call, &case.tensor_meta) {
-            match data_dependent_bound(&case.op, &case.call, &case.tensor_meta) {
+    /// The request for `op(call)` with every tensor's metadata (inputs and outputs, by name) and
+    /// the op's outputs as recorded: non-tensor output values are dropped and a data-dependent
+    /// output's shape is replaced by its bound from input metadata (or removed when none is known).
+    pub fn new(op: &str, call: &OpCall, tensor_meta: &BTreeMap<String, TensorMeta>, outputs: &[Value]) -> LowerInput {
+        let mut tensors = tensor_meta.clone();
+        if let Some(out) = data_dependent_output(op, call, tensor_meta) {
+            match data_dependent_bound(op, call, tensor_meta) {
                 Some(bound) => {
                     if let Some(m) = tensors.get_mut(&out) {
                         *m = TensorMeta::contiguous(m.dtype, &bound);
@@ -115,10 +129,10 @@ impl LowerInput {
             }
         }
         LowerInput {
-            op: case.op.clone(),
-            call: case.call.clone(),
+            op: op.to_string(),
+            call: call.clone(),
             tensors,
-            outputs: OutputSlot::of(&case.outputs),
+            outputs: OutputSlot::of(outputs),
         }
     }
 
@@ -271,7 +285,7 @@ macro_rules! by_file {
     };
 }
 
-/// The one registry of lowered ops: every op, the file under `conformance/src/lower/` that lowers
+/// The one registry of lowered ops: every op, the file under `conformance/lower/src/` that lowers
 /// it (its family, as the roofline and reports group ops), and the lowering function.
 const LOWERINGS: &[(&str, &str, LowerFn)] = &[
     by_file!("add.Tensor", binary::lower),
@@ -479,7 +493,7 @@ pub fn lowered_ops() -> Vec<&'static str> {
     LOWERINGS.iter().map(|(name, _, _)| *name).collect()
 }
 
-/// The file under `conformance/src/lower/` whose lowering runs `op` (its op family), if lowered.
+/// The file under `conformance/lower/src/` whose lowering runs `op` (its op family), if lowered.
 pub fn lowering_file_of(op: &str) -> Option<&'static str> {
     LOWERINGS
         .iter()
@@ -498,9 +512,17 @@ pub fn lowering_files() -> Vec<&'static str> {
     files
 }
 
-/// Lowers a case for `target`.
-pub fn lower(case: &Case, target: TargetName) -> Result<Lowered, LowerError> {
-    lower_request(&LowerInput::of_case(case).request(), target)
+/// Lowers `op(call)` for `target` from metadata alone: the one entry point of the lowering.
+/// `tensor_meta` names every tensor of the call (inputs and outputs), `outputs` the op's returns
+/// (tensor names; non-tensor values are ignored). See [`LowerInput::new`].
+pub fn lower_call(
+    op: &str,
+    call: &OpCall,
+    tensor_meta: &BTreeMap<String, TensorMeta>,
+    outputs: &[Value],
+    target: TargetName,
+) -> Result<Lowered, LowerError> {
+    lower_request(&LowerInput::new(op, call, tensor_meta, outputs).request(), target)
 }
 
 /// Lowers a request for `target`.
