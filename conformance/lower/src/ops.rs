@@ -68,7 +68,7 @@ pub fn core_op_names() -> BTreeSet<&'static str> {
 
 /// The schemas of the core overloads, as torch 2.15.0's registry prints them
 /// (`data/core-aten-schemas.json`, made by `str(torch.ops.aten.<overload>._schema)`).
-const CORE_ATEN_SCHEMAS_JSON: &str = include_str!("../data/core-aten-schemas.json");
+const CORE_ATEN_SCHEMAS_JSON: &str = include_str!("../../data/core-aten-schemas.json");
 
 #[derive(serde::Deserialize)]
 struct SchemaFile {
