@@ -226,6 +226,62 @@ pub fn load_oracles(meta: &CaseMeta, st: &safetensors::SafeTensors) -> Result<BT
     Ok(out)
 }
 
+/// A golden's own consistency (docs/golden-format.md, "Oracles"): where an output's oracle
+/// carries an algorithm bound (`dot`, `sum`, `arithmetic`, `transcendental`), PyTorch CPU's
+/// stored output must itself be within that bound of the oracle, or within the output's
+/// `assert_close` tolerance of it, at every element where both are finite. The accuracy rule
+/// lets a device pass at `k ×` the CPU's error, so a CPU output outside its own bound (garbage,
+/// or an oracle moved off it) would license anything; such a file is an error naming it. A `none`
+/// bound has no algorithm figure to hold the CPU to (only the CPU-relative part applies), and an
+/// `exact` oracle is the CPU output itself.
+pub fn check_consistency(
+    op: &str,
+    tensors: &BTreeMap<String, Tensor>,
+    oracles: &BTreeMap<String, Oracle>,
+) -> Result<(), CaseErrorKind> {
+    for (name, oracle) in oracles {
+        let Oracle::Values { values, bound } = oracle else {
+            continue;
+        };
+        if matches!(bound, Bound::None) {
+            continue;
+        }
+        let Some(cpu) = tensors.get(name) else {
+            continue;
+        };
+        let dtype = cpu.dtype;
+        let tol = crate::compare::tolerance_for(op, dtype).0;
+        let per_element = if dtype.is_complex() { 2 } else { 1 };
+        let mut worst: Option<(usize, f64, f64)> = None;
+        let mut count = 0usize;
+        for (i, &o) in values.iter().enumerate() {
+            let c = cpu.value_f64(i);
+            let o_r = overflowed(o, dtype);
+            if !(c.is_finite() && o_r.is_finite()) {
+                continue;
+            }
+            let ulp = ulp_of(o, dtype);
+            let allowed = (bound.ulps(i / per_element, o, dtype) * ulp).max(tol.atol + tol.rtol * o.abs());
+            let err = (c - o).abs();
+            if err > allowed {
+                count += 1;
+                if worst.is_none_or(|(_, e, _)| err / ulp > e) {
+                    worst = Some((i, err / ulp, allowed / ulp));
+                }
+            }
+        }
+        if let Some((i, e, allowed)) = worst {
+            return Err(CaseErrorKind::Inconsistent(format!(
+                "output `{name}`: the stored CPU output is outside its own {} bound of its oracle at {count} \
+                 element(s) (worst: scalar {i}, {e:.1} ulp, allowed {allowed:.1} ulp); the output or its \
+                 oracle is wrong",
+                bound.kind()
+            )));
+        }
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ulps
 

@@ -56,6 +56,15 @@ pub enum CaseErrorKind {
     DanglingTensorRef { name: String },
     #[error("invalid index: {0}")]
     BadIndex(String),
+    /// The call's arguments do not fit the overload's schema (PyTorch would reject the call).
+    #[error("the call does not fit the overload: {0}")]
+    BadCall(String),
+    /// The file's `check` is not the one its op and call give (docs/golden-format.md, "check").
+    #[error("check: {0}")]
+    WrongCheck(String),
+    /// The stored output disagrees with its own oracle beyond its bound.
+    #[error("inconsistent golden: {0}")]
+    Inconsistent(String),
 }
 
 /// A problem with one golden file (or the index), naming the file.
@@ -253,6 +262,9 @@ impl Case {
         if !ops::is_core_op(&meta.op) {
             return Err(err(CaseErrorKind::UnknownOp(meta.op)));
         }
+        let kwargs: Vec<&str> = meta.kwargs.keys().map(|k| k.as_str()).collect();
+        ops::check_call(&meta.op, meta.args.len(), &kwargs).map_err(|e| err(CaseErrorKind::BadCall(e)))?;
+        validate_check(&meta).map_err(|e| err(CaseErrorKind::WrongCheck(e)))?;
 
         // Every described tensor must be stored, with the described dtype and shape.
         let mut tensors = BTreeMap::new();
@@ -317,6 +329,7 @@ impl Case {
                 return Err(err(CaseErrorKind::UndescribedTensor { name: name.to_string() }));
             }
         }
+        crate::accuracy::check_consistency(&meta.op, &tensors, &oracles).map_err(err)?;
         // Every tensor a value refers to must exist.
         let values = meta.args.iter().chain(meta.kwargs.values()).chain(meta.outputs.iter());
         for v in values {
@@ -344,6 +357,107 @@ impl Case {
             oracles,
         })
     }
+}
+
+/// The check a case's outputs get follows from its op and call, never from the file
+/// (docs/golden-format.md, "check"): `metadata` for uninitialised memory (`empty*`, a growing
+/// `resize_`), `properties` for the RNG ops (except `native_dropout` with `train=False`), with
+/// the properties the call implies; `values` for everything else.
+fn validate_check(meta: &CaseMeta) -> Result<(), String> {
+    let call = OpCall {
+        args: meta.args.clone(),
+        kwargs: meta.kwargs.clone(),
+    };
+    let numel = |name: &str| meta.tensors.get(name).map(|t| t.shape.iter().product::<usize>());
+    let want = match meta.op.as_str() {
+        "empty.memory_format" | "empty_strided" => "metadata",
+        "resize_" => match (numel("output.0"), numel("input.0")) {
+            (Some(new), Some(old)) if new > old => "metadata",
+            _ => "values",
+        },
+        "native_dropout" if call.arg(2, "train").and_then(Value::as_bool) == Some(false) => "values",
+        "rand" | "randn" | "randperm" | "native_dropout" => "properties",
+        _ => "values",
+    };
+    let found = match &meta.check {
+        Check::Values => "values",
+        Check::Metadata => "metadata",
+        Check::Properties { .. } => "properties",
+    };
+    if found != want {
+        return Err(format!(
+            "kind `{found}`, but {} is checked by `{want}` (the check follows from the op)",
+            meta.op
+        ));
+    }
+    let Check::Properties { props } = &meta.check else {
+        return Ok(());
+    };
+    let bad = |what: &str| Err(format!("{} properties: {what}", meta.op));
+    if props.deterministic != Some(true) {
+        return bad("`deterministic` must be true (the runner runs the program twice)");
+    }
+    let size = |v: Option<&Value>| match v {
+        Some(Value::Ints(d)) => d
+            .iter()
+            .try_fold(1u64, |n, &x| u64::try_from(x).ok().map(|x| n.saturating_mul(x))),
+        Some(Value::Int(x)) => u64::try_from(*x).ok(),
+        _ => None,
+    };
+    let float = |v: Option<&Value>| match v {
+        Some(Value::Float(f)) => Some(f.0),
+        Some(Value::Int(i)) => Some(*i as f64),
+        _ => None,
+    };
+    match meta.op.as_str() {
+        "randperm" => {
+            if props.permutation.is_none() || props.permutation != size(call.arg(0, "n")) {
+                return bad("`permutation` must be the call's n");
+            }
+            if props.range.is_some() || props.mean.is_some() || props.std.is_some() || props.dropout.is_some() {
+                return bad("a permutation has no other property");
+            }
+        }
+        "native_dropout" => {
+            let p = float(call.arg(1, "p"));
+            if props.dropout.as_ref().map(|d| d.p) != p || p.is_none() {
+                return bad("`dropout.p` must be the call's p");
+            }
+            if props.range.is_some() || props.mean.is_some() || props.std.is_some() || props.permutation.is_some() {
+                return bad("dropout has no other property");
+            }
+        }
+        _ => {
+            // rand: U[0, 1); randn: N(0, 1); mean and std within 6 standard errors of n samples.
+            let (mu, sd) = if meta.op == "rand" {
+                (0.5, (1.0f64 / 12.0).sqrt())
+            } else {
+                (0.0, 1.0)
+            };
+            if props.permutation.is_some() || props.dropout.is_some() {
+                return bad("only range, mean and std apply");
+            }
+            match (meta.op.as_str(), props.range) {
+                ("rand", Some([lo, hi])) if lo >= 0.0 && hi <= 1.0 && lo < hi => {}
+                ("rand", _) => return bad("`range` must lie within [0, 1)"),
+                (_, None) => {}
+                (_, Some(_)) => return bad("randn has no range"),
+            }
+            let Some(n) = size(call.arg(0, "size")) else {
+                return bad("the call has no size");
+            };
+            let tol = 6.0 * sd / (n.max(1) as f64).sqrt();
+            let within = |got: Option<[f64; 2]>, centre: f64| {
+                got.is_some_and(|[c, t]| (c - centre).abs() <= 1e-6 && t >= 0.0 && t <= tol + 1e-6)
+            };
+            if n >= 16 && !(within(props.mean, mu) && within(props.std, sd)) {
+                return bad(&format!(
+                    "`mean` must be [{mu}, <= {tol:.6}] and `std` [{sd:.6}, <= {tol:.6}] for {n} samples"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -390,7 +390,7 @@ impl<'a> Emitter<'a> {
         for (mem, prefix) in [(MemSpace::Sbuf, "sbuf"), (MemSpace::Psum, "psum")] {
             let mut spans: Vec<(i64, i64, DType, usize)> = Vec::new();
             for (idx, inst) in self.program.instructions.iter().enumerate() {
-                for (_, ap) in inst.op.operands() {
+                for ap in inst.op.operands().into_iter().map(|o| o.ap) {
                     if ap.mem == mem
                         && let Some((lo, hi)) = byte_range(ap)
                     {
@@ -430,7 +430,7 @@ impl<'a> Emitter<'a> {
         }
         // Every operand must sit on an element boundary of its region.
         for (idx, inst) in self.program.instructions.iter().enumerate() {
-            for (operand, ap) in inst.op.operands() {
+            for (operand, ap) in inst.op.operands().into_iter().map(|o| (o.name, o.ap)) {
                 if ap.mem.is_on_chip()
                     && ap.num_elems() > 0
                     && let Some(r) = self.region_of(ap)
@@ -1355,7 +1355,7 @@ impl<'a> Emitter<'a> {
         // Flat views of the HBM tensors the program addresses.
         let mut used_hbm = BTreeSet::new();
         for inst in &p.instructions {
-            for (_, ap) in inst.op.operands() {
+            for ap in inst.op.operands().into_iter().map(|o| o.ap) {
                 if let MemSpace::Hbm(t) = &ap.mem {
                     used_hbm.insert(t.clone());
                 }

@@ -135,6 +135,32 @@ impl Model {
                 }
             }
         }
+        // A graph that computes nothing is never a passing model.
+        if doc.nodes.iter().all(|n| ASSERTION_OPS.contains(&n.op.as_str())) {
+            return Err(format!(
+                "{}: the graph has no nodes to run ({} node(s), none computing): nothing to check",
+                gpath.display(),
+                doc.nodes.len()
+            ));
+        }
+        // Every graph input and stored weight must be in a tensors file: say which is missing
+        // where it is read, not later as an unknown value.
+        let must_store = doc.inputs.iter().map(|n| (n, "graph input")).chain(
+            doc.weights
+                .iter()
+                .filter(|(_, w)| w.stored)
+                .map(|(n, _)| (n, "stored weight")),
+        );
+        for (name, what) in must_store {
+            if !stored.contains_key(name) {
+                let files = if shards.is_empty() {
+                    "the directory has no *.safetensors tensors file".to_string()
+                } else {
+                    format!("none of its {} tensors file(s) holds it", shards.len())
+                };
+                return Err(format!("{}: {what} `{name}` is not stored: {files}", dir.display()));
+            }
+        }
         Ok(Model {
             dir: dir.to_path_buf(),
             doc,

@@ -476,6 +476,178 @@ fn bench_dma() -> Row {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The race detector and `infer_waits` (issue: the access history was scanned linearly, so a
+// long program cost the square of its length). "sim" is the checked run, "baseline" the same
+// run without the detector; the target (>= 33 %) is "the detector costs at most 3x".
+
+/// Instructions of the race-detector benches.
+const LONG: usize = 160_000;
+
+/// `n` one-word VectorE memsets to distinct SBUF words (no conflicts, one queue).
+fn memset_program(n: usize) -> Program {
+    let mut p = Program::new(TargetName::Trn1);
+    for i in 0..n {
+        p.push(
+            Engine::Vector,
+            Op::Memset(Memset {
+                dst: AccessPattern::sbuf(DType::F32, (i / 40_000) * 32, 1, 4 * (i % 40_000) as u64, vec![[1, 1]]),
+                value: 1.0,
+            }),
+        );
+    }
+    p
+}
+
+/// `n` instructions on VectorE, GpSimd and ScalarE reading and writing strided, interleaving
+/// and overlapping SBUF and PSUM tiles (even and odd elements of the same rows, steps 2, 3 and
+/// 4, 2-D walks), over 32-partition quadrants, with the waits `infer_waits` gives them.
+fn strided_program(n: usize, waits: bool) -> Program {
+    let mut p = Program::new(TargetName::Trn1);
+    let sb = |part: usize, off: u64, free: Vec<[i64; 2]>| AccessPattern::sbuf(DType::F32, part, 32, off, free);
+    let ps = |part: usize, off: u64, free: Vec<[i64; 2]>| AccessPattern::psum(DType::F32, part, 32, off, free);
+    for part in [0, 32, 64, 96] {
+        p.push(
+            Engine::Vector,
+            Op::Memset(Memset {
+                dst: sb(part, 0, vec![[1, 16_384]]),
+                value: 0.5,
+            }),
+        );
+        p.push(
+            Engine::Gpsimd,
+            Op::Memset(Memset {
+                dst: AccessPattern::sbuf(DType::F32, part, 32, 65_536, vec![[1, 1024]]),
+                value: 0.25,
+            }),
+        );
+        p.push(
+            Engine::Vector,
+            Op::Memset(Memset {
+                dst: ps(part, 0, vec![[1, 4096]]),
+                value: 1.0,
+            }),
+        );
+    }
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    while p.instructions.len() < n {
+        let part = 32 * next(4) as usize;
+        // 1 KiB tiles of SBUF (64 of them) and PSUM (16), 64 elements walked in each.
+        let st = 1024 * next(64);
+        let st2 = 1024 * next(64);
+        let pt = 1024 * next(15);
+        let parity = 4 * next(2);
+        let (engine, op) = match next(4) {
+            0 => (
+                Engine::Vector,
+                Op::TensorTensor(TensorTensor {
+                    dst: sb(part, st + parity, vec![[2, 64]]),
+                    in0: sb(part, st2, vec![[1, 64]]),
+                    in1: ps(part, pt + parity, vec![[2, 64]]),
+                    op: AluOp::Multiply,
+                }),
+            ),
+            1 => (
+                Engine::Gpsimd,
+                Op::TensorCopy(TensorCopy {
+                    dst: sb(part, st + 4 - parity, vec![[2, 64]]),
+                    src: sb(part, st2, vec![[3, 64]]),
+                }),
+            ),
+            2 => (
+                Engine::Scalar,
+                Op::Activation(Activation {
+                    dst: ps(part, pt + parity, vec![[8, 32], [2, 2]]),
+                    func: ActFunc::Copy,
+                    src: sb(part, st2 + parity, vec![[4, 32], [1, 2]]),
+                    bias: None,
+                    scale: ScalarOperand::Imm(1.0),
+                    acc: Default::default(),
+                    reduce_res: None,
+                }),
+            ),
+            _ => (
+                Engine::Vector,
+                Op::TensorCopy(TensorCopy {
+                    dst: sb(part, st, vec![[64, 4], [2, 16]]),
+                    src: ps(part, pt, vec![[16, 4], [1, 16]]),
+                }),
+            ),
+        };
+        p.push(engine, op);
+    }
+    if waits {
+        infer_waits(&mut p);
+    }
+    p
+}
+
+fn race_row(name: &'static str, prog: &Program) -> Row {
+    let on = Executor::new(TargetName::Trn1);
+    let off = Executor::with_config(
+        TargetName::Trn1,
+        ExecConfig {
+            race_check: false,
+            ..ExecConfig::default()
+        },
+    );
+    let inputs = BTreeMap::new();
+    // The program is race-free: the checked run succeeds.
+    on.run(prog, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (sim, base) = paired(
+        || {
+            black_box(on.run(prog, &inputs).unwrap());
+        },
+        || {
+            black_box(off.run(prog, &inputs).unwrap());
+        },
+    );
+    Row {
+        name,
+        sim,
+        base,
+        baseline: "the same Executor::run with race_check off",
+        target_pct: 100.0 / 3.0,
+    }
+}
+
+fn bench_race_memsets() -> Row {
+    race_row("race detector, 160,000 one-word memsets", &memset_program(LONG))
+}
+
+fn bench_race_strided() -> Row {
+    let p = strided_program(LONG, true);
+    let waiting = p.instructions.iter().filter(|i| !i.wait.is_empty()).count();
+    assert!(
+        waiting > LONG / 4,
+        "the strided program must depend across queues: {waiting} wait"
+    );
+    race_row("race detector, 160,000 strided SBUF/PSUM instrs", &p)
+}
+
+/// `infer_waits` on twice the instructions against once: near-linear is at most 2.5x.
+fn bench_infer_waits() -> Row {
+    let mut half = strided_program(LONG / 2, false);
+    let mut full = strided_program(LONG, false);
+    let (sim, base) = paired(
+        || infer_waits(black_box(&mut full)),
+        || infer_waits(black_box(&mut half)),
+    );
+    Row {
+        name: "infer_waits, 160,000 strided instrs",
+        sim,
+        base,
+        baseline: "infer_waits on the first 80,000 of them",
+        target_pct: 40.0,
+    }
+}
+
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     type Bench = (&'static str, fn() -> Row);
@@ -485,6 +657,9 @@ fn main() {
         ("tensor_tensor", bench_tensor_tensor_add),
         ("activation", bench_activation_exp),
         ("dma", bench_dma),
+        ("race_memsets", bench_race_memsets),
+        ("race_strided", bench_race_strided),
+        ("infer_waits", bench_infer_waits),
     ];
     println!("trnsim benchmarks: medians of alternating runs; sim speed = baseline time / simulator time");
     println!("(primary figures: thread CPU time; wall-clock figures in brackets)\n");

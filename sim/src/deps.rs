@@ -3,10 +3,11 @@
 //!
 //! An instruction's *footprint* is one [`Access`] per operand: the memory (SBUF, PSUM or one HBM
 //! tensor), for on-chip memory the partition range, and the bytes touched within each partition
-//! (for HBM, within the tensor). Operands named `dst`, `reduce_res` and `dst_idx` are writes,
-//! every other operand a read (a read-modify-write destination is a write, which conflicts with
-//! everything a read would). The indirect side of a DMA gather/scatter depends on data, so it is
-//! taken conservatively as the whole tensor (HBM) or the whole partition rows (on chip).
+//! (for HBM, within the tensor). Each operand's [`crate::program::Role`] comes from
+//! [`Op::operands`]: a write or a read-modify-write is a write here (it conflicts with everything
+//! a read would), a read a read. An operand whose address depends on data (the indirect side of a
+//! DMA gather/scatter, the moved side of a dynamic copy) is taken conservatively as the whole
+//! tensor (HBM) or the whole partition rows (on chip).
 //!
 //! Two accesses *conflict* when their bytes overlap and at least one writes. Instructions are
 //! ordered by their queue (each compute engine is one queue, each DMA queue another, see
@@ -15,7 +16,7 @@
 
 use crate::mem::{AccessPattern, MemSpace};
 use crate::program::{Engine, Instruction, Op, Program};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// A queue of the NeuronCore: the four compute engines, then the DMA queues.
 pub type QueueId = u16;
@@ -55,6 +56,17 @@ pub enum Space {
     Hbm(usize),
 }
 
+impl Space {
+    /// A dense number: SBUF 0, PSUM 1, HBM tensors from 2.
+    fn slot(self) -> usize {
+        match self {
+            Space::Sbuf => 0,
+            Space::Psum => 1,
+            Space::Hbm(k) => k.saturating_add(2),
+        }
+    }
+}
+
 /// The bytes one operand touches.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Access {
@@ -68,7 +80,7 @@ pub struct Access {
     /// The exact walk when the hull is not fully touched: byte offset, element size and
     /// `[step, num]` dims in elements. `None`: every byte of the hull is touched (or the access
     /// is taken conservatively as the whole hull).
-    pattern: Option<Walk>,
+    pattern: Option<Box<Walk>>,
 }
 
 #[derive(Clone, Debug)]
@@ -193,10 +205,18 @@ fn dense(dims: &[[i64; 2]]) -> bool {
 }
 
 impl Access {
-    fn new(operand: &'static str, write: bool, space: Space, parts: (usize, usize), walk: Walk) -> Option<Access> {
+    /// The access of `[step, num]` dims (in elements of `size` bytes) from byte `offset`; the dims
+    /// are copied only when the walk is not dense.
+    fn new(
+        operand: &'static str,
+        write: bool,
+        space: Space,
+        parts: (usize, usize),
+        (offset, size, dims): (i64, i64, &[[i64; 2]]),
+    ) -> Option<Access> {
         let mut lo = 0i64;
         let mut hi = 0i64;
-        for &[step, num] in &walk.dims {
+        for &[step, num] in dims {
             if num <= 0 {
                 return None;
             }
@@ -208,11 +228,14 @@ impl Access {
             }
         }
         let bytes = (
-            walk.offset.saturating_add(lo.saturating_mul(walk.size)),
-            walk.offset
-                .saturating_add(hi.saturating_add(1).saturating_mul(walk.size)),
+            offset.saturating_add(lo.saturating_mul(size)),
+            offset.saturating_add(hi.saturating_add(1).saturating_mul(size)),
         );
-        let pattern = if dense(&walk.dims) { None } else { Some(walk) };
+        let pattern = if dense(dims) {
+            None
+        } else {
+            Some(Box::new(Walk::new(offset, size, dims.to_vec())))
+        };
         Some(Access {
             operand,
             write,
@@ -270,14 +293,37 @@ impl Access {
         false
     }
 
-    /// Whether `self` (dense) touches every byte `other` does.
+    /// Whether `self` touches every byte `other` does (exactly: a strided access covers another
+    /// when its byte intervals contain the other's; one too long to list covers nothing).
     fn covers(&self, other: &Access) -> bool {
-        self.pattern.is_none()
-            && self.space == other.space
+        if !(self.space == other.space
             && self.parts.0 <= other.parts.0
             && other.parts.1 <= self.parts.1
             && self.bytes.0 <= other.bytes.0
-            && other.bytes.1 <= self.bytes.1
+            && other.bytes.1 <= self.bytes.1)
+        {
+            return false;
+        }
+        let Some(mine) = &self.pattern else { return true };
+        if other.pattern.as_ref() == Some(mine) {
+            return true;
+        }
+        let Some(mine) = mine.intervals() else { return false };
+        let theirs: &[(i64, i64)] = match &other.pattern {
+            None => &[other.bytes],
+            Some(w) => match w.intervals() {
+                Some(iv) => iv,
+                None => return false,
+            },
+        };
+        // Both sorted and disjoint: every interval of theirs lies inside one of mine.
+        let mut i = 0;
+        theirs.iter().all(|&(lo, hi)| {
+            while i < mine.len() && mine[i].1 <= lo {
+                i += 1;
+            }
+            i < mine.len() && mine[i].0 <= lo && hi <= mine[i].1
+        })
     }
 
     /// The range both accesses share, for messages: `SBUF partitions 0..128, bytes 0..512`.
@@ -317,13 +363,7 @@ impl HbmIndex {
     }
 }
 
-/// Whether an operand of this name is written by its instruction.
-fn is_write(operand: &str) -> bool {
-    matches!(operand, "dst" | "reduce_res" | "dst_idx")
-}
-
-fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Option<Access> {
-    let write = is_write(operand);
+fn access_of(operand: &'static str, write: bool, ap: &AccessPattern, hbm: &HbmIndex) -> Option<Access> {
     let size = ap.dtype.size() as i64;
     let offset = ap.offset.min(i64::MAX as u64) as i64;
     match &ap.mem {
@@ -337,7 +377,7 @@ fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Optio
                 return None;
             }
             let parts = (ap.start_partition, ap.start_partition.saturating_add(ap.partitions));
-            Access::new(operand, write, space, parts, Walk::new(offset, size, ap.free.clone()))
+            Access::new(operand, write, space, parts, (offset, size, &ap.free))
         }
         MemSpace::Hbm(name) => {
             // An undeclared tensor is the executor's error; it cannot conflict with anything.
@@ -345,40 +385,34 @@ fn access_of(operand: &'static str, ap: &AccessPattern, hbm: &HbmIndex) -> Optio
             let mut dims = Vec::with_capacity(ap.free.len() + 1);
             dims.push([ap.partition_step, ap.partitions as i64]);
             dims.extend(ap.free.iter().copied());
-            Access::new(operand, write, Space::Hbm(k), (0, 1), Walk::new(offset, size, dims))
+            Access::new(operand, write, Space::Hbm(k), (0, 1), (offset, size, &dims))
         }
     }
 }
 
-/// Every memory access of one instruction.
+/// Every memory access of one instruction, from [`Op::operands`]'s roles (a write or a
+/// read-modify-write is a write). An operand whose address depends on data is taken as its
+/// whole HBM tensor, or the whole rows of every partition.
 pub fn footprint(op: &Op, hbm: &HbmIndex) -> Vec<Access> {
-    // The data-dependent side of an indirect DMA: the whole tensor / the whole rows.
-    let indirect = match op {
-        Op::DmaCopy(d) => d.indirect.as_ref().map(|ind| match ind.side {
-            crate::program::IndirectSide::Src => "src",
-            crate::program::IndirectSide::Dst => "dst",
-        }),
-        _ => None,
-    };
     let mut out = Vec::new();
-    for (operand, ap) in op.operands() {
-        if Some(operand) == indirect {
-            let write = is_write(operand);
-            match &ap.mem {
+    for o in op.operands() {
+        let write = o.role.writes();
+        if o.dynamic {
+            match &o.ap.mem {
                 MemSpace::Hbm(name) => {
                     if let Some(&k) = hbm.0.get(name) {
-                        out.push(Access::whole(operand, write, Space::Hbm(k), (0, 1)));
+                        out.push(Access::whole(o.name, write, Space::Hbm(k), (0, 1)));
                     }
                 }
                 m => {
                     let space = if *m == MemSpace::Sbuf { Space::Sbuf } else { Space::Psum };
                     // Rows may be redirected anywhere within the partitions the pattern spans.
-                    out.push(Access::whole(operand, write, space, (0, usize::MAX)));
+                    out.push(Access::whole(o.name, write, space, (0, usize::MAX)));
                 }
             }
             continue;
         }
-        out.extend(access_of(operand, ap, hbm));
+        out.extend(access_of(o.name, write, o.ap, hbm));
     }
     out
 }
@@ -393,36 +427,185 @@ pub struct Record {
     pub access: Access,
 }
 
-/// The accesses of earlier instructions that later ones may still conflict with, per memory.
-/// An access is forgotten once a later access that happens after it covers all of its bytes
-/// (anything that conflicts with the old one then conflicts with the newer one, and is ordered
-/// after the old one whenever it is ordered after the newer one).
+/// Smallest cell of the byte index: 2^4 = 16 bytes.
+const CELL_SHIFT: u32 = 4;
+/// Index levels: cells of 2^4 … 2^63 bytes.
+const LEVELS: usize = 64 - CELL_SHIFT as usize;
+
+/// Where a byte hull `[lo, hi)` sits in the index: the finest level whose cells it spans at most
+/// two of, and those cells.
+fn cell_range(bytes: (i64, i64), level: usize) -> (i64, i64) {
+    let s = CELL_SHIFT + level as u32;
+    let hi = bytes.1.max(bytes.0.saturating_add(1));
+    (bytes.0 >> s, hi.saturating_sub(1) >> s)
+}
+
+fn level_of(bytes: (i64, i64)) -> usize {
+    (0..LEVELS)
+        .find(|&k| {
+            let (a, b) = cell_range(bytes, k);
+            b - a <= 1
+        })
+        .unwrap_or(LEVELS - 1)
+}
+
+/// The records of one queue in one memory, indexed by their byte hulls: a record lives at the
+/// finest level whose cells it spans at most two of, in those cells. A query visits, at every
+/// level that holds records, only the occupied cells its hull meets, so it costs the records whose
+/// hulls come near its own (plus a logarithm), never the whole history.
+struct QueueIndex {
+    /// `(level, cell, record)`.
+    cells: BTreeSet<(u8, i64, u32)>,
+    per_level: [u32; LEVELS],
+    /// Bit `k` set when level `k` holds a record.
+    levels: u64,
+}
+
+impl Default for QueueIndex {
+    fn default() -> Self {
+        QueueIndex {
+            cells: BTreeSet::new(),
+            per_level: [0; LEVELS],
+            levels: 0,
+        }
+    }
+}
+
+impl QueueIndex {
+    fn insert(&mut self, id: u32, bytes: (i64, i64)) {
+        let k = level_of(bytes);
+        let (a, b) = cell_range(bytes, k);
+        for c in a..=b {
+            self.cells.insert((k as u8, c, id));
+        }
+        self.per_level[k] += 1;
+        self.levels |= 1 << k;
+    }
+
+    fn remove(&mut self, id: u32, bytes: (i64, i64)) {
+        let k = level_of(bytes);
+        let (a, b) = cell_range(bytes, k);
+        for c in a..=b {
+            self.cells.remove(&(k as u8, c, id));
+        }
+        self.per_level[k] = self.per_level[k].saturating_sub(1);
+        if self.per_level[k] == 0 {
+            self.levels &= !(1 << k);
+        }
+    }
+
+    /// Every record whose cells meet the hull `bytes` (a superset of those whose hulls meet it; a
+    /// record spanning two cells may be visited twice).
+    fn candidates(&self, bytes: (i64, i64), mut f: impl FnMut(u32)) {
+        let mut levels = self.levels;
+        while levels != 0 {
+            let k = levels.trailing_zeros() as usize;
+            levels &= levels - 1;
+            let (a, b) = cell_range(bytes, k);
+            for &(_, _, id) in self.cells.range((k as u8, a, 0)..=(k as u8, b, u32::MAX)) {
+                f(id);
+            }
+        }
+    }
+}
+
+/// The accesses of earlier instructions that later ones may still conflict with, per memory and
+/// queue, indexed by byte range ([`QueueIndex`]), so that the race detector and [`infer_waits`]
+/// cost the records near each access rather than the whole history.
+///
+/// An access is forgotten once a later access that happens after it covers all of its bytes, and
+/// writes if it wrote (anything that conflicts with the old one then conflicts with the newer one,
+/// and is ordered after the old one whenever it is ordered after the newer one). Forgetting
+/// changes no answer: the latest conflicting record per queue, which is all either user asks
+/// for, is the newer one or later.
 #[derive(Default)]
 pub struct History {
-    spaces: HashMap<Space, Vec<Record>>,
+    records: Vec<Option<Record>>,
+    free: Vec<u32>,
+    /// Per memory ([`Space::slot`]), per queue.
+    spaces: Vec<Vec<QueueIndex>>,
 }
 
 impl History {
-    /// Earlier records conflicting with `a` (overlapping, at least one a write), on other queues.
-    pub fn conflicts<'s>(&'s self, a: &'s Access, queue: QueueId) -> impl Iterator<Item = &'s Record> + 's {
-        self.spaces
-            .get(&a.space)
-            .into_iter()
-            .flatten()
-            .filter(move |r| r.queue != queue && (a.write || r.access.write) && r.access.overlaps(a))
+    /// For every queue other than `queue`, its latest earlier record conflicting with `a`
+    /// (overlapping, at least one of the two a write), in no particular order of queues.
+    pub fn latest_conflicts<'s>(&'s self, a: &Access, queue: QueueId, mut f: impl FnMut(&'s Record)) {
+        let Some(queues) = self.spaces.get(a.space.slot()) else {
+            return;
+        };
+        for (q, index) in queues.iter().enumerate() {
+            if q == queue as usize {
+                continue;
+            }
+            let mut best: Option<&Record> = None;
+            index.candidates(a.bytes, |id| {
+                let Some(r) = self.records[id as usize].as_ref() else {
+                    return;
+                };
+                if best.is_some_and(|b| b.inst >= r.inst) {
+                    return;
+                }
+                if (a.write || r.access.write) && r.access.overlaps(a) {
+                    best = Some(r);
+                }
+            });
+            if let Some(r) = best {
+                f(r);
+            }
+        }
     }
 
     /// Records `rec`; drops the records it covers that happen before it (`hb(record)`), and the
     /// same-queue ones it covers (queue order).
     pub fn insert(&mut self, rec: Record, hb: impl Fn(&Record) -> bool) {
-        let list = self.spaces.entry(rec.access.space).or_default();
-        if rec.access.is_dense() {
-            list.retain(|r| {
-                let covered = rec.access.covers(&r.access) && (rec.access.write || !r.access.write);
-                !(covered && (r.queue == rec.queue || hb(r)))
+        let slot = rec.access.space.slot();
+        if self.spaces.len() <= slot {
+            self.spaces.resize_with(slot + 1, Vec::new);
+        }
+        let queues = &mut self.spaces[slot];
+        if queues.len() <= rec.queue as usize {
+            queues.resize_with(rec.queue as usize + 1, QueueIndex::default);
+        }
+        let mut drop: Vec<u32> = Vec::new();
+        for index in queues.iter() {
+            index.candidates(rec.access.bytes, |id| {
+                let Some(r) = self.records[id as usize].as_ref() else {
+                    return;
+                };
+                if (rec.access.write || !r.access.write)
+                    && (r.queue == rec.queue || hb(r))
+                    && rec.access.covers(&r.access)
+                {
+                    drop.push(id);
+                }
             });
         }
-        list.push(rec);
+        drop.sort_unstable();
+        drop.dedup();
+        for id in drop {
+            if let Some(r) = self.records[id as usize].take() {
+                queues[r.queue as usize].remove(id, r.access.bytes);
+                self.free.push(id);
+            }
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.records.push(None);
+                (self.records.len() - 1) as u32
+            }
+        };
+        queues[rec.queue as usize].insert(id, rec.access.bytes);
+        self.records[id as usize] = Some(rec);
+    }
+
+    /// Records currently kept (for tests and benchmarks of the pruning).
+    pub fn len(&self) -> usize {
+        self.records.len() - self.free.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -441,6 +624,14 @@ impl Clocks {
         }
     }
 
+    /// Room for the clocks of `instructions` instructions.
+    pub fn with_capacity(queues: usize, instructions: usize) -> Self {
+        Clocks {
+            queues,
+            clocks: Vec::with_capacity(queues.saturating_mul(instructions)),
+        }
+    }
+
     pub fn of(&self, inst: usize) -> &[u32] {
         &self.clocks[inst * self.queues..(inst + 1) * self.queues]
     }
@@ -449,14 +640,16 @@ impl Clocks {
     /// of the instructions it waits for, with its own queue's entry set to `seq`.
     pub fn push(&mut self, queue: QueueId, seq: u32, prev_in_queue: Option<usize>, waits: &[u32]) {
         let n = self.queues;
-        let mut vc = match prev_in_queue {
-            Some(p) => self.of(p).to_vec(),
-            None => vec![0; n],
-        };
+        let start = self.clocks.len();
+        match prev_in_queue {
+            Some(p) if (p + 1) * n <= start => self.clocks.extend_from_within(p * n..(p + 1) * n),
+            _ => self.clocks.resize(start + n, 0),
+        }
+        let (before, vc) = self.clocks.split_at_mut(start);
         for &w in waits {
             let w = w as usize;
-            if (w + 1) * n <= self.clocks.len() {
-                for (a, b) in vc.iter_mut().zip(&self.clocks[w * n..(w + 1) * n]) {
+            if let Some(theirs) = before.get(w * n..(w + 1) * n) {
+                for (a, b) in vc.iter_mut().zip(theirs) {
                     *a = (*a).max(*b);
                 }
             }
@@ -464,7 +657,6 @@ impl Clocks {
         if let Some(slot) = vc.get_mut(queue as usize) {
             *slot = seq;
         }
-        self.clocks.extend_from_slice(&vc);
     }
 
     /// Whether record `r` happens before (or is) the instruction whose clock is `vc`.
@@ -494,7 +686,7 @@ pub fn queue_count(program: &Program) -> usize {
 pub fn infer_waits(program: &mut Program) {
     let hbm = HbmIndex::new(program);
     let nq = queue_count(program);
-    let mut clocks = Clocks::new(nq);
+    let mut clocks = Clocks::with_capacity(nq, program.instructions.len());
     let mut history = History::default();
     let mut last_in_queue: Vec<Option<usize>> = vec![None; nq];
     let mut seq_in_queue: Vec<u32> = vec![0; nq];
@@ -503,17 +695,16 @@ pub fn infer_waits(program: &mut Program) {
         let q = queue_of(inst);
         let accesses = footprint(&inst.op, &hbm);
         // The latest conflicting instruction per other queue.
-        let mut latest: Vec<Option<&Record>> = vec![None; nq];
+        let mut latest: Vec<Option<(u32, QueueId, u32)>> = vec![None; nq];
         for a in &accesses {
-            for r in history.conflicts(a, q) {
+            history.latest_conflicts(a, q, |r| {
                 let slot = &mut latest[r.queue as usize];
-                if slot.is_none_or(|s| s.inst < r.inst) {
-                    *slot = Some(r);
+                if slot.is_none_or(|s| s.0 < r.inst) {
+                    *slot = Some((r.inst, r.queue, r.seq));
                 }
-            }
+            });
         }
-        let mut candidates: Vec<(u32, QueueId, u32)> =
-            latest.iter().flatten().map(|r| (r.inst, r.queue, r.seq)).collect();
+        let mut candidates: Vec<(u32, QueueId, u32)> = latest.iter().flatten().copied().collect();
         // Latest first: an earlier candidate is often implied by a later one.
         candidates.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
         let mut implied: Vec<u32> = match last_in_queue[q as usize] {
@@ -625,13 +816,19 @@ mod tests {
         let hbm = HbmIndex(HashMap::new());
         let even = AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[2, 8]]);
         let odd = AccessPattern::sbuf(DType::F32, 0, 4, 4, vec![[2, 8]]);
-        let a = access_of("dst", &even, &hbm).unwrap();
-        let b = access_of("dst", &odd, &hbm).unwrap();
+        let a = access_of("dst", true, &even, &hbm).unwrap();
+        let b = access_of("dst", true, &odd, &hbm).unwrap();
         assert!(!a.overlaps(&b));
         assert!(a.overlaps(&a.clone()));
-        let all = access_of("src", &sb(0, 16), &hbm).unwrap();
+        let all = access_of("src", false, &sb(0, 16), &hbm).unwrap();
         assert!(all.is_dense() && all.overlaps(&a) && all.overlaps(&b));
-        let other_parts = access_of("src", &AccessPattern::sbuf(DType::F32, 4, 4, 0, vec![[1, 16]]), &hbm).unwrap();
+        let other_parts = access_of(
+            "src",
+            false,
+            &AccessPattern::sbuf(DType::F32, 4, 4, 0, vec![[1, 16]]),
+            &hbm,
+        )
+        .unwrap();
         assert!(!other_parts.overlaps(&all));
     }
 
@@ -677,5 +874,190 @@ mod tests {
             vec![store as u32],
             "store follows copy, so waiting for the store suffices"
         );
+    }
+
+    /// A random program of strided SBUF/PSUM/HBM copies and adds on every queue, with random
+    /// waits (or none).
+    fn random_program(seed: u64, n: usize, with_waits: bool) -> Program {
+        let mut x = seed | 1;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let mut p = Program::new(TargetName::Trn1);
+        p.declare("h", DType::F32, &[64, 64], HbmRole::Input);
+        let ap = |next: &mut dyn FnMut(u64) -> u64| {
+            let dtype = [DType::F32, DType::Bf16, DType::U8][next(3) as usize];
+            let rank = 1 + next(2) as usize;
+            let dims: Vec<[i64; 2]> = (0..rank).map(|_| [next(9) as i64 - 2, 1 + next(6) as i64]).collect();
+            let off = 2 * next(60) + 16;
+            let sp = next(8) as usize;
+            let np = 1 + next(4) as usize;
+            match next(5) {
+                0 => AccessPattern::psum(dtype, sp, np, off, dims),
+                1 => AccessPattern::hbm("h", dtype, next(64), np, next(80) as i64 - 8, dims),
+                _ => AccessPattern::sbuf(dtype, sp, np, off, dims),
+            }
+        };
+        for i in 0..n {
+            let engine = [Engine::Vector, Engine::Gpsimd, Engine::Scalar, Engine::Dma][next(4) as usize];
+            let op = if engine == Engine::Dma || next(2) == 0 {
+                Op::TensorCopy(TensorCopy {
+                    dst: ap(&mut next),
+                    src: ap(&mut next),
+                })
+            } else {
+                Op::TensorTensor(TensorTensor {
+                    dst: ap(&mut next),
+                    in0: ap(&mut next),
+                    in1: ap(&mut next),
+                    op: AluOp::Add,
+                })
+            };
+            let k = p.push(engine, op);
+            if engine == Engine::Dma {
+                p.instructions[k].queue = Some(next(3) as u16);
+            }
+            if with_waits && i > 0 {
+                for _ in 0..next(3) {
+                    let w = next(i as u64) as u32;
+                    if !p.instructions[k].wait.contains(&w) {
+                        p.instructions[k].wait.push(w);
+                    }
+                }
+                p.instructions[k].wait.sort_unstable();
+            }
+        }
+        p
+    }
+
+    /// Every conflicting pair, from the whole unpruned history (the definition the indexed,
+    /// pruned history must meet): per instruction, per access and other queue, the latest
+    /// earlier conflicting instruction.
+    fn brute_latest(p: &Program) -> Vec<Vec<Vec<u32>>> {
+        let hbm = HbmIndex::new(p);
+        let all: Vec<(QueueId, Vec<Access>)> = p
+            .instructions
+            .iter()
+            .map(|i| (queue_of(i), footprint(&i.op, &hbm)))
+            .collect();
+        (0..all.len())
+            .map(|k| {
+                let (q, mine) = &all[k];
+                mine.iter()
+                    .map(|a| {
+                        let mut latest: HashMap<QueueId, u32> = HashMap::new();
+                        for (j, (qj, theirs)) in all[..k].iter().enumerate() {
+                            if qj != q && theirs.iter().any(|b| (a.write || b.write) && a.overlaps(b)) {
+                                latest.insert(*qj, j as u32);
+                            }
+                        }
+                        let mut v: Vec<u32> = latest.into_values().collect();
+                        v.sort_unstable();
+                        v
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn indexed_history_matches_the_whole_history() {
+        let (mut races, mut clean, mut waits) = (0, 0, 0);
+        for seed in 1..40u64 {
+            // infer_waits: every brute-force conflict is ordered by the inferred waits, and every
+            // inferred wait is a conflict.
+            let mut p = random_program(seed.wrapping_mul(0x9E37_79B9), 120, false);
+            let latest = brute_latest(&p);
+            infer_waits(&mut p);
+            let nq = queue_count(&p);
+            let mut clocks = Clocks::new(nq);
+            let mut last: Vec<Option<usize>> = vec![None; nq];
+            let mut seqs: Vec<u32> = vec![0; nq];
+            let mut rec_of: Vec<(QueueId, u32)> = Vec::new();
+            for (k, inst) in p.instructions.iter().enumerate() {
+                let q = queue_of(inst);
+                seqs[q as usize] += 1;
+                clocks.push(q, seqs[q as usize], last[q as usize], &inst.wait);
+                last[q as usize] = Some(k);
+                rec_of.push((q, seqs[q as usize]));
+                let all: Vec<u32> = latest[k].iter().flatten().copied().collect();
+                waits += inst.wait.len();
+                for w in &inst.wait {
+                    assert!(all.contains(w), "seed {seed}: #{k} waits for #{w}, no conflict");
+                }
+                for &j in &all {
+                    let (qj, sj) = rec_of[j as usize];
+                    assert!(
+                        clocks.of(k)[qj as usize] >= sj,
+                        "seed {seed}: #{k} not ordered after #{j}"
+                    );
+                }
+            }
+            // The race detector: with random waits, and with inferred waits one of which is
+            // dropped, the first race and the instruction it names are the brute-force ones.
+            let random = random_program(seed.wrapping_mul(0x85EB_CA6B), 120, true);
+            let mut dropped = random_program(seed.wrapping_mul(0xC2B2_AE35), 120, false);
+            infer_waits(&mut dropped);
+            assert_eq!(first_race(&dropped, seed), None, "seed {seed}: inferred waits race");
+            let with_waits: Vec<usize> = (0..dropped.instructions.len())
+                .filter(|&k| !dropped.instructions[k].wait.is_empty())
+                .collect();
+            let k = with_waits[(seed as usize * 7919) % with_waits.len()];
+            dropped.instructions[k].wait.remove(0);
+            clean += 1;
+            for p in [random, dropped] {
+                match first_race(&p, seed) {
+                    Some(_) => races += 1,
+                    None => clean += 1,
+                }
+            }
+        }
+        // The programs exercise both answers, and real dependences.
+        assert!(
+            races > 20 && clean > 5 && waits > 1000,
+            "{races} races, {clean} clean, {waits} waits"
+        );
+    }
+
+    /// Runs the scheduler's race detector over `p`, checking every step against the brute-force
+    /// answer; the first race's other instruction.
+    fn first_race(p: &Program, seed: u64) -> Option<u32> {
+        let latest = brute_latest(p);
+        let mut sched = crate::timeline::Scheduler::new(p, 3, true);
+        let nq = COMPUTE_QUEUES as usize + 3;
+        let mut clocks = Clocks::new(nq);
+        let mut last: Vec<Option<usize>> = vec![None; nq];
+        let mut seqs: Vec<u32> = vec![0; nq];
+        let mut rec_of: Vec<(QueueId, u32)> = Vec::new();
+        for (k, inst) in p.instructions.iter().enumerate() {
+            let q = queue_of(inst);
+            seqs[q as usize] += 1;
+            clocks.push(q, seqs[q as usize], last[q as usize], &inst.wait);
+            last[q as usize] = Some(k);
+            rec_of.push((q, seqs[q as usize]));
+            // The first access with an unordered conflict names its latest one.
+            let expected = latest[k].iter().find_map(|per_queue| {
+                per_queue
+                    .iter()
+                    .copied()
+                    .filter(|&j| {
+                        let (qj, sj) = rec_of[j as usize];
+                        clocks.of(k)[qj as usize] < sj
+                    })
+                    .max()
+            });
+            let got = sched.step(p, k, q, 1.0).err().map(|r| match r.kind {
+                crate::ErrorKind::Race(d) => d.other as u32,
+                other => panic!("{other:?}"),
+            });
+            assert_eq!(got, expected, "seed {seed}, instruction #{k}");
+            if got.is_some() {
+                return got;
+            }
+        }
+        None
     }
 }

@@ -54,6 +54,9 @@ pub enum ErrorKind {
     WrongEngine { engine: &'static str, opcode: &'static str },
     #[error("{opcode} is not available on {target}")]
     NotOnTarget { opcode: &'static str, target: &'static str },
+    /// A dtype the generation lacks (`Target::dtypes`); `target` is the generation's label.
+    #[error("dtype {dtype} does not exist on {target}")]
+    DTypeNotOnTarget { dtype: &'static str, target: &'static str },
     #[error("dtype {dtype} is not accepted here: {why}")]
     UnsupportedDType { dtype: &'static str, why: String },
     #[error("shape mismatch: {0}")]

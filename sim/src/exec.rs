@@ -375,21 +375,8 @@ impl Executor {
                     ErrorKind::Invalid(format!("waits for instruction #{w}, which is not earlier")),
                 ));
             }
-            if !engine::runs_on(&self.target, &inst.op, inst.engine) {
-                // Say "not on this chip" when a later generation's engine has the instruction.
-                let kind = if engine::nc_v3_addition(&inst.op, inst.engine) || engine::nc_v3_instruction(&inst.op) {
-                    ErrorKind::NotOnTarget {
-                        opcode: inst.op.name(),
-                        target: self.target.name.name(),
-                    }
-                } else {
-                    ErrorKind::WrongEngine {
-                        engine: inst.engine.name(),
-                        opcode: inst.op.name(),
-                    }
-                };
-                return Err(fail(None, kind));
-            }
+            engine::check_runs_on(&self.target, &inst.op, inst.engine).map_err(|k| fail(None, k))?;
+            engine::check_dtypes(&self.target, &inst.op).map_err(|e| fail(e.operand, e.kind))?;
             let queue = sched.queue(inst).map_err(|k| fail(None, k))?;
             let busy_before = stats.est_ns.get(inst.engine);
             let mut ctx = Ctx {
@@ -424,7 +411,10 @@ impl Executor {
         Ok(stats)
     }
 
-    fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {
+    /// Checks a program's declarations against this executor's limits (instruction count, unique
+    /// names, total HBM bytes) without allocating anything: what `run` checks first. A caller that
+    /// builds inputs from the declarations (the `trnsim` CLI zero-fills them) calls it before.
+    pub fn validate_declarations(&self, program: &Program) -> Result<(), SimError> {
         if program.instructions.len() > self.config.max_instructions {
             return Err(SimError::program(ErrorKind::Invalid(format!(
                 "{} instructions, the executor accepts at most {}",
@@ -435,6 +425,12 @@ impl Executor {
         let mut names = HashSet::new();
         let mut total: usize = 0;
         for d in &program.hbm {
+            if !self.target.has_dtype(d.dtype) {
+                return Err(SimError::program(ErrorKind::DTypeNotOnTarget {
+                    dtype: d.dtype.name(),
+                    target: self.target.label,
+                }));
+            }
             if !names.insert(d.name.as_str()) {
                 return Err(SimError::program(ErrorKind::Invalid(format!(
                     "HBM tensor `{}` declared twice",

@@ -65,6 +65,7 @@ pub enum HbmRole {
 
 /// Declaration of an HBM tensor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HbmTensorDecl {
     pub name: String,
     pub dtype: DType,
@@ -74,6 +75,7 @@ pub struct HbmTensorDecl {
 
 /// A program for one NeuronCore.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Program {
     #[serde(default)]
     pub target: TargetName,
@@ -83,8 +85,10 @@ pub struct Program {
 
 /// One instruction on one engine's queue.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Instruction {
     pub engine: Engine,
+    #[serde(deserialize_with = "op_one_key")]
     pub op: Op,
     /// Indices of earlier instructions (on other engines) this one waits for. Execution is in
     /// program order; these record the cross-engine synchronisation a parallel machine needs.
@@ -150,13 +154,78 @@ mod finite_or_name {
 }
 
 /// A per-partition scalar: an immediate, or a `[P, 1]` tile read once per partition.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ScalarOperand {
     /// An immediate. Arithmetic ops use it as fp32; bitvec ops as an integer bit pattern.
     Imm(#[serde(with = "finite_or_name")] f64),
     /// One element per partition, broadcast along the free axis.
     Tile(AccessPattern),
+}
+
+/// [`ScalarOperand`]'s JSON form, read by [`one_entry`].
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ScalarOperandRepr {
+    Imm(#[serde(deserialize_with = "finite_or_name::deserialize")] f64),
+    Tile(AccessPattern),
+}
+
+impl<'de> Deserialize<'de> for ScalarOperand {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(
+            match d.deserialize_map(OneEntry::<ScalarOperandRepr>::new("a scalar operand"))? {
+                ScalarOperandRepr::Imm(x) => ScalarOperand::Imm(x),
+                ScalarOperandRepr::Tile(ap) => ScalarOperand::Tile(ap),
+            },
+        )
+    }
+}
+
+/// Reads an externally tagged value (`{"tag": …}`) and refuses a second key by name: serde's
+/// derived enums report only "expected value" at a position. Duplicate and unknown fields inside
+/// the value are refused as everywhere else.
+pub(crate) struct OneEntry<T> {
+    what: &'static str,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T> OneEntry<T> {
+    pub(crate) fn new(what: &'static str) -> Self {
+        OneEntry {
+            what,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for OneEntry<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} (an object with one key)", self.what)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        T::deserialize(serde::de::value::StrDeserializer::new(v))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        use serde::de::Error;
+        let value = T::deserialize(serde::de::value::MapAccessDeserializer::new(&mut map))?;
+        if let Some(k) = map.next_key::<String>()? {
+            return Err(A::Error::custom(format!(
+                "unknown field `{k}`: {} is an object with one key",
+                self.what
+            )));
+        }
+        Ok(value)
+    }
+}
+
+/// [`Instruction::op`]: one key, the instruction's name, whose value is its operand struct.
+fn op_one_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
+    d.deserialize_map(OneEntry::<Op>::new("an op"))
 }
 
 /// ALU operators (NKI `nl.*` names in comments). Arithmetic ops compute in fp32 and cast on write;
@@ -317,6 +386,7 @@ pub enum AccCmd {
 
 /// TensorE: `dst[M, N] (+)= stationary[K, M]ᵀ · moving[K, N]`, contraction over partitions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NcMatmul {
     pub dst: AccessPattern,
     pub stationary: AccessPattern,
@@ -329,6 +399,7 @@ pub struct NcMatmul {
 /// Transpose partition and (flattened) free axes. On TensorE an identity matmul into PSUM (so
 /// NaN/Inf spread as on NC-v2); on VectorE a bit-exact 32×32 block transpose.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NcTranspose {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -336,6 +407,7 @@ pub struct NcTranspose {
 
 /// `dst = in0 op in1`, elementwise.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorTensor {
     pub dst: AccessPattern,
     pub in0: AccessPattern,
@@ -345,6 +417,7 @@ pub struct TensorTensor {
 
 /// `dst = (src op0 operand0) op1 operand1` with optional operand reversal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorScalar {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -362,6 +435,7 @@ pub struct TensorScalar {
 
 /// `dst = (src op0 operand0) op1 in1`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ScalarTensorTensor {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -377,6 +451,7 @@ pub struct ScalarTensorTensor {
 
 /// Reduce the innermost `axes` free dimensions of `src` with `op` (fp32), optionally negated.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorReduce {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -389,6 +464,7 @@ pub struct TensorReduce {
 
 /// Scan along the free axis: `r[i] = (in0[i] op0 r[i-1]) op1 in1[i]`, `r[-1] = initial`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorTensorScan {
     pub dst: AccessPattern,
     pub in0: AccessPattern,
@@ -400,6 +476,7 @@ pub struct TensorTensorScan {
 
 /// `dst = src op0 operand0`; `reduce_res[p] = reduce_op over the free axis of dst` (fp32).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorScalarReduce {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -411,6 +488,7 @@ pub struct TensorScalarReduce {
 
 /// Copy with cast (bit-exact when dtypes match on Vector/GpSimd).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorCopy {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -418,6 +496,7 @@ pub struct TensorCopy {
 
 /// `dst[i] = src[i]` where `predicate[i] != 0` (inverted by `reverse_pred`); else unchanged.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorCopyPredicated {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -428,6 +507,7 @@ pub struct TensorCopyPredicated {
 
 /// VectorE `dst = 1/src` (more precise than the ScalarE reciprocal).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Reciprocal {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -436,6 +516,7 @@ pub struct Reciprocal {
 /// Per partition, 6 statistics of ≤512 elements: (count, mean, var·count) of even and of odd
 /// indexed elements.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BnStats {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -443,6 +524,7 @@ pub struct BnStats {
 
 /// Combines `bn_stats` tuples into (mean, population variance) per partition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BnAggr {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -450,6 +532,7 @@ pub struct BnAggr {
 
 /// The 8 largest values per partition, descending.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Max8 {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -457,6 +540,7 @@ pub struct Max8 {
 
 /// Index of the first occurrence of each of 8 values per partition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FindIndex8 {
     pub dst: AccessPattern,
     pub data: AccessPattern,
@@ -465,6 +549,7 @@ pub struct FindIndex8 {
 
 /// Replace the first occurrence of each of 8 values with `imm` (values processed 7..0).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MatchReplace8 {
     pub dst: AccessPattern,
     pub data: AccessPattern,
@@ -477,6 +562,7 @@ pub struct MatchReplace8 {
 
 /// Fill with a constant (converted through fp32 for float dtypes, exactly for integers).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Memset {
     pub dst: AccessPattern,
     #[serde(with = "finite_or_name")]
@@ -485,6 +571,7 @@ pub struct Memset {
 
 /// `dst = predicate ? on_true : on_false`, optional max-reduction per partition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SelectReduce {
     pub dst: AccessPattern,
     pub predicate: AccessPattern,
@@ -498,6 +585,7 @@ pub struct SelectReduce {
 
 /// Zero each element with probability `prob`, from the VectorE generator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Dropout {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -506,18 +594,21 @@ pub struct Dropout {
 
 /// 32 random bits per element from the VectorE generator, truncated to the dtype's width.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Rng {
     pub dst: AccessPattern,
 }
 
 /// Seeds the VectorE generator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SetRngSeed {
     pub seed: ScalarOperand,
 }
 
 /// Within each 32-partition quadrant: `dst[i] = src[mask[i]]`; 255 leaves `dst[i]` unchanged.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StreamShuffle {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -527,6 +618,7 @@ pub struct StreamShuffle {
 /// ScalarE: `dst = func(src * scale + bias)`; optionally accumulate the free-axis sum of the
 /// function's fp32 output into the per-partition accumulator and read it out into `reduce_res`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Activation {
     pub dst: AccessPattern,
     pub func: ActFunc,
@@ -542,6 +634,7 @@ pub struct Activation {
 
 /// GpSimd: `dst[c, i…] = offset + c·channel_multiplier + Σ step_k·i_k`, in int32, cast to dst.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Iota {
     pub dst: AccessPattern,
     pub offset: i64,
@@ -552,6 +645,7 @@ pub struct Iota {
 
 /// GpSimd: `v = offset + c·channel_multiplier + Σ step_k·i_k`; `dst = cmp(v, 0) ? on_true : on_false`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AffineSelect {
     pub dst: AccessPattern,
     pub on_true: AccessPattern,
@@ -566,6 +660,7 @@ pub struct AffineSelect {
 /// GpSimd: per 16-partition core, gather `num_elem_per_idx` elements at each uint16 index of the
 /// core's index list from every partition's own data.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LocalGather {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -576,6 +671,7 @@ pub struct LocalGather {
 
 /// GpSimd: per partition `dst[p, j] = flat(data[p])[indices[p, j]]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NGather {
     pub dst: AccessPattern,
     pub data: AccessPattern,
@@ -584,6 +680,7 @@ pub struct NGather {
 
 /// GpSimd: reduce across partitions: `dst[0, i] = op over p of src[p, i]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorPartitionReduce {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -613,6 +710,7 @@ pub enum OobMode {
 
 /// Indirect (descriptor-generated) addressing for a DMA: one index per row.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Indirect {
     pub side: IndirectSide,
     /// Integer tensor in SBUF with exactly one element per row.
@@ -626,6 +724,7 @@ pub struct Indirect {
 /// DMA copy HBM↔SBUF or SBUF↔SBUF; casts through fp32 when dtypes differ; optional
 /// read-modify-write add at the destination; optional indirect addressing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DmaCopy {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -641,6 +740,7 @@ pub struct DmaCopy {
 /// dynamic side's dtype and added to that side's static offset (`tensor_copy_dynamic_src` moves
 /// `src`, `tensor_copy_dynamic_dst` moves `dst`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorCopyDynamic {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -658,6 +758,7 @@ fn one_i64() -> i64 {
 /// GpSimd: for a `[1, n]` row of segment ids, `dst[0, 0..n]` = start and `dst[0, n..2n]` = end
 /// (exclusive) of the run of equal ids each element belongs to; id 0 is padding → (n, −1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SequenceBounds {
     pub dst: AccessPattern,
     pub segment_ids: AccessPattern,
@@ -666,6 +767,7 @@ pub struct SequenceBounds {
 /// DMA transpose of a 2-, 3- or 4-dimensional tile (`[partitions/rows, free…]`), permutation
 /// fixed by the rank: `[1, 0]`, `[2, 1, 0]`, `[3, 1, 2, 0]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DmaTranspose {
     pub dst: AccessPattern,
     pub src: AccessPattern,
@@ -686,6 +788,7 @@ pub enum RangeCmp {
 /// `dst = comp0(idx, bound0) && comp1(idx, bound1) ? on_true : on_false`; optional per-partition
 /// max of dst into `reduce_res`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RangeSelect {
     pub dst: AccessPattern,
     pub on_true: AccessPattern,
@@ -745,6 +848,42 @@ pub enum Op {
     // DMA
     DmaCopy(DmaCopy),
     DmaTranspose(DmaTranspose),
+}
+
+/// How an instruction uses one of its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Only read.
+    Read,
+    /// Written, from other operands only.
+    Write,
+    /// Written, and the result depends on the operand's previous contents (accumulation, a
+    /// predicated copy's kept elements).
+    ReadWrite,
+}
+
+impl Role {
+    /// Whether the operand's memory changes (a write or a read-modify-write).
+    pub fn writes(self) -> bool {
+        matches!(self, Role::Write | Role::ReadWrite)
+    }
+
+    /// Whether the operand's previous contents are read.
+    pub fn reads(self) -> bool {
+        matches!(self, Role::Read | Role::ReadWrite)
+    }
+}
+
+/// One operand of an instruction: its name (NKI's), its role and its access pattern.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Operand<'a> {
+    pub name: &'static str,
+    pub role: Role,
+    pub ap: &'a AccessPattern,
+    /// The address depends on data read at run time (a DMA's indirect side, a dynamic copy's
+    /// moved side): the operand may touch any byte of its partitions (of its HBM tensor), not
+    /// only what `ap` names.
+    pub dynamic: bool,
 }
 
 impl Op {
@@ -872,97 +1011,164 @@ impl ScalarOperand {
 }
 
 impl Op {
-    /// Every access pattern the instruction names, with its operand name. Exhaustive, so a new
-    /// operand cannot be missed by whoever sizes memories, checks hazards or prints programs.
-    pub fn operands(&self) -> Vec<(&'static str, &AccessPattern)> {
-        fn s<'a>(name: &'static str, op: &'a ScalarOperand) -> Option<(&'static str, &'a AccessPattern)> {
-            op.tile().map(|ap| (name, ap))
+    /// Every access pattern the instruction names, with its operand name and [`Role`]: what the
+    /// race detector and `infer_waits` read and write (docs/timeline.md). Exhaustive, so a new
+    /// operand cannot be missed by whoever sizes memories, checks hazards or prints programs;
+    /// `sim/tests/program_serde.rs` checks every variant's roles against a table.
+    pub fn operands(&self) -> Vec<Operand<'_>> {
+        use Role::{Read, ReadWrite, Write};
+        fn o<'a>(name: &'static str, role: Role, ap: &'a AccessPattern) -> Operand<'a> {
+            Operand {
+                name,
+                role,
+                ap,
+                dynamic: false,
+            }
         }
-        let mut v: Vec<(&'static str, &AccessPattern)> = Vec::new();
+        fn s<'a>(name: &'static str, op: &'a ScalarOperand) -> Option<Operand<'a>> {
+            op.tile().map(|ap| o(name, Read, ap))
+        }
+        let mut v: Vec<Operand<'_>> = Vec::new();
         match self {
-            Op::NcMatmul(i) => v.extend([("dst", &i.dst), ("stationary", &i.stationary), ("moving", &i.moving)]),
-            Op::NcTranspose(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::TensorTensor(i) => v.extend([("dst", &i.dst), ("in0", &i.in0), ("in1", &i.in1)]),
+            Op::NcMatmul(i) => v.extend([
+                o("dst", if i.accumulate { ReadWrite } else { Write }, &i.dst),
+                o("stationary", Read, &i.stationary),
+                o("moving", Read, &i.moving),
+            ]),
+            Op::NcTranspose(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::TensorTensor(i) => v.extend([o("dst", Write, &i.dst), o("in0", Read, &i.in0), o("in1", Read, &i.in1)]),
             Op::TensorScalar(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 v.extend(s("operand0", &i.operand0));
-                if let Some(o) = &i.operand1 {
-                    v.extend(s("operand1", o));
+                if let Some(x) = &i.operand1 {
+                    v.extend(s("operand1", x));
                 }
             }
             Op::ScalarTensorTensor(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src), ("in1", &i.in1)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src), o("in1", Read, &i.in1)]);
                 v.extend(s("operand0", &i.operand0));
             }
-            Op::TensorReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::TensorReduce(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::TensorTensorScan(i) => {
-                v.extend([("dst", &i.dst), ("in0", &i.in0), ("in1", &i.in1)]);
+                v.extend([o("dst", Write, &i.dst), o("in0", Read, &i.in0), o("in1", Read, &i.in1)]);
                 v.extend(s("initial", &i.initial));
             }
             Op::TensorScalarReduce(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src), ("reduce_res", &i.reduce_res)]);
+                v.extend([
+                    o("dst", Write, &i.dst),
+                    o("src", Read, &i.src),
+                    o("reduce_res", Write, &i.reduce_res),
+                ]);
                 v.extend(s("operand0", &i.operand0));
             }
-            Op::TensorCopy(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::TensorCopyPredicated(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("predicate", &i.predicate)]),
-            Op::TensorCopyDynamicSrc(i) | Op::TensorCopyDynamicDst(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src), ("offset", &i.offset)])
-            }
-            Op::Reciprocal(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::BnStats(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::BnAggr(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::Max8(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::FindIndex8(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("vals", &i.vals)]),
+            Op::TensorCopy(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            // Elements whose predicate is false keep their old values.
+            Op::TensorCopyPredicated(i) => v.extend([
+                o("dst", ReadWrite, &i.dst),
+                o("src", Read, &i.src),
+                o("predicate", Read, &i.predicate),
+            ]),
+            Op::TensorCopyDynamicSrc(i) => v.extend([
+                o("dst", Write, &i.dst),
+                Operand {
+                    dynamic: true,
+                    ..o("src", Read, &i.src)
+                },
+                o("offset", Read, &i.offset),
+            ]),
+            Op::TensorCopyDynamicDst(i) => v.extend([
+                Operand {
+                    dynamic: true,
+                    ..o("dst", Write, &i.dst)
+                },
+                o("src", Read, &i.src),
+                o("offset", Read, &i.offset),
+            ]),
+            Op::Reciprocal(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::BnStats(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::BnAggr(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::Max8(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::FindIndex8(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("data", Read, &i.data),
+                o("vals", Read, &i.vals),
+            ]),
             Op::MatchReplace8(i) => {
-                v.extend([("dst", &i.dst), ("data", &i.data), ("vals", &i.vals)]);
+                v.extend([
+                    o("dst", Write, &i.dst),
+                    o("data", Read, &i.data),
+                    o("vals", Read, &i.vals),
+                ]);
                 if let Some(d) = &i.dst_idx {
-                    v.push(("dst_idx", d));
+                    v.push(o("dst_idx", Write, d));
                 }
             }
-            Op::Memset(i) => v.push(("dst", &i.dst)),
+            Op::Memset(i) => v.push(o("dst", Write, &i.dst)),
             Op::SelectReduce(i) => {
-                v.extend([("dst", &i.dst), ("predicate", &i.predicate), ("on_true", &i.on_true)]);
+                v.extend([
+                    o("dst", Write, &i.dst),
+                    o("predicate", Read, &i.predicate),
+                    o("on_true", Read, &i.on_true),
+                ]);
                 v.extend(s("on_false", &i.on_false));
                 if let Some(r) = &i.reduce_res {
-                    v.push(("reduce_res", r));
+                    v.push(o("reduce_res", Write, r));
                 }
             }
             Op::Dropout(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 v.extend(s("prob", &i.prob));
             }
-            Op::Rng(i) => v.push(("dst", &i.dst)),
+            Op::Rng(i) => v.push(o("dst", Write, &i.dst)),
             Op::SetRngSeed(i) => v.extend(s("seed", &i.seed)),
-            Op::StreamShuffle(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::StreamShuffle(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::RangeSelect(i) => {
-                v.extend([("dst", &i.dst), ("on_true", &i.on_true)]);
+                v.extend([o("dst", Write, &i.dst), o("on_true", Read, &i.on_true)]);
                 v.extend(s("bound0", &i.bound0));
                 v.extend(s("bound1", &i.bound1));
                 if let Some(r) = &i.reduce_res {
-                    v.push(("reduce_res", r));
+                    v.push(o("reduce_res", Write, r));
                 }
             }
             Op::Activation(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 if let Some(b) = &i.bias {
                     v.extend(s("bias", b));
                 }
                 v.extend(s("scale", &i.scale));
                 if let Some(r) = &i.reduce_res {
-                    v.push(("reduce_res", r));
+                    v.push(o("reduce_res", Write, r));
                 }
             }
-            Op::Iota(i) => v.push(("dst", &i.dst)),
-            Op::AffineSelect(i) => v.extend([("dst", &i.dst), ("on_true", &i.on_true)]),
-            Op::LocalGather(i) => v.extend([("dst", &i.dst), ("src", &i.src), ("index", &i.index)]),
-            Op::NGather(i) => v.extend([("dst", &i.dst), ("data", &i.data), ("indices", &i.indices)]),
-            Op::TensorPartitionReduce(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
-            Op::SequenceBounds(i) => v.extend([("dst", &i.dst), ("segment_ids", &i.segment_ids)]),
-            Op::DmaTranspose(i) => v.extend([("dst", &i.dst), ("src", &i.src)]),
+            Op::Iota(i) => v.push(o("dst", Write, &i.dst)),
+            Op::AffineSelect(i) => v.extend([o("dst", Write, &i.dst), o("on_true", Read, &i.on_true)]),
+            Op::LocalGather(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("src", Read, &i.src),
+                o("index", Read, &i.index),
+            ]),
+            Op::NGather(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("data", Read, &i.data),
+                o("indices", Read, &i.indices),
+            ]),
+            Op::TensorPartitionReduce(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::SequenceBounds(i) => v.extend([o("dst", Write, &i.dst), o("segment_ids", Read, &i.segment_ids)]),
+            Op::DmaTranspose(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::DmaCopy(i) => {
-                v.extend([("dst", &i.dst), ("src", &i.src)]);
+                let side = i.indirect.as_ref().map(|ind| ind.side);
+                v.extend([
+                    Operand {
+                        dynamic: side == Some(IndirectSide::Dst),
+                        ..o("dst", if i.accumulate { ReadWrite } else { Write }, &i.dst)
+                    },
+                    Operand {
+                        dynamic: side == Some(IndirectSide::Src),
+                        ..o("src", Read, &i.src)
+                    },
+                ]);
                 if let Some(ind) = &i.indirect {
-                    v.push(("index", &ind.index));
+                    v.push(o("index", Read, &ind.index));
                 }
             }
         }
@@ -978,7 +1184,7 @@ impl Program {
         let mut sbuf = 0usize;
         let mut psum = 0usize;
         for inst in &self.instructions {
-            for (_, ap) in inst.op.operands() {
+            for ap in inst.op.operands().into_iter().map(|o| o.ap) {
                 let (slot, cap) = match ap.mem {
                     crate::mem::MemSpace::Sbuf => (&mut sbuf, target.sbuf_usable_bytes),
                     crate::mem::MemSpace::Psum => (&mut psum, target.psum_partition_bytes),

@@ -1,12 +1,21 @@
-//! Target parameters: every size, limit and clock of a NeuronCore generation, as data.
+//! Target parameters: every size, limit, clock, rate and capability of a NeuronCore generation,
+//! as data.
 //!
-//! Nothing else in the simulator hard-codes these numbers; engines and validation read them from
-//! the [`Target`] a program runs on. Sources: shared reference `neuroncore-isa.md` §1 (AWS
-//! architecture guides for Trn1/Trn2, NKI `tile_size`, KLR `Trace.lean`).
+//! Nothing else in the simulator hard-codes these numbers or tests a generation's name: engines,
+//! validation and the cost model read them from the [`Target`] a program runs on, and whether an
+//! instruction or dtype exists on a core is a lookup in its capability lists
+//! ([`Target::has_instruction`], [`Target::has_dtype`], [`Target::engine_runs`]).
+//! Sources (docs/isa.md "Generations" gives every figure with its source, and both figures
+//! where AWS's pages disagree): the Neuron SDK's architecture guides for Trainium, Trainium2 and
+//! Trainium3 ([ARCH1], [ARCH2], [ARCH3]), the neuron-hardware pages for the chips and NeuronCore-v3/v4
+//! ([HW]), the logical-NeuronCore and data-type pages, NKI's `tile_size`, and the `nki.isa` API of
+//! Neuron SDK 2.32 (NKI 0.6) for which instruction exists on which `nc_version`.
 
+use crate::dtype::DType;
 use serde::{Deserialize, Serialize};
 
-/// The chips the simulator models.
+/// The chips the simulator models. [`TargetName::from_name`] is the one place a name is parsed;
+/// everything about a chip is in its [`Target`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetName {
@@ -15,13 +24,19 @@ pub enum TargetName {
     Trn1,
     /// Trainium2 (Trn2): NeuronCore-v3.
     Trn2,
+    /// Trainium3 (Trn3): NeuronCore-v4.
+    Trn3,
 }
+
+/// Every target, oldest first.
+pub const ALL_TARGETS: [TargetName; 3] = [TargetName::Trn1, TargetName::Trn2, TargetName::Trn3];
 
 impl TargetName {
     pub fn name(self) -> &'static str {
         match self {
             TargetName::Trn1 => "trn1",
             TargetName::Trn2 => "trn2",
+            TargetName::Trn3 => "trn3",
         }
     }
 
@@ -29,6 +44,7 @@ impl TargetName {
         match s {
             "trn1" => Some(TargetName::Trn1),
             "trn2" => Some(TargetName::Trn2),
+            "trn3" => Some(TargetName::Trn3),
             _ => None,
         }
     }
@@ -37,6 +53,7 @@ impl TargetName {
         match self {
             TargetName::Trn1 => Target::trn1(),
             TargetName::Trn2 => Target::trn2(),
+            TargetName::Trn3 => Target::trn3(),
         }
     }
 }
@@ -68,6 +85,30 @@ pub struct Target {
     pub name: TargetName,
     /// Marketing name of the core.
     pub core: &'static str,
+    /// NKI's `nc_version` of the core (`nki.isa.nc_version`: gen2 = Trn1, gen3 = Trn2, gen4 =
+    /// Trn3). Data for front-ends that report it; the simulator decides nothing on it.
+    pub nc_version: u32,
+    /// `trn1 (NeuronCore-v2)`: how errors name the generation.
+    pub label: &'static str,
+    // ---- Chip and logical core [HW, ARCH, logical-neuroncore-config]. ----
+    /// Physical NeuronCores per chip [HW: 2 on Trn1, 8 on Trn2 and Trn3].
+    pub cores_per_chip: usize,
+    /// HBM bytes per chip [HW: 32 GiB, 96 GiB, 144 GiB].
+    pub hbm_chip_bytes: u64,
+    /// HBM bandwidth of the chip in bytes per ns (= GB/s / 1) [HW/ARCH: 820 GB/s; Trn2 2.9 TB/s
+    /// (HW) or 3 TB/s (ARCH), 3.0 used; Trn3 4.9 TB/s (HW) or 4.7 TB/s (ARCH), 4.9 used: the
+    /// larger figure keeps the roofline a lower bound].
+    pub hbm_chip_bytes_per_ns: f64,
+    /// DMA engines per chip [HW: 32, 128, 128].
+    pub dma_engines_per_chip: usize,
+    /// DMA bandwidth of the chip in bytes per ns [HW: 1 TB/s, 3.5 TB/s, 4.9 TB/s].
+    pub dma_chip_bytes_per_ns: f64,
+    /// Logical-NeuronCore sizes the chip allows (physical cores per logical core) [LNC page: only
+    /// 1 on Trn1; 1 or 2 on Trn2/Trn3].
+    pub lnc_allowed: &'static [usize],
+    /// The default LNC [LNC page: 2 on Trn2/Trn3].
+    pub lnc_default: usize,
+    // ---- Core. ----
     /// Partitions of SBUF and PSUM (`pmax`).
     pub partitions: usize,
     /// Physical SBUF bytes per partition.
@@ -129,13 +170,189 @@ pub struct Target {
     /// it for the HBM traffic of its transfers (`engine::dma`), and it is the HBM term of the
     /// roofline lower bound (trnconf `roofline`, docs/performance.md) [ARCH1: 820 GB/s per Trn1 chip of 2 cores → 410;
     /// ARCH2: 3 TB/s per Trn2 chip of 8 cores → 375 (TRN2 says 2.9 TB/s: the larger figure keeps
-    /// the bound a lower bound)].
+    /// the bound a lower bound); HW: 4.9 TB/s per Trn3 chip of 8 cores → 612.5 (ARCH3: 4.7)].
     pub hbm_bytes_per_ns: f64,
     /// Whether ScalarE `activation` takes an immediate (not only a per-partition tile) bias.
     pub scalar_bias_immediate: bool,
     /// Whether ScalarE `tensor_copy` exists (NC-v3 adds it; NC-v2 copies with `activation(copy)`).
     pub scalar_tensor_copy: bool,
+    // ---- Data paths [ARCH2/ARCH3 engine sections; docs/isa.md "Generations"]. ----
+    /// TensorE systolic array rows × columns [ARCH: 128 × 128 on every generation].
+    pub pe_rows: usize,
+    pub pe_cols: usize,
+    /// TensorE `nc_matmul` performance modes the core has (`perf_mode`; `none` always).
+    pub matmul_perf_modes: &'static [MatmulPerfMode],
+    /// VectorE: elements per partition per cycle for the dtypes of [`Target::vector_wide_dtypes`]
+    /// (a 512-wide data path over 128 lanes is 4; 256 is 2; 128 is 1) [ARCH2: DVE 512 bf16/fp16,
+    /// else 256; ARCH3: 512 bf16/fp16/fp8; ARCH1: 128].
+    pub vector_wide_elems_per_cycle: u64,
+    /// VectorE dtypes that take the wide data path (every operand must be one of them).
+    pub vector_wide_dtypes: &'static [DType],
+    /// VectorE elements per partition per cycle for other dtypes.
+    pub vector_elems_per_cycle: u64,
+    /// ScalarE: elements per partition per cycle for [`Target::scalar_wide_dtypes`] [ARCH3: ACT 256
+    /// bf16/fp16/fp8, else 128].
+    pub scalar_wide_elems_per_cycle: u64,
+    pub scalar_wide_dtypes: &'static [DType],
+    /// ScalarE elements per partition per cycle for other dtypes.
+    pub scalar_elems_per_cycle: u64,
+    /// GpSimdE elements per partition per cycle [ARCH: POOL 128 wide].
+    pub gpsimd_elems_per_cycle: u64,
+    // ---- Capabilities. ----
+    /// Every instruction (opcode, as [`crate::Op::name`]) the core executes. An instruction not
+    /// listed is refused with [`crate::ErrorKind::NotOnTarget`] naming [`Target::label`].
+    pub instructions: &'static [&'static str],
+    /// Instructions ScalarE gained on this core beyond the engines `Op::engines` lists for
+    /// NC-v2 (NC-v3: `tensor_copy`, `tensor_scalar`).
+    pub scalar_extra_instructions: &'static [&'static str],
+    /// Every dtype the core's engines and DMA take. An operand or HBM tensor of another dtype is
+    /// refused with [`crate::ErrorKind::NotOnTarget`] naming the generation.
+    pub dtypes: &'static [DType],
+    /// Whether the core has native 64-bit integers (NC-v3+: the compiler's `--native-int64`);
+    /// the lowering option of that name requires it. (The simulator's dtypes have no 64-bit
+    /// type yet: see docs/isa.md.)
+    pub native_int64: bool,
+    /// Whether TensorE may write bf16 results to PSUM [ARCH3: NC-v4].
+    pub psum_bf16_output: bool,
+    /// Whether compute engines may address SBUF/PSUM indirectly (`.indirect()`, NKI 0.5; NC-v4).
+    pub indirect_on_chip_addressing: bool,
+    /// DMA near-memory read-add-write rate as a fraction of the DMA rate [ARCH3: full rate on
+    /// NC-v4; before, 50% through the collective-communication engines].
+    pub dma_read_add_write_rate: f64,
+    /// DMA quality-of-service classes (`priority` 0..n) [ARCH3: 4 on NC-v4; 1 = none before].
+    pub dma_qos_classes: u32,
 }
+
+/// TensorE matmul performance modes (`nki.isa.matmul_perf_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatmulPerfMode {
+    /// One row of PEs per K element.
+    None,
+    /// FP8 "double row": K = 256 in one pass, twice the FP8 rate [ARCH2, NC-v3 and NC-v4].
+    DoubleRow,
+    /// MX "quad": K = 512 of MXFP8/MXFP4 per pass [ARCH3, NC-v4 `nc_matmul_mx`].
+    Quad,
+}
+
+/// Instructions every generation has: the NeuronCore-v2 set.
+const NC_V2_INSTRUCTIONS: &[&str] = &[
+    "nc_matmul",
+    "nc_transpose",
+    "tensor_tensor",
+    "tensor_scalar",
+    "scalar_tensor_tensor",
+    "tensor_reduce",
+    "tensor_tensor_scan",
+    "tensor_scalar_reduce",
+    "tensor_copy",
+    "tensor_copy_predicated",
+    "tensor_copy_dynamic_src",
+    "tensor_copy_dynamic_dst",
+    "reciprocal",
+    "bn_stats",
+    "bn_aggr",
+    "max8",
+    "nc_find_index8",
+    "nc_match_replace8",
+    "memset",
+    "select_reduce",
+    "dropout",
+    "rng",
+    "set_rng_seed",
+    "nc_stream_shuffle",
+    "activation",
+    "iota",
+    "affine_select",
+    "local_gather",
+    "nc_n_gather",
+    "tensor_partition_reduce",
+    "sequence_bounds",
+    "dma_copy",
+    "dma_transpose",
+];
+
+/// NeuronCore-v3 additions the simulator implements [neuroncore-isa §5.16; NKI 2.23 release
+/// notes "for trn2"]. Only instructions with semantics are listed: a list entry is a promise
+/// that the core runs it (docs/isa.md "Generations" lists the NC-v3/v4 instructions not yet
+/// modelled).
+const NC_V3_ADDED: &[&str] = &["range_select"];
+
+/// NeuronCore-v4 additions the simulator implements (none yet: `exponential`, `activate2`,
+/// `quantize_mx`, `nc_matmul_mx` are listed as gaps in docs/isa.md).
+const NC_V4_ADDED: &[&str] = &[];
+
+const fn concat<const N: usize>(parts: &[&[&'static str]]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut k = 0;
+    let mut p = 0;
+    while p < parts.len() {
+        let mut i = 0;
+        while i < parts[p].len() {
+            out[k] = parts[p][i];
+            k += 1;
+            i += 1;
+        }
+        p += 1;
+    }
+    assert!(k == N, "instruction list length");
+    out
+}
+
+const NC_V3_LEN: usize = NC_V2_INSTRUCTIONS.len() + NC_V3_ADDED.len();
+const NC_V4_LEN: usize = NC_V3_LEN + NC_V4_ADDED.len();
+static NC_V3_INSTRUCTIONS: [&str; NC_V3_LEN] = concat(&[NC_V2_INSTRUCTIONS, NC_V3_ADDED]);
+static NC_V4_INSTRUCTIONS: [&str; NC_V4_LEN] = concat(&[NC_V2_INSTRUCTIONS, NC_V3_ADDED, NC_V4_ADDED]);
+
+/// The dtypes of NC-v2 and NC-v3 [data-types page: FP32, TF32, BF16, FP16, cFP8, INT8–32].
+/// `float8_e4m3fn` is listed here too: trnsim's conformance suite stores PyTorch's
+/// `float8_e4m3fn` on every generation and converts it on the engines, as a compiler targeting
+/// those cores would in software; the OCP format as a *TensorE input* is NC-v4 (NKI 0.4), see
+/// docs/isa.md.
+const NC_V2_DTYPES: &[DType] = &[
+    DType::F32,
+    DType::Tf32,
+    DType::Bf16,
+    DType::F16,
+    DType::Fp8E4m3,
+    DType::Fp8E4m3fn,
+    DType::Fp8E5m2,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::Bool,
+];
+
+/// NC-v4 adds the MX formats' element and scale types and the packed `_x4` types [data-types
+/// page; NKI 2.27 release notes; NKI 0.5 `float8_e8m0fnu`].
+const NC_V4_DTYPES: &[DType] = &[
+    DType::F32,
+    DType::Tf32,
+    DType::Bf16,
+    DType::F16,
+    DType::Fp8E4m3,
+    DType::Fp8E4m3fn,
+    DType::Fp8E5m2,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::Bool,
+];
+
+const WIDE_16BIT: &[DType] = &[DType::Bf16, DType::F16];
+const WIDE_16BIT_FP8: &[DType] = &[
+    DType::Bf16,
+    DType::F16,
+    DType::Fp8E4m3,
+    DType::Fp8E4m3fn,
+    DType::Fp8E5m2,
+];
 
 impl Target {
     /// Trn1, NeuronCore-v2.
@@ -143,6 +360,15 @@ impl Target {
         Target {
             name: TargetName::Trn1,
             core: "NeuronCore-v2",
+            nc_version: 2,
+            label: "trn1 (NeuronCore-v2)",
+            cores_per_chip: 2,
+            hbm_chip_bytes: 32 << 30,
+            hbm_chip_bytes_per_ns: 820.0,
+            dma_engines_per_chip: 32,
+            dma_chip_bytes_per_ns: 1000.0,
+            lnc_allowed: &[1],
+            lnc_default: 1,
             partitions: 128,
             sbuf_partition_bytes: 192 * 1024,
             sbuf_usable_bytes: 180_224,
@@ -171,6 +397,24 @@ impl Target {
             hbm_bytes_per_ns: 410.0,
             scalar_bias_immediate: false,
             scalar_tensor_copy: false,
+            pe_rows: 128,
+            pe_cols: 128,
+            matmul_perf_modes: &[MatmulPerfMode::None],
+            vector_wide_elems_per_cycle: 1,
+            vector_wide_dtypes: &[],
+            vector_elems_per_cycle: 1,
+            scalar_wide_elems_per_cycle: 1,
+            scalar_wide_dtypes: &[],
+            scalar_elems_per_cycle: 1,
+            gpsimd_elems_per_cycle: 1,
+            instructions: NC_V2_INSTRUCTIONS,
+            scalar_extra_instructions: &[],
+            dtypes: NC_V2_DTYPES,
+            native_int64: false,
+            psum_bf16_output: false,
+            indirect_on_chip_addressing: false,
+            dma_read_add_write_rate: 0.5,
+            dma_qos_classes: 1,
         }
     }
 
@@ -179,6 +423,15 @@ impl Target {
         Target {
             name: TargetName::Trn2,
             core: "NeuronCore-v3",
+            nc_version: 3,
+            label: "trn2 (NeuronCore-v3)",
+            cores_per_chip: 8,
+            hbm_chip_bytes: 96 << 30,
+            hbm_chip_bytes_per_ns: 3000.0,
+            dma_engines_per_chip: 128,
+            dma_chip_bytes_per_ns: 3500.0,
+            lnc_allowed: &[1, 2],
+            lnc_default: 2,
             sbuf_partition_bytes: 224 * 1024,
             sbuf_usable_bytes: 212_984,
             tensor_ghz: 2.4,
@@ -189,7 +442,69 @@ impl Target {
             hbm_bytes_per_ns: 375.0,
             scalar_bias_immediate: true,
             scalar_tensor_copy: true,
+            matmul_perf_modes: &[MatmulPerfMode::None, MatmulPerfMode::DoubleRow],
+            vector_wide_elems_per_cycle: 4,
+            vector_wide_dtypes: WIDE_16BIT,
+            vector_elems_per_cycle: 2,
+            instructions: &NC_V3_INSTRUCTIONS,
+            scalar_extra_instructions: &["tensor_copy", "tensor_scalar"],
+            native_int64: true,
             ..Target::trn1()
         }
+    }
+
+    /// Trn3, NeuronCore-v4. SBUF: 32 MiB per core over 128 partitions = 256 KiB per partition
+    /// [HW]; usable bytes keep Trn2's reserve (unpublished for NC-v4: docs/isa.md).
+    pub fn trn3() -> Target {
+        Target {
+            name: TargetName::Trn3,
+            core: "NeuronCore-v4",
+            nc_version: 4,
+            label: "trn3 (NeuronCore-v4)",
+            hbm_chip_bytes: 144 << 30,
+            hbm_chip_bytes_per_ns: 4900.0,
+            dma_chip_bytes_per_ns: 4900.0,
+            sbuf_partition_bytes: 256 * 1024,
+            sbuf_usable_bytes: 256 * 1024 - (224 * 1024 - 212_984),
+            vector_ghz: 1.2,
+            // 4.9 TB/s per chip of 8 cores [HW; ARCH3 says 4.7 TB/s].
+            hbm_bytes_per_ns: 612.5,
+            matmul_perf_modes: &[MatmulPerfMode::None, MatmulPerfMode::DoubleRow, MatmulPerfMode::Quad],
+            vector_wide_dtypes: WIDE_16BIT_FP8,
+            scalar_wide_elems_per_cycle: 2,
+            scalar_wide_dtypes: WIDE_16BIT_FP8,
+            instructions: &NC_V4_INSTRUCTIONS,
+            dtypes: NC_V4_DTYPES,
+            psum_bf16_output: true,
+            indirect_on_chip_addressing: true,
+            dma_read_add_write_rate: 1.0,
+            dma_qos_classes: 4,
+            ..Target::trn2()
+        }
+    }
+
+    /// Whether the core executes `opcode` at all.
+    pub fn has_instruction(&self, opcode: &str) -> bool {
+        self.instructions.contains(&opcode)
+    }
+
+    /// Whether the core's engines and DMA take `dtype`.
+    pub fn has_dtype(&self, dtype: DType) -> bool {
+        self.dtypes.contains(&dtype)
+    }
+
+    /// Whether `perf_mode` exists on the core.
+    pub fn has_perf_mode(&self, mode: MatmulPerfMode) -> bool {
+        self.matmul_perf_modes.contains(&mode)
+    }
+
+    /// Physical SBUF bytes of one core.
+    pub fn sbuf_core_bytes(&self) -> usize {
+        self.partitions * self.sbuf_partition_bytes
+    }
+
+    /// HBM bytes per physical core (the chip's HBM shared evenly).
+    pub fn hbm_core_bytes(&self) -> u64 {
+        self.hbm_chip_bytes / self.cores_per_chip as u64
     }
 }

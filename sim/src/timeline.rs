@@ -109,7 +109,7 @@ impl Scheduler {
             seq_in_queue: vec![0; nq],
             spans: Vec::with_capacity(program.instructions.len()),
             decided_by: Vec::with_capacity(program.instructions.len()),
-            clocks: Clocks::new(if race_check { nq } else { 0 }),
+            clocks: Clocks::with_capacity(if race_check { nq } else { 0 }, program.instructions.len()),
             history: History::default(),
         }
     }
@@ -169,9 +169,15 @@ impl Scheduler {
             let vc = self.clocks.of(index);
             let accesses = footprint(&inst.op, &self.hbm);
             for a in &accesses {
-                // The latest unordered conflict: the one a missing wait would have named.
-                let unordered = self.history.conflicts(a, q).filter(|r| !Clocks::ordered(vc, r));
-                if let Some(r) = unordered.max_by_key(|r| r.inst) {
+                // The latest unordered conflict: the one a missing wait would have named. Per
+                // queue, the latest conflicting record is unordered whenever any is.
+                let mut unordered: Option<&Record> = None;
+                self.history.latest_conflicts(a, q, |r| {
+                    if !Clocks::ordered(vc, r) && unordered.is_none_or(|u| u.inst < r.inst) {
+                        unordered = Some(r);
+                    }
+                });
+                if let Some(r) = unordered {
                     return Err(self.race(program, index, a, r));
                 }
             }

@@ -32,7 +32,7 @@ pub fn chrome_trace(program: &Program, timeline: &Timeline) -> Value {
             .op
             .operands()
             .into_iter()
-            .map(|(name, ap)| (name.to_string(), Value::String(ap.to_string())))
+            .map(|o| (o.name.to_string(), Value::String(o.ap.to_string())))
             .collect();
         let mut args = json!({
             "index": i,

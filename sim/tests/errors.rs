@@ -101,9 +101,10 @@ fn kind_index(k: &ErrorKind) -> usize {
         ErrorKind::Unsupported(_) => 18,
         ErrorKind::IndexOutOfRange { .. } => 19,
         ErrorKind::Race(_) => 20,
+        ErrorKind::DTypeNotOnTarget { .. } => 21,
     }
 }
-const KINDS: usize = 21;
+const KINDS: usize = 22;
 const NAMES: [&str; KINDS] = [
     "TooManyPartitions",
     "PartitionOutOfRange",
@@ -126,9 +127,10 @@ const NAMES: [&str; KINDS] = [
     "Unsupported",
     "IndexOutOfRange",
     "Race",
+    "DTypeNotOnTarget",
 ];
 /// Variants no instruction of this simulator version raises (see the coverage test).
-const UNREACHABLE: [usize; 0] = [];
+const UNREACHABLE: [usize; 1] = [21];
 
 /// Runs `p` with the waits its accesses need (the cases build programs without waits, and each
 /// is about another error than a race).
@@ -405,7 +407,7 @@ fn cases() -> Vec<Case> {
         vec![copy(free_dst(), loaded())],
         None,
         12,
-        vec!["tensor_copy is not available on trn1"],
+        vec!["tensor_copy is not available on trn1 (NeuronCore-v2)"],
     ));
     c.push(inst_case(
         "wrong engine (pow on VectorE)",

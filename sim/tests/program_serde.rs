@@ -580,3 +580,172 @@ fn non_finite_immediates_round_trip() {
     }
     assert!(Program::from_json(r#"{"hbm":[],"instructions":[{"engine":"vector","op":{"memset":{"dst":{"mem":"sbuf","dtype":"f32","partitions":1,"free":[[1,1]]},"value":"lots"}}}]}"#).is_err());
 }
+
+/// The read/write role of every operand of every instruction, as `all_ops_program` builds it
+/// (every optional operand present; `accumulate` set on `nc_matmul` and `dma_copy`). Written from
+/// the instructions' definitions in docs/isa.md, not from `Op::operands`. Exhaustive on purpose: a
+/// new variant does not compile until its roles are written here.
+fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
+    use Role::{Read as R, ReadWrite as RW, Write as W};
+    let v: &[(&str, Role, bool)] = match op {
+        Op::NcMatmul(_) => &[("dst", RW, false), ("stationary", R, false), ("moving", R, false)],
+        Op::NcTranspose(_) => &[("dst", W, false), ("src", R, false)],
+        Op::TensorTensor(_) => &[("dst", W, false), ("in0", R, false), ("in1", R, false)],
+        // operand0 is an immediate here, operand1 a tile.
+        Op::TensorScalar(_) => &[("dst", W, false), ("src", R, false), ("operand1", R, false)],
+        Op::ScalarTensorTensor(_) => &[("dst", W, false), ("src", R, false), ("in1", R, false)],
+        Op::TensorReduce(_) => &[("dst", W, false), ("src", R, false)],
+        Op::TensorTensorScan(_) => &[
+            ("dst", W, false),
+            ("in0", R, false),
+            ("in1", R, false),
+            ("initial", R, false),
+        ],
+        // operand0 is an immediate here.
+        Op::TensorScalarReduce(_) => &[("dst", W, false), ("src", R, false), ("reduce_res", W, false)],
+        Op::TensorCopy(_) => &[("dst", W, false), ("src", R, false)],
+        Op::TensorCopyPredicated(_) => &[("dst", RW, false), ("src", R, false), ("predicate", R, false)],
+        Op::Reciprocal(_) | Op::BnStats(_) | Op::BnAggr(_) | Op::Max8(_) => &[("dst", W, false), ("src", R, false)],
+        Op::FindIndex8(_) => &[("dst", W, false), ("data", R, false), ("vals", R, false)],
+        Op::MatchReplace8(_) => &[
+            ("dst", W, false),
+            ("data", R, false),
+            ("vals", R, false),
+            ("dst_idx", W, false),
+        ],
+        Op::Memset(_) | Op::Rng(_) | Op::Iota(_) => &[("dst", W, false)],
+        Op::SelectReduce(_) => &[
+            ("dst", W, false),
+            ("predicate", R, false),
+            ("on_true", R, false),
+            ("reduce_res", W, false),
+        ],
+        Op::Dropout(_) => &[("dst", W, false), ("src", R, false)],
+        Op::SetRngSeed(_) => &[("seed", R, false)],
+        Op::StreamShuffle(_) => &[("dst", W, false), ("src", R, false)],
+        Op::Activation(_) => &[
+            ("dst", W, false),
+            ("src", R, false),
+            ("bias", R, false),
+            ("reduce_res", W, false),
+        ],
+        Op::AffineSelect(_) => &[("dst", W, false), ("on_true", R, false)],
+        Op::LocalGather(_) => &[("dst", W, false), ("src", R, false), ("index", R, false)],
+        Op::NGather(_) => &[("dst", W, false), ("data", R, false), ("indices", R, false)],
+        Op::TensorPartitionReduce(_) => &[("dst", W, false), ("src", R, false)],
+        // An indirect destination, accumulating.
+        Op::DmaCopy(_) => &[("dst", RW, true), ("src", R, false), ("index", R, false)],
+        Op::TensorCopyDynamicSrc(_) => &[("dst", W, false), ("src", R, true), ("offset", R, false)],
+        Op::TensorCopyDynamicDst(_) => &[("dst", W, true), ("src", R, false), ("offset", R, false)],
+        Op::SequenceBounds(_) => &[("dst", W, false), ("segment_ids", R, false)],
+        Op::DmaTranspose(_) => &[("dst", W, false), ("src", R, false)],
+        Op::RangeSelect(_) => &[
+            ("dst", W, false),
+            ("on_true", R, false),
+            ("bound0", R, false),
+            ("reduce_res", W, false),
+        ],
+    };
+    v.to_vec()
+}
+
+#[test]
+fn every_operand_has_its_documented_role() {
+    let p = all_ops_program(TargetName::Trn1);
+    for inst in &p.instructions {
+        let got: Vec<(&str, Role, bool)> = inst.op.operands().iter().map(|o| (o.name, o.role, o.dynamic)).collect();
+        assert_eq!(got, expected_roles(&inst.op), "{}", inst.op.name());
+    }
+    // Without accumulation the destination is only written; a direct DMA is not dynamic.
+    let p = all_ops_program(TargetName::Trn1);
+    for inst in p.instructions {
+        let mut op = inst.op;
+        match &mut op {
+            Op::NcMatmul(i) => i.accumulate = false,
+            Op::DmaCopy(i) => {
+                i.accumulate = false;
+                i.indirect = None;
+            }
+            _ => continue,
+        }
+        let dst = op.operands()[0];
+        assert_eq!(
+            (dst.name, dst.role, dst.dynamic),
+            ("dst", Role::Write, false),
+            "{}",
+            op.name()
+        );
+    }
+    assert!(Role::ReadWrite.reads() && Role::ReadWrite.writes() && !Role::Read.writes() && !Role::Write.reads());
+}
+
+/// Every object of a program's JSON, with the path to it: the program, each declaration, each
+/// instruction, each op's operand struct, each access pattern and nested struct.
+fn objects<'v>(v: &'v serde_json::Value, path: String, out: &mut Vec<(String, &'v serde_json::Value)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            out.push((path.clone(), v));
+            for (k, x) in m {
+                objects(x, format!("{path}.{k}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                objects(x, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn an_unknown_key_anywhere_is_a_load_error_naming_it() {
+    // The misspelling that used to be silently `false`.
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("x", DType::F32, &[4, 8], HbmRole::Input);
+    p.push(
+        Engine::Dma,
+        Op::DmaCopy(DmaCopy {
+            dst: sb(DType::F32, 4, 0, 8),
+            src: AccessPattern::hbm("x", DType::F32, 0, 4, 8, vec![[1, 8]]),
+            accumulate: false,
+            indirect: None,
+        }),
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    let copy = &mut v["instructions"][0]["op"]["dma_copy"];
+    copy.as_object_mut().unwrap().remove("accumulate");
+    copy["acumulate"] = serde_json::json!(true);
+    let e = Program::from_json(&v.to_string()).unwrap_err().to_string();
+    assert!(e.contains("unknown field `acumulate`"), "{e}");
+    // Every struct of the program's JSON, one at a time: every object of the one-of-every-op
+    // program gets a key no struct has. An object that is an op's tag map (`{"nc_matmul": …}`) or
+    // a tagged value (`{"imm": …}`, `{"hbm": …}`) refuses a second key as well.
+    let json: serde_json::Value = serde_json::from_str(&all_ops_program(TargetName::Trn1).to_json()).unwrap();
+    let mut all = Vec::new();
+    objects(&json, String::new(), &mut all);
+    let paths: Vec<String> = all.into_iter().map(|(p, _)| p).collect();
+    assert!(paths.len() > 150, "{}", paths.len());
+    for path in paths {
+        let mut bad = json.clone();
+        let mut at = &mut bad;
+        for part in path.split('.').skip(1) {
+            let (key, idx) = match part.split_once('[') {
+                Some((k, rest)) => (k, Some(rest)),
+                None => (part, None),
+            };
+            at = &mut at[key];
+            if let Some(rest) = idx {
+                for i in rest.split('[') {
+                    at = &mut at[i.trim_end_matches(']').parse::<usize>().unwrap()];
+                }
+            }
+        }
+        at["zz_unknown"] = serde_json::json!(1);
+        let e = Program::from_json(&bad.to_string())
+            .err()
+            .unwrap_or_else(|| panic!("an unknown key in `{path}` was accepted"))
+            .to_string();
+        assert!(e.contains("zz_unknown"), "{path}: {e}");
+    }
+}

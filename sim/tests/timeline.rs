@@ -337,3 +337,46 @@ fn races_in_hbm() {
     };
     check_race(&q, &inputs, &h);
 }
+
+#[test]
+fn a_dynamic_copy_conflicts_wherever_its_offset_may_move_it() {
+    // #0 GpSimd writes the offset (2 rows of 16 elements = byte 128); #1 GpSimd writes bytes
+    // 128..192; #2 Vector copies from a source whose static offset is byte 0, moved at run time to
+    // byte 128: the read of #1's bytes depends on data, so it must wait for #1.
+    let mut p = Program::new(TargetName::Trn1);
+    let off = AccessPattern::sbuf(DType::I32, 0, 1, 4096, vec![[1, 1]]);
+    p.push(
+        Engine::Gpsimd,
+        Op::Iota(Iota {
+            dst: off.clone(),
+            offset: 2,
+            channel_multiplier: 0,
+            pattern: vec![[0, 1]],
+        }),
+    );
+    p.push(Engine::Gpsimd, memset(sb(1, 128, 16)));
+    p.push(
+        Engine::Vector,
+        Op::TensorCopyDynamicSrc(TensorCopyDynamic {
+            dst: sb(1, 2048, 16),
+            src: sb(1, 0, 16),
+            offset: off,
+            offset_scale: 16,
+        }),
+    );
+    infer_waits(&mut p);
+    assert_eq!(
+        p.instructions[2].wait,
+        vec![1],
+        "the moved source waits for the write it may read"
+    );
+    let inputs = BTreeMap::new();
+    let r = run(&p, &inputs).unwrap();
+    assert_eq!(r.stats.instructions.vector, 1);
+    p.instructions[2].wait.clear();
+    let e = run(&p, &inputs).unwrap_err();
+    assert!(
+        matches!(&e.kind, ErrorKind::Race(r) if r.hazard == "read-after-write" && r.other == 1),
+        "{e}"
+    );
+}

@@ -22,7 +22,7 @@ mod _native {
     #[pymodule_export]
     use crate::lowering::{device_dtype, is_lowered, lower_op, tolerance};
     #[pymodule_export]
-    use crate::program::{Program, numerics_default_json, numerics_normalize_json, run};
+    use crate::program::{Program, numerics_default_json, numerics_normalize_json, run, target_params_json};
     #[pymodule_export]
     use crate::session::Session;
 

@@ -63,8 +63,8 @@ pub fn lower_op(
         reseed(&mut lowered.program, seed);
     }
     let values = serde_json::to_string(&lowered.values).expect("values serialize");
-    let data_dependent = lower::data_dependent_output(op, &call, &tensor_meta)
-        .map(|name| (lower::count_output_name(&name), name));
+    let data_dependent =
+        lower::data_dependent_output(op, &call, &tensor_meta).map(|name| (lower::count_output_name(&name), name));
     Ok((
         None,
         String::new(),

@@ -117,6 +117,15 @@ pub fn numerics_default_json() -> String {
     serde_json::to_string(&Numerics::default()).expect("numerics serialize")
 }
 
+/// The parameters of the simulated generation `name` (trnsim's `Target`, serde JSON): sizes,
+/// limits, clocks and capability flags, so the Python front-ends read them from the simulator
+/// instead of keeping a copy. Raises `ValueError` for a name the simulator does not model.
+#[pyfunction]
+pub fn target_params_json(name: &str) -> PyResult<String> {
+    let t = convert::target(name)?.params();
+    Ok(serde_json::to_string(&t).expect("target serialize"))
+}
+
 /// Validates numerics settings (JSON) and returns them complete (defaults filled in), as JSON.
 #[pyfunction]
 pub fn numerics_normalize_json(json: &str) -> PyResult<String> {

@@ -112,8 +112,7 @@ def test_typing_annotations_and_compiler_decorators():
     np.testing.assert_array_equal(k(x), x)
     assert nt.tensor[(128, 4), nl.float32].check(x)
     assert not nt.tensor[(64, 4), nl.float32].check(x)
-    with pytest.raises(trnsim.nki.NkiError, match="direct allocation"):
-        ncc.sbuf.alloc(lambda *a: (0, 0))
+    assert ncc.sbuf.alloc(lambda *a: (0, 0)).name == "sbuf"  # direct allocation: test_nki_alloc.py
 
 
 def test_trace_subkernel_inline():

@@ -38,7 +38,8 @@ def too_many_live_tiles(a):
     keep = []
     for i in nl.static_range(64):
         keep.append(nl.load(a))  # sbuf-full
-    nl.store(out, keep[0])
+    for t in keep:  # every tile is read after the last load: all 64 are live at once
+        nl.store(out, t)
     return out
 
 
@@ -56,7 +57,8 @@ def test_sbuf_capacity_exceeded_names_tile_and_line():
 def too_many_psum_tiles(a):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     accs = [nl.zeros((128, 512), nl.float32, buffer=nl.psum) for _ in range(9)]  # psum-full
-    nl.store(out, nl.copy(accs[0]))
+    for t in accs:  # all nine are read after the last memset: 9 banks live at once
+        nl.store(out, nl.copy(t))
     return out
 
 

@@ -129,6 +129,7 @@ ACT = [
         2 * math.pi), X),
     ("gelu_apprx_tanh", lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))), X),
     ("gelu_apprx_sigmoid", lambda x: x * _sig(1.702 * x), X),
+    ("gelu_apprx_sigmoid_dx", lambda x: _sig(1.702 * x) * (1 + 1.702 * x * (1 - _sig(1.702 * x))), X),
     ("silu", lambda x: x * _sig(x), X), ("silu_dx", lambda x: _sig(x) * (1 + x * (1 - _sig(x))), X),
     ("erf", np.vectorize(math.erf), X), ("erf_dx", lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x), X),
     ("softplus", lambda x: np.log1p(np.exp(x)), X), ("mish", lambda x: x * np.tanh(np.log1p(np.exp(x))), X),

@@ -22,6 +22,7 @@ use trnconf::executor::SimExecutor;
 use trnconf::executor::process::{ProcessConfig, ProcessExecutor};
 use trnconf::expect::Expectations;
 use trnconf::report::json::{self as results, Loaded, PartialWriter, RunInfo};
+use trnconf::report::output::{self, Inputs};
 use trnconf::report::{self, CaseRecord};
 use trnconf::runner::{self, CaseResult};
 use trnsim::{ExecConfig, Numerics, TargetName};
@@ -519,24 +520,11 @@ fn selected<'a>(index: &'a GoldenIndex, filter: &Option<String>) -> Vec<&'a Inde
         .collect()
 }
 
-/// An output file must be creatable: its directory exists (checked before any work, so bad
-/// input never leaves half the outputs written).
-fn check_output(path: &Path) -> Result<(), ExitCode> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        return Err(bad_input(format!(
-            "{}: directory {} does not exist",
-            path.display(),
-            dir.display()
-        )));
-    }
-    if path.is_dir() {
-        return Err(bad_input(format!("{}: is a directory", path.display())));
-    }
-    Ok(())
+/// Checks a command's outputs against its inputs before any work (docs/workflow.md, "Output
+/// files"): no output names an input, a directory or a missing directory, and no two outputs
+/// name the same file. Bad input never leaves half the outputs written.
+fn check_outputs(inputs: &Inputs, outputs: &[(&str, &Path)]) -> Result<(), ExitCode> {
+    inputs.check_outputs(outputs).map_err(bad_input)
 }
 
 struct RunArgs {
@@ -683,9 +671,9 @@ fn load_resume(path: &Path) -> Result<Loaded, String> {
     for p in [path, partial.as_path()] {
         if p.is_file() {
             found = true;
-            let l = results::load(p)?;
-            loaded.info = loaded.info.or(l.info);
-            loaded.cases.extend(l.cases);
+            let mut l = results::load(p)?;
+            loaded.info = loaded.info.or(l.info.take());
+            loaded.merge(l).map_err(|e| format!("{}: {e}", p.display()))?;
         }
     }
     if !found {
@@ -741,10 +729,41 @@ fn run(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let json_path = a.json.clone().or_else(|| a.resume.clone());
-    for p in [&json_path, &a.junit, &a.html].into_iter().flatten() {
-        if let Err(code) = check_output(p) {
-            return code;
-        }
+    // What the run reads, which no output may name; `--resume FILE` alone is the run's one
+    // reader-writer (FILE is its output), while `--resume R --json J` only reads R.
+    let mut inputs = Inputs::new();
+    inputs.add_golden(&index);
+    let default_expectations =
+        (a.backend == "lowering").then(|| trnconf::expect::default_path_for(&a.executor, &a.mode));
+    if let Some(e) = a.expectations.as_ref().or(default_expectations.as_ref()) {
+        inputs.add("the expectations file", e);
+    }
+    if let Some(r) = a.resume.as_ref().filter(|r| a.json.as_ref().is_some_and(|j| j != *r)) {
+        inputs.add("the --resume file", r);
+        inputs.add("the --resume file", &results::partial_path(r));
+    }
+    // The progressive sidecar FILE.partial.jsonl sits beside a regular (or new) FILE only: a
+    // FIFO or device (`--json /dev/stdout`) gets the final results and no sidecar.
+    let partial_path = json_path
+        .as_ref()
+        .filter(|p| std::fs::metadata(p).map_or(true, |m| m.is_file()))
+        .map(|p| results::partial_path(p));
+    let json_flag = if a.json.is_some() { "--json" } else { "--resume" };
+    let mut outputs: Vec<(&str, &Path)> = Vec::new();
+    if let Some(j) = &json_path {
+        outputs.push((json_flag, j.as_path()));
+    }
+    if let Some(p) = &partial_path {
+        outputs.push(("(the partial results file of --json)", p.as_path()));
+    }
+    if let Some(p) = &a.junit {
+        outputs.push(("--junit", p));
+    }
+    if let Some(p) = &a.html {
+        outputs.push(("--html", p));
+    }
+    if let Err(code) = check_outputs(&inputs, &outputs) {
+        return code;
     }
     let mut entries = selected(&index, &a.filter);
     if let Some(f) = &a.filter
@@ -812,6 +831,13 @@ fn run(a: RunArgs) -> ExitCode {
             a.backend
         ));
     };
+    // An NKI module's own expectations file is found only now.
+    if let Some(p) = &expectations_path {
+        inputs.add("the expectations file", p);
+        if let Err(code) = check_outputs(&inputs, &outputs) {
+            return code;
+        }
+    }
     let expectations = match &expectations_path {
         Some(p) => match Expectations::load(p) {
             Ok(e) => e,
@@ -872,16 +898,17 @@ fn run(a: RunArgs) -> ExitCode {
     if a.resume.is_none()
         && let Some(p) = &json_path
     {
-        for old in [p.clone(), results::partial_path(p)] {
-            if old.is_file()
+        // Only a regular file is removed: a symlink, FIFO or device is written through at the end.
+        for old in [Some(p.clone()), partial_path.clone()].into_iter().flatten() {
+            if std::fs::symlink_metadata(&old).is_ok_and(|m| m.is_file())
                 && let Err(e) = std::fs::remove_file(&old)
             {
                 return bad_input(format!("{}: cannot remove the previous results: {e}", old.display()));
             }
         }
     }
-    let partial = match &json_path {
-        Some(p) => match PartialWriter::create(&results::partial_path(p), &info, &done) {
+    let partial = match &partial_path {
+        Some(p) => match PartialWriter::create(p, &info, &done) {
             Ok(w) => Some(w),
             Err(e) => return bad_input(e),
         },
@@ -1004,18 +1031,27 @@ fn run(a: RunArgs) -> ExitCode {
     }
     if let Some(p) = &a.junit {
         let xml = report::junit::render(&records, &timestamp());
-        if let Err(e) = results::write_atomic(p, xml.as_bytes()) {
+        if let Err(e) = output::write_file(p, xml.as_bytes()) {
             report_err(e);
         }
     }
     if let Some(p) = &a.html {
         let page = report::html::render(&info, &records);
-        if let Err(e) = results::write_atomic(p, page.as_bytes()) {
+        if let Err(e) = output::write_file(p, page.as_bytes()) {
             report_err(e);
         }
     }
     if write_failed {
         return ExitCode::from(2);
+    }
+    // A run in which no case ran (every one skipped, or not provided by the backend) checked
+    // nothing: never a success, whatever the expectations say.
+    if summary.total > 0 && summary.skipped + summary.not_provided == summary.total {
+        println!(
+            "no case ran: all {} were skipped or not provided; nothing was checked",
+            summary.total
+        );
+        return ExitCode::from(1);
     }
     if summary.ok() {
         ExitCode::SUCCESS
@@ -1124,10 +1160,13 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
         Ok(l) => l,
         Err(e) => return bad_input(e),
     };
-    if let Some(h) = html
-        && let Err(code) = check_output(h)
-    {
-        return code;
+    if let Some(h) = html {
+        let mut inputs = Inputs::new();
+        inputs.add("the results file", a);
+        inputs.add("the results file", b);
+        if let Err(code) = check_outputs(&inputs, &[("--html", h)]) {
+            return code;
+        }
     }
     // Runs under different settings are compared all the same; the settings are said first.
     let setting = |l: &Loaded| {
@@ -1154,7 +1193,7 @@ fn diff(a: &Path, b: &Path, html: Option<&Path>) -> ExitCode {
     }
     if let Some(h) = html {
         let page = report::diff::render_html(&a.display().to_string(), &b.display().to_string(), &changes, unchanged);
-        if let Err(e) = results::write_atomic(h, page.as_bytes()) {
+        if let Err(e) = output::write_file(h, page.as_bytes()) {
             return bad_input(e);
         }
     }
@@ -1321,7 +1360,7 @@ fn fmt_value(v: &trnconf::case::Value) -> String {
 /// One instruction as text: engine, opcode, operands with access patterns, other fields.
 fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
     let operands = ins.op.operands();
-    let mut parts: Vec<String> = operands.iter().map(|(name, ap)| format!("{name}={ap}")).collect();
+    let mut parts: Vec<String> = operands.iter().map(|o| format!("{}={}", o.name, o.ap)).collect();
     // The non-operand fields (ALU ops, immediates, …) from the instruction's serde form.
     if let Ok(Value::Object(m)) = serde_json::to_value(&ins.op) {
         let inner = if m.len() == 1 {
@@ -1331,9 +1370,9 @@ fn fmt_instruction(i: usize, ins: &trnsim::Instruction) -> String {
         };
         if let Some(Value::Object(fields)) = inner {
             for (k, v) in fields {
-                if !operands.iter().any(|(n, _)| *n == k) && !v.is_null() {
+                if !operands.iter().any(|o| o.name == k) && !v.is_null() {
                     // A scalar operand that is a tile was printed above; others are immediates.
-                    if v.is_object() && operands.iter().any(|(n, _)| k.starts_with(n)) {
+                    if v.is_object() && operands.iter().any(|o| k.starts_with(o.name)) {
                         continue;
                     }
                     parts.push(format!("{k}={v}"));
@@ -1359,6 +1398,14 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName, trace: Option<&Pa
         Ok(x) => x,
         Err(code) => return code,
     };
+    if let Some(t) = trace {
+        let mut inputs = Inputs::new();
+        inputs.add_golden(&index);
+        inputs.add("the expectations file", &trnconf::default_expectations_path());
+        if let Err(code) = check_outputs(&inputs, &[("--trace", t)]) {
+            return code;
+        }
+    }
     println!("case     {}", case.id);
     println!("file     {}", case.file.display());
     if let Some(s) = &case.schema {
@@ -1434,15 +1481,17 @@ fn show(id: &str, golden: Option<PathBuf>, target: TargetName, trace: Option<&Pa
 }
 
 fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&Path>, emit: Emit) -> ExitCode {
-    if let Some(o) = output
-        && let Err(code) = check_output(o)
-    {
-        return code;
-    }
-    let (_, _, case) = match find_case(golden, id) {
+    let (index, _, case) = match find_case(golden, id) {
         Ok(x) => x,
         Err(code) => return code,
     };
+    if let Some(o) = output {
+        let mut inputs = Inputs::new();
+        inputs.add_golden(&index);
+        if let Err(code) = check_outputs(&inputs, &[("--output", o)]) {
+            return code;
+        }
+    }
     let lowered = match trnconf::lower::lower(&case, target) {
         Ok(l) => l,
         Err(e) => {
@@ -1462,7 +1511,7 @@ fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&
     };
     match output {
         Some(o) => {
-            if let Err(e) = results::write_atomic(o, format!("{json}\n").as_bytes()) {
+            if let Err(e) = output::write_file(o, format!("{json}\n").as_bytes()) {
                 return bad_input(e);
             }
             eprintln!("{}: {} instructions", o.display(), lowered.program.instructions.len());
@@ -1472,16 +1521,42 @@ fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&
     ExitCode::SUCCESS
 }
 
+/// The most `coverage --markdown FILE` reads back of an existing FILE (the committed page is
+/// about 100 KiB).
+const MAX_PAGE_BYTES: u64 = 16 << 20;
+
 fn coverage(markdown: &Path, golden: Option<PathBuf>, results_file: Option<&Path>) -> ExitCode {
-    if let Err(code) = check_output(markdown) {
-        return code;
-    }
-    let torch = if results_file.is_none() {
-        load_index(golden.clone()).ok().and_then(|i| i.torch)
+    let index = if results_file.is_none() {
+        match load_index(golden.clone()) {
+            Ok(i) => Some(i),
+            Err(code) => return code,
+        }
     } else {
         None
     };
-    let records = match coverage_records(golden, results_file) {
+    let mut inputs = Inputs::new();
+    if let Some(i) = &index {
+        inputs.add_golden(i);
+        inputs.add("the expectations file", &trnconf::default_expectations_path());
+    }
+    if let Some(r) = results_file {
+        inputs.add("the --results file", r);
+    }
+    if let Err(code) = check_outputs(&inputs, &[("--markdown", markdown)]) {
+        return code;
+    }
+    // The page this command replaces is read back for the sections it keeps: only a regular file
+    // of a page's size (a FIFO or device is not read; an endless one would never end).
+    let old_page = match output::read_existing(markdown, MAX_PAGE_BYTES) {
+        Ok(p) => p,
+        Err(e) => return bad_input(e),
+    };
+    let torch = index.as_ref().and_then(|i| i.torch.clone());
+    let records = match (&index, results_file) {
+        (Some(i), _) => run_all_quietly(i),
+        (None, r) => coverage_records(golden, r),
+    };
+    let records = match records {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -1489,10 +1564,10 @@ fn coverage(markdown: &Path, golden: Option<PathBuf>, results_file: Option<&Path
     let mut page = report::coverage::render_markdown(&cov, torch.as_deref());
     // The torch device's OpInfo comparison (docs/torch-device.md) writes its own marked section
     // into the same page from a run this command cannot redo (it needs torch): keep it.
-    if let Ok(old) = std::fs::read_to_string(markdown) {
-        page.push_str(&report::coverage::kept_sections(&old));
+    if let Some(old) = &old_page {
+        page.push_str(&report::coverage::kept_sections(old));
     }
-    if let Err(e) = results::write_atomic(markdown, page.as_bytes()) {
+    if let Err(e) = output::write_file(markdown, page.as_bytes()) {
         return bad_input(e);
     }
     let (with_cases, passing, cells, pass_cells) = report::coverage::totals(&cov);
@@ -1599,8 +1674,9 @@ fn sync_expectations(path: Option<PathBuf>, check: bool) -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    if let Err(e) = std::fs::write(&path, synced) {
-        return bad_input(format!("{}: {e}", path.display()));
+    // The expectations file is this command's one reader-writer: replaced atomically.
+    if let Err(e) = output::write_file(&path, synced.as_bytes()) {
+        return bad_input(e);
     }
     println!("{}: not-lowered block rewritten", path.display());
     ExitCode::SUCCESS
@@ -1623,8 +1699,8 @@ fn show_timeline(case: &trnconf::case::Case, p: &trnsim::Program, trace: Option<
             if let Some(f) = trace {
                 let t = trnsim::trace::chrome_trace(p, &run.stats.timeline);
                 let text = serde_json::to_string(&t).expect("traces serialize");
-                if let Err(e) = std::fs::write(f, text) {
-                    eprintln!("trnconf: {}: {e}", f.display());
+                if let Err(e) = output::write_file(f, text.as_bytes()) {
+                    eprintln!("trnconf: {e}");
                     return Err(ExitCode::from(2));
                 }
                 println!("trace written to {}", f.display());

@@ -124,7 +124,31 @@ impl Loaded {
 
     fn insert(&mut self, raw: Value) -> Result<(), String> {
         let rec: CaseRecord = serde_json::from_value(raw.clone()).map_err(|e| format!("a case is malformed: {e}"))?;
+        self.insert_record(raw, rec)
+    }
+
+    /// Adds one case. The same case twice with the same record is kept once (a resumed run's
+    /// partial file repeats what it resumed from); twice with different records is an error,
+    /// since neither can be trusted to be the run's result.
+    fn insert_record(&mut self, raw: Value, rec: CaseRecord) -> Result<(), String> {
+        if let Some((old, _)) = self.cases.get(&rec.id) {
+            if *old != raw {
+                return Err(format!(
+                    "case {} is recorded twice with different results; run afresh with --json",
+                    rec.id
+                ));
+            }
+            return Ok(());
+        }
         self.cases.insert(rec.id.clone(), (raw, rec));
+        Ok(())
+    }
+
+    /// Adds every case of `other` (see [`Loaded::insert_record`] for repeated cases).
+    pub fn merge(&mut self, other: Loaded) -> Result<(), String> {
+        for (_, (raw, rec)) in other.cases {
+            self.insert_record(raw, rec)?;
+        }
         Ok(())
     }
 }
@@ -225,8 +249,8 @@ impl PartialWriter {
     }
 }
 
-/// Writes the final results file (cases sorted by id) atomically: a temporary file renamed over
-/// `path`.
+/// Writes the final results file (cases sorted by id) by [`super::output::write_file`]'s policy
+/// (atomically for a regular file).
 pub fn write_final(
     path: &Path,
     info: &RunInfo,
@@ -243,19 +267,7 @@ pub fn write_final(
         cases: cases.values().map(|(v, _)| v.clone()).collect(),
     };
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
-    write_atomic(path, text.as_bytes())
-}
-
-/// Writes `path` through a temporary file in the same directory and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    super::output::write_file(path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod html;
 pub mod json;
 pub mod junit;
 pub mod model;
+pub mod output;
 pub mod summary;
 
 use crate::expect::Status;

@@ -69,6 +69,16 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = parse(args)?;
     let text = std::fs::read_to_string(&o.program).map_err(|e| format!("{}: {e}", o.program))?;
     let program = Program::from_json(&text).map_err(|e| format!("{}: not a program: {e}", o.program))?;
+    let config = ExecConfig {
+        race_check: o.race_check,
+        ..ExecConfig::default()
+    };
+    let executor = Executor::with_config(program.target, config);
+    // Declarations first: a huge declared input is refused before anything is allocated for it.
+    if let Err(e) = executor.validate_declarations(&program) {
+        eprintln!("trnsim: {}: {e}", o.program);
+        return Ok(ExitCode::from(1));
+    }
     let mut inputs = match &o.inputs {
         Some(f) => read_safetensors(f)?,
         None => BTreeMap::new(),
@@ -86,11 +96,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             );
         }
     }
-    let config = ExecConfig {
-        race_check: o.race_check,
-        ..ExecConfig::default()
-    };
-    let run = match Executor::with_config(program.target, config).run(&program, &inputs) {
+    let run = match executor.run(&program, &inputs) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("trnsim: {}: {e}", o.program);
@@ -162,21 +168,42 @@ fn read_safetensors(path: &str) -> Result<BTreeMap<String, HostTensor>, String> 
         }
         let dt = v["dtype"].as_str().unwrap_or("");
         let dtype = dtype_of(dt).ok_or_else(|| bad(format!("tensor `{name}` has dtype {dt:?}, not a device dtype")))?;
-        let shape: Vec<usize> = v["shape"]
+        // Every dimension must be a non-negative integer: one that is not is refused, never
+        // dropped (which would read `[4, -1, 5]` as `[4, 5]`).
+        let dims = v["shape"]
             .as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as usize)).collect())
             .ok_or_else(|| bad(format!("tensor `{name}` has no shape")))?;
+        let shape: Vec<usize> = dims
+            .iter()
+            .map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok()))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                bad(format!(
+                    "tensor `{name}` has shape {}: every dimension must be a non-negative integer",
+                    v["shape"]
+                ))
+            })?;
         let off = v["data_offsets"]
             .as_array()
-            .ok_or_else(|| bad(format!("`{name}` has no data_offsets")))?;
-        let (lo, hi) = (
-            off.first().and_then(|x| x.as_u64()).unwrap_or(0) as usize,
-            off.get(1).and_then(|x| x.as_u64()).unwrap_or(0) as usize,
-        );
+            .filter(|o| o.len() == 2)
+            .ok_or_else(|| bad(format!("`{name}` has no data_offsets [begin, end]")))?;
+        let offset = |x: &serde_json::Value| {
+            x.as_u64().and_then(|x| usize::try_from(x).ok()).ok_or_else(|| {
+                bad(format!(
+                    "`{name}`'s data_offsets {} are not byte offsets",
+                    v["data_offsets"]
+                ))
+            })
+        };
+        let (lo, hi) = (offset(&off[0])?, offset(&off[1])?);
         let slice = data
             .get(lo..hi)
             .ok_or_else(|| bad(format!("`{name}`'s data_offsets run past the end")))?;
-        if slice.len() != shape.iter().product::<usize>() * dtype.size() {
+        let want = shape
+            .iter()
+            .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
+            .ok_or_else(|| bad(format!("`{name}`: shape {shape:?} is too large")))?;
+        if slice.len() != want {
             return Err(bad(format!("`{name}`: {} bytes for shape {shape:?}", slice.len())));
         }
         out.insert(

@@ -16,7 +16,7 @@ use crate::error::{AtOperand, ErrorKind, OpResult, OperandError};
 use crate::exec::{Numerics, Stats};
 use crate::mem::{AccessPattern, MemSpace, Memories};
 use crate::program::{Engine, Op, ScalarOperand};
-use crate::target::{Target, TargetName};
+use crate::target::Target;
 
 /// Architectural state beyond memory.
 #[derive(Clone, Debug)]
@@ -49,22 +49,57 @@ pub struct Ctx<'a> {
 
 /// Whether `engine` may execute `op` on `target`.
 pub fn runs_on(target: &Target, op: &Op, engine: Engine) -> bool {
-    if nc_v3_instruction(op) && target.name != TargetName::Trn2 {
-        return false;
+    check_runs_on(target, op, engine).is_ok()
+}
+
+/// Why `engine` may not execute `op` on `target`: [`ErrorKind::NotOnTarget`] (naming the
+/// generation) when the core lacks the instruction or gives it to this engine only on another
+/// generation, [`ErrorKind::WrongEngine`] when no generation runs it there. Capability lookups
+/// in [`Target`] only: no generation's name is tested.
+pub fn check_runs_on(target: &Target, op: &Op, engine: Engine) -> Result<(), ErrorKind> {
+    let opcode = op.name();
+    let not_on_target = || ErrorKind::NotOnTarget {
+        opcode,
+        target: target.label,
+    };
+    if !target.has_instruction(opcode) {
+        return Err(not_on_target());
     }
-    op.engines().contains(&engine) || (target.name == TargetName::Trn2 && nc_v3_addition(op, engine))
+    if op.engines().contains(&engine) {
+        return Ok(());
+    }
+    if engine == Engine::Scalar && target.scalar_extra_instructions.contains(&opcode) {
+        return Ok(());
+    }
+    if engine == Engine::Scalar && LATER_SCALAR_INSTRUCTIONS.contains(&opcode) {
+        return Err(not_on_target());
+    }
+    Err(ErrorKind::WrongEngine {
+        engine: engine.name(),
+        opcode,
+    })
 }
 
-/// Instructions an engine gained in NeuronCore-v3 (Trn2): ScalarE `tensor_copy` (bit-accurate)
-/// and `tensor_scalar` (multiply/add) [neuroncore-isa.md §5.0].
-pub fn nc_v3_addition(op: &Op, engine: Engine) -> bool {
-    engine == Engine::Scalar && matches!(op, Op::TensorCopy(_) | Op::TensorScalar(_))
-}
+/// Instructions some generation's ScalarE executes beyond NC-v2's engines (NC-v3: `tensor_copy`,
+/// `tensor_scalar` [neuroncore-isa.md §5.0]); on a core without them the error says "not on
+/// this chip" rather than "wrong engine".
+const LATER_SCALAR_INSTRUCTIONS: &[&str] = &["tensor_copy", "tensor_scalar"];
 
-/// Instructions NeuronCore-v2 lacks altogether (documented for NeuronCore-v3+): `range_select`
-/// [neuroncore-isa.md §5.16; NKI 2.23 release notes "for trn2"].
-pub fn nc_v3_instruction(op: &Op) -> bool {
-    matches!(op, Op::RangeSelect(_))
+/// Every dtype an instruction's operands use must exist on the core
+/// ([`ErrorKind::DTypeNotOnTarget`] naming the generation and the dtype).
+pub fn check_dtypes(target: &Target, op: &Op) -> Result<(), OperandError> {
+    for (name, ap) in op.operands().into_iter().map(|o| (o.name, o.ap)) {
+        if !target.has_dtype(ap.dtype) {
+            return Err(OperandError {
+                operand: Some(name.to_string()),
+                kind: ErrorKind::DTypeNotOnTarget {
+                    dtype: ap.dtype.name(),
+                    target: target.label,
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Executes one instruction. Exhaustive: a new `Op` variant does not compile until it has

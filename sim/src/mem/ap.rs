@@ -13,13 +13,34 @@ use crate::dtype::DType;
 use serde::{Deserialize, Serialize};
 
 /// Which memory an operand lives in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemSpace {
     Sbuf,
     Psum,
     /// A named HBM tensor declared by the program.
     Hbm(String),
+}
+
+/// [`MemSpace`]'s JSON form, read by `program::OneEntry` (which names a second key).
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum MemSpaceRepr {
+    Sbuf,
+    Psum,
+    Hbm(String),
+}
+
+impl<'de> Deserialize<'de> for MemSpace {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(
+            match d.deserialize_any(crate::program::OneEntry::<MemSpaceRepr>::new("a memory"))? {
+                MemSpaceRepr::Sbuf => MemSpace::Sbuf,
+                MemSpaceRepr::Psum => MemSpace::Psum,
+                MemSpaceRepr::Hbm(t) => MemSpace::Hbm(t),
+            },
+        )
+    }
 }
 
 impl MemSpace {
@@ -41,6 +62,7 @@ pub type FreeDim = [i64; 2];
 
 /// An operand: memory, partitions, byte offset, dtype, and up to 4 free dimensions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AccessPattern {
     pub mem: MemSpace,
     pub dtype: DType,

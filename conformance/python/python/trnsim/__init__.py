@@ -122,10 +122,37 @@ def run(
     input), ``TypeError`` for an array dtype trnsim has no equivalent of.
     """
     program = _program(prog)
+    if not isinstance(inputs, Mapping):
+        raise TypeError(
+            "trnsim.run: inputs must map each Input-role HBM tensor name to an array, "
+            f"e.g. {{'x': x}}, not a {type(inputs).__name__}"
+        )
     declared = {name: dtype for name, dtype, _shape, _role in program.hbm}
     wire = {name: to_wire(name, a, declared.get(name)) for name, a in inputs.items()}
     outputs, stats = _native.run(program, wire, target, _numerics_json(numerics))
     return RunResult({name: from_wire(w) for name, w in outputs.items()}, json.loads(stats))
+
+
+class _one_thread:
+    """Turns the native session's refusal of a concurrent call (PyO3's bare "Already borrowed")
+    into an error that says what happened and what to do."""
+
+    __slots__ = ("method",)
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, e: object, tb: object) -> bool:
+        if kind is RuntimeError and "borrowed" in str(e):
+            raise RuntimeError(
+                f"trnsim.Session.{self.method}: this Session is in use by another thread; a Session "
+                "serves one thread at a time (docs/python.md, 'Threads'): give each thread its own "
+                "Session, or serialise the calls with a lock"
+            ) from e
+        return False
 
 
 class Session:
@@ -142,30 +169,40 @@ class Session:
         y = s.get("y")
     """
 
+    # Threads: a Session serves one thread at a time (docs/python.md, "Threads"). A call made
+    # while another thread is inside one of this Session's methods raises RuntimeError at once
+    # (the native session refuses a second borrow; nothing waits or is corrupted): give each
+    # thread its own Session, or serialise the calls with a lock of your own.
+
     def __init__(self, target: str = "trn1", numerics: NumericsLike = None) -> None:
         self._native = _native.Session(target, _numerics_json(numerics))
 
     def put(self, name: str, array: Any, dtype: str | None = None) -> None:
         """Copies an array to the device as ``name`` (replacing any tensor of that name).
         ``dtype="tf32"`` stores a float32 array as tf32 (its low 13 mantissa bits must be 0)."""
-        self._native.put(name, to_wire(name, array, dtype))
+        with _one_thread("put"):
+            self._native.put(name, to_wire(name, array, dtype))
 
     def get(self, name: str) -> np.ndarray:
         """Copies a session tensor to the host. ``KeyError`` if there is none."""
-        return from_wire(self._native.get(name))
+        with _one_thread("get"):
+            return from_wire(self._native.get(name))
 
     def info(self, name: str) -> tuple[str, tuple[int, ...]]:
         """``(trnsim dtype name, shape)`` of a session tensor, without copying it."""
-        dtype, shape = self._native.info(name)
+        with _one_thread("info"):
+            dtype, shape = self._native.info(name)
         return dtype, tuple(shape)
 
     def delete(self, name: str) -> bool:
         """Frees a session tensor; whether it existed."""
-        return self._native.delete(name)
+        with _one_thread("delete"):
+            return self._native.delete(name)
 
     def names(self) -> list[str]:
         """The session's tensor names, sorted."""
-        return self._native.names()
+        with _one_thread("names"):
+            return self._native.names()
 
     def run(self, prog: Program | str, bind: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Runs a program on session tensors and returns its statistics (as :func:`run`'s).
@@ -175,16 +212,19 @@ class Session:
         declared dtype and shape; outputs are created or replaced when the run succeeds. On a
         :class:`SimError` the session is unchanged.
         """
-        return json.loads(self._native.run(_program(prog), dict(bind or {})))
+        with _one_thread("run"):
+            return json.loads(self._native.run(_program(prog), dict(bind or {})))
 
     def transfers(self) -> dict[str, int]:
         """Counters: ``host_to_device_bytes`` (put), ``device_to_host_bytes`` (get),
         ``device_copy_bytes`` (one tensor bound to two inputs of a run) and ``runs``."""
-        return json.loads(self._native.transfers())
+        with _one_thread("transfers"):
+            return json.loads(self._native.transfers())
 
     def device_bytes(self) -> int:
         """Bytes held by the session's tensors."""
-        return self._native.device_bytes()
+        with _one_thread("device_bytes"):
+            return self._native.device_bytes()
 
     def __contains__(self, name: str) -> bool:
         return name in self._native.names()

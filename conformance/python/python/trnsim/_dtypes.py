@@ -50,6 +50,11 @@ def numpy_dtype(name: str) -> np.dtype:
         raise TypeError(f"unknown trnsim dtype {name!r}") from None
 
 
+# The simulator's default HBM capacity (trnsim's ExecConfig::max_hbm_bytes, 4 GiB): no single
+# tensor larger than this can be stored, so none is copied to be refused afterwards.
+MAX_TENSOR_BYTES = 4 << 30
+
+
 def to_wire(name: str, array, declared: str | None = None):
     """``(dtype name, shape, bytes)`` of an array: little-endian, C order, bits unchanged.
 
@@ -58,6 +63,14 @@ def to_wire(name: str, array, declared: str | None = None):
     """
     a = np.asarray(array)
     dt = trnsim_dtype(a.dtype)
+    # Checked on the array's logical size before any copy: a broadcast view (stride 0) of a few
+    # bytes can stand for many GiB, and making it contiguous would allocate them all.
+    nbytes = int(a.size) * int(a.dtype.itemsize)
+    if nbytes > MAX_TENSOR_BYTES:
+        raise MemoryError(
+            f"tensor {name!r}: {tuple(a.shape)} {a.dtype} is {nbytes} bytes, more than the simulated "
+            f"device's {MAX_TENSOR_BYTES} bytes of HBM; refused before copying it"
+        )
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
     if not a.flags.c_contiguous:

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use trnconf::executor::SimExecutor;
 use trnconf::model::{self, Model};
 use trnconf::report::model as report;
+use trnconf::report::output::{self, Inputs};
 use trnsim::TargetName;
 
 #[derive(Subcommand)]
@@ -42,6 +43,14 @@ pub fn run(cmd: ModelCommand) -> Result<i32, String> {
             verbose,
         } => {
             let m = Model::load(&dir)?;
+            // No report may name a file of the model (docs/workflow.md, "Output files").
+            let mut inputs = Inputs::new();
+            inputs.add_dir("a file of the model", &dir);
+            let outputs: Vec<(&str, &std::path::Path)> = [("--json", &json), ("--html", &html), ("--junit", &junit)]
+                .into_iter()
+                .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
+                .collect();
+            inputs.check_outputs(&outputs)?;
             let executor = SimExecutor::new(TargetName::Trn1);
             let bar = std::io::stderr().is_terminal().then(|| {
                 let b = indicatif::ProgressBar::new(m.doc.nodes.len() as u64);
@@ -63,9 +72,7 @@ pub fn run(cmd: ModelCommand) -> Result<i32, String> {
                 print!("{}", report::table(&r));
             }
             print!("{}", report::summary(&r));
-            let write = |path: &PathBuf, text: String| {
-                std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
-            };
+            let write = |path: &PathBuf, text: String| output::write_file(path, text.as_bytes());
             if let Some(p) = &json {
                 write(p, serde_json::to_string_pretty(&r).map_err(|e| e.to_string())? + "\n")?;
             }

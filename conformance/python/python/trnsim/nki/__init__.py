@@ -30,11 +30,13 @@ import types
 
 import numpy as np
 
-from . import _core, compiler, isa, language, typing
+from . import _alloc, _core, compiler, isa, language, typing
+from ._alloc import NkiAllocationError
 from ._core import NkiError, Tracer, View
 
 __all__ = [
     "DeviceTensor",
+    "NkiAllocationError",
     "NkiError",
     "baremetal",
     "benchmark",
@@ -110,7 +112,13 @@ class KernelRun:
         if self.device_args:
             return _session_run(self, prog)
         t0 = time.perf_counter()
-        res = trnsim.run(prog, self.inputs, target=target or self.program["target"], numerics=numerics)
+        try:
+            res = trnsim.run(prog, self.inputs, target=target or self.program["target"], numerics=numerics)
+        except trnsim.SimError as e:
+            if e.index is None and "was not fully written" in e.message:
+                e.args = (str(e) + _PARTLY_WRITTEN,)
+                e.message += _PARTLY_WRITTEN
+            raise
         self.run_s = time.perf_counter() - t0
         self.stats = res.stats
         for arr, name in self.inout.values():
@@ -118,11 +126,18 @@ class KernelRun:
                 arr[...] = res.outputs[name].reshape(arr.shape)
         # a returned parameter the kernel never wrote is returned as it came in
         outs = [res.outputs[n] if n in res.outputs else np.array(self.inputs[n]) for n in self.outputs]
+        outs = [o.reshape(sh) if tuple(o.shape) != sh else o
+                for o, sh in zip(outs, getattr(self, "out_shapes", [o.shape for o in outs]))]
         if self.ret_shape == "none":
             return None
         if self.ret_shape == "single":
             return outs[0]
         return tuple(outs)
+
+
+_PARTLY_WRITTEN = (". AWS's NKI simulator returns such an output with whatever its array held there (NaN or 4 "
+                   "for a fresh tensor); on a device those bytes are whatever HBM held, so trnsim refuses the run "
+                   "rather than return them: store every element of each output")
 
 
 def _grid_dims(grid):
@@ -132,8 +147,10 @@ def _grid_dims(grid):
     return tuple(dims)
 
 
-def to_program(func, args, kwargs=None, grid=(), target="trn1"):
-    """Trace `func(*args, **kwargs)` over the SPMD `grid` into a KernelRun (not yet executed)."""
+def to_program(func, args, kwargs=None, grid=(), target="trn1", lnc=None):
+    """Trace `func(*args, **kwargs)` over the SPMD `grid` into a KernelRun (not yet executed).
+    `lnc=2` (the current API's `kernel[2]`): the two physical cores of a logical core, traced one
+    after the other; see `_check_lnc_independent`."""
     kwargs = kwargs or {}
     t0 = time.perf_counter()
     tr = Tracer(target)
@@ -164,6 +181,9 @@ def to_program(func, args, kwargs=None, grid=(), target="trn1"):
         else:
             pos.append(call_args[name])
     dims = _grid_dims(grid) if grid else ()
+    if lnc is not None:
+        dims = (lnc,)
+    starts = []
     ret = None
     prev = Tracer._current
     Tracer._current = tr
@@ -171,6 +191,7 @@ def to_program(func, args, kwargs=None, grid=(), target="trn1"):
         tr.grid = dims
         ids = list(itertools.product(*[range(d) for d in dims])) if dims else [()]
         for i, pid in enumerate(ids):
+            starts.append(len(tr.instructions))
             tr.program_id = pid
             tr.instance = i
             tr.shared_ordinal = 0
@@ -179,7 +200,67 @@ def to_program(func, args, kwargs=None, grid=(), target="trn1"):
         Tracer._current = prev
     code = getattr(func, "__code__", None)
     def_loc = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else None
+    if lnc is not None and lnc > 1:
+        _check_lnc_independent(tr, starts, def_loc)
     return _finish(tr, ret, param_arrays, time.perf_counter() - t0, def_loc)
+
+
+def _hbm_bytes(ap, sizes):
+    """The byte offsets of an HBM access pattern (None: the whole tensor, for an indirect one)."""
+    name = ap["mem"]["hbm"]
+    item = _core.as_dtype(_core.from_trn_name(ap["dtype"])).itemsize
+    e = np.zeros(1, np.int64)
+    dims = [[ap.get("partition_step", 0), ap.get("partitions", 1)]] + [list(f) for f in ap.get("free", [])]
+    for step, n in dims:
+        e = (e[:, None] + step * np.arange(n, dtype=np.int64)[None, :]).reshape(-1)
+    b = ap.get("offset", 0) + e * item
+    return name, (b[:, None] + np.arange(item, dtype=np.int64)[None, :]).reshape(-1).clip(0, sizes[name] - 1)
+
+
+def _check_lnc_independent(tr, starts, def_loc):
+    """LNC=2 without a two-core simulator: the two cores' instructions run one after the other in
+    one program. That is exactly what two cores would compute only when neither core touches HBM
+    bytes the other writes (then no order between them can change a result), so check that, byte by
+    byte over every HBM access, and refuse the kernel otherwise."""
+    sizes = {st.name: max(1, int(np.prod(st.shape)) * st.dtype.itemsize) for st in tr.hbm}
+    touched = []  # per core: tensor -> (read mask, written mask)
+    bounds = list(starts) + [len(tr.instructions)]
+    for core in range(len(starts)):
+        masks = {}
+        for ins in tr.instructions[bounds[core]:bounds[core + 1]]:
+            ((_, fields),) = ins["op"].items()
+            indirect = "indirect" in fields
+            for key, v in fields.items():
+                if not (isinstance(v, dict) and isinstance(v.get("mem"), dict) and "hbm" in v["mem"]):
+                    continue
+                name = v["mem"]["hbm"]
+                r, w = masks.setdefault(name, (np.zeros(sizes[name], bool), np.zeros(sizes[name], bool)))
+                if indirect:
+                    idx = slice(None)
+                else:
+                    idx = _hbm_bytes(v, sizes)[1]
+                if key == "dst":
+                    w[idx] = True
+                    if fields.get("accumulate"):
+                        r[idx] = True
+                else:
+                    r[idx] = True
+        touched.append(masks)
+    for a in range(len(touched)):
+        for b in range(len(touched)):
+            if a == b:
+                continue
+            for name, (_, wa) in touched[a].items():
+                if name not in touched[b]:
+                    continue
+                rb, wb = touched[b][name]
+                if (wa & (rb | wb)).any():
+                    raise NkiError(
+                        f"kernel[2] (LNC=2): physical core {b} touches bytes of HBM tensor '{name}' that core {a} "
+                        "writes. trnsim does not simulate two cores at once yet; it runs the two cores one after the "
+                        "other, which gives what the hardware gives only when neither core reads or writes what the "
+                        "other writes, so it refuses this kernel rather than pick an order (sendrecv/core_barrier "
+                        "need the two-core simulation too)", def_loc)
 
 
 def _wrap_arg(tr, name, val, param_arrays):
@@ -195,17 +276,26 @@ def _wrap_arg(tr, name, val, param_arrays):
 
 
 def _finish(tr, ret, param_arrays, trace_s, def_loc):
+    allocation = _alloc.assign(tr)  # SBUF/PSUM addresses from the tiles' live ranges (docs/nki-allocation.md)
     if ret is None:
         rets, shape = [], "none"
     elif isinstance(ret, (tuple, list)):
         rets, shape = list(ret), "tuple"
     else:
         rets, shape = [ret], "single"
-    out_names = []
+    out_names, out_shapes = [], []
     for r in rets:
-        if not isinstance(r, View) or r.base.on_chip or not r.is_full():
-            raise NkiError("a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))")
+        if isinstance(r, View) and r.base.on_chip:
+            raise NkiError(
+                f"the kernel returns {r.base.describe()}, an on-chip tile: a kernel returns HBM tensors "
+                "(nl.ndarray(..., buffer=nl.shared_hbm)) that it stored into. AWS's NumPy simulator hands such a tile "
+                "back as an array, but on a device an SBUF/PSUM tile is not an output and does not survive the "
+                "kernel, so trnsim refuses it", getattr(r.base, "loc", None) or def_loc)
+        if not isinstance(r, View) or not r.is_full():
+            raise NkiError(f"the kernel returns {type(r).__name__ if not isinstance(r, View) else 'part of a tensor'}"
+                           ": a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))", def_loc)
         out_names.append(_core.storage_of(r.base).name)
+        out_shapes.append(tuple(r.shape))
     hbm, inputs, inout, pre, device_args = [], {}, {}, [], {}
     returned = set(out_names)
     for st in tr.hbm:
@@ -234,7 +324,10 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
         else:
             hbm.append(dict(decl, role="output" if st.name in returned else "scratch"))
     program = {"target": tr.target, "hbm": hbm, "instructions": pre + tr.instructions}
-    return KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
+    kr = KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
+    kr.allocation = allocation  # per memory: tiles, peak live bytes, highest byte used, usable bytes
+    kr.out_shapes = out_shapes  # a returned reshaped view comes back in its own shape
+    return kr
 
 
 def _whole_copy(st, src_name, loc):
@@ -250,38 +343,85 @@ def _whole_copy(st, src_name, loc):
 
 
 class Kernel:
-    """A kernel function with its launch grid and mode; calling it traces and runs it."""
+    """A kernel function with its launch grid and mode; calling it traces and runs it.
 
-    def __init__(self, func, mode="auto", grid=(), target=None, numerics=None, **options):
+    `api="legacy"` (`neuronxcc.nki.jit`): `kernel[g0, g1, ...]` is an SPMD grid, and
+    `platform_target=` (else NEURON_PLATFORM_TARGET_OVERRIDE, else trn1) picks the generation.
+    `api="current"` (`nki.jit`): `kernel[lnc]` is the LNC degree (1 or 2 physical cores), the
+    generation comes from NEURON_PLATFORM_TARGET_OVERRIDE (else trn2), and the arguments may be
+    NumPy arrays or torch tensors."""
+
+    def __init__(self, func, mode="auto", grid=(), target=None, numerics=None, api="legacy", lnc=None,
+                 **options):
         self.func = func
         self.mode = mode
         self.grid = grid
         self.options = options
         self.target = target
         self.numerics = numerics
+        self.api = api
+        self.lnc = lnc
         self.benchmark_result = None
         functools.update_wrapper(self, func)
 
     def __getitem__(self, grid):
+        if self.api == "current":
+            lnc = grid[0] if isinstance(grid, tuple) and len(grid) == 1 else grid
+            if isinstance(grid, tuple) and len(grid) != 1 or isinstance(lnc, bool) or lnc not in (1, 2):
+                raise NkiError(f"{getattr(self.func, '__name__', 'kernel')}[{grid!r}]: in the current NKI the bracket "
+                               "is the LNC degree, 1 or 2 physical cores (an SPMD grid is the legacy "
+                               "neuronxcc.nki API)", _def_loc(self.func))
+            return Kernel(self.func, self.mode, (), self.target, self.numerics, "current", lnc, **self.options)
         if not isinstance(grid, tuple):
             grid = (grid,)
-        k = Kernel(self.func, self.mode, grid, self.target, self.numerics, **self.options)
-        return k
+        return Kernel(self.func, self.mode, grid, self.target, self.numerics, self.api, None, **self.options)
 
     def _target(self):
+        from ._targets import env_target, parse_target
+        loc = _def_loc(self.func)
         if self.target:
-            return self.target
+            return parse_target(self.target, "target=", loc)
         pt = self.options.get("platform_target")
-        return "trn2" if pt in ("trn2", "gen3") else "trn1"
+        if pt is not None:
+            return parse_target(pt, "platform_target=", loc)
+        return env_target(loc) or ("trn2" if self.api == "current" else "trn1")
+
+    def _lnc(self):
+        if self.api != "current":
+            return None
+        if self.lnc is not None:
+            return self.lnc
+        v = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "").strip()
+        if not v:
+            return 1
+        if v not in ("1", "2"):
+            raise NkiError(f"NEURON_LOGICAL_NC_CONFIG={v!r}: the LNC degree is 1 or 2", _def_loc(self.func))
+        return int(v)
 
     def __call__(self, *args, **kwargs):
-        kr = to_program(self.func, args, kwargs, self.grid, self._target())
+        if Tracer._current is not None:
+            # a kernel called from a kernel being traced (any mode=, `@nki.jit(mode='trace')`
+            # included): a sub-kernel, traced inline into the caller's program
+            return self.func(*args, **kwargs)
+        from . import _frameworks
+        conv = _frameworks.Converted(args, kwargs) if self.api == "current" else None
+        if conv is not None:
+            args, kwargs = conv.args, conv.kwargs
+        lnc = self._lnc()
+        kr = to_program(self.func, args, kwargs, self.grid, self._target(), lnc=lnc)
         _LAST.clear()
         _LAST.update(run=kr)
         out = kr.run(numerics=self.numerics)
         if self.mode == "benchmark":
             self.benchmark_result = BenchmarkResult(kr.stats)
-        return out
+        if conv is None:
+            return out
+        return conv.back(out, [a for a, _ in kr.inout.values()])
+
+
+def _def_loc(func):
+    code = getattr(func, "__code__", None)
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else None
 
 
 def _session_run(kr, prog):
@@ -389,14 +529,12 @@ def last_run():
 # install(): make `neuronxcc.nki` (and its submodules) resolve to this package
 
 
-def install(current=False):
-    """Register `neuronxcc`, `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing` and
-    `.compiler` in sys.modules as this front-end. Idempotent; returns the `neuronxcc.nki` module.
-
-    current=True also registers the current namespace `nki`, `nki.language`, `nki.isa`,
-    `nki.typing` (NKI 0.2+, a partial stretch: see docs/nki.md), whose kernels default to the trn2
-    target. Its `nki.isa` is the legacy one plus the calls legacy NKI lacks (`rng`,
-    `set_rng_seed`: `isa_current`)."""
+def install(current=True):
+    """Register both namespaces in sys.modules as this front-end: the legacy `neuronxcc`,
+    `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing`, `.compiler`, and the current
+    `nki`, `nki.language`, `nki.isa`, `nki.typing` (NKI 0.3+ as of SDK 2.32, docs/nki.md). Which
+    one a kernel sees is what it imports. Idempotent; returns the `neuronxcc.nki` module.
+    `current=False` registers the legacy namespace only."""
     this = sys.modules[__name__]
     if current:
         from . import current as cur
@@ -413,4 +551,10 @@ def install(current=False):
     sys.modules["neuronxcc.nki"] = this
     for sub in ("language", "isa", "typing", "compiler"):
         sys.modules[f"neuronxcc.nki.{sub}"] = getattr(this, sub)
+    from . import isa_constants
+    isa.constants = isa_constants
+    sys.modules["neuronxcc.nki.isa.constants"] = isa_constants
+    if current:
+        cur.isa.constants = isa_constants
+        sys.modules["nki.isa.constants"] = isa_constants
     return this

@@ -11,7 +11,6 @@ import linecache
 import math
 import os
 import sys
-import weakref
 
 import numpy as np
 
@@ -78,6 +77,14 @@ def as_dtype(dt):
 
 def trn_name(dt):
     return _TRN_NAME[as_dtype(dt)]
+
+
+def from_trn_name(name):
+    """The numpy dtype of a trnsim dtype name (the inverse of `trn_name`)."""
+    for d, n in _TRN_NAME.items():
+        if n == name:
+            return d
+    raise NkiError(f"unknown trnsim dtype {name!r}")
 
 
 def is_float(dt):
@@ -543,23 +550,19 @@ class TileStorage:
 # the tracer
 
 
-_TARGETS = {
-    # from sim/src/target.rs (Target::trn1 / trn2): usable SBUF bytes per partition, PSUM bytes per
-    # partition, PSUM bank bytes, partitions. The simulator checks them again at run time.
-    "trn1": {"sbuf": 180_224, "psum": 16_384, "bank": 2048, "partitions": 128},
-    "trn2": {"sbuf": 212_984, "psum": 16_384, "bank": 2048, "partitions": 128},
-}
-
-
 class Tracer:
     _current = None
 
-    def __init__(self, target="trn1"):
+    def __init__(self, target):
+        from ._targets import params
         self.target = target
-        self.limits = _TARGETS[target]
+        p = params(target)  # trnsim's Target fields, from the native module (_targets.py)
+        self.params = p
+        from ._alloc import limits
+
+        self.limits = limits(target)  # sbuf, psum, bank, banks, partitions
         self.instructions = []
         self.hbm = []  # HbmStorage in declaration order
-        self.live = {"sbuf": {}, "psum": {}}  # offset -> (end, weakref to storage)
         self.counter = iter(range(1, 1 << 62))
         self.program_id = ()
         self.grid = ()
@@ -577,60 +580,27 @@ class Tracer:
 
     # -- allocation
     def alloc(self, st, line=None):
+        """Check that a new tile can exist at all. Its address comes after tracing, from the live
+        ranges of all tiles (`_alloc.assign`); until then it is laid out from byte 0."""
         buf = st.buffer
         cap = self.limits[buf]
-        size = st.bytes
         bank = self.limits["bank"]
         if buf == "psum":
             block = st.block_elems * st.dtype.itemsize
             if block > bank:
                 raise NkiError(f"PSUM tile {st.describe()} needs {block} bytes per partition in one block, more than "
                                f"a PSUM bank ({bank} bytes = 512 fp32): a PSUM tile cannot cross a bank", st.loc)
-            align = 1
-            while align < block:
-                align *= 2
-            align = max(align, 4)
-        else:
-            align = 4
+        size = st.bytes if st.par_axis == 0 else st.block_elems * st.dtype.itemsize
         if size > cap:
-            raise self._capacity_error(st, size, cap)
-        spans = sorted((o, e) for o, (e, _) in self.live[buf].items())
-        pos = 0
-        for o, e in spans + [(cap, cap)]:
-            cand = -(-pos // align) * align
-            if buf == "psum" and st.block_elems * st.dtype.itemsize > 0:
-                cand = self._psum_fix(cand, st, bank, align)
-            if cand + size <= o:
-                self.live[buf][cand] = (cand + size, weakref.ref(st))
-                return cand
-            pos = max(pos, e)
-        raise self._capacity_error(st, size, cap)
-
-    @staticmethod
-    def _psum_fix(cand, st, bank, align):
-        block = st.block_elems * st.dtype.itemsize
-        nblocks = st.free_elems // max(st.block_elems, 1)
-        for b in range(nblocks):
-            s = cand + b * block
-            if s // bank != (s + block - 1) // bank:
-                return -(-cand // bank) * bank
-        return cand
-
-    def _capacity_error(self, st, size, cap):
-        buf = st.buffer
-        used = sum(e - o for o, (e, _) in self.live[buf].items())
-        lives = []
-        for o, (e, ref) in sorted(self.live[buf].items(), key=lambda kv: kv[0] - kv[1][0]):
-            t = ref()
-            if t is not None:
-                lives.append(f"{t.describe()} {e - o} B")
-        shown = "; ".join(lives[:8]) + (f"; ... {len(lives) - 8} more" if len(lives) > 8 else "")
-        return NkiError(f"{buf.upper()} capacity exceeded: tile {st.describe()} needs {size} bytes per partition, but "
-                        f"{used} of the {cap} bytes per partition are held by {len(lives)} live tiles"
-                        + (f" ({shown})" if shown else ""), st.loc)
+            raise NkiError(f"{buf.upper()} capacity exceeded: tile {st.describe()} needs {size} bytes per partition, "
+                           f"more than the {cap} usable bytes per partition of {self.target} (no live tiles needed)",
+                           st.loc)
+        from ._alloc import TileRec
+        st._rec = TileRec(st)
+        return 0
 
     def free(self, buf, offset):
-        self.live[buf].pop(offset, None)
+        """Tiles die at their last use in the program, not when Python drops them."""
 
     # -- HBM
     def new_hbm(self, shape, dtype, kind, name=None, array=None, loc=None):
@@ -914,7 +884,7 @@ class View:
                                loc or caller_loc()[0])
 
     # -- the access pattern of this view as an instruction operand
-    def ap(self, dtype=None, loc=None, split=None):
+    def _ap(self, dtype=None, loc=None, split=None):
         """The trnsim AccessPattern (JSON dict) of this view. `split`: the view axis where a
         reduction's reduced axes start (free dims are not merged across it)."""
         b = self.base
@@ -949,7 +919,7 @@ class View:
             # a whole tile with block dims before its partition dim: partitions first, the block
             # dims become outer free dims (every on-chip operand of the instruction alike)
             order = [pax[0]] + [a for a in range(self.ndim) if a != pax[0]]
-            return self.permuted(order).ap(dtype, loc, split)
+            return self.permuted(order)._ap(dtype, loc, split)
         if not pax:
             parts, first_free = 1, 0
         else:
@@ -962,7 +932,7 @@ class View:
             parts, first_free = self.shape[0], 1
         free = [[fco[a], self.shape[a]] for a in range(first_free, self.ndim)]
         ap = {"mem": b.mem(), "dtype": dt, "start_partition": pc, "partitions": parts,
-              "offset": b.offset + fc * b.dtype.itemsize,
+              "offset": b.offset + fc * b.dtype.itemsize, "_st": storage_of(b)._rec,
               "free": _merge_free(free, loc, None if split is None else split - first_free)}
         if full and split is None:
             b._full_ap = dict(ap)
@@ -992,7 +962,13 @@ class View:
         return np.broadcast_arrays(p, f)
 
     # -- tensor methods (nki.tensor)
-    def reshape(self, *shape):
+    def reshape(self, *shape, **kw):
+        if "shape" in kw:  # tensor.reshape(shape=...), as AWS's kernels write it
+            if shape:
+                raise NkiError("reshape takes the shape once (positionally or as shape=)", caller_loc()[0])
+            shape = (kw.pop("shape"),)
+        if kw:
+            raise NkiError(f"reshape() got unexpected arguments {sorted(kw)}", caller_loc()[0])
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
@@ -1042,6 +1018,49 @@ class View:
                 raise NkiError("tensor.view to a dtype of another size: the partition dimension must come first", loc)
             return View.full(_Alias(storage_of(self.base), shape, dtype))
         return View.full(_HbmAlias(storage_of(self.base), shape, dtype))
+
+    def ap(self, pattern=None, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """AWS's access pattern (`NkiTensor.ap`, the NKI access-pattern guide): the tensor flattened
+        to its elements (of `dtype`, which reinterprets the bytes, default the tensor's own), read
+        as nested loops `pattern = [[step, num], ...]` (outermost first) from element `offset`.
+        The view's shape is the nums. On SBUF/PSUM the first pair walks the partitions, so its
+        step must be the tensor's free size (every partition reads the same pattern). As AWS
+        documents, `.ap` takes a whole tensor, not an indexed one."""
+        loc = caller_loc()[0]
+        if pattern is None or not isinstance(pattern, (list, tuple)) or not pattern:
+            raise NkiError("tensor.ap(pattern=[[step, num], ...], offset=0): a non-empty pattern is required", loc)
+        if scalar_offset is not None or vector_offset is not None:
+            raise NkiError("tensor.ap(scalar_offset=/vector_offset=) (dynamic access patterns) is not supported by "
+                           "trnsim yet", loc)
+        try:
+            pat = [(int(st), int(n)) for st, n in pattern]
+        except (TypeError, ValueError):
+            raise NkiError(f"tensor.ap pattern {pattern!r}: each entry is a [step, num] pair of integers", loc) from None
+        if any(n < 1 for _, n in pat) or offset < 0:
+            raise NkiError(f"tensor.ap pattern {pattern!r} offset {offset}: counts are >= 1 and the offset >= 0", loc)
+        if not self.is_full():
+            raise NkiError("tensor.ap takes a whole tensor (nl.ndarray), not an indexed or sliced one: cannot specify "
+                           "an access pattern on an already indexed tensor", loc)
+        v = self.view(dtype) if dtype is not None else self
+        b = v.base
+        shape = tuple(n for _, n in pat)
+        if b.on_chip:
+            if getattr(b, "par_axis", 0) != 0:
+                raise NkiError("tensor.ap on a tile whose partition dimension is not its first axis", loc)
+            f = int(np.prod(v.shape[1:])) if v.ndim > 1 else 1
+            if len(pat) > 1 and pat[0][0] != f or len(pat) == 1 and pat[0][0] not in (f, 0, 1):
+                raise NkiError(f"tensor.ap on {storage_of(b).describe()}: the first [step, num] walks the partitions, "
+                               f"so its step must be the free size {f} (got {pat[0][0]}): every partition reads the "
+                               "same pattern", loc)
+            flat = _Alias(storage_of(b), (v.shape[0], f), v.dtype)
+            p0, f0 = divmod(int(offset), f)
+            nd = len(pat)
+            idx = [(p0, tuple(1 if a == 0 else 0 for a in range(nd))),
+                   (f0, tuple(0 if a == 0 else pat[a][0] for a in range(nd)))]
+            return View(flat, shape, idx, v.dtype)
+        n = int(np.prod(v.shape)) if v.ndim else 1
+        flat = _HbmAlias(storage_of(b), (n,), v.dtype)
+        return View(flat, shape, [(int(offset), tuple(st for st, _ in pat))], v.dtype)
 
     # -- writes
     def __setitem__(self, key, value):

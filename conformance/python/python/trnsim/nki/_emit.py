@@ -112,7 +112,7 @@ def _cells(v):
     rectangle (the common case, cheap to test and mark), else index arrays."""
     b = v.base
     try:
-        ap = v.ap()
+        ap = v._ap()
     except NkiError:
         return v.positions()
     free = ap["free"]
@@ -169,7 +169,7 @@ def scalar_operand(x, loc):
     """An immediate or a [P, 1] tile operand (ScalarOperand JSON)."""
     if isinstance(x, View):
         check_read(x, loc)
-        return {"tile": x.ap(loc=loc)}
+        return {"tile": x._ap(loc=loc)}
     if isinstance(x, (bool, np.bool_)):
         return {"imm": 1.0 if x else 0.0}
     v = float(x)
@@ -225,7 +225,7 @@ def prep(v, shape, loc):
         first = 1 if pad > 0 else v.shape[0]
         if first == 1:
             tmp = new_tile(shape, v.dtype, loc=loc)
-            emit("dma", "dma_copy", {"dst": tmp.ap(loc=loc), "src": b.ap(loc=loc)}, loc, reads=[v], writes=[tmp])
+            emit("dma", "dma_copy", {"dst": tmp._ap(loc=loc), "src": b._ap(loc=loc)}, loc, reads=[v], writes=[tmp])
             return tmp
     return b
 
@@ -365,7 +365,7 @@ def try_redirect(dst, val, accumulate=False):
     dst_st = storage_of(dst.base)
     target = dst if box is None else dst.restrict(box)
     loc = ins.get("loc")
-    new_ap = target.ap(loc=loc)
+    new_ap = target._ap(loc=loc)
     fields = ins["op"][op]
     if dst_st in srcs:
         if op not in _ELEMENTWISE:

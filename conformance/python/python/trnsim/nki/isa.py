@@ -5,8 +5,8 @@ import enum
 
 import numpy as np
 
+from . import _build as B
 from . import _emit as E
-from . import language as nl
 from ._core import (
     Aff,
     NkiError,
@@ -20,6 +20,7 @@ from ._core import (
     uint32,
 )
 from ._emit import emit, new_tile, scalar_operand
+from ._targets import nc_generation
 
 
 class engine(enum.IntEnum):
@@ -64,8 +65,9 @@ class nc_version(enum.IntEnum):
 
 
 def get_nc_version():
-    """NeuronCore-v2 on the trn1 target, v3 on trn2."""
-    return nc_version.gen3 if E.T().target == "trn2" else nc_version.gen2
+    """The NeuronCore version of the kernel's target (its `core` field: NeuronCore-v2 on trn1, v3
+    on trn2)."""
+    return nc_version(nc_generation(E.T().target))
 
 
 _ENGINE_NAME = {engine.tensor: "tensor", engine.scalar: "scalar", engine.gpsimd: "gpsimd", engine.vector: "vector"}
@@ -111,11 +113,15 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
         return nc_transpose(stationary, engine=engine.tensor)
     if tile_position or tile_size:
         raise NkiError("nc_matmul tile_position/tile_size (PE tiling) is not modelled by trnsim", loc)
+    pm = kwargs.get("perf_mode")
+    if pm is not None and str(getattr(pm, "name", pm)).lower() not in ("none", ""):
+        raise NkiError(f"nc_matmul(perf_mode={pm!r}): trnsim does not simulate TensorE's fast modes (double_row "
+                       "FP8 and the others) yet; it refuses rather than run an ordinary matmul in their place", loc)
     m = stationary.shape[1] if stationary.ndim >= 2 else 1
     n = int(np.prod(moving.shape[1:])) if moving.ndim >= 2 else 1
     out = _fresh((m, n), float32, loc, "psum")
-    emit("tensor", "nc_matmul", {"dst": out.ap(loc=loc), "stationary": stationary.ap(loc=loc),
-                                 "moving": moving.ap(loc=loc)}, loc, reads=[stationary, moving], writes=[out],
+    emit("tensor", "nc_matmul", {"dst": out._ap(loc=loc), "stationary": stationary._ap(loc=loc),
+                                 "moving": moving._ap(loc=loc)}, loc, reads=[stationary, moving], writes=[out],
          fresh=out)
     return out
 
@@ -128,7 +134,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
     e = _eng(engine, "vector" if p <= 32 and f <= 32 else "tensor")
     out = _fresh((f, p), _dt(dtype, data), loc, "psum" if e == "tensor" else "sbuf")
-    emit(e, "nc_transpose", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc)}, loc, reads=[data], writes=[out],
+    emit(e, "nc_transpose", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc)}, loc, reads=[data], writes=[out],
          fresh=out)
     return out
 
@@ -150,7 +156,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         return out
     if reduce_res is not None and box[1:] != [(0, s) for s in data.shape[1:]]:
         raise NkiError("activation with reduce_res: the reduced free elements must all be defined", loc)
-    f = {"dst": o.ap(loc=loc), "func": E.act(op), "src": d.ap(loc=loc),
+    f = {"dst": o._ap(loc=loc), "func": E.act(op), "src": d._ap(loc=loc),
          "scale": scalar_operand(_col_rows(scale, box), loc)}
     reads = [d]
     if b is not None:
@@ -165,7 +171,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         cmd = 3 if reduce_cmd is None else int(reduce_cmd)
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][cmd]
         r = E.rows(reduce_res, box[0][0], box[0][1])
-        f["reduce_res"] = r.ap(loc=loc)
+        f["reduce_res"] = r._ap(loc=loc)
         writes.append(r)
     elif reduce_cmd is not None and int(reduce_cmd) != 0:
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][int(reduce_cmd)]
@@ -191,7 +197,7 @@ def _bias_tile(bias, parts, loc):
     if float(bias) == 0.0:
         return None
     t = new_tile((parts, 1), float32, loc=loc)
-    emit("vector", "memset", {"dst": t.ap(loc=loc), "value": float(bias)}, loc, writes=[t])
+    emit("vector", "memset", {"dst": t._ap(loc=loc), "value": float(bias)}, loc, writes=[t])
     return t
 
 
@@ -208,7 +214,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs):
     """VectorE `tensor_reduce` over free axes (the reduced ones walked innermost)."""
     loc = caller_loc()[0]
-    return nl._reduce(E.alu(op), data, axis, dtype, mask, keepdims, loc, negate=negate)
+    return B._reduce(E.alu(op), data, axis, dtype, mask, keepdims, loc, negate=negate)
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
@@ -216,8 +222,9 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
     loc = caller_loc()[0]
     _no_mask(mask, "tensor_partition_reduce", loc)
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
-    out = _fresh((1, f), _dt(dtype, data), loc)
-    emit("gpsimd", "tensor_partition_reduce", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "op": E.alu(op)},
+    # a 3-D+ tile reduces to [1, *free dims] (its free elements walked in order, as a [P, F] one)
+    out = _fresh((1,) + tuple(data.shape[1:]) if data.ndim > 2 else (1, f), _dt(dtype, data), loc)
+    emit("gpsimd", "tensor_partition_reduce", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "op": E.alu(op)},
          loc, reads=[data], writes=[out], fresh=out)
     return out
 
@@ -233,7 +240,7 @@ def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unkn
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
         return out
-    emit(e, "tensor_tensor", {"dst": o.ap(loc=loc), "in0": x.ap(loc=loc), "in1": y.ap(loc=loc), "op": a}, loc,
+    emit(e, "tensor_tensor", {"dst": o._ap(loc=loc), "in0": x._ap(loc=loc), "in1": y._ap(loc=loc), "op": a}, loc,
          reads=[x, y], writes=[o], fresh=out, box=box)
     return out
 
@@ -243,16 +250,17 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     """VectorE `tensor_scalar` (GpSimd with engine=gpsimd; ScalarE with engine=scalar on trn2)."""
     loc = caller_loc()[0]
     e = _eng(engine, "vector")
-    if e == "scalar" and E.T().target == "trn1":
+    if e == "scalar" and nc_generation(E.T().target) < 3:
         # said here, at the kernel line, rather than as the simulator's engine refusal at run time
         raise NkiError("nisa.tensor_scalar on the Scalar Engine: trn1's ScalarE (NeuronCore-v2) has no tensor_scalar "
                        "in trnsim (docs/isa.md); use engine=nisa.vector_engine (or gpsimd), or "
                        "nisa.activation(nl.copy, data, scale=..., bias=...) for a multiply-add", loc)
+    operand0, operand1 = E.column(operand0), E.column(operand1)  # `t[:, i]`: one value per partition
     out = _fresh(data.shape, _dt(dtype, data), loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
         return out
-    f = {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0),
+    f = {"dst": o._ap(loc=loc), "src": d._ap(loc=loc), "op0": E.alu(op0),
          "operand0": scalar_operand(_col_rows(operand0, box), loc)}
     if reverse0:
         f["reverse0"] = True
@@ -275,8 +283,8 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
         return out
-    f = {"dst": o.ap(loc=loc), "src": x.ap(loc=loc), "op0": E.alu(op0), "operand0": scalar_operand(operand0, loc),
-         "op1": E.alu(op1), "in1": y.ap(loc=loc)}
+    f = {"dst": o._ap(loc=loc), "src": x._ap(loc=loc), "op0": E.alu(op0), "operand0": scalar_operand(operand0, loc),
+         "op1": E.alu(op1), "in1": y._ap(loc=loc)}
     if reverse0:
         f["reverse0"] = True
     if reverse1:
@@ -296,9 +304,9 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     lo, hi = E.row_box(loc, data)
     d, o, r = E.rows(data, lo, hi), E.rows(out, lo, hi), E.rows(reduce_res, lo, hi)
     op0v = E.rows(operand0, lo, hi) if isinstance(operand0, View) else operand0
-    emit("vector", "tensor_scalar_reduce", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc), "op0": E.alu(op0),
+    emit("vector", "tensor_scalar_reduce", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc), "op0": E.alu(op0),
                                             "operand0": scalar_operand(op0v, loc),
-                                            "reduce_op": E.alu(reduce_op), "reduce_res": r.ap(loc=loc)},
+                                            "reduce_op": E.alu(reduce_op), "reduce_res": r._ap(loc=loc)},
          loc, reads=[d], writes=[o, r], fresh=out, box=[(lo, hi)] + [(0, s) for s in data.shape[1:]])
     return out
 
@@ -311,7 +319,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     if reverse0 or reverse1:
         raise NkiError("tensor_tensor_scan reverse0/reverse1 are not in trnsim's instruction", loc)
     out = _fresh(data0.shape, _dt(dtype, data0), loc)
-    emit("vector", "tensor_tensor_scan", {"dst": out.ap(loc=loc), "in0": data0.ap(loc=loc), "in1": data1.ap(loc=loc),
+    emit("vector", "tensor_tensor_scan", {"dst": out._ap(loc=loc), "in0": data0._ap(loc=loc), "in1": data1._ap(loc=loc),
                                           "initial": scalar_operand(initial, loc), "op0": E.alu(op0),
                                           "op1": E.alu(op1)}, loc, reads=[data0, data1], writes=[out], fresh=out)
     return out
@@ -326,11 +334,11 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     box, (s, o) = _box(mask, src.shape, src, out, narrow=[src])
     if box is None:
         return out
-    if e == "scalar" and E.T().target == "trn1":
-        emit("scalar", "activation", {"dst": o.ap(loc=loc), "func": "copy", "src": s.ap(loc=loc),
+    if e == "scalar" and not E.T().params["scalar_tensor_copy"]:
+        emit("scalar", "activation", {"dst": o._ap(loc=loc), "func": "copy", "src": s._ap(loc=loc),
                                       "scale": {"imm": 1.0}}, loc, reads=[s], writes=[o], fresh=out, box=box)
     else:
-        emit(e, "tensor_copy", {"dst": o.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
+        emit(e, "tensor_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
              box=box)
     return out
 
@@ -344,7 +352,7 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
                           E.in_shape(predicate, dst.shape, loc))
     if box is None:
         return
-    f = {"dst": d.ap(loc=loc), "src": s.ap(loc=loc), "predicate": p.ap(loc=loc)}
+    f = {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "predicate": p._ap(loc=loc)}
     if reverse_pred:
         f["reverse_pred"] = True
     emit("vector", "tensor_copy_predicated", f, loc, reads=[s, p], writes=[d])
@@ -353,7 +361,7 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
 
 def reciprocal(data, *, mask=None, dtype=None, **kwargs):
     """VectorE `reciprocal`."""
-    return nl._unary_vec("reciprocal", data, dtype, mask, caller_loc()[0])
+    return B._unary_vec("reciprocal", data, dtype, mask, caller_loc()[0])
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
@@ -364,7 +372,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
     box, (o,) = _box(mask, out.shape, out)
     if box is None:
         return out
-    emit(e, "memset", {"dst": o.ap(loc=loc), "value": nl._imm(value)}, loc, writes=[o], fresh=out, box=box)
+    emit(e, "memset", {"dst": o._ap(loc=loc), "value": B._imm(value)}, loc, writes=[o], fresh=out, box=box)
     return out
 
 
@@ -378,7 +386,7 @@ def iota(expr, dtype, *, mask=None, **kwargs):
     a = expr.aligned(len(shape)) if expr.ndim >= 2 else expr[:, None]
     out = _fresh(shape, as_dtype(dtype), loc)
     pattern = [[a.coef[i], shape[i]] for i in range(1, len(shape))]
-    emit("gpsimd", "iota", {"dst": out.ap(loc=loc), "offset": a.const, "channel_multiplier": a.coef[0],
+    emit("gpsimd", "iota", {"dst": out._ap(loc=loc), "offset": a.const, "channel_multiplier": a.coef[0],
                             "pattern": pattern}, loc, writes=[out], fresh=out)
     return out
 
@@ -403,8 +411,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     v = v.aligned(len(shape))
     out = _fresh(shape, _dt(dtype, on_true_tile), loc)
     pattern = [[v.coef[i], shape[i]] for i in range(1, len(shape))]
-    emit("gpsimd", "affine_select", {"dst": out.ap(loc=loc), "on_true": on_true_tile.ap(loc=loc),
-                                     "on_false": nl._imm(on_false_value), "offset": v.const,
+    emit("gpsimd", "affine_select", {"dst": out._ap(loc=loc), "on_true": on_true_tile._ap(loc=loc),
+                                     "on_false": B._imm(on_false_value), "offset": v.const,
                                      "channel_multiplier": v.coef[0], "pattern": pattern, "cmp": cmp}, loc,
          reads=[on_true_tile], writes=[out], fresh=out)
     return out
@@ -424,7 +432,7 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs):
     box = narrowed
     d = data.restrict(box)
     o = out.restrict([box[0], (0, 6)])
-    emit("vector", "bn_stats", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+    emit("vector", "bn_stats", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)}, loc, reads=[d], writes=[o],
          fresh=out, box=[box[0], (0, 6)])
     return out
 
@@ -436,7 +444,7 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
     out = _fresh((data.shape[0], 2), _dt(dtype, data), loc)
     lo, hi = E.row_box(loc, data)
     d, o = E.rows(data, lo, hi), E.rows(out, lo, hi)
-    emit("vector", "bn_aggr", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+    emit("vector", "bn_aggr", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)}, loc, reads=[d], writes=[o],
          fresh=out, box=[(lo, hi), (0, 2)])
     return out
 
@@ -447,7 +455,7 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     _no_mask(mask, "local_gather", loc)
     nidx = int(np.prod(index.shape[1:])) * 16 if num_valid_indices is None else int(num_valid_indices)
     out = _fresh((src_buffer.shape[0], nidx * num_elem_per_idx), src_buffer.dtype, loc)
-    emit("gpsimd", "local_gather", {"dst": out.ap(loc=loc), "src": src_buffer.ap(loc=loc), "index": index.ap(loc=loc),
+    emit("gpsimd", "local_gather", {"dst": out._ap(loc=loc), "src": src_buffer._ap(loc=loc), "index": index._ap(loc=loc),
                                     "num_elem_per_idx": int(num_elem_per_idx), "num_valid_indices": nidx}, loc,
          reads=[src_buffer, index], writes=[out], fresh=out)
     return out
@@ -460,7 +468,7 @@ def max8(*, src, mask=None, dtype=None, **kwargs):
     out = _fresh((src.shape[0], 8), _dt(dtype, src), loc)
     lo, hi = E.row_box(loc, src)
     d, o = E.rows(src, lo, hi), E.rows(out, lo, hi)
-    emit("vector", "max8", {"dst": o.ap(loc=loc), "src": d.ap(loc=loc)}, loc, reads=[d], writes=[o],
+    emit("vector", "max8", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)}, loc, reads=[d], writes=[o],
          fresh=out, box=[(lo, hi), (0, 8)])
     return out
 
@@ -470,7 +478,7 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
     loc = caller_loc()[0]
     _no_mask(mask, "nc_find_index8", loc)
     out = _fresh((data.shape[0], 8), as_dtype(dtype) if dtype is not None else uint32, loc)
-    emit("vector", "find_index8", {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "vals": vals.ap(loc=loc)}, loc,
+    emit("vector", "find_index8", {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "vals": vals._ap(loc=loc)}, loc,
          reads=[data, vals], writes=[out], fresh=out)
     return out
 
@@ -480,9 +488,9 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
     loc = caller_loc()[0]
     _no_mask(mask, "nc_match_replace8", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
-    f = {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "vals": vals.ap(loc=loc), "imm": nl._imm(imm)}
+    f = {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "vals": vals._ap(loc=loc), "imm": B._imm(imm)}
     if dst_idx is not None:
-        f["dst_idx"] = dst_idx.ap(loc=loc)
+        f["dst_idx"] = dst_idx._ap(loc=loc)
     emit("vector", "match_replace8", f, loc, reads=[data, vals], writes=[out, dst_idx], fresh=out)
     return out
 
@@ -491,7 +499,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
     """VectorE `nc_stream_shuffle` into dst (in place)."""
     loc = caller_loc()[0]
     _no_mask(mask, "nc_stream_shuffle", loc)
-    emit("vector", "stream_shuffle", {"dst": dst.ap(loc=loc), "src": src.ap(loc=loc),
+    emit("vector", "stream_shuffle", {"dst": dst._ap(loc=loc), "src": src._ap(loc=loc),
                                       "mask": [int(m) for m in shuffle_mask]}, loc, reads=[src], writes=[dst])
 
 
@@ -507,12 +515,12 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
         raise NkiError(f"select_reduce with reduce_cmd={['idle', 'reset', 'reduce'][int(reduce_cmd)]} (carrying "
                        "the max across calls) is not supported by trnsim: reduce each call into its own "
                        "reduce_res and take the maximum", loc)
-    f = {"dst": dst.ap(loc=loc), "predicate": predicate.ap(loc=loc), "on_true": on_true.ap(loc=loc),
+    f = {"dst": dst._ap(loc=loc), "predicate": predicate._ap(loc=loc), "on_true": on_true._ap(loc=loc),
          "on_false": scalar_operand(on_false, loc)}
     if reverse_pred:
         f["reverse_pred"] = True
     if reduce_res is not None:
-        f["reduce_res"] = reduce_res.ap(loc=loc)
+        f["reduce_res"] = reduce_res._ap(loc=loc)
     emit("vector", "select_reduce", f, loc, reads=[predicate, on_true], writes=[dst, reduce_res])
 
 
@@ -520,8 +528,11 @@ def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
     """VectorE `dropout` (trnsim's documented PCG32 generator)."""
     loc = caller_loc()[0]
     _no_mask(mask, "dropout", loc)
+    if isinstance(prob, (int, float)) and not 0.0 <= float(prob) <= 1.0:
+        raise NkiError(f"nisa.dropout probability {prob} is outside [0, 1]. AWS's NKI simulator computes with it "
+                       "anyway; what the hardware does with such a rate is not documented, so trnsim refuses it", loc)
     out = _fresh(data.shape, _dt(dtype, data), loc)
-    emit("vector", "dropout", {"dst": out.ap(loc=loc), "src": data.ap(loc=loc), "prob": scalar_operand(prob, loc)},
+    emit("vector", "dropout", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "prob": scalar_operand(prob, loc)},
          loc, reads=[data], writes=[out], fresh=out)
     return out
 
@@ -542,20 +553,20 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
     if isinstance(src, DynView) or isinstance(dst, DynView):
         side = "src" if isinstance(src, DynView) else "dst"
         dyn = src if side == "src" else dst
-        hap, ind = nl._indirect(dyn, side, loc, oob)
+        hap, ind = B._indirect(dyn, side, loc, oob)
         other = dst if side == "src" else src
-        f = {"dst": hap if side == "dst" else other.ap(loc=loc), "src": hap if side == "src" else other.ap(loc=loc),
+        f = {"dst": hap if side == "dst" else other._ap(loc=loc), "src": hap if side == "src" else other._ap(loc=loc),
              "indirect": ind}
         if acc:
             f["accumulate"] = True
         emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=[other] if side == "src" else [])
         return
-    src = nl._fit_rank(src, dst.shape, loc)
+    src = B._fit_rank(src, dst.shape, loc)
     if (mask is None and src.shape != dst.shape and not E._same_elements(src.shape, dst.shape)
             and int(np.prod(src.shape)) == int(np.prod(dst.shape)) and not _broadcasts(src, dst.shape)):
         # A DMA moves a stream of elements: two views of the same element count pair in order
         # whatever their partitions (a [1, n] row into an [n, 1] column).
-        f = {"dst": dst.ap(loc=loc), "src": src.ap(loc=loc)}
+        f = {"dst": dst._ap(loc=loc), "src": src._ap(loc=loc)}
         if acc:
             f["accumulate"] = True
         emit("dma", "dma_copy", f, loc, reads=[src] + ([dst] if acc else []), writes=[dst])
@@ -566,7 +577,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
     box, (d, s) = _box(mask, dst.shape, dst, E.in_shape(src, dst.shape, loc))
     if box is None:
         return
-    f = {"dst": d.ap(loc=loc), "src": s.ap(loc=loc)}
+    f = {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}
     if acc:
         f["accumulate"] = True
     emit("dma", "dma_copy", f, loc, reads=[s] + ([d] if acc else []), writes=[d])
@@ -591,9 +602,21 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     axes = tuple(axes)
     if axes not in ((1, 0), (2, 1, 0), (3, 1, 2, 0)):
         raise NkiError(f"dma_transpose axes {axes} are not supported", loc)
+    if len(axes) != src.ndim:
+        raise NkiError(f"dma_transpose axes {axes} do not match the rank of src {list(src.shape)}", loc)
     s = src.permuted(axes)
     out = _fresh(s.shape, _dt(dtype, src), loc)
-    emit("dma", "dma_copy", {"dst": out.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[out], fresh=out)
+    if src.base.on_chip:
+        # An on-chip source's access pattern walks its partitions outermost whatever the view's
+        # axis order (View.ap), so a permuted view would copy without transposing: use trnsim's
+        # dma_transpose instruction, which permutes [partitions, free...] by the rank's fixed axes.
+        if src.ndim != 2:
+            raise NkiError(f"dma_transpose of a {src.ndim}-D on-chip tile: trnsim transposes on-chip tiles of "
+                           "2 dimensions [P, F] (an HBM source takes 2 to 4)", loc)
+        emit("dma", "dma_transpose", {"dst": out._ap(loc=loc), "src": src._ap(loc=loc)}, loc, reads=[src],
+             writes=[out], fresh=out)
+        return out
+    emit("dma", "dma_copy", {"dst": out._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[out], fresh=out)
     return out
 
 
@@ -601,7 +624,7 @@ def _dyn_copy(op, dst_v, src_v, dyn, engine_, loc):
     e = _eng(engine_, "vector")
     if dyn.scalar.base.buffer != "sbuf":
         raise NkiError("the dynamic offset must be a tile element in SBUF", loc)
-    f = {"dst": dst_v.ap(loc=loc), "src": src_v.ap(loc=loc), "offset": dyn.scalar.ap(loc=loc),
+    f = {"dst": dst_v._ap(loc=loc), "src": src_v._ap(loc=loc), "offset": dyn.scalar._ap(loc=loc),
          "offset_scale": int(dyn.scale)}
     return f, e
 
@@ -639,7 +662,7 @@ def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
     _no_mask(mask, "sequence_bounds", loc)
     n = int(np.prod(segment_ids.shape[1:]))
     out = _fresh((1, 2, n), _dt(dtype, segment_ids), loc)
-    emit("gpsimd", "sequence_bounds", {"dst": out.ap(loc=loc), "segment_ids": segment_ids.ap(loc=loc)}, loc,
+    emit("gpsimd", "sequence_bounds", {"dst": out._ap(loc=loc), "segment_ids": segment_ids._ap(loc=loc)}, loc,
          reads=[segment_ids], writes=[out], fresh=out)
     return out
 
@@ -655,12 +678,12 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
     loc = caller_loc()[0]
     _no_mask(mask, "range_select", loc)
     out = _fresh(on_true_tile.shape, _dt(dtype, on_true_tile), loc)
-    f = {"dst": out.ap(loc=loc), "on_true": on_true_tile.ap(loc=loc), "comp0": _RANGE_CMP[E._op_name(comp_op0)],
+    f = {"dst": out._ap(loc=loc), "on_true": on_true_tile._ap(loc=loc), "comp0": _RANGE_CMP[E._op_name(comp_op0)],
          "bound0": scalar_operand(bound0, loc), "comp1": _RANGE_CMP[E._op_name(comp_op1)],
          "bound1": scalar_operand(bound1, loc), "range_start": float(range_start),
-         "on_false": nl._imm(on_false_value)}
+         "on_false": B._imm(on_false_value)}
     if reduce_res is not None:
-        f["reduce_res"] = reduce_res.ap(loc=loc)
+        f["reduce_res"] = reduce_res._ap(loc=loc)
     emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, reduce_res], fresh=out)
     return out
 
@@ -692,9 +715,9 @@ def _with_dst(f):
             st = storage_of(dst.base)
             written = st.fully_written or (st.written is not None and bool(st.written[dst.positions()].all()))
             if written:
-                nl._accumulate(dst, f(*args, **kwargs))
+                B._accumulate(dst, f(*args, **kwargs))
                 return None
-        nl._assign(dst, f(*args, **kwargs))
+        B._assign(dst, f(*args, **kwargs))
         return None
 
     return g
@@ -707,5 +730,5 @@ for _name in ["nc_matmul", "nc_transpose", "activation", "activation_reduce", "t
               "tensor_copy_dynamic_src", "memset"]:
     globals()[_name] = _with_dst(globals()[_name])
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E", "B", "nc_generation")]
 del trn_name

@@ -6,10 +6,13 @@ raw-bit call (`nl.rand` gives uniform floats), so they live in this module only 
 `neuronxcc.nki.isa` keeps the legacy surface. The current docs list `rng` for NeuronCore-v2
 (Vector engine) as well, so they are accepted on the trn1 target too."""
 
+import functools
+
 from . import _emit as E
 from . import isa as _legacy
 from ._core import NkiError, View, caller_loc, int8, int16, int32, uint8, uint16, uint32
 from ._emit import emit, scalar_operand
+from ._targets import nc_generation
 
 # The legacy calls, re-exported (their `__all__` also lists a name the module deletes).
 _LEGACY = [n for n in _legacy.__all__ if hasattr(_legacy, n)]
@@ -34,10 +37,10 @@ def rng(dst, engine=_legacy.engine.unknown, name=None, **kwargs):
         raise NkiError(f"nisa.rng writes integers (int8/16/32, uint8/16/32), not {dst.dtype}", loc)
     e = _legacy._eng(engine, "vector")
     if e != "vector":
-        if e == "gpsimd" and E.T().target == "trn1":
+        if e == "gpsimd" and nc_generation(E.T().target) < 3:
             raise NkiError("nisa.rng runs on the Vector engine only on NeuronCore-v2", loc)
         raise NkiError(f"nisa.rng on the {e} engine is not modelled: trnsim has VectorE's generator only", loc)
-    emit("vector", "rng", {"dst": dst.ap(loc=loc)}, loc, writes=[dst])
+    emit("vector", "rng", {"dst": dst._ap(loc=loc)}, loc, writes=[dst])
 
 
 def set_rng_seed(src_seeds, name=None, **kwargs):
@@ -51,4 +54,127 @@ def set_rng_seed(src_seeds, name=None, **kwargs):
     emit("vector", "set_rng_seed", {"seed": scalar_operand(src_seeds, loc)}, loc, reads=[src_seeds])
 
 
-__all__ = [n for n in (*_LEGACY, "rng", "set_rng_seed")]
+# The current API's parameter order of each call (dst first; AWS's nki.isa signatures, SDK 2.32).
+# Positional arguments are mapped to these names and the legacy call gets keywords only, so a
+# positional `nisa.tensor_copy(dst, src)` can never land in the legacy `src` slot.
+_SIGNATURES = {
+    "nc_matmul": ("dst", "stationary", "moving", "is_stationary_onezero", "is_moving_onezero", "is_transpose",
+                  "accumulate", "tile_position", "tile_size", "perf_mode"),
+    "nc_transpose": ("dst", "data", "engine"),
+    "activation": ("dst", "op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"),
+    "activation_reduce": ("dst", "op", "data", "reduce_op", "reduce_res", "bias", "scale"),
+    "tensor_reduce": ("dst", "op", "data", "axis", "negate", "keepdims"),
+    "tensor_partition_reduce": ("dst", "op", "data"),
+    "tensor_tensor": ("dst", "data1", "data2", "op", "engine"),
+    "tensor_scalar": ("dst", "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1", "engine"),
+    "scalar_tensor_tensor": ("dst", "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1"),
+    "tensor_scalar_reduce": ("dst", "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0"),
+    "tensor_tensor_scan": ("dst", "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1"),
+    "tensor_copy": ("dst", "src", "engine"),
+    "tensor_copy_predicated": ("dst", "src", "predicate", "reverse_pred"),
+    "reciprocal": ("dst", "data"),
+    "memset": ("dst", "value", "engine"),
+    "bn_stats": ("dst", "data"),
+    "bn_aggr": ("dst", "data"),
+    "local_gather": ("dst", "src_buffer", "index", "num_elem_per_idx", "num_valid_indices"),
+    "max8": ("dst", "src"),
+    "nc_find_index8": ("dst", "data", "vals"),
+    "nc_match_replace8": ("dst", "data", "vals", "imm", "dst_idx"),
+    "nc_stream_shuffle": ("dst", "src", "shuffle_mask"),
+    "select_reduce": ("dst", "predicate", "on_true", "on_false", "reduce_res", "reduce_cmd"),
+    "dropout": ("dst", "data", "prob"),
+    "dma_copy": ("dst", "src"),
+    "dma_transpose": ("dst", "src", "axes"),
+    "sequence_bounds": ("dst", "segment_ids"),
+    "range_select": ("dst", "on_true_tile", "comp_op0", "comp_op1", "bound0", "bound1", "reduce_cmd", "reduce_res",
+                     "reduce_op", "range_start", "on_false_value"),
+}
+# Calls whose current form the legacy one cannot stand for (the reason each is refused).
+_REFUSED = {
+    "iota": "the current nisa.iota(dst, pattern, offset, channel_multiplier) form is not supported by trnsim yet",
+    "affine_select": "the current nisa.affine_select(dst, pattern, offset, channel_multiplier, ...) form is not "
+                     "supported by trnsim yet",
+    "tensor_copy_dynamic_src": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
+    "tensor_copy_dynamic_dst": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
+}
+
+
+def _current_call(name, legacy):
+    params = _SIGNATURES[name]
+
+    @functools.wraps(legacy)
+    def call(*args, **kwargs):
+        loc = caller_loc()[0]
+        for k in ("mask", "dtype"):
+            if k in kwargs:
+                raise NkiError(f"nisa.{name}({k}=...): the current NKI has no {k}= (removed in NKI 0.2); "
+                               + ("the result takes dst's dtype" if k == "dtype" else "slice the operands instead"),
+                               loc)
+        if len(args) > len(params):
+            raise NkiError(f"nisa.{name} takes at most {len(params)} positional arguments ({', '.join(params)})", loc)
+        for p, a in zip(params, args):
+            if p in kwargs:
+                raise NkiError(f"nisa.{name} got {p} both by position and by name", loc)
+            kwargs[p] = a
+        if "dst" not in kwargs:
+            raise NkiError(f"nisa.{name}: the current NKI writes every result into dst= (its first argument)", loc)
+        if name == "nc_matmul" and kwargs.get("accumulate") is not None:
+            raise NkiError("nisa.nc_matmul(accumulate=True/False) is not supported by trnsim yet; accumulate=None (the "
+                           "default: the first write overwrites, later writes add) is", loc)
+        kwargs.pop("accumulate", None)
+        return legacy(**kwargs)
+
+    return call
+
+
+def _refused(name, why):
+    def call(*args, **kwargs):
+        raise NkiError(f"nisa.{name}: {why}", caller_loc()[0])
+
+    call.__name__ = name
+    call._trnsim_refused = why
+    return call
+
+
+for _n in _SIGNATURES:
+    globals()[_n] = _current_call(_n, getattr(_legacy, _n))
+for _n, _why in _REFUSED.items():
+    globals()[_n] = _refused(_n, _why)
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """GpSimd `nc_n_gather`: per partition, `data`'s free elements flattened, taken at the uint32
+    `indices`; dst has the indices' shape and data's dtype (AWS's 2.32 docs). All in SBUF."""
+    from . import _build as B
+    from . import language as nl
+    loc = caller_loc()[0]
+    for what, t in (("dst", dst), ("data", data), ("indices", indices)):
+        if not isinstance(t, View) or t.base.buffer != "sbuf":
+            raise NkiError(f"nisa.nc_n_gather's {what} must be a tile in SBUF (GpSimd cannot reach PSUM)", loc)
+    if indices.dtype != uint32:
+        raise NkiError(f"nisa.nc_n_gather's indices are uint32, not {indices.dtype}", loc)
+    if dst.dtype != data.dtype:
+        raise NkiError(f"nisa.nc_n_gather's dst has data's dtype ({data.dtype}), not {dst.dtype}", loc)
+    B._assign(dst, nl.gather_flattened(data, indices))
+
+
+def _two_cores(what):
+    raise NkiError(f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
+                   "trnsim does not simulate two cores at once yet, and refuses it rather than run one core's "
+                   "half alone", caller_loc()[0])
+
+
+def core_barrier(*args, **kwargs):
+    """Refused until trnsim simulates the two physical cores of a logical core together."""
+    _two_cores("core_barrier")
+
+
+def sendrecv(*args, **kwargs):
+    """Refused until trnsim simulates the two physical cores of a logical core together."""
+    _two_cores("sendrecv")
+
+
+core_barrier._trnsim_refused = sendrecv._trnsim_refused = "needs the two-core LNC=2 simulation"
+
+
+__all__ = [n for n in (*_LEGACY, "core_barrier", "nc_n_gather", "rng", "sendrecv", "set_rng_seed")]

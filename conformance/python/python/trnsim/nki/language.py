@@ -5,11 +5,24 @@ Engine choices where the language leaves them to the compiler are listed in docs
 """
 
 import builtins
-import math
 
 import numpy as np
 
 from . import _emit as E
+from ._build import (  # noqa: F401  (shared with isa.py)
+    _accumulate,
+    _assign,
+    _axes,
+    _copy_into,
+    _fit_rank,
+    _imm,
+    _indirect,
+    _merged_kept,
+    _on_sbuf,
+    _reduce,
+    _unary_vec,
+    load_indirect,
+)
 from ._core import (  # noqa: F401  (dtypes re-exported as nl.<dtype>)
     Aff,
     DynSlice,
@@ -45,7 +58,7 @@ from ._core import (  # noqa: F401  (dtypes re-exported as nl.<dtype>)
     uint16,
     uint32,
 )
-from ._emit import T, emit, new_tile, prep, scalar_operand, try_redirect
+from ._emit import T, emit, new_tile, prep, scalar_operand
 
 # ---------------------------------------------------------------------------------------------
 # buffers, sizes, index helpers
@@ -183,13 +196,17 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
     b = _buffer_name(buffer)
     loc, fn, line = caller_loc()
     if b in ("hbm", "private_hbm", "shared_hbm"):
+        if kwargs.get("address") is not None:
+            raise NkiError(f"nl.ndarray(address={kwargs['address']!r}) on {b}: an explicit address places an SBUF "
+                           "or PSUM tile (docs/nki-allocation.md); HBM tensors are placed by the runtime", loc)
         kind = "shared" if b == "shared_hbm" else "private"
         nm = name or source_name(fn, line) or None
         st = T().new_hbm([int(s) for s in shape], dtype, kind, nm, loc=loc)
         return View.full(st)
     if b not in ("sbuf", "psum"):
         raise NkiError(f"unknown buffer {buffer!r}", loc)
-    return new_tile(shape, dtype, b, name=name or None, loc=loc)
+    from ._alloc import direct  # where the kernel places the tile, if it says (docs/nki-allocation.md)
+    return direct(new_tile(shape, dtype, b, name=name or None, loc=loc), buffer, kwargs.get("address"), loc)
 
 
 def _fill(shape, value, dtype, buffer, name):
@@ -198,17 +215,8 @@ def _fill(shape, value, dtype, buffer, name):
     if b in ("hbm", "private_hbm", "shared_hbm"):
         raise NkiError("HBM tensors take no initial value (allocate with nl.ndarray and store into it)", loc)
     t = ndarray(shape, dtype, buffer=buffer, name=name)
-    emit("vector", "memset", {"dst": t.ap(loc=loc), "value": _imm(value, t.dtype)}, loc, writes=[t], fresh=t)
+    emit("vector", "memset", {"dst": t._ap(loc=loc), "value": _imm(value, t.dtype)}, loc, writes=[t], fresh=t)
     return t
-
-
-def _imm(v, dt=None):
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
 
 
 def zeros(shape, dtype=float32, *, buffer=None, name="", **kwargs):
@@ -264,39 +272,13 @@ def _hbm_check(v, what, loc):
         raise NkiError(f"{what} expects an NKI tensor, got {type(v).__name__}", loc)
 
 
-def _indirect(dyn, side, loc, oob="error"):
-    """The HBM operand and `indirect` field of a DMA whose HBM side is indexed by a [P, 1] tile on
-    its first dimension: row p of the HBM side starts index[p] rows past row 0."""
-    from ._core import _merge_free
-    idx = dyn.index_tile
-    if idx.ndim > 2 and builtins.all(n == 1 for n in idx.shape[1:]):
-        # `ids[i_p, 0]` with a 3-D (or 4-D) arange i_p, to index a tensor of that rank: [P, 1, 1]
-        idx = View(idx.base, (idx.shape[0], 1), [(c, (co[0], 0)) for c, co in idx.idx], idx.dtype)
-    if idx.ndim != 2 or idx.shape[1] != 1:
-        raise NkiError("a dynamic index must be a [P, 1] tile of integers", loc)
-    if dyn.dim != 0:
-        raise NkiError("dynamic indexing is supported on the first dimension of an HBM tensor", loc)
-    parent, row0 = dyn.parent, dyn.row0
-    b = row0.base
-    row_step = builtins.sum(s * co[0] for s, (_, co) in zip(b.strides, parent.idx))
-    lc = builtins.sum(s * c for s, (c, _) in zip(b.strides, row0.idx))
-    lcoef = [builtins.sum(s * co[a] for s, (_, co) in zip(b.strides, row0.idx)) for a in range(row0.ndim)]
-    hap = {"mem": b.mem(), "dtype": trn_name(row0.dtype), "partitions": 1, "offset": lc * row0.dtype.itemsize,
-           "free": _merge_free([[lcoef[a], row0.shape[a]] for a in range(row0.ndim)], loc)}
-    E.check_read(idx, loc)
-    return hap, {"side": side, "index": idx.ap(loc=loc), "row_step": row_step, "oob": oob}
-
-
 def load(src, *, mask=None, dtype=None, **kwargs):
     """DMA HBM -> a new SBUF tile (`dma_copy`; casts through fp32 when dtype= differs)."""
     loc = caller_loc()[0]
     _hbm_check(src, "nl.load", loc)
     dt = as_dtype(dtype) if dtype is not None else src.dtype
     if isinstance(src, DynView):
-        out = new_tile(src.shape, dt, loc=loc)
-        hap, ind = _indirect(src, "src", loc)
-        emit("dma", "dma_copy", {"dst": out.ap(loc=loc), "src": hap, "indirect": ind}, loc, writes=[out], fresh=out)
-        return out
+        return load_indirect(src, dt, loc)
     shape = src.shape if src.ndim >= 2 else (src.shape + (1,) if src.ndim == 1 else (1, 1))
     out = new_tile(shape, dt, loc=loc)
     box = mask_box(mask, src.shape)
@@ -304,7 +286,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
         return out
     s = src.restrict(box)
     o = out.restrict(box + [(0, 1)] * (out.ndim - src.ndim)) if src.ndim < 2 else out.restrict(box)
-    emit("dma", "dma_copy", {"dst": o.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
+    emit("dma", "dma_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
          box=box if src.ndim >= 2 else None)
     return out
 
@@ -316,7 +298,7 @@ def store(dst, value, *, mask=None, **kwargs):
     if isinstance(dst, DynView):
         v = _on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc)
         hap, ind = _indirect(dst, "dst", loc)
-        emit("dma", "dma_copy", {"dst": hap, "src": v.ap(loc=loc), "indirect": ind}, loc, reads=[v])
+        emit("dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "indirect": ind}, loc, reads=[v])
         storage_of(dst.base).written = True
         return
     box = mask_box(mask, dst.shape)
@@ -326,40 +308,8 @@ def store(dst, value, *, mask=None, **kwargs):
     v = _on_sbuf(v, loc)
     v = _fit_rank(v, dst.shape, loc)
     d, s = dst.restrict(box), v.broadcast(dst.shape).restrict(box)
-    emit("dma", "dma_copy", {"dst": d.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[d])
+    emit("dma", "dma_copy", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[d])
     return
-
-
-def _fit_rank(v, shape, loc):
-    """A value whose shape differs from the destination's only in size-1 dims (a [P, 1] tile
-    stored to a [P] view, say) viewed in the destination's shape."""
-    if v.shape == tuple(shape) or int(np.prod(v.shape)) != int(np.prod(shape)):
-        return v
-    try:
-        v.broadcast(shape)
-        return v
-    except NkiError:
-        pass
-    keep = [a for a, s in enumerate(v.shape) if s != 1]
-    if [v.shape[a] for a in keep] != [s for s in shape if s != 1]:
-        return v
-    idx = []
-    # map dst axes with size != 1 to v's axes with size != 1 in order
-    dst_axes = [a for a, s in enumerate(shape) if s != 1]
-    for c, co in v.idx:
-        nco = [0] * len(shape)
-        for va, da in zip(keep, dst_axes):
-            nco[da] = co[va]
-        idx.append((c, tuple(nco)))
-    return View(v.base, shape, idx, v.dtype)
-
-
-def _on_sbuf(v, loc):
-    if v.base.on_chip and v.base.buffer == "psum":
-        t = new_tile(v.shape, v.dtype, loc=loc)
-        emit("vector", "tensor_copy", {"dst": t.ap(loc=loc), "src": v.ap(loc=loc)}, loc, reads=[v], writes=[t])
-        return t
-    return v
 
 
 def _as_tile(value, shape, dtype, loc):
@@ -367,7 +317,7 @@ def _as_tile(value, shape, dtype, loc):
         return value
     shape = tuple(shape) if len(shape) >= 2 else (tuple(shape) + (1,))[:2]
     t = new_tile(shape, dtype, loc=loc)
-    emit("vector", "memset", {"dst": t.ap(loc=loc), "value": _imm(value)}, loc, writes=[t])
+    emit("vector", "memset", {"dst": t._ap(loc=loc), "value": _imm(value)}, loc, writes=[t])
     return t
 
 
@@ -383,7 +333,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     if box is None:
         return out
     s, o = s.restrict(box), out.restrict(box)
-    emit("dma", "dma_copy", {"dst": o.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
+    emit("dma", "dma_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
          box=box)
     return out
 
@@ -396,7 +346,7 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
     if isinstance(dst, DynView):
         v = _on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc)
         hap, ind = _indirect(dst, "dst", loc)
-        emit("dma", "dma_copy", {"dst": hap, "src": v.ap(loc=loc), "accumulate": True, "indirect": ind}, loc,
+        emit("dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "accumulate": True, "indirect": ind}, loc,
              reads=[v])
         return
     box = mask_box(mask, dst.shape)
@@ -404,54 +354,9 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
         return
     v = _fit_rank(_on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc), dst.shape, loc)
     d, s = dst.restrict(box), v.broadcast(dst.shape).restrict(box)
-    emit("dma", "dma_copy", {"dst": d.ap(loc=loc), "src": s.ap(loc=loc), "accumulate": True}, loc, reads=[s],
+    emit("dma", "dma_copy", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "accumulate": True}, loc, reads=[s],
          writes=[d])
     return
-
-
-def _assign(dst, value):
-    """`dst[...] = value`: redirect a fresh result into dst, else copy (VectorE on chip, DMA to or
-    from HBM), else memset a scalar."""
-    if try_redirect(dst, value):
-        return
-    loc = caller_loc()[0]
-    if not isinstance(value, View):
-        if isinstance(value, DynView):
-            return _copy_into(dst, load(value), loc)
-        if not dst.base.on_chip:
-            raise NkiError("assigning a scalar to an HBM tensor: store a tile instead", loc)
-        emit("vector", "memset", {"dst": dst.ap(loc=loc), "value": _imm(value)}, loc, writes=[dst])
-        return
-    _copy_into(dst, value, loc)
-
-
-def _copy_into(dst, value, loc):
-    v = _fit_rank(value, dst.shape, loc)
-    if not dst.base.on_chip or not v.base.on_chip:
-        if not dst.base.on_chip and v.base.on_chip:
-            v = _on_sbuf(v, loc)
-        s = v.broadcast(dst.shape)
-        if not dst.base.on_chip and not v.base.on_chip:
-            pass
-        emit("dma", "dma_copy", {"dst": dst.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[dst])
-        return
-    s = prep(v, dst.shape, loc)
-    emit("vector", "tensor_copy", {"dst": dst.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[dst])
-
-
-def _accumulate(dst, val):
-    """`dst += val`: a fresh matmul result accumulates in PSUM (`nc_matmul` with accumulate);
-    anything else is a VectorE add in place."""
-    if try_redirect(dst, val, accumulate=True):
-        return
-    loc = caller_loc()[0]
-    if isinstance(val, View):
-        r = prep(val, dst.shape, loc)
-        emit("vector", "tensor_tensor", {"dst": dst.ap(loc=loc), "in0": dst.ap(loc=loc), "in1": r.ap(loc=loc),
-                                         "op": "add"}, loc, reads=[dst, r], writes=[dst])
-    else:
-        emit("vector", "tensor_scalar", {"dst": dst.ap(loc=loc), "src": dst.ap(loc=loc), "op0": "add",
-                                         "operand0": scalar_operand(val, loc)}, loc, reads=[dst], writes=[dst])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,7 +390,7 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
             box = E.narrow(box, [a, col.broadcast(shape)], loc)
             o, a = out.restrict(box), a.restrict(box)
             s = col.restrict(_col_box(box, col))
-            f = {"dst": o.ap(loc=loc), "src": a.ap(loc=loc), "op0": alu_op, "operand0": scalar_operand(s, loc)}
+            f = {"dst": o._ap(loc=loc), "src": a._ap(loc=loc), "op0": alu_op, "operand0": scalar_operand(s, loc)}
             if rev:
                 f["reverse0"] = True
             emit(engine, "tensor_scalar", f, loc, reads=[a], writes=[o], fresh=out, box=box)
@@ -495,14 +400,14 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
         o, a, b = out.restrict(box), a.restrict(box), b.restrict(box)
         if a.base.on_chip and b.base.on_chip and a.base.buffer == "psum" and b.base.buffer == "psum":
             b = _on_sbuf(b, loc)
-        emit(engine, "tensor_tensor", {"dst": o.ap(loc=loc), "in0": a.ap(loc=loc), "in1": b.ap(loc=loc),
+        emit(engine, "tensor_tensor", {"dst": o._ap(loc=loc), "in0": a._ap(loc=loc), "in1": b._ap(loc=loc),
                                        "op": alu_op}, loc, reads=[a, b], writes=[o], fresh=out, box=box)
         return out
     tile, scal, rev = (x, y, False) if isinstance(x, View) else (y, x, True)
     a = prep(tile, shape, loc)
     box = E.narrow(box, [a], loc)
     o, a = out.restrict(box), a.restrict(box)
-    f = {"dst": o.ap(loc=loc), "src": a.ap(loc=loc), "op0": alu_op, "operand0": scalar_operand(scal, loc)}
+    f = {"dst": o._ap(loc=loc), "src": a._ap(loc=loc), "op0": alu_op, "operand0": scalar_operand(scal, loc)}
     if rev:
         f["reverse0"] = True
     emit(engine, "tensor_scalar", f, loc, reads=[a], writes=[o], fresh=out, box=box)
@@ -561,24 +466,6 @@ def divide(x, y, *, dtype=None, mask=None, **kwargs):
     return _binary("multiply", x, r, dtype or E.out_dtype(None, x, y), mask, loc)
 
 
-def _unary_vec(op, x, dtype, mask, loc):
-    """A VectorE unary: `reciprocal` instruction, or tensor_scalar with a unary ALU operator."""
-    x = E.column(x)
-    dt = as_dtype(dtype) if dtype is not None else x.dtype
-    out = new_tile(x.shape, dt, loc=loc)
-    box = E.narrow(mask_box(mask, x.shape), [x], loc)
-    if box is None:
-        return out
-    a, o = x.restrict(box), out.restrict(box)
-    if op == "reciprocal":
-        emit("vector", "reciprocal", {"dst": o.ap(loc=loc), "src": a.ap(loc=loc)}, loc, reads=[a], writes=[o],
-             fresh=out, box=box)
-    else:
-        emit("vector", "tensor_scalar", {"dst": o.ap(loc=loc), "src": a.ap(loc=loc), "op0": op,
-                                         "operand0": {"imm": 0.0}}, loc, reads=[a], writes=[o], fresh=out, box=box)
-    return out
-
-
 def _activation(func, x, dtype, mask, loc, bias=None, scale=1.0):
     x = E.column(x)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
@@ -587,7 +474,7 @@ def _activation(func, x, dtype, mask, loc, bias=None, scale=1.0):
     if box is None:
         return out
     a, o = x.restrict(box), out.restrict(box)
-    f = {"dst": o.ap(loc=loc), "func": func, "src": a.ap(loc=loc), "scale": scalar_operand(scale, loc)}
+    f = {"dst": o._ap(loc=loc), "func": func, "src": a._ap(loc=loc), "scale": scalar_operand(scale, loc)}
     if bias is not None:
         f["bias"] = scalar_operand(bias, loc)
     emit("scalar", "activation", f, loc, reads=[a], writes=[o], fresh=out, box=box)
@@ -669,13 +556,27 @@ def copy(x, *, dtype=None, mask=None, **kwargs):
     if box is None:
         return out
     a, o = x.restrict(box), out.restrict(box)
-    emit("vector", "tensor_copy", {"dst": o.ap(loc=loc), "src": a.ap(loc=loc)}, loc, reads=[a], writes=[o],
+    emit("vector", "tensor_copy", {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)}, loc, reads=[a], writes=[o],
          fresh=out, box=box)
     return out
 
 
 def static_cast(x, dtype, **kwargs):
+    """In a kernel: a VectorE copy with a cast. On a host NumPy array (outside any kernel, as
+    kernel tests use it to prepare inputs and references): NumPy's `astype` to the NKI dtype,
+    a host value like any other test data."""
+    if isinstance(x, np.ndarray) and not isinstance(x, View):
+        return x.astype(as_dtype(dtype))
     return copy(x, dtype=dtype)
+
+
+def finfo(dtype):
+    """Machine limits of a floating NKI dtype (bf16 and fp8 through ml_dtypes), as `numpy.finfo`."""
+    d = as_dtype(dtype)
+    if not is_float(d):
+        raise NkiError(f"nl.finfo takes a floating dtype, not {d}", caller_loc()[0])
+    import ml_dtypes
+    return ml_dtypes.finfo(d)
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
@@ -692,9 +593,9 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     o = out.restrict(box)
     if isinstance(y, View):
         ys = prep(y, shape, loc).restrict(box)
-        emit("vector", "tensor_copy", {"dst": o.ap(loc=loc), "src": ys.ap(loc=loc)}, loc, reads=[ys], writes=[o])
+        emit("vector", "tensor_copy", {"dst": o._ap(loc=loc), "src": ys._ap(loc=loc)}, loc, reads=[ys], writes=[o])
     else:
-        emit("vector", "memset", {"dst": o.ap(loc=loc), "value": _imm(y)}, loc, writes=[o])
+        emit("vector", "memset", {"dst": o._ap(loc=loc), "value": _imm(y)}, loc, writes=[o])
     if isinstance(x, View):
         xs = prep(x, shape, loc)
         if xs.dtype != dt:
@@ -702,82 +603,19 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
         xs = xs.restrict(box)
     else:
         xs = new_tile(shape, dt, loc=loc)
-        emit("vector", "memset", {"dst": xs.ap(loc=loc), "value": _imm(x)}, loc, writes=[xs])
+        emit("vector", "memset", {"dst": xs._ap(loc=loc), "value": _imm(x)}, loc, writes=[xs])
         xs = xs.restrict(box)
     c = prep(condition, shape, loc)
     if trn_name(c.dtype) not in ("u8", "u16", "u32", "bool"):
         c = copy(c, dtype=uint8)
     c = c.restrict(box)
-    emit("vector", "tensor_copy_predicated", {"dst": o.ap(loc=loc), "src": xs.ap(loc=loc),
-                                              "predicate": c.ap(loc=loc)}, loc, reads=[xs, c, o], writes=[o])
+    emit("vector", "tensor_copy_predicated", {"dst": o._ap(loc=loc), "src": xs._ap(loc=loc),
+                                              "predicate": c._ap(loc=loc)}, loc, reads=[xs, c, o], writes=[o])
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # reductions
-
-
-def _axes(x, axis, loc):
-    """The reduced axes (sorted); any free axes (not the partition axis 0)."""
-    if axis is None:
-        axis = tuple(range(1, x.ndim))
-    if isinstance(axis, (int, np.integer)):
-        axis = (int(axis),)
-    axis = tuple(sorted(a + x.ndim if a < 0 else a for a in axis))
-    if not axis or 0 in axis or axis[-1] >= x.ndim or len(set(axis)) != len(axis):
-        raise NkiError(f"reductions run over free axes of a tile; axis={axis} on a tile of rank {x.ndim} is not "
-                       f"(cross-partition: nisa.tensor_partition_reduce)", loc)
-    return axis
-
-
-def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
-    """VectorE `tensor_reduce` over free axes (the reduced ones walked innermost)."""
-    axes = _axes(x, axis, loc)
-    kept = tuple(s for a, s in enumerate(x.shape) if a not in axes)
-    shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape)) if keepdims else kept
-    dt = as_dtype(dtype) if dtype is not None else x.dtype
-    if op == "average" and dtype is None and not is_float(x.dtype):
-        dt = float32
-    out = new_tile(shape if len(shape) else (1,), dt, loc=loc)
-    box0 = mask_box(mask, x.shape)
-    box = E.narrow(box0, [x], loc)
-    if box is None:
-        return out
-    if any(box[a] != box0[a] for a in axes):
-        raise NkiError(f"read of uninitialised memory: the reduced axes of tile {storage_of(x.base).describe()} "
-                       f"were not all written", loc)
-    a = x.restrict(box)
-    # the instruction reduces the innermost free dims of its source: walk the reduced axes last
-    order = [ax for ax in range(x.ndim) if ax not in axes] + list(axes)
-    a = a.permuted(order)
-    obox = [b for ax, b in enumerate(box) if ax not in axes]
-    if keepdims:
-        obox = [(0, 1) if ax in axes else b for ax, b in enumerate(box)]
-    if out.ndim != len(obox):  # a reduction to [P] is held as a [P, 1] tile
-        obox = obox + [(0, 1)] * (out.ndim - len(obox))
-    o = out.restrict(obox)
-    if keepdims:
-        o = o.permuted(order)
-    f = {"dst": o.ap(loc=loc), "src": a.ap(loc=loc, split=x.ndim - len(axes)), "op": op, "axes": len(axes)}
-    # the reduced dims may merge into one (contiguous): `axes` counts the src pattern's dims
-    nfree = len(f["src"]["free"])
-    nkept = len(_merged_kept(a, x.ndim - len(axes), loc))
-    f["axes"] = nfree - nkept
-    if f["axes"] == 0 and nfree < 4:
-        # every reduced axis has size 1 (merged away): reduce over an explicit size-1 free dim
-        f["src"]["free"].append([1, 1])
-        f["axes"] = 1
-    if negate:
-        f["negate"] = True
-    emit("vector", "tensor_reduce", f, loc, reads=[a], writes=[o], fresh=out, box=obox)
-    return out
-
-
-def _merged_kept(a, split, loc):
-    """The merged free dims of the kept (outer) axes of a reduction's source view."""
-    kept = View(a.base, a.shape[:split], a.idx and [(c, co[:split]) for c, co in a.idx], a.dtype)
-    free = kept.ap(loc=loc)["free"]
-    return [] if free == [[1, 1]] and builtins.all(s == 1 for s in a.shape[1:split]) else free
 
 
 def _mk_reduce(name, op):
@@ -809,9 +647,9 @@ def _transpose_to_sbuf(x, loc):
     """x [M, K] (SBUF) -> x^T [K, M] in SBUF: TensorE transpose into PSUM, VectorE copy out."""
     pt = new_tile((x.shape[1], x.shape[0]), x.dtype, "psum", loc=loc)
     xs = _on_sbuf(x, loc)
-    emit("tensor", "nc_transpose", {"dst": pt.ap(loc=loc), "src": xs.ap(loc=loc)}, loc, reads=[xs], writes=[pt])
+    emit("tensor", "nc_transpose", {"dst": pt._ap(loc=loc), "src": xs._ap(loc=loc)}, loc, reads=[xs], writes=[pt])
     st = new_tile(pt.shape, x.dtype, loc=loc)
-    emit("vector", "tensor_copy", {"dst": st.ap(loc=loc), "src": pt.ap(loc=loc)}, loc, reads=[pt], writes=[st])
+    emit("vector", "tensor_copy", {"dst": st._ap(loc=loc), "src": pt._ap(loc=loc)}, loc, reads=[pt], writes=[st])
     return st
 
 
@@ -826,7 +664,7 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     stat = _on_sbuf(x, loc) if transpose_x else _transpose_to_sbuf(x, loc)
     mov = _on_sbuf(y, loc)
     out = new_tile((stat.shape[1], mov.shape[1]), float32, "psum", loc=loc)
-    emit("tensor", "nc_matmul", {"dst": out.ap(loc=loc), "stationary": stat.ap(loc=loc), "moving": mov.ap(loc=loc)},
+    emit("tensor", "nc_matmul", {"dst": out._ap(loc=loc), "stationary": stat._ap(loc=loc), "moving": mov._ap(loc=loc)},
          loc, reads=[stat, mov], writes=[out], fresh=out)
     return out
 
@@ -839,7 +677,7 @@ def transpose(x, *, dtype=None, mask=None, **kwargs):
     xs = _on_sbuf(x, loc)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile((x.shape[1], x.shape[0]), dt, "psum", loc=loc)
-    emit("tensor", "nc_transpose", {"dst": out.ap(loc=loc), "src": xs.ap(loc=loc)}, loc, reads=[xs], writes=[out],
+    emit("tensor", "nc_transpose", {"dst": out._ap(loc=loc), "src": xs._ap(loc=loc)}, loc, reads=[xs], writes=[out],
          fresh=out)
     return out
 
@@ -862,9 +700,9 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
     m = _reduce("max", x, 1, float32, None, True, loc, negate=True)
     e = new_tile(x.shape, float32, loc=loc)
     s = new_tile((P, 1), float32, loc=loc)
-    emit("scalar", "activation", {"dst": e.ap(loc=loc), "func": "exp", "src": x.ap(loc=loc),
+    emit("scalar", "activation", {"dst": e._ap(loc=loc), "func": "exp", "src": x._ap(loc=loc),
                                   "bias": scalar_operand(m, loc), "scale": {"imm": 1.0}, "acc": "reset_reduce",
-                                  "reduce_res": s.ap(loc=loc)}, loc, reads=[x], writes=[e, s])
+                                  "reduce_res": s._ap(loc=loc)}, loc, reads=[x], writes=[e, s])
     r = _unary_vec("reciprocal", s, float32, None, loc)
     return _binary("multiply", e, r, dt, None, loc)
 
@@ -879,11 +717,11 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
     P = x.shape[0]
     sq = new_tile(x.shape, float32, loc=loc)
     s = new_tile((P, 1), float32, loc=loc)
-    emit("scalar", "activation", {"dst": sq.ap(loc=loc), "func": "square", "src": x.ap(loc=loc),
-                                  "scale": {"imm": 1.0}, "acc": "reset_reduce", "reduce_res": s.ap(loc=loc)}, loc,
+    emit("scalar", "activation", {"dst": sq._ap(loc=loc), "func": "square", "src": x._ap(loc=loc),
+                                  "scale": {"imm": 1.0}, "acc": "reset_reduce", "reduce_res": s._ap(loc=loc)}, loc,
          reads=[x], writes=[sq, s])
     ms = new_tile((P, 1), float32, loc=loc)
-    emit("vector", "tensor_scalar", {"dst": ms.ap(loc=loc), "src": s.ap(loc=loc), "op0": "multiply",
+    emit("vector", "tensor_scalar", {"dst": ms._ap(loc=loc), "src": s._ap(loc=loc), "op0": "multiply",
                                      "operand0": {"imm": 1.0 / float(n)}, "op1": "add",
                                      "operand1": {"imm": float(epsilon)}}, loc, reads=[s], writes=[ms])
     r = _activation("rsqrt", ms, float32, None, loc)
@@ -909,9 +747,9 @@ def rand(shape, dtype=float32, **kwargs):
     bitvec), scaled by 2^-24 (VectorE), so every value is a multiple of 2^-24 below 1."""
     loc = caller_loc()[0]
     bits = new_tile(shape, uint32, loc=loc)
-    emit("vector", "rng", {"dst": bits.ap(loc=loc)}, loc, writes=[bits])
+    emit("vector", "rng", {"dst": bits._ap(loc=loc)}, loc, writes=[bits])
     sh = new_tile(shape, uint32, loc=loc)
-    emit("vector", "tensor_scalar", {"dst": sh.ap(loc=loc), "src": bits.ap(loc=loc), "op0": "logical_shift_right",
+    emit("vector", "tensor_scalar", {"dst": sh._ap(loc=loc), "src": bits._ap(loc=loc), "op0": "logical_shift_right",
                                      "operand0": {"imm": 8.0}}, loc, reads=[bits], writes=[sh])
     return _binary("multiply", sh, 2.0 ** -24, dtype, None, loc)
 
@@ -920,7 +758,7 @@ def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
     """GpSimd `nc_n_gather`: per partition, data's free elements flattened, taken at indices."""
     loc = caller_loc()[0]
     out = new_tile(indices.shape, data.dtype, loc=loc)
-    emit("gpsimd", "n_gather", {"dst": out.ap(loc=loc), "data": data.ap(loc=loc), "indices": indices.ap(loc=loc)},
+    emit("gpsimd", "n_gather", {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "indices": indices._ap(loc=loc)},
          loc, reads=[data, indices], writes=[out], fresh=out)
     return out
 
@@ -975,9 +813,9 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
     for c in builtins.range(n):
         s = x[:, c * chunk:(c + 1) * chunk]
         d = stats[:, 6 * c:6 * c + 6]
-        emit("vector", "bn_stats", {"dst": d.ap(loc=loc), "src": s.ap(loc=loc)}, loc, reads=[s], writes=[d])
+        emit("vector", "bn_stats", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[d])
     mv = new_tile((x.shape[0], 2), float32, loc=loc)
-    emit("vector", "bn_aggr", {"dst": mv.ap(loc=loc), "src": stats.ap(loc=loc)}, loc, reads=[stats], writes=[mv])
+    emit("vector", "bn_aggr", {"dst": mv._ap(loc=loc), "src": stats._ap(loc=loc)}, loc, reads=[stats], writes=[mv])
     return copy(mv[:, 1:2], dtype=dtype or x.dtype)
 
 

@@ -38,7 +38,9 @@ __all__ = [
     "UnsupportedOpError",
     "backend",
     "checking",
+    "compile_report",
     "register",
+    "register_compile_backend",
     "report",
     "reset_report",
     "set_backend",
@@ -211,7 +213,56 @@ def register() -> None:
     from . import _autocast
 
     _autocast.register()
+    # torch.distributed: the `trnsim` c10d backend (trnsim/torch/distributed, docs/distributed.md).
+    from . import distributed
+
+    distributed.register()
+    _keep_identity_to_cpu()
     _registered = True
+
+
+_plain_compatible = None
+
+
+def _keep_identity_to_cpu() -> None:
+    """``Module.cpu()`` keeps each ``Parameter`` object, as it does coming back from CUDA.
+
+    ``Module._apply`` asks ``torch._has_compatible_shallow_copy_type(param, converted)`` whether
+    it may set ``param.data = converted`` instead of making a new ``Parameter``; PyTorch says yes
+    only between its own dense backends (CPU, CUDA, …). Between a device tensor and a plain CPU
+    tensor this answers yes too, and the device tensor's ``.data`` setter makes it so (it swaps
+    the object onto the CPU tensor). Every other pair gets PyTorch's answer. The way onto the
+    device needs nothing: a traceable wrapper subclass is always swapped in place."""
+    global _plain_compatible
+    if _plain_compatible is not None:
+        return
+    _plain_compatible = torch._has_compatible_shallow_copy_type
+
+    # The parameter names are PyTorch's (Dynamo's polyfill of this function checks them).
+    def _has_compatible_shallow_copy_type(input, from_):
+        if isinstance(input, _device.TrnsimTensor) and input._trn is not None \
+                and type(from_) in (torch.Tensor, torch.nn.Parameter) \
+                and from_.layout == torch.strided and from_.device.type == "cpu":
+            return True
+        return _plain_compatible(input, from_)
+
+    torch._has_compatible_shallow_copy_type = _has_compatible_shallow_copy_type
+
+
+def register_compile_backend() -> None:
+    """Registers the TorchDynamo backend ``trnsim`` now (an installed package also provides it
+    through the ``torch_dynamo_backends`` entry point, without this call)."""
+    from . import _compile
+
+    _compile.register()
+
+
+def compile_report() -> dict[str, Any]:
+    """The compiled graphs so far: nodes, joined program size, capture/lowering times, estimated
+    device time per call, recompiles (docs/compile.md)."""
+    from . import _compile
+
+    return _compile.compile_report()
 
 
 def set_fallback(enabled: bool = True) -> None:
@@ -243,7 +294,9 @@ def report(cost: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def reset_report() -> None:
+    """Starts the report afresh (the program cache keeps its programs; its counters restart)."""
     _report.REPORT.reset()
+    _device.CACHE.reset_counters()
 
 
 def write_report(json_path: str | None = None, html_path: str | None = None) -> None:

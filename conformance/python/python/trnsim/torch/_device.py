@@ -18,6 +18,7 @@ How a call is served (docs/torch-device.md, "How an op runs"):
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import math
@@ -25,6 +26,7 @@ import os
 import threading
 import traceback
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -172,6 +174,9 @@ class TrnsimTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __repr__(self, *, tensor_contents=None) -> str:
+        if self._trn is None:
+            # A traced tensor (no data): what a tracer's log prints while it traces.
+            return f"TrnsimTensor(traced, size={tuple(self.shape)}, dtype={self.dtype}, device='{DEVICE_NAME}:0')"
         with torch.no_grad():
             body = repr(self.cpu())
         extra = f", device='{DEVICE_NAME}:0'"
@@ -198,18 +203,104 @@ class TrnsimTensor(torch.Tensor):
 
     @data.setter
     def data(self, new):
+        if not isinstance(new, TrnsimTensor):
+            # `param.data = cpu_tensor` (what `Module.cpu()` / `.to("cpu")` do, as on CUDA): this
+            # object becomes ``new``'s tensor, keeping its identity (a tied weight stays tied, an
+            # optimizer keeps its parameter). A wrapper cannot take a CPU tensor's storage, so
+            # the object is swapped (``torch.utils.swap_tensors``) with a fresh CPU tensor of
+            # ``new``'s data; the device storage goes with the other object.
+            if not isinstance(new, torch.Tensor) or type(new) not in (torch.Tensor, torch.nn.Parameter):
+                raise TrnsimError(f"trnsim: cannot set .data of a device tensor to {type(new).__name__}")
+            repl = new.detach()
+            if getattr(self, "_is_param", False):
+                repl = torch.nn.Parameter(repl, requires_grad=self.requires_grad)
+            else:
+                repl.requires_grad_(self.requires_grad)
+            # The gradient lives in the tensor being swapped away: it comes along, moved to the
+            # CPU the same way (its own object kept too), as `param.data =` keeps `param.grad`.
+            grad = self.grad
+            if grad is not None:
+                self.grad = None
+                if isinstance(grad, TrnsimTensor):
+                    grad.data = grad.detach().to(new.device)
+            torch.utils.swap_tensors(self, repl)
+            if grad is not None:
+                self.grad = grad
+            return
         torch.Tensor.data.__set__(self, new)
-        if isinstance(new, TrnsimTensor):
-            self._trn = new._trn
+        self._trn = new._trn
+
+    def __deepcopy__(self, memo):
+        # `copy.deepcopy(model)`: a new device tensor with its own session storage (a device
+        # clone). PyTorch's `Tensor.__deepcopy__` would deep-copy this object's `__dict__` over
+        # the clone's, giving the copy a second handle on the original's session tensor.
+        if id(self) in memo:
+            return memo[id(self)]
+        if self._trn is None:
+            raise TrnsimError("trnsim: a traced device tensor (no storage) cannot be deep-copied")
+        with torch.no_grad():
+            new = dispatch(aten.clone.default, (self,), {})
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        extra = {k: v for k, v in self.__dict__.items() if k not in ("_trn", "_proxy_cache", "_fake")}
+        new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
 
     def tolist(self):
         # PyTorch's `tolist` refuses tensor subclasses; like `.item()` it is a read to the host.
         with torch.no_grad():
             return self.cpu().tolist()
 
+    # A traceable wrapper subclass (docs/torch-device.md, "Tensor representation"): one inner
+    # tensor, ``_proxy``, a meta tensor with this tensor's sizes, strides, offset and dtype and
+    # no data. PyTorch's tracers (Dynamo, AOTAutograd, make_fx) flatten a device tensor into it,
+    # fake it and trace ops on it, so a graph of ops on device tensors is one graph; and
+    # ``Module._apply`` swaps such tensors into the existing ``Parameter`` objects
+    # (``torch.utils.swap_tensors``), so `.to("trnsim")` keeps parameter identity. The proxy of a
+    # real device tensor carries a weak reference back to it (``device_tensor_of``), which is how
+    # a compile backend finds the data behind a graph input. The context is empty: no storage
+    # identity goes into Dynamo's guards.
+    def __tensor_flatten__(self):
+        return ["_proxy"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        proxy = inner["_proxy"]
+        # A compiled graph's output at run time (trnsim.torch._compile): the proxy of a real
+        # device tensor, which is the result.
+        real = proxy.__dict__.pop("_trnsim_keep", None) if hasattr(proxy, "__dict__") else None
+        if real is not None:
+            return real
+        return _fake_wrapper(proxy)
+
+    @property
+    def _proxy(self) -> torch.Tensor:
+        fake = self.__dict__.get("_fake")
+        if fake is not None:
+            return fake
+        key = (tuple(self.shape), tuple(self.stride()), self.storage_offset(), self.dtype)
+        cached = self.__dict__.get("_proxy_cache")
+        if cached is not None and cached[0] == key:
+            proxy = cached[1]()
+            if proxy is not None:
+                return proxy
+        proxy = _meta_like(self)
+        # The proxy keeps its device tensor alive (a tracer's runtime may hold only the proxy of
+        # a temporary, e.g. a backward's incoming gradient); the tensor caches its proxy weakly,
+        # so the two make no reference cycle.
+        proxy._trnsim_outer = weakref.ref(self)
+        proxy._trnsim_owner = self
+        self.__dict__["_proxy_cache"] = (key, weakref.ref(proxy))
+        return proxy
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return dispatch(func, args, kwargs or {})
+        kwargs = kwargs or {}
+        if _any_fake(args, kwargs):
+            return _fake_dispatch(func, args, kwargs)
+        return dispatch(func, args, kwargs)
 
 
 def _contiguous_strides(size) -> list[int]:
@@ -221,7 +312,89 @@ def _contiguous_strides(size) -> list[int]:
 
 
 def is_device_tensor(x: Any) -> bool:
-    return isinstance(x, TrnsimTensor)
+    return isinstance(x, TrnsimTensor) and x._trn is not None
+
+
+def device_tensor_of(inner: torch.Tensor) -> TrnsimTensor | None:
+    """The device tensor whose ``__tensor_flatten__`` proxy ``inner`` is (what a graph traced
+    by AOTAutograd / make_fx receives in place of a device tensor), or None."""
+    owner = getattr(inner, "_trnsim_owner", None)
+    if owner is not None:
+        return owner
+    ref = getattr(inner, "_trnsim_outer", None)
+    return ref() if ref is not None else None
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with ``t``'s sizes, strides, storage offset and dtype."""
+    span = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
+    if any(s == 0 for s in t.shape):
+        span = 0
+    base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _fake_wrapper(inner: torch.Tensor) -> TrnsimTensor:
+    """A device tensor with no session storage, standing for ``inner`` (a fake or meta tensor)
+    while PyTorch traces: what ``__tensor_unflatten__`` builds from a traced inner tensor."""
+    t = torch.Tensor._make_wrapper_subclass(
+        TrnsimTensor,
+        inner.shape,
+        strides=inner.stride(),
+        storage_offset=inner.storage_offset(),
+        dtype=inner.dtype,
+        device=torch.device(DEVICE_NAME, 0),
+        requires_grad=inner.requires_grad,
+    )
+    t._trn = None
+    t._fake = inner
+    return t
+
+
+def _any_fake(args, kwargs) -> bool:
+    """Whether a call has a traced (storage-less) device tensor: checked on every op, so a plain
+    walk of the arguments and of lists in them (ATen takes tensors nowhere deeper)."""
+    for x in itertools.chain(args, kwargs.values()):
+        if type(x) is TrnsimTensor:
+            if x._trn is None:
+                return True
+        elif type(x) in (list, tuple):
+            for y in x:
+                if type(y) is TrnsimTensor and y._trn is None:
+                    return True
+    return False
+
+
+def _fake_dispatch(func, args, kwargs):
+    """An op on traced device tensors: PyTorch's own (fake / meta) kernel on their inner tensors,
+    the results wrapped as traced device tensors. Nothing runs on the simulator: this is shape
+    propagation for a tracer, which records the op itself in its graph."""
+
+    outer_of: dict[int, TrnsimTensor] = {}
+
+    def unwrap(x):
+        if isinstance(x, TrnsimTensor):
+            inner = x._proxy
+            outer_of[id(inner)] = x
+            return inner
+        if isinstance(x, torch.Tensor) and x.device.type == DEVICE_NAME:
+            # A tensor the tracer made on the device itself (a factory call with device=trnsim),
+            # fake or functional: moved to meta by an op the tracer records, so its values stay
+            # in the traced graph's data flow (a fresh empty tensor here would cut them off).
+            return x.to("meta")
+        if isinstance(x, torch.device) and x.type == DEVICE_NAME:
+            return torch.device("meta")
+        return x
+
+    out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+
+    def wrap(m):
+        if isinstance(m, torch.Tensor):
+            same = outer_of.get(id(m))
+            return same if same is not None else _fake_wrapper(m)
+        return m
+
+    return tree_map(wrap, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,14 +676,10 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         meta = torch.empty((0, 0), dtype=torch.int64 if name == "nonzero" else args[0].dtype, device="meta")
     outputs = _encode_outputs(func, meta, metas)
     seed = _next_seed() if name in _RANDOM else None
-    err, msg, program, values_json, data_dep = _native.lower_op(
-        name, json.dumps(call), json.dumps(metas), json.dumps(outputs), STATE.target, seed
-    )
+    err, msg, program, values_json, data_dep, hbm, declared = _lower(name, call, metas, outputs, seed)
     if err is not None:
         raise _NotRunnable(err, msg)
     out_names: dict[str, str] = {}
-    hbm = program.hbm
-    declared = {decl for decl, _, _, role in hbm if role == "input"}
     # A program need not read every input (`full_like` reads only metadata).
     bind = {k: v for k, v in bind.items() if k in declared}
     for decl, dev, shape, role in hbm:
@@ -544,6 +713,94 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         trimmed = _run_lowered(aten.slice.Tensor, (padded, 0, 0, count_value), {}, count=False)
         produced[data_dep[1]] = _contiguous_storage(trimmed)
     return _assemble(func, meta, outputs, produced, scalars, values)
+
+
+class ProgramCache:
+    """Lowered programs by call signature, so a repeated op is not lowered again.
+
+    The key is everything ``lower_op`` reads: the op, the encoded call (scalar arguments, and the
+    sizes, strides and offset of a gather, which are its arguments), every tensor's dtype and
+    shape, the outputs' encoding and the target. Tensors are named by role (``input.0``), never
+    by identity, and no value reaches the lowering, so two calls with equal keys get the same
+    program. A random op's program carries its own seed: never cached. Refusals are cached too
+    (the same call is refused the same way). Bounded: at most ``max_entries`` programs and
+    ``max_instructions`` instructions in all; the least recently used go first."""
+
+    def __init__(self, max_entries: int = 2048, max_instructions: int = 400_000) -> None:
+        from collections import OrderedDict
+
+        self.max_entries = max_entries
+        self.max_instructions = max_instructions
+        self.entries: OrderedDict[tuple, tuple] = OrderedDict()
+        self.instructions = 0
+        self.hits = self.misses = self.evictions = self.uncached = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.instructions = 0
+        self.reset_counters()
+
+    def reset_counters(self) -> None:
+        self.hits = self.misses = self.evictions = self.uncached = 0
+
+    def get(self, key: tuple):
+        hit = self.entries.get(key)
+        if hit is None:
+            self.misses += 1
+            return None
+        self.entries.move_to_end(key)
+        self.hits += 1
+        return hit
+
+    def put(self, key: tuple, value: tuple) -> None:
+        size = len(value[2]) if value[2] is not None else 0
+        if size > self.max_instructions or self.max_entries <= 0:
+            return
+        self.entries[key] = value
+        self.instructions += size
+        while len(self.entries) > self.max_entries or self.instructions > self.max_instructions:
+            _, old = self.entries.popitem(last=False)
+            self.instructions -= len(old[2]) if old[2] is not None else 0
+            self.evictions += 1
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "uncached": self.uncached, "entries": len(self.entries),
+                "instructions": self.instructions, "evictions": self.evictions, "max_entries": self.max_entries,
+                "max_instructions": self.max_instructions}
+
+
+def _cache_from_env() -> ProgramCache:
+    spec = os.environ.get("TRNSIM_TORCH_PROGRAM_CACHE", "")
+    if spec in ("0", "off"):
+        return ProgramCache(0, 0)
+    return ProgramCache(int(spec)) if spec.isdigit() else ProgramCache()
+
+
+CACHE = _cache_from_env()
+_report.REPORT.cache_info = CACHE.stats
+
+
+def _lower(name: str, call, metas, outputs, seed):
+    """``lower_op`` through the program cache: (err, msg, program, values_json, data_dep, hbm,
+    declared inputs)."""
+    call_json, metas_json, outputs_json = json.dumps(call), json.dumps(metas), json.dumps(outputs)
+    key = None
+    if seed is None:
+        key = (name, call_json, metas_json, outputs_json, STATE.target)
+        hit = CACHE.get(key)
+        if hit is not None:
+            return hit
+    else:
+        CACHE.uncached += 1
+    err, msg, program, values_json, data_dep = _native.lower_op(
+        name, call_json, metas_json, outputs_json, STATE.target, seed
+    )
+    hbm = program.hbm if program is not None else []
+    declared = frozenset(decl for decl, _, _, role in hbm if role == "input")
+    value = (err, msg, program, values_json, data_dep, hbm, declared)
+    if key is not None:
+        CACHE.put(key, value)
+    return value
 
 
 _TORCH_OF_GOLDEN = {v: k for k, v in GOLDEN_NAME.items()}
@@ -847,6 +1104,11 @@ def dispatch(func, args, kwargs):
 
 
 def _dispatch(func, args, kwargs, top: bool):
+    if func.namespace in ("c10d", "_c10d_functional"):
+        # Distributed hook: collectives go to the c10d backend package (trnsim.torch.distributed).
+        from . import distributed
+
+        return distributed.dispatch(func, args, kwargs)
     name = op_name(func)
     if func is aten._to_copy.default:
         return _to_copy(args[0], **kwargs)
@@ -884,6 +1146,17 @@ def _dispatch(func, args, kwargs, top: bool):
     if func is aten._native_batch_norm_legit.default:
         x, w, b, rm, rv, training, momentum, eps = _bn_args(args, kwargs, 8)
         return _native_batch_norm(x, w, b, rm, rv, training, momentum, eps, legit=True)
+    if func is aten._native_batch_norm_legit_functional.default:
+        x, w, b, rm, rv, training, momentum, eps = _bn_args(args, kwargs, 8)
+        _report.REPORT.op(name, "decomposed", top)
+        return _batch_norm_functional(x, w, b, rm, rv, training, momentum, eps)
+    if func is aten._batch_norm_with_update_functional.default:
+        x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
+        _report.REPORT.op(name, "decomposed", top)
+        out, mean, rstd, new_mean, new_var = _batch_norm_functional(x, w, b, rm, rv, True, momentum, eps)
+        reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
+                               count=False)
+        return out, mean, rstd, reserve, new_mean, new_var
     if func is aten._batch_norm_with_update.default:
         x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
         out, mean, rstd = _native_batch_norm(x, w, b, rm, rv, True, momentum, eps, legit=True)
@@ -1384,8 +1657,10 @@ def _native_batch_norm(x, weight, bias, running_mean, running_var, training, mom
     return out[0], empty, _run_lowered(aten.clone.default, (empty,), {}, count=False)
 
 
-def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> None:
+def _running_stats(x, mean, rstd, running_mean, running_var, momentum, eps) -> list:
+    """The updated running mean and variance (device ops), as new tensors."""
     n = x.numel() // x.shape[1]
+    out = []
     with torch.no_grad():
         var = dispatch_inner(aten.sub.Tensor, (dispatch_inner(aten.reciprocal.default,
                              (dispatch_inner(aten.mul.Tensor, (rstd, rstd), {}),), {}), eps), {})
@@ -1393,7 +1668,29 @@ def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> 
         for run, batch in ((running_mean, mean), (running_var, unbiased)):
             upd = dispatch_inner(aten.add.Tensor, (dispatch_inner(aten.mul.Tensor, (run, 1.0 - momentum), {}),
                                  dispatch_inner(aten.mul.Tensor, (batch, momentum), {})), {})
-            _write_into(run, upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
+            out.append(upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
+    return out
+
+
+def _update_running(x, mean, rstd, running_mean, running_var, momentum, eps) -> None:
+    new = _running_stats(x, mean, rstd, running_mean, running_var, momentum, eps)
+    for run, upd in zip((running_mean, running_var), new):
+        _write_into(run, upd)
+
+
+def _batch_norm_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """The functional batch norm AOTAutograd's functionalization gives (`..._functional`): the
+    same device ops as the in-place forms, with the updated running statistics returned instead of
+    written, so a compiled graph computes the same bits as eager."""
+    if training:
+        out = _run_lowered(aten._native_batch_norm_legit.default,
+                           (x, weight, bias, running_mean, running_var, True, momentum, eps), {})
+        new_mean, new_var = _running_stats(x, out[1], out[2], running_mean, running_var, momentum, eps)
+        return out[0], out[1], out[2], new_mean, new_var
+    out = _call(aten._native_batch_norm_legit_no_training.default,
+                (x, weight, bias, running_mean, running_var, momentum, eps), {})
+    keep = [_run_lowered(aten.clone.default, (t,), {}, count=False) for t in (running_mean, running_var)]
+    return out[0], out[1], out[2], keep[0], keep[1]
 
 
 def _bernoulli_(self, p=0.5, *, generator=None):

@@ -25,10 +25,18 @@ def _ulp(expected: torch.Tensor) -> torch.Tensor:
     return torch.exp2(exp - mant)
 
 
+#: Extra report sections by name: a callable returning the section's JSON-like value (None: left
+#: out), and what resets them with the report (trnsim.torch.distributed adds "collectives").
+SECTIONS: dict[str, Any] = {}
+RESETS: list[Any] = []
+
+
 class Report:
     def __init__(self) -> None:
         # Set by the device: the configured backend and the NKI module's overloads and kernels.
         self.backend_info: Any = None
+        # Set by the device: the program cache's counters (hits, misses, entries, bounds).
+        self.cache_info: Any = None
         self.reset()
 
     def reset(self) -> None:
@@ -46,6 +54,8 @@ class Report:
         self.host_paths: dict[str, dict[str, Any]] = {}
         self.first_out_of_tolerance: dict[str, Any] | None = None
         self._paused = 0
+        for f in RESETS:
+            f()
 
     @contextlib.contextmanager
     def paused(self):
@@ -196,6 +206,9 @@ class Report:
             "dtype_refusals": dict(self.refusals),
             "transfers": dict(self.transfers),
             "first_out_of_tolerance": self.first_out_of_tolerance,
+            # Sections other packages add (trnsim.torch.distributed: "collectives").
+            **{k: v for k, f in SECTIONS.items() if (v := f()) is not None},
+            "program_cache": self.cache_info() if self.cache_info is not None else None,
         }
 
     def to_json(self, path: str | None = None) -> str:

@@ -1,0 +1,59 @@
+"""`nki.language` of the current namespace (NKI 0.3+): every name of the legacy
+`neuronxcc.nki.language` that the current API keeps, plus the loop constructs it adds.
+
+* `affine_range`, `sequential_range`, `static_range` are deprecated aliases of Python `range`
+  (AWS's NKI 0.7 docs); trnsim unrolls every Python loop at trace time, as NKI 0.7 specialises.
+* `fori_loop(lower, upper, body_fun, step=1)` calls `body_fun(i)` for each `i` in
+  `range(lower, upper, step)`: with integer bounds the hardware loop and its unrolled form compute
+  the same, so trnsim traces it unrolled. Bounds held in registers (`VirtualRegister`) need
+  trnsim's register model, which it does not have yet: refused.
+* `while_loop(init, body_fun)` loops on a register condition: refused for the same reason.
+* `dynamic_range` (deprecated in NKI 0.6 for `fori_loop`): refused, it iterates a register."""
+
+import builtins
+
+from . import language as _legacy
+from ._core import NkiError, caller_loc
+
+_LEGACY = [n for n in dir(_legacy) if not n.startswith("_") and n not in ("builtins", "math", "np", "E", "T")]
+globals().update({n: getattr(_legacy, n) for n in _LEGACY})
+
+
+def _int_bound(v, what, loc):
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+            if isinstance(v, np.integer):
+                return int(v)
+        except ImportError:  # pragma: no cover
+            pass
+        raise NkiError(f"nl.fori_loop {what}={v!r}: trnsim takes integer loop bounds; a bound held in a register "
+                       "(VirtualRegister) needs the register model, which trnsim does not simulate yet", loc)
+    return v
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """`for i in range(lower, upper, step): body_fun(i)`, traced unrolled (integer bounds)."""
+    loc = caller_loc()[0]
+    lo, hi = _int_bound(lower, "lower", loc), _int_bound(upper, "upper", loc)
+    st = _int_bound(step, "step", loc)
+    if st <= 0:
+        raise NkiError(f"nl.fori_loop step={step}: the step is a positive integer", loc)
+    for i in builtins.range(lo, hi, st):
+        body_fun(i)
+
+
+def while_loop(init, body_fun):
+    raise NkiError("nl.while_loop loops on a register condition (VirtualRegister): trnsim does not simulate the "
+                   "register model yet", caller_loc()[0])
+
+
+def dynamic_range(*args, **kwargs):
+    raise NkiError("nl.dynamic_range iterates a register (deprecated since NKI 0.6 for nl.fori_loop): trnsim does "
+                   "not simulate the register model yet; loops with integer bounds work as Python range or "
+                   "nl.fori_loop", caller_loc()[0])
+
+
+while_loop._trnsim_refused = dynamic_range._trnsim_refused = "needs the register model"
+
+__all__ = [n for n in (*_LEGACY, "dynamic_range", "fori_loop", "while_loop")]

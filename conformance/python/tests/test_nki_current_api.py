@@ -1,0 +1,487 @@
+"""The current NKI (`import nki`) as a first-class API, and the silent behaviours of issue 23 made
+right or refused: which generation a kernel runs on, `kernel[lnc]`, torch arguments, in-place
+inputs, `dma_transpose` of an on-chip tile, `perf_mode`, `address=`, returned reshaped views and
+returned on-chip tiles. Kernels are ours, in the style of AWS's NKI documentation."""
+
+import re
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trnsim.nki
+from trnsim.nki import NkiError
+
+HERE = re.escape(__file__.rsplit("/", 1)[-1])
+
+
+@pytest.fixture
+def cur():
+    """(nki, nki.language, nki.isa) of the current namespace, removed again afterwards."""
+    trnsim.nki.install(current=True)
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+    yield nki, nl, nisa
+    for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+        sys.modules.pop(name, None)
+
+
+def _copy_kernel(nki, nl, nisa):
+    def copy(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    return copy
+
+
+# ---------------------------------------------------------------------------------------------
+# the generation
+
+
+def test_current_api_defaults_to_trn2_and_the_env_override_selects(cur, monkeypatch):
+    nki, nl, nisa = cur
+    k = nki.jit(_copy_kernel(nki, nl, nisa))
+    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
+    np.testing.assert_array_equal(k(x), x)
+    assert trnsim.nki.last_run().program["target"] == "trn2"
+    for spelling, sim in (("trn1", "trn1"), ("inf2", "trn1"), ("gen2", "trn1"), ("gen3", "trn2"), ("TRN2", "trn2")):
+        monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", spelling)
+        k(x)
+        assert trnsim.nki.last_run().program["target"] == sim, spelling
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn9")
+    with pytest.raises(NkiError, match="NEURON_PLATFORM_TARGET_OVERRIDE 'trn9' is not a NeuronCore generation"):
+        k(x)
+
+
+def test_current_jit_platform_target_is_an_error(cur):
+    nki, nl, nisa = cur
+    with pytest.raises(NkiError, match=r"platform_target=.*is an error in the current NKI.*NEURON_PLATFORM_TARGET"):
+        nki.jit(platform_target="trn2")(_copy_kernel(nki, nl, nisa))
+
+
+def test_legacy_platform_target_selects_and_no_name_falls_back_to_trn1(monkeypatch):
+    import trnsim.nki.language as nl
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
+
+    def copy(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    x = np.ones((128, 8), np.float32)
+    trnsim.nki.jit(copy)(x)
+    assert trnsim.nki.last_run().program["target"] == "trn1"  # the legacy API's documented default
+    trnsim.nki.jit(copy, platform_target="gen3")(x)
+    assert trnsim.nki.last_run().program["target"] == "trn2"
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: platform_target= 'trn7' is not a NeuronCore generation"):
+        trnsim.nki.jit(copy, platform_target="trn7")(x)
+    # trn3 runs as trn3 once the simulator models it; until then it is refused, never run as trn1
+    try:
+        trnsim.nki.jit(copy, platform_target="trn3")(x)
+        assert trnsim.nki.last_run().program["target"] == "trn3"
+    except NkiError as e:
+        assert "does not simulate that generation" in str(e)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel[lnc]
+
+
+def _lnc_add(nki, nl, nisa):
+    @nki.jit
+    def add(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        n_cores = nl.num_programs(0)
+        rows = a.shape[0] // n_cores
+        c = nl.program_id(0)
+        for i in range(rows // 128):
+            r0 = c * rows + i * 128
+            ta = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+            tb = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=ta, src=a[r0:r0 + 128, :])
+            nisa.dma_copy(dst=tb, src=b[r0:r0 + 128, :])
+            nisa.tensor_tensor(dst=ta, data1=ta, data2=tb, op=nl.add)
+            nisa.dma_copy(dst=out[r0:r0 + 128, :], src=ta)
+        return out
+    return add
+
+
+def test_lnc2_splits_the_work_between_two_cores(cur):
+    nki, nl, nisa = cur
+    add = _lnc_add(nki, nl, nisa)
+    r = np.random.default_rng(1)
+    a = r.standard_normal((512, 64)).astype(np.float32)
+    b = r.standard_normal((512, 64)).astype(np.float32)
+    np.testing.assert_array_equal(add[2](a, b), a + b)
+    np.testing.assert_array_equal(add[1](a, b), a + b)
+    np.testing.assert_array_equal(add(a, b), a + b)
+
+
+def test_lnc_from_neuron_logical_nc_config(cur, monkeypatch):
+    nki, nl, nisa = cur
+    add = _lnc_add(nki, nl, nisa)
+    a = np.ones((256, 8), np.float32)
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    np.testing.assert_array_equal(add(a, a), a + a)
+    dma_dsts = [i["op"]["dma_copy"]["dst"] for i in trnsim.nki.last_run().program["instructions"]
+                if "dma_copy" in i["op"] and "hbm" in i["op"]["dma_copy"]["dst"]["mem"]]
+    assert len(dma_dsts) == 2  # one 128-row store per core
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "4")
+    with pytest.raises(NkiError, match="the LNC degree is 1 or 2"):
+        add(a, a)
+
+
+def test_lnc_bracket_is_not_an_spmd_grid(cur):
+    nki, nl, nisa = cur
+    add = _lnc_add(nki, nl, nisa)
+    for bad in (3, 0, (2, 1), True):
+        with pytest.raises(NkiError, match="LNC degree, 1 or 2"):
+            add[bad]
+
+
+def test_lnc2_cores_that_share_written_bytes_are_refused(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def both_write_everything(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.ones((128, 8), np.float32)
+    np.testing.assert_array_equal(both_write_everything[1](a), a)
+    with pytest.raises(NkiError, match=r"LNC=2\): physical core 1 touches bytes of HBM tensor 'out'"):
+        both_write_everything[2](a)
+
+
+# ---------------------------------------------------------------------------------------------
+# frameworks and in-place inputs
+
+
+def test_torch_tensors_in_torch_tensors_out_and_written_inputs_update_in_place(cur):
+    torch = pytest.importorskip("torch")
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def scale_in_place(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=x, src=t)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = torch.arange(128 * 4, dtype=torch.bfloat16).reshape(128, 4)
+    want = x.float() * 2
+    got = scale_in_place(x)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
+    assert torch.equal(got.float(), want)
+    assert torch.equal(x.float(), want)  # the input, updated in place
+    xn = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    got = nki.simulate(scale_in_place)(xn)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(xn, np.arange(128 * 4, dtype=np.float32).reshape(128, 4) * 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# silent behaviours, now right or refused
+
+
+def test_dma_transpose_of_an_sbuf_tile_transposes(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def tr(x):
+        p, f = x.shape
+        t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        u = nl.ndarray((f, p), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=u, src=t)
+        out = nl.ndarray((f, p), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=u)
+        return out
+
+    x = np.arange(32 * 48, dtype=np.float32).reshape(32, 48).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(tr(x), x.T)
+    ops = [next(iter(i["op"])) for i in trnsim.nki.last_run().program["instructions"]]
+    assert "dma_transpose" in ops
+
+
+def test_nc_matmul_perf_mode_is_refused_not_dropped(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def mm(a, b):
+        sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sa, src=a)
+        nisa.dma_copy(dst=sb, src=b)
+        acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(acc, sa, sb, perf_mode="double_row")
+        return acc
+
+    a = np.ones((128, 64), ml_dtypes.float8_e4m3fn)
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: nc_matmul\(perf_mode='double_row'\): trnsim does not simulate"):
+        mm(a, a)
+
+
+def test_returned_reshaped_view_keeps_its_shape_and_reshape_takes_shape_kw():
+    import trnsim.nki.language as nl
+
+    def k(x):
+        out = nl.ndarray((128, 12), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x.reshape(shape=(128, 12))))
+        return out.reshape((128, 3, 4))
+
+    x = np.arange(128 * 12, dtype=np.float32).reshape(128, 4, 3)
+    got = trnsim.nki.jit(k)(x)
+    assert got.shape == (128, 3, 4)
+    np.testing.assert_array_equal(got, x.reshape(128, 3, 4))
+
+
+def test_returning_an_sbuf_tile_names_the_line_and_what_aws_does(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def returns_tile(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        return t
+
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: the kernel returns 't' .* in SBUF.*AWS's NumPy simulator"):
+        returns_tile(np.ones((128, 4), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# access patterns as AWS defines them: tensor.ap(pattern=[[step, num], ...], offset=)
+
+
+def test_ap_on_sbuf_and_hbm_follows_the_access_pattern_guide(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def right_half_and_transpose(x):
+        t = nl.ndarray((16, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        half = nl.ndarray((16, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=half, src=t.ap(pattern=[[16, 16], [1, 8]], offset=8))  # t[0:16, 8:16]
+        out_half = nl.ndarray((16, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out_half, src=half)
+        tt = nl.ndarray((16, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tt, src=x.ap(pattern=[[1, 16], [16, 16]], offset=0))  # HBM read column by column
+        out_t = nl.ndarray((16, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out_t, src=tt)
+        return out_half, out_t
+
+    x = np.arange(256, dtype=np.float32).reshape(16, 16)
+    half, xt = right_half_and_transpose(x)
+    np.testing.assert_array_equal(half, x[:, 8:16])
+    np.testing.assert_array_equal(xt, x.T)
+
+
+def test_ap_reinterprets_with_dtype_and_refuses_what_aws_forbids(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def as_halves(x):
+        t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        h = nl.ndarray((4, 16), dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=h, src=t.ap(pattern=[[16, 4], [1, 16]], dtype=nl.uint16))
+        out = nl.ndarray((4, 16), dtype=nl.uint16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=h)
+        return out
+
+    x = np.arange(32, dtype=np.uint32).reshape(4, 8) * 65537
+    np.testing.assert_array_equal(as_halves(x), x.view(np.uint16))
+
+    @nki.jit
+    def every_other_partition(x):
+        t = nl.ndarray((16, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        return t.ap(pattern=[[64, 8], [1, 32]], offset=0)
+
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: tensor.ap on .*its step must be the free size 32"):
+        every_other_partition(np.ones((16, 32), np.float32))
+
+    @nki.jit
+    def nested(x):
+        t = nl.ndarray((16, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        return t[0:8, :].ap(pattern=[[32, 8], [1, 32]])
+
+    with pytest.raises(NkiError, match="already indexed tensor"):
+        nested(np.ones((16, 32), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# loops and namespaces
+
+
+def test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike(cur):
+    nki, nl, nisa = cur
+
+    def make(loop):
+        @nki.jit
+        def colsum(x):
+            acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=acc, value=0.0)
+            t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+
+            def body(j):
+                nisa.dma_copy(dst=t, src=x[:, j * 8:(j + 1) * 8])
+                part = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=part, data=t, op=nl.add, axis=1)
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
+
+            if loop == "fori":
+                nl.fori_loop(0, x.shape[1] // 8, body)
+            else:
+                for j in getattr(nl, loop, range)(x.shape[1] // 8):
+                    body(j)
+            out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=acc)
+            return out
+        return colsum
+
+    x = np.random.default_rng(2).integers(-8, 8, (128, 32)).astype(np.float32)
+    for loop in ("range", "affine_range", "sequential_range", "static_range", "fori"):
+        np.testing.assert_array_equal(make(loop)(x), x.sum(axis=1, keepdims=True), err_msg=loop)
+
+    @nki.jit
+    def register_loop(x):
+        nl.while_loop(None, lambda r: r)
+
+    with pytest.raises(NkiError, match="while_loop loops on a register condition"):
+        register_loop(x)
+
+
+def test_install_provides_both_namespaces():
+    for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+        sys.modules.pop(name, None)
+    trnsim.nki.install()
+    try:
+        import neuronxcc.nki.language as legacy_nl
+        import nki
+        import nki.language as nl
+        assert nki.jit is not trnsim.nki.jit and nl.fori_loop
+        assert not hasattr(legacy_nl, "fori_loop")  # the legacy surface stays the legacy one
+    finally:
+        for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+            sys.modules.pop(name, None)
+
+
+def test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def positional(x, y):
+        a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(a, x)
+        nisa.dma_copy(b, y)
+        s = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(s, a, b, nl.subtract)  # dst, data1, data2, op
+        nisa.tensor_scalar(s, s, nl.multiply, 3.0)
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, s)
+        return out
+
+    r = np.random.default_rng(3)
+    x, y = (r.integers(-9, 9, (128, 16)).astype(np.float32) for _ in range(2))
+    np.testing.assert_array_equal(positional(x, y), (x - y) * 3)
+
+    def kernel_with(call):
+        @nki.jit
+        def k(x):
+            a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a, src=x)
+            call(a)
+            return a
+        return k
+
+    with pytest.raises(NkiError, match=r"nisa.tensor_copy\(dtype=...\): the current NKI has no dtype="):
+        kernel_with(lambda a: nisa.tensor_copy(dst=a, src=a, dtype=nl.bfloat16))(x)
+    with pytest.raises(NkiError, match=r"nisa.tensor_copy\(mask=...\)"):
+        kernel_with(lambda a: nisa.tensor_copy(dst=a, src=a, mask=None))(x)
+    with pytest.raises(NkiError, match="writes every result into dst="):
+        kernel_with(lambda a: nisa.reciprocal(data=a))(x)
+    with pytest.raises(NkiError, match="iota.*not supported by trnsim yet"):
+        kernel_with(lambda a: nisa.iota(a, [[1, 16]], 0))(x)
+
+
+def test_refusals_kept_on_purpose_say_what_aws_does_instead(cur):
+    import trnsim
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def half_written(x):
+        out = nl.ndarray((256, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out[0:128, :], src=t)
+        return out
+
+    with pytest.raises(trnsim.SimError, match="output `out` was not fully written.*AWS's NKI simulator returns"):
+        half_written(np.ones((128, 4), np.float32))
+
+    @nki.jit
+    def bad_rate(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dropout(dst=t, data=t, prob=1.5)
+        return t
+
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: nisa.dropout probability 1.5 is outside \[0, 1\]. AWS's"):
+        bad_rate(np.ones((128, 4), np.float32))
+
+
+def test_nc_n_gather_takes_flattened_free_elements(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def gather(x, idx):
+        d = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d, src=x)
+        i = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        g = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.nc_n_gather(g, d, i)
+        out = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=g)
+        return out
+
+    r = np.random.default_rng(4)
+    x = r.standard_normal((16, 4, 8)).astype(np.float32)
+    idx = r.integers(0, 32, (16, 10)).astype(np.uint32)
+    np.testing.assert_array_equal(gather(x, idx), np.take_along_axis(x.reshape(16, 32), idx.astype(np.int64), 1))
+    with pytest.raises(NkiError, match="indices are uint32"):
+        gather(x, idx.astype(np.int32))
+
+
+def test_torch_tensors_on_the_trnsim_device_come_back_there(cur):
+    torch = pytest.importorskip("torch")
+    import trnsim.torch
+    trnsim.torch.register()
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def double(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = torch.arange(512, dtype=torch.float32).reshape(128, 4).to("trnsim")
+    y = double(x)
+    assert y.device.type == "trnsim"
+    assert torch.equal(y.cpu(), x.cpu() * 2)
