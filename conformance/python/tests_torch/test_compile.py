@@ -38,6 +38,7 @@ def test_forward_and_backward_are_bit_identical_to_eager_and_one_program_per_gra
         for p, q in zip(eager.parameters(), compiled.parameters()):
             assert torch.equal(p.grad.cpu(), q.grad.cpu())
     graphs = trnsim.torch.compile_report()["graphs"]
+    assert trnsim.torch.report()["compile"]["graphs"] == graphs  # the device report carries them
     kinds = {g["kind"] for g in graphs}
     assert kinds == {"forward", "backward"}
     for g in graphs:

@@ -248,6 +248,17 @@ class _CompileReport:
 COMPILE_REPORT = _CompileReport()
 
 
+def _section():
+    """The device report's "compile" section: the compiled graphs and their figures, once any."""
+    return COMPILE_REPORT.to_dict() if COMPILE_REPORT.compiles else None
+
+
+# The device report carries the compile figures (trnsim.torch.report()["compile"]); resetting the
+# report resets them.
+_report.SECTIONS["compile"] = _section
+_report.RESETS.append(COMPILE_REPORT.reset)
+
+
 def compile_report() -> dict:
     """Compiled graphs: per graph its nodes, the joined program's instructions, the capture and
     lowering times, the estimated device time per call, and the recompile count."""
