@@ -27,8 +27,10 @@ def run(nproc: int, tmp: Path, steps: int = 7) -> list[float]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=str(HERE.parent / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    import trnsim  # the ranks import the trnsim this process imports (installed, or a built source tree)
+
+    where = str(Path(trnsim.__file__).resolve().parent.parent)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=where + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp / f"n{nproc}"
     subprocess.run([str(TORCHRUN), "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port",
                     str(port), "--local_addr", "127.0.0.1", str(HERE / "dist_step.py"), "--steps", str(steps),

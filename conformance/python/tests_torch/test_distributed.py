@@ -20,7 +20,6 @@ import pytest
 import torch
 
 HERE = Path(__file__).resolve().parent
-PKG = HERE.parent / "python"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 TIMEOUT = 150
 
@@ -43,7 +42,12 @@ def _port() -> int:
 
 
 def _env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(PKG) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The rank processes import the trnsim this test imported (installed, or a source tree with its
+    # native module), never a source tree without one.
+    import trnsim
+
+    where = str(Path(trnsim.__file__).resolve().parent.parent)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=where + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TRNSIM_TORCH_CHECK", None)
     return env
 
