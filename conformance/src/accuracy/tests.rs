@@ -245,7 +245,7 @@ fn format_2_oracles_load_and_malformed_ones_are_errors() {
     let scale = f32_bytes(&[3.0, 4.0]);
     let file = |oracle_json: &str, format: u32, with_scale: bool| {
         let meta = format!(
-            r#"{{"format":{format},"id":"mm::f32::hand_0","op":"mm","dtype":"f32","args":[{{"tensor":"input.0"}}],"outputs":[{{"tensor":"output.0"}}],"tensors":{{"input.0":{{"dtype":"f32","shape":[2]}},"output.0":{{"dtype":"f32","shape":[2]}}}},"oracle":{oracle_json}}}"#
+            r#"{{"format":{format},"id":"mm::f32::hand_0","op":"mm","dtype":"f32","args":[{{"tensor":"input.0"}},{{"tensor":"input.0"}}],"outputs":[{{"tensor":"output.0"}}],"tensors":{{"input.0":{{"dtype":"f32","shape":[2]}},"output.0":{{"dtype":"f32","shape":[2]}}}},"oracle":{oracle_json}}}"#
         );
         let mut views = vec![
             (
