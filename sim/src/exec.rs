@@ -5,9 +5,13 @@ use crate::dtype::{DType, Rounding, StochasticRng};
 use crate::engine::{self, Ctx, Registers};
 use crate::error::{ErrorKind, SimError};
 use crate::mem::Memories;
-use crate::program::{Engine, HbmRole, Program};
+// The settings and the counts live in their own modules (the engines import them, never this
+// one); re-exported here so `trnsim::exec::Numerics` and the like keep their paths.
+pub use crate::numerics::{ActivationModel, Denormals, MatmulAccumulation, NanMaxMin, Numerics, RoundingMode};
+use crate::program::{HbmRole, Program};
+pub use crate::stats::{EngineCounts, EngineTimes, Stats};
 use crate::target::{Target, TargetName};
-use crate::timeline::{Scheduler, Timeline};
+use crate::timeline::Scheduler;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 
@@ -60,83 +64,6 @@ impl HostTensor {
     }
 }
 
-/// How float downcasts round (the runtime's `NEURON_RT_STOCHASTIC_ROUNDING_EN`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum RoundingMode {
-    #[default]
-    NearestEven,
-    Stochastic {
-        seed: u64,
-    },
-}
-
-/// Subnormal handling in engine arithmetic (unpublished for every engine).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Denormals {
-    /// IEEE: subnormal inputs and results are kept.
-    #[default]
-    Preserve,
-    /// Subnormal fp32 inputs and results of ALU/activation math become ±0.
-    FlushToZero,
-}
-
-/// What max/min do with NaN (unpublished).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum NanMaxMin {
-    /// A NaN operand gives NaN (PyTorch's `maximum`/`amax` semantics).
-    #[default]
-    Propagate,
-    /// The non-NaN operand wins (IEEE 754-2008 maxNum / C `fmaxf`).
-    PreferNumber,
-}
-
-/// Order in which TensorE sums the K products of one output element (unpublished).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum MatmulAccumulation {
-    /// k = 0..K-1, each partial sum rounded to fp32.
-    #[default]
-    Sequential,
-    /// Pairwise tree over k (an alternative to compare against hardware).
-    Pairwise,
-}
-
-/// How ScalarE evaluates activation functions (the hardware's polynomial tables are unpublished).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum ActivationModel {
-    /// Evaluate in f64 and round once to fp32: the most accurate fp32 answer.
-    #[default]
-    Accurate,
-    /// A lower-accuracy ScalarE: the accurate fp32 result moved by a deterministic error of up
-    /// to `ulps` fp32 ulps (uniform over −ulps..=ulps, chosen by a hash of the function and the
-    /// input bits), the error profile of a table/polynomial approximation with that ulp budget.
-    /// Exact functions (copy, square, relu, sign, abs) stay exact. docs/numerics.md.
-    Approximate { ulps: u32 },
-}
-
-/// Every numeric choice the simulator makes where AWS publishes nothing. Documented in
-/// docs/numerics.md; each can be switched to compare against hardware.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Numerics {
-    #[serde(default)]
-    pub rounding: RoundingMode,
-    #[serde(default)]
-    pub denormals: Denormals,
-    #[serde(default)]
-    pub nan_max_min: NanMaxMin,
-    #[serde(default)]
-    pub matmul_accumulation: MatmulAccumulation,
-    #[serde(default)]
-    pub activation: ActivationModel,
-    /// Emulate the Trn1 bug where `activation(copy)` ignores its bias (aws-neuron-sdk #1296).
-    #[serde(default)]
-    pub emulate_act_copy_bias_bug: bool,
-}
-
 /// Executor settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExecConfig {
@@ -169,99 +96,6 @@ impl Default for ExecConfig {
             timeline: true,
             race_check: true,
         }
-    }
-}
-
-/// Counts per engine.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EngineCounts {
-    pub tensor: u64,
-    pub vector: u64,
-    pub scalar: u64,
-    pub gpsimd: u64,
-    pub dma: u64,
-}
-
-impl EngineCounts {
-    pub fn get(&self, e: Engine) -> u64 {
-        match e {
-            Engine::Tensor => self.tensor,
-            Engine::Vector => self.vector,
-            Engine::Scalar => self.scalar,
-            Engine::Gpsimd => self.gpsimd,
-            Engine::Dma => self.dma,
-        }
-    }
-
-    pub fn add(&mut self, e: Engine, n: u64) {
-        match e {
-            Engine::Tensor => self.tensor += n,
-            Engine::Vector => self.vector += n,
-            Engine::Scalar => self.scalar += n,
-            Engine::Gpsimd => self.gpsimd += n,
-            Engine::Dma => self.dma += n,
-        }
-    }
-}
-
-/// Statistics of one run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Stats {
-    /// Instructions executed per engine.
-    pub instructions: EngineCounts,
-    /// Elements processed per engine (output elements; DMA: elements moved).
-    pub elements: EngineCounts,
-    /// Bytes moved by DMA.
-    pub dma_bytes: u64,
-    /// Floating-point operations (matmul: 2·K·M·N; elementwise: one per output element).
-    pub flops: u64,
-    /// Estimated busy time per engine in ns, from published per-instruction costs (DMA: the sum
-    /// over its queues).
-    pub est_ns: EngineTimes,
-    /// When each instruction runs with the engines and DMA queues working concurrently: the
-    /// makespan (estimated device time), per-queue busy time and the critical path. Empty when
-    /// `ExecConfig::timeline` and `race_check` are off.
-    #[serde(default)]
-    pub timeline: Timeline,
-}
-
-/// Busy time per engine in ns.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct EngineTimes {
-    pub tensor: f64,
-    pub vector: f64,
-    pub scalar: f64,
-    pub gpsimd: f64,
-    pub dma: f64,
-}
-
-impl EngineTimes {
-    pub fn get(&self, e: Engine) -> f64 {
-        match e {
-            Engine::Tensor => self.tensor,
-            Engine::Vector => self.vector,
-            Engine::Scalar => self.scalar,
-            Engine::Gpsimd => self.gpsimd,
-            Engine::Dma => self.dma,
-        }
-    }
-
-    pub fn add(&mut self, e: Engine, ns: f64) {
-        match e {
-            Engine::Tensor => self.tensor += ns,
-            Engine::Vector => self.vector += ns,
-            Engine::Scalar => self.scalar += ns,
-            Engine::Gpsimd => self.gpsimd += ns,
-            Engine::Dma => self.dma += ns,
-        }
-    }
-}
-
-impl Stats {
-    /// Instructions on Tensor, Vector, Scalar and GpSimd engines.
-    pub fn compute_instructions(&self) -> u64 {
-        let c = &self.instructions;
-        c.tensor + c.vector + c.scalar + c.gpsimd
     }
 }
 

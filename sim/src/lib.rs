@@ -6,7 +6,9 @@
 //! [`session`] (named device tensors that stay in simulated HBM across program runs), with
 //! [`deps`] (memory footprints, `infer_waits`) and [`timeline`] (the parallel schedule and the
 //! race detector, docs/timeline.md).
-//! [`target`] holds every size and limit of a NeuronCore generation as data.
+//! [`target`] holds every size and limit of a NeuronCore generation as data; [`numerics`] every
+//! numeric setting ([`Numerics`]) and [`stats`] what a run counts ([`Stats`]). The engines read
+//! both and never import `exec` (sim/tests/layers.rs checks it).
 //!
 //! ```
 //! use trnsim::*;
@@ -43,8 +45,10 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod mem;
+pub mod numerics;
 pub mod program;
 pub mod session;
+pub mod stats;
 pub mod target;
 pub mod timeline;
 pub mod trace;
@@ -52,12 +56,11 @@ pub mod trace;
 pub use deps::infer_waits;
 pub use dtype::{ALL_DTYPES, DType, Rounding};
 pub use error::{ErrorKind, RaceDetail, SimError};
-pub use exec::{
-    ActivationModel, Denormals, EngineCounts, EngineTimes, ExecConfig, Executor, HostTensor, MatmulAccumulation,
-    NanMaxMin, Numerics, RoundingMode, RunResult, Stats,
-};
+pub use exec::{ExecConfig, Executor, HostTensor, RunResult};
 pub use mem::{AccessPattern, FreeDim, MemSpace};
+pub use numerics::{ActivationModel, Denormals, MatmulAccumulation, NanMaxMin, Numerics, RoundingMode};
 pub use program::*;
 pub use session::{DeviceTensor, Session, Transfers};
+pub use stats::{EngineCounts, EngineTimes, Stats};
 pub use target::{Target, TargetName};
 pub use timeline::{QueueTime, Span, Timeline};

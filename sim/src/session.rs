@@ -33,8 +33,9 @@
 
 use crate::dtype::DType;
 use crate::error::{ErrorKind, SimError};
-use crate::exec::{Executor, HostTensor, Stats};
+use crate::exec::{Executor, HostTensor};
 use crate::program::{HbmRole, Program};
+use crate::stats::Stats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -6,7 +6,7 @@
 //! garbage (it extrapolates the polynomial); we return the accurate value and record the range so
 //! a lowering can be checked against it (see `valid_range`).
 
-use crate::exec::ActivationModel;
+use crate::numerics::ActivationModel;
 use crate::program::ActFunc;
 use std::f64::consts::PI;
 

@@ -5,7 +5,7 @@
 //! [`apply_int`]. The NaN policy of max/min and subnormal flushing are settings (docs/numerics.md).
 
 use crate::error::ErrorKind;
-use crate::exec::{Denormals, NanMaxMin, Numerics};
+use crate::numerics::{Denormals, NanMaxMin, Numerics};
 use crate::program::AluOp;
 
 /// The NaN every arithmetic ALU result that is NaN becomes. When both operands are NaN, IEEE

@@ -13,9 +13,10 @@ pub mod vector;
 
 use crate::dtype::{DType, Rounding};
 use crate::error::{AtOperand, ErrorKind, OpResult, OperandError};
-use crate::exec::{Numerics, Stats};
 use crate::mem::{AccessPattern, MemSpace, Memories};
+use crate::numerics::Numerics;
 use crate::program::{Engine, Op, ScalarOperand};
+use crate::stats::Stats;
 use crate::target::Target;
 
 /// Architectural state beyond memory.

@@ -6,7 +6,7 @@ use super::alu::{apply_f32, canon};
 use super::{Ctx, require_dtype, same_shape};
 use crate::dtype::{ALL_DTYPES, DType};
 use crate::error::{AtOperand, ErrorKind, OpResult};
-use crate::exec::{ActivationModel, Denormals};
+use crate::numerics::{ActivationModel, Denormals};
 use crate::program::{AccCmd, ActFunc, Activation, AluOp, ScalarOperand};
 
 /// `y = func(x * scale + bias)`; `x*scale` and `+bias` are two fp32 operations (whether the

@@ -10,8 +10,8 @@
 use super::{Access, Ctx};
 use crate::dtype::DType;
 use crate::error::{AtOperand, ErrorKind, OpResult};
-use crate::exec::MatmulAccumulation;
 use crate::mem::{AccessPattern, MemSpace};
+use crate::numerics::MatmulAccumulation;
 use crate::program::{NcMatmul, NcTranspose};
 
 /// Input dtypes of the PE array (no integer datapath on NC-v2).

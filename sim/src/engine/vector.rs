@@ -8,8 +8,8 @@ use super::alu::{apply_bits, apply_f32, apply_int, apply_scalar_f32_inplace, can
 use super::{Ctx, same_shape};
 use crate::dtype::DType;
 use crate::error::{AtOperand, ErrorKind, OpResult};
-use crate::exec::Denormals;
 use crate::mem::{AccessPattern, MemSpace};
+use crate::numerics::Denormals;
 use crate::program::*;
 
 /// Seed of the VectorE generator before any `set_rng_seed`.
@@ -111,7 +111,7 @@ pub fn tensor_tensor(ctx: &mut Ctx, i: &TensorTensor) -> OpResult<()> {
 
 /// Applies `op` with a scalar operand, honouring `reverse` (operand on the left).
 #[inline]
-fn scalar_step(op: AluOp, x: f32, s: f32, reverse: bool, nm: &crate::exec::Numerics) -> f32 {
+fn scalar_step(op: AluOp, x: f32, s: f32, reverse: bool, nm: &crate::numerics::Numerics) -> f32 {
     if reverse {
         apply_f32(op, s, x, nm)
     } else {
@@ -308,7 +308,7 @@ fn fp32_reduce_identity(op: AluOp) -> Option<f32> {
 
 /// Folds `vals` in index order: `acc = identity; acc = acc op v` (fp32, each step rounded);
 /// `average` = that sum divided by the count.
-fn fold_f32(op: AluOp, vals: impl IntoIterator<Item = f32>, nm: &crate::exec::Numerics) -> f32 {
+fn fold_f32(op: AluOp, vals: impl IntoIterator<Item = f32>, nm: &crate::numerics::Numerics) -> f32 {
     let fold_op = if op == AluOp::Average { AluOp::Add } else { op };
     let mut acc = fp32_reduce_identity(op).unwrap_or(0.0);
     let mut n = 0usize;
@@ -635,7 +635,7 @@ pub fn reciprocal(ctx: &mut Ctx, i: &Reciprocal) -> OpResult<()> {
 /// (count, mean, M2) of a group of fp32 values, M2 = Σ (x − mean)², all in fp32:
 /// `sum = 0; sum += x` in order; `mean = sum / n`; `m2 = 0; m2 += (x − mean)·(x − mean)` in
 /// order (two passes). An empty group gives (0, 0, 0).
-fn group_stats(vals: impl Iterator<Item = f32> + Clone, nm: &crate::exec::Numerics) -> [f32; 3] {
+fn group_stats(vals: impl Iterator<Item = f32> + Clone, nm: &crate::numerics::Numerics) -> [f32; 3] {
     let mut n = 0usize;
     let mut sum = 0.0f32;
     for v in vals.clone() {
@@ -779,7 +779,7 @@ pub fn max8(ctx: &mut Ctx, i: &Max8) -> OpResult<()> {
     }
     require_rows("dst", &i.dst, p, 8)?;
     let x = ctx.read_f32("src", &i.src)?;
-    let nan_first = ctx.numerics.nan_max_min == crate::exec::NanMaxMin::Propagate;
+    let nan_first = ctx.numerics.nan_max_min == crate::numerics::NanMaxMin::Propagate;
     let mut out = Vec::with_capacity(8 * p);
     for part in 0..p {
         let mut r = row(&x, part, per).to_vec();
