@@ -20,6 +20,7 @@ pub mod model;
 pub mod numerics;
 pub use trnlower::ops;
 pub mod report;
+pub mod results;
 pub mod roofline;
 pub mod runner;
 pub mod snapshot;

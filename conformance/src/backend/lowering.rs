@@ -9,7 +9,7 @@ use crate::compare::{self, ActualOutputs};
 use crate::executor::{CaseExecutor, FailureKind};
 use crate::expect::ErrorKind;
 use crate::lower::{self, LowerError};
-use crate::runner::BackendResult;
+use crate::results::BackendResult;
 use crate::tensor::{Tensor, TorchDType, format_index, unravel};
 use std::collections::BTreeMap;
 use trnsim::{DType, HbmRole, HostTensor, Program};

@@ -21,7 +21,7 @@ pub mod nki_module;
 
 use crate::case::{Case, Value};
 use crate::executor::{CaseExecutor, FailureKind};
-use crate::runner::BackendResult;
+use crate::results::BackendResult;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 use trnsim::{EngineCounts, TargetName};

@@ -1597,8 +1597,8 @@ fn perf(
         .iter()
         .filter(|r| all || runner::filter_matches(&pattern, &r.id))
         .collect();
-    let rows = trnconf::roofline::family_table(records.iter().copied());
-    print!("{}", trnconf::roofline::render_table(&rows, markdown));
+    let rows = trnconf::report::roofline::family_table(records.iter().copied());
+    print!("{}", trnconf::report::roofline::render_table(&rows, markdown));
     let mut by_eff: Vec<&&CaseRecord> = records.iter().filter(|r| r.efficiency.is_some()).collect();
     by_eff.sort_by(|a, b| {
         a.efficiency

@@ -12,7 +12,7 @@
 //!   trailing newline) is dropped and its case runs again; any other malformed line is an error.
 
 use super::CaseRecord;
-use crate::runner::Summary;
+use crate::results::Summary;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -13,10 +13,11 @@ pub mod json;
 pub mod junit;
 pub mod model;
 pub mod output;
+pub mod roofline;
 pub mod summary;
 
 use crate::expect::Status;
-use crate::runner::Summary;
+use crate::results::Summary;
 use serde::{Deserialize, Serialize};
 
 /// Instructions executed per engine.
@@ -135,13 +136,13 @@ pub struct CaseRecord {
     /// Per-backend results when the executor ran several (nki mode: sim, stand-in or
     /// simulate_kernel, hardware).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backends: Vec<crate::runner::BackendResult>,
+    pub backends: Vec<crate::results::BackendResult>,
     /// Estimated device time in µs (simulator timeline makespan), when the simulator ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub est_us: Option<f64>,
     /// Estimated busy time per engine in µs, with `est_us`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub busy_us: Option<crate::runner::BusyUs>,
+    pub busy_us: Option<crate::results::BusyUs>,
     /// Roofline lower bound on the device time in µs (crate::roofline), with `est_us`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_us: Option<f64>,

@@ -2,7 +2,7 @@
 //! cases.
 
 use super::{CaseRecord, summarize};
-use crate::runner::Summary;
+use crate::results::Summary;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
