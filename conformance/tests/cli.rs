@@ -179,16 +179,40 @@ fn shards_split_the_cases_exactly_once() {
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), all_ids);
 }
 
+/// `--target` takes every target of the simulator's list (`TargetName::ALL`), on every
+/// subcommand that has it, and the help lists them all.
 #[test]
-fn target_trn2() {
+fn every_target_of_the_simulator_is_a_target() {
     let dir = TempDir::new("cli-target");
-    let p = dir.path().join("r.json");
-    let o = trnconf(&["run", "--filter", "relu::f32::", "--target", "trn2", "--json", s(&p)]);
-    assert!(code(&o) <= 1, "{}", stderr(&o));
-    let v = read_json(&p);
-    assert_eq!(v["target"], "trn2");
-    assert_eq!(v["executor"], "sim-trn2");
-    assert!(stdout(&o).contains("sim-trn2"));
+    let names: Vec<&str> = trnsim::TargetName::names().collect();
+    assert!(names.len() >= 3, "{names:?}");
+    for name in &names {
+        let p = dir.path().join(format!("{name}.json"));
+        let o = trnconf(&["run", "--filter", "relu::f32::", "--target", name, "--json", s(&p)]);
+        assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
+        let v = read_json(&p);
+        assert_eq!(v["target"], *name);
+        assert_eq!(v["executor"], format!("sim-{name}"));
+        assert!(stdout(&o).contains(&format!("sim-{name}")));
+        let o = trnconf(&["lower", "relu::f32::opinfo_0", "--target", name]);
+        assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
+        let program: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("a program");
+        assert_eq!(program["target"], *name);
+        let o = trnconf(&["show", "relu::f32::opinfo_0", "--target", name]);
+        assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
+        assert!(stdout(&o).contains(&format!("({name}, ")), "{}", stdout(&o));
+    }
+    let listed = format!("[possible values: {}]", names.join(", "));
+    for cmd in ["run", "show", "lower"] {
+        let o = trnconf(&[cmd, "--help"]);
+        let help = stdout(&o);
+        let line = help.lines().find(|l| l.contains("--target")).unwrap_or("");
+        let rest = &help[help.find("--target").unwrap_or(0)..];
+        assert!(
+            rest.split("\n\n").next().unwrap_or("").contains(&listed),
+            "{cmd} --help: {line}\n{help}"
+        );
+    }
 }
 
 #[test]

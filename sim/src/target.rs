@@ -28,10 +28,16 @@ pub enum TargetName {
     Trn3,
 }
 
-/// Every target, oldest first.
+/// Every target, oldest first: the one list front ends offer (`trnconf --target`, the golden
+/// suite's target axis). A new [`TargetName`] variant goes here, in [`TargetName::name`] and in
+/// [`TargetName::params`] (the compiler asks for the last two; sim/tests/targets.rs checks this
+/// list against them).
 pub const ALL_TARGETS: [TargetName; 3] = [TargetName::Trn1, TargetName::Trn2, TargetName::Trn3];
 
 impl TargetName {
+    /// [`ALL_TARGETS`], as an associated constant.
+    pub const ALL: [TargetName; 3] = ALL_TARGETS;
+
     pub fn name(self) -> &'static str {
         match self {
             TargetName::Trn1 => "trn1",
@@ -40,13 +46,14 @@ impl TargetName {
         }
     }
 
+    /// The target named `s` ([`TargetName::name`]): the one place a name is parsed.
     pub fn from_name(s: &str) -> Option<TargetName> {
-        match s {
-            "trn1" => Some(TargetName::Trn1),
-            "trn2" => Some(TargetName::Trn2),
-            "trn3" => Some(TargetName::Trn3),
-            _ => None,
-        }
+        ALL_TARGETS.into_iter().find(|t| t.name() == s)
+    }
+
+    /// Every target's name, oldest first (`trn1, trn2, trn3`), for messages and help texts.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        ALL_TARGETS.into_iter().map(TargetName::name)
     }
 
     pub fn params(self) -> Target {

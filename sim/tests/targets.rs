@@ -16,6 +16,23 @@ fn names_parse_in_one_place_and_round_trip() {
         assert_eq!(t.params().name, t);
     }
     assert_eq!(TargetName::from_name("trn4"), None);
+    assert_eq!(TargetName::from_name("TRN1"), None);
+    assert_eq!(TargetName::ALL, trnsim::target::ALL_TARGETS);
+    assert_eq!(TargetName::names().collect::<Vec<_>>(), ["trn1", "trn2", "trn3"]);
+}
+
+/// `ALL_TARGETS` lists every variant once (a new variant fails to compile in the match below
+/// until it is added here, and then this test until it is in the list), and a program's JSON
+/// spells a target as its name.
+#[test]
+fn the_target_list_has_every_variant() {
+    let every = |t: TargetName| match t {
+        TargetName::Trn1 | TargetName::Trn2 | TargetName::Trn3 => t,
+    };
+    for t in [TargetName::Trn1, TargetName::Trn2, TargetName::Trn3] {
+        assert_eq!(TargetName::ALL.iter().filter(|&&a| a == every(t)).count(), 1, "{t:?}");
+        assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{}\"", t.name()));
+    }
 }
 
 #[test]

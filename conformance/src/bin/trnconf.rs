@@ -146,18 +146,28 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Target {
-    Trn1,
-    Trn2,
-}
+/// `--target NAME`: the values are the simulator's target list (`TargetName::ALL`), parsed by
+/// `TargetName::from_name`, so a new generation is on every subcommand's `--target` (and in its
+/// `--help`) without a second list here.
+#[derive(Clone, Copy, Debug)]
+struct TargetParser;
 
-impl Target {
-    fn name(self) -> TargetName {
-        match self {
-            Target::Trn1 => TargetName::Trn1,
-            Target::Trn2 => TargetName::Trn2,
-        }
+impl clap::builder::TypedValueParser for TargetParser {
+    type Value = TargetName;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<TargetName, clap::Error> {
+        // clap's own check and message ("invalid value … [possible values: trn1, trn2, trn3]").
+        let name = clap::builder::PossibleValuesParser::new(TargetName::names()).parse_ref(cmd, arg, value)?;
+        TargetName::from_name(&name).ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidValue).with_cmd(cmd))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(TargetName::names().map(clap::builder::PossibleValue::new)))
     }
 }
 
@@ -212,8 +222,8 @@ enum Command {
         #[arg(long, value_name = "I/N", value_parser = parse_shard)]
         shard: Option<Shard>,
         /// The NeuronCore generation to lower for and simulate.
-        #[arg(long, value_enum, default_value = "trn1")]
-        target: Target,
+        #[arg(long, value_parser = TargetParser, default_value = "trn1")]
+        target: TargetName,
         /// Write the results as JSON (progressively: FILE.partial.jsonl while running).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
@@ -306,8 +316,9 @@ enum Command {
         case: String,
         #[command(flatten)]
         golden: GoldenArg,
-        #[arg(long, value_enum, default_value = "trn1")]
-        target: Target,
+        /// The NeuronCore generation to lower for.
+        #[arg(long, value_parser = TargetParser, default_value = "trn1")]
+        target: TargetName,
         /// Write the timeline as a Chrome Trace Event / Perfetto JSON file.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
@@ -328,8 +339,9 @@ enum Command {
         output: Option<PathBuf>,
         #[command(flatten)]
         golden: GoldenArg,
-        #[arg(long, value_enum, default_value = "trn1")]
-        target: Target,
+        /// The NeuronCore generation to lower for.
+        #[arg(long, value_parser = TargetParser, default_value = "trn1")]
+        target: TargetName,
         /// The simulator's numerics settings, KEY=VALUE,... (docs/numerics.md; checked, and
         /// recorded on stderr: a program does not depend on them).
         #[arg(long, value_name = "KEY=VALUE,...")]
@@ -423,7 +435,7 @@ fn main() -> ExitCode {
             filter,
             jobs,
             shard,
-            target: target.name(),
+            target,
             json,
             junit,
             html,
@@ -454,7 +466,7 @@ fn main() -> ExitCode {
             trace,
             numerics,
         } => match parse_numerics(numerics.as_deref()) {
-            Ok(n) => show(&case, golden.golden, target.name(), trace.as_deref(), n),
+            Ok(n) => show(&case, golden.golden, target, trace.as_deref(), n),
             Err(code) => code,
         },
         Command::Lower {
@@ -465,7 +477,7 @@ fn main() -> ExitCode {
             target,
             numerics,
         } => match parse_numerics(numerics.as_deref()) {
-            Ok(_) => lower(&case, golden.golden, target.name(), output.as_deref(), emit),
+            Ok(_) => lower(&case, golden.golden, target, output.as_deref(), emit),
             Err(code) => code,
         },
         Command::Coverage {
