@@ -13,9 +13,12 @@
 //! are numbered per sample and change whenever a corpus is regenerated with other seeds or
 //! samples; what a case *is* does not, so a fresh corpus's expected failures are recognised
 //! (`conformance/tests/expect_structural.rs` renames every committed id and checks the verdicts).
+//! An entry may also be limited to hardware generations (`targets = ["trn3"]`): it then covers
+//! the case only when the run lowers and simulates for one of them, so a difference between
+//! generations is stated once, for the generations it holds on.
 //! An entry gives a reason category and a text. A case matched by two entries is an error (no
-//! precedence rules to reason about). Unknown keys, properties, categories, op and dtype names
-//! and empty texts are load errors.
+//! precedence rules to reason about). Unknown keys, properties, categories, op, dtype and target
+//! names and empty texts are load errors.
 
 use crate::case::{Case, Value};
 use crate::tensor::{Tensor, TorchDType};
@@ -23,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use trnsim::TargetName;
 
 /// Why a case is expected not to pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -188,6 +192,9 @@ pub struct CaseFacts {
     pub source: Option<String>,
     /// The properties that hold (`Arg` ones included).
     pub properties: BTreeSet<Property>,
+    /// The generation the run lowers and simulates for (the backend's target), when known; an
+    /// entry limited to targets covers no case whose target is unknown.
+    pub target: Option<TargetName>,
 }
 
 /// The positional indices and keyword names of an op's arguments that are bounds PyTorch clamps
@@ -302,6 +309,15 @@ impl CaseFacts {
             dtype: case.dtype.clone(),
             source: case.provenance.source.clone(),
             properties: p,
+            target: None,
+        }
+    }
+
+    /// These facts on `target`.
+    pub fn on(self, target: TargetName) -> CaseFacts {
+        CaseFacts {
+            target: Some(target),
+            ..self
         }
     }
 }
@@ -370,6 +386,8 @@ struct RawEntry {
     #[serde(default)]
     when: Option<Vec<String>>,
     #[serde(default)]
+    targets: Option<Vec<String>>,
+    #[serde(default)]
     error: Option<ErrorKind>,
     status: ExpectedStatus,
     reason: ReasonCategory,
@@ -394,6 +412,8 @@ pub struct Selector {
     pub when: Vec<Property>,
     /// No property may hold (`when = ["!non-finite-input"]`).
     pub unless: Vec<Property>,
+    /// The generations the entry holds on (`targets = ["trn3"]`); empty: every generation.
+    pub targets: Vec<TargetName>,
 }
 
 impl Selector {
@@ -403,6 +423,12 @@ impl Selector {
             && (self.sources.is_empty() || f.source.as_ref().is_some_and(|s| self.sources.contains(s)))
             && self.when.iter().all(|p| f.properties.contains(p))
             && !self.unless.iter().any(|p| f.properties.contains(p))
+            && self.applies_on(f.target)
+    }
+
+    /// Whether the entry can cover cases of a run on `target` (`None`: unknown target).
+    pub fn applies_on(&self, target: Option<TargetName>) -> bool {
+        self.targets.is_empty() || target.is_some_and(|t| self.targets.contains(&t))
     }
 }
 
@@ -494,6 +520,16 @@ impl Expectations {
                 d == "none" || TorchDType::from_name(d).is_some()
             })?;
             let sources = list("sources", r.sources, &|s| SOURCES.contains(&s))?;
+            if let Some(t) = r.targets.iter().flatten().find(|t| TargetName::from_name(t).is_none()) {
+                return Err(bad(format!(
+                    "`{t}` is not a target (targets: {})",
+                    TargetName::names().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let targets: Vec<TargetName> = list("targets", r.targets, &|t| TargetName::from_name(t).is_some())?
+                .iter()
+                .filter_map(|t| TargetName::from_name(t))
+                .collect();
             let when_names = list("when", r.when, &|p| {
                 Property::parse(p.strip_prefix('!').unwrap_or(p)).is_some()
             })?;
@@ -527,6 +563,7 @@ impl Expectations {
                     sources,
                     when,
                     unless,
+                    targets,
                 },
                 error: r.error,
                 status: r.status,
@@ -556,13 +593,14 @@ impl Expectations {
         Ok(found)
     }
 
-    /// Entries no case result was covered by (stale entries): `described` holds each result's
-    /// `expectation` text ([`Expectation::describe`]).
-    pub fn unused<'a>(&self, described: impl IntoIterator<Item = &'a str>) -> Vec<&Expectation> {
+    /// Entries no case result of a run on `target` was covered by (stale entries): `described`
+    /// holds each result's `expectation` text ([`Expectation::describe`]). An entry limited to
+    /// other targets is not stale on this one.
+    pub fn unused<'a>(&self, target: TargetName, described: impl IntoIterator<Item = &'a str>) -> Vec<&Expectation> {
         let used: BTreeSet<&str> = described.into_iter().collect();
         self.entries
             .iter()
-            .filter(|e| !used.contains(e.describe().as_str()))
+            .filter(|e| e.selector.applies_on(Some(target)) && !used.contains(e.describe().as_str()))
             .collect()
     }
 }
@@ -837,7 +875,65 @@ mod tests {
             dtype: dtype.into(),
             source: Some(source.into()),
             properties: props.iter().map(|p| Property::parse(p).unwrap()).collect(),
+            target: None,
         }
+    }
+
+    /// `targets = [...]` limits an entry to those generations: it covers a case of a run on one
+    /// of them only, a run on another generation (or of unknown target) sees no entry, and an
+    /// entry for all targets next to it is ambiguous only where both apply.
+    #[test]
+    fn entries_limited_to_targets() {
+        let text = r#"
+[[expect]]
+ops = ["mm"]
+targets = ["trn3"]
+status = "xfail"
+reason = "simulator-gap"
+text = "t3"
+
+[[expect]]
+ops = ["sort"]
+targets = ["trn2", "trn3"]
+status = "xfail"
+reason = "precision"
+text = "t23"
+
+[[expect]]
+ops = ["sort"]
+dtypes = ["f32"]
+status = "xfail"
+reason = "precision"
+text = "all"
+"#;
+        let ex = parse(text).unwrap();
+        assert_eq!(ex.entries[0].selector.targets, vec![TargetName::Trn3]);
+        assert_eq!(ex.entries[1].selector.targets, vec![TargetName::Trn2, TargetName::Trn3]);
+        assert!(ex.entries[2].selector.targets.is_empty());
+        let mm = facts("mm", "f32", "opinfo", &[]);
+        let hit = |f: CaseFacts| ex.lookup("x", &f).unwrap().map(|e| e.entry);
+        assert_eq!(hit(mm.clone().on(TargetName::Trn3)), Some(1));
+        assert_eq!(hit(mm.clone().on(TargetName::Trn1)), None);
+        assert_eq!(hit(mm.clone().on(TargetName::Trn2)), None);
+        assert_eq!(hit(mm), None, "unknown target: a limited entry does not apply");
+        let sort_bf16 = facts("sort", "bf16", "opinfo", &[]);
+        assert_eq!(hit(sort_bf16.clone().on(TargetName::Trn1)), None);
+        assert_eq!(hit(sort_bf16.on(TargetName::Trn2)), Some(2));
+        let sort_f32 = facts("sort", "f32", "opinfo", &[]);
+        assert_eq!(hit(sort_f32.clone().on(TargetName::Trn1)), Some(3));
+        assert!(matches!(
+            ex.lookup("x", &sort_f32.on(TargetName::Trn3)),
+            Err(ExpectError::Ambiguous {
+                first: 2,
+                second: 3,
+                ..
+            })
+        ));
+        // Stale entries are judged per target: entry 1 cannot be stale on trn1.
+        let unused = |t: TargetName| -> Vec<usize> { ex.unused(t, []).iter().map(|e| e.entry).collect() };
+        assert_eq!(unused(TargetName::Trn1), vec![3]);
+        assert_eq!(unused(TargetName::Trn2), vec![2, 3]);
+        assert_eq!(unused(TargetName::Trn3), vec![1, 2, 3]);
     }
 
     const SAMPLE: &str = r#"
@@ -950,6 +1046,12 @@ text = "matmul semantics missing"
             // Ids change with every regenerated corpus: there is no id selector.
             ("cases = [\"add.Tensor::i64::stress_1\"]", "cases"),
             ("ops = [\"relu\"]\nerror = \"overflow\"", "overflow"),
+            // A target the simulator does not model, and an empty list.
+            ("ops = [\"relu\"]\ntargets = [\"trn9\"]", "`trn9` is not a target"),
+            ("ops = [\"relu\"]\ntargets = [\"Trn3\"]", "Trn3"),
+            ("ops = [\"relu\"]\ntargets = []", "empty"),
+            // A target alone selects no cases by what they are.
+            ("targets = [\"trn3\"]", "by what they are"),
         ] {
             let e = parse(&entry(body)).unwrap_err();
             assert!(e.to_string().contains(word), "{body}: {e}");
@@ -1063,7 +1165,11 @@ text = "matmul semantics missing"
     fn unused_entries() {
         let ex = parse(SAMPLE).unwrap();
         let used = ex.entries[0].describe();
-        let unused: Vec<usize> = ex.unused([used.as_str()]).iter().map(|e| e.entry).collect();
+        let unused: Vec<usize> = ex
+            .unused(TargetName::Trn1, [used.as_str()])
+            .iter()
+            .map(|e| e.entry)
+            .collect();
         assert_eq!(unused, vec![2, 3]);
     }
 }

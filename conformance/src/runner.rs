@@ -71,7 +71,7 @@ pub fn run_loaded_case(case: &Case, expectations: &Expectations, backend: &dyn B
 
 fn finish_case(case: &Case, expectations: &Expectations, backend: &dyn Backend, result: &mut CaseResult) {
     // Entries select cases by what they are (op, dtype, call properties), never by id.
-    let expectation = match expectations.lookup(&case.id, &expect::CaseFacts::of(case)) {
+    let expectation = match expectations.lookup(&case.id, &expect::CaseFacts::of(case).on(backend.backend_target())) {
         Ok(e) => e,
         Err(e) => {
             result.message = e.to_string();
@@ -390,6 +390,33 @@ mod tests {
         assert_eq!(r[1].status, Status::Error);
         assert!(r[1].message.contains("__f32__hand_1.safetensors"), "{}", r[1].message);
         assert!(!Summary::of(&r).ok());
+    }
+
+    /// An entry limited to a target covers that target's run only: a relu case that passes
+    /// everywhere is an xpass on trn3 under an xfail entry for trn3, and a plain pass elsewhere.
+    #[test]
+    fn an_entry_limited_to_a_target_applies_on_that_target_only() {
+        let dir = TempDir::new("runner-targets");
+        let c = CaseBuilder::new("relu", "f32", "hand", 0)
+            .input(F32, &[3], &[1.0, -1.0, 2.0])
+            .output(F32, &[3], &[1.0, 0.0, 2.0]);
+        write_golden(dir.path(), &[c]);
+        let index = GoldenIndex::load(dir.path()).unwrap();
+        let ex = Expectations::parse(
+            "[[expect]]\nops = [\"relu\"]\ntargets = [\"trn3\"]\nstatus = \"xfail\"\nreason = \"precision\"\ntext = \"t\"\n",
+            Path::new("e.toml"),
+        )
+        .unwrap();
+        for target in trnsim::TargetName::ALL {
+            let r = run_case(&index.dir, &index.cases[0], &ex, &SimExecutor::new(target));
+            if target == trnsim::TargetName::Trn3 {
+                assert_eq!(r.status, Status::XPass, "{}", r.message);
+                assert!(r.expectation.is_some_and(|e| e.contains("entry 1")));
+            } else {
+                assert_eq!(r.status, Status::Pass, "{target:?}: {}", r.message);
+                assert_eq!(r.expectation, None);
+            }
+        }
     }
 
     #[test]

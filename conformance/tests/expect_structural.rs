@@ -84,7 +84,10 @@ fn renaming_every_case_keeps_every_verdict() {
     // entry covers at least one case (a stale entry is found by `trnconf run` too).
     assert!(counts.get(&Status::XFail).copied().unwrap_or(0) > 0, "{counts:?}");
     let unused: Vec<usize> = ex
-        .unused(results.iter().filter_map(|(a, _)| a.expectation.as_deref()))
+        .unused(
+            trnsim::TargetName::Trn1,
+            results.iter().filter_map(|(a, _)| a.expectation.as_deref()),
+        )
         .iter()
         .map(|e| e.entry)
         .collect();

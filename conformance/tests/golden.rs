@@ -1,11 +1,15 @@
 //! The golden conformance suite as `cargo test` trials (libtest-mimic, `harness = false`).
 //!
-//! * One trial per case, named by its id (`add.Tensor::bf16::opinfo_3`), so
-//!   `cargo test -p trnconf --test golden -- add.Tensor` filters and nextest partitions work.
-//!   A trial fails iff the case's status is fail, xpass or error. Expected failures (xfail)
-//!   report as ignored with their reason; `skip` expectations are ignored trials.
+//! * One trial per case and target, named `<target>/<case id>` (`trn1/add.Tensor::bf16::opinfo_3`,
+//!   `trn2/…`, `trn3/…`: every target of `TargetName::ALL`, lowered and simulated for that
+//!   generation), so `cargo test -p trnconf --test golden -- add.Tensor` filters every target,
+//!   `-- trn3/` one, and nextest partitions work. A trial fails iff the case's status is fail,
+//!   xpass or error on that target. Expected failures (xfail) report as ignored with their
+//!   reason; `skip` expectations are ignored trials. An expectation with `targets = [...]`
+//!   applies to those targets' trials only.
 //! * `snapshot::<op>`: per lowered op, one insta snapshot of its cases' quantized numerics and
-//!   instruction counts (conformance/tests/snapshots/<op>.snap).
+//!   instruction counts on **trn1** (conformance/tests/snapshots/<op>.snap). The other targets'
+//!   trials check verdicts only: their numerics and instruction counts are not snapshotted.
 //! * `snapshot::files`: every committed snapshot file belongs to a lowered op (no stale ones).
 //!
 //! `TRNCONF_GOLDEN=<dir>` runs another golden directory (without snapshot trials unless
@@ -17,10 +21,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use trnconf::case::{GoldenIndex, IndexEntry};
-use trnconf::executor::SimExecutor;
+use trnconf::executor::{CaseExecutor, SimExecutor};
 use trnconf::expect::{Expectations, Status};
 use trnconf::runner::{self, CaseResult};
 use trnconf::snapshot;
+use trnsim::TargetName;
+
+/// The target whose results the snapshot files record.
+const SNAPSHOT_TARGET: TargetName = TargetName::Trn1;
 
 const SNAPSHOT_DIR: &str = "snapshots";
 
@@ -31,9 +39,10 @@ fn snapshot_dir() -> PathBuf {
 struct Suite {
     index: GoldenIndex,
     expectations: Expectations,
-    executor: SimExecutor,
-    /// Results of the case trials, by id, so a `snapshot::<op>` trial (queued after all case
-    /// trials) reuses them instead of running its cases a second time.
+    /// One simulator per target, in `TargetName::ALL` order.
+    executors: Vec<SimExecutor>,
+    /// Results of the snapshot target's case trials, by id, so a `snapshot::<op>` trial (queued
+    /// after all case trials) reuses them instead of running its cases a second time.
     results: Mutex<HashMap<String, CaseResult>>,
 }
 
@@ -50,11 +59,10 @@ fn main() -> ExitCode {
         Expectations::load(&trnconf::default_expectations_path()),
     ) {
         (Ok(index), Ok(expectations)) => {
-            let executor = SimExecutor::new(trnsim::TargetName::Trn1);
             let suite = Arc::new(Suite {
                 index,
                 expectations,
-                executor,
+                executors: TargetName::ALL.into_iter().map(SimExecutor::new).collect(),
                 results: Mutex::new(HashMap::new()),
             });
             // Snapshots belong to the committed goldens; another directory gets case trials only,
@@ -69,24 +77,30 @@ fn main() -> ExitCode {
 }
 
 fn trials(suite: &Arc<Suite>, with_snapshots: bool) -> Vec<Trial> {
-    let mut trials = Vec::with_capacity(suite.index.cases.len() + 16);
-    for (i, entry) in suite.index.cases.iter().enumerate() {
-        // Entries match what a case is (its call, inputs and error), so whether one skips the
-        // case is known once it is loaded: a skipped case's trial runs, loads the file, and
-        // reports itself ignored.
-        let s = Arc::clone(suite);
-        trials.push(Trial::ignorable_test(entry.id.clone(), move || {
-            let entry = &s.index.cases[i];
-            let r = runner::run_case(&s.index.dir, entry, &s.expectations, &s.executor);
-            let v = verdict(&r);
-            if trnconf::lower::is_lowered(&entry.op) {
-                s.results
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(entry.id.clone(), r);
-            }
-            v
-        }));
+    let mut trials = Vec::with_capacity(suite.index.cases.len() * suite.executors.len() + 16);
+    for (t, executor) in suite.executors.iter().enumerate() {
+        let target = executor.target();
+        for (i, entry) in suite.index.cases.iter().enumerate() {
+            // Entries match what a case is (its call, inputs, error and target), so whether one
+            // skips the case is known once it is loaded: a skipped case's trial runs, loads the
+            // file, and reports itself ignored.
+            let s = Arc::clone(suite);
+            trials.push(Trial::ignorable_test(
+                format!("{}/{}", target.name(), entry.id),
+                move || {
+                    let entry = &s.index.cases[i];
+                    let r = runner::run_case(&s.index.dir, entry, &s.expectations, &s.executors[t]);
+                    let v = verdict(&r);
+                    if target == SNAPSHOT_TARGET && trnconf::lower::is_lowered(&entry.op) {
+                        s.results
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(entry.id.clone(), r);
+                    }
+                    v
+                },
+            ));
+        }
     }
     if !with_snapshots {
         return trials;
@@ -123,10 +137,13 @@ fn snapshot_op(suite: &Suite, op: &str) -> Result<(), Failed> {
         let results = suite.results.lock().unwrap_or_else(|p| p.into_inner());
         entries.iter().map(|e| results.get(&e.id).cloned()).collect()
     };
+    let Some(executor) = suite.executors.iter().find(|e| e.target() == SNAPSHOT_TARGET) else {
+        return Err(format!("no simulator for the snapshot target {}", SNAPSHOT_TARGET.name()).into());
+    };
     let results: Vec<CaseResult> = entries
         .iter()
         .zip(cached)
-        .map(|(e, c)| c.unwrap_or_else(|| runner::run_case(&suite.index.dir, e, &suite.expectations, &suite.executor)))
+        .map(|(e, c)| c.unwrap_or_else(|| runner::run_case(&suite.index.dir, e, &suite.expectations, executor)))
         .collect();
     let snap = snapshot::op_snapshot(op, &results);
     // insta's settings are thread-local: build and bind them inside the trial.

@@ -986,7 +986,7 @@ fn run(a: RunArgs) -> ExitCode {
     }
     if a.filter.is_none() && a.shard.is_none() {
         // Stale: an entry that covered no case of this run (entries match by what a case is).
-        for e in expectations.unused(records.iter().filter_map(|r| r.expectation.as_deref())) {
+        for e in expectations.unused(a.target, records.iter().filter_map(|r| r.expectation.as_deref())) {
             println!("warning: expectations entry {} ({}) matches no case", e.entry, e.reason);
         }
     }
