@@ -222,7 +222,7 @@ enum Command {
         #[arg(long, value_name = "I/N", value_parser = parse_shard)]
         shard: Option<Shard>,
         /// The NeuronCore generation to lower for and simulate.
-        #[arg(long, value_parser = TargetParser, default_value = "trn1")]
+        #[arg(long, value_parser = TargetParser, default_value = TargetName::default().name())]
         target: TargetName,
         /// Write the results as JSON (progressively: FILE.partial.jsonl while running).
         #[arg(long, value_name = "FILE")]
@@ -317,7 +317,7 @@ enum Command {
         #[command(flatten)]
         golden: GoldenArg,
         /// The NeuronCore generation to lower for.
-        #[arg(long, value_parser = TargetParser, default_value = "trn1")]
+        #[arg(long, value_parser = TargetParser, default_value = TargetName::default().name())]
         target: TargetName,
         /// Write the timeline as a Chrome Trace Event / Perfetto JSON file.
         #[arg(long, value_name = "FILE")]
@@ -340,7 +340,7 @@ enum Command {
         #[command(flatten)]
         golden: GoldenArg,
         /// The NeuronCore generation to lower for.
-        #[arg(long, value_parser = TargetParser, default_value = "trn1")]
+        #[arg(long, value_parser = TargetParser, default_value = TargetName::default().name())]
         target: TargetName,
         /// The simulator's numerics settings, KEY=VALUE,... (docs/numerics.md; checked, and
         /// recorded on stderr: a program does not depend on them).

@@ -41,7 +41,7 @@ pub struct ProcessConfig {
     pub timeout: Duration,
     /// Limit for the start-up handshake (`hello`; imports of torch / the SDK can be slow).
     pub hello_timeout: Duration,
-    /// The target recorded in reports.
+    /// The target recorded in reports (and that target-limited expectations apply to).
     pub target: TargetName,
     /// Where output safetensors and per-case artifacts go (default: a fresh temp directory).
     pub artifacts_dir: Option<PathBuf>,
@@ -56,7 +56,8 @@ impl ProcessConfig {
             mode: mode.into(),
             timeout: Duration::from_secs(120),
             hello_timeout: Duration::from_secs(300),
-            target: TargetName::Trn1,
+            // The simulator's default generation; `trnconf run` sets the run's `--target`.
+            target: TargetName::default(),
             artifacts_dir: None,
             keep_artifacts: false,
         }
