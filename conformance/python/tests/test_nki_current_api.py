@@ -593,8 +593,8 @@ def test_a_matmul_slice_across_a_psum_bank_is_refused(cur):
 
 
 def test_the_legacy_api_keeps_one_bank_per_psum_block():
-    from neuronxcc import nki as legacy_nki  # installed by the package's conftest
     import neuronxcc.nki.language as lnl
+    from neuronxcc import nki as legacy_nki  # installed by the package's conftest
 
     @legacy_nki.jit
     def k(a):
