@@ -5,7 +5,8 @@ NeuronCore through trnconf's lowering (docs/torch-device.md).
     x = torch.randn(4, 4, device="trnsim")
     print((x @ x).cpu())
 
-Importing this module registers the device (PyTorch's PrivateUse1 backend, renamed). Modes:
+Importing this module registers the device (PyTorch's PrivateUse1 backend, renamed): as ``trnsim``,
+or as TorchNeuron's ``neuron`` with ``TRNSIM_AS_NEURON=1`` (trnsim.neuron). Modes:
 
 * default: an op the device cannot run raises :class:`UnsupportedOpError` naming the overload;
 * fallback (``TRNSIM_TORCH_FALLBACK=1`` or :func:`set_fallback`): such an op runs on the CPU,
