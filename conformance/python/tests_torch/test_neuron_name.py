@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import textwrap
@@ -34,7 +35,10 @@ def _declared() -> bool:
 @pytest.fixture(scope="module")
 def child_path(tmp_path_factory):
     """PYTHONPATH for a child: this test's trnsim, plus the entry point if nothing installed declares it."""
-    parts = [PACKAGE_DIR]
+    # An installed trnsim is in the child's site-packages already; prepending that directory would
+    # put it before the venv's own packages.
+    sites = {os.path.realpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    parts = [] if os.path.realpath(PACKAGE_DIR) in sites else [PACKAGE_DIR]
     if not _declared():
         root = tmp_path_factory.mktemp("entry_point")
         info = root / "trnsim_autoload_for_tests-0.0.dist-info"
@@ -44,6 +48,16 @@ def child_path(tmp_path_factory):
         parts.append(str(root))
     old = os.environ.get("PYTHONPATH")
     return os.pathsep.join(parts + ([old] if old else []))
+
+
+def test_fork_rng_restores_the_device_generator():
+    torch.manual_seed(3)
+    with torch.random.fork_rng(device_type="trnsim"):
+        torch.randn(8, device="trnsim")
+    a = torch.randn(8, device="trnsim").cpu()
+    torch.manual_seed(3)
+    b = torch.randn(8, device="trnsim").cpu()
+    assert torch.equal(a, b)
 
 
 def run_child(code: str, child_path: str, check: bool = True, extra_path: str | None = None, **env):
@@ -74,6 +88,8 @@ cpu_model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
 x = torch.randn(6, 8)
 y = torch.randint(0, 4, (6,))
 
+device = torch.accelerator.current_accelerator()  # code written against torch.accelerator
+assert device == torch.device("neuron")
 device = torch.device("neuron", 0)
 torch.neuron.manual_seed(1234)
 model = copy.deepcopy(cpu_model).to("neuron")
@@ -173,7 +189,7 @@ print(json.dumps(res))
 
 
 def test_nothing_named_neuron_without_the_opt_in(child_path):
-    stock = last_json(run_child(UNSET, PACKAGE_DIR, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    stock = last_json(run_child(UNSET, child_path, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     assert stock["error"] and not stock["has_neuron"]
     for value in (None, "0"):
         env = {} if value is None else {"TRNSIM_AS_NEURON": value}
