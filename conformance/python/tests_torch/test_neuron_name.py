@@ -290,6 +290,14 @@ def test_device_module_refuses_what_it_does_not_keep():
     mod.synchronize(0)
 
 
+def test_a_rank_names_its_own_core_by_local_rank(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    torch.trnsim.set_device(3)  # torch.neuron.set_device(local_rank) in a torchrun rank
+    torch.trnsim.set_device(0)
+    with pytest.raises(ValueError, match=r"index 2 out of range .*or 3 \(LOCAL_RANK\)"):
+        torch.trnsim.set_device(2)
+
+
 def test_shim_names_what_it_does_not_provide():
     from trnsim.torch import _neuronx_shim
 

@@ -81,9 +81,13 @@ def _device_index(device: Any, call: str) -> int:
     if isinstance(index, bool) or not isinstance(index, int):
         raise TypeError(f"torch.{_device.DEVICE_NAME}.{call}: expected a device index, name or torch.device, "
                         f"got {type(device).__name__}")
-    if index not in (0, -1):
+    # Under torchrun each rank is a process with one simulated NeuronCore; the index a rank names
+    # for its own core is its LOCAL_RANK (`torch.neuron.set_device(local_rank)`, as on CUDA).
+    own = os.environ.get("LOCAL_RANK", "0")
+    if index not in (0, -1) and str(index) != own:
+        where = f"index 0, or {own} (LOCAL_RANK) for this rank's core" if own != "0" else "index 0"
         raise ValueError(f"torch.{_device.DEVICE_NAME}.{call}: device index {index} out of range "
-                         "(the simulator has 1 device, index 0)")
+                         f"(this process simulates 1 device: {where})")
     return 0
 
 
