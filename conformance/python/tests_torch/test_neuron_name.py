@@ -125,6 +125,11 @@ e = torch.randn(64, device="neuron").cpu()
 torch.manual_seed(7)
 f = torch.randn(64, device="neuron").cpu()
 
+side = torch.neuron.Stream()
+with torch.neuron.stream(side):
+    z = torch.ones(8, device="neuron") * 3
+torch.neuron.current_stream().wait_stream(side)
+
 import torch_neuronx
 before = torch.neuron.memory_allocated()
 t = torch.ones(1000, device="neuron")
@@ -144,6 +149,7 @@ print(json.dumps({
     "shim": getattr(torch_neuronx, "__trnsim_shim__", False),
     "grown": grown, "freed": torch.neuron.memory_allocated() == before,
     "loaded_by_autoload": "trnsim.torch" in sys.modules,
+    "stream": repr(side), "side_result": z.sum().item(),
 }))
 """
 
@@ -162,6 +168,7 @@ def test_unchanged_script_runs_on_the_simulator_with_the_opt_in(child_path):
     assert (r["available"], r["count"], r["current"]) == (True, 1, 0)
     assert (r["accelerator"], r["accelerator_count"]) == ("neuron", 1)
     assert r["shim"]
+    assert r["stream"].startswith("<torch.neuron.Stream device=neuron:0") and r["side_result"] == 24.0
     assert r["grown"] == 4000 and r["freed"]  # 1000 float32 values in the session, freed with the tensor
 
 
