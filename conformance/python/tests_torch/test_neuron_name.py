@@ -189,8 +189,10 @@ except ImportError:
     res["shim"] = False
 if sys.argv[-1] == "then-trnsim":
     import trnsim.torch
+    import torch.distributed as dist
     res["after_import"] = [hasattr(torch, "neuron"), torch.ones(2, device="trnsim").device.type,
-                           trnsim.torch.device_name()]
+                           trnsim.torch.device_name(), "NEURON" in dist.Backend._plugins,
+                           hasattr(torch.Tensor, "is_neuron"), "torch_neuronx" in sys.modules]
 print(json.dumps(res))
 """
 
@@ -206,7 +208,7 @@ def test_nothing_named_neuron_without_the_opt_in(child_path):
         assert r["error"] == stock["error"]  # the tensor creation fails exactly as on stock torch
     code = UNSET.replace("sys.argv[-1]", '"then-trnsim"')
     r = last_json(run_child(code, child_path))
-    assert r["after_import"] == [False, "trnsim", "trnsim"]
+    assert r["after_import"] == [False, "trnsim", "trnsim", False, False, False]
 
 
 def test_install_as_neuron_in_code_before_the_device_is_registered(child_path):
