@@ -219,11 +219,21 @@ def test_install_as_neuron_in_code_before_the_device_is_registered(child_path):
         import torch, trnsim.torch
         assert neuron is torch.neuron and trnsim.torch.install_as_neuron() is torch.neuron
         x = torch.arange(6, dtype=torch.float32, device="neuron").reshape(2, 3)
-        print(json.dumps([trnsim.torch.device_name(), str((x * 2).sum().cpu().item()), str(x.device),
-                          os.environ.get("TRNSIM_AS_NEURON")]))
+        eager = [trnsim.torch.device_name(), str((x * 2).sum().cpu().item()), str(x.device),
+                 os.environ.get("TRNSIM_AS_NEURON")]
+
+        # torch.compile(backend="neuron"): the device's Dynamo backend, registered when Dynamo loads.
+        def f(a, b):
+            return torch.relu(a @ b).sum()
+        a, b = torch.randn(8, 8), torch.randn(8, 8)
+        got = torch.compile(f, backend="neuron")(a.to("neuron"), b.to("neuron"))
+        torch.testing.assert_close(got.cpu(), f(a, b))
+        graphs = trnsim.torch.compile_report()["graphs"]
+        print(json.dumps([eager, got.device.type, len(graphs), graphs[0]["programs"]]))
     """
     r = last_json(run_child(code, child_path, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
-    assert r == ["neuron", "30.0", "neuron:0", "1"]
+    assert r[0] == ["neuron", "30.0", "neuron:0", "1"]
+    assert r[1:] == ["neuron", 1, 1]  # one graph, run as one joined program
 
 
 def test_install_as_neuron_after_trnsim_registered_says_why():

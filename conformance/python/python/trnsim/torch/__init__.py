@@ -365,9 +365,10 @@ install_as_neuron = _neuron_optin.install_as_neuron
 def _neuron_ready():
     """With the device registered as ``neuron``: the ``torch_neuronx`` stand-in importable, and
     ``torch.neuron`` returned."""
-    from . import _neuronx_shim
+    from . import _dynamo_name, _neuronx_shim
 
     _neuronx_shim.install()
+    _dynamo_name.register("neuron")  # torch.compile(backend="neuron"), when Dynamo loads
     return torch.neuron
 
 
