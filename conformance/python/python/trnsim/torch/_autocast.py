@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_map
 
+from . import _device
+
 _KEY = torch._C.DispatchKey.AutocastPrivateUse1
 
 #: run in the autocast dtype (CUDA's `lower_precision_fp` list).
@@ -50,7 +52,7 @@ def _cast(dtype: torch.dtype):
 
 def _kernel(op, to_lower: bool):
     def k(*args, **kwargs):
-        dtype = torch.get_autocast_dtype("trnsim") if to_lower else torch.float32
+        dtype = torch.get_autocast_dtype(_device.DEVICE_NAME) if to_lower else torch.float32
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
             args, kwargs = tree_map(_cast(dtype), (args, kwargs))
             return op(*args, **kwargs)

@@ -33,12 +33,15 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
+from .. import neuron as _neuron_optin
 from . import _backend, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
 
-DEVICE_NAME = "trnsim"
+#: The device's PyTorch name: ``trnsim``, or TorchNeuron's ``neuron`` with the opt-in (trnsim.neuron).
+#: PyTorch names its PrivateUse1 backend once per process, so this is fixed at import.
+DEVICE_NAME = "neuron" if _neuron_optin.requested() else "trnsim"
 
 
 class TrnsimError(RuntimeError):
@@ -664,7 +667,7 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         else:
             raise TrnsimError(
                 f"trnsim: `{name}` got a {t.device.type} tensor of shape {tuple(t.shape)} beside trnsim tensors; "
-                "move it with .to('trnsim')"
+                f"move it with .to('{DEVICE_NAME}')"
             )
         if st is not getattr(t, "_trn", None):
             temps.append(st)
@@ -963,7 +966,7 @@ def _module_args(name: str, args, kwargs, device: bool) -> tuple[list, dict]:
         if isinstance(x, torch.Tensor):
             if x.device.type != "cpu" or x.dim() != 0:
                 raise TrnsimError(f"trnsim: `{name}` got a {x.device.type} tensor of shape {tuple(x.shape)} beside "
-                                  "trnsim tensors; move it with .to('trnsim')")
+                                  f"trnsim tensors; move it with .to('{DEVICE_NAME}')")
             # A wrapped Python number, narrowed as the lowering path narrows it.
             return _backend.numpy_of(x.to(torch.float32) if x.dtype == torch.float64 else x)
         if isinstance(x, torch.dtype):
@@ -1285,7 +1288,7 @@ def _unsupported(func, args, kwargs, why: str):
     if not STATE.fallback or nested:
         _report.REPORT.unsupported(name)
         raise UnsupportedOpError(
-            f"trnsim: aten::{name} is not supported on the trnsim device ({why}); call form: {name}({form})."
+            f"trnsim: aten::{name} is not supported on the {DEVICE_NAME} device ({why}); call form: {name}({form})."
             + ("" if nested else " Set TRNSIM_TORCH_FALLBACK=1 or trnsim.torch.set_fallback(True) to run it on the CPU.")
         )
     if name not in STATE.warned:
@@ -1953,7 +1956,7 @@ def _complex_operand(x) -> TrnsimTensor:
     if isinstance(x, torch.Tensor):
         if x.device.type != "cpu" or x.dim() != 0:
             raise TrnsimError(f"trnsim: a {x.device.type} tensor of shape {tuple(x.shape)} beside trnsim tensors; "
-                              "move it with .to('trnsim')")
+                              f"move it with .to('{DEVICE_NAME}')")
         return upload(x.to(torch.complex64))
     return upload(torch.tensor(complex(x), dtype=torch.complex64))
 

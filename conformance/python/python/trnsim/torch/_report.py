@@ -195,7 +195,7 @@ class Report:
         total_ns = sum(r["est_ns"] for r in self.runs.values())
         info = self.backend_info() if self.backend_info is not None else {"backend": "lowering", "nki_module": None}
         return {
-            "device": "trnsim",
+            "device": torch._C._get_privateuse1_backend_name(),
             "torch": torch.__version__,
             **info,
             "ops": ops,

@@ -40,7 +40,7 @@ class Stream:
         if device is not None:
             d = torch.device(device) if not isinstance(device, int) else _device()
             if d.type != _device().type:
-                raise ValueError(f"torch.trnsim.Stream: device {d} is not a trnsim device")
+                raise ValueError(f"torch.{_device().type}.Stream: device {d} is not a {_device().type} device")
         self.device = _device()
         self.priority = int(priority)
         self.stream_id = next(_ids)
@@ -88,7 +88,7 @@ class Stream:
         return hash(("trnsim-stream", self.stream_id))
 
     def __repr__(self) -> str:
-        return f"<torch.trnsim.Stream device={self.device} stream_id={self.stream_id} priority={self.priority}>"
+        return f"<torch.{self.device.type}.Stream device={self.device} stream_id={self.stream_id} priority={self.priority}>"
 
 
 class Event:
@@ -117,14 +117,14 @@ class Event:
     def elapsed_time(self, end_event: Event) -> float:
         """Simulated milliseconds from this event's record to ``end_event``'s."""
         if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("torch.trnsim.Event.elapsed_time: both events need enable_timing=True")
+            raise RuntimeError(f"torch.{_device().type}.Event.elapsed_time: both events need enable_timing=True")
         if self.time_ns is None or end_event.time_ns is None:
-            raise RuntimeError("torch.trnsim.Event.elapsed_time: both events must be recorded first")
+            raise RuntimeError(f"torch.{_device().type}.Event.elapsed_time: both events must be recorded first")
         return (end_event.time_ns - self.time_ns) / 1e6
 
     def __repr__(self) -> str:
         at = "unrecorded" if self.time_ns is None else f"{self.time_ns:.0f} ns"
-        return f"<torch.trnsim.Event {at}>"
+        return f"<torch.{_device().type}.Event {at}>"
 
 
 class _State:
