@@ -147,13 +147,13 @@ def _grid_dims(grid):
     return tuple(dims)
 
 
-def to_program(func, args, kwargs=None, grid=(), target="trn1", lnc=None):
+def to_program(func, args, kwargs=None, grid=(), target="trn1", lnc=None, api="legacy"):
     """Trace `func(*args, **kwargs)` over the SPMD `grid` into a KernelRun (not yet executed).
     `lnc=2` (the current API's `kernel[2]`): the two physical cores of a logical core, traced one
     after the other; see `_check_lnc_independent`."""
     kwargs = kwargs or {}
     t0 = time.perf_counter()
-    tr = Tracer(target)
+    tr = Tracer(target, api)
     sig = inspect.signature(func)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -408,7 +408,7 @@ class Kernel:
         if conv is not None:
             args, kwargs = conv.args, conv.kwargs
         lnc = self._lnc()
-        kr = to_program(self.func, args, kwargs, self.grid, self._target(), lnc=lnc)
+        kr = to_program(self.func, args, kwargs, self.grid, self._target(), lnc=lnc, api=self.api)
         _LAST.clear()
         _LAST.update(run=kr)
         out = kr.run(numerics=self.numerics)

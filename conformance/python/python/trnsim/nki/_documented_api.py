@@ -32,7 +32,7 @@ MODULES = {
         "logical_or", "logical_xor", "maximum", "minimum", "multiply", "not_equal", "power", "reciprocal",
         "right_shift", "rsqrt", "subtract", "sbuf", "psum", "hbm", "shared_hbm", "private_hbm",
         "device_print", "num_programs", "program_id", "program_ndim", "fori_loop", "while_loop",
-        "dynamic_range",
+        "dynamic_range", "NKIObject", "no_reorder",
     ),
     "nki.typing": (
     ),

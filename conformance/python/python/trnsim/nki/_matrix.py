@@ -78,6 +78,8 @@ TESTS = {
         "sequential_range": "A test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike",
         "static_range": "A test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike",
         "fori_loop": "A test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike",
+        "NKIObject": "A test_nkiobject_configuration_objects_and_no_reorder",
+        "no_reorder": "A test_nkiobject_configuration_objects_and_no_reorder",
         "ds": "L test_index_helpers",
         "tile_size": "L test_tile_size_and_par_dim",
         **{f: "L test_binary_arith" for f in ("add", "subtract", "multiply", "maximum", "minimum")},

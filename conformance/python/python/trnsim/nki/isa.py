@@ -712,9 +712,16 @@ def _with_dst(f):
             args = (dst.shape,) + args
         if f.__name__ == "nc_matmul":
             from ._core import storage_of
+            acc = kwargs.pop("accumulate", None)
             st = storage_of(dst.base)
             written = st.fully_written or (st.written is not None and bool(st.written[dst.positions()].all()))
-            if written:
+            if acc is not None and bool(acc) and not written:
+                raise NkiError("nisa.nc_matmul(accumulate=True) into PSUM elements that nothing has written: the sum "
+                               "would start from whatever the bank holds (the first matmul of an accumulation group "
+                               "uses accumulate=False)", caller_loc()[0])
+            # accumulate=None: the first write overwrites and later writes add (NKI 0.3);
+            # True adds into dst, False overwrites it
+            if written if acc is None else bool(acc):
                 B._accumulate(dst, f(*args, **kwargs))
                 return None
         B._assign(dst, f(*args, **kwargs))

@@ -118,10 +118,8 @@ def _current_call(name, legacy):
             kwargs[p] = a
         if "dst" not in kwargs:
             raise NkiError(f"nisa.{name}: the current NKI writes every result into dst= (its first argument)", loc)
-        if name == "nc_matmul" and kwargs.get("accumulate") is not None:
-            raise NkiError("nisa.nc_matmul(accumulate=True/False) is not supported by trnsim yet; accumulate=None (the "
-                           "default: the first write overwrites, later writes add) is", loc)
-        kwargs.pop("accumulate", None)
+        if name != "nc_matmul":
+            kwargs.pop("accumulate", None)
         return legacy(**kwargs)
 
     return call

@@ -8,15 +8,33 @@
   the same, so trnsim traces it unrolled. Bounds held in registers (`VirtualRegister`) need
   trnsim's register model, which it does not have yet: refused.
 * `while_loop(init, body_fun)` loops on a register condition: refused for the same reason.
-* `dynamic_range` (deprecated in NKI 0.6 for `fori_loop`): refused, it iterates a register."""
+* `dynamic_range` (deprecated in NKI 0.6 for `fori_loop`): refused, it iterates a register.
+* `NKIObject`: the base class NKI documents for a kernel's own dataclasses and configuration
+  objects (`NKIObject(**kwargs)`). trnsim traces a kernel as Python, so such objects are ordinary
+  Python objects: keyword arguments become attributes, and subclasses keep their methods.
+* `no_reorder()`: the current API's place for the legacy `nki.compiler.no_reorder` block (AWS's
+  attention tutorial v10 uses `with nl.no_reorder():`); trnsim keeps program order anyway."""
 
 import builtins
 
 from . import language as _legacy
 from ._core import NkiError, caller_loc
+from .compiler import no_reorder  # noqa: F401  (`with nl.no_reorder():` in the current API)
 
 _LEGACY = [n for n in dir(_legacy) if not n.startswith("_") and n not in ("builtins", "math", "np", "E", "T")]
 globals().update({n: getattr(_legacy, n) for n in _LEGACY})
+
+
+class NKIObject:
+    """Base class of a kernel's dataclasses and configuration objects: `NKIObject(a=1).a == 1`."""
+
+    def __init__(self, **kwargs):
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
 
 
 def _int_bound(v, what, loc):
@@ -56,4 +74,4 @@ def dynamic_range(*args, **kwargs):
 
 while_loop._trnsim_refused = dynamic_range._trnsim_refused = "needs the register model"
 
-__all__ = [n for n in (*_LEGACY, "dynamic_range", "fori_loop", "while_loop")]
+__all__ = [n for n in (*_LEGACY, "NKIObject", "no_reorder", "dynamic_range", "fori_loop", "while_loop")]
