@@ -240,9 +240,13 @@ def _keep_identity_to_cpu() -> None:
 
     # The parameter names are PyTorch's (Dynamo's polyfill of this function checks them).
     def _has_compatible_shallow_copy_type(input, from_):
-        if isinstance(input, _device.TrnsimTensor) and input._trn is not None \
-                and type(from_) in (torch.Tensor, torch.nn.Parameter) \
-                and from_.layout == torch.strided and from_.device.type == "cpu":
+        if (
+            isinstance(input, _device.TrnsimTensor)
+            and input._trn is not None
+            and type(from_) in (torch.Tensor, torch.nn.Parameter)
+            and from_.layout == torch.strided
+            and from_.device.type == "cpu"
+        ):
             return True
         return _plain_compatible(input, from_)
 
