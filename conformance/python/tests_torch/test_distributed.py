@@ -162,17 +162,6 @@ def test_dtensor_tensor_parallel_mlp_matches_cpu_gloo(tmp_path):
         assert _rel(a, b) <= 1e-5, (dev["losses"], cpu["losses"])
 
 
-def _has_streams() -> bool:
-    import trnsim.torch  # noqa: F401
-
-    return hasattr(torch, "trnsim") and hasattr(torch.trnsim, "Stream")
-
-
-@pytest.mark.skipif(
-    not _has_streams(),
-    reason="FSDP2 needs the device streams, events and storage resize of the "
-    "device issue (torch.trnsim has no Stream yet)",
-)
 def test_fsdp2_fully_shard_matches_cpu_gloo(tmp_path):
     cpu = train(tmp_path, "cpu", 2, *CPU, "--mode", "fsdp")
     dev = train(tmp_path, "dev", 2, *DEV, "--mode", "fsdp")

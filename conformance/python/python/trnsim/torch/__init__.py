@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import _device, _report
+from . import _device, _report, _streams
 from ._backend import BackendError
 from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 
@@ -78,6 +78,16 @@ class _DeviceModule:
     @staticmethod
     def synchronize(device: Any = None) -> None:
         pass
+
+    # Streams and events (_streams.py): ordering-only on a synchronous device, with a simulated
+    # clock per stream for Event.elapsed_time and the report's overlap figures.
+    Stream = _streams.Stream
+    Event = _streams.Event
+    StreamContext = _streams.StreamContext
+    current_stream = staticmethod(_streams.current_stream)
+    default_stream = staticmethod(_streams.default_stream)
+    set_stream = staticmethod(_streams.set_stream)
+    stream = staticmethod(_streams.stream)
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
@@ -213,6 +223,7 @@ def register() -> None:
     from . import _autocast
 
     _autocast.register()
+    _streams.register()
     # torch.distributed: the `trnsim` c10d backend (trnsim/torch/distributed, docs/distributed.md).
     from . import distributed
 

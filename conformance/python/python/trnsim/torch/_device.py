@@ -173,6 +173,19 @@ class TrnsimTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    # The storage a tensor and its views share, and an address in trnsim's device address space
+    # (_storage.py): what FSDP2's parameter freeing (`untyped_storage().resize_(0)`) and code that
+    # compares data pointers use.
+    def untyped_storage(self):
+        from ._storage import untyped_storage
+
+        return untyped_storage(self)
+
+    def data_ptr(self) -> int:
+        from ._storage import data_ptr
+
+        return data_ptr(self)
+
     def __repr__(self, *, tensor_contents=None) -> str:
         if self._trn is None:
             # A traced tensor (no data): what a tracer's log prints while it traces.
@@ -1131,6 +1144,18 @@ def _dispatch(func, args, kwargs, top: bool):
 
         return distributed.dispatch(func, args, kwargs)
     name = op_name(func)
+    if func.namespace not in ("aten", "prims") and any(
+        torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k)
+        for k in ("PrivateUse1", "CompositeExplicitAutograd")
+    ):
+        # A library's own op with a kernel for this device's key, or for every backend, written
+        # in PyTorch ops (FSDP2's `fsdp::all_gather_copy_in`, `fsdp::split_with_sizes_copy`,
+        # `fsdp::chunk_cat_mixed_dtype`): that kernel runs, and each op it calls comes back here.
+        _report.REPORT.op(name, "decomposed", top)
+        return func.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1), *args, **kwargs)
+    if func._schema.name.startswith("aten::_foreach_"):
+        _report.REPORT.op(name, "decomposed", top)
+        return _foreach(func, args, kwargs)
     if func is aten._to_copy.default:
         return _to_copy(args[0], **kwargs)
     if func is aten.copy_.default:
@@ -1230,6 +1255,48 @@ def _dispatch(func, args, kwargs, top: bool):
         return out
     why = str(reason) if reason is not None else "trnconf has no lowering for it and PyTorch no decomposition"
     return _unsupported(func, args, kwargs, why)
+
+
+_FOREACH_AS = {"norm": "linalg_vector_norm"}
+
+
+def _foreach(func, args, kwargs):
+    """``_foreach_<op>(lists...)`` (optimizers' and FSDP2's multi-tensor forms) as one ``<op>`` per
+    position, each dispatched as usual (so each runs on the engines): list arguments are taken
+    at the position, every other argument is passed whole. In-place forms return nothing."""
+    schema = func._schema
+    base = schema.name.split("::", 1)[1][len("_foreach_") :]
+    inplace = base.endswith("_")
+    packet = getattr(aten, _FOREACH_AS.get(base, base))
+    bound = dict(zip((a.name for a in schema.arguments), args))
+    bound.update(kwargs)
+    lists = [
+        a.name
+        for a in schema.arguments
+        if isinstance(a.type, torch.ListType) and a.name in bound and isinstance(bound[a.name], (list, tuple))
+    ]
+    n = len(bound[lists[0]]) if lists else 0
+    for k in lists:
+        if len(bound[k]) != n:
+            raise RuntimeError(f"{schema.name}: the lists have different lengths ({n} and {len(bound[k])} for {k})")
+    names = [a.name for a in schema.arguments]
+    # by name where the per-tensor op takes the argument by name only (`addcmul_`'s value=)
+    kw_only = {a.name for a in schema.arguments if a.kwarg_only}
+    for ov in packet.overloads():
+        kw_only |= {a.name for a in getattr(packet, ov)._schema.arguments if a.kwarg_only}
+    outs = []
+    for i in range(n):
+        pos, kw = [], {}
+        for k in names:
+            if k not in bound:
+                continue
+            v = bound[k][i] if k in lists else bound[k]
+            if k in kw_only:
+                kw[k] = v
+            else:
+                pos.append(v)
+        outs.append(packet(*pos, **kw))
+    return None if inplace else outs
 
 
 def _unsupported(func, args, kwargs, why: str):
@@ -1460,8 +1527,12 @@ def _inplace(func, args, kwargs, top: bool):
             if "device" in fnames and "device" not in fkw:
                 fkw["device"] = first_out.device
             res = _call(functional, args, fkw)
-            outs = [kwargs[k] for k in out_kw]
+            # `Tensor(a!)[] out` (`split_with_sizes_copy.out`): one result per tensor of the list
+            listed = any(isinstance(kwargs[k], (list, tuple)) for k in out_kw)
+            outs = [o for k in out_kw for o in (kwargs[k] if isinstance(kwargs[k], (list, tuple)) else [kwargs[k]])]
             results = res if isinstance(res, (tuple, list)) else (res,)
+            if len(results) != len(outs):
+                return _unsupported(func, args, kwargs, f"{len(outs)} `out=` tensors for {len(results)} results")
             for o, r in zip(outs, results):
                 if list(o.shape) != list(r.shape):
                     if o._trn.numel >= r.numel():
@@ -1471,6 +1542,8 @@ def _inplace(func, args, kwargs, top: bool):
                     else:
                         return _unsupported(func, args, kwargs, "an `out=` tensor that must grow beyond its storage")
                 _write_into(o, r if _fresh(r) else _run_lowered(aten.clone.default, (r,), {}, count=False))
+            if listed:
+                return None
             return outs[0] if len(outs) == 1 else tuple(outs)
         return _unsupported(func, args, kwargs, "no functional form of this `out=` overload")
     if func is aten.resize_.default:

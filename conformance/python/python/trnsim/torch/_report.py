@@ -29,6 +29,8 @@ def _ulp(expected: torch.Tensor) -> torch.Tensor:
 #: out), and what resets them with the report (trnsim.torch.distributed adds "collectives").
 SECTIONS: dict[str, Any] = {}
 RESETS: list[Any] = []
+# Called with each counted device program's estimated makespan (ns): the streams' clocks.
+ON_RUN: list[Any] = []
 
 
 class Report:
@@ -81,6 +83,8 @@ class Report:
         r["programs"] += 1
         r["est_ns"] += float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0)
         r["instructions"] += sum(int(v) for v in stats.get("instructions", {}).values())
+        for f in ON_RUN:
+            f(float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0))
 
     def backend(self, name: str, label: str) -> None:
         """``name`` ran through ``label`` (``lowering`` or ``nki:MODULE``)."""
