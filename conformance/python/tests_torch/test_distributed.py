@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 HERE = Path(__file__).resolve().parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")

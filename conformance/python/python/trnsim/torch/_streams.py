@@ -18,7 +18,7 @@ that overlap in simulated time each take their own makespan)."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -73,11 +73,11 @@ class Stream:
     def synchronize(self) -> None:
         pass
 
-    def __enter__(self) -> Stream:
+    def __enter__(self) -> Self:
         _STATE.stack().append(self)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         _STATE.stack().pop()
         return False
 
@@ -172,7 +172,7 @@ class StreamContext:
             self.s.__enter__()
         return self.s
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         if self.s is not None:
             self.s.__exit__(*exc)
         return False
