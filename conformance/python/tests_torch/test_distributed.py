@@ -53,23 +53,44 @@ def _env() -> dict:
 
 def torchrun(script: str, args: list[str], nproc: int, tmp: Path, env_extra=None, nnodes: int = 1) -> None:
     port = _port()
-    common = [str(TORCHRUN), "--nproc_per_node", str(nproc // nnodes), "--master_addr", "127.0.0.1",
-              "--master_port", str(port), "--local_addr", "127.0.0.1", "--max_restarts", "0"]
+    common = [
+        str(TORCHRUN),
+        "--nproc_per_node",
+        str(nproc // nnodes),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        "--local_addr",
+        "127.0.0.1",
+        "--max_restarts",
+        "0",
+    ]
     env = _env()
     env.update(env_extra or {})
     if nnodes == 1:
         cmds = [common + ["--nnodes", "1", str(HERE / script), *args]]
     else:
-        cmds = [common + ["--nnodes", str(nnodes), "--node_rank", str(k), str(HERE / script), *args]
-                for k in range(nnodes)]
+        cmds = [
+            common + ["--nnodes", str(nnodes), "--node_rank", str(k), str(HERE / script), *args] for k in range(nnodes)
+        ]
     if NETNS and nnodes > 1:
         # all "nodes" in one loopback-only namespace
         inner = " & ".join(" ".join(f"'{c}'" for c in cmd) for cmd in cmds) + " & wait"
-        procs = [subprocess.Popen(["unshare", "-rn", "sh", "-c", f"ip link set lo up && ({inner})"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)]
+        procs = [
+            subprocess.Popen(
+                ["unshare", "-rn", "sh", "-c", f"ip link set lo up && ({inner})"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=tmp,
+            )
+        ]
     else:
-        procs = [subprocess.Popen(NETNS + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
-                 for cmd in cmds]
+        procs = [
+            subprocess.Popen(NETNS + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
+            for cmd in cmds
+        ]
     outs = []
     try:
         for p in procs:
@@ -155,9 +176,25 @@ def test_every_collective_matches_gloo(tmp_path, nproc, fallback):
     torchrun("dist_collectives.py", [str(out)], nproc, tmp_path, env_extra={"TRNSIM_TORCH_FALLBACK": fallback})
     res = json.loads(out.read_text())
     assert res["failures"] == []
-    for name in ("all_gather", "all_gather_into_tensor", "reduce_scatter.uneven", "reduce_scatter_tensor",
-                 "all_to_all_single.uneven", "all_to_all", "broadcast.0", "reduce", "send_recv", "coalesced",
-                 "funcol.all_reduce", "funcol.all_gather_tensor", "funcol.reduce_scatter_tensor",
-                 "new_group.all_reduce", "scatter", "gather", "all_reduce.AVG", "all_reduce.empty"):
+    for name in (
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter.uneven",
+        "reduce_scatter_tensor",
+        "all_to_all_single.uneven",
+        "all_to_all",
+        "broadcast.0",
+        "reduce",
+        "send_recv",
+        "coalesced",
+        "funcol.all_reduce",
+        "funcol.all_gather_tensor",
+        "funcol.reduce_scatter_tensor",
+        "new_group.all_reduce",
+        "scatter",
+        "gather",
+        "all_reduce.AVG",
+        "all_reduce.empty",
+    ):
         assert name in res["ok"], name
     assert any(o.startswith("premul_sum refused") for o in res["ok"])

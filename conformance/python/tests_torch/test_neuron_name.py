@@ -64,8 +64,9 @@ def run_child(code: str, child_path: str, check: bool = True, extra_path: str | 
     e = {k: v for k, v in os.environ.items() if k not in ("TRNSIM_AS_NEURON", "TORCH_DEVICE_BACKEND_AUTOLOAD")}
     e["PYTHONPATH"] = child_path if extra_path is None else os.pathsep.join([extra_path, child_path])
     e.update(env)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True,
-                         text=True, env=e, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True, text=True, env=e, timeout=600
+    )
     if check:
         assert out.returncode == 0, f"child failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
     return out
@@ -243,8 +244,9 @@ def test_install_as_neuron_after_trnsim_registered_says_why():
     assert not hasattr(torch, "neuron") and not trnsim.neuron._installed
 
 
-@pytest.mark.parametrize("value,on", [("1", True), ("yes", True), ("ON", True), ("0", False), ("", False),
-                                      ("off", False)])
+@pytest.mark.parametrize(
+    "value,on", [("1", True), ("yes", True), ("ON", True), ("0", False), ("", False), ("off", False)]
+)
 def test_opt_in_values(monkeypatch, value, on):
     monkeypatch.setenv("TRNSIM_AS_NEURON", value)
     assert trnsim.neuron.requested() is on

@@ -137,15 +137,19 @@ def _pairs(n=3, seed=0):
     return [torch.randn(s, generator=g) for s in shapes], [torch.rand(s, generator=g) + 0.5 for s in shapes]
 
 
-@pytest.mark.parametrize("call", [
-    lambda a, b: torch._foreach_add(a, b, alpha=-0.5),
-    lambda a, b: torch._foreach_mul(a, 1.5),
-    lambda a, b: torch._foreach_div(a, [2.0, 4.0, 8.0]),
-    lambda a, b: torch._foreach_sqrt(b),
-    lambda a, b: torch._foreach_maximum(a, b),
-    lambda a, b: torch._foreach_norm(a),
-    lambda a, b: torch._foreach_addcdiv(a, a, b, value=0.25),
-], ids=["add.List", "mul.Scalar", "div.ScalarList", "sqrt", "maximum.List", "norm", "addcdiv.Scalar"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a, b: torch._foreach_add(a, b, alpha=-0.5),
+        lambda a, b: torch._foreach_mul(a, 1.5),
+        lambda a, b: torch._foreach_div(a, [2.0, 4.0, 8.0]),
+        lambda a, b: torch._foreach_sqrt(b),
+        lambda a, b: torch._foreach_maximum(a, b),
+        lambda a, b: torch._foreach_norm(a),
+        lambda a, b: torch._foreach_addcdiv(a, a, b, value=0.25),
+    ],
+    ids=["add.List", "mul.Scalar", "div.ScalarList", "sqrt", "maximum.List", "norm", "addcdiv.Scalar"],
+)
 def test_foreach_ops_match_the_cpu(call):
     a, b = _pairs()
     want = call(a, b)

@@ -79,15 +79,19 @@ def _device_index(device: Any, call: str) -> int:
             raise ValueError(f"torch.{_device.DEVICE_NAME}.{call}: {device} is not a {_device.DEVICE_NAME} device")
         index = 0 if device.index is None else device.index
     if isinstance(index, bool) or not isinstance(index, int):
-        raise TypeError(f"torch.{_device.DEVICE_NAME}.{call}: expected a device index, name or torch.device, "
-                        f"got {type(device).__name__}")
+        raise TypeError(
+            f"torch.{_device.DEVICE_NAME}.{call}: expected a device index, name or torch.device, "
+            f"got {type(device).__name__}"
+        )
     # Under torchrun each rank is a process with one simulated NeuronCore; the index a rank names
     # for its own core is its LOCAL_RANK (`torch.neuron.set_device(local_rank)`, as on CUDA).
     own = os.environ.get("LOCAL_RANK", "0")
     if index not in (0, -1) and str(index) != own:
         where = f"index 0, or {own} (LOCAL_RANK) for this rank's core" if own != "0" else "index 0"
-        raise ValueError(f"torch.{_device.DEVICE_NAME}.{call}: device index {index} out of range "
-                         f"(this process simulates 1 device: {where})")
+        raise ValueError(
+            f"torch.{_device.DEVICE_NAME}.{call}: device index {index} out of range "
+            f"(this process simulates 1 device: {where})"
+        )
     return 0
 
 
@@ -177,8 +181,11 @@ class _DeviceModule:
     def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
         _device_index(device, "set_rng_state")
         if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8 or new_state.numel() != 16:
-            got = f"{new_state.dtype} tensor of {new_state.numel()} elements" if isinstance(new_state, torch.Tensor) \
+            got = (
+                f"{new_state.dtype} tensor of {new_state.numel()} elements"
+                if isinstance(new_state, torch.Tensor)
                 else type(new_state).__name__
+            )
             raise ValueError(f"set_rng_state: expected the 16-byte uint8 state get_rng_state() returns, got {got}")
         raw = bytes(new_state.cpu().tolist())
         _device.STATE.seed = int.from_bytes(raw[:8], "little")
@@ -214,11 +221,13 @@ class _DeviceModule:
     max_memory_allocated = staticmethod(_not_kept("max_memory_allocated", "the device keeps no peak"))
     memory_reserved = staticmethod(_not_kept("memory_reserved", "the device has no caching allocator"))
     max_memory_reserved = staticmethod(_not_kept("max_memory_reserved", "the device has no caching allocator"))
-    memory_stats = staticmethod(_not_kept("memory_stats", "the device keeps only the allocated bytes "
-                                          "(memory_allocated)"))
+    memory_stats = staticmethod(
+        _not_kept("memory_stats", "the device keeps only the allocated bytes (memory_allocated)")
+    )
     reset_peak_memory_stats = staticmethod(_not_kept("reset_peak_memory_stats", "the device keeps no peak"))
-    reset_accumulated_memory_stats = staticmethod(_not_kept("reset_accumulated_memory_stats",
-                                                            "the device keeps no accumulated statistics"))
+    reset_accumulated_memory_stats = staticmethod(
+        _not_kept("reset_accumulated_memory_stats", "the device keeps no accumulated statistics")
+    )
     mem_get_info = staticmethod(_not_kept("mem_get_info", "the device does not model free HBM"))
 
 
@@ -380,13 +389,21 @@ _ACCELERATOR_CALLS = {
     ("torch.accelerator.random", "initial_seed"): "initial_seed",
     ("torch.accelerator.random", "get_rng_state"): "get_rng_state",
     ("torch.accelerator.random", "get_rng_state_all"): "get_rng_state_all",
-    **{(m, f): d for m in ("torch.accelerator", "torch.accelerator.memory") for f, d in (
-        ("empty_cache", "empty_cache"), ("memory_allocated", "memory_allocated"),
-        ("max_memory_allocated", "max_memory_allocated"), ("memory_reserved", "memory_reserved"),
-        ("max_memory_reserved", "max_memory_reserved"), ("memory_stats", "memory_stats"),
-        ("reset_peak_memory_stats", "reset_peak_memory_stats"),
-        ("reset_accumulated_memory_stats", "reset_accumulated_memory_stats"),
-        ("get_memory_info", "mem_get_info"))},
+    **{
+        (m, f): d
+        for m in ("torch.accelerator", "torch.accelerator.memory")
+        for f, d in (
+            ("empty_cache", "empty_cache"),
+            ("memory_allocated", "memory_allocated"),
+            ("max_memory_allocated", "max_memory_allocated"),
+            ("memory_reserved", "memory_reserved"),
+            ("max_memory_reserved", "max_memory_reserved"),
+            ("memory_stats", "memory_stats"),
+            ("reset_peak_memory_stats", "reset_peak_memory_stats"),
+            ("reset_accumulated_memory_stats", "reset_accumulated_memory_stats"),
+            ("get_memory_info", "mem_get_info"),
+        )
+    },
 }
 _accelerator_done = False
 
@@ -447,9 +464,13 @@ def _keep_identity_to_cpu() -> None:
 
     # The parameter names are PyTorch's (Dynamo's polyfill of this function checks them).
     def _has_compatible_shallow_copy_type(input, from_):
-        if isinstance(input, _device.TrnsimTensor) and input._trn is not None \
-                and type(from_) in (torch.Tensor, torch.nn.Parameter) \
-                and from_.layout == torch.strided and from_.device.type == "cpu":
+        if (
+            isinstance(input, _device.TrnsimTensor)
+            and input._trn is not None
+            and type(from_) in (torch.Tensor, torch.nn.Parameter)
+            and from_.layout == torch.strided
+            and from_.device.type == "cpu"
+        ):
             return True
         return _plain_compatible(input, from_)
 

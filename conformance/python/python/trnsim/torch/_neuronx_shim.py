@@ -28,7 +28,7 @@ def _getattr(attr: str):
     raise AttributeError(
         f"torch_neuronx.{attr}: trnsim's torch_neuronx stand-in provides only the `neuron` device "
         "registration (the TRNSIM_AS_NEURON opt-in), not TorchNeuron's own functions; "
-        "see docs/torch-device.md, \"TorchNeuron's name\""
+        'see docs/torch-device.md, "TorchNeuron\'s name"'
     )
 
 

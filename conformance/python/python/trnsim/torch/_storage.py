@@ -97,7 +97,8 @@ class TrnsimUntypedStorage:
             if nbytes != full:
                 raise RuntimeError(
                     f"trnsim: untyped_storage().resize_({nbytes}) on a freed storage of {full} bytes: trnsim "
-                    "allocates a freed storage again at its former size only")
+                    "allocates a freed storage again at its former size only"
+                )
             dev = _device._device_dtype_name(st.dtype)
             data = bytes(_device_elems(st) * _session_itemsize(dev))
             name = _device._new_name()
@@ -111,7 +112,8 @@ class TrnsimUntypedStorage:
         if nbytes != 0:
             raise RuntimeError(
                 f"trnsim: untyped_storage().resize_({nbytes}) on a live storage of {full} bytes: trnsim frees a "
-                "storage (resize_(0)) and allocates it again at its size; it does not grow or shrink live contents")
+                "storage (resize_(0)) and allocates it again at its size; it does not grow or shrink live contents"
+            )
         if not st.owned:
             raise RuntimeError("trnsim: untyped_storage().resize_(0) on a second handle of another storage")
         old = st.name

@@ -94,8 +94,9 @@ class Stream:
 class Event:
     """A point in a stream's simulated time (``torch.cuda.Event``'s surface)."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs: Any
+    ) -> None:
         self.enable_timing = bool(enable_timing)
         self.time_ns: float | None = None
         self.stream: Stream | None = None
@@ -199,8 +200,16 @@ def _section() -> dict[str, Any] | None:
     busy = sum(s.busy_ns for s in used)
     span = max((s.clock_ns for s in _STATE.streams), default=0.0)
     return {
-        "streams": [{"stream_id": s.stream_id, "priority": s.priority, "programs": s.programs,
-                     "busy_us": round(s.busy_ns / 1000, 3), "clock_us": round(s.clock_ns / 1000, 3)} for s in used],
+        "streams": [
+            {
+                "stream_id": s.stream_id,
+                "priority": s.priority,
+                "programs": s.programs,
+                "busy_us": round(s.busy_ns / 1000, 3),
+                "clock_us": round(s.clock_ns / 1000, 3),
+            }
+            for s in used
+        ],
         "busy_us": round(busy / 1000, 3),
         "span_us": round(span / 1000, 3),
         "overlap_us": round(max(busy - span, 0.0) / 1000, 3),
