@@ -1,7 +1,9 @@
 //! The ATen-call vocabulary a lowering reads: argument values ([`Value`]), calls ([`OpCall`]) and
 //! tensor metadata ([`TensorMeta`]), in the golden value encoding (docs/golden-format.md). The
 //! harness's golden loader and the PyTorch device both speak it; neither tensor values nor
-//! golden outputs appear here.
+//! golden outputs appear here. It also holds the one set of typed argument accessors every
+//! lowering reads its call with ([`LowerRequest::arg`], [`FromArg`]; docs/lowering.md,
+//! "Arguments").
 
 use crate::dtype::TorchDType;
 use crate::{LowerError, LowerRequest};
@@ -128,7 +130,7 @@ impl OpCall {
 // [`LowerRequest::arg_or`], naming the schema position and name, with the Rust type saying which
 // argument values are accepted ([`FromArg`]). Every malformed argument is the same
 // [`LowerError::Invalid`], naming the op, the argument and what was wrong
-// (`op: invalid call: argument 2 `dim`: got Str("x"), expected an int`).
+// (``op: invalid call: argument 2 `dim`: got Str("x"), expected an int``).
 
 /// The position of a keyword-only argument (`*, ScalarType? dtype`): it is read from the
 /// keyword arguments only.
@@ -149,6 +151,12 @@ pub enum Scalar {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IntOrBool(pub i64);
 
+impl From<IntOrBool> for i64 {
+    fn from(v: IntOrBool) -> i64 {
+        v.0
+    }
+}
+
 /// A bool argument that also takes an int by its truth (`torch.ops` converts it). The plain
 /// `bool` accessor takes bools only; the lowerings that have always accepted an int for a bool
 /// read this type.
@@ -156,7 +164,7 @@ pub struct IntOrBool(pub i64);
 pub struct BoolOrInt(pub bool);
 
 /// An int list argument that also takes one int as the list of it (`dim=1` for `dim=[1]`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IntOrList(pub Vec<i64>);
 
 /// A number argument that may be complex: `(real, imaginary)`, a real number with imaginary
@@ -184,66 +192,54 @@ pub trait FromArg<'a>: Sized {
     const EXPECTED: &'static str;
     /// The converted value; `Ok(None)` when `v` has another type. Errors other than a type
     /// mismatch (a tensor without metadata, a complex scalar) are returned as they are.
-    fn from_arg(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError>;
+    fn from_value(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError>;
 }
 
-impl<'a> FromArg<'a> for i64 {
-    const EXPECTED: &'static str = "an int";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Int(i) => Some(*i),
-            _ => None,
-        })
-    }
+/// Implements [`FromArg`] for a type whose values convert without failing: `v` is the value,
+/// the body its conversion (`None`: another type).
+macro_rules! from_value {
+    ($ty:ty, $expected:literal, |$v:ident| $body:expr) => {
+        impl<'a> FromArg<'a> for $ty {
+            const EXPECTED: &'static str = $expected;
+            fn from_value($v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
+                Ok($body)
+            }
+        }
+    };
 }
 
-impl<'a> FromArg<'a> for IntOrBool {
-    const EXPECTED: &'static str = "an int";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Int(i) => Some(IntOrBool(*i)),
-            Value::Bool(b) => Some(IntOrBool(*b as i64)),
-            _ => None,
-        })
-    }
-}
+from_value!(i64, "an int", |v| match v {
+    Value::Int(i) => Some(*i),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for bool {
-    const EXPECTED: &'static str = "a bool";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Bool(b) => Some(*b),
-            _ => None,
-        })
-    }
-}
+from_value!(IntOrBool, "an int", |v| match v {
+    Value::Int(i) => Some(IntOrBool(*i)),
+    Value::Bool(b) => Some(IntOrBool(*b as i64)),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for BoolOrInt {
-    const EXPECTED: &'static str = "a bool";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Bool(b) => Some(BoolOrInt(*b)),
-            Value::Int(i) => Some(BoolOrInt(*i != 0)),
-            _ => None,
-        })
-    }
-}
+from_value!(bool, "a bool", |v| match v {
+    Value::Bool(b) => Some(*b),
+    _ => None,
+});
 
-/// Schema `float`: a float, or an int as its value.
-impl<'a> FromArg<'a> for f64 {
-    const EXPECTED: &'static str = "a float";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Float(f) => Some(f.0),
-            Value::Int(i) => Some(*i as f64),
-            _ => None,
-        })
-    }
-}
+from_value!(BoolOrInt, "a bool", |v| match v {
+    Value::Bool(b) => Some(BoolOrInt(*b)),
+    Value::Int(i) => Some(BoolOrInt(*i != 0)),
+    _ => None,
+});
+
+// Schema `float`: a float, or an int as its value.
+from_value!(f64, "a float", |v| match v {
+    Value::Float(f) => Some(f.0),
+    Value::Int(i) => Some(*i as f64),
+    _ => None,
+});
 
 impl<'a> FromArg<'a> for Scalar {
     const EXPECTED: &'static str = "a number";
-    fn from_arg(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
+    fn from_value(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
         Ok(match v {
             Value::Bool(b) => Some(Scalar::Bool(*b)),
             Value::Int(i) => Some(Scalar::Int(*i)),
@@ -254,84 +250,49 @@ impl<'a> FromArg<'a> for Scalar {
     }
 }
 
-impl<'a> FromArg<'a> for Complex {
-    const EXPECTED: &'static str = "a number";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Complex([re, im]) => Some(Complex(re.0, im.0)),
-            Value::Float(f) => Some(Complex(f.0, 0.0)),
-            Value::Int(i) => Some(Complex(*i as f64, 0.0)),
-            Value::Bool(b) => Some(Complex(*b as i64 as f64, 0.0)),
-            _ => None,
-        })
-    }
-}
+from_value!(Complex, "a number", |v| match v {
+    Value::Complex([re, im]) => Some(Complex(re.0, im.0)),
+    Value::Float(f) => Some(Complex(f.0, 0.0)),
+    Value::Int(i) => Some(Complex(*i as f64, 0.0)),
+    Value::Bool(b) => Some(Complex(*b as i64 as f64, 0.0)),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for Vec<i64> {
-    const EXPECTED: &'static str = "an int list";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Ints(v) => Some(v.clone()),
-            _ => None,
-        })
-    }
-}
+from_value!(Vec<i64>, "an int list", |v| match v {
+    Value::Ints(v) => Some(v.clone()),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for IntOrList {
-    const EXPECTED: &'static str = "an int list";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Ints(v) => Some(IntOrList(v.clone())),
-            Value::Int(i) => Some(IntOrList(vec![*i])),
-            _ => None,
-        })
-    }
-}
+from_value!(IntOrList, "an int list", |v| match v {
+    Value::Ints(v) => Some(IntOrList(v.clone())),
+    Value::Int(i) => Some(IntOrList(vec![*i])),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for Vec<bool> {
-    const EXPECTED: &'static str = "a bool list";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Bools(v) => Some(v.clone()),
-            _ => None,
-        })
-    }
-}
+from_value!(Vec<bool>, "a bool list", |v| match v {
+    Value::Bools(v) => Some(v.clone()),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for Vec<f64> {
-    const EXPECTED: &'static str = "a float list";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Floats(v) => Some(v.iter().map(|f| f.0).collect()),
-            _ => None,
-        })
-    }
-}
+from_value!(Vec<f64>, "a float list", |v| match v {
+    Value::Floats(v) => Some(v.iter().map(|f| f.0).collect()),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for &'a str {
-    const EXPECTED: &'static str = "a string";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Str(s) => Some(s.as_str()),
-            _ => None,
-        })
-    }
-}
+from_value!(&'a str, "a string", |v| match v {
+    Value::Str(s) => Some(s.as_str()),
+    _ => None,
+});
 
-impl<'a> FromArg<'a> for MemoryFormat<'a> {
-    const EXPECTED: &'static str = "a memory format";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::MemoryFormat(f) => Some(MemoryFormat(f.as_str())),
-            _ => None,
-        })
-    }
-}
+from_value!(MemoryFormat<'a>, "a memory format", |v| match v {
+    Value::MemoryFormat(f) => Some(MemoryFormat(f.as_str())),
+    _ => None,
+});
 
 /// A dtype by golden name; a name with no [`TorchDType`] is unsupported.
 impl<'a> FromArg<'a> for TorchDType {
     const EXPECTED: &'static str = "a dtype";
-    fn from_arg(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
+    fn from_value(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
         match v {
             Value::Dtype(d) => TorchDType::from_name(d)
                 .map(Some)
@@ -343,7 +304,7 @@ impl<'a> FromArg<'a> for TorchDType {
 
 impl<'a> FromArg<'a> for TensorArg<'a> {
     const EXPECTED: &'static str = "a tensor";
-    fn from_arg(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
+    fn from_value(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
         match v {
             Value::Tensor(t) => Ok(Some((t.as_str(), req.tensor(t)?))),
             _ => Ok(None),
@@ -351,24 +312,19 @@ impl<'a> FromArg<'a> for TensorArg<'a> {
     }
 }
 
-/// A list of optional tensors, by name (their metadata is looked up where they are used).
-impl<'a> FromArg<'a> for &'a [Option<String>] {
-    const EXPECTED: &'static str = "a tensor list";
-    fn from_arg(v: &'a Value, _: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
-        Ok(match v {
-            Value::Tensors(ts) => Some(ts.as_slice()),
-            _ => None,
-        })
-    }
-}
+// A list of optional tensors, by name (their metadata is looked up where they are used).
+from_value!(&'a [Option<String>], "a tensor list", |v| match v {
+    Value::Tensors(ts) => Some(ts.as_slice()),
+    _ => None,
+});
 
 impl<'a> FromArg<'a> for TensorOrScalar<'a> {
     const EXPECTED: &'static str = "a tensor or a number";
-    fn from_arg(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
+    fn from_value(v: &'a Value, req: &LowerRequest<'a>) -> Result<Option<Self>, LowerError> {
         if let Value::Tensor(t) = v {
             return Ok(Some(TensorOrScalar::Tensor(t.as_str(), req.tensor(t)?)));
         }
-        Ok(Scalar::from_arg(v, req)?.map(TensorOrScalar::Scalar))
+        Ok(Scalar::from_value(v, req)?.map(TensorOrScalar::Scalar))
     }
 }
 
@@ -412,11 +368,32 @@ impl<'a> LowerRequest<'a> {
         self.wrap_dim(pos, name, d, rank)
     }
 
+    /// Int argument `name` as a dim of a `rank`-d tensor, `default` when absent or `None`.
+    pub fn dim_or<T: FromArg<'a> + Into<i64>>(
+        &self,
+        pos: usize,
+        name: &str,
+        default: T,
+        rank: usize,
+    ) -> Result<usize, LowerError> {
+        let d = self.arg_or(pos, name, default)?.into();
+        self.wrap_dim(pos, name, d, rank)
+    }
+
     /// Required `int[n]` argument (`stride`, `padding`, …): an int list of length `n`, or one
     /// int (or a list of one) standing for `n` copies, as PyTorch broadcasts it.
     pub fn ints_n(&self, pos: usize, name: &str, n: usize) -> Result<Vec<i64>, LowerError> {
         let IntOrList(v) = self.arg(pos, name)?;
         self.broadcast_n(pos, name, v, n)
+    }
+
+    /// Required `int[n]` argument of sizes (`stride`, `dilation`, …): [`Self::ints_n`], none
+    /// negative.
+    pub fn sizes_n(&self, pos: usize, name: &str, n: usize) -> Result<Vec<usize>, LowerError> {
+        self.ints_n(pos, name, n)?
+            .into_iter()
+            .map(|x| usize::try_from(x).map_err(|_| self.arg_error(pos, name, format!("{x} is negative"))))
+            .collect()
     }
 
     /// Optional `int[n]` argument: `default` when absent, `None` or the empty list (PyTorch's
@@ -449,7 +426,7 @@ impl<'a> LowerRequest<'a> {
     }
 
     fn convert<T: FromArg<'a>>(&self, pos: usize, name: &str, v: &'a Value) -> Result<T, LowerError> {
-        T::from_arg(v, self)?.ok_or_else(|| self.arg_error(pos, name, format!("got {v:?}, expected {}", T::EXPECTED)))
+        T::from_value(v, self)?.ok_or_else(|| self.arg_error(pos, name, format!("got {v:?}, expected {}", T::EXPECTED)))
     }
 }
 
@@ -672,6 +649,15 @@ mod tests {
         assert_eq!(reason, "argument 2 `dim`: dim -4 is out of range for a 3-d tensor");
         let reason = invalid(r.wrap_dim(1, "dims", 1, 0).unwrap_err());
         assert_eq!(reason, "argument 1 `dims`: dim 1 is out of range for a 0-d tensor");
+        // With a default: absent or None is the default, wrapped like a given dim.
+        let f = Fixture::new(vec![Value::None(()), Value::Bool(true), Value::Int(5)]);
+        let r = f.req();
+        assert_eq!(r.dim_or(0, "dim", -1i64, 3).unwrap(), 2);
+        assert_eq!(r.dim_or(7, "dim", 0i64, 3).unwrap(), 0);
+        assert_eq!(r.dim_or(1, "dim", IntOrBool(0), 3).unwrap(), 1);
+        assert!(r.dim_or(1, "dim", 0i64, 3).is_err());
+        let reason = invalid(r.dim_or(2, "dim", 0i64, 3).unwrap_err());
+        assert_eq!(reason, "argument 2 `dim`: dim 5 is out of range for a 3-d tensor");
     }
 
     #[test]
@@ -699,6 +685,11 @@ mod tests {
         assert_eq!(r.ints_n_or(9, "stride", 2, &[0]).unwrap(), vec![0, 0]);
         assert_eq!(r.ints_n_or(0, "stride", 2, &[0]).unwrap(), vec![2, 2]);
         assert!(r.ints_n_or(3, "stride", 2, &[0]).is_err());
+        // Sizes: the same, none negative.
+        assert_eq!(r.sizes_n(2, "stride", 2).unwrap(), vec![1, 2]);
+        let f = Fixture::new(vec![Value::Ints(vec![1, -2])]);
+        let reason = invalid(f.req().sizes_n(0, "padding", 2).unwrap_err());
+        assert_eq!(reason, "argument 0 `padding`: -2 is negative");
     }
 
     #[test]

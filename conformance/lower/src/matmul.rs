@@ -232,7 +232,7 @@ fn emit(
     if req.op == "addmm" && call.c.is_none() {
         let (name, meta) = req.arg::<TensorArg>(0, "self")?;
         if name != call.a.0 && name != call.b.0 {
-            program.declare(&name, dev(meta.dtype)?, &meta.shape, HbmRole::Input);
+            program.declare(name, dev(meta.dtype)?, &meta.shape, HbmRole::Input);
         }
     }
     let (batch, m, k, n) = (call.batch, call.m, call.k, call.n);
