@@ -339,3 +339,19 @@ def test_a_loop_body_advancing_an_address_is_traced_once():
 
     x = R.standard_normal((40, 128, 2048)).astype(np.float32)
     np.testing.assert_array_equal(k(x), x * 2.0)
+
+
+def test_automatic_tiles_avoid_a_placed_tile_that_is_already_live():
+    # `x` is placed at byte 0 and live from its load to the add; the automatically placed tiles
+    # of b's load and product start while x is live, so they must go around it (a first fit that only
+    # saw placed tiles starting later put them on top of x and the sum came out wrong)
+    @nki.jit
+    def k(a, b):
+        x = nl.ndarray((nl.par_dim(128), 512), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        x[...] = nl.load(a)
+        y = nl.multiply(nl.load(b), 3.0)
+        return _store(nl.add(x, y))
+
+    a = R.integers(-1000, 1000, (128, 512)).astype(np.float32)
+    b = R.integers(-1000, 1000, (128, 512)).astype(np.float32)
+    np.testing.assert_array_equal(k(a, b), a + 3.0 * b)

@@ -591,12 +591,20 @@ def _first_fit(auto, fixed, cap, lim, buf):
     fstarts = [u.start for u in fixed]
     active = []
     first_end = -1  # the earliest end in `active`: nothing expires before it
+    fnext = 0  # the next direct placement (in start order) not yet live
+    factive = []  # direct placements live at the current unit's start
     for u in auto:
         if first_end < u.start:
             active = [v for v in active if v.end >= u.start]
             first_end = min((v.end for v in active), default=1 << 62)
+        while fnext < len(fixed) and fixed[fnext].start <= u.start:
+            factive.append(fixed[fnext])
+            fnext += 1
+        factive = [v for v in factive if v.end >= u.start]
         p0, p1 = u.p0, u.p1
         taken = [(v.offset, v.offset + v.size) for v in active if v.p0 < p1 and p0 < v.p1]
+        # direct placements already live where this unit starts
+        taken.extend((v.offset, v.offset + v.size) for v in factive if v.p0 < p1 and p0 < v.p1)
         # direct placements that become live while this unit is
         i = bisect.bisect_right(fstarts, u.start)
         while i < len(fixed) and fixed[i].start <= u.end:
