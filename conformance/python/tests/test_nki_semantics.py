@@ -29,14 +29,41 @@ def _store(t):
 
 # -- nl.floor / nl.ceil / nl.trunc ----------------------------------------------------------------
 
-EDGES = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 8388607.5, -8388607.5, 8388608.0,
-                  16777217.0, 3.0e9, -3.0e9, 1.0e30, -1.0e30, np.inf, -np.inf, np.nan, 0.0, 1.0, -1.0,
-                  4194303.75, -4194303.75], np.float32)
+EDGES = np.array(
+    [
+        0.5,
+        1.5,
+        2.5,
+        -0.5,
+        -1.5,
+        -2.5,
+        0.49999997,
+        -0.49999997,
+        8388607.5,
+        -8388607.5,
+        8388608.0,
+        16777217.0,
+        3.0e9,
+        -3.0e9,
+        1.0e30,
+        -1.0e30,
+        np.inf,
+        -np.inf,
+        np.nan,
+        0.0,
+        1.0,
+        -1.0,
+        4194303.75,
+        -4194303.75,
+    ],
+    np.float32,
+)
 
 
 def _values():
-    v = np.concatenate([EDGES, R.uniform(-1000, 1000, 300).astype(np.float32),
-                        R.uniform(-3, 3, 300).astype(np.float32)])
+    v = np.concatenate(
+        [EDGES, R.uniform(-1000, 1000, 300).astype(np.float32), R.uniform(-3, 3, 300).astype(np.float32)]
+    )
     return np.resize(v, (128, 8)).astype(np.float32)
 
 
@@ -66,7 +93,7 @@ def test_floor_into_an_integer_dtype_and_of_an_integer_tile():
         return out
 
     x = R.uniform(-5000, 5000, (128, 8)).astype(np.float32)
-    i = R.integers(-10**9, 10**9, (128, 8)).astype(np.int32)
+    i = R.integers(-(10**9), 10**9, (128, 8)).astype(np.int32)
     got = k(x, i)
     np.testing.assert_array_equal(got[:, :8], np.floor(x).astype(np.int32))
     np.testing.assert_array_equal(got[:, 8:], i)
@@ -85,9 +112,9 @@ def test_integer_mod_and_fmod_are_exact_over_int32(y):
         nl.store(out[:, 16:32], nl.fmod(t, y))
         return out
 
-    x = R.integers(-2**31, 2**31 - 1, (128, 16), dtype=np.int64)
+    x = R.integers(-(2**31), 2**31 - 1, (128, 16), dtype=np.int64)
     x[:, :4] = R.integers(-5000, 5000, (128, 4))
-    x[0, :6] = [0, 1, -1, 2**31 - 1, -2**31, 38 * 1000]
+    x[0, :6] = [0, 1, -1, 2**31 - 1, -(2**31), 38 * 1000]
     x = x.astype(np.int32)
     got = k(x)
     np.testing.assert_array_equal(got[:, :16], np.mod(x, y))
@@ -147,7 +174,7 @@ def test_a_false_mask_leaves_the_destination_as_it_was():
         dst = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         dst[...] = nl.copy(t)
         dst[...] = nl.multiply(t, 100.0, mask=(q_tile * 128 >= k_tile * 512))  # False: does not execute
-        dst[...] = nl.add(dst, 1.0, mask=(k_tile >= q_tile))                     # True: executes
+        dst[...] = nl.add(dst, 1.0, mask=(k_tile >= q_tile))  # True: executes
         ps = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
         ps[...] += nisa.nc_matmul(nl.load(w), t, mask=False)  # does not execute
         res = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
@@ -212,8 +239,7 @@ def test_affine_select_of_a_psum_tile_and_under_a_box_mask():
         sel = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
         sel[...] = nisa.affine_select(pred=(i_p >= i_f), on_true_tile=ps, on_false_value=-7.0)
         # the mask keeps columns 64.. ; the predicate is evaluated at each element's own index
-        sel[...] = nisa.affine_select(pred=(i_f - i_p > 80), on_true_tile=sel, on_false_value=5.0,
-                                      mask=(i_f >= 64))
+        sel[...] = nisa.affine_select(pred=(i_f - i_p > 80), on_true_tile=sel, on_false_value=5.0, mask=(i_f >= 64))
         return _store(sel)
 
     a = R.integers(-3, 3, (128, 128)).astype(np.float32)
@@ -228,9 +254,9 @@ def test_affine_select_of_a_psum_tile_and_under_a_box_mask():
 def test_matmul_of_a_transpose_result_in_psum():
     @nki.jit
     def k(a, b):
-        at = nisa.nc_transpose(nl.load(a))           # TensorE: lands in PSUM
+        at = nisa.nc_transpose(nl.load(a))  # TensorE: lands in PSUM
         ps = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
-        ps[...] = nisa.nc_matmul(at, nl.load(b))     # staged to SBUF first
+        ps[...] = nisa.nc_matmul(at, nl.load(b))  # staged to SBUF first
         return _store(nl.copy(ps))
 
     a = R.integers(-4, 4, (128, 128)).astype(np.float32)
@@ -305,12 +331,15 @@ def test_psum_alloc_function_bound_by_keyword():
 
     @nki.jit
     def k(a, b):
-        ps = nl.ndarray((2, nl.par_dim(128), 128), nl.float32,
-                        buffer=ncc.psum.alloc(functools.partial(place, bank_map={(0,): 3, (1,): 6})))
+        ps = nl.ndarray(
+            (2, nl.par_dim(128), 128),
+            nl.float32,
+            buffer=ncc.psum.alloc(functools.partial(place, bank_map={(0,): 3, (1,): 6})),
+        )
         res = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
         for g in nl.affine_range(2):
             ps[g] = nisa.nc_matmul(nl.load(a), nl.load(b[g]))
-            res[:, g * 128:(g + 1) * 128] = nl.copy(ps[g])
+            res[:, g * 128 : (g + 1) * 128] = nl.copy(ps[g])
         return _store(res)
 
     a = R.integers(-3, 3, (128, 128)).astype(np.float32)

@@ -25,23 +25,71 @@ from ._core import (
 # operator names: nl functions (by name) and numpy ufuncs -> trnsim AluOp / ActFunc
 
 ALU_BY_NAME = {
-    "bypass": "bypass", "add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "max",
-    "max": "max", "minimum": "min", "min": "min", "equal": "is_equal", "not_equal": "not_equal",
-    "greater_equal": "is_ge", "greater": "is_gt", "less_equal": "is_le", "less": "is_lt",
-    "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
-    "logical_not": "logical_not", "abs": "abs", "absolute": "abs", "reciprocal": "reciprocal", "rsqrt": "rsqrt",
-    "power": "pow", "average": "average", "mean": "average", "bitwise_and": "bitwise_and",
-    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor", "invert": "bitwise_not", "bitwise_not": "bitwise_not",
-    "left_shift": "shift_left", "right_shift": "logical_shift_right", "sum": "add", "prod": "multiply",
-    "amax": "max", "amin": "min", "all": "logical_and",
+    "bypass": "bypass",
+    "add": "add",
+    "subtract": "subtract",
+    "multiply": "multiply",
+    "maximum": "max",
+    "max": "max",
+    "minimum": "min",
+    "min": "min",
+    "equal": "is_equal",
+    "not_equal": "not_equal",
+    "greater_equal": "is_ge",
+    "greater": "is_gt",
+    "less_equal": "is_le",
+    "less": "is_lt",
+    "logical_and": "logical_and",
+    "logical_or": "logical_or",
+    "logical_xor": "logical_xor",
+    "logical_not": "logical_not",
+    "abs": "abs",
+    "absolute": "abs",
+    "reciprocal": "reciprocal",
+    "rsqrt": "rsqrt",
+    "power": "pow",
+    "average": "average",
+    "mean": "average",
+    "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor",
+    "invert": "bitwise_not",
+    "bitwise_not": "bitwise_not",
+    "left_shift": "shift_left",
+    "right_shift": "logical_shift_right",
+    "sum": "add",
+    "prod": "multiply",
+    "amax": "max",
+    "amin": "min",
+    "all": "logical_and",
 }
 ACT_BY_NAME = {
-    "copy": "copy", "square": "square", "sigmoid": "sigmoid", "relu": "relu", "gelu": "gelu", "gelu_dx": "gelu_dx",
-    "gelu_apprx_tanh": "gelu_approx_tanh", "gelu_apprx_sigmoid": "gelu_approx_sigmoid",
-    "gelu_apprx_sigmoid_dx": "gelu_approx_sigmoid_dx", "silu": "silu", "silu_dx": "silu_dx", "tanh": "tanh",
-    "softplus": "softplus", "mish": "mish", "erf": "erf", "erf_dx": "erf_dx", "exp": "exp", "log": "log",
-    "sin": "sin", "arctan": "arctan", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sign": "sign",
-    "abs": "abs", "absolute": "abs",
+    "copy": "copy",
+    "square": "square",
+    "sigmoid": "sigmoid",
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_dx": "gelu_dx",
+    "gelu_apprx_tanh": "gelu_approx_tanh",
+    "gelu_apprx_sigmoid": "gelu_approx_sigmoid",
+    "gelu_apprx_sigmoid_dx": "gelu_approx_sigmoid_dx",
+    "silu": "silu",
+    "silu_dx": "silu_dx",
+    "tanh": "tanh",
+    "softplus": "softplus",
+    "mish": "mish",
+    "erf": "erf",
+    "erf_dx": "erf_dx",
+    "exp": "exp",
+    "log": "log",
+    "sin": "sin",
+    "arctan": "arctan",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "reciprocal": "reciprocal",
+    "sign": "sign",
+    "abs": "abs",
+    "absolute": "abs",
 }
 BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "logical_shift_right"}
 
@@ -58,7 +106,7 @@ def _op_name(op):
 # What to write instead, for operators a kernel may name but NC-v2's ALU (as trnsim models it) lacks.
 ALU_HINTS = {
     "divide": "trnsim's NC-v2 ALU has no divide (docs/nki.md, Gaps): multiply by nisa.reciprocal(divisor), "
-              "by the scalar 1/c, or use nl.divide",
+    "by the scalar 1/c, or use nl.divide",
     "fmod": "trnsim's NC-v2 ALU has no remainder operator (docs/nki.md, Gaps)",
     "floor_divide": "trnsim's NC-v2 ALU has no integer division or rounding operator (docs/nki.md, Gaps)",
 }
@@ -70,8 +118,9 @@ def alu(op):
     n = _op_name(op)
     if n not in ALU_BY_NAME:
         hint = ALU_HINTS.get(n)
-        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2" + (f": {hint}" if hint else ""),
-                       caller_loc()[0])
+        raise NkiError(
+            f"'{n}' is not an ALU operator of NeuronCore-v2" + (f": {hint}" if hint else ""), caller_loc()[0]
+        )
     return ALU_BY_NAME[n]
 
 
@@ -93,6 +142,7 @@ def T():
 def new_tile(shape, dtype, buffer="sbuf", name=None, loc=None):
     """A fresh on-chip tile; `shape` may hold a `par_dim` marking the partition axis."""
     from .language import par_dim
+
     if loc is None:
         loc = caller_loc()[0]
     shape = tuple(shape)
@@ -129,8 +179,11 @@ def _cells(v):
 
 def _undefined_origin(st):
     o = getattr(st, "undefined_from", None)
-    return (f" (they hold what the instruction at {o[0]} computed from tile {o[1]}, of which nothing was "
-            f"written)" if o else "")
+    return (
+        f" (they hold what the instruction at {o[0]} computed from tile {o[1]}, of which nothing was written)"
+        if o
+        else ""
+    )
 
 
 def check_read(v, loc, defer=False):
@@ -152,8 +205,11 @@ def check_read(v, loc, defer=False):
         if defer and not cells.any():
             T().undefined_read = (st, loc)
             return
-        raise NkiError(f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
-                       f"instruction reads from tile {st.describe()} were never written" + _undefined_origin(st), loc)
+        raise NkiError(
+            f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
+            f"instruction reads from tile {st.describe()} were never written" + _undefined_origin(st),
+            loc,
+        )
 
 
 def unmark_write(v, loc, origin):
@@ -217,6 +273,7 @@ def masked_off(out, mask):
     because its inputs are, with a mask that keeps elements, is not marked: copying it stays a
     read of uninitialised memory."""
     from ._core import mask_box
+
     if mask is not None and mask is not True and mask_box(mask, out.shape) is None:
         storage_of(out.base).masked_off = True
     return out
@@ -256,8 +313,9 @@ def emit(engine, op, fields, loc, reads=(), writes=(), fresh=None, box=None):
         # the garbage reaches HBM (or an instruction that writes nothing on chip): refused, at the
         # line that first read memory nothing wrote
         where = "" if origin[0] == loc else f"; what that line computed reaches this {op} at {loc}"
-        raise NkiError(f"read of uninitialised memory: tile {origin[1]} is read where nothing was written{where}",
-                       origin[0])
+        raise NkiError(
+            f"read of uninitialised memory: tile {origin[1]} is read where nothing was written{where}", origin[0]
+        )
     ins = t.emit(engine, op, fields, loc)
     for v in writes:
         if v is not None:
@@ -318,9 +376,12 @@ def in_shape(v, shape, loc):
         return prep(v, shape, loc)
     r = v.in_element_order(shape)
     if r is None:
-        raise NkiError(f"an operand of shape {v.shape} pairs with shape {shape}: it has the same elements per "
-                       f"partition, but its steps do not merge into that shape as a view (numpy's no-copy "
-                       f"reshape rule)", loc)
+        raise NkiError(
+            f"an operand of shape {v.shape} pairs with shape {shape}: it has the same elements per "
+            f"partition, but its steps do not merge into that shape as a view (numpy's no-copy "
+            f"reshape rule)",
+            loc,
+        )
     return r
 
 
@@ -334,8 +395,11 @@ def common_shape(loc, *views):
         for cand in sorted(shapes, key=len, reverse=True):
             if all(s == cand or v.in_element_order(cand) is not None for v, s in zip(vs, shapes)):
                 return cand
-        raise NkiError(f"operand shapes {' and '.join(str(s) for s in shapes)} hold the same elements per "
-                       f"partition, but no one shape is a view of them all", loc)
+        raise NkiError(
+            f"operand shapes {' and '.join(str(s) for s in shapes)} hold the same elements per "
+            f"partition, but no one shape is a view of them all",
+            loc,
+        )
     return broadcast_shapes(*shapes)
 
 
@@ -363,6 +427,7 @@ def out_dtype(dtype, *operands):
     if not dts:
         return as_dtype(np.float32)
     from ._core import promote, scalar_dtype
+
     d = dts[0]
     for o in operands[1:]:
         d = promote(d, o.dtype if isinstance(o, View) else scalar_dtype(o))
@@ -372,10 +437,22 @@ def out_dtype(dtype, *operands):
 
 
 # engines allowed to write each memory (docs/isa.md section 3)
-_WRITES = {"tensor": {"psum"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"}, "gpsimd": {"sbuf"},
-           "dma": {"sbuf", "hbm"}}
-_ELEMENTWISE = {"tensor_tensor", "tensor_scalar", "activation", "tensor_copy", "scalar_tensor_tensor", "reciprocal",
-                "dma_copy"}
+_WRITES = {
+    "tensor": {"psum"},
+    "vector": {"sbuf", "psum"},
+    "scalar": {"sbuf", "psum"},
+    "gpsimd": {"sbuf"},
+    "dma": {"sbuf", "hbm"},
+}
+_ELEMENTWISE = {
+    "tensor_tensor",
+    "tensor_scalar",
+    "activation",
+    "tensor_copy",
+    "scalar_tensor_tensor",
+    "reciprocal",
+    "dma_copy",
+}
 
 
 def _probe(dst, val):
@@ -503,8 +580,7 @@ def narrow(box, views, loc):
         nb.append((box[ax][0] + int(keep[0]), box[ax][0] + int(keep[-1]) + 1))
     inner = tuple(slice(lo - b[0], hi - b[0]) for (lo, hi), b in zip(nb, box))
     if not defined[inner].all():
-        raise NkiError("read of uninitialised memory: the written part of an input tile is not a rectangular box",
-                       loc)
+        raise NkiError("read of uninitialised memory: the written part of an input tile is not a rectangular box", loc)
     return nb
 
 
@@ -519,8 +595,11 @@ def row_box(loc, *views):
         full = [(0, s) for s in v.shape]
         nb = narrow(full, [v], loc)
         if nb[1:] != full[1:]:
-            raise NkiError(f"read of uninitialised memory: tile {storage_of(v.base).describe()} has unwritten "
-                           f"elements inside its written rows", loc)
+            raise NkiError(
+                f"read of uninitialised memory: tile {storage_of(v.base).describe()} has unwritten "
+                f"elements inside its written rows",
+                loc,
+            )
         lo = max(lo, nb[0][0])
         hi = nb[0][1] if hi is None else min(hi, nb[0][1])
     return lo, hi

@@ -116,9 +116,12 @@ mgrid = MGrid()
 def ds(start, size):
     if isinstance(start, View):
         # a start read from a tile at run time (a dynamic slice): not a form trnsim's DMAs take
-        raise NkiError("nl.ds with a tile-valued start (a run-time offset) is not supported by trnsim: index the "
-                       "first dimension of an HBM tensor with a [P, 1] index tile instead (an indirect DMA), or "
-                       "use nisa.tensor_copy_dynamic_src/dst on chip", caller_loc()[0])
+        raise NkiError(
+            "nl.ds with a tile-valued start (a run-time offset) is not supported by trnsim: index the "
+            "first dimension of an HBM tensor with a [P, 1] index tile instead (an indirect DMA), or "
+            "use nisa.tensor_copy_dynamic_src/dst on chip",
+            caller_loc()[0],
+        )
     return DynSlice(start, size)
 
 
@@ -198,8 +201,11 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
     loc, fn, line = caller_loc()
     if b in ("hbm", "private_hbm", "shared_hbm"):
         if kwargs.get("address") is not None:
-            raise NkiError(f"nl.ndarray(address={kwargs['address']!r}) on {b}: an explicit address places an SBUF "
-                           "or PSUM tile (docs/nki-allocation.md); HBM tensors are placed by the runtime", loc)
+            raise NkiError(
+                f"nl.ndarray(address={kwargs['address']!r}) on {b}: an explicit address places an SBUF "
+                "or PSUM tile (docs/nki-allocation.md); HBM tensors are placed by the runtime",
+                loc,
+            )
         kind = "shared" if b == "shared_hbm" else "private"
         nm = name or source_name(fn, line) or None
         st = T().new_hbm([int(s) for s in shape], dtype, kind, nm, loc=loc)
@@ -207,6 +213,7 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
     if b not in ("sbuf", "psum"):
         raise NkiError(f"unknown buffer {buffer!r}", loc)
     from ._alloc import direct  # where the kernel places the tile, if it says (docs/nki-allocation.md)
+
     return direct(new_tile(shape, dtype, b, name=name or None, loc=loc), buffer, kwargs.get("address"), loc)
 
 
@@ -246,8 +253,7 @@ def ones_like(a, dtype=None, *, buffer=None, name="", **kwargs):
 
 
 def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **kwargs):
-    return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer if buffer is not None else a.buffer,
-                name=name)
+    return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer if buffer is not None else a.buffer, name=name)
 
 
 def shared_constant(constant, dtype=None, **kwargs):
@@ -287,8 +293,16 @@ def load(src, *, mask=None, dtype=None, **kwargs):
         return E.masked_off(out, mask)
     s = src.restrict(box)
     o = out.restrict(box + [(0, 1)] * (out.ndim - src.ndim)) if src.ndim < 2 else out.restrict(box)
-    emit("dma", "dma_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
-         box=box if src.ndim >= 2 else None)
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)},
+        loc,
+        reads=[s],
+        writes=[o],
+        fresh=out,
+        box=box if src.ndim >= 2 else None,
+    )
     return out
 
 
@@ -341,8 +355,16 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     if box is None:
         return E.masked_off(out, mask)
     s, o = s.restrict(box), out.restrict(box)
-    emit("dma", "dma_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
-         box=box)
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)},
+        loc,
+        reads=[s],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
 
 
@@ -354,16 +376,23 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
     if isinstance(dst, DynView):
         v = _on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc)
         hap, ind = _indirect(dst, "dst", loc)
-        emit("dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "accumulate": True, "indirect": ind}, loc,
-             reads=[v])
+        emit(
+            "dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "accumulate": True, "indirect": ind}, loc, reads=[v]
+        )
         return
     box = mask_box(mask, dst.shape)
     if box is None:
         return
     v = _fit_rank(_on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc), dst.shape, loc)
     d, s = dst.restrict(box), v.broadcast(dst.shape).restrict(box)
-    emit("dma", "dma_copy", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "accumulate": True}, loc, reads=[s],
-         writes=[d])
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "accumulate": True},
+        loc,
+        reads=[s],
+        writes=[d],
+    )
     return
 
 
@@ -408,8 +437,16 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
         o, a, b = out.restrict(box), a.restrict(box), b.restrict(box)
         if a.base.on_chip and b.base.on_chip and a.base.buffer == "psum" and b.base.buffer == "psum":
             b = _on_sbuf(b, loc)
-        emit(engine, "tensor_tensor", {"dst": o._ap(loc=loc), "in0": a._ap(loc=loc), "in1": b._ap(loc=loc),
-                                       "op": alu_op}, loc, reads=[a, b], writes=[o], fresh=out, box=box)
+        emit(
+            engine,
+            "tensor_tensor",
+            {"dst": o._ap(loc=loc), "in0": a._ap(loc=loc), "in1": b._ap(loc=loc), "op": alu_op},
+            loc,
+            reads=[a, b],
+            writes=[o],
+            fresh=out,
+            box=box,
+        )
         return out
     tile, scal, rev = (x, y, False) if isinstance(x, View) else (y, x, True)
     a = prep(tile, shape, loc)
@@ -423,8 +460,14 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
 
 
 def _is_col(v, shape):
-    return len(shape) == 2 and v.ndim == 2 and v.shape[1] == 1 and shape[1] > 1 and v.shape[0] == shape[0] and (
-        v.base.on_chip)
+    return (
+        len(shape) == 2
+        and v.ndim == 2
+        and v.shape[1] == 1
+        and shape[1] > 1
+        and v.shape[0] == shape[0]
+        and (v.base.on_chip)
+    )
 
 
 def _col_box(box, v):
@@ -564,8 +607,16 @@ def copy(x, *, dtype=None, mask=None, **kwargs):
     if box is None:
         return E.masked_off(out, mask)
     a, o = x.restrict(box), out.restrict(box)
-    emit("vector", "tensor_copy", {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)}, loc, reads=[a], writes=[o],
-         fresh=out, box=box)
+    emit(
+        "vector",
+        "tensor_copy",
+        {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)},
+        loc,
+        reads=[a],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
 
 
@@ -584,6 +635,7 @@ def finfo(dtype):
     if not is_float(d):
         raise NkiError(f"nl.finfo takes a floating dtype, not {d}", caller_loc()[0])
     import ml_dtypes
+
     return ml_dtypes.finfo(d)
 
 
@@ -617,8 +669,14 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     if trn_name(c.dtype) not in ("u8", "u16", "u32", "bool"):
         c = copy(c, dtype=uint8)
     c = c.restrict(box)
-    emit("vector", "tensor_copy_predicated", {"dst": o._ap(loc=loc), "src": xs._ap(loc=loc),
-                                              "predicate": c._ap(loc=loc)}, loc, reads=[xs, c, o], writes=[o])
+    emit(
+        "vector",
+        "tensor_copy_predicated",
+        {"dst": o._ap(loc=loc), "src": xs._ap(loc=loc), "predicate": c._ap(loc=loc)},
+        loc,
+        reads=[xs, c, o],
+        writes=[o],
+    )
     return out
 
 
@@ -672,8 +730,15 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     stat = _on_sbuf(x, loc) if transpose_x else _transpose_to_sbuf(x, loc)
     mov = _on_sbuf(y, loc)
     out = new_tile((stat.shape[1], mov.shape[1]), float32, "psum", loc=loc)
-    emit("tensor", "nc_matmul", {"dst": out._ap(loc=loc), "stationary": stat._ap(loc=loc), "moving": mov._ap(loc=loc)},
-         loc, reads=[stat, mov], writes=[out], fresh=out)
+    emit(
+        "tensor",
+        "nc_matmul",
+        {"dst": out._ap(loc=loc), "stationary": stat._ap(loc=loc), "moving": mov._ap(loc=loc)},
+        loc,
+        reads=[stat, mov],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -685,8 +750,15 @@ def transpose(x, *, dtype=None, mask=None, **kwargs):
     xs = _on_sbuf(x, loc)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile((x.shape[1], x.shape[0]), dt, "psum", loc=loc)
-    emit("tensor", "nc_transpose", {"dst": out._ap(loc=loc), "src": xs._ap(loc=loc)}, loc, reads=[xs], writes=[out],
-         fresh=out)
+    emit(
+        "tensor",
+        "nc_transpose",
+        {"dst": out._ap(loc=loc), "src": xs._ap(loc=loc)},
+        loc,
+        reads=[xs],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -708,9 +780,22 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
     m = _reduce("max", x, 1, float32, None, True, loc, negate=True)
     e = new_tile(x.shape, float32, loc=loc)
     s = new_tile((P, 1), float32, loc=loc)
-    emit("scalar", "activation", {"dst": e._ap(loc=loc), "func": "exp", "src": x._ap(loc=loc),
-                                  "bias": scalar_operand(m, loc), "scale": {"imm": 1.0}, "acc": "reset_reduce",
-                                  "reduce_res": s._ap(loc=loc)}, loc, reads=[x], writes=[e, s])
+    emit(
+        "scalar",
+        "activation",
+        {
+            "dst": e._ap(loc=loc),
+            "func": "exp",
+            "src": x._ap(loc=loc),
+            "bias": scalar_operand(m, loc),
+            "scale": {"imm": 1.0},
+            "acc": "reset_reduce",
+            "reduce_res": s._ap(loc=loc),
+        },
+        loc,
+        reads=[x],
+        writes=[e, s],
+    )
     r = _unary_vec("reciprocal", s, float32, None, loc)
     return _binary("multiply", e, r, dt, None, loc)
 
@@ -725,13 +810,37 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
     P = x.shape[0]
     sq = new_tile(x.shape, float32, loc=loc)
     s = new_tile((P, 1), float32, loc=loc)
-    emit("scalar", "activation", {"dst": sq._ap(loc=loc), "func": "square", "src": x._ap(loc=loc),
-                                  "scale": {"imm": 1.0}, "acc": "reset_reduce", "reduce_res": s._ap(loc=loc)}, loc,
-         reads=[x], writes=[sq, s])
+    emit(
+        "scalar",
+        "activation",
+        {
+            "dst": sq._ap(loc=loc),
+            "func": "square",
+            "src": x._ap(loc=loc),
+            "scale": {"imm": 1.0},
+            "acc": "reset_reduce",
+            "reduce_res": s._ap(loc=loc),
+        },
+        loc,
+        reads=[x],
+        writes=[sq, s],
+    )
     ms = new_tile((P, 1), float32, loc=loc)
-    emit("vector", "tensor_scalar", {"dst": ms._ap(loc=loc), "src": s._ap(loc=loc), "op0": "multiply",
-                                     "operand0": {"imm": 1.0 / float(n)}, "op1": "add",
-                                     "operand1": {"imm": float(epsilon)}}, loc, reads=[s], writes=[ms])
+    emit(
+        "vector",
+        "tensor_scalar",
+        {
+            "dst": ms._ap(loc=loc),
+            "src": s._ap(loc=loc),
+            "op0": "multiply",
+            "operand0": {"imm": 1.0 / float(n)},
+            "op1": "add",
+            "operand1": {"imm": float(epsilon)},
+        },
+        loc,
+        reads=[s],
+        writes=[ms],
+    )
     r = _activation("rsqrt", ms, float32, None, loc)
     y = _binary("multiply", x, r, float32, None, loc)
     return _binary("multiply", y, w, dtype or x.dtype, None, loc)
@@ -740,14 +849,20 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     """VectorE `dropout` (trnsim's documented generator; no 1/(1-rate) rescaling, as the ISA)."""
     from . import isa
+
     return isa.dropout(x, rate, dtype=dtype, mask=mask)
 
 
 def random_seed(seed, **kwargs):
     """VectorE `set_rng_seed`."""
     loc = caller_loc()[0]
-    emit("vector", "set_rng_seed", {"seed": scalar_operand(seed, loc)}, loc,
-         reads=[seed] if isinstance(seed, View) else [])
+    emit(
+        "vector",
+        "set_rng_seed",
+        {"seed": scalar_operand(seed, loc)},
+        loc,
+        reads=[seed] if isinstance(seed, View) else [],
+    )
 
 
 def rand(shape, dtype=float32, **kwargs):
@@ -757,17 +872,30 @@ def rand(shape, dtype=float32, **kwargs):
     bits = new_tile(shape, uint32, loc=loc)
     emit("vector", "rng", {"dst": bits._ap(loc=loc)}, loc, writes=[bits])
     sh = new_tile(shape, uint32, loc=loc)
-    emit("vector", "tensor_scalar", {"dst": sh._ap(loc=loc), "src": bits._ap(loc=loc), "op0": "logical_shift_right",
-                                     "operand0": {"imm": 8.0}}, loc, reads=[bits], writes=[sh])
-    return _binary("multiply", sh, 2.0 ** -24, dtype, None, loc)
+    emit(
+        "vector",
+        "tensor_scalar",
+        {"dst": sh._ap(loc=loc), "src": bits._ap(loc=loc), "op0": "logical_shift_right", "operand0": {"imm": 8.0}},
+        loc,
+        reads=[bits],
+        writes=[sh],
+    )
+    return _binary("multiply", sh, 2.0**-24, dtype, None, loc)
 
 
 def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
     """GpSimd `nc_n_gather`: per partition, data's free elements flattened, taken at indices."""
     loc = caller_loc()[0]
     out = new_tile(indices.shape, data.dtype, loc=loc)
-    emit("gpsimd", "n_gather", {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "indices": indices._ap(loc=loc)},
-         loc, reads=[data, indices], writes=[out], fresh=out)
+    emit(
+        "gpsimd",
+        "n_gather",
+        {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "indices": indices._ap(loc=loc)},
+        loc,
+        reads=[data, indices],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -819,8 +947,8 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
     n = f // chunk
     stats = new_tile((x.shape[0], 6 * n), float32, loc=loc)
     for c in builtins.range(n):
-        s = x[:, c * chunk:(c + 1) * chunk]
-        d = stats[:, 6 * c:6 * c + 6]
+        s = x[:, c * chunk : (c + 1) * chunk]
+        d = stats[:, 6 * c : 6 * c + 6]
         emit("vector", "bn_stats", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[d])
     mv = new_tile((x.shape[0], 2), float32, loc=loc)
     emit("vector", "bn_aggr", {"dst": mv._ap(loc=loc), "src": stats._ap(loc=loc)}, loc, reads=[stats], writes=[mv])
@@ -844,9 +972,12 @@ class LoopReduce:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        raise NkiError("the value of nl.loop_reduce must be assigned into its destination tile "
-                       "(`dst[...] = nl.loop_reduce(x, op=..., loop_indices=...)`): the destination is the "
-                       "reduction's other operand", self.__dict__.get("loc"))
+        raise NkiError(
+            "the value of nl.loop_reduce must be assigned into its destination tile "
+            "(`dst[...] = nl.loop_reduce(x, op=..., loop_indices=...)`): the destination is the "
+            "reduction's other operand",
+            self.__dict__.get("loc"),
+        )
 
 
 def loop_reduce(x, op, loop_indices=None, *, dtype=None, mask=None, **kwargs):
@@ -860,8 +991,9 @@ def loop_reduce(x, op, loop_indices=None, *, dtype=None, mask=None, **kwargs):
 
 
 def all_reduce(*args, **kwargs):
-    raise NkiError("nl.all_reduce (collectives) is not supported by the trnsim front-end (docs/nki.md)",
-                   caller_loc()[0])
+    raise NkiError(
+        "nl.all_reduce (collectives) is not supported by the trnsim front-end (docs/nki.md)", caller_loc()[0]
+    )
 
 
 def _unsupported(name, why):
@@ -898,17 +1030,17 @@ def _round_kind(name, x, dtype, mask, loc):
     ac = _binary("min", a, _TWO23, f, mask, loc)
     r = _binary("add", ac, _TWO23, f, mask, loc)
     r = _binary("subtract", r, _TWO23, f, mask, loc)
-    big = _binary("is_ge", a, _TWO23, f, mask, loc)      # 1.0 where |x| >= 2^23
-    small = _binary("is_lt", a, _TWO23, f, mask, loc)    # 1.0 where |x| <  2^23 (0 for NaN)
+    big = _binary("is_ge", a, _TWO23, f, mask, loc)  # 1.0 where |x| >= 2^23
+    small = _binary("is_lt", a, _TWO23, f, mask, loc)  # 1.0 where |x| <  2^23 (0 for NaN)
     r = _binary("multiply", r, small, f, mask, loc)
-    keep = _binary("multiply", a, big, f, mask, loc)     # |x| where it is already an integer
+    keep = _binary("multiply", a, big, f, mask, loc)  # |x| where it is already an integer
     r = _binary("add", r, keep, f, mask, loc)
     # (NaN: a·big is NaN·0 = NaN, so r and everything after it stay NaN; ±inf: r = |x| = inf)
     over = _binary("is_gt", r, a, f, mask, loc)
-    t = _binary("subtract", r, over, f, mask, loc)       # floor(|x|)
+    t = _binary("subtract", r, over, f, mask, loc)  # floor(|x|)
     neg = _binary("is_lt", x, 0.0, f, mask, loc)
     sg = _binary("subtract", 1.0, _binary("multiply", neg, 2.0, f, mask, loc), f, mask, loc)  # ±1
-    t = _binary("multiply", t, sg, f, mask, loc)         # trunc(x)
+    t = _binary("multiply", t, sg, f, mask, loc)  # trunc(x)
     if name == "trunc":
         return copy(t, dtype=out_dt, mask=mask)
     if name == "floor":
@@ -946,8 +1078,11 @@ def _int_remainder(name, x, y, dtype, mask, loc):
     if y == 0:
         raise NkiError(f"nl.{name} by zero", loc)
     if builtins.abs(y) >= _INT_EXACT:
-        raise NkiError(f"nl.{name} by {y}: the trnsim front-end takes an integer divisor below 2^24 in "
-                       "magnitude (an exact fp32 immediate)", loc)
+        raise NkiError(
+            f"nl.{name} by {y}: the trnsim front-end takes an integer divisor below 2^24 in "
+            "magnitude (an exact fp32 immediate)",
+            loc,
+        )
     i32 = as_dtype(np.int32)
     f = float32
     inv = float(np.float32(1.0) / np.float32(y))
@@ -967,29 +1102,35 @@ def _int_remainder(name, x, y, dtype, mask, loc):
     else:
         hi = _binary("is_le", r, y, i32, mask, loc, engine="gpsimd")
         lo = _binary("is_gt", r, 0, i32, mask, loc, engine="gpsimd")
-    r = _binary("subtract", r, _binary("multiply", hi, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc,
-                engine="gpsimd")
-    r = _binary("add", r, _binary("multiply", lo, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc,
-                engine="gpsimd")
+    r = _binary(
+        "subtract", r, _binary("multiply", hi, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc, engine="gpsimd"
+    )
+    r = _binary("add", r, _binary("multiply", lo, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc, engine="gpsimd")
     if name == "fmod":
         # the dividend's sign: where r != 0 and x's sign differs from y's, fmod = mod - y
-        xs = _binary("is_lt", x, 0, i32, mask, loc, engine="gpsimd") if y > 0 else \
-            _binary("is_gt", x, 0, i32, mask, loc, engine="gpsimd")
+        xs = (
+            _binary("is_lt", x, 0, i32, mask, loc, engine="gpsimd")
+            if y > 0
+            else _binary("is_gt", x, 0, i32, mask, loc, engine="gpsimd")
+        )
         nz = _binary("not_equal", r, 0, i32, mask, loc, engine="gpsimd")
         fix = _binary("multiply", xs, nz, i32, mask, loc, engine="gpsimd")
-        r = _binary("subtract", r, _binary("multiply", fix, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc,
-                    engine="gpsimd")
+        r = _binary(
+            "subtract", r, _binary("multiply", fix, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc, engine="gpsimd"
+        )
     out_dt = as_dtype(dtype) if dtype is not None else x.dtype
     return r if out_dt == i32 else copy(r, dtype=out_dt, mask=mask)
 
 
 def _remainder(name, x, y, dtype, mask, loc):
-    if isinstance(x, View) and not is_float(x.dtype) and isinstance(y, (int, np.integer)) \
-            and not isinstance(y, bool):
+    if isinstance(x, View) and not is_float(x.dtype) and isinstance(y, (int, np.integer)) and not isinstance(y, bool):
         return _int_remainder(name, E.column(x), y, dtype, mask, loc)
-    raise NkiError(f"nl.{name} of a floating-point tile, or by a tile divisor, is not supported by the trnsim "
-                   "front-end: the ALU has no remainder operator and no exact composition of a floating remainder "
-                   "is implemented; an integer tile by an integer constant is (computed exactly, docs/nki.md)", loc)
+    raise NkiError(
+        f"nl.{name} of a floating-point tile, or by a tile divisor, is not supported by the trnsim "
+        "front-end: the ALU has no remainder operator and no exact composition of a floating remainder "
+        "is implemented; an integer tile by an integer constant is (computed exactly, docs/nki.md)",
+        loc,
+    )
 
 
 def mod(x, y, *, dtype=None, mask=None, **kwargs):

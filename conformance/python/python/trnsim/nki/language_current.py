@@ -41,12 +41,16 @@ def _int_bound(v, what, loc):
     if isinstance(v, bool) or not isinstance(v, int):
         try:
             import numpy as np
+
             if isinstance(v, np.integer):
                 return int(v)
         except ImportError:  # pragma: no cover
             pass
-        raise NkiError(f"nl.fori_loop {what}={v!r}: trnsim takes integer loop bounds; a bound held in a register "
-                       "(VirtualRegister) needs the register model, which trnsim does not simulate yet", loc)
+        raise NkiError(
+            f"nl.fori_loop {what}={v!r}: trnsim takes integer loop bounds; a bound held in a register "
+            "(VirtualRegister) needs the register model, which trnsim does not simulate yet",
+            loc,
+        )
     return v
 
 
@@ -62,14 +66,20 @@ def fori_loop(lower, upper, body_fun, step=1):
 
 
 def while_loop(init, body_fun):
-    raise NkiError("nl.while_loop loops on a register condition (VirtualRegister): trnsim does not simulate the "
-                   "register model yet", caller_loc()[0])
+    raise NkiError(
+        "nl.while_loop loops on a register condition (VirtualRegister): trnsim does not simulate the "
+        "register model yet",
+        caller_loc()[0],
+    )
 
 
 def dynamic_range(*args, **kwargs):
-    raise NkiError("nl.dynamic_range iterates a register (deprecated since NKI 0.6 for nl.fori_loop): trnsim does "
-                   "not simulate the register model yet; loops with integer bounds work as Python range or "
-                   "nl.fori_loop", caller_loc()[0])
+    raise NkiError(
+        "nl.dynamic_range iterates a register (deprecated since NKI 0.6 for nl.fori_loop): trnsim does "
+        "not simulate the register model yet; loops with integer bounds work as Python range or "
+        "nl.fori_loop",
+        caller_loc()[0],
+    )
 
 
 while_loop._trnsim_refused = dynamic_range._trnsim_refused = "needs the register model"
