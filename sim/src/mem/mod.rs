@@ -41,7 +41,7 @@ impl OnChip {
     ) -> Self {
         let n = partitions * partition_bytes;
         let (data, written) = match spare {
-            Some((d, w)) => (zeroed(d, n), zeroed(w, n)),
+            Some((d, w)) => (resized(d, n), resized(w, n)),
             None => (vec![0; n], vec![0; n]),
         };
         OnChip {
@@ -55,11 +55,11 @@ impl OnChip {
     }
 }
 
-/// `n` zero bytes in `v`'s allocation when it is large enough (a memset over pages already
-/// mapped), else a fresh zeroed allocation (`vec![0; n]`: pages are only touched when used).
-fn zeroed(mut v: Vec<u8>, n: usize) -> Vec<u8> {
+/// `n` zero bytes from an all-zero buffer (an [`Arena`]'s): truncated, or extended with zeros
+/// when its allocation is large enough; else a fresh zeroed allocation (`vec![0; n]`: pages are
+/// only touched when used).
+fn resized(mut v: Vec<u8>, n: usize) -> Vec<u8> {
     if v.capacity() >= n {
-        v.clear();
         v.resize(n, 0);
         v
     } else {
@@ -67,12 +67,34 @@ fn zeroed(mut v: Vec<u8>, n: usize) -> Vec<u8> {
     }
 }
 
+/// Zeroes the bytes of `chip` a run wrote, so that its buffers are all zero again: in each
+/// partition, from the first to the last byte its written map marks. Data bytes change only
+/// where the written map marks them (every write marks what it writes), so this is exact.
+fn clean(chip: &mut OnChip) {
+    let pb = chip.partition_bytes;
+    if pb == 0 {
+        return;
+    }
+    let nonzero = |c: &[u8]| c.iter().any(|&b| b != 0);
+    for p in 0..chip.partitions {
+        let row = &chip.written[p * pb..(p + 1) * pb];
+        // whole 64-byte blocks first (a vectorised scan), then the bytes of the edge blocks
+        let Some(first) = row.chunks(64).position(nonzero) else {
+            continue;
+        };
+        let last = row.chunks(64).rposition(nonzero).unwrap_or(first);
+        let (lo, hi) = (p * pb + first * 64, p * pb + ((last + 1) * 64).min(pb));
+        chip.data[lo..hi].fill(0);
+        chip.written[lo..hi].fill(0);
+    }
+}
+
 /// SBUF and PSUM buffers kept between runs (a session's: performance only). A run allocates the
 /// on-chip memories its program reaches; freed, glibc returns such large blocks to the OS, and the
 /// next run page-faults them in again, which cost several times the simulation of a small
-/// program (a compiled GPT-2 block: 26 MB of SBUF/PSUM data and written maps per run). Kept, the
-/// next run only zeroes them. Contents never carry over: every run starts from zeroed, unwritten
-/// memory, as with fresh buffers.
+/// program (a compiled GPT-2 block: 26 MB of SBUF/PSUM data and written maps per run). Kept,
+/// they are zeroed where the run wrote ([`Arena::recycle`]). Contents never carry over: every
+/// run starts from zeroed, unwritten memory, as with fresh buffers (debug builds check it).
 #[derive(Debug, Default)]
 pub struct Arena {
     sbuf: Option<(Vec<u8>, Vec<u8>)>,
@@ -80,9 +102,19 @@ pub struct Arena {
 }
 
 impl Arena {
-    /// Keeps `mem`'s SBUF and PSUM buffers for the next run.
+    /// Keeps `mem`'s SBUF and PSUM buffers for the next run, zeroed where the run wrote.
     pub fn recycle(&mut self, mem: Memories) {
-        let Memories { sbuf, psum, .. } = mem;
+        let Memories { mut sbuf, mut psum, .. } = mem;
+        clean(&mut sbuf);
+        clean(&mut psum);
+        debug_assert!(
+            sbuf.data.iter().chain(&sbuf.written).all(|&b| b == 0),
+            "SBUF left dirty"
+        );
+        debug_assert!(
+            psum.data.iter().chain(&psum.written).all(|&b| b == 0),
+            "PSUM left dirty"
+        );
         self.sbuf = Some((sbuf.data, sbuf.written));
         self.psum = Some((psum.data, psum.written));
     }
