@@ -21,6 +21,9 @@ bytes at different times, as it orders any two accesses of the same bytes.
 """
 
 import bisect
+import inspect
+import os
+import sys
 
 import numpy as np
 
@@ -170,13 +173,47 @@ def psum_mod_alloc(base_bank=0, base_addr=0, base_partition=0, num_bank_tiles=()
     return DirectAlloc("psum", func, f"ncc.psum.mod_alloc(base_bank={base_bank})")
 
 
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the trnsim package
+
+
+def _declaration_site():
+    """The chain of source lines outside trnsim (the kernel's, and its callers') at which a tensor
+    is being declared: the same chain names the same declaration of the kernel's source."""
+    f = sys._getframe(1)
+    site = []
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_PKG_DIR):
+            site.append((fn, f.f_lineno))
+        f = f.f_back
+    return tuple(site)
+
+
+def _traced_once_placement(st, buffer):
+    """Legacy NKI traces a kernel's Python once: a loop body runs once, for all its iterations, so
+    a tensor declared in it is one declaration, and Python arithmetic that computes its address
+    (a running offset the body advances, as AWS's allocated kernels keep) runs once. trnsim
+    unrolls loops, so it runs that arithmetic once per iteration; to place the tensor where the
+    compiler would, a declaration reached again (same source lines, same shape, dtype and
+    memory) takes the direct placement its first time through computed."""
+    from ._core import Tracer
+
+    t = Tracer.current()
+    if getattr(t, "api", None) != "legacy":
+        return buffer
+    seen = t.__dict__.setdefault("direct_sites", {})
+    key = (_declaration_site(), st.shape, str(st.dtype), st.buffer)
+    first = seen.setdefault(key, buffer)
+    return first
+
+
 def direct(view, buffer, address, loc):
     """The `nl.ndarray` hook: remember where the kernel places this tile, if it says."""
     st = view.base._rec
     if isinstance(buffer, DirectAlloc):
         if address is not None:
             raise NkiError("nl.ndarray: give either address= or a direct-allocation buffer=, not both", loc)
-        st.placement = ("func", buffer)
+        st.placement = ("func", _traced_once_placement(st, buffer))
     elif address is not None:
         a = tuple(address) if isinstance(address, (tuple, list)) else (address,)
         if len(a) != 2 or not all(isinstance(x, (int, np.integer)) for x in a):
@@ -372,6 +409,18 @@ def _block_index(st, b):
     return tuple(reversed(idx))
 
 
+def _call_alloc_func(func, idx, pdim_size, fdim_size):
+    """Call an allocation function as the NKI docs describe it: by the parameter names `idx`,
+    `pdim_size` and `fdim_size` when it has them (a `functools.partial` that binds a leading
+    parameter by keyword can only take the rest by keyword), else positionally."""
+    kw = {"idx": idx, "pdim_size": pdim_size, "fdim_size": fdim_size}
+    try:
+        inspect.signature(func).bind(**kw)
+    except (TypeError, ValueError):
+        return func(idx, pdim_size, fdim_size)
+    return func(**kw)
+
+
 def _place_direct(u, placement, lim, b, nb):
     st = u.st
     kind, what = placement
@@ -382,7 +431,7 @@ def _place_direct(u, placement, lim, b, nb):
     else:
 
         def at(blk):
-            r = what.func(_block_index(st, blk), st.partitions, bb)
+            r = _call_alloc_func(what.func, _block_index(st, blk), st.partitions, bb)
             r = tuple(int(x) for x in r)
             if st.buffer == "sbuf":
                 if len(r) != 2:
@@ -617,12 +666,20 @@ def _first_fit(auto, fixed, cap, lim, buf):
     fstarts = [u.start for u in fixed]
     active = []
     first_end = -1  # the earliest end in `active`: nothing expires before it
+    fnext = 0  # the next direct placement (in start order) not yet live
+    factive = []  # direct placements live at the current unit's start
     for u in auto:
         if first_end < u.start:
             active = [v for v in active if v.end >= u.start]
             first_end = min((v.end for v in active), default=1 << 62)
+        while fnext < len(fixed) and fixed[fnext].start <= u.start:
+            factive.append(fixed[fnext])
+            fnext += 1
+        factive = [v for v in factive if v.end >= u.start]
         p0, p1 = u.p0, u.p1
         taken = [(v.offset, v.offset + v.size) for v in active if v.p0 < p1 and p0 < v.p1]
+        # direct placements already live where this unit starts
+        taken.extend((v.offset, v.offset + v.size) for v in factive if v.p0 < p1 and p0 < v.p1)
         # direct placements that become live while this unit is
         i = bisect.bisect_right(fstarts, u.start)
         while i < len(fixed) and fixed[i].start <= u.end:

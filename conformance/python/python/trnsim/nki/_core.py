@@ -389,10 +389,11 @@ def mask_box(mask, shape):
     """The box [(lo, hi), ...] of `shape` a mask keeps; None when it keeps nothing; the full box when
     the mask is None. A mask that is not a box is unsupported (named in the error)."""
     full = [(0, s) for s in shape]
-    if mask is None or mask is True:
+    if mask is None:
         return full
-    if mask is False:
-        return None
+    if isinstance(mask, (bool, np.bool_)):
+        # a compile-time constant (`mask=i * 128 >= j * 512` of loop indices): all or nothing
+        return full if mask else None
     if not isinstance(mask, Pred):
         raise NkiError(f"mask= must be a predicate on index expressions, got {mask!r}", caller_loc()[0])
     m = mask.evaluate(tuple(shape))
@@ -589,6 +590,7 @@ class Tracer:
         self.hbm = []  # HbmStorage in declaration order
         self.counter = iter(range(1, 1 << 62))
         self.program_id = ()
+        self.undefined_read = None  # (storage, loc) of an operand read with no element defined (_emit.emit)
         self.grid = ()
         self.instance = 0
         self.shared_by_ordinal = {}
@@ -747,6 +749,14 @@ class View:
             i = key.index(Ellipsis)
             fill = self.ndim - (len(key) - 1)
             key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+        if len(key) == 2 and self.ndim == 1 and self.base.on_chip:
+            # `t[:, j]` of a tile is one element per partition, the [P, 1] column it is stored as
+            # (NKI keeps the tile two-dimensional), so `t[:, j][:, 0]` indexes that column
+            from ._emit import column
+
+            col = column(self)
+            if col.ndim == 2:
+                return col.index(key)
         if len(key) > self.ndim:
             raise NkiError(f"{len(key)} indices for a tensor of rank {self.ndim}", caller_loc()[0])
         key = tuple(k.as_index() if isinstance(k, DynSlice) else k for k in key)

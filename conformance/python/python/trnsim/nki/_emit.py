@@ -177,7 +177,19 @@ def _cells(v):
     return v.positions()
 
 
-def check_read(v, loc):
+def _undefined_origin(st):
+    o = getattr(st, "undefined_from", None)
+    return (
+        f" (they hold what the instruction at {o[0]} computed from tile {o[1]}, of which nothing was written)"
+        if o
+        else ""
+    )
+
+
+def check_read(v, loc, defer=False):
+    """Refuse a read of on-chip elements nothing wrote. With `defer` (an instruction's operand), a
+    read of which *no* element is defined is not refused here but recorded: `emit` then leaves
+    the instruction out and marks what it would write undefined (see `emit`)."""
     st = storage_of(v.base)
     if not st.on_chip:
         st.read = True
@@ -190,11 +202,31 @@ def check_read(v, loc):
     written = st.written if st.written is not None else np.zeros((st.partitions, st.free_elems), dtype=bool)
     cells = written[p, f]
     if not cells.all():
+        if defer and not cells.any():
+            T().undefined_read = (st, loc)
+            return
         raise NkiError(
             f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
-            f"instruction reads from tile {st.describe()} were never written",
+            f"instruction reads from tile {st.describe()} were never written" + _undefined_origin(st),
             loc,
         )
+
+
+def unmark_write(v, loc, origin):
+    """The elements of on-chip view `v` hold garbage from here on: an instruction whose operand was
+    entirely undefined would have written them (docs/nki.md, Uninitialised memory). `origin` is
+    (line, tile description) of the first read of never-written memory they derive from."""
+    st = storage_of(v.base)
+    st.writes += 1
+    if st.fully_written:
+        st.written = np.ones((st.partitions, st.free_elems), dtype=bool)
+        st.fully_written = False
+    if st.written is None:
+        st.written = np.zeros((st.partitions, st.free_elems), dtype=bool)
+    p, f = _cells(v)
+    st.written[p, f] = False
+    if getattr(st, "undefined_from", None) is None:
+        st.undefined_from = origin
 
 
 def mark_write(v):
@@ -221,7 +253,7 @@ def mark_write(v):
 def scalar_operand(x, loc):
     """An immediate or a [P, 1] tile operand (ScalarOperand JSON)."""
     if isinstance(x, View):
-        check_read(x, loc)
+        check_read(x, loc, defer=True)
         return {"tile": x._ap(loc=loc)}
     if isinstance(x, (bool, np.bool_)):
         return {"imm": 1.0 if x else 0.0}
@@ -233,14 +265,58 @@ def scalar_operand(x, loc):
     return {"imm": v}
 
 
+def masked_off(out, mask):
+    """`out`, the fresh result of an instruction whose `mask=` keeps no element (`mask=False`, or
+    a predicate true nowhere): the instruction does not execute, so it writes nothing, and
+    assigning its result writes nothing either (`dst[...] = op(..., mask=False)` leaves dst as it
+    was, as on a device where a masked-off instruction does not run). A result that is undefined
+    because its inputs are, with a mask that keeps elements, is not marked: copying it stays a
+    read of uninitialised memory."""
+    from ._core import mask_box
+
+    if mask is not None and mask is not True and mask_box(mask, out.shape) is None:
+        storage_of(out.base).masked_off = True
+    return out
+
+
+def is_masked_off(v):
+    """A result `masked_off` marked that no instruction has written since."""
+    if not hasattr(v, "base") or not getattr(v.base, "on_chip", False):
+        return False
+    st = storage_of(v.base)
+    return bool(getattr(st, "masked_off", False)) and st.writes == 0
+
+
 def emit(engine, op, fields, loc, reads=(), writes=(), fresh=None, box=None):
     """Append one instruction: check that `reads` are initialised, then mark `writes` written.
     `fresh`: the result tile the `dst` field writes, which a following `x[...] = result` may
     redirect into `x` (the NKI compiler writes an instruction's result where it is assigned)."""
+    t = T()
     for v in reads:
         if v is not None:
-            check_read(v, loc)
-    ins = T().emit(engine, op, fields, loc)
+            check_read(v, loc, defer=True)
+    pend = getattr(t, "undefined_read", None)
+    t.undefined_read = None
+    if pend is not None and pend[1] == loc:
+        # An operand of which no element is defined: the instruction would compute garbage from
+        # it. On chip that is no error yet: the instruction is left out and the elements it
+        # would write become undefined, so the garbage is refused only where it is used (a
+        # store to HBM, or a read mixing it with defined data), and a kernel that computes on
+        # rows a mask left empty, then stores them masked off, runs as it does on a device.
+        st = pend[0]
+        origin = getattr(st, "undefined_from", None) or (loc, st.describe())
+        ws = [w for w in writes if w is not None]
+        if ws and all(storage_of(w.base).on_chip for w in ws):
+            for w in ws:
+                unmark_write(w, loc, origin)
+            return None
+        # the garbage reaches HBM (or an instruction that writes nothing on chip): refused, at the
+        # line that first read memory nothing wrote
+        where = "" if origin[0] == loc else f"; what that line computed reaches this {op} at {loc}"
+        raise NkiError(
+            f"read of uninitialised memory: tile {origin[1]} is read where nothing was written{where}", origin[0]
+        )
+    ins = t.emit(engine, op, fields, loc)
     for v in writes:
         if v is not None:
             mark_write(v)
@@ -470,8 +546,8 @@ __all__ = ["Aff", "NkiError", "act", "alu", "column", "emit", "new_tile", "prep"
 def narrow(box, views, loc):
     """Element-wise instructions run only where all their inputs are defined (NKI: masked-out
     elements of a fresh tile are undefined, and so is anything computed from them; a later masked
-    store never reads them). Returns the box of `box` where every on-chip input view was written;
-    a read of nothing written, or of a defined region that is not a box, is an error."""
+    store never reads them). Returns the box of `box` where every on-chip input view was written
+    (all of `box` when nothing is: see `emit`); a defined region that is not a box is an error."""
     if box is None:
         return None
     defined = None
@@ -493,11 +569,10 @@ def narrow(box, views, loc):
     if defined is None or defined.all():
         return box
     if not defined.any():
-        bad = next(v for v in views if isinstance(v, View) and v.base.on_chip and not storage_of(v.base).fully_written)
-        raise NkiError(
-            f"read of uninitialised memory: tile {storage_of(bad.base).describe()} is read where nothing was written",
-            loc,
-        )
+        # nothing defined: the whole box is left to `emit`, which leaves out an instruction with an
+        # operand of which no element is defined (its writes become undefined) and refuses one
+        # whose inputs are partly defined, or that writes HBM
+        return box
     nb = []
     for ax in range(defined.ndim):
         other = tuple(i for i in range(defined.ndim) if i != ax)

@@ -83,8 +83,13 @@ def _dt(dtype, x):
     return as_dtype(dtype) if dtype is not None else x.dtype
 
 
+def _mask_off(mask):
+    """A mask that is the constant False: the instruction does not execute."""
+    return isinstance(mask, (bool, np.bool_)) and not mask
+
+
 def _no_mask(mask, name, loc):
-    if mask is not None and mask is not True:
+    if mask is not None and not (isinstance(mask, (bool, np.bool_)) and mask):
         raise NkiError(f"nisa.{name}(mask=) is not supported by the trnsim front-end (docs/nki.md, gaps)", loc)
 
 
@@ -96,7 +101,7 @@ def _box(mask, shape, *views, narrow=()):
     """The mask's box, narrowed to where the element-wise inputs `narrow` are defined."""
     box = E.narrow(mask_box(mask, shape), list(narrow), caller_loc()[0])
     if box is None:
-        return None, None
+        return None, [None] * len(views)
     return box, [None if v is None else v.restrict(box) for v in views]
 
 
@@ -118,6 +123,15 @@ def nc_matmul(
 ):
     """TensorE `nc_matmul`: stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N]."""
     loc = caller_loc()[0]
+    if _mask_off(mask):
+        m = stationary.shape[1] if stationary.ndim >= 2 else 1
+        n = int(np.prod(moving.shape[1:])) if moving.ndim >= 2 else 1
+        shape = (
+            (stationary.shape[0], int(np.prod(stationary.shape[1:])) if stationary.ndim > 1 else 1)[::-1]
+            if is_transpose
+            else (m, n)
+        )
+        return E.masked_off(_fresh(shape, float32, loc, "psum"), mask)
     _no_mask(mask, "nc_matmul", loc)
     if is_transpose:
         return nc_transpose(stationary, engine=engine.tensor)
@@ -133,16 +147,40 @@ def nc_matmul(
     m = stationary.shape[1] if stationary.ndim >= 2 else 1
     n = int(np.prod(moving.shape[1:])) if moving.ndim >= 2 else 1
     out = _fresh((m, n), float32, loc, "psum")
+    # TensorE reads only SBUF: an operand in PSUM (an nc_transpose result, say) is staged to SBUF
+    # first (VectorE tensor_copy), as the kernel would have to on a device
+    stationary, moving = B._on_sbuf(stationary, loc), B._on_sbuf(moving, loc)
+    st, mv, box = _matmul_defined(stationary, moving, out, loc)
+    o = out if box is None else out.restrict(box)
     emit(
         "tensor",
         "nc_matmul",
-        {"dst": out._ap(loc=loc), "stationary": stationary._ap(loc=loc), "moving": moving._ap(loc=loc)},
+        {"dst": o._ap(loc=loc), "stationary": st._ap(loc=loc), "moving": mv._ap(loc=loc)},
         loc,
-        reads=[stationary, moving],
-        writes=[out],
+        reads=[st, mv],
+        writes=[o],
         fresh=out,
+        box=box,
     )
     return out
+
+
+def _matmul_defined(stationary, moving, out, loc):
+    """The columns of `stationary` (result rows) and of `moving` (result columns) that are defined
+    on every contraction row: a matmul over operands whose trailing columns a masked load left
+    undefined computes only the defined part of its result (the rest is undefined, as in NKI; a
+    masked store later skips it). Undefined contraction rows would spoil every result element
+    and are refused (by the read check). Operands of another rank are taken whole."""
+    if stationary.ndim != 2 or moving.ndim != 2:
+        return stationary, moving, None
+    full_s, full_m = [(0, s) for s in stationary.shape], [(0, s) for s in moving.shape]
+    bs = E.narrow(full_s, [stationary], loc)
+    bm = E.narrow(full_m, [moving], loc)
+    if bs == full_s and bm == full_m:
+        return stationary, moving, None
+    if bs[0] != full_s[0] or bm[0] != full_m[0]:
+        return stationary, moving, None  # undefined contraction rows: refused by emit's read check
+    return stationary.restrict(bs), moving.restrict(bm), [bs[1], bm[1]]
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -153,6 +191,9 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
     e = _eng(engine, "vector" if p <= 32 and f <= 32 else "tensor")
     out = _fresh((f, p), _dt(dtype, data), loc, "psum" if e == "tensor" else "sbuf")
+    if _mask_off(mask):
+        return E.masked_off(out, mask)
+    _no_mask(mask, "nc_transpose", loc)
     emit(
         e,
         "nc_transpose",
@@ -180,7 +221,7 @@ def activation(
     b = _bias_tile(bias, data.shape[0], loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, b, scale))
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     if reduce_res is not None and box[1:] != [(0, s) for s in data.shape[1:]]:
         raise NkiError("activation with reduce_res: the reduced free elements must all be defined", loc)
     f = {
@@ -278,7 +319,7 @@ def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unkn
     x, y = E.in_shape(data1, shape, loc), E.in_shape(data2, shape, loc)
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     emit(
         e,
         "tensor_tensor",
@@ -321,7 +362,7 @@ def tensor_scalar(
     out = _fresh(data.shape, _dt(dtype, data), loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     f = {
         "dst": o._ap(loc=loc),
         "src": d._ap(loc=loc),
@@ -349,7 +390,7 @@ def scalar_tensor_tensor(
     x, y = E.in_shape(data, shape, loc), E.in_shape(operand1, shape, loc)
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     f = {
         "dst": o._ap(loc=loc),
         "src": x._ap(loc=loc),
@@ -434,7 +475,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     out = _fresh(src.shape, _dt(dtype, src), loc)
     box, (s, o) = _box(mask, src.shape, src, out, narrow=[src])
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     if e == "scalar" and not E.T().params["scalar_tensor_copy"]:
         emit(
             "scalar",
@@ -487,7 +528,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
     out = _fresh(tuple(shape), as_dtype(dtype), loc)
     box, (o,) = _box(mask, out.shape, out)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     emit(e, "memset", {"dst": o._ap(loc=loc), "value": B._imm(value)}, loc, writes=[o], fresh=out, box=box)
     return out
 
@@ -527,7 +568,6 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     """GpSimd `affine_select`: one comparison `affine cmp value`, rewritten as `v cmp 0` with v affine
     (a < b as b - a > 0)."""
     loc = caller_loc()[0]
-    _no_mask(mask, "affine_select", loc)
     if not isinstance(pred, Pred) or pred.op not in _SEL:
         raise NkiError("affine_select takes one comparison of affine expressions (no '&')", loc)
     cmp, sign = _SEL[pred.op]
@@ -535,26 +575,38 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     if not isinstance(diff, Aff):
         raise NkiError("affine_select predicate has no index expression", loc)
     v = diff * sign
+    on_true_tile = E.column(on_true_tile)
     shape = on_true_tile.shape
     v = v.aligned(len(shape))
     out = _fresh(shape, _dt(dtype, on_true_tile), loc)
-    pattern = [[v.coef[i], shape[i]] for i in range(1, len(shape))]
+    # a mask (a constant, or a box of the tile) restricts the elements the instruction touches;
+    # the affine value is taken at the box's first element, so each element keeps its own value
+    box, (t, o) = _box(mask, shape, on_true_tile, out, narrow=[on_true_tile])
+    if box is None:
+        return E.masked_off(out, mask)
+    if t.base.on_chip and t.base.buffer == "psum":
+        # GpSimd has no access to PSUM: the tile is staged to SBUF first (VectorE tensor_copy)
+        t = B._on_sbuf(t, loc)
+    offset = v.const + sum(c * lo for c, (lo, _) in zip(v.coef, box))
+    sub = [hi - lo for lo, hi in box]
+    pattern = [[v.coef[i], sub[i]] for i in range(1, len(shape))]
     emit(
         "gpsimd",
         "affine_select",
         {
-            "dst": out._ap(loc=loc),
-            "on_true": on_true_tile._ap(loc=loc),
+            "dst": o._ap(loc=loc),
+            "on_true": t._ap(loc=loc),
             "on_false": B._imm(on_false_value),
-            "offset": v.const,
+            "offset": offset,
             "channel_multiplier": v.coef[0],
             "pattern": pattern,
             "cmp": cmp,
         },
         loc,
-        reads=[on_true_tile],
-        writes=[out],
+        reads=[t],
+        writes=[o],
         fresh=out,
+        box=box,
     )
     return out
 
@@ -566,7 +618,7 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs):
     out = _fresh((data.shape[0], 6), _dt(dtype, data), loc)
     box = mask_box(mask, data.shape)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     narrowed = E.narrow(box, [data], loc)  # rows a masked load left undefined are skipped, as in NKI
     if narrowed[1:] != box[1:]:
         raise NkiError("read of uninitialised memory: bn_stats reads free elements that were never written", loc)
