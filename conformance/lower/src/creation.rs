@@ -39,8 +39,8 @@
 //! it into that instruction before the program runs (`backend::lowering::bind_rng_seed`), as a
 //! runtime sets the device generator from `torch.manual_seed`.
 
-use super::binary::{dev, dma};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
+use super::binary::dev;
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{TensorMeta, Value};
 use crate::dtype::TorchDType;
@@ -129,7 +129,7 @@ impl Builder {
             operand1: op1.map(|o| ScalarOperand::Imm(o.1)),
             reverse1: false,
         });
-        self.e.push(eng, op, &[src.slot], &[dst.slot]);
+        self.e.push(eng, op);
     }
 
     fn tt(&mut self, eng: Engine, job: &TileJob, dst: Buf, a: Buf, b: Buf, op: AluOp) {
@@ -139,7 +139,7 @@ impl Builder {
             in1: b.flat(job),
             op,
         });
-        self.e.push(eng, op, &[a.slot, b.slot], &[dst.slot]);
+        self.e.push(eng, op);
     }
 
     fn copy(&mut self, job: &TileJob, dst: Buf, src: Buf) {
@@ -147,7 +147,7 @@ impl Builder {
             dst: dst.flat(job),
             src: src.flat(job),
         });
-        self.e.push(Engine::Vector, op, &[src.slot], &[dst.slot]);
+        self.e.push(Engine::Vector, op);
     }
 
     fn memset(&mut self, job: &TileJob, dst: Buf, value: f64) {
@@ -157,27 +157,17 @@ impl Builder {
                 dst: dst.flat(job),
                 value,
             }),
-            &[],
-            &[dst.slot],
         );
     }
 
     fn load(&mut self, job: &TileJob, operand: usize, name: &str, dst: Buf) {
-        self.e.push(
-            Engine::Dma,
-            dma(dst.shaped(job), job.hbm_ap(operand, name, dst.dtype)),
-            &[],
-            &[dst.slot],
-        );
+        self.e
+            .push(Engine::Dma, dma(dst.shaped(job), job.hbm_ap(operand, name, dst.dtype)));
     }
 
     fn store(&mut self, job: &TileJob, operand: usize, name: &str, src: Buf) {
-        self.e.push(
-            Engine::Dma,
-            dma(job.hbm_ap(operand, name, src.dtype), src.shaped(job)),
-            &[src.slot],
-            &[],
-        );
+        self.e
+            .push(Engine::Dma, dma(job.hbm_ap(operand, name, src.dtype), src.shaped(job)));
     }
 
     fn seed(&mut self) {
@@ -186,14 +176,11 @@ impl Builder {
             Op::SetRngSeed(SetRngSeed {
                 seed: ScalarOperand::Imm(RNG_SEED),
             }),
-            &[],
-            &[],
         );
     }
 
     fn rng(&mut self, job: &TileJob, dst: Buf) {
-        self.e
-            .push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }), &[], &[dst.slot]);
+        self.e.push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }));
     }
 
     /// A float constant into `dst` (any dtype: cast on write). NaN and ±inf are made on the
@@ -581,7 +568,7 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
             channel_multiplier: cm as i64,
             pattern,
         });
-        b.e.push(Engine::Gpsimd, op, &[], &[dst.slot]);
+        b.e.push(Engine::Gpsimd, op);
         if !exact {
             b.ts2(
                 Engine::Vector,
@@ -919,10 +906,8 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                     dst: bias_ap.clone(),
                     value: -PI_DOWN,
                 }),
-                &[],
-                &[bias.slot],
             );
-            act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some((bias_ap, bias.slot)));
+            act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some(bias_ap));
             b.tt(v, job, res, u, w, AluOp::Multiply);
         }
         b.store(job, 0, out, res);
@@ -930,29 +915,17 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
     Ok(b.finish())
 }
 
-fn act(
-    b: &mut Builder,
-    job: &TileJob,
-    dst: Buf,
-    func: ActFunc,
-    src: Buf,
-    scale: f64,
-    bias: Option<(AccessPattern, Slot)>,
-) {
-    let mut reads = vec![src.slot];
-    if let Some((_, s)) = &bias {
-        reads.push(*s);
-    }
+fn act(b: &mut Builder, job: &TileJob, dst: Buf, func: ActFunc, src: Buf, scale: f64, bias: Option<AccessPattern>) {
     let op = Op::Activation(Activation {
         dst: dst.flat(job),
         func,
         src: src.flat(job),
-        bias: bias.map(|(ap, _)| ScalarOperand::Tile(ap)),
+        bias: bias.map(ScalarOperand::Tile),
         scale: ScalarOperand::Imm(scale),
         acc: Default::default(),
         reduce_res: None,
     });
-    b.e.push(Engine::Scalar, op, &reads, &[dst.slot]);
+    b.e.push(Engine::Scalar, op);
 }
 
 /// Largest n: the broadcast key row and the comparison result (4 bytes each per element) stay
@@ -1024,8 +997,6 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         Op::Rng(Rng {
             dst: ap(DType::U32, r, f),
         }),
-        &[],
-        &[r],
     );
     b.e.push(
         v,
@@ -1035,8 +1006,6 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             AluOp::LogicalShiftRight,
             (32 - bits) as f64,
         ),
-        &[r],
-        &[k],
     );
     b.e.push(
         g,
@@ -1046,14 +1015,10 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             channel_multiplier: f as i64,
             pattern: vec![[1, f as i64]],
         }),
-        &[],
-        &[j],
     );
     b.e.push(
         g,
         ts(ap(DType::I32, k, f), ap(DType::I32, k, f), AluOp::Multiply, n as f64),
-        &[k],
-        &[k],
     );
     b.e.push(
         g,
@@ -1063,8 +1028,6 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             in1: ap(DType::I32, j, f),
             op: AluOp::Add,
         }),
-        &[k, j],
-        &[r],
     );
     // Padding (j ≥ n): v = n − 1 − j < 0 → the key int32::MAX, not below any real key.
     b.e.push(
@@ -1078,15 +1041,13 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             pattern: vec![[-1, f as i64]],
             cmp: CmpOp::GreaterEqual,
         }),
-        &[r],
-        &[k],
     );
     // All keys, broadcast to every partition through HBM.
     let keys_hbm = AccessPattern::hbm(keys_name, DType::I32, 0, p, f as i64, vec![[1, f as i64]]);
     // (Store and reload are on the one DMA queue, so they run in order.)
-    b.e.push(Engine::Dma, dma(keys_hbm, ap(DType::I32, k, f)), &[k], &[]);
+    b.e.push(Engine::Dma, dma(keys_hbm, ap(DType::I32, k, f)));
     let row = AccessPattern::hbm(keys_name, DType::I32, 0, p, 0, vec![[1, n as i64]]);
-    b.e.push(Engine::Dma, dma(ap(DType::I32, bc, n), row), &[], &[bc]);
+    b.e.push(Engine::Dma, dma(ap(DType::I32, bc, n), row));
     // rank[i] = #{j : key_j < key_i}: exact int32 comparisons on GpSimd, the 0/1 sum on VectorE.
     for c in 0..f {
         let key = AccessPattern::sbuf(DType::I32, 0, p, k.offset + (4 * c) as u64, vec![[1, 1]]);
@@ -1101,7 +1062,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             operand1: None,
             reverse1: false,
         };
-        b.e.push(g, Op::TensorScalar(lt), &[bc, k], &[junk]);
+        b.e.push(g, Op::TensorScalar(lt));
         let sum = TensorReduce {
             dst: res,
             src: ap(DType::I32, junk, n),
@@ -1109,7 +1070,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             axes: 1,
             negate: false,
         };
-        b.e.push(v, Op::TensorReduce(sum), &[junk], &[rank]);
+        b.e.push(v, Op::TensorReduce(sum));
     }
     b.e.push(
         v,
@@ -1117,20 +1078,18 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             dst: ap(out_dev, ranki, f),
             src: ap(DType::F32, rank, f),
         }),
-        &[rank],
-        &[ranki],
     );
     let full = n / f;
     let rest = n % f;
     if full > 0 {
         let dst = AccessPattern::hbm(out, out_dev, 0, full, f as i64, vec![[1, f as i64]]);
         let src = AccessPattern::sbuf(out_dev, 0, full, ranki.offset, vec![[1, f as i64]]);
-        b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
+        b.e.push(Engine::Dma, dma(dst, src));
     }
     if rest > 0 {
         let dst = AccessPattern::hbm(out, out_dev, (full * f) as u64, 1, 0, vec![[1, rest as i64]]);
         let src = AccessPattern::sbuf(out_dev, full, 1, ranki.offset, vec![[1, rest as i64]]);
-        b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
+        b.e.push(Engine::Dma, dma(dst, src));
     }
     Ok(b.finish())
 }
@@ -1180,7 +1139,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 src: ones.flat(job),
                 prob: ScalarOperand::Imm(p),
             });
-            b.e.push(v, op, &[ones.slot], &[m.slot]);
+            b.e.push(v, op);
             let op = Op::ScalarTensorTensor(ScalarTensorTensor {
                 dst: res.flat(job),
                 src: x.flat(job),
@@ -1191,7 +1150,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 reverse0: false,
                 reverse1: false,
             });
-            b.e.push(v, op, &[x.slot, m.slot], &[res.slot]);
+            b.e.push(v, op);
         } else {
             b.copy(job, res, x);
             b.memset(job, m, 1.0);
@@ -1250,7 +1209,9 @@ mod tests {
         }
 
         fn run(&self, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
-            let l = lower(&self.req(), TargetName::Trn1).expect("lowers");
+            let l = lower(&self.req(), TargetName::Trn1)
+                .map(crate::schedule)
+                .expect("lowers");
             let inputs = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
             Executor::new(TargetName::Trn1)
                 .run(&l.program, &inputs)
@@ -1343,7 +1304,9 @@ mod tests {
             &[("input.0", TensorMeta::contiguous(F32, &[1, 1]))],
         );
         c.outputs = vec![super::super::OutputSlot::NonTensor];
-        let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1).unwrap();
+        let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1)
+            .map(crate::schedule)
+            .unwrap();
         assert!(l.program.instructions.iter().any(|i| i.engine.is_compute()));
         let inputs = [("input.0".to_string(), HostTensor::from_f32(&[1, 1], &[-2.5]))]
             .into_iter()
