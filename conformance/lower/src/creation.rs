@@ -40,7 +40,7 @@
 //! runtime sets the device generator from `torch.manual_seed`.
 
 use super::binary::dev;
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
+use super::tile::{self, Emitter, Region, SbufAllocator, Scalar, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{TensorMeta, Value};
 use crate::dtype::TorchDType;
@@ -113,35 +113,6 @@ impl Builder {
 
     // --- instruction helpers (all elementwise over one tile job) ---
 
-    fn ts(&mut self, eng: Engine, job: &TileJob, dst: Buf, src: Buf, op: AluOp, v: f64) {
-        self.ts2(eng, job, dst, src, op, v, None);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn ts2(&mut self, eng: Engine, job: &TileJob, dst: Buf, src: Buf, op: AluOp, v: f64, op1: Option<(AluOp, f64)>) {
-        let op = Op::TensorScalar(TensorScalar {
-            dst: dst.flat(job),
-            src: src.flat(job),
-            op0: op,
-            operand0: ScalarOperand::Imm(v),
-            reverse0: false,
-            op1: op1.map(|o| o.0),
-            operand1: op1.map(|o| ScalarOperand::Imm(o.1)),
-            reverse1: false,
-        });
-        self.e.push(eng, op);
-    }
-
-    fn tt(&mut self, eng: Engine, job: &TileJob, dst: Buf, a: Buf, b: Buf, op: AluOp) {
-        let op = Op::TensorTensor(TensorTensor {
-            dst: dst.flat(job),
-            in0: a.flat(job),
-            in1: b.flat(job),
-            op,
-        });
-        self.e.push(eng, op);
-    }
-
     fn copy(&mut self, job: &TileJob, dst: Buf, src: Buf) {
         let op = Op::TensorCopy(TensorCopy {
             dst: dst.flat(job),
@@ -188,7 +159,14 @@ impl Builder {
     fn memset_float(&mut self, job: &TileJob, dst: Buf, v: f64) {
         if v.is_nan() {
             self.memset(job, dst.as_(DType::F32), 1e39);
-            self.ts(Engine::Vector, job, dst, dst.as_(DType::F32), AluOp::Subtract, 1e39);
+            self.e.tensor_scalar(
+                Engine::Vector,
+                dst.flat(job),
+                dst.as_(DType::F32).flat(job),
+                AluOp::Subtract,
+                Scalar::Imm(1e39),
+                None,
+            );
         } else if v.is_infinite() {
             self.memset(job, dst, v.signum() * 1e39);
         } else {
@@ -205,24 +183,43 @@ impl Builder {
         if src.dtype == dst.dtype {
             self.copy(job, dst, src);
         } else if to == TorchDType::Bool {
-            self.ts(v, job, dst, src, AluOp::NotEqual, 0.0);
+            self.e
+                .tensor_scalar(v, dst.flat(job), src.flat(job), AluOp::NotEqual, Scalar::Imm(0.0), None);
         } else if to.is_float() || from == TorchDType::Bool {
             self.copy(job, dst, src);
         } else if from.is_float() {
             // trunc(x) = sign(x) · (r − (r > |x|)), r = rne(|x|) (exact in fp32 where it matters).
             let (a, b, c) = (a.as_(DType::F32), b.as_(DType::F32), c.as_(DType::F32));
-            self.ts(v, job, a, src, AluOp::Abs, 0.0);
+            self.e
+                .tensor_scalar(v, a.flat(job), src.flat(job), AluOp::Abs, Scalar::Imm(0.0), None);
             self.copy(job, b.as_(DType::I32), a);
             self.copy(job, c, b.as_(DType::I32));
-            self.tt(v, job, b, c, a, AluOp::IsGt);
-            self.tt(v, job, c, c, b, AluOp::Subtract);
-            self.ts2(v, job, a, src, AluOp::IsLt, 0.0, Some((AluOp::Multiply, -2.0)));
-            self.ts(v, job, a, a, AluOp::Add, 1.0);
+            self.e
+                .tensor_tensor(v, b.flat(job), c.flat(job), a.flat(job), AluOp::IsGt);
+            self.e
+                .tensor_tensor(v, c.flat(job), c.flat(job), b.flat(job), AluOp::Subtract);
+            self.e.tensor_scalar(
+                v,
+                a.flat(job),
+                src.flat(job),
+                AluOp::IsLt,
+                Scalar::Imm(0.0),
+                Some((AluOp::Multiply, Scalar::Imm(-2.0))),
+            );
+            self.e
+                .tensor_scalar(v, a.flat(job), a.flat(job), AluOp::Add, Scalar::Imm(1.0), None);
             if dst.dtype == DType::I32 {
-                self.tt(v, job, dst, c, a, AluOp::Multiply);
+                self.e
+                    .tensor_tensor(v, dst.flat(job), c.flat(job), a.flat(job), AluOp::Multiply);
             } else {
                 // Through int32, then wrapped to the narrow width.
-                self.tt(v, job, b.as_(DType::I32), c, a, AluOp::Multiply);
+                self.e.tensor_tensor(
+                    v,
+                    b.as_(DType::I32).flat(job),
+                    c.flat(job),
+                    a.flat(job),
+                    AluOp::Multiply,
+                );
                 self.wrap(job, b.as_(DType::I32), dst, to, c);
             }
         } else {
@@ -250,18 +247,31 @@ impl Builder {
         };
         let t = tmp.as_(DType::I32);
         if sign == 0 {
-            self.ts(Engine::Vector, job, t, src, AluOp::BitwiseAnd, mask as f64);
-        } else {
-            self.ts2(
+            self.e.tensor_scalar(
                 Engine::Vector,
-                job,
-                t,
-                src,
+                t.flat(job),
+                src.flat(job),
                 AluOp::BitwiseAnd,
-                mask as f64,
-                Some((AluOp::BitwiseXor, sign as f64)),
+                Scalar::Imm(mask as f64),
+                None,
             );
-            self.ts(Engine::Gpsimd, job, t, t, AluOp::Subtract, sign as f64);
+        } else {
+            self.e.tensor_scalar(
+                Engine::Vector,
+                t.flat(job),
+                src.flat(job),
+                AluOp::BitwiseAnd,
+                Scalar::Imm(mask as f64),
+                Some((AluOp::BitwiseXor, Scalar::Imm(sign as f64))),
+            );
+            self.e.tensor_scalar(
+                Engine::Gpsimd,
+                t.flat(job),
+                t.flat(job),
+                AluOp::Subtract,
+                Scalar::Imm(sign as f64),
+                None,
+            );
         }
         self.copy(job, dst, t);
     }
@@ -570,14 +580,13 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
         });
         b.e.push(Engine::Gpsimd, op);
         if !exact {
-            b.ts2(
+            b.e.tensor_scalar(
                 Engine::Vector,
-                &job,
-                res,
-                idx,
+                res.flat(&job),
+                idx.flat(&job),
                 AluOp::Multiply,
-                step,
-                Some((AluOp::Add, start)),
+                Scalar::Imm(step),
+                Some((AluOp::Add, Scalar::Imm(start))),
             );
         }
         b.store(&job, 0, out, res);
@@ -743,10 +752,31 @@ fn lower_copy_complex(
                 if meta.dtype == TorchDType::Bool {
                     b.load(&job, 2, src, im);
                     // max(re != 0, im != 0): false only when both parts are 0 (NaN is true, as in PyTorch).
-                    b.ts(v, &job, tmp[0], re, AluOp::NotEqual, 0.0);
-                    b.ts(v, &job, tmp[1], im, AluOp::NotEqual, 0.0);
-                    b.tt(v, &job, tmp[0], tmp[0], tmp[1], AluOp::Max);
-                    b.ts(v, &job, res, tmp[0], AluOp::NotEqual, 0.0);
+                    b.e.tensor_scalar(
+                        v,
+                        tmp[0].flat(&job),
+                        re.flat(&job),
+                        AluOp::NotEqual,
+                        Scalar::Imm(0.0),
+                        None,
+                    );
+                    b.e.tensor_scalar(
+                        v,
+                        tmp[1].flat(&job),
+                        im.flat(&job),
+                        AluOp::NotEqual,
+                        Scalar::Imm(0.0),
+                        None,
+                    );
+                    b.e.tensor_tensor(v, tmp[0].flat(&job), tmp[0].flat(&job), tmp[1].flat(&job), AluOp::Max);
+                    b.e.tensor_scalar(
+                        v,
+                        res.flat(&job),
+                        tmp[0].flat(&job),
+                        AluOp::NotEqual,
+                        Scalar::Imm(0.0),
+                        None,
+                    );
                 } else {
                     b.convert(&job, re, TorchDType::F32, res, meta.dtype, tmp);
                 }
@@ -885,19 +915,61 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         if req.op == "rand" {
             // u = (bits >> (32 − d)) · 2^−d: exact in the output dtype, in [0, 1).
             b.rng(job, r);
-            b.ts(v, job, r, r, AluOp::LogicalShiftRight, (32 - digits) as f64);
-            b.ts(v, job, res, r, AluOp::Multiply, 2f64.powi(-(digits as i32)));
+            b.e.tensor_scalar(
+                v,
+                r.flat(job),
+                r.flat(job),
+                AluOp::LogicalShiftRight,
+                Scalar::Imm((32 - digits) as f64),
+                None,
+            );
+            b.e.tensor_scalar(
+                v,
+                res.flat(job),
+                r.flat(job),
+                AluOp::Multiply,
+                Scalar::Imm(2f64.powi(-(digits as i32))),
+                None,
+            );
         } else {
             // Box–Muller: radius sqrt(−2·ln u₁), u₁ = (bits₂₄ + 1)·2⁻²⁴ ∈ (0, 1].
             b.rng(job, r);
-            b.ts(v, job, r, r, AluOp::LogicalShiftRight, 8.0);
-            b.ts2(v, job, u, r, AluOp::Add, 1.0, Some((AluOp::Multiply, 2f64.powi(-24))));
+            b.e.tensor_scalar(
+                v,
+                r.flat(job),
+                r.flat(job),
+                AluOp::LogicalShiftRight,
+                Scalar::Imm(8.0),
+                None,
+            );
+            b.e.tensor_scalar(
+                v,
+                u.flat(job),
+                r.flat(job),
+                AluOp::Add,
+                Scalar::Imm(1.0),
+                Some((AluOp::Multiply, Scalar::Imm(2f64.powi(-24)))),
+            );
             act(&mut b, job, u, ActFunc::Log, u, 1.0, None);
             act(&mut b, job, u, ActFunc::Sqrt, u, -2.0, None);
             // Angle θ = u₂·2π − π, u₂ = bits₂₄·2⁻²⁴ ∈ [0, 1); sin θ.
             b.rng(job, r);
-            b.ts(v, job, r, r, AluOp::LogicalShiftRight, 8.0);
-            b.ts(v, job, w, r, AluOp::Multiply, 2f64.powi(-24));
+            b.e.tensor_scalar(
+                v,
+                r.flat(job),
+                r.flat(job),
+                AluOp::LogicalShiftRight,
+                Scalar::Imm(8.0),
+                None,
+            );
+            b.e.tensor_scalar(
+                v,
+                w.flat(job),
+                r.flat(job),
+                AluOp::Multiply,
+                Scalar::Imm(2f64.powi(-24)),
+                None,
+            );
             let p = job.partitions;
             let bias_ap = AccessPattern::sbuf(DType::F32, 0, p, bias.slot.offset, vec![[1, 1]]);
             b.e.push(
@@ -908,7 +980,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 }),
             );
             act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some(bias_ap));
-            b.tt(v, job, res, u, w, AluOp::Multiply);
+            b.e.tensor_tensor(v, res.flat(job), u.flat(job), w.flat(job), AluOp::Multiply);
         }
         b.store(job, 0, out, res);
     }
@@ -1156,7 +1228,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             b.memset(job, m, 1.0);
         }
         if mask_dev == DType::Bool {
-            b.ts(v, job, mask, m, AluOp::NotEqual, 0.0);
+            b.e.tensor_scalar(v, mask.flat(job), m.flat(job), AluOp::NotEqual, Scalar::Imm(0.0), None);
         } else {
             b.copy(job, mask, m);
         }
