@@ -34,8 +34,7 @@ def core_groups():
     with open(os.path.join(HERE, "generate.py")) as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CORE_GROUPS"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CORE_GROUPS" for t in node.targets):
             return ast.literal_eval(node.value)
     sys.exit("generate.py: CORE_GROUPS not found")
 
@@ -53,8 +52,7 @@ def fmt(x):
 
 
 def family_stats(cases):
-    st = {"cases": len(cases), "pass": 0, "accurate": 0, "other": 0,
-          "dev": [], "cpu": [], "le": 0, "use": []}
+    st = {"cases": len(cases), "pass": 0, "accurate": 0, "other": 0, "dev": [], "cpu": [], "le": 0, "use": []}
     for c in cases:
         s = c["status"]
         if s == "pass":
@@ -82,19 +80,21 @@ def med(v):
 
 
 def block(st):
-    return [f"{st['pass']} / {st['accurate']} / {st['other']}",
-            f"{fmt(med(st['dev']))} ({fmt(max(st['dev']) if st['dev'] else None)})",
-            fmt(med(st["cpu"])),
-            f"{st['le']}/{len(st['dev'])}",
-            f"{fmt(med(st['use']))} ({fmt(max(st['use']) if st['use'] else None)})"
-            if st["use"] else "-"]
+    return [
+        f"{st['pass']} / {st['accurate']} / {st['other']}",
+        f"{fmt(med(st['dev']))} ({fmt(max(st['dev']) if st['dev'] else None)})",
+        fmt(med(st["cpu"])),
+        f"{st['le']}/{len(st['dev'])}",
+        f"{fmt(med(st['use']))} ({fmt(max(st['use']) if st['use'] else None)})" if st["use"] else "-",
+    ]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", help="trnconf run --json results files")
-    ap.add_argument("--label", action="append", default=[],
-                    help="column label per file (default: the file's numerics setting)")
+    ap.add_argument(
+        "--label", action="append", default=[], help="column label per file (default: the file's numerics setting)"
+    )
     opts = ap.parse_args()
     runs = []
     for i, path in enumerate(opts.files):
@@ -106,8 +106,13 @@ def main():
     family = {op: g for g, ops in groups.items() for op in ops}
     heads = ["family", "cases"]
     for label, _ in runs:
-        heads += [f"{label}: pass / accurate / not passing", "device max ulp, median (max)",
-                  "CPU max ulp, median", "device ≤ CPU", "allowance use, median (max)"]
+        heads += [
+            f"{label}: pass / accurate / not passing",
+            "device max ulp, median (max)",
+            "CPU max ulp, median",
+            "device ≤ CPU",
+            "allowance use, median (max)",
+        ]
     print("| " + " | ".join(heads) + " |")
     print("|" + "---|" * len(heads))
     by_run = []

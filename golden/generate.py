@@ -82,48 +82,210 @@ aten = torch.ops.aten
 # shared/reference/core-aten-overloads.json; cross-checked against torch.Tag.core at start-up).
 # --------------------------------------------------------------------------------------------
 CORE_GROUPS = {
-    "unary": ["abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh",
-              "erf", "exp", "expm1", "floor", "log", "log10", "log1p", "log2", "neg", "reciprocal",
-              "round", "rsqrt", "sign", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
-              "bitwise_not", "logical_not", "isnan", "isinf"],
+    "unary": [
+        "abs",
+        "acos",
+        "acosh",
+        "asin",
+        "asinh",
+        "atan",
+        "atanh",
+        "ceil",
+        "cos",
+        "cosh",
+        "erf",
+        "exp",
+        "expm1",
+        "floor",
+        "log",
+        "log10",
+        "log1p",
+        "log2",
+        "neg",
+        "reciprocal",
+        "round",
+        "rsqrt",
+        "sign",
+        "sin",
+        "sinh",
+        "sqrt",
+        "tan",
+        "tanh",
+        "trunc",
+        "bitwise_not",
+        "logical_not",
+        "isnan",
+        "isinf",
+    ],
     "activation": ["relu", "gelu", "sigmoid", "hardtanh", "leaky_relu", "elu"],
-    "binary": ["add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "mul.Tensor", "mul.Scalar",
-               "div.Tensor", "div.Tensor_mode", "div.Scalar", "div.Scalar_mode",
-               "pow.Tensor_Tensor", "pow.Scalar", "pow.Tensor_Scalar", "atan2", "atan2.out",
-               "fmod.Scalar", "fmod.Tensor", "remainder.Scalar", "remainder.Tensor", "maximum",
-               "minimum", "bitwise_and.Scalar", "bitwise_and.Tensor", "bitwise_or.Scalar",
-               "bitwise_or.Tensor", "bitwise_xor.Scalar", "bitwise_xor.Tensor", "logical_and",
-               "logical_or", "logical_xor", "clamp", "clamp.Tensor", "where.self"],
-    "comparison": ["eq.Scalar", "eq.Tensor", "ne.Scalar", "ne.Tensor", "ge.Scalar", "ge.Tensor",
-                   "gt.Scalar", "gt.Tensor", "le.Scalar", "le.Tensor", "lt.Scalar", "lt.Tensor"],
-    "reduction": ["amax", "amin", "any", "any.dim", "any.dims", "argmax", "argmin", "max.dim",
-                  "min.dim", "mean", "mean.dim", "prod", "prod.dim_int", "sum.dim_IntList",
-                  "var.correction", "var.dim", "cumsum"],
+    "binary": [
+        "add.Tensor",
+        "add.Scalar",
+        "sub.Tensor",
+        "sub.Scalar",
+        "mul.Tensor",
+        "mul.Scalar",
+        "div.Tensor",
+        "div.Tensor_mode",
+        "div.Scalar",
+        "div.Scalar_mode",
+        "pow.Tensor_Tensor",
+        "pow.Scalar",
+        "pow.Tensor_Scalar",
+        "atan2",
+        "atan2.out",
+        "fmod.Scalar",
+        "fmod.Tensor",
+        "remainder.Scalar",
+        "remainder.Tensor",
+        "maximum",
+        "minimum",
+        "bitwise_and.Scalar",
+        "bitwise_and.Tensor",
+        "bitwise_or.Scalar",
+        "bitwise_or.Tensor",
+        "bitwise_xor.Scalar",
+        "bitwise_xor.Tensor",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+        "clamp",
+        "clamp.Tensor",
+        "where.self",
+    ],
+    "comparison": [
+        "eq.Scalar",
+        "eq.Tensor",
+        "ne.Scalar",
+        "ne.Tensor",
+        "ge.Scalar",
+        "ge.Tensor",
+        "gt.Scalar",
+        "gt.Tensor",
+        "le.Scalar",
+        "le.Tensor",
+        "lt.Scalar",
+        "lt.Tensor",
+    ],
+    "reduction": [
+        "amax",
+        "amin",
+        "any",
+        "any.dim",
+        "any.dims",
+        "argmax",
+        "argmin",
+        "max.dim",
+        "min.dim",
+        "mean",
+        "mean.dim",
+        "prod",
+        "prod.dim_int",
+        "sum.dim_IntList",
+        "var.correction",
+        "var.dim",
+        "cumsum",
+    ],
     "sort": ["sort", "topk", "nonzero"],
-    "matmul_conv": ["mm", "bmm", "addmm", "convolution", "convolution_backward", "_cdist_forward",
-                    "_pdist_forward", "_fft_r2c", "_fft_c2r"],
-    "norm_softmax": ["_softmax", "_log_softmax", "native_layer_norm", "native_layer_norm_backward",
-                     "native_group_norm", "native_group_norm_backward", "_native_batch_norm_legit",
-                     "_native_batch_norm_legit.no_stats", "_native_batch_norm_legit_no_training"],
-    "pooling": ["avg_pool1d", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d",
-                "adaptive_avg_pool1d", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
-                "_adaptive_avg_pool3d", "max_pool2d_with_indices",
-                "max_pool2d_with_indices_backward", "max_pool3d_with_indices"],
-    "pad_resample": ["constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
-                     "replication_pad2d", "replication_pad3d", "upsample_bilinear2d.vec",
-                     "upsample_nearest2d.vec", "grid_sampler_2d", "col2im"],
-    "indexing": ["index.Tensor", "index_put", "index_select", "gather", "scatter.src",
-                 "scatter.value", "scatter_add", "scatter_reduce.two", "select_scatter",
-                 "slice_scatter", "masked_scatter", "embedding", "embedding_dense_backward",
-                 "_embedding_bag"],
-    "shape": ["alias", "as_strided", "view", "permute", "expand", "squeeze.dim", "squeeze.dims",
-              "unsqueeze", "select.int", "slice.Tensor", "diagonal", "split_with_sizes", "cat",
-              "flip", "repeat"],
-    "creation": ["arange.start_step", "empty.memory_format", "empty_strided", "full", "full_like",
-                 "fill.Scalar", "scalar_tensor", "rand", "randn", "randperm", "native_dropout",
-                 "_to_copy", "copy", "clone", "resize_", "_local_scalar_dense"],
-    "metadata": ["sym_size.int", "sym_stride.int", "sym_numel", "sym_storage_offset",
-                 "sym_is_contiguous"],
+    "matmul_conv": [
+        "mm",
+        "bmm",
+        "addmm",
+        "convolution",
+        "convolution_backward",
+        "_cdist_forward",
+        "_pdist_forward",
+        "_fft_r2c",
+        "_fft_c2r",
+    ],
+    "norm_softmax": [
+        "_softmax",
+        "_log_softmax",
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "native_group_norm",
+        "native_group_norm_backward",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit.no_stats",
+        "_native_batch_norm_legit_no_training",
+    ],
+    "pooling": [
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool2d_backward",
+        "avg_pool3d",
+        "adaptive_avg_pool1d",
+        "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool2d_backward",
+        "_adaptive_avg_pool3d",
+        "max_pool2d_with_indices",
+        "max_pool2d_with_indices_backward",
+        "max_pool3d_with_indices",
+    ],
+    "pad_resample": [
+        "constant_pad_nd",
+        "reflection_pad1d",
+        "reflection_pad2d",
+        "reflection_pad3d",
+        "replication_pad2d",
+        "replication_pad3d",
+        "upsample_bilinear2d.vec",
+        "upsample_nearest2d.vec",
+        "grid_sampler_2d",
+        "col2im",
+    ],
+    "indexing": [
+        "index.Tensor",
+        "index_put",
+        "index_select",
+        "gather",
+        "scatter.src",
+        "scatter.value",
+        "scatter_add",
+        "scatter_reduce.two",
+        "select_scatter",
+        "slice_scatter",
+        "masked_scatter",
+        "embedding",
+        "embedding_dense_backward",
+        "_embedding_bag",
+    ],
+    "shape": [
+        "alias",
+        "as_strided",
+        "view",
+        "permute",
+        "expand",
+        "squeeze.dim",
+        "squeeze.dims",
+        "unsqueeze",
+        "select.int",
+        "slice.Tensor",
+        "diagonal",
+        "split_with_sizes",
+        "cat",
+        "flip",
+        "repeat",
+    ],
+    "creation": [
+        "arange.start_step",
+        "empty.memory_format",
+        "empty_strided",
+        "full",
+        "full_like",
+        "fill.Scalar",
+        "scalar_tensor",
+        "rand",
+        "randn",
+        "randperm",
+        "native_dropout",
+        "_to_copy",
+        "copy",
+        "clone",
+        "resize_",
+        "_local_scalar_dense",
+    ],
+    "metadata": ["sym_size.int", "sym_stride.int", "sym_numel", "sym_storage_offset", "sym_is_contiguous"],
 }
 CORE_OPS = [op for ops in CORE_GROUPS.values() for op in ops]
 CORE_SET = frozenset(CORE_OPS)
@@ -141,7 +303,7 @@ def op_name(func):
     s = func._schema
     if not s.name.startswith("aten::"):
         return None
-    base = s.name[len("aten::"):]
+    base = s.name[len("aten::") :]
     return f"{base}.{s.overload_name}" if s.overload_name else base
 
 
@@ -151,7 +313,7 @@ def check_core_list():
     for full in torch._C._dispatch_get_all_op_names():
         if not full.startswith("aten::"):
             continue
-        base, _, ov = full[len("aten::"):].partition(".")
+        base, _, ov = full[len("aten::") :].partition(".")
         try:
             op = getattr(getattr(aten, base), ov or "default")
         except (AttributeError, RuntimeError):
@@ -159,18 +321,28 @@ def check_core_list():
         if torch.Tag.core in op.tags:
             live.add(f"{base}.{ov}" if ov else base)
     if len(CORE_OPS) != 193 or live != CORE_SET:
-        sys.exit(f"core list mismatch with torch {torch.__version__}: "
-                 f"missing={sorted(live - CORE_SET)} extra={sorted(CORE_SET - live)}")
+        sys.exit(
+            f"core list mismatch with torch {torch.__version__}: "
+            f"missing={sorted(live - CORE_SET)} extra={sorted(CORE_SET - live)}"
+        )
 
 
 # --------------------------------------------------------------------------------------------
 # Dtypes (docs/golden-format.md, "Dtype names")
 # --------------------------------------------------------------------------------------------
 DT = {  # name -> torch dtype, for every dtype a stored tensor may have
-    "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-    "f8e4m3fn": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
-    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
-    "u8": torch.uint8, "bool": torch.bool, "c64": torch.complex64,
+    "f32": torch.float32,
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "f8e4m3fn": torch.float8_e4m3fn,
+    "f8e5m2": torch.float8_e5m2,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+    "c64": torch.complex64,
 }
 STORED_NAME = {v: k for k, v in DT.items()}
 # dtypes that may appear as *arguments* (e.g. `_to_copy(dtype=torch.float64)`) but are never stored
@@ -186,22 +358,29 @@ F8 = ("f8e4m3fn", "f8e5m2")
 # Budgets
 # --------------------------------------------------------------------------------------------
 OPINFO_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.bool]
-OPINFO_MAX_SAMPLES = 10        # samples tried per (OpInfo, dtype)
+OPINFO_MAX_SAMPLES = 10  # samples tried per (OpInfo, dtype)
 # cases kept per (op, dtype) from OpInfo: f32 3, bool 1 (mostly promoted/trivial), others 2
 OPINFO_CAP = {torch.float32: 3, torch.bool: 1}
 OPINFO_CAP_OTHER = 2
-OPINFO_PER_INFO = 3            # candidates kept per (op, dtype, OpInfo) before selection
-OPINFO_CANDIDATES = 64         # candidates kept per (op, dtype) before selection
-OPINFO_MAX_BYTES = 24 * 1024   # all tensors of one captured call (inputs + outputs)
-FILE_LIMIT = 2 * 1024 * 1024   # hard: no file over 2 MB (the repository-wide limit)
-FILE_AIM = 300 * 1024          # soft: report files above this
+OPINFO_PER_INFO = 3  # candidates kept per (op, dtype, OpInfo) before selection
+OPINFO_CANDIDATES = 64  # candidates kept per (op, dtype) before selection
+OPINFO_MAX_BYTES = 24 * 1024  # all tensors of one captured call (inputs + outputs)
+FILE_LIMIT = 2 * 1024 * 1024  # hard: no file over 2 MB (the repository-wide limit)
+FILE_AIM = 300 * 1024  # soft: report files above this
 TOTAL_AIM = 30 * 1024 * 1024
 TOTAL_LIMIT = 50 * 1024 * 1024  # 80 MB for all golden data, 30 MB of it reserved for model data
 
 # Forward ops whose OpInfos we also run with requires_grad=True + .backward(), so the core
 # backward overloads are captured from real autograd graphs.
-BACKWARD_TRIGGERS = {"native_layer_norm", "native_group_norm", "convolution", "avg_pool2d",
-                     "_adaptive_avg_pool2d", "max_pool2d_with_indices", "embedding"}
+BACKWARD_TRIGGERS = {
+    "native_layer_norm",
+    "native_group_norm",
+    "convolution",
+    "avg_pool2d",
+    "_adaptive_avg_pool2d",
+    "max_pool2d_with_indices",
+    "embedding",
+}
 
 RNG_OPS = {"rand", "randn", "randperm", "native_dropout"}
 UNINIT_OPS = {"empty.memory_format", "empty_strided"}
@@ -233,17 +412,22 @@ class Unrecordable(Exception):
 
 
 def storable(t):
-    return (type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter)) and \
-        t.device.type == "cpu" and t.layout == torch.strided and t.dtype in STORED_NAME and \
-        not t.is_conj() and not t.is_neg()
+    return (
+        (type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter))
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and t.dtype in STORED_NAME
+        and not t.is_conj()
+        and not t.is_neg()
+    )
 
 
 class Recorder:
     """Collects the tensors of one case (contiguous snapshots) and encodes values."""
 
     def __init__(self):
-        self.tensors = {}      # name -> contiguous torch.Tensor
-        self.meta = {}         # name -> {"dtype", "shape", "strides", "storage_offset"}
+        self.tensors = {}  # name -> contiguous torch.Tensor
+        self.meta = {}  # name -> {"dtype", "shape", "strides", "storage_offset"}
         self.input_order = []  # input tensor names in argument order (for the primary dtype)
         self.output_order = []
 
@@ -252,8 +436,12 @@ class Recorder:
             raise Unrecordable(f"{name}: {type(t).__name__} {t.dtype} {t.device} {t.layout}")
         # clone now: in-place/out ops and later calls may change the original
         self.tensors[name] = t.detach().clone(memory_format=torch.contiguous_format)
-        self.meta[name] = {"dtype": STORED_NAME[t.dtype], "shape": list(t.shape),
-                           "strides": list(t.stride()), "storage_offset": t.storage_offset()}
+        self.meta[name] = {
+            "dtype": STORED_NAME[t.dtype],
+            "shape": list(t.shape),
+            "strides": list(t.stride()),
+            "storage_offset": t.storage_offset(),
+        }
         (self.input_order if is_input else self.output_order).append(name)
         return {"tensor": name}
 
@@ -329,7 +517,7 @@ class Case:
     dtype: str = ""
     id: str = ""
     sig: str = ""
-    order: int = 0     # discovery order (opinfo) / table order (hand, stress)
+    order: int = 0  # discovery order (opinfo) / table order (hand, stress)
 
     @property
     def in_numel(self):
@@ -382,8 +570,11 @@ def encode_outputs(func, rec, out):
 
 def signature(op, rec, args, kwargs):
     """What makes two captured calls 'the same case' (for de-duplication)."""
-    tens = tuple((n, m["dtype"], tuple(m["shape"]), tuple(m["strides"])) for n, m in
-                 sorted(rec.meta.items()) if not n.startswith("output"))
+    tens = tuple(
+        (n, m["dtype"], tuple(m["shape"]), tuple(m["strides"]))
+        for n, m in sorted(rec.meta.items())
+        if not n.startswith("output")
+    )
     return json.dumps([op, tens, args, kwargs], sort_keys=True)
 
 
@@ -442,8 +633,9 @@ def verify_properties(case):
         assert bool((out[~mask] == 0).all()), f"{case.op}: dropped elements not zero"
         if p < 1:
             kept = (x.float() * (1.0 / (1.0 - p)))[mask]
-            assert torch.allclose(out.float()[mask], kept, rtol=1e-2, atol=1e-3), \
+            assert torch.allclose(out.float()[mask], kept, rtol=1e-2, atol=1e-3), (
                 f"{case.op}: kept elements not input/(1-p)"
+            )
 
 
 def record_call(func, args, kwargs, source, prov, max_bytes=None):
@@ -453,17 +645,24 @@ def record_call(func, args, kwargs, source, prov, max_bytes=None):
         rec, enc_args, enc_kwargs = encode_inputs(func, args, kwargs)
     except Unrecordable as e:
         return None, func(*args, **kwargs), f"input: {e}"
-    if max_bytes is not None and sum(t.numel() * t.element_size()
-                                     for t in rec.tensors.values()) > max_bytes:
+    if max_bytes is not None and sum(t.numel() * t.element_size() for t in rec.tensors.values()) > max_bytes:
         return None, func(*args, **kwargs), "too large"
     out = func(*args, **kwargs)
     try:
         enc_out = encode_outputs(func, rec, out)
     except Unrecordable as e:
         return None, out, f"output: {e}"
-    case = Case(op=op, source=source, schema=str(func._schema).replace("aten::", "", 1),
-                args=enc_args, kwargs=enc_kwargs, outputs=enc_out, rec=rec,
-                check=make_check(op, args, kwargs, rec, out), prov=prov)
+    case = Case(
+        op=op,
+        source=source,
+        schema=str(func._schema).replace("aten::", "", 1),
+        args=enc_args,
+        kwargs=enc_kwargs,
+        outputs=enc_out,
+        rec=rec,
+        check=make_check(op, args, kwargs, rec, out),
+        prov=prov,
+    )
     case.dtype = primary_dtype(rec)
     if max_bytes is not None and case.nbytes > max_bytes:
         return None, out, "too large"
@@ -481,10 +680,10 @@ class CaptureMode(TorchDispatchMode):
 
     def __init__(self, wanted, on_case):
         super().__init__()
-        self.wanted = wanted        # op name -> bool (the --ops filter)
-        self.on_case = on_case      # callback(case)
-        self.prov = None            # provenance of the sample being run
-        self.reached = set()        # core ops dispatched during the current run_samples()
+        self.wanted = wanted  # op name -> bool (the --ops filter)
+        self.on_case = on_case  # callback(case)
+        self.prov = None  # provenance of the sample being run
+        self.reached = set()  # core ops dispatched during the current run_samples()
         self.paused = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -493,11 +692,9 @@ class CaptureMode(TorchDispatchMode):
         if self.paused or op not in CORE_SET:
             return func(*args, **kwargs)
         self.reached.add(op)
-        if not self.wanted(op) or _input_bytes(args, kwargs) > OPINFO_MAX_BYTES \
-                or not _storage_exact(op, args):
+        if not self.wanted(op) or _input_bytes(args, kwargs) > OPINFO_MAX_BYTES or not _storage_exact(op, args):
             return func(*args, **kwargs)
-        case, out, _ = record_call(func, args, kwargs, "opinfo", dict(self.prov),
-                                   max_bytes=OPINFO_MAX_BYTES)
+        case, out, _ = record_call(func, args, kwargs, "opinfo", dict(self.prov), max_bytes=OPINFO_MAX_BYTES)
         if case is not None:
             self.on_case(case)
         return out
@@ -509,15 +706,18 @@ def _storage_exact(op, args):
     if op not in ("as_strided", "resize_"):
         return True
     t = args[0]
-    return t.is_contiguous() and t.storage_offset() == 0 and \
-        t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return (
+        t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    )
 
 
 def _input_bytes(args, kwargs):
     """Logical size of the tensors of a call, checked before anything is cloned."""
-    return sum(t.numel() * t.element_size()
-               for t in _flatten(list(args) + list(kwargs.values()))
-               if isinstance(t, torch.Tensor))
+    return sum(
+        t.numel() * t.element_size()
+        for t in _flatten(list(args) + list(kwargs.values()))
+        if isinstance(t, torch.Tensor)
+    )
 
 
 class Selector:
@@ -526,9 +726,9 @@ class Selector:
     broadcasting, 0-size/0-d/non-contiguous inputs, distinct OpInfos)."""
 
     def __init__(self):
-        self.cands = {}       # (op, dtype) -> [Case]
+        self.cands = {}  # (op, dtype) -> [Case]
         self.sigs = set()
-        self.per_info = {}    # (op, dtype, opinfo) -> count
+        self.per_info = {}  # (op, dtype, opinfo) -> count
         self.counter = 0
 
     def add(self, case):
@@ -552,12 +752,14 @@ class Selector:
         m = c.rec.meta
         ins = [m[n] for n in c.rec.input_order]
         shapes = tuple(tuple(x["shape"]) for x in ins)
-        f = {("shapes", shapes), ("ranks", tuple(len(s) for s in shapes)),
-             ("args", json.dumps([a for a in c.args if "tensor" not in a and "tensors" not in a],
-                                 sort_keys=True)),
-             ("kwargs", json.dumps(c.kwargs, sort_keys=True)),
-             ("dtypes", tuple(x["dtype"] for x in ins)),
-             ("opinfo", c.prov["opinfo"])}
+        f = {
+            ("shapes", shapes),
+            ("ranks", tuple(len(s) for s in shapes)),
+            ("args", json.dumps([a for a in c.args if "tensor" not in a and "tensors" not in a], sort_keys=True)),
+            ("kwargs", json.dumps(c.kwargs, sort_keys=True)),
+            ("dtypes", tuple(x["dtype"] for x in ins)),
+            ("opinfo", c.prov["opinfo"]),
+        }
         if any(0 in s for s in shapes):
             f.add(("zero-size",))
         if any(len(s) == 0 for s in shapes):
@@ -579,10 +781,10 @@ class Selector:
             # then the most not-yet-covered features, then non-trivial sizes, then discovery
             # order. Without the first two terms, degenerate samples win every time.
             while len(picked) < min(cap, len(cands)):
-                best = max((i for i in range(len(cands)) if i not in picked),
-                           key=lambda i: (("zero-size",) not in feats[i],
-                                          len(feats[i] - covered),
-                                          cands[i].in_numel >= 4, -i))
+                best = max(
+                    (i for i in range(len(cands)) if i not in picked),
+                    key=lambda i: (("zero-size",) not in feats[i], len(feats[i] - covered), cands[i].in_numel >= 4, -i),
+                )
                 picked.append(best)
                 covered |= feats[best]
             chosen += sorted((cands[i] for i in picked), key=lambda c: c.order)
@@ -615,13 +817,17 @@ def run_opinfos(wanted, log):
         for dt in OPINFO_DTYPES:
             if dt in supported:
                 run_samples(info, oname, dt, False, mode)
-        if (mode.reached & BACKWARD_TRIGGERS and info.supports_autograd
-                and torch.float32 in info.supported_backward_dtypes("cpu")):
+        if (
+            mode.reached & BACKWARD_TRIGGERS
+            and info.supports_autograd
+            and torch.float32 in info.supported_backward_dtypes("cpu")
+        ):
             run_samples(info, oname, torch.float32, True, mode)
         if time.time() - t1 > 10:
             log(f"  slow OpInfo {oname}: {time.time() - t1:.0f}s")
-    log(f"opinfo: {len(op_db)} OpInfos in {time.time() - t0:.0f}s, "
-        f"{sum(len(v) for v in sel.cands.values())} candidates")
+    log(
+        f"opinfo: {len(op_db)} OpInfos in {time.time() - t0:.0f}s, {sum(len(v) for v in sel.cands.values())} candidates"
+    )
     return sel.select()
 
 
@@ -640,15 +846,13 @@ def run_samples(info, oname, dt, grad, mode):
             break
         except Exception:  # noqa: BLE001 - a sample generator that fails ends that op × dtype
             break
-        mode.prov = {"opinfo": oname, "sample": idx, "seed": seed,
-                     "requires_grad": grad}
+        mode.prov = {"opinfo": oname, "sample": idx, "seed": seed, "requires_grad": grad}
         try:
             with mode:
                 out = info(s.input, *s.args, **s.kwargs)
                 if grad:
                     out = s.output_process_fn_grad(out)
-                    outs = [t for t in _flatten(out)
-                            if isinstance(t, torch.Tensor) and t.requires_grad]
+                    outs = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.requires_grad]
                     if outs:
                         mode.paused = True
                         grads = [torch.randn_like(t) for t in outs]
@@ -674,6 +878,7 @@ def _flatten(x):
 # Lazy input specs: materialised after torch.manual_seed(case seed), so every case is
 # reproducible on its own and independent of the table around it.
 
+
 @dataclass(frozen=True)
 class T:
     """A random tensor. Floats: uniform in [lo, hi) computed in f32 then rounded to the dtype.
@@ -681,6 +886,7 @@ class T:
     view of the last two dims, 's' every other element of the last dim, 'o' storage offset 3.
     nz: no zeros (divisors). zeros: fraction of elements forced to 0. grid: round floats to
     multiples of 0.5 (so comparisons see equal values). perm: distinct values (no sort ties)."""
+
     shape: tuple
     dtype: str = "f32"
     lo: float = None
@@ -742,6 +948,7 @@ class T:
 @dataclass(frozen=True)
 class V:
     """Explicit values (floats go through f32 first, so f8 targets round from f32)."""
+
     values: tuple
     dtype: str = "f32"
     shape: tuple = None
@@ -750,8 +957,7 @@ class V:
         dt = DT[self.dtype]
         if dt.is_floating_point:
             v = torch.tensor([float(x) for x in self.values], dtype=torch.float64)
-            v = v.to(torch.float32).to(dt) if dt in (torch.float8_e4m3fn, torch.float8_e5m2) \
-                else v.to(dt)
+            v = v.to(torch.float32).to(dt) if dt in (torch.float8_e4m3fn, torch.float8_e5m2) else v.to(dt)
         elif dt == torch.bool:
             v = torch.tensor([bool(x) for x in self.values])
         else:
@@ -769,9 +975,27 @@ def edge_values(dtype, kind="all"):
     if dt.is_floating_point:
         fi = torch.finfo(dt)
         sub = fi.smallest_normal * fi.eps
-        vals = [0.0, -0.0, 1.0, -1.0, 0.5, -1.5, 2.0, 3.75, -100.0, 1e-3,
-                fi.max, -fi.max, fi.smallest_normal, -fi.smallest_normal, sub, -sub,
-                math.inf, -math.inf, math.nan]
+        vals = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -1.5,
+            2.0,
+            3.75,
+            -100.0,
+            1e-3,
+            fi.max,
+            -fi.max,
+            fi.smallest_normal,
+            -fi.smallest_normal,
+            sub,
+            -sub,
+            math.inf,
+            -math.inf,
+            math.nan,
+        ]
         if kind == "finite":
             vals = [v for v in vals if math.isfinite(v)]
         if kind == "sort":
@@ -801,8 +1025,8 @@ class HandCase:
     source: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
-    build: object = None   # callable -> (args, kwargs), for inputs derived from other ops
-    prov: dict = None      # extra provenance keys (model call forms: models and node)
+    build: object = None  # callable -> (args, kwargs), for inputs derived from other ops
+    prov: dict = None  # extra provenance keys (model call forms: models and node)
 
 
 def materialize(x):
@@ -837,20 +1061,32 @@ def S(op, *args, **kwargs):
 
 
 # Shapes for a tiled backend: 128 SBUF partitions, 512-wide (f32) PSUM banks.
-P_ROWS = (129, 33)      # crosses the 128-partition tile
-P_COLS = (2, 513)       # crosses one 512-wide bank
-P_LONG = (1000,)        # non-multiple 1-d
+P_ROWS = (129, 33)  # crosses the 128-partition tile
+P_COLS = (2, 513)  # crosses one 512-wide bank
+P_LONG = (1000,)  # non-multiple 1-d
 P_EMPTY = (0, 3)
 P_SCALAR = ()
-BIG = (129, 513)        # both at once (kept to a few cases: 265 KB per f32 tensor)
+BIG = (129, 513)  # both at once (kept to a few cases: 265 KB per f32 tensor)
 
 
 # ---- unary and activations --------------------------------------------------------------
 UNARY_DOMAIN = {
-    "acos": (-1, 1), "asin": (-1, 1), "atanh": (-0.95, 0.95), "acosh": (1, 6),
-    "log": (0.05, 8), "log10": (0.05, 8), "log2": (0.05, 8), "log1p": (-0.9, 8),
-    "sqrt": (0, 9), "rsqrt": (0.05, 9), "exp": (-8, 8), "expm1": (-5, 5), "cosh": (-5, 5),
-    "sinh": (-5, 5), "tan": (-1.4, 1.4), "reciprocal": (0.1, 4),
+    "acos": (-1, 1),
+    "asin": (-1, 1),
+    "atanh": (-0.95, 0.95),
+    "acosh": (1, 6),
+    "log": (0.05, 8),
+    "log10": (0.05, 8),
+    "log2": (0.05, 8),
+    "log1p": (-0.9, 8),
+    "sqrt": (0, 9),
+    "rsqrt": (0.05, 9),
+    "exp": (-8, 8),
+    "expm1": (-5, 5),
+    "cosh": (-5, 5),
+    "sinh": (-5, 5),
+    "tan": (-1.4, 1.4),
+    "reciprocal": (0.1, 4),
 }
 FLOAT_UNARY = [op for op in CORE_GROUPS["unary"] if op not in ("bitwise_not", "logical_not")]
 INT_EXACT_UNARY = ["abs", "neg", "sign", "ceil", "floor", "round", "trunc", "isnan", "isinf"]
@@ -864,7 +1100,7 @@ def unary_cases():
         C(op, T((3, 4), "f32", lo, hi, layout="t"))
         C(op, T((2, 3, 4), "f16", lo, hi, layout="s"))
         if op not in INT_EXACT_UNARY:
-            C(op, T((6,), "i32", max(lo, -20), min(hi, 20) + 1))         # promotes to f32
+            C(op, T((6,), "i32", max(lo, -20), min(hi, 20) + 1))  # promotes to f32
         S(op, T(P_ROWS, "f32", lo, hi))
         S(op, T(P_COLS, "bf16", lo, hi))
         S(op, T(P_EMPTY, "f32"))
@@ -899,12 +1135,12 @@ ACT_ARGS = {  # extra positional args / kwargs beyond the defaults
 def activation_cases():
     for op, variants in ACT_ARGS.items():
         for k, (extra, kw) in enumerate(variants):
-            for dt in (F if k == 0 else ("f32", "bf16")):
+            for dt in F if k == 0 else ("f32", "bf16"):
                 C(op, T((4, 5), dt), *extra, **kw)
             C(op, T((3, 4), "f32", layout="t"), *extra, **kw)
             S(op, T(P_ROWS, "f32", -8, 8), *extra, **kw)
             S(op, T(P_COLS, "bf16", -8, 8), *extra, **kw)
-            for dt in (F if k == 0 else ("f32",)):
+            for dt in F if k == 0 else ("f32",):
                 S(op, EDGE(dt), *extra, **kw)
         S(op, T(P_EMPTY, "f32"))
         S(op, T(P_SCALAR, "f32"))
@@ -917,11 +1153,29 @@ def activation_cases():
 # ---- binary: the first family gets the richest coverage ---------------------------------
 FIRST_TENSOR = ["add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"]
 FIRST_SCALAR = ["add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar"]
-MIXED_PAIRS = [("i32", "f32"), ("f32", "i64"), ("bf16", "f32"), ("f16", "bf16"), ("f16", "f32"),
-               ("i32", "i64"), ("bool", "i32"), ("bool", "f16"), ("i64", "bf16"), ("u8", "i8"),
-               ("i16", "i32"), ("bool", "bf16")]
-ZERO_D_PAIRS = [("bf16", "f32"), ("i32", "f32"), ("i32", "i64"), ("f16", "i64"), ("bool", "i32"),
-                ("f32", "bf16"), ("i64", "bool")]
+MIXED_PAIRS = [
+    ("i32", "f32"),
+    ("f32", "i64"),
+    ("bf16", "f32"),
+    ("f16", "bf16"),
+    ("f16", "f32"),
+    ("i32", "i64"),
+    ("bool", "i32"),
+    ("bool", "f16"),
+    ("i64", "bf16"),
+    ("u8", "i8"),
+    ("i16", "i32"),
+    ("bool", "bf16"),
+]
+ZERO_D_PAIRS = [
+    ("bf16", "f32"),
+    ("i32", "f32"),
+    ("i32", "i64"),
+    ("f16", "i64"),
+    ("bool", "i32"),
+    ("f32", "bf16"),
+    ("i64", "bool"),
+]
 
 
 def alpha_for(dt):
@@ -937,43 +1191,43 @@ def first_family_cases():
         zpairs = [p for p in ZERO_D_PAIRS if not (op.startswith("sub") and "bool" in p)]
         for dt in dts:
             C(op, T((4, 5), dt), T((4, 5), dt))
-            C(op, T((2, 3, 4), dt), T((3, 1), dt))                       # broadcasting
-            C(op, T((3, 4), dt), T((), dt))                              # 0-d other
+            C(op, T((2, 3, 4), dt), T((3, 1), dt))  # broadcasting
+            C(op, T((3, 4), dt), T((), dt))  # 0-d other
             if dt in ("f32", "bf16", "i32"):
-                C(op, T((), dt), T((3, 4), dt))                          # 0-d self
+                C(op, T((), dt), T((3, 4), dt))  # 0-d self
                 C(op, T((3, 4), dt, layout="t"), T((3, 4), dt, layout="s"))  # non-contiguous
             if has_alpha:
                 C(op, T((4, 5), dt), T((4, 5), dt), alpha=alpha_for(dt))
-        C(op, T((1, 4), "f32"), T((3, 1), "f32"))                        # both sides broadcast
+        C(op, T((1, 4), "f32"), T((3, 1), "f32"))  # both sides broadcast
         C(op, T((), "f32"), T((), "f32"))
-        for a, b in pairs:                                               # type promotion
+        for a, b in pairs:  # type promotion
             C(op, T((3, 4), a), T((4,), b))
-        for a, b in zpairs:                                              # a 0-d tensor only
-            C(op, T((3, 4), a), T((), b))                                # promotes across
-        if has_alpha:                                                    # categories
+        for a, b in zpairs:  # a 0-d tensor only
+            C(op, T((3, 4), a), T((), b))  # promotes across
+        if has_alpha:  # categories
             C(op, T((3, 4), "i32"), T((3, 4), "f32"), alpha=2)
             C(op, T((3, 4), "bf16"), T((3, 4), "bf16"), alpha=-1.5)
             C(op, T((3, 4), "f32"), T((3, 4), "f32"), alpha=0)
         if op == "div.Tensor":
             for dt in I:
-                C(op, T((3, 4), dt), T((3, 4), dt, nz=True))              # int / int -> float
+                C(op, T((3, 4), dt), T((3, 4), dt, nz=True))  # int / int -> float
         # stress: tiles, bank boundaries, broadcast across both, empty, limits and specials
         for dt in dts:
             S(op, T(P_ROWS, dt), T(P_ROWS, dt))
-            S(op, EDGE(dt, "col"), EDGE(dt, "row"))                      # every pair of specials
+            S(op, EDGE(dt, "col"), EDGE(dt, "row"))  # every pair of specials
             S(op, T(P_EMPTY, dt), T((1, 3), dt))
         S(op, T(P_COLS, "f32"), T(P_COLS, "f32"))
         S(op, T(P_COLS, "bf16"), T((1, 513), "bf16"))
         S(op, T(P_LONG, "f16"), T((), "f16"))
-        S(op, T((128, 40), "f32"), T((128, 40), "f32"))                  # exactly one tile
+        S(op, T((128, 40), "f32"), T((128, 40), "f32"))  # exactly one tile
         S(op, T((130, 2), "f32", layout="t"), T((2,), "f32"))
-        S(op, T((129, 1), "bf16"), T((1, 513), "bf16"))                  # broadcast both ways
+        S(op, T((129, 1), "bf16"), T((1, 513), "bf16"))  # broadcast both ways
         S(op, EDGE("i32", "col"), EDGE("f32", "row"))
         S(op, EDGE("bf16", "col"), EDGE("f16", "row"))
         if has_alpha:
             S(op, EDGE("f32", "col"), EDGE("f32", "row"), alpha=-0.5)
             S(op, EDGE("i32", "col"), EDGE("i32", "row"), alpha=3)
-    S("add.Tensor", T(BIG, "f32"), T((513,), "f32"))                     # both tile dims at once
+    S("add.Tensor", T(BIG, "f32"), T((513,), "f32"))  # both tile dims at once
     S("mul.Tensor", T(BIG, "bf16"), T((129, 1), "bf16"))
 
     for op in FIRST_SCALAR:
@@ -981,7 +1235,7 @@ def first_family_cases():
         dts = [d for d in ALL if not (op.startswith("sub") and d == "bool")]
         for dt in dts:
             C(op, T((4, 5), dt), 2)
-            C(op, T((4, 5), dt), 2.5)                                    # int tensor -> float
+            C(op, T((4, 5), dt), 2.5)  # int tensor -> float
             if dt in ("f32", "bf16", "i32"):
                 C(op, T((), dt), -3)
             C(op, T((3, 4), dt, layout="t"), 1 if op.startswith("sub") else True)
@@ -995,9 +1249,9 @@ def first_family_cases():
             S(op, EDGE(dt), -math.inf)
             S(op, T(P_ROWS, dt), 1.5)
         S(op, EDGE("f32"), -0.0)
-        S(op, EDGE("f16"), 1e30)                                         # rounds to inf
+        S(op, EDGE("f16"), 1e30)  # rounds to inf
         for dt in I:
-            S(op, EDGE(dt), 1)                                           # wraps at the limits
+            S(op, EDGE(dt), 1)  # wraps at the limits
             S(op, EDGE(dt), -3)
             S(op, EDGE(dt), 0.5)
             S(op, T(P_ROWS, dt), 7)
@@ -1021,8 +1275,7 @@ def other_binary_cases():
         C("div.Tensor_mode", T((2, 3, 4), "f32"), T((4,), "i32", nz=True), rounding_mode=mode)
         C("div.Tensor_mode", T((3, 4), "i32"), T((), "i64", 1, 5), rounding_mode=mode)
         S("div.Tensor_mode", EDGE("f32", "col"), EDGE("f32", "row"), rounding_mode=mode)
-        S("div.Tensor_mode", EDGE("i32", "col"), EDGE("i32", "row", "divisor"),
-          rounding_mode=mode)
+        S("div.Tensor_mode", EDGE("i32", "col"), EDGE("i32", "row", "divisor"), rounding_mode=mode)
         S("div.Tensor_mode", T(P_ROWS, "bf16"), T(P_ROWS, "bf16", nz=True), rounding_mode=mode)
         S("div.Scalar_mode", EDGE("f32"), 0.0, rounding_mode=mode)
         S("div.Scalar_mode", EDGE("f16"), -3, rounding_mode=mode)
@@ -1052,7 +1305,7 @@ def other_binary_cases():
         C("pow.Tensor_Scalar", T((4, 5), dt, -5, 6), 0.5)
         C("pow.Scalar", 2, T((4, 5), dt, 0, 20))
         C("pow.Scalar", 2.5, T((4, 5), dt, -3, 6))
-        S("pow.Tensor_Scalar", EDGE(dt), 2)                              # wraps
+        S("pow.Tensor_Scalar", EDGE(dt), 2)  # wraps
     C("pow.Tensor_Tensor", T((3, 4), "f32", 0.1, 3), T((3, 4), "i32", -2, 4))
     C("pow.Tensor_Tensor", T((3, 4), "i64", 1, 5), T((), "f32", 0, 2))
     S("pow.Tensor_Tensor", T(P_ROWS, "f32", 0.1, 2), T(P_ROWS, "f32", -2, 2))
@@ -1131,8 +1384,8 @@ def other_binary_cases():
         S("clamp", EDGE(dt), -1, 2)
         S("clamp.Tensor", EDGE(dt, "col"), EDGE(dt, "row"), T((), dt, 0, 3))
     C("clamp", T((4, 5), "f32"), -0.5)
-    C("clamp", T((4, 5), "f32"), 1.0, -1.0)                              # min > max -> max
-    C("clamp", T((3, 4), "i32"), 0.5, 2.5)                               # float bounds, int in
+    C("clamp", T((4, 5), "f32"), 1.0, -1.0)  # min > max -> max
+    C("clamp", T((3, 4), "i32"), 0.5, 2.5)  # float bounds, int in
     C("clamp", T((3, 4), "f32", layout="t"), -1, 1)
     C("clamp.Tensor", T((4, 5), "f32"), None, T((5,), "f32"))
     C("clamp.Tensor", T((4, 5), "bf16"), T((4, 1), "bf16"), None)
@@ -1173,7 +1426,7 @@ def comparison_cases():
         C(f"{base}.Scalar", T((3, 4), "i32", -2, 3), 1.5)
         C(f"{base}.Scalar", T((3, 4), "i64", -2, 3), 0)
         S(f"{base}.Scalar", EDGE("f32"), -math.inf)
-        S(f"{base}.Scalar", EDGE("i64"), 2 ** 40)
+        S(f"{base}.Scalar", EDGE("i64"), 2**40)
         S(f"{base}.Scalar", EDGE("i32"), 0.5)
         S(f"{base}.Tensor", T(P_ROWS, "f32", grid=True), T(P_ROWS, "f32", grid=True))
         S(f"{base}.Tensor", T((129, 1), "bf16", grid=True), T((1, 513), "bf16", grid=True))
@@ -1244,8 +1497,8 @@ def reduction_cases():
     C("mean.dim", T((4, 5), "f32", layout="t"), [0])
     S("mean", T(L64K, "f32"))
     S("mean.dim", T(P_ROWS, "f32"), [0])
-    S("mean.dim", T((3, 600), "f32", 1000, 1001), [1])                   # large offset
-    S("mean.dim", T((0, 4), "f32"), [0])                                 # -> NaN
+    S("mean.dim", T((3, 600), "f32", 1000, 1001), [1])  # large offset
+    S("mean.dim", T((0, 4), "f32"), [0])  # -> NaN
     S("mean.dim", EDGE("f32", "col"), [0])
     S("mean", V((math.inf, -math.inf), "f32"))
     for dt in FI + ("bool",):
@@ -1257,8 +1510,8 @@ def reduction_cases():
     S("prod", EDGE("f32"))
     S("prod", EDGE("f32", kind="finite"))
     S("prod.dim_int", T(P_ROWS, "f32", 0.9, 1.1), 0)
-    S("prod.dim_int", T((0, 3), "f32"), 0)                               # -> ones
-    S("prod.dim_int", EDGE("i64", "col"), 0)                             # wraps
+    S("prod.dim_int", T((0, 3), "f32"), 0)  # -> ones
+    S("prod.dim_int", EDGE("i64", "col"), 0)  # wraps
     for dt in ALL:
         C("sum.dim_IntList", T(X3, dt), [0, 2], True)
     C("sum.dim_IntList", T(X3, "f32"), None)
@@ -1268,8 +1521,8 @@ def reduction_cases():
     C("sum.dim_IntList", T(X3, "bool"), [2], dtype=torch.int32)
     C("sum.dim_IntList", T((4, 5), "f32", layout="t"), [0])
     C("sum.dim_IntList", T((), "f32"), [])
-    S("sum.dim_IntList", T(BIG, "f32"), [0])                             # across partitions
-    S("sum.dim_IntList", T(BIG, "bf16"), [1])                            # along the free dim
+    S("sum.dim_IntList", T(BIG, "f32"), [0])  # across partitions
+    S("sum.dim_IntList", T(BIG, "bf16"), [1])  # along the free dim
     for dt in ("f32", "bf16", "f16"):
         S("sum.dim_IntList", T(L64K, dt, -1, 1), [0])
     S("sum.dim_IntList", T(L64K, "i32"), [0])
@@ -1280,8 +1533,8 @@ def reduction_cases():
     S("sum.dim_IntList", T((0, 5), "f32"), [0])
     S("sum.dim_IntList", EDGE("f32", "col"), [0])
     S("sum.dim_IntList", EDGE("f32", "col", "finite"), [0])
-    S("sum.dim_IntList", EDGE("i32", "col"), [0])                        # wraps
-    S("sum.dim_IntList", EDGE("f16", "col", "finite"), [0])              # overflows to inf
+    S("sum.dim_IntList", EDGE("i32", "col"), [0])  # wraps
+    S("sum.dim_IntList", EDGE("f16", "col", "finite"), [0])  # overflows to inf
     for dt in F:
         C("var.correction", T(X3, dt), [1])
         C("var.dim", T(X3, dt), [1])
@@ -1289,11 +1542,11 @@ def reduction_cases():
     C("var.correction", T(X3, "f32"), [0, 2], correction=0, keepdim=True)
     C("var.correction", T(X3, "f32"), [2], correction=2)
     C("var.correction", T((4, 5), "f32", layout="t"), [0], correction=1)
-    C("var.correction", T((1, 5), "f32"), [0])                            # n-1 = 0 -> NaN
+    C("var.correction", T((1, 5), "f32"), [0])  # n-1 = 0 -> NaN
     C("var.dim", T(X3, "f32"), [0], False, True)
     C("var.dim", T(X3, "f32"), [0, 1], True)
     C("var.dim", T(X3, "f32"), None)
-    S("var.correction", T(L64K, "f32", 1000, 1001), [0], correction=0)   # cancellation
+    S("var.correction", T(L64K, "f32", 1000, 1001), [0], correction=0)  # cancellation
     S("var.correction", T(P_ROWS, "f32"), [0])
     S("var.correction", T(P_COLS, "bf16"), [1])
     S("var.dim", T(P_ROWS, "f32"), [1])
@@ -1355,7 +1608,7 @@ def matmul_cases():
         C("addmm", T((5,), dt), T((3, 4), dt), T((4, 5), dt))
     C("mm", T((3, 4), "f32", layout="t"), T((4, 5), "f32", layout="t"))
     C("mm", T((0, 4), "f32"), T((4, 3), "f32"))
-    C("mm", T((3, 0), "f32"), T((0, 2), "f32"))                          # K = 0 -> zeros
+    C("mm", T((3, 0), "f32"), T((0, 2), "f32"))  # K = 0 -> zeros
     C("bmm", T((1, 1, 1), "f32"), T((1, 1, 1), "f32"))
     C("bmm", T((3, 2, 4), "f32", layout="t"), T((3, 4, 2), "f32"))
     C("bmm", T((0, 2, 3), "f32"), T((0, 3, 2), "f32"))
@@ -1365,29 +1618,27 @@ def matmul_cases():
     C("addmm", V((math.nan,) * 5, "f32"), T((3, 4), "f32"), T((4, 5), "f32"), beta=0)  # beta=0
     C("addmm", T((5,), "i32"), T((3, 4), "i32"), T((4, 5), "i32"), beta=2, alpha=3)
     for dt in ("f32", "bf16"):
-        S("mm", T((257, 64), dt), T((64, 32), dt))                       # M > 128
-        S("mm", T((16, 300), dt), T((300, 16), dt))                      # K > 128 (accumulate)
-        S("mm", T((4, 64), dt), T((64, 600), dt))                        # N > 512 (two banks)
+        S("mm", T((257, 64), dt), T((64, 32), dt))  # M > 128
+        S("mm", T((16, 300), dt), T((300, 16), dt))  # K > 128 (accumulate)
+        S("mm", T((4, 64), dt), T((64, 600), dt))  # N > 512 (two banks)
         S("bmm", T((3, 129, 65), dt), T((3, 65, 33), dt))
         S("addmm", T((513,), dt), T((33, 64), dt), T((64, 513), dt))
-    S("mm", T((129, 129), "bf16"), T((129, 513), "bf16"))                # M, K, N all > tile
-    S("mm", T((128, 128), "bf16"), T((128, 512), "bf16"))                # exactly one tile
+    S("mm", T((129, 129), "bf16"), T((129, 513), "bf16"))  # M, K, N all > tile
+    S("mm", T((128, 128), "bf16"), T((128, 512), "bf16"))  # exactly one tile
     S("bmm", T((1, 16, 130), "bf16"), T((1, 130, 513), "bf16"))
     S("mm", T((33, 513), "f16"), T((513, 65), "f16"))
     S("mm", T((64, 1000), "f32", -1, 1), T((1000, 3), "f32", -1, 1))
-    S("mm", EDGE("f32", "col"), EDGE("f32", "row"))                      # outer product, K=1
+    S("mm", EDGE("f32", "col"), EDGE("f32", "row"))  # outer product, K=1
     S("mm", V((1.0, math.inf, 0.0, math.nan), "f32", (2, 2)), T((2, 3), "f32"))
     S("mm", T((130, 129), "i32", -5, 5), T((129, 7), "i32", -5, 5))
     S("mm", T((4, 0), "bf16"), T((0, 600), "bf16"))
-    S("addmm", T((129, 1), "f32"), T((129, 200), "f32"), T((200, 65), "f32"),
-      beta=0.5, alpha=1.5)
+    S("addmm", T((129, 1), "f32"), T((129, 200), "f32"), T((200, 65), "f32"), beta=0.5, alpha=1.5)
 
     conv = [  # (input, weight, bias?, stride, padding, dilation, transposed, out_pad, groups)
         ((1, 3, 8, 8), (4, 3, 3, 3), True, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
         ((2, 4, 7, 9), (6, 2, 3, 2), True, [2, 1], [0, 1], [1, 2], False, [0, 0], 2),
         ((2, 4, 10), (6, 2, 3), False, [2], [1], [1], False, [0], 2),
-        ((1, 2, 4, 5, 5), (3, 2, 2, 3, 3), True, [1, 1, 1], [0, 1, 1], [1, 1, 1], False,
-         [0, 0, 0], 1),
+        ((1, 2, 4, 5, 5), (3, 2, 2, 3, 3), True, [1, 1, 1], [0, 1, 1], [1, 1, 1], False, [0, 0, 0], 1),
         ((1, 4, 5, 5), (4, 2, 3, 3), True, [2, 2], [1, 1], [1, 1], True, [1, 1], 1),
         ((2, 3, 6), (3, 5, 4), False, [3], [0], [1], True, [2], 1),
         ((1, 6, 6, 6), (6, 1, 3, 3), True, [1, 1], [1, 1], [1, 1], False, [0, 0], 6),  # dw
@@ -1395,32 +1646,63 @@ def matmul_cases():
     ]
     for k, (xs, ws, bias, st, pd, dl, tr, op_, g) in enumerate(conv):
         cout = ws[1] * g if tr else ws[0]
-        for dt in (F if k < 2 else ("f32",)):
-            C("convolution", T(xs, dt), T(ws, dt), T((cout,), dt) if bias else None,
-              st, pd, dl, tr, op_, g)
-        masks = ([True, True, bias], [True, False, False], [False, True, bias]) if k < 3 \
-            else ([True, True, bias],)
+        for dt in F if k < 2 else ("f32",):
+            C("convolution", T(xs, dt), T(ws, dt), T((cout,), dt) if bias else None, st, pd, dl, tr, op_, g)
+        masks = ([True, True, bias], [True, False, False], [False, True, bias]) if k < 3 else ([True, True, bias],)
         for mask in masks:
-            B("convolution_backward", conv_bwd, xs, ws, bias, st, pd, dl, tr, op_, g, mask,
-              "f32")
+            B("convolution_backward", conv_bwd, xs, ws, bias, st, pd, dl, tr, op_, g, mask, "f32")
         if k < 2:
-            B("convolution_backward", conv_bwd, xs, ws, bias, st, pd, dl, tr, op_, g,
-              [True, True, bias], "bf16")
-    S("convolution", T((1, 130, 6, 6), "f32"), T((16, 130, 3, 3), "f32"), T((16,), "f32"),
-      [1, 1], [1, 1], [1, 1], False, [0, 0], 1)                           # C_in > 128
-    S("convolution", T((1, 8, 12, 12), "f32"), T((129, 8, 3, 3), "f32"), None,
-      [1, 1], [0, 0], [1, 1], False, [0, 0], 1)                           # C_out > 128
-    S("convolution", T((2, 3, 520), "bf16"), T((8, 3, 5), "bf16"), T((8,), "bf16"),
-      [1], [2], [1], False, [0], 1)                                       # width > 512
-    B("convolution_backward", conv_bwd, (1, 130, 6, 6), (16, 130, 3, 3), True, [1, 1], [1, 1],
-      [1, 1], False, [0, 0], 1, [True, True, True], "f32", _src="stress")
+            B("convolution_backward", conv_bwd, xs, ws, bias, st, pd, dl, tr, op_, g, [True, True, bias], "bf16")
+    S(
+        "convolution",
+        T((1, 130, 6, 6), "f32"),
+        T((16, 130, 3, 3), "f32"),
+        T((16,), "f32"),
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+    )  # C_in > 128
+    S(
+        "convolution",
+        T((1, 8, 12, 12), "f32"),
+        T((129, 8, 3, 3), "f32"),
+        None,
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+    )  # C_out > 128
+    S(
+        "convolution", T((2, 3, 520), "bf16"), T((8, 3, 5), "bf16"), T((8,), "bf16"), [1], [2], [1], False, [0], 1
+    )  # width > 512
+    B(
+        "convolution_backward",
+        conv_bwd,
+        (1, 130, 6, 6),
+        (16, 130, 3, 3),
+        True,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, True, True],
+        "f32",
+        _src="stress",
+    )
 
     C("_cdist_forward", T((5, 3), "f32"), T((4, 3), "f32"), 2.0, None)
     C("_cdist_forward", T((2, 5, 3), "f32"), T((2, 4, 3), "f32"), 1.0, None)
     C("_cdist_forward", T((5, 3), "f32"), T((4, 3), "f32"), 0.0, None)
     C("_cdist_forward", T((5, 3), "f32"), T((4, 3), "f32"), math.inf, None)
     C("_cdist_forward", T((5, 3), "f32"), T((4, 3), "f32"), 3.0, 2)
-    C("_cdist_forward", T((30, 40), "f32"), T((26, 40), "f32"), 2.0, 1)   # use_mm path
+    C("_cdist_forward", T((30, 40), "f32"), T((26, 40), "f32"), 2.0, 1)  # use_mm path
     S("_cdist_forward", T((129, 16), "f32"), T((513, 16), "f32"), 2.0, 2)
     S("_cdist_forward", T((129, 16), "f32"), T((65, 16), "f32"), 2.0, 1)
     C("_pdist_forward", T((5, 3), "f32"), 2.0)
@@ -1470,11 +1752,32 @@ def norm_cases():
         S(op, T((129, 100), "f32", -10, 10), 1, False)
         S(op, T((4, 1000), "f32", -10, 10), 1, False)
         S(op, T((129, 40), "f16", -10, 10), 0, False)
-        S(op, T((8, 600), "f32", 900, 1000), 1, False)                   # needs max-subtraction
-        S(op, V((0.0, -math.inf, 1.0, -math.inf, -math.inf, -math.inf, -math.inf, -math.inf,
-                 math.inf, 1.0, math.nan, 2.0), "f32", (4, 3)), 1, False)  # masked rows, inf, nan
+        S(op, T((8, 600), "f32", 900, 1000), 1, False)  # needs max-subtraction
+        S(
+            op,
+            V(
+                (
+                    0.0,
+                    -math.inf,
+                    1.0,
+                    -math.inf,
+                    -math.inf,
+                    -math.inf,
+                    -math.inf,
+                    -math.inf,
+                    math.inf,
+                    1.0,
+                    math.nan,
+                    2.0,
+                ),
+                "f32",
+                (4, 3),
+            ),
+            1,
+            False,
+        )  # masked rows, inf, nan
     S("_softmax", T((1, 65537), "bf16", -5, 5), 1, False)
-    S("_softmax", T(BIG, "bf16", -10, 10), 1, False)                     # rows and width
+    S("_softmax", T(BIG, "bf16", -10, 10), 1, False)  # rows and width
     S("_log_softmax", T((129, 600), "f16", -10, 10), 1, False)
     for dt in F:
         C("native_layer_norm", T((4, 6), dt), [6], T((6,), dt), T((6,), dt), 1e-5)
@@ -1484,27 +1787,25 @@ def norm_cases():
     C("native_layer_norm", T((0, 5), "f32"), [5], T((5,), "f32"), T((5,), "f32"), 1e-5)
     C("native_layer_norm", V((3.0,) * 8, "f32", (2, 4)), [4], None, None, 1e-5)  # var 0
     S("native_layer_norm", T((129, 100), "f32"), [100], T((100,), "f32"), T((100,), "f32"), 1e-5)
-    S("native_layer_norm", T((4, 1000), "f32"), [1000], T((1000,), "f32"), T((1000,), "f32"),
-      1e-5)
-    S("native_layer_norm", T((4, 1000), "bf16"), [1000], T((1000,), "bf16"),
-      T((1000,), "bf16"), 1e-5)
+    S("native_layer_norm", T((4, 1000), "f32"), [1000], T((1000,), "f32"), T((1000,), "f32"), 1e-5)
+    S("native_layer_norm", T((4, 1000), "bf16"), [1000], T((1000,), "bf16"), T((1000,), "bf16"), 1e-5)
     S("native_layer_norm", T((2, 8193), "f32", 100, 101), [8193], None, None, 1e-5)
     S("native_layer_norm", T((3, 129, 7), "f16"), [129, 7], None, None, 1e-5)
-    lnb = [((4, 6), [6], True, [True, True, True]),
-           ((2, 3, 4), [3, 4], False, [True, False, False]),
-           ((2, 3, 4), [4], True, [False, True, True]), ((3, 5), [5], True, [True, True, False])]
+    lnb = [
+        ((4, 6), [6], True, [True, True, True]),
+        ((2, 3, 4), [3, 4], False, [True, False, False]),
+        ((2, 3, 4), [4], True, [False, True, True]),
+        ((3, 5), [5], True, [True, True, False]),
+    ]
     for xs, ns, aff, mask in lnb:
-        for dt in (F if aff and mask[0] and mask[1] else ("f32",)):
+        for dt in F if aff and mask[0] and mask[1] else ("f32",):
             B("native_layer_norm_backward", ln_bwd, xs, ns, aff, mask, dt)
-    B("native_layer_norm_backward", ln_bwd, (129, 100), [100], True, [True, True, True], "f32",
-      _src="stress")
-    B("native_layer_norm_backward", ln_bwd, (4, 1000), [1000], True, [True, True, True], "bf16",
-      _src="stress")
+    B("native_layer_norm_backward", ln_bwd, (129, 100), [100], True, [True, True, True], "f32", _src="stress")
+    B("native_layer_norm_backward", ln_bwd, (4, 1000), [1000], True, [True, True, True], "bf16", _src="stress")
 
-    gn = [((2, 6, 4, 4), 3, True), ((2, 4, 5), 2, False), ((3, 4), 4, True),
-          ((1, 6, 3, 3), 1, True)]
+    gn = [((2, 6, 4, 4), 3, True), ((2, 4, 5), 2, False), ((3, 4), 4, True), ((1, 6, 3, 3), 1, True)]
     for k, (xs, groups, aff) in enumerate(gn):
-        for dt in (F if k == 0 else ("f32",)):
+        for dt in F if k == 0 else ("f32",):
             B("native_group_norm", gn_fwd, xs, groups, aff, dt)
             B("native_group_norm_backward", gn_bwd, xs, groups, aff, [True, aff, aff], dt)
     B("native_group_norm_backward", gn_bwd, (2, 6, 4, 4), 3, True, [True, False, False], "f32")
@@ -1513,8 +1814,7 @@ def norm_cases():
     B("native_group_norm_backward", gn_bwd, (0, 4, 3), 2, True, [True, True, True], "f32")
     B("native_group_norm", gn_fwd, (2, 130, 4, 4), 13, True, "f32", _src="stress")
     B("native_group_norm", gn_fwd, (1, 8, 1000), 4, True, "bf16", _src="stress")
-    B("native_group_norm_backward", gn_bwd, (2, 130, 4, 4), 13, True, [True, True, True], "f32",
-      _src="stress")
+    B("native_group_norm_backward", gn_bwd, (2, 130, 4, 4), 13, True, [True, True, True], "f32", _src="stress")
 
     for dt in F:
         for training in (True, False):
@@ -1527,10 +1827,8 @@ def norm_cases():
     B("_native_batch_norm_legit_no_training", bn, (2, 3, 4, 4), "f32", False, True, None)
     B("_native_batch_norm_legit_no_training", bn, (5, 4), "bf16", True, True, None)
     B("_native_batch_norm_legit", bn, (4, 129, 9), "f32", True, True, True, _src="stress")
-    B("_native_batch_norm_legit.no_stats", bn, (2, 4, 1000), "f32", True, False, True,
-      _src="stress")
-    B("_native_batch_norm_legit_no_training", bn, (4, 130, 5), "bf16", True, True, None,
-      _src="stress")
+    B("_native_batch_norm_legit.no_stats", bn, (2, 4, 1000), "f32", True, False, True, _src="stress")
+    B("_native_batch_norm_legit_no_training", bn, (4, 130, 5), "bf16", True, True, None, _src="stress")
 
 
 def ln_bwd(xs, ns, aff, mask, dt):
@@ -1595,15 +1893,15 @@ def pooling_cases():
         C("_adaptive_avg_pool3d", T((1, 2, 5, 6, 7), dt), [2, 3, 3])
         C("max_pool2d_with_indices", T((1, 2, 8, 8), dt), [2, 2])
         C("max_pool3d_with_indices", T((1, 2, 6, 6, 6), dt), [2, 2, 2])
-    C("avg_pool3d", T((1, 2, 5, 6, 6), "f32"), [2, 2, 2])                # f32 only on CPU
+    C("avg_pool3d", T((1, 2, 5, 6, 6), "f32"), [2, 2, 2])  # f32 only on CPU
     C("avg_pool1d", T((2, 3, 10), "f32"), [3], [2], [1], True, False)
-    C("avg_pool1d", T((3, 11), "f32"), [4])                               # unbatched
+    C("avg_pool1d", T((3, 11), "f32"), [4])  # unbatched
     C("avg_pool2d", T((1, 2, 7, 7), "f32"), [3, 2], [2, 1], [1, 0], True, False)
     C("avg_pool2d", T((2, 6, 6), "f32"), [2, 2], [2, 2], [0, 0], False, True, 3)  # divisor
     C("avg_pool3d", T((1, 2, 5, 6, 6), "f32"), [3, 3, 3], [2, 2, 2], [1, 1, 1], True, False)
     C("avg_pool3d", T((2, 4, 4, 4), "f32"), [2, 2, 2], [1, 1, 1], [0, 0, 0], False, True, 5)
     C("adaptive_avg_pool1d", T((2, 3, 10), "f32"), [1])
-    C("adaptive_avg_pool1d", T((3, 7), "f32"), [10])                      # upsampling
+    C("adaptive_avg_pool1d", T((3, 7), "f32"), [10])  # upsampling
     C("_adaptive_avg_pool2d", T((1, 3, 7, 9), "f32"), [1, 1])
     C("_adaptive_avg_pool2d", T((3, 5, 5), "f32"), [7, 3])
     C("_adaptive_avg_pool3d", T((2, 4, 4, 4), "f32"), [1, 1, 1])
@@ -1611,26 +1909,20 @@ def pooling_cases():
     C("max_pool2d_with_indices", T((1, 2, 9, 9), "f32"), [3, 3], [1, 1], [0, 0], [2, 2])
     C("max_pool2d_with_indices", T((2, 7, 7), "f32"), [2, 3], [2, 1])
     C("max_pool2d_with_indices", T((1, 2, 8, 8), "i64", perm=True), [2, 2])
-    C("max_pool3d_with_indices", T((1, 2, 6, 6, 6), "f32"), [3, 3, 3], [2, 2, 2], [1, 1, 1],
-      [1, 1, 1], True)
-    C("max_pool3d_with_indices", T((2, 5, 5, 5), "f32"), [2, 2, 2], [1, 1, 1], [0, 0, 0],
-      [2, 2, 2])
+    C("max_pool3d_with_indices", T((1, 2, 6, 6, 6), "f32"), [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], True)
+    C("max_pool3d_with_indices", T((2, 5, 5, 5), "f32"), [2, 2, 2], [1, 1, 1], [0, 0, 0], [2, 2, 2])
     for dt in F:
-        B("avg_pool2d_backward", pool_bwd, "avg", (1, 2, 7, 7), [3, 3], [2, 2], [1, 1], False,
-          True, None, dt)
+        B("avg_pool2d_backward", pool_bwd, "avg", (1, 2, 7, 7), [3, 3], [2, 2], [1, 1], False, True, None, dt)
         B("_adaptive_avg_pool2d_backward", pool_bwd, "adaptive", (1, 3, 7, 9), [3, 4], dt)
-        B("max_pool2d_with_indices_backward", pool_bwd, "max", (1, 2, 8, 8), [2, 2], [2, 2],
-          [0, 0], [1, 1], False, dt)
-    B("avg_pool2d_backward", pool_bwd, "avg", (1, 2, 7, 7), [3, 2], [2, 1], [1, 0], True, False,
-      None, "f32")
-    B("avg_pool2d_backward", pool_bwd, "avg", (2, 6, 6), [2, 2], [2, 2], [0, 0], False, True, 3,
-      "f32")
+        B("max_pool2d_with_indices_backward", pool_bwd, "max", (1, 2, 8, 8), [2, 2], [2, 2], [0, 0], [1, 1], False, dt)
+    B("avg_pool2d_backward", pool_bwd, "avg", (1, 2, 7, 7), [3, 2], [2, 1], [1, 0], True, False, None, "f32")
+    B("avg_pool2d_backward", pool_bwd, "avg", (2, 6, 6), [2, 2], [2, 2], [0, 0], False, True, 3, "f32")
     B("_adaptive_avg_pool2d_backward", pool_bwd, "adaptive", (3, 5, 5), [7, 3], "f32")
     B("_adaptive_avg_pool2d_backward", pool_bwd, "adaptive", (1, 3, 7, 9), [1, 1], "f32")
-    B("max_pool2d_with_indices_backward", pool_bwd, "max", (1, 2, 8, 8), [3, 3], [2, 2], [1, 1],
-      [1, 1], True, "f32")
-    B("max_pool2d_with_indices_backward", pool_bwd, "max", (1, 2, 9, 9), [3, 3], [1, 1], [0, 0],
-      [2, 2], False, "f32")                                               # overlapping windows
+    B("max_pool2d_with_indices_backward", pool_bwd, "max", (1, 2, 8, 8), [3, 3], [2, 2], [1, 1], [1, 1], True, "f32")
+    B(
+        "max_pool2d_with_indices_backward", pool_bwd, "max", (1, 2, 9, 9), [3, 3], [1, 1], [0, 0], [2, 2], False, "f32"
+    )  # overlapping windows
     S("avg_pool2d", T((1, 130, 6, 6), "f32"), [3, 3], [2, 2], [1, 1])
     S("avg_pool1d", T((2, 4, 1000), "f32"), [5], [3], [2])
     S("avg_pool2d", EDGE("f32", (1, 1, 1, -1)), [1, 2], [1, 2], [0, 0], True)
@@ -1639,12 +1931,34 @@ def pooling_cases():
     S("max_pool2d_with_indices", T((1, 130, 6, 6), "f32"), [2, 2])
     S("max_pool2d_with_indices", EDGE("f32", (1, 1, 1, -1), "sort"), [1, 3], [1, 3], [0, 1])
     S("max_pool3d_with_indices", T((1, 129, 4, 4, 4), "f32"), [2, 2, 2])
-    B("avg_pool2d_backward", pool_bwd, "avg", (1, 130, 6, 6), [3, 3], [2, 2], [1, 1], False,
-      True, None, "f32", _src="stress")
-    B("max_pool2d_with_indices_backward", pool_bwd, "max", (1, 130, 6, 6), [2, 2], [2, 2],
-      [0, 0], [1, 1], False, "f32", _src="stress")
-    B("_adaptive_avg_pool2d_backward", pool_bwd, "adaptive", (1, 129, 8, 8), [4, 4], "f32",
-      _src="stress")
+    B(
+        "avg_pool2d_backward",
+        pool_bwd,
+        "avg",
+        (1, 130, 6, 6),
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        False,
+        True,
+        None,
+        "f32",
+        _src="stress",
+    )
+    B(
+        "max_pool2d_with_indices_backward",
+        pool_bwd,
+        "max",
+        (1, 130, 6, 6),
+        [2, 2],
+        [2, 2],
+        [0, 0],
+        [1, 1],
+        False,
+        "f32",
+        _src="stress",
+    )
+    B("_adaptive_avg_pool2d_backward", pool_bwd, "adaptive", (1, 129, 8, 8), [4, 4], "f32", _src="stress")
 
 
 def pool_bwd(kind, xs, *params):
@@ -1683,7 +1997,7 @@ def pad_cases():
     C("reflection_pad2d", T((2, 5, 6), "f32"), [0, 5, 4, 0])
     C("reflection_pad3d", T((2, 3, 3, 3), "f32"), [2, 2, 2, 2, 2, 2])
     C("replication_pad2d", T((2, 5, 6), "f32"), [3, 0, 0, 4])
-    C("replication_pad2d", T((1, 2, 5, 6), "f32"), [-1, 2, 0, -2])       # negative = crop
+    C("replication_pad2d", T((1, 2, 5, 6), "f32"), [-1, 2, 0, -2])  # negative = crop
     C("replication_pad3d", T((2, 3, 3, 3), "f32"), [0, 4, 1, 1, 3, 0])
     C("replication_pad3d", T((1, 2, 4, 5, 6), "i32"), [1, 1, 1, 1, 1, 1])
     S("reflection_pad1d", T((1, 129, 100), "f32"), [3, 5])
@@ -1710,13 +2024,17 @@ def pad_cases():
     for dt in F:
         C("grid_sampler_2d", T((1, 2, 5, 6), dt), T((1, 4, 3, 2), dt, -1.2, 1.2), 0, 0, False)
     for mode, pad, align in itertools.product((0, 1, 2), (0, 1, 2), (False, True)):
-        C("grid_sampler_2d", T((2, 3, 5, 6), "f32"), T((2, 4, 3, 2), "f32", -1.3, 1.3),
-          mode, pad, align)
+        C("grid_sampler_2d", T((2, 3, 5, 6), "f32"), T((2, 4, 3, 2), "f32", -1.3, 1.3), mode, pad, align)
     S("grid_sampler_2d", T((1, 129, 6, 6), "f32"), T((1, 5, 6, 2), "f32", -1, 1), 0, 0, False)
-    S("grid_sampler_2d", T((1, 2, 16, 16), "f32"), T((1, 20, 30, 2), "f32", -1.1, 1.1), 1, 1,
-      True)
-    S("grid_sampler_2d", T((1, 1, 4, 4), "f32"),
-      V((math.nan, 0.0, math.inf, 0.0, -1.0, -1.0, 1.0, 1.0), "f32", (1, 2, 2, 2)), 0, 0, True)
+    S("grid_sampler_2d", T((1, 2, 16, 16), "f32"), T((1, 20, 30, 2), "f32", -1.1, 1.1), 1, 1, True)
+    S(
+        "grid_sampler_2d",
+        T((1, 1, 4, 4), "f32"),
+        V((math.nan, 0.0, math.inf, 0.0, -1.0, -1.0, 1.0, 1.0), "f32", (1, 2, 2, 2)),
+        0,
+        0,
+        True,
+    )
     for dt in F:
         C("col2im", T((1, 8, 12), dt), [4, 5], [2, 2], [1, 1], [0, 0], [1, 1])
     C("col2im", T((8, 12), "f32"), [4, 5], [2, 2], [1, 1], [0, 0], [1, 1])  # unbatched
@@ -1736,10 +2054,8 @@ def indexing_cases():
         C("index_select", T((5, 6), dt), 1, I64(5, 0, 0, 3))
         C("gather", T((4, 5), dt), 1, I64(0, 4, 1, 1, 2, 3, 0, 0, 4, 4, 3, 2, shape=(4, 3)))
         C("index_put", T((5, 6), dt), [I64(4, 0, 2)], T((3, 6), dt))
-        C("scatter.src", T((3, 5), dt), 1,
-          I64(4, 0, 2, 1, 3, 0, 2, 4, 1, 3, shape=(2, 5)), T((2, 5), dt))
-        C("scatter.value", T((3, 5), dt), 0, I64(2, 0, 1, 1, 2, shape=(1, 5)),
-          True if dt == "bool" else 7)
+        C("scatter.src", T((3, 5), dt), 1, I64(4, 0, 2, 1, 3, 0, 2, 4, 1, 3, shape=(2, 5)), T((2, 5), dt))
+        C("scatter.value", T((3, 5), dt), 0, I64(2, 0, 1, 1, 2, shape=(1, 5)), True if dt == "bool" else 7)
         C("select_scatter", T((4, 5), dt), T((5,), dt), 0, 2)
         C("slice_scatter", T((6, 5), dt), T((2, 5), dt), 0, 1, 5, 2)
         C("masked_scatter", T((4, 5), dt), T((4, 5), "bool"), T((20,), dt))
@@ -1749,12 +2065,12 @@ def indexing_cases():
     C("index.Tensor", T((5, 6, 3), "f32"), [I64(0, 4, shape=(2, 1)), I64(1, 2, 5, shape=(1, 3))])
     C("index.Tensor", T((5, 6, 3), "f32"), [None, I64(0, 5), None])
     C("index.Tensor", T((5, 6), "f32", layout="t"), [V((3, 1), "i32")])
-    C("index.Tensor", T((5, 6), "i32"), [V((2,), "i64", ()), None])        # 0-d index
+    C("index.Tensor", T((5, 6), "i32"), [V((2,), "i64", ()), None])  # 0-d index
     C("index_put", T((5, 6), "f32"), [I64(1, 1, 3, 1)], T((4, 6), "f32"), True)
     C("index_put", T((5, 6), "f32"), [I64(0, 2), I64(5, 1)], T((), "f32"))
     C("index_put", T((5, 6), "f32"), [T((5, 6), "bool")], T((), "f32"))
     C("index_put", T((5, 6), "i64"), [None, I64(0, 0, 3)], T((5, 3), "i64"), True)
-    C("index_put", T((5, 6), "bf16"), [I64(4, 0)], T((6,), "bf16"))       # broadcast values
+    C("index_put", T((5, 6), "bf16"), [I64(4, 0)], T((6,), "bf16"))  # broadcast values
     C("index_select", T((5, 6), "f32"), 0, V((4, 1, 1), "i32"))
     C("index_select", T((5,), "f32"), 0, I64())
     C("index_select", T((), "f32"), 0, I64(0))
@@ -1764,17 +2080,21 @@ def indexing_cases():
     C("scatter.src", T((3, 5), "f32"), 0, I64(0, 1, 2, 2, 0, shape=(1, 5)), T((2, 5), "f32"))
     C("scatter.value", T((3, 5), "f32"), 1, I64(4, 0, shape=(1, 2)), -1.5)
     for dt in F + I:
-        C("scatter_add", T((3, 5), dt), 1, I64(0, 0, 4, 4, 1, 1, 1, 1, shape=(2, 4)),
-          T((2, 4), dt))
+        C("scatter_add", T((3, 5), dt), 1, I64(0, 0, 4, 4, 1, 1, 1, 1, shape=(2, 4)), T((2, 4), dt))
     C("scatter_add", T((5,), "f32"), 0, I64(0, 0, 0, 4, 4), T((7,), "f32"))  # src larger
     for red in ("sum", "prod", "mean", "amax", "amin"):
         for incl in (True, False):
-            C("scatter_reduce.two", T((3, 5), "f32"), 1,
-              I64(0, 0, 4, 4, 1, 0, 2, 2, shape=(2, 4)), T((2, 4), "f32"), red,
-              include_self=incl)
+            C(
+                "scatter_reduce.two",
+                T((3, 5), "f32"),
+                1,
+                I64(0, 0, 4, 4, 1, 0, 2, 2, shape=(2, 4)),
+                T((2, 4), "f32"),
+                red,
+                include_self=incl,
+            )
         C("scatter_reduce.two", T((6,), "i32"), 0, I64(0, 0, 5, 5, 5), T((5,), "i32"), red)
-        C("scatter_reduce.two", T((6,), "bf16"), 0, I64(1, 1, 2), T((3,), "bf16"), red,
-          include_self=False)
+        C("scatter_reduce.two", T((6,), "bf16"), 0, I64(1, 1, 2), T((3,), "bf16"), red, include_self=False)
     C("select_scatter", T((2, 3, 4), "f32"), T((2, 4), "f32"), 1, -1)
     C("select_scatter", T((4, 5), "f32", layout="t"), T((4,), "f32"), 1, 0)
     C("slice_scatter", T((6, 5), "f32"), T((6, 2), "f32"), 1, 3, None)
@@ -1791,21 +2111,30 @@ def indexing_cases():
     C("embedding", T((10, 4), "i64"), I64(9, 0))
     C("embedding", T((10, 4), "f32"), I64(1, 1, 2), -1, True, False)
     for dt in F:
-        C("embedding_dense_backward", T((2, 4, 3), dt), I64(1, 2, 4, 5, 4, 3, 2, 9, shape=(2, 4)),
-          10, -1, False)
+        C("embedding_dense_backward", T((2, 4, 3), dt), I64(1, 2, 4, 5, 4, 3, 2, 9, shape=(2, 4)), 10, -1, False)
     C("embedding_dense_backward", T((4, 3), "f32"), I64(0, 2, 0, 5), 6, 0, False)
     C("embedding_dense_backward", T((5, 3), "f32"), I64(1, 1, 2, 1, 4), 6, -1, True)
     C("embedding_dense_backward", T((2, 3), "f32"), V((3, 3), "i32"), 4, -1, False)
     for mode in (0, 1, 2):
         for dt in F:
-            C("_embedding_bag", T((10, 3), dt), I64(1, 2, 4, 5, 4, 3, 2, 9), I64(0, 3, 5),
-              False, mode)
-        C("_embedding_bag", T((10, 3), "f32"), I64(1, 2, 4, 5, 4, 3, 2, 9), I64(0, 3, 5, 8),
-          False, mode, False, None, True)
-        C("_embedding_bag", T((10, 3), "f32"), I64(1, 0, 4, 0, 4), I64(0, 2, 2), False, mode,
-          False, None, False, 0)                                         # empty bag + padding
-    C("_embedding_bag", T((10, 3), "f32"), I64(1, 2, 4, 5, 4, 3), I64(0, 3), False, 0, False,
-      T((6,), "f32"))                                                    # per_sample_weights
+            C("_embedding_bag", T((10, 3), dt), I64(1, 2, 4, 5, 4, 3, 2, 9), I64(0, 3, 5), False, mode)
+        C(
+            "_embedding_bag",
+            T((10, 3), "f32"),
+            I64(1, 2, 4, 5, 4, 3, 2, 9),
+            I64(0, 3, 5, 8),
+            False,
+            mode,
+            False,
+            None,
+            True,
+        )
+        C(
+            "_embedding_bag", T((10, 3), "f32"), I64(1, 0, 4, 0, 4), I64(0, 2, 2), False, mode, False, None, False, 0
+        )  # empty bag + padding
+    C(
+        "_embedding_bag", T((10, 3), "f32"), I64(1, 2, 4, 5, 4, 3), I64(0, 3), False, 0, False, T((6,), "f32")
+    )  # per_sample_weights
     C("_embedding_bag", T((10, 3), "f32"), V((1, 2, 4, 5), "i32"), V((0, 2), "i32"), False, 1)
     C("_embedding_bag", T((10, 3), "f32"), I64(1, 2, 4, 5, 4, 3), I64(0, 3), True, 0)
     # stress
@@ -1818,16 +2147,20 @@ def indexing_cases():
     S("gather", T((300, 8), "f32"), 0, T((129, 8), "i64", 0, 300))
     S("index_put", T((1000, 4), "f32"), [T((600,), "i64", 0, 1000)], T((600, 4), "f32"), True)
     S("scatter_add", T((130, 16), "f32"), 0, T((600, 16), "i64", 0, 130), T((600, 16), "f32"))
-    S("scatter_reduce.two", T((130,), "f32"), 0, T((1000,), "i64", 0, 130), T((1000,), "f32"),
-      "amax", include_self=False)
-    S("scatter_reduce.two", T((129,), "f32"), 0, T((1000,), "i64", 0, 129), T((1000,), "f32"),
-      "mean")
-    S("scatter.src", T((1000,), "f32"), 0, V(tuple(range(999, -1, -7)), "i64"),
-      T((143,), "f32"))
+    S(
+        "scatter_reduce.two",
+        T((130,), "f32"),
+        0,
+        T((1000,), "i64", 0, 130),
+        T((1000,), "f32"),
+        "amax",
+        include_self=False,
+    )
+    S("scatter_reduce.two", T((129,), "f32"), 0, T((1000,), "i64", 0, 129), T((1000,), "f32"), "mean")
+    S("scatter.src", T((1000,), "f32"), 0, V(tuple(range(999, -1, -7)), "i64"), T((143,), "f32"))
     S("embedding", T((300, 130), "bf16"), T((4, 129), "i64", 0, 300))
     S("embedding_dense_backward", T((600, 16), "f32"), T((600,), "i64", 0, 130), 130, -1, False)
-    S("_embedding_bag", T((1000, 16), "f32"), T((600,), "i64", 0, 1000),
-      V(tuple(range(0, 600, 5)), "i64"), False, 1)
+    S("_embedding_bag", T((1000, 16), "f32"), T((600,), "i64", 0, 1000), V(tuple(range(0, 600, 5)), "i64"), False, 1)
     S("masked_scatter", T((129, 40), "f16"), T((129, 40), "bool", zeros=0.5), T((5160,), "f16"))
     S("slice_scatter", T((2, 520), "f32"), T((2, 171), "f32"), 1, 7, 520, 3)
     S("slice_scatter", T((300, 4), "bf16"), T((129, 4), "bf16"), 0, 1, 259, 2)
@@ -1857,10 +2190,10 @@ def shape_cases():
             C("flip", T((3, 4), dt), [0])
     C("alias", T((), "f32"))
     C("alias", T((3, 4), "f32", layout="t"))
-    C("as_strided", T((4, 5), "f32"), [2, 2], [1, 1])                     # overlapping
-    C("as_strided", T((4, 5), "f32"), [3, 4], [0, 1], 2)                  # stride 0
-    C("as_strided", T((20,), "i32"), [4, 5], [1, 4])                      # column-major view
-    C("as_strided", T((6,), "f32"), [], [], 5)                            # 0-d
+    C("as_strided", T((4, 5), "f32"), [2, 2], [1, 1])  # overlapping
+    C("as_strided", T((4, 5), "f32"), [3, 4], [0, 1], 2)  # stride 0
+    C("as_strided", T((20,), "i32"), [4, 5], [1, 4])  # column-major view
+    C("as_strided", T((6,), "f32"), [], [], 5)  # 0-d
     C("view", T((3, 4), "f32"), [-1, 2])
     C("view", T((), "f32"), [1, 1])
     C("view", T((4, 3), "f32", layout="s"), [4, 3, 1])
@@ -1871,7 +2204,7 @@ def shape_cases():
     C("expand", T((3, 1), "f32"), [-1, 4])
     C("expand", T((), "i64"), [2, 2])
     C("expand", T((3, 1), "f32"), [2, 3, 5], implicit=True)
-    C("squeeze.dim", T((3, 4), "f32"), 0)                                 # no-op
+    C("squeeze.dim", T((3, 4), "f32"), 0)  # no-op
     C("squeeze.dim", T((), "f32"), 0)
     C("squeeze.dims", T((1, 3, 1), "f32"), [-1])
     C("squeeze.dims", T((1, 3, 1), "f32"), [0, 1, 2])
@@ -1882,16 +2215,16 @@ def shape_cases():
     C("select.int", T((2, 3, 4), "f32", layout="t"), 2, 0)
     C("slice.Tensor", T((6, 4), "f32"), 1, None, None)
     C("slice.Tensor", T((6, 4), "f32"), 0, -3, 100)
-    C("slice.Tensor", T((6, 4), "f32"), 1, 2, 2)                          # empty
+    C("slice.Tensor", T((6, 4), "f32"), 1, 2, 2)  # empty
     C("slice.Tensor", T((6, 4), "f32", layout="t"), 0, 1, 6, 3)
     C("diagonal", T((4, 5), "f32"), 1)
     C("diagonal", T((4, 5), "f32"), -2)
     C("diagonal", T((2, 3, 4), "f32"), 0, 2, 0)
-    C("diagonal", T((4, 5), "f32"), 10)                                   # empty
+    C("diagonal", T((4, 5), "f32"), 10)  # empty
     C("split_with_sizes", T((6, 4), "f32"), [4, 0], 1)
     C("split_with_sizes", T((3, 5), "f32", layout="t"), [2, 3], -1)
     C("cat", [T((2, 3), "f32"), T((2, 1), "f32"), T((2, 0), "f32")], 1)
-    C("cat", [T((2, 3), "i32"), T((1, 3), "f32")])                        # type promotion
+    C("cat", [T((2, 3), "i32"), T((1, 3), "f32")])  # type promotion
     C("cat", [T((2, 3), "bf16"), T((2, 3), "f16")], -1)
     C("cat", [T((2, 3), "bool"), T((2, 3), "i64")])
     C("cat", [T((2, 3), "f32", layout="t"), T((2, 3), "f32")])
@@ -1927,22 +2260,20 @@ def creation_cases():
     C("arange.start_step", 10, 0, -3)
     C("arange.start_step", 0, 1, 0.1, dtype=torch.bfloat16)
     C("arange.start_step", 0, 2, 0.3, dtype=torch.float16)
-    C("arange.start_step", 0, 5, 1, dtype=torch.float32, layout=torch.strided, device=cpu,
-      pin_memory=False)
-    C("arange.start_step", 3, 3, 1)                                       # empty
+    C("arange.start_step", 0, 5, 1, dtype=torch.float32, layout=torch.strided, device=cpu, pin_memory=False)
+    C("arange.start_step", 3, 3, 1)  # empty
     S("arange.start_step", 0, 1000, 1, dtype=torch.float32)
     S("arange.start_step", -65, 1000, 1, dtype=torch.int64)
     S("arange.start_step", 0.0, 1.0, 1 / 513, dtype=torch.float32)
-    S("arange.start_step", 0, 300, 1, dtype=torch.bfloat16)               # inexact above 256
+    S("arange.start_step", 0, 300, 1, dtype=torch.bfloat16)  # inexact above 256
 
     # uninitialised memory: check is "metadata"; the data is torch's deterministic fill
     for dt in ("f32", "bf16", "i64", "bool", "f8e4m3fn"):
         C("empty.memory_format", [3, 4], dtype=DT[dt])
     C("empty.memory_format", [2, 3, 4, 5], dtype=torch.float32, memory_format=torch.channels_last)
-    C("empty.memory_format", [0, 3], dtype=torch.float32, layout=torch.strided, device=cpu,
-      pin_memory=False)
+    C("empty.memory_format", [0, 3], dtype=torch.float32, layout=torch.strided, device=cpu, pin_memory=False)
     C("empty.memory_format", [], dtype=torch.float32)
-    C("empty.memory_format", [5])                                         # default dtype
+    C("empty.memory_format", [5])  # default dtype
     for dt in ("f32", "bf16", "i32"):
         C("empty_strided", [3, 4], [1, 3], dtype=DT[dt])
     C("empty_strided", [2, 3], [3, 1])
@@ -1954,13 +2285,13 @@ def creation_cases():
         C("full_like", T((3, 4), dt), True if dt == "bool" else (-3 if dt in I else 2.5))
         C("fill.Scalar", T((3, 4), dt), False if dt == "bool" else (5 if dt in I else -0.75))
         C("scalar_tensor", True if dt == "bool" else (7 if dt in I else 3.5), dtype=DT[dt])
-    C("full", [2], 7)                                                     # int fill -> i64
-    C("full", [2], 7.0)                                                   # float fill -> f32
+    C("full", [2], 7)  # int fill -> i64
+    C("full", [2], 7.0)  # float fill -> f32
     C("full", [2, 2], True)
     C("full", [], math.nan, dtype=torch.float32)
     C("full", [3], -math.inf, dtype=torch.bfloat16)
     C("full", [0, 3], 1.0)
-    C("full", [3], 2.5, dtype=torch.int32)                                # truncates
+    C("full", [3], 2.5, dtype=torch.int32)  # truncates
     C("full_like", T((3, 4), "f32"), 7, dtype=torch.int32)
     C("full_like", T((3, 4), "f32", layout="t"), 1.0, memory_format=torch.preserve_format)
     C("full_like", T((3, 4), "f32", layout="t"), 1.0, memory_format=torch.contiguous_format)
@@ -1969,20 +2300,26 @@ def creation_cases():
     C("fill.Scalar", T((3, 4), "f32", layout="t"), math.nan)
     C("fill.Scalar", T((), "i32"), -1)
     C("fill.Scalar", T((0, 2), "f32"), 1.0)
-    C("fill.Scalar", T((3,), "i32"), 2.9)                                 # truncates
-    C("fill.Scalar", T((3,), "bf16"), 1e30)                               # rounds
-    C("scalar_tensor", 3)                                                 # -> f32
+    C("fill.Scalar", T((3,), "i32"), 2.9)  # truncates
+    C("fill.Scalar", T((3,), "bf16"), 1e30)  # rounds
+    C("scalar_tensor", 3)  # -> f32
     C("scalar_tensor", math.nan)
     C("scalar_tensor", -0.0, dtype=torch.bfloat16)
-    C("scalar_tensor", 2 ** 40, dtype=torch.int64)
+    C("scalar_tensor", 2**40, dtype=torch.int64)
     S("full", [129, 513], 0.1, dtype=torch.bfloat16)
     S("full_like", T((1000, 3), "bf16"), -2.0)
     S("fill.Scalar", T((130, 40), "f16"), 65504.0)
     S("fill.Scalar", T((2, 520), "f32"), -0.0)
 
     # RNG: the stored output is one valid sample; the runner checks properties
-    for shape, dt in (([1000], "f32"), ([64, 64], "bf16"), ([7], "f16"), ([], "f32"),
-                      ([0, 3], "f32"), ([129, 33], "f32")):
+    for shape, dt in (
+        ([1000], "f32"),
+        ([64, 64], "bf16"),
+        ([7], "f16"),
+        ([], "f32"),
+        ([0, 3], "f32"),
+        ([129, 33], "f32"),
+    ):
         C("rand", shape, dtype=DT[dt])
         C("randn", shape, dtype=DT[dt])
     C("rand", [4, 5])
@@ -1996,17 +2333,31 @@ def creation_cases():
         else:
             C("randperm", n, dtype=dt)
     S("randperm", 4097)
-    for shape, dt, p in (((1000,), "f32", 0.2), ((64, 64), "bf16", 0.5), ((40,), "f16", 0.1),
-                         ((30,), "f32", 0.0), ((30,), "f32", 1.0), ((0, 3), "f32", 0.5)):
+    for shape, dt, p in (
+        ((1000,), "f32", 0.2),
+        ((64, 64), "bf16", 0.5),
+        ((40,), "f16", 0.1),
+        ((30,), "f32", 0.0),
+        ((30,), "f32", 1.0),
+        ((0, 3), "f32", 0.5),
+    ):
         C("native_dropout", T(shape, dt), p, True)
-    C("native_dropout", T((4, 5), "f32"), 0.3, False)                     # eval: identity
-    C("native_dropout", T((4, 5), "f32", layout="t"), 0.4, None)         # None = train
+    C("native_dropout", T((4, 5), "f32"), 0.3, False)  # eval: identity
+    C("native_dropout", T((4, 5), "f32", layout="t"), 0.4, None)  # None = train
     S("native_dropout", T((129, 129), "f32"), 0.25, True)
 
     conv = [("f32", t) for t in ("bf16", "f16", "i32", "i64", "bool", "u8", "i8", "i16") + F8]
     conv += [(s, "f32") for s in ("bf16", "f16", "i32", "i64", "bool", "u8") + F8]
-    conv += [("bf16", "f16"), ("f16", "bf16"), ("i64", "i32"), ("i32", "bool"),
-             ("f8e4m3fn", "bf16"), ("f8e5m2", "f16"), ("f8e4m3fn", "f8e5m2"), ("bf16", "f8e4m3fn")]
+    conv += [
+        ("bf16", "f16"),
+        ("f16", "bf16"),
+        ("i64", "i32"),
+        ("i32", "bool"),
+        ("f8e4m3fn", "bf16"),
+        ("f8e5m2", "f16"),
+        ("f8e4m3fn", "f8e5m2"),
+        ("bf16", "f8e4m3fn"),
+    ]
     for src, dst in conv:
         lo, hi = (None, None)
         if src == "f32" and dst in ("i32", "i64", "i8", "i16"):
@@ -2014,31 +2365,37 @@ def creation_cases():
         if src == "f32" and dst == "u8":
             lo, hi = 0, 200
         C("_to_copy", T((4, 5), src, lo, hi), dtype=DT[dst])
-    C("_to_copy", T((3, 4), "f32"))                                       # plain copy
+    C("_to_copy", T((3, 4), "f32"))  # plain copy
     C("_to_copy", T((3, 4), "f32", layout="t"), memory_format=torch.contiguous_format)
-    C("_to_copy", T((3, 4), "f32", layout="t"), dtype=torch.bfloat16,
-      memory_format=torch.preserve_format)
+    C("_to_copy", T((3, 4), "f32", layout="t"), dtype=torch.bfloat16, memory_format=torch.preserve_format)
     C("_to_copy", T((2, 3, 4, 5), "f32"), memory_format=torch.channels_last)
-    C("_to_copy", T((3, 4), "i32"), dtype=torch.float32, layout=torch.strided, device=cpu,
-      pin_memory=False, non_blocking=False)
+    C(
+        "_to_copy",
+        T((3, 4), "i32"),
+        dtype=torch.float32,
+        layout=torch.strided,
+        device=cpu,
+        pin_memory=False,
+        non_blocking=False,
+    )
     C("_to_copy", T((), "f32"), dtype=torch.int64)
-    for dst in ("bf16", "f16") + F8:                                      # rounding, overflow,
-        S("_to_copy", EDGE("f32"), dtype=DT[dst])                         # subnormals, specials
+    for dst in ("bf16", "f16") + F8:  # rounding, overflow,
+        S("_to_copy", EDGE("f32"), dtype=DT[dst])  # subnormals, specials
         S("_to_copy", T(P_ROWS, "f32", -300, 300), dtype=DT[dst])
     for src in ("bf16", "f16") + F8:
         S("_to_copy", EDGE(src), dtype=torch.float32)
     S("_to_copy", V([1 + k / 1024 for k in range(-64, 65)], "f32"), dtype=torch.bfloat16)  # ties
     S("_to_copy", V([k / 8 for k in range(-40, 41)], "f32"), dtype=torch.int32)  # trunc to 0
-    S("_to_copy", EDGE("i64"), dtype=torch.int32)                         # wraps
+    S("_to_copy", EDGE("i64"), dtype=torch.int32)  # wraps
     S("_to_copy", EDGE("i32"), dtype=torch.float32)
     S("_to_copy", EDGE("i64"), dtype=torch.bfloat16)
-    S("_to_copy", EDGE("f32"), dtype=torch.bool)                          # NaN -> True
+    S("_to_copy", EDGE("f32"), dtype=torch.bool)  # NaN -> True
     S("_to_copy", T((129, 100), "f32"), dtype=torch.bfloat16)
 
     for dt in ALL:
         C("copy", T((3, 4), dt), T((3, 4), dt))
-    C("copy", T((3, 4), "f32"), T((4,), "f32"))                          # broadcast src
-    C("copy", T((3, 4), "bf16"), T((3, 4), "f32"))                       # cast
+    C("copy", T((3, 4), "f32"), T((4,), "f32"))  # broadcast src
+    C("copy", T((3, 4), "bf16"), T((3, 4), "f32"))  # cast
     C("copy", T((3, 4), "i32"), T((3, 4), "f32", -50, 50))
     C("copy", T((3, 4), "f32"), T((3, 4), "bool"))
     C("copy", T((3, 4), "f32", layout="t"), T((3, 4), "f32"))
@@ -2060,9 +2417,9 @@ def creation_cases():
     S("clone", EDGE("f32"))
 
     for dt in ("f32", "i64", "bool", "bf16") + F8:
-        C("resize_", T((3, 4), dt), [6])                                 # shrink: values
-    C("resize_", T((3, 4), "f32"), [2, 6])                               # same numel: values
-    C("resize_", T((3, 4), "f32"), [4, 5])                               # grow: metadata
+        C("resize_", T((3, 4), dt), [6])  # shrink: values
+    C("resize_", T((3, 4), "f32"), [2, 6])  # same numel: values
+    C("resize_", T((3, 4), "f32"), [4, 5])  # grow: metadata
     C("resize_", T((3, 4), "i32"), [0])
     C("resize_", T((2, 3, 4, 5), "f32"), [2, 3, 4, 5], memory_format=torch.channels_last)
     C("resize_", T((), "f32"), [1, 1])
@@ -2078,8 +2435,8 @@ def creation_cases():
         S("_local_scalar_dense", V((-math.inf,), dt, ()))
         S("_local_scalar_dense", V((-0.0,), dt, ()))
         S("_local_scalar_dense", V((torch.finfo(DT[dt]).max,), dt, ()))
-    S("_local_scalar_dense", V((2 ** 63 - 1,), "i64", ()))
-    S("_local_scalar_dense", V((-2 ** 31,), "i32", ()))
+    S("_local_scalar_dense", V((2**63 - 1,), "i64", ()))
+    S("_local_scalar_dense", V((-(2**31),), "i32", ()))
 
 
 # ---- symbolic-shape metadata ------------------------------------------------------------
@@ -2128,8 +2485,8 @@ def float8_cases():
         C("slice_scatter", T((6, 4), dt), T((2, 4), dt), 0, 0, 4, 2)
         C("select_scatter", T((4, 5), dt), T((5,), dt), 0, 1)
         C("any", T((4, 5), dt, zeros=0.8))
-        C("add.Tensor", T((4, 5), dt), T((4, 5), dt))                    # no CPU kernel
-        C("neg", T((4, 5), dt))                                          # no CPU kernel
+        C("add.Tensor", T((4, 5), dt), T((4, 5), dt))  # no CPU kernel
+        C("neg", T((4, 5), dt))  # no CPU kernel
 
 
 def regression_cases():
@@ -2179,11 +2536,13 @@ def regression_cases():
     # on-device prefix count of the mask), and accumulating masked index_put.
     rows5 = V((True, False, True, True, False), "bool")
     C("index_put", T((5, 6), "f32"), [rows5], T((3, 6), "f32"))
-    C("index_put", T((4, 5), "f32"),
-      [V((0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1), "bool", (4, 5))],
-      T((9,), "f32"))
-    C("index_put", T((2, 5, 3), "bf16"), [V((1, 0, 0, 1, 1, 1, 0, 1, 0, 0), "bool", (2, 5))],
-      T((5, 3), "bf16"), True)
+    C(
+        "index_put",
+        T((4, 5), "f32"),
+        [V((0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1), "bool", (4, 5))],
+        T((9,), "f32"),
+    )
+    C("index_put", T((2, 5, 3), "bf16"), [V((1, 0, 0, 1, 1, 1, 0, 1, 0, 0), "bool", (2, 5))], T((5, 3), "bf16"), True)
     C("index_put", T((5, 6), "f32"), [rows5], T((6,), "f32"), True)
 
 
@@ -2221,9 +2580,9 @@ def _cx_copy(dst, src):
 # --------------------------------------------------------------------------------------------
 # Source 4: the call forms of the committed models (--models)
 # --------------------------------------------------------------------------------------------
-MODELS_DIR = None             # --models DIR: golden/models by default, None with --models none
+MODELS_DIR = None  # --models DIR: golden/models by default, None with --models none
 MODEL_CASE_LIMIT = 64 * 1024  # tensor bytes (inputs + outputs) of one model call form
-MODEL_SKIPPED = []            # call forms over the limit, for the log
+MODEL_SKIPPED = []  # call forms over the limit, for the log
 
 
 def _graph_tensor(values, name):
@@ -2233,29 +2592,31 @@ def _graph_tensor(values, name):
 
 def _form_key(n, values):
     """A node's call form: the op, its arguments with every tensor replaced by (dtype, shape)."""
+
     def enc(a):
-        (kind, x), = a.items()
+        ((kind, x),) = a.items()
         if kind == "tensor":
             return {"tensor": _graph_tensor(values, x)}
         if kind == "tensors":
             return {"tensors": [None if t is None else _graph_tensor(values, t) for t in x]}
         return a
-    return json.dumps([n["op"], [enc(a) for a in n["args"]],
-                       {k: enc(v) for k, v in sorted(n["kwargs"].items())}], sort_keys=True)
+
+    return json.dumps(
+        [n["op"], [enc(a) for a in n["args"]], {k: enc(v) for k, v in sorted(n["kwargs"].items())}], sort_keys=True
+    )
 
 
 def _model_value(a, values):
     """A graph.json argument (docs/model-format.md; the golden value encoding) as a lazy input:
     tensors become T specs of the recorded dtype and shape, contiguous (graph.json records no
     strides)."""
-    (kind, x), = a.items()
+    ((kind, x),) = a.items()
     if kind == "tensor":
         return T(*_graph_tensor(values, x))
     if kind == "tensors":
         return [None if t is None else T(*_graph_tensor(values, t)) for t in x]
     if kind == "float":
-        return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(x, x) \
-            if isinstance(x, str) else float(x)
+        return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(x, x) if isinstance(x, str) else float(x)
     if kind in ("int", "bool", "str", "bools"):
         return x
     if kind in ("ints",):
@@ -2292,8 +2653,7 @@ def _with_domain(op, args):
     elif op == "gather":
         args[2] = _ranged(args[2], dim_of(args[0], args[1]))
     elif op in ("index.Tensor", "index_put"):
-        args[1] = [None if t is None else _ranged(t, dim_of(args[0], k))
-                   for k, t in enumerate(args[1])]
+        args[1] = [None if t is None else _ranged(t, dim_of(args[0], k)) for k, t in enumerate(args[1])]
     elif op in UNARY_DOMAIN and isinstance(args[0], T):
         lo, hi = UNARY_DOMAIN[op]
         args[0] = T(args[0].shape, args[0].dtype, lo, hi)
@@ -2330,8 +2690,8 @@ def model_cases():
                 continue
             nbytes = 0
             for ref in n["args"] + n["outputs"]:
-                (kind, x), = ref.items()
-                for t in ([x] if kind == "tensor" else x if kind == "tensors" else []):
+                ((kind, x),) = ref.items()
+                for t in [x] if kind == "tensor" else x if kind == "tensors" else []:
                     if t is not None and t in values:
                         shape, dt = _graph_tensor(values, t)
                         nbytes += math.prod(shape) * DT[dt].itemsize
@@ -2343,14 +2703,38 @@ def model_cases():
             continue
         args = _with_domain(op, [_model_value(a, values) for a in n["args"]])
         kwargs = {k: _model_value(v, values) for k, v in n["kwargs"].items()}
-        TABLE.append(HandCase(op, "model", tuple(args), kwargs, None,
-                              {"models": sorted(set(models)), "node": f"{models[0]}/{n['name']}"}))
+        TABLE.append(
+            HandCase(
+                op,
+                "model",
+                tuple(args),
+                kwargs,
+                None,
+                {"models": sorted(set(models)), "node": f"{models[0]}/{n['name']}"},
+            )
+        )
 
 
-HAND_BUILDERS = [unary_cases, activation_cases, first_family_cases, other_binary_cases,
-                 comparison_cases, reduction_cases, sort_cases, matmul_cases, norm_cases,
-                 pooling_cases, pad_cases, indexing_cases, shape_cases, creation_cases,
-                 metadata_cases, float8_cases, regression_cases, model_cases]
+HAND_BUILDERS = [
+    unary_cases,
+    activation_cases,
+    first_family_cases,
+    other_binary_cases,
+    comparison_cases,
+    reduction_cases,
+    sort_cases,
+    matmul_cases,
+    norm_cases,
+    pooling_cases,
+    pad_cases,
+    indexing_cases,
+    shape_cases,
+    creation_cases,
+    metadata_cases,
+    float8_cases,
+    regression_cases,
+    model_cases,
+]
 
 
 def run_table(wanted, log):
@@ -2369,13 +2753,12 @@ def run_table(wanted, log):
         torch.manual_seed(seed)
         func = overload(hc.op)
         try:
-            args, kwargs = hc.build() if hc.build else (materialize(hc.args),
-                                                        materialize(hc.kwargs))
-            case, _, why = record_call(func, tuple(args), kwargs, hc.source,
-                                       {"seed": seed, "table_index": k, **(hc.prov or {})})
+            args, kwargs = hc.build() if hc.build else (materialize(hc.args), materialize(hc.kwargs))
+            case, _, why = record_call(
+                func, tuple(args), kwargs, hc.source, {"seed": seed, "table_index": k, **(hc.prov or {})}
+            )
         except Exception as e:  # noqa: BLE001 - torch refused (dtype not implemented on CPU, ...)
-            skipped.append(f"{hc.op} {hc.source}#{k}: {type(e).__name__}: "
-                           f"{str(e).splitlines()[0][:120]}")
+            skipped.append(f"{hc.op} {hc.source}#{k}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             continue
         if case is None:
             skipped.append(f"{hc.op} {hc.source}#{k}: not recordable ({why})")
@@ -2412,9 +2795,17 @@ def to_bytes(c):
     prov = {"torch": TORCH_VERSION, "source": c.source, "generator": GENERATOR}
     prov.update(c.prov)
     meta = {
-        "format": FORMAT, "id": c.id, "op": c.op, "schema": c.schema, "dtype": c.dtype,
-        "args": c.args, "kwargs": c.kwargs, "outputs": c.outputs, "tensors": c.rec.meta,
-        "check": c.check, "provenance": prov,
+        "format": FORMAT,
+        "id": c.id,
+        "op": c.op,
+        "schema": c.schema,
+        "dtype": c.dtype,
+        "args": c.args,
+        "kwargs": c.kwargs,
+        "outputs": c.outputs,
+        "tensors": c.rec.meta,
+        "check": c.check,
+        "provenance": prov,
     }
     if getattr(c, "oracle", None):
         meta["oracle"] = c.oracle
@@ -2456,10 +2847,9 @@ def write_all(out_dir, cases, wanted, full):
         with open(path, "wb") as f:
             f.write(blob)
         sizes[c.id] = len(blob)
-        entries.append({"id": c.id, "op": c.op, "dtype": c.dtype, "source": c.source,
-                        "file": case_file(c)})
+        entries.append({"id": c.id, "op": c.op, "dtype": c.dtype, "source": c.source, "file": case_file(c)})
     if too_big:
-        sys.exit(f"FATAL: files over the {FILE_LIMIT // 2 ** 20} MB limit: " + ", ".join(too_big))
+        sys.exit(f"FATAL: files over the {FILE_LIMIT // 2**20} MB limit: " + ", ".join(too_big))
     entries.sort(key=lambda e: e["id"])
     ids = [e["id"] for e in entries]
     assert len(ids) == len(set(ids)), "duplicate ids in index"
@@ -2490,25 +2880,27 @@ def summarize(out_dir, entries, sizes, skipped, log, wanted, partial):
         es = [e for op in ops for e in by_op.get(op, [])]
         src = {s: sum(e["source"] == s for e in es) for s in ("opinfo", "hand", "stress", "model")}
         dts = sorted({e["dtype"] for e in es})
-        log(f"{g:<14}{len(ops):>5}{len(es):>7}{src['opinfo']:>8}{src['hand']:>6}"
-            f"{src['stress']:>8}{src['model']:>7}  {' '.join(dts)}")
-    only_hand = [op for op in CORE_OPS if by_op.get(op)
-                 and not any(e["source"] == "opinfo" for e in by_op[op])]
+        log(
+            f"{g:<14}{len(ops):>5}{len(es):>7}{src['opinfo']:>8}{src['hand']:>6}"
+            f"{src['stress']:>8}{src['model']:>7}  {' '.join(dts)}"
+        )
+    only_hand = [op for op in CORE_OPS if by_op.get(op) and not any(e["source"] == "opinfo" for e in by_op[op])]
     log(f"total: {len(entries)} cases")
     log(f"overloads without OpInfo cases ({len(only_hand)}): {' '.join(only_hand)}")
     if sizes:
         big = sorted(((s, i) for i, s in sizes.items() if s > FILE_AIM), reverse=True)
-        log(f"files written: {len(sizes)}, largest {max(sizes.values())} bytes, "
-            f"{len(big)} above {FILE_AIM // 1024} KB" +
-            "".join(f"\n  {i} ({s} bytes)" for s, i in big))
+        log(
+            f"files written: {len(sizes)}, largest {max(sizes.values())} bytes, "
+            f"{len(big)} above {FILE_AIM // 1024} KB" + "".join(f"\n  {i} ({s} bytes)" for s, i in big)
+        )
     total = dir_bytes(out_dir if os.path.isdir(out_dir) else ".")
-    golden_total = dir_bytes(os.path.join(out_dir, "cases")) + \
-        os.path.getsize(os.path.join(out_dir, "index.json"))
-    log(f"total bytes: cases+index {golden_total} ({golden_total / 2 ** 20:.1f} MiB); "
-        f"whole directory {total} ({total / 2 ** 20:.1f} MiB)")
+    golden_total = dir_bytes(os.path.join(out_dir, "cases")) + os.path.getsize(os.path.join(out_dir, "index.json"))
+    log(
+        f"total bytes: cases+index {golden_total} ({golden_total / 2**20:.1f} MiB); "
+        f"whole directory {total} ({total / 2**20:.1f} MiB)"
+    )
     if MODEL_SKIPPED:
-        log(f"model call forms over {MODEL_CASE_LIMIT // 1024} KB, not recorded "
-            f"({len(MODEL_SKIPPED)}):")
+        log(f"model call forms over {MODEL_CASE_LIMIT // 1024} KB, not recorded ({len(MODEL_SKIPPED)}):")
         for s in MODEL_SKIPPED:
             log("  " + s)
     if skipped:
@@ -2545,41 +2937,110 @@ def large_cases():
     S("_softmax", T((260, 3000), "f32", -10, 10), 1, False)
     S("_log_softmax", T((260, 3000), "bf16", -10, 10), 1, False)
     S("native_layer_norm", T((260, 2100), "f32"), [2100], T((2100,), "f32"), T((2100,), "f32"), 1e-5)
-    S("convolution", T((2, 130, 20, 20), "f32", -1, 1), T((140, 130, 3, 3), "f32", -1, 1), None,
-      [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    S(
+        "convolution",
+        T((2, 130, 20, 20), "f32", -1, 1),
+        T((140, 130, 3, 3), "f32", -1, 1),
+        None,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+    )
     # the shapes issue 14 measured (every f32 one failed assert_close by accumulation order)
     S("mm", T((200, 300), "f32", -1, 1), T((300, 600), "f32", -1, 1))
     S("bmm", T((3, 130, 129), "f32", -1, 1), T((3, 129, 513), "f32", -1, 1))
     S("addmm", T((513,), "f32", -1, 1), T((129, 257), "f32", -1, 1), T((257, 513), "f32", -1, 1))
-    S("addmm", T((129, 600), "f32", -1, 1), T((129, 1200), "f32", -1, 1), T((1200, 600), "f32", -1, 1),
-      beta=0.5, alpha=-1.5)
-    S("convolution", T((1, 130, 16, 16), "f32", -1, 1), T((130, 130, 3, 3), "f32", -1, 1),
-      T((130,), "f32", -1, 1), [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    S("convolution", T((1, 130, 16, 16), "f16", -1, 1), T((130, 130, 3, 3), "f16", -1, 1),
-      T((130,), "f16", -1, 1), [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    S("convolution", T((2, 64, 9, 9), "f32", -1, 1), T((64, 96, 4, 4), "f32", -1, 1), None,
-      [2, 2], [1, 1], [1, 1], True, [1, 1], 1)
-    B("convolution_backward", conv_bwd, (2, 130, 12, 12), (140, 130, 3, 3), True, [1, 1], [1, 1],
-      [1, 1], False, [0, 0], 1, [True, True, True], "f32", _src="stress")
+    S(
+        "addmm",
+        T((129, 600), "f32", -1, 1),
+        T((129, 1200), "f32", -1, 1),
+        T((1200, 600), "f32", -1, 1),
+        beta=0.5,
+        alpha=-1.5,
+    )
+    S(
+        "convolution",
+        T((1, 130, 16, 16), "f32", -1, 1),
+        T((130, 130, 3, 3), "f32", -1, 1),
+        T((130,), "f32", -1, 1),
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+    )
+    S(
+        "convolution",
+        T((1, 130, 16, 16), "f16", -1, 1),
+        T((130, 130, 3, 3), "f16", -1, 1),
+        T((130,), "f16", -1, 1),
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+    )
+    S(
+        "convolution",
+        T((2, 64, 9, 9), "f32", -1, 1),
+        T((64, 96, 4, 4), "f32", -1, 1),
+        None,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        True,
+        [1, 1],
+        1,
+    )
+    B(
+        "convolution_backward",
+        conv_bwd,
+        (2, 130, 12, 12),
+        (140, 130, 3, 3),
+        True,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, True, True],
+        "f32",
+        _src="stress",
+    )
 
 
 def fresh_corpus_options(ap):
     """Options that make a corpus other than the committed one (docs: golden/README.md)."""
-    ap.add_argument("--seed", type=int, default=None,
-                    help="mix N into every case seed: fresh inputs for every case (default: the "
-                         "committed set's seeds)")
-    ap.add_argument("--reference-inputs", action="store_true",
-                    help="draw OpInfo calls from reference_inputs (sample_inputs plus edge cases)")
-    ap.add_argument("--samples", type=int, default=None,
-                    help="OpInfo samples tried per (OpInfo, dtype) and kept per (op, dtype)")
-    ap.add_argument("--large", action="store_true",
-                    help="add large-shape cases (long contractions/reductions, several tiles per "
-                         "dimension); raises the per-file limit to 32 MB (never committed)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="mix N into every case seed: fresh inputs for every case (default: the committed set's seeds)",
+    )
+    ap.add_argument(
+        "--reference-inputs",
+        action="store_true",
+        help="draw OpInfo calls from reference_inputs (sample_inputs plus edge cases)",
+    )
+    ap.add_argument(
+        "--samples", type=int, default=None, help="OpInfo samples tried per (OpInfo, dtype) and kept per (op, dtype)"
+    )
+    ap.add_argument(
+        "--large",
+        action="store_true",
+        help="add large-shape cases (long contractions/reductions, several tiles per "
+        "dimension); raises the per-file limit to 32 MB (never committed)",
+    )
 
 
 def apply_fresh_corpus_options(opts):
-    global RUN_SEED, SAMPLE_SOURCE, OPINFO_MAX_SAMPLES, OPINFO_CAP, OPINFO_CAP_OTHER, FILE_LIMIT, \
-        TOTAL_LIMIT
+    global RUN_SEED, SAMPLE_SOURCE, OPINFO_MAX_SAMPLES, OPINFO_CAP, OPINFO_CAP_OTHER, FILE_LIMIT, TOTAL_LIMIT
     RUN_SEED = opts.seed
     if opts.reference_inputs:
         SAMPLE_SOURCE = "reference_inputs"
@@ -2597,13 +3058,19 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=here, help="golden directory (default: next to this script)")
-    ap.add_argument("--ops", default=None,
-                    help="comma-separated globs of core op names to regenerate (e.g. 'add.*,mm')")
-    ap.add_argument("--no-opinfo", action="store_true",
-                    help="skip the OpInfo capture (debugging only: changes nothing else)")
-    ap.add_argument("--models", default=os.path.join(here, "models"), metavar="DIR|none",
-                    help="add one `model` case per distinct call form of the traced models in "
-                         "DIR/*/graph.json (default: golden/models; `none`: no model cases)")
+    ap.add_argument(
+        "--ops", default=None, help="comma-separated globs of core op names to regenerate (e.g. 'add.*,mm')"
+    )
+    ap.add_argument(
+        "--no-opinfo", action="store_true", help="skip the OpInfo capture (debugging only: changes nothing else)"
+    )
+    ap.add_argument(
+        "--models",
+        default=os.path.join(here, "models"),
+        metavar="DIR|none",
+        help="add one `model` case per distinct call form of the traced models in "
+        "DIR/*/graph.json (default: golden/models; `none`: no model cases)",
+    )
     fresh_corpus_options(ap)
     opts = ap.parse_args()
     apply_fresh_corpus_options(opts)
@@ -2614,8 +3081,10 @@ def main():
         print(msg, flush=True)
 
     if TORCH_VERSION != PINNED_TORCH:
-        sys.exit(f"torch {torch.__version__} is installed; the golden cases are pinned to "
-                 f"{PINNED_TORCH} (pip install -r golden/requirements.txt)")
+        sys.exit(
+            f"torch {torch.__version__} is installed; the golden cases are pinned to "
+            f"{PINNED_TORCH} (pip install -r golden/requirements.txt)"
+        )
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float32)

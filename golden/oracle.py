@@ -26,8 +26,7 @@ import math
 
 import torch
 
-FLOAT_STORED = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
-                torch.float8_e5m2)
+FLOAT_STORED = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 # Multilinear ops (sums of products of inputs with non-negative structure): the op applied to
 # |inputs| is sum |a_k||b_k| per output, and applied to all-ones inputs counts the terms.
@@ -35,15 +34,58 @@ DOT_OPS = {"mm", "bmm", "addmm", "convolution", "convolution_backward"}
 SUM_OPS = {"sum.dim_IntList", "cumsum", "mean", "mean.dim"}
 MEAN_OPS = {"mean", "mean.dim"}  # a sum divided by its count: terms = input numel / output numel
 TRANSCENDENTAL_OPS = {
-    "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "erf", "exp", "expm1",
-    "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "tan", "tanh", "gelu", "sigmoid",
-    "elu", "pow.Tensor_Tensor", "pow.Scalar", "pow.Tensor_Scalar", "atan2", "atan2.out",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "cos",
+    "cosh",
+    "erf",
+    "exp",
+    "expm1",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "rsqrt",
+    "sin",
+    "sinh",
+    "tan",
+    "tanh",
+    "gelu",
+    "sigmoid",
+    "elu",
+    "pow.Tensor_Tensor",
+    "pow.Scalar",
+    "pow.Tensor_Scalar",
+    "atan2",
+    "atan2.out",
 }
 ARITHMETIC_OPS = {
-    "add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "mul.Tensor", "mul.Scalar",
-    "div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode", "reciprocal", "sqrt",
-    "fmod.Scalar", "fmod.Tensor", "remainder.Scalar", "remainder.Tensor", "leaky_relu",
-    "hardtanh", "clamp", "clamp.Tensor", "_to_copy", "copy",
+    "add.Tensor",
+    "add.Scalar",
+    "sub.Tensor",
+    "sub.Scalar",
+    "mul.Tensor",
+    "mul.Scalar",
+    "div.Tensor",
+    "div.Scalar",
+    "div.Tensor_mode",
+    "div.Scalar_mode",
+    "reciprocal",
+    "sqrt",
+    "fmod.Scalar",
+    "fmod.Tensor",
+    "remainder.Scalar",
+    "remainder.Tensor",
+    "leaky_relu",
+    "hardtanh",
+    "clamp",
+    "clamp.Tensor",
+    "_to_copy",
+    "copy",
 }
 SCALE_SCALARS = ("alpha", "beta")  # scalar multipliers: |.| for the scale, 1 for the term count
 
@@ -68,8 +110,13 @@ CONV_OPS = {"convolution", "convolution_backward"}
 
 def _representable(x, dtype_name):
     """Whether the Python float x is exactly a value of the golden dtype `dtype_name`."""
-    t = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-         "f8e4m3fn": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}.get(dtype_name)
+    t = {
+        "f32": torch.float32,
+        "bf16": torch.bfloat16,
+        "f16": torch.float16,
+        "f8e4m3fn": torch.float8_e4m3fn,
+        "f8e5m2": torch.float8_e5m2,
+    }.get(dtype_name)
     if t is None or not math.isfinite(x):
         return True
     return float(torch.tensor(x, dtype=torch.float64).to(t).to(torch.float64)) == x
@@ -84,8 +131,11 @@ def bound_exception(op, kind, out_dtype, tensor_dtypes, args, kwargs):
     if kind == "none":
         return None
     floats_in = {d for d in tensor_dtypes if d in SIXTEEN_BIT | {"f32", "c64"}}
-    scalars = [v["float"] for v in list(args) + list(kwargs.values())
-               if isinstance(v, dict) and "float" in v and isinstance(v["float"], float)]
+    scalars = [
+        v["float"]
+        for v in list(args) + list(kwargs.values())
+        if isinstance(v, dict) and "float" in v and isinstance(v["float"], float)
+    ]
     if kind == "arithmetic":
         if op in ROUNDING_DIV_OPS:
             mode = kwargs.get("rounding_mode") or (args[2] if len(args) > 2 else None)
@@ -95,8 +145,7 @@ def bound_exception(op, kind, out_dtype, tensor_dtypes, args, kwargs):
         if out_dtype in SIXTEEN_BIT and alpha is not None and alpha not in ({"int": 1}, {"float": 1.0}):
             return "alpha*other is rounded to the output dtype before the add: two roundings"
         if op.startswith(("add.", "sub.")) and out_dtype in SIXTEEN_BIT and floats_in - {out_dtype}:
-            return ("an addend of another floating dtype is rounded to the output dtype first, "
-                    "and the sum cancels")
+            return "an addend of another floating dtype is rounded to the output dtype first, and the sum cancels"
         if op.startswith(("add.", "sub.")) and any(not _representable(x, out_dtype) for x in scalars):
             # A product or quotient keeps the scalar's relative rounding error (within the
             # budget); a sum that cancels magnifies it.
@@ -114,7 +163,7 @@ def _dec_float(x):
 
 def decode(v, rec, tconv, dtypes):
     """Turn an encoded value (docs/golden-format.md, "Values") back into a call argument."""
-    (k, x), = v.items()
+    ((k, x),) = v.items()
     if k == "tensor":
         return tconv(rec.tensors[x])
     if k == "tensors":
@@ -165,8 +214,7 @@ def promotes_integers(c):
     ins = [t for n, t in c.rec.tensors.items() if not n.startswith("output")]
     outs = [c.rec.tensors[n] for n in c.rec.output_order]
     floating = FLOAT_STORED + (torch.complex64,)
-    return (any(t.dtype in floating for t in outs) and bool(ins)
-            and not any(t.dtype in floating for t in ins))
+    return any(t.dtype in floating for t in outs) and bool(ins) and not any(t.dtype in floating for t in ins)
 
 
 def _call(func, c, tconv, scalar, dtypes):
@@ -211,14 +259,12 @@ def _equal_exactly(oracle, out):
 def attach_oracle(c, func, dtypes):
     """Fill `c.oracle` (metadata per float output) and `c.oracle_tensors` (name -> tensor)."""
     c.oracle, c.oracle_tensors = {}, {}
-    floats = [n for n in c.rec.output_order
-              if c.rec.tensors[n].dtype in FLOAT_STORED + (torch.complex64,)]
+    floats = [n for n in c.rec.output_order if c.rec.tensors[n].dtype in FLOAT_STORED + (torch.complex64,)]
     if not floats:
         return
     if c.check.get("kind") != "values":
         for n in floats:
-            c.oracle[n] = {"method": "none",
-                           "why": f"the case has a `{c.check.get('kind')}` check, not values"}
+            c.oracle[n] = {"method": "none", "why": f"the case has a `{c.check.get('kind')}` check, not values"}
         return
     try:
         with torch.no_grad():
@@ -246,19 +292,24 @@ def attach_oracle(c, func, dtypes):
             c.oracle[n] = {"method": "exact"}
             continue
         if o.dtype not in (torch.float64, torch.complex128):
-            c.oracle[n] = {"method": "none",
-                           "why": f"a dtype argument fixes the output to {o.dtype}; float64 "
-                                  "cannot be requested and the result differs from the output"}
+            c.oracle[n] = {
+                "method": "none",
+                "why": f"a dtype argument fixes the output to {o.dtype}; float64 "
+                "cannot be requested and the result differs from the output",
+            }
             continue
-        suffix = n[len("output."):]
+        suffix = n[len("output.") :]
         if out.dtype == torch.complex64:
             stored = torch.view_as_real(o).contiguous()
         elif out.dtype == torch.float32:
             stored = o.contiguous()
         else:  # bf16 / f16 / f8: f32 keeps the oracle to 2^-16 of an output ulp
             stored = o.to(torch.float32).contiguous()
-        entry = {"method": "f64", "tensor": f"oracle.{suffix}",
-                 "dtype": "F64" if stored.dtype == torch.float64 else "F32"}
+        entry = {
+            "method": "f64",
+            "tensor": f"oracle.{suffix}",
+            "dtype": "F64" if stored.dtype == torch.float64 else "F32",
+        }
         c.oracle_tensors[entry["tensor"]] = stored
         if kind in ("dot", "sum") and not out.is_complex():
             if scale is None:
@@ -279,12 +330,20 @@ def _scale_and_terms(c, func, dtypes):
     """sum |terms| per output (the op on |inputs|, |alpha|, |beta|) and K per output name."""
     try:
         with torch.no_grad():
-            scale = _call(func, c, lambda t: _upcast(t).abs() if t.dtype in FLOAT_STORED
-                          else t.clone(), lambda a: abs(a) if isinstance(a, (int, float)) else a,
-                          dtypes)
-            ones = _call(func, c, lambda t: torch.ones_like(t, dtype=torch.float64)
-                         if t.dtype in FLOAT_STORED else t.clone(),
-                         lambda a: 1 if isinstance(a, (int, float)) else a, dtypes)
+            scale = _call(
+                func,
+                c,
+                lambda t: _upcast(t).abs() if t.dtype in FLOAT_STORED else t.clone(),
+                lambda a: abs(a) if isinstance(a, (int, float)) else a,
+                dtypes,
+            )
+            ones = _call(
+                func,
+                c,
+                lambda t: torch.ones_like(t, dtype=torch.float64) if t.dtype in FLOAT_STORED else t.clone(),
+                lambda a: 1 if isinstance(a, (int, float)) else a,
+                dtypes,
+            )
     except Exception:  # noqa: BLE001 (no bound data: the output keeps the CPU-relative rule)
         return None, {}
     terms = {}

@@ -27,11 +27,20 @@ import torch
 from safetensors import safe_open
 
 DT = {
-    "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-    "f8e4m3fn": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
-    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
-    "u8": torch.uint8, "bool": torch.bool, "c64": torch.complex64,
-    "f64": torch.float64, "c128": torch.complex128,
+    "f32": torch.float32,
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "f8e4m3fn": torch.float8_e4m3fn,
+    "f8e5m2": torch.float8_e5m2,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+    "c64": torch.complex64,
+    "f64": torch.float64,
+    "c128": torch.complex128,
 }
 
 
@@ -55,7 +64,7 @@ def load_case(path):
 
 
 def decode(v, tensors):
-    (kind, x), = v.items()
+    ((kind, x),) = v.items()
     if kind == "tensor":
         return tensors[x].clone()  # the call may write to its inputs (in-place ops)
     if kind == "tensors":
@@ -140,13 +149,28 @@ def main():
     print("slowest calls:")
     for cid, ms in sorted(times.items(), key=lambda kv: -kv[1])[:10]:
         print(f"  {ms:9.3f} ms  {cid}")
-    print(f"op calls {op_ns / 1e9:.3f} s (timed calls only), wall time {wall:.2f} s, "
-          f"peak memory {peak_kib / 1024:.1f} MiB (ru_maxrss)")
+    print(
+        f"op calls {op_ns / 1e9:.3f} s (timed calls only), wall time {wall:.2f} s, "
+        f"peak memory {peak_kib / 1024:.1f} MiB (ru_maxrss)"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "cases": len(cases),
-                       "replayed": len(times), "errors": errors, "op_calls_s": op_ns / 1e9, "wall_s": wall,
-                       "peak_rss_kib": peak_kib, "times_ms": times}, f, indent=1, sort_keys=True)
+            json.dump(
+                {
+                    "torch": torch.__version__,
+                    "threads": torch.get_num_threads(),
+                    "cases": len(cases),
+                    "replayed": len(times),
+                    "errors": errors,
+                    "op_calls_s": op_ns / 1e9,
+                    "wall_s": wall,
+                    "peak_rss_kib": peak_kib,
+                    "times_ms": times,
+                },
+                f,
+                indent=1,
+                sort_keys=True,
+            )
     return 0
 
 

@@ -36,9 +36,11 @@ def main():
         return 2
     counts = collections.Counter(c["status"] for c in cases)
     bad = [c for c in cases if c["status"] in UNEXPLAINED]
-    head = (f"{len(cases)} cases: {counts['pass']} pass, {counts['xfail']} xfail (explained), "
-            f"{counts['skip']} skip, {len(bad)} unexplained "
-            f"({counts['fail']} fail, {counts['error']} error, {counts['xpass']} xpass)")
+    head = (
+        f"{len(cases)} cases: {counts['pass']} pass, {counts['xfail']} xfail (explained), "
+        f"{counts['skip']} skip, {len(bad)} unexplained "
+        f"({counts['fail']} fail, {counts['error']} error, {counts['xpass']} xpass)"
+    )
     if opts.markdown:
         print(f"### Fresh corpus\n\n{head}\n")
         if bad:

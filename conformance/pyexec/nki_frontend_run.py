@@ -21,14 +21,38 @@ import traceback
 import ml_dtypes
 import numpy as np
 
-_NP = {"f32": np.float32, "tf32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16,
-       "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e4m3fn": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
-       "i8": np.int8, "i16": np.int16, "i32": np.int32, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
-       "bool": np.bool_}
+_NP = {
+    "f32": np.float32,
+    "tf32": np.float32,
+    "bf16": ml_dtypes.bfloat16,
+    "f16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3,
+    "fp8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "u8": np.uint8,
+    "u16": np.uint16,
+    "u32": np.uint32,
+    "bool": np.bool_,
+}
 
-_TAG = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float8_e4m3": "F8_E4M3", "float8_e4m3fn": "F8_E4M3",
-        "float8_e5m2": "F8_E5M2", "int8": "I8", "int16": "I16", "int32": "I32", "uint8": "U8", "uint16": "U16",
-        "uint32": "U32", "bool": "BOOL"}
+_TAG = {
+    "float32": "F32",
+    "bfloat16": "BF16",
+    "float16": "F16",
+    "float8_e4m3": "F8_E4M3",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "int8": "I8",
+    "int16": "I16",
+    "int32": "I32",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "bool": "BOOL",
+}
 
 
 def read_safetensors(path):
@@ -55,8 +79,11 @@ def write_safetensors(path, tensors):
         if not a.flags["C_CONTIGUOUS"]:
             a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-dim output 1-dim)
         data = a.tobytes()
-        header[name] = {"dtype": _TAG[str(a.dtype)], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": _TAG[str(a.dtype)],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         offset += len(data)
         blobs.append(data)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -69,6 +96,7 @@ def write_safetensors(path, tensors):
 
 def run_one(job):
     from neuronxcc import nki
+
     spec = importlib.util.spec_from_file_location(f"emitted_{abs(hash(job['kernel']))}", job["kernel"])
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -89,6 +117,7 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     import trnsim.nki
+
     # The legacy namespace, and the current one's `nki.isa`: an emitted kernel that writes raw random
     # bits imports `nki.isa` for `rng`, which legacy NKI lacks (docs/nki.md, "Emitted kernels").
     trnsim.nki.install(current=True)

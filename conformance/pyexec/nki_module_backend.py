@@ -41,6 +41,7 @@ def load(spec):
     importable from the current directory, or a path to a .py file). Raises on failure
     (`trnsim.nki.backend_module.BackendModuleError`)."""
     import trnsim.nki
+
     trnsim.nki.install()
     return backend_module.load(spec)
 
@@ -62,19 +63,52 @@ def describe(module, spec):
 def _np_dtype(name):
     import ml_dtypes
     import numpy as np
-    return {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f8e4m3fn": ml_dtypes.float8_e4m3fn,
-            "f8e5m2": ml_dtypes.float8_e5m2, "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8,
-            "u8": np.uint8, "bool": np.bool_, "f64": np.float64}[name]
+
+    return {
+        "f32": np.float32,
+        "f16": np.float16,
+        "bf16": ml_dtypes.bfloat16,
+        "f8e4m3fn": ml_dtypes.float8_e4m3fn,
+        "f8e5m2": ml_dtypes.float8_e5m2,
+        "i64": np.int64,
+        "i32": np.int32,
+        "i16": np.int16,
+        "i8": np.int8,
+        "u8": np.uint8,
+        "bool": np.bool_,
+        "f64": np.float64,
+    }[name]
 
 
-_TAG_TO_DT = {"F32": "f32", "BF16": "bf16", "F16": "f16", "F8_E4M3": "f8e4m3fn", "F8_E5M2": "f8e5m2", "I64": "i64",
-              "I32": "i32", "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool"}
+_TAG_TO_DT = {
+    "F32": "f32",
+    "BF16": "bf16",
+    "F16": "f16",
+    "F8_E4M3": "f8e4m3fn",
+    "F8_E5M2": "f8e5m2",
+    "I64": "i64",
+    "I32": "i32",
+    "I16": "i16",
+    "I8": "i8",
+    "U8": "u8",
+    "BOOL": "bool",
+}
 
 
 def _tag_of(a):
-    return {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
-            "float8_e5m2": "F8_E5M2", "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
-            "bool": "BOOL"}.get(str(a.dtype))
+    return {
+        "float32": "F32",
+        "float16": "F16",
+        "bfloat16": "BF16",
+        "float8_e4m3fn": "F8_E4M3",
+        "float8_e5m2": "F8_E5M2",
+        "int64": "I64",
+        "int32": "I32",
+        "int16": "I16",
+        "int8": "I8",
+        "uint8": "U8",
+        "bool": "BOOL",
+    }.get(str(a.dtype))
 
 
 def _dec_float(x):
@@ -94,7 +128,7 @@ def decode_call(meta, tensors):
         return np.frombuffer(data, _np_dtype(_TAG_TO_DT[tag])).reshape(shape).copy()
 
     def decode(v):
-        (kind, x), = v.items()
+        ((kind, x),) = v.items()
         if kind == "tensor":
             return tensor(x)
         if kind == "tensors":
@@ -121,6 +155,7 @@ def _frames_in(tb, files):
 def run(module, meta, tensors):
     """Runs one case: returns (outputs, values) for the executor's outputs file. Raises CaseError."""
     import numpy as np
+
     op = meta["op"]
     entry = module.OVERLOADS.get(op)
     if entry is None:
@@ -143,19 +178,22 @@ def run(module, meta, tensors):
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     outputs, values = {}, {}
     for pos, v in enumerate(meta["outputs"]):
-        (kind, name), = v.items()
+        ((kind, name),) = v.items()
         if kind != "tensor":
             raise CaseError("unsupported", f"output {pos} is a `{kind}`; the adapter returns tensors only")
         if pos >= len(results):
-            raise CaseError("runtime_error", f"the wrapper returned {len(results)} outputs; the op has "
-                            f"{len(meta['outputs'])}")
+            raise CaseError(
+                "runtime_error", f"the wrapper returned {len(results)} outputs; the op has {len(meta['outputs'])}"
+            )
         a = np.asarray(results[pos])
         if not a.flags["C_CONTIGUOUS"]:
             a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-dim result 1-dim)
         tag = _tag_of(a)
         if tag is None:
-            raise CaseError("runtime_error", f"`{name}`: the wrapper returned dtype {a.dtype}, which the golden "
-                            f"format has no tag for")
+            raise CaseError(
+                "runtime_error",
+                f"`{name}`: the wrapper returned dtype {a.dtype}, which the golden format has no tag for",
+            )
         outputs[name] = (tag, list(a.shape), a.tobytes())
     return outputs, values
 

@@ -40,8 +40,16 @@ def missing_overload(case):
     if case["status"] == "skip" and "unsupported" in msg:
         return True
     return case["status"] == "error" and any(
-        k in msg for k in ("no attribute", "unknown overload", "not implemented", "unexpected keyword",
-                           "no overload", "unknown builtin op"))
+        k in msg
+        for k in (
+            "no attribute",
+            "unknown overload",
+            "not implemented",
+            "unexpected keyword",
+            "no overload",
+            "unknown builtin op",
+        )
+    )
 
 
 def report(baseline, device):
@@ -60,12 +68,16 @@ def report(baseline, device):
             skew.append((cid, b["status"], first_line(b.get("message"))))
         else:
             hardware.append((cid, d["status"], first_line(d.get("message"))))
-    head = (f"{len(device)} cases on the device; {len(skew)} differ on CPU under the venv's PyTorch "
-            f"(version skew), {len(hardware)} differ on the device, {len(missing)} missing in the "
-            f"venv's PyTorch")
+    head = (
+        f"{len(device)} cases on the device; {len(skew)} differ on CPU under the venv's PyTorch "
+        f"(version skew), {len(hardware)} differ on the device, {len(missing)} missing in the "
+        f"venv's PyTorch"
+    )
     lines = [head]
-    for title, rows in (("Differs on CPU under the venv's PyTorch (version skew, not hardware)", skew),
-                        ("Differs on the device", hardware)):
+    for title, rows in (
+        ("Differs on CPU under the venv's PyTorch (version skew, not hardware)", skew),
+        ("Differs on the device", hardware),
+    ):
         lines.append(f"\n## {title}: {len(rows)}")
         lines += [f"  {cid} [{status}] {msg}" for cid, status, msg in rows]
     lines.append(f"\n## Missing in the venv's PyTorch: {len(missing)}")

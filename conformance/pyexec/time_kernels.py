@@ -91,9 +91,7 @@ def main():
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     cases = [
-        line.split("#")[0].strip()
-        for line in Path(a.cases).read_text().splitlines()
-        if line.split("#")[0].strip()
+        line.split("#")[0].strip() for line in Path(a.cases).read_text().splitlines() if line.split("#")[0].strip()
     ]
     rows = []
     for case in cases:

@@ -59,8 +59,19 @@ DTYPES = ["f32", "bf16", "f16", "f8e4m3fn", "f8e5m2", "i64", "i32", "i16", "i8",
 INJECT_KINDS = ["crash", "hang", "nan", "perturb", "wrong-shape", "wrong-dtype", "slow"]
 
 # safetensors dtype tag -> golden dtype name (c64 is told apart by the case metadata).
-ST_TO_DT = {"F32": "f32", "BF16": "bf16", "F16": "f16", "F8_E4M3": "f8e4m3fn", "F8_E5M2": "f8e5m2",
-            "I64": "i64", "I32": "i32", "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool"}
+ST_TO_DT = {
+    "F32": "f32",
+    "BF16": "bf16",
+    "F16": "f16",
+    "F8_E4M3": "f8e4m3fn",
+    "F8_E5M2": "f8e5m2",
+    "I64": "i64",
+    "I32": "i32",
+    "I16": "i16",
+    "I8": "i8",
+    "U8": "u8",
+    "BOOL": "bool",
+}
 
 
 class CaseError(Exception):
@@ -92,6 +103,7 @@ def probe():
             errors[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     try:
         import safetensors
+
         found["safetensors"] = safetensors.__version__
     except Exception as e:  # noqa: BLE001
         found["safetensors"] = None
@@ -109,6 +121,7 @@ def instance_type():
 
 def neuron_device_present():
     import glob
+
     return bool(glob.glob("/dev/neuron[0-9]*"))
 
 
@@ -130,7 +143,8 @@ class Executor:
         modes = {"echo": {"available": True, "protocol_test_only": True, "reason": ""}}
         if self.sdk["numpy"] is None or self.sdk["safetensors"] is None:
             reason = "numpy and safetensors are required: " + "; ".join(
-                f"{k}: {v}" for k, v in self.import_errors.items() if k in ("numpy", "safetensors"))
+                f"{k}: {v}" for k, v in self.import_errors.items() if k in ("numpy", "safetensors")
+            )
             modes = {m: {"available": False, "reason": reason} for m in ("echo", "torch", "nki")}
             modes["nki-module"] = self._nki_module_mode()  # numpy + the trnsim package only
             return modes
@@ -153,14 +167,24 @@ class Executor:
         # nki: every backend this host has; the first is the result the case is judged by.
         if self.sdk["neuronxcc"] is not None:
             backends = (["hardware"] if neuron_device_present() else []) + ["simulate_kernel"]
-            modes["nki"] = {"available": True, "reason": "", "backends": backends,
-                            "backend": "neuronxcc " + self.sdk["neuronxcc"]}
+            modes["nki"] = {
+                "available": True,
+                "reason": "",
+                "backends": backends,
+                "backend": "neuronxcc " + self.sdk["neuronxcc"],
+            }
         elif nki_standin_available():
-            modes["nki"] = {"available": True, "reason": "", "backends": ["nki_standin"],
-                            "backend": "nki_standin (numpy stand-in, not AWS's simulator)"}
+            modes["nki"] = {
+                "available": True,
+                "reason": "",
+                "backends": ["nki_standin"],
+                "backend": "nki_standin (numpy stand-in, not AWS's simulator)",
+            }
         else:
-            modes["nki"] = {"available": False,
-                            "reason": "neither neuronxcc nor conformance/pyexec/nki_standin is available"}
+            modes["nki"] = {
+                "available": False,
+                "reason": "neither neuronxcc nor conformance/pyexec/nki_standin is available",
+            }
         modes["nki-module"] = self._nki_module_mode()
         return modes
 
@@ -171,13 +195,16 @@ class Executor:
         if HERE not in sys.path:
             sys.path.insert(0, HERE)
         import nki_module_backend
+
         try:
             self.nki_module = nki_module_backend.load(self.nki_module_spec)
             self.nki_module_info = nki_module_backend.describe(self.nki_module, self.nki_module_spec)
         except Exception as e:  # noqa: BLE001  (reported in the handshake, every case unsupported)
             tb = traceback.format_exc(limit=-2).strip().splitlines()
-            return {"available": False, "reason": f"cannot load `{self.nki_module_spec}`: {type(e).__name__}: {e} "
-                    f"({' | '.join(tb[-3:])})"}
+            return {
+                "available": False,
+                "reason": f"cannot load `{self.nki_module_spec}`: {type(e).__name__}: {e} ({' | '.join(tb[-3:])})",
+            }
         return {"available": True, "reason": "", "backend": "trnsim.nki front-end on the trnsim simulator"}
 
     def hello(self):
@@ -185,9 +212,13 @@ class Executor:
             "type": "hello",
             "protocol": PROTOCOL,
             "executor": "trnconf_executor.py",
-            "platform": {"system": platform.system(), "machine": platform.machine(),
-                         "python": platform.python_version(), "instance_type": instance_type(),
-                         "device": self.modes.get("torch", {}).get("device")},
+            "platform": {
+                "system": platform.system(),
+                "machine": platform.machine(),
+                "python": platform.python_version(),
+                "instance_type": instance_type(),
+                "device": self.modes.get("torch", {}).get("device"),
+            },
             "sdk": {k: self.sdk[k] for k in SDK_MODULES},
             "sdk_errors": self.import_errors,
             "modes": self.modes,
@@ -206,6 +237,7 @@ class Executor:
     def run_nki_module(self, req):
         """Mode nki-module: the case through the backend module's kernel and wrapper."""
         import nki_module_backend
+
         meta, tensors = load_case_np(req["case_file"])
         wanted = set(req.get("inputs") or [])
         inputs = {n: t for n, t in tensors.items() if n in wanted}  # never the golden outputs
@@ -218,8 +250,14 @@ class Executor:
         """Handles one `run` request; returns the result message. Never raises."""
         start = time.monotonic()
         case_id = req.get("case_id", "")
-        res = {"type": "result", "id": req.get("id"), "case_id": case_id, "status": "ok", "message": "",
-               "outputs": None}
+        res = {
+            "type": "result",
+            "id": req.get("id"),
+            "case_id": case_id,
+            "status": "ok",
+            "message": "",
+            "outputs": None,
+        }
         try:
             mode = req.get("mode")
             info = self.modes.get(mode)
@@ -321,13 +359,26 @@ def write_outputs(path, outputs, values):
     os.replace(tmp, path)
 
 
-NP_OF_TAG = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1",
-             "BOOL": "u1", "BF16": "<u2", "F8_E4M3": "u1", "F8_E5M2": "u1", "F64": "<f8"}
+NP_OF_TAG = {
+    "F32": "<f4",
+    "F16": "<f2",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U8": "u1",
+    "BOOL": "u1",
+    "BF16": "<u2",
+    "F8_E4M3": "u1",
+    "F8_E5M2": "u1",
+    "F64": "<f8",
+}
 
 
 def corrupt(outputs, kind):
     """Fault injection on the outputs (raw bytes), for tests."""
     import numpy as np
+
     out = {}
     for name, (tag, shape, data) in outputs.items():
         n = math.prod(shape)
@@ -376,7 +427,7 @@ def corrupt(outputs, kind):
 def output_names(meta):
     names = []
     for v in meta["outputs"]:
-        (kind, x), = v.items()
+        ((kind, x),) = v.items()
         if kind == "tensor":
             names.append(x)
         elif kind == "tensors":
@@ -406,8 +457,11 @@ def run_nki(req, info):
     (docs/executor-protocol.md, "nki mode")."""
     kernel, dev_inputs = req.get("kernel"), req.get("device_inputs")
     if not kernel or not dev_inputs:
-        raise CaseError("unsupported", "mode nki needs `kernel` and `device_inputs` in the request "
-                        "(this trnconf does not send emitted NKI kernels)")
+        raise CaseError(
+            "unsupported",
+            "mode nki needs `kernel` and `device_inputs` in the request "
+            "(this trnconf does not send emitted NKI kernels)",
+        )
     try:
         with open(kernel) as f:
             compile(f.read(), kernel, "exec")
@@ -441,17 +495,37 @@ def run_standin(kernel, dev_inputs, output):
 def _np_dtype(tag):
     if tag in ("BF16", "F8_E4M3", "F8_E5M2"):
         import ml_dtypes
-        return {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
-                "F8_E5M2": ml_dtypes.float8_e5m2}[tag]
-    return {"F32": "<f4", "F16": "<f2", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2",
-            "U32": "<u4", "BOOL": "bool"}[tag]
+
+        return {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2}[tag]
+    return {
+        "F32": "<f4",
+        "F16": "<f2",
+        "I32": "<i4",
+        "I16": "<i2",
+        "I8": "i1",
+        "U8": "u1",
+        "U16": "<u2",
+        "U32": "<u4",
+        "BOOL": "bool",
+    }[tag]
 
 
 def _tag_of(a):
     name = str(a.dtype)
-    return {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
-            "float8_e5m2": "F8_E5M2", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
-            "uint16": "U16", "uint32": "U32", "bool": "BOOL"}[name]
+    return {
+        "float32": "F32",
+        "float16": "F16",
+        "bfloat16": "BF16",
+        "float8_e4m3fn": "F8_E4M3",
+        "float8_e5m2": "F8_E5M2",
+        "int32": "I32",
+        "int16": "I16",
+        "int8": "I8",
+        "uint8": "U8",
+        "uint16": "U16",
+        "uint32": "U32",
+        "bool": "BOOL",
+    }[name]
 
 
 def run_neuronxcc(kernel_path, dev_inputs, backends):
@@ -459,6 +533,7 @@ def run_neuronxcc(kernel_path, dev_inputs, backends):
     first hardware night checks it (docs/hardware.md, "First night")."""
     import neuronxcc.nki as nki
     import numpy as np
+
     spec = importlib.util.spec_from_file_location("emitted_kernel", kernel_path)
     mod = importlib.util.module_from_spec(spec)
     try:
@@ -479,8 +554,9 @@ def run_neuronxcc(kernel_path, dev_inputs, backends):
             raise CaseError(status, text.splitlines()[0][:2000]) from e
         outs = out if isinstance(out, tuple) else (out,)
         if len(outs) != len(mod.OUTPUT_NAMES):
-            raise CaseError("runtime_error", f"{backend}: the kernel returned {len(outs)} tensors, "
-                            f"expected {len(mod.OUTPUT_NAMES)}")
+            raise CaseError(
+                "runtime_error", f"{backend}: the kernel returned {len(outs)} tensors, expected {len(mod.OUTPUT_NAMES)}"
+            )
         tensors = {}
         for name, o in zip(mod.OUTPUT_NAMES, outs):
             a = np.ascontiguousarray(np.asarray(o))
@@ -510,20 +586,32 @@ _TORCH = {}
 def torch_env(device):
     if "torch" not in _TORCH:
         import torch
+
         _TORCH["torch"] = torch
         _TORCH["DT"] = {
-            "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-            "f8e4m3fn": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
-            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
-            "u8": torch.uint8, "bool": torch.bool, "c64": torch.complex64,
-            "f64": torch.float64, "c128": torch.complex128,
+            "f32": torch.float32,
+            "bf16": torch.bfloat16,
+            "f16": torch.float16,
+            "f8e4m3fn": torch.float8_e4m3fn,
+            "f8e5m2": torch.float8_e5m2,
+            "i64": torch.int64,
+            "i32": torch.int32,
+            "i16": torch.int16,
+            "i8": torch.int8,
+            "u8": torch.uint8,
+            "bool": torch.bool,
+            "c64": torch.complex64,
+            "f64": torch.float64,
+            "c128": torch.complex128,
         }
         if device == "xla":
             import torch_xla.core.xla_model as xm
+
             _TORCH["device"] = xm.xla_device()
             _TORCH["sync"] = xm.mark_step
         elif device == "neuron":
             import torch_neuronx  # noqa: F401  (registers the `neuron` device)
+
             _TORCH["device"] = torch.device("neuron")
             sync = getattr(getattr(torch, "neuron", None), "synchronize", None)
             _TORCH["sync"] = sync if callable(sync) else (lambda: None)
@@ -540,6 +628,7 @@ def torch_env(device):
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = True
         import warnings
+
         warnings.filterwarnings("ignore")  # recorded edge cases make PyTorch warn; they are the point
     return _TORCH
 
@@ -565,8 +654,14 @@ def with_layout(torch, t, tm):
     the layout matters for values too, not only for the sym_* layout queries. Overlapping layouts
     (stride 0, from expand) are rebuilt by writing each element to its storage slot."""
     strides, offset = tm.get("strides"), tm.get("storage_offset", 0) or 0
-    if strides is None or t.dim() == 0 or t.numel() == 0 or len(strides) != t.dim() or \
-            any(st < 0 for st in strides) or (list(strides) == list(t.stride()) and offset == 0):
+    if (
+        strides is None
+        or t.dim() == 0
+        or t.numel() == 0
+        or len(strides) != t.dim()
+        or any(st < 0 for st in strides)
+        or (list(strides) == list(t.stride()) and offset == 0)
+    ):
         return t.clone()
     span = offset + 1 + sum((n - 1) * st for n, st in zip(t.shape, strides))
     base = torch.zeros(span, dtype=t.dtype)
@@ -579,6 +674,7 @@ def run_torch(req, device):
     env = torch_env(device)
     torch, DT, dev = env["torch"], env["DT"], env["device"]
     from safetensors import safe_open
+
     wanted = set(req.get("inputs") or [])
     with safe_open(req["case_file"], framework="pt") as f:
         meta = json.loads(f.metadata()["trnconf"])
@@ -600,7 +696,7 @@ def run_torch(req, device):
         return tensors[name].clone()
 
     def decode(v):
-        (kind, x), = v.items()
+        ((kind, x),) = v.items()
         if kind == "tensor":
             return fresh(x)
         if kind == "tensors":
@@ -656,9 +752,20 @@ def run_torch(req, device):
         t = t.detach().to("cpu").contiguous()
         if t.is_complex():
             t = torch.view_as_real(t.to(torch.complex64)).contiguous()
-        tag = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float8_e4m3fn: "F8_E4M3",
-               torch.float8_e5m2: "F8_E5M2", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
-               torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL", torch.float64: "F64"}.get(t.dtype)
+        tag = {
+            torch.float32: "F32",
+            torch.bfloat16: "BF16",
+            torch.float16: "F16",
+            torch.float8_e4m3fn: "F8_E4M3",
+            torch.float8_e5m2: "F8_E5M2",
+            torch.int64: "I64",
+            torch.int32: "I32",
+            torch.int16: "I16",
+            torch.int8: "I8",
+            torch.uint8: "U8",
+            torch.bool: "BOOL",
+            torch.float64: "F64",
+        }.get(t.dtype)
         if tag is None:
             raise CaseError("runtime_error", f"`{name}`: output dtype {t.dtype} has no safetensors tag here")
         flat = t.reshape(-1)
@@ -666,7 +773,7 @@ def run_torch(req, device):
         outputs[name] = (tag, list(t.shape), raw.numpy().tobytes() if flat.numel() else b"")
 
     for pos, v in enumerate(meta["outputs"]):
-        (kind, x), = v.items()
+        ((kind, x),) = v.items()
         got = results[pos] if pos < len(results) else None
         if kind == "tensor":
             put(x, got)
@@ -772,15 +879,22 @@ def parse_inject(s):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", default="serve", choices=["serve", "batch", "hello"])
-    p.add_argument("--device", choices=["auto", "cpu", "xla", "neuron"], default="auto",
-                   help="torch mode: auto = XLA (torch-neuronx) when importable, else CPU")
+    p.add_argument(
+        "--device",
+        choices=["auto", "cpu", "xla", "neuron"],
+        default="auto",
+        help="torch mode: auto = XLA (torch-neuronx) when importable, else CPU",
+    )
     p.add_argument("--inject", action="append", type=parse_inject, default=[], metavar="KIND[:PATTERN]")
     p.add_argument("--slow-seconds", type=float, default=0.5)
     p.add_argument("--manifest", help="batch: JSON-lines run requests")
     p.add_argument("--results", help="batch: JSON-lines results (appended; finished cases are skipped)")
     p.add_argument("--mode", default="torch", help="batch: mode for manifest lines without one")
-    p.add_argument("--nki-module", metavar="MODULE",
-                   help="mode nki-module: the NKI backend module (dotted name or .py path) whose kernels run the cases")
+    p.add_argument(
+        "--nki-module",
+        metavar="MODULE",
+        help="mode nki-module: the NKI backend module (dotted name or .py path) whose kernels run the cases",
+    )
     a = p.parse_args(argv)
 
     # Keep the protocol channel clean: anything else printing to stdout goes to stderr.

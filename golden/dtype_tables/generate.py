@@ -113,20 +113,59 @@ def edge_inputs() -> np.ndarray:
         for mant in (0, 1, 0x7FFFFF):
             mags.add((eb << 23) | mant)
     # Named thresholds and their f32 neighbours.
-    named = [448.0, 464.0, 480.0, 416.0, 240.0, 248.0, 256.0, 57344.0, 61440.0, 65536.0, 49152.0,
-             65504.0, 65520.0, 65536.0, 1.0, 2.0 ** -6, 2.0 ** -9, 2.0 ** -10, 2.0 ** -14, 2.0 ** -16,
-             2.0 ** -17, 2.0 ** -24, 2.0 ** -25, 2.0 ** -126, 2.0 ** -133, 2.0 ** -134, 3.0e38]
+    named = [
+        448.0,
+        464.0,
+        480.0,
+        416.0,
+        240.0,
+        248.0,
+        256.0,
+        57344.0,
+        61440.0,
+        65536.0,
+        49152.0,
+        65504.0,
+        65520.0,
+        65536.0,
+        1.0,
+        2.0**-6,
+        2.0**-9,
+        2.0**-10,
+        2.0**-14,
+        2.0**-16,
+        2.0**-17,
+        2.0**-24,
+        2.0**-25,
+        2.0**-126,
+        2.0**-133,
+        2.0**-134,
+        3.0e38,
+    ]
     for v in named:
         b = f32_bits(v)
         for db in range(-3, 4):
             mags.add(b + db)
-    for b in (0x7F7F0000, 0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0x7F7FFFFF, 0x7F7EFFFF, 0x7F7FF000,
-              0x7F7FEFFF):
+    for b in (0x7F7F0000, 0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0x7F7FFFFF, 0x7F7EFFFF, 0x7F7FF000, 0x7F7FEFFF):
         mags.add(b)
     mags = {m for m in mags if m < 0x7F800000}
     specials = [0x00000000, 0x7F800000]
-    nans = [0x7FC00000, 0x7F800001, 0x7FBFFFFF, 0x7FFFFFFF, 0x7FA12345, 0x7F812345, 0x7FC00001,
-            0x7FC02000, 0x7FE00000, 0x7F802000, 0x7F804000, 0x7F900000, 0x7FF00000, 0x7FDFE000]
+    nans = [
+        0x7FC00000,
+        0x7F800001,
+        0x7FBFFFFF,
+        0x7FFFFFFF,
+        0x7FA12345,
+        0x7F812345,
+        0x7FC00001,
+        0x7FC02000,
+        0x7FE00000,
+        0x7F802000,
+        0x7F804000,
+        0x7F900000,
+        0x7FF00000,
+        0x7FDFE000,
+    ]
     vals = set()
     for m_ in list(mags) + specials + nans:
         vals.add(m_)
@@ -253,8 +292,12 @@ def main():
     # ---- decodes: every pattern, as AP runs of f32 bits ---------------------------------------
     all16 = np.arange(65536, dtype=np.uint32).astype(np.uint16)
     all8 = np.arange(256, dtype=np.uint32).astype(np.uint8)
-    for name, dt, codes in (("bf16", torch.bfloat16, all16), ("f16", torch.float16, all16),
-                            ("e4m3fn", torch.float8_e4m3fn, all8), ("e5m2", torch.float8_e5m2, all8)):
+    for name, dt, codes in (
+        ("bf16", torch.bfloat16, all16),
+        ("f16", torch.float16, all16),
+        ("e4m3fn", torch.float8_e4m3fn, all8),
+        ("e5m2", torch.float8_e5m2, all8),
+    ):
         v = torch_decode(codes, dt, False)
         s = torch_decode(codes, dt, True)
         alt[f"decode_{name}:tail"] = alt_runs(v, s, is_nan_f32(v), is_nan_f32(s), f"decode_{name}")
@@ -267,14 +310,19 @@ def main():
     inputs = edge_inputs()
     write("encode_inputs.u32", le(inputs))
     nan_in = is_nan_f32(inputs)
-    for name, dt in (("bf16", torch.bfloat16), ("f16", torch.float16), ("e4m3fn", torch.float8_e4m3fn),
-                     ("e5m2", torch.float8_e5m2)):
+    for name, dt in (
+        ("bf16", torch.bfloat16),
+        ("f16", torch.float16),
+        ("e4m3fn", torch.float8_e4m3fn),
+        ("e5m2", torch.float8_e5m2),
+    ):
         v = torch_encode(inputs, dt, False)
         if name != "e4m3fn":
             assert np.array_equal(is_nan_small(v, name), nan_in), f"{name}: NaN in != NaN out"
         for path, other in (("tail", torch_encode(inputs, dt, True)), ("c10", c10_encode(inputs, dt))):
-            alt[f"encode_{name}:{path}"] = alt_runs(v, other, is_nan_small(v, name), is_nan_small(other, name),
-                                                    f"encode_{name}:{path}")
+            alt[f"encode_{name}:{path}"] = alt_runs(
+                v, other, is_nan_small(v, name), is_nan_small(other, name), f"encode_{name}:{path}"
+            )
         write(f"encode_{name}.{'u16' if dt.itemsize == 2 else 'u8'}", le(v))
     with np.errstate(invalid="ignore", over="ignore"):
         v = inputs.view(np.float32).astype(ml_dtypes.float8_e4m3).view(np.uint8)
@@ -297,13 +345,13 @@ def main():
         "files": files,
         "layout": {
             "decode_<fmt>.runs": "every code 0..2^bits in order, f32 bits of its decode, as runs of "
-                                 "arithmetic progressions: (count, first, step) LE u32 triples, wrapping",
+            "arithmetic progressions: (count, first, step) LE u32 triples, wrapping",
             "encode_inputs.u32": "u32[N], LE: f32 bit patterns, sorted",
             "encode_<fmt>.<u16|u8>": "LE: encoding of encode_inputs[i]",
             "path_alt.json": "{'<table>:<path>': [[first_index, last_index, value], ...]}: entries where "
-                             "torch's 'tail' path (a 1-element tensor, scalar kernel tail) or 'c10' path "
-                             "(torch.tensor(list, dtype), c10 scalar constructors) differs from the "
-                             "table (vectorised Tensor.to on a padded tensor); only ever NaN vs NaN",
+            "torch's 'tail' path (a 1-element tensor, scalar kernel tail) or 'c10' path "
+            "(torch.tensor(list, dtype), c10 scalar constructors) differs from the "
+            "table (vectorised Tensor.to on a padded tensor); only ever NaN vs NaN",
         },
         "sources": {
             "bf16, f16, e4m3fn, e5m2": "torch Tensor.to(dtype) on CPU (vectorised kernel)",

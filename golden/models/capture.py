@@ -85,7 +85,7 @@ def recipe_fill(recipe, shape, dtype):
     import numpy as np
 
     n = math.prod(shape)
-    u = (splitmix64(recipe["seed"], n) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
+    u = (splitmix64(recipe["seed"], n) >> np.uint64(40)).astype(np.float64) * 2.0**-24
     lo, hi = recipe["lo"], recipe["hi"]
     v = (lo + (hi - lo) * u).astype(np.float32)
     return torch.from_numpy(v.reshape(shape)).to(dtype)
@@ -139,8 +139,17 @@ def _image(shape, seed):
 def gpt2():
     from transformers import GPT2Config, GPT2Model
 
-    cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=128,
-                     attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0, attn_implementation="eager")
+    cfg = GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_positions=32,
+        vocab_size=128,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        resid_pdrop=0.0,
+        attn_implementation="eager",
+    )
     m = GPT2Model(cfg)
 
     class Wrap(torch.nn.Module):
@@ -157,9 +166,17 @@ def gpt2():
 def bert():
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                     vocab_size=128, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    cfg = BertConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
     m = BertModel(cfg, add_pooling_layer=True)
 
     class Wrap(torch.nn.Module):
@@ -179,9 +196,16 @@ def llama():
 
     # One decoder block: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention (4 query
     # heads sharing 2 key/value heads).
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=32,
-                      attn_implementation="eager")
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=32,
+        attn_implementation="eager",
+    )
     m = LlamaModel(cfg)
 
     class Wrap(torch.nn.Module):
@@ -212,11 +236,17 @@ def mobilenet_v3_small():
 def vit():
     from torchvision.models.vision_transformer import VisionTransformer
 
-    m = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128,
-                          num_classes=10)
-    return m.eval(), (_image((1, 3, 32, 32), 6),), {
-        "torchvision": "VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, "
-                       "hidden_dim=64, mlp_dim=128, num_classes=10)"}
+    m = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=10
+    )
+    return (
+        m.eval(),
+        (_image((1, 3, 32, 32), 6),),
+        {
+            "torchvision": "VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, "
+            "hidden_dim=64, mlp_dim=128, num_classes=10)"
+        },
+    )
 
 
 def gpt2_block():
@@ -227,8 +257,15 @@ def gpt2_block():
     from transformers import GPT2Config
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-    cfg = GPT2Config(n_embd=768, n_head=12, n_positions=1024, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0,
-                     attn_implementation="eager")
+    cfg = GPT2Config(
+        n_embd=768,
+        n_head=12,
+        n_positions=1024,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        resid_pdrop=0.0,
+        attn_implementation="eager",
+    )
     block = GPT2Block(cfg, layer_idx=0)
 
     class Wrap(torch.nn.Module):
@@ -289,12 +326,12 @@ class Graph:
 
     def __init__(self, name):
         self.name = name
-        self.values = {}      # value name -> metadata {"dtype", "shape"}
-        self.weights = {}     # value name -> {"recipe": ...} or {"stored": True}
-        self.inputs = []      # value names of user inputs, in order
+        self.values = {}  # value name -> metadata {"dtype", "shape"}
+        self.weights = {}  # value name -> {"recipe": ...} or {"stored": True}
+        self.inputs = []  # value names of user inputs, in order
         self.nodes = []
         self.outputs = []
-        self.tensors = {}     # safetensors payload: stored weights/constants/inputs/references
+        self.tensors = {}  # safetensors payload: stored weights/constants/inputs/references
         self.unsupported = []
 
     def meta_of(self, t):
@@ -360,8 +397,9 @@ def record_training_step(name, mod, inputs, provenance, out_dir, recipes):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.MATH):
-        gm, sig = aot_export_module(step, inputs, trace_joint=True, output_loss_index=0,
-                                    decompositions=core_aten_decompositions())
+        gm, sig = aot_export_module(
+            step, inputs, trace_joint=True, output_loss_index=0, decompositions=core_aten_decompositions()
+        )
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     names = list(sig.parameters) + list(sig.buffers)
     param_of = dict(zip(placeholders, names))
@@ -420,9 +458,14 @@ def record_graph(name, gm, user_inputs, param_of, state, inputs, provenance, out
         # A Python number in a Tensor slot (`mul.Tensor(x, 0.5)`, a "wrapped number"): the
         # `.Scalar` overload means the same thing and is what a backend receives for it; where
         # there is none, the number becomes a 0-d constant tensor.
-        if oname and oname.endswith(".Tensor") and len(node_args) > 1 and \
-                isinstance(node_args[1], (int, float, bool)) and \
-                isinstance(node_args[0], torch.fx.Node) and oname.replace(".Tensor", ".Scalar") in G.CORE_SET:
+        if (
+            oname
+            and oname.endswith(".Tensor")
+            and len(node_args) > 1
+            and isinstance(node_args[1], (int, float, bool))
+            and isinstance(node_args[0], torch.fx.Node)
+            and oname.replace(".Tensor", ".Scalar") in G.CORE_SET
+        ):
             oname = oname.replace(".Tensor", ".Scalar")
             sargs = G.overload(oname)._schema.arguments
         for i, a in enumerate(node_args):
@@ -435,19 +478,24 @@ def record_graph(name, gm, user_inputs, param_of, state, inputs, provenance, out
                 graph.tensors[cname] = ct
                 graph.values[cname] = graph.meta_of(ct)
                 node_args[i] = _ConstRef(cname)
-        enc_args = [encode_arg(a, str(sargs[i].type) if i < len(sargs) else "", graph) for i, a in
-                    enumerate(node_args)]
+        enc_args = [encode_arg(a, str(sargs[i].type) if i < len(sargs) else "", graph) for i, a in enumerate(node_args)]
         types = {a.name: str(a.type) for a in sargs}
         enc_kwargs = {k: encode_arg(v, types.get(k, ""), graph) for k, v in n.kwargs.items()}
-        node = {"name": n.name, "op": oname or str(func), "args": enc_args, "kwargs": enc_kwargs,
-                "stack": _user_frame(n)}
+        node = {
+            "name": n.name,
+            "op": oname or str(func),
+            "args": enc_args,
+            "kwargs": enc_kwargs,
+            "stack": _user_frame(n),
+        }
         if oname is None or oname not in G.CORE_SET:
             graph.unsupported.append(node["op"])
             node["core"] = False
         outs = out if isinstance(out, (tuple, list)) else (out,)
         node["outputs"] = []
-        returns_list = schema is not None and len(schema.returns) == 1 and \
-            str(schema.returns[0].type).startswith("List[Tensor]")
+        returns_list = (
+            schema is not None and len(schema.returns) == 1 and str(schema.returns[0].type).startswith("List[Tensor]")
+        )
         if returns_list:
             names = []
             for i, o in enumerate(outs):
@@ -471,7 +519,7 @@ def record_graph(name, gm, user_inputs, param_of, state, inputs, provenance, out
 
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
-    for o in (outs if isinstance(outs, (tuple, list)) else (outs,)):
+    for o in outs if isinstance(outs, (tuple, list)) else (outs,):
         vname = _value_name(o, graph)
         graph.outputs.append(vname)
         t = _lookup(env, vname)
@@ -512,8 +560,9 @@ def record_graph(name, gm, user_inputs, param_of, state, inputs, provenance, out
         size += nbytes
     shards.append(cur)
     for i, shard in enumerate(shards):
-        safetensors.torch.save_file(shard, os.path.join(out_dir, f"tensors-{i}.safetensors"),
-                                    metadata={"trnconf_model": str(FORMAT)})
+        safetensors.torch.save_file(
+            shard, os.path.join(out_dir, f"tensors-{i}.safetensors"), metadata={"trnconf_model": str(FORMAT)}
+        )
     return doc
 
 
@@ -548,7 +597,7 @@ def sample_indices(vname, n):
 
     raw = splitmix64(zlib.crc32(vname.encode()), 4 * RULE["sample"]) % np.uint64(n)
     _, first = np.unique(raw, return_index=True)
-    chosen = raw[np.sort(first)][:RULE["sample"]]
+    chosen = raw[np.sort(first)][: RULE["sample"]]
     return np.sort(chosen)
 
 
@@ -582,8 +631,11 @@ def clean_frame(line):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=HERE, help="directory holding one sub-directory per model")
-    ap.add_argument("--models", default=",".join(list(MODELS) + [m + TRAIN_SUFFIX for m in TRAINED]),
-                    help="comma-separated names from the committed set")
+    ap.add_argument(
+        "--models",
+        default=",".join(list(MODELS) + [m + TRAIN_SUFFIX for m in TRAINED]),
+        help="comma-separated names from the committed set",
+    )
     ap.add_argument("--user", help="MODULE:FACTORY returning (nn.Module, example_inputs_tuple)")
     ap.add_argument("--exported", help="a saved ExportedProgram (torch.export.save)")
     ap.add_argument("--name", help="directory name for --user / --exported")
@@ -612,8 +664,10 @@ def main():
         train = name.endswith(TRAIN_SUFFIX)
         base = name[: -len(TRAIN_SUFFIX)] if train else name
         mod, inputs, prov = MODELS[base]()
-        RULE.update(full_limit=BENCH_FULL_LIMIT if name in BENCH else REF_FULL_LIMIT,
-                    sample=BENCH_SAMPLE if name in BENCH else REF_SAMPLE)
+        RULE.update(
+            full_limit=BENCH_FULL_LIMIT if name in BENCH else REF_FULL_LIMIT,
+            sample=BENCH_SAMPLE if name in BENCH else REF_SAMPLE,
+        )
         mod.eval()
         recipes = init_module(mod)
         prov = {"builder": base, **_jsonable(prov)}
@@ -626,8 +680,7 @@ def main():
             doc = record(name, mod, inputs, prov, os.path.join(a.out, name), recipes)
         d = os.path.join(a.out, name)
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".safetensors"))
-        print(f"{name}: {len(doc['nodes'])} nodes, {size / 1024:.0f} KiB, "
-              f"unsupported: {doc['unsupported'] or 'none'}")
+        print(f"{name}: {len(doc['nodes'])} nodes, {size / 1024:.0f} KiB, unsupported: {doc['unsupported'] or 'none'}")
 
 
 def _jsonable(x):

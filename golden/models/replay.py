@@ -30,9 +30,18 @@ import torch
 torch.set_num_threads(1)
 
 DTYPES = {
-    "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
-    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
-    "bool": torch.bool, "c64": torch.complex64, "c128": torch.complex128,
+    "f64": torch.float64,
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+    "c64": torch.complex64,
+    "c128": torch.complex128,
 }
 MASK64 = (1 << 64) - 1
 
@@ -46,7 +55,7 @@ def recipe_fill(r, shape, dtype):
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
-    u = (z >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
+    u = (z >> np.uint64(40)).astype(np.float64) * 2.0**-24
     v = (r["lo"] + (r["hi"] - r["lo"]) * u).astype(np.float32)
     return torch.from_numpy(v.reshape(shape)).to(dtype)
 
@@ -58,7 +67,7 @@ def overload(op):
 
 
 def decode(v, env):
-    (kind, x), = v.items()
+    ((kind, x),) = v.items()
     if kind == "tensor":
         return env[x]
     if kind == "tensors":
@@ -141,15 +150,24 @@ def main():
         ref = stored[f"ref.{name}"].double()
         got = env[name].double()
         worst = max(worst, float((got - ref).abs().max()) if ref.numel() else 0.0)
-    json.dump({
-        "model": doc["name"], "nodes": len(doc["nodes"]), "threads": torch.get_num_threads(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-        "best_ms": min(times) * 1e3, "median_ms": statistics.median(times) * 1e3, "repeat": a.repeat,
-        # The calling thread's CPU time: with one thread every op runs on it, and unlike wall
-        # time it does not grow while other processes hold the core.
-        "cpu_best_ms": min(cpu) * 1e3, "cpu_median_ms": statistics.median(cpu) * 1e3,
-        "max_abs_diff_vs_reference": worst,
-    }, sys.stdout)
+    json.dump(
+        {
+            "model": doc["name"],
+            "nodes": len(doc["nodes"]),
+            "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__,
+            "best_ms": min(times) * 1e3,
+            "median_ms": statistics.median(times) * 1e3,
+            "repeat": a.repeat,
+            # The calling thread's CPU time: with one thread every op runs on it, and unlike wall
+            # time it does not grow while other processes hold the core.
+            "cpu_best_ms": min(cpu) * 1e3,
+            "cpu_median_ms": statistics.median(cpu) * 1e3,
+            "max_abs_diff_vs_reference": worst,
+        },
+        sys.stdout,
+    )
     sys.stdout.write("\n")
 
 

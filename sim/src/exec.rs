@@ -332,6 +332,11 @@ impl Executor {
     /// Checks `program` against this executor and allocates its memories, every HBM tensor
     /// unwritten. The caller fills the inputs, then calls [`Executor::execute`].
     pub(crate) fn prepare(&self, program: &Program) -> Result<Memories, SimError> {
+        self.prepare_in(program, &mut crate::mem::Arena::default())
+    }
+
+    /// [`Executor::prepare`] in on-chip buffers kept from an earlier run (a session's arena).
+    pub(crate) fn prepare_in(&self, program: &Program, arena: &mut crate::mem::Arena) -> Result<Memories, SimError> {
         if program.target != self.target.name {
             return Err(SimError::program(ErrorKind::Invalid(format!(
                 "program is for {}, the executor simulates {}",
@@ -341,11 +346,12 @@ impl Executor {
         }
         self.validate_declarations(program)?;
         let (sbuf_bytes, psum_bytes) = program.on_chip_extent(&self.target);
-        Ok(Memories::with_extents(
+        Ok(Memories::with_extents_in(
             &self.target,
             &program.hbm,
             sbuf_bytes,
             psum_bytes,
+            arena,
         ))
     }
 

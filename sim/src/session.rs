@@ -79,6 +79,8 @@ pub struct Session {
     executor: Executor,
     tensors: BTreeMap<String, DeviceTensor>,
     transfers: Transfers,
+    /// On-chip buffers kept between runs (performance only: `mem::Arena`).
+    arena: crate::mem::Arena,
 }
 
 impl Session {
@@ -87,6 +89,7 @@ impl Session {
             executor,
             tensors: BTreeMap::new(),
             transfers: Transfers::default(),
+            arena: crate::mem::Arena::default(),
         }
     }
 
@@ -175,7 +178,7 @@ impl Session {
     /// outputs are created or replaced when the run succeeds. On error the session keeps every
     /// tensor it had (inputs are moved back) and gains no output.
     pub fn run(&mut self, program: &Program, bind: &BTreeMap<String, String>) -> Result<Stats, SimError> {
-        let mut mem = self.executor.prepare(program)?;
+        let mut mem = self.executor.prepare_in(program, &mut self.arena)?;
         let bindings = self.resolve(program, bind)?;
         // Move the inputs in. The first binding of a session tensor takes its bytes; a second
         // binding of the same tensor (x + x) gets a device copy of them.
@@ -217,7 +220,13 @@ impl Session {
                 t.data = data;
             }
         }
-        let stats = run?;
+        let stats = match run {
+            Ok(stats) => stats,
+            Err(e) => {
+                self.arena.recycle(mem);
+                return Err(e);
+            }
+        };
         for b in bindings.iter().filter(|b| b.role == HbmRole::Output) {
             let data = mem.take_data(b.program).unwrap_or_default();
             self.tensors.insert(
@@ -229,6 +238,7 @@ impl Session {
                 },
             );
         }
+        self.arena.recycle(mem);
         self.transfers.runs += 1;
         Ok(stats)
     }

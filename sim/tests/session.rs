@@ -219,3 +219,47 @@ fn put_checks_sizes_and_get_delete_work() {
             .contains("limit is 100")
     );
 }
+
+/// A session keeps its on-chip buffers between runs (performance only): nothing a run wrote
+/// may be visible to the next one. A program that stores SBUF bytes nothing in it wrote must
+/// fail as it does in a fresh session, after a run that wrote exactly those bytes, and after one
+/// that failed halfway.
+#[test]
+fn on_chip_memory_never_carries_over_between_runs() {
+    let mut store_unwritten = Program::new(TargetName::Trn1);
+    store_unwritten.declare("out", DType::F32, &[P, N], HbmRole::Output);
+    store_unwritten.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    let fresh = Session::new(Executor::new(TargetName::Trn1))
+        .run(&store_unwritten, &bind(&[("out", "o")]))
+        .unwrap_err()
+        .to_string();
+    assert!(fresh.contains("nothing wrote"), "{fresh}");
+
+    let mut s = session();
+    // writes sb(128) (the add's result) ...
+    s.run(&binary(AluOp::Add), &bind(&[("a", "x"), ("b", "w"), ("out", "h")]))
+        .unwrap();
+    // ... which the next run must not see
+    let after = s.run(&store_unwritten, &bind(&[("out", "o")])).unwrap_err().to_string();
+    assert_eq!(after, fresh);
+    // a run that writes sb(128) and then fails (an unbound input read) leaves nothing either
+    let mut half = binary(AluOp::Add);
+    half.push(Engine::Dma, dma(sb(256), hbm("a")));
+    half.push(
+        Engine::Vector,
+        Op::TensorTensor(TensorTensor {
+            dst: sb(128),
+            in0: sb(512),
+            in1: sb(0),
+            op: AluOp::Add,
+        }),
+    );
+    trnsim::infer_waits(&mut half);
+    assert!(s.run(&half, &bind(&[("a", "x"), ("b", "w"), ("out", "h2")])).is_err());
+    let again = s.run(&store_unwritten, &bind(&[("out", "o")])).unwrap_err().to_string();
+    assert_eq!(again, fresh);
+    // and the session still computes right
+    s.run(&binary(AluOp::Add), &bind(&[("a", "x"), ("b", "w"), ("out", "h3")]))
+        .unwrap();
+    assert_eq!(s.tensor("h3").unwrap().bytes(), s.tensor("h").unwrap().bytes());
+}

@@ -11,9 +11,9 @@
 //! oneDNN's ISA (golden/generate.py), and the pinned CPU, like the float64 oracle, gives the finite
 //! value there, so the engine's accurate Gelu is what every golden agrees with.
 use super::promote::{self, Category};
-use super::unary::{self, Kernel, OutRule, Reg, scalar_arg};
+use super::unary::{self, Kernel, OutRule, Reg};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::Scalar;
 use crate::dtype::TorchDType;
 use trnsim::{ActFunc, AluOp, DType, TargetName};
 
@@ -37,23 +37,22 @@ pub enum Args {
 
 fn args(req: &LowerRequest<'_>, name: &str) -> Result<Args, LowerError> {
     Ok(match name {
-        "gelu" => match req.call.arg(1, "approximate") {
-            None => Args::Gelu { tanh: false },
-            Some(Value::Str(s)) if s == "none" => Args::Gelu { tanh: false },
-            Some(Value::Str(s)) if s == "tanh" => Args::Gelu { tanh: true },
-            Some(v) => return Err(req.invalid(format!("`approximate` is {v:?}"))),
+        "gelu" => match req.arg_or(1, "approximate", "none")? {
+            "none" => Args::Gelu { tanh: false },
+            "tanh" => Args::Gelu { tanh: true },
+            s => return Err(req.arg_error(1, "approximate", format!("`{s}` (expected none or tanh)"))),
         },
         "hardtanh" => Args::Hardtanh {
-            min: scalar_arg(req, 1, "min_val", -1.0)?,
-            max: scalar_arg(req, 2, "max_val", 1.0)?,
+            min: req.arg_or(1, "min_val", Scalar::Float(-1.0))?.as_f64(),
+            max: req.arg_or(2, "max_val", Scalar::Float(1.0))?.as_f64(),
         },
         "leaky_relu" => Args::LeakyRelu {
-            slope: scalar_arg(req, 1, "negative_slope", 0.01)?,
+            slope: req.arg_or(1, "negative_slope", Scalar::Float(0.01))?.as_f64(),
         },
         "elu" => Args::Elu {
-            alpha: scalar_arg(req, 1, "alpha", 1.0)?,
-            scale: scalar_arg(req, 2, "scale", 1.0)?,
-            input_scale: scalar_arg(req, 3, "input_scale", 1.0)?,
+            alpha: req.arg_or(1, "alpha", Scalar::Float(1.0))?.as_f64(),
+            scale: req.arg_or(2, "scale", Scalar::Float(1.0))?.as_f64(),
+            input_scale: req.arg_or(3, "input_scale", Scalar::Float(1.0))?.as_f64(),
         },
         _ => Args::None,
     })

@@ -26,7 +26,7 @@
 use super::promote::{self, Category, Operand, ScalarKind};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorArg, TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
 use trnsim::{
     AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
@@ -59,24 +59,10 @@ impl BinOp {
     }
 }
 
-/// A Python scalar argument.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Scalar {
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-}
+/// A Python scalar argument (read with the call's accessors).
+pub use crate::call::Scalar;
 
 impl Scalar {
-    pub(super) fn from_value(v: &Value) -> Option<Scalar> {
-        match v {
-            Value::Bool(b) => Some(Scalar::Bool(*b)),
-            Value::Int(i) => Some(Scalar::Int(*i)),
-            Value::Float(f) => Some(Scalar::Float(f.0)),
-            _ => None,
-        }
-    }
-
     pub(super) fn kind(self) -> ScalarKind {
         match self {
             Scalar::Bool(_) => ScalarKind::Bool,
@@ -155,29 +141,25 @@ pub fn analyze(req: &LowerRequest<'_>) -> Result<BinaryCall, LowerError> {
         return Err(LowerError::NotLowered(req.op.to_string()));
     }
     let op = parse_op(req.op).ok_or_else(|| LowerError::NotLowered(req.op.to_string()))?;
-    let self_name = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => t.clone(),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let self_name = req.arg::<TensorArg>(0, "self")?.0.to_string();
     let self_meta = req.tensor(&self_name)?.clone();
-    let other = match req.call.arg(1, "other") {
-        Some(Value::Tensor(t)) => Other::Tensor {
-            name: t.clone(),
-            meta: req.tensor(t)?.clone(),
+    let other = match req.arg::<TensorOrScalar>(1, "other")? {
+        TensorOrScalar::Tensor(t, meta) => Other::Tensor {
+            name: t.to_string(),
+            meta: meta.clone(),
         },
-        Some(Value::Complex(_)) => return Err(req.unsupported("complex scalars".into())),
-        Some(v) => Other::Scalar(Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`other` is {v:?}")))?),
-        None => return Err(req.invalid("missing `other`".into())),
+        TensorOrScalar::Scalar(s) => Other::Scalar(s),
     };
-    let alpha = match req.call.arg(2, "alpha") {
+    let alpha = match req.opt::<Scalar>(2, "alpha")? {
         None => None,
-        Some(v) if op.has_alpha() => {
-            let a = Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`alpha` is {v:?}")))?;
-            if a.is_one() { None } else { Some(a) }
+        Some(a) if op.has_alpha() => {
+            if a.is_one() {
+                None
+            } else {
+                Some(a)
+            }
         }
-        Some(v) => {
-            return Err(req.invalid(format!("{} takes no third argument, got {v:?}", req.op)));
-        }
+        Some(a) => return Err(req.arg_error(2, "alpha", format!("{} takes no alpha, got {a:?}", req.op))),
     };
 
     let operands = [
@@ -717,7 +699,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{JsonFloat, OpCall};
+    use crate::call::{JsonFloat, OpCall, Value};
     use TorchDType::*;
     use std::collections::BTreeMap;
 

@@ -13,7 +13,7 @@ use super::binary::{Scalar, dev};
 use super::promote::{self, Category, Operand};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma, ts, ts_rev};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
@@ -437,20 +437,13 @@ impl Arg {
     }
 }
 
-/// Argument `pos`/`name` as a tensor or scalar (`None` if absent or None).
-pub(super) fn arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<Arg>, LowerError> {
-    Ok(match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => None,
-        Some(Value::Tensor(t)) => Some(Arg::Tensor(t.clone(), req.tensor(t)?.clone())),
-        Some(Value::Complex(_)) => return Err(req.unsupported("complex scalars".into())),
-        Some(v) => Some(Arg::Scalar(
-            Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`{name}` is {v:?}")))?,
-        )),
-    })
-}
-
-pub(super) fn need(req: &LowerRequest<'_>, a: Option<Arg>, name: &str) -> Result<Arg, LowerError> {
-    a.ok_or_else(|| req.invalid(format!("missing `{name}`")))
+impl From<TensorOrScalar<'_>> for Arg {
+    fn from(a: TensorOrScalar<'_>) -> Arg {
+        match a {
+            TensorOrScalar::Tensor(name, meta) => Arg::Tensor(name.to_string(), meta.clone()),
+            TensorOrScalar::Scalar(s) => Arg::Scalar(s),
+        }
+    }
 }
 
 /// `torch.result_type` of the operands, refusing complex.
@@ -569,8 +562,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 
 /// Two operands (`self`, `other`) as args.
 fn two(req: &LowerRequest<'_>) -> Result<(Arg, Arg), LowerError> {
-    let a = need(req, arg(req, 0, "self")?, "self")?;
-    let b = need(req, arg(req, 1, "other")?, "other")?;
+    let a = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
+    let b = Arg::from(req.arg::<TensorOrScalar>(1, "other")?);
     if !matches!(a, Arg::Tensor(..)) {
         return Err(req.invalid("`self` must be a tensor".into()));
     }
@@ -701,9 +694,9 @@ fn lower_logical(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Resul
 /// `clamp(self, min=None, max=None)` (Scalars) and `clamp.Tensor` (tensors): `min(max(x, lo), hi)`
 /// on the common dtype (NaN propagates through max/min, and `lo > hi` gives `hi`, as PyTorch).
 fn lower_clamp(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let x = need(req, arg(req, 0, "self")?, "self")?;
-    let lo = arg(req, 1, "min")?;
-    let hi = arg(req, 2, "max")?;
+    let x = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
+    let lo = req.opt::<TensorOrScalar>(1, "min")?.map(Arg::from);
+    let hi = req.opt::<TensorOrScalar>(2, "max")?.map(Arg::from);
     if lo.is_none() && hi.is_none() {
         return Err(req.invalid("clamp needs `min` or `max`".into()));
     }
@@ -783,9 +776,9 @@ fn lower_clamp(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
 /// `where(condition, self, other)`: `dst = other`, then a predicated bit copy of `self` where the
 /// condition holds (a select: no arithmetic, so inf/NaN/-0 pass through untouched).
 fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let c = need(req, arg(req, 0, "condition")?, "condition")?;
-    let a = need(req, arg(req, 1, "self")?, "self")?;
-    let b = need(req, arg(req, 2, "other")?, "other")?;
+    let c = Arg::from(req.arg::<TensorOrScalar>(0, "condition")?);
+    let a = Arg::from(req.arg::<TensorOrScalar>(1, "self")?);
+    let b = Arg::from(req.arg::<TensorOrScalar>(2, "other")?);
     let Arg::Tensor(_, cm) = &c else {
         return Err(req.invalid("`condition` must be a tensor".into()));
     };
@@ -917,8 +910,8 @@ fn lower_where_complex(
 ///   (bits extracted with VectorE shifts), and negative exponents give PyTorch's integer rule
 ///   (1 for base 1, ±1 for base −1, else 0).
 fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let a = need(req, arg(req, 0, "self")?, "self")?;
-    let b = need(req, arg(req, 1, "exponent")?, "exponent")?;
+    let a = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
+    let b = Arg::from(req.arg::<TensorOrScalar>(1, "exponent")?);
     let common = common_type(req, &[&a, &b])?;
     let (out_name, out_shape) = output(req, &[&a, &b], common)?;
     let int = is_int(common);
@@ -1120,10 +1113,10 @@ enum DivMode {
 fn lower_divmod(req: &LowerRequest<'_>, target: TargetName, mode: Option<DivMode>) -> Result<Lowered, LowerError> {
     let mode = match mode {
         Some(m) => m,
-        None => match req.call.kwargs.get("rounding_mode").or_else(|| req.call.args.get(2)) {
-            Some(Value::Str(s)) if s == "trunc" => DivMode::Trunc,
-            Some(Value::Str(s)) if s == "floor" => DivMode::Floor,
-            None | Some(Value::None(_)) => {
+        None => match req.opt::<&str>(2, "rounding_mode")? {
+            Some("trunc") => DivMode::Trunc,
+            Some("floor") => DivMode::Floor,
+            None => {
                 // True division: exactly div.Tensor / div.Scalar.
                 let op = if req.op == "div.Scalar_mode" {
                     "div.Scalar"
@@ -1141,11 +1134,11 @@ fn lower_divmod(req: &LowerRequest<'_>, target: TargetName, mode: Option<DivMode
                 };
                 return super::binary::lower(&sub, target);
             }
-            Some(v) => return Err(req.invalid(format!("rounding_mode {v:?}"))),
+            Some(m) => return Err(req.arg_error(2, "rounding_mode", format!("`{m}` (expected trunc, floor or None)"))),
         },
     };
-    let a = need(req, arg(req, 0, "self")?, "self")?;
-    let b = need(req, arg(req, 1, "other")?, "other")?;
+    let a = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
+    let b = Arg::from(req.arg::<TensorOrScalar>(1, "other")?);
     if !matches!(a, Arg::Tensor(..)) {
         return Err(req.invalid("`self` must be a tensor".into()));
     }
@@ -1542,8 +1535,8 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
 /// of y copied onto the result with bitvec ops (atan2(−0, x) = −0). 0/0 gives t = 0 and
 /// inf/inf gives t = 1 (atan2(±inf, ±inf) = ±π/4, ±3π/4).
 fn lower_atan2(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let y = need(req, arg(req, 0, "self")?, "self")?;
-    let x = need(req, arg(req, 1, "other")?, "other")?;
+    let y = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
+    let x = Arg::from(req.arg::<TensorOrScalar>(1, "other")?);
     if !matches!((&y, &x), (Arg::Tensor(..), Arg::Tensor(..))) {
         return Err(req.invalid("atan2 takes two tensors".into()));
     }
@@ -1670,7 +1663,7 @@ mod tests {
     //! compositions: int32 beyond 2^24, exact remainders, quotients near integers, signed zeros,
     //! inf/NaN) against Rust's own operators in the role of PyTorch.
     use super::*;
-    use crate::call::{JsonFloat, OpCall};
+    use crate::call::{JsonFloat, OpCall, Value};
     use TorchDType::*;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};

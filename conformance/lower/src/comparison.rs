@@ -10,8 +10,9 @@
 //!   VectorE's fp32 compare orders correctly against every int32.
 
 use super::binary::dev;
-use super::binary_ext::{self, Arg, Kernel, X, build, common_type, inputs, is_int, need, output};
+use super::binary_ext::{self, Arg, Kernel, X, build, common_type, inputs, is_int, output};
 use super::{LowerError, LowerRequest, Lowered};
+use crate::call::TensorOrScalar;
 use crate::dtype::TorchDType;
 use trnsim::{AluOp, DType, Engine, TargetName};
 
@@ -29,8 +30,8 @@ fn alu(op: &str) -> Option<AluOp> {
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let op = alu(req.op).ok_or_else(|| LowerError::NotLowered(req.op.to_string()))?;
-    let a = need(req, binary_ext::arg(req, 0, "self")?, "self")?;
-    let b = need(req, binary_ext::arg(req, 1, "other")?, "other")?;
+    let a = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
+    let b = Arg::from(req.arg::<TensorOrScalar>(1, "other")?);
     if !matches!(a, Arg::Tensor(..)) {
         return Err(req.invalid("`self` must be a tensor".into()));
     }

@@ -36,7 +36,7 @@
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
 use super::tile::{Emitter, SbufAllocator, dma, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName, TensorCopy,
@@ -91,56 +91,29 @@ pub(crate) struct Conv {
     pub(crate) dims: [SDim; 3],
 }
 
-pub(crate) fn ints(req: &LowerRequest<'_>, i: usize, name: &str, n: usize) -> Result<Vec<usize>, LowerError> {
-    let v = match req.call.arg(i, name) {
-        Some(Value::Ints(v)) => v.clone(),
-        Some(Value::Int(x)) => vec![*x],
-        other => return Err(req.invalid(format!("`{name}` is {other:?}"))),
-    };
-    let v: Vec<usize> = v
-        .iter()
-        .map(|&x| usize::try_from(x))
-        .collect::<Result<_, _>>()
-        .map_err(|_| req.invalid(format!("negative `{name}`")))?;
-    match v.len() {
-        1 => Ok(vec![v[0]; n]),
-        l if l == n => Ok(v),
-        _ => Err(req.invalid(format!("`{name}` has {} entries for {n} spatial dims", v.len()))),
-    }
-}
-
-pub(crate) fn tensor(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<Option<(String, TensorMeta)>, LowerError> {
-    match req.call.arg(i, name) {
-        Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.clone()))),
-        None | Some(Value::None(_)) => Ok(None),
-        other => Err(req.invalid(format!("`{name}` is {other:?}"))),
-    }
-}
-
 fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     if req.op != "convolution" {
         return Err(LowerError::NotLowered(req.op.to_string()));
     }
-    let input = tensor(req, 0, "input")?.ok_or_else(|| req.invalid("missing input".into()))?;
-    let weight = tensor(req, 1, "weight")?.ok_or_else(|| req.invalid("missing weight".into()))?;
-    let bias = tensor(req, 2, "bias")?;
+    let owned = |(t, m): TensorArg| (t.to_string(), m.clone());
+    let input = req.arg(0, "input").map(owned)?;
+    let weight = req.arg(1, "weight").map(owned)?;
+    let bias = req.opt(2, "bias")?.map(owned);
     let nd = input.1.shape.len();
     if !(3..=5).contains(&nd) || weight.1.shape.len() != nd {
         return Err(req.unsupported(format!("input {:?} / weight {:?}", input.1.shape, weight.1.shape)));
     }
     let ns = nd - 2;
-    let stride = ints(req, 3, "stride", ns)?;
-    let padding = ints(req, 4, "padding", ns)?;
-    let dilation = ints(req, 5, "dilation", ns)?;
-    let transposed = match req.call.arg(6, "transposed") {
-        Some(Value::Bool(b)) => *b,
-        other => return Err(req.invalid(format!("`transposed` is {other:?}"))),
-    };
-    let output_padding = ints(req, 7, "output_padding", ns)?;
-    let groups = match req.call.arg(8, "groups") {
-        Some(Value::Int(g)) if *g >= 1 => *g as usize,
-        other => return Err(req.invalid(format!("`groups` is {other:?}"))),
-    };
+    let stride = req.sizes_n(3, "stride", ns)?;
+    let padding = req.sizes_n(4, "padding", ns)?;
+    let dilation = req.sizes_n(5, "dilation", ns)?;
+    let transposed = req.arg::<bool>(6, "transposed")?;
+    let output_padding = req.sizes_n(7, "output_padding", ns)?;
+    let groups = req.arg::<i64>(8, "groups")?;
+    let groups = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| req.arg_error(8, "groups", format!("{groups} (at least 1)")))?;
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?.clone();
     for t in [&input.1, &weight.1].into_iter().chain(bias.as_ref().map(|b| &b.1)) {

@@ -31,7 +31,7 @@ use super::conv::{self, Conv, SDim, tap_range};
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
 use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorArg, TensorMeta, Value};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
     TensorReduce, TensorTensor,
@@ -72,11 +72,10 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
     if req.op != "convolution_backward" {
         return Err(LowerError::NotLowered(req.op.to_string()));
     }
-    let required =
-        |i: usize, name: &str| conv::tensor(req, i, name)?.ok_or_else(|| req.invalid(format!("missing `{name}`")));
-    let grad_out = required(0, "grad_output")?;
-    let input = required(1, "input")?;
-    let weight = required(2, "weight")?;
+    let owned = |(t, m): TensorArg| (t.to_string(), m.clone());
+    let grad_out = req.arg(0, "grad_output").map(owned)?;
+    let input = req.arg(1, "input").map(owned)?;
+    let weight = req.arg(2, "weight").map(owned)?;
     let nd = input.1.shape.len();
     if !(3..=5).contains(&nd) || weight.1.shape.len() != nd || grad_out.1.shape.len() != nd {
         return Err(req.unsupported(format!(
@@ -85,22 +84,21 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
         )));
     }
     let ns = nd - 2;
-    let stride = conv::ints(req, 4, "stride", ns)?;
-    let padding = conv::ints(req, 5, "padding", ns)?;
-    let dilation = conv::ints(req, 6, "dilation", ns)?;
-    let transposed = match req.call.arg(7, "transposed") {
-        Some(Value::Bool(b)) => *b,
-        other => return Err(req.invalid(format!("`transposed` is {other:?}"))),
+    let stride = req.sizes_n(4, "stride", ns)?;
+    let padding = req.sizes_n(5, "padding", ns)?;
+    let dilation = req.sizes_n(6, "dilation", ns)?;
+    let transposed = req.arg::<bool>(7, "transposed")?;
+    let output_padding = req.sizes_n(8, "output_padding", ns)?;
+    let groups = req.arg::<i64>(9, "groups")?;
+    let groups = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| req.arg_error(9, "groups", format!("{groups} (at least 1)")))?;
+    let mask = req.arg::<Vec<bool>>(10, "output_mask")?;
+    let &[m0, m1, m2] = mask.as_slice() else {
+        return Err(req.arg_error(10, "output_mask", format!("{mask:?} (expected 3 bools)")));
     };
-    let output_padding = conv::ints(req, 8, "output_padding", ns)?;
-    let groups = match req.call.arg(9, "groups") {
-        Some(Value::Int(g)) if *g >= 1 => *g as usize,
-        other => return Err(req.invalid(format!("`groups` is {other:?}"))),
-    };
-    let mask = match req.call.arg(10, "output_mask") {
-        Some(Value::Bools(m)) if m.len() == 3 => [m[0], m[1], m[2]],
-        other => return Err(req.invalid(format!("`output_mask` is {other:?}"))),
-    };
+    let mask = [m0, m1, m2];
     if stride.iter().chain(&dilation).any(|&x| x == 0) {
         return Err(req.invalid("zero stride or dilation".into()));
     }

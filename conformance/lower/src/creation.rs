@@ -40,9 +40,9 @@
 //! runtime sets the device generator from `torch.manual_seed`.
 
 use super::binary::dev;
-use super::tile::{self, Emitter, Region, SbufAllocator, Scalar, Slot, TileJob, TileLimits, dma};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::{TensorMeta, Value};
+use crate::call::{Complex, KEYWORD_ONLY, Scalar, TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Memset, Op,
@@ -164,7 +164,7 @@ impl Builder {
                 dst.flat(job),
                 dst.as_(DType::F32).flat(job),
                 AluOp::Subtract,
-                Scalar::Imm(1e39),
+                tile::Scalar::Imm(1e39),
                 None,
             );
         } else if v.is_infinite() {
@@ -183,15 +183,21 @@ impl Builder {
         if src.dtype == dst.dtype {
             self.copy(job, dst, src);
         } else if to == TorchDType::Bool {
-            self.e
-                .tensor_scalar(v, dst.flat(job), src.flat(job), AluOp::NotEqual, Scalar::Imm(0.0), None);
+            self.e.tensor_scalar(
+                v,
+                dst.flat(job),
+                src.flat(job),
+                AluOp::NotEqual,
+                tile::Scalar::Imm(0.0),
+                None,
+            );
         } else if to.is_float() || from == TorchDType::Bool {
             self.copy(job, dst, src);
         } else if from.is_float() {
             // trunc(x) = sign(x) · (r − (r > |x|)), r = rne(|x|) (exact in fp32 where it matters).
             let (a, b, c) = (a.as_(DType::F32), b.as_(DType::F32), c.as_(DType::F32));
             self.e
-                .tensor_scalar(v, a.flat(job), src.flat(job), AluOp::Abs, Scalar::Imm(0.0), None);
+                .tensor_scalar(v, a.flat(job), src.flat(job), AluOp::Abs, tile::Scalar::Imm(0.0), None);
             self.copy(job, b.as_(DType::I32), a);
             self.copy(job, c, b.as_(DType::I32));
             self.e
@@ -203,11 +209,11 @@ impl Builder {
                 a.flat(job),
                 src.flat(job),
                 AluOp::IsLt,
-                Scalar::Imm(0.0),
-                Some((AluOp::Multiply, Scalar::Imm(-2.0))),
+                tile::Scalar::Imm(0.0),
+                Some((AluOp::Multiply, tile::Scalar::Imm(-2.0))),
             );
             self.e
-                .tensor_scalar(v, a.flat(job), a.flat(job), AluOp::Add, Scalar::Imm(1.0), None);
+                .tensor_scalar(v, a.flat(job), a.flat(job), AluOp::Add, tile::Scalar::Imm(1.0), None);
             if dst.dtype == DType::I32 {
                 self.e
                     .tensor_tensor(v, dst.flat(job), c.flat(job), a.flat(job), AluOp::Multiply);
@@ -252,7 +258,7 @@ impl Builder {
                 t.flat(job),
                 src.flat(job),
                 AluOp::BitwiseAnd,
-                Scalar::Imm(mask as f64),
+                tile::Scalar::Imm(mask as f64),
                 None,
             );
         } else {
@@ -261,15 +267,15 @@ impl Builder {
                 t.flat(job),
                 src.flat(job),
                 AluOp::BitwiseAnd,
-                Scalar::Imm(mask as f64),
-                Some((AluOp::BitwiseXor, Scalar::Imm(sign as f64))),
+                tile::Scalar::Imm(mask as f64),
+                Some((AluOp::BitwiseXor, tile::Scalar::Imm(sign as f64))),
             );
             self.e.tensor_scalar(
                 Engine::Gpsimd,
                 t.flat(job),
                 t.flat(job),
                 AluOp::Subtract,
-                Scalar::Imm(sign as f64),
+                tile::Scalar::Imm(sign as f64),
                 None,
             );
         }
@@ -285,30 +291,26 @@ fn out_meta<'a>(req: &LowerRequest<'a>, i: usize) -> Result<(&'a str, &'a Tensor
     Ok((name, req.tensor(name)?))
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<(&'a str, &'a TensorMeta), LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
-        other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
-    }
-}
-
-/// A Python scalar argument as f64 (bool as 0/1), and whether it was a float.
-fn scalar_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<(f64, bool), LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Int(i)) => Ok((*i as f64, false)),
-        Some(Value::Bool(b)) => Ok((*b as i64 as f64, false)),
-        Some(Value::Float(f)) => Ok((f.0, true)),
-        other => Err(req.unsupported(format!("`{name}` is {other:?}"))),
-    }
+/// A Python scalar as f64 (bool as 0/1), and whether it was a float.
+fn scalar_value(s: Scalar) -> (f64, bool) {
+    (s.as_f64(), matches!(s, Scalar::Float(_)))
 }
 
 /// The dtype kwarg, if given (checked against the golden output's dtype).
 fn check_dtype_kwarg(req: &LowerRequest<'_>, out: TorchDType) -> Result<(), LowerError> {
-    if let Some(Value::Dtype(d)) = req.call.kwargs.get("dtype") {
-        let want = TorchDType::from_name(d).ok_or_else(|| req.unsupported(format!("dtype {d}")))?;
-        if want != out {
-            return Err(req.invalid(format!("dtype={d}, but the golden output is {out}")));
-        }
+    if let Some(want) = req.opt::<TorchDType>(KEYWORD_ONLY, "dtype")?
+        && want != out
+    {
+        return Err(req.arg_error(KEYWORD_ONLY, "dtype", format!("{want}, but the golden output is {out}")));
+    }
+    Ok(())
+}
+
+/// Checks the `size` argument at `pos` against the output shape.
+fn check_size(req: &LowerRequest<'_>, pos: usize, shape: &[usize]) -> Result<(), LowerError> {
+    let size = req.arg::<Vec<i64>>(pos, "size")?;
+    if !size.iter().map(|&d| d as usize).eq(shape.iter().copied()) {
+        return Err(req.arg_error(pos, "size", format!("{size:?} ≠ output shape {shape:?}")));
     }
     Ok(())
 }
@@ -389,12 +391,8 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
     if meta.dtype.is_complex() {
         return lower_fill_complex(req, target, out, meta);
     }
-    let (value, is_float) = match req.op {
-        "full" => scalar_arg(req, 1, "fill_value")?,
-        "full_like" => scalar_arg(req, 1, "fill_value")?,
-        "fill.Scalar" => scalar_arg(req, 1, "value")?,
-        _ => scalar_arg(req, 0, "s")?,
-    };
+    let (pos, name) = fill_value_position(req.op);
+    let (value, is_float) = scalar_value(req.arg(pos, name)?);
     check_dtype_kwarg(req, meta.dtype)?;
     if meta.dtype == TorchDType::I64 && !is_float && (value < i32::MIN as f64 || value > i32::MAX as f64) {
         return Err(LowerError::Int64OutsideInt32 {
@@ -404,7 +402,7 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
     }
     match req.op {
         "full_like" | "fill.Scalar" => {
-            let (_, input) = tensor_arg(req, 0, "self")?;
+            let (_, input) = req.arg::<TensorArg>(0, "self")?;
             if input.shape != meta.shape {
                 return Err(req.invalid(format!("output shape {:?} ≠ input shape {:?}", meta.shape, input.shape)));
             }
@@ -412,12 +410,7 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 return Err(req.invalid("fill_ keeps the dtype".into()));
             }
         }
-        "full" => match req.call.arg(0, "size") {
-            Some(Value::Ints(s)) if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
-            other => {
-                return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape)));
-            }
-        },
+        "full" => check_size(req, 0, &meta.shape)?,
         _ => {
             if !meta.shape.is_empty() {
                 return Err(req.invalid("scalar_tensor gives a 0-d tensor".into()));
@@ -439,7 +432,7 @@ fn lower_fill(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
 }
 
 /// The position and name of the fill value argument of `req.op`.
-fn fill_value_arg(op: &str) -> (usize, &'static str) {
+fn fill_value_position(op: &str) -> (usize, &'static str) {
     match op {
         "full" | "full_like" => (1, "fill_value"),
         "fill.Scalar" => (1, "value"),
@@ -455,25 +448,13 @@ fn lower_fill_complex(
     out: &str,
     meta: &TensorMeta,
 ) -> Result<Lowered, LowerError> {
-    let (pos, name) = fill_value_arg(req.op);
-    let (re, im) = match req.call.arg(pos, name) {
-        Some(Value::Complex([re, im])) => (re.0, im.0),
-        Some(Value::Float(f)) => (f.0, 0.0),
-        Some(Value::Int(i)) => (*i as f64, 0.0),
-        Some(Value::Bool(b)) => (*b as i64 as f64, 0.0),
-        other => return Err(req.unsupported(format!("`{name}` is {other:?}"))),
-    };
+    let (pos, name) = fill_value_position(req.op);
+    let Complex(re, im) = req.arg(pos, name)?;
     check_dtype_kwarg(req, meta.dtype)?;
     let expected_shape: Option<Vec<usize>> = match req.op {
         "scalar_tensor" => Some(vec![]),
-        "full" => match req.call.arg(0, "size") {
-            Some(Value::Ints(s)) => Some(s.iter().map(|&d| d as usize).collect()),
-            _ => None,
-        },
-        _ => match req.call.arg(0, "self") {
-            Some(Value::Tensor(t)) => Some(req.tensor(t)?.shape.clone()),
-            _ => None,
-        },
+        "full" => Some(req.arg::<Vec<i64>>(0, "size")?.iter().map(|&d| d as usize).collect()),
+        _ => Some(req.arg::<TensorArg>(0, "self")?.1.shape.clone()),
     };
     if expected_shape.as_deref() != Some(&meta.shape[..]) {
         return Err(req.invalid(format!("output shape {:?} ≠ {expected_shape:?}", meta.shape)));
@@ -509,10 +490,7 @@ fn complex_parts(shape: &[usize]) -> Vec<i64> {
 fn lower_empty(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
     check_dtype_kwarg(req, meta.dtype)?;
-    match req.call.arg(0, "size") {
-        Some(Value::Ints(s)) if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
-        other => return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape))),
-    }
+    check_size(req, 0, &meta.shape)?;
     // Uninitialised memory has no defined value: the engines write zeros (the check is shape and
     // dtype only). A complex64 tensor is zeros over its F32 real view.
     let (dtype, shape) = match super::complex_real_view(meta) {
@@ -528,12 +506,9 @@ fn lower_empty(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
 fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
     check_dtype_kwarg(req, meta.dtype)?;
-    let (start, start_f) = scalar_arg(req, 0, "start")?;
-    let (end, _) = scalar_arg(req, 1, "end")?;
-    let (step, step_f) = match req.call.arg(2, "step") {
-        None => (1.0, false),
-        Some(_) => scalar_arg(req, 2, "step")?,
-    };
+    let (start, start_f) = scalar_value(req.arg(0, "start")?);
+    let (end, _) = scalar_value(req.arg(1, "end")?);
+    let (step, step_f) = scalar_value(req.arg_or(2, "step", Scalar::Int(1))?);
     if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
         return Err(req.invalid(format!("arange({start}, {end}, {step})")));
     }
@@ -585,8 +560,8 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
                 res.flat(&job),
                 idx.flat(&job),
                 AluOp::Multiply,
-                Scalar::Imm(step),
-                Some((AluOp::Add, Scalar::Imm(start))),
+                tile::Scalar::Imm(step),
+                Some((AluOp::Add, tile::Scalar::Imm(start))),
             );
         }
         b.store(&job, 0, out, res);
@@ -619,9 +594,9 @@ fn emit_map(
 
 fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
-    let (self_name, self_meta) = tensor_arg(req, 0, "self")?;
+    let (self_name, self_meta) = req.arg::<TensorArg>(0, "self")?;
     let (src_name, src_meta) = if req.op == "copy" {
-        tensor_arg(req, 1, "src")?
+        req.arg::<TensorArg>(1, "src")?
     } else {
         (self_name, self_meta)
     };
@@ -640,12 +615,10 @@ fn lower_copy(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
             if self_meta.shape != meta.shape {
                 return Err(req.invalid("_to_copy keeps the shape".into()));
             }
-            match req.call.kwargs.get("dtype") {
-                Some(Value::Dtype(_)) => check_dtype_kwarg(req, meta.dtype)?,
-                _ if self_meta.dtype != meta.dtype => {
-                    return Err(req.invalid("no dtype: _to_copy keeps it".into()));
-                }
-                _ => {}
+            if req.opt::<TorchDType>(KEYWORD_ONLY, "dtype")?.is_some() {
+                check_dtype_kwarg(req, meta.dtype)?;
+            } else if self_meta.dtype != meta.dtype {
+                return Err(req.invalid("no dtype: _to_copy keeps it".into()));
             }
         }
     }
@@ -757,7 +730,7 @@ fn lower_copy_complex(
                         tmp[0].flat(&job),
                         re.flat(&job),
                         AluOp::NotEqual,
-                        Scalar::Imm(0.0),
+                        tile::Scalar::Imm(0.0),
                         None,
                     );
                     b.e.tensor_scalar(
@@ -765,7 +738,7 @@ fn lower_copy_complex(
                         tmp[1].flat(&job),
                         im.flat(&job),
                         AluOp::NotEqual,
-                        Scalar::Imm(0.0),
+                        tile::Scalar::Imm(0.0),
                         None,
                     );
                     b.e.tensor_tensor(v, tmp[0].flat(&job), tmp[0].flat(&job), tmp[1].flat(&job), AluOp::Max);
@@ -774,7 +747,7 @@ fn lower_copy_complex(
                         res.flat(&job),
                         tmp[0].flat(&job),
                         AluOp::NotEqual,
-                        Scalar::Imm(0.0),
+                        tile::Scalar::Imm(0.0),
                         None,
                     );
                 } else {
@@ -795,7 +768,7 @@ fn lower_copy_complex(
 /// not a tensor of the case. Registering this needs the runner to turn such a one-element output
 /// into the scalar value (bool → Bool, integer → Int widened from int32, float → Float).
 pub fn lower_local_scalar_dense(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (input, in_meta) = tensor_arg(req, 0, "self")?;
+    let (input, in_meta) = req.arg::<TensorArg>(0, "self")?;
     if in_meta.shape.iter().product::<usize>() != 1 {
         return Err(req.invalid(format!("_local_scalar_dense of a {:?} tensor", in_meta.shape)));
     }
@@ -817,11 +790,8 @@ pub fn lower_local_scalar_dense(req: &LowerRequest<'_>, target: TargetName) -> R
 
 fn lower_resize(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
-    let (input, in_meta) = tensor_arg(req, 0, "self")?;
-    match req.call.arg(1, "size") {
-        Some(Value::Ints(s)) if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
-        other => return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape))),
-    }
+    let (input, in_meta) = req.arg::<TensorArg>(0, "self")?;
+    check_size(req, 1, &meta.shape)?;
     if in_meta.dtype != meta.dtype {
         return Err(req.invalid("resize_ keeps the dtype".into()));
     }
@@ -893,10 +863,7 @@ const TWO_PI_DOWN: f64 = f32::from_bits(std::f32::consts::TAU.to_bits() - 1) as 
 fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
     check_dtype_kwarg(req, meta.dtype)?;
-    match req.call.arg(0, "size") {
-        Some(Value::Ints(s)) if s.iter().map(|&d| d as usize).eq(meta.shape.iter().copied()) => {}
-        other => return Err(req.invalid(format!("size {other:?} ≠ output shape {:?}", meta.shape))),
-    }
+    check_size(req, 0, &meta.shape)?;
     let digits = uniform_digits(req, meta.dtype)?;
     let out_dev = dev(req, meta.dtype)?;
     let mut b = Builder::new(target);
@@ -920,7 +887,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 r.flat(job),
                 r.flat(job),
                 AluOp::LogicalShiftRight,
-                Scalar::Imm((32 - digits) as f64),
+                tile::Scalar::Imm((32 - digits) as f64),
                 None,
             );
             b.e.tensor_scalar(
@@ -928,7 +895,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 res.flat(job),
                 r.flat(job),
                 AluOp::Multiply,
-                Scalar::Imm(2f64.powi(-(digits as i32))),
+                tile::Scalar::Imm(2f64.powi(-(digits as i32))),
                 None,
             );
         } else {
@@ -939,7 +906,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 r.flat(job),
                 r.flat(job),
                 AluOp::LogicalShiftRight,
-                Scalar::Imm(8.0),
+                tile::Scalar::Imm(8.0),
                 None,
             );
             b.e.tensor_scalar(
@@ -947,8 +914,8 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 u.flat(job),
                 r.flat(job),
                 AluOp::Add,
-                Scalar::Imm(1.0),
-                Some((AluOp::Multiply, Scalar::Imm(2f64.powi(-24)))),
+                tile::Scalar::Imm(1.0),
+                Some((AluOp::Multiply, tile::Scalar::Imm(2f64.powi(-24)))),
             );
             act(&mut b, job, u, ActFunc::Log, u, 1.0, None);
             act(&mut b, job, u, ActFunc::Sqrt, u, -2.0, None);
@@ -959,7 +926,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 r.flat(job),
                 r.flat(job),
                 AluOp::LogicalShiftRight,
-                Scalar::Imm(8.0),
+                tile::Scalar::Imm(8.0),
                 None,
             );
             b.e.tensor_scalar(
@@ -967,7 +934,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                 w.flat(job),
                 r.flat(job),
                 AluOp::Multiply,
-                Scalar::Imm(2f64.powi(-24)),
+                tile::Scalar::Imm(2f64.powi(-24)),
                 None,
             );
             let p = job.partitions;
@@ -1007,10 +974,8 @@ const RANDPERM_MAX: usize = 8192;
 fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (out, meta) = out_meta(req, 0)?;
     check_dtype_kwarg(req, meta.dtype)?;
-    let n = match req.call.arg(0, "n") {
-        Some(Value::Int(n)) if *n >= 0 => *n as usize,
-        other => return Err(req.invalid(format!("n is {other:?}"))),
-    };
+    let n = req.arg::<i64>(0, "n")?;
+    let n = usize::try_from(n).map_err(|_| req.arg_error(0, "n", format!("{n} is negative")))?;
     if meta.shape != [n] {
         return Err(req.invalid(format!(
             "randperm({n}) gives [{n}], the golden output is {:?}",
@@ -1167,18 +1132,14 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
 }
 
 fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (input, in_meta) = tensor_arg(req, 0, "input")?;
+    let (input, in_meta) = req.arg::<TensorArg>(0, "input")?;
     let (out, meta) = out_meta(req, 0)?;
     let (mask_name, mask_meta) = out_meta(req, 1)?;
-    let p = match req.call.arg(1, "p") {
-        Some(Value::Float(f)) => f.0,
-        Some(Value::Int(i)) => *i as f64,
-        other => return Err(req.invalid(format!("p is {other:?}"))),
-    };
+    let p = req.arg::<f64>(1, "p")?;
     if !(0.0..=1.0).contains(&p) {
         return Err(req.invalid(format!("p = {p}")));
     }
-    let train = !matches!(req.call.arg(2, "train"), Some(Value::Bool(false)));
+    let train = req.arg_or(2, "train", true)?;
     if meta.dtype != in_meta.dtype || meta.shape != in_meta.shape || mask_meta.shape != in_meta.shape {
         return Err(req.invalid("dropout keeps shape and dtype".into()));
     }
@@ -1228,7 +1189,14 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             b.memset(job, m, 1.0);
         }
         if mask_dev == DType::Bool {
-            b.e.tensor_scalar(v, mask.flat(job), m.flat(job), AluOp::NotEqual, Scalar::Imm(0.0), None);
+            b.e.tensor_scalar(
+                v,
+                mask.flat(job),
+                m.flat(job),
+                AluOp::NotEqual,
+                tile::Scalar::Imm(0.0),
+                None,
+            );
         } else {
             b.copy(job, mask, m);
         }
@@ -1241,7 +1209,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::OpCall;
+    use crate::call::{OpCall, Value};
     use TorchDType::*;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};

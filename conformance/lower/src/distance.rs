@@ -33,7 +33,7 @@
 use super::matmul::{TILE_K, TILE_M, TILE_N};
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_shapes, broadcast_strides, dma, imm, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::TensorArg;
 use crate::dtype::{TorchDType, unravel};
 use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, TargetName, TensorReduce};
 
@@ -102,23 +102,6 @@ enum Store {
     UpperTriangle,
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<&'a str, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok(t.as_str()),
-        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a tensor"))),
-    }
-}
-
-fn p_arg(req: &LowerRequest<'_>, pos: usize) -> Result<Norm, LowerError> {
-    let p = match req.call.arg(pos, "p") {
-        None | Some(Value::None(_)) => 2.0,
-        Some(Value::Float(f)) => f.0,
-        Some(Value::Int(i)) => *i as f64,
-        Some(v) => return Err(req.invalid(format!("`p` is {v:?}, expected a float"))),
-    };
-    Norm::from_p(p).ok_or_else(|| req.invalid(format!("p = {p}: PyTorch takes only p ≥ 0")))
-}
-
 fn require_f32(req: &LowerRequest<'_>, name: &str) -> Result<(), LowerError> {
     let d = req.tensor(name)?.dtype;
     if d != TorchDType::F32 {
@@ -148,16 +131,14 @@ fn f32_at(slot: Slot, partitions: usize, col: usize, free: Vec<[i64; 2]>) -> Acc
 
 /// `_cdist_forward(x1, x2, p, compute_mode)`.
 pub fn lower_cdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let x1 = tensor_arg(req, 0, "x1")?;
-    let x2 = tensor_arg(req, 1, "x2")?;
-    let norm = p_arg(req, 2)?;
-    let mode = match req.call.arg(3, "compute_mode") {
-        None | Some(Value::None(_)) => 0,
-        Some(Value::Int(i)) if (0..=2).contains(i) => *i,
-        Some(v) => {
-            return Err(req.invalid(format!("`compute_mode` is {v:?}: possible modes are 0, 1, 2")));
-        }
-    };
+    let x1 = req.arg::<TensorArg>(0, "x1")?.0;
+    let x2 = req.arg::<TensorArg>(1, "x2")?.0;
+    let p = req.arg_or(2, "p", 2.0)?;
+    let norm = Norm::from_p(p).ok_or_else(|| req.arg_error(2, "p", format!("{p}: PyTorch takes only p ≥ 0")))?;
+    let mode = req.arg_or(3, "compute_mode", 0i64)?;
+    if !(0..=2).contains(&mode) {
+        return Err(req.arg_error(3, "compute_mode", format!("{mode} (possible modes are 0, 1, 2)")));
+    }
     let out = req.output_tensor(0)?;
     for t in [x1, x2, out] {
         require_f32(req, t)?;
@@ -210,8 +191,9 @@ pub fn lower_cdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered
 
 /// `_pdist_forward(self, p)`.
 pub fn lower_pdist(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let x = tensor_arg(req, 0, "self")?;
-    let norm = p_arg(req, 1)?;
+    let x = req.arg::<TensorArg>(0, "self")?.0;
+    let p = req.arg_or(1, "p", 2.0)?;
+    let norm = Norm::from_p(p).ok_or_else(|| req.arg_error(1, "p", format!("{p}: PyTorch takes only p ≥ 0")))?;
     let out = req.output_tensor(0)?;
     require_f32(req, x)?;
     require_f32(req, out)?;
@@ -580,7 +562,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{JsonFloat, OpCall, TensorMeta};
+    use crate::call::{JsonFloat, OpCall, TensorMeta, Value};
     use std::collections::BTreeMap;
 
     fn meta(shape: &[usize]) -> TensorMeta {

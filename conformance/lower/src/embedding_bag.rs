@@ -42,7 +42,7 @@
 use super::binary::dev;
 use super::tile::{Emitter, SbufAllocator, dma, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, NcMatmul, OobMode, Op,
@@ -87,41 +87,14 @@ struct Call<'a> {
     max_indices: &'a str,
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<Option<&'a str>, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok(Some(t.as_str())),
-        None | Some(Value::None(())) => Ok(None),
-        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a tensor"))),
-    }
-}
-
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: i64) -> Result<i64, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(())) => Ok(default),
-        Some(Value::Int(i)) => Ok(*i),
-        Some(Value::Bool(b)) => Ok(*b as i64),
-        v => Err(req.invalid(format!("`{name}` is {v:?}, expected an int"))),
-    }
-}
-
-fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<bool, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(())) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::Int(i)) => Ok(*i != 0),
-        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a bool"))),
-    }
-}
-
 fn parse<'a>(req: &LowerRequest<'a>) -> Result<Call<'a>, LowerError> {
-    let need = |pos, name| tensor_arg(req, pos, name)?.ok_or_else(|| req.invalid(format!("no `{name}`")));
-    let weight = need(0, "weight")?;
-    let indices = need(1, "indices")?;
-    let offsets = need(2, "offsets")?;
-    let mode = int_arg(req, 4, "mode", MODE_SUM)?;
-    let per_sample_weights = tensor_arg(req, 6, "per_sample_weights")?;
-    let include_last_offset = bool_arg(req, 7, "include_last_offset")?;
-    let padding_idx = Some(int_arg(req, 8, "padding_idx", -1)?).filter(|&p| p >= 0);
+    let weight = req.arg::<TensorArg>(0, "weight")?.0;
+    let indices = req.arg::<TensorArg>(1, "indices")?.0;
+    let offsets = req.arg::<TensorArg>(2, "offsets")?.0;
+    let IntOrBool(mode) = req.arg_or(4, "mode", IntOrBool(MODE_SUM))?;
+    let per_sample_weights = req.opt::<TensorArg>(6, "per_sample_weights")?.map(|t| t.0);
+    let BoolOrInt(include_last_offset) = req.arg_or(7, "include_last_offset", BoolOrInt(false))?;
+    let padding_idx = Some(req.arg_or(8, "padding_idx", IntOrBool(-1))?.0).filter(|&p| p >= 0);
 
     let wm = req.tensor(weight)?;
     if !matches!(wm.dtype, TorchDType::F32 | TorchDType::Bf16 | TorchDType::F16) {
@@ -1018,7 +991,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, TensorMeta};
+    use crate::call::{OpCall, TensorMeta, Value};
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 

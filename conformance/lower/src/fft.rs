@@ -38,7 +38,7 @@
 
 use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
@@ -88,40 +88,6 @@ struct Pass {
     scale: f64,
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>) -> Result<(&'a str, &'a TensorMeta), LowerError> {
-    match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
-        other => Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    }
-}
-
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<i64, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Int(i)) => Ok(*i),
-        other => Err(req.invalid(format!("`{name}` must be an int, got {other:?}"))),
-    }
-}
-
-/// The transformed dims, wrapped and checked (distinct, in range, at least one).
-fn dims_arg(req: &LowerRequest<'_>, ndim: usize) -> Result<Vec<usize>, LowerError> {
-    let raw = match req.call.arg(1, "dim") {
-        Some(Value::Ints(v)) => v.clone(),
-        other => return Err(req.invalid(format!("`dim` must be an int list, got {other:?}"))),
-    };
-    let mut dims = Vec::with_capacity(raw.len());
-    for d in raw {
-        let w = if d < 0 { d + ndim as i64 } else { d };
-        if w < 0 || w >= ndim as i64 || dims.contains(&(w as usize)) {
-            return Err(req.invalid(format!("dim {d} of a {ndim}-d tensor (or repeated)")));
-        }
-        dims.push(w as usize);
-    }
-    if dims.is_empty() {
-        return Err(req.invalid("no dim to transform".into()));
-    }
-    Ok(dims)
-}
-
 fn norm_scale(req: &LowerRequest<'_>, mode: i64, signal_numel: usize) -> Result<f64, LowerError> {
     match mode {
         0 => Ok(1.0),
@@ -132,7 +98,7 @@ fn norm_scale(req: &LowerRequest<'_>, mode: i64, signal_numel: usize) -> Result<
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (in_name, in_meta) = tensor_arg(req)?;
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "self")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
     let r2c = match req.op {
@@ -152,9 +118,22 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         )));
     }
     let shape = &in_meta.shape;
-    let dims = dims_arg(req, shape.len())?;
-    let norm = int_arg(req, 2, "normalization")?;
-    let last = *dims.last().expect("dims_arg returns at least one dim");
+    // The transformed dims, wrapped and checked (distinct, at least one).
+    if shape.is_empty() {
+        return Err(req.arg_error(1, "dim", "a 0-d input has no dim to transform"));
+    }
+    let mut dims = Vec::new();
+    for d in req.arg::<Vec<i64>>(1, "dim")? {
+        let w = req.wrap_dim(1, "dim", d, shape.len())?;
+        if dims.contains(&w) {
+            return Err(req.arg_error(1, "dim", format!("dim {d} is repeated")));
+        }
+        dims.push(w);
+    }
+    let Some(&last) = dims.last() else {
+        return Err(req.arg_error(1, "dim", "no dim to transform"));
+    };
+    let norm = req.arg::<i64>(2, "normalization")?;
 
     // The passes, and the output shape they imply.
     let mut passes: Vec<Pass> = Vec::new();
@@ -162,10 +141,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let scratch = |i: usize| format!("fft.scratch.{i}");
     let expected_out: Vec<usize>;
     if r2c {
-        let onesided = match req.call.arg(3, "onesided") {
-            Some(Value::Bool(b)) => *b,
-            other => return Err(req.invalid(format!("`onesided` must be a bool, got {other:?}"))),
-        };
+        let onesided = req.arg::<bool>(3, "onesided")?;
         let n = shape[last];
         let mut next = cur_shape.clone();
         next[last] = if onesided { n / 2 + 1 } else { n };
@@ -203,7 +179,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let scale = norm_scale(req, norm, numel)?;
         passes.last_mut().expect("one pass at least").scale = scale;
     } else {
-        let n = int_arg(req, 3, "last_dim_size")?;
+        let n = req.arg::<i64>(3, "last_dim_size")?;
         if n < 1 {
             return Err(req.invalid(format!("last_dim_size {n}")));
         }
@@ -750,7 +726,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::OpCall;
+    use crate::call::{OpCall, Value};
     use std::collections::BTreeMap;
     use trnsim::HostTensor;
 

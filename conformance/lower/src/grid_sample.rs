@@ -33,7 +33,7 @@
 use super::binary::dev;
 use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, imm, ts};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::TensorArg;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
     ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar,
@@ -402,37 +402,23 @@ struct Scratch {
     u: Tile,
 }
 
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<i64, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Int(i)) => Ok(*i),
-        other => Err(req.invalid(format!("`{name}` must be an int, got {other:?}"))),
-    }
-}
-
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let tensor = |pos: usize, name: &str| match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok(t.as_str()),
-        other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
-    };
-    let (in_name, grid_name) = (tensor(0, "input")?, tensor(1, "grid")?);
+    let (in_name, grid_name) = (req.arg::<TensorArg>(0, "input")?.0, req.arg::<TensorArg>(1, "grid")?.0);
     let out_name = req.output_tensor(0)?;
     let (im, gm, om) = (req.tensor(in_name)?, req.tensor(grid_name)?, req.tensor(out_name)?);
-    let interp = match int_arg(req, 2, "interpolation_mode")? {
+    let interp = match req.arg::<i64>(2, "interpolation_mode")? {
         0 => Interp::Bilinear,
         1 => Interp::Nearest,
         2 => Interp::Bicubic,
         m => return Err(req.invalid(format!("interpolation_mode {m}"))),
     };
-    let padding = match int_arg(req, 3, "padding_mode")? {
+    let padding = match req.arg::<i64>(3, "padding_mode")? {
         0 => Padding::Zeros,
         1 => Padding::Border,
         2 => Padding::Reflection,
         m => return Err(req.invalid(format!("padding_mode {m}"))),
     };
-    let align = match req.call.arg(4, "align_corners") {
-        Some(Value::Bool(b)) => *b,
-        other => return Err(req.invalid(format!("`align_corners` must be a bool, got {other:?}"))),
-    };
+    let align = req.arg::<bool>(4, "align_corners")?;
     if im.shape.len() != 4 || gm.shape.len() != 4 || gm.shape[3] != 2 || gm.shape[0] != im.shape[0] {
         return Err(req.invalid(format!("input {:?} / grid {:?}", im.shape, gm.shape)));
     }
@@ -725,7 +711,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, TensorMeta};
+    use crate::call::{OpCall, TensorMeta, Value};
     use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};

@@ -38,7 +38,7 @@
 
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::call::Value;
+use crate::call::{BoolOrInt, IntOrBool, Scalar, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
@@ -516,49 +516,6 @@ enum Vals {
     Scalar(f64),
 }
 
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<i64>, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => Ok(None),
-        Some(Value::Int(i)) => Ok(Some(*i)),
-        Some(Value::Bool(b)) => Ok(Some(*b as i64)),
-        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}, expected an int"))),
-    }
-}
-
-fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Result<bool, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::Int(i)) => Ok(*i != 0),
-        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}, expected a bool"))),
-    }
-}
-
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<&'a str, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok(t.as_str()),
-        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a tensor"))),
-    }
-}
-
-fn scalar_f64(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<f64, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Int(i)) => Ok(*i as f64),
-        Some(Value::Float(f)) => Ok(f.0),
-        Some(Value::Bool(b)) => Ok(*b as i64 as f64),
-        v => Err(req.invalid(format!("`{name}` is {v:?}, expected a number"))),
-    }
-}
-
-fn norm_dim(req: &LowerRequest<'_>, d: i64, rank: usize) -> Result<usize, LowerError> {
-    let r = rank.max(1) as i64;
-    let dd = if d < 0 { d + r } else { d };
-    if dd < 0 || dd >= r {
-        return Err(req.invalid(format!("dim {d} out of range for rank {rank}")));
-    }
-    Ok(dd as usize)
-}
-
 fn check_index_dtype(req: &LowerRequest<'_>, name: &str) -> Result<(), LowerError> {
     match req.tensor(name)?.dtype {
         TorchDType::I64 | TorchDType::I32 => Ok(()),
@@ -577,7 +534,7 @@ fn shape1(s: &[usize]) -> Vec<usize> {
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     if req.op == "index.Tensor" {
-        let indices = index_list(req, 1)?;
+        let indices = req.arg::<&[Option<String>]>(1, "indices")?.to_vec();
         let is_mask = |t: &str| Ok::<_, LowerError>(matches!(req.tensor(t)?.dtype, TorchDType::Bool | TorchDType::U8));
         let single_mask = matches!(indices.as_slice(), [Some(m)] if is_mask(m)?);
         for t in indices.iter().flatten() {
@@ -596,8 +553,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let on: usize = oshape.iter().product();
     match req.op {
         "index_select" => {
-            let x = tensor_arg(req, 0, "self")?;
-            let idx = tensor_arg(req, 2, "index")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
+            let idx = req.arg::<TensorArg>(2, "index")?.0;
             check_index_dtype(req, idx)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             b.declare(idx, HbmRole::Input)?;
@@ -605,7 +562,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 return Ok(b.finish());
             }
             let xs = shape1(&xs);
-            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let d = req.dim_or(1, "dim", IntOrBool(0), xs.len())?;
             let k: usize = req.tensor(idx)?.shape.iter().product();
             let st = contiguous_strides(&xs);
             let mut s = xs[..d].to_vec();
@@ -631,8 +588,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             b.gather(&sp, x, xdt, out, odt)?;
         }
         "embedding" => {
-            let wt = tensor_arg(req, 0, "weight")?;
-            let idx = tensor_arg(req, 1, "indices")?;
+            let wt = req.arg::<TensorArg>(0, "weight")?.0;
+            let idx = req.arg::<TensorArg>(1, "indices")?.0;
             check_index_dtype(req, idx)?;
             let (wdt, ws) = b.declare(wt, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
@@ -660,8 +617,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             b.gather(&sp, wt, wdt, out, odt)?;
         }
         "gather" => {
-            let x = tensor_arg(req, 0, "self")?;
-            let idx = tensor_arg(req, 2, "index")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
+            let idx = req.arg::<TensorArg>(2, "index")?.0;
             check_index_dtype(req, idx)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
@@ -670,14 +627,14 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let xs = shape1(&xs);
             let is = shape1(&is);
-            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let d = req.dim_or(1, "dim", IntOrBool(0), xs.len())?;
             let sp = along_dim_spec(&xs, d, idx, &is);
             b.gather(&sp, x, xdt, out, odt)?;
         }
         "index.Tensor" => {
-            let x = tensor_arg(req, 0, "self")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
-            let indices = index_list(req, 1)?;
+            let indices = req.arg::<&[Option<String>]>(1, "indices")?.to_vec();
             if let [Some(mask)] = indices.as_slice()
                 && matches!(req.tensor(mask)?.dtype, TorchDType::Bool | TorchDType::U8)
             {
@@ -697,15 +654,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             b.gather(&sp, x, xdt, out, odt)?;
         }
         "scatter.src" | "scatter.value" | "scatter_add" => {
-            let x = tensor_arg(req, 0, "self")?;
-            let idx = tensor_arg(req, 2, "index")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
+            let idx = req.arg::<TensorArg>(2, "index")?.0;
             check_index_dtype(req, idx)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
             let vals = if req.op == "scatter.value" {
-                Vals::Scalar(scalar_f64(req, 3, "value")?)
+                Vals::Scalar(req.arg::<Scalar>(3, "value")?.as_f64())
             } else {
-                let src = tensor_arg(req, 3, "src")?;
+                let src = req.arg::<TensorArg>(3, "src")?.0;
                 let (sdt, ss) = b.declare(src, HbmRole::Input)?;
                 let ss = shape1(&ss);
                 let st = contiguous_strides(&ss);
@@ -718,7 +675,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let xs = shape1(&xs);
             let is = shape1(&is);
-            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let d = req.dim_or(1, "dim", IntOrBool(0), xs.len())?;
             let sp = along_dim_spec(&xs, d, idx, &is);
             if req.op == "scatter_add" {
                 b.scatter_sum(&sp, vals, out, odt, on)?;
@@ -727,24 +684,19 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
         }
         "scatter_reduce.two" => {
-            let x = tensor_arg(req, 0, "self")?;
-            let idx = tensor_arg(req, 2, "index")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
+            let idx = req.arg::<TensorArg>(2, "index")?.0;
             check_index_dtype(req, idx)?;
-            let reduce = match req.call.arg(4, "reduce") {
-                Some(Value::Str(r)) => r.clone(),
-                v => return Err(req.invalid(format!("`reduce` is {v:?}"))),
-            };
-            let select = match reduce.as_str() {
+            let select = match req.arg::<&str>(4, "reduce")? {
                 "sum" => None,
-                r => Some(
-                    Reduce::parse(r)
-                        .ok_or_else(|| req.invalid(format!("reduce={r} (expected sum, prod, mean, amax or amin)")))?,
-                ),
+                r => Some(Reduce::parse(r).ok_or_else(|| {
+                    req.arg_error(4, "reduce", format!("`{r}` (expected sum, prod, mean, amax or amin)"))
+                })?),
             };
-            let include_self = bool_arg(req, 5, "include_self", true)?;
+            let include_self = req.arg_or(5, "include_self", BoolOrInt(true))?.0;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (idt, is) = b.declare(idx, HbmRole::Input)?;
-            let src = tensor_arg(req, 3, "src")?;
+            let src = req.arg::<TensorArg>(3, "src")?.0;
             let (sdt, ss) = b.declare(src, HbmRole::Input)?;
             let st = contiguous_strides(&shape1(&ss));
             b.copy_flat(out, odt, x, xdt, on, false);
@@ -754,7 +706,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let xs = shape1(&xs);
             let is = shape1(&is);
-            let d = norm_dim(req, int_arg(req, 1, "dim")?.unwrap_or(0), xs.len())?;
+            let d = req.dim_or(1, "dim", IntOrBool(0), xs.len())?;
             if let Some(reduce) = select {
                 scatter_reduce_select(
                     &mut b,
@@ -776,12 +728,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             b.scatter_sum(&sp, Vals::Tensor(src.into(), sdt, st), out, odt, on)?;
         }
         "embedding_dense_backward" => {
-            let g = tensor_arg(req, 0, "grad_output")?;
-            let idx = tensor_arg(req, 1, "indices")?;
+            let g = req.arg::<TensorArg>(0, "grad_output")?.0;
+            let idx = req.arg::<TensorArg>(1, "indices")?.0;
             check_index_dtype(req, idx)?;
-            let nw = int_arg(req, 2, "num_weights")?.ok_or_else(|| req.invalid("num_weights".into()))?;
-            let pad = int_arg(req, 3, "padding_idx")?.unwrap_or(-1);
-            let scale_grad_by_freq = bool_arg(req, 4, "scale_grad_by_freq", false)?;
+            let IntOrBool(nw) = req.arg(2, "num_weights")?;
+            let IntOrBool(pad) = req.arg_or(3, "padding_idx", IntOrBool(-1))?;
+            let scale_grad_by_freq = req.arg_or(4, "scale_grad_by_freq", BoolOrInt(false))?.0;
             let (gdt, _) = b.declare(g, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
             b.fill_flat(out, odt, on, 0.0)?;
@@ -820,9 +772,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             b.scatter(&sp, Vals::Tensor(grads, gdt, vst), out, odt, true, OobMode::Skip)?;
         }
         "masked_scatter" => {
-            let x = tensor_arg(req, 0, "self")?;
-            let mask = tensor_arg(req, 1, "mask")?;
-            let source = tensor_arg(req, 2, "source")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
+            let mask = req.arg::<TensorArg>(1, "mask")?.0;
+            let source = req.arg::<TensorArg>(2, "source")?.0;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, ms) = b.declare(mask, HbmRole::Input)?;
             let (sdt, srcs) = b.declare(source, HbmRole::Input)?;
@@ -886,11 +838,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
         }
         "index_put" => {
-            let x = tensor_arg(req, 0, "self")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
-            let indices = index_list(req, 1)?;
-            let v = tensor_arg(req, 2, "values")?;
-            let accumulate = bool_arg(req, 3, "accumulate", false)?;
+            let indices = req.arg::<&[Option<String>]>(1, "indices")?.to_vec();
+            let v = req.arg::<TensorArg>(2, "values")?.0;
+            let accumulate = req.arg_or(3, "accumulate", BoolOrInt(false))?.0;
             if let [Some(mask)] = indices.as_slice()
                 && req.tensor(mask)?.dtype == TorchDType::Bool
                 && (!accumulate || req.tensor(x)?.dtype.is_float())
@@ -923,8 +875,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
         }
         "select_scatter" | "slice_scatter" => {
-            let x = tensor_arg(req, 0, "self")?;
-            let src = tensor_arg(req, 1, "src")?;
+            let x = req.arg::<TensorArg>(0, "self")?.0;
+            let src = req.arg::<TensorArg>(1, "src")?.0;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (sdt, ss) = b.declare(src, HbmRole::Input)?;
             b.copy_flat(out, odt, x, xdt, on, false);
@@ -933,11 +885,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 return Ok(b.finish());
             }
             let xs1 = shape1(&xs);
-            let d = norm_dim(req, int_arg(req, 2, "dim")?.unwrap_or(0), xs1.len())?;
+            let d = req.dim_or(2, "dim", IntOrBool(0), xs1.len())?;
             let st = contiguous_strides(&xs1);
             let size = xs1[d] as i64;
             let (s, base, c) = if req.op == "select_scatter" {
-                let i = int_arg(req, 3, "index")?.ok_or_else(|| req.invalid("no index".into()))?;
+                let IntOrBool(i) = req.arg(3, "index")?;
                 let i = if i < 0 { i + size } else { i };
                 let mut s = xs1.clone();
                 s.remove(d);
@@ -945,8 +897,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 base.remove(d);
                 (s, base, i * st[d])
             } else {
-                let step = int_arg(req, 5, "step")?.unwrap_or(1);
-                let start = int_arg(req, 3, "start")?.unwrap_or(0);
+                let IntOrBool(step) = req.arg_or(5, "step", IntOrBool(1))?;
+                let IntOrBool(start) = req.arg_or(3, "start", IntOrBool(0))?;
                 let start = if start < 0 {
                     (start + size).max(0)
                 } else {
@@ -1210,13 +1162,6 @@ fn along_dim_spec(xs: &[usize], d: usize, idx: &str, is: &[usize]) -> Spec {
             skip: None,
         }],
         extra: vec![],
-    }
-}
-
-fn index_list(req: &LowerRequest<'_>, pos: usize) -> Result<Vec<Option<String>>, LowerError> {
-    match req.call.arg(pos, "indices") {
-        Some(Value::Tensors(v)) => Ok(v.clone()),
-        v => Err(req.invalid(format!("`indices` is {v:?}, expected a list of tensors"))),
     }
 }
 

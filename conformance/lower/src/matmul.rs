@@ -34,7 +34,7 @@
 use super::binary::Scalar;
 use super::tile::{self, Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, ScalarTensorTensor,
@@ -90,42 +90,34 @@ struct Call {
     n: usize,
 }
 
-fn tensor_arg(req: &LowerRequest<'_>, i: usize, name: &str) -> Result<(String, TensorMeta), LowerError> {
-    match req.call.arg(i, name) {
-        Some(Value::Tensor(t)) => Ok((t.clone(), req.tensor(t)?.clone())),
-        other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
-    }
-}
-
-fn scalar_arg(req: &LowerRequest<'_>, i: usize, name: &str, int_out: bool) -> Result<f64, LowerError> {
-    match req.call.arg(i, name) {
-        None => Ok(1.0),
-        Some(v) => {
-            let s = Scalar::from_value(v).ok_or_else(|| req.invalid(format!("`{name}` is {v:?}")))?;
-            if int_out && matches!(s, Scalar::Float(_)) {
-                return Err(req.invalid(format!("a float `{name}` needs a floating-point result")));
-            }
-            Ok(s.as_f64())
-        }
-    }
-}
-
 fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
     let out_name = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out_name)?.clone();
     let int_out = out_meta.dtype.is_int();
+    let owned = |(t, m): TensorArg| (t.to_string(), m.clone());
     let (a, b, c, alpha, beta) = match req.op {
-        "mm" | "bmm" => (tensor_arg(req, 0, "self")?, tensor_arg(req, 1, "mat2")?, None, 1.0, 0.0),
+        "mm" | "bmm" => (
+            req.arg(0, "self").map(owned)?,
+            req.arg(1, "mat2").map(owned)?,
+            None,
+            1.0,
+            0.0,
+        ),
         "addmm" => {
-            let c = tensor_arg(req, 0, "self")?;
-            let beta = scalar_arg(req, 3, "beta", int_out)?;
-            let alpha = scalar_arg(req, 4, "alpha", int_out)?;
+            let c = req.arg(0, "self").map(owned)?;
+            let beta = req.arg_or(3, "beta", Scalar::Int(1))?;
+            let alpha = req.arg_or(4, "alpha", Scalar::Int(1))?;
+            for (pos, name, s) in [(3, "beta", beta), (4, "alpha", alpha)] {
+                if int_out && matches!(s, Scalar::Float(_)) {
+                    return Err(req.arg_error(pos, name, "a float needs a floating-point result"));
+                }
+            }
             (
-                tensor_arg(req, 1, "mat1")?,
-                tensor_arg(req, 2, "mat2")?,
+                req.arg(1, "mat1").map(owned)?,
+                req.arg(2, "mat2").map(owned)?,
                 Some(c),
-                alpha,
-                beta,
+                alpha.as_f64(),
+                beta.as_f64(),
             )
         }
         _ => return Err(LowerError::NotLowered(req.op.to_string())),
@@ -222,9 +214,9 @@ fn emit(
     program.declare(&call.out.0, out_dev, &call.out.1.shape, HbmRole::Output);
     // addmm with an unused (beta = 0) input still declares it, so the case's inputs all exist.
     if req.op == "addmm" && call.c.is_none() {
-        let (name, meta) = tensor_arg(req, 0, "self")?;
+        let (name, meta) = req.arg::<TensorArg>(0, "self")?;
         if name != call.a.0 && name != call.b.0 {
-            program.declare(&name, dev(meta.dtype)?, &meta.shape, HbmRole::Input);
+            program.declare(name, dev(meta.dtype)?, &meta.shape, HbmRole::Input);
         }
     }
     let (batch, m, k, n) = (call.batch, call.m, call.k, call.n);
@@ -410,7 +402,7 @@ fn emit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::OpCall;
+    use crate::call::{OpCall, Value};
     use std::collections::BTreeMap;
 
     fn lowered(opts: &LowerOptions) -> Program {

@@ -10,26 +10,19 @@
 
 use super::shape::is_contiguous;
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::{TensorMeta, Value};
+use crate::call::{MemoryFormat, TensorArg, TensorMeta, Value};
 use crate::dtype::contiguous_strides;
 use trnsim::{Program, TargetName};
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let meta = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => req.tensor(t)?,
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let (_, meta) = req.arg::<TensorArg>(0, "self")?;
     let value = match req.op {
         "sym_size.int" => Value::Int(meta.shape[dim(req, meta)?] as i64),
         "sym_stride.int" => Value::Int(strides(meta)[dim(req, meta)?]),
         "sym_numel" => Value::Int(meta.shape.iter().product::<usize>() as i64),
         "sym_storage_offset" => Value::Int(meta.storage_offset.unwrap_or(0)),
         "sym_is_contiguous" => {
-            let format = match req.call.arg(1, "memory_format") {
-                None | Some(Value::None(())) => "contiguous_format",
-                Some(Value::MemoryFormat(f)) => f.as_str(),
-                other => return Err(req.invalid(format!("`memory_format` is {other:?}"))),
-            };
+            let MemoryFormat(format) = req.arg_or(1, "memory_format", MemoryFormat("contiguous_format"))?;
             Value::Bool(is_contiguous_as(req, &meta.shape, &strides(meta), format)?)
         }
         other => return Err(LowerError::NotLowered(other.to_string())),
@@ -48,16 +41,10 @@ fn strides(meta: &TensorMeta) -> Vec<i64> {
 
 /// The wrapped `dim` argument (a 0-d tensor has no sizes or strides to ask for).
 fn dim(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<usize, LowerError> {
-    let d = match req.call.arg(1, "dim") {
-        Some(Value::Int(d)) => *d,
-        other => return Err(req.invalid(format!("`dim` must be an int, got {other:?}"))),
-    };
-    let n = meta.shape.len() as i64;
-    let w = if d < 0 { d + n } else { d };
-    if w < 0 || w >= n {
-        return Err(req.invalid(format!("dim {d} out of range for a {n}-d tensor")));
+    if meta.shape.is_empty() {
+        return Err(req.arg_error(1, "dim", "a 0-d tensor has no dims"));
     }
-    Ok(w as usize)
+    req.dim(1, "dim", meta.shape.len())
 }
 
 /// `Tensor.is_contiguous(memory_format)`, c10's `compute_contiguous` /

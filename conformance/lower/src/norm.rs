@@ -27,7 +27,7 @@ use super::reduction::{
     reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
 };
 use super::{LowerError, LowerRequest, Lowered, OutputSlot};
-use crate::call::Value;
+use crate::call::{TensorArg, Value};
 use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Op, Program, TargetName};
 
@@ -36,47 +36,20 @@ use super::tile::{Dim, Emitter, Scalar, dma};
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
 
-fn tensor_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<(String, TorchDType)>, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => Ok(None),
-        Some(Value::Tensor(t)) => Ok(Some((t.clone(), req.tensor(t)?.dtype))),
-        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}"))),
-    }
-}
-
-fn float_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<f64, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Float(f)) => Ok(f.0),
-        Some(Value::Int(i)) => Ok(*i as f64),
-        v => Err(req.invalid(format!("`{name}` is {v:?}"))),
-    }
-}
-
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<i64, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Int(i)) => Ok(*i),
-        v => Err(req.invalid(format!("`{name}` is {v:?}"))),
-    }
-}
-
-fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<bool, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Bool(b)) => Ok(*b),
-        v => Err(req.invalid(format!("`{name}` is {v:?}"))),
-    }
+/// A tensor argument by owned name, and its dtype.
+fn name_dtype((t, m): TensorArg) -> (String, TorchDType) {
+    (t.to_string(), m.dtype)
 }
 
 fn input(req: &LowerRequest<'_>) -> Result<(String, TorchDType, Vec<usize>), LowerError> {
-    match req.call.arg(0, "input").or_else(|| req.call.arg(0, "self")) {
-        Some(Value::Tensor(t)) => {
-            let m = req.tensor(t)?;
-            if !m.dtype.is_float() {
-                return Err(req.unsupported(format!("{} input", m.dtype)));
-            }
-            Ok((t.clone(), m.dtype, m.shape.clone()))
-        }
-        other => Err(req.invalid(format!("input is {other:?}"))),
+    let (t, m) = match req.opt::<TensorArg>(0, "input")? {
+        Some(x) => x,
+        None => req.arg::<TensorArg>(0, "self")?,
+    };
+    if !m.dtype.is_float() {
+        return Err(req.unsupported(format!("{} input", m.dtype)));
     }
+    Ok((t.to_string(), m.dtype, m.shape.clone()))
 }
 
 /// Output `i` if it is a non-empty tensor.
@@ -122,14 +95,9 @@ fn declare(req: &LowerRequest<'_>, program: &mut Program, name: &str, role: HbmR
 
 fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowered, LowerError> {
     let (x_name, x_dtype, shape) = input(req)?;
-    let dim = int_arg(req, 1, "dim")?;
-    let half_to_float = matches!(req.call.arg(2, "half_to_float"), Some(Value::Bool(true)));
     let ndim = shape.len();
-    let n = ndim.max(1) as i64;
-    let d = if dim < 0 { dim + n } else { dim };
-    if d < 0 || d >= n {
-        return Err(req.invalid(format!("dim {dim} out of range")));
-    }
+    let d = req.dim(1, "dim", ndim)?;
+    let half_to_float = req.arg_or(2, "half_to_float", false)?;
     let out = req.output_tensor(0)?.to_string();
     let out_meta = req.tensor(&out)?;
     if out_meta.shape != shape || (!half_to_float && out_meta.dtype != x_dtype) {
@@ -140,7 +108,7 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
     let out_dev = declare(req, &mut program, &out, HbmRole::Output)?;
     let mut reduced = vec![false; ndim];
     if ndim > 0 {
-        reduced[d as usize] = true;
+        reduced[d] = true;
     }
     let layout = Layout::new(&shape, &reduced, true);
     let mut ctx = Ctx::new(target, program);
@@ -223,7 +191,7 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             // last dim (its `lastdim` kernel) the row sum is rounded to the input dtype before
             // the log; over any other dim (even with only size-1 dims after it) the sum stays
             // fp32. Measured against torch 2.15 with the generator's pins, bf16 and f16.
-            if d as usize + 1 >= ndim {
+            if d + 1 >= ndim {
                 ctx.e.tensor_copy(v, lsr.at(p, 0, 1), ps.at(p, 0, 1));
                 ctx.e.activation(r.at(p, 0, 1), ActFunc::Log, lsr.at(p, 0, 1), None);
             } else {
@@ -297,10 +265,11 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
     let x = (x_name, x_dtype);
     let call = match req.op {
         "native_layer_norm" => {
-            let ns: Vec<usize> = match req.call.arg(1, "normalized_shape") {
-                Some(Value::Ints(v)) => v.iter().map(|&i| i as usize).collect(),
-                v => return Err(req.invalid(format!("normalized_shape is {v:?}"))),
-            };
+            let ns: Vec<usize> = req
+                .arg::<Vec<i64>>(1, "normalized_shape")?
+                .iter()
+                .map(|&i| i as usize)
+                .collect();
             let k = ns.len();
             if k > shape.len() || shape[shape.len() - k..] != ns[..] {
                 return Err(req.invalid("normalized_shape".into()));
@@ -314,9 +283,9 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             NormCall {
                 x,
                 shape: shape.clone(),
-                weight: tensor_arg(req, 2, "weight")?,
-                bias: tensor_arg(req, 3, "bias")?,
-                eps: float_arg(req, 4, "eps")?,
+                weight: req.opt(2, "weight")?.map(name_dtype),
+                bias: req.opt(3, "bias")?.map(name_dtype),
+                eps: req.arg::<f64>(4, "eps")?,
                 running: None,
                 layout: Layout::from_dims(kept, red),
                 n: ns.iter().product(),
@@ -325,10 +294,10 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             }
         }
         "native_group_norm" => {
-            let nb = int_arg(req, 3, "N")? as usize;
-            let c = int_arg(req, 4, "C")? as usize;
-            let hw = int_arg(req, 5, "HxW")? as usize;
-            let g = int_arg(req, 6, "group")? as usize;
+            let nb = req.arg::<i64>(3, "N")? as usize;
+            let c = req.arg::<i64>(4, "C")? as usize;
+            let hw = req.arg::<i64>(5, "HxW")? as usize;
+            let g = req.arg::<i64>(6, "group")? as usize;
             if g == 0 || !c.is_multiple_of(g) || nb * c * hw != shape.iter().product::<usize>() {
                 return Err(req.invalid("group norm sizes".into()));
             }
@@ -338,9 +307,9 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             NormCall {
                 x,
                 shape: shape.clone(),
-                weight: tensor_arg(req, 1, "weight")?,
-                bias: tensor_arg(req, 2, "bias")?,
-                eps: float_arg(req, 7, "eps")?,
+                weight: req.opt(1, "weight")?.map(name_dtype),
+                bias: req.opt(2, "bias")?.map(name_dtype),
+                eps: req.arg::<f64>(7, "eps")?,
                 running: None,
                 layout: Layout::from_dims(kept, red),
                 n: cg * hw,
@@ -357,15 +326,15 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             let hw: usize = shape[2..].iter().product();
             let (running, training, eps_pos) = match req.op {
                 "_native_batch_norm_legit" => {
-                    let rm = tensor_arg(req, 3, "running_mean")?;
-                    let rv = tensor_arg(req, 4, "running_var")?;
-                    let training = bool_arg(req, 5, "training")?;
+                    let rm = req.opt(3, "running_mean")?.map(name_dtype);
+                    let rv = req.opt(4, "running_var")?.map(name_dtype);
+                    let training = req.arg::<bool>(5, "training")?;
                     (rm.zip(rv), training, 7)
                 }
-                "_native_batch_norm_legit.no_stats" => (None, bool_arg(req, 3, "training")?, 5),
+                "_native_batch_norm_legit.no_stats" => (None, req.arg::<bool>(3, "training")?, 5),
                 _ => {
-                    let rm = tensor_arg(req, 3, "running_mean")?;
-                    let rv = tensor_arg(req, 4, "running_var")?;
+                    let rm = req.opt(3, "running_mean")?.map(name_dtype);
+                    let rv = req.opt(4, "running_var")?.map(name_dtype);
                     (rm.zip(rv), false, 6)
                 }
             };
@@ -379,9 +348,9 @@ fn norm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerErro
             NormCall {
                 x,
                 shape: shape.clone(),
-                weight: tensor_arg(req, 1, "weight")?,
-                bias: tensor_arg(req, 2, "bias")?,
-                eps: float_arg(req, eps_pos, "eps")?,
+                weight: req.opt(1, "weight")?.map(name_dtype),
+                bias: req.opt(2, "bias")?.map(name_dtype),
+                eps: req.arg::<f64>(eps_pos, "eps")?,
                 running,
                 layout: Layout::from_dims(kept, red),
                 n: nb * hw,
@@ -697,10 +666,7 @@ fn masked_out_values(
     pos: usize,
     name: &str,
 ) -> Result<std::collections::BTreeMap<usize, Value>, LowerError> {
-    let mask = match req.call.arg(pos, name) {
-        Some(Value::Bools(b)) => b.clone(),
-        other => return Err(req.invalid(format!("`{name}` is {other:?}, expected 3 bools"))),
-    };
+    let mask = req.arg::<Vec<bool>>(pos, name)?;
     let mut values = std::collections::BTreeMap::new();
     for (i, slot) in req.outputs.iter().enumerate() {
         if *slot == OutputSlot::NonTensor {
@@ -776,21 +742,22 @@ fn declare_backward_io(
 /// row tiles): `dw = Σ dy·(x − mean)·rstd`, `db = Σ dy`.
 pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (dy_name, _, shape) = input(req)?;
-    let (x_name, x_dtype) = tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
+    let (x_name, x_dtype) = name_dtype(req.arg(1, "input")?);
     if req.tensor(&x_name)?.shape != shape || !x_dtype.is_float() {
         return Err(req.invalid("input/grad_out shapes".into()));
     }
-    let ns: Vec<usize> = match req.call.arg(2, "normalized_shape") {
-        Some(Value::Ints(v)) => v.iter().map(|&i| i as usize).collect(),
-        v => return Err(req.invalid(format!("normalized_shape is {v:?}"))),
-    };
+    let ns: Vec<usize> = req
+        .arg::<Vec<i64>>(2, "normalized_shape")?
+        .iter()
+        .map(|&i| i as usize)
+        .collect();
     let k = ns.len();
     if k > shape.len() || shape[shape.len() - k..] != ns[..] {
         return Err(req.invalid("normalized_shape".into()));
     }
-    let (mean_name, _) = tensor_arg(req, 3, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
-    let (rstd_name, _) = tensor_arg(req, 4, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
-    let weight = tensor_arg(req, 5, "weight")?;
+    let (mean_name, _) = name_dtype(req.arg(3, "mean")?);
+    let (rstd_name, _) = name_dtype(req.arg(4, "rstd")?);
+    let weight = req.opt(5, "weight")?.map(name_dtype);
     let m = shape.len() - k;
     let n: usize = ns.iter().product();
     if n > CHUNK {
@@ -982,14 +949,14 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
 /// `c1 = rstd·γ`, `c2 = (Σγ·db · mean − Σγ·ds)·rstd³/(D·HxW)`, `c3 = −c2·mean − Σγ·db·rstd/(D·HxW)`.
 pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let (dy_name, _, shape) = input(req)?;
-    let (x_name, _) = tensor_arg(req, 1, "input")?.ok_or_else(|| req.invalid("no input".into()))?;
-    let (mean_name, _) = tensor_arg(req, 2, "mean")?.ok_or_else(|| req.invalid("no mean".into()))?;
-    let (rstd_name, _) = tensor_arg(req, 3, "rstd")?.ok_or_else(|| req.invalid("no rstd".into()))?;
-    let weight = tensor_arg(req, 4, "weight")?;
-    let nb = int_arg(req, 5, "N")? as usize;
-    let c = int_arg(req, 6, "C")? as usize;
-    let hw = int_arg(req, 7, "HxW")? as usize;
-    let g = int_arg(req, 8, "group")? as usize;
+    let (x_name, _) = name_dtype(req.arg(1, "input")?);
+    let (mean_name, _) = name_dtype(req.arg(2, "mean")?);
+    let (rstd_name, _) = name_dtype(req.arg(3, "rstd")?);
+    let weight = req.opt(4, "weight")?.map(name_dtype);
+    let nb = req.arg::<i64>(5, "N")? as usize;
+    let c = req.arg::<i64>(6, "C")? as usize;
+    let hw = req.arg::<i64>(7, "HxW")? as usize;
+    let g = req.arg::<i64>(8, "group")? as usize;
     if g == 0 || !c.is_multiple_of(g) || nb * c * hw != shape.iter().product::<usize>() {
         return Err(req.invalid("group norm sizes".into()));
     }

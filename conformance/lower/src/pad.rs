@@ -11,7 +11,7 @@
 use super::binary::dev;
 use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::{Complex, TensorArg};
 use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
 
 /// Largest plane (elements per partition) handled in one tile.
@@ -96,34 +96,19 @@ fn segments(mode: Mode, out: i64, lo: i64, w: i64) -> Vec<Seg> {
     segs
 }
 
-fn ints_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Vec<i64>, LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Ints(v)) => Ok(v.clone()),
-        other => Err(req.invalid(format!("`{name}` must be an int list, got {other:?}"))),
-    }
-}
-
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (in_name, in_meta) = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "self")?;
     let (mode, pad) = match req.op {
         "constant_pad_nd" => {
-            let v = match req.call.arg(2, "value") {
-                None | Some(Value::None(())) => 0.0,
-                // A complex fill: the real part here, the imaginary part below.
-                Some(Value::Complex([re, _])) => re.0,
-                Some(Value::Int(i)) => *i as f64,
-                Some(Value::Float(f)) => f.0,
-                Some(Value::Bool(b)) => *b as i64 as f64,
-                other => return Err(req.unsupported(format!("pad value {other:?}"))),
-            };
-            (Mode::Constant(v), ints_arg(req, 1, "pad")?)
+            // A complex fill: the real part here, the imaginary part below.
+            let Complex(v, _) = req.arg_or(2, "value", Complex(0.0, 0.0))?;
+            (Mode::Constant(v), req.arg::<Vec<i64>>(1, "pad")?)
         }
-        "reflection_pad1d" | "reflection_pad2d" | "reflection_pad3d" => (Mode::Reflect, ints_arg(req, 1, "padding")?),
+        "reflection_pad1d" | "reflection_pad2d" | "reflection_pad3d" => {
+            (Mode::Reflect, req.arg::<Vec<i64>>(1, "padding")?)
+        }
         "replication_pad1d" | "replication_pad2d" | "replication_pad3d" => {
-            (Mode::Replicate, ints_arg(req, 1, "padding")?)
+            (Mode::Replicate, req.arg::<Vec<i64>>(1, "padding")?)
         }
         other => return Err(LowerError::NotLowered(other.to_string())),
     };
@@ -140,10 +125,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     // one more unpadded last dim, and a fill of im ≠ 0 is a second memset on the odd elements.
     let (d, in_shape, out_shape, pad, fill_im) = match (in_meta.dtype.is_complex(), mode) {
         (true, Mode::Constant(_)) => {
-            let im = match req.call.arg(2, "value") {
-                Some(Value::Complex([_, im])) => im.0,
-                _ => 0.0,
-            };
+            let Complex(_, im) = req.arg_or(2, "value", Complex(0.0, 0.0))?;
             let pad: Vec<i64> = [0, 0].into_iter().chain(pad).collect();
             let view = super::complex_real_view_shape;
             (DType::F32, view(&in_meta.shape), view(&out_meta.shape), pad, im)
@@ -353,16 +335,13 @@ fn affine_runs(v: &[i64]) -> Vec<(i64, i64, i64, i64)> {
 /// depend only on the shapes and scales, so each affine run of a map is one VectorE
 /// `tensor_copy` whose access pattern repeats (step 0) or strides over the source.
 pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (in_name, in_meta) = match req.call.arg(0, "input") {
-        Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
-        other => return Err(req.invalid(format!("`input` must be a tensor, got {other:?}"))),
-    };
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "input")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
-    let scales: Vec<Option<f64>> = match req.call.arg(2, "scale_factors") {
-        Some(Value::Floats(f)) if f.len() == 2 => f.iter().map(|x| Some(x.0)).collect(),
-        None | Some(Value::None(())) => vec![None, None],
-        other => return Err(req.unsupported(format!("scale_factors {other:?}"))),
+    let scales: Vec<Option<f64>> = match req.opt::<Vec<f64>>(2, "scale_factors")? {
+        Some(f) if f.len() == 2 => f.into_iter().map(Some).collect(),
+        None => vec![None, None],
+        Some(f) => return Err(req.unsupported(format!("scale_factors {f:?}"))),
     };
     if in_meta.dtype != out_meta.dtype || in_meta.dtype.is_complex() || in_meta.shape.len() != 4 {
         return Err(req.unsupported(format!("{} {:?}", in_meta.dtype, in_meta.shape)));
@@ -481,20 +460,14 @@ fn linear_weights(
 /// output row. Indices and weights depend only on shapes and arguments.
 pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     use trnsim::{AluOp, DType, ScalarOperand, ScalarTensorTensor, TensorScalar};
-    let (in_name, in_meta) = match req.call.arg(0, "input") {
-        Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
-        other => return Err(req.invalid(format!("`input` must be a tensor, got {other:?}"))),
-    };
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "input")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
-    let align = match req.call.arg(2, "align_corners") {
-        Some(Value::Bool(b)) => *b,
-        other => return Err(req.invalid(format!("align_corners {other:?}"))),
-    };
-    let scales: Vec<Option<f64>> = match req.call.arg(3, "scale_factors") {
-        Some(Value::Floats(f)) if f.len() == 2 => f.iter().map(|x| Some(x.0)).collect(),
-        None | Some(Value::None(())) => vec![None, None],
-        other => return Err(req.unsupported(format!("scale_factors {other:?}"))),
+    let align = req.arg::<bool>(2, "align_corners")?;
+    let scales: Vec<Option<f64>> = match req.opt::<Vec<f64>>(3, "scale_factors")? {
+        Some(f) if f.len() == 2 => f.into_iter().map(Some).collect(),
+        None => vec![None, None],
+        Some(f) => return Err(req.unsupported(format!("scale_factors {f:?}"))),
     };
     if in_meta.dtype != out_meta.dtype
         || !in_meta.dtype.is_float()
@@ -594,20 +567,10 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
 /// (PyTorch accumulates in scalar_t), fp32 for f32.
 pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     use trnsim::{AluOp, DType, TensorTensor};
-    let (in_name, in_meta) = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "self")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
-    let two = |pos: usize, name: &str| -> Result<[i64; 2], LowerError> {
-        let v = ints_arg(req, pos, name)?;
-        match v.len() {
-            1 => Ok([v[0], v[0]]),
-            2 => Ok([v[0], v[1]]),
-            _ => Err(req.invalid(format!("`{name}` {v:?}"))),
-        }
-    };
+    let two = |pos: usize, name: &str| req.ints_n(pos, name, 2).map(|v| [v[0], v[1]]);
     let osz = two(1, "output_size")?;
     let ker = two(2, "kernel_size")?;
     let dil = two(3, "dilation")?;

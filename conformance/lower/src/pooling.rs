@@ -13,7 +13,7 @@
 use super::binary::dev;
 use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::TensorArg;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorCopy, TensorReduce,
     TensorScalar, TensorTensor,
@@ -29,35 +29,6 @@ struct Win {
     start: i64,
     len: i64,
     pool: i64,
-}
-
-fn ints(
-    req: &LowerRequest<'_>,
-    pos: usize,
-    name: &str,
-    k: usize,
-    default: Option<Vec<i64>>,
-) -> Result<Vec<i64>, LowerError> {
-    let v = match req.call.arg(pos, name) {
-        Some(Value::Ints(v)) => v.clone(),
-        Some(Value::Int(i)) => vec![*i],
-        None | Some(Value::None(())) => default.clone().unwrap_or_default(),
-        other => return Err(req.invalid(format!("`{name}` must be an int list, got {other:?}"))),
-    };
-    let v = if v.is_empty() { default.unwrap_or_default() } else { v };
-    match v.len() {
-        1 => Ok(vec![v[0]; k]),
-        n if n == k => Ok(v),
-        _ => Err(req.invalid(format!("`{name}` = {v:?} for {k} spatial dims"))),
-    }
-}
-
-fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Result<bool, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(())) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        other => Err(req.invalid(format!("`{name}` must be a bool, got {other:?}"))),
-    }
 }
 
 /// The windows of an average pool (forward or backward) per spatial dim, and its divisor rule.
@@ -102,17 +73,13 @@ fn avg_windows(
             override_div: None,
         });
     }
-    let kernel = ints(req, kernel_pos, "kernel_size", k, None)?;
-    let stride = ints(req, kernel_pos + 1, "stride", k, Some(kernel.clone()))?;
-    let padding = ints(req, kernel_pos + 2, "padding", k, Some(vec![0]))?;
-    let include_pad = bool_arg(req, kernel_pos + 4, "count_include_pad", true)?;
+    let kernel = req.ints_n(kernel_pos, "kernel_size", k)?;
+    let stride = req.ints_n_or(kernel_pos + 1, "stride", k, &kernel)?;
+    let padding = req.ints_n_or(kernel_pos + 2, "padding", k, &[0])?;
+    let include_pad = req.arg_or(kernel_pos + 4, "count_include_pad", true)?;
     // avg_pool1d has no divisor_override argument.
     let override_div = if k > 1 {
-        match req.call.arg(kernel_pos + 5, "divisor_override") {
-            None | Some(Value::None(())) => None,
-            Some(Value::Int(d)) => Some(*d as f64),
-            other => return Err(req.invalid(format!("divisor_override {other:?}"))),
-        }
+        req.opt::<i64>(kernel_pos + 5, "divisor_override")?.map(|d| d as f64)
     } else {
         None
     };
@@ -150,10 +117,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         "_adaptive_avg_pool3d" => (3, true),
         other => return Err(LowerError::NotLowered(other.to_string())),
     };
-    let (in_name, in_meta) = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "self")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
     if in_meta.dtype.is_complex() || in_meta.dtype == crate::dtype::TorchDType::Bool {
@@ -467,10 +431,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         "max_pool3d_with_indices" => 3,
         other => return Err(LowerError::NotLowered(other.to_string())),
     };
-    let (in_name, in_meta) = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => (t.as_str(), req.tensor(t)?),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let (in_name, in_meta) = req.arg::<TensorArg>(0, "self")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
     let idx_name = req.output_tensor(1)?;
@@ -482,10 +443,10 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     if nd < k || out_meta.shape.len() != nd || idx_meta.shape != out_meta.shape {
         return Err(req.invalid(format!("{nd}-d input for {k} spatial dims")));
     }
-    let kernel = ints(req, 1, "kernel_size", k, None)?;
-    let stride = ints(req, 2, "stride", k, Some(kernel.clone()))?;
-    let padding = ints(req, 3, "padding", k, Some(vec![0]))?;
-    let dilation = ints(req, 4, "dilation", k, Some(vec![1]))?;
+    let kernel = req.ints_n(1, "kernel_size", k)?;
+    let stride = req.ints_n_or(2, "stride", k, &kernel)?;
+    let padding = req.ints_n_or(3, "padding", k, &[0])?;
+    let dilation = req.ints_n_or(4, "dilation", k, &[1])?;
     let ishape: Vec<i64> = in_meta.shape[nd - k..].iter().map(|&s| s as i64).collect();
     let oshape: Vec<i64> = out_meta.shape[nd - k..].iter().map(|&s| s as i64).collect();
     let rows: i64 = in_meta.shape[..nd - k].iter().map(|&s| s as i64).product();
@@ -706,13 +667,9 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
 /// positions add up).
 pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     use trnsim::{DmaCopy, Indirect, IndirectSide, Iota, OobMode};
-    let tensor = |pos: usize, name: &str| match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
-        other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
-    };
-    let (go_name, go_meta) = tensor(0, "grad_output")?;
-    let (x_name, x_meta) = tensor(1, "self")?;
-    let (ix_name, ix_meta) = tensor(7, "indices")?;
+    let (go_name, go_meta) = req.arg::<TensorArg>(0, "grad_output")?;
+    let (x_name, x_meta) = req.arg::<TensorArg>(1, "self")?;
+    let (ix_name, ix_meta) = req.arg::<TensorArg>(7, "indices")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
     if !out_meta.dtype.is_float() || out_meta.dtype.is_complex() {
@@ -834,12 +791,8 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
 /// `tensor_scalar` adds the per-partition delta to the window's view of an fp32 grad_input tile.
 pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
     let adaptive = req.op == "_adaptive_avg_pool2d_backward";
-    let tensor = |pos: usize, name: &str| match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
-        other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
-    };
-    let (go_name, go_meta) = tensor(0, "grad_output")?;
-    let (x_name, x_meta) = tensor(1, "self")?;
+    let (go_name, go_meta) = req.arg::<TensorArg>(0, "grad_output")?;
+    let (x_name, x_meta) = req.arg::<TensorArg>(1, "self")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
     if !out_meta.dtype.is_float() || out_meta.dtype.is_complex() {

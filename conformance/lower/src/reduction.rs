@@ -27,7 +27,7 @@ use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, dma};
 // that import them from here.
 pub use super::tile::{Buf, imm, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::Value;
+use crate::call::{IntOrList, Scalar as CallScalar, TensorArg};
 use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand, TargetName, TensorCopy,
@@ -377,35 +377,18 @@ struct Call {
     correction: f64,
 }
 
-fn norm_dim(req: &LowerRequest<'_>, d: i64, ndim: usize) -> Result<usize, LowerError> {
-    let n = ndim.max(1) as i64;
-    let dd = if d < 0 { d + n } else { d };
-    if dd < 0 || dd >= n {
-        return Err(req.invalid(format!("dim {d} out of range for {ndim}-d input")));
-    }
-    Ok(dd as usize)
-}
-
-/// Reduced-dim flags from a dim argument (`None`/absent: all dims; `[]`: all, unless
+/// Reduced-dim flags from the `dim` argument (absent or `None`: all dims; `[]`: all, unless
 /// `empty_is_none`).
-fn dims_arg(
-    req: &LowerRequest<'_>,
-    v: Option<&Value>,
-    ndim: usize,
-    empty_is_none: bool,
-) -> Result<Vec<bool>, LowerError> {
-    let list: Vec<i64> = match v {
-        None | Some(Value::None(_)) => return Ok(vec![true; ndim]),
-        Some(Value::Int(i)) => vec![*i],
-        Some(Value::Ints(is)) => is.clone(),
-        Some(other) => return Err(req.invalid(format!("`dim` is {other:?}"))),
+fn reduced_dims(req: &LowerRequest<'_>, ndim: usize, empty_is_none: bool) -> Result<Vec<bool>, LowerError> {
+    let Some(IntOrList(list)) = req.opt(1, "dim")? else {
+        return Ok(vec![true; ndim]);
     };
     if list.is_empty() {
         return Ok(vec![!empty_is_none; ndim]);
     }
     let mut r = vec![false; ndim];
     for d in list {
-        let dd = norm_dim(req, d, ndim)?;
+        let dd = req.wrap_dim(1, "dim", d, ndim)?;
         if ndim > 0 {
             r[dd] = true;
         }
@@ -414,10 +397,7 @@ fn dims_arg(
 }
 
 fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
-    let input = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => t.clone(),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let input = req.arg::<TensorArg>(0, "self")?.0.to_string();
     let meta = req.tensor(&input)?;
     let ndim = meta.shape.len();
     let mut outs = Vec::new();
@@ -427,55 +407,27 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
     }
     let mut correction = 1.0;
     let (kind, reduced) = match req.op {
-        "sum.dim_IntList" => (
-            Kind::Reduce(Red::Sum),
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
+        "sum.dim_IntList" => (Kind::Reduce(Red::Sum), reduced_dims(req, ndim, false)?),
         "mean" => (Kind::Mean, vec![true; ndim]),
-        "mean.dim" => (Kind::Mean, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "mean.dim" => (Kind::Mean, reduced_dims(req, ndim, false)?),
         "prod" => (Kind::Reduce(Red::Prod), vec![true; ndim]),
-        "prod.dim_int" => (
-            Kind::Reduce(Red::Prod),
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
-        "amax" => (
-            Kind::Reduce(Red::Max),
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
-        "amin" => (
-            Kind::Reduce(Red::Min),
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
+        "prod.dim_int" => (Kind::Reduce(Red::Prod), reduced_dims(req, ndim, false)?),
+        "amax" => (Kind::Reduce(Red::Max), reduced_dims(req, ndim, false)?),
+        "amin" => (Kind::Reduce(Red::Min), reduced_dims(req, ndim, false)?),
         "any" => (Kind::Any, vec![true; ndim]),
-        "any.dim" | "any.dims" => (
-            Kind::Any,
-            dims_arg(req, req.call.arg(1, "dim"), ndim, req.op == "any.dims")?,
-        ),
+        "any.dim" | "any.dims" => (Kind::Any, reduced_dims(req, ndim, req.op == "any.dims")?),
         "var.correction" => {
-            correction = super::unary::scalar_arg(req, 2, "correction", 1.0)?;
-            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
+            correction = req.arg_or(2, "correction", CallScalar::Float(1.0))?.as_f64();
+            (Kind::Var, reduced_dims(req, ndim, false)?)
         }
         "var.dim" => {
-            let unbiased = match req.call.arg(2, "unbiased") {
-                None | Some(Value::None(_)) => true,
-                Some(Value::Bool(b)) => *b,
-                Some(v) => return Err(req.invalid(format!("`unbiased` is {v:?}"))),
-            };
+            let unbiased = req.arg_or(2, "unbiased", true)?;
             correction = if unbiased { 1.0 } else { 0.0 };
-            (Kind::Var, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?)
+            (Kind::Var, reduced_dims(req, ndim, false)?)
         }
-        "argmax" | "argmin" => {
-            let r = match req.call.arg(1, "dim") {
-                None | Some(Value::None(_)) => vec![true; ndim],
-                v => dims_arg(req, v, ndim, false)?,
-            };
-            (Kind::Arg(req.op == "argmax"), r)
-        }
-        "max.dim" | "min.dim" => (
-            Kind::ValIdx(req.op == "max.dim"),
-            dims_arg(req, req.call.arg(1, "dim"), ndim, false)?,
-        ),
-        "cumsum" => (Kind::Cumsum, dims_arg(req, req.call.arg(1, "dim"), ndim, false)?),
+        "argmax" | "argmin" => (Kind::Arg(req.op == "argmax"), reduced_dims(req, ndim, false)?),
+        "max.dim" | "min.dim" => (Kind::ValIdx(req.op == "max.dim"), reduced_dims(req, ndim, false)?),
+        "cumsum" => (Kind::Cumsum, reduced_dims(req, ndim, false)?),
         _ => return Err(LowerError::NotLowered(req.op.to_string())),
     };
     if meta.dtype.is_complex() || outs.iter().any(|(_, d)| d.is_complex()) {
@@ -598,8 +550,8 @@ fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<
     let n = layout.red_numel();
     match call.kind {
         Kind::Cumsum => emit_cumsum(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks)?,
-        Kind::Arg(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false)?,
-        Kind::ValIdx(is_max) => emit_arg(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true)?,
+        Kind::Arg(is_max) => emit_argminmax(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, false)?,
+        Kind::ValIdx(is_max) => emit_argminmax(&mut ctx, call, in_dev, &out_devs, &rows, &chunks, is_max, true)?,
         _ => emit_reduce(&mut ctx, call, in_dev, out_devs[0], &rows, &chunks, n, &layout)?,
     }
     Ok(ctx.e.finish())
@@ -832,7 +784,7 @@ fn finish_partials(ctx: &mut Ctx, engine: Engine, parts: &Buf, p: usize, n: usiz
 
 /// argmax/argmin (`with_values`: max.dim/min.dim, output 0 the values, 1 the indices).
 #[allow(clippy::too_many_arguments)]
-fn emit_arg(
+fn emit_argminmax(
     ctx: &mut Ctx,
     call: &Call,
     in_dev: DType,

@@ -25,7 +25,7 @@ use super::promote;
 use super::tile::dma;
 use super::tile::{Region, TileLimits, plan_tiles};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::{TensorMeta, Value};
+use crate::call::{IntOrBool, IntOrList, TensorArg, TensorMeta};
 use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{DType, Engine, HbmRole, Instruction, Program, TargetName};
 
@@ -63,16 +63,6 @@ impl View {
 
 fn contig(shape: &[usize]) -> Vec<i64> {
     contiguous_strides(shape).into_iter().map(|s| s as i64).collect()
-}
-
-/// PyTorch's dim wrapping (`maybe_wrap_dim`): a 0-d tensor accepts dims -1 and 0.
-fn wrap_dim(req: &LowerRequest<'_>, dim: i64, ndim: usize) -> Result<usize, LowerError> {
-    let n = ndim.max(1) as i64;
-    let d = if dim < 0 { dim + n } else { dim };
-    if d < 0 || d >= n {
-        return Err(req.invalid(format!("dim {dim} out of range for a {ndim}-d tensor")));
-    }
-    Ok(d as usize)
 }
 
 /// A program under construction: HBM declarations and the DMA copies.
@@ -161,31 +151,6 @@ impl Copier {
     }
 }
 
-fn tensor_arg<'a>(req: &LowerRequest<'a>, pos: usize, name: &str) -> Result<(&'a str, &'a TensorMeta), LowerError> {
-    match req.call.arg(pos, name) {
-        Some(Value::Tensor(t)) => Ok((t.as_str(), req.tensor(t)?)),
-        other => Err(req.invalid(format!("`{name}` must be a tensor, got {other:?}"))),
-    }
-}
-
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<i64>, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(())) => Ok(None),
-        Some(Value::Int(i)) => Ok(Some(*i)),
-        Some(Value::Bool(b)) => Ok(Some(*b as i64)),
-        other => Err(req.invalid(format!("`{name}` must be an int, got {other:?}"))),
-    }
-}
-
-fn ints_arg(req: &LowerRequest<'_>, pos: usize, name: &str) -> Result<Option<Vec<i64>>, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(())) => Ok(None),
-        Some(Value::Ints(v)) => Ok(Some(v.clone())),
-        Some(Value::Int(i)) => Ok(Some(vec![*i])),
-        other => Err(req.invalid(format!("`{name}` must be an int list, got {other:?}"))),
-    }
-}
-
 fn size(req: &LowerRequest<'_>, v: i64, what: &str) -> Result<usize, LowerError> {
     usize::try_from(v).map_err(|_| req.invalid(format!("{what} {v} is negative")))
 }
@@ -228,7 +193,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
     match req.op {
         "alias" => {}
         "view" => {
-            let sizes = ints_arg(req, 1, "size")?.ok_or_else(|| req.invalid("missing `size`".into()))?;
+            let sizes = req.arg::<IntOrList>(1, "size")?.0;
             let numel: usize = s.iter().product();
             let mut infer = None;
             let mut known = 1usize;
@@ -258,7 +223,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             v = View::contiguous(&shape);
         }
         "permute" => {
-            let dims = ints_arg(req, 1, "dims")?.unwrap_or_default();
+            let dims = req.opt::<IntOrList>(1, "dims")?.unwrap_or_default().0;
             if dims.len() != nd {
                 return Err(req.invalid(format!("permute of a {nd}-d tensor by {dims:?}")));
             }
@@ -266,7 +231,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             let c = contig(s);
             let (mut shape, mut strides) = (Vec::new(), Vec::new());
             for &d in &dims {
-                let d = wrap_dim(req, d, nd)?;
+                let d = req.wrap_dim(1, "dims", d, nd)?;
                 if std::mem::replace(&mut seen[d], true) {
                     return Err(req.invalid(format!("repeated dim in permute {dims:?}")));
                 }
@@ -280,7 +245,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             };
         }
         "expand" => {
-            let sizes = ints_arg(req, 1, "size")?.unwrap_or_default();
+            let sizes = req.opt::<IntOrList>(1, "size")?.unwrap_or_default().0;
             if sizes.len() < nd {
                 return Err(req.invalid(format!("expand of a {nd}-d tensor to {sizes:?}")));
             }
@@ -312,14 +277,14 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
         }
         "squeeze.dim" | "squeeze.dims" => {
             let dims = if req.op == "squeeze.dim" {
-                vec![int_arg(req, 1, "dim")?.ok_or_else(|| req.invalid("missing `dim`".into()))?]
+                vec![req.arg::<IntOrBool>(1, "dim")?.0]
             } else {
-                ints_arg(req, 1, "dim")?.unwrap_or_default()
+                req.opt::<IntOrList>(1, "dim")?.unwrap_or_default().0
             };
             if nd > 0 {
                 let mut drop = vec![false; nd];
                 for d in dims {
-                    let d = wrap_dim(req, d, nd)?;
+                    let d = req.wrap_dim(1, "dim", d, nd)?;
                     drop[d] = s[d] == 1;
                 }
                 for d in (0..nd).rev() {
@@ -330,18 +295,18 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             }
         }
         "unsqueeze" => {
-            let dim = int_arg(req, 1, "dim")?.ok_or_else(|| req.invalid("missing `dim`".into()))?;
-            let d = wrap_dim(req, dim, nd + 1)?;
+            let dim = req.arg::<IntOrBool>(1, "dim")?.0;
+            let d = req.wrap_dim(1, "dim", dim, nd + 1)?;
             v.shape.insert(d, 1);
             v.strides.insert(d, 1);
         }
         "select.int" => {
-            let dim = int_arg(req, 1, "dim")?.ok_or_else(|| req.invalid("missing `dim`".into()))?;
-            let index = int_arg(req, 2, "index")?.ok_or_else(|| req.invalid("missing `index`".into()))?;
+            let dim = req.arg::<IntOrBool>(1, "dim")?.0;
+            let index = req.arg::<IntOrBool>(2, "index")?.0;
             if nd == 0 {
                 return Err(req.invalid("select() cannot be applied to a 0-dim tensor".into()));
             }
-            let d = wrap_dim(req, dim, nd)?;
+            let d = req.wrap_dim(1, "dim", dim, nd)?;
             let n = s[d] as i64;
             let i = if index < 0 { index + n } else { index };
             if i < 0 || i >= n {
@@ -351,26 +316,26 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             v.remove(d);
         }
         "slice.Tensor" => {
-            let dim = int_arg(req, 1, "dim")?.unwrap_or(0);
-            let start = int_arg(req, 2, "start")?;
-            let end = int_arg(req, 3, "end")?;
-            let step = int_arg(req, 4, "step")?.unwrap_or(1);
+            let dim = req.arg_or(1, "dim", IntOrBool(0))?.0;
+            let start = req.opt::<IntOrBool>(2, "start")?.map(i64::from);
+            let end = req.opt::<IntOrBool>(3, "end")?.map(i64::from);
+            let step = req.arg_or(4, "step", IntOrBool(1))?.0;
             if nd == 0 {
                 return Err(req.invalid("slice() cannot be applied to a 0-dim tensor".into()));
             }
             if step <= 0 {
                 return Err(req.invalid(format!("slice step must be positive, got {step}")));
             }
-            let d = wrap_dim(req, dim, nd)?;
+            let d = req.wrap_dim(1, "dim", dim, nd)?;
             let (lo, len) = slice_range(s[d], start, end, step);
             v.offset += lo * v.strides[d];
             v.shape[d] = len;
             v.strides[d] *= step;
         }
         "diagonal" => {
-            let offset = int_arg(req, 1, "offset")?.unwrap_or(0);
-            let d1 = wrap_dim(req, int_arg(req, 2, "dim1")?.unwrap_or(0), nd)?;
-            let d2 = wrap_dim(req, int_arg(req, 3, "dim2")?.unwrap_or(1), nd)?;
+            let offset = req.arg_or(1, "offset", IntOrBool(0))?.0;
+            let d1 = req.dim_or(2, "dim1", IntOrBool(0), nd)?;
+            let d2 = req.dim_or(3, "dim2", IntOrBool(1), nd)?;
             if nd < 2 || d1 == d2 {
                 return Err(req.invalid(format!("diagonal dims {d1} and {d2} of a {nd}-d tensor")));
             }
@@ -391,10 +356,10 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             v.strides.push(stride);
         }
         "flip" => {
-            let dims = ints_arg(req, 1, "dims")?.unwrap_or_default();
+            let dims = req.opt::<IntOrList>(1, "dims")?.unwrap_or_default().0;
             let mut flipped = vec![false; nd];
             for d in dims {
-                let d = wrap_dim(req, d, nd)?;
+                let d = req.wrap_dim(1, "dims", d, nd)?;
                 if std::mem::replace(&mut flipped[d], true) {
                     return Err(req.invalid(format!("dim {d} appears multiple times in flip")));
                 }
@@ -407,9 +372,9 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             }
         }
         "as_strided" => {
-            let sizes = ints_arg(req, 1, "size")?.unwrap_or_default();
-            let strides = ints_arg(req, 2, "stride")?.unwrap_or_default();
-            let offset = int_arg(req, 3, "storage_offset")?.unwrap_or(0);
+            let sizes = req.opt::<IntOrList>(1, "size")?.unwrap_or_default().0;
+            let strides = req.opt::<IntOrList>(2, "stride")?.unwrap_or_default().0;
+            let offset = req.arg_or(3, "storage_offset", IntOrBool(0))?.0;
             if sizes.len() != strides.len() {
                 return Err(req.invalid(format!(
                     "as_strided size {sizes:?} and stride {strides:?} differ in length"
@@ -448,7 +413,7 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             }
         }
         "repeat" => {
-            let reps = ints_arg(req, 1, "repeats")?.unwrap_or_default();
+            let reps = req.opt::<IntOrList>(1, "repeats")?.unwrap_or_default().0;
             if reps.len() < nd {
                 return Err(req.invalid(format!("repeat of a {nd}-d tensor by {reps:?}")));
             }
@@ -499,7 +464,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 }
 
 fn lower_single(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (in_name, meta) = tensor_arg(req, 0, "self")?;
+    let (in_name, meta) = req.arg::<TensorArg>(0, "self")?;
     let view = single_view(req, meta)?;
     // `repeat`'s view has two dims per output dim; the output shape merges them.
     let out_shape: Vec<usize> = if req.op == "repeat" {
@@ -527,14 +492,14 @@ fn lower_single(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
 }
 
 fn lower_split(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let (in_name, meta) = tensor_arg(req, 0, "self")?;
-    let sizes = ints_arg(req, 1, "split_sizes")?.ok_or_else(|| req.invalid("missing `split_sizes`".into()))?;
-    let dim = int_arg(req, 2, "dim")?.unwrap_or(0);
+    let (in_name, meta) = req.arg::<TensorArg>(0, "self")?;
+    let sizes = req.arg::<IntOrList>(1, "split_sizes")?.0;
+    let dim = req.arg_or(2, "dim", IntOrBool(0))?.0;
     let s = &meta.shape;
     if s.is_empty() {
         return Err(req.invalid("split of a 0-dim tensor".into()));
     }
-    let d = wrap_dim(req, dim, s.len())?;
+    let d = req.wrap_dim(2, "dim", dim, s.len())?;
     let sizes: Vec<usize> = sizes
         .iter()
         .map(|&n| size(req, n, "split size"))
@@ -570,18 +535,19 @@ fn lower_split(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
 }
 
 fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let names: Vec<&str> = match req.call.arg(0, "tensors") {
-        Some(Value::Tensors(names)) => names
-            .iter()
-            .map(|n| n.as_deref().ok_or_else(|| req.invalid("a cat input is None".into())))
-            .collect::<Result<_, _>>()?,
-        other => return Err(req.invalid(format!("`tensors` must be a tensor list, got {other:?}"))),
-    };
+    let names: Vec<&str> = req
+        .arg::<&[Option<String>]>(0, "tensors")?
+        .iter()
+        .map(|n| {
+            n.as_deref()
+                .ok_or_else(|| req.arg_error(0, "tensors", "a cat input is None"))
+        })
+        .collect::<Result<_, _>>()?;
     if names.is_empty() {
         return Err(req.invalid("cat of no tensors".into()));
     }
     let metas: Vec<&TensorMeta> = names.iter().map(|n| req.tensor(n)).collect::<Result<_, _>>()?;
-    let dim = int_arg(req, 1, "dim")?.unwrap_or(0);
+    let dim = req.arg_or(1, "dim", IntOrBool(0))?.0;
     let mut out_dtype = metas[0].dtype;
     for m in &metas[1..] {
         out_dtype = promote::promote_types(out_dtype, m.dtype).map_err(|e| req.unsupported(e.to_string()))?;
@@ -599,7 +565,7 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     if nd == 0 {
         return Err(req.invalid("zero-dimensional tensor cannot be concatenated".into()));
     }
-    let d = wrap_dim(req, dim, nd)?;
+    let d = req.wrap_dim(1, "dim", dim, nd)?;
     let mut out_shape = first.shape.clone();
     out_shape[d] = 0;
     for m in metas.iter().filter(|m| !skipped(m)) {
@@ -641,7 +607,7 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::OpCall;
+    use crate::call::{OpCall, Value};
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor, Op};
 

@@ -29,29 +29,13 @@
 
 use super::tile::{Emitter, SbufAllocator, Slot, dma, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::call::Value;
+use crate::call::TensorArg;
 use ScalarOperand::Imm;
 use trnsim::{
     AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
     MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName,
     TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
-
-fn int_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: i64) -> Result<i64, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => Ok(default),
-        Some(Value::Int(i)) => Ok(*i),
-        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}, expected an int"))),
-    }
-}
-
-fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Result<bool, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}, expected a bool"))),
-    }
-}
 
 /// `nonzero`: the output's row count is data-dependent. The program writes a buffer of the upper
 /// bound's `numel(x)` rows and the count to `output.0.count` (int32); the runner trims by it.
@@ -69,10 +53,7 @@ fn bool_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: bool) -> Re
 /// the partition and free indices by construction of the view), and one indirect scatter per
 /// dim writes the coordinates into column `d` of their rows. The final carry is the count.
 fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let x = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => t.as_str(),
-        v => return Err(req.invalid(format!("`self` is {v:?}"))),
-    };
+    let x = req.arg::<TensorArg>(0, "self")?.0;
     let xm = req.tensor(x)?;
     let out = req.output_tensor(0)?;
     let om = req.tensor(out)?;
@@ -400,31 +381,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     if req.op == "nonzero" {
         return lower_nonzero(req, target);
     }
-    let x = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => t.as_str(),
-        v => return Err(req.invalid(format!("`self` is {v:?}"))),
-    };
+    let x = req.arg::<TensorArg>(0, "self")?.0;
     let xm = req.tensor(x)?;
     let xs = if xm.shape.is_empty() { vec![1] } else { xm.shape.clone() };
-    let (dim, k, largest) = match req.op {
-        "topk" => {
-            let k = int_arg(req, 1, "k", 1)?;
-            let d = int_arg(req, 2, "dim", -1)?;
-            (d, k, bool_arg(req, 3, "largest", true)?)
-        }
-        "sort" => {
-            let d = int_arg(req, 1, "dim", -1)?;
-            let desc = bool_arg(req, 2, "descending", false)?;
-            (d, -1, desc)
-        }
+    let (dim_pos, k, largest) = match req.op {
+        "topk" => (2, req.arg_or(1, "k", 1i64)?, req.arg_or(3, "largest", true)?),
+        "sort" => (1, -1, req.arg_or(2, "descending", false)?),
         _ => return Err(LowerError::NotLowered(req.op.to_string())),
     };
-    let rank = xs.len() as i64;
-    let d = if dim < 0 { dim + rank } else { dim };
-    if d < 0 || d >= rank {
-        return Err(req.invalid(format!("dim {dim} out of range")));
-    }
-    let d = d as usize;
+    let d = req.dim_or(dim_pos, "dim", -1i64, xs.len())?;
     let n = xs[d];
     let k = if k < 0 { n } else { k as usize };
     let outer: usize = xs[..d].iter().product();
@@ -1419,7 +1384,7 @@ fn stt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, TensorMeta};
+    use crate::call::{OpCall, TensorMeta, Value};
     use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};

@@ -26,7 +26,7 @@
 use super::promote::{self, Category};
 use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
-use crate::call::{TensorMeta, Value};
+use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use std::f64::consts::{LN_2, PI};
 use trnsim::{
@@ -813,10 +813,7 @@ pub fn out_dtype(rule: OutRule, input: TorchDType) -> TorchDType {
 
 /// Checks `self` and the output against PyTorch's dtype rule.
 pub fn analyze(req: &LowerRequest<'_>, rule: OutRule) -> Result<UnaryCall, LowerError> {
-    let self_name = match req.call.arg(0, "self") {
-        Some(Value::Tensor(t)) => t.clone(),
-        other => return Err(req.invalid(format!("`self` must be a tensor, got {other:?}"))),
-    };
+    let self_name = req.arg::<TensorArg>(0, "self")?.0.to_string();
     let self_meta = req.tensor(&self_name)?.clone();
     if self_meta.dtype.is_complex() {
         return Err(req.unsupported("complex tensors".into()));
@@ -838,17 +835,6 @@ pub fn analyze(req: &LowerRequest<'_>, rule: OutRule) -> Result<UnaryCall, Lower
         out_name,
         out_dtype,
     })
-}
-
-/// A float scalar argument at `pos`/`name`, or `default`.
-pub fn scalar_arg(req: &LowerRequest<'_>, pos: usize, name: &str, default: f64) -> Result<f64, LowerError> {
-    match req.call.arg(pos, name) {
-        None | Some(Value::None(_)) => Ok(default),
-        Some(Value::Int(i)) => Ok(*i as f64),
-        Some(Value::Float(f)) => Ok(f.0),
-        Some(Value::Bool(b)) => Ok(*b as i64 as f64),
-        Some(v) => Err(req.invalid(format!("`{name}` is {v:?}"))),
-    }
 }
 
 fn dev(req: &LowerRequest<'_>, d: TorchDType) -> Result<DType, LowerError> {

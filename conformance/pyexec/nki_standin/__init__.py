@@ -23,9 +23,17 @@ def _to_tensor(x):
     if isinstance(x, language.Tensor):
         return x
     a = np.asarray(x)
-    by_np = {np.dtype(np.float32): _nm.float32, np.dtype(np.float16): _nm.float16, np.dtype(np.int32): _nm.int32,
-             np.dtype(np.int16): _nm.int16, np.dtype(np.int8): _nm.int8, np.dtype(np.uint8): _nm.uint8,
-             np.dtype(np.uint16): _nm.uint16, np.dtype(np.uint32): _nm.uint32, np.dtype(np.bool_): _nm.bool_}
+    by_np = {
+        np.dtype(np.float32): _nm.float32,
+        np.dtype(np.float16): _nm.float16,
+        np.dtype(np.int32): _nm.int32,
+        np.dtype(np.int16): _nm.int16,
+        np.dtype(np.int8): _nm.int8,
+        np.dtype(np.uint8): _nm.uint8,
+        np.dtype(np.uint16): _nm.uint16,
+        np.dtype(np.uint32): _nm.uint32,
+        np.dtype(np.bool_): _nm.bool_,
+    }
     dt = by_np.get(a.dtype)
     if dt is None:
         raise TypeError(f"numpy dtype {a.dtype} is not accepted; pass an nki_standin Tensor (e.g. for bf16)")

@@ -124,6 +124,7 @@ def _load_libm_pow():
     try:
         import ctypes
         import ctypes.util
+
         libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         f = libm.pow
         f.restype = ctypes.c_double
@@ -177,22 +178,33 @@ def _bits_op(name, a, b, width):
 
 def _int_op(name, a, b):
     """GpSimd's exact int32 path (alu.rs `apply_int`)."""
+
     def wrap(v):
         return ((v + 2**31) & 0xFFFFFFFF) - 2**31
+
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     table = {
-        "bypass": lambda: a + 0 * b, "add": lambda: wrap(a + b), "subtract": lambda: wrap(a - b),
+        "bypass": lambda: a + 0 * b,
+        "add": lambda: wrap(a + b),
+        "subtract": lambda: wrap(a - b),
         "multiply": lambda: _mul_wrap(a, b),
-        "maximum": lambda: np.maximum(a, b), "minimum": lambda: np.minimum(a, b),
-        "equal": lambda: (a == b).astype(np.int64), "not_equal": lambda: (a != b).astype(np.int64),
-        "greater_equal": lambda: (a >= b).astype(np.int64), "greater": lambda: (a > b).astype(np.int64),
-        "less_equal": lambda: (a <= b).astype(np.int64), "less": lambda: (a < b).astype(np.int64),
+        "maximum": lambda: np.maximum(a, b),
+        "minimum": lambda: np.minimum(a, b),
+        "equal": lambda: (a == b).astype(np.int64),
+        "not_equal": lambda: (a != b).astype(np.int64),
+        "greater_equal": lambda: (a >= b).astype(np.int64),
+        "greater": lambda: (a > b).astype(np.int64),
+        "less_equal": lambda: (a <= b).astype(np.int64),
+        "less": lambda: (a < b).astype(np.int64),
         "logical_and": lambda: ((a != 0) & (b != 0)).astype(np.int64),
         "logical_or": lambda: ((a != 0) | (b != 0)).astype(np.int64),
         "logical_xor": lambda: ((a != 0) != (b != 0)).astype(np.int64),
-        "logical_not": lambda: (a == 0).astype(np.int64) + 0 * b, "abs": lambda: wrap(np.abs(a)) + 0 * b,
-        "bitwise_and": lambda: a & b, "bitwise_or": lambda: a | b, "bitwise_xor": lambda: a ^ b,
+        "logical_not": lambda: (a == 0).astype(np.int64) + 0 * b,
+        "abs": lambda: wrap(np.abs(a)) + 0 * b,
+        "bitwise_and": lambda: a & b,
+        "bitwise_or": lambda: a | b,
+        "bitwise_xor": lambda: a ^ b,
         "invert": lambda: ~a + 0 * b,
         "left_shift": lambda: np.where((b < 0) | (b >= 32), 0, wrap(a << np.clip(b, 0, 31))),
         "right_shift": lambda: np.where((b < 0) | (b >= 32), 0, (a & 0xFFFFFFFF) >> np.clip(b, 0, 31)),
@@ -238,6 +250,7 @@ def _scalar_int(x, p):
 # ---------------------------------------------------------------------------------------------
 # Instructions.
 
+
 def nc_matmul(stationary, moving, **_kw):
     """`stationary[K, M]ᵀ · moving[K, N]`, fp32 products, sequential fp32 sum from -0 (trnsim's
     `sequential` matmul accumulation)."""
@@ -276,8 +289,18 @@ def tensor_tensor(data1, data2, op, dtype=None, engine=vector_engine, **_kw):
     return Result(alu(op, _rows(data1.f32(), p), _rows(data2.f32(), p)))
 
 
-def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, dtype=None,
-                  engine=vector_engine, **_kw):
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    dtype=None,
+    engine=vector_engine,
+    **_kw,
+):
     p = data.shape[0]
     if op0.name in _BITVEC:
         w = 8 * dtype.size
@@ -315,8 +338,17 @@ def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, rev
     return Result(alu(op1, in1, t) if reverse1 else alu(op1, t, in1))
 
 
-_IDENTITY = {"add": 0.0, "subtract": 0.0, "average": 0.0, "logical_or": 0.0, "logical_xor": 0.0,
-             "multiply": 1.0, "logical_and": 1.0, "maximum": -np.inf, "minimum": np.inf}
+_IDENTITY = {
+    "add": 0.0,
+    "subtract": 0.0,
+    "average": 0.0,
+    "logical_or": 0.0,
+    "logical_xor": 0.0,
+    "multiply": 1.0,
+    "logical_and": 1.0,
+    "maximum": -np.inf,
+    "minimum": np.inf,
+}
 
 
 def _fold(op, groups):
@@ -324,6 +356,7 @@ def _fold(op, groups):
     fold_op = op
     if op.name == "average":
         from .language import add
+
         fold_op = add
     acc = np.full(groups.shape[:-1], _IDENTITY[op.name], dtype=np.float32)
     for j in range(groups.shape[-1]):
@@ -384,6 +417,7 @@ def tensor_partition_reduce(op, data, dtype=None, **_kw):
     x = _rows(data.f32(), p)
     if op.name == "average":
         from .language import add
+
         acc = x[0]
         for k in range(1, p):
             acc = alu(add, acc, x[k])
@@ -397,6 +431,7 @@ def tensor_partition_reduce(op, data, dtype=None, **_kw):
 
 
 # --- ScalarE activation: f64 evaluation rounded once to fp32 (sim/src/engine/activation.rs). ---
+
 
 def _sigmoid(x):
     if x >= 0.0:
@@ -415,6 +450,7 @@ def _safe(f):
             return f(x)
         except (ValueError, OverflowError):
             return _ieee(f, x)
+
     return g
 
 
@@ -470,8 +506,9 @@ def _act_eval(name, t):
         return out.astype(np.float32).reshape(t.shape)
 
 
-def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
-               dtype=None, **_kw):
+def activation(
+    op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, dtype=None, **_kw
+):
     p = data.shape[0]
     x = _rows(data.f32(), p)
     with np.errstate(all="ignore"):
@@ -518,7 +555,7 @@ def _positions(view):
         shape = view.tensor.bits.shape
         pos = np.int64(0)
         for d, k in enumerate(idx):
-            step = int(np.prod(shape[d + 1:], dtype=np.int64))
+            step = int(np.prod(shape[d + 1 :], dtype=np.int64))
             if isinstance(k, View):
                 k = k.values()
             elif isinstance(k, slice):
@@ -665,6 +702,7 @@ def dropout(data, prob, dtype=None, **_kw):
 
 # --- VectorE statistics and selection (sim/src/engine/vector.rs) ---
 
+
 def _group_stats(g):
     """(count, mean, M2) of the columns of g [P, n], two fp32 passes in index order."""
     p, n = g.shape
@@ -762,6 +800,7 @@ def select_reduce(predicate, on_true, on_false, reverse_pred=False, reduce_res=N
     y = np.where(mask, t, np.broadcast_to(_scalar(on_false, p), t.shape)).astype(np.float32)
     if reduce_res is not None:
         from .language import maximum
+
         write(reduce_res, Result(_fold(maximum, y).reshape(p, 1)))
     if dst is not None:  # the legacy call writes dst in place
         write(dst, Result(y))

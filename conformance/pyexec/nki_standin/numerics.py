@@ -45,8 +45,22 @@ uint16 = DType("uint16", 2, "i", "U16", 0, 2**16 - 1)
 uint32 = DType("uint32", 4, "i", "U32", 0, 2**32 - 1)
 bool_ = DType("bool_", 1, "i", "BOOL", 0, 2**8 - 1)
 
-ALL = [float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2, int8, int16, int32,
-       uint8, uint16, uint32, bool_]
+ALL = [
+    float32,
+    tfloat32,
+    bfloat16,
+    float16,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e5m2,
+    int8,
+    int16,
+    int32,
+    uint8,
+    uint16,
+    uint32,
+    bool_,
+]
 
 _SIGNED_VIEW = {1: np.int8, 2: np.int16, 4: np.int32}
 
@@ -60,6 +74,7 @@ def to_i64(bits, dt):
 
 
 # --- 8-bit floats (ports of sim/src/dtype/fp8.rs, itself PyTorch's c10 for e4m3fn / e5m2) ---
+
 
 def _u32(x):
     return x & 0xFFFFFFFF
@@ -158,6 +173,7 @@ def _f32_to_e4m3(fb):
     if a == 0.0:
         return sign
     import math
+
     e = max(math.frexp(a)[1] - 1, 1 - 7)
     q = round(a * 2.0 ** (3 - e))  # Python round() is ties-to-even
     if q >= 16:
@@ -178,8 +194,11 @@ _ENCODE8 = {}
 
 def _fp8_tables():
     if not _DECODE8:
-        for dt, f in ((float8_e4m3fn, _e4m3fn_to_f32_bits), (float8_e4m3, _e4m3_to_f32_bits),
-                      (float8_e5m2, _e5m2_to_f32_bits)):
+        for dt, f in (
+            (float8_e4m3fn, _e4m3fn_to_f32_bits),
+            (float8_e4m3, _e4m3_to_f32_bits),
+            (float8_e5m2, _e5m2_to_f32_bits),
+        ):
             _DECODE8[dt.name] = np.array([f(b) for b in range(256)], dtype=np.uint32)
         _ENCODE8.update({"float8_e4m3fn": _f32_to_e4m3fn, "float8_e5m2": _f32_to_e5m2, "float8_e4m3": _f32_to_e4m3})
 

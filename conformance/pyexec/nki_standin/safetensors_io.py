@@ -10,9 +10,20 @@ import numpy as np
 
 from . import numerics as nm
 
-_BY_TAG = {"F32": nm.float32, "BF16": nm.bfloat16, "F16": nm.float16, "I8": nm.int8, "I16": nm.int16,
-           "I32": nm.int32, "U8": nm.uint8, "U16": nm.uint16, "U32": nm.uint32, "BOOL": nm.bool_,
-           "F8_E4M3": nm.float8_e4m3fn, "F8_E5M2": nm.float8_e5m2}
+_BY_TAG = {
+    "F32": nm.float32,
+    "BF16": nm.bfloat16,
+    "F16": nm.float16,
+    "I8": nm.int8,
+    "I16": nm.int16,
+    "I32": nm.int32,
+    "U8": nm.uint8,
+    "U16": nm.uint16,
+    "U32": nm.uint32,
+    "BOOL": nm.bool_,
+    "F8_E4M3": nm.float8_e4m3fn,
+    "F8_E5M2": nm.float8_e5m2,
+}
 
 
 def load(path):
@@ -20,8 +31,8 @@ def load(path):
     with open(path, "rb") as f:
         raw = f.read()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    data = raw[8 + n:]
+    header = json.loads(raw[8 : 8 + n].decode("utf-8"))
+    data = raw[8 + n :]
     out = {}
     for name, info in header.items():
         if name == "__metadata__":

@@ -56,10 +56,12 @@ def main():
     t_trace, _ = best_of(3, lambda: trnsim.nki.to_program(fa.flash_fwd.func, args))
     n = len(json.loads(text)["instructions"])
     a = kr.allocation
-    print(f"flash_fwd S={s} d={d} bf16 ({n} instructions; SBUF peak {a['sbuf']['peak_live_bytes']} of "
-          f"{a['sbuf']['usable_bytes']} B/partition, PSUM peak {a['psum']['peak_live_bytes']} B): front-end trace+run "
-          f"{t_front:.2f} s (of which trace+allocate {t_trace:.2f} s), program from JSON {t_json:.2f} s, "
-          f"ratio {t_front / t_json:.2f} (target <= 3)")
+    print(
+        f"flash_fwd S={s} d={d} bf16 ({n} instructions; SBUF peak {a['sbuf']['peak_live_bytes']} of "
+        f"{a['sbuf']['usable_bytes']} B/partition, PSUM peak {a['psum']['peak_live_bytes']} B): front-end trace+run "
+        f"{t_front:.2f} s (of which trace+allocate {t_trace:.2f} s), program from JSON {t_json:.2f} s, "
+        f"ratio {t_front / t_json:.2f} (target <= 3)"
+    )
 
 
 if __name__ == "__main__":

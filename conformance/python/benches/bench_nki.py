@@ -64,19 +64,24 @@ def main():
         t_front, out = best_of(5, functools.partial(kernel, a_t, b))
         np.testing.assert_array_equal(out, res.outputs[kr.outputs[0]])
         ninstr = len(kr.program["instructions"])
-        print(f"{kernel.__name__} 1024^3 bf16 ({ninstr} instructions): front-end trace+run {t_front * 1e3:.1f} ms, "
-              f"program from JSON {t_json * 1e3:.1f} ms, ratio {t_front / t_json:.2f} (target <= 2)")
+        print(
+            f"{kernel.__name__} 1024^3 bf16 ({ninstr} instructions): front-end trace+run {t_front * 1e3:.1f} ms, "
+            f"program from JSON {t_json * 1e3:.1f} ms, ratio {t_front / t_json:.2f} (target <= 2)"
+        )
 
     x = r.standard_normal((4096, 4096)).astype(np.float32)
     t_trace, kr2 = best_of(3, lambda: trnsim.nki.to_program(softmax.softmax_nl.func, (x,)))
     text2 = json_with_waits(kr2)
     t_sim, _ = best_of(1, lambda: run_json(text2, kr2.inputs))
-    print(f"softmax_nl 4096x4096 f32 ({len(kr2.program['instructions'])} instructions): trace {t_trace * 1e3:.1f} ms, "
-          f"simulate {t_sim * 1e3:.1f} ms, trace/simulate {t_trace / t_sim:.3f} (target < 1)")
+    print(
+        f"softmax_nl 4096x4096 f32 ({len(kr2.program['instructions'])} instructions): trace {t_trace * 1e3:.1f} ms, "
+        f"simulate {t_sim * 1e3:.1f} ms, trace/simulate {t_trace / t_sim:.3f} (target < 1)"
+    )
 
     import nki
     import nki.isa as nisa
     import nki.language as nl
+
     flash = _flash_fwd(nki, nl, nisa)
     seq, d = 2048, 128
     q, k, v = (r.standard_normal((seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
@@ -85,12 +90,15 @@ def main():
     t_json3, res3 = best_of(3, functools.partial(run_json, text3, kr3.inputs, "trn2"))
     t_front3, out3 = best_of(3, functools.partial(flash, q, k, v))
     np.testing.assert_array_equal(out3, res3.outputs[kr3.outputs[0]])
-    print(f"flash_fwd seq {seq} d {d} bf16 trn2 ({len(kr3.program['instructions'])} instructions): front-end "
-          f"trace+run {t_front3 * 1e3:.1f} ms, program from JSON {t_json3 * 1e3:.1f} ms, ratio "
-          f"{t_front3 / t_json3:.2f} (target <= 3)")
+    print(
+        f"flash_fwd seq {seq} d {d} bf16 trn2 ({len(kr3.program['instructions'])} instructions): front-end "
+        f"trace+run {t_front3 * 1e3:.1f} ms, program from JSON {t_json3 * 1e3:.1f} ms, ratio "
+        f"{t_front3 / t_json3:.2f} (target <= 3)"
+    )
     if "--profile" in sys.argv:
         import cProfile
         import pstats
+
         pr = cProfile.Profile()
         pr.enable()
         trnsim.nki.to_program(flash.func, (q, k, v), target="trn2", lnc=1)

@@ -157,8 +157,15 @@ def measure(name, make, reps_cpu, reps_dev):
         "est_device_time_us": round(rep["est_device_time_us"] / reps_dev, 1),
         "program_cache": rep.get("program_cache"),
     }
-    return {"bench": name, "cpu_s": round(t_cpu, 5), "device_s": round(t_dev, 4), "ratio": round(t_dev / t_cpu, 1),
-            "device_uncached_s": round(t_uncached, 4), "ratio_uncached": round(t_uncached / t_cpu, 1), **per}
+    return {
+        "bench": name,
+        "cpu_s": round(t_cpu, 5),
+        "device_s": round(t_dev, 4),
+        "ratio": round(t_dev / t_cpu, 1),
+        "device_uncached_s": round(t_uncached, 4),
+        "ratio_uncached": round(t_uncached / t_cpu, 1),
+        **per,
+    }
 
 
 def main():

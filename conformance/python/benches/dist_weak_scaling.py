@@ -32,9 +32,28 @@ def run(nproc: int, tmp: Path, steps: int = 7) -> list[float]:
     where = str(Path(trnsim.__file__).resolve().parent.parent)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=where + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp / f"n{nproc}"
-    subprocess.run([str(TORCHRUN), "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port",
-                    str(port), "--local_addr", "127.0.0.1", str(HERE / "dist_step.py"), "--steps", str(steps),
-                    "--out", str(out)], env=env, check=True, timeout=1800, capture_output=True)
+    subprocess.run(
+        [
+            str(TORCHRUN),
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "--local_addr",
+            "127.0.0.1",
+            str(HERE / "dist_step.py"),
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        check=True,
+        timeout=1800,
+        capture_output=True,
+    )
     per_rank = [json.loads(Path(f"{out}.rank{r}.json").read_text())["cpu_s"] for r in range(nproc)]
     return [sum(v[i] for v in per_rank) for i in range(steps)]
 

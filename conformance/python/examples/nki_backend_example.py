@@ -49,8 +49,8 @@ def add_kernel(a, b, alpha, out_dtype):
     work = nl.int32 if _is_int(out_dtype) else out_dtype
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw], dtype=work)
-            y = nl.load(b[r0:r0 + rp, c0:c0 + cw], dtype=work)
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw], dtype=work)
+            y = nl.load(b[r0 : r0 + rp, c0 : c0 + cw], dtype=work)
             if out_dtype == nl.bool_:
                 z = nl.logical_or(x, y, dtype=out_dtype)
             elif _is_int(out_dtype):
@@ -61,7 +61,7 @@ def add_kernel(a, b, alpha, out_dtype):
                 z = nl.add(x, y, dtype=out_dtype)
             else:
                 z = nl.add(x, nl.multiply(y, alpha, dtype=nl.float32), dtype=out_dtype)
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=z)
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=z)
     return out
 
 
@@ -74,15 +74,15 @@ def mul_kernel(a, b, out_dtype):
     work = nl.int32 if _is_int(out_dtype) else out_dtype
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw], dtype=work)
-            y = nl.load(b[r0:r0 + rp, c0:c0 + cw], dtype=work)
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw], dtype=work)
+            y = nl.load(b[r0 : r0 + rp, c0 : c0 + cw], dtype=work)
             if out_dtype == nl.bool_:
                 z = nl.logical_and(x, y, dtype=out_dtype)
             elif _is_int(out_dtype):
                 z = nisa.tensor_tensor(x, y, op=nl.multiply, dtype=out_dtype, engine=nisa.gpsimd_engine)
             else:
                 z = nl.multiply(x, y, dtype=out_dtype)
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=z)
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=z)
     return out
 
 
@@ -93,8 +93,8 @@ def exp_kernel(a, out_dtype):
     out = nl.ndarray((rows, cols), dtype=out_dtype, buffer=nl.shared_hbm)
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=nl.exp(x, dtype=out_dtype))
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=nl.exp(x, dtype=out_dtype))
     return out
 
 
@@ -107,12 +107,12 @@ def relu_kernel(a):
     is_float = a.dtype in (nl.float32, nl.bfloat16, nl.float16)
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
             if is_float:
                 y = nl.relu(x, dtype=a.dtype)
             else:
                 y = nisa.tensor_scalar(x, op0=nl.maximum, operand0=0, dtype=a.dtype, engine=nisa.gpsimd_engine)
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=y)
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=y)
     return out
 
 
@@ -123,12 +123,12 @@ def gelu_kernel(a, approximate):
     out = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)
     for r0, rp in _tiles(rows, P):
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
             if approximate == "tanh":
                 y = nl.gelu_apprx_tanh(x, dtype=a.dtype)
             else:
                 y = nl.gelu(x, dtype=a.dtype)
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=y)
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=y)
     return out
 
 
@@ -136,7 +136,7 @@ def _row_max(a, r0, rp, cols):
     """Max over the columns of rows [r0, r0+rp), one column tile at a time: [rp, 1] fp32."""
     m = None
     for c0, cw in _tiles(cols, F):
-        x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+        x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
         part = nl.max(x, axis=1, keepdims=True, dtype=nl.float32)
         m = part if m is None else nl.maximum(m, part)
     return m
@@ -146,7 +146,7 @@ def _row_sum_exp(a, r0, rp, cols, neg_max):
     """Sum over the columns of exp(x - max), one column tile at a time: [rp, 1] fp32."""
     s = None
     for c0, cw in _tiles(cols, F):
-        x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+        x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
         e = nl.exp(nl.add(x, neg_max, dtype=nl.float32))
         part = nl.sum(e, axis=1, keepdims=True, dtype=nl.float32)
         s = part if s is None else nl.add(s, part)
@@ -163,9 +163,9 @@ def softmax_kernel(a):
         neg_max = nl.negative(_row_max(a, r0, rp, cols))
         inv_sum = nl.reciprocal(_row_sum_exp(a, r0, rp, cols, neg_max))
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
             e = nl.exp(nl.add(x, neg_max, dtype=nl.float32))
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=nl.multiply(e, inv_sum, dtype=a.dtype))
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=nl.multiply(e, inv_sum, dtype=a.dtype))
     return out
 
 
@@ -180,9 +180,9 @@ def log_softmax_kernel(a):
         total = nl.copy(_row_sum_exp(a, r0, rp, cols, neg_max), dtype=a.dtype)
         log_sum = nl.log(total, dtype=nl.float32)
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
             shifted = nl.add(x, neg_max, dtype=nl.float32)
-            nl.store(out[r0:r0 + rp, c0:c0 + cw], value=nl.subtract(shifted, log_sum, dtype=a.dtype))
+            nl.store(out[r0 : r0 + rp, c0 : c0 + cw], value=nl.subtract(shifted, log_sum, dtype=a.dtype))
     return out
 
 
@@ -199,7 +199,7 @@ def layer_norm_kernel(a, weight, bias, eps):
         # weight and bias: one row in HBM, broadcast across the tile's partitions
         w = None if weight is None else nl.broadcast_to(nl.load(weight), shape=(rp, n))
         b = None if bias is None else nl.broadcast_to(nl.load(bias), shape=(rp, n))
-        x = nl.load(a[r0:r0 + rp, 0:n], dtype=nl.float32)
+        x = nl.load(a[r0 : r0 + rp, 0:n], dtype=nl.float32)
         mean = nl.multiply(nl.sum(x, axis=1, keepdims=True), 1.0 / n)
         xc = nl.subtract(x, mean)
         var = nl.multiply(nl.sum(nl.multiply(xc, xc), axis=1, keepdims=True), 1.0 / n)
@@ -209,9 +209,9 @@ def layer_norm_kernel(a, weight, bias, eps):
             y = nl.multiply(y, w)
         if b is not None:
             y = nl.add(y, b)
-        nl.store(out[r0:r0 + rp, 0:n], value=nl.copy(y, dtype=a.dtype))
-        nl.store(mean_out[r0:r0 + rp, 0:1], value=nl.copy(mean, dtype=a.dtype))
-        nl.store(rstd_out[r0:r0 + rp, 0:1], value=nl.copy(rstd, dtype=a.dtype))
+        nl.store(out[r0 : r0 + rp, 0:n], value=nl.copy(y, dtype=a.dtype))
+        nl.store(mean_out[r0 : r0 + rp, 0:1], value=nl.copy(mean, dtype=a.dtype))
+        nl.store(rstd_out[r0 : r0 + rp, 0:1], value=nl.copy(rstd, dtype=a.dtype))
     return out, mean_out, rstd_out
 
 
@@ -222,10 +222,10 @@ def _matmul_into(out, lhsT, rhs, M, K, N, compute_dtype):
         for n0, nw in _tiles(N, nl.tile_size.gemm_moving_fmax):
             acc = nl.zeros((mp, nw), nl.float32, buffer=nl.psum)
             for k0, kp in _tiles(K, P):
-                lt = nl.load(lhsT[k0:k0 + kp, m0:m0 + mp], dtype=compute_dtype)
-                rt = nl.load(rhs[k0:k0 + kp, n0:n0 + nw], dtype=compute_dtype)
+                lt = nl.load(lhsT[k0 : k0 + kp, m0 : m0 + mp], dtype=compute_dtype)
+                rt = nl.load(rhs[k0 : k0 + kp, n0 : n0 + nw], dtype=compute_dtype)
                 acc += nl.matmul(lt, rt, transpose_x=True)
-            nl.store(out[m0:m0 + mp, n0:n0 + nw], value=nl.copy(acc, dtype=out.dtype))
+            nl.store(out[m0 : m0 + mp, n0 : n0 + nw], value=nl.copy(acc, dtype=out.dtype))
 
 
 def _compute_dtype(dt):
@@ -262,9 +262,9 @@ def sum_kernel(a, out_dtype):
     for r0, rp in _tiles(rows, P):
         acc = nl.zeros((rp, 1), dtype=nl.float32)
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw], dtype=nl.float32)
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw], dtype=nl.float32)
             acc = nl.add(acc, nl.sum(x, axis=1, keepdims=True))
-        nl.store(out[r0:r0 + rp, 0:1], value=nl.copy(acc, dtype=out_dtype))
+        nl.store(out[r0 : r0 + rp, 0:1], value=nl.copy(acc, dtype=out_dtype))
     return out
 
 
@@ -276,10 +276,10 @@ def amax_kernel(a):
     for r0, rp in _tiles(rows, P):
         m = None
         for c0, cw in _tiles(cols, F):
-            x = nl.load(a[r0:r0 + rp, c0:c0 + cw])
+            x = nl.load(a[r0 : r0 + rp, c0 : c0 + cw])
             part = nl.max(x, axis=1, keepdims=True)
             m = part if m is None else nl.maximum(m, part)
-        nl.store(out[r0:r0 + rp, 0:1], value=nl.copy(m, dtype=a.dtype))
+        nl.store(out[r0 : r0 + rp, 0:1], value=nl.copy(m, dtype=a.dtype))
     return out
 
 
@@ -431,7 +431,7 @@ def log_softmax(kernel, a, dim, half_to_float):
 
 def layer_norm(kernel, a, normalized_shape, weight, bias, eps):
     k = len(normalized_shape)
-    lead = a.shape[:a.ndim - k]
+    lead = a.shape[: a.ndim - k]
     stat_shape = tuple(lead) + (1,) * k
     n = int(np.prod(normalized_shape))
     rows = int(np.prod(lead))
@@ -440,8 +440,7 @@ def layer_norm(kernel, a, normalized_shape, weight, bias, eps):
     w = None if weight is None else np.ascontiguousarray(weight).reshape(1, n)
     b = None if bias is None else np.ascontiguousarray(bias).reshape(1, n)
     y, mean, rstd = kernel(np.ascontiguousarray(a).reshape(rows, n), w, b, float(eps))
-    return (np.asarray(y).reshape(a.shape), np.asarray(mean).reshape(stat_shape),
-            np.asarray(rstd).reshape(stat_shape))
+    return (np.asarray(y).reshape(a.shape), np.asarray(mean).reshape(stat_shape), np.asarray(rstd).reshape(stat_shape))
 
 
 def mm(kernel, a, b):
@@ -470,8 +469,7 @@ def _reduce_layout(a, dims, keepdim):
     nd = a.ndim
     dims = sorted({d % max(nd, 1) for d in dims}) if dims else list(range(nd))
     keep = [d for d in range(nd) if d not in dims]
-    out_shape = tuple(1 if d in dims else a.shape[d] for d in range(nd)) if keepdim else \
-        tuple(a.shape[d] for d in keep)
+    out_shape = tuple(1 if d in dims else a.shape[d] for d in range(nd)) if keepdim else tuple(a.shape[d] for d in keep)
     t = np.ascontiguousarray(np.transpose(a, keep + dims)) if nd else a
     rows = int(np.prod([a.shape[d] for d in keep]))
     cols = int(np.prod([a.shape[d] for d in dims]))

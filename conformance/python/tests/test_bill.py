@@ -50,22 +50,34 @@ def test_trn2_without_a_price_says_so_and_never_guesses():
 
 def test_price_file(tmp_path):
     f = tmp_path / "prices.json"
-    f.write_text(json.dumps({"prices": [{"instance": "trn2.48xlarge", "usd_per_hour": 36.0,
-                                          "region": "us-east-2", "date": "2026-11-30",
-                                          "source": "our contract"}]}))
+    f.write_text(
+        json.dumps(
+            {
+                "prices": [
+                    {
+                        "instance": "trn2.48xlarge",
+                        "usd_per_hour": 36.0,
+                        "region": "us-east-2",
+                        "date": "2026-11-30",
+                        "source": "our contract",
+                    }
+                ]
+            }
+        )
+    )
     b = B.bill(2.0, instance="trn2.48xlarge", ranks=128, price_file=str(f))
     assert b["instances"] == 2
     assert b["usd_per_step"] == pytest.approx(2.0 * 2 * 36.0 / 3600)
     assert "our contract" in b["price"]["source"]
-    f.write_text(json.dumps({"prices": [{"instance": "x", "usd_per_hour": -1, "region": "r",
-                                          "date": "d", "source": "s"}]}))
+    f.write_text(
+        json.dumps({"prices": [{"instance": "x", "usd_per_hour": -1, "region": "r", "date": "d", "source": "s"}]})
+    )
     with pytest.raises(ValueError, match="positive"):
         B.bill(1.0, instance="trn2.48xlarge", price_file=str(f))
 
 
 def test_gpu_comparison_uses_the_measured_step_time():
-    b = B.bill(0.5, instance="trn1.32xlarge", ranks=32,
-               gpu={"instance": "p5.48xlarge", "step_time_s": 0.2, "ranks": 8})
+    b = B.bill(0.5, instance="trn1.32xlarge", ranks=32, gpu={"instance": "p5.48xlarge", "step_time_s": 0.2, "ranks": 8})
     trn = 0.5 * 21.50 / 3600
     gpu = 0.2 * 55.04 / 3600
     assert b["gpu"]["usd_per_step"] == pytest.approx(gpu)
@@ -73,13 +85,16 @@ def test_gpu_comparison_uses_the_measured_step_time():
     assert b["trainium_to_gpu_cost_ratio"] == pytest.approx(trn / gpu)
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"instance": "trn9.huge"}, "unknown instance"),
-    ({"instance": "trn1.32xlarge", "ranks": 0}, "ranks"),
-    ({"instance": "trn1.32xlarge", "ranks": 2.5}, "ranks"),
-    ({"instance": "trn1.32xlarge", "steps": -1}, "steps"),
-    ({"instance": "trn1.32xlarge", "gpu": {"instance": "p5.48xlarge"}}, "gpu="),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"instance": "trn9.huge"}, "unknown instance"),
+        ({"instance": "trn1.32xlarge", "ranks": 0}, "ranks"),
+        ({"instance": "trn1.32xlarge", "ranks": 2.5}, "ranks"),
+        ({"instance": "trn1.32xlarge", "steps": -1}, "steps"),
+        ({"instance": "trn1.32xlarge", "gpu": {"instance": "p5.48xlarge"}}, "gpu="),
+    ],
+)
 def test_bad_arguments_are_clear_errors(kw, msg):
     with pytest.raises(ValueError, match=msg):
         B.bill(1.0, **kw)

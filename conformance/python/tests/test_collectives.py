@@ -131,7 +131,7 @@ def test_reduce_scatter_uneven_and_empty(algorithm):
         off = np.cumsum([0] + counts)
         for r, o in enumerate(outs):
             assert o.shape == (counts[r],)
-            np.testing.assert_allclose(o, total[off[r]:off[r + 1]], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(o, total[off[r] : off[r + 1]], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("algorithm", cc.ALGORITHMS)
@@ -148,7 +148,7 @@ def test_gathers_broadcast_reduce_all_to_all(algorithm):
         ins = [np.arange(sum(sc[r]), dtype=np.float32) + 100 * r for r in range(n_ranks)]
         outs = cc.simulate("all_to_all", ins, send_counts=sc)
         for d in range(n_ranks):
-            parts = [ins[r][sum(sc[r][:d]):sum(sc[r][:d]) + sc[r][d]] for r in range(n_ranks)]
+            parts = [ins[r][sum(sc[r][:d]) : sum(sc[r][:d]) + sc[r][d]] for r in range(n_ranks)]
             assert np.array_equal(outs[d], np.concatenate(parts))
 
 

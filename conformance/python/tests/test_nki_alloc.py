@@ -84,7 +84,7 @@ def test_a_tile_read_after_a_loop_keeps_its_bytes_through_every_iteration():
         acc = acc + b[i]
     np.testing.assert_array_equal(carried_across_the_back_edge(a, b), acc + ref)
     prog = trnsim.nki.last_run().program
-    (_, _, first), = chip_aps(prog, line_of("carried"), "dst")
+    ((_, _, first),) = chip_aps(prog, line_of("carried"), "dst")
     for _, _, t in chip_aps(prog, line_of("loop-tile"), "dst"):
         assert t["offset"] + 2048 <= first["offset"] or first["offset"] + 2048 <= t["offset"]
 
@@ -112,7 +112,7 @@ def too_much_live_at_once(a):
     big = [nl.load(a) for _ in range(16)]  # big-tiles
     small = [nl.exp(t[:, 0:1024]) for t in big]  # small-tiles
     for t in big + small:
-        nl.store(out[:, 0:t.shape[1]], t)
+        nl.store(out[:, 0 : t.shape[1]], t)
     return out
 
 
@@ -159,7 +159,7 @@ def test_ndarray_address_places_the_tile_and_automatic_tiles_go_around_it():
     prog = trnsim.nki.last_run().program
     loads = [ap for _, k, ap in chip_aps(prog) if k == "dst" and ap["mem"] == "sbuf"]
     assert loads[0]["offset"] == 4096  # the load was written straight into t
-    (_, _, u), = chip_aps(prog, line_of("auto"), "dst")
+    ((_, _, u),) = chip_aps(prog, line_of("auto"), "dst")
     assert u["offset"] + 1024 <= 4096 or u["offset"] >= 4096 + 1024
 
 
@@ -167,8 +167,11 @@ def test_ndarray_address_places_the_tile_and_automatic_tiles_go_around_it():
 def sbuf_alloc_func(a):
     n = a.shape[0]
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-    buf = nl.ndarray((n, nl.par_dim(128), 256), a.dtype,
-                     buffer=ncc.sbuf.alloc(lambda idx, pdim, fbytes: (0, 65536 - (idx[0] + 1) * fbytes)))
+    buf = nl.ndarray(
+        (n, nl.par_dim(128), 256),
+        a.dtype,
+        buffer=ncc.sbuf.alloc(lambda idx, pdim, fbytes: (0, 65536 - (idx[0] + 1) * fbytes)),
+    )
     for i in nl.affine_range(n):
         buf[i] = nl.load(a[i])
     for i in nl.affine_range(n):
@@ -188,8 +191,9 @@ def test_ncc_sbuf_alloc_puts_each_block_where_the_function_says():
 def sbuf_mod_alloc(a):
     n = a.shape[0]
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-    buf = nl.ndarray((n, nl.par_dim(128), 512), nl.bfloat16, buffer=ncc.sbuf.mod_alloc(base_addr=2048,
-                                                                                        num_free_tiles=(2,)))
+    buf = nl.ndarray(
+        (n, nl.par_dim(128), 512), nl.bfloat16, buffer=ncc.sbuf.mod_alloc(base_addr=2048, num_free_tiles=(2,))
+    )
     for i in nl.affine_range(n):
         buf[i] = nl.load(a[i])
         nl.store(out[i], buf[i])
@@ -198,6 +202,7 @@ def sbuf_mod_alloc(a):
 
 def test_ncc_sbuf_mod_alloc_rotates_blocks():
     import ml_dtypes
+
     a = (np.arange(4 * 128 * 512) % 251).astype(ml_dtypes.bfloat16).reshape(4, 128, 512)
     np.testing.assert_array_equal(sbuf_mod_alloc(a), a)
     prog = trnsim.nki.last_run().program
@@ -209,10 +214,10 @@ def test_ncc_sbuf_mod_alloc_rotates_blocks():
 def psum_alloc_and_mod_alloc(a, b):
     out = nl.ndarray((2, 128, 512), nl.float32, buffer=nl.shared_hbm)
     at, bt = nl.load(a), nl.load(b)
-    p = nl.ndarray((2, nl.par_dim(128), 512), nl.float32,
-                   buffer=ncc.psum.alloc(lambda idx, pdim, fbytes: (7 - idx[0], 0, 0)))
-    q = nl.ndarray((2, nl.par_dim(128), 512), nl.float32,
-                   buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(2,)))
+    p = nl.ndarray(
+        (2, nl.par_dim(128), 512), nl.float32, buffer=ncc.psum.alloc(lambda idx, pdim, fbytes: (7 - idx[0], 0, 0))
+    )
+    q = nl.ndarray((2, nl.par_dim(128), 512), nl.float32, buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(2,)))
     for i in nl.affine_range(2):
         p[i] = nl.matmul(at, bt, transpose_x=True)
         q[i] = nl.matmul(at, bt, transpose_x=True)
@@ -313,10 +318,10 @@ def test_reused_bytes_are_ordered_by_infer_waits_and_a_missing_wait_is_a_race():
     np.testing.assert_array_equal(got[1], b)
     kr = trnsim.nki.last_run()
     prog = kr.program
-    (_, _, x), = chip_aps(prog, line_of("first-tile"), "dst")
-    (iz, _, z), = chip_aps(prog, line_of("reuser"), "dst")
+    ((_, _, x),) = chip_aps(prog, line_of("first-tile"), "dst")
+    ((iz, _, z),) = chip_aps(prog, line_of("reuser"), "dst")
     assert z["offset"] == x["offset"]  # z reuses x's bytes once the exp has read them
-    (ie, _, _), = chip_aps(prog, line_of("exp-reads"), "src")  # ScalarE reads x: its last use
+    ((ie, _, _),) = chip_aps(prog, line_of("exp-reads"), "src")  # ScalarE reads x: its last use
     p = trnsim.Program.from_json(json.dumps(prog))
     p.infer_waits()
     waited = json.loads(p.to_json())
@@ -336,6 +341,7 @@ def test_reused_bytes_are_ordered_by_infer_waits_and_a_missing_wait_is_a_race():
 
 def _attention_inputs(s, d=128, seed=3):
     import ml_dtypes
+
     r = np.random.default_rng(seed)
     return [r.standard_normal((s, d)).astype(ml_dtypes.bfloat16) for _ in range(4)]
 
@@ -346,7 +352,7 @@ def _close(got, ref):
     bytes another tile overwrote would be off by the output's own size."""
     ref = np.asarray(ref, np.float64)
     err = np.abs(np.asarray(got, np.float64) - ref).max()
-    assert err <= 2.0 ** -6 * np.abs(ref).max(), (err, np.abs(ref).max())
+    assert err <= 2.0**-6 * np.abs(ref).max(), (err, np.abs(ref).max())
 
 
 def _fits(allocation):
@@ -395,9 +401,9 @@ def test_current_nki_ndarray_address_on_trn2():
     np.testing.assert_array_equal(nki_current.simulate(k)(a), a)
     prog = trnsim.nki.last_run().program
     assert prog["target"] == "trn2"
-    (_, _, t), = chip_aps(prog, None, "dst")[:1]
+    ((_, _, t),) = chip_aps(prog, None, "dst")[:1]
     assert t["offset"] == 8192
-    (_, _, u), = [x for x in chip_aps(prog) if x[1] == "dst"][1:2]
+    ((_, _, u),) = [x for x in chip_aps(prog) if x[1] == "dst"][1:2]
     assert u["offset"] + 256 <= 8192 or u["offset"] >= 8192 + 256
 
 
@@ -406,7 +412,7 @@ def accumulate_into_fresh_psum(a, b):
     out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((nl.par_dim(128), 512), nl.float32, buffer=ncc.psum.mod_alloc(base_bank=3))
     for kk in nl.affine_range(a.shape[0] // 128):
-        acc += nisa.nc_matmul(nl.load(a[kk * 128:(kk + 1) * 128, :]), nl.load(b[kk * 128:(kk + 1) * 128, :]))
+        acc += nisa.nc_matmul(nl.load(a[kk * 128 : (kk + 1) * 128, :]), nl.load(b[kk * 128 : (kk + 1) * 128, :]))
     nl.store(out, nl.copy(acc))
     return out
 
@@ -417,7 +423,8 @@ def test_the_first_matmul_accumulated_into_unwritten_psum_overwrites_it():
     r = np.random.default_rng(4)
     a, b = r.standard_normal((384, 128), np.float32), r.standard_normal((384, 512), np.float32)
     np.testing.assert_allclose(accumulate_into_fresh_psum(a, b), a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
-    mms = [next(iter(i["op"].values())) for i in trnsim.nki.last_run().program["instructions"]
-           if "nc_matmul" in i["op"]]
+    mms = [
+        next(iter(i["op"].values())) for i in trnsim.nki.last_run().program["instructions"] if "nc_matmul" in i["op"]
+    ]
     assert [m.get("accumulate", False) for m in mms] == [False, True, True]
     assert all(m["dst"]["offset"] == 3 * 2048 for m in mms)

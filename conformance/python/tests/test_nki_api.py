@@ -49,14 +49,30 @@ def test_call_styles():
     np.testing.assert_array_equal(nki.simulate_kernel(nki.jit(copy_kernel), x), x)
 
 
-@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3, ml_dtypes.float8_e4m3fn,
-                                   ml_dtypes.float8_e5m2, np.float16, np.int8, np.uint16, np.int32])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3,
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e5m2,
+        np.float16,
+        np.int8,
+        np.uint16,
+        np.int32,
+    ],
+)
 def test_dtypes_round_trip_bit_exactly(dtype):
     bits = np.random.default_rng(0).integers(0, 256, (128, 64), dtype=np.uint8)
-    x = bits.view(np.dtype(dtype)) if np.dtype(dtype).itemsize == 1 else (
-        np.random.default_rng(1).integers(0, 2 ** 16, (128, 64)).astype(np.uint16).view(np.dtype(dtype))
-        if np.dtype(dtype).itemsize == 2 else np.random.default_rng(2).integers(-2 ** 31, 2 ** 31, (128, 64),
-                                                                               dtype=np.int64).astype(np.int32))
+    x = (
+        bits.view(np.dtype(dtype))
+        if np.dtype(dtype).itemsize == 1
+        else (
+            np.random.default_rng(1).integers(0, 2**16, (128, 64)).astype(np.uint16).view(np.dtype(dtype))
+            if np.dtype(dtype).itemsize == 2
+            else np.random.default_rng(2).integers(-(2**31), 2**31, (128, 64), dtype=np.int64).astype(np.int32)
+        )
+    )
     got = nki.jit(copy_kernel)(x)
     assert got.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8))

@@ -51,13 +51,12 @@ def test_gather_scatter_permute_and_rank_id():
         assert ncc.rank_id() in range(4)
         return g, rs, pm, mx
 
-    xs = [np.full((8, 4), float(r + 1), np.float32) + np.arange(32, dtype=np.float32).reshape(8, 4)
-          for r in range(4)]
+    xs = [np.full((8, 4), float(r + 1), np.float32) + np.arange(32, dtype=np.float32).reshape(8, 4) for r in range(4)]
     outs = ncc.launch(k, 4)([(x,) for x in xs])
     total = np.sum(xs, axis=0)
     for r, (g, rs, pm, mx) in enumerate(outs):
         assert np.array_equal(g, np.concatenate(xs))
-        assert np.array_equal(rs, total[2 * r:2 * r + 2])
+        assert np.array_equal(rs, total[2 * r : 2 * r + 2])
         assert np.array_equal(pm, xs[(r - 1) % 4])
         assert np.array_equal(mx, np.max(xs, axis=0))
 
@@ -91,7 +90,7 @@ def test_all_to_all_exchanges_row_chunks():
     xs = [np.arange(32, dtype=np.float32).reshape(8, 4) + 100 * r for r in range(4)]
     outs = ncc.launch(k, 4)([(x,) for x in xs])
     for r, out in enumerate(outs):
-        want = np.concatenate([xs[i][2 * r:2 * r + 2] for i in range(4)])
+        want = np.concatenate([xs[i][2 * r : 2 * r + 2] for i in range(4)])
         assert np.array_equal(out, want), r
 
 
@@ -110,5 +109,5 @@ def test_all_to_all_v_with_uneven_send_counts():
         parts = []
         for r in range(4):
             start = sum(counts[r][:j])
-            parts.append(xs[r].reshape(-1)[start:start + counts[r][j]])
+            parts.append(xs[r].reshape(-1)[start : start + counts[r][j]])
         assert np.array_equal(out.reshape(-1), np.concatenate(parts)), j

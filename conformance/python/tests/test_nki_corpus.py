@@ -67,8 +67,7 @@ def _mm_ref(a_t, b):
 def test_matmul_basic(seed):
     r = rng(seed)
     a_t, b = r.standard_normal((128, 64), np.float32), r.standard_normal((128, 512), np.float32)
-    np.testing.assert_allclose(nki.simulate_kernel(matmul.matmul_basic, a_t, b), _mm_ref(a_t, b), rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(nki.simulate_kernel(matmul.matmul_basic, a_t, b), _mm_ref(a_t, b), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kernel", [matmul.matmul_tiled, matmul.matmul_hoisted], ids=["tiled", "hoisted"])
@@ -119,7 +118,7 @@ def test_rmsnorm(n):
     r = rng(n)
     x, w = r.standard_normal((n, 256), np.float32), r.random((256,), np.float32)
     xd = x.astype(np.float64)
-    want = xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-6) * w
+    want = xd / np.sqrt((xd**2).mean(1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(norms.rmsnorm(x, w), want, rtol=1e-4, atol=1e-5)
 
 

@@ -25,6 +25,7 @@ def cur():
     import nki
     import nki.isa as nisa
     import nki.language as nl
+
     yield nki, nl, nisa
     for name in ("nki", "nki.language", "nki.isa", "nki.typing", "nki.isa.constants"):
         sys.modules.pop(name, None)
@@ -54,10 +55,10 @@ def test_tensor_add_lnc2(cur):
             r = base + t * 128
             ta = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
             tb = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=ta, src=a[r:r + 128, :])
-            nisa.dma_copy(dst=tb, src=b[r:r + 128, :])
+            nisa.dma_copy(dst=ta, src=a[r : r + 128, :])
+            nisa.dma_copy(dst=tb, src=b[r : r + 128, :])
             nisa.tensor_tensor(dst=ta, data1=ta, data2=tb, op=nl.add)
-            nisa.dma_copy(dst=out[r:r + 128, :], src=ta)
+            nisa.dma_copy(dst=out[r : r + 128, :], src=ta)
         return out
 
     r = np.random.default_rng(10)
@@ -70,13 +71,14 @@ def test_tensor_add_lnc2(cur):
 def test_tensor_add_legacy_spmd():
     import neuronxcc.nki as legacy
     import neuronxcc.nki.language as lnl
+
     trnsim.nki.install()
 
     @legacy.jit
     def tensor_add(a, b):
         out = lnl.ndarray(a.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
         r = lnl.program_id(0) * 128
-        lnl.store(out[r:r + 128, :], lnl.add(lnl.load(a[r:r + 128, :]), lnl.load(b[r:r + 128, :])))
+        lnl.store(out[r : r + 128, :], lnl.add(lnl.load(a[r : r + 128, :]), lnl.load(b[r : r + 128, :])))
         return out
 
     r = np.random.default_rng(10)
@@ -100,13 +102,14 @@ def _tiled_matmul(nki, nl, nisa):
                 for ki in range(k // 128):
                     a = nl.ndarray((128, 128), dtype=lhs_t.dtype, buffer=nl.sbuf)
                     b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=a, src=lhs_t[ki * 128:(ki + 1) * 128, mi * 128:(mi + 1) * 128])
-                    nisa.dma_copy(dst=b, src=rhs[ki * 128:(ki + 1) * 128, ni * 512:(ni + 1) * 512])
+                    nisa.dma_copy(dst=a, src=lhs_t[ki * 128 : (ki + 1) * 128, mi * 128 : (mi + 1) * 128])
+                    nisa.dma_copy(dst=b, src=rhs[ki * 128 : (ki + 1) * 128, ni * 512 : (ni + 1) * 512])
                     nisa.nc_matmul(dst=acc, stationary=a, moving=b)
                 res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=res, src=acc)
-                nisa.dma_copy(dst=out[mi * 128:(mi + 1) * 128, ni * 512:(ni + 1) * 512], src=res)
+                nisa.dma_copy(dst=out[mi * 128 : (mi + 1) * 128, ni * 512 : (ni + 1) * 512], src=res)
         return out
+
     return matmul
 
 
@@ -124,6 +127,7 @@ def test_tiled_matmul_psum_accumulation(cur):
 def test_tiled_matmul_legacy():
     import neuronxcc.nki as legacy
     import neuronxcc.nki.language as lnl
+
     trnsim.nki.install()
 
     @legacy.jit
@@ -133,8 +137,11 @@ def test_tiled_matmul_legacy():
         out = lnl.ndarray((m, n), dtype=lnl.float32, buffer=lnl.shared_hbm)
         acc = lnl.zeros((m, n), dtype=lnl.float32, buffer=lnl.psum)
         for ki in lnl.affine_range(k // 128):
-            acc += lnl.matmul(lnl.load(lhs_t[ki * 128:(ki + 1) * 128, :]), lnl.load(rhs[ki * 128:(ki + 1) * 128, :]),
-                              transpose_x=True)
+            acc += lnl.matmul(
+                lnl.load(lhs_t[ki * 128 : (ki + 1) * 128, :]),
+                lnl.load(rhs[ki * 128 : (ki + 1) * 128, :]),
+                transpose_x=True,
+            )
         lnl.store(out, acc)
         return out
 
@@ -174,11 +181,11 @@ def test_rmsnorm_qkv_projection(cur):
         acc = nl.ndarray((128, nqkv), dtype=nl.float32, buffer=nl.psum)
         for c in range(h // 128):
             yt_ps = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.psum)
-            nisa.nc_transpose(dst=yt_ps, data=yb[:, c * 128:(c + 1) * 128])
+            nisa.nc_transpose(dst=yt_ps, data=yb[:, c * 128 : (c + 1) * 128])
             yt = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
             nisa.tensor_copy(dst=yt, src=yt_ps)
             w = nl.ndarray((128, nqkv), dtype=w_qkv.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=w, src=w_qkv[c * 128:(c + 1) * 128, :])
+            nisa.dma_copy(dst=w, src=w_qkv[c * 128 : (c + 1) * 128, :])
             nisa.nc_matmul(acc, yt, w)
         res = nl.ndarray((128, nqkv), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=res, src=acc)
@@ -218,7 +225,7 @@ def _flash_fwd(nki, nl, nisa):
                 kt = nl.ndarray((d, 128), dtype=k.dtype, buffer=nl.sbuf)
                 nisa.dma_copy(dst=kt, src=k.ap(pattern=[[1, d], [d, 128]], offset=kj * 128 * d))
                 vt = nl.ndarray((128, d), dtype=v.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=vt, src=v[kj * 128:(kj + 1) * 128, :])
+                nisa.dma_copy(dst=vt, src=v[kj * 128 : (kj + 1) * 128, :])
                 sc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=sc, stationary=qt, moving=kt)  # q @ k.T for this tile pair
                 mx = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -233,8 +240,7 @@ def _flash_fwd(nki, nl, nisa):
                 nisa.tensor_scalar(dst=neg, data=m_new, op0=nl.multiply, operand0=-scale)
                 p = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
                 rows = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=p, op=nl.exp, data=sc, bias=neg, scale=scale, reduce_op=nl.add,
-                                reduce_res=rows)
+                nisa.activation(dst=p, op=nl.exp, data=sc, bias=neg, scale=scale, reduce_op=nl.add, reduce_res=rows)
                 nisa.tensor_scalar(dst=l_sum, data=l_sum, op0=nl.multiply, operand0=corr)
                 nisa.tensor_tensor(dst=l_sum, data1=l_sum, data2=rows, op=nl.add)
                 pt_ps = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.psum)
@@ -249,8 +255,9 @@ def _flash_fwd(nki, nl, nisa):
             inv = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.reciprocal(dst=inv, data=l_sum)
             nisa.tensor_scalar(dst=o, data=o, op0=nl.multiply, operand0=inv)
-            nisa.dma_copy(dst=out[qi * 128:(qi + 1) * 128, :], src=o)
+            nisa.dma_copy(dst=out[qi * 128 : (qi + 1) * 128, :], src=o)
         return out
+
     return flash_fwd
 
 
@@ -325,14 +332,18 @@ def test_paged_kv_gather(cur):
 # blocked by other branches
 
 
-@pytest.mark.skip(reason="needs nisa.quantize_mx, nisa.nc_matmul_mx, the MX / _x4 dtypes and a trn3 target in the "
-                         "simulator (the gen branch, not yet in main)")
+@pytest.mark.skip(
+    reason="needs nisa.quantize_mx, nisa.nc_matmul_mx, the MX / _x4 dtypes and a trn3 target in the "
+    "simulator (the gen branch, not yet in main)"
+)
 def test_mxfp8_matmul_with_quantize_mx_on_trn3():
     pass
 
 
-@pytest.mark.skip(reason="needs TensorE's double_row FP8 perf mode in the simulator (the gen branch, not yet in main); "
-                         "until then nc_matmul(perf_mode=) is refused")
+@pytest.mark.skip(
+    reason="needs TensorE's double_row FP8 perf mode in the simulator (the gen branch, not yet in main); "
+    "until then nc_matmul(perf_mode=) is refused"
+)
 def test_double_row_fp8_matmul_on_trn2():
     pass
 
@@ -342,7 +353,9 @@ def test_topk():
     pass
 
 
-@pytest.mark.skip(reason="needs the two-core LNC=2 simulation with sendrecv (the relsim branch, not yet in main); "
-                         "until then nisa.sendrecv is refused")
+@pytest.mark.skip(
+    reason="needs the two-core LNC=2 simulation with sendrecv (the relsim branch, not yet in main); "
+    "until then nisa.sendrecv is refused"
+)
 def test_lnc2_sendrecv_exchange():
     pass

@@ -25,8 +25,8 @@ def test_current_namespace_dst_first_matmul_on_trn2():
             for kt in nl.affine_range(k // 128):
                 a = nl.ndarray((128, m), dtype=lhs_t.dtype, buffer=nl.sbuf)
                 b = nl.ndarray((128, n), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=a, src=lhs_t[kt * 128:(kt + 1) * 128, :])
-                nisa.dma_copy(dst=b, src=rhs[kt * 128:(kt + 1) * 128, :])
+                nisa.dma_copy(dst=a, src=lhs_t[kt * 128 : (kt + 1) * 128, :])
+                nisa.dma_copy(dst=b, src=rhs[kt * 128 : (kt + 1) * 128, :])
                 nisa.nc_matmul(acc, a, b)
             res = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res, src=acc)
@@ -60,6 +60,7 @@ def current_nki():
     trnsim.nki.install(current=True)
     try:
         import nki
+
         yield nki
     finally:
         for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
@@ -97,8 +98,11 @@ def test_current_rng_writes_truncated_raw_bits_on_nc_v2(current_nki):
     w32 = _bits_kernel(nisa_cur, nl.uint32)(seed)
     prog = trnsim.nki.last_run().program
     assert prog["target"] == "trn1"
-    assert [(i["engine"], next(iter(i["op"]))) for i in prog["instructions"]
-            if next(iter(i["op"])) in ("rng", "set_rng_seed")] == [("vector", "set_rng_seed"), ("vector", "rng")]
+    assert [
+        (i["engine"], next(iter(i["op"])))
+        for i in prog["instructions"]
+        if next(iter(i["op"])) in ("rng", "set_rng_seed")
+    ] == [("vector", "set_rng_seed"), ("vector", "rng")]
     assert w32.dtype == np.uint32 and len(np.unique(w32)) > 128 * 48 - 8  # 32 random bits, no repeats to speak of
     assert np.array_equal(_bits_kernel(nisa_cur, nl.uint32)(seed), w32)  # same seed, same bits
     assert not np.array_equal(_bits_kernel(nisa_cur, nl.uint32)(seed + 1), w32)
@@ -118,7 +122,7 @@ def test_current_rng_writes_truncated_raw_bits_on_nc_v2(current_nki):
         nl.store(out, nl.rand((128, 48), dtype=nl.float32))
         return out
 
-    np.testing.assert_array_equal(uniform(seed), (w32 >> 8).astype(np.float64) * 2.0 ** -24)
+    np.testing.assert_array_equal(uniform(seed), (w32 >> 8).astype(np.float64) * 2.0**-24)
 
 
 def test_current_rng_and_set_rng_seed_check_their_documented_constraints(current_nki):
@@ -145,6 +149,7 @@ def test_current_rng_and_set_rng_seed_check_their_documented_constraints(current
                 nisa_cur.tensor_copy(dst=s, src=t)
                 return s
             return t
+
         return body
 
     run(rng_into(nl.int32, nl.psum))  # PSUM is allowed
@@ -163,6 +168,7 @@ def test_current_rng_and_set_rng_seed_check_their_documented_constraints(current
             nisa_cur.memset(dst=s, value=7)
             nisa_cur.set_rng_seed(s)
             return rng_into(nl.int32)(x)
+
         return body
 
     run(seeded((1, 1), nl.uint32))

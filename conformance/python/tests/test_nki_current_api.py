@@ -22,6 +22,7 @@ def cur():
     import nki
     import nki.isa as nisa
     import nki.language as nl
+
     yield nki, nl, nisa
     for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
         sys.modules.pop(name, None)
@@ -34,6 +35,7 @@ def _copy_kernel(nki, nl, nisa):
         nisa.dma_copy(dst=t, src=x)
         nisa.dma_copy(dst=out, src=t)
         return out
+
     return copy
 
 
@@ -65,6 +67,7 @@ def test_current_jit_platform_target_is_an_error(cur):
 
 def test_legacy_platform_target_selects_and_no_name_falls_back_to_trn1(monkeypatch):
     import trnsim.nki.language as nl
+
     monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
 
     def copy(x):
@@ -102,11 +105,12 @@ def _lnc_add(nki, nl, nisa):
             r0 = c * rows + i * 128
             ta = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
             tb = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=ta, src=a[r0:r0 + 128, :])
-            nisa.dma_copy(dst=tb, src=b[r0:r0 + 128, :])
+            nisa.dma_copy(dst=ta, src=a[r0 : r0 + 128, :])
+            nisa.dma_copy(dst=tb, src=b[r0 : r0 + 128, :])
             nisa.tensor_tensor(dst=ta, data1=ta, data2=tb, op=nl.add)
-            nisa.dma_copy(dst=out[r0:r0 + 128, :], src=ta)
+            nisa.dma_copy(dst=out[r0 : r0 + 128, :], src=ta)
         return out
+
     return add
 
 
@@ -127,8 +131,11 @@ def test_lnc_from_neuron_logical_nc_config(cur, monkeypatch):
     a = np.ones((256, 8), np.float32)
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
     np.testing.assert_array_equal(add(a, a), a + a)
-    dma_dsts = [i["op"]["dma_copy"]["dst"] for i in trnsim.nki.last_run().program["instructions"]
-                if "dma_copy" in i["op"] and "hbm" in i["op"]["dma_copy"]["dst"]["mem"]]
+    dma_dsts = [
+        i["op"]["dma_copy"]["dst"]
+        for i in trnsim.nki.last_run().program["instructions"]
+        if "dma_copy" in i["op"] and "hbm" in i["op"]["dma_copy"]["dst"]["mem"]
+    ]
     assert len(dma_dsts) == 2  # one 128-row store per core
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "4")
     with pytest.raises(NkiError, match="the LNC degree is 1 or 2"):
@@ -336,7 +343,7 @@ def test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike(cur):
             t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
 
             def body(j):
-                nisa.dma_copy(dst=t, src=x[:, j * 8:(j + 1) * 8])
+                nisa.dma_copy(dst=t, src=x[:, j * 8 : (j + 1) * 8])
                 part = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=part, data=t, op=nl.add, axis=1)
                 nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
@@ -349,6 +356,7 @@ def test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike(cur):
             out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
             nisa.dma_copy(dst=out, src=acc)
             return out
+
         return colsum
 
     x = np.random.default_rng(2).integers(-8, 8, (128, 32)).astype(np.float32)
@@ -371,6 +379,7 @@ def test_install_provides_both_namespaces():
         import neuronxcc.nki.language as legacy_nl
         import nki
         import nki.language as nl
+
         assert nki.jit is not trnsim.nki.jit and nl.fori_loop
         assert not hasattr(legacy_nl, "fori_loop")  # the legacy surface stays the legacy one
     finally:
@@ -405,6 +414,7 @@ def test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask(cur):
             nisa.dma_copy(dst=a, src=x)
             call(a)
             return a
+
         return k
 
     with pytest.raises(NkiError, match=r"nisa.tensor_copy\(dtype=...\): the current NKI has no dtype="):
@@ -419,6 +429,7 @@ def test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask(cur):
 
 def test_refusals_kept_on_purpose_say_what_aws_does_instead(cur):
     import trnsim
+
     nki, nl, nisa = cur
 
     @nki.jit
@@ -469,6 +480,7 @@ def test_nc_n_gather_takes_flattened_free_elements(cur):
 def test_torch_tensors_on_the_trnsim_device_come_back_there(cur):
     torch = pytest.importorskip("torch")
     import trnsim.torch
+
     trnsim.torch.register()
     nki, nl, nisa = cur
 
@@ -485,3 +497,151 @@ def test_torch_tensors_on_the_trnsim_device_come_back_there(cur):
     y = double(x)
     assert y.device.type == "trnsim"
     assert torch.equal(y.cpu(), x.cpu() * 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# what AWS's current attention tutorial (v10) needs: nc_matmul(accumulate=), a PSUM tensor over
+# several banks, nl.NKIObject, nl.no_reorder
+
+
+def _mm_ops(prog):
+    return [next(iter(i["op"].values())) for i in prog["instructions"] if "nc_matmul" in i["op"]]
+
+
+def test_matmul_accumulate_false_overwrites_and_true_adds(cur):
+    """`accumulate=False` starts a group (overwrites what PSUM holds), `True` adds to it; a second
+    group into the same PSUM tile after a first one must not keep the first one's sum."""
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def two_groups(a, b, c):
+        out = nl.ndarray((2, 128, 512), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+        for g, src in enumerate((a, c)):
+            for kk in range(2):
+                x = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+                y = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=x, src=src[kk * 128 : (kk + 1) * 128, :])
+                nisa.dma_copy(dst=y, src=b[kk * 128 : (kk + 1) * 128, :])
+                nisa.nc_matmul(dst=acc, stationary=x, moving=y, accumulate=kk != 0)
+            s = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=s, src=acc)
+            nisa.dma_copy(dst=out[g], src=s)
+        return out
+
+    r = np.random.default_rng(11)
+    a, c = (r.standard_normal((256, 128)).astype(np.float32) for _ in range(2))
+    b = r.standard_normal((256, 512)).astype(np.float32)
+    got = nki.simulate(two_groups)(a, b, c)
+    for g, src in enumerate((a, c)):
+        np.testing.assert_allclose(got[g], src.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    assert [m.get("accumulate", False) for m in _mm_ops(trnsim.nki.last_run().program)] == [False, True] * 2
+
+
+def test_matmul_accumulate_true_into_unwritten_psum_is_an_error(cur):
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        acc = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=x, moving=x, accumulate=True)
+        s = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=acc)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    with pytest.raises(NkiError, match=r"accumulate=True\) into PSUM elements that nothing has written"):
+        nki.simulate(k)(np.ones((128, 128), np.float32))
+
+
+def _banked(nki, nl, nisa, *, width, step, address=None):
+    """One PSUM tensor [128, width] fp32 (several banks when width > 512), each matmul writing the
+    `step`-wide slice at column j*step."""
+
+    @nki.jit
+    def k(a, b):
+        n = width // step
+        out = nl.ndarray((128, width), nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        y = nl.ndarray((128, width), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=y, src=b)
+        kw = {} if address is None else {"address": address}
+        ps = nl.ndarray((128, width), nl.float32, buffer=nl.psum, **kw)
+        for j in range(n):
+            nisa.nc_matmul(dst=ps[:, nl.ds(j * step, step)], stationary=x, moving=y[:, nl.ds(j * step, step)])
+        s = nl.ndarray((128, width), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=ps)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize("address", [None, (0, 2 * 2048)])
+def test_a_psum_tensor_may_span_banks_when_each_matmul_stays_in_one(cur, address):
+    nki, nl, nisa = cur
+    r = np.random.default_rng(12)
+    a = r.standard_normal((128, 128)).astype(np.float32)
+    b = r.standard_normal((128, 3 * 512)).astype(np.float32)
+    got = nki.simulate(_banked(nki, nl, nisa, width=3 * 512, step=512, address=address))(a, b)
+    np.testing.assert_allclose(got, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    offs = [m["dst"]["offset"] for m in _mm_ops(trnsim.nki.last_run().program)]
+    base = offs[0]
+    assert base % 2048 == 0 and offs == [base + j * 2048 for j in range(3)]
+    if address is not None:
+        assert base == 2 * 2048
+
+
+def test_a_matmul_slice_across_a_psum_bank_is_refused(cur):
+    nki, nl, nisa = cur
+    r = np.random.default_rng(13)
+    a = r.standard_normal((128, 128)).astype(np.float32)
+    b = r.standard_normal((128, 3 * 384)).astype(np.float32)
+    # the second 384-wide slice covers bytes 1536..3072 of each partition: across the first bank's end
+    with pytest.raises(Exception, match="crosses a PSUM bank boundary"):
+        nki.simulate(_banked(nki, nl, nisa, width=3 * 384, step=384))(a, b)
+
+
+def test_the_legacy_api_keeps_one_bank_per_psum_block():
+    import neuronxcc.nki.language as lnl
+    from neuronxcc import nki as legacy_nki  # installed by the package's conftest
+
+    @legacy_nki.jit
+    def k(a):
+        out = lnl.ndarray((128, 1024), lnl.float32, buffer=lnl.shared_hbm)
+        t = lnl.ndarray((128, 1024), lnl.float32, buffer=lnl.psum)
+        lnl.store(out, lnl.copy(t))
+        return out
+
+    with pytest.raises(NkiError, match="a PSUM tile cannot cross a bank"):
+        legacy_nki.simulate_kernel(k, np.zeros((128, 4), np.float32))
+
+
+def test_nkiobject_configuration_objects_and_no_reorder(cur):
+    nki, nl, nisa = cur
+
+    class Cfg(nl.NKIObject):
+        scale = None
+
+        def cols(self):
+            return self.width // 2
+
+    @nki.jit
+    def k(a):
+        cfg = Cfg(width=a.shape[1])
+        cfg.scale = 3.0
+        out = nl.ndarray((128, cfg.cols()), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, cfg.cols()), nl.float32, buffer=nl.sbuf)
+        with nl.no_reorder():
+            nisa.dma_copy(dst=t, src=a[:, 0 : cfg.cols()])
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=cfg.scale)
+            nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    np.testing.assert_array_equal(nki.simulate(k)(a), a[:, :4] * 3)
+    assert "width=8" in repr(Cfg(width=8))

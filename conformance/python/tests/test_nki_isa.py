@@ -36,8 +36,9 @@ def test_nc_matmul():
     np.testing.assert_allclose(got, a.astype(np.float64).T @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape,engine", [((128, 64), nisa.tensor_engine), ((32, 16), nisa.vector_engine),
-                                          ((32, 16), nisa.unknown_engine)])
+@pytest.mark.parametrize(
+    "shape,engine", [((128, 64), nisa.tensor_engine), ((32, 16), nisa.vector_engine), ((32, 16), nisa.unknown_engine)]
+)
 def test_nc_transpose(shape, engine):
     x = R.standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(run(lambda t: nisa.nc_transpose(t, engine=engine), x), x.T)
@@ -63,29 +64,34 @@ def test_tensor_reduce_negate():
 
 
 def test_tensor_partition_reduce():
-    np.testing.assert_allclose(run(lambda t: nisa.tensor_partition_reduce(np.add, t), X),
-                               X.astype(np.float64).sum(0, keepdims=True), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(run(lambda t: nisa.tensor_partition_reduce(nl.maximum, t), X),
-                                  X.max(0, keepdims=True))
+    np.testing.assert_allclose(
+        run(lambda t: nisa.tensor_partition_reduce(np.add, t), X),
+        X.astype(np.float64).sum(0, keepdims=True),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_array_equal(
+        run(lambda t: nisa.tensor_partition_reduce(nl.maximum, t), X), X.max(0, keepdims=True)
+    )
 
 
 def test_tensor_tensor_vector_and_gpsimd():
     np.testing.assert_array_equal(run(lambda a, b: nisa.tensor_tensor(a, b, op=np.multiply), X, Y), X * Y)
-    a = R.integers(-2 ** 30, 2 ** 30, (128, 64)).astype(np.int32)
-    b = R.integers(-2 ** 30, 2 ** 30, (128, 64)).astype(np.int32)
+    a = R.integers(-(2**30), 2**30, (128, 64)).astype(np.int32)
+    b = R.integers(-(2**30), 2**30, (128, 64)).astype(np.int32)
     got = run(lambda x, y: nisa.tensor_tensor(x, y, op=nl.add, engine=nisa.gpsimd_engine), a, b)
     np.testing.assert_array_equal(got, a + b)  # GpSimd int32: exact (wrapping)
 
 
 def test_tensor_scalar_two_ops_and_reverse():
-    got = run(lambda t, c: nisa.tensor_scalar(t, np.subtract, c, reverse0=True, op1=np.multiply, operand1=3.0), X,
-              COL)
+    got = run(lambda t, c: nisa.tensor_scalar(t, np.subtract, c, reverse0=True, op1=np.multiply, operand1=3.0), X, COL)
     np.testing.assert_allclose(got, (COL - X) * np.float32(3), rtol=1e-7)
 
 
 def test_scalar_tensor_tensor():
-    got = run(lambda a, b: nisa.scalar_tensor_tensor(data=a, op0=np.multiply, operand0=2.0, op1=np.add, operand1=b),
-              X, Y)
+    got = run(
+        lambda a, b: nisa.scalar_tensor_tensor(data=a, op0=np.multiply, operand0=2.0, op1=np.add, operand1=b), X, Y
+    )
     np.testing.assert_array_equal(got, X * np.float32(2) + Y)
 
 
@@ -191,8 +197,14 @@ def test_select_reduce():
     def body(a, b):
         dst = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.select_reduce(dst=dst, predicate=nl.greater(a, b, dtype=nl.uint8), on_true=a, on_false=0.0,
-                           reduce_res=mx, reduce_op=np.max)
+        nisa.select_reduce(
+            dst=dst,
+            predicate=nl.greater(a, b, dtype=nl.uint8),
+            on_true=a,
+            on_false=0.0,
+            reduce_res=mx,
+            reduce_op=np.max,
+        )
         return nl.add(dst, mx)
 
     sel = np.where(X > Y, X, 0)
@@ -294,8 +306,9 @@ def test_range_select_is_trn2_only():
     def k(a):
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         t = nl.load(a)
-        nl.store(out, nisa.range_select(on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=2.0,
-                                        bound1=5.0))
+        nl.store(
+            out, nisa.range_select(on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=2.0, bound1=5.0)
+        )
         return out
 
     got = k(X)
@@ -314,8 +327,8 @@ def test_dst_keyword_writes_the_result_and_matmul_accumulates():
         for ki in nl.affine_range(2):
             at = nl.ndarray((128, 128), a_t.dtype, buffer=nl.sbuf)
             bt = nl.ndarray((128, 512), b.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=at, src=a_t[ki * 128:(ki + 1) * 128, :])
-            nisa.dma_copy(dst=bt, src=b[ki * 128:(ki + 1) * 128, :])
+            nisa.dma_copy(dst=at, src=a_t[ki * 128 : (ki + 1) * 128, :])
+            nisa.dma_copy(dst=bt, src=b[ki * 128 : (ki + 1) * 128, :])
             nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
         res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=res, src=acc)

@@ -38,7 +38,10 @@ def run(body, *arrays, grid=None):
 
 
 BINARY = [
-    ("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply), ("maximum", np.maximum),
+    ("add", np.add),
+    ("subtract", np.subtract),
+    ("multiply", np.multiply),
+    ("maximum", np.maximum),
     ("minimum", np.minimum),
 ]
 
@@ -80,8 +83,14 @@ def test_partition_broadcast():
     np.testing.assert_array_equal(run(lambda r: r.broadcast_to((128, 64)), row), np.broadcast_to(row, (128, 64)))
 
 
-COMPARE = [("equal", np.equal), ("not_equal", np.not_equal), ("greater", np.greater),
-           ("greater_equal", np.greater_equal), ("less", np.less), ("less_equal", np.less_equal)]
+COMPARE = [
+    ("equal", np.equal),
+    ("not_equal", np.not_equal),
+    ("greater", np.greater),
+    ("greater_equal", np.greater_equal),
+    ("less", np.less),
+    ("less_equal", np.less_equal),
+]
 
 
 @pytest.mark.parametrize("name,ref", COMPARE)
@@ -92,8 +101,9 @@ def test_comparisons(name, ref):
     np.testing.assert_array_equal(got, ref(X, y))
 
 
-@pytest.mark.parametrize("name,ref", [("logical_and", np.logical_and), ("logical_or", np.logical_or),
-                                      ("logical_xor", np.logical_xor)])
+@pytest.mark.parametrize(
+    "name,ref", [("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]
+)
 def test_logical(name, ref):
     a = (R.random((128, 64)) < 0.5).astype(np.float32)
     b = (R.random((128, 64)) < 0.5).astype(np.float32)
@@ -101,15 +111,23 @@ def test_logical(name, ref):
     np.testing.assert_array_equal(run(nl.logical_not, a), np.logical_not(a))
 
 
-@pytest.mark.parametrize("name,ref", [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                                      ("bitwise_xor", np.bitwise_xor), ("left_shift", np.left_shift)])
+@pytest.mark.parametrize(
+    "name,ref",
+    [
+        ("bitwise_and", np.bitwise_and),
+        ("bitwise_or", np.bitwise_or),
+        ("bitwise_xor", np.bitwise_xor),
+        ("left_shift", np.left_shift),
+    ],
+)
 def test_bitwise(name, ref):
     np.testing.assert_array_equal(run(getattr(nl, name), I1, I2), ref(I1, I2))
 
 
 def test_right_shift_is_logical_and_invert():
-    np.testing.assert_array_equal(run(nl.right_shift, I1, I2), (I1.view(np.uint32) >> I2.astype(np.uint32)).view(
-        np.int32))
+    np.testing.assert_array_equal(
+        run(nl.right_shift, I1, I2), (I1.view(np.uint32) >> I2.astype(np.uint32)).view(np.int32)
+    )
     np.testing.assert_array_equal(run(nl.invert, I1), np.invert(I1))
     np.testing.assert_array_equal(run(lambda a, b: a & b, I1, I2), I1 & I2)
 
@@ -123,17 +141,33 @@ def _sig(x):
 
 
 ACT = [
-    ("exp", np.exp, X), ("log", np.log, POS), ("sqrt", np.sqrt, POS), ("rsqrt", lambda x: 1 / np.sqrt(x), POS),
-    ("tanh", np.tanh, X), ("sigmoid", _sig, X), ("relu", lambda x: np.maximum(x, 0), X), ("gelu", _gelu, X),
-    ("gelu_dx", lambda x: 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(
-        2 * math.pi), X),
-    ("gelu_apprx_tanh", lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))), X),
+    ("exp", np.exp, X),
+    ("log", np.log, POS),
+    ("sqrt", np.sqrt, POS),
+    ("rsqrt", lambda x: 1 / np.sqrt(x), POS),
+    ("tanh", np.tanh, X),
+    ("sigmoid", _sig, X),
+    ("relu", lambda x: np.maximum(x, 0), X),
+    ("gelu", _gelu, X),
+    (
+        "gelu_dx",
+        lambda x: (
+            0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        ),
+        X,
+    ),
+    ("gelu_apprx_tanh", lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))), X),
     ("gelu_apprx_sigmoid", lambda x: x * _sig(1.702 * x), X),
     ("gelu_apprx_sigmoid_dx", lambda x: _sig(1.702 * x) * (1 + 1.702 * x * (1 - _sig(1.702 * x))), X),
-    ("silu", lambda x: x * _sig(x), X), ("silu_dx", lambda x: _sig(x) * (1 + x * (1 - _sig(x))), X),
-    ("erf", np.vectorize(math.erf), X), ("erf_dx", lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x), X),
-    ("softplus", lambda x: np.log1p(np.exp(x)), X), ("mish", lambda x: x * np.tanh(np.log1p(np.exp(x))), X),
-    ("sin", np.sin, np.clip(X, -3, 3)), ("arctan", np.arctan, np.clip(X, -1.5, 1.5)), ("sign", np.sign, X),
+    ("silu", lambda x: x * _sig(x), X),
+    ("silu_dx", lambda x: _sig(x) * (1 + x * (1 - _sig(x))), X),
+    ("erf", np.vectorize(math.erf), X),
+    ("erf_dx", lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x), X),
+    ("softplus", lambda x: np.log1p(np.exp(x)), X),
+    ("mish", lambda x: x * np.tanh(np.log1p(np.exp(x))), X),
+    ("sin", np.sin, np.clip(X, -3, 3)),
+    ("arctan", np.arctan, np.clip(X, -1.5, 1.5)),
+    ("sign", np.sign, X),
     ("square", np.square, X),
 ]
 
@@ -151,8 +185,9 @@ def test_vector_unaries():
 
 
 @pytest.mark.parametrize("keepdims", [False, True])
-@pytest.mark.parametrize("name,ref", [("sum", np.sum), ("max", np.max), ("min", np.min), ("mean", np.mean),
-                                      ("prod", np.prod)])
+@pytest.mark.parametrize(
+    "name,ref", [("sum", np.sum), ("max", np.max), ("min", np.min), ("mean", np.mean), ("prod", np.prod)]
+)
 def test_reductions(name, ref, keepdims):
     x = (X * 0.1 + 1).astype(np.float32) if name == "prod" else X
     got = run(lambda t: getattr(nl, name)(t, axis=1, keepdims=keepdims), x)
@@ -165,8 +200,9 @@ def test_reductions(name, ref, keepdims):
 @pytest.mark.parametrize("f", [64, 1024])
 def test_var(f):
     x = R.standard_normal((128, f)).astype(np.float32)
-    np.testing.assert_allclose(run(lambda t: nl.var(t, axis=1), x), x.astype(np.float64).var(1, keepdims=True),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        run(lambda t: nl.var(t, axis=1), x), x.astype(np.float64).var(1, keepdims=True), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_reduction_over_two_axes_and_all():
@@ -221,18 +257,33 @@ def test_creation():
     def k(a):
         out = nl.ndarray((128, 6 * 16), nl.float32, buffer=nl.shared_hbm)
         t = nl.load(a)
-        parts = [nl.zeros((128, 16), nl.float32), nl.ones((128, 16), nl.float32), nl.full((128, 16), 2.5, nl.float32),
-                 nl.zeros_like(t), nl.ones_like(t), nl.full_like(t, -1.0)]
+        parts = [
+            nl.zeros((128, 16), nl.float32),
+            nl.ones((128, 16), nl.float32),
+            nl.full((128, 16), 2.5, nl.float32),
+            nl.zeros_like(t),
+            nl.ones_like(t),
+            nl.full_like(t, -1.0),
+        ]
         e = nl.empty_like(t)
         e[...] = t
         for i, p in enumerate(parts):
-            nl.store(out[:, 16 * i:16 * (i + 1)], p)
+            nl.store(out[:, 16 * i : 16 * (i + 1)], p)
         return out
 
     a = R.standard_normal((128, 16)).astype(np.float32)
     got = k(a)
-    want = np.concatenate([np.zeros((128, 16)), np.ones((128, 16)), np.full((128, 16), 2.5), np.zeros((128, 16)),
-                           np.ones((128, 16)), np.full((128, 16), -1.0)], axis=1)
+    want = np.concatenate(
+        [
+            np.zeros((128, 16)),
+            np.ones((128, 16)),
+            np.full((128, 16), 2.5),
+            np.zeros((128, 16)),
+            np.ones((128, 16)),
+            np.full((128, 16), -1.0),
+        ],
+        axis=1,
+    )
     np.testing.assert_array_equal(got, want)
 
 
@@ -251,8 +302,7 @@ def test_softmax_and_rms_norm():
     w = R.random((128, 64)).astype(np.float32)
     got = run(lambda x, ww: nl.rms_norm(x, ww, axis=1, n=64), X, w)
     xd = X.astype(np.float64)
-    np.testing.assert_allclose(got, xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-6) * w, rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, xd / np.sqrt((xd**2).mean(1, keepdims=True) + 1e-6) * w, rtol=1e-5, atol=1e-6)
 
 
 def test_dropout_rand_random_seed():
@@ -272,7 +322,7 @@ def test_dropout_rand_random_seed():
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert a.min() >= 0 and a.max() < 1
-    np.testing.assert_array_equal(a * 2 ** 24, np.floor(a * 2 ** 24))
+    np.testing.assert_array_equal(a * 2**24, np.floor(a * 2**24))
 
 
 def test_masked_op_leaves_masked_elements_unwritten():
@@ -309,7 +359,7 @@ def test_spmd_program_id_num_programs_ndim():
         i, j = nl.program_id(0), nl.program_id(1)
         assert nl.num_programs() == 12 and nl.num_programs(1) == 3 and nl.program_ndim() == 2
         t = nl.full((1, 1), float(10 * i + j), nl.float32)
-        nl.store(out[i:i + 1, j:j + 1], t)
+        nl.store(out[i : i + 1, j : j + 1], t)
         return out
 
     got = k[4, 3](np.zeros(1, np.float32))
@@ -324,11 +374,11 @@ def test_loops_unrolled_in_order():
         out = nl.ndarray((128, 8), a.dtype, buffer=nl.shared_hbm)
         acc = nl.zeros((128, 8), nl.float32)
         for i in nl.sequential_range(3):
-            acc[...] = nl.add(acc, nl.load(a[:, 8 * i:8 * i + 8]))
+            acc[...] = nl.add(acc, nl.load(a[:, 8 * i : 8 * i + 8]))
         for i in nl.static_range(2):
             acc[...] = nl.multiply(acc, 2.0)
         for i in nl.affine_range(1, 4, 2):
-            acc += nl.load(a[:, 8 * i:8 * i + 8])
+            acc += nl.load(a[:, 8 * i : 8 * i + 8])
         nl.store(out, acc)
         return out
 

@@ -39,6 +39,7 @@ def test_sub_kernels_of_every_mode_are_traced_inline(mode):
 def test_isa_constants_is_the_isa_enums():
     trnsim.nki.install()
     import nki.isa.constants as current_constants
+
     assert oob_mode is nisa.oob_mode and oob_mode.skip == nisa.oob_mode.skip
     assert current_constants.engine is nisa.engine
 

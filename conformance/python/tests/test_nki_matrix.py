@@ -30,8 +30,9 @@ def test_a_disagreement_is_found(monkeypatch):
     monkeypatch.setattr(M, "UNSUPPORTED", uns)
     assert M.problems(TESTS_DIR) == ["nki.isa.topk: marked supported, but the package has no working topk"]
     tests["nki.isa"]["nc_matmul"] = "K test_that_does_not_exist"
-    assert "nki.isa.nc_matmul: test test_nki_corpus_current.py::test_that_does_not_exist does not exist" in \
-        M.problems(TESTS_DIR)
+    assert "nki.isa.nc_matmul: test test_nki_corpus_current.py::test_that_does_not_exist does not exist" in M.problems(
+        TESTS_DIR
+    )
 
 
 def test_docs_page_holds_the_generated_matrix():
@@ -39,4 +40,6 @@ def test_docs_page_holds_the_generated_matrix():
         text = f.read()
     assert BEGIN in text and END in text, "docs/nki.md has no feature-matrix markers"
     got = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
-    assert got == M.markdown().strip("\n"), "docs/nki.md's matrix is stale: regenerate it with python -m trnsim.nki._matrix --write docs/nki.md"
+    assert got == M.markdown().strip("\n"), (
+        "docs/nki.md's matrix is stale: regenerate it with python -m trnsim.nki._matrix --write docs/nki.md"
+    )

@@ -35,11 +35,11 @@ def linear_bias(x, w, bias):
     for m in nl.sequential_range(M // TM):
         acc = nl.zeros((TM, N), nl.float32, buffer=nl.psum)
         for k in nl.affine_range(K // TK):
-            xt = nl.load_transpose2d(x[m * TM:(m + 1) * TM, k * TK:(k + 1) * TK])
-            wt = nl.load(w[k * TK:(k + 1) * TK, 0:N])
+            xt = nl.load_transpose2d(x[m * TM : (m + 1) * TM, k * TK : (k + 1) * TK])
+            wt = nl.load(w[k * TK : (k + 1) * TK, 0:N])
             acc += nl.matmul(xt, wt, transpose_x=True)
         res = nl.add(acc, b_tile, dtype=x.dtype)
-        nl.store(out[m * TM:(m + 1) * TM, 0:N], value=res)
+        nl.store(out[m * TM : (m + 1) * TM, 0:N], value=res)
     return out
 
 
@@ -85,13 +85,20 @@ def scaled_softmax(x, inv_temp):
     P, F = x.shape
     out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
     xt = nl.load(x)
-    scale = nl.load(inv_temp)                      # [P, 1]
+    scale = nl.load(inv_temp)  # [P, 1]
     mx = nisa.tensor_reduce(np.max, data=xt, axis=(1,), keepdims=True)
     neg = nisa.tensor_tensor(mx, scale, op=np.multiply)
     neg = nisa.tensor_scalar(neg, np.multiply, -1.0)
     ssum = nl.ndarray((P, 1), dtype=nl.float32)
-    e = nisa.activation(op=nl.exp, data=xt, bias=neg, scale=scale, reduce_op=nl.add, reduce_res=ssum,
-                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    e = nisa.activation(
+        op=nl.exp,
+        data=xt,
+        bias=neg,
+        scale=scale,
+        reduce_op=nl.add,
+        reduce_res=ssum,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+    )
     inv = nisa.reciprocal(ssum)
     y = nisa.tensor_scalar(e, np.multiply, inv)
     nl.store(out, value=y)
@@ -111,10 +118,10 @@ def test_activation_bias_scale_tiles_and_reduce():
 #    the last state of a chunk carried into the next as the scan's initial tile.
 @nki.jit
 def selective_scan(delta, u, a, b):
-    C, L = delta.shape                               # channels on partitions, sequence on free
+    C, L = delta.shape  # channels on partitions, sequence on free
     CH = 128
     out = nl.ndarray((C, L), dtype=nl.float32, buffer=nl.shared_hbm)
-    a_col = nl.load(a)                               # [C, 1]
+    a_col = nl.load(a)  # [C, 1]
     state = nl.zeros((C, 1), dtype=nl.float32)
     for c in nl.sequential_range(L // CH):
         dt = nl.load(delta[0:C, nl.ds(c * CH, CH)])
@@ -124,7 +131,7 @@ def selective_scan(delta, u, a, b):
         dbu = nl.multiply(nl.multiply(dt, bb), uu)
         h = nisa.tensor_tensor_scan(da, dbu, initial=state, op0=np.multiply, op1=np.add)
         nl.store(out[0:C, nl.ds(c * CH, CH)], value=h)
-        state = nl.copy(h[0:C, CH - 1:CH])
+        state = nl.copy(h[0:C, CH - 1 : CH])
     return out
 
 
@@ -176,8 +183,8 @@ def test_causal_scores_affine_select():
 def one_hot(labels, n_classes, smoothing):
     N = labels.shape[0]
     out = nl.ndarray((N, n_classes), dtype=nl.float32, buffer=nl.shared_hbm)
-    lab = nl.load(labels)                                             # [N, 1] int32
-    cls = nisa.iota(nl.arange(n_classes)[None, :], dtype=nl.int32)    # [1, C]
+    lab = nl.load(labels)  # [N, 1] int32
+    cls = nisa.iota(nl.arange(n_classes)[None, :], dtype=nl.int32)  # [1, C]
     cls = cls.broadcast_to((N, n_classes))
     hit = nl.equal(cls, lab)
     on = 1.0 - smoothing + smoothing / n_classes
@@ -225,7 +232,7 @@ def dequant_matmul(xT, w_q, w_scale, out_dtype):
     out = nl.ndarray((M, N), dtype=out_dtype, buffer=nl.shared_hbm)
     x_bf = nl.load(xT, dtype=nl.bfloat16)
     wq = nl.load(w_q)
-    sc = nl.load(w_scale)                                           # [K, 1] per-row scale
+    sc = nl.load(w_scale)  # [K, 1] per-row scale
     w = nl.multiply(wq, sc, dtype=nl.bfloat16)
     ps = nl.matmul(x_bf, w, transpose_x=True)
     nl.store(out, value=nl.copy(ps, dtype=out_dtype))
@@ -236,7 +243,7 @@ def test_int8_dequant_matmul():
     r = rng(8)
     x = r.standard_normal((128, 64)).astype(np.float32)
     wq = r.integers(-127, 128, (128, 256)).astype(np.int8)
-    sc = (2.0 ** -r.integers(4, 8, (128, 1))).astype(np.float32)     # powers of two: the bf16 cast is exact
+    sc = (2.0 ** -r.integers(4, 8, (128, 1))).astype(np.float32)  # powers of two: the bf16 cast is exact
     got = dequant_matmul(x, wq, sc, nl.float32)
     xb = x.astype(ml_dtypes.bfloat16).astype(np.float64)
     want = xb.T @ (wq.astype(np.float64) * sc)
@@ -299,7 +306,7 @@ def pair_sums(x):
         res[:, j] = nl.add(t[:, 2 * j], t[:, 2 * j + 1])
     res[:, 0] = nl.multiply(t[:, 0], 2.0)
     res[:, 1] = nl.maximum(t[:, 1], t[:, 2])
-    res[:, 2] = nl.where(t[:, 0] > 0.0, t[:, 1], t[:, 2:3])          # 1-D and [P, 1] operands mixed
+    res[:, 2] = nl.where(t[:, 0] > 0.0, t[:, 1], t[:, 2:3])  # 1-D and [P, 1] operands mixed
     res[:, 3] = nisa.activation(nl.exp, t[:, 4], bias=t[:, 5:6], scale=t[:, 6])
     nl.store(out, value=nl.subtract(res, t[:, 3]))  # a 1-D operand against [P, F]: per partition
     return out
@@ -355,8 +362,11 @@ def divide_by_row_sum(x):
 
 
 def test_isa_divide_error_says_what_to_use():
-    with pytest.raises(trnsim.nki.NkiError, match=r"test_nki_unseen.py:\d+: 'divide' is not an ALU operator.*"
-                                                   r"nisa.reciprocal"):
+    with pytest.raises(
+        trnsim.nki.NkiError,
+        match=r"test_nki_unseen.py:\d+: 'divide' is not an ALU operator.*"
+        r"nisa.reciprocal",
+    ):
         divide_by_row_sum(np.ones((128, 8), np.float32))
 
 
@@ -394,8 +404,7 @@ def test_activation_reduce_cmd_idle_reads_the_registers_unchanged():
         s = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
         nisa.activation(np.exp, nl.load(x[:, 0:256]), reduce_cmd=nisa.reduce_cmd.reset_reduce)
         # idle: this call's exp is not added; the registers (the first half's sum) are read out
-        nisa.activation(np.exp, nl.load(x[:, 256:512]), reduce_op=np.add, reduce_res=s,
-                        reduce_cmd=nisa.reduce_cmd.idle)
+        nisa.activation(np.exp, nl.load(x[:, 256:512]), reduce_op=np.add, reduce_res=s, reduce_cmd=nisa.reduce_cmd.idle)
         nl.store(out, value=s)
         return out
 
@@ -411,8 +420,9 @@ def test_select_reduce_carrying_max_across_calls_says_so():
         sel = nl.ndarray(x.shape, dtype=x.dtype)
         red = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
         pred = nl.greater(t, 0.0, dtype=nl.uint8)
-        nisa.select_reduce(dst=sel, predicate=pred, on_true=t, on_false=-1.0, reduce_res=red,
-                           reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.select_reduce(
+            dst=sel, predicate=pred, on_true=t, on_false=-1.0, reduce_res=red, reduce_cmd=nisa.reduce_cmd.reduce
+        )
         nl.store(out, value=sel)
         return out
 

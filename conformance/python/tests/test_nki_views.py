@@ -112,8 +112,7 @@ def test_view_as_a_dtype_of_another_size():
         raw = nl.ndarray((6, 16), dtype=nl.uint8, buffer=nl.sbuf)
         nisa.dma_copy(dst=raw.view(nl.float32), src=x)
         hi = nisa.tensor_copy(raw[nl.arange(6)[:, None], 4 * nl.arange(4)[None, :] + 3])
-        raw.view(nl.int32)[0:6, 0:4] = nisa.tensor_scalar(raw.view(nl.int32), op0=nl.bitwise_and,
-                                                          operand0=0x7FFFFFFF)
+        raw.view(nl.int32)[0:6, 0:4] = nisa.tensor_scalar(raw.view(nl.int32), op0=nl.bitwise_and, operand0=0x7FFFFFFF)
         nl.store(absx, raw.view(nl.float32))
         nl.store(high, hi)
         return absx, high

@@ -14,20 +14,43 @@ COPY = {
         {"name": "y", "dtype": "f32", "shape": [4, 5], "role": "output"},
     ],
     "instructions": [
-        {"engine": "dma", "op": {"dma_copy": {
-            "dst": {"mem": "sbuf", "dtype": "f32", "partitions": 4, "free": [[1, 5]]},
-            "src": {"mem": {"hbm": "x"}, "dtype": "f32", "partitions": 4, "partition_step": 5,
-                    "free": [[1, 5]]}}}},
-        {"engine": "dma", "op": {"dma_copy": {
-            "dst": {"mem": {"hbm": "y"}, "dtype": "f32", "partitions": 4, "partition_step": 5,
-                    "free": [[1, 5]]},
-            "src": {"mem": "sbuf", "dtype": "f32", "partitions": 4, "free": [[1, 5]]}}}},
+        {
+            "engine": "dma",
+            "op": {
+                "dma_copy": {
+                    "dst": {"mem": "sbuf", "dtype": "f32", "partitions": 4, "free": [[1, 5]]},
+                    "src": {
+                        "mem": {"hbm": "x"},
+                        "dtype": "f32",
+                        "partitions": 4,
+                        "partition_step": 5,
+                        "free": [[1, 5]],
+                    },
+                }
+            },
+        },
+        {
+            "engine": "dma",
+            "op": {
+                "dma_copy": {
+                    "dst": {
+                        "mem": {"hbm": "y"},
+                        "dtype": "f32",
+                        "partitions": 4,
+                        "partition_step": 5,
+                        "free": [[1, 5]],
+                    },
+                    "src": {"mem": "sbuf", "dtype": "f32", "partitions": 4, "free": [[1, 5]]},
+                }
+            },
+        },
     ],
 }
 
 
 def _prog():
     import json
+
     return trnsim.Program.from_json(json.dumps(COPY))
 
 
@@ -40,6 +63,7 @@ def test_run_with_a_list_of_inputs_is_a_type_error_that_says_what_it_wants():
 
 def test_a_huge_broadcast_view_is_refused_before_it_is_copied():
     import resource
+
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     view = np.broadcast_to(np.uint8(1), (4600 << 20,))  # 4.6 GiB of logical bytes, 1 stored
     s = trnsim.Session()

@@ -52,8 +52,9 @@ class ResNet18(nn.Module):
     def __init__(self, width=8, classes=10):
         super().__init__()
         w = width
-        self.stem = nn.Sequential(nn.Conv2d(3, w, 7, 2, 3, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
-                                  nn.MaxPool2d(3, 2, 1))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, w, 7, 2, 3, bias=False), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+        )
         chans, blocks, cin = [w, 2 * w, 4 * w, 8 * w], [], w
         for i, c in enumerate(chans):
             for j in range(2):

@@ -1,5 +1,5 @@
-"""Tests of the trnsim PyTorch device. They need torch and run only in
-.github/workflows/torch-device.yml (docs/torch-device.md), never under `.ci/run`."""
+"""Tests of the trnsim PyTorch device. They need torch: `.ci/run` provides the pinned torch in a
+venv (`.ci/torch-venv`) and `cargo test` runs them (tests/python.rs); docs/torch-device.md."""
 
 import pytest
 

@@ -88,7 +88,7 @@ o = torch.zeros(4, device=D)
 dist.reduce_scatter_tensor(o, full.to(D))
 full_c = full.clone()
 dist.all_reduce(full_c, group=cpu)
-check("reduce_scatter_tensor", o, full_c[4 * rank:4 * rank + 4], exact=world <= 2)
+check("reduce_scatter_tensor", o, full_c[4 * rank : 4 * rank + 4], exact=world <= 2)
 parts = [base(r + 1, seed=10 + r) for r in range(world)]
 o = torch.zeros(rank + 1, device=D)
 dist.reduce_scatter(o, [p.to(D) for p in parts])
@@ -165,7 +165,7 @@ check("funcol.all_gather_tensor", g, gc)
 rs = fc.reduce_scatter_tensor(base(2 * world).to(D), "sum", 0, dist.group.WORLD)
 rc = base(2 * world)
 dist.all_reduce(rc, group=cpu)
-check("funcol.reduce_scatter_tensor", rs, rc[2 * rank:2 * rank + 2], exact=world <= 2)
+check("funcol.reduce_scatter_tensor", rs, rc[2 * rank : 2 * rank + 2], exact=world <= 2)
 
 # sub-groups
 sub = dist.new_group([0, 1])
@@ -186,7 +186,13 @@ allres = [None] * world
 dist.all_gather_object(allres, {"ok": ok, "failures": failures}, group=cpu)
 if rank == 0:
     with open(sys.argv[1], "w") as f:
-        json.dump({"ok": sorted({o for r in allres for o in r["ok"]}),
-                   "failures": [x for r in allres for x in r["failures"]]}, f, indent=1)
+        json.dump(
+            {
+                "ok": sorted({o for r in allres for o in r["ok"]}),
+                "failures": [x for r in allres for x in r["failures"]],
+            },
+            f,
+            indent=1,
+        )
 dist.destroy_process_group()
 os._exit(0)

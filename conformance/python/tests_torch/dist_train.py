@@ -60,8 +60,11 @@ else:
     mesh = init_device_mesh(a.device, (world,))
     net = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
 
-opt = (torch.optim.SGD(net.parameters(), lr=0.1, foreach=False) if a.opt == "sgd"
-       else torch.optim.AdamW(net.parameters(), lr=0.01, foreach=False))
+opt = (
+    torch.optim.SGD(net.parameters(), lr=0.1, foreach=False)
+    if a.opt == "sgd"
+    else torch.optim.AdamW(net.parameters(), lr=0.01, foreach=False)
+)
 losses = []
 for x, y in zip(xs, ys):
     x, y = x.to(dev), y.to(dev)

@@ -63,10 +63,24 @@ OPS = [op for k, op in enumerate(op_db) if k % SHARD_N == SHARD_I]
 
 #: OpInfos whose outputs are random draws (the device's generator is not the CPU's). Used only to
 #: name the class of a value mismatch; the OpInfos themselves decide what is skipped.
-RANDOM_OPINFOS = {"bernoulli", "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
-                  "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "normal", "uniform",
-                  "multinomial", "randn", "rand", "randint", "randn_like", "rand_like", "randint_like",
-                  "nn.functional.rrelu"}
+RANDOM_OPINFOS = {
+    "bernoulli",
+    "nn.functional.dropout",
+    "nn.functional.dropout2d",
+    "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout",
+    "normal",
+    "uniform",
+    "multinomial",
+    "randn",
+    "rand",
+    "randint",
+    "randn_like",
+    "rand_like",
+    "randint_like",
+    "nn.functional.rrelu",
+}
 
 
 def _to_cpu(x):
@@ -87,8 +101,11 @@ def _device_sample(sample, placement):
     """The sample as test_compare_cpu would hold it for the device: every tensor the generator
     made on the device on `trnsim`, the ones it made on the CPU left there."""
     leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
-    fits = placement is not None and len(placement) == len(leaves) and all(
-        (p is None) == (not isinstance(x, torch.Tensor)) for p, x in zip(placement, leaves))
+    fits = (
+        placement is not None
+        and len(placement) == len(leaves)
+        and all((p is None) == (not isinstance(x, torch.Tensor)) for p, x in zip(placement, leaves))
+    )
     out = []
     for k, x in enumerate(leaves):
         if isinstance(x, torch.Tensor) and (not fits or placement[k]):
@@ -154,9 +171,21 @@ def _write(record: dict) -> None:
 
 
 def _new_record(op, dtype) -> dict:
-    return {"name": op.name, "variant": op.variant_test_name, "dtype": str(dtype).replace("torch.", ""),
-            "in_test_compare_cpu": op.ref is None, "samples": 0, "pass": 0, "pass_suite": 0, "fail": 0, "skip": 0,
-            "not_run": 0, "classes": {}, "skip_reasons": {}, "per_sample": []}
+    return {
+        "name": op.name,
+        "variant": op.variant_test_name,
+        "dtype": str(dtype).replace("torch.", ""),
+        "in_test_compare_cpu": op.ref is None,
+        "samples": 0,
+        "pass": 0,
+        "pass_suite": 0,
+        "fail": 0,
+        "skip": 0,
+        "not_run": 0,
+        "classes": {},
+        "skip_reasons": {},
+        "per_sample": [],
+    }
 
 
 def _bump(d: dict, key: str) -> None:
@@ -307,8 +336,10 @@ def _oracle_class(op, s, got, expected, tol: float | None = None, label: str = "
         kind = "outside it of a float64 oracle, as the CPU result is"
     else:
         kind = "outside it of a float64 oracle where the CPU result is within it"
-    return (f"{label}, outside {what} of the CPU result; {kind} "
-            f"(max error device {dev_err:.1e}, CPU {cpu_err:.1e}; elements outside: device {dev}, CPU {cpu})")
+    return (
+        f"{label}, outside {what} of the CPU result; {kind} "
+        f"(max error device {dev_err:.1e}, CPU {cpu_err:.1e}; elements outside: device {dev}, CPU {cpu})"
+    )
 
 
 def _dtype_reason(e) -> str:
@@ -352,8 +383,9 @@ def _record_skips(cls) -> None:
 
 
 # Without PYTORCH_TESTING_DEVICE_FOR_CUSTOM (and no CUDA) there is no instantiated class: nothing runs.
-for _cls in [v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, _GENERIC)
-             and v is not _GENERIC]:
+for _cls in [
+    v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, _GENERIC) and v is not _GENERIC
+]:
     _record_skips(_cls)
 # Not left at module level: pytest would collect the class a second time under this name.
 _cls = None

@@ -142,8 +142,9 @@ def test_conj_is_resolved_on_the_device():
     assert trnsim.torch.report()["ops"]["_conj"]["device"] >= 1
 
 
-@pytest.mark.parametrize("shape,dim,norm", [((16,), -1, None), ((4, 12), -1, "ortho"), ((3, 8, 5), 1, "forward"),
-                                            ((6, 10), 0, "backward")])
+@pytest.mark.parametrize(
+    "shape,dim,norm", [((16,), -1, None), ((4, 12), -1, "ortho"), ((3, 8, 5), 1, "forward"), ((6, 10), 0, "backward")]
+)
 def test_fft_ifft_match_cpu(shape, dim, norm):
     z = _cplx(*shape, seed=len(shape))
     d = z.to("trnsim")

@@ -11,8 +11,9 @@ def test_report_bills_the_estimated_device_time():
     x = torch.randn(64, 64, device="trnsim")
     for _ in range(2):  # two "steps"
         (torch.relu(x @ x) + 1).sum().cpu()
-    r = trnsim.torch.report(cost={"instance": "trn1.32xlarge", "ranks": 32, "steps_measured": 2, "steps": 1000,
-                                  "samples_per_step": 64})
+    r = trnsim.torch.report(
+        cost={"instance": "trn1.32xlarge", "ranks": 32, "steps_measured": 2, "steps": 1000, "samples_per_step": 64}
+    )
     c = r["cost"]
     step_s = r["est_device_time_us"] * 1e-6 / 2
     assert step_s > 0

@@ -29,10 +29,17 @@ def transfers():
 
 def test_one_liner():
     out = subprocess.run(
-        [sys.executable, "-c",
-         ("import torch, trnsim.torch; x = torch.randn(4, 4, device='trnsim'); "
-          "print((x @ x).cpu()); print(torch.allclose((x @ x).cpu(), x.cpu() @ x.cpu(), rtol=1.3e-6, atol=1e-5))")],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            (
+                "import torch, trnsim.torch; x = torch.randn(4, 4, device='trnsim'); "
+                "print((x @ x).cpu()); print(torch.allclose((x @ x).cpu(), x.cpu() @ x.cpu(), rtol=1.3e-6, atol=1e-5))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip().endswith("True"), out.stdout
 
@@ -92,7 +99,9 @@ def test_dtype_policy_refuses_f64_and_int64_overflow_and_counts():
 
 def test_default_refuses_unsupported_op_naming_it():
     x = torch.randn(5, 6).to("trnsim")
-    with pytest.raises(trnsim.torch.UnsupportedOpError, match=r"aten::median .*call form: median\(Tensor\[5,6\] float32\)"):
+    with pytest.raises(
+        trnsim.torch.UnsupportedOpError, match=r"aten::median .*call form: median\(Tensor\[5,6\] float32\)"
+    ):
         torch.median(x)
 
 
@@ -108,8 +117,10 @@ def test_fallback_completes_and_is_counted():
 
 
 def test_fallback_by_environment():
-    code = ("import torch, trnsim.torch; x = torch.randn(5, 6, device='trnsim'); torch.median(x); "
-            "print(trnsim.torch.report()['fallback_count'])")
+    code = (
+        "import torch, trnsim.torch; x = torch.randn(5, 6, device='trnsim'); torch.median(x); "
+        "print(trnsim.torch.report()['fallback_count'])"
+    )
     env = dict(os.environ, TRNSIM_TORCH_FALLBACK="1")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "1"
@@ -150,17 +161,25 @@ def test_manual_seed_makes_the_device_generator_repeatable():
     assert abs(float(a.mean())) < 0.5
 
 
-@pytest.mark.parametrize("script,args", [
-    ("mlp_train.py", []),
-    ("transformer_train.py", []),
-    ("model_forward.py", ["resnet18", "--size", "64"]),
-    ("model_forward.py", ["gpt2"]),
-])
+@pytest.mark.parametrize(
+    "script,args",
+    [
+        ("mlp_train.py", []),
+        ("transformer_train.py", []),
+        ("model_forward.py", ["resnet18", "--size", "64"]),
+        ("model_forward.py", ["gpt2"]),
+    ],
+)
 def test_examples_run_on_the_device_and_match_cpu(script, args, tmp_path):
     if script == "model_forward.py":
         pytest.importorskip("torchvision" if args[0] == "resnet18" else "transformers")
-    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *args], check=False, capture_output=True,
-                         text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fallbacks 0" in out.stdout or "fallbacks: 0" in out.stdout
 
@@ -192,11 +211,13 @@ def test_a_view_as_another_dtype_is_refused_not_misread():
 
 
 def test_an_unsupported_op_in_backward_names_itself_and_falls_back():
-    code = ("import torch, trnsim.torch\n"
-            "x = torch.randn(1, 1, 4, 4).to('trnsim').requires_grad_()\n"
-            "g = (torch.rand(1, 3, 3, 2) * 2 - 1).to('trnsim')\n"
-            "torch.nn.functional.grid_sample(x, g, align_corners=False).sum().backward()\n"
-            "print(trnsim.torch.report()['fallback_count'])\n")
+    code = (
+        "import torch, trnsim.torch\n"
+        "x = torch.randn(1, 1, 4, 4).to('trnsim').requires_grad_()\n"
+        "g = (torch.rand(1, 3, 3, 2) * 2 - 1).to('trnsim')\n"
+        "torch.nn.functional.grid_sample(x, g, align_corners=False).sum().backward()\n"
+        "print(trnsim.torch.report()['fallback_count'])\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     # torch 2.15 aborts on an error leaving a backward pass on this device; the message comes first.
     assert out.returncode != 0 and "aten::grid_sampler_2d_backward is not supported" in out.stderr
@@ -210,9 +231,12 @@ def test_a_python_number_beside_a_0d_tensor_keeps_its_dtype():
     # (refused), and the reflected operators turn that TypeError into NotImplemented.
     x = torch.tensor(-8.4784)
     d = x.to("trnsim")
-    for got, want in ((torch.Tensor.__rsub__(d, -2.4), torch.Tensor.__rsub__(x, -2.4)),
-                      (torch.Tensor.__rmod__(d, -2.4), torch.Tensor.__rmod__(x, -2.4)),
-                      (2.5 - d, 2.5 - x), (torch.remainder(3.0, d), torch.remainder(3.0, x))):
+    for got, want in (
+        (torch.Tensor.__rsub__(d, -2.4), torch.Tensor.__rsub__(x, -2.4)),
+        (torch.Tensor.__rmod__(d, -2.4), torch.Tensor.__rmod__(x, -2.4)),
+        (2.5 - d, 2.5 - x),
+        (torch.remainder(3.0, d), torch.remainder(3.0, x)),
+    ):
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
         torch.testing.assert_close(got.cpu(), want, rtol=1.3e-6, atol=1e-5)
 

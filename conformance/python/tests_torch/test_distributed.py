@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 HERE = Path(__file__).resolve().parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -54,23 +53,44 @@ def _env() -> dict:
 
 def torchrun(script: str, args: list[str], nproc: int, tmp: Path, env_extra=None, nnodes: int = 1) -> None:
     port = _port()
-    common = [str(TORCHRUN), "--nproc_per_node", str(nproc // nnodes), "--master_addr", "127.0.0.1",
-              "--master_port", str(port), "--local_addr", "127.0.0.1", "--max_restarts", "0"]
+    common = [
+        str(TORCHRUN),
+        "--nproc_per_node",
+        str(nproc // nnodes),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        "--local_addr",
+        "127.0.0.1",
+        "--max_restarts",
+        "0",
+    ]
     env = _env()
     env.update(env_extra or {})
     if nnodes == 1:
         cmds = [common + ["--nnodes", "1", str(HERE / script), *args]]
     else:
-        cmds = [common + ["--nnodes", str(nnodes), "--node_rank", str(k), str(HERE / script), *args]
-                for k in range(nnodes)]
+        cmds = [
+            common + ["--nnodes", str(nnodes), "--node_rank", str(k), str(HERE / script), *args] for k in range(nnodes)
+        ]
     if NETNS and nnodes > 1:
         # all "nodes" in one loopback-only namespace
         inner = " & ".join(" ".join(f"'{c}'" for c in cmd) for cmd in cmds) + " & wait"
-        procs = [subprocess.Popen(["unshare", "-rn", "sh", "-c", f"ip link set lo up && ({inner})"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)]
+        procs = [
+            subprocess.Popen(
+                ["unshare", "-rn", "sh", "-c", f"ip link set lo up && ({inner})"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=tmp,
+            )
+        ]
     else:
-        procs = [subprocess.Popen(NETNS + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
-                 for cmd in cmds]
+        procs = [
+            subprocess.Popen(NETNS + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
+            for cmd in cmds
+        ]
     outs = []
     try:
         for p in procs:
@@ -141,14 +161,6 @@ def test_dtensor_tensor_parallel_mlp_matches_cpu_gloo(tmp_path):
         assert _rel(a, b) <= 1e-5, (dev["losses"], cpu["losses"])
 
 
-def _has_streams() -> bool:
-    import trnsim.torch  # noqa: F401
-
-    return hasattr(torch, "trnsim") and hasattr(torch.trnsim, "Stream")
-
-
-@pytest.mark.skipif(not _has_streams(), reason="FSDP2 needs the device streams, events and storage resize of the "
-                    "device issue (torch.trnsim has no Stream yet)")
 def test_fsdp2_fully_shard_matches_cpu_gloo(tmp_path):
     cpu = train(tmp_path, "cpu", 2, *CPU, "--mode", "fsdp")
     dev = train(tmp_path, "dev", 2, *DEV, "--mode", "fsdp")
@@ -164,9 +176,25 @@ def test_every_collective_matches_gloo(tmp_path, nproc, fallback):
     torchrun("dist_collectives.py", [str(out)], nproc, tmp_path, env_extra={"TRNSIM_TORCH_FALLBACK": fallback})
     res = json.loads(out.read_text())
     assert res["failures"] == []
-    for name in ("all_gather", "all_gather_into_tensor", "reduce_scatter.uneven", "reduce_scatter_tensor",
-                 "all_to_all_single.uneven", "all_to_all", "broadcast.0", "reduce", "send_recv", "coalesced",
-                 "funcol.all_reduce", "funcol.all_gather_tensor", "funcol.reduce_scatter_tensor",
-                 "new_group.all_reduce", "scatter", "gather", "all_reduce.AVG", "all_reduce.empty"):
+    for name in (
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter.uneven",
+        "reduce_scatter_tensor",
+        "all_to_all_single.uneven",
+        "all_to_all",
+        "broadcast.0",
+        "reduce",
+        "send_recv",
+        "coalesced",
+        "funcol.all_reduce",
+        "funcol.all_gather_tensor",
+        "funcol.reduce_scatter_tensor",
+        "new_group.all_reduce",
+        "scatter",
+        "gather",
+        "all_reduce.AVG",
+        "all_reduce.empty",
+    ):
         assert name in res["ok"], name
     assert any(o.startswith("premul_sum refused") for o in res["ok"])

@@ -39,8 +39,11 @@ def test_projection_rdh_by_size_by_hand():
     s = 8e6  # between 1 MB and 56 MB: RDH
     p = tdist.project(1e-3, [{"collective": "all_reduce", "bytes": s, "count": 2}], 2)
     row = next(r for r in p.rows if r.ranks == 16)
-    one = (2 * (3e-6 + 3 * HOP) + 2 * (s / 2 / RANK_BW + s / 4 / RANK_BW + s / 8 / ON_CHIP + s / 16 / ON_CHIP)
-           + (s / 2 + s / 4 + s / 8 + s / 16) / RED)
+    one = (
+        2 * (3e-6 + 3 * HOP)
+        + 2 * (s / 2 / RANK_BW + s / 4 / RANK_BW + s / 8 / ON_CHIP + s / 16 / ON_CHIP)
+        + (s / 2 + s / 4 + s / 8 + s / 16) / RED
+    )
     assert row.per_collective[0]["algorithm"] == "rdh"
     assert math.isclose(row.comm_s, 2 * one, rel_tol=1e-12)
     efa = [r for r in p.rows if "EFA" in r.system]

@@ -59,8 +59,9 @@ def test_small_vit_forward_takes_the_attention_fast_path():
     from torchvision.models.vision_transformer import VisionTransformer
 
     torch.manual_seed(0)
-    m = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
-                          num_classes=10)
+    m = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+    )
     nn.init.normal_(m.heads.head.weight)  # torchvision zero-initialises the head: the output would be 0
     rep = forward_matches(m, (torch.randn(2, 3, 32, 32),))
     # eval + no_grad: nn.MultiheadAttention calls PyTorch's fused CPU/CUDA kernel, run here as lowered ops.
@@ -70,8 +71,14 @@ def test_small_vit_forward_takes_the_attention_fast_path():
 def test_bert_forward_with_attention_mask():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        vocab_size=500,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     ids = torch.randint(0, 500, (2, 12))
     mask = torch.ones(2, 12, dtype=torch.long)
     mask[1, 8:] = 0
@@ -132,9 +139,17 @@ def test_cnn_training_loop_adam_cross_entropy_clip_grad_norm():
     torch.manual_seed(0)
     # No bias before the BatchNorm (it has no effect on the loss: its gradient would be rounding
     # noise on either device, which Adam turns into full lr-sized steps).
-    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-                      nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                      nn.Linear(16, 5))
+    m = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 5),
+    )
     dm = copy.deepcopy(m).to(DEV)
     xs, ys = torch.randn(5, 4, 3, 16, 16), torch.randint(0, 5, (5, 4))
 
@@ -203,8 +218,13 @@ def test_manual_seed_reproduces_device_random_ops():
     def draw():
         torch.manual_seed(3)
         x = torch.randn(5, device=DEV)
-        return [x.cpu(), torch.randint(0, 10, (200,), device=DEV).cpu(), torch.randperm(7, device=DEV).cpu(),
-                torch.rand_like(x).cpu(), torch.multinomial(torch.tensor([0.2, 0.0, 0.8]).to(DEV), 50, True).cpu()]
+        return [
+            x.cpu(),
+            torch.randint(0, 10, (200,), device=DEV).cpu(),
+            torch.randperm(7, device=DEV).cpu(),
+            torch.rand_like(x).cpu(),
+            torch.multinomial(torch.tensor([0.2, 0.0, 0.8]).to(DEV), 50, True).cpu(),
+        ]
 
     a, b = draw(), draw()
     for u, v in zip(a, b):
@@ -222,10 +242,12 @@ def test_manual_seed_reproduces_device_random_ops():
 def test_linspace_logspace_on_the_device():
     with trnsim.torch.checking():
         for a, b, n in [(0, 1, 5), (-2, 3, 7), (0.5, 100, 1000), (3, 3, 1)]:
-            torch.testing.assert_close(torch.linspace(a, b, n, device=DEV).cpu(), torch.linspace(a, b, n),
-                                       rtol=1.3e-6, atol=1e-5)
-        torch.testing.assert_close(torch.logspace(0, 2, 9, device=DEV).cpu(), torch.logspace(0, 2, 9),
-                                   rtol=1.3e-6, atol=1e-5)
+            torch.testing.assert_close(
+                torch.linspace(a, b, n, device=DEV).cpu(), torch.linspace(a, b, n), rtol=1.3e-6, atol=1e-5
+            )
+        torch.testing.assert_close(
+            torch.logspace(0, 2, 9, device=DEV).cpu(), torch.logspace(0, 2, 9), rtol=1.3e-6, atol=1e-5
+        )
     clean_report()
 
 
@@ -293,12 +315,20 @@ def test_sdpa_and_functional_ops_match_the_cpu():
     q = torch.randn(2, 2, 5, 8)
     with trnsim.torch.checking():
         d = q.to(DEV)
-        torch.testing.assert_close(F.scaled_dot_product_attention(d, d, d, is_causal=True).cpu(),
-                                   F.scaled_dot_product_attention(q, q, q, is_causal=True), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            F.scaled_dot_product_attention(d, d, d, is_causal=True).cpu(),
+            F.scaled_dot_product_attention(q, q, q, is_causal=True),
+            rtol=1e-5,
+            atol=1e-6,
+        )
         a = torch.randn(4, 7)
         torch.testing.assert_close(a.to(DEV).topk(3, dim=1).values.cpu(), a.topk(3, dim=1).values)
-        torch.testing.assert_close(F.interpolate(q.to(DEV), size=(7, 9), mode="bilinear").cpu(),
-                                   F.interpolate(q, size=(7, 9), mode="bilinear"), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            F.interpolate(q.to(DEV), size=(7, 9), mode="bilinear").cpu(),
+            F.interpolate(q, size=(7, 9), mode="bilinear"),
+            rtol=1e-5,
+            atol=1e-6,
+        )
         assert torch.equal(F.one_hot(torch.tensor([0, 2, 1]).to(DEV), 4).cpu(), F.one_hot(torch.tensor([0, 2, 1]), 4))
     clean_report()
 

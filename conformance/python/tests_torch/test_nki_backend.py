@@ -92,7 +92,8 @@ def test_module_kernels_run_in_the_device_session_without_host_copies():
 
 def test_a_wrapper_needing_numpy_arrays_reruns_on_the_host(tmp_path):
     path = tmp_path / "numpy_only_backend.py"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         import neuronxcc.nki.language as nl
         from neuronxcc import nki
 
@@ -111,7 +112,8 @@ def test_a_wrapper_needing_numpy_arrays_reruns_on_the_host(tmp_path):
 
 
         OVERLOADS = {"exp": (exp_kernel, exp)}
-        """))
+        """)
+    )
     trnsim.torch.set_backend(f"nki:{path}")
     x = torch.randn(4, 6)
     y = torch.exp(x.to("trnsim"))
@@ -160,7 +162,8 @@ def test_inplace_ops_use_the_module_for_their_functional_form():
 def _wrong_module(tmp_path):
     """The example module with add.Tensor's kernel swapped for one that subtracts."""
     path = tmp_path / "wrong_backend.py"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         import importlib.util
 
         import neuronxcc.nki.language as nl
@@ -183,7 +186,8 @@ def _wrong_module(tmp_path):
 
         OVERLOADS = dict(ex.OVERLOADS)
         OVERLOADS["add.Tensor"] = (wrong_add_kernel, ex.add_tensor)
-        """))
+        """)
+    )
     line = next(i for i, s in enumerate(path.read_text().splitlines(), 1) if s.startswith("def wrong_add_kernel"))
     return path, line
 
@@ -199,8 +203,9 @@ def test_check_mode_names_a_wrong_kernel(tmp_path):
     first = rep["first_out_of_tolerance"]
     assert first is not None and first["op"] == "add.Tensor", first
     assert first["backends"] == [f"nki:{path}"]
-    assert any(k.startswith("wrong_add_kernel (") and k.endswith(f"wrong_backend.py:{line})")
-               for k in first["kernels"]), first
+    assert any(
+        k.startswith("wrong_add_kernel (") and k.endswith(f"wrong_backend.py:{line})") for k in first["kernels"]
+    ), first
     assert rep["ops"]["add.Tensor"]["drift"]["out_of_tolerance"] >= 1
     # The other kernels of the module are right.
     for op in ("mm", "relu", "_softmax"):
@@ -208,9 +213,11 @@ def test_check_mode_names_a_wrong_kernel(tmp_path):
 
 
 def test_env_spelling_and_a_bad_spelling(tmp_path):
-    script = ("import torch, trnsim.torch, json; a = torch.randn(4, 6); d = a.to('trnsim'); "
-              "torch.testing.assert_close(torch.exp(d).cpu(), torch.exp(a), rtol=1.3e-6, atol=1e-5); "
-              "r = trnsim.torch.report(); print(json.dumps([r['backend'], r['ops']['exp']['backends']]))")
+    script = (
+        "import torch, trnsim.torch, json; a = torch.randn(4, 6); d = a.to('trnsim'); "
+        "torch.testing.assert_close(torch.exp(d).cpu(), torch.exp(a), rtol=1.3e-6, atol=1e-5); "
+        "r = trnsim.torch.report(); print(json.dumps([r['backend'], r['ops']['exp']['backends']]))"
+    )
     env = dict(os.environ, TRNSIM_TORCH_BACKEND=LABEL)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [LABEL, {LABEL: 1}]
@@ -223,7 +230,8 @@ def test_env_spelling_and_a_bad_spelling(tmp_path):
 
 def test_a_failing_kernel_names_its_module_line(tmp_path):
     path = tmp_path / "failing_backend.py"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         import neuronxcc.nki.language as nl
         from neuronxcc import nki
 
@@ -240,7 +248,8 @@ def test_a_failing_kernel_names_its_module_line(tmp_path):
 
 
         OVERLOADS = {"exp": (exp_kernel, exp)}
-        """))
+        """)
+    )
     trnsim.torch.set_backend(f"nki:{path}")
     with pytest.raises(trnsim.torch.TrnsimError, match=r"failing_backend\.py:\d+"):
         torch.exp(torch.randn(4, 6).to("trnsim"))
@@ -255,8 +264,9 @@ def test_examples_train_and_run_with_the_module(script, args, tmp_path):
     report = tmp_path / "r.json"
     env = dict(os.environ, TRNSIM_TORCH_BACKEND=LABEL, TRNSIM_TORCH_REPORT=str(report))
     path = os.path.join(HERE, "..", "examples", "torch", script)
-    out = subprocess.run([sys.executable, path, *args], check=False, capture_output=True, text=True, cwd=tmp_path,
-                         env=env)
+    out = subprocess.run(
+        [sys.executable, path, *args], check=False, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rep = json.loads(report.read_text())
     assert rep["backend"] == LABEL and rep["fallback_count"] == 0
@@ -268,9 +278,11 @@ def test_examples_train_and_run_with_the_module(script, args, tmp_path):
 def test_kernels_are_traced_for_the_device_target():
     # On a trn2 device, a legacy-API kernel is traced for trn2 and runs in the session (a program
     # traced for trn1 would be refused by the trn2 session and need the host path).
-    script = ("import torch, trnsim.torch, json; a = torch.randn(4, 6); "
-              "torch.testing.assert_close(torch.exp(a.to('trnsim')).cpu(), torch.exp(a), rtol=1.3e-6, atol=1e-5); "
-              "print(json.dumps(trnsim.torch.report()['ops']['exp']))")
+    script = (
+        "import torch, trnsim.torch, json; a = torch.randn(4, 6); "
+        "torch.testing.assert_close(torch.exp(a.to('trnsim')).cpu(), torch.exp(a), rtol=1.3e-6, atol=1e-5); "
+        "print(json.dumps(trnsim.torch.report()['ops']['exp']))"
+    )
     env = dict(os.environ, TRNSIM_TORCH_BACKEND=LABEL, TRNSIM_TORCH_TARGET="trn2")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
     exp = json.loads(out.stdout.strip().splitlines()[-1])

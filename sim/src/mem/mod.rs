@@ -32,16 +32,91 @@ pub struct OnChip {
 }
 
 impl OnChip {
-    fn new(name: &'static str, partitions: usize, partition_bytes: usize, usable_bytes: usize) -> Self {
-        // vec![0; n] is a zeroed allocation: pages are only touched when used.
+    fn new(
+        name: &'static str,
+        partitions: usize,
+        partition_bytes: usize,
+        usable_bytes: usize,
+        spare: Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Self {
+        let n = partitions * partition_bytes;
+        let (data, written) = match spare {
+            Some((d, w)) => (resized(d, n), resized(w, n)),
+            None => (vec![0; n], vec![0; n]),
+        };
         OnChip {
             name,
             partitions,
             partition_bytes,
             usable_bytes,
-            data: vec![0; partitions * partition_bytes],
-            written: vec![0; partitions * partition_bytes],
+            data,
+            written,
         }
+    }
+}
+
+/// `n` zero bytes from an all-zero buffer (an [`Arena`]'s): truncated, or extended with zeros
+/// when its allocation is large enough; else a fresh zeroed allocation (`vec![0; n]`: pages are
+/// only touched when used).
+fn resized(mut v: Vec<u8>, n: usize) -> Vec<u8> {
+    if v.capacity() >= n {
+        v.resize(n, 0);
+        v
+    } else {
+        vec![0; n]
+    }
+}
+
+/// Zeroes the bytes of `chip` a run wrote, so that its buffers are all zero again: in each
+/// partition, from the first to the last byte its written map marks. Data bytes change only
+/// where the written map marks them (every write marks what it writes), so this is exact.
+fn clean(chip: &mut OnChip) {
+    let pb = chip.partition_bytes;
+    if pb == 0 {
+        return;
+    }
+    let nonzero = |c: &[u8]| c.iter().any(|&b| b != 0);
+    for p in 0..chip.partitions {
+        let row = &chip.written[p * pb..(p + 1) * pb];
+        // whole 64-byte blocks first (a vectorised scan), then the bytes of the edge blocks
+        let Some(first) = row.chunks(64).position(nonzero) else {
+            continue;
+        };
+        let last = row.chunks(64).rposition(nonzero).unwrap_or(first);
+        let (lo, hi) = (p * pb + first * 64, p * pb + ((last + 1) * 64).min(pb));
+        chip.data[lo..hi].fill(0);
+        chip.written[lo..hi].fill(0);
+    }
+}
+
+/// SBUF and PSUM buffers kept between runs (a session's: performance only). A run allocates the
+/// on-chip memories its program reaches; freed, glibc returns such large blocks to the OS, and the
+/// next run page-faults them in again, which cost several times the simulation of a small
+/// program (a compiled GPT-2 block: 26 MB of SBUF/PSUM data and written maps per run). Kept,
+/// they are zeroed where the run wrote ([`Arena::recycle`]). Contents never carry over: every
+/// run starts from zeroed, unwritten memory, as with fresh buffers (debug builds check it).
+#[derive(Debug, Default)]
+pub struct Arena {
+    sbuf: Option<(Vec<u8>, Vec<u8>)>,
+    psum: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Arena {
+    /// Keeps `mem`'s SBUF and PSUM buffers for the next run, zeroed where the run wrote.
+    pub fn recycle(&mut self, mem: Memories) {
+        let Memories { mut sbuf, mut psum, .. } = mem;
+        clean(&mut sbuf);
+        clean(&mut psum);
+        debug_assert!(
+            sbuf.data.iter().chain(&sbuf.written).all(|&b| b == 0),
+            "SBUF left dirty"
+        );
+        debug_assert!(
+            psum.data.iter().chain(&psum.written).all(|&b| b == 0),
+            "PSUM left dirty"
+        );
+        self.sbuf = Some((sbuf.data, sbuf.written));
+        self.psum = Some((psum.data, psum.written));
     }
 }
 
@@ -271,6 +346,17 @@ impl Memories {
     /// Memories where only the first `sbuf_bytes` / `psum_bytes` of each partition are backed
     /// (see `Program::on_chip_extent`); bounds are still checked against the target's limits.
     pub fn with_extents(target: &Target, decls: &[HbmTensorDecl], sbuf_bytes: usize, psum_bytes: usize) -> Self {
+        Self::with_extents_in(target, decls, sbuf_bytes, psum_bytes, &mut Arena::default())
+    }
+
+    /// [`Memories::with_extents`] in buffers `arena` kept from an earlier run.
+    pub fn with_extents_in(
+        target: &Target,
+        decls: &[HbmTensorDecl],
+        sbuf_bytes: usize,
+        psum_bytes: usize,
+        arena: &mut Arena,
+    ) -> Self {
         let mut hbm = Vec::with_capacity(decls.len());
         let mut hbm_index = HashMap::new();
         for d in decls {
@@ -288,12 +374,14 @@ impl Memories {
                 target.partitions,
                 sbuf_bytes.min(target.sbuf_usable_bytes),
                 target.sbuf_usable_bytes,
+                arena.sbuf.take(),
             ),
             psum: OnChip::new(
                 "PSUM",
                 target.partitions,
                 psum_bytes.min(target.psum_partition_bytes),
                 target.psum_partition_bytes,
+                arena.psum.take(),
             ),
             hbm,
             hbm_index,

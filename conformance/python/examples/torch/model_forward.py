@@ -23,8 +23,9 @@ def resnet18(size: int):
 def gpt2(seq: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000, n_positions=64,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = GPT2Config(
+        n_layer=2, n_head=4, n_embd=64, vocab_size=1000, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
     model = GPT2LMHeadModel(cfg).eval()
     return model, (torch.randint(0, cfg.vocab_size, (1, seq)),)
 
@@ -55,14 +56,18 @@ def main() -> None:
     rel = err / expected.abs().max().item()
     rep = trnsim.torch.report()
     print(f"{a.model}: output {tuple(got.shape)}, max abs diff vs CPU {err:.3g} (relative to max |out| {rel:.3g})")
-    print(f"op calls {rep['op_calls']}, device programs {rep['device_programs']}, fallbacks {rep['fallback_count']}, "
-          f"estimated device time {rep['est_device_time_us']:.1f} us, wall {wall:.1f} s")
+    print(
+        f"op calls {rep['op_calls']}, device programs {rep['device_programs']}, fallbacks {rep['fallback_count']}, "
+        f"estimated device time {rep['est_device_time_us']:.1f} us, wall {wall:.1f} s"
+    )
     print(f"first op out of tolerance: {rep['first_out_of_tolerance']}")
     print(f"{'op':32} {'calls':>6} {'programs':>8} {'est us':>10} {'max abs':>10} {'max ulp':>8} {'out of tol':>10}")
     for name, e in sorted(rep["ops"].items()):
         d = e.get("drift", {})
-        print(f"{name:32} {e.get('calls', 0):6d} {e.get('programs', 0):8d} {e.get('est_ns', 0) / 1000:10.1f} "
-              f"{d.get('max_abs', 0):10.3g} {d.get('max_ulp', 0):8.3g} {d.get('out_of_tolerance', 0):10d}")
+        print(
+            f"{name:32} {e.get('calls', 0):6d} {e.get('programs', 0):8d} {e.get('est_ns', 0) / 1000:10.1f} "
+            f"{d.get('max_abs', 0):10.3g} {d.get('max_ulp', 0):8.3g} {d.get('out_of_tolerance', 0):10d}"
+        )
     if a.report:
         html_path = a.report[: -len(".json")] + ".html" if a.report.endswith(".json") else a.report + ".html"
         trnsim.torch.write_report(a.report, html_path)

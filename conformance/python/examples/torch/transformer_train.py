@@ -59,8 +59,10 @@ def main() -> None:
         print(f"{i:4d}  {c:.6f}  {d:.6f}  {abs(d - c) / abs(c):.2e}")
     print(f"worst relative difference: {worst:.2e} (bound 1e-3)")
     rep = trnsim.torch.report()
-    print(f"device programs: {rep['device_programs']}, fallbacks: {rep['fallback_count']}, "
-          f"estimated device time: {rep['est_device_time_us']:.1f} us")
+    print(
+        f"device programs: {rep['device_programs']}, fallbacks: {rep['fallback_count']}, "
+        f"estimated device time: {rep['est_device_time_us']:.1f} us"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cpu": cpu, "trnsim": dev, "worst_rel": worst, "report": rep}, f, indent=2)

@@ -29,7 +29,7 @@ def avgpool2d_window_axes(x, k):
     4 (the reduction walks them innermost), on a whole-tensor load."""
     c, h, w = x.shape
     out = nl.ndarray((c, h // k, w // k), dtype=x.dtype, buffer=nl.shared_hbm)
-    i_c, i_oh, i_kh, i_ow, i_kw = nl.mgrid[0:c, 0:h // k, 0:k, 0:w // k, 0:k]
+    i_c, i_oh, i_kh, i_ow, i_kw = nl.mgrid[0:c, 0 : h // k, 0:k, 0 : w // k, 0:k]
     tile = nl.load(x)
     pooled = nl.sum(tile[i_c, k * i_oh + i_kh, k * i_ow + i_kw], axis=[2, 4]) / (k * k)
     nl.store(out, value=pooled)

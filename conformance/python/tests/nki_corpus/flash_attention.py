@@ -31,11 +31,11 @@ def flash_fwd(q_t, k_t, v):
     k_sb = nl.ndarray((s // KB, nl.par_dim(d), KB), dtype=k_t.dtype, buffer=nl.sbuf)
     v_sb = nl.ndarray((s // 128, nl.par_dim(128), d), dtype=v.dtype, buffer=nl.sbuf)
     for j in nl.affine_range(s // KB):
-        k_sb[j] = nl.load(k_t[:, j * KB:(j + 1) * KB])
+        k_sb[j] = nl.load(k_t[:, j * KB : (j + 1) * KB])
     for j in nl.affine_range(s // 128):
-        v_sb[j] = nl.load(v[j * 128:(j + 1) * 128, :])
+        v_sb[j] = nl.load(v[j * 128 : (j + 1) * 128, :])
     for i in nl.affine_range(s // QT):
-        q_sb = nl.load(q_t[:, i * QT:(i + 1) * QT])
+        q_sb = nl.load(q_t[:, i * QT : (i + 1) * QT])
         m = nl.full((QT, 1), NEG, dtype=nl.float32)
         den = nl.zeros((QT, 1), dtype=nl.float32)
         acc = nl.zeros((QT, d), dtype=nl.float32)
@@ -45,19 +45,18 @@ def flash_fwd(q_t, k_t, v):
             m_new = nl.maximum(m, nl.multiply(bmax, scale))
             neg_m = nl.multiply(m_new, -1.0)
             rowsum = nl.ndarray((QT, 1), dtype=nl.float32)
-            p = nisa.activation(np.exp, sc, bias=neg_m, scale=scale, reduce_op=np.add, reduce_res=rowsum,
-                                dtype=v.dtype)
+            p = nisa.activation(np.exp, sc, bias=neg_m, scale=scale, reduce_op=np.add, reduce_res=rowsum, dtype=v.dtype)
             corr = nisa.activation(np.exp, nl.subtract(m, m_new))
             den = nisa.scalar_tensor_tensor(data=den, op0=np.multiply, operand0=corr, op1=np.add, operand1=rowsum)
             pv = nl.zeros((QT, d), dtype=nl.float32, buffer=nl.psum)
             for c in nl.affine_range(KB // 128):
-                p_t = nl.copy(nisa.nc_transpose(p[:, c * 128:(c + 1) * 128]), dtype=v.dtype)  # [keys, QT]
+                p_t = nl.copy(nisa.nc_transpose(p[:, c * 128 : (c + 1) * 128]), dtype=v.dtype)  # [keys, QT]
                 pv += nisa.nc_matmul(p_t, v_sb[j * (KB // 128) + c])
             acc = nisa.scalar_tensor_tensor(data=acc, op0=np.multiply, operand0=corr, op1=np.add, operand1=pv)
             m = m_new
         out = nisa.tensor_scalar(acc, np.multiply, nisa.reciprocal(den), dtype=v.dtype)
-        nl.store(o[i * QT:(i + 1) * QT, :], out)
-        nl.store(lse[i * QT:(i + 1) * QT, :], nl.add(m, nl.log(den)))
+        nl.store(o[i * QT : (i + 1) * QT, :], out)
+        nl.store(lse[i * QT : (i + 1) * QT, :], nl.add(m, nl.log(den)))
     return o, lse
 
 
@@ -102,15 +101,16 @@ def flash_bwd(q, q_t, k, k_t, v_t, o, do, do_t, lse):
             p = nisa.activation(np.exp, sc, bias=neg_lse[i], scale=scale, dtype=q.dtype)
             dv_ps += nisa.nc_matmul(p, do_sb[i])  # pᵀ do: [keys, d]
             dp = nisa.nc_matmul(dot_sb[i], vt_sb)  # do vᵀ: [q, keys]
-            ds = nisa.scalar_tensor_tensor(data=dp, op0=np.subtract, operand0=dd[i], op1=np.multiply, operand1=p,
-                                           dtype=q.dtype)
+            ds = nisa.scalar_tensor_tensor(
+                data=dp, op0=np.subtract, operand0=dd[i], op1=np.multiply, operand1=p, dtype=q.dtype
+            )
             dk_ps += nisa.nc_matmul(ds, q_sb[i])  # dsᵀ q: [keys, d]
             ds_t = nl.copy(nisa.nc_transpose(ds), dtype=q.dtype)  # [keys, q]
             dq_acc[i] = nl.add(dq_acc[i], nisa.nc_matmul(ds_t, k_sb))  # ds k: [q, d]
         nl.store(dk[cols, :], nl.multiply(dk_ps, scale))
         nl.store(dv[cols, :], nl.copy(dv_ps))
     for i in nl.affine_range(nt):
-        nl.store(dq[i * 128:(i + 1) * 128, :], nl.multiply(dq_acc[i], scale))
+        nl.store(dq[i * 128 : (i + 1) * 128, :], nl.multiply(dq_acc[i], scale))
     return dq, dk, dv
 
 

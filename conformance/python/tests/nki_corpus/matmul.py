@@ -40,11 +40,11 @@ def matmul_tiled(a_t, b):
         for ni in nl.affine_range(n // TN):
             acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
             for ki in nl.affine_range(k // TK):
-                a_tile = nl.load(a_t[ki * TK:(ki + 1) * TK, mi * TM:(mi + 1) * TM])
-                b_tile = nl.load(b[ki * TK:(ki + 1) * TK, ni * TN:(ni + 1) * TN])
+                a_tile = nl.load(a_t[ki * TK : (ki + 1) * TK, mi * TM : (mi + 1) * TM])
+                b_tile = nl.load(b[ki * TK : (ki + 1) * TK, ni * TN : (ni + 1) * TN])
                 acc += nl.matmul(a_tile, b_tile, transpose_x=True)
             c_tile = nl.copy(acc, dtype=out.dtype)
-            nl.store(out[mi * TM:(mi + 1) * TM, ni * TN:(ni + 1) * TN], value=c_tile)
+            nl.store(out[mi * TM : (mi + 1) * TM, ni * TN : (ni + 1) * TN], value=c_tile)
     return out
 
 
@@ -68,7 +68,7 @@ def matmul_hoisted(a_t, b):
             acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
             for ki in nl.affine_range(kt):
                 acc += nl.matmul(a_tiles[ki, i_k, i_m], b_tiles[ki, i_k, i_n], transpose_x=True)
-            nl.store(out[mi * TM:(mi + 1) * TM, ni * TN:(ni + 1) * TN], value=nl.copy(acc))
+            nl.store(out[mi * TM : (mi + 1) * TM, ni * TN : (ni + 1) * TN], value=nl.copy(acc))
     return out
 
 
@@ -84,11 +84,11 @@ def matmul_blocked(a_t, b, n_block=2):
         for ki in nl.affine_range(kt):
             for j in nl.affine_range(n_block):
                 col = (nb * n_block + j) * TN
-                b_blk[ki, j] = nl.load(b[ki * TK:(ki + 1) * TK, col:col + TN])
+                b_blk[ki, j] = nl.load(b[ki * TK : (ki + 1) * TK, col : col + TN])
         for mi in nl.affine_range(m // TM):
             a_blk = nl.ndarray((kt, nl.par_dim(TK), TM), dtype=a_t.dtype, buffer=nl.sbuf)
             for ki in nl.affine_range(kt):
-                a_blk[ki] = nl.load(a_t[ki * TK:(ki + 1) * TK, mi * TM:(mi + 1) * TM])
+                a_blk[ki] = nl.load(a_t[ki * TK : (ki + 1) * TK, mi * TM : (mi + 1) * TM])
             acc = nl.zeros((n_block, nl.par_dim(TM), TN), dtype=nl.float32, buffer=nl.psum)
             for ki in nl.affine_range(kt):
                 for j in nl.affine_range(n_block):
@@ -96,5 +96,5 @@ def matmul_blocked(a_t, b, n_block=2):
             for j in nl.affine_range(n_block):
                 col = (nb * n_block + j) * TN
                 c_tile = nl.copy(acc[j], dtype=nl.bfloat16)
-                nl.store(out[mi * TM:(mi + 1) * TM, col:col + TN], value=c_tile)
+                nl.store(out[mi * TM : (mi + 1) * TM, col : col + TN], value=c_tile)
     return out

@@ -37,17 +37,17 @@ def layernorm(x, gamma, beta, eps=1e-5):
     chunk = min(d, nl.tile_size.bn_stats_fmax)
     nchunks = d // chunk
     for t in nl.affine_range(n // 128):
-        x_tile = nl.load(x[t * 128:(t + 1) * 128, :])
+        x_tile = nl.load(x[t * 128 : (t + 1) * 128, :])
         stats = nl.ndarray((128, 6 * nchunks), dtype=nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(nchunks):
-            stats[:, 6 * c:6 * c + 6] = nisa.bn_stats(x_tile[:, c * chunk:(c + 1) * chunk])
+            stats[:, 6 * c : 6 * c + 6] = nisa.bn_stats(x_tile[:, c * chunk : (c + 1) * chunk])
         mv = nisa.bn_aggr(stats)
         mean = mv[:, 0:1]
         var = mv[:, 1:2]
         rstd = nl.rsqrt(var + eps)
         xc = nisa.tensor_scalar(x_tile, nl.subtract, mean, op1=nl.multiply, operand1=rstd)
         y = nl.add(nl.multiply(xc, g), b)
-        nl.store(out[t * 128:(t + 1) * 128, :], value=y)
+        nl.store(out[t * 128 : (t + 1) * 128, :], value=y)
     return out
 
 
@@ -70,8 +70,9 @@ def layernorm_ragged(x, gamma, beta, eps=1e-5):
         x_tile = nl.load(x[rows, i_d], mask=(rows < n))
         stats = nl.ndarray((128, 6 * nchunks), dtype=nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(nchunks):
-            stats[i_p, 6 * c + i_s] = nisa.bn_stats(x_tile[i_p, c * fmax + i_c], mask=(c * fmax + i_c < d),
-                                                    dtype=nl.float32)
+            stats[i_p, 6 * c + i_s] = nisa.bn_stats(
+                x_tile[i_p, c * fmax + i_c], mask=(c * fmax + i_c < d), dtype=nl.float32
+            )
         mv = nisa.bn_aggr(stats)
         rstd = nl.rsqrt(mv[i_p, 1] + eps)
         y = nisa.tensor_scalar(data=x_tile, op0=nl.subtract, operand0=mv[i_p, 0], op1=nl.multiply, operand1=rstd)

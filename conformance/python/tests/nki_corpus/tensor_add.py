@@ -13,9 +13,9 @@ def add_tiles(a, b):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     row = nl.program_id(0) * TILE_P
     col = nl.program_id(1) * TILE_F
-    a_tile = nl.load(a[row:row + TILE_P, col:col + TILE_F])
-    b_tile = nl.load(b[row:row + TILE_P, col:col + TILE_F])
-    nl.store(out[row:row + TILE_P, col:col + TILE_F], value=a_tile + b_tile)
+    a_tile = nl.load(a[row : row + TILE_P, col : col + TILE_F])
+    b_tile = nl.load(b[row : row + TILE_P, col : col + TILE_F])
+    nl.store(out[row : row + TILE_P, col : col + TILE_F], value=a_tile + b_tile)
     return out
 
 

@@ -34,9 +34,9 @@ def transpose_pf(x):
     out = nl.ndarray((cols, rows), dtype=x.dtype, buffer=nl.shared_hbm)
     for r in nl.affine_range(rows // 128):
         for c in nl.affine_range(cols // 128):
-            t = nl.load(x[r * 128:(r + 1) * 128, c * 128:(c + 1) * 128])
+            t = nl.load(x[r * 128 : (r + 1) * 128, c * 128 : (c + 1) * 128])
             t_psum = nl.transpose(t)
-            nl.store(out[c * 128:(c + 1) * 128, r * 128:(r + 1) * 128], value=nl.copy(t_psum))
+            nl.store(out[c * 128 : (c + 1) * 128, r * 128 : (r + 1) * 128], value=nl.copy(t_psum))
     return out
 
 
@@ -45,6 +45,6 @@ def transpose_load(x):
     rows, cols = x.shape
     out = nl.ndarray((cols, rows), dtype=x.dtype, buffer=nl.shared_hbm)
     for r in nl.affine_range(rows // 128):
-        t = nl.load_transpose2d(x[r * 128:(r + 1) * 128, 0:cols])
-        nl.store(out[0:cols, r * 128:(r + 1) * 128], value=t)
+        t = nl.load_transpose2d(x[r * 128 : (r + 1) * 128, 0:cols])
+        nl.store(out[0:cols, r * 128 : (r + 1) * 128], value=t)
     return out

@@ -116,8 +116,17 @@ def choose(nbytes: int, s: Settings | None = None) -> str:
     return "kangaring"
 
 
-def plan(collective: str, world: int, *, n: int = 0, counts=None, root: int = 0, send_counts=None,
-         itemsize: int = 4, s: Settings | None = None) -> Plan:
+def plan(
+    collective: str,
+    world: int,
+    *,
+    n: int = 0,
+    counts=None,
+    root: int = 0,
+    send_counts=None,
+    itemsize: int = 4,
+    s: Settings | None = None,
+) -> Plan:
     """The plan of one collective; the algorithm is chosen from the bytes per rank."""
     if collective == "all_to_all":
         return _plan.all_to_all(world, send_counts)
@@ -177,9 +186,19 @@ def finish_average(session, target: str, name: str, dtype: str, n: int, world: i
         session.run(scale_program(target, dtype, _shape(session, name), 1.0 / world), {"buf": name})
 
 
-def simulate(collective: str, inputs: list[np.ndarray], *, op: str = "add", root: int = 0, send_counts=None,
-             counts=None, target: str = "trn2", s: Settings | None = None, average: bool = False,
-             return_stats: bool = False):
+def simulate(
+    collective: str,
+    inputs: list[np.ndarray],
+    *,
+    op: str = "add",
+    root: int = 0,
+    send_counts=None,
+    counts=None,
+    target: str = "trn2",
+    s: Settings | None = None,
+    average: bool = False,
+    return_stats: bool = False,
+):
     """Runs one collective over ``len(inputs)`` ranks simulated in this process, one session
     per rank; returns each rank's result (NumPy, the inputs' dtype).
 
@@ -211,7 +230,7 @@ def simulate(collective: str, inputs: list[np.ndarray], *, op: str = "add", root
         bufs = []
         for r, a in enumerate(arrays):
             b = np.zeros(full, np_dt)
-            b[offs[r]:offs[r + 1]] = a  # the rank's own block in place (what its input DMA writes)
+            b[offs[r] : offs[r + 1]] = a  # the rank's own block in place (what its input DMA writes)
             bufs.append(b)
         arrays = bufs
     elif collective == "all_to_all":
@@ -253,7 +272,7 @@ def simulate(collective: str, inputs: list[np.ndarray], *, op: str = "add", root
         out = np.frombuffer(data, dtype=numpy_dtype(dt)).copy()
         if collective == "reduce_scatter":
             off = sum(counts[:r])
-            out = out[off:off + counts[r]]
+            out = out[off : off + counts[r]]
         outs.append(out)
     if return_stats:
         return outs, p, stats

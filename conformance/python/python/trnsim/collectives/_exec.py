@@ -23,8 +23,19 @@ from .. import _native
 from ._plan import Move, Plan
 
 ITEMSIZE = {
-    "f32": 4, "bf16": 2, "f16": 2, "fp8_e4m3": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1,
-    "i32": 4, "u32": 4, "i16": 2, "u16": 2, "i8": 1, "u8": 1, "bool": 1,
+    "f32": 4,
+    "bf16": 2,
+    "f16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e4m3fn": 1,
+    "fp8_e5m2": 1,
+    "i32": 4,
+    "u32": 4,
+    "i16": 2,
+    "u16": 2,
+    "i8": 1,
+    "u8": 1,
+    "bool": 1,
 }
 FLOATS = {"f32", "bf16", "f16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2"}
 INT32 = {"i32", "u32"}
@@ -64,10 +75,21 @@ def _hbm(name: str, dtype: str, off: int, rows: int, width: int, step: int | Non
         return {"mem": {"hbm": name}, "dtype": dtype, "partitions": 1, "offset": off * size, "free": [[1, width]]}
     if step is None:
         # rows of `width` contiguous elements as one partition with two free dims.
-        return {"mem": {"hbm": name}, "dtype": dtype, "partitions": 1, "offset": off * size,
-                "free": [[width, rows], [1, width]]}
-    return {"mem": {"hbm": name}, "dtype": dtype, "partitions": rows, "partition_step": step,
-            "offset": off * size, "free": [[1, width]]}
+        return {
+            "mem": {"hbm": name},
+            "dtype": dtype,
+            "partitions": 1,
+            "offset": off * size,
+            "free": [[width, rows], [1, width]],
+        }
+    return {
+        "mem": {"hbm": name},
+        "dtype": dtype,
+        "partitions": rows,
+        "partition_step": step,
+        "offset": off * size,
+        "free": [[1, width]],
+    }
 
 
 def _flat_pieces(n: int):
@@ -138,11 +160,16 @@ def step_program(target: str, dtype: str, op: str, receipts: Sequence[Receipt], 
         hbm.append({"name": rname, "dtype": dtype, "shape": [m.n], "role": "input"})
         if not m.reduce or eng == "dma":
             for off, rows, width in _flat_pieces(m.n):
-                add("dma", {"dma_copy": {
-                    "dst": _hbm(m.dst_buf, dtype, m.dst_off + off, rows, width),
-                    "src": _hbm(rname, dtype, off, rows, width),
-                    "accumulate": bool(m.reduce),
-                }})
+                add(
+                    "dma",
+                    {
+                        "dma_copy": {
+                            "dst": _hbm(m.dst_buf, dtype, m.dst_off + off, rows, width),
+                            "src": _hbm(rname, dtype, off, rows, width),
+                            "accumulate": bool(m.reduce),
+                        }
+                    },
+                )
             continue
         for off, parts, width in _tile_pieces(m.n):
             a = {"mem": "sbuf", "dtype": dtype, "partitions": parts, "free": [[1, width]]}
@@ -162,16 +189,20 @@ def scale_program(target: str, dtype: str, shape: list, factor: float):
     for off, parts, width in _tile_pieces(n):
         a = {"mem": "sbuf", "dtype": dtype, "partitions": parts, "free": [[1, width]]}
         hb = _hbm("buf", dtype, off, parts, width, width)
-        for eng, opj in (("dma", {"dma_copy": {"dst": a, "src": hb}}),
-                         ("vector", {"tensor_scalar": {"dst": a, "src": a, "op0": "multiply",
-                                                       "operand0": {"imm": factor}}}),
-                         ("dma", {"dma_copy": {"dst": hb, "src": a}})):
+        for eng, opj in (
+            ("dma", {"dma_copy": {"dst": a, "src": hb}}),
+            ("vector", {"tensor_scalar": {"dst": a, "src": a, "op0": "multiply", "operand0": {"imm": factor}}}),
+            ("dma", {"dma_copy": {"dst": hb, "src": a}}),
+        ):
             inst = {"engine": eng, "op": opj}
             if ins:
                 inst["wait"] = [len(ins) - 1]
             ins.append(inst)
-    prog = {"target": target, "hbm": [{"name": "buf", "dtype": dtype, "shape": list(shape), "role": "input"}],
-            "instructions": ins}
+    prog = {
+        "target": target,
+        "hbm": [{"name": "buf", "dtype": dtype, "shape": list(shape), "role": "input"}],
+        "instructions": ins,
+    }
     return _native.Program.from_json(json.dumps(prog))
 
 
@@ -180,15 +211,26 @@ def cast_program(target: str, src_dtype: str, dst_dtype: str, shape: list):
     n = _numel(shape)
     ins = []
     for off, rows, width in _flat_pieces(n):
-        inst = {"engine": "dma", "op": {"dma_copy": {"dst": _hbm("out", dst_dtype, off, rows, width),
-                                                     "src": _hbm("src", src_dtype, off, rows, width)}}}
+        inst = {
+            "engine": "dma",
+            "op": {
+                "dma_copy": {
+                    "dst": _hbm("out", dst_dtype, off, rows, width),
+                    "src": _hbm("src", src_dtype, off, rows, width),
+                }
+            },
+        }
         if ins:
             inst["wait"] = [len(ins) - 1]
         ins.append(inst)
-    prog = {"target": target,
-            "hbm": [{"name": "src", "dtype": src_dtype, "shape": list(shape), "role": "input"},
-                    {"name": "out", "dtype": dst_dtype, "shape": list(shape), "role": "output"}],
-            "instructions": ins}
+    prog = {
+        "target": target,
+        "hbm": [
+            {"name": "src", "dtype": src_dtype, "shape": list(shape), "role": "input"},
+            {"name": "out", "dtype": dst_dtype, "shape": list(shape), "role": "output"},
+        ],
+        "instructions": ins,
+    }
     return _native.Program.from_json(json.dumps(prog))
 
 
@@ -235,7 +277,7 @@ class RankMemory:
             _, _, data = self.session.get(name)
             self._cache[name] = data
         size = ITEMSIZE[self.dtype]
-        return bytes(data[off * size:(off + n) * size])
+        return bytes(data[off * size : (off + n) * size])
 
     def new_step(self) -> None:
         self._cache.clear()

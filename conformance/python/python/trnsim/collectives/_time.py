@@ -49,8 +49,18 @@ SOURCES = {
     "efa_latency": "neuron-runtime explore/internode-collective-comm: inter-node point-to-point latency '~15us'",
 }
 
-_TRN2 = {"ranks_per_chip": 4, "chips_per_instance": 16, "torus": (4, 4), "link_bw": 1024 * GB, "inter_instance_bw": 256 * GB,
-             "efa_bw": 25 * GB, "dma_bw": 3500 * GB, "reduce_rate": 0.5, "hop_latency": 1.5e-6, "efa_latency": 15e-6}
+_TRN2 = {
+    "ranks_per_chip": 4,
+    "chips_per_instance": 16,
+    "torus": (4, 4),
+    "link_bw": 1024 * GB,
+    "inter_instance_bw": 256 * GB,
+    "efa_bw": 25 * GB,
+    "dma_bw": 3500 * GB,
+    "reduce_rate": 0.5,
+    "hop_latency": 1.5e-6,
+    "efa_latency": 15e-6,
+}
 
 TOPOLOGIES = {
     "trn2.48xlarge": Topology("trn2.48xlarge", instances_per_domain=1, **_TRN2),
@@ -131,7 +141,9 @@ def _steps(collective: str, algorithm: str, n: int, s: float):
         if algorithm == "ring":
             return [(ring_pairs, chunk, chunk)] * (n - 1)
         if algorithm == "rdh":
-            return [([(r, r ^ (n >> (i + 1))) for r in range(n)], s / 2 ** (i + 1), s / 2 ** (i + 1)) for i in range(lg)]
+            return [
+                ([(r, r ^ (n >> (i + 1))) for r in range(n)], s / 2 ** (i + 1), s / 2 ** (i + 1)) for i in range(lg)
+            ]
         if algorithm == "mesh":
             return [([(a, b) for a in range(n) for b in range(n) if a != b], (n - 1) * chunk, (n - 1) * chunk)]
         m = n // 2  # kangaring
@@ -180,8 +192,14 @@ def _steps(collective: str, algorithm: str, n: int, s: float):
     raise ValueError(f"no time model for collective {collective!r}")
 
 
-def estimate(collective: str, algorithm: str, world: int, nbytes: float, topo: str | Topology = "trn2.48xlarge",
-             dma_share: float = 0.0) -> Estimate:
+def estimate(
+    collective: str,
+    algorithm: str,
+    world: int,
+    nbytes: float,
+    topo: str | Topology = "trn2.48xlarge",
+    dma_share: float = 0.0,
+) -> Estimate:
     """Estimated time of one collective of ``nbytes`` per rank (the all-reduce buffer, the
     reduce-scatter input, the all-gather output, the all-to-all send buffer) over ``world``
     ranks placed in order on ``topo`` (rank r on chip r // ranks_per_chip).

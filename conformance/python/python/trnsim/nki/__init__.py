@@ -71,6 +71,7 @@ class DeviceTensor:
 
     def __init__(self, session, name):
         import trnsim
+
         self.session, self.name = session, name
         dt, shape = session.info(name)
         self.dtype = trnsim.numpy_dtype(dt)
@@ -83,6 +84,7 @@ class DeviceTensor:
 def device(session, name):
     """The session tensor `name` as a kernel argument."""
     return DeviceTensor(session, name)
+
 
 _LAST = {}
 
@@ -106,6 +108,7 @@ class KernelRun:
 
     def run(self, target=None, numerics=None):
         import trnsim
+
         prog = trnsim.Program.from_json(self.program_json())
         if hasattr(prog, "infer_waits"):
             prog.infer_waits()
@@ -126,8 +129,10 @@ class KernelRun:
                 arr[...] = res.outputs[name].reshape(arr.shape)
         # a returned parameter the kernel never wrote is returned as it came in
         outs = [res.outputs[n] if n in res.outputs else np.array(self.inputs[n]) for n in self.outputs]
-        outs = [o.reshape(sh) if tuple(o.shape) != sh else o
-                for o, sh in zip(outs, getattr(self, "out_shapes", [o.shape for o in outs]))]
+        outs = [
+            o.reshape(sh) if tuple(o.shape) != sh else o
+            for o, sh in zip(outs, getattr(self, "out_shapes", [o.shape for o in outs]))
+        ]
         if self.ret_shape == "none":
             return None
         if self.ret_shape == "single":
@@ -135,9 +140,11 @@ class KernelRun:
         return tuple(outs)
 
 
-_PARTLY_WRITTEN = (". AWS's NKI simulator returns such an output with whatever its array held there (NaN or 4 "
-                   "for a fresh tensor); on a device those bytes are whatever HBM held, so trnsim refuses the run "
-                   "rather than return them: store every element of each output")
+_PARTLY_WRITTEN = (
+    ". AWS's NKI simulator returns such an output with whatever its array held there (NaN or 4 "
+    "for a fresh tensor); on a device those bytes are whatever HBM held, so trnsim refuses the run "
+    "rather than return them: store every element of each output"
+)
 
 
 def _grid_dims(grid):
@@ -147,13 +154,13 @@ def _grid_dims(grid):
     return tuple(dims)
 
 
-def to_program(func, args, kwargs=None, grid=(), target="trn1", lnc=None):
+def to_program(func, args, kwargs=None, grid=(), target="trn1", lnc=None, api="legacy"):
     """Trace `func(*args, **kwargs)` over the SPMD `grid` into a KernelRun (not yet executed).
     `lnc=2` (the current API's `kernel[2]`): the two physical cores of a logical core, traced one
     after the other; see `_check_lnc_independent`."""
     kwargs = kwargs or {}
     t0 = time.perf_counter()
-    tr = Tracer(target)
+    tr = Tracer(target, api)
     sig = inspect.signature(func)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -227,7 +234,7 @@ def _check_lnc_independent(tr, starts, def_loc):
     bounds = list(starts) + [len(tr.instructions)]
     for core in range(len(starts)):
         masks = {}
-        for ins in tr.instructions[bounds[core]:bounds[core + 1]]:
+        for ins in tr.instructions[bounds[core] : bounds[core + 1]]:
             ((_, fields),) = ins["op"].items()
             indirect = "indirect" in fields
             for key, v in fields.items():
@@ -260,7 +267,9 @@ def _check_lnc_independent(tr, starts, def_loc):
                         "writes. trnsim does not simulate two cores at once yet; it runs the two cores one after the "
                         "other, which gives what the hardware gives only when neither core reads or writes what the "
                         "other writes, so it refuses this kernel rather than pick an order (sendrecv/core_barrier "
-                        "need the two-core simulation too)", def_loc)
+                        "need the two-core simulation too)",
+                        def_loc,
+                    )
 
 
 def _wrap_arg(tr, name, val, param_arrays):
@@ -290,10 +299,15 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
                 f"the kernel returns {r.base.describe()}, an on-chip tile: a kernel returns HBM tensors "
                 "(nl.ndarray(..., buffer=nl.shared_hbm)) that it stored into. AWS's NumPy simulator hands such a tile "
                 "back as an array, but on a device an SBUF/PSUM tile is not an output and does not survive the "
-                "kernel, so trnsim refuses it", getattr(r.base, "loc", None) or def_loc)
+                "kernel, so trnsim refuses it",
+                getattr(r.base, "loc", None) or def_loc,
+            )
         if not isinstance(r, View) or not r.is_full():
-            raise NkiError(f"the kernel returns {type(r).__name__ if not isinstance(r, View) else 'part of a tensor'}"
-                           ": a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))", def_loc)
+            raise NkiError(
+                f"the kernel returns {type(r).__name__ if not isinstance(r, View) else 'part of a tensor'}"
+                ": a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))",
+                def_loc,
+            )
         out_names.append(_core.storage_of(r.base).name)
         out_shapes.append(tuple(r.shape))
     hbm, inputs, inout, pre, device_args = [], {}, {}, [], {}
@@ -335,11 +349,17 @@ def _whole_copy(st, src_name, loc):
     n = int(np.prod(st.shape)) if st.shape else 1
     cols = next(c for c in range(min(n, 65535), 0, -1) if n % c == 0)  # a free dim holds <= 65535
     rows = n // cols
-    ap = {"dtype": _core.trn_name(st.dtype), "partitions": rows, "partition_step": cols if rows > 1 else 0,
-          "free": [[1, cols]]}
-    return {"engine": "dma", "op": {"dma_copy": {"dst": dict(ap, mem={"hbm": st.name}),
-                                                 "src": dict(ap, mem={"hbm": src_name})}},
-            "loc": loc or "kernel parameter"}
+    ap = {
+        "dtype": _core.trn_name(st.dtype),
+        "partitions": rows,
+        "partition_step": cols if rows > 1 else 0,
+        "free": [[1, cols]],
+    }
+    return {
+        "engine": "dma",
+        "op": {"dma_copy": {"dst": dict(ap, mem={"hbm": st.name}), "src": dict(ap, mem={"hbm": src_name})}},
+        "loc": loc or "kernel parameter",
+    }
 
 
 class Kernel:
@@ -351,8 +371,7 @@ class Kernel:
     generation comes from NEURON_PLATFORM_TARGET_OVERRIDE (else trn2), and the arguments may be
     NumPy arrays or torch tensors."""
 
-    def __init__(self, func, mode="auto", grid=(), target=None, numerics=None, api="legacy", lnc=None,
-                 **options):
+    def __init__(self, func, mode="auto", grid=(), target=None, numerics=None, api="legacy", lnc=None, **options):
         self.func = func
         self.mode = mode
         self.grid = grid
@@ -368,9 +387,12 @@ class Kernel:
         if self.api == "current":
             lnc = grid[0] if isinstance(grid, tuple) and len(grid) == 1 else grid
             if isinstance(grid, tuple) and len(grid) != 1 or isinstance(lnc, bool) or lnc not in (1, 2):
-                raise NkiError(f"{getattr(self.func, '__name__', 'kernel')}[{grid!r}]: in the current NKI the bracket "
-                               "is the LNC degree, 1 or 2 physical cores (an SPMD grid is the legacy "
-                               "neuronxcc.nki API)", _def_loc(self.func))
+                raise NkiError(
+                    f"{getattr(self.func, '__name__', 'kernel')}[{grid!r}]: in the current NKI the bracket "
+                    "is the LNC degree, 1 or 2 physical cores (an SPMD grid is the legacy "
+                    "neuronxcc.nki API)",
+                    _def_loc(self.func),
+                )
             return Kernel(self.func, self.mode, (), self.target, self.numerics, "current", lnc, **self.options)
         if not isinstance(grid, tuple):
             grid = (grid,)
@@ -378,6 +400,7 @@ class Kernel:
 
     def _target(self):
         from ._targets import env_target, parse_target
+
         loc = _def_loc(self.func)
         if self.target:
             return parse_target(self.target, "target=", loc)
@@ -404,11 +427,12 @@ class Kernel:
             # included): a sub-kernel, traced inline into the caller's program
             return self.func(*args, **kwargs)
         from . import _frameworks
+
         conv = _frameworks.Converted(args, kwargs) if self.api == "current" else None
         if conv is not None:
             args, kwargs = conv.args, conv.kwargs
         lnc = self._lnc()
-        kr = to_program(self.func, args, kwargs, self.grid, self._target(), lnc=lnc)
+        kr = to_program(self.func, args, kwargs, self.grid, self._target(), lnc=lnc, api=self.api)
         _LAST.clear()
         _LAST.update(run=kr)
         out = kr.run(numerics=self.numerics)
@@ -538,6 +562,7 @@ def install(current=True):
     this = sys.modules[__name__]
     if current:
         from . import current as cur
+
         sys.modules["nki"] = cur
         for sub in ("language", "isa", "typing"):
             sys.modules[f"nki.{sub}"] = getattr(cur, sub)
@@ -552,6 +577,7 @@ def install(current=True):
     for sub in ("language", "isa", "typing", "compiler"):
         sys.modules[f"neuronxcc.nki.{sub}"] = getattr(this, sub)
     from . import isa_constants
+
     isa.constants = isa_constants
     sys.modules["neuronxcc.nki.isa.constants"] = isa_constants
     if current:

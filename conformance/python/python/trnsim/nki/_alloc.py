@@ -21,6 +21,9 @@ bytes at different times, as it orders any two accesses of the same bytes.
 """
 
 import bisect
+import inspect
+import os
+import sys
 
 import numpy as np
 
@@ -57,8 +60,13 @@ def limits(target):
     lim = _LIMITS.get(target)
     if lim is None:
         t = _targets.params(target)
-        lim = {"sbuf": t["sbuf_usable_bytes"], "psum": t["psum_partition_bytes"], "bank": t["psum_bank_bytes"],
-               "banks": t["psum_banks"], "partitions": t["partitions"]}
+        lim = {
+            "sbuf": t["sbuf_usable_bytes"],
+            "psum": t["psum_partition_bytes"],
+            "bank": t["psum_bank_bytes"],
+            "banks": t["psum_banks"],
+            "partitions": t["partitions"],
+        }
         _LIMITS[target] = lim
     return lim
 
@@ -72,8 +80,19 @@ class TileRec:
     not the tile itself: the front-end counts references to tiles to see whether the kernel
     still holds a result, and a tile dies in Python long before allocation runs."""
 
-    __slots__ = ("_name", "block_elems", "buffer", "bytes", "dtype", "free_elems", "loc", "par_axis", "partitions",
-                 "placement", "shape")
+    __slots__ = (
+        "_name",
+        "block_elems",
+        "buffer",
+        "bytes",
+        "dtype",
+        "free_elems",
+        "loc",
+        "par_axis",
+        "partitions",
+        "placement",
+        "shape",
+    )
 
     def __init__(self, st):
         self.shape, self.dtype, self.buffer = st.shape, st.dtype, st.buffer
@@ -87,13 +106,15 @@ class TileRec:
     def name(self):
         if not self._name:
             from ._core import _LOC_SRC, source_name
+
             src = _LOC_SRC.get(self.loc)
             self._name = (source_name(*src) if src else "") or f"tile at {self.loc}"
         return self._name
 
     def describe(self):
         return f"'{self.name}' {list(self.shape)} {_TRN_NAME[self.dtype]} in {self.buffer.upper()}" + (
-            f" (allocated at {self.loc})" if self.loc else "")
+            f" (allocated at {self.loc})" if self.loc else ""
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -127,23 +148,63 @@ def _modulo(base, tiles, scale):
     def f(idx):
         shape = tuple(tiles) if tiles else (1,) * len(idx)
         return _linear(shape, tuple(i % s for i, s in zip(idx, shape))) * scale + base
+
     return f
 
 
 def sbuf_mod_alloc(base_addr, base_partition=0, num_par_tiles=(), num_free_tiles=()):
     def func(idx, pdim_size, fdim_size):
-        return (_modulo(base_partition, num_par_tiles, pdim_size)(idx),
-                _modulo(base_addr, num_free_tiles, fdim_size)(idx))
+        return (
+            _modulo(base_partition, num_par_tiles, pdim_size)(idx),
+            _modulo(base_addr, num_free_tiles, fdim_size)(idx),
+        )
+
     return DirectAlloc("sbuf", func, f"ncc.sbuf.mod_alloc(base_addr={base_addr})")
 
 
-def psum_mod_alloc(base_bank=0, base_addr=0, base_partition=0, num_bank_tiles=(), num_par_tiles=(),
-                   num_free_tiles=()):
+def psum_mod_alloc(base_bank=0, base_addr=0, base_partition=0, num_bank_tiles=(), num_par_tiles=(), num_free_tiles=()):
     def func(idx, pdim_size, fdim_size):
-        return (_modulo(base_bank, num_bank_tiles, 1)(idx),
-                _modulo(base_partition, num_par_tiles, pdim_size)(idx),
-                _modulo(base_addr, num_free_tiles, fdim_size)(idx))
+        return (
+            _modulo(base_bank, num_bank_tiles, 1)(idx),
+            _modulo(base_partition, num_par_tiles, pdim_size)(idx),
+            _modulo(base_addr, num_free_tiles, fdim_size)(idx),
+        )
+
     return DirectAlloc("psum", func, f"ncc.psum.mod_alloc(base_bank={base_bank})")
+
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the trnsim package
+
+
+def _declaration_site():
+    """The chain of source lines outside trnsim (the kernel's, and its callers') at which a tensor
+    is being declared: the same chain names the same declaration of the kernel's source."""
+    f = sys._getframe(1)
+    site = []
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_PKG_DIR):
+            site.append((fn, f.f_lineno))
+        f = f.f_back
+    return tuple(site)
+
+
+def _traced_once_placement(st, buffer):
+    """Legacy NKI traces a kernel's Python once: a loop body runs once, for all its iterations, so
+    a tensor declared in it is one declaration, and Python arithmetic that computes its address
+    (a running offset the body advances, as AWS's allocated kernels keep) runs once. trnsim
+    unrolls loops, so it runs that arithmetic once per iteration; to place the tensor where the
+    compiler would, a declaration reached again (same source lines, same shape, dtype and
+    memory) takes the direct placement its first time through computed."""
+    from ._core import Tracer
+
+    t = Tracer.current()
+    if getattr(t, "api", None) != "legacy":
+        return buffer
+    seen = t.__dict__.setdefault("direct_sites", {})
+    key = (_declaration_site(), st.shape, str(st.dtype), st.buffer)
+    first = seen.setdefault(key, buffer)
+    return first
 
 
 def direct(view, buffer, address, loc):
@@ -152,12 +213,13 @@ def direct(view, buffer, address, loc):
     if isinstance(buffer, DirectAlloc):
         if address is not None:
             raise NkiError("nl.ndarray: give either address= or a direct-allocation buffer=, not both", loc)
-        st.placement = ("func", buffer)
+        st.placement = ("func", _traced_once_placement(st, buffer))
     elif address is not None:
         a = tuple(address) if isinstance(address, (tuple, list)) else (address,)
         if len(a) != 2 or not all(isinstance(x, (int, np.integer)) for x in a):
-            raise NkiError(f"nl.ndarray(address=) of an on-chip tensor is (partition_offset, byte_offset), got "
-                           f"{address!r}", loc)
+            raise NkiError(
+                f"nl.ndarray(address=) of an on-chip tensor is (partition_offset, byte_offset), got {address!r}", loc
+            )
         st.placement = ("address", (int(a[0]), int(a[1])))
     return view
 
@@ -188,8 +250,14 @@ class _Unit:
 
     def info(self):
         st = self.st
-        return {"name": self.label(), "shape": list(st.shape), "dtype": _TRN_NAME[st.dtype], "buffer": st.buffer,
-                "bytes": self.size, "loc": st.loc}
+        return {
+            "name": self.label(),
+            "shape": list(st.shape),
+            "dtype": _TRN_NAME[st.dtype],
+            "buffer": st.buffer,
+            "bytes": self.size,
+            "loc": st.loc,
+        }
 
 
 def _extent(ap):
@@ -313,8 +381,13 @@ def assign(tracer):
     for buf in ("sbuf", "psum"):
         peak = _allocate(units[buf], buf, lim, ins, tracer.target)
         top = max((u.offset + u.size for u in units[buf]), default=0)
-        stats[buf] = {"tiles": len(units[buf]), "all_tiles_bytes": sum(u.size for u in units[buf]),
-                      "peak_live_bytes": peak, "highest_byte": top, "usable_bytes": lim[buf]}
+        stats[buf] = {
+            "tiles": len(units[buf]),
+            "all_tiles_bytes": sum(u.size for u in units[buf]),
+            "peak_live_bytes": peak,
+            "highest_byte": top,
+            "usable_bytes": lim[buf],
+        }
     _rewrite(aps, where)
     return stats
 
@@ -328,12 +401,24 @@ def _psum_align(st, lim):
 
 
 def _block_index(st, b):
-    shape = st.shape[:st.par_axis]
+    shape = st.shape[: st.par_axis]
     idx = []
     for s in reversed(shape):
         idx.append(b % s)
         b //= s
     return tuple(reversed(idx))
+
+
+def _call_alloc_func(func, idx, pdim_size, fdim_size):
+    """Call an allocation function as the NKI docs describe it: by the parameter names `idx`,
+    `pdim_size` and `fdim_size` when it has them (a `functools.partial` that binds a leading
+    parameter by keyword can only take the rest by keyword), else positionally."""
+    kw = {"idx": idx, "pdim_size": pdim_size, "fdim_size": fdim_size}
+    try:
+        inspect.signature(func).bind(**kw)
+    except (TypeError, ValueError):
+        return func(idx, pdim_size, fdim_size)
+    return func(**kw)
 
 
 def _place_direct(u, placement, lim, b, nb):
@@ -344,28 +429,44 @@ def _place_direct(u, placement, lim, b, nb):
         p, addr = what
         desc = f"address=({p}, {addr})"
     else:
+
         def at(blk):
-            r = what.func(_block_index(st, blk), st.partitions, bb)
+            r = _call_alloc_func(what.func, _block_index(st, blk), st.partitions, bb)
             r = tuple(int(x) for x in r)
             if st.buffer == "sbuf":
                 if len(r) != 2:
-                    raise NkiAllocationError(f"{what.what} for tile {st.describe()}: the allocation function returns "
-                                             f"{r}, not (start_partition, byte_address)", st.loc, [u.info()])
+                    raise NkiAllocationError(
+                        f"{what.what} for tile {st.describe()}: the allocation function returns "
+                        f"{r}, not (start_partition, byte_address)",
+                        st.loc,
+                        [u.info()],
+                    )
                 return r
             if len(r) != 3:
-                raise NkiAllocationError(f"{what.what} for tile {st.describe()}: the allocation function returns {r}, "
-                                         f"not (bank, start_partition, byte_address)", st.loc, [u.info()])
+                raise NkiAllocationError(
+                    f"{what.what} for tile {st.describe()}: the allocation function returns {r}, "
+                    f"not (bank, start_partition, byte_address)",
+                    st.loc,
+                    [u.info()],
+                )
             bank, p, a = r
             if not 0 <= bank < lim["banks"]:
-                raise NkiAllocationError(f"{what.what} places block {_block_index(st, blk)} of tile {st.describe()} "
-                                         f"in PSUM bank {bank}; the target has banks 0 to {lim['banks'] - 1}",
-                                         st.loc, [u.info()])
+                raise NkiAllocationError(
+                    f"{what.what} places block {_block_index(st, blk)} of tile {st.describe()} "
+                    f"in PSUM bank {bank}; the target has banks 0 to {lim['banks'] - 1}",
+                    st.loc,
+                    [u.info()],
+                )
             if a < 0 or a + bb > lim["bank"]:
-                raise NkiAllocationError(f"{what.what} places block {_block_index(st, blk)} of tile {st.describe()} "
-                                         f"at byte {a} of a bank: {bb} bytes from there leave the "
-                                         f"{lim['bank']}-byte bank (a PSUM tile cannot cross a bank)",
-                                         st.loc, [u.info()])
+                raise NkiAllocationError(
+                    f"{what.what} places block {_block_index(st, blk)} of tile {st.describe()} "
+                    f"at byte {a} of a bank: {bb} bytes from there leave the "
+                    f"{lim['bank']}-byte bank (a PSUM tile cannot cross a bank)",
+                    st.loc,
+                    [u.info()],
+                )
             return p, bank * lim["bank"] + a
+
         if u.block is None:
             p, addr = at(0)
             for blk in range(1, nb):
@@ -374,19 +475,29 @@ def _place_direct(u, placement, lim, b, nb):
                     raise NkiAllocationError(
                         f"tile {st.describe()}: an instruction accesses several of its blocks at once, so they must "
                         f"lie one after another, but {what.what} puts block {_block_index(st, blk)} at partition {q}, "
-                        f"byte {a2} (block 0 at partition {p}, byte {addr})", st.loc, [u.info()])
+                        f"byte {a2} (block 0 at partition {p}, byte {addr})",
+                        st.loc,
+                        [u.info()],
+                    )
         else:
             p, addr = at(b)
         desc = f"{what.what}"
     cap = lim[st.buffer]
     if addr < 0 or addr + u.size > cap:
-        raise NkiAllocationError(f"{desc} places tile '{u.label()}' ({u.size} bytes per partition) at byte {addr} of "
-                                 f"{st.buffer.upper()}, outside its {cap} usable bytes per partition", st.loc,
-                                 [u.info()])
+        raise NkiAllocationError(
+            f"{desc} places tile '{u.label()}' ({u.size} bytes per partition) at byte {addr} of "
+            f"{st.buffer.upper()}, outside its {cap} usable bytes per partition",
+            st.loc,
+            [u.info()],
+        )
     if not _start_partition_ok(p, st.partitions) or p + st.partitions > lim["partitions"]:
-        raise NkiAllocationError(f"{desc} places tile '{u.label()}' ({st.partitions} partitions) at start partition {p}: "
-                                 f"a tile of more than 64 partitions starts at 0, of 33 to 64 at 0 or 64, of up to 32 at "
-                                 f"0, 32, 64 or 96", st.loc, [u.info()])
+        raise NkiAllocationError(
+            f"{desc} places tile '{u.label()}' ({st.partitions} partitions) at start partition {p}: "
+            f"a tile of more than 64 partitions starts at 0, of 33 to 64 at 0 or 64, of up to 32 at "
+            f"0, 32, 64 or 96",
+            st.loc,
+            [u.info()],
+        )
     u.p0, u.p1 = p, p + st.partitions
     u.offset = addr
     u.fixed = True
@@ -401,8 +512,14 @@ def _start_partition_ok(p, n):
 
 
 def _overlap(a, b):
-    return (a.start <= b.end and b.start <= a.end and a.p0 < b.p1 and b.p0 < a.p1
-            and a.offset < b.offset + b.size and b.offset < a.offset + a.size)
+    return (
+        a.start <= b.end
+        and b.start <= a.end
+        and a.p0 < b.p1
+        and b.p0 < a.p1
+        and a.offset < b.offset + b.size
+        and b.offset < a.offset + a.size
+    )
 
 
 def _loc_of(ins, i):
@@ -427,7 +544,9 @@ def _allocate(units, buf, lim, ins, target):
                     f"{u.p0}..{u.p1}, bytes {u.offset}..{u.offset + u.size}) and tile '{v.label()}' (placed at "
                     f"{v.st.loc}, partitions {v.p0}..{v.p1}, bytes {v.offset}..{v.offset + v.size}) share bytes "
                     f"while both are live (from {_loc_of(ins, lo)} to {_loc_of(ins, hi)})",
-                    u.st.loc, [u.info(), v.info()])
+                    u.st.loc,
+                    [u.info(), v.info()],
+                )
         active.append(u)
     # 3. the live set must fit
     peak = _check_peak(units, buf, cap, lim, ins, target)
@@ -444,8 +563,10 @@ def _allocate(units, buf, lim, ins, target):
             raise NkiAllocationError(
                 f"{buf.upper()} could not be placed: tile {failed.st.describe()} needs {failed.size} bytes per "
                 f"partition in one piece, and the live set fits in the {cap} bytes of {target}, but no gap left "
-                f"between the {len(live) - 1} tiles live with it is large enough (fragmentation): "
-                + _listing(live), failed.st.loc, [v.info() for v in live])
+                f"between the {len(live) - 1} tiles live with it is large enough (fragmentation): " + _listing(live),
+                failed.st.loc,
+                [v.info() for v in live],
+            )
     return peak
 
 
@@ -466,7 +587,7 @@ def _check_peak(units, buf, cap, lim, ins, target):
     best, best_t = -1, None
     for t in sorted(ev):
         for sign, u in ev[t]:
-            use[u.p0:u.p1] += sign * _usage_size(u, lim, buf)
+            use[u.p0 : u.p1] += sign * _usage_size(u, lim, buf)
         m = int(use.max())
         if m > best:
             best, best_t = m, t
@@ -477,7 +598,9 @@ def _check_peak(units, buf, cap, lim, ins, target):
     raise NkiAllocationError(
         f"{buf.upper()} capacity exceeded: at {_loc_of(ins, best_t)} the {len(live)} live tiles need {best} bytes per "
         f"partition, more than the {cap} usable bytes per partition of {target}: " + _listing(live),
-        last.st.loc, [u.info() for u in live])
+        last.st.loc,
+        [u.info() for u in live],
+    )
 
 
 def _listing(live):
@@ -543,12 +666,20 @@ def _first_fit(auto, fixed, cap, lim, buf):
     fstarts = [u.start for u in fixed]
     active = []
     first_end = -1  # the earliest end in `active`: nothing expires before it
+    fnext = 0  # the next direct placement (in start order) not yet live
+    factive = []  # direct placements live at the current unit's start
     for u in auto:
         if first_end < u.start:
             active = [v for v in active if v.end >= u.start]
             first_end = min((v.end for v in active), default=1 << 62)
+        while fnext < len(fixed) and fixed[fnext].start <= u.start:
+            factive.append(fixed[fnext])
+            fnext += 1
+        factive = [v for v in factive if v.end >= u.start]
         p0, p1 = u.p0, u.p1
         taken = [(v.offset, v.offset + v.size) for v in active if v.p0 < p1 and p0 < v.p1]
+        # direct placements already live where this unit starts
+        taken.extend((v.offset, v.offset + v.size) for v in factive if v.p0 < p1 and p0 < v.p1)
         # direct placements that become live while this unit is
         i = bisect.bisect_right(fstarts, u.start)
         while i < len(fixed) and fixed[i].start <= u.end:
@@ -568,8 +699,11 @@ def _first_fit(auto, fixed, cap, lim, buf):
 def _largest_first(auto, fixed, cap, lim, buf):
     placed = list(fixed)
     for u in sorted(auto, key=lambda u: (-u.size, u.start)):
-        taken = [(v.offset, v.offset + v.size) for v in placed
-                 if v.start <= u.end and u.start <= v.end and v.p0 < u.p1 and u.p0 < v.p1]
+        taken = [
+            (v.offset, v.offset + v.size)
+            for v in placed
+            if v.start <= u.end and u.start <= v.end and v.p0 < u.p1 and u.p0 < v.p1
+        ]
         off = _gap(u, taken, cap, lim, buf)
         if off is None:
             return u

@@ -24,11 +24,42 @@ def start_partition_ok(start, count):
     return count == 0 or start % 32 == 0
 
 
-def load_indirect(src, dt, loc):
-    """A DMA from an HBM tensor indexed by a [P, 1] tile on its first dimension into a new tile."""
+def restrict_dyn(dyn, box):
+    """The part of an indirect (tile-indexed) HBM view a mask's box keeps: the index tile's rows
+    `box[0]` (the rows the DMA moves) and the free range `box[1:]` of each row."""
+    import copy as _copy
+
+    r = _copy.copy(dyn)
+    idx = dyn.index_tile
+    r.index_tile = idx.restrict([box[0]] + [(0, n) for n in idx.shape[1:]])
+    row0 = dyn.row0
+    if row0.ndim:
+        r.row0 = row0.restrict([(0, row0.shape[0])] + list(box[1:]))
+    r.shape = (box[0][1] - box[0][0],) + tuple(hi - lo for lo, hi in box[1:])
+    return r
+
+
+def load_indirect(src, dt, loc, mask=None):
+    """A DMA from an HBM tensor indexed by a [P, 1] tile on its first dimension into a new tile.
+    A mask keeps a box of it: the rows (index tile entries) and columns it selects, and only
+    those rows' indices are read."""
     out = new_tile(src.shape, dt, loc=loc)
-    hap, ind = _indirect(src, "src", loc)
-    emit("dma", "dma_copy", {"dst": out._ap(loc=loc), "src": hap, "indirect": ind}, loc, writes=[out], fresh=out)
+    box = mask_box(mask, src.shape)
+    if box is None:
+        return E.masked_off(out, mask)
+    full = box == [(0, n) for n in src.shape]
+    s = src if full else restrict_dyn(src, box)
+    o = out if full else out.restrict(box)
+    hap, ind = _indirect(s, "src", loc)
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": o._ap(loc=loc), "src": hap, "indirect": ind},
+        loc,
+        writes=[o],
+        fresh=out,
+        box=None if full else box,
+    )
     return out
 
 
@@ -45,21 +76,34 @@ def _indirect(dyn, side, loc, oob="error"):
     """The HBM operand and `indirect` field of a DMA whose HBM side is indexed by a [P, 1] tile on
     its first dimension: row p of the HBM side starts index[p] rows past row 0."""
     from ._core import _merge_free
+
     idx = dyn.index_tile
     if idx.ndim > 2 and all(n == 1 for n in idx.shape[1:]):
         # `ids[i_p, 0]` with a 3-D (or 4-D) arange i_p, to index a tensor of that rank: [P, 1, 1]
         idx = View(idx.base, (idx.shape[0], 1), [(c, (co[0], 0)) for c, co in idx.idx], idx.dtype)
     if idx.ndim != 2 or idx.shape[1] != 1:
         raise NkiError("a dynamic index must be a [P, 1] tile of integers", loc)
-    if dyn.dim != 0:
-        raise NkiError("dynamic indexing is supported on the first dimension of an HBM tensor", loc)
+    if dyn.dim != 0 and not all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in dyn.key[: dyn.dim]
+    ):
+        # `t[b, idx, j]` with integers before the tile-indexed dim is the first dim of `t[b]`
+        raise NkiError(
+            "dynamic indexing is supported on the first dimension of an HBM tensor (after any "
+            "integer indices: t[b, idx_tile, ...])",
+            loc,
+        )
     parent, row0 = dyn.parent, dyn.row0
     b = row0.base
-    row_step = sum(s * co[0] for s, (_, co) in zip(b.strides, parent.idx))
+    row_step = sum(s * co[dyn.dim] for s, (_, co) in zip(b.strides, parent.idx))
     lc = sum(s * c for s, (c, _) in zip(b.strides, row0.idx))
     lcoef = [sum(s * co[a] for s, (_, co) in zip(b.strides, row0.idx)) for a in range(row0.ndim)]
-    hap = {"mem": b.mem(), "dtype": trn_name(row0.dtype), "partitions": 1, "offset": lc * row0.dtype.itemsize,
-           "free": _merge_free([[lcoef[a], row0.shape[a]] for a in range(row0.ndim)], loc)}
+    hap = {
+        "mem": b.mem(),
+        "dtype": trn_name(row0.dtype),
+        "partitions": 1,
+        "offset": lc * row0.dtype.itemsize,
+        "free": _merge_free([[lcoef[a], row0.shape[a]] for a in range(row0.ndim)], loc),
+    }
     E.check_read(idx, loc)
     return hap, {"side": side, "index": idx._ap(loc=loc), "row_step": row_step, "oob": oob}
 
@@ -99,6 +143,11 @@ def _fit_rank(v, shape, loc):
 def _assign(dst, value):
     """`dst[...] = value`: redirect a fresh result into dst, else copy (VectorE on chip, DMA to or
     from HBM), else memset a scalar."""
+    if type(value).__name__ == "LoopReduce":
+        # nl.loop_reduce: dst = op(dst, x), the result written where it is assigned
+        value = value.resolve(dst)
+    if isinstance(value, View) and E.is_masked_off(value):
+        return  # the instruction's mask keeps nothing: it does not run, and writes nothing here
     if try_redirect(dst, value):
         return
     loc = caller_loc()[0]
@@ -117,6 +166,11 @@ def _assign(dst, value):
             return
         emit("vector", "memset", {"dst": ap, "value": _imm(value)}, loc, writes=[dst])
         return
+    prod = storage_of(value.base).producer if value.base.on_chip else None
+    if prod is not None and prod[3] is not None and value.is_full() and tuple(value.shape) == tuple(dst.shape):
+        # a masked instruction's result, not retargeted: only the box its mask kept is copied
+        box = prod[3]
+        return _copy_into(dst.restrict(box), value.restrict(box), loc)
     _copy_into(dst, value, loc)
 
 
@@ -152,6 +206,8 @@ def _accumulate(dst, val):
     anything else is a VectorE add in place. Into PSUM elements nothing has written yet, a fresh
     matmul result is written, not added: the first write of an accumulation overwrites (NKI 0.3's
     nc_matmul rule; AWS's attention tutorial v8a-v11 accumulate into PSUM they never zero)."""
+    if isinstance(val, View) and E.is_masked_off(val):
+        return  # `dst += op(..., mask=False)`: the instruction does not run
     if _first_psum_write(dst, val):
         if try_redirect(dst, val):
             return
@@ -161,11 +217,23 @@ def _accumulate(dst, val):
     loc = caller_loc()[0]
     if isinstance(val, View):
         r = prep(val, dst.shape, loc)
-        emit("vector", "tensor_tensor", {"dst": dst._ap(loc=loc), "in0": dst._ap(loc=loc), "in1": r._ap(loc=loc),
-                                         "op": "add"}, loc, reads=[dst, r], writes=[dst])
+        emit(
+            "vector",
+            "tensor_tensor",
+            {"dst": dst._ap(loc=loc), "in0": dst._ap(loc=loc), "in1": r._ap(loc=loc), "op": "add"},
+            loc,
+            reads=[dst, r],
+            writes=[dst],
+        )
     else:
-        emit("vector", "tensor_scalar", {"dst": dst._ap(loc=loc), "src": dst._ap(loc=loc), "op0": "add",
-                                         "operand0": scalar_operand(val, loc)}, loc, reads=[dst], writes=[dst])
+        emit(
+            "vector",
+            "tensor_scalar",
+            {"dst": dst._ap(loc=loc), "src": dst._ap(loc=loc), "op0": "add", "operand0": scalar_operand(val, loc)},
+            loc,
+            reads=[dst],
+            writes=[dst],
+        )
 
 
 def _unary_vec(op, x, dtype, mask, loc):
@@ -175,14 +243,30 @@ def _unary_vec(op, x, dtype, mask, loc):
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     a, o = x.restrict(box), out.restrict(box)
     if op == "reciprocal":
-        emit("vector", "reciprocal", {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)}, loc, reads=[a], writes=[o],
-             fresh=out, box=box)
+        emit(
+            "vector",
+            "reciprocal",
+            {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)},
+            loc,
+            reads=[a],
+            writes=[o],
+            fresh=out,
+            box=box,
+        )
     else:
-        emit("vector", "tensor_scalar", {"dst": o._ap(loc=loc), "src": a._ap(loc=loc), "op0": op,
-                                         "operand0": {"imm": 0.0}}, loc, reads=[a], writes=[o], fresh=out, box=box)
+        emit(
+            "vector",
+            "tensor_scalar",
+            {"dst": o._ap(loc=loc), "src": a._ap(loc=loc), "op0": op, "operand0": {"imm": 0.0}},
+            loc,
+            reads=[a],
+            writes=[o],
+            fresh=out,
+            box=box,
+        )
     return out
 
 
@@ -194,8 +278,11 @@ def _axes(x, axis, loc):
         axis = (int(axis),)
     axis = tuple(sorted(a + x.ndim if a < 0 else a for a in axis))
     if not axis or 0 in axis or axis[-1] >= x.ndim or len(set(axis)) != len(axis):
-        raise NkiError(f"reductions run over free axes of a tile; axis={axis} on a tile of rank {x.ndim} is not "
-                       f"(cross-partition: nisa.tensor_partition_reduce)", loc)
+        raise NkiError(
+            f"reductions run over free axes of a tile; axis={axis} on a tile of rank {x.ndim} is not "
+            f"(cross-partition: nisa.tensor_partition_reduce)",
+            loc,
+        )
     return axis
 
 
@@ -211,10 +298,13 @@ def _reduce(op, x, axis, dtype, mask, keepdims, loc, negate=False):
     box0 = mask_box(mask, x.shape)
     box = E.narrow(box0, [x], loc)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     if any(box[a] != box0[a] for a in axes):
-        raise NkiError(f"read of uninitialised memory: the reduced axes of tile {storage_of(x.base).describe()} "
-                       f"were not all written", loc)
+        raise NkiError(
+            f"read of uninitialised memory: the reduced axes of tile {storage_of(x.base).describe()} "
+            f"were not all written",
+            loc,
+        )
     a = x.restrict(box)
     # the instruction reduces the innermost free dims of its source: walk the reduced axes last
     order = [ax for ax in range(x.ndim) if ax not in axes] + list(axes)

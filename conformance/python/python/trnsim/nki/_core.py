@@ -50,9 +50,20 @@ float8_e5m2 = np.dtype(_mld.float8_e5m2) if _mld else None
 
 # numpy dtype -> trnsim dtype as serialised in Program JSON (serde snake_case of sim/src/dtype DType)
 _TRN_NAME = {
-    float32: "f32", tfloat32: "tf32", bfloat16: "bf16", float16: "f16", float8_e4m3: "fp8_e4m3",
-    float8_e4m3fn: "fp8_e4m3fn", float8_e5m2: "fp8_e5m2", int8: "i8", int16: "i16", int32: "i32",
-    uint8: "u8", uint16: "u16", uint32: "u32", bool_: "bool",
+    float32: "f32",
+    tfloat32: "tf32",
+    bfloat16: "bf16",
+    float16: "f16",
+    float8_e4m3: "fp8_e4m3",
+    float8_e4m3fn: "fp8_e4m3fn",
+    float8_e5m2: "fp8_e5m2",
+    int8: "i8",
+    int16: "i16",
+    int32: "i32",
+    uint8: "u8",
+    uint16: "u16",
+    uint32: "u32",
+    bool_: "bool",
 }
 _FLOATS = {float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2}
 
@@ -224,8 +235,7 @@ class Aff:
             coef = [sign_self * x + sign_other * y for x, y in zip(a.coef, b.coef)]
             return Aff(sign_self * self.const + sign_other * other.const, coef, shape)
         if isinstance(other, (int, np.integer)) and not isinstance(other, bool):
-            return Aff(sign_self * self.const + sign_other * int(other), [sign_self * c for c in self.coef],
-                       self.shape)
+            return Aff(sign_self * self.const + sign_other * int(other), [sign_self * c for c in self.coef], self.shape)
         if isinstance(other, View) and sign_self == 1 and sign_other == 1:
             return DynIndex(other, self)
         return NotImplemented
@@ -254,8 +264,7 @@ class Aff:
     def __mul__(self, o):
         if isinstance(o, (int, np.integer)) and not isinstance(o, bool):
             return Aff(self.const * int(o), [c * int(o) for c in self.coef], self.shape)
-        raise NkiError("index expressions must be affine: multiply an arange only by an integer",
-                       caller_loc()[0])
+        raise NkiError("index expressions must be affine: multiply an arange only by an integer", caller_loc()[0])
 
     __rmul__ = __mul__
 
@@ -310,12 +319,19 @@ def broadcast_shapes(*shapes):
     try:
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
-        raise NkiError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast",
-                       caller_loc()[0]) from None
+        raise NkiError(
+            f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast", caller_loc()[0]
+        ) from None
 
 
-_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-        "ne": np.not_equal}
+_CMP = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
 
 
 class Pred:
@@ -337,8 +353,7 @@ class Pred:
         return Pred("not", self, None)
 
     def __bool__(self):
-        raise NkiError("a mask predicate has no truth value: join predicates with '&', not 'and'",
-                       caller_loc()[0])
+        raise NkiError("a mask predicate has no truth value: join predicates with '&', not 'and'", caller_loc()[0])
 
     def shape(self):
         parts = [x for x in (self.a, self.b) if isinstance(x, (Aff, Pred))]
@@ -374,10 +389,11 @@ def mask_box(mask, shape):
     """The box [(lo, hi), ...] of `shape` a mask keeps; None when it keeps nothing; the full box when
     the mask is None. A mask that is not a box is unsupported (named in the error)."""
     full = [(0, s) for s in shape]
-    if mask is None or mask is True:
+    if mask is None:
         return full
-    if mask is False:
-        return None
+    if isinstance(mask, (bool, np.bool_)):
+        # a compile-time constant (`mask=i * 128 >= j * 512` of loop indices): all or nothing
+        return full if mask else None
     if not isinstance(mask, Pred):
         raise NkiError(f"mask= must be a predicate on index expressions, got {mask!r}", caller_loc()[0])
     m = mask.evaluate(tuple(shape))
@@ -391,8 +407,11 @@ def mask_box(mask, shape):
         keep = np.nonzero(m.any(axis=other) if other else m)[0]
         box.append((int(keep[0]), int(keep[-1]) + 1))
     if not m[tuple(slice(lo, hi) for lo, hi in box)].all():
-        raise NkiError("this mask does not select a rectangular box of the tile; the trnsim front-end "
-                       "supports only box-shaped masks (docs/nki.md, gaps)", caller_loc()[0])
+        raise NkiError(
+            "this mask does not select a rectangular box of the tile; the trnsim front-end "
+            "supports only box-shaped masks (docs/nki.md, gaps)",
+            caller_loc()[0],
+        )
     return box
 
 
@@ -497,17 +516,19 @@ class TileStorage:
             raise NkiError("an on-chip tile needs a partition dimension", loc)
         self.partitions = self.shape[par_axis]
         if not 0 < self.partitions <= tracer.limits["partitions"]:
-            raise NkiError(f"tile shape {list(self.shape)}: the partition dimension (dim {par_axis}) is "
-                           f"{self.partitions}, but on-chip tiles have 1 to {tracer.limits['partitions']} partitions",
-                           loc)
-        fshape = self.shape[:par_axis] + self.shape[par_axis + 1:]
+            raise NkiError(
+                f"tile shape {list(self.shape)}: the partition dimension (dim {par_axis}) is "
+                f"{self.partitions}, but on-chip tiles have 1 to {tracer.limits['partitions']} partitions",
+                loc,
+            )
+        fshape = self.shape[:par_axis] + self.shape[par_axis + 1 :]
         self.fstrides = {}
         acc = 1
         for d in reversed([d for d in range(len(self.shape)) if d != par_axis]):
             self.fstrides[d] = acc
             acc *= self.shape[d]
         self.free_elems = acc
-        self.block_elems = math.prod(self.shape[par_axis + 1:]) if fshape else 1
+        self.block_elems = math.prod(self.shape[par_axis + 1 :]) if fshape else 1
         self.bytes = self.free_elems * self.dtype.itemsize
         self.offset = tracer.alloc(self, line)
         self._freed = False
@@ -543,7 +564,8 @@ class TileStorage:
 
     def describe(self):
         return f"'{self.name}' {list(self.shape)} {trn_name(self.dtype)} in {self.buffer.upper()}" + (
-            f" (allocated at {self.loc})" if self.loc else "")
+            f" (allocated at {self.loc})" if self.loc else ""
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -553,9 +575,12 @@ class TileStorage:
 class Tracer:
     _current = None
 
-    def __init__(self, target):
+    def __init__(self, target, api="legacy"):
         from ._targets import params
+
         self.target = target
+        # "legacy" (neuronxcc.nki) or "current" (nki 0.3+): where the two APIs' rules differ
+        self.api = api
         p = params(target)  # trnsim's Target fields, from the native module (_targets.py)
         self.params = p
         from ._alloc import limits
@@ -565,6 +590,7 @@ class Tracer:
         self.hbm = []  # HbmStorage in declaration order
         self.counter = iter(range(1, 1 << 62))
         self.program_id = ()
+        self.undefined_read = None  # (storage, loc) of an operand read with no element defined (_emit.emit)
         self.grid = ()
         self.instance = 0
         self.shared_by_ordinal = {}
@@ -574,8 +600,11 @@ class Tracer:
     def current(cls):
         t = cls._current
         if t is None:
-            raise NkiError("this NKI call is only valid inside a kernel being traced (call the kernel through "
-                           "nki.jit / nki.baremetal / nki.simulate_kernel)", caller_loc()[0])
+            raise NkiError(
+                "this NKI call is only valid inside a kernel being traced (call the kernel through "
+                "nki.jit / nki.baremetal / nki.simulate_kernel)",
+                caller_loc()[0],
+            )
         return t
 
     # -- allocation
@@ -587,15 +616,26 @@ class Tracer:
         bank = self.limits["bank"]
         if buf == "psum":
             block = st.block_elems * st.dtype.itemsize
-            if block > bank:
-                raise NkiError(f"PSUM tile {st.describe()} needs {block} bytes per partition in one block, more than "
-                               f"a PSUM bank ({bank} bytes = 512 fp32): a PSUM tile cannot cross a bank", st.loc)
+            # The current API declares a PSUM tensor over several banks (AWS's attention tutorial
+            # v10 places one [128, 7 x 512] fp32 tensor at bank 0 and gives each matmul a
+            # one-bank slice); the tile is then bank-aligned, and each instruction's PSUM access
+            # is checked against the bank it must stay in (the simulator's PsumBankOverflow).
+            # The legacy API keeps one bank per block.
+            if block > bank and self.api != "current":
+                raise NkiError(
+                    f"PSUM tile {st.describe()} needs {block} bytes per partition in one block, more than "
+                    f"a PSUM bank ({bank} bytes = 512 fp32): a PSUM tile cannot cross a bank",
+                    st.loc,
+                )
         size = st.bytes if st.par_axis == 0 else st.block_elems * st.dtype.itemsize
         if size > cap:
-            raise NkiError(f"{buf.upper()} capacity exceeded: tile {st.describe()} needs {size} bytes per partition, "
-                           f"more than the {cap} usable bytes per partition of {self.target} (no live tiles needed)",
-                           st.loc)
+            raise NkiError(
+                f"{buf.upper()} capacity exceeded: tile {st.describe()} needs {size} bytes per partition, "
+                f"more than the {cap} usable bytes per partition of {self.target} (no live tiles needed)",
+                st.loc,
+            )
         from ._alloc import TileRec
+
         st._rec = TileRec(st)
         return 0
 
@@ -708,7 +748,15 @@ class View:
         if any(k is Ellipsis for k in key):
             i = key.index(Ellipsis)
             fill = self.ndim - (len(key) - 1)
-            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+            key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+        if len(key) == 2 and self.ndim == 1 and self.base.on_chip:
+            # `t[:, j]` of a tile is one element per partition, the [P, 1] column it is stored as
+            # (NKI keeps the tile two-dimensional), so `t[:, j][:, 0]` indexes that column
+            from ._emit import column
+
+            col = column(self)
+            if col.ndim == 2:
+                return col.index(key)
         if len(key) > self.ndim:
             raise NkiError(f"{len(key)} indices for a tensor of rank {self.ndim}", caller_loc()[0])
         key = tuple(k.as_index() if isinstance(k, DynSlice) else k for k in key)
@@ -720,8 +768,11 @@ class View:
             if isinstance(k, View):
                 return DynView(self, key)
             if isinstance(k, Pred):
-                raise NkiError("indexing a tile with a predicate (x[i < n]) is not supported by the trnsim front-end; "
-                               "pass mask= to the instruction", caller_loc()[0])
+                raise NkiError(
+                    "indexing a tile with a predicate (x[i < n]) is not supported by the trnsim front-end; "
+                    "pass mask= to the instruction",
+                    caller_loc()[0],
+                )
         affs = [k for k in key if isinstance(k, Aff)]
         # per view axis j: (const, coef over the new axes)
         if affs:
@@ -729,8 +780,11 @@ class View:
                 if isinstance(k, slice) and k != slice(None):
                     raise NkiError("a subscript cannot mix slices and arange index expressions", caller_loc()[0])
                 if isinstance(k, slice) and k == slice(None):
-                    raise NkiError("a subscript cannot mix ':' and arange index expressions (index every "
-                                   "dimension with an expression or an integer)", caller_loc()[0])
+                    raise NkiError(
+                        "a subscript cannot mix ':' and arange index expressions (index every "
+                        "dimension with an expression or an integer)",
+                        caller_loc()[0],
+                    )
             shape = broadcast_shapes(*[a.shape for a in affs])
             n = len(shape)
             per_axis = []
@@ -878,10 +932,12 @@ class View:
             lo = c + sum(min(0, x * (s - 1)) for x, s in zip(co, self.shape))
             hi = c + sum(max(0, x * (s - 1)) for x, s in zip(co, self.shape))
             if lo < 0 or hi >= self.base.shape[d]:
-                what = (f"HBM tensor '{self.base.name}'" if not self.base.on_chip else f"tile {self.base.describe()}")
-                raise NkiError(f"index out of bounds: dimension {d} of {what} (shape {list(self.base.shape)}) is "
-                               f"indexed from {lo} to {hi}; mask the out-of-range part with mask=",
-                               loc or caller_loc()[0])
+                what = f"HBM tensor '{self.base.name}'" if not self.base.on_chip else f"tile {self.base.describe()}"
+                raise NkiError(
+                    f"index out of bounds: dimension {d} of {what} (shape {list(self.base.shape)}) is "
+                    f"indexed from {lo} to {hi}; mask the out-of-range part with mask=",
+                    loc or caller_loc()[0],
+                )
 
     # -- the access pattern of this view as an instruction operand
     def _ap(self, dtype=None, loc=None, split=None):
@@ -905,15 +961,23 @@ class View:
             else:
                 parts, pstep = self.shape[0], lcoef[0]
                 free = [[lcoef[a], self.shape[a]] for a in range(1, self.ndim)]
-            ap = {"mem": b.mem(), "dtype": dt, "partitions": parts, "partition_step": pstep if parts > 1 else 0,
-                  "offset": lc * b.dtype.itemsize, "free": _merge_free(free, loc)}
+            ap = {
+                "mem": b.mem(),
+                "dtype": dt,
+                "partitions": parts,
+                "partition_step": pstep if parts > 1 else 0,
+                "offset": lc * b.dtype.itemsize,
+                "free": _merge_free(free, loc),
+            }
             if full and split is None:
                 b._full_ap = dict(ap)
             return ap
         pc, pco = self.idx[b.par_axis]
         fc = sum(b.fstrides[d] * c for d, (c, _) in enumerate(self.idx) if d != b.par_axis)
-        fco = [sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
-               for a in range(self.ndim)]
+        fco = [
+            sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
+            for a in range(self.ndim)
+        ]
         pax = [a for a in range(self.ndim) if pco[a] != 0 and self.shape[a] > 1]
         if len(pax) == 1 and pax[0] != 0 and pco[pax[0]] == 1 and fco[pax[0]] == 0:
             # a whole tile with block dims before its partition dim: partitions first, the block
@@ -924,16 +988,26 @@ class View:
             parts, first_free = 1, 0
         else:
             if pax != [0] or pco[0] != 1:
-                raise NkiError(f"the partition dimension of tile {b.describe()} must be the first axis of the "
-                               f"view, with step 1", loc or caller_loc()[0])
+                raise NkiError(
+                    f"the partition dimension of tile {b.describe()} must be the first axis of the view, with step 1",
+                    loc or caller_loc()[0],
+                )
             if fco[0] != 0:
-                raise NkiError(f"the first axis of a view of tile {b.describe()} must index partitions only",
-                               loc or caller_loc()[0])
+                raise NkiError(
+                    f"the first axis of a view of tile {b.describe()} must index partitions only",
+                    loc or caller_loc()[0],
+                )
             parts, first_free = self.shape[0], 1
         free = [[fco[a], self.shape[a]] for a in range(first_free, self.ndim)]
-        ap = {"mem": b.mem(), "dtype": dt, "start_partition": pc, "partitions": parts,
-              "offset": b.offset + fc * b.dtype.itemsize, "_st": storage_of(b)._rec,
-              "free": _merge_free(free, loc, None if split is None else split - first_free)}
+        ap = {
+            "mem": b.mem(),
+            "dtype": dt,
+            "start_partition": pc,
+            "partitions": parts,
+            "offset": b.offset + fc * b.dtype.itemsize,
+            "_st": storage_of(b)._rec,
+            "free": _merge_free(free, loc, None if split is None else split - first_free),
+        }
         if full and split is None:
             b._full_ap = dict(ap)
         return ap
@@ -944,8 +1018,10 @@ class View:
         pc, pco = self.idx[b.par_axis]
         p = _affine_vals(pc, pco, self.shape)
         fc = sum(b.fstrides[d] * c for d, (c, _) in enumerate(self.idx) if d != b.par_axis)
-        fco = [sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
-               for a in range(self.ndim)]
+        fco = [
+            sum(b.fstrides[d] * co[a] for d, (_, co) in enumerate(self.idx) if d != b.par_axis)
+            for a in range(self.ndim)
+        ]
         f = _affine_vals(fc, fco, self.shape)
         st = storage_of(b)
         asz, ssz = b.dtype.itemsize, st.dtype.itemsize
@@ -987,14 +1063,17 @@ class View:
 
     def broadcast_to(self, shape):
         from . import language as nl
+
         return nl.broadcast_to(self, shape)
 
     def expand_dims(self, axis):
         from . import language as nl
+
         return nl.expand_dims(self, axis)
 
     def astype(self, dtype):
         from . import language as nl
+
         return nl.copy(self, dtype=dtype)
 
     def view(self, dtype):
@@ -1006,12 +1085,16 @@ class View:
             return View(self.base, self.shape, self.idx, dtype)
         loc = caller_loc()[0]
         if not self.is_full() or self.ndim < (2 if self.base.on_chip else 1):
-            raise NkiError("tensor.view to a dtype of another size takes a whole tensor (view it, then index the "
-                           "view)", loc)
+            raise NkiError(
+                "tensor.view to a dtype of another size takes a whole tensor (view it, then index the view)", loc
+            )
         nbytes = self.shape[-1] * self.dtype.itemsize
         if nbytes % dtype.itemsize:
-            raise NkiError(f"tensor.view: the last dimension ({self.shape[-1]} x {self.dtype.itemsize} bytes) is not a "
-                           f"whole number of {dtype} elements", loc)
+            raise NkiError(
+                f"tensor.view: the last dimension ({self.shape[-1]} x {self.dtype.itemsize} bytes) is not a "
+                f"whole number of {dtype} elements",
+                loc,
+            )
         shape = self.shape[:-1] + (nbytes // dtype.itemsize,)
         if self.base.on_chip:
             if self.base.par_axis != 0:
@@ -1030,17 +1113,23 @@ class View:
         if pattern is None or not isinstance(pattern, (list, tuple)) or not pattern:
             raise NkiError("tensor.ap(pattern=[[step, num], ...], offset=0): a non-empty pattern is required", loc)
         if scalar_offset is not None or vector_offset is not None:
-            raise NkiError("tensor.ap(scalar_offset=/vector_offset=) (dynamic access patterns) is not supported by "
-                           "trnsim yet", loc)
+            raise NkiError(
+                "tensor.ap(scalar_offset=/vector_offset=) (dynamic access patterns) is not supported by trnsim yet", loc
+            )
         try:
             pat = [(int(st), int(n)) for st, n in pattern]
         except (TypeError, ValueError):
-            raise NkiError(f"tensor.ap pattern {pattern!r}: each entry is a [step, num] pair of integers", loc) from None
+            raise NkiError(
+                f"tensor.ap pattern {pattern!r}: each entry is a [step, num] pair of integers", loc
+            ) from None
         if any(n < 1 for _, n in pat) or offset < 0:
             raise NkiError(f"tensor.ap pattern {pattern!r} offset {offset}: counts are >= 1 and the offset >= 0", loc)
         if not self.is_full():
-            raise NkiError("tensor.ap takes a whole tensor (nl.ndarray), not an indexed or sliced one: cannot specify "
-                           "an access pattern on an already indexed tensor", loc)
+            raise NkiError(
+                "tensor.ap takes a whole tensor (nl.ndarray), not an indexed or sliced one: cannot specify "
+                "an access pattern on an already indexed tensor",
+                loc,
+            )
         v = self.view(dtype) if dtype is not None else self
         b = v.base
         shape = tuple(n for _, n in pat)
@@ -1049,14 +1138,19 @@ class View:
                 raise NkiError("tensor.ap on a tile whose partition dimension is not its first axis", loc)
             f = int(np.prod(v.shape[1:])) if v.ndim > 1 else 1
             if len(pat) > 1 and pat[0][0] != f or len(pat) == 1 and pat[0][0] not in (f, 0, 1):
-                raise NkiError(f"tensor.ap on {storage_of(b).describe()}: the first [step, num] walks the partitions, "
-                               f"so its step must be the free size {f} (got {pat[0][0]}): every partition reads the "
-                               "same pattern", loc)
+                raise NkiError(
+                    f"tensor.ap on {storage_of(b).describe()}: the first [step, num] walks the partitions, "
+                    f"so its step must be the free size {f} (got {pat[0][0]}): every partition reads the "
+                    "same pattern",
+                    loc,
+                )
             flat = _Alias(storage_of(b), (v.shape[0], f), v.dtype)
             p0, f0 = divmod(int(offset), f)
             nd = len(pat)
-            idx = [(p0, tuple(1 if a == 0 else 0 for a in range(nd))),
-                   (f0, tuple(0 if a == 0 else pat[a][0] for a in range(nd)))]
+            idx = [
+                (p0, tuple(1 if a == 0 else 0 for a in range(nd))),
+                (f0, tuple(0 if a == 0 else pat[a][0] for a in range(nd))),
+            ]
             return View(flat, shape, idx, v.dtype)
         n = int(np.prod(v.shape)) if v.ndim else 1
         flat = _HbmAlias(storage_of(b), (n,), v.dtype)
@@ -1069,10 +1163,12 @@ class View:
             value._inplace = False
             return
         from . import language as nl
+
         nl._assign(dst, value)
 
     def __iadd__(self, other):
         from . import language as nl
+
         nl._accumulate(self, other)
         v = View(self.base, self.shape, self.idx, self.dtype)
         v._inplace = True
@@ -1081,6 +1177,7 @@ class View:
     # -- operators (nki.language element-wise functions)
     def _op(self, name, other, reverse=False):
         from . import language as nl
+
         f = getattr(nl, name)
         return f(other, self) if reverse else f(self, other)
 
@@ -1117,14 +1214,17 @@ class View:
 
     def __neg__(self):
         from . import language as nl
+
         return nl.negative(self)
 
     def __abs__(self):
         from . import language as nl
+
         return nl.abs(self)
 
     def __invert__(self):
         from . import language as nl
+
         return nl.invert(self)
 
     def __and__(self, o):
@@ -1224,8 +1324,9 @@ class DynView:
         self.row0 = parent.index(tuple(rest))  # the view of row 0 (the dynamic dim dropped)
         self.dtype = parent.dtype
         self.base = parent.base
-        self.shape = (self.index_tile.shape[0],) + self.row0.shape[1:] if self.row0.ndim else (
-            self.index_tile.shape[0],)
+        self.shape = (
+            (self.index_tile.shape[0],) + self.row0.shape[1:] if self.row0.ndim else (self.index_tile.shape[0],)
+        )
 
 
 class DynIndex:
@@ -1261,8 +1362,9 @@ class DynTileView:
         self.scalar = d.scalar
         b = parent.base
         if not b.on_chip:
-            raise NkiError("tile-element indices are for on-chip tiles; index HBM tensors with a [P, 1] tile",
-                           caller_loc()[0])
+            raise NkiError(
+                "tile-element indices are for on-chip tiles; index HBM tensors with a [P, 1] tile", caller_loc()[0]
+            )
         if parent.idx[b.par_axis][1][j] != 0:
             raise NkiError("the partition dimension cannot be indexed dynamically", caller_loc()[0])
         self.scale = sum(b.fstrides[dd] * co[j] for dd, (_, co) in enumerate(parent.idx) if dd != b.par_axis)

@@ -25,23 +25,71 @@ from ._core import (
 # operator names: nl functions (by name) and numpy ufuncs -> trnsim AluOp / ActFunc
 
 ALU_BY_NAME = {
-    "bypass": "bypass", "add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "max",
-    "max": "max", "minimum": "min", "min": "min", "equal": "is_equal", "not_equal": "not_equal",
-    "greater_equal": "is_ge", "greater": "is_gt", "less_equal": "is_le", "less": "is_lt",
-    "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
-    "logical_not": "logical_not", "abs": "abs", "absolute": "abs", "reciprocal": "reciprocal", "rsqrt": "rsqrt",
-    "power": "pow", "average": "average", "mean": "average", "bitwise_and": "bitwise_and",
-    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor", "invert": "bitwise_not", "bitwise_not": "bitwise_not",
-    "left_shift": "shift_left", "right_shift": "logical_shift_right", "sum": "add", "prod": "multiply",
-    "amax": "max", "amin": "min", "all": "logical_and",
+    "bypass": "bypass",
+    "add": "add",
+    "subtract": "subtract",
+    "multiply": "multiply",
+    "maximum": "max",
+    "max": "max",
+    "minimum": "min",
+    "min": "min",
+    "equal": "is_equal",
+    "not_equal": "not_equal",
+    "greater_equal": "is_ge",
+    "greater": "is_gt",
+    "less_equal": "is_le",
+    "less": "is_lt",
+    "logical_and": "logical_and",
+    "logical_or": "logical_or",
+    "logical_xor": "logical_xor",
+    "logical_not": "logical_not",
+    "abs": "abs",
+    "absolute": "abs",
+    "reciprocal": "reciprocal",
+    "rsqrt": "rsqrt",
+    "power": "pow",
+    "average": "average",
+    "mean": "average",
+    "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor",
+    "invert": "bitwise_not",
+    "bitwise_not": "bitwise_not",
+    "left_shift": "shift_left",
+    "right_shift": "logical_shift_right",
+    "sum": "add",
+    "prod": "multiply",
+    "amax": "max",
+    "amin": "min",
+    "all": "logical_and",
 }
 ACT_BY_NAME = {
-    "copy": "copy", "square": "square", "sigmoid": "sigmoid", "relu": "relu", "gelu": "gelu", "gelu_dx": "gelu_dx",
-    "gelu_apprx_tanh": "gelu_approx_tanh", "gelu_apprx_sigmoid": "gelu_approx_sigmoid",
-    "gelu_apprx_sigmoid_dx": "gelu_approx_sigmoid_dx", "silu": "silu", "silu_dx": "silu_dx", "tanh": "tanh",
-    "softplus": "softplus", "mish": "mish", "erf": "erf", "erf_dx": "erf_dx", "exp": "exp", "log": "log",
-    "sin": "sin", "arctan": "arctan", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sign": "sign",
-    "abs": "abs", "absolute": "abs",
+    "copy": "copy",
+    "square": "square",
+    "sigmoid": "sigmoid",
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_dx": "gelu_dx",
+    "gelu_apprx_tanh": "gelu_approx_tanh",
+    "gelu_apprx_sigmoid": "gelu_approx_sigmoid",
+    "gelu_apprx_sigmoid_dx": "gelu_approx_sigmoid_dx",
+    "silu": "silu",
+    "silu_dx": "silu_dx",
+    "tanh": "tanh",
+    "softplus": "softplus",
+    "mish": "mish",
+    "erf": "erf",
+    "erf_dx": "erf_dx",
+    "exp": "exp",
+    "log": "log",
+    "sin": "sin",
+    "arctan": "arctan",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "reciprocal": "reciprocal",
+    "sign": "sign",
+    "abs": "abs",
+    "absolute": "abs",
 }
 BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "logical_shift_right"}
 
@@ -58,7 +106,7 @@ def _op_name(op):
 # What to write instead, for operators a kernel may name but NC-v2's ALU (as trnsim models it) lacks.
 ALU_HINTS = {
     "divide": "trnsim's NC-v2 ALU has no divide (docs/nki.md, Gaps): multiply by nisa.reciprocal(divisor), "
-              "by the scalar 1/c, or use nl.divide",
+    "by the scalar 1/c, or use nl.divide",
     "fmod": "trnsim's NC-v2 ALU has no remainder operator (docs/nki.md, Gaps)",
     "floor_divide": "trnsim's NC-v2 ALU has no integer division or rounding operator (docs/nki.md, Gaps)",
 }
@@ -70,8 +118,9 @@ def alu(op):
     n = _op_name(op)
     if n not in ALU_BY_NAME:
         hint = ALU_HINTS.get(n)
-        raise NkiError(f"'{n}' is not an ALU operator of NeuronCore-v2" + (f": {hint}" if hint else ""),
-                       caller_loc()[0])
+        raise NkiError(
+            f"'{n}' is not an ALU operator of NeuronCore-v2" + (f": {hint}" if hint else ""), caller_loc()[0]
+        )
     return ALU_BY_NAME[n]
 
 
@@ -93,6 +142,7 @@ def T():
 def new_tile(shape, dtype, buffer="sbuf", name=None, loc=None):
     """A fresh on-chip tile; `shape` may hold a `par_dim` marking the partition axis."""
     from .language import par_dim
+
     if loc is None:
         loc = caller_loc()[0]
     shape = tuple(shape)
@@ -127,7 +177,19 @@ def _cells(v):
     return v.positions()
 
 
-def check_read(v, loc):
+def _undefined_origin(st):
+    o = getattr(st, "undefined_from", None)
+    return (
+        f" (they hold what the instruction at {o[0]} computed from tile {o[1]}, of which nothing was written)"
+        if o
+        else ""
+    )
+
+
+def check_read(v, loc, defer=False):
+    """Refuse a read of on-chip elements nothing wrote. With `defer` (an instruction's operand), a
+    read of which *no* element is defined is not refused here but recorded: `emit` then leaves
+    the instruction out and marks what it would write undefined (see `emit`)."""
     st = storage_of(v.base)
     if not st.on_chip:
         st.read = True
@@ -140,8 +202,31 @@ def check_read(v, loc):
     written = st.written if st.written is not None else np.zeros((st.partitions, st.free_elems), dtype=bool)
     cells = written[p, f]
     if not cells.all():
-        raise NkiError(f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
-                       f"instruction reads from tile {st.describe()} were never written", loc)
+        if defer and not cells.any():
+            T().undefined_read = (st, loc)
+            return
+        raise NkiError(
+            f"read of uninitialised memory: {int((~cells).sum())} of the {cells.size} elements this "
+            f"instruction reads from tile {st.describe()} were never written" + _undefined_origin(st),
+            loc,
+        )
+
+
+def unmark_write(v, loc, origin):
+    """The elements of on-chip view `v` hold garbage from here on: an instruction whose operand was
+    entirely undefined would have written them (docs/nki.md, Uninitialised memory). `origin` is
+    (line, tile description) of the first read of never-written memory they derive from."""
+    st = storage_of(v.base)
+    st.writes += 1
+    if st.fully_written:
+        st.written = np.ones((st.partitions, st.free_elems), dtype=bool)
+        st.fully_written = False
+    if st.written is None:
+        st.written = np.zeros((st.partitions, st.free_elems), dtype=bool)
+    p, f = _cells(v)
+    st.written[p, f] = False
+    if getattr(st, "undefined_from", None) is None:
+        st.undefined_from = origin
 
 
 def mark_write(v):
@@ -168,7 +253,7 @@ def mark_write(v):
 def scalar_operand(x, loc):
     """An immediate or a [P, 1] tile operand (ScalarOperand JSON)."""
     if isinstance(x, View):
-        check_read(x, loc)
+        check_read(x, loc, defer=True)
         return {"tile": x._ap(loc=loc)}
     if isinstance(x, (bool, np.bool_)):
         return {"imm": 1.0 if x else 0.0}
@@ -180,14 +265,58 @@ def scalar_operand(x, loc):
     return {"imm": v}
 
 
+def masked_off(out, mask):
+    """`out`, the fresh result of an instruction whose `mask=` keeps no element (`mask=False`, or
+    a predicate true nowhere): the instruction does not execute, so it writes nothing, and
+    assigning its result writes nothing either (`dst[...] = op(..., mask=False)` leaves dst as it
+    was, as on a device where a masked-off instruction does not run). A result that is undefined
+    because its inputs are, with a mask that keeps elements, is not marked: copying it stays a
+    read of uninitialised memory."""
+    from ._core import mask_box
+
+    if mask is not None and mask is not True and mask_box(mask, out.shape) is None:
+        storage_of(out.base).masked_off = True
+    return out
+
+
+def is_masked_off(v):
+    """A result `masked_off` marked that no instruction has written since."""
+    if not hasattr(v, "base") or not getattr(v.base, "on_chip", False):
+        return False
+    st = storage_of(v.base)
+    return bool(getattr(st, "masked_off", False)) and st.writes == 0
+
+
 def emit(engine, op, fields, loc, reads=(), writes=(), fresh=None, box=None):
     """Append one instruction: check that `reads` are initialised, then mark `writes` written.
     `fresh`: the result tile the `dst` field writes, which a following `x[...] = result` may
     redirect into `x` (the NKI compiler writes an instruction's result where it is assigned)."""
+    t = T()
     for v in reads:
         if v is not None:
-            check_read(v, loc)
-    ins = T().emit(engine, op, fields, loc)
+            check_read(v, loc, defer=True)
+    pend = getattr(t, "undefined_read", None)
+    t.undefined_read = None
+    if pend is not None and pend[1] == loc:
+        # An operand of which no element is defined: the instruction would compute garbage from
+        # it. On chip that is no error yet: the instruction is left out and the elements it
+        # would write become undefined, so the garbage is refused only where it is used (a
+        # store to HBM, or a read mixing it with defined data), and a kernel that computes on
+        # rows a mask left empty, then stores them masked off, runs as it does on a device.
+        st = pend[0]
+        origin = getattr(st, "undefined_from", None) or (loc, st.describe())
+        ws = [w for w in writes if w is not None]
+        if ws and all(storage_of(w.base).on_chip for w in ws):
+            for w in ws:
+                unmark_write(w, loc, origin)
+            return None
+        # the garbage reaches HBM (or an instruction that writes nothing on chip): refused, at the
+        # line that first read memory nothing wrote
+        where = "" if origin[0] == loc else f"; what that line computed reaches this {op} at {loc}"
+        raise NkiError(
+            f"read of uninitialised memory: tile {origin[1]} is read where nothing was written{where}", origin[0]
+        )
+    ins = t.emit(engine, op, fields, loc)
     for v in writes:
         if v is not None:
             mark_write(v)
@@ -247,9 +376,12 @@ def in_shape(v, shape, loc):
         return prep(v, shape, loc)
     r = v.in_element_order(shape)
     if r is None:
-        raise NkiError(f"an operand of shape {v.shape} pairs with shape {shape}: it has the same elements per "
-                       f"partition, but its steps do not merge into that shape as a view (numpy's no-copy "
-                       f"reshape rule)", loc)
+        raise NkiError(
+            f"an operand of shape {v.shape} pairs with shape {shape}: it has the same elements per "
+            f"partition, but its steps do not merge into that shape as a view (numpy's no-copy "
+            f"reshape rule)",
+            loc,
+        )
     return r
 
 
@@ -263,8 +395,11 @@ def common_shape(loc, *views):
         for cand in sorted(shapes, key=len, reverse=True):
             if all(s == cand or v.in_element_order(cand) is not None for v, s in zip(vs, shapes)):
                 return cand
-        raise NkiError(f"operand shapes {' and '.join(str(s) for s in shapes)} hold the same elements per "
-                       f"partition, but no one shape is a view of them all", loc)
+        raise NkiError(
+            f"operand shapes {' and '.join(str(s) for s in shapes)} hold the same elements per "
+            f"partition, but no one shape is a view of them all",
+            loc,
+        )
     return broadcast_shapes(*shapes)
 
 
@@ -292,6 +427,7 @@ def out_dtype(dtype, *operands):
     if not dts:
         return as_dtype(np.float32)
     from ._core import promote, scalar_dtype
+
     d = dts[0]
     for o in operands[1:]:
         d = promote(d, o.dtype if isinstance(o, View) else scalar_dtype(o))
@@ -301,10 +437,22 @@ def out_dtype(dtype, *operands):
 
 
 # engines allowed to write each memory (docs/isa.md section 3)
-_WRITES = {"tensor": {"psum"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"}, "gpsimd": {"sbuf"},
-           "dma": {"sbuf", "hbm"}}
-_ELEMENTWISE = {"tensor_tensor", "tensor_scalar", "activation", "tensor_copy", "scalar_tensor_tensor", "reciprocal",
-                "dma_copy"}
+_WRITES = {
+    "tensor": {"psum"},
+    "vector": {"sbuf", "psum"},
+    "scalar": {"sbuf", "psum"},
+    "gpsimd": {"sbuf"},
+    "dma": {"sbuf", "hbm"},
+}
+_ELEMENTWISE = {
+    "tensor_tensor",
+    "tensor_scalar",
+    "activation",
+    "tensor_copy",
+    "scalar_tensor_tensor",
+    "reciprocal",
+    "dma_copy",
+}
 
 
 def _probe(dst, val):
@@ -398,8 +546,8 @@ __all__ = ["Aff", "NkiError", "act", "alu", "column", "emit", "new_tile", "prep"
 def narrow(box, views, loc):
     """Element-wise instructions run only where all their inputs are defined (NKI: masked-out
     elements of a fresh tile are undefined, and so is anything computed from them; a later masked
-    store never reads them). Returns the box of `box` where every on-chip input view was written;
-    a read of nothing written, or of a defined region that is not a box, is an error."""
+    store never reads them). Returns the box of `box` where every on-chip input view was written
+    (all of `box` when nothing is: see `emit`); a defined region that is not a box is an error."""
     if box is None:
         return None
     defined = None
@@ -421,9 +569,10 @@ def narrow(box, views, loc):
     if defined is None or defined.all():
         return box
     if not defined.any():
-        bad = next(v for v in views if isinstance(v, View) and v.base.on_chip and not storage_of(v.base).fully_written)
-        raise NkiError(f"read of uninitialised memory: tile {storage_of(bad.base).describe()} is read where nothing "
-                       f"was written", loc)
+        # nothing defined: the whole box is left to `emit`, which leaves out an instruction with an
+        # operand of which no element is defined (its writes become undefined) and refuses one
+        # whose inputs are partly defined, or that writes HBM
+        return box
     nb = []
     for ax in range(defined.ndim):
         other = tuple(i for i in range(defined.ndim) if i != ax)
@@ -431,8 +580,7 @@ def narrow(box, views, loc):
         nb.append((box[ax][0] + int(keep[0]), box[ax][0] + int(keep[-1]) + 1))
     inner = tuple(slice(lo - b[0], hi - b[0]) for (lo, hi), b in zip(nb, box))
     if not defined[inner].all():
-        raise NkiError("read of uninitialised memory: the written part of an input tile is not a rectangular box",
-                       loc)
+        raise NkiError("read of uninitialised memory: the written part of an input tile is not a rectangular box", loc)
     return nb
 
 
@@ -447,8 +595,11 @@ def row_box(loc, *views):
         full = [(0, s) for s in v.shape]
         nb = narrow(full, [v], loc)
         if nb[1:] != full[1:]:
-            raise NkiError(f"read of uninitialised memory: tile {storage_of(v.base).describe()} has unwritten "
-                           f"elements inside its written rows", loc)
+            raise NkiError(
+                f"read of uninitialised memory: tile {storage_of(v.base).describe()} has unwritten "
+                f"elements inside its written rows",
+                loc,
+            )
         lo = max(lo, nb[0][0])
         hi = nb[0][1] if hi is None else min(hi, nb[0][1])
     return lo, hi

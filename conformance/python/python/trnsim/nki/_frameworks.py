@@ -24,12 +24,16 @@ def _is_torch(v):
 def _numpy_of(t):
     import ml_dtypes
     import torch
+
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()  # the trnsim device: its bytes, for the kernel's HBM inputs
     t = t.contiguous()
-    raw = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16), torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
-           torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2)}
+    raw = {
+        torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+        torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
+        torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
+    }
     if t.dtype in raw:
         r, d = raw[t.dtype]
         return t.view(r).numpy().view(d).copy()
@@ -40,6 +44,7 @@ def _numpy_of(t):
 
 def _torch_of(a, like):
     import torch
+
     a = np.ascontiguousarray(np.asarray(a))
     name = str(a.dtype)
     if name in _SPECIAL:

@@ -25,8 +25,14 @@ REASONS = {
 # tests/ files: A = test_nki_current_api.py, K = test_nki_corpus_current.py, C = test_nki_current.py,
 # L = test_nki_language.py, I = test_nki_isa.py (legacy call of the same instruction),
 # X = test_nki_collectives.py.
-FILES = {"A": "test_nki_current_api.py", "K": "test_nki_corpus_current.py", "C": "test_nki_current.py",
-         "L": "test_nki_language.py", "I": "test_nki_isa.py", "X": "test_nki_collectives.py"}
+FILES = {
+    "A": "test_nki_current_api.py",
+    "K": "test_nki_corpus_current.py",
+    "C": "test_nki_current.py",
+    "L": "test_nki_language.py",
+    "I": "test_nki_isa.py",
+    "X": "test_nki_collectives.py",
+}
 
 TESTS = {
     "nki": {
@@ -67,9 +73,25 @@ TESTS = {
         "nc_match_replace8": "I test_max8_find_index8_match_replace8",
     },
     "nki.language": {
-        **{d: "L test_creation" for d in ("bool_", "int8", "int16", "int32", "uint8", "uint16", "uint32",
-                                           "float16", "float32", "bfloat16", "tfloat32", "float8_e4m3",
-                                           "float8_e5m2", "float8_e4m3fn")},
+        **{
+            d: "L test_creation"
+            for d in (
+                "bool_",
+                "int8",
+                "int16",
+                "int32",
+                "uint8",
+                "uint16",
+                "uint32",
+                "float16",
+                "float32",
+                "bfloat16",
+                "tfloat32",
+                "float8_e4m3",
+                "float8_e5m2",
+                "float8_e4m3fn",
+            )
+        },
         "ndarray": "K test_tiled_matmul_psum_accumulation",
         "zeros": "L test_creation",
         "shared_constant": "L test_shared_constant_and_identity",
@@ -78,13 +100,14 @@ TESTS = {
         "sequential_range": "A test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike",
         "static_range": "A test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike",
         "fori_loop": "A test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike",
+        "NKIObject": "A test_nkiobject_configuration_objects_and_no_reorder",
+        "no_reorder": "A test_nkiobject_configuration_objects_and_no_reorder",
         "ds": "L test_index_helpers",
         "tile_size": "L test_tile_size_and_par_dim",
         **{f: "L test_binary_arith" for f in ("add", "subtract", "multiply", "maximum", "minimum")},
         "divide": "L test_divide",
         "power": "L test_power_on_gpsimd",
-        **{f: "L test_comparisons" for f in ("equal", "not_equal", "greater", "greater_equal", "less",
-                                              "less_equal")},
+        **{f: "L test_comparisons" for f in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")},
         **{f: "L test_logical" for f in ("logical_and", "logical_or", "logical_xor", "logical_not")},
         **{f: "L test_bitwise" for f in ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift")},
         "right_shift": "L test_right_shift_is_logical_and_invert",
@@ -121,19 +144,25 @@ _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additi
 
 UNSUPPORTED = {
     "nki.isa": {
-        "nc_matmul_mx": ("not-yet", _GEN), "tensor_scalar_cumulative": ("not-yet", _GEN),
+        "nc_matmul_mx": ("not-yet", _GEN),
+        "tensor_scalar_cumulative": ("not-yet", _GEN),
         "activate2": ("not-yet", _GEN),
         "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
         "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),
         "rand_set_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand_get_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand2": ("not-yet", "the XORWOW generator state is not modelled"),
-        "exponential": ("not-yet", _GEN), "core_barrier": ("not-yet", _TWO_CORES),
-        "dma_compute": ("not-yet", "DMA-side compute is not wired"), "quantize_mx": ("not-yet", _GEN),
+        "exponential": ("not-yet", _GEN),
+        "core_barrier": ("not-yet", _TWO_CORES),
+        "dma_compute": ("not-yet", "DMA-side compute is not wired"),
+        "quantize_mx": ("not-yet", _GEN),
         "sendrecv": ("not-yet", _TWO_CORES),
-        **{r: ("not-yet", _NO_REGISTERS) for r in ("register_alloc", "register_move", "register_load",
-                                                   "register_store")},
-        "nonzero_with_count": ("not-yet", _GEN), "topk": ("not-yet", _GEN),
+        **{
+            r: ("not-yet", _NO_REGISTERS)
+            for r in ("register_alloc", "register_move", "register_load", "register_store")
+        },
+        "nonzero_with_count": ("not-yet", _GEN),
+        "topk": ("not-yet", _GEN),
     },
     "nki.language": {
         "float8_e5m2_x4": ("not-yet", "MX packed dtypes are not in the simulator yet"),
@@ -151,9 +180,13 @@ UNSUPPORTED = {
 }
 
 # trnsim's module for each documented one
-_PACKAGE = {"nki": "trnsim.nki.current", "nki.isa": "trnsim.nki.isa_current",
-            "nki.language": "trnsim.nki.language_current", "nki.typing": "trnsim.nki.typing",
-            "nki.collectives": "trnsim.nki.collectives"}
+_PACKAGE = {
+    "nki": "trnsim.nki.current",
+    "nki.isa": "trnsim.nki.isa_current",
+    "nki.language": "trnsim.nki.language_current",
+    "nki.typing": "trnsim.nki.typing",
+    "nki.collectives": "trnsim.nki.collectives",
+}
 
 
 def _module(name):
@@ -200,17 +233,26 @@ def problems(tests_dir=None):
 
 
 def markdown():
-    lines = ["Legend: tests in `conformance/python/tests/`: "
-             + ", ".join(f"{k} = `{v}`" for k, v in FILES.items())
-             + ". Reasons: " + "; ".join(f"**{k}**: {v}" for k, v in REASONS.items()) + "."]
+    lines = [
+        "Legend: tests in `conformance/python/tests/`: "
+        + ", ".join(f"{k} = `{v}`" for k, v in FILES.items())
+        + ". Reasons: "
+        + "; ".join(f"**{k}**: {v}" for k, v in REASONS.items())
+        + "."
+    ]
     for module, names in MODULES.items():
         if not names:
             lines += ["", f"### `{module}`", "", "No documented names found in the sources (see `_documented_api.py`)."]
             continue
         sup, uns = TESTS.get(module, {}), UNSUPPORTED.get(module, {})
         n_sup = sum(1 for n in names if n in sup)
-        lines += ["", f"### `{module}` ({n_sup} of {len(names)} supported)", "", "| name | status | test or reason |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            f"### `{module}` ({n_sup} of {len(names)} supported)",
+            "",
+            "| name | status | test or reason |",
+            "|---|---|---|",
+        ]
         for n in names:
             if n in sup:
                 key, test = sup[n].split(" ", 1)
@@ -235,6 +277,7 @@ def write(path):
 
 if __name__ == "__main__":
     import sys
+
     if len(sys.argv) == 3 and sys.argv[1] == "--write":
         write(sys.argv[2])
     else:

@@ -16,9 +16,13 @@ ENV = "NEURON_PLATFORM_TARGET_OVERRIDE"
 
 # AWS's spellings of each generation -> trnsim's target name (the `nki.jit` docstring, SDK 2.31+).
 _ALIASES = {
-    "trn1": "trn1", "inf2": "trn1", "gen2": "trn1",
-    "trn2": "trn2", "gen3": "trn2",
-    "trn3": "trn3", "gen4": "trn3",
+    "trn1": "trn1",
+    "inf2": "trn1",
+    "gen2": "trn1",
+    "trn2": "trn2",
+    "gen3": "trn2",
+    "trn3": "trn3",
+    "gen4": "trn3",
 }
 
 _CACHE = {}
@@ -30,8 +34,9 @@ def parse_target(name, what="the platform target", loc=None):
     key = str(name).strip().lower()
     sim = _ALIASES.get(key)
     if sim is None:
-        raise NkiError(f"{what} {name!r} is not a NeuronCore generation: AWS's names are trn1|inf2|gen2, "
-                       f"trn2|gen3, trn3|gen4", loc)
+        raise NkiError(
+            f"{what} {name!r} is not a NeuronCore generation: AWS's names are trn1|inf2|gen2, trn2|gen3, trn3|gen4", loc
+        )
     params(sim, what=f"{what} {name!r}", loc=loc)
     return sim
 
@@ -41,6 +46,7 @@ def params(sim_name, what=None, loc=None):
     p = _CACHE.get(sim_name)
     if p is None:
         from .. import _native
+
         try:
             p = json.loads(_native.target_params_json(sim_name))
         except ValueError as e:

@@ -55,8 +55,10 @@ def load(spec: str):
         raise BackendModuleError(f"{spec}: the module does not import: {type(e).__name__}: {e}") from e
     table = getattr(module, "OVERLOADS", None)
     if not isinstance(table, dict):
-        raise BackendModuleError(f"{spec}: a backend module defines OVERLOADS, a dict from Core ATen overload to "
-                                 "(kernel or tuple of kernels, wrapper)")
+        raise BackendModuleError(
+            f"{spec}: a backend module defines OVERLOADS, a dict from Core ATen overload to "
+            "(kernel or tuple of kernels, wrapper)"
+        )
     for op, entry in table.items():
         if not (isinstance(entry, tuple) and len(entry) == 2 and callable(entry[1])):
             raise BackendModuleError(f"{spec}: OVERLOADS[{op!r}] must be (kernel or tuple of kernels, wrapper)")

@@ -78,8 +78,16 @@ def _mark(kind, srcs, dsts, replica_group, **extra):
         st.read = True
     for st in d:
         st.written = True
-    marks.append({"at": len(tr.instructions), "kind": kind, "srcs": [x.name for x in s],
-                  "dsts": [x.name for x in d], "groups": replica_group.groups, **extra})
+    marks.append(
+        {
+            "at": len(tr.instructions),
+            "kind": kind,
+            "srcs": [x.name for x in s],
+            "dsts": [x.name for x in d],
+            "groups": replica_group.groups,
+            **extra,
+        }
+    )
 
 
 def all_reduce(srcs, dsts, replica_group, op, **kwargs):
@@ -153,8 +161,9 @@ def launch(kernel, n_ranks: int, target: str = "trn2"):
             hbm = kr.program["hbm"]
             for h in hbm:
                 nbytes = _numel(h["shape"]) * cc.ITEMSIZE[h["dtype"]]
-                data = (np.ascontiguousarray(kr.inputs[h["name"]]).tobytes() if h["name"] in kr.inputs
-                        else b"\0" * nbytes)
+                data = (
+                    np.ascontiguousarray(kr.inputs[h["name"]]).tobytes() if h["name"] in kr.inputs else b"\0" * nbytes
+                )
                 sess.put(h["name"], (h["dtype"], list(h["shape"]), data))
             segs.append(_segments(kr.program, marks, off))
         for k in range(len(kinds[0]) + 1):
@@ -203,19 +212,40 @@ def _collective(marks, runs, sessions, target):
                     buf = d
                     rank_in_group = g.index(r)
                     # the rank's own block first, by DMA, into its place in the destination
-                    prog = {"target": target, "hbm": [
-                        {"name": "s", "dtype": dtype, "shape": list(sess.info(s)[1]), "role": "input"},
-                        {"name": "d", "dtype": dtype, "shape": list(sess.info(d)[1]), "role": "input"}],
-                        "instructions": [{"engine": "dma", "op": {"dma_copy": {
-                            "dst": {"mem": {"hbm": "d"}, "dtype": dtype, "partitions": 1,
-                                    "offset": rank_in_group * n_src * cc.ITEMSIZE[dtype], "free": [[1, n_src]]},
-                            "src": {"mem": {"hbm": "s"}, "dtype": dtype, "partitions": 1, "free": [[1, n_src]]}}}}]}
+                    prog = {
+                        "target": target,
+                        "hbm": [
+                            {"name": "s", "dtype": dtype, "shape": list(sess.info(s)[1]), "role": "input"},
+                            {"name": "d", "dtype": dtype, "shape": list(sess.info(d)[1]), "role": "input"},
+                        ],
+                        "instructions": [
+                            {
+                                "engine": "dma",
+                                "op": {
+                                    "dma_copy": {
+                                        "dst": {
+                                            "mem": {"hbm": "d"},
+                                            "dtype": dtype,
+                                            "partitions": 1,
+                                            "offset": rank_in_group * n_src * cc.ITEMSIZE[dtype],
+                                            "free": [[1, n_src]],
+                                        },
+                                        "src": {
+                                            "mem": {"hbm": "s"},
+                                            "dtype": dtype,
+                                            "partitions": 1,
+                                            "free": [[1, n_src]],
+                                        },
+                                    }
+                                },
+                            }
+                        ],
+                    }
                     if n_src:
                         sess.run(_native.Program.from_json(json.dumps(prog)), {"s": s, "d": d})
                 else:
                     buf = None
-                mems.append(cc.RankMemory(sess, target, {"buf": buf} if buf else {"in": s, "out": d}, dtype,
-                                          f"ncc{r}"))
+                mems.append(cc.RankMemory(sess, target, {"buf": buf} if buf else {"in": s, "out": d}, dtype, f"ncc{r}"))
             n = _numel(sessions[g[0]].info(src[0])[1])
             world = len(g)
             if kind == "all_reduce":
@@ -229,21 +259,49 @@ def _collective(marks, runs, sessions, target):
                 plan = cc.plan("all_to_all", world, send_counts=sc)
             else:  # permute: each source's buffer to its target
                 pos = {r: i for i, r in enumerate(g)}
-                plan = cc.Plan("permute", "ring", world, [[cc.Move(pos[a], pos[b], 0, 0, n, False)
-                                                           for a, b in m0["pairs"]]])
+                plan = cc.Plan(
+                    "permute", "ring", world, [[cc.Move(pos[a], pos[b], 0, 0, n, False) for a, b in m0["pairs"]]]
+                )
             cc.run_local(plan, mems, m0.get("op", "add"))
             if kind == "reduce_scatter":
                 for r, s, d, mem in zip(g, src, dst, mems):
                     sess = sessions[r]
                     k = g.index(r)
                     chunk = n // world
-                    prog = {"target": target, "hbm": [
-                        {"name": "s", "dtype": dtype, "shape": list(sess.info(mem.bufs["buf"])[1]), "role": "input"},
-                        {"name": "d", "dtype": dtype, "shape": list(sess.info(d)[1]), "role": "input"}],
-                        "instructions": [{"engine": "dma", "op": {"dma_copy": {
-                            "dst": {"mem": {"hbm": "d"}, "dtype": dtype, "partitions": 1, "free": [[1, chunk]]},
-                            "src": {"mem": {"hbm": "s"}, "dtype": dtype, "partitions": 1,
-                                    "offset": k * chunk * cc.ITEMSIZE[dtype], "free": [[1, chunk]]}}}}]}
+                    prog = {
+                        "target": target,
+                        "hbm": [
+                            {
+                                "name": "s",
+                                "dtype": dtype,
+                                "shape": list(sess.info(mem.bufs["buf"])[1]),
+                                "role": "input",
+                            },
+                            {"name": "d", "dtype": dtype, "shape": list(sess.info(d)[1]), "role": "input"},
+                        ],
+                        "instructions": [
+                            {
+                                "engine": "dma",
+                                "op": {
+                                    "dma_copy": {
+                                        "dst": {
+                                            "mem": {"hbm": "d"},
+                                            "dtype": dtype,
+                                            "partitions": 1,
+                                            "free": [[1, chunk]],
+                                        },
+                                        "src": {
+                                            "mem": {"hbm": "s"},
+                                            "dtype": dtype,
+                                            "partitions": 1,
+                                            "offset": k * chunk * cc.ITEMSIZE[dtype],
+                                            "free": [[1, chunk]],
+                                        },
+                                    }
+                                },
+                            }
+                        ],
+                    }
                     if chunk:
                         sess.run(_native.Program.from_json(json.dumps(prog)), {"s": mem.bufs["buf"], "d": d})
                     sess.delete(mem.bufs["buf"])

@@ -27,8 +27,10 @@ def force_auto_alloc(func=None):
     @functools.wraps(func)
     def forced(*args, **kwargs):
         from ._core import Tracer
+
         Tracer.current().force_auto_alloc = True
         return func(*args, **kwargs)
+
     return forced
 
 
@@ -41,8 +43,10 @@ class _Space:
         `(start_partition, byte_address)`, PSUM `(bank, start_partition, byte_address)`."""
         if not callable(func):
             from ._core import NkiError, caller_loc
-            raise NkiError(f"ncc.{self.name}.alloc takes a callable (block index, partitions, bytes) -> address",
-                           caller_loc()[0])
+
+            raise NkiError(
+                f"ncc.{self.name}.alloc takes a callable (block index, partitions, bytes) -> address", caller_loc()[0]
+            )
         return DirectAlloc(self.name, func, f"ncc.{self.name}.alloc")
 
     def mod_alloc(self, *args, **kwargs):
@@ -53,6 +57,7 @@ class _Space:
 
     def auto_alloc(self, *args, **kwargs):
         from . import language as nl
+
         return getattr(nl, self.name)
 
 

@@ -17,8 +17,12 @@ __all__ = ["isa", "jit", "language", "simulate", "typing"]
 def _make(func, options):
     if "platform_target" in options:
         from . import _def_loc
-        raise NkiError("nki.jit(platform_target=...) is an error in the current NKI (as in AWS's nki.jit since NKI "
-                       "0.3.0): set NEURON_PLATFORM_TARGET_OVERRIDE=trn2|trn3 instead", _def_loc(func))
+
+        raise NkiError(
+            "nki.jit(platform_target=...) is an error in the current NKI (as in AWS's nki.jit since NKI "
+            "0.3.0): set NEURON_PLATFORM_TARGET_OVERRIDE=trn2|trn3 instead",
+            _def_loc(func),
+        )
     options.pop("mode", None)
     if isinstance(func, Kernel):
         func = func.func

@@ -83,8 +83,13 @@ def _dt(dtype, x):
     return as_dtype(dtype) if dtype is not None else x.dtype
 
 
+def _mask_off(mask):
+    """A mask that is the constant False: the instruction does not execute."""
+    return isinstance(mask, (bool, np.bool_)) and not mask
+
+
 def _no_mask(mask, name, loc):
-    if mask is not None and mask is not True:
+    if mask is not None and not (isinstance(mask, (bool, np.bool_)) and mask):
         raise NkiError(f"nisa.{name}(mask=) is not supported by the trnsim front-end (docs/nki.md, gaps)", loc)
 
 
@@ -96,7 +101,7 @@ def _box(mask, shape, *views, narrow=()):
     """The mask's box, narrowed to where the element-wise inputs `narrow` are defined."""
     box = E.narrow(mask_box(mask, shape), list(narrow), caller_loc()[0])
     if box is None:
-        return None, None
+        return None, [None] * len(views)
     return box, [None if v is None else v.restrict(box) for v in views]
 
 
@@ -104,10 +109,29 @@ def _box(mask, shape, *views, narrow=()):
 # TensorE
 
 
-def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=(), tile_size=(), mask=None, **kwargs):
+def nc_matmul(
+    stationary,
+    moving,
+    *,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    tile_position=(),
+    tile_size=(),
+    mask=None,
+    **kwargs,
+):
     """TensorE `nc_matmul`: stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N]."""
     loc = caller_loc()[0]
+    if _mask_off(mask):
+        m = stationary.shape[1] if stationary.ndim >= 2 else 1
+        n = int(np.prod(moving.shape[1:])) if moving.ndim >= 2 else 1
+        shape = (
+            (stationary.shape[0], int(np.prod(stationary.shape[1:])) if stationary.ndim > 1 else 1)[::-1]
+            if is_transpose
+            else (m, n)
+        )
+        return E.masked_off(_fresh(shape, float32, loc, "psum"), mask)
     _no_mask(mask, "nc_matmul", loc)
     if is_transpose:
         return nc_transpose(stationary, engine=engine.tensor)
@@ -115,15 +139,48 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
         raise NkiError("nc_matmul tile_position/tile_size (PE tiling) is not modelled by trnsim", loc)
     pm = kwargs.get("perf_mode")
     if pm is not None and str(getattr(pm, "name", pm)).lower() not in ("none", ""):
-        raise NkiError(f"nc_matmul(perf_mode={pm!r}): trnsim does not simulate TensorE's fast modes (double_row "
-                       "FP8 and the others) yet; it refuses rather than run an ordinary matmul in their place", loc)
+        raise NkiError(
+            f"nc_matmul(perf_mode={pm!r}): trnsim does not simulate TensorE's fast modes (double_row "
+            "FP8 and the others) yet; it refuses rather than run an ordinary matmul in their place",
+            loc,
+        )
     m = stationary.shape[1] if stationary.ndim >= 2 else 1
     n = int(np.prod(moving.shape[1:])) if moving.ndim >= 2 else 1
     out = _fresh((m, n), float32, loc, "psum")
-    emit("tensor", "nc_matmul", {"dst": out._ap(loc=loc), "stationary": stationary._ap(loc=loc),
-                                 "moving": moving._ap(loc=loc)}, loc, reads=[stationary, moving], writes=[out],
-         fresh=out)
+    # TensorE reads only SBUF: an operand in PSUM (an nc_transpose result, say) is staged to SBUF
+    # first (VectorE tensor_copy), as the kernel would have to on a device
+    stationary, moving = B._on_sbuf(stationary, loc), B._on_sbuf(moving, loc)
+    st, mv, box = _matmul_defined(stationary, moving, out, loc)
+    o = out if box is None else out.restrict(box)
+    emit(
+        "tensor",
+        "nc_matmul",
+        {"dst": o._ap(loc=loc), "stationary": st._ap(loc=loc), "moving": mv._ap(loc=loc)},
+        loc,
+        reads=[st, mv],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
+
+
+def _matmul_defined(stationary, moving, out, loc):
+    """The columns of `stationary` (result rows) and of `moving` (result columns) that are defined
+    on every contraction row: a matmul over operands whose trailing columns a masked load left
+    undefined computes only the defined part of its result (the rest is undefined, as in NKI; a
+    masked store later skips it). Undefined contraction rows would spoil every result element
+    and are refused (by the read check). Operands of another rank are taken whole."""
+    if stationary.ndim != 2 or moving.ndim != 2:
+        return stationary, moving, None
+    full_s, full_m = [(0, s) for s in stationary.shape], [(0, s) for s in moving.shape]
+    bs = E.narrow(full_s, [stationary], loc)
+    bm = E.narrow(full_m, [moving], loc)
+    if bs == full_s and bm == full_m:
+        return stationary, moving, None
+    if bs[0] != full_s[0] or bm[0] != full_m[0]:
+        return stationary, moving, None  # undefined contraction rows: refused by emit's read check
+    return stationary.restrict(bs), moving.restrict(bm), [bs[1], bm[1]]
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -134,8 +191,18 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
     e = _eng(engine, "vector" if p <= 32 and f <= 32 else "tensor")
     out = _fresh((f, p), _dt(dtype, data), loc, "psum" if e == "tensor" else "sbuf")
-    emit(e, "nc_transpose", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc)}, loc, reads=[data], writes=[out],
-         fresh=out)
+    if _mask_off(mask):
+        return E.masked_off(out, mask)
+    _no_mask(mask, "nc_transpose", loc)
+    emit(
+        e,
+        "nc_transpose",
+        {"dst": out._ap(loc=loc), "src": data._ap(loc=loc)},
+        loc,
+        reads=[data],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -143,8 +210,9 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
 # ScalarE
 
 
-def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None,
-               mask=None, dtype=None, **kwargs):
+def activation(
+    op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, mask=None, dtype=None, **kwargs
+):
     """ScalarE `activation`: op(data * scale + bias). A constant non-zero bias becomes a [P, 1]
     tile (VectorE memset) on trn1, whose ScalarE takes only tile biases."""
     loc = caller_loc()[0]
@@ -153,11 +221,15 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     b = _bias_tile(bias, data.shape[0], loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, b, scale))
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     if reduce_res is not None and box[1:] != [(0, s) for s in data.shape[1:]]:
         raise NkiError("activation with reduce_res: the reduced free elements must all be defined", loc)
-    f = {"dst": o._ap(loc=loc), "func": E.act(op), "src": d._ap(loc=loc),
-         "scale": scalar_operand(_col_rows(scale, box), loc)}
+    f = {
+        "dst": o._ap(loc=loc),
+        "func": E.act(op),
+        "src": d._ap(loc=loc),
+        "scale": scalar_operand(_col_rows(scale, box), loc),
+    }
     reads = [d]
     if b is not None:
         f["bias"] = scalar_operand(_col_rows(b, box), loc)
@@ -203,8 +275,9 @@ def _bias_tile(bias, parts, loc):
 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
     """ScalarE `activation` with the free-axis sum written to reduce_res (in place)."""
-    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, mask=mask,
-                      dtype=dtype)
+    return activation(
+        op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, mask=mask, dtype=dtype
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,8 +297,15 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
     f = int(np.prod(data.shape[1:])) if data.ndim > 1 else 1
     # a 3-D+ tile reduces to [1, *free dims] (its free elements walked in order, as a [P, F] one)
     out = _fresh((1,) + tuple(data.shape[1:]) if data.ndim > 2 else (1, f), _dt(dtype, data), loc)
-    emit("gpsimd", "tensor_partition_reduce", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "op": E.alu(op)},
-         loc, reads=[data], writes=[out], fresh=out)
+    emit(
+        "gpsimd",
+        "tensor_partition_reduce",
+        {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "op": E.alu(op)},
+        loc,
+        reads=[data],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -239,29 +319,56 @@ def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unkn
     x, y = E.in_shape(data1, shape, loc), E.in_shape(data2, shape, loc)
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
-        return out
-    emit(e, "tensor_tensor", {"dst": o._ap(loc=loc), "in0": x._ap(loc=loc), "in1": y._ap(loc=loc), "op": a}, loc,
-         reads=[x, y], writes=[o], fresh=out, box=box)
+        return E.masked_off(out, mask)
+    emit(
+        e,
+        "tensor_tensor",
+        {"dst": o._ap(loc=loc), "in0": x._ap(loc=loc), "in1": y._ap(loc=loc), "op": a},
+        loc,
+        reads=[x, y],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
 
 
-def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, mask=None,
-                  dtype=None, engine=engine.unknown, **kwargs):
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    *,
+    mask=None,
+    dtype=None,
+    engine=engine.unknown,
+    **kwargs,
+):
     """VectorE `tensor_scalar` (GpSimd with engine=gpsimd; ScalarE with engine=scalar on trn2)."""
     loc = caller_loc()[0]
     e = _eng(engine, "vector")
     if e == "scalar" and nc_generation(E.T().target) < 3:
         # said here, at the kernel line, rather than as the simulator's engine refusal at run time
-        raise NkiError("nisa.tensor_scalar on the Scalar Engine: trn1's ScalarE (NeuronCore-v2) has no tensor_scalar "
-                       "in trnsim (docs/isa.md); use engine=nisa.vector_engine (or gpsimd), or "
-                       "nisa.activation(nl.copy, data, scale=..., bias=...) for a multiply-add", loc)
+        raise NkiError(
+            "nisa.tensor_scalar on the Scalar Engine: trn1's ScalarE (NeuronCore-v2) has no tensor_scalar "
+            "in trnsim (docs/isa.md); use engine=nisa.vector_engine (or gpsimd), or "
+            "nisa.activation(nl.copy, data, scale=..., bias=...) for a multiply-add",
+            loc,
+        )
     operand0, operand1 = E.column(operand0), E.column(operand1)  # `t[:, i]`: one value per partition
     out = _fresh(data.shape, _dt(dtype, data), loc)
     box, (d, o) = _box(mask, data.shape, data, out, narrow=[data] + _cols(data.shape, operand0, operand1))
     if box is None:
-        return out
-    f = {"dst": o._ap(loc=loc), "src": d._ap(loc=loc), "op0": E.alu(op0),
-         "operand0": scalar_operand(_col_rows(operand0, box), loc)}
+        return E.masked_off(out, mask)
+    f = {
+        "dst": o._ap(loc=loc),
+        "src": d._ap(loc=loc),
+        "op0": E.alu(op0),
+        "operand0": scalar_operand(_col_rows(operand0, box), loc),
+    }
     if reverse0:
         f["reverse0"] = True
     if op1 is not None:
@@ -273,8 +380,9 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     return out
 
 
-def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, mask=None,
-                         dtype=None, **kwargs):
+def scalar_tensor_tensor(
+    *, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, mask=None, dtype=None, **kwargs
+):
     """VectorE `scalar_tensor_tensor`: (data op0 operand0) op1 operand1 (a tile)."""
     loc = caller_loc()[0]
     shape = E.common_shape(loc, data, operand1)
@@ -282,9 +390,15 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
     x, y = E.in_shape(data, shape, loc), E.in_shape(operand1, shape, loc)
     box, (x, y, o) = _box(mask, shape, x, y, out, narrow=[x, y])
     if box is None:
-        return out
-    f = {"dst": o._ap(loc=loc), "src": x._ap(loc=loc), "op0": E.alu(op0), "operand0": scalar_operand(operand0, loc),
-         "op1": E.alu(op1), "in1": y._ap(loc=loc)}
+        return E.masked_off(out, mask)
+    f = {
+        "dst": o._ap(loc=loc),
+        "src": x._ap(loc=loc),
+        "op0": E.alu(op0),
+        "operand0": scalar_operand(operand0, loc),
+        "op1": E.alu(op1),
+        "in1": y._ap(loc=loc),
+    }
     if reverse0:
         f["reverse0"] = True
     if reverse1:
@@ -293,8 +407,9 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
     return out
 
 
-def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None,
-                         **kwargs):
+def tensor_scalar_reduce(
+    *, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None, **kwargs
+):
     """VectorE `tensor_scalar_reduce`; reduce_res is written in place."""
     loc = caller_loc()[0]
     _no_mask(mask, "tensor_scalar_reduce", loc)
@@ -304,24 +419,51 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     lo, hi = E.row_box(loc, data)
     d, o, r = E.rows(data, lo, hi), E.rows(out, lo, hi), E.rows(reduce_res, lo, hi)
     op0v = E.rows(operand0, lo, hi) if isinstance(operand0, View) else operand0
-    emit("vector", "tensor_scalar_reduce", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc), "op0": E.alu(op0),
-                                            "operand0": scalar_operand(op0v, loc),
-                                            "reduce_op": E.alu(reduce_op), "reduce_res": r._ap(loc=loc)},
-         loc, reads=[d], writes=[o, r], fresh=out, box=[(lo, hi)] + [(0, s) for s in data.shape[1:]])
+    emit(
+        "vector",
+        "tensor_scalar_reduce",
+        {
+            "dst": o._ap(loc=loc),
+            "src": d._ap(loc=loc),
+            "op0": E.alu(op0),
+            "operand0": scalar_operand(op0v, loc),
+            "reduce_op": E.alu(reduce_op),
+            "reduce_res": r._ap(loc=loc),
+        },
+        loc,
+        reads=[d],
+        writes=[o, r],
+        fresh=out,
+        box=[(lo, hi)] + [(0, s) for s in data.shape[1:]],
+    )
     return out
 
 
-def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, mask=None, dtype=None,
-                       **kwargs):
+def tensor_tensor_scan(
+    data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, mask=None, dtype=None, **kwargs
+):
     """VectorE `tensor_tensor_scan`."""
     loc = caller_loc()[0]
     _no_mask(mask, "tensor_tensor_scan", loc)
     if reverse0 or reverse1:
         raise NkiError("tensor_tensor_scan reverse0/reverse1 are not in trnsim's instruction", loc)
     out = _fresh(data0.shape, _dt(dtype, data0), loc)
-    emit("vector", "tensor_tensor_scan", {"dst": out._ap(loc=loc), "in0": data0._ap(loc=loc), "in1": data1._ap(loc=loc),
-                                          "initial": scalar_operand(initial, loc), "op0": E.alu(op0),
-                                          "op1": E.alu(op1)}, loc, reads=[data0, data1], writes=[out], fresh=out)
+    emit(
+        "vector",
+        "tensor_tensor_scan",
+        {
+            "dst": out._ap(loc=loc),
+            "in0": data0._ap(loc=loc),
+            "in1": data1._ap(loc=loc),
+            "initial": scalar_operand(initial, loc),
+            "op0": E.alu(op0),
+            "op1": E.alu(op1),
+        },
+        loc,
+        reads=[data0, data1],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -333,13 +475,29 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     out = _fresh(src.shape, _dt(dtype, src), loc)
     box, (s, o) = _box(mask, src.shape, src, out, narrow=[src])
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     if e == "scalar" and not E.T().params["scalar_tensor_copy"]:
-        emit("scalar", "activation", {"dst": o._ap(loc=loc), "func": "copy", "src": s._ap(loc=loc),
-                                      "scale": {"imm": 1.0}}, loc, reads=[s], writes=[o], fresh=out, box=box)
+        emit(
+            "scalar",
+            "activation",
+            {"dst": o._ap(loc=loc), "func": "copy", "src": s._ap(loc=loc), "scale": {"imm": 1.0}},
+            loc,
+            reads=[s],
+            writes=[o],
+            fresh=out,
+            box=box,
+        )
     else:
-        emit(e, "tensor_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
-             box=box)
+        emit(
+            e,
+            "tensor_copy",
+            {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)},
+            loc,
+            reads=[s],
+            writes=[o],
+            fresh=out,
+            box=box,
+        )
     return out
 
 
@@ -348,8 +506,7 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
     loc = caller_loc()[0]
     if mask is None:
         dst = E.in_shape(dst, E.common_shape(loc, dst, src, predicate), loc)
-    box, (s, d, p) = _box(mask, dst.shape, E.in_shape(src, dst.shape, loc), dst,
-                          E.in_shape(predicate, dst.shape, loc))
+    box, (s, d, p) = _box(mask, dst.shape, E.in_shape(src, dst.shape, loc), dst, E.in_shape(predicate, dst.shape, loc))
     if box is None:
         return
     f = {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "predicate": p._ap(loc=loc)}
@@ -371,7 +528,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
     out = _fresh(tuple(shape), as_dtype(dtype), loc)
     box, (o,) = _box(mask, out.shape, out)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     emit(e, "memset", {"dst": o._ap(loc=loc), "value": B._imm(value)}, loc, writes=[o], fresh=out, box=box)
     return out
 
@@ -386,20 +543,31 @@ def iota(expr, dtype, *, mask=None, **kwargs):
     a = expr.aligned(len(shape)) if expr.ndim >= 2 else expr[:, None]
     out = _fresh(shape, as_dtype(dtype), loc)
     pattern = [[a.coef[i], shape[i]] for i in range(1, len(shape))]
-    emit("gpsimd", "iota", {"dst": out._ap(loc=loc), "offset": a.const, "channel_multiplier": a.coef[0],
-                            "pattern": pattern}, loc, writes=[out], fresh=out)
+    emit(
+        "gpsimd",
+        "iota",
+        {"dst": out._ap(loc=loc), "offset": a.const, "channel_multiplier": a.coef[0], "pattern": pattern},
+        loc,
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
-_SEL = {"eq": ("equal", 1), "ne": ("not_equal", 1), "gt": ("greater_than", 1), "ge": ("greater_equal", 1),
-        "lt": ("greater_than", -1), "le": ("greater_equal", -1)}
+_SEL = {
+    "eq": ("equal", 1),
+    "ne": ("not_equal", 1),
+    "gt": ("greater_than", 1),
+    "ge": ("greater_equal", 1),
+    "lt": ("greater_than", -1),
+    "le": ("greater_equal", -1),
+}
 
 
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
     """GpSimd `affine_select`: one comparison `affine cmp value`, rewritten as `v cmp 0` with v affine
     (a < b as b - a > 0)."""
     loc = caller_loc()[0]
-    _no_mask(mask, "affine_select", loc)
     if not isinstance(pred, Pred) or pred.op not in _SEL:
         raise NkiError("affine_select takes one comparison of affine expressions (no '&')", loc)
     cmp, sign = _SEL[pred.op]
@@ -407,14 +575,39 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     if not isinstance(diff, Aff):
         raise NkiError("affine_select predicate has no index expression", loc)
     v = diff * sign
+    on_true_tile = E.column(on_true_tile)
     shape = on_true_tile.shape
     v = v.aligned(len(shape))
     out = _fresh(shape, _dt(dtype, on_true_tile), loc)
-    pattern = [[v.coef[i], shape[i]] for i in range(1, len(shape))]
-    emit("gpsimd", "affine_select", {"dst": out._ap(loc=loc), "on_true": on_true_tile._ap(loc=loc),
-                                     "on_false": B._imm(on_false_value), "offset": v.const,
-                                     "channel_multiplier": v.coef[0], "pattern": pattern, "cmp": cmp}, loc,
-         reads=[on_true_tile], writes=[out], fresh=out)
+    # a mask (a constant, or a box of the tile) restricts the elements the instruction touches;
+    # the affine value is taken at the box's first element, so each element keeps its own value
+    box, (t, o) = _box(mask, shape, on_true_tile, out, narrow=[on_true_tile])
+    if box is None:
+        return E.masked_off(out, mask)
+    if t.base.on_chip and t.base.buffer == "psum":
+        # GpSimd has no access to PSUM: the tile is staged to SBUF first (VectorE tensor_copy)
+        t = B._on_sbuf(t, loc)
+    offset = v.const + sum(c * lo for c, (lo, _) in zip(v.coef, box))
+    sub = [hi - lo for lo, hi in box]
+    pattern = [[v.coef[i], sub[i]] for i in range(1, len(shape))]
+    emit(
+        "gpsimd",
+        "affine_select",
+        {
+            "dst": o._ap(loc=loc),
+            "on_true": t._ap(loc=loc),
+            "on_false": B._imm(on_false_value),
+            "offset": offset,
+            "channel_multiplier": v.coef[0],
+            "pattern": pattern,
+            "cmp": cmp,
+        },
+        loc,
+        reads=[t],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
 
 
@@ -425,15 +618,23 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs):
     out = _fresh((data.shape[0], 6), _dt(dtype, data), loc)
     box = mask_box(mask, data.shape)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     narrowed = E.narrow(box, [data], loc)  # rows a masked load left undefined are skipped, as in NKI
     if narrowed[1:] != box[1:]:
         raise NkiError("read of uninitialised memory: bn_stats reads free elements that were never written", loc)
     box = narrowed
     d = data.restrict(box)
     o = out.restrict([box[0], (0, 6)])
-    emit("vector", "bn_stats", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)}, loc, reads=[d], writes=[o],
-         fresh=out, box=[box[0], (0, 6)])
+    emit(
+        "vector",
+        "bn_stats",
+        {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)},
+        loc,
+        reads=[d],
+        writes=[o],
+        fresh=out,
+        box=[box[0], (0, 6)],
+    )
     return out
 
 
@@ -444,8 +645,16 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
     out = _fresh((data.shape[0], 2), _dt(dtype, data), loc)
     lo, hi = E.row_box(loc, data)
     d, o = E.rows(data, lo, hi), E.rows(out, lo, hi)
-    emit("vector", "bn_aggr", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)}, loc, reads=[d], writes=[o],
-         fresh=out, box=[(lo, hi), (0, 2)])
+    emit(
+        "vector",
+        "bn_aggr",
+        {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)},
+        loc,
+        reads=[d],
+        writes=[o],
+        fresh=out,
+        box=[(lo, hi), (0, 2)],
+    )
     return out
 
 
@@ -455,9 +664,21 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     _no_mask(mask, "local_gather", loc)
     nidx = int(np.prod(index.shape[1:])) * 16 if num_valid_indices is None else int(num_valid_indices)
     out = _fresh((src_buffer.shape[0], nidx * num_elem_per_idx), src_buffer.dtype, loc)
-    emit("gpsimd", "local_gather", {"dst": out._ap(loc=loc), "src": src_buffer._ap(loc=loc), "index": index._ap(loc=loc),
-                                    "num_elem_per_idx": int(num_elem_per_idx), "num_valid_indices": nidx}, loc,
-         reads=[src_buffer, index], writes=[out], fresh=out)
+    emit(
+        "gpsimd",
+        "local_gather",
+        {
+            "dst": out._ap(loc=loc),
+            "src": src_buffer._ap(loc=loc),
+            "index": index._ap(loc=loc),
+            "num_elem_per_idx": int(num_elem_per_idx),
+            "num_valid_indices": nidx,
+        },
+        loc,
+        reads=[src_buffer, index],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -468,8 +689,16 @@ def max8(*, src, mask=None, dtype=None, **kwargs):
     out = _fresh((src.shape[0], 8), _dt(dtype, src), loc)
     lo, hi = E.row_box(loc, src)
     d, o = E.rows(src, lo, hi), E.rows(out, lo, hi)
-    emit("vector", "max8", {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)}, loc, reads=[d], writes=[o],
-         fresh=out, box=[(lo, hi), (0, 8)])
+    emit(
+        "vector",
+        "max8",
+        {"dst": o._ap(loc=loc), "src": d._ap(loc=loc)},
+        loc,
+        reads=[d],
+        writes=[o],
+        fresh=out,
+        box=[(lo, hi), (0, 8)],
+    )
     return out
 
 
@@ -478,8 +707,15 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
     loc = caller_loc()[0]
     _no_mask(mask, "nc_find_index8", loc)
     out = _fresh((data.shape[0], 8), as_dtype(dtype) if dtype is not None else uint32, loc)
-    emit("vector", "find_index8", {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "vals": vals._ap(loc=loc)}, loc,
-         reads=[data, vals], writes=[out], fresh=out)
+    emit(
+        "vector",
+        "find_index8",
+        {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "vals": vals._ap(loc=loc)},
+        loc,
+        reads=[data, vals],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -499,12 +735,30 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
     """VectorE `nc_stream_shuffle` into dst (in place)."""
     loc = caller_loc()[0]
     _no_mask(mask, "nc_stream_shuffle", loc)
-    emit("vector", "stream_shuffle", {"dst": dst._ap(loc=loc), "src": src._ap(loc=loc),
-                                      "mask": [int(m) for m in shuffle_mask]}, loc, reads=[src], writes=[dst])
+    emit(
+        "vector",
+        "stream_shuffle",
+        {"dst": dst._ap(loc=loc), "src": src._ap(loc=loc), "mask": [int(m) for m in shuffle_mask]},
+        loc,
+        reads=[src],
+        writes=[dst],
+    )
 
 
-def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
-                  reduce_op=None, reverse_pred=False, mask=None, dtype=None, **kwargs):
+def select_reduce(
+    *,
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_op=None,
+    reverse_pred=False,
+    mask=None,
+    dtype=None,
+    **kwargs,
+):
     """VectorE `select_reduce` into dst (in place); the optional reduction is max."""
     loc = caller_loc()[0]
     _no_mask(mask, "select_reduce", loc)
@@ -512,11 +766,18 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
         raise NkiError("select_reduce reduces with max only", loc)
     if int(reduce_cmd) in (1, 2):  # reset, reduce (the parameter shadows the enum here)
         # trnsim's select_reduce writes this call's row max; it keeps no registers across calls
-        raise NkiError(f"select_reduce with reduce_cmd={['idle', 'reset', 'reduce'][int(reduce_cmd)]} (carrying "
-                       "the max across calls) is not supported by trnsim: reduce each call into its own "
-                       "reduce_res and take the maximum", loc)
-    f = {"dst": dst._ap(loc=loc), "predicate": predicate._ap(loc=loc), "on_true": on_true._ap(loc=loc),
-         "on_false": scalar_operand(on_false, loc)}
+        raise NkiError(
+            f"select_reduce with reduce_cmd={['idle', 'reset', 'reduce'][int(reduce_cmd)]} (carrying "
+            "the max across calls) is not supported by trnsim: reduce each call into its own "
+            "reduce_res and take the maximum",
+            loc,
+        )
+    f = {
+        "dst": dst._ap(loc=loc),
+        "predicate": predicate._ap(loc=loc),
+        "on_true": on_true._ap(loc=loc),
+        "on_false": scalar_operand(on_false, loc),
+    }
     if reverse_pred:
         f["reverse_pred"] = True
     if reduce_res is not None:
@@ -529,11 +790,21 @@ def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
     loc = caller_loc()[0]
     _no_mask(mask, "dropout", loc)
     if isinstance(prob, (int, float)) and not 0.0 <= float(prob) <= 1.0:
-        raise NkiError(f"nisa.dropout probability {prob} is outside [0, 1]. AWS's NKI simulator computes with it "
-                       "anyway; what the hardware does with such a rate is not documented, so trnsim refuses it", loc)
+        raise NkiError(
+            f"nisa.dropout probability {prob} is outside [0, 1]. AWS's NKI simulator computes with it "
+            "anyway; what the hardware does with such a rate is not documented, so trnsim refuses it",
+            loc,
+        )
     out = _fresh(data.shape, _dt(dtype, data), loc)
-    emit("vector", "dropout", {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "prob": scalar_operand(prob, loc)},
-         loc, reads=[data], writes=[out], fresh=out)
+    emit(
+        "vector",
+        "dropout",
+        {"dst": out._ap(loc=loc), "src": data._ap(loc=loc), "prob": scalar_operand(prob, loc)},
+        loc,
+        reads=[data],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -545,6 +816,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
     """`dma_copy` (dst_rmw_op=np.add: accumulate; a tile-indexed HBM side: indirect DMA)."""
     loc = caller_loc()[0]
     from ._core import DynView
+
     acc = dst_rmw_op is not None
     if acc and E.alu(dst_rmw_op) != "add":
         raise NkiError("dma_copy dst_rmw_op supports only np.add", loc)
@@ -555,15 +827,23 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
         dyn = src if side == "src" else dst
         hap, ind = B._indirect(dyn, side, loc, oob)
         other = dst if side == "src" else src
-        f = {"dst": hap if side == "dst" else other._ap(loc=loc), "src": hap if side == "src" else other._ap(loc=loc),
-             "indirect": ind}
+        f = {
+            "dst": hap if side == "dst" else other._ap(loc=loc),
+            "src": hap if side == "src" else other._ap(loc=loc),
+            "indirect": ind,
+        }
         if acc:
             f["accumulate"] = True
         emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=[other] if side == "src" else [])
         return
     src = B._fit_rank(src, dst.shape, loc)
-    if (mask is None and src.shape != dst.shape and not E._same_elements(src.shape, dst.shape)
-            and int(np.prod(src.shape)) == int(np.prod(dst.shape)) and not _broadcasts(src, dst.shape)):
+    if (
+        mask is None
+        and src.shape != dst.shape
+        and not E._same_elements(src.shape, dst.shape)
+        and int(np.prod(src.shape)) == int(np.prod(dst.shape))
+        and not _broadcasts(src, dst.shape)
+    ):
         # A DMA moves a stream of elements: two views of the same element count pair in order
         # whatever their partitions (a [1, n] row into an [n, 1] column).
         f = {"dst": dst._ap(loc=loc), "src": src._ap(loc=loc)}
@@ -611,10 +891,20 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
         # axis order (View.ap), so a permuted view would copy without transposing: use trnsim's
         # dma_transpose instruction, which permutes [partitions, free...] by the rank's fixed axes.
         if src.ndim != 2:
-            raise NkiError(f"dma_transpose of a {src.ndim}-D on-chip tile: trnsim transposes on-chip tiles of "
-                           "2 dimensions [P, F] (an HBM source takes 2 to 4)", loc)
-        emit("dma", "dma_transpose", {"dst": out._ap(loc=loc), "src": src._ap(loc=loc)}, loc, reads=[src],
-             writes=[out], fresh=out)
+            raise NkiError(
+                f"dma_transpose of a {src.ndim}-D on-chip tile: trnsim transposes on-chip tiles of "
+                "2 dimensions [P, F] (an HBM source takes 2 to 4)",
+                loc,
+            )
+        emit(
+            "dma",
+            "dma_transpose",
+            {"dst": out._ap(loc=loc), "src": src._ap(loc=loc)},
+            loc,
+            reads=[src],
+            writes=[out],
+            fresh=out,
+        )
         return out
     emit("dma", "dma_copy", {"dst": out._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[out], fresh=out)
     return out
@@ -624,8 +914,12 @@ def _dyn_copy(op, dst_v, src_v, dyn, engine_, loc):
     e = _eng(engine_, "vector")
     if dyn.scalar.base.buffer != "sbuf":
         raise NkiError("the dynamic offset must be a tile element in SBUF", loc)
-    f = {"dst": dst_v._ap(loc=loc), "src": src_v._ap(loc=loc), "offset": dyn.scalar._ap(loc=loc),
-         "offset_scale": int(dyn.scale)}
+    f = {
+        "dst": dst_v._ap(loc=loc),
+        "src": src_v._ap(loc=loc),
+        "offset": dyn.scalar._ap(loc=loc),
+        "offset_scale": int(dyn.scale),
+    }
     return f, e
 
 
@@ -633,10 +927,10 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     """`tensor_copy_dynamic_src`: `src` indexed with a tile element on a free dim
     (`t[ix, offsets[0, i] + iy]`); VectorE unless engine= says otherwise."""
     from ._core import DynTileView
+
     loc = caller_loc()[0]
     if not isinstance(src, DynTileView):
-        raise NkiError("tensor_copy_dynamic_src takes a tile indexed with a tile element (t[ix, off[0, i] + iy])",
-                       loc)
+        raise NkiError("tensor_copy_dynamic_src takes a tile indexed with a tile element (t[ix, off[0, i] + iy])", loc)
     out = _fresh(src.shape, _dt(dtype, src), loc)
     f, e = _dyn_copy("tensor_copy_dynamic_src", out, src.static, src, engine, loc)
     emit(e, "tensor_copy_dynamic_src", f, loc, reads=[src.scalar], writes=[out], fresh=out)
@@ -646,6 +940,7 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
 def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     """`tensor_copy_dynamic_dst`: writes `src` into `dst`, a tile indexed with a tile element."""
     from ._core import DynTileView
+
     loc = caller_loc()[0]
     if not isinstance(dst, DynTileView):
         raise NkiError("tensor_copy_dynamic_dst takes dst= indexed with a tile element (t[ix, off[0, i] + iy])", loc)
@@ -653,6 +948,7 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
     emit(e, "tensor_copy_dynamic_dst", f, loc, reads=[src, dst.scalar])
     st = dst.static.base
     from ._core import storage_of
+
     storage_of(st).fully_written = True  # written at a run-time offset: assume defined (the simulator checks)
 
 
@@ -662,26 +958,57 @@ def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
     _no_mask(mask, "sequence_bounds", loc)
     n = int(np.prod(segment_ids.shape[1:]))
     out = _fresh((1, 2, n), _dt(dtype, segment_ids), loc)
-    emit("gpsimd", "sequence_bounds", {"dst": out._ap(loc=loc), "segment_ids": segment_ids._ap(loc=loc)}, loc,
-         reads=[segment_ids], writes=[out], fresh=out)
+    emit(
+        "gpsimd",
+        "sequence_bounds",
+        {"dst": out._ap(loc=loc), "segment_ids": segment_ids._ap(loc=loc)},
+        loc,
+        reads=[segment_ids],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
-_RANGE_CMP = {"equal": "equal", "less": "less", "less_equal": "less_equal", "greater": "greater",
-              "greater_equal": "greater_equal"}
+_RANGE_CMP = {
+    "equal": "equal",
+    "less": "less",
+    "less_equal": "less_equal",
+    "greater": "greater",
+    "greater_equal": "greater_equal",
+}
 
 
-def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
-                 reduce_op=None, range_start=0, on_false_value=-3.4028234663852886e38, mask=None, dtype=None,
-                 **kwargs):
+def range_select(
+    *,
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_res=None,
+    reduce_op=None,
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    mask=None,
+    dtype=None,
+    **kwargs,
+):
     """VectorE `range_select` (NeuronCore-v3+: the trn2 target; trn1 refuses it at run time)."""
     loc = caller_loc()[0]
     _no_mask(mask, "range_select", loc)
     out = _fresh(on_true_tile.shape, _dt(dtype, on_true_tile), loc)
-    f = {"dst": out._ap(loc=loc), "on_true": on_true_tile._ap(loc=loc), "comp0": _RANGE_CMP[E._op_name(comp_op0)],
-         "bound0": scalar_operand(bound0, loc), "comp1": _RANGE_CMP[E._op_name(comp_op1)],
-         "bound1": scalar_operand(bound1, loc), "range_start": float(range_start),
-         "on_false": B._imm(on_false_value)}
+    f = {
+        "dst": out._ap(loc=loc),
+        "on_true": on_true_tile._ap(loc=loc),
+        "comp0": _RANGE_CMP[E._op_name(comp_op0)],
+        "bound0": scalar_operand(bound0, loc),
+        "comp1": _RANGE_CMP[E._op_name(comp_op1)],
+        "bound1": scalar_operand(bound1, loc),
+        "range_start": float(range_start),
+        "on_false": B._imm(on_false_value),
+    }
     if reduce_res is not None:
         f["reduce_res"] = reduce_res._ap(loc=loc)
     emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, reduce_res], fresh=out)
@@ -712,9 +1039,20 @@ def _with_dst(f):
             args = (dst.shape,) + args
         if f.__name__ == "nc_matmul":
             from ._core import storage_of
+
+            acc = kwargs.pop("accumulate", None)
             st = storage_of(dst.base)
             written = st.fully_written or (st.written is not None and bool(st.written[dst.positions()].all()))
-            if written:
+            if acc is not None and bool(acc) and not written:
+                raise NkiError(
+                    "nisa.nc_matmul(accumulate=True) into PSUM elements that nothing has written: the sum "
+                    "would start from whatever the bank holds (the first matmul of an accumulation group "
+                    "uses accumulate=False)",
+                    caller_loc()[0],
+                )
+            # accumulate=None: the first write overwrites and later writes add (NKI 0.3);
+            # True adds into dst, False overwrites it
+            if written if acc is None else bool(acc):
                 B._accumulate(dst, f(*args, **kwargs))
                 return None
         B._assign(dst, f(*args, **kwargs))
@@ -723,11 +1061,35 @@ def _with_dst(f):
     return g
 
 
-for _name in ["nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce", "tensor_partition_reduce",
-              "tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "tensor_scalar_reduce", "tensor_tensor_scan",
-              "tensor_copy", "reciprocal", "iota", "affine_select", "bn_stats", "bn_aggr", "local_gather", "max8",
-              "nc_find_index8", "nc_match_replace8", "dropout", "dma_transpose", "sequence_bounds", "range_select",
-              "tensor_copy_dynamic_src", "memset"]:
+for _name in [
+    "nc_matmul",
+    "nc_transpose",
+    "activation",
+    "activation_reduce",
+    "tensor_reduce",
+    "tensor_partition_reduce",
+    "tensor_tensor",
+    "tensor_scalar",
+    "scalar_tensor_tensor",
+    "tensor_scalar_reduce",
+    "tensor_tensor_scan",
+    "tensor_copy",
+    "reciprocal",
+    "iota",
+    "affine_select",
+    "bn_stats",
+    "bn_aggr",
+    "local_gather",
+    "max8",
+    "nc_find_index8",
+    "nc_match_replace8",
+    "dropout",
+    "dma_transpose",
+    "sequence_bounds",
+    "range_select",
+    "tensor_copy_dynamic_src",
+    "memset",
+]:
     globals()[_name] = _with_dst(globals()[_name])
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("enum", "np", "nl", "E", "B", "nc_generation")]

@@ -58,8 +58,18 @@ def set_rng_seed(src_seeds, name=None, **kwargs):
 # Positional arguments are mapped to these names and the legacy call gets keywords only, so a
 # positional `nisa.tensor_copy(dst, src)` can never land in the legacy `src` slot.
 _SIGNATURES = {
-    "nc_matmul": ("dst", "stationary", "moving", "is_stationary_onezero", "is_moving_onezero", "is_transpose",
-                  "accumulate", "tile_position", "tile_size", "perf_mode"),
+    "nc_matmul": (
+        "dst",
+        "stationary",
+        "moving",
+        "is_stationary_onezero",
+        "is_moving_onezero",
+        "is_transpose",
+        "accumulate",
+        "tile_position",
+        "tile_size",
+        "perf_mode",
+    ),
     "nc_transpose": ("dst", "data", "engine"),
     "activation": ("dst", "op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"),
     "activation_reduce": ("dst", "op", "data", "reduce_op", "reduce_res", "bias", "scale"),
@@ -86,14 +96,25 @@ _SIGNATURES = {
     "dma_copy": ("dst", "src"),
     "dma_transpose": ("dst", "src", "axes"),
     "sequence_bounds": ("dst", "segment_ids"),
-    "range_select": ("dst", "on_true_tile", "comp_op0", "comp_op1", "bound0", "bound1", "reduce_cmd", "reduce_res",
-                     "reduce_op", "range_start", "on_false_value"),
+    "range_select": (
+        "dst",
+        "on_true_tile",
+        "comp_op0",
+        "comp_op1",
+        "bound0",
+        "bound1",
+        "reduce_cmd",
+        "reduce_res",
+        "reduce_op",
+        "range_start",
+        "on_false_value",
+    ),
 }
 # Calls whose current form the legacy one cannot stand for (the reason each is refused).
 _REFUSED = {
     "iota": "the current nisa.iota(dst, pattern, offset, channel_multiplier) form is not supported by trnsim yet",
     "affine_select": "the current nisa.affine_select(dst, pattern, offset, channel_multiplier, ...) form is not "
-                     "supported by trnsim yet",
+    "supported by trnsim yet",
     "tensor_copy_dynamic_src": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
     "tensor_copy_dynamic_dst": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
 }
@@ -107,9 +128,11 @@ def _current_call(name, legacy):
         loc = caller_loc()[0]
         for k in ("mask", "dtype"):
             if k in kwargs:
-                raise NkiError(f"nisa.{name}({k}=...): the current NKI has no {k}= (removed in NKI 0.2); "
-                               + ("the result takes dst's dtype" if k == "dtype" else "slice the operands instead"),
-                               loc)
+                raise NkiError(
+                    f"nisa.{name}({k}=...): the current NKI has no {k}= (removed in NKI 0.2); "
+                    + ("the result takes dst's dtype" if k == "dtype" else "slice the operands instead"),
+                    loc,
+                )
         if len(args) > len(params):
             raise NkiError(f"nisa.{name} takes at most {len(params)} positional arguments ({', '.join(params)})", loc)
         for p, a in zip(params, args):
@@ -118,10 +141,8 @@ def _current_call(name, legacy):
             kwargs[p] = a
         if "dst" not in kwargs:
             raise NkiError(f"nisa.{name}: the current NKI writes every result into dst= (its first argument)", loc)
-        if name == "nc_matmul" and kwargs.get("accumulate") is not None:
-            raise NkiError("nisa.nc_matmul(accumulate=True/False) is not supported by trnsim yet; accumulate=None (the "
-                           "default: the first write overwrites, later writes add) is", loc)
-        kwargs.pop("accumulate", None)
+        if name != "nc_matmul":
+            kwargs.pop("accumulate", None)
         return legacy(**kwargs)
 
     return call
@@ -147,6 +168,7 @@ def nc_n_gather(dst, data, indices, name=None):
     `indices`; dst has the indices' shape and data's dtype (AWS's 2.32 docs). All in SBUF."""
     from . import _build as B
     from . import language as nl
+
     loc = caller_loc()[0]
     for what, t in (("dst", dst), ("data", data), ("indices", indices)):
         if not isinstance(t, View) or t.base.buffer != "sbuf":
@@ -159,9 +181,12 @@ def nc_n_gather(dst, data, indices, name=None):
 
 
 def _two_cores(what):
-    raise NkiError(f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
-                   "trnsim does not simulate two cores at once yet, and refuses it rather than run one core's "
-                   "half alone", caller_loc()[0])
+    raise NkiError(
+        f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
+        "trnsim does not simulate two cores at once yet, and refuses it rather than run one core's "
+        "half alone",
+        caller_loc()[0],
+    )
 
 
 def core_barrier(*args, **kwargs):

@@ -22,6 +22,7 @@ from ._build import (  # noqa: F401  (shared with isa.py)
     _reduce,
     _unary_vec,
     load_indirect,
+    restrict_dyn,
 )
 from ._core import (  # noqa: F401  (dtypes re-exported as nl.<dtype>)
     Aff,
@@ -115,9 +116,12 @@ mgrid = MGrid()
 def ds(start, size):
     if isinstance(start, View):
         # a start read from a tile at run time (a dynamic slice): not a form trnsim's DMAs take
-        raise NkiError("nl.ds with a tile-valued start (a run-time offset) is not supported by trnsim: index the "
-                       "first dimension of an HBM tensor with a [P, 1] index tile instead (an indirect DMA), or "
-                       "use nisa.tensor_copy_dynamic_src/dst on chip", caller_loc()[0])
+        raise NkiError(
+            "nl.ds with a tile-valued start (a run-time offset) is not supported by trnsim: index the "
+            "first dimension of an HBM tensor with a [P, 1] index tile instead (an indirect DMA), or "
+            "use nisa.tensor_copy_dynamic_src/dst on chip",
+            caller_loc()[0],
+        )
     return DynSlice(start, size)
 
 
@@ -197,8 +201,11 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
     loc, fn, line = caller_loc()
     if b in ("hbm", "private_hbm", "shared_hbm"):
         if kwargs.get("address") is not None:
-            raise NkiError(f"nl.ndarray(address={kwargs['address']!r}) on {b}: an explicit address places an SBUF "
-                           "or PSUM tile (docs/nki-allocation.md); HBM tensors are placed by the runtime", loc)
+            raise NkiError(
+                f"nl.ndarray(address={kwargs['address']!r}) on {b}: an explicit address places an SBUF "
+                "or PSUM tile (docs/nki-allocation.md); HBM tensors are placed by the runtime",
+                loc,
+            )
         kind = "shared" if b == "shared_hbm" else "private"
         nm = name or source_name(fn, line) or None
         st = T().new_hbm([int(s) for s in shape], dtype, kind, nm, loc=loc)
@@ -206,6 +213,7 @@ def ndarray(shape, dtype=float32, *, buffer=None, name="", **kwargs):
     if b not in ("sbuf", "psum"):
         raise NkiError(f"unknown buffer {buffer!r}", loc)
     from ._alloc import direct  # where the kernel places the tile, if it says (docs/nki-allocation.md)
+
     return direct(new_tile(shape, dtype, b, name=name or None, loc=loc), buffer, kwargs.get("address"), loc)
 
 
@@ -245,8 +253,7 @@ def ones_like(a, dtype=None, *, buffer=None, name="", **kwargs):
 
 
 def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **kwargs):
-    return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer if buffer is not None else a.buffer,
-                name=name)
+    return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer if buffer is not None else a.buffer, name=name)
 
 
 def shared_constant(constant, dtype=None, **kwargs):
@@ -278,16 +285,24 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     _hbm_check(src, "nl.load", loc)
     dt = as_dtype(dtype) if dtype is not None else src.dtype
     if isinstance(src, DynView):
-        return load_indirect(src, dt, loc)
+        return load_indirect(src, dt, loc, mask=mask)
     shape = src.shape if src.ndim >= 2 else (src.shape + (1,) if src.ndim == 1 else (1, 1))
     out = new_tile(shape, dt, loc=loc)
     box = mask_box(mask, src.shape)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     s = src.restrict(box)
     o = out.restrict(box + [(0, 1)] * (out.ndim - src.ndim)) if src.ndim < 2 else out.restrict(box)
-    emit("dma", "dma_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
-         box=box if src.ndim >= 2 else None)
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)},
+        loc,
+        reads=[s],
+        writes=[o],
+        fresh=out,
+        box=box if src.ndim >= 2 else None,
+    )
     return out
 
 
@@ -296,7 +311,14 @@ def store(dst, value, *, mask=None, **kwargs):
     loc = caller_loc()[0]
     _hbm_check(dst, "nl.store", loc)
     if isinstance(dst, DynView):
+        box = mask_box(mask, dst.shape)
+        if box is None:
+            return
         v = _on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc)
+        if box != [(0, n) for n in dst.shape]:
+            # only the rows and columns the mask keeps are written (and only their indices read)
+            v = _fit_rank(v, dst.shape, loc).broadcast(dst.shape).restrict(box)
+            dst = restrict_dyn(dst, box)
         hap, ind = _indirect(dst, "dst", loc)
         emit("dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "indirect": ind}, loc, reads=[v])
         storage_of(dst.base).written = True
@@ -331,10 +353,18 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     s = src.permuted((1, 0))
     box = mask_box(mask, out.shape)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     s, o = s.restrict(box), out.restrict(box)
-    emit("dma", "dma_copy", {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[o], fresh=out,
-         box=box)
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": o._ap(loc=loc), "src": s._ap(loc=loc)},
+        loc,
+        reads=[s],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
 
 
@@ -346,16 +376,23 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
     if isinstance(dst, DynView):
         v = _on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc)
         hap, ind = _indirect(dst, "dst", loc)
-        emit("dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "accumulate": True, "indirect": ind}, loc,
-             reads=[v])
+        emit(
+            "dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "accumulate": True, "indirect": ind}, loc, reads=[v]
+        )
         return
     box = mask_box(mask, dst.shape)
     if box is None:
         return
     v = _fit_rank(_on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc), dst.shape, loc)
     d, s = dst.restrict(box), v.broadcast(dst.shape).restrict(box)
-    emit("dma", "dma_copy", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "accumulate": True}, loc, reads=[s],
-         writes=[d])
+    emit(
+        "dma",
+        "dma_copy",
+        {"dst": d._ap(loc=loc), "src": s._ap(loc=loc), "accumulate": True},
+        loc,
+        reads=[s],
+        writes=[d],
+    )
     return
 
 
@@ -377,7 +414,7 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
     out = new_tile(shape, dt, loc=loc)
     box = mask_box(mask, out.shape)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     if isinstance(x, View) and isinstance(y, View):
         # a [P, 1] operand against a [P, F] one is a per-partition scalar: tensor_scalar
         col = None
@@ -400,8 +437,16 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
         o, a, b = out.restrict(box), a.restrict(box), b.restrict(box)
         if a.base.on_chip and b.base.on_chip and a.base.buffer == "psum" and b.base.buffer == "psum":
             b = _on_sbuf(b, loc)
-        emit(engine, "tensor_tensor", {"dst": o._ap(loc=loc), "in0": a._ap(loc=loc), "in1": b._ap(loc=loc),
-                                       "op": alu_op}, loc, reads=[a, b], writes=[o], fresh=out, box=box)
+        emit(
+            engine,
+            "tensor_tensor",
+            {"dst": o._ap(loc=loc), "in0": a._ap(loc=loc), "in1": b._ap(loc=loc), "op": alu_op},
+            loc,
+            reads=[a, b],
+            writes=[o],
+            fresh=out,
+            box=box,
+        )
         return out
     tile, scal, rev = (x, y, False) if isinstance(x, View) else (y, x, True)
     a = prep(tile, shape, loc)
@@ -415,8 +460,14 @@ def _binary(alu_op, x, y, dtype, mask, loc, engine="vector", default_dtype=None)
 
 
 def _is_col(v, shape):
-    return len(shape) == 2 and v.ndim == 2 and v.shape[1] == 1 and shape[1] > 1 and v.shape[0] == shape[0] and (
-        v.base.on_chip)
+    return (
+        len(shape) == 2
+        and v.ndim == 2
+        and v.shape[1] == 1
+        and shape[1] > 1
+        and v.shape[0] == shape[0]
+        and (v.base.on_chip)
+    )
 
 
 def _col_box(box, v):
@@ -472,7 +523,7 @@ def _activation(func, x, dtype, mask, loc, bias=None, scale=1.0):
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     a, o = x.restrict(box), out.restrict(box)
     f = {"dst": o._ap(loc=loc), "func": func, "src": a._ap(loc=loc), "scale": scalar_operand(scale, loc)}
     if bias is not None:
@@ -554,10 +605,18 @@ def copy(x, *, dtype=None, mask=None, **kwargs):
     out = new_tile(x.shape, dt, loc=loc)
     box = E.narrow(mask_box(mask, x.shape), [x], loc)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     a, o = x.restrict(box), out.restrict(box)
-    emit("vector", "tensor_copy", {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)}, loc, reads=[a], writes=[o],
-         fresh=out, box=box)
+    emit(
+        "vector",
+        "tensor_copy",
+        {"dst": o._ap(loc=loc), "src": a._ap(loc=loc)},
+        loc,
+        reads=[a],
+        writes=[o],
+        fresh=out,
+        box=box,
+    )
     return out
 
 
@@ -576,6 +635,7 @@ def finfo(dtype):
     if not is_float(d):
         raise NkiError(f"nl.finfo takes a floating dtype, not {d}", caller_loc()[0])
     import ml_dtypes
+
     return ml_dtypes.finfo(d)
 
 
@@ -589,7 +649,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     out = new_tile(shape, dt, loc=loc)
     box = mask_box(mask, shape)
     if box is None:
-        return out
+        return E.masked_off(out, mask)
     o = out.restrict(box)
     if isinstance(y, View):
         ys = prep(y, shape, loc).restrict(box)
@@ -609,8 +669,14 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     if trn_name(c.dtype) not in ("u8", "u16", "u32", "bool"):
         c = copy(c, dtype=uint8)
     c = c.restrict(box)
-    emit("vector", "tensor_copy_predicated", {"dst": o._ap(loc=loc), "src": xs._ap(loc=loc),
-                                              "predicate": c._ap(loc=loc)}, loc, reads=[xs, c, o], writes=[o])
+    emit(
+        "vector",
+        "tensor_copy_predicated",
+        {"dst": o._ap(loc=loc), "src": xs._ap(loc=loc), "predicate": c._ap(loc=loc)},
+        loc,
+        reads=[xs, c, o],
+        writes=[o],
+    )
     return out
 
 
@@ -664,8 +730,15 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     stat = _on_sbuf(x, loc) if transpose_x else _transpose_to_sbuf(x, loc)
     mov = _on_sbuf(y, loc)
     out = new_tile((stat.shape[1], mov.shape[1]), float32, "psum", loc=loc)
-    emit("tensor", "nc_matmul", {"dst": out._ap(loc=loc), "stationary": stat._ap(loc=loc), "moving": mov._ap(loc=loc)},
-         loc, reads=[stat, mov], writes=[out], fresh=out)
+    emit(
+        "tensor",
+        "nc_matmul",
+        {"dst": out._ap(loc=loc), "stationary": stat._ap(loc=loc), "moving": mov._ap(loc=loc)},
+        loc,
+        reads=[stat, mov],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -677,8 +750,15 @@ def transpose(x, *, dtype=None, mask=None, **kwargs):
     xs = _on_sbuf(x, loc)
     dt = as_dtype(dtype) if dtype is not None else x.dtype
     out = new_tile((x.shape[1], x.shape[0]), dt, "psum", loc=loc)
-    emit("tensor", "nc_transpose", {"dst": out._ap(loc=loc), "src": xs._ap(loc=loc)}, loc, reads=[xs], writes=[out],
-         fresh=out)
+    emit(
+        "tensor",
+        "nc_transpose",
+        {"dst": out._ap(loc=loc), "src": xs._ap(loc=loc)},
+        loc,
+        reads=[xs],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -700,9 +780,22 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
     m = _reduce("max", x, 1, float32, None, True, loc, negate=True)
     e = new_tile(x.shape, float32, loc=loc)
     s = new_tile((P, 1), float32, loc=loc)
-    emit("scalar", "activation", {"dst": e._ap(loc=loc), "func": "exp", "src": x._ap(loc=loc),
-                                  "bias": scalar_operand(m, loc), "scale": {"imm": 1.0}, "acc": "reset_reduce",
-                                  "reduce_res": s._ap(loc=loc)}, loc, reads=[x], writes=[e, s])
+    emit(
+        "scalar",
+        "activation",
+        {
+            "dst": e._ap(loc=loc),
+            "func": "exp",
+            "src": x._ap(loc=loc),
+            "bias": scalar_operand(m, loc),
+            "scale": {"imm": 1.0},
+            "acc": "reset_reduce",
+            "reduce_res": s._ap(loc=loc),
+        },
+        loc,
+        reads=[x],
+        writes=[e, s],
+    )
     r = _unary_vec("reciprocal", s, float32, None, loc)
     return _binary("multiply", e, r, dt, None, loc)
 
@@ -717,13 +810,37 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
     P = x.shape[0]
     sq = new_tile(x.shape, float32, loc=loc)
     s = new_tile((P, 1), float32, loc=loc)
-    emit("scalar", "activation", {"dst": sq._ap(loc=loc), "func": "square", "src": x._ap(loc=loc),
-                                  "scale": {"imm": 1.0}, "acc": "reset_reduce", "reduce_res": s._ap(loc=loc)}, loc,
-         reads=[x], writes=[sq, s])
+    emit(
+        "scalar",
+        "activation",
+        {
+            "dst": sq._ap(loc=loc),
+            "func": "square",
+            "src": x._ap(loc=loc),
+            "scale": {"imm": 1.0},
+            "acc": "reset_reduce",
+            "reduce_res": s._ap(loc=loc),
+        },
+        loc,
+        reads=[x],
+        writes=[sq, s],
+    )
     ms = new_tile((P, 1), float32, loc=loc)
-    emit("vector", "tensor_scalar", {"dst": ms._ap(loc=loc), "src": s._ap(loc=loc), "op0": "multiply",
-                                     "operand0": {"imm": 1.0 / float(n)}, "op1": "add",
-                                     "operand1": {"imm": float(epsilon)}}, loc, reads=[s], writes=[ms])
+    emit(
+        "vector",
+        "tensor_scalar",
+        {
+            "dst": ms._ap(loc=loc),
+            "src": s._ap(loc=loc),
+            "op0": "multiply",
+            "operand0": {"imm": 1.0 / float(n)},
+            "op1": "add",
+            "operand1": {"imm": float(epsilon)},
+        },
+        loc,
+        reads=[s],
+        writes=[ms],
+    )
     r = _activation("rsqrt", ms, float32, None, loc)
     y = _binary("multiply", x, r, float32, None, loc)
     return _binary("multiply", y, w, dtype or x.dtype, None, loc)
@@ -732,14 +849,20 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     """VectorE `dropout` (trnsim's documented generator; no 1/(1-rate) rescaling, as the ISA)."""
     from . import isa
+
     return isa.dropout(x, rate, dtype=dtype, mask=mask)
 
 
 def random_seed(seed, **kwargs):
     """VectorE `set_rng_seed`."""
     loc = caller_loc()[0]
-    emit("vector", "set_rng_seed", {"seed": scalar_operand(seed, loc)}, loc,
-         reads=[seed] if isinstance(seed, View) else [])
+    emit(
+        "vector",
+        "set_rng_seed",
+        {"seed": scalar_operand(seed, loc)},
+        loc,
+        reads=[seed] if isinstance(seed, View) else [],
+    )
 
 
 def rand(shape, dtype=float32, **kwargs):
@@ -749,17 +872,30 @@ def rand(shape, dtype=float32, **kwargs):
     bits = new_tile(shape, uint32, loc=loc)
     emit("vector", "rng", {"dst": bits._ap(loc=loc)}, loc, writes=[bits])
     sh = new_tile(shape, uint32, loc=loc)
-    emit("vector", "tensor_scalar", {"dst": sh._ap(loc=loc), "src": bits._ap(loc=loc), "op0": "logical_shift_right",
-                                     "operand0": {"imm": 8.0}}, loc, reads=[bits], writes=[sh])
-    return _binary("multiply", sh, 2.0 ** -24, dtype, None, loc)
+    emit(
+        "vector",
+        "tensor_scalar",
+        {"dst": sh._ap(loc=loc), "src": bits._ap(loc=loc), "op0": "logical_shift_right", "operand0": {"imm": 8.0}},
+        loc,
+        reads=[bits],
+        writes=[sh],
+    )
+    return _binary("multiply", sh, 2.0**-24, dtype, None, loc)
 
 
 def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
     """GpSimd `nc_n_gather`: per partition, data's free elements flattened, taken at indices."""
     loc = caller_loc()[0]
     out = new_tile(indices.shape, data.dtype, loc=loc)
-    emit("gpsimd", "n_gather", {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "indices": indices._ap(loc=loc)},
-         loc, reads=[data, indices], writes=[out], fresh=out)
+    emit(
+        "gpsimd",
+        "n_gather",
+        {"dst": out._ap(loc=loc), "data": data._ap(loc=loc), "indices": indices._ap(loc=loc)},
+        loc,
+        reads=[data, indices],
+        writes=[out],
+        fresh=out,
+    )
     return out
 
 
@@ -811,21 +947,53 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
     n = f // chunk
     stats = new_tile((x.shape[0], 6 * n), float32, loc=loc)
     for c in builtins.range(n):
-        s = x[:, c * chunk:(c + 1) * chunk]
-        d = stats[:, 6 * c:6 * c + 6]
+        s = x[:, c * chunk : (c + 1) * chunk]
+        d = stats[:, 6 * c : 6 * c + 6]
         emit("vector", "bn_stats", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[d])
     mv = new_tile((x.shape[0], 2), float32, loc=loc)
     emit("vector", "bn_aggr", {"dst": mv._ap(loc=loc), "src": stats._ap(loc=loc)}, loc, reads=[stats], writes=[mv])
     return copy(mv[:, 1:2], dtype=dtype or x.dtype)
 
 
-def loop_reduce(*args, **kwargs):
-    raise NkiError("nl.loop_reduce is not supported by the trnsim front-end (docs/nki.md)", caller_loc()[0])
+class LoopReduce:
+    """The value of `nl.loop_reduce(x, op, loop_indices)`: NKI documents it as `dst =
+    tensor_tensor(dst, x, op)` where `dst` is the tile the result is assigned to, so it becomes an
+    instruction only when assigned (`dst[...] = nl.loop_reduce(...)`). The trace unrolls every
+    loop, so each iteration folds its `x` into `dst` in order; `loop_indices` (a hint for the
+    compiler's loop optimisations) changes nothing here."""
+
+    def __init__(self, x, op, dtype, mask, loc):
+        self.x, self.op, self.dtype, self.mask, self.loc = x, op, dtype, mask, loc
+
+    def resolve(self, dst):
+        r = _binary(E.alu(self.op), dst, self.x, self.dtype, self.mask, self.loc)
+        return r
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NkiError(
+            "the value of nl.loop_reduce must be assigned into its destination tile "
+            "(`dst[...] = nl.loop_reduce(x, op=..., loop_indices=...)`): the destination is the "
+            "reduction's other operand",
+            self.__dict__.get("loc"),
+        )
+
+
+def loop_reduce(x, op, loop_indices=None, *, dtype=None, mask=None, **kwargs):
+    """`nl.loop_reduce`: `dst = op(dst, x)` into the tile the result is assigned to (VectorE
+    `tensor_tensor`), one instruction per traced iteration."""
+    loc = caller_loc()[0]
+    if not isinstance(x, View):
+        raise NkiError("nl.loop_reduce reduces a tile: x must be a tile", loc)
+    E.alu(op)  # an operator the ALU has, said at this line
+    return LoopReduce(x, op, dtype, mask, loc)
 
 
 def all_reduce(*args, **kwargs):
-    raise NkiError("nl.all_reduce (collectives) is not supported by the trnsim front-end (docs/nki.md)",
-                   caller_loc()[0])
+    raise NkiError(
+        "nl.all_reduce (collectives) is not supported by the trnsim front-end (docs/nki.md)", caller_loc()[0]
+    )
 
 
 def _unsupported(name, why):
@@ -836,10 +1004,144 @@ def _unsupported(name, why):
     return f
 
 
-fmod = _unsupported("fmod", "NeuronCore-v2's ALU has no remainder operator")
-mod = _unsupported("mod", "NeuronCore-v2's ALU has no remainder operator")
-floor = _unsupported("floor", "no rounding-mode operator in trnsim's ALU")
-ceil = _unsupported("ceil", "no rounding-mode operator in trnsim's ALU")
-trunc = _unsupported("trunc", "no rounding-mode operator in trnsim's ALU")
+# ---------------------------------------------------------------------------------------------
+# rounding and remainders, composed of ALU instructions (the ALU has no rounding operator and no
+# remainder; docs/nki.md "Rounding and remainders")
+
+_TWO23 = 8388608.0  # 2^23: every fp32 of at least this magnitude is an integer
+
+
+def _round_kind(name, x, dtype, mask, loc):
+    """floor/ceil/trunc of a tile on VectorE, exact for every fp32 value (NaN stays NaN, ±inf
+    stays ±inf). With a = |x|: r = (min(a, 2^23) + 2^23) - 2^23 rounds a below 2^23 to the
+    nearest integer (the ALU computes in fp32, rounding to nearest even after each operator),
+    and a itself is kept at and above 2^23, where it is an integer already; t = r - (r > a) is
+    floor(a), sign(x)·t is trunc(x), and floor/ceil step trunc by one where it is on the wrong
+    side of x. An integer tile is its own floor: a copy into `dtype`. The sign of a zero is not
+    kept (floor(-0.0) is 0.0)."""
+    if not isinstance(x, View):
+        raise NkiError(f"nl.{name} takes a tile", loc)
+    x = E.column(x)
+    out_dt = as_dtype(dtype) if dtype is not None else x.dtype
+    if not is_float(x.dtype):
+        return copy(x, dtype=out_dt, mask=mask)
+    f = float32
+    a = _unary_vec("abs", x, f, mask, loc)
+    ac = _binary("min", a, _TWO23, f, mask, loc)
+    r = _binary("add", ac, _TWO23, f, mask, loc)
+    r = _binary("subtract", r, _TWO23, f, mask, loc)
+    big = _binary("is_ge", a, _TWO23, f, mask, loc)  # 1.0 where |x| >= 2^23
+    small = _binary("is_lt", a, _TWO23, f, mask, loc)  # 1.0 where |x| <  2^23 (0 for NaN)
+    r = _binary("multiply", r, small, f, mask, loc)
+    keep = _binary("multiply", a, big, f, mask, loc)  # |x| where it is already an integer
+    r = _binary("add", r, keep, f, mask, loc)
+    # (NaN: a·big is NaN·0 = NaN, so r and everything after it stay NaN; ±inf: r = |x| = inf)
+    over = _binary("is_gt", r, a, f, mask, loc)
+    t = _binary("subtract", r, over, f, mask, loc)  # floor(|x|)
+    neg = _binary("is_lt", x, 0.0, f, mask, loc)
+    sg = _binary("subtract", 1.0, _binary("multiply", neg, 2.0, f, mask, loc), f, mask, loc)  # ±1
+    t = _binary("multiply", t, sg, f, mask, loc)  # trunc(x)
+    if name == "trunc":
+        return copy(t, dtype=out_dt, mask=mask)
+    if name == "floor":
+        step = _binary("is_gt", t, x, f, mask, loc)
+        return _binary("subtract", t, step, out_dt, mask, loc)
+    step = _binary("is_lt", t, x, f, mask, loc)
+    return _binary("add", t, step, out_dt, mask, loc)
+
+
+def floor(x, *, dtype=None, mask=None, **kwargs):
+    """`nl.floor`: the largest integer <= x, element-wise (VectorE instructions; see _round_kind)."""
+    return _round_kind("floor", x, dtype, mask, caller_loc()[0])
+
+
+def ceil(x, *, dtype=None, mask=None, **kwargs):
+    """`nl.ceil`: the smallest integer >= x, element-wise (VectorE instructions)."""
+    return _round_kind("ceil", x, dtype, mask, caller_loc()[0])
+
+
+def trunc(x, *, dtype=None, mask=None, **kwargs):
+    """`nl.trunc`: x rounded toward zero, element-wise (VectorE instructions)."""
+    return _round_kind("trunc", x, dtype, mask, caller_loc()[0])
+
+
+_INT_EXACT = 1 << 24  # an integer divisor below this is exact as an fp32 immediate
+
+
+def _int_remainder(name, x, y, dtype, mask, loc):
+    """`nl.mod` (the sign of the divisor, Python's %) and `nl.fmod` (the sign of the dividend) of
+    an integer tile by an integer constant, exactly. A quotient estimate q = floor(float(x) / y)
+    is taken on VectorE, and r = x - y·q is computed on GpSimd in exact int32 arithmetic; a second
+    estimate from r (now small enough to be exact in fp32) and a last correction step bring r into
+    the remainder's range."""
+    y = int(y)
+    if y == 0:
+        raise NkiError(f"nl.{name} by zero", loc)
+    if builtins.abs(y) >= _INT_EXACT:
+        raise NkiError(
+            f"nl.{name} by {y}: the trnsim front-end takes an integer divisor below 2^24 in "
+            "magnitude (an exact fp32 immediate)",
+            loc,
+        )
+    i32 = as_dtype(np.int32)
+    f = float32
+    inv = float(np.float32(1.0) / np.float32(y))
+
+    def rem_step(r):
+        rf = copy(r, dtype=f, mask=mask)
+        q = floor(_binary("multiply", rf, inv, f, mask, loc), dtype=i32, mask=mask)
+        yq = _binary("multiply", q, y, i32, mask, loc, engine="gpsimd")
+        return _binary("subtract", r, yq, i32, mask, loc, engine="gpsimd")
+
+    r = rem_step(x)
+    r = rem_step(r)
+    # r is now within one divisor of the floor-mod range: step it in
+    if y > 0:
+        hi = _binary("is_ge", r, y, i32, mask, loc, engine="gpsimd")
+        lo = _binary("is_lt", r, 0, i32, mask, loc, engine="gpsimd")
+    else:
+        hi = _binary("is_le", r, y, i32, mask, loc, engine="gpsimd")
+        lo = _binary("is_gt", r, 0, i32, mask, loc, engine="gpsimd")
+    r = _binary(
+        "subtract", r, _binary("multiply", hi, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc, engine="gpsimd"
+    )
+    r = _binary("add", r, _binary("multiply", lo, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc, engine="gpsimd")
+    if name == "fmod":
+        # the dividend's sign: where r != 0 and x's sign differs from y's, fmod = mod - y
+        xs = (
+            _binary("is_lt", x, 0, i32, mask, loc, engine="gpsimd")
+            if y > 0
+            else _binary("is_gt", x, 0, i32, mask, loc, engine="gpsimd")
+        )
+        nz = _binary("not_equal", r, 0, i32, mask, loc, engine="gpsimd")
+        fix = _binary("multiply", xs, nz, i32, mask, loc, engine="gpsimd")
+        r = _binary(
+            "subtract", r, _binary("multiply", fix, y, i32, mask, loc, engine="gpsimd"), i32, mask, loc, engine="gpsimd"
+        )
+    out_dt = as_dtype(dtype) if dtype is not None else x.dtype
+    return r if out_dt == i32 else copy(r, dtype=out_dt, mask=mask)
+
+
+def _remainder(name, x, y, dtype, mask, loc):
+    if isinstance(x, View) and not is_float(x.dtype) and isinstance(y, (int, np.integer)) and not isinstance(y, bool):
+        return _int_remainder(name, E.column(x), y, dtype, mask, loc)
+    raise NkiError(
+        f"nl.{name} of a floating-point tile, or by a tile divisor, is not supported by the trnsim "
+        "front-end: the ALU has no remainder operator and no exact composition of a floating remainder "
+        "is implemented; an integer tile by an integer constant is (computed exactly, docs/nki.md)",
+        loc,
+    )
+
+
+def mod(x, y, *, dtype=None, mask=None, **kwargs):
+    """`nl.mod`: x mod y with the sign of y (numpy.mod), for an integer tile and constant."""
+    return _remainder("mod", x, y, dtype, mask, caller_loc()[0])
+
+
+def fmod(x, y, *, dtype=None, mask=None, **kwargs):
+    """`nl.fmod`: the remainder with the sign of x (numpy.fmod), for an integer tile and constant."""
+    return _remainder("fmod", x, y, dtype, mask, caller_loc()[0])
+
+
 cos = _unsupported("cos", "the Scalar Engine function table has no cos")
 tan = _unsupported("tan", "the Scalar Engine function table has no tan")

@@ -8,27 +8,49 @@
   the same, so trnsim traces it unrolled. Bounds held in registers (`VirtualRegister`) need
   trnsim's register model, which it does not have yet: refused.
 * `while_loop(init, body_fun)` loops on a register condition: refused for the same reason.
-* `dynamic_range` (deprecated in NKI 0.6 for `fori_loop`): refused, it iterates a register."""
+* `dynamic_range` (deprecated in NKI 0.6 for `fori_loop`): refused, it iterates a register.
+* `NKIObject`: the base class NKI documents for a kernel's own dataclasses and configuration
+  objects (`NKIObject(**kwargs)`). trnsim traces a kernel as Python, so such objects are ordinary
+  Python objects: keyword arguments become attributes, and subclasses keep their methods.
+* `no_reorder()`: the current API's place for the legacy `nki.compiler.no_reorder` block (AWS's
+  attention tutorial v10 uses `with nl.no_reorder():`); trnsim keeps program order anyway."""
 
 import builtins
 
 from . import language as _legacy
 from ._core import NkiError, caller_loc
+from .compiler import no_reorder  # noqa: F401  (`with nl.no_reorder():` in the current API)
 
 _LEGACY = [n for n in dir(_legacy) if not n.startswith("_") and n not in ("builtins", "math", "np", "E", "T")]
 globals().update({n: getattr(_legacy, n) for n in _LEGACY})
+
+
+class NKIObject:
+    """Base class of a kernel's dataclasses and configuration objects: `NKIObject(a=1).a == 1`."""
+
+    def __init__(self, **kwargs):
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
 
 
 def _int_bound(v, what, loc):
     if isinstance(v, bool) or not isinstance(v, int):
         try:
             import numpy as np
+
             if isinstance(v, np.integer):
                 return int(v)
         except ImportError:  # pragma: no cover
             pass
-        raise NkiError(f"nl.fori_loop {what}={v!r}: trnsim takes integer loop bounds; a bound held in a register "
-                       "(VirtualRegister) needs the register model, which trnsim does not simulate yet", loc)
+        raise NkiError(
+            f"nl.fori_loop {what}={v!r}: trnsim takes integer loop bounds; a bound held in a register "
+            "(VirtualRegister) needs the register model, which trnsim does not simulate yet",
+            loc,
+        )
     return v
 
 
@@ -44,16 +66,22 @@ def fori_loop(lower, upper, body_fun, step=1):
 
 
 def while_loop(init, body_fun):
-    raise NkiError("nl.while_loop loops on a register condition (VirtualRegister): trnsim does not simulate the "
-                   "register model yet", caller_loc()[0])
+    raise NkiError(
+        "nl.while_loop loops on a register condition (VirtualRegister): trnsim does not simulate the "
+        "register model yet",
+        caller_loc()[0],
+    )
 
 
 def dynamic_range(*args, **kwargs):
-    raise NkiError("nl.dynamic_range iterates a register (deprecated since NKI 0.6 for nl.fori_loop): trnsim does "
-                   "not simulate the register model yet; loops with integer bounds work as Python range or "
-                   "nl.fori_loop", caller_loc()[0])
+    raise NkiError(
+        "nl.dynamic_range iterates a register (deprecated since NKI 0.6 for nl.fori_loop): trnsim does "
+        "not simulate the register model yet; loops with integer bounds work as Python range or "
+        "nl.fori_loop",
+        caller_loc()[0],
+    )
 
 
 while_loop._trnsim_refused = dynamic_range._trnsim_refused = "needs the register model"
 
-__all__ = [n for n in (*_LEGACY, "dynamic_range", "fori_loop", "while_loop")]
+__all__ = [n for n in (*_LEGACY, "NKIObject", "no_reorder", "dynamic_range", "fori_loop", "while_loop")]

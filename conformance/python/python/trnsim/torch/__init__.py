@@ -5,7 +5,8 @@ NeuronCore through trnconf's lowering (docs/torch-device.md).
     x = torch.randn(4, 4, device="trnsim")
     print((x @ x).cpu())
 
-Importing this module registers the device (PyTorch's PrivateUse1 backend, renamed). Modes:
+Importing this module registers the device (PyTorch's PrivateUse1 backend, renamed): as ``trnsim``,
+or as TorchNeuron's ``neuron`` with ``TRNSIM_AS_NEURON=1`` (trnsim.neuron). Modes:
 
 * default: an op the device cannot run raises :class:`UnsupportedOpError` naming the overload;
 * fallback (``TRNSIM_TORCH_FALLBACK=1`` or :func:`set_fallback`): such an op runs on the CPU,
@@ -26,7 +27,8 @@ from typing import Any
 
 import torch
 
-from . import _device, _report
+from .. import neuron as _neuron_optin
+from . import _device, _report, _streams
 from ._backend import BackendError
 from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 
@@ -39,6 +41,8 @@ __all__ = [
     "backend",
     "checking",
     "compile_report",
+    "device_name",
+    "install_as_neuron",
     "register",
     "register_compile_backend",
     "report",
@@ -52,8 +56,62 @@ _registered = False
 _lib = None
 
 
+def _not_kept(call: str, why: str):
+    def f(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"torch.{_device.DEVICE_NAME}.{call}: not provided by the trnsim device ({why}); "
+            f"torch.{_device.DEVICE_NAME}.memory_allocated() gives the bytes its tensors hold"
+        )
+
+    f.__name__ = call
+    return f
+
+
+def _device_index(device: Any, call: str) -> int:
+    """The index a device argument names; the one simulated device is index 0."""
+    if device is None:
+        return 0
+    index = device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != _device.DEVICE_NAME:
+            raise ValueError(f"torch.{_device.DEVICE_NAME}.{call}: {device} is not a {_device.DEVICE_NAME} device")
+        index = 0 if device.index is None else device.index
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(
+            f"torch.{_device.DEVICE_NAME}.{call}: expected a device index, name or torch.device, "
+            f"got {type(device).__name__}"
+        )
+    # Under torchrun each rank is a process with one simulated NeuronCore; the index a rank names
+    # for its own core is its LOCAL_RANK (`torch.neuron.set_device(local_rank)`, as on CUDA).
+    own = os.environ.get("LOCAL_RANK", "0")
+    if index not in (0, -1) and str(index) != own:
+        where = f"index 0, or {own} (LOCAL_RANK) for this rank's core" if own != "0" else "index 0"
+        raise ValueError(
+            f"torch.{_device.DEVICE_NAME}.{call}: device index {index} out of range "
+            f"(this process simulates 1 device: {where})"
+        )
+    return 0
+
+
+def _seed_value(seed: Any) -> int:
+    # As torch.manual_seed: any int in [-2**63, 2**64); a negative one wraps to 2**64 + seed.
+    seed = int(seed)
+    if not -(2**63) <= seed < 2**64:
+        raise ValueError(f"manual_seed: seed {seed} is outside [-2**63, 2**64)")
+    return seed + 2**64 if seed < 0 else seed
+
+
 class _DeviceModule:
-    """``torch.trnsim``: what PyTorch asks of a device module (seeding, counts)."""
+    """``torch.trnsim`` (``torch.neuron`` with the opt-in, trnsim.neuron): what PyTorch and a
+    TorchNeuron script ask of a device module. One simulated NeuronCore, device index 0.
+
+    Every device op has finished when its call returns (each program runs to completion in the
+    session), so ``synchronize`` has nothing to wait for. Memory: ``memory_allocated`` is the bytes
+    the session's tensors hold; the statistics the device does not keep (peaks, the caching
+    allocator's reserved bytes) raise ``NotImplementedError`` naming the call, never a made-up number.
+    """
 
     @staticmethod
     def is_available() -> bool:
@@ -73,11 +131,21 @@ class _DeviceModule:
 
     @staticmethod
     def set_device(device: Any) -> None:
-        pass
+        _device_index(device, "set_device")
 
     @staticmethod
     def synchronize(device: Any = None) -> None:
-        pass
+        _device_index(device, "synchronize")
+
+    # Streams and events (_streams.py): ordering-only on a synchronous device, with a simulated
+    # clock per stream for Event.elapsed_time and the report's overlap figures.
+    Stream = _streams.Stream
+    Event = _streams.Event
+    StreamContext = _streams.StreamContext
+    current_stream = staticmethod(_streams.current_stream)
+    default_stream = staticmethod(_streams.default_stream)
+    set_stream = staticmethod(_streams.set_stream)
+    stream = staticmethod(_streams.stream)
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
@@ -85,10 +153,17 @@ class _DeviceModule:
 
     @staticmethod
     def manual_seed(seed: int) -> None:
-        _device.STATE.seed = int(seed)
+        _device.STATE.seed = _seed_value(seed)
         _device.STATE.rng_calls = 0
 
     manual_seed_all = manual_seed
+
+    @staticmethod
+    def seed() -> None:
+        """Seeds the device's generator with a nondeterministic number (as ``torch.cuda.seed``)."""
+        _DeviceModule.manual_seed(int.from_bytes(os.urandom(8), "little"))
+
+    seed_all = seed
 
     @staticmethod
     def initial_seed() -> int:
@@ -96,15 +171,64 @@ class _DeviceModule:
 
     @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:
-        return torch.tensor([_device.STATE.seed, _device.STATE.rng_calls], dtype=torch.int64)
+        """The generator state as 16 bytes (uint8): the seed, then the number of random calls since
+        it was set, each 8 bytes little-endian — the layout TorchNeuron documents (seed, offset)."""
+        _device_index(device, "get_rng_state")
+        raw = _device.STATE.seed.to_bytes(8, "little") + _device.STATE.rng_calls.to_bytes(8, "little")
+        return torch.tensor(list(raw), dtype=torch.uint8)
 
     @staticmethod
-    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
-        _device.STATE.seed, _device.STATE.rng_calls = (int(v) for v in state.tolist())
+    def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
+        _device_index(device, "set_rng_state")
+        if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8 or new_state.numel() != 16:
+            got = (
+                f"{new_state.dtype} tensor of {new_state.numel()} elements"
+                if isinstance(new_state, torch.Tensor)
+                else type(new_state).__name__
+            )
+            raise ValueError(f"set_rng_state: expected the 16-byte uint8 state get_rng_state() returns, got {got}")
+        raw = bytes(new_state.cpu().tolist())
+        _device.STATE.seed = int.from_bytes(raw[:8], "little")
+        _device.STATE.rng_calls = int.from_bytes(raw[8:], "little")
+
+    @staticmethod
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return [_DeviceModule.get_rng_state()]
+
+    @staticmethod
+    def set_rng_state_all(new_states: Any) -> None:
+        states = list(new_states)
+        if len(states) != 1:
+            raise ValueError(f"set_rng_state_all: the device has 1 generator, got {len(states)} states")
+        _DeviceModule.set_rng_state(states[0])
 
     @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:
         return [torch.bfloat16, torch.float16]
+
+    @staticmethod
+    def memory_allocated(device: Any = None) -> int:
+        """Bytes held by the device's tensors in the simulated HBM (int64 is stored as int32, so an
+        int64 tensor holds half its PyTorch ``nbytes``)."""
+        _device_index(device, "memory_allocated")
+        return int(_device.STATE.session.device_bytes())
+
+    @staticmethod
+    def empty_cache() -> None:
+        """Nothing to release: the device frees a tensor's memory when the tensor is freed (no
+        caching allocator)."""
+
+    max_memory_allocated = staticmethod(_not_kept("max_memory_allocated", "the device keeps no peak"))
+    memory_reserved = staticmethod(_not_kept("memory_reserved", "the device has no caching allocator"))
+    max_memory_reserved = staticmethod(_not_kept("max_memory_reserved", "the device has no caching allocator"))
+    memory_stats = staticmethod(
+        _not_kept("memory_stats", "the device keeps only the allocated bytes (memory_allocated)")
+    )
+    reset_peak_memory_stats = staticmethod(_not_kept("reset_peak_memory_stats", "the device keeps no peak"))
+    reset_accumulated_memory_stats = staticmethod(
+        _not_kept("reset_accumulated_memory_stats", "the device keeps no accumulated statistics")
+    )
+    mem_get_info = staticmethod(_not_kept("mem_get_info", "the device does not model free HBM"))
 
 
 def _factory(op, *args, **kwargs):
@@ -189,7 +313,17 @@ def register() -> None:
         return
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    _setup_privateuseone_for_python_backend(_device.DEVICE_NAME, backend_module=_DeviceModule())
+    name = _device.DEVICE_NAME
+    if name == "neuron":
+        _neuron_optin._refuse_real_torch_neuronx()
+    taken = torch._C._get_privateuse1_backend_name()
+    if taken not in ("privateuseone", name) or hasattr(torch, name):
+        raise TrnsimError(
+            f"trnsim: cannot register the `{name}` device: PyTorch's PrivateUse1 backend is already "
+            f"registered as `{taken}` in this process (another backend, or the device under its other name; "
+            "PyTorch names it once per process)"
+        )
+    _setup_privateuseone_for_python_backend(name, backend_module=_DeviceModule())
     _lib = torch.library.Library("_", "IMPL")
     _lib.fallback(_factory, "PrivateUse1")
     global _aten_lib
@@ -213,12 +347,102 @@ def register() -> None:
     from . import _autocast
 
     _autocast.register()
+    _streams.register()
     # torch.distributed: the `trnsim` c10d backend (trnsim/torch/distributed, docs/distributed.md).
     from . import distributed
 
     distributed.register()
     _keep_identity_to_cpu()
+    _accelerator_calls()
     _registered = True
+    if name == "neuron":
+        _neuron_ready()
+
+
+def device_name() -> str:
+    """The device's PyTorch name in this process: ``trnsim``, or ``neuron`` with the opt-in
+    (:func:`install_as_neuron`, ``TRNSIM_AS_NEURON=1``; docs/torch-device.md)."""
+    return _device.DEVICE_NAME
+
+
+#: Registers the device as ``neuron``; see :func:`trnsim.neuron.install_as_neuron`. Reached through
+#: ``trnsim.torch`` it can only confirm the name: importing ``trnsim.torch`` has registered the
+#: device already, so without the opt-in it raises, naming the two ways that work.
+install_as_neuron = _neuron_optin.install_as_neuron
+
+
+def _neuron_ready():
+    """With the device registered as ``neuron``: the ``torch_neuronx`` stand-in importable, and
+    ``torch.neuron`` returned."""
+    from . import _dynamo_name, _neuronx_shim
+
+    _neuronx_shim.install()
+    _dynamo_name.register("neuron")  # torch.compile(backend="neuron"), when Dynamo loads
+    return torch.neuron
+
+
+#: torch.accelerator's functions that reach a backend's C++ interfaces (device guard, allocator,
+#: default generator), which a Python-registered backend cannot provide in torch 2.15:
+#: (module, name) -> the device module's function that answers for the device.
+_ACCELERATOR_CALLS = {
+    ("torch.accelerator", "synchronize"): "synchronize",
+    ("torch.accelerator.random", "initial_seed"): "initial_seed",
+    ("torch.accelerator.random", "get_rng_state"): "get_rng_state",
+    ("torch.accelerator.random", "get_rng_state_all"): "get_rng_state_all",
+    **{
+        (m, f): d
+        for m in ("torch.accelerator", "torch.accelerator.memory")
+        for f, d in (
+            ("empty_cache", "empty_cache"),
+            ("memory_allocated", "memory_allocated"),
+            ("max_memory_allocated", "max_memory_allocated"),
+            ("memory_reserved", "memory_reserved"),
+            ("max_memory_reserved", "max_memory_reserved"),
+            ("memory_stats", "memory_stats"),
+            ("reset_peak_memory_stats", "reset_peak_memory_stats"),
+            ("reset_accumulated_memory_stats", "reset_accumulated_memory_stats"),
+            ("get_memory_info", "mem_get_info"),
+        )
+    },
+}
+_accelerator_done = False
+
+
+def _accelerator_calls() -> None:
+    """``torch.accelerator`` on the device. Without this, ``torch.accelerator.synchronize()`` fails
+    ("Backend doesn't support synchronizing all streams on device") and the memory functions hit an
+    internal assertion ("Allocator for … is not a DeviceAllocator"). When the current accelerator is
+    this device, each function in ``_ACCELERATOR_CALLS`` is the device module's (a true value, or a
+    ``NotImplementedError`` naming the call); for any other accelerator it is PyTorch's own."""
+    global _accelerator_done
+    if _accelerator_done:
+        return
+    import importlib
+
+    import torch.accelerator
+
+    def wrap(plain, ours):
+        def f(*args, **kwargs):
+            acc = torch.accelerator.current_accelerator()
+            if acc is not None and acc.type == _device.DEVICE_NAME:
+                return getattr(_DeviceModule, ours)(*args, **kwargs)
+            return plain(*args, **kwargs)
+
+        f.__name__, f.__qualname__, f.__doc__ = plain.__name__, plain.__qualname__, plain.__doc__
+        f.__wrapped__ = plain
+        return f
+
+    wrapped = {}
+    for (mod_name, fn), ours in _ACCELERATOR_CALLS.items():
+        mod = importlib.import_module(mod_name)
+        plain = getattr(mod, fn, None)
+        if plain is None:
+            continue
+        plain = getattr(plain, "__wrapped__", plain)
+        if plain not in wrapped:
+            wrapped[plain] = wrap(plain, ours)
+        setattr(mod, fn, wrapped[plain])
+    _accelerator_done = True
 
 
 _plain_compatible = None
@@ -240,9 +464,13 @@ def _keep_identity_to_cpu() -> None:
 
     # The parameter names are PyTorch's (Dynamo's polyfill of this function checks them).
     def _has_compatible_shallow_copy_type(input, from_):
-        if isinstance(input, _device.TrnsimTensor) and input._trn is not None \
-                and type(from_) in (torch.Tensor, torch.nn.Parameter) \
-                and from_.layout == torch.strided and from_.device.type == "cpu":
+        if (
+            isinstance(input, _device.TrnsimTensor)
+            and input._trn is not None
+            and type(from_) in (torch.Tensor, torch.nn.Parameter)
+            and from_.layout == torch.strided
+            and from_.device.type == "cpu"
+        ):
             return True
         return _plain_compatible(input, from_)
 

@@ -14,26 +14,104 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_map
 
+from . import _device
+
 _KEY = torch._C.DispatchKey.AutocastPrivateUse1
 
 #: run in the autocast dtype (CUDA's `lower_precision_fp` list).
 LOWER = [
-    "conv1d", "conv1d.padding", "conv2d", "conv2d.padding", "conv3d", "conv3d.padding", "conv_tbc",
-    "conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "_convolution",
-    "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm",
-    "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell",
-    "rnn_tanh_cell", "rnn_relu_cell", "scaled_dot_product_attention",
+    "conv1d",
+    "conv1d.padding",
+    "conv2d",
+    "conv2d.padding",
+    "conv3d",
+    "conv3d.padding",
+    "conv_tbc",
+    "conv_transpose1d",
+    "conv_transpose2d.input",
+    "conv_transpose3d.input",
+    "convolution",
+    "_convolution",
+    "prelu",
+    "addmm",
+    "addmv",
+    "addr",
+    "matmul",
+    "einsum",
+    "mm",
+    "mv",
+    "linear",
+    "addbmm",
+    "baddbmm",
+    "bmm",
+    "chain_matmul",
+    "linalg_multi_dot",
+    "_thnn_fused_lstm_cell",
+    "_thnn_fused_gru_cell",
+    "lstm_cell",
+    "gru_cell",
+    "rnn_tanh_cell",
+    "rnn_relu_cell",
+    "scaled_dot_product_attention",
 ]
 #: run in float32 (CUDA's `fp32` list, the functions PyTorch's docs name for CUDA autocast).
 FP32 = [
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
-    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
-    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
-    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
-    "pdist", "cdist", "renorm", "logsumexp", "cumprod", "cumsum", "softmax.int", "log_softmax.int",
-    "cross_entropy_loss", "norm.Scalar", "norm.ScalarOpt_dim", "prod", "prod.dim_int", "sum", "sum.dim_IntList",
+    "acos",
+    "asin",
+    "cosh",
+    "erfinv",
+    "exp",
+    "expm1",
+    "log",
+    "log10",
+    "log2",
+    "log1p",
+    "reciprocal",
+    "rsqrt",
+    "sinh",
+    "tan",
+    "pow.Tensor_Scalar",
+    "pow.Tensor_Tensor",
+    "pow.Scalar",
+    "softplus",
+    "layer_norm",
+    "native_layer_norm",
+    "group_norm",
+    "frobenius_norm.dim",
+    "nuclear_norm",
+    "cosine_similarity",
+    "poisson_nll_loss",
+    "cosine_embedding_loss",
+    "nll_loss",
+    "nll_loss2d",
+    "hinge_embedding_loss",
+    "kl_div",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "mse_loss",
+    "margin_ranking_loss",
+    "multilabel_margin_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "multi_margin_loss",
+    "binary_cross_entropy_with_logits",
+    "dist",
+    "pdist",
+    "cdist",
+    "renorm",
+    "logsumexp",
+    "cumprod",
+    "cumsum",
+    "softmax.int",
+    "log_softmax.int",
+    "cross_entropy_loss",
+    "norm.Scalar",
+    "norm.ScalarOpt_dim",
+    "prod",
+    "prod.dim_int",
+    "sum",
+    "sum.dim_IntList",
 ]
 
 _lib = None
@@ -50,7 +128,7 @@ def _cast(dtype: torch.dtype):
 
 def _kernel(op, to_lower: bool):
     def k(*args, **kwargs):
-        dtype = torch.get_autocast_dtype("trnsim") if to_lower else torch.float32
+        dtype = torch.get_autocast_dtype(_device.DEVICE_NAME) if to_lower else torch.float32
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
             args, kwargs = tree_map(_cast(dtype), (args, kwargs))
             return op(*args, **kwargs)

@@ -101,8 +101,9 @@ class NkiModule:
         table = self.module.OVERLOADS
         self.table = table
         self.files = backend_module.source_files(self.module)
-        self.locations: dict[str, list[str]] = {op: [kernel_location(k) for k in _kernels_of(entry)]
-                                                for op, entry in table.items()}
+        self.locations: dict[str, list[str]] = {
+            op: [kernel_location(k) for k in _kernels_of(entry)] for op, entry in table.items()
+        }
 
     def provides(self, op: str) -> bool:
         return op in self.table
@@ -114,8 +115,9 @@ class NkiModule:
             "overloads": {op: self.locations[op] for op in sorted(self.table)},
         }
 
-    def run(self, op: str, args: list, kwargs: dict, call=_host_call, raw: bool = False,
-            target: str | None = None) -> tuple[Any, list[dict]]:
+    def run(
+        self, op: str, args: list, kwargs: dict, call=_host_call, raw: bool = False, target: str | None = None
+    ) -> tuple[Any, list[dict]]:
         """Calls the wrapper of ``op``; every kernel call goes through ``call``, traced for
         ``target`` (None: the kernel's own). Returns the result and the statistics of every
         kernel run. Raises :class:`Declined`, and otherwise a RuntimeError naming where in the
@@ -172,9 +174,11 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
     import ml_dtypes
 
     t = t.detach().contiguous()
-    special = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
-               torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
-               torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2)}
+    special = {
+        torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+        torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
+        torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
+    }
     if t.dtype in special:
         raw, np_dt = special[t.dtype]
         return t.view(raw).numpy().view(np_dt).copy()
@@ -187,8 +191,11 @@ def torch_of(a: Any) -> torch.Tensor:
     """A wrapper's NumPy result as a CPU tensor, bits unchanged."""
     a = np.asarray(a)
     name = str(a.dtype)
-    special = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
-               "float8_e5m2": (np.uint8, torch.float8_e5m2)}
+    special = {
+        "bfloat16": (np.int16, torch.bfloat16),
+        "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
+        "float8_e5m2": (np.uint8, torch.float8_e5m2),
+    }
     a = np.ascontiguousarray(a) if a.ndim else a.copy()
     if name in special:
         raw, dt = special[name]
@@ -200,8 +207,11 @@ def numpy_dtype(dt: torch.dtype):
     """A dtype argument as the wrapper gets it (``numpy.dtype``)."""
     import ml_dtypes
 
-    special = {torch.bfloat16: ml_dtypes.bfloat16, torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
-               torch.float8_e5m2: ml_dtypes.float8_e5m2}
+    special = {
+        torch.bfloat16: ml_dtypes.bfloat16,
+        torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+        torch.float8_e5m2: ml_dtypes.float8_e5m2,
+    }
     if dt in special:
         return np.dtype(special[dt])
     return torch.empty((), dtype=dt).numpy().dtype

@@ -284,7 +284,11 @@ def _device_arg(a: Any) -> Any:
         raise _device.TrnsimError(
             f"trnsim compile: a graph argument of shape {tuple(a.shape)} stands for no device tensor"
         )
-    if (tuple(a.size()), tuple(a.stride()), a.storage_offset()) == (tuple(dev.size()), tuple(dev.stride()), dev.storage_offset()):
+    if (tuple(a.size()), tuple(a.stride()), a.storage_offset()) == (
+        tuple(dev.size()),
+        tuple(dev.stride()),
+        dev.storage_offset(),
+    ):
         return dev
     return torch.as_strided(dev, a.size(), a.stride(), a.storage_offset())
 
@@ -363,8 +367,7 @@ def _plan_replay(recorder: _Recorder, real: list, names_before: list, outs: list
         else:
             results.append(("value", o, None))
     layouts = [_layout(a) if isinstance(a, _device.TrnsimTensor) else None for a in real]
-    return {"program": last["program"], "inputs": inputs, "outputs": outputs, "results": results,
-            "layouts": layouts}
+    return {"program": last["program"], "inputs": inputs, "outputs": outputs, "results": results, "layouts": layouts}
 
 
 def _replay(plan: dict, real: list, label: str) -> list | None:

@@ -33,12 +33,15 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
+from .. import neuron as _neuron_optin
 from . import _backend, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
 
-DEVICE_NAME = "trnsim"
+#: The device's PyTorch name: ``trnsim``, or TorchNeuron's ``neuron`` with the opt-in (trnsim.neuron).
+#: PyTorch names its PrivateUse1 backend once per process, so this is fixed at import.
+DEVICE_NAME = "neuron" if _neuron_optin.requested() else "trnsim"
 
 
 class TrnsimError(RuntimeError):
@@ -173,6 +176,19 @@ class TrnsimTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    # The storage a tensor and its views share, and an address in trnsim's device address space
+    # (_storage.py): what FSDP2's parameter freeing (`untyped_storage().resize_(0)`) and code that
+    # compares data pointers use.
+    def untyped_storage(self):
+        from ._storage import untyped_storage
+
+        return untyped_storage(self)
+
+    def data_ptr(self) -> int:
+        from ._storage import data_ptr
+
+        return data_ptr(self)
+
     def __repr__(self, *, tensor_contents=None) -> str:
         if self._trn is None:
             # A traced tensor (no data): what a tracer's log prints while it traces.
@@ -190,8 +206,10 @@ class TrnsimTensor(torch.Tensor):
         # default) restores them to the device, or where `map_location` says.
         with torch.no_grad():
             data = self.cpu()
-        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                (data, self.dtype, str(self.device), self.requires_grad))
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (data, self.dtype, str(self.device), self.requires_grad),
+        )
 
     # `param.data = new` (what `Module.half()`, `.to(dtype)`, `.float()` do to parameters already
     # on the device) shallow-copies `new`'s sizes, strides and dtype into this tensor, but not
@@ -456,7 +474,9 @@ def _download_storage(st: _Storage) -> torch.Tensor:
     n = 1
     for s in shape:
         n *= s
-    flat = torch.frombuffer(data, dtype=_SESSION_TORCH[dev], count=n) if n else torch.empty(0, dtype=_SESSION_TORCH[dev])
+    flat = (
+        torch.frombuffer(data, dtype=_SESSION_TORCH[dev], count=n) if n else torch.empty(0, dtype=_SESSION_TORCH[dev])
+    )
     host = flat.reshape(shape)
     if st.dtype == torch.int64:
         host = host.to(torch.int64)
@@ -579,8 +599,14 @@ def _has_device_arg(func) -> bool:
 
 _DATA_DEPENDENT = {"nonzero", "index.Tensor"}
 #: ops whose index tensors PyTorch accepts on the CPU beside tensors of another device.
-_CPU_INDICES_OK = {"index.Tensor", "index_put", "_unsafe_index.Tensor", "_unsafe_index_put", "_unsafe_masked_index",
-                   "_unsafe_masked_index_put_accumulate"}
+_CPU_INDICES_OK = {
+    "index.Tensor",
+    "index_put",
+    "_unsafe_index.Tensor",
+    "_unsafe_index_put",
+    "_unsafe_masked_index",
+    "_unsafe_masked_index_put_accumulate",
+}
 
 
 def _encode_outputs(func, meta, metas: dict[str, dict]) -> list:
@@ -651,7 +677,7 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         else:
             raise TrnsimError(
                 f"trnsim: `{name}` got a {t.device.type} tensor of shape {tuple(t.shape)} beside trnsim tensors; "
-                "move it with .to('trnsim')"
+                f"move it with .to('{DEVICE_NAME}')"
             )
         if st is not getattr(t, "_trn", None):
             temps.append(st)
@@ -764,9 +790,16 @@ class ProgramCache:
             self.evictions += 1
 
     def stats(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses, "uncached": self.uncached, "entries": len(self.entries),
-                "instructions": self.instructions, "evictions": self.evictions, "max_entries": self.max_entries,
-                "max_instructions": self.max_instructions}
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "uncached": self.uncached,
+            "entries": len(self.entries),
+            "instructions": self.instructions,
+            "evictions": self.evictions,
+            "max_entries": self.max_entries,
+            "max_instructions": self.max_instructions,
+        }
 
 
 def _cache_from_env() -> ProgramCache:
@@ -835,7 +868,7 @@ def _assemble(func, meta, outputs, produced, scalars, values):
 
 
 def _decode_value(v: dict) -> Any:
-    (kind, x), = v.items()
+    ((kind, x),) = v.items()
     if kind == "float" and isinstance(x, str):
         return float(x)
     if kind == "none":
@@ -910,8 +943,10 @@ def _run_module(mod: _backend.NkiModule, func, args, kwargs):
     results = list(result) if isinstance(result, (tuple, list)) and len(rets) > 1 else [result]
     where = ", ".join(mod.locations[name])
     if len(results) != len(metas):
-        raise TrnsimError(f"trnsim: {mod.label}: `{name}` returned {len(results)} outputs where the op has "
-                          f"{len(metas)} (kernels: {where})")
+        raise TrnsimError(
+            f"trnsim: {mod.label}: `{name}` returned {len(results)} outputs where the op has "
+            f"{len(metas)} (kernels: {where})"
+        )
     inputs = {id(x._trn) for x in tree_flatten((args, kwargs))[0] if isinstance(x, TrnsimTensor)}
     outs = []
     for i, (r, m) in enumerate(zip(results, metas)):
@@ -949,8 +984,10 @@ def _module_args(name: str, args, kwargs, device: bool) -> tuple[list, dict]:
             return _backend.numpy_of(download(x))
         if isinstance(x, torch.Tensor):
             if x.device.type != "cpu" or x.dim() != 0:
-                raise TrnsimError(f"trnsim: `{name}` got a {x.device.type} tensor of shape {tuple(x.shape)} beside "
-                                  "trnsim tensors; move it with .to('trnsim')")
+                raise TrnsimError(
+                    f"trnsim: `{name}` got a {x.device.type} tensor of shape {tuple(x.shape)} beside "
+                    f"trnsim tensors; move it with .to('{DEVICE_NAME}')"
+                )
             # A wrapped Python number, narrowed as the lowering path narrows it.
             return _backend.numpy_of(x.to(torch.float32) if x.dtype == torch.float64 else x)
         if isinstance(x, torch.dtype):
@@ -1110,6 +1147,18 @@ def _dispatch(func, args, kwargs, top: bool):
 
         return distributed.dispatch(func, args, kwargs)
     name = op_name(func)
+    if func.namespace not in ("aten", "prims") and any(
+        torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k)
+        for k in ("PrivateUse1", "CompositeExplicitAutograd")
+    ):
+        # A library's own op with a kernel for this device's key, or for every backend, written
+        # in PyTorch ops (FSDP2's `fsdp::all_gather_copy_in`, `fsdp::split_with_sizes_copy`,
+        # `fsdp::chunk_cat_mixed_dtype`): that kernel runs, and each op it calls comes back here.
+        _report.REPORT.op(name, "decomposed", top)
+        return func.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1), *args, **kwargs)
+    if func._schema.name.startswith("aten::_foreach_"):
+        _report.REPORT.op(name, "decomposed", top)
+        return _foreach(func, args, kwargs)
     if func is aten._to_copy.default:
         return _to_copy(args[0], **kwargs)
     if func is aten.copy_.default:
@@ -1154,14 +1203,16 @@ def _dispatch(func, args, kwargs, top: bool):
         x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
         _report.REPORT.op(name, "decomposed", top)
         out, mean, rstd, new_mean, new_var = _batch_norm_functional(x, w, b, rm, rv, True, momentum, eps)
-        reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
-                               count=False)
+        reserve = _run_lowered(
+            aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")}, count=False
+        )
         return out, mean, rstd, reserve, new_mean, new_var
     if func is aten._batch_norm_with_update.default:
         x, w, b, rm, rv, momentum, eps = _bn_args(args, kwargs, 7)
         out, mean, rstd = _native_batch_norm(x, w, b, rm, rv, True, momentum, eps, legit=True)
-        reserve = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")},
-                               count=False)
+        reserve = _run_lowered(
+            aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("cpu")}, count=False
+        )
         return out, mean, rstd, reserve
     if func in (aten.max.default, aten.min.default):
         # The all-element max/min: the lowered amax/amin over every dim.
@@ -1209,6 +1260,48 @@ def _dispatch(func, args, kwargs, top: bool):
     return _unsupported(func, args, kwargs, why)
 
 
+_FOREACH_AS = {"norm": "linalg_vector_norm"}
+
+
+def _foreach(func, args, kwargs):
+    """``_foreach_<op>(lists...)`` (optimizers' and FSDP2's multi-tensor forms) as one ``<op>`` per
+    position, each dispatched as usual (so each runs on the engines): list arguments are taken
+    at the position, every other argument is passed whole. In-place forms return nothing."""
+    schema = func._schema
+    base = schema.name.split("::", 1)[1][len("_foreach_") :]
+    inplace = base.endswith("_")
+    packet = getattr(aten, _FOREACH_AS.get(base, base))
+    bound = dict(zip((a.name for a in schema.arguments), args))
+    bound.update(kwargs)
+    lists = [
+        a.name
+        for a in schema.arguments
+        if isinstance(a.type, torch.ListType) and a.name in bound and isinstance(bound[a.name], (list, tuple))
+    ]
+    n = len(bound[lists[0]]) if lists else 0
+    for k in lists:
+        if len(bound[k]) != n:
+            raise RuntimeError(f"{schema.name}: the lists have different lengths ({n} and {len(bound[k])} for {k})")
+    names = [a.name for a in schema.arguments]
+    # by name where the per-tensor op takes the argument by name only (`addcmul_`'s value=)
+    kw_only = {a.name for a in schema.arguments if a.kwarg_only}
+    for ov in packet.overloads():
+        kw_only |= {a.name for a in getattr(packet, ov)._schema.arguments if a.kwarg_only}
+    outs = []
+    for i in range(n):
+        pos, kw = [], {}
+        for k in names:
+            if k not in bound:
+                continue
+            v = bound[k][i] if k in lists else bound[k]
+            if k in kw_only:
+                kw[k] = v
+            else:
+                pos.append(v)
+        outs.append(packet(*pos, **kw))
+    return None if inplace else outs
+
+
 def _unsupported(func, args, kwargs, why: str):
     name = op_name(func)
     form = _call_form(args, kwargs)
@@ -1217,13 +1310,19 @@ def _unsupported(func, args, kwargs, why: str):
         # The device's tensors are strided wrappers: a nested (jagged) tensor cannot live on it,
         # and a CPU fallback would hand one back. `nn.TransformerEncoder` builds one in eval mode
         # from `src_key_padding_mask`.
-        why = ("nested tensors are not supported on the trnsim device; for nn.TransformerEncoder pass "
-               "enable_nested_tensor=False")
+        why = (
+            "nested tensors are not supported on the trnsim device; for nn.TransformerEncoder pass "
+            "enable_nested_tensor=False"
+        )
     if not STATE.fallback or nested:
         _report.REPORT.unsupported(name)
         raise UnsupportedOpError(
-            f"trnsim: aten::{name} is not supported on the trnsim device ({why}); call form: {name}({form})."
-            + ("" if nested else " Set TRNSIM_TORCH_FALLBACK=1 or trnsim.torch.set_fallback(True) to run it on the CPU.")
+            f"trnsim: aten::{name} is not supported on the {DEVICE_NAME} device ({why}); call form: {name}({form})."
+            + (
+                ""
+                if nested
+                else " Set TRNSIM_TORCH_FALLBACK=1 or trnsim.torch.set_fallback(True) to run it on the CPU."
+            )
         )
     if name not in STATE.warned:
         STATE.warned.add(name)
@@ -1286,8 +1385,7 @@ def _alias(func, args, kwargs):
     _report.REPORT.op(op_name(func), "view", STATE.depth == 1)
 
     real_pair = {torch.complex64, torch.float32}
-    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype and {m.dtype, st.dtype} != real_pair
-           for m in flat_out):
+    if any(isinstance(m, torch.Tensor) and m.dtype != st.dtype and {m.dtype, st.dtype} != real_pair for m in flat_out):
         # `view(dtype)` and the like: a reinterpretation of the bytes as another dtype, which the
         # device's tensors do not express (only complex64 <-> its float32 real view).
         return _unsupported(func, args, kwargs, "a view as another dtype")
@@ -1304,8 +1402,10 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
     dev = torch.device(device) if device is not None else None
     if dtype in (torch.complex32, torch.complex128, torch.float64) and (dev is None or dev.type == DEVICE_NAME):
         _report.REPORT.refusal(str(dtype))
-        raise DtypeError(f"trnsim: {dtype} has no device dtype on Trainium (policy: float64, complex128 and "
-                         "complex32 are refused; complex64 is stored as float32 pairs)")
+        raise DtypeError(
+            f"trnsim: {dtype} has no device dtype on Trainium (policy: float64, complex128 and "
+            "complex32 are refused; complex64 is stored as float32 pairs)"
+        )
     if isinstance(x, TrnsimTensor) and dev is not None and dev.type != DEVICE_NAME:
         host = download(x)
         _report.REPORT.transfer("device_to_host")
@@ -1430,8 +1530,12 @@ def _inplace(func, args, kwargs, top: bool):
             if "device" in fnames and "device" not in fkw:
                 fkw["device"] = first_out.device
             res = _call(functional, args, fkw)
-            outs = [kwargs[k] for k in out_kw]
+            # `Tensor(a!)[] out` (`split_with_sizes_copy.out`): one result per tensor of the list
+            listed = any(isinstance(kwargs[k], (list, tuple)) for k in out_kw)
+            outs = [o for k in out_kw for o in (kwargs[k] if isinstance(kwargs[k], (list, tuple)) else [kwargs[k]])]
             results = res if isinstance(res, (tuple, list)) else (res,)
+            if len(results) != len(outs):
+                return _unsupported(func, args, kwargs, f"{len(outs)} `out=` tensors for {len(results)} results")
             for o, r in zip(outs, results):
                 if list(o.shape) != list(r.shape):
                     if o._trn.numel >= r.numel():
@@ -1441,6 +1545,8 @@ def _inplace(func, args, kwargs, top: bool):
                     else:
                         return _unsupported(func, args, kwargs, "an `out=` tensor that must grow beyond its storage")
                 _write_into(o, r if _fresh(r) else _run_lowered(aten.clone.default, (r,), {}, count=False))
+            if listed:
+                return None
             return outs[0] if len(outs) == 1 else tuple(outs)
         return _unsupported(func, args, kwargs, "no functional form of this `out=` overload")
     if func is aten.resize_.default:
@@ -1636,24 +1742,26 @@ def _native_batch_norm(x, weight, bias, running_mean, running_var, training, mom
     unbiased), as PyTorch's kernels do."""
     if training and running_mean is not None:
         f, a = aten._native_batch_norm_legit.default, (x, weight, bias, running_mean, running_var, True, momentum, eps)
-        _report.REPORT.op("_native_batch_norm_legit" if legit else "native_batch_norm", "decomposed",
-                          STATE.depth == 1)
+        _report.REPORT.op("_native_batch_norm_legit" if legit else "native_batch_norm", "decomposed", STATE.depth == 1)
         out = _run_lowered(f, a, {})
         _update_running(x, out[1], out[2], running_mean, running_var, momentum, eps)
         return out
     elif training:
         f, a = aten._native_batch_norm_legit.no_stats, (x, weight, bias, True, momentum, eps)
     else:
-        f, a = aten._native_batch_norm_legit_no_training.default, (x, weight, bias, running_mean, running_var,
-                                                                  momentum, eps)
+        f, a = (
+            aten._native_batch_norm_legit_no_training.default,
+            (x, weight, bias, running_mean, running_var, momentum, eps),
+        )
     _report.REPORT.op("native_batch_norm", "decomposed", STATE.depth == 1)
     out = _call(f, a, {})
     if training:
         return out
     # In eval, native_batch_norm's saved mean and inverse std are empty (its CPU and CUDA
     # kernels), where the `_no_training` form returns them per channel.
-    empty = _run_lowered(aten.empty.memory_format, ([0],), {"dtype": out[1].dtype, "device": torch.device("cpu")},
-                         count=False)
+    empty = _run_lowered(
+        aten.empty.memory_format, ([0],), {"dtype": out[1].dtype, "device": torch.device("cpu")}, count=False
+    )
     return out[0], empty, _run_lowered(aten.clone.default, (empty,), {}, count=False)
 
 
@@ -1662,12 +1770,21 @@ def _running_stats(x, mean, rstd, running_mean, running_var, momentum, eps) -> l
     n = x.numel() // x.shape[1]
     out = []
     with torch.no_grad():
-        var = dispatch_inner(aten.sub.Tensor, (dispatch_inner(aten.reciprocal.default,
-                             (dispatch_inner(aten.mul.Tensor, (rstd, rstd), {}),), {}), eps), {})
+        var = dispatch_inner(
+            aten.sub.Tensor,
+            (dispatch_inner(aten.reciprocal.default, (dispatch_inner(aten.mul.Tensor, (rstd, rstd), {}),), {}), eps),
+            {},
+        )
         unbiased = dispatch_inner(aten.mul.Tensor, (var, n / max(n - 1, 1)), {})
         for run, batch in ((running_mean, mean), (running_var, unbiased)):
-            upd = dispatch_inner(aten.add.Tensor, (dispatch_inner(aten.mul.Tensor, (run, 1.0 - momentum), {}),
-                                 dispatch_inner(aten.mul.Tensor, (batch, momentum), {})), {})
+            upd = dispatch_inner(
+                aten.add.Tensor,
+                (
+                    dispatch_inner(aten.mul.Tensor, (run, 1.0 - momentum), {}),
+                    dispatch_inner(aten.mul.Tensor, (batch, momentum), {}),
+                ),
+                {},
+            )
             out.append(upd if _fresh(upd) else _run_lowered(aten.clone.default, (upd,), {}, count=False))
     return out
 
@@ -1683,20 +1800,25 @@ def _batch_norm_functional(x, weight, bias, running_mean, running_var, training,
     same device ops as the in-place forms, with the updated running statistics returned instead of
     written, so a compiled graph computes the same bits as eager."""
     if training:
-        out = _run_lowered(aten._native_batch_norm_legit.default,
-                           (x, weight, bias, running_mean, running_var, True, momentum, eps), {})
+        out = _run_lowered(
+            aten._native_batch_norm_legit.default, (x, weight, bias, running_mean, running_var, True, momentum, eps), {}
+        )
         new_mean, new_var = _running_stats(x, out[1], out[2], running_mean, running_var, momentum, eps)
         return out[0], out[1], out[2], new_mean, new_var
-    out = _call(aten._native_batch_norm_legit_no_training.default,
-                (x, weight, bias, running_mean, running_var, momentum, eps), {})
+    out = _call(
+        aten._native_batch_norm_legit_no_training.default,
+        (x, weight, bias, running_mean, running_var, momentum, eps),
+        {},
+    )
     keep = [_run_lowered(aten.clone.default, (t,), {}, count=False) for t in (running_mean, running_var)]
     return out[0], out[1], out[2], keep[0], keep[1]
 
 
 def _bernoulli_(self, p=0.5, *, generator=None):
     """`bernoulli_(p)`: uniform draws on the device, compared with p (`rand < p`), as self's dtype."""
-    r = _run_lowered(aten.rand.default, (list(self.shape),), {"dtype": torch.float32, "device": torch.device("cpu")},
-                     name="rand")
+    r = _run_lowered(
+        aten.rand.default, (list(self.shape),), {"dtype": torch.float32, "device": torch.device("cpu")}, name="rand"
+    )
     mask = dispatch_inner(aten.lt.Scalar, (r, p), {})
     val = _run_lowered(aten._to_copy.default, (mask,), {"dtype": self.dtype}, count=False)
     _write_into(self, val)
@@ -1705,8 +1827,9 @@ def _bernoulli_(self, p=0.5, *, generator=None):
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):
-    r = _run_lowered(aten.randn.default, (list(self.shape),), {"dtype": self.dtype, "device": torch.device("cpu")},
-                     name="randn")
+    r = _run_lowered(
+        aten.randn.default, (list(self.shape),), {"dtype": self.dtype, "device": torch.device("cpu")}, name="randn"
+    )
     if std != 1.0:
         r = dispatch_inner(aten.mul.Tensor, (r, std), {})
     if mean != 0.0:
@@ -1718,8 +1841,9 @@ def _normal_(self, mean=0.0, std=1.0, *, generator=None):
 
 def _uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
     from_ = kw.get("from", from_)
-    r = _run_lowered(aten.rand.default, (list(self.shape),), {"dtype": self.dtype, "device": torch.device("cpu")},
-                     name="rand")
+    r = _run_lowered(
+        aten.rand.default, (list(self.shape),), {"dtype": self.dtype, "device": torch.device("cpu")}, name="rand"
+    )
     if to - from_ != 1.0:
         r = dispatch_inner(aten.mul.Tensor, (r, to - from_), {})
     if from_ != 0.0:
@@ -1731,8 +1855,9 @@ def _uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
 
 def _rand(shape) -> TrnsimTensor:
     """Uniform float32 draws in [0, 1) from the lowered `rand` (the device's generator)."""
-    return _run_lowered(aten.rand.default, (list(shape),), {"dtype": torch.float32, "device": torch.device("cpu")},
-                        name="rand")
+    return _run_lowered(
+        aten.rand.default, (list(shape),), {"dtype": torch.float32, "device": torch.device("cpu")}, name="rand"
+    )
 
 
 def _random_(self, from_=0, to=None, *, generator=None):
@@ -1741,8 +1866,9 @@ def _random_(self, from_=0, to=None, *, generator=None):
     if to is None:
         # `random_()` / `random_(from, None)`: up to the dtype's maximum, beyond the float32 draws'
         # resolution (and beyond int32 for int64).
-        return _unsupported(getattr(aten.random_, "from"), (self, from_, to), {},
-                            "random_ without an upper bound is not supported")
+        return _unsupported(
+            getattr(aten.random_, "from"), (self, from_, to), {}, "random_ without an upper bound is not supported"
+        )
     u = _rand(self.shape)
     v = dispatch_inner(aten.floor.default, (dispatch_inner(aten.mul.Tensor, (u, float(to - from_)), {}),), {})
     v = dispatch_inner(aten.clamp.default, (v, None, float(to - from_ - 1)), {})
@@ -1792,18 +1918,27 @@ def _multinomial(probs, num_samples, replacement=False, *, generator=None):
     return idx if probs.dim() == 2 else idx.squeeze(0)
 
 
-def _randint_like(x, low_or_high, high=None, *, dtype=None, layout=None, device=None, pin_memory=None,
-                  memory_format=None):
+def _randint_like(
+    x, low_or_high, high=None, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     low, high = (0, low_or_high) if high is None else (low_or_high, high)
     shape, dt = _like_shape_dtype(x, dtype)
     return _random_(torch.empty(shape, dtype=dt, device=x.device), low, high)
 
 
-_RNG_INPLACE = {aten.normal_.default: _normal_, aten.uniform_.default: _uniform_, aten.random_.to: _random_to,
-                getattr(aten.random_, "from"): _random_}
-_RNG_FORMS = {aten.rand_like.default: _rand_like, aten.randn_like.default: _randn_like,
-              aten.multinomial.default: _multinomial, aten.randint_like.default: _randint_like,
-              aten.randint_like.low_dtype: _randint_like}
+_RNG_INPLACE = {
+    aten.normal_.default: _normal_,
+    aten.uniform_.default: _uniform_,
+    aten.random_.to: _random_to,
+    getattr(aten.random_, "from"): _random_,
+}
+_RNG_FORMS = {
+    aten.rand_like.default: _rand_like,
+    aten.randn_like.default: _randn_like,
+    aten.multinomial.default: _multinomial,
+    aten.randint_like.default: _randint_like,
+    aten.randint_like.low_dtype: _randint_like,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1842,8 +1977,17 @@ def _fft_c2c(func, args, kwargs, top):
     else:  # conj(A) + i·conj(B) = (a_re + b_im) + i(b_re − a_im)
         re = dispatch_inner(aten.add.Tensor, (a_re, b_im), {})
         im = dispatch_inner(aten.sub.Tensor, (b_re, a_im), {})
-    pair = dispatch_inner(aten.cat.default, ([dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
-                                              dispatch_inner(aten.unsqueeze.default, (im, -1), {})], -1), {})
+    pair = dispatch_inner(
+        aten.cat.default,
+        (
+            [
+                dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
+                dispatch_inner(aten.unsqueeze.default, (im, -1), {}),
+            ],
+            -1,
+        ),
+        {},
+    )
     if not _is_whole(pair):
         pair = _run_lowered(aten.clone.default, (pair,), {}, count=False)
     _report.REPORT.op(op_name(func), "decomposed", top)
@@ -1866,8 +2010,10 @@ def _index_real(func, args, kwargs, top):
 
 
 def _complex_result(func, args, kwargs) -> bool:
-    if not any(isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.dtype.is_complex)
-               for x in tree_flatten((args, kwargs))[0]):
+    if not any(
+        isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.dtype.is_complex)
+        for x in tree_flatten((args, kwargs))[0]
+    ):
         return False  # the common case, without a meta call
     meta = _meta_outputs(func, args, kwargs)
     return isinstance(meta, torch.Tensor) and meta.dtype == torch.complex64
@@ -1883,8 +2029,10 @@ def _complex_operand(x) -> TrnsimTensor:
         return _call(aten._to_copy.default, (x,), {"dtype": torch.complex64})
     if isinstance(x, torch.Tensor):
         if x.device.type != "cpu" or x.dim() != 0:
-            raise TrnsimError(f"trnsim: a {x.device.type} tensor of shape {tuple(x.shape)} beside trnsim tensors; "
-                              "move it with .to('trnsim')")
+            raise TrnsimError(
+                f"trnsim: a {x.device.type} tensor of shape {tuple(x.shape)} beside trnsim tensors; "
+                f"move it with .to('{DEVICE_NAME}')"
+            )
         return upload(x.to(torch.complex64))
     return upload(torch.tensor(complex(x), dtype=torch.complex64))
 
@@ -1898,8 +2046,17 @@ def _parts(z: TrnsimTensor) -> tuple[TrnsimTensor, TrnsimTensor]:
 def _from_parts(re: TrnsimTensor, im: TrnsimTensor) -> TrnsimTensor:
     """A complex64 tensor from float32 parts of one shape: interleaved on the device (``cat`` of
     the parts along a new last axis), the result re-labelled as complex64."""
-    pair = dispatch_inner(aten.cat.default, ([dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
-                                              dispatch_inner(aten.unsqueeze.default, (im, -1), {})], -1), {})
+    pair = dispatch_inner(
+        aten.cat.default,
+        (
+            [
+                dispatch_inner(aten.unsqueeze.default, (re, -1), {}),
+                dispatch_inner(aten.unsqueeze.default, (im, -1), {}),
+            ],
+            -1,
+        ),
+        {},
+    )
     if not _is_whole(pair):
         pair = _run_lowered(aten.clone.default, (pair,), {}, count=False)
     return _adopt(pair, torch.complex64, list(pair.shape[:-1]))
@@ -1984,8 +2141,21 @@ def _fastpath_mask(scores, mask, mask_type):
     return torch.softmax(scores + mask, dim=-1)
 
 
-def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None,
-                need_weights=True, average_attn_weights=True, mask_type=None):
+def _native_mha(
+    query,
+    key,
+    value,
+    embed_dim,
+    num_head,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    mask=None,
+    need_weights=True,
+    average_attn_weights=True,
+    mask_type=None,
+):
     """`aten::_native_multi_head_attention` (batch-first (B, L, E) inputs) as lowered ops."""
     b, lq, e = query.shape
     s = key.shape[1]
@@ -2008,23 +2178,43 @@ def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, pr
     return out, (probs.mean(dim=1) if average_attn_weights else probs)
 
 
-def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
-                                   norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
-                                   ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+def _transformer_encoder_layer_fwd(
+    src,
+    embed_dim,
+    num_heads,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    use_gelu,
+    norm_first,
+    eps,
+    norm_weight_1,
+    norm_bias_1,
+    norm_weight_2,
+    norm_bias_2,
+    ffn_weight_1,
+    ffn_bias_1,
+    ffn_weight_2,
+    ffn_bias_2,
+    mask=None,
+    mask_type=None,
+):
     """`aten::_transformer_encoder_layer_fwd`: `nn.TransformerEncoderLayer.forward`'s math
     (dropout is off in eval mode) as lowered ops."""
     F = torch.nn.functional
 
     def sa(x):
-        return _native_mha(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask,
-                           False, True, mask_type)[0]
+        return _native_mha(
+            x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, False, True, mask_type
+        )[0]
 
     def ff(x):
         h = F.linear(x, ffn_weight_1, ffn_bias_1)
         return F.linear(F.gelu(h) if use_gelu else F.relu(h), ffn_weight_2, ffn_bias_2)
 
-    ln1 = (lambda x: F.layer_norm(x, (embed_dim,), norm_weight_1, norm_bias_1, eps))
-    ln2 = (lambda x: F.layer_norm(x, (embed_dim,), norm_weight_2, norm_bias_2, eps))
+    ln1 = lambda x: F.layer_norm(x, (embed_dim,), norm_weight_1, norm_bias_1, eps)
+    ln2 = lambda x: F.layer_norm(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
     if norm_first:
         x = src + sa(ln1(src))
         return x + ff(ln2(x))
@@ -2101,8 +2291,10 @@ def _pack_padded_sequence(input, lengths, batch_first):
     output (the count of sequences longer than each step): both are metadata."""
     lens = [int(v) for v in lengths.tolist()]
     if not lens or lens[-1] <= 0 or any(a < b for a, b in zip(lens, lens[1:])):
-        raise ValueError("`lengths` must be positive and sorted in decreasing order "
-                         "(pack_padded_sequence with enforce_sorted=False sorts them)")
+        raise ValueError(
+            "`lengths` must be positive and sorted in decreasing order "
+            "(pack_padded_sequence with enforce_sorted=False sorts them)"
+        )
     x = input.transpose(0, 1) if batch_first else input
     b = x.shape[1]
     batch_sizes = [sum(1 for n in lens if n > t) for t in range(lens[0])]
@@ -2156,9 +2348,16 @@ def _checked(func, args, kwargs):
     """Runs the call on the device and on the CPU (same inputs) and records the drift."""
     name = op_name(func)
     flat, _ = tree_flatten((args, kwargs))
-    compare = not func.is_view and name not in _RANDOM and name not in _UNINITIALISED and func not in _RNG_INPLACE and func not in _RNG_FORMS and any(
-        isinstance(x, TrnsimTensor) for x in flat
-    ) and func not in (aten._to_copy.default, aten.copy_.default) and name != "_local_scalar_dense"
+    compare = (
+        not func.is_view
+        and name not in _RANDOM
+        and name not in _UNINITIALISED
+        and func not in _RNG_INPLACE
+        and func not in _RNG_FORMS
+        and any(isinstance(x, TrnsimTensor) for x in flat)
+        and func not in (aten._to_copy.default, aten.copy_.default)
+        and name != "_local_scalar_dense"
+    )
     cpu_args = cpu_kwargs = None
     if compare:
         with _report.REPORT.paused():

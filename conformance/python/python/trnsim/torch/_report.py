@@ -29,6 +29,8 @@ def _ulp(expected: torch.Tensor) -> torch.Tensor:
 #: out), and what resets them with the report (trnsim.torch.distributed adds "collectives").
 SECTIONS: dict[str, Any] = {}
 RESETS: list[Any] = []
+# Called with each counted device program's estimated makespan (ns): the streams' clocks.
+ON_RUN: list[Any] = []
 
 
 class Report:
@@ -81,6 +83,8 @@ class Report:
         r["programs"] += 1
         r["est_ns"] += float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0)
         r["instructions"] += sum(int(v) for v in stats.get("instructions", {}).values())
+        for f in ON_RUN:
+            f(float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0))
 
     def backend(self, name: str, label: str) -> None:
         """``name`` ran through ``label`` (``lowering`` or ``nki:MODULE``)."""
@@ -121,12 +125,27 @@ class Report:
         if not self._paused:
             self.transfers[direction] += 1
 
-    def drift(self, name: str, got: torch.Tensor, expected: torch.Tensor, site: str,
-              backends: list[str] | None = None, kernels: list[str] | None = None) -> None:
+    def drift(
+        self,
+        name: str,
+        got: torch.Tensor,
+        expected: torch.Tensor,
+        site: str,
+        backends: list[str] | None = None,
+        kernels: list[str] | None = None,
+    ) -> None:
         d = self.drifts.setdefault(
             name,
-            {"compared": 0, "out_of_tolerance": 0, "max_abs": 0.0, "max_rel": 0.0, "max_ulp": 0.0, "mismatched": 0,
-             "backends": [], "kernels": []},
+            {
+                "compared": 0,
+                "out_of_tolerance": 0,
+                "max_abs": 0.0,
+                "max_rel": 0.0,
+                "max_ulp": 0.0,
+                "mismatched": 0,
+                "backends": [],
+                "kernels": [],
+            },
         )
         d["compared"] += 1
         # Who computed it: the backends that served the call (and the NKI kernels, file:line).
@@ -135,14 +154,21 @@ class Report:
         who = {"backends": backends or [], "kernels": kernels or []}
         if got.shape != expected.shape or got.dtype != expected.dtype:
             d["mismatched"] += 1
-            self._first(name, site, f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(expected.shape)} "
-                        f"{expected.dtype}", who)
+            self._first(
+                name,
+                site,
+                f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(expected.shape)} {expected.dtype}",
+                who,
+            )
             return
         golden = GOLDEN_NAME.get(expected.dtype)
         if expected.numel() == 0 or golden is None:
             return
         if expected.dtype.is_floating_point or expected.dtype.is_complex:
-            g, e = got.double() if not got.is_complex() else got, expected.double() if not expected.is_complex() else expected
+            g, e = (
+                got.double() if not got.is_complex() else got,
+                expected.double() if not expected.is_complex() else expected,
+            )
             both_nan = torch.isnan(g) & torch.isnan(e) if not g.is_complex() else torch.zeros_like(g, dtype=torch.bool)
             same = (g == e) | both_nan
             diff = torch.where(same, torch.zeros((), dtype=torch.float64), (g - e).abs().double())
@@ -165,8 +191,9 @@ class Report:
         d["max_ulp"] = max(d["max_ulp"], ulp)
         if bad:
             d["out_of_tolerance"] += 1
-            self._first(name, site, f"{bad} of {expected.numel()} elements out of tolerance (max abs {max_abs:.3g})",
-                        who)
+            self._first(
+                name, site, f"{bad} of {expected.numel()} elements out of tolerance (max abs {max_abs:.3g})", who
+            )
 
     def _first(self, name: str, site: str, what: str, who: dict[str, list[str]]) -> None:
         if self.first_out_of_tolerance is None:
@@ -191,7 +218,7 @@ class Report:
         total_ns = sum(r["est_ns"] for r in self.runs.values())
         info = self.backend_info() if self.backend_info is not None else {"backend": "lowering", "nki_module": None}
         return {
-            "device": "trnsim",
+            "device": torch._C._get_privateuse1_backend_name(),
             "torch": torch.__version__,
             **info,
             "ops": ops,
@@ -224,16 +251,26 @@ class Report:
         for name, e in d["ops"].items():
             dr = e.get("drift", {})
             rows.append(
-                "<tr>" + "".join(
+                "<tr>"
+                + "".join(
                     f"<td>{html.escape(str(x))}</td>"
                     for x in (
-                        name, ", ".join(f"{b}×{n}" for b, n in sorted(e.get("backends", {}).items())),
-                        ", ".join(dr.get("kernels", [])) if dr else "", e.get("calls", 0), e.get("device", 0), e.get("decomposed", 0), e.get("view", 0),
-                        e.get("programs", 0), f"{e.get('est_ns', 0.0) / 1000:.2f}",
-                        dr.get("compared", ""), dr.get("out_of_tolerance", ""),
-                        f"{dr['max_abs']:.3g}" if dr else "", f"{dr['max_ulp']:.3g}" if dr else "",
+                        name,
+                        ", ".join(f"{b}×{n}" for b, n in sorted(e.get("backends", {}).items())),
+                        ", ".join(dr.get("kernels", [])) if dr else "",
+                        e.get("calls", 0),
+                        e.get("device", 0),
+                        e.get("decomposed", 0),
+                        e.get("view", 0),
+                        e.get("programs", 0),
+                        f"{e.get('est_ns', 0.0) / 1000:.2f}",
+                        dr.get("compared", ""),
+                        dr.get("out_of_tolerance", ""),
+                        f"{dr['max_abs']:.3g}" if dr else "",
+                        f"{dr['max_ulp']:.3g}" if dr else "",
                     )
-                ) + "</tr>"
+                )
+                + "</tr>"
             )
         first = d["first_out_of_tolerance"]
         body = (
@@ -244,7 +281,8 @@ class Report:
             f"<p>First op out of tolerance: {html.escape(json.dumps(first)) if first else 'none'}</p>"
             "<table><tr><th>op</th><th>backends</th><th>NKI kernels (drift)</th><th>calls</th><th>device</th><th>decomposed</th><th>view</th><th>programs</th>"
             "<th>est µs</th><th>compared</th><th>out of tol</th><th>max abs</th><th>max ulp</th></tr>"
-            + "".join(rows) + "</table>"
+            + "".join(rows)
+            + "</table>"
             f"<h2>Fallbacks</h2><pre>{html.escape(json.dumps(d['fallbacks'], indent=2))}</pre>"
             f"<h2>Dtypes</h2><pre>narrowed {html.escape(json.dumps(d['dtype_narrowings']))}; "
             f"overflows {html.escape(json.dumps(d['dtype_overflows']))}; "

@@ -23,12 +23,25 @@ from .. import _device
 from . import _record
 
 _REDUCE = {
-    dist.ReduceOp.SUM: "add", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "multiply",
-    dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max", dist.ReduceOp.BAND: "bitwise_and",
-    dist.ReduceOp.BOR: "bitwise_or", dist.ReduceOp.BXOR: "bitwise_xor",
+    dist.ReduceOp.SUM: "add",
+    dist.ReduceOp.AVG: "avg",
+    dist.ReduceOp.PRODUCT: "multiply",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.BAND: "bitwise_and",
+    dist.ReduceOp.BOR: "bitwise_or",
+    dist.ReduceOp.BXOR: "bitwise_xor",
 }
-_REDUCE_NAMES = {"sum": "add", "avg": "avg", "product": "multiply", "min": "min", "max": "max",
-                 "band": "bitwise_and", "bor": "bitwise_or", "bxor": "bitwise_xor"}
+_REDUCE_NAMES = {
+    "sum": "add",
+    "avg": "avg",
+    "product": "multiply",
+    "min": "min",
+    "max": "max",
+    "band": "bitwise_and",
+    "bor": "bitwise_or",
+    "bxor": "bitwise_xor",
+}
 
 
 class DistributedError(_device.TrnsimError):
@@ -42,7 +55,8 @@ class DistributedError(_device.TrnsimError):
 # back: the TLS saved at the hook is restored around it.
 _TLS = threading.local()
 _PY_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
-    torch._C.DispatchKey.PythonTLSSnapshot)
+    torch._C.DispatchKey.PythonTLSSnapshot
+)
 
 
 def _stack() -> list:
@@ -90,8 +104,11 @@ def _gloo_side(store, rank: int, size: int, timeout: timedelta):
     else:
         addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         loop = addr in ("127.0.0.1", "localhost", "::1")
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1") if loop
-                         else dist.ProcessGroupGloo.create_default_device()]
+        opts._devices = [
+            dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
+            if loop
+            else dist.ProcessGroupGloo.create_default_device()
+        ]
     return dist.ProcessGroupGloo(dist.PrefixStore("trnsim-cc/", store), rank, size, opts)
 
 
@@ -143,7 +160,8 @@ class TrnsimBackend(_CBackend):
         if not isinstance(t, _device.TrnsimTensor):
             raise DistributedError(
                 f"trnsim backend: a {t.device.type} tensor reached the trnsim backend; collectives of the "
-                "trnsim process group take trnsim tensors (use backend 'cpu:gloo,trnsim:trnsim' for CPU tensors)")
+                "trnsim process group take trnsim tensors (use backend 'cpu:gloo,trnsim:trnsim' for CPU tensors)"
+            )
         if t.dtype == torch.complex64:
             raise DistributedError("trnsim backend: complex64 collectives are not supported")
         with _Restored():
@@ -163,8 +181,10 @@ class TrnsimBackend(_CBackend):
         for k, v in _REDUCE.items():
             if red == k:
                 return v
-        raise DistributedError("trnsim backend: ReduceOp.PREMUL_SUM is not supported (its factor is not readable "
-                               "from Python; the collective is refused rather than run as a plain sum)")
+        raise DistributedError(
+            "trnsim backend: ReduceOp.PREMUL_SUM is not supported (its factor is not readable "
+            "from Python; the collective is refused rather than run as a plain sum)"
+        )
 
     # -- collectives -------------------------------------------------------------------------------
     def _all_reduce_one(self, t: torch.Tensor, op: str, collective: str = "all_reduce") -> None:
@@ -222,7 +242,7 @@ class TrnsimBackend(_CBackend):
         """``out`` (flat, contiguous) gets every rank's block; this rank's from ``inp``."""
         off = sum(blocks[: self._rank])
         with _Restored(), torch.no_grad():
-            out.reshape(-1)[off:off + blocks[self._rank]].copy_(inp.reshape(-1))
+            out.reshape(-1)[off : off + blocks[self._rank]].copy_(inp.reshape(-1))
         name, dtype, back = self._flat(out)
         plan = cc.plan("all_gather", self._size, counts=blocks, itemsize=cc.ITEMSIZE[dtype])
         self._run(plan, {"buf": name}, dtype, "add", collective, sum(blocks) * cc.ITEMSIZE[dtype])
@@ -245,7 +265,7 @@ class TrnsimBackend(_CBackend):
             with _Restored(), torch.no_grad():
                 off = 0
                 for o, b in zip(outs, blocks):
-                    o.copy_(flat[off:off + b].reshape(o.shape))
+                    o.copy_(flat[off : off + b].reshape(o.shape))
                     off += b
         return _work(output_tensors)
 
@@ -274,7 +294,7 @@ class TrnsimBackend(_CBackend):
             cc.finish_average(st.session, st.target, name, dtype, n, self._size)
         off = sum(counts[: self._rank])
         with _Restored(), torch.no_grad():
-            out.copy_(flat_in[off:off + counts[self._rank]].reshape(out.shape))
+            out.copy_(flat_in[off : off + counts[self._rank]].reshape(out.shape))
 
     def _reduce_scatter_base(self, output, input, opts):
         op = self._reduce_op(opts.reduceOp)
@@ -308,8 +328,9 @@ class TrnsimBackend(_CBackend):
         self._side.allgather([allc], [mine]).wait()
         matrix = [[int(x) for x in c] for c in allc]
         if sum(matrix[s][self._rank] for s in range(n)) != flat_out.numel():
-            raise DistributedError(f"trnsim backend: {collective}: the output size does not match what the other "
-                                   "ranks send")
+            raise DistributedError(
+                f"trnsim backend: {collective}: the output size does not match what the other ranks send"
+            )
         iname, dtype, _ = self._flat(flat_in)
         oname, _, _ = self._flat(flat_out)
         plan = cc.plan("all_to_all", n, send_counts=matrix)
@@ -359,7 +380,7 @@ class TrnsimBackend(_CBackend):
             with _Restored(), torch.no_grad():
                 off = 0
                 for t in outs:
-                    t.copy_(flat_out[off:off + t.numel()].reshape(t.shape))
+                    t.copy_(flat_out[off : off + t.numel()].reshape(t.shape))
                     off += t.numel()
         return _work(output_tensors)
 
@@ -367,12 +388,13 @@ class TrnsimBackend(_CBackend):
         with _Restored(), torch.no_grad():
             flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
             flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype, device=flat_in.device)
-        self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
-                           [t.numel() for t in input_tensors], opts)
+        self.alltoall_base(
+            flat_out, flat_in, [t.numel() for t in output_tensors], [t.numel() for t in input_tensors], opts
+        )
         with _Restored(), torch.no_grad():
             off = 0
             for t in output_tensors:
-                t.copy_(flat_out[off:off + t.numel()].reshape(t.shape))
+                t.copy_(flat_out[off : off + t.numel()].reshape(t.shape))
                 off += t.numel()
         return _work(output_tensors)
 
@@ -380,8 +402,11 @@ class TrnsimBackend(_CBackend):
         for t in tensors:
             name, _dtype, _ = self._flat(t)
             _, _, data = _device.STATE.session.get(name)
-            self._side.send([torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else
-                             torch.empty(0, dtype=torch.uint8)], dst_rank, tag).wait()
+            self._side.send(
+                [torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)],
+                dst_rank,
+                tag,
+            ).wait()
             _record.point("send", len(data), self._size)
         return _work(tensors)
 

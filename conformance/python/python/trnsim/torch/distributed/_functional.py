@@ -12,9 +12,16 @@ from ._backend import _REDUCE_NAMES, DistributedError
 
 F = torch.ops._c10d_functional
 
-_OPS = {"add": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "multiply": dist.ReduceOp.PRODUCT,
-        "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "bitwise_and": dist.ReduceOp.BAND,
-        "bitwise_or": dist.ReduceOp.BOR, "bitwise_xor": dist.ReduceOp.BXOR}
+_OPS = {
+    "add": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "multiply": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "bitwise_and": dist.ReduceOp.BAND,
+    "bitwise_or": dist.ReduceOp.BOR,
+    "bitwise_xor": dist.ReduceOp.BXOR,
+}
 
 
 def _op(name: str):

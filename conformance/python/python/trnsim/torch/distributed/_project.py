@@ -16,8 +16,10 @@ TARGETS = [
 
 EXTRAPOLATED = (
     "compute per rank is held at the measured value (weak scaling: the same per-rank batch and model)",
-    ("each collective keeps its measured bytes per rank; its algorithm is re-chosen by size and its time "
-     "re-estimated by the topology model at the target rank count (step count, hop latency, link class)"),
+    (
+        "each collective keeps its measured bytes per rank; its algorithm is re-chosen by size and its time "
+        "re-estimated by the topology model at the target rank count (step count, hop latency, link class)"
+    ),
     "compute and communication do not overlap (an upper bound on step time)",
     "between instances the flat algorithm crosses EFA on every step (no hierarchical algorithm)",
 )
@@ -48,12 +50,16 @@ class Projection:
     kind: str = "projection"
 
     def table(self) -> str:
-        lines = [f"PROJECTION (not a measurement) from {self.measured_world} simulated ranks; extrapolated: "
-                 + "; ".join(self.extrapolated),
-                 f"{'system':28} {'ranks':>6} {'step ms':>9} {'comm ms':>9} {'comm %':>7} {'eff %':>6}"]
+        lines = [
+            f"PROJECTION (not a measurement) from {self.measured_world} simulated ranks; extrapolated: "
+            + "; ".join(self.extrapolated),
+            f"{'system':28} {'ranks':>6} {'step ms':>9} {'comm ms':>9} {'comm %':>7} {'eff %':>6}",
+        ]
         for r in self.rows:
-            lines.append(f"{r.system:28} {r.ranks:6d} {r.step_s * 1e3:9.3f} {r.comm_s * 1e3:9.3f} "
-                         f"{100 * r.comm_share:7.1f} {100 * r.scaling_efficiency:6.1f}")
+            lines.append(
+                f"{r.system:28} {r.ranks:6d} {r.step_s * 1e3:9.3f} {r.comm_s * 1e3:9.3f} "
+                f"{100 * r.comm_share:7.1f} {100 * r.scaling_efficiency:6.1f}"
+            )
         return "\n".join(lines)
 
 
@@ -71,8 +77,15 @@ def _comm(collectives, world: int, topo: str, s: cc.Settings | None):
     return total, parts
 
 
-def project(compute_s: float, collectives: list[dict], measured_world: int, *,
-            measured_topology: str = "trn2.48xlarge", targets=None, s: cc.Settings | None = None) -> Projection:
+def project(
+    compute_s: float,
+    collectives: list[dict],
+    measured_world: int,
+    *,
+    measured_topology: str = "trn2.48xlarge",
+    targets=None,
+    s: cc.Settings | None = None,
+) -> Projection:
     """Projects step time, communication share and weak-scaling efficiency.
 
     ``compute_s``: the per-rank compute time of one step (e.g. the device report's estimated
@@ -87,6 +100,17 @@ def project(compute_s: float, collectives: list[dict], measured_world: int, *,
     for system, topo, ranks in targets or TARGETS:
         comm, parts = _comm(collectives, ranks, topo, s)
         step = compute_s + comm
-        rows.append(Row(system, topo, ranks, compute_s, comm, step, comm / step if step else 0.0,
-                        base / step if step else 1.0, parts))
+        rows.append(
+            Row(
+                system,
+                topo,
+                ranks,
+                compute_s,
+                comm,
+                step,
+                comm / step if step else 0.0,
+                base / step if step else 1.0,
+                parts,
+            )
+        )
     return Projection(measured_world, measured_topology, base, rows)
