@@ -24,12 +24,12 @@
 //! Nothing is computed on the host.
 
 use super::promote::{self, Category, Operand, ScalarKind};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
+    AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
     TensorTensor,
 };
 
@@ -293,15 +293,6 @@ fn tensor_scalar(dst: trnsim::AccessPattern, src: trnsim::AccessPattern, op: Alu
     })
 }
 
-pub(super) fn dma(dst: trnsim::AccessPattern, src: trnsim::AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
-
 /// Divisors with |b| outside [2^-64, 2^64] are scaled (with the dividend) by 2^±64 first, so that
 /// `reciprocal(b)` neither overflows (b subnormal or tiny: 1/b = inf would turn 0/b and tiny/tiny
 /// into NaN/inf) nor goes subnormal and loses bits. Scaling by a power of two is exact.
@@ -317,7 +308,7 @@ struct DivScratch {
 /// `scratch.t`: both fp32. `ap` gives each slot's access pattern for this tile.
 fn emit_div_prologue(
     e: &mut Emitter,
-    b: (trnsim::AccessPattern, Slot),
+    b: trnsim::AccessPattern,
     scratch: &DivScratch,
     ap: &dyn Fn(&TileSlot) -> trnsim::AccessPattern,
 ) {
@@ -344,31 +335,11 @@ fn emit_div_prologue(
     let (s, t) = (&scratch.s, &scratch.t);
     let v = Engine::Vector;
     // u = |b| < 2^-64 ? 2^64 : 1
-    e.push(
-        v,
-        two(AluOp::Abs, 0.0, false, AluOp::IsLt, small, b.0.clone(), ap(s)),
-        &[b.1],
-        &[s.slot],
-    );
-    e.push(
-        v,
-        two(AluOp::Multiply, big, false, AluOp::Max, 1.0, ap(s), ap(s)),
-        &[s.slot],
-        &[s.slot],
-    );
+    e.push(v, two(AluOp::Abs, 0.0, false, AluOp::IsLt, small, b.clone(), ap(s)));
+    e.push(v, two(AluOp::Multiply, big, false, AluOp::Max, 1.0, ap(s), ap(s)));
     // w = |b| > 2^64 ? 2^-64 : 1   (as max(1 - hi, 2^-64))
-    e.push(
-        v,
-        two(AluOp::Abs, 0.0, false, AluOp::IsGt, big, b.0.clone(), ap(t)),
-        &[b.1],
-        &[t.slot],
-    );
-    e.push(
-        v,
-        two(AluOp::Subtract, 1.0, true, AluOp::Max, small, ap(t), ap(t)),
-        &[t.slot],
-        &[t.slot],
-    );
+    e.push(v, two(AluOp::Abs, 0.0, false, AluOp::IsGt, big, b.clone(), ap(t)));
+    e.push(v, two(AluOp::Subtract, 1.0, true, AluOp::Max, small, ap(t), ap(t)));
     // s = u · w;  t = 1 / (b · s)
     e.push(
         v,
@@ -378,26 +349,17 @@ fn emit_div_prologue(
             in1: ap(t),
             op: AluOp::Multiply,
         }),
-        &[s.slot, t.slot],
-        &[s.slot],
     );
     e.push(
         v,
         Op::TensorTensor(TensorTensor {
             dst: ap(t),
-            in0: b.0,
+            in0: b,
             in1: ap(s),
             op: AluOp::Multiply,
         }),
-        &[b.1, s.slot],
-        &[t.slot],
     );
-    e.push(
-        v,
-        Op::Reciprocal(Reciprocal { dst: ap(t), src: ap(t) }),
-        &[t.slot],
-        &[t.slot],
-    );
+    e.push(v, Op::Reciprocal(Reciprocal { dst: ap(t), src: ap(t) }));
 }
 
 /// Builds the program.
@@ -472,14 +434,14 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
     // A Python scalar `other` becomes one operand per instruction: an immediate when its fp32
     // value is what PyTorch uses, else a [P, 1] constant tile computed on the engines once.
     // `div_scalar` holds (scale, 1/(other·scale)) tiles for div.Scalar.
-    let mut scalar_operand: Option<(ScalarOperand, Option<Slot>)> = None;
+    let mut scalar_operand: Option<ScalarOperand> = None;
     let mut div_scalar: Option<(TileSlot, TileSlot)> = None;
     if let Other::Scalar(s) = call.other {
         match (path, call.op) {
             (Path::Int32, _) => {
                 let v = imm_i32(s, "scalar")?;
                 match &alpha_imm {
-                    None => scalar_operand = Some((ScalarOperand::Imm(v), None)),
+                    None => scalar_operand = Some(ScalarOperand::Imm(v)),
                     Some(alpha) => {
                         let raw = const_slot(&mut alloc, DType::I32)?;
                         let c = const_slot(&mut alloc, DType::I32)?;
@@ -489,20 +451,16 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                                 dst: const_ap(&raw),
                                 value: v,
                             }),
-                            &[],
-                            &[raw.slot],
                         );
                         e.push(
                             engine,
                             tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
-                            &[raw.slot],
-                            &[c.slot],
                         );
-                        scalar_operand = Some((ScalarOperand::Tile(const_ap(&c)), Some(c.slot)));
+                        scalar_operand = Some(ScalarOperand::Tile(const_ap(&c)));
                     }
                 }
             }
-            (Path::Fp32, BinOp::Mul) => scalar_operand = Some((ScalarOperand::Imm(s.as_f64()), None)),
+            (Path::Fp32, BinOp::Mul) => scalar_operand = Some(ScalarOperand::Imm(s.as_f64())),
             (Path::Fp32, BinOp::Div) => {
                 let raw = const_slot(&mut alloc, DType::F32)?;
                 let scratch = DivScratch {
@@ -515,16 +473,14 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         dst: const_ap(&raw),
                         value: s.as_f64(),
                     }),
-                    &[],
-                    &[raw.slot],
                 );
-                emit_div_prologue(&mut e, (const_ap(&raw), raw.slot), &scratch, &const_ap);
+                emit_div_prologue(&mut e, const_ap(&raw), &scratch, &const_ap);
                 div_scalar = Some((scratch.s, scratch.t));
             }
             (Path::Fp32, BinOp::Add | BinOp::Sub) => {
                 // add/sub cast the scalar to the result dtype first (f16: 1e30 → inf).
                 if out_dev == DType::F32 && alpha_imm.is_none() {
-                    scalar_operand = Some((ScalarOperand::Imm(s.as_f64()), None));
+                    scalar_operand = Some(ScalarOperand::Imm(s.as_f64()));
                 } else {
                     let raw = const_slot(&mut alloc, out_dev)?;
                     e.push(
@@ -533,8 +489,6 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             dst: const_ap(&raw),
                             value: s.as_f64(),
                         }),
-                        &[],
-                        &[raw.slot],
                     );
                     let c = match &alpha_imm {
                         None => raw,
@@ -543,13 +497,11 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             e.push(
                                 Engine::Vector,
                                 tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
-                                &[raw.slot],
-                                &[c.slot],
                             );
                             c
                         }
                     };
-                    scalar_operand = Some((ScalarOperand::Tile(const_ap(&c)), Some(c.slot)));
+                    scalar_operand = Some(ScalarOperand::Tile(const_ap(&c)));
                 }
             }
         }
@@ -601,11 +553,9 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
         e.push(
             Engine::Dma,
             dma(a.shaped(job), job.hbm_ap(1, &call.self_name, self_dev)),
-            &[],
-            &[a.slot],
         );
         if let (Some(b), Other::Tensor { name, .. }, Some(d)) = (&b, &call.other, other_dev) {
-            e.push(Engine::Dma, dma(b.shaped(job), job.hbm_ap(2, name, d)), &[], &[b.slot]);
+            e.push(Engine::Dma, dma(b.shaped(job), job.hbm_ap(2, name, d)));
         }
         // Compute `result = self op (alpha · other)`.
         let res = result.flat(job);
@@ -613,7 +563,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
             (Other::Tensor { .. }, Some(b)) => {
                 if call.op == BinOp::Div {
                     // result = (a · s) · (1 / (b · s))
-                    emit_div_prologue(&mut e, (b.flat(job), b.slot), &scratch, &flat);
+                    emit_div_prologue(&mut e, b.flat(job), &scratch, &flat);
                     let (s, t) = (&scratch.s, &scratch.t);
                     e.push(
                         engine,
@@ -623,8 +573,6 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             in1: flat(s),
                             op: AluOp::Multiply,
                         }),
-                        &[a.slot, s.slot],
-                        &[s.slot],
                     );
                     e.push(
                         engine,
@@ -634,11 +582,9 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             in1: flat(t),
                             op: AluOp::Multiply,
                         }),
-                        &[s.slot, t.slot],
-                        &[result.slot],
                     );
                 } else {
-                    let mut rhs = (b.flat(job), b.slot);
+                    let mut rhs = b.flat(job);
                     if let Some(alpha) = &alpha_imm {
                         // PyTorch's CPU kernels round `alpha · other` to a bf16/f16 result's
                         // dtype before the add (measured against torch 2.15: every element of
@@ -652,21 +598,16 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             },
                             _ => scratch.s,
                         };
-                        e.push(
-                            engine,
-                            tensor_scalar(flat(s), rhs.0, AluOp::Multiply, alpha.clone()),
-                            &[rhs.1],
-                            &[s.slot],
-                        );
-                        rhs = (flat(s), s.slot);
+                        e.push(engine, tensor_scalar(flat(s), rhs, AluOp::Multiply, alpha.clone()));
+                        rhs = flat(s);
                     }
                     let op = Op::TensorTensor(TensorTensor {
                         dst: res,
                         in0: a.flat(job),
-                        in1: rhs.0,
+                        in1: rhs,
                         op: call.op.alu(),
                     });
-                    e.push(engine, op, &[a.slot, rhs.1], &[result.slot]);
+                    e.push(engine, op);
                 }
             }
             _ => {
@@ -682,22 +623,16 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         operand1: Some(ScalarOperand::Tile(r.flat_const(p))),
                         reverse1: false,
                     });
-                    e.push(engine, op, &[a.slot, s.slot, r.slot], &[result.slot]);
+                    e.push(engine, op);
                 } else {
-                    let (operand, const_slot) = scalar_operand
+                    let operand = scalar_operand
                         .clone()
                         .ok_or_else(|| req.invalid("scalar operand missing".into()))?;
                     let operand = match operand {
                         ScalarOperand::Tile(ap) => ScalarOperand::Tile(trnsim::AccessPattern { partitions: p, ..ap }),
                         imm => imm,
                     };
-                    let reads: Vec<Slot> = std::iter::once(a.slot).chain(const_slot).collect();
-                    e.push(
-                        engine,
-                        tensor_scalar(res, a.flat(job), call.op.alu(), operand),
-                        &reads,
-                        &[result.slot],
-                    );
+                    e.push(engine, tensor_scalar(res, a.flat(job), call.op.alu(), operand));
                 }
             }
         }
@@ -709,8 +644,6 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     e.push(
                         Engine::Vector,
                         tensor_scalar(f1.flat(job), result.flat(job), AluOp::NotEqual, ScalarOperand::Imm(0.0)),
-                        &[result.slot],
-                        &[f1.slot],
                     );
                     f1
                 }
@@ -733,12 +666,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         reverse1: false,
                     };
                     if sign == 0 {
-                        e.push(Engine::Vector, Op::TensorScalar(op), &[result.slot], &[f1.slot]);
+                        e.push(Engine::Vector, Op::TensorScalar(op));
                         f1
                     } else {
                         op.op1 = Some(AluOp::BitwiseXor);
                         op.operand1 = Some(ScalarOperand::Imm(sign as f64));
-                        e.push(Engine::Vector, Op::TensorScalar(op), &[result.slot], &[f1.slot]);
+                        e.push(Engine::Vector, Op::TensorScalar(op));
                         e.push(
                             Engine::Gpsimd,
                             tensor_scalar(
@@ -747,8 +680,6 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                                 AluOp::Subtract,
                                 ScalarOperand::Imm(sign as f64),
                             ),
-                            &[f1.slot],
-                            &[f2.slot],
                         );
                         f2
                     }
@@ -760,8 +691,6 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
         e.push(
             Engine::Dma,
             dma(job.hbm_ap(0, &call.out_name, out_dev), stored.shaped(job)),
-            &[stored.slot],
-            &[],
         );
     }
     Ok(e.finish())

@@ -9,9 +9,9 @@
 //! be exact; per-partition constants computed once on the engines (never on the host).
 //! PyTorch's promotion is `promote.rs`; Python scalars reuse binary.rs's [`Scalar`].
 
-use super::binary::{Scalar, dev, dma};
+use super::binary::{Scalar, dev};
 use super::promote::{self, Category, Operand};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma, ts, ts_rev};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
@@ -92,12 +92,6 @@ impl Kit<'_> {
         matches!(x, X::T(t) if !t.konst || self.job.is_none())
     }
 
-    fn slots(xs: &[X]) -> Vec<Slot> {
-        xs.iter()
-            .filter_map(|x| if let X::T(t) = x { Some(t.slot) } else { None })
-            .collect()
-    }
-
     /// A scratch tile (a constant slot in the prologue).
     pub fn tmp(&mut self, dtype: DType) -> Result<T, LowerError> {
         if self.job.is_none() {
@@ -135,7 +129,6 @@ impl Kit<'_> {
 
     /// `dst = a op b`: tensor_tensor when both are tiles of the job, else tensor_scalar.
     pub fn bin(&mut self, eng: Engine, dst: T, a: X, b: X, op: AluOp) -> Result<(), LowerError> {
-        let reads = Self::slots(&[a, b]);
         let d = self.ap(dst);
         let (fa, fb) = (self.full(a), self.full(b));
         let inst = match (a, b) {
@@ -145,19 +138,17 @@ impl Kit<'_> {
                 in1: self.ap(tb),
                 op,
             }),
-            (X::T(ta), _) if fa => ts(d, self.ap(ta), op, self.operand(b), false),
-            (_, X::T(tb)) if fb => ts(d, self.ap(tb), op, self.operand(a), true),
+            (X::T(ta), _) if fa => ts(d, self.ap(ta), op, self.operand(b), None),
+            (_, X::T(tb)) if fb => ts_rev(d, self.ap(tb), op, self.operand(a)),
             _ => {
                 // Neither operand is a full tile: materialise `a` into dst first.
                 self.fill(eng, dst, a)?;
-                let op = ts(d, self.ap(dst), op, self.operand(b), false);
-                let mut r = reads.clone();
-                r.push(dst.slot);
-                self.e.push(eng, op, &r, &[dst.slot]);
+                let op = ts(d, self.ap(dst), op, self.operand(b), None);
+                self.e.push(eng, op);
                 return Ok(());
             }
         };
-        self.e.push(eng, inst, &reads, &[dst.slot]);
+        self.e.push(eng, inst);
         Ok(())
     }
 
@@ -173,7 +164,6 @@ impl Kit<'_> {
         op1: AluOp,
         s1: X,
     ) -> Result<(), LowerError> {
-        let reads = Self::slots(&[X::T(src), s0, s1]);
         let inst = Op::TensorScalar(TensorScalar {
             dst: self.ap(dst),
             src: self.ap(src),
@@ -184,7 +174,7 @@ impl Kit<'_> {
             operand1: Some(self.operand(s1)),
             reverse1: false,
         });
-        self.e.push(eng, inst, &reads, &[dst.slot]);
+        self.e.push(eng, inst);
         Ok(())
     }
 
@@ -192,10 +182,10 @@ impl Kit<'_> {
     pub fn fill(&mut self, eng: Engine, dst: T, x: X) -> Result<(), LowerError> {
         match x {
             X::Imm(v) => self.memset(eng, dst, v),
-            X::T(t) => {
+            X::T(_) => {
                 self.memset(eng, dst, 0.0)?;
-                let op = ts(self.ap(dst), self.ap(dst), AluOp::Add, self.operand(x), false);
-                self.e.push(eng, op, &[dst.slot, t.slot], &[dst.slot]);
+                let op = ts(self.ap(dst), self.ap(dst), AluOp::Add, self.operand(x), None);
+                self.e.push(eng, op);
                 Ok(())
             }
         }
@@ -203,7 +193,7 @@ impl Kit<'_> {
 
     pub fn memset(&mut self, eng: Engine, dst: T, value: f64) -> Result<(), LowerError> {
         let d = self.ap(dst);
-        self.e.push(eng, Op::Memset(Memset { dst: d, value }), &[], &[dst.slot]);
+        self.e.push(eng, Op::Memset(Memset { dst: d, value }));
         Ok(())
     }
 
@@ -213,7 +203,7 @@ impl Kit<'_> {
             dst: self.ap(dst),
             src: self.ap(src),
         });
-        self.e.push(eng, op, &[src.slot], &[dst.slot]);
+        self.e.push(eng, op);
     }
 
     /// `dst = pred ? src : dst` (bit copy, VectorE).
@@ -224,8 +214,7 @@ impl Kit<'_> {
             predicate: self.ap(pred),
             reverse_pred: false,
         });
-        self.e
-            .push(Engine::Vector, op, &[src.slot, pred.slot, dst.slot], &[dst.slot]);
+        self.e.push(Engine::Vector, op);
     }
 
     /// VectorE `dst = 1/src`.
@@ -234,7 +223,7 @@ impl Kit<'_> {
             dst: self.ap(dst),
             src: self.ap(src),
         });
-        self.e.push(Engine::Vector, op, &[src.slot], &[dst.slot]);
+        self.e.push(Engine::Vector, op);
     }
 
     /// ScalarE `dst = func(src · scale)`.
@@ -248,21 +237,8 @@ impl Kit<'_> {
             acc: Default::default(),
             reduce_res: None,
         });
-        self.e.push(Engine::Scalar, op, &[src.slot], &[dst.slot]);
+        self.e.push(Engine::Scalar, op);
     }
-}
-
-fn ts(dst: AccessPattern, src: AccessPattern, op: AluOp, operand: ScalarOperand, reverse: bool) -> Op {
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0: op,
-        operand0: operand,
-        reverse0: reverse,
-        op1: None,
-        operand1: None,
-        reverse1: false,
-    })
 }
 
 /// A tensor input of a kernel and the dtype its SBUF tile is loaded as (the DMA casts).
@@ -368,8 +344,6 @@ pub(super) fn build<C>(
                     job.sbuf_shaped(t.dtype, t.slot.offset),
                     job.hbm_ap(n + 1, &i.name, hbm_dt[n]),
                 ),
-                &[],
-                &[t.slot],
             );
         }
         let mut kit = Kit {
@@ -394,8 +368,6 @@ pub(super) fn build<C>(
                 job.hbm_ap(0, &k.out_name, out_dev),
                 job.sbuf_shaped(r.dtype, r.slot.offset),
             ),
-            &[r.slot],
-            &[],
         );
     }
     Ok(Lowered::new(e.finish()))

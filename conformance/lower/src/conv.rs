@@ -33,8 +33,8 @@
 //! [`LowerOptions::auto_cast`](super::matmul::LowerOptions) rounds operands to bf16; integer
 //! (int64 → int32) cases run in fp32, exact while every partial sum stays within ±2²⁴.
 
-use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, dma, pe_dtype, psum_slot};
-use super::tile::{Emitter, SbufAllocator, Slot, ts};
+use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
+use super::tile::{Emitter, SbufAllocator, dma, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
@@ -278,7 +278,6 @@ pub(crate) fn emit_conv(
     let win_off = alloc.alloc(kt_count * win * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, win_slot) = (Slot { offset: w_off }, Slot { offset: win_off });
     let out_bufs = OutBufs {
         dev: out_dev,
         out_off,
@@ -318,7 +317,7 @@ pub(crate) fn emit_conv(
                 w_off + kt as u64 * w_bytes,
                 vec![[1, (c.cout_g * kk) as i64]],
             );
-            e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
+            e.push(Engine::Dma, dma(dst, src));
         }
         load_bias(e, c, g, in_dev, &out_bufs);
         for n in 0..c.batch {
@@ -338,12 +337,7 @@ pub(crate) fn emit_conv(
                             let (k0, ksz) = (kt * TILE_K, TILE_K.min(c.cin_g - kt * TILE_K));
                             let woff = win_off + (kt * win) as u64 * esz;
                             let all = AccessPattern::sbuf(pe, 0, ksz, woff, vec![[1, win as i64]]);
-                            e.push(
-                                Engine::Gpsimd,
-                                Op::Memset(Memset { dst: all, value: 0.0 }),
-                                &[],
-                                &[win_slot],
-                            );
+                            e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }));
                             if let [Some(rd), Some(rh), Some(rw)] = ranges {
                                 let src = AccessPattern::hbm(
                                     &c.input.0,
@@ -368,14 +362,13 @@ pub(crate) fn emit_conv(
                                         [dw.up as i64, rw.1 as i64],
                                     ],
                                 );
-                                e.push(Engine::Dma, dma(dst, src), &[], &[win_slot]);
+                                e.push(Engine::Dma, dma(dst, src));
                             }
                         }
                         for mt in 0..mt_count {
                             let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
                             let nsz = rr * cc;
                             let psum_off = (bank * target.psum_bank_bytes) as u64;
-                            let pslot = psum_slot(bank);
                             bank = (bank + 1) % target.psum_banks;
                             let psum = AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]);
                             let mut first = true;
@@ -412,7 +405,7 @@ pub(crate) fn emit_conv(
                                                 accumulate: !first,
                                             });
                                             first = false;
-                                            e.push(Engine::Tensor, op, &[w_slot, win_slot], &[pslot]);
+                                            e.push(Engine::Tensor, op);
                                         }
                                     }
                                 }
@@ -429,7 +422,7 @@ pub(crate) fn emit_conv(
                                 rr,
                                 cc,
                             };
-                            store_out_tile(e, c, psum, pslot, &out_bufs, &tile);
+                            store_out_tile(e, c, psum, &out_bufs, &tile);
                         }
                     }
                 }
@@ -469,18 +462,17 @@ fn load_bias(e: &mut Emitter, c: &Conv, g: usize, in_dev: DType, bufs: &OutBufs)
         let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
         let src = AccessPattern::hbm(bname, in_dev, (g * c.cout_g + m0) as u64, msz, 1, vec![[1, 1]]);
         let dst = AccessPattern::sbuf(DType::F32, 0, msz, bufs.bias_off + mt as u64 * 4, vec![[1, 1]]);
-        e.push(Engine::Dma, dma(dst, src), &[], &[Slot { offset: bufs.bias_off }]);
+        e.push(Engine::Dma, dma(dst, src));
     }
 }
 
 /// Evacuates an output tile's PSUM accumulator: VectorE copies it to SBUF with the cast to the
 /// output dtype (adding the bias column on the way when there is one), then one DMA writes it
 /// to its place in the HBM output.
-fn store_out_tile(e: &mut Emitter, c: &Conv, psum: AccessPattern, pslot: Slot, bufs: &OutBufs, t: &OutTile) {
+fn store_out_tile(e: &mut Emitter, c: &Conv, psum: AccessPattern, bufs: &OutBufs, t: &OutTile) {
     let [dd, dh, dw] = c.dims;
     let out_sp = dd.o * dh.o * dw.o;
     let cout = c.cout_g * c.groups;
-    let (bias_slot, out_slot) = (Slot { offset: bufs.bias_off }, Slot { offset: bufs.out_off });
     let out_ap = AccessPattern::sbuf(bufs.dev, 0, t.msz, bufs.out_off, vec![[1, (t.rr * t.cc) as i64]]);
     let op = match &c.bias {
         None => Op::TensorCopy(TensorCopy {
@@ -492,7 +484,7 @@ fn store_out_tile(e: &mut Emitter, c: &Conv, psum: AccessPattern, pslot: Slot, b
             ts(out_ap.clone(), psum, AluOp::Add, ScalarOperand::Tile(bias), None)
         }
     };
-    e.push(Engine::Vector, op, &[pslot, bias_slot], &[out_slot]);
+    e.push(Engine::Vector, op);
     let dst = AccessPattern::hbm(
         &c.out.0,
         bufs.dev,
@@ -501,7 +493,7 @@ fn store_out_tile(e: &mut Emitter, c: &Conv, psum: AccessPattern, pslot: Slot, b
         out_sp as i64,
         vec![[dw.o as i64, t.rr as i64], [1, t.cc as i64]],
     );
-    e.push(Engine::Dma, dma(dst, out_ap), &[out_slot], &[]);
+    e.push(Engine::Dma, dma(dst, out_ap));
 }
 
 /// For a direct convolution dim (`up = 1`): the output positions `[lo, lo + n)` within the tile
@@ -547,7 +539,6 @@ fn emit_im2col(
     let col_off = alloc.alloc(kt_count * TILE_N * esz as usize)?;
     let bias_off = alloc.alloc(mt_count * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
-    let (w_slot, col_slot) = (Slot { offset: w_off }, Slot { offset: col_off });
     let out_bufs = OutBufs {
         dev: out_dev,
         out_off,
@@ -584,7 +575,7 @@ fn emit_im2col(
                 );
                 let mut dst = AccessPattern::sbuf(pe, p, cnt, w_off + kt as u64 * w_bytes, vec![[1, c.cout_g as i64]]);
                 dst.start_partition = p;
-                e.push(Engine::Dma, dma(dst, src), &[], &[w_slot]);
+                e.push(Engine::Dma, dma(dst, src));
             }
         }
         load_bias(e, c, g, in_dev, &out_bufs);
@@ -599,12 +590,7 @@ fn emit_im2col(
                             let ksz = TILE_K.min(rows - kt * TILE_K);
                             let coff = col_off + (kt * TILE_N) as u64 * esz;
                             let all = AccessPattern::sbuf(pe, 0, ksz, coff, vec![[1, nsz as i64]]);
-                            e.push(
-                                Engine::Gpsimd,
-                                Op::Memset(Memset { dst: all, value: 0.0 }),
-                                &[],
-                                &[col_slot],
-                            );
+                            e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }));
                             for (koff, ci0, cnt, p) in chunks(kt) {
                                 let [kd, kh, kw] = taps[koff];
                                 let (Some(vd), Some(vh), Some(vw)) =
@@ -631,13 +617,12 @@ fn emit_im2col(
                                     vec![[cc as i64, vh.1 as i64], [1, vw.1 as i64]],
                                 );
                                 dst.start_partition = p;
-                                e.push(Engine::Dma, dma(dst, src), &[], &[col_slot]);
+                                e.push(Engine::Dma, dma(dst, src));
                             }
                         }
                         for mt in 0..mt_count {
                             let (m0, msz) = (mt * TILE_M, TILE_M.min(c.cout_g - mt * TILE_M));
                             let psum_off = (bank * target.psum_bank_bytes) as u64;
-                            let pslot = psum_slot(bank);
                             bank = (bank + 1) % target.psum_banks;
                             let psum = AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]]);
                             for kt in 0..kt_count {
@@ -662,7 +647,7 @@ fn emit_im2col(
                                     moving,
                                     accumulate: kt > 0,
                                 });
-                                e.push(Engine::Tensor, op, &[w_slot, col_slot], &[pslot]);
+                                e.push(Engine::Tensor, op);
                             }
                             let tile = OutTile {
                                 n,
@@ -676,7 +661,7 @@ fn emit_im2col(
                                 rr,
                                 cc,
                             };
-                            store_out_tile(e, c, psum, pslot, &out_bufs, &tile);
+                            store_out_tile(e, c, psum, &out_bufs, &tile);
                         }
                     }
                 }

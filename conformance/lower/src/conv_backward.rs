@@ -28,8 +28,8 @@
 //! dtype — what PyTorch's CPU kernels do for bf16 (fp32 accumulation, one final rounding).
 
 use super::conv::{self, Conv, SDim, tap_range};
-use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, dma, pe_dtype, psum_slot};
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
+use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
 use crate::call::{TensorArg, TensorMeta, Value};
 use trnsim::{
@@ -359,11 +359,6 @@ fn emit_grad_weight(
     let a_off = alloc.alloc(banks.min(mt_count) * TILE_M * esz as usize)?;
     let col_off = alloc.alloc(TILE_N * esz as usize)?;
     let out_off = alloc.alloc(TILE_N * dev.size().max(4))?;
-    let (a_slot, col_slot, out_slot) = (
-        Slot { offset: a_off },
-        Slot { offset: col_off },
-        Slot { offset: out_off },
-    );
     let bank_bytes = target.psum_bank_bytes as u64;
 
     for g in 0..b.groups {
@@ -386,10 +381,8 @@ fn emit_grad_weight(
                         vec![[a_sp as i64, (m_hi - m_lo) as i64]],
                     );
                     let dst = AccessPattern::sbuf(pe, 0, ksz, a_off, vec![[1, (m_hi - m_lo) as i64]]);
-                    e.push(Engine::Dma, dma(dst, src), &[], &[a_slot]);
-                    emit_im2col_tile(
-                        e, b_tensor, dev, pe, col_off, col_slot, t, &taps, g, b_g, b_ch, b_sp, j0, nsz,
-                    )?;
+                    e.push(Engine::Dma, dma(dst, src));
+                    emit_im2col_tile(e, b_tensor, dev, pe, col_off, t, &taps, g, b_g, b_ch, b_sp, j0, nsz)?;
                     for mt in mts.clone() {
                         let msz = TILE_M.min(a_g - mt * TILE_M);
                         let bank = mt - mg;
@@ -409,7 +402,7 @@ fn emit_grad_weight(
                             moving,
                             accumulate: ti > 0,
                         });
-                        e.push(Engine::Tensor, op, &[a_slot, col_slot], &[psum_slot(bank)]);
+                        e.push(Engine::Tensor, op);
                     }
                 }
                 for mt in mts.clone() {
@@ -424,8 +417,6 @@ fn emit_grad_weight(
                                 dst: out_ap.clone(),
                                 value: 0.0,
                             }),
-                            &[],
-                            &[out_slot],
                         );
                     } else {
                         let psum =
@@ -434,7 +425,7 @@ fn emit_grad_weight(
                             dst: out_ap.clone(),
                             src: psum,
                         });
-                        e.push(Engine::Vector, op, &[psum_slot(bank)], &[out_slot]);
+                        e.push(Engine::Vector, op);
                     }
                     let dst = AccessPattern::hbm(
                         &grad_weight.0,
@@ -444,7 +435,7 @@ fn emit_grad_weight(
                         cols as i64,
                         vec![[1, nsz as i64]],
                     );
-                    e.push(Engine::Dma, dma(dst, out_ap), &[out_slot], &[]);
+                    e.push(Engine::Dma, dma(dst, out_ap));
                 }
             }
         }
@@ -462,7 +453,6 @@ fn emit_im2col_tile(
     dev: DType,
     pe: DType,
     col_off: u64,
-    col_slot: Slot,
     t: &PosTile,
     taps: &[SDim; 3],
     g: usize,
@@ -531,15 +521,10 @@ fn emit_im2col_tile(
         .sum();
     if loaded < ksz * nsz {
         let all = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
-        e.push(
-            Engine::Gpsimd,
-            Op::Memset(Memset { dst: all, value: 0.0 }),
-            &[],
-            &[col_slot],
-        );
+        e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }));
     }
     for op in loads {
-        e.push(Engine::Dma, op, &[], &[col_slot]);
+        e.push(Engine::Dma, op);
     }
     Ok(())
 }
@@ -575,12 +560,6 @@ fn emit_grad_bias(
     let acc_off = alloc.alloc(4)?;
     let part_off = alloc.alloc(4)?;
     let out_off = alloc.alloc(dev.size().max(4))?;
-    let (buf_slot, acc_slot, part_slot, out_slot) = (
-        Slot { offset: buf_off },
-        Slot { offset: acc_off },
-        Slot { offset: part_off },
-        Slot { offset: out_off },
-    );
     for c0 in (0..cout).step_by(parts) {
         let csz = parts.min(cout - c0);
         let acc = AccessPattern::sbuf(DType::F32, 0, csz, acc_off, vec![[1, 1]]);
@@ -592,8 +571,6 @@ fn emit_grad_bias(
                     dst: acc.clone(),
                     value: 0.0,
                 }),
-                &[],
-                &[acc_slot],
             );
         }
         for (i, &(n0, ncount, s0, len)) in chunks.iter().enumerate() {
@@ -606,12 +583,8 @@ fn emit_grad_bias(
                 vec![[(cout * sp) as i64, ncount as i64], [1, len as i64]],
             );
             let buf = AccessPattern::sbuf(dev, 0, csz, buf_off, vec![[len as i64, ncount as i64], [1, len as i64]]);
-            e.push(Engine::Dma, dma(buf.clone(), src), &[], &[buf_slot]);
-            let (dst, dst_slot) = if i == 0 {
-                (acc.clone(), acc_slot)
-            } else {
-                (part.clone(), part_slot)
-            };
+            e.push(Engine::Dma, dma(buf.clone(), src));
+            let dst = if i == 0 { acc.clone() } else { part.clone() };
             let reduce = Op::TensorReduce(TensorReduce {
                 dst,
                 src: buf,
@@ -619,7 +592,7 @@ fn emit_grad_bias(
                 axes: 2,
                 negate: false,
             });
-            e.push(Engine::Vector, reduce, &[buf_slot], &[dst_slot]);
+            e.push(Engine::Vector, reduce);
             if i > 0 {
                 let add = Op::TensorTensor(TensorTensor {
                     dst: acc.clone(),
@@ -627,7 +600,7 @@ fn emit_grad_bias(
                     in1: part.clone(),
                     op: AluOp::Add,
                 });
-                e.push(Engine::Vector, add, &[acc_slot, part_slot], &[acc_slot]);
+                e.push(Engine::Vector, add);
             }
         }
         let out = AccessPattern::sbuf(dev, 0, csz, out_off, vec![[1, 1]]);
@@ -637,11 +610,9 @@ fn emit_grad_bias(
                 dst: out.clone(),
                 src: acc,
             }),
-            &[acc_slot],
-            &[out_slot],
         );
         let dst = AccessPattern::hbm(&grad_bias.0, dev, c0 as u64, csz, 1, vec![[1, 1]]);
-        e.push(Engine::Dma, dma(dst, out), &[out_slot], &[]);
+        e.push(Engine::Dma, dma(dst, out));
     }
     Ok(())
 }

@@ -39,8 +39,8 @@
 //! it into that instruction before the program runs (`backend::lowering::bind_rng_seed`), as a
 //! runtime sets the device generator from `torch.manual_seed`.
 
-use super::binary::{dev, dma};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
+use super::binary::dev;
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{Complex, KEYWORD_ONLY, Scalar, TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
@@ -113,41 +113,12 @@ impl Builder {
 
     // --- instruction helpers (all elementwise over one tile job) ---
 
-    fn ts(&mut self, eng: Engine, job: &TileJob, dst: Buf, src: Buf, op: AluOp, v: f64) {
-        self.ts2(eng, job, dst, src, op, v, None);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn ts2(&mut self, eng: Engine, job: &TileJob, dst: Buf, src: Buf, op: AluOp, v: f64, op1: Option<(AluOp, f64)>) {
-        let op = Op::TensorScalar(TensorScalar {
-            dst: dst.flat(job),
-            src: src.flat(job),
-            op0: op,
-            operand0: ScalarOperand::Imm(v),
-            reverse0: false,
-            op1: op1.map(|o| o.0),
-            operand1: op1.map(|o| ScalarOperand::Imm(o.1)),
-            reverse1: false,
-        });
-        self.e.push(eng, op, &[src.slot], &[dst.slot]);
-    }
-
-    fn tt(&mut self, eng: Engine, job: &TileJob, dst: Buf, a: Buf, b: Buf, op: AluOp) {
-        let op = Op::TensorTensor(TensorTensor {
-            dst: dst.flat(job),
-            in0: a.flat(job),
-            in1: b.flat(job),
-            op,
-        });
-        self.e.push(eng, op, &[a.slot, b.slot], &[dst.slot]);
-    }
-
     fn copy(&mut self, job: &TileJob, dst: Buf, src: Buf) {
         let op = Op::TensorCopy(TensorCopy {
             dst: dst.flat(job),
             src: src.flat(job),
         });
-        self.e.push(Engine::Vector, op, &[src.slot], &[dst.slot]);
+        self.e.push(Engine::Vector, op);
     }
 
     fn memset(&mut self, job: &TileJob, dst: Buf, value: f64) {
@@ -157,27 +128,17 @@ impl Builder {
                 dst: dst.flat(job),
                 value,
             }),
-            &[],
-            &[dst.slot],
         );
     }
 
     fn load(&mut self, job: &TileJob, operand: usize, name: &str, dst: Buf) {
-        self.e.push(
-            Engine::Dma,
-            dma(dst.shaped(job), job.hbm_ap(operand, name, dst.dtype)),
-            &[],
-            &[dst.slot],
-        );
+        self.e
+            .push(Engine::Dma, dma(dst.shaped(job), job.hbm_ap(operand, name, dst.dtype)));
     }
 
     fn store(&mut self, job: &TileJob, operand: usize, name: &str, src: Buf) {
-        self.e.push(
-            Engine::Dma,
-            dma(job.hbm_ap(operand, name, src.dtype), src.shaped(job)),
-            &[src.slot],
-            &[],
-        );
+        self.e
+            .push(Engine::Dma, dma(job.hbm_ap(operand, name, src.dtype), src.shaped(job)));
     }
 
     fn seed(&mut self) {
@@ -186,14 +147,11 @@ impl Builder {
             Op::SetRngSeed(SetRngSeed {
                 seed: ScalarOperand::Imm(RNG_SEED),
             }),
-            &[],
-            &[],
         );
     }
 
     fn rng(&mut self, job: &TileJob, dst: Buf) {
-        self.e
-            .push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }), &[], &[dst.slot]);
+        self.e.push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }));
     }
 
     /// A float constant into `dst` (any dtype: cast on write). NaN and ±inf are made on the
@@ -201,7 +159,14 @@ impl Builder {
     fn memset_float(&mut self, job: &TileJob, dst: Buf, v: f64) {
         if v.is_nan() {
             self.memset(job, dst.as_(DType::F32), 1e39);
-            self.ts(Engine::Vector, job, dst, dst.as_(DType::F32), AluOp::Subtract, 1e39);
+            self.e.tensor_scalar(
+                Engine::Vector,
+                dst.flat(job),
+                dst.as_(DType::F32).flat(job),
+                AluOp::Subtract,
+                tile::Scalar::Imm(1e39),
+                None,
+            );
         } else if v.is_infinite() {
             self.memset(job, dst, v.signum() * 1e39);
         } else {
@@ -218,24 +183,49 @@ impl Builder {
         if src.dtype == dst.dtype {
             self.copy(job, dst, src);
         } else if to == TorchDType::Bool {
-            self.ts(v, job, dst, src, AluOp::NotEqual, 0.0);
+            self.e.tensor_scalar(
+                v,
+                dst.flat(job),
+                src.flat(job),
+                AluOp::NotEqual,
+                tile::Scalar::Imm(0.0),
+                None,
+            );
         } else if to.is_float() || from == TorchDType::Bool {
             self.copy(job, dst, src);
         } else if from.is_float() {
             // trunc(x) = sign(x) · (r − (r > |x|)), r = rne(|x|) (exact in fp32 where it matters).
             let (a, b, c) = (a.as_(DType::F32), b.as_(DType::F32), c.as_(DType::F32));
-            self.ts(v, job, a, src, AluOp::Abs, 0.0);
+            self.e
+                .tensor_scalar(v, a.flat(job), src.flat(job), AluOp::Abs, tile::Scalar::Imm(0.0), None);
             self.copy(job, b.as_(DType::I32), a);
             self.copy(job, c, b.as_(DType::I32));
-            self.tt(v, job, b, c, a, AluOp::IsGt);
-            self.tt(v, job, c, c, b, AluOp::Subtract);
-            self.ts2(v, job, a, src, AluOp::IsLt, 0.0, Some((AluOp::Multiply, -2.0)));
-            self.ts(v, job, a, a, AluOp::Add, 1.0);
+            self.e
+                .tensor_tensor(v, b.flat(job), c.flat(job), a.flat(job), AluOp::IsGt);
+            self.e
+                .tensor_tensor(v, c.flat(job), c.flat(job), b.flat(job), AluOp::Subtract);
+            self.e.tensor_scalar(
+                v,
+                a.flat(job),
+                src.flat(job),
+                AluOp::IsLt,
+                tile::Scalar::Imm(0.0),
+                Some((AluOp::Multiply, tile::Scalar::Imm(-2.0))),
+            );
+            self.e
+                .tensor_scalar(v, a.flat(job), a.flat(job), AluOp::Add, tile::Scalar::Imm(1.0), None);
             if dst.dtype == DType::I32 {
-                self.tt(v, job, dst, c, a, AluOp::Multiply);
+                self.e
+                    .tensor_tensor(v, dst.flat(job), c.flat(job), a.flat(job), AluOp::Multiply);
             } else {
                 // Through int32, then wrapped to the narrow width.
-                self.tt(v, job, b.as_(DType::I32), c, a, AluOp::Multiply);
+                self.e.tensor_tensor(
+                    v,
+                    b.as_(DType::I32).flat(job),
+                    c.flat(job),
+                    a.flat(job),
+                    AluOp::Multiply,
+                );
                 self.wrap(job, b.as_(DType::I32), dst, to, c);
             }
         } else {
@@ -263,18 +253,31 @@ impl Builder {
         };
         let t = tmp.as_(DType::I32);
         if sign == 0 {
-            self.ts(Engine::Vector, job, t, src, AluOp::BitwiseAnd, mask as f64);
-        } else {
-            self.ts2(
+            self.e.tensor_scalar(
                 Engine::Vector,
-                job,
-                t,
-                src,
+                t.flat(job),
+                src.flat(job),
                 AluOp::BitwiseAnd,
-                mask as f64,
-                Some((AluOp::BitwiseXor, sign as f64)),
+                tile::Scalar::Imm(mask as f64),
+                None,
             );
-            self.ts(Engine::Gpsimd, job, t, t, AluOp::Subtract, sign as f64);
+        } else {
+            self.e.tensor_scalar(
+                Engine::Vector,
+                t.flat(job),
+                src.flat(job),
+                AluOp::BitwiseAnd,
+                tile::Scalar::Imm(mask as f64),
+                Some((AluOp::BitwiseXor, tile::Scalar::Imm(sign as f64))),
+            );
+            self.e.tensor_scalar(
+                Engine::Gpsimd,
+                t.flat(job),
+                t.flat(job),
+                AluOp::Subtract,
+                tile::Scalar::Imm(sign as f64),
+                None,
+            );
         }
         self.copy(job, dst, t);
     }
@@ -550,16 +553,15 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
             channel_multiplier: cm as i64,
             pattern,
         });
-        b.e.push(Engine::Gpsimd, op, &[], &[dst.slot]);
+        b.e.push(Engine::Gpsimd, op);
         if !exact {
-            b.ts2(
+            b.e.tensor_scalar(
                 Engine::Vector,
-                &job,
-                res,
-                idx,
+                res.flat(&job),
+                idx.flat(&job),
                 AluOp::Multiply,
-                step,
-                Some((AluOp::Add, start)),
+                tile::Scalar::Imm(step),
+                Some((AluOp::Add, tile::Scalar::Imm(start))),
             );
         }
         b.store(&job, 0, out, res);
@@ -723,10 +725,31 @@ fn lower_copy_complex(
                 if meta.dtype == TorchDType::Bool {
                     b.load(&job, 2, src, im);
                     // max(re != 0, im != 0): false only when both parts are 0 (NaN is true, as in PyTorch).
-                    b.ts(v, &job, tmp[0], re, AluOp::NotEqual, 0.0);
-                    b.ts(v, &job, tmp[1], im, AluOp::NotEqual, 0.0);
-                    b.tt(v, &job, tmp[0], tmp[0], tmp[1], AluOp::Max);
-                    b.ts(v, &job, res, tmp[0], AluOp::NotEqual, 0.0);
+                    b.e.tensor_scalar(
+                        v,
+                        tmp[0].flat(&job),
+                        re.flat(&job),
+                        AluOp::NotEqual,
+                        tile::Scalar::Imm(0.0),
+                        None,
+                    );
+                    b.e.tensor_scalar(
+                        v,
+                        tmp[1].flat(&job),
+                        im.flat(&job),
+                        AluOp::NotEqual,
+                        tile::Scalar::Imm(0.0),
+                        None,
+                    );
+                    b.e.tensor_tensor(v, tmp[0].flat(&job), tmp[0].flat(&job), tmp[1].flat(&job), AluOp::Max);
+                    b.e.tensor_scalar(
+                        v,
+                        res.flat(&job),
+                        tmp[0].flat(&job),
+                        AluOp::NotEqual,
+                        tile::Scalar::Imm(0.0),
+                        None,
+                    );
                 } else {
                     b.convert(&job, re, TorchDType::F32, res, meta.dtype, tmp);
                 }
@@ -859,19 +882,61 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
         if req.op == "rand" {
             // u = (bits >> (32 − d)) · 2^−d: exact in the output dtype, in [0, 1).
             b.rng(job, r);
-            b.ts(v, job, r, r, AluOp::LogicalShiftRight, (32 - digits) as f64);
-            b.ts(v, job, res, r, AluOp::Multiply, 2f64.powi(-(digits as i32)));
+            b.e.tensor_scalar(
+                v,
+                r.flat(job),
+                r.flat(job),
+                AluOp::LogicalShiftRight,
+                tile::Scalar::Imm((32 - digits) as f64),
+                None,
+            );
+            b.e.tensor_scalar(
+                v,
+                res.flat(job),
+                r.flat(job),
+                AluOp::Multiply,
+                tile::Scalar::Imm(2f64.powi(-(digits as i32))),
+                None,
+            );
         } else {
             // Box–Muller: radius sqrt(−2·ln u₁), u₁ = (bits₂₄ + 1)·2⁻²⁴ ∈ (0, 1].
             b.rng(job, r);
-            b.ts(v, job, r, r, AluOp::LogicalShiftRight, 8.0);
-            b.ts2(v, job, u, r, AluOp::Add, 1.0, Some((AluOp::Multiply, 2f64.powi(-24))));
+            b.e.tensor_scalar(
+                v,
+                r.flat(job),
+                r.flat(job),
+                AluOp::LogicalShiftRight,
+                tile::Scalar::Imm(8.0),
+                None,
+            );
+            b.e.tensor_scalar(
+                v,
+                u.flat(job),
+                r.flat(job),
+                AluOp::Add,
+                tile::Scalar::Imm(1.0),
+                Some((AluOp::Multiply, tile::Scalar::Imm(2f64.powi(-24)))),
+            );
             act(&mut b, job, u, ActFunc::Log, u, 1.0, None);
             act(&mut b, job, u, ActFunc::Sqrt, u, -2.0, None);
             // Angle θ = u₂·2π − π, u₂ = bits₂₄·2⁻²⁴ ∈ [0, 1); sin θ.
             b.rng(job, r);
-            b.ts(v, job, r, r, AluOp::LogicalShiftRight, 8.0);
-            b.ts(v, job, w, r, AluOp::Multiply, 2f64.powi(-24));
+            b.e.tensor_scalar(
+                v,
+                r.flat(job),
+                r.flat(job),
+                AluOp::LogicalShiftRight,
+                tile::Scalar::Imm(8.0),
+                None,
+            );
+            b.e.tensor_scalar(
+                v,
+                w.flat(job),
+                r.flat(job),
+                AluOp::Multiply,
+                tile::Scalar::Imm(2f64.powi(-24)),
+                None,
+            );
             let p = job.partitions;
             let bias_ap = AccessPattern::sbuf(DType::F32, 0, p, bias.slot.offset, vec![[1, 1]]);
             b.e.push(
@@ -880,40 +945,26 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
                     dst: bias_ap.clone(),
                     value: -PI_DOWN,
                 }),
-                &[],
-                &[bias.slot],
             );
-            act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some((bias_ap, bias.slot)));
-            b.tt(v, job, res, u, w, AluOp::Multiply);
+            act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some(bias_ap));
+            b.e.tensor_tensor(v, res.flat(job), u.flat(job), w.flat(job), AluOp::Multiply);
         }
         b.store(job, 0, out, res);
     }
     Ok(b.finish())
 }
 
-fn act(
-    b: &mut Builder,
-    job: &TileJob,
-    dst: Buf,
-    func: ActFunc,
-    src: Buf,
-    scale: f64,
-    bias: Option<(AccessPattern, Slot)>,
-) {
-    let mut reads = vec![src.slot];
-    if let Some((_, s)) = &bias {
-        reads.push(*s);
-    }
+fn act(b: &mut Builder, job: &TileJob, dst: Buf, func: ActFunc, src: Buf, scale: f64, bias: Option<AccessPattern>) {
     let op = Op::Activation(Activation {
         dst: dst.flat(job),
         func,
         src: src.flat(job),
-        bias: bias.map(|(ap, _)| ScalarOperand::Tile(ap)),
+        bias: bias.map(ScalarOperand::Tile),
         scale: ScalarOperand::Imm(scale),
         acc: Default::default(),
         reduce_res: None,
     });
-    b.e.push(Engine::Scalar, op, &reads, &[dst.slot]);
+    b.e.push(Engine::Scalar, op);
 }
 
 /// Largest n: the broadcast key row and the comparison result (4 bytes each per element) stay
@@ -983,8 +1034,6 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         Op::Rng(Rng {
             dst: ap(DType::U32, r, f),
         }),
-        &[],
-        &[r],
     );
     b.e.push(
         v,
@@ -994,8 +1043,6 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             AluOp::LogicalShiftRight,
             (32 - bits) as f64,
         ),
-        &[r],
-        &[k],
     );
     b.e.push(
         g,
@@ -1005,14 +1052,10 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             channel_multiplier: f as i64,
             pattern: vec![[1, f as i64]],
         }),
-        &[],
-        &[j],
     );
     b.e.push(
         g,
         ts(ap(DType::I32, k, f), ap(DType::I32, k, f), AluOp::Multiply, n as f64),
-        &[k],
-        &[k],
     );
     b.e.push(
         g,
@@ -1022,8 +1065,6 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             in1: ap(DType::I32, j, f),
             op: AluOp::Add,
         }),
-        &[k, j],
-        &[r],
     );
     // Padding (j ≥ n): v = n − 1 − j < 0 → the key int32::MAX, not below any real key.
     b.e.push(
@@ -1037,15 +1078,13 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             pattern: vec![[-1, f as i64]],
             cmp: CmpOp::GreaterEqual,
         }),
-        &[r],
-        &[k],
     );
     // All keys, broadcast to every partition through HBM.
     let keys_hbm = AccessPattern::hbm(keys_name, DType::I32, 0, p, f as i64, vec![[1, f as i64]]);
     // (Store and reload are on the one DMA queue, so they run in order.)
-    b.e.push(Engine::Dma, dma(keys_hbm, ap(DType::I32, k, f)), &[k], &[]);
+    b.e.push(Engine::Dma, dma(keys_hbm, ap(DType::I32, k, f)));
     let row = AccessPattern::hbm(keys_name, DType::I32, 0, p, 0, vec![[1, n as i64]]);
-    b.e.push(Engine::Dma, dma(ap(DType::I32, bc, n), row), &[], &[bc]);
+    b.e.push(Engine::Dma, dma(ap(DType::I32, bc, n), row));
     // rank[i] = #{j : key_j < key_i}: exact int32 comparisons on GpSimd, the 0/1 sum on VectorE.
     for c in 0..f {
         let key = AccessPattern::sbuf(DType::I32, 0, p, k.offset + (4 * c) as u64, vec![[1, 1]]);
@@ -1060,7 +1099,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             operand1: None,
             reverse1: false,
         };
-        b.e.push(g, Op::TensorScalar(lt), &[bc, k], &[junk]);
+        b.e.push(g, Op::TensorScalar(lt));
         let sum = TensorReduce {
             dst: res,
             src: ap(DType::I32, junk, n),
@@ -1068,7 +1107,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             axes: 1,
             negate: false,
         };
-        b.e.push(v, Op::TensorReduce(sum), &[junk], &[rank]);
+        b.e.push(v, Op::TensorReduce(sum));
     }
     b.e.push(
         v,
@@ -1076,20 +1115,18 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
             dst: ap(out_dev, ranki, f),
             src: ap(DType::F32, rank, f),
         }),
-        &[rank],
-        &[ranki],
     );
     let full = n / f;
     let rest = n % f;
     if full > 0 {
         let dst = AccessPattern::hbm(out, out_dev, 0, full, f as i64, vec![[1, f as i64]]);
         let src = AccessPattern::sbuf(out_dev, 0, full, ranki.offset, vec![[1, f as i64]]);
-        b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
+        b.e.push(Engine::Dma, dma(dst, src));
     }
     if rest > 0 {
         let dst = AccessPattern::hbm(out, out_dev, (full * f) as u64, 1, 0, vec![[1, rest as i64]]);
         let src = AccessPattern::sbuf(out_dev, full, 1, ranki.offset, vec![[1, rest as i64]]);
-        b.e.push(Engine::Dma, dma(dst, src), &[ranki], &[]);
+        b.e.push(Engine::Dma, dma(dst, src));
     }
     Ok(b.finish())
 }
@@ -1135,7 +1172,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 src: ones.flat(job),
                 prob: ScalarOperand::Imm(p),
             });
-            b.e.push(v, op, &[ones.slot], &[m.slot]);
+            b.e.push(v, op);
             let op = Op::ScalarTensorTensor(ScalarTensorTensor {
                 dst: res.flat(job),
                 src: x.flat(job),
@@ -1146,13 +1183,20 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 reverse0: false,
                 reverse1: false,
             });
-            b.e.push(v, op, &[x.slot, m.slot], &[res.slot]);
+            b.e.push(v, op);
         } else {
             b.copy(job, res, x);
             b.memset(job, m, 1.0);
         }
         if mask_dev == DType::Bool {
-            b.ts(v, job, mask, m, AluOp::NotEqual, 0.0);
+            b.e.tensor_scalar(
+                v,
+                mask.flat(job),
+                m.flat(job),
+                AluOp::NotEqual,
+                tile::Scalar::Imm(0.0),
+                None,
+            );
         } else {
             b.copy(job, mask, m);
         }
@@ -1205,7 +1249,9 @@ mod tests {
         }
 
         fn run(&self, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
-            let l = lower(&self.req(), TargetName::Trn1).expect("lowers");
+            let l = lower(&self.req(), TargetName::Trn1)
+                .map(crate::schedule)
+                .expect("lowers");
             let inputs = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
             Executor::new(TargetName::Trn1)
                 .run(&l.program, &inputs)
@@ -1298,7 +1344,9 @@ mod tests {
             &[("input.0", TensorMeta::contiguous(F32, &[1, 1]))],
         );
         c.outputs = vec![super::super::OutputSlot::NonTensor];
-        let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1).unwrap();
+        let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1)
+            .map(crate::schedule)
+            .unwrap();
         assert!(l.program.instructions.iter().any(|i| i.engine.is_compute()));
         let inputs = [("input.0".to_string(), HostTensor::from_f32(&[1, 1], &[-2.5]))]
             .into_iter()

@@ -30,15 +30,12 @@
 //! PyTorch's CPU kernels take float and double only: f32 is lowered; other dtypes are
 //! unsupported (double has no device dtype).
 
-use super::matmul::{TILE_K, TILE_M, TILE_N, dma, psum_slot};
-use super::tile::{Emitter, SbufAllocator, Slot, broadcast_shapes, broadcast_strides};
+use super::matmul::{TILE_K, TILE_M, TILE_N};
+use super::tile::{Emitter, SbufAllocator, Slot, broadcast_shapes, broadcast_strides, dma, imm, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use crate::dtype::{TorchDType, unravel};
-use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName,
-    TensorReduce, TensorScalar, TensorTensor,
-};
+use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, TargetName, TensorReduce};
 
 /// Elements per partition of one `(j, k)` block of the direct form (two fp32 buffers of it).
 const DIRECT_BLOCK: usize = 4096;
@@ -130,23 +127,6 @@ fn batch_bases(shape: &[usize], out_batch: &[usize], matrix: usize) -> Vec<usize
 
 fn f32_at(slot: Slot, partitions: usize, col: usize, free: Vec<[i64; 2]>) -> AccessPattern {
     AccessPattern::sbuf(DType::F32, 0, partitions, slot.offset + (col * 4) as u64, free)
-}
-
-fn ts(dst: AccessPattern, src: AccessPattern, op0: AluOp, a: f64, op1: Option<(AluOp, f64)>) -> Op {
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0,
-        operand0: ScalarOperand::Imm(a),
-        reverse0: false,
-        op1: op1.map(|o| o.0),
-        operand1: op1.map(|o| ScalarOperand::Imm(o.1)),
-        reverse1: false,
-    })
-}
-
-fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
-    Op::TensorTensor(TensorTensor { dst, in0, in1, op })
 }
 
 /// `_cdist_forward(x1, x2, p, compute_mode)`.
@@ -292,8 +272,6 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                     dst: f32_at(res, rows, 0, vec![[1, r2 as i64]]),
                     value: 0.0,
                 }),
-                &[],
-                &[res],
             );
         }
         for kt in 0..k_chunks {
@@ -308,7 +286,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                     vec![[1, kc as i64]],
                 );
                 let dst = AccessPattern::sbuf(DType::F32, p0, len, x1t.offset, vec![[1, kc as i64]]);
-                e.push(Engine::Dma, dma(dst, src), &[], &[x1t]);
+                e.push(Engine::Dma, dma(dst, src));
             }
             let mut j0 = 0;
             while j0 < r2 {
@@ -325,16 +303,11 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                         vec![[m as i64, jn as i64], [1, kc as i64]],
                     );
                     let dst = AccessPattern::sbuf(DType::F32, p0, len, x2t.offset, vec![[1, block]]);
-                    e.push(Engine::Dma, dma(dst, src), &[], &[x2t]);
+                    e.push(Engine::Dma, dma(dst, src));
                 }
                 let flat = |s: Slot| f32_at(s, rows, 0, vec![[1, block]]);
                 let x1_over_j = f32_at(x1t, rows, 0, vec![[0, jn as i64], [1, kc as i64]]);
-                e.push(
-                    Engine::Vector,
-                    tt(flat(delta), x1_over_j, flat(x2t), AluOp::Subtract),
-                    &[x1t, x2t],
-                    &[delta],
-                );
+                e.push(Engine::Vector, tt(flat(delta), x1_over_j, flat(x2t), AluOp::Subtract));
                 match norm {
                     Norm::Zero => {
                         // PyTorch maps δ to min(ceil(|δ|), 1): 1 for δ ≠ 0, NaN for NaN.
@@ -342,48 +315,44 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                         let carry = nan_carry.expect("allocated for p = 0");
                         e.push(
                             Engine::Vector,
-                            ts(flat(carry), flat(delta), AluOp::Abs, 0.0, Some((AluOp::Min, 0.0))),
-                            &[delta],
-                            &[carry],
+                            ts(
+                                flat(carry),
+                                flat(delta),
+                                AluOp::Abs,
+                                imm(0.0),
+                                Some((AluOp::Min, imm(0.0))),
+                            ),
                         );
                         e.push(
                             Engine::Vector,
-                            ts(flat(delta), flat(delta), AluOp::NotEqual, 0.0, None),
-                            &[delta],
-                            &[delta],
+                            ts(flat(delta), flat(delta), AluOp::NotEqual, imm(0.0), None),
                         );
-                        e.push(
-                            Engine::Vector,
-                            tt(flat(delta), flat(delta), flat(carry), AluOp::Add),
-                            &[delta, carry],
-                            &[delta],
-                        );
+                        e.push(Engine::Vector, tt(flat(delta), flat(delta), flat(carry), AluOp::Add));
                     }
                     Norm::One | Norm::Inf => {
-                        e.push(
-                            Engine::Vector,
-                            ts(flat(delta), flat(delta), AluOp::Abs, 0.0, None),
-                            &[delta],
-                            &[delta],
-                        );
+                        e.push(Engine::Vector, ts(flat(delta), flat(delta), AluOp::Abs, imm(0.0), None));
                     }
                     Norm::Two => {
                         e.push(
                             Engine::Vector,
                             tt(flat(delta), flat(delta), flat(delta), AluOp::Multiply),
-                            &[delta],
-                            &[delta],
                         );
                     }
                     Norm::General(p) => {
-                        let op = ts(flat(delta), flat(delta), AluOp::Abs, 0.0, Some((AluOp::Pow, p)));
-                        e.push(Engine::Gpsimd, op, &[delta], &[delta]);
+                        let op = ts(
+                            flat(delta),
+                            flat(delta),
+                            AluOp::Abs,
+                            imm(0.0),
+                            Some((AluOp::Pow, imm(p))),
+                        );
+                        e.push(Engine::Gpsimd, op);
                     }
                 }
                 let by_j = f32_at(delta, rows, 0, vec![[kc as i64, jn as i64], [1, kc as i64]]);
-                let (dst, dslot) = match part {
-                    Some(ps) if kt > 0 => (f32_at(ps, rows, 0, vec![[1, jn as i64]]), ps),
-                    _ => (f32_at(res, rows, j0, vec![[1, jn as i64]]), res),
+                let dst = match part {
+                    Some(ps) if kt > 0 => f32_at(ps, rows, 0, vec![[1, jn as i64]]),
+                    _ => f32_at(res, rows, j0, vec![[1, jn as i64]]),
                 };
                 let op = Op::TensorReduce(TensorReduce {
                     dst,
@@ -392,7 +361,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                     axes: 1,
                     negate: false,
                 });
-                e.push(Engine::Vector, op, &[delta], &[dslot]);
+                e.push(Engine::Vector, op);
                 if let Some(ps) = part
                     && kt > 0
                 {
@@ -400,8 +369,6 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                     e.push(
                         Engine::Vector,
                         tt(cols(res, j0), cols(res, j0), cols(ps, 0), norm.reduce_op()),
-                        &[res, ps],
-                        &[res],
                     );
                 }
                 j0 += jn;
@@ -414,12 +381,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
             _ => None,
         };
         if let Some(exponent) = root {
-            e.push(
-                Engine::Gpsimd,
-                ts(all.clone(), all, AluOp::Pow, exponent, None),
-                &[res],
-                &[res],
-            );
+            e.push(Engine::Gpsimd, ts(all.clone(), all, AluOp::Pow, imm(exponent), None));
         }
         match store {
             Store::Dense => {
@@ -431,12 +393,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                     r2 as i64,
                     vec![[1, r2 as i64]],
                 );
-                e.push(
-                    Engine::Dma,
-                    dma(dst, f32_at(res, rows, 0, vec![[1, r2 as i64]])),
-                    &[res],
-                    &[],
-                );
+                e.push(Engine::Dma, dma(dst, f32_at(res, rows, 0, vec![[1, r2 as i64]])));
             }
             Store::UpperTriangle => {
                 let n = r2;
@@ -455,7 +412,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
                         res.offset + ((i + 1) * 4) as u64,
                         vec![[1, len as i64]],
                     );
-                    e.push(Engine::Dma, dma(dst, src), &[res], &[]);
+                    e.push(Engine::Dma, dma(dst, src));
                 }
             }
         }
@@ -494,8 +451,6 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
             dst: sb(ones, TILE_K.min(m), 0, TILE_N),
             value: 1.0,
         }),
-        &[],
-        &[ones],
     );
 
     // Σ_k sq[k, ·] over the K tiles of `sq` (tile stride `stride` columns) into PSUM `[1, n]`,
@@ -510,10 +465,10 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                 moving: sb(sq, ksz, kt * stride, n),
                 accumulate: kt > 0,
             });
-            e.push(Engine::Tensor, op, &[ones, sq], &[psum_slot(psum_bank)]);
+            e.push(Engine::Tensor, op);
         }
-        let copy = ts(sb(dst, 1, 0, n), ps, AluOp::Bypass, 0.0, None);
-        e.push(Engine::Vector, copy, &[psum_slot(psum_bank)], &[dst]);
+        let copy = ts(sb(dst, 1, 0, n), ps, AluOp::Bypass, imm(0.0), None);
+        e.push(Engine::Vector, copy);
     };
 
     for b in 0..d.batch {
@@ -530,13 +485,11 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                     1,
                     vec![[m as i64, nsz as i64]],
                 );
-                e.push(Engine::Dma, dma(sb(x2t, ksz, kt * TILE_N, nsz), src), &[], &[x2t]);
+                e.push(Engine::Dma, dma(sb(x2t, ksz, kt * TILE_N, nsz), src));
                 let v = sb(x2t, ksz, kt * TILE_N, nsz);
                 e.push(
                     Engine::Vector,
                     tt(sb(x2sq, ksz, kt * TILE_N, nsz), v.clone(), v, AluOp::Multiply),
-                    &[x2t],
-                    &[x2sq],
                 );
             }
             column_sums(e, x2sq, TILE_N, nsz, norm2_bank, norm2);
@@ -553,26 +506,18 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                         vec![[m as i64, msz as i64]],
                     );
                     let v = sb(x1t, ksz, kt * TILE_M, msz);
-                    e.push(Engine::Dma, dma(v.clone(), src), &[], &[x1t]);
+                    e.push(Engine::Dma, dma(v.clone(), src));
                     e.push(
                         Engine::Vector,
                         tt(sb(x1sq, ksz, kt * TILE_M, msz), v.clone(), v.clone(), AluOp::Multiply),
-                        &[x1t],
-                        &[x1sq],
                     );
                     // −2·x1 is exact.
-                    e.push(
-                        Engine::Vector,
-                        ts(v.clone(), v, AluOp::Multiply, -2.0, None),
-                        &[x1t],
-                        &[x1t],
-                    );
+                    e.push(Engine::Vector, ts(v.clone(), v, AluOp::Multiply, imm(-2.0), None));
                 }
                 column_sums(e, x1sq, TILE_M, msz, norm1_bank, norm1);
                 let bank_idx = next_bank;
                 next_bank = (next_bank + 1) % main_banks;
                 let ps = AccessPattern::psum(DType::F32, 0, msz, bank_idx as u64 * bank, vec![[1, nsz as i64]]);
-                let pslot = psum_slot(bank_idx);
                 for kt in 0..k_tiles {
                     let (_, ksz) = ktile(kt);
                     let op = Op::NcMatmul(NcMatmul {
@@ -581,12 +526,12 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                         moving: sb(x2t, ksz, kt * TILE_N, nsz),
                         accumulate: kt > 0,
                     });
-                    e.push(Engine::Tensor, op, &[x1t, x2t], &[pslot]);
+                    e.push(Engine::Tensor, op);
                 }
                 // + ‖x1_i‖²·1, then + 1·‖x2_j‖²: the two augmented columns, K = 1 each.
-                for (stationary, moving, reads) in [
-                    (sb(norm1, 1, 0, msz), sb(ones, 1, 0, nsz), [norm1, ones]),
-                    (sb(ones, 1, 0, msz), sb(norm2, 1, 0, nsz), [ones, norm2]),
+                for (stationary, moving) in [
+                    (sb(norm1, 1, 0, msz), sb(ones, 1, 0, nsz)),
+                    (sb(ones, 1, 0, msz), sb(norm2, 1, 0, nsz)),
                 ] {
                     let op = Op::NcMatmul(NcMatmul {
                         dst: ps.clone(),
@@ -594,21 +539,11 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                         moving,
                         accumulate: true,
                     });
-                    e.push(Engine::Tensor, op, &reads, &[pslot]);
+                    e.push(Engine::Tensor, op);
                 }
                 let out = sb(block, msz, 0, nsz);
-                e.push(
-                    Engine::Vector,
-                    ts(out.clone(), ps, AluOp::Max, 0.0, None),
-                    &[pslot],
-                    &[block],
-                );
-                e.push(
-                    Engine::Gpsimd,
-                    ts(out.clone(), out.clone(), AluOp::Pow, 0.5, None),
-                    &[block],
-                    &[block],
-                );
+                e.push(Engine::Vector, ts(out.clone(), ps, AluOp::Max, imm(0.0), None));
+                e.push(Engine::Gpsimd, ts(out.clone(), out.clone(), AluOp::Pow, imm(0.5), None));
                 let dst = AccessPattern::hbm(
                     d.out,
                     DType::F32,
@@ -617,7 +552,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                     r2 as i64,
                     vec![[1, nsz as i64]],
                 );
-                e.push(Engine::Dma, dma(dst, out), &[block], &[]);
+                e.push(Engine::Dma, dma(dst, out));
             }
         }
     }
@@ -661,7 +596,7 @@ mod tests {
             tensors: &tensors,
             outputs: &crate::OutputSlot::of(&outputs),
         };
-        lower_cdist(&req, TargetName::Trn1).map(|l| l.program)
+        lower_cdist(&req, TargetName::Trn1).map(|l| crate::schedule(l).program)
     }
 
     fn uses_tensor_engine(p: &Program) -> bool {

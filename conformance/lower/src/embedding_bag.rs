@@ -39,15 +39,14 @@
 //! V. NaN weights are not treated as PyTorch's sequential `>` would (a NaN propagates through the
 //! engines' max).
 
-use super::binary::{dev, dma};
-use super::matmul::psum_slot;
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::binary::dev;
+use super::tile::{Emitter, SbufAllocator, dma, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, NcMatmul, OobMode, Op,
-    Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, NcMatmul, OobMode, Op,
+    Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce,
 };
 
 const MODE_SUM: i64 = 0;
@@ -185,34 +184,6 @@ fn flat(dtype: DType, p: usize, offset: u64, n: usize) -> AccessPattern {
     sb(dtype, p, offset, vec![[1, n as i64]])
 }
 
-fn ts(dst: AccessPattern, src: AccessPattern, op0: AluOp, operand0: ScalarOperand) -> Op {
-    ts2(dst, src, op0, operand0, None)
-}
-
-fn ts2(
-    dst: AccessPattern,
-    src: AccessPattern,
-    op0: AluOp,
-    operand0: ScalarOperand,
-    then: Option<(AluOp, ScalarOperand)>,
-) -> Op {
-    let (op1, operand1) = then.unzip();
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0,
-        operand0,
-        reverse0: false,
-        op1,
-        operand1,
-        reverse1: false,
-    })
-}
-
-fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
-    Op::TensorTensor(TensorTensor { dst, in0, in1, op })
-}
-
 fn reduce(dst: AccessPattern, src: AccessPattern, op: AluOp) -> Op {
     Op::TensorReduce(TensorReduce {
         dst,
@@ -241,23 +212,6 @@ impl Builder {
         self.alloc.alloc(elems.max(1) * dtype.size())
     }
 
-    fn push(&mut self, engine: Engine, op: Op, reads: &[u64], writes: &[u64]) {
-        let slots = |v: &[u64]| v.iter().map(|&offset| Slot { offset }).collect::<Vec<_>>();
-        self.e.push(engine, op, &slots(reads), &slots(writes));
-    }
-
-    fn vector(&mut self, op: Op, reads: &[u64], writes: &[u64]) {
-        self.push(Engine::Vector, op, reads, writes);
-    }
-
-    fn dma(&mut self, dst: AccessPattern, src: AccessPattern, reads: &[u64], writes: &[u64]) {
-        self.push(Engine::Dma, dma(dst, src), reads, writes);
-    }
-
-    fn memset(&mut self, dst: AccessPattern, value: f64, slot: u64) {
-        self.push(Engine::Gpsimd, Op::Memset(Memset { dst, value }), &[], &[slot]);
-    }
-
     /// Row positions `first + t` along the free axis of `[p, n]` (fp32, same on every partition).
     fn iota_row(&mut self, offset: u64, p: usize, n: usize, first: usize) {
         let op = Op::Iota(Iota {
@@ -266,7 +220,7 @@ impl Builder {
             channel_multiplier: 0,
             pattern: vec![[1, n as i64]],
         });
-        self.push(Engine::Gpsimd, op, &[], &[offset]);
+        self.e.push(Engine::Gpsimd, op);
     }
 
     /// Row positions `first + p` down the partitions of `[p, 1]` (fp32).
@@ -277,15 +231,14 @@ impl Builder {
             channel_multiplier: 1,
             pattern: vec![[1, 1]],
         });
-        self.push(Engine::Gpsimd, op, &[], &[offset]);
+        self.e.push(Engine::Gpsimd, op);
     }
 
-    /// A PSUM bank (rotating, so consecutive blocks do not wait on each other): byte offset and
-    /// dependency slot.
-    fn next_bank(&mut self) -> (u64, u64) {
+    /// A PSUM bank (rotating, so consecutive blocks do not wait on each other): its byte offset.
+    fn next_bank(&mut self) -> u64 {
         let b = self.bank;
         self.bank = (self.bank + 1) % self.banks;
-        (b as u64 * self.bank_bytes, psum_slot(b).offset)
+        b as u64 * self.bank_bytes
     }
 }
 
@@ -333,7 +286,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     if call.bags == 0 && call.offset2bag_len == 0 {
         // Nothing to compute; an empty program would not run any engine.
         let z = b.buf(DType::F32, 1)?;
-        b.memset(flat(DType::F32, 1, z, 1), 0.0, z);
+        b.e.push(Engine::Gpsimd, memset(flat(DType::F32, 1, z, 1), 0.0));
     } else if call.n == 0 {
         zero_outputs(&mut b, &call)?;
     } else {
@@ -352,33 +305,33 @@ fn zero_outputs(b: &mut Builder, call: &Call<'_>) -> Result<(), LowerError> {
     let cols = call.dim.max(1);
     let zw = b.buf(call.wdt, cols)?;
     let zi = b.buf(DType::I32, cols)?;
-    b.memset(flat(call.wdt, P, zw, cols), 0.0, zw);
-    b.memset(flat(DType::I32, P, zi, cols), 0.0, zi);
+    b.e.push(Engine::Gpsimd, memset(flat(call.wdt, P, zw, cols), 0.0));
+    b.e.push(Engine::Gpsimd, memset(flat(DType::I32, P, zi, cols), 0.0));
     let idx_cols = if call.mode == MODE_MAX { call.dim } else { 1 };
     for c in chunks(call.bags, P) {
         let hbm = |name: &str, dt, w: usize| {
             AccessPattern::hbm(name, dt, (c.i0 * w) as u64, c.rows, w as i64, vec![[1, w as i64]])
         };
         if call.dim > 0 {
-            b.dma(
-                hbm(call.output, call.wdt, call.dim),
-                flat(call.wdt, c.rows, zw, call.dim),
-                &[zw],
-                &[],
+            b.e.push(
+                Engine::Dma,
+                dma(
+                    hbm(call.output, call.wdt, call.dim),
+                    flat(call.wdt, c.rows, zw, call.dim),
+                ),
             );
         }
-        b.dma(
-            hbm(call.bag_size, DType::I32, 1),
-            flat(DType::I32, c.rows, zi, 1),
-            &[zi],
-            &[],
+        b.e.push(
+            Engine::Dma,
+            dma(hbm(call.bag_size, DType::I32, 1), flat(DType::I32, c.rows, zi, 1)),
         );
         if idx_cols > 0 {
-            b.dma(
-                hbm(call.max_indices, DType::I32, idx_cols),
-                flat(DType::I32, c.rows, zi, idx_cols),
-                &[zi],
-                &[],
+            b.e.push(
+                Engine::Dma,
+                dma(
+                    hbm(call.max_indices, DType::I32, idx_cols),
+                    flat(DType::I32, c.rows, zi, idx_cols),
+                ),
             );
         }
     }
@@ -429,7 +382,7 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         AccessPattern::hbm(call.offsets, DType::I32, first as u64, P, 0, vec![[1, count as i64]])
     };
     if bags > 0 {
-        b.dma(flat(DType::I32, P, lo, bags), offsets_row(0, bags), &[], &[lo]);
+        b.e.push(Engine::Dma, dma(flat(DType::I32, P, lo, bags), offsets_row(0, bags)));
         if keep {
             // PyTorch's fast path (sum without padding_idx) ends the last bag at offsets[B] when
             // include_last_offset gives it; every other path at N.
@@ -441,10 +394,10 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
             };
             if given < bags {
                 let last = flat(DType::I32, P, hi + ((bags - 1) * 4) as u64, 1);
-                b.memset(last, call.n as f64, hi);
+                b.e.push(Engine::Gpsimd, memset(last, call.n as f64));
             }
             if given > 0 {
-                b.dma(flat(DType::I32, P, hi, given), offsets_row(1, given), &[], &[hi]);
+                b.e.push(Engine::Dma, dma(flat(DType::I32, P, hi, given), offsets_row(1, given)));
             }
         }
     }
@@ -453,11 +406,12 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         let slot = if keep { c } else { 0 };
         let g_off = gathered + (slot * (d + 1) * wdt.size()) as u64;
         let idx_ap = flat(DType::I32, p, idx, 1);
-        b.dma(
-            idx_ap.clone(),
-            AccessPattern::hbm(call.indices, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]),
-            &[],
-            &[idx],
+        b.e.push(
+            Engine::Dma,
+            dma(
+                idx_ap.clone(),
+                AccessPattern::hbm(call.indices, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]),
+            ),
         );
         if d > 0 {
             // Indirect gather: row r of the tile is weight row indices[i0 + r]. PyTorch rejects
@@ -473,20 +427,20 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                     oob: OobMode::Error,
                 }),
             });
-            b.push(Engine::Dma, op, &[idx], &[gathered]);
+            b.e.push(Engine::Dma, op);
         }
         if let Some(name) = &scratch
             && d > 0
         {
             let dst = AccessPattern::hbm(name, wdt, (ch.i0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-            b.dma(dst, flat(wdt, p, g_off + wdt.size() as u64, d), &[gathered], &[]);
+            b.e.push(Engine::Dma, dma(dst, flat(wdt, p, g_off + wdt.size() as u64, d)));
         }
         if bags == 0 {
             // No bags: PyTorch's cumsum of `[-1, 0, …]` makes every offset2bag entry −1.
             if call.offset2bag_len > 0 {
-                b.memset(flat(DType::I32, p, o2b, 1), -1.0, o2b);
+                b.e.push(Engine::Gpsimd, memset(flat(DType::I32, p, o2b, 1), -1.0));
                 let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
-                b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
+                b.e.push(Engine::Dma, dma(dst, flat(DType::I32, p, o2b, 1)));
             }
             continue;
         }
@@ -494,32 +448,37 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         let pos_t = tile_of(&flat(DType::F32, p, pos, 1));
         // ge[i, j] = offsets[j] ≤ i; offset2bag[i] = Σ_j ge[i, j] − 1.
         let ge_ap = flat(DType::F32, p, ge, bags);
-        b.vector(
-            ts(ge_ap.clone(), flat(DType::I32, p, lo, bags), AluOp::IsLe, pos_t.clone()),
-            &[lo, pos],
-            &[ge],
+        b.e.push(
+            Engine::Vector,
+            ts(
+                ge_ap.clone(),
+                flat(DType::I32, p, lo, bags),
+                AluOp::IsLe,
+                pos_t.clone(),
+                None,
+            ),
         );
         if call.offset2bag_len > 0 {
-            b.vector(
+            b.e.push(
+                Engine::Vector,
                 reduce(flat(DType::F32, p, cnt, 1), ge_ap.clone(), AluOp::Add),
-                &[ge],
-                &[cnt],
             );
             let op = ts(
                 flat(DType::I32, p, o2b, 1),
                 flat(DType::F32, p, cnt, 1),
                 AluOp::Subtract,
                 ScalarOperand::Imm(1.0),
+                None,
             );
-            b.vector(op, &[cnt], &[o2b]);
+            b.e.push(Engine::Vector, op);
             let dst = AccessPattern::hbm(call.offset2bag, DType::I32, ch.i0 as u64, p, 1, vec![[1, 1]]);
-            b.dma(dst, flat(DType::I32, p, o2b, 1), &[o2b], &[]);
+            b.e.push(Engine::Dma, dma(dst, flat(DType::I32, p, o2b, 1)));
         }
         if !keep {
             continue;
         }
         // The ones column counts the bag's rows on TensorE.
-        b.memset(flat(wdt, p, g_off, 1), 1.0, gathered);
+        b.e.push(Engine::Gpsimd, memset(flat(wdt, p, g_off, 1), 1.0));
         // w_i = (indices[i] != padding_idx) · per_sample_weights[i] (absent factors are 1).
         let mut weight_factor = None;
         if let Some(pad) = call.padding_idx {
@@ -528,16 +487,18 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                 idx_ap.clone(),
                 AluOp::NotEqual,
                 ScalarOperand::Imm(pad as f64),
+                None,
             );
-            b.vector(op, &[idx], &[wt]);
+            b.e.push(Engine::Vector, op);
             weight_factor = Some(wt);
         }
         if let Some(name) = call.per_sample_weights {
-            b.dma(
-                flat(wdt, p, psw, 1),
-                AccessPattern::hbm(name, wdt, ch.i0 as u64, p, 1, vec![[1, 1]]),
-                &[],
-                &[psw],
+            b.e.push(
+                Engine::Dma,
+                dma(
+                    flat(wdt, p, psw, 1),
+                    AccessPattern::hbm(name, wdt, ch.i0 as u64, p, 1, vec![[1, 1]]),
+                ),
             );
             if weight_factor.is_some() {
                 let op = tt(
@@ -546,15 +507,14 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                     flat(wdt, p, psw, 1),
                     AluOp::Multiply,
                 );
-                b.vector(op, &[wt, psw], &[wt]);
+                b.e.push(Engine::Vector, op);
             } else {
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     Op::TensorCopy(TensorCopy {
                         dst: flat(DType::F32, p, wt, 1),
                         src: flat(wdt, p, psw, 1),
                     }),
-                    &[psw],
-                    &[wt],
                 );
             }
             weight_factor = Some(wt);
@@ -562,10 +522,10 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         // lt[i, j] = (i < end_j) · w_i;  S = ge · lt.
         let then = weight_factor.map(|w| (AluOp::Multiply, tile_of(&flat(DType::F32, p, w, 1))));
         let lt_ap = flat(DType::F32, p, lt, bags);
-        let op = ts2(lt_ap.clone(), flat(DType::I32, p, hi, bags), AluOp::IsGt, pos_t, then);
-        b.vector(op, &[hi, pos, wt], &[lt]);
+        let op = ts(lt_ap.clone(), flat(DType::I32, p, hi, bags), AluOp::IsGt, pos_t, then);
+        b.e.push(Engine::Vector, op);
         let s_ap = flat(wdt, p, segment + (c * bags * wdt.size()) as u64, bags);
-        b.vector(tt(s_ap, ge_ap, lt_ap, AluOp::Multiply), &[ge, lt], &[segment]);
+        b.e.push(Engine::Vector, tt(s_ap, ge_ap, lt_ap, AluOp::Multiply));
     }
     Ok(Rows {
         chunks: rows,
@@ -587,7 +547,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
     for bc in chunks(bags, P) {
         let jc = bc.rows;
         for cc in chunks(cols, BANK_COLS) {
-            let (psum, pslot) = b.next_bank();
+            let psum = b.next_bank();
             let dst = AccessPattern::psum(DType::F32, 0, jc, psum, vec![[1, cc.rows as i64]]);
             for (k, ch) in rows.chunks.iter().enumerate() {
                 let op = Op::NcMatmul(NcMatmul {
@@ -606,7 +566,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                     ),
                     accumulate: k > 0,
                 });
-                b.push(Engine::Tensor, op, &[rows.segment, rows.gathered], &[pslot]);
+                b.e.push(Engine::Tensor, op);
             }
             let psum_col =
                 |c: usize, n: usize| AccessPattern::psum(DType::F32, 0, jc, psum + (c * 4) as u64, vec![[1, n as i64]]);
@@ -615,34 +575,36 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                 let bag_rows = |name: &str| AccessPattern::hbm(name, DType::I32, bc.i0 as u64, jc, 1, vec![[1, 1]]);
                 if call.mode == MODE_SUM {
                     // PyTorch zeroes bag_size for sum ("make bag_size output deterministic").
-                    b.memset(flat(DType::I32, jc, size_t, 1), 0.0, size_t);
+                    b.e.push(Engine::Gpsimd, memset(flat(DType::I32, jc, size_t, 1), 0.0));
                 } else {
                     let op = Op::TensorCopy(TensorCopy {
                         dst: flat(DType::I32, jc, size_t, 1),
                         src: psum_col(0, 1),
                     });
-                    b.vector(op, &[pslot], &[size_t]);
+                    b.e.push(Engine::Vector, op);
                     // apply_bag_size: divide by max(bag_size, 1) converted to the output dtype.
                     let op = ts(
                         flat(wdt, jc, cnt_t, 1),
                         psum_col(0, 1),
                         AluOp::Max,
                         ScalarOperand::Imm(1.0),
+                        None,
                     );
-                    b.vector(op, &[pslot], &[cnt_t]);
+                    b.e.push(Engine::Vector, op);
                     let op = Op::Reciprocal(Reciprocal {
                         dst: flat(DType::F32, jc, rcp_t, 1),
                         src: flat(wdt, jc, cnt_t, 1),
                     });
-                    b.vector(op, &[cnt_t], &[rcp_t]);
+                    b.e.push(Engine::Vector, op);
                 }
-                b.dma(bag_rows(call.bag_size), flat(DType::I32, jc, size_t, 1), &[size_t], &[]);
+                b.e.push(
+                    Engine::Dma,
+                    dma(bag_rows(call.bag_size), flat(DType::I32, jc, size_t, 1)),
+                );
                 // For sum and mean PyTorch copies bag_size into max_indices.
-                b.dma(
-                    bag_rows(call.max_indices),
-                    flat(DType::I32, jc, size_t, 1),
-                    &[size_t],
-                    &[],
+                b.e.push(
+                    Engine::Dma,
+                    dma(bag_rows(call.max_indices), flat(DType::I32, jc, size_t, 1)),
                 );
             }
             // Data columns of this block, as output columns [c0, c0 + n).
@@ -657,15 +619,16 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                 dst: flat(wdt, jc, sum_t, n),
                 src: psum_col(first, n),
             });
-            b.vector(op, &[pslot], &[sum_t]);
+            b.e.push(Engine::Vector, op);
             let result = if call.mode == MODE_MEAN {
                 let op = ts(
                     flat(wdt, jc, out_t, n),
                     flat(wdt, jc, sum_t, n),
                     AluOp::Multiply,
                     tile_of(&flat(DType::F32, jc, rcp_t, 1)),
+                    None,
                 );
-                b.vector(op, &[sum_t, rcp_t], &[out_t]);
+                b.e.push(Engine::Vector, op);
                 out_t
             } else {
                 sum_t
@@ -678,7 +641,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                 d as i64,
                 vec![[1, n as i64]],
             );
-            b.dma(dst, flat(wdt, jc, result, n), &[result], &[]);
+            b.e.push(Engine::Dma, dma(dst, flat(wdt, jc, result, n)));
         }
     }
     Ok(())
@@ -712,36 +675,35 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
         let p = bc.rows;
         // Bag bounds per partition: [offsets[j], end_j), end_j = offsets[j+1] or N for the last.
         let col = |off: u64, dt| flat(dt, p, off, 1);
-        b.dma(
-            col(lo_i, DType::I32),
-            AccessPattern::hbm(call.offsets, DType::I32, j0 as u64, p, 1, vec![[1, 1]]),
-            &[],
-            &[lo_i],
+        b.e.push(
+            Engine::Dma,
+            dma(
+                col(lo_i, DType::I32),
+                AccessPattern::hbm(call.offsets, DType::I32, j0 as u64, p, 1, vec![[1, 1]]),
+            ),
         );
         let given = (bags - 1 - j0).min(p);
         if given < p {
             // The last bag ends at N (PyTorch's offset2bag path): fill N, DMA the others over it.
-            b.memset(col(hi_i, DType::I32), n as f64, hi_i);
+            b.e.push(Engine::Gpsimd, memset(col(hi_i, DType::I32), n as f64));
         }
         if given > 0 {
             let src = AccessPattern::hbm(call.offsets, DType::I32, (j0 + 1) as u64, given, 1, vec![[1, 1]]);
-            b.dma(flat(DType::I32, given, hi_i, 1), src, &[], &[hi_i]);
+            b.e.push(Engine::Dma, dma(flat(DType::I32, given, hi_i, 1), src));
         }
-        b.vector(
+        b.e.push(
+            Engine::Vector,
             Op::TensorCopy(TensorCopy {
                 dst: col(lo, DType::F32),
                 src: col(lo_i, DType::I32),
             }),
-            &[lo_i],
-            &[lo],
         );
-        b.vector(
+        b.e.push(
+            Engine::Vector,
             Op::TensorCopy(TensorCopy {
                 dst: col(hi, DType::F32),
                 src: col(hi_i, DType::I32),
             }),
-            &[hi_i],
-            &[hi],
         );
         for dc in chunks(d.max(1), db) {
             let dn = if d == 0 { 0 } else { dc.rows };
@@ -750,84 +712,80 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 // mask[j, i] = offsets[j] ≤ i < end_j, and indices[i] != padding_idx.
                 b.iota_row(pos_row, p, w, rc.i0);
                 let pos_ap = flat(DType::F32, p, pos_row, w);
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     ts(
                         flat(DType::F32, p, ge, w),
                         pos_ap.clone(),
                         AluOp::IsGe,
                         tile_of(&col(lo, DType::F32)),
+                        None,
                     ),
-                    &[pos_row, lo],
-                    &[ge],
                 );
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     ts(
                         flat(DType::F32, p, lt, w),
                         pos_ap.clone(),
                         AluOp::IsLt,
                         tile_of(&col(hi, DType::F32)),
+                        None,
                     ),
-                    &[pos_row, hi],
-                    &[lt],
                 );
                 let idx_src = AccessPattern::hbm(call.indices, DType::I32, rc.i0 as u64, p, 0, vec![[1, w as i64]]);
-                b.dma(flat(DType::I32, p, idx_i, w), idx_src, &[], &[idx_i]);
-                b.vector(
+                b.e.push(Engine::Dma, dma(flat(DType::I32, p, idx_i, w), idx_src));
+                b.e.push(
+                    Engine::Vector,
                     Op::TensorCopy(TensorCopy {
                         dst: flat(DType::F32, p, idx_f, w),
                         src: flat(DType::I32, p, idx_i, w),
                     }),
-                    &[idx_i],
-                    &[idx_f],
                 );
                 let mask_ap = flat(DType::U8, p, mask, w);
                 if let Some(pad) = call.padding_idx {
-                    b.vector(
+                    b.e.push(
+                        Engine::Vector,
                         tt(
                             flat(DType::F32, p, ge, w),
                             flat(DType::F32, p, ge, w),
                             flat(DType::F32, p, lt, w),
                             AluOp::Multiply,
                         ),
-                        &[ge, lt],
-                        &[ge],
                     );
                     let op = ts(
                         flat(DType::F32, p, lt, w),
                         flat(DType::F32, p, idx_f, w),
                         AluOp::NotEqual,
                         ScalarOperand::Imm(pad as f64),
+                        None,
                     );
-                    b.vector(op, &[idx_f], &[lt]);
+                    b.e.push(Engine::Vector, op);
                 }
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     tt(
                         mask_ap.clone(),
                         flat(DType::F32, p, ge, w),
                         flat(DType::F32, p, lt, w),
                         AluOp::Multiply,
                     ),
-                    &[ge, lt],
-                    &[mask],
                 );
                 if dc.i0 == 0 {
                     // bag_size: the rows in the bag.
                     let dst = if k == 0 { cnt } else { cnt_c };
-                    b.vector(
+                    b.e.push(
+                        Engine::Vector,
                         reduce(col(dst, DType::F32), mask_ap.clone(), AluOp::Add),
-                        &[mask],
-                        &[dst],
                     );
                     if k > 0 {
-                        b.vector(
+                        b.e.push(
+                            Engine::Vector,
                             tt(
                                 col(cnt, DType::F32),
                                 col(cnt, DType::F32),
                                 col(cnt_c, DType::F32),
                                 AluOp::Add,
                             ),
-                            &[cnt, cnt_c],
-                            &[cnt],
                         );
                     }
                 }
@@ -846,7 +804,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     0,
                     vec![[1, dn as i64], [d as i64, w as i64]],
                 );
-                b.dma(cube(wdt, x), src, &[], &[x]);
+                b.e.push(Engine::Dma, dma(cube(wdt, x), src));
                 // y = mask ? x : −inf;  m = max over rows.
                 let op = Op::SelectReduce(SelectReduce {
                     dst: cube(DType::F32, y),
@@ -856,67 +814,63 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     reverse_pred: false,
                     reduce_res: None,
                 });
-                b.vector(op, &[mask, x], &[y]);
+                b.e.push(Engine::Vector, op);
                 let m_ap = flat(DType::F32, p, m, dn);
-                b.vector(reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[m]);
+                b.e.push(Engine::Vector, reduce(m_ap.clone(), cube(DType::F32, y), AluOp::Max));
                 // key = (y == m) · mask ? position : NO_POS;  first = min over rows.
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     tt(cube(DType::F32, key), cube(DType::F32, y), over_rows(m), AluOp::IsEqual),
-                    &[y, m],
-                    &[key],
                 );
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     tt(
                         cube(DType::F32, key),
                         cube(DType::F32, key),
                         over_dims(DType::U8, mask),
                         AluOp::Multiply,
                     ),
-                    &[key, mask],
-                    &[key],
                 );
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     ts(
                         flat(DType::F32, p, pos_shift, w),
                         pos_ap.clone(),
                         AluOp::Subtract,
                         ScalarOperand::Imm(NO_POS),
+                        None,
                     ),
-                    &[pos_row],
-                    &[pos_shift],
                 );
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     tt(
                         cube(DType::F32, key),
                         cube(DType::F32, key),
                         over_dims(DType::F32, pos_shift),
                         AluOp::Multiply,
                     ),
-                    &[key, pos_shift],
-                    &[key],
                 );
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     ts(
                         cube(DType::F32, key),
                         cube(DType::F32, key),
                         AluOp::Add,
                         ScalarOperand::Imm(NO_POS),
+                        None,
                     ),
-                    &[key],
-                    &[key],
                 );
                 let first_ap = flat(DType::F32, p, first, dn);
-                b.vector(reduce(first_ap, cube(DType::F32, key), AluOp::Min), &[key], &[first]);
+                b.e.push(Engine::Vector, reduce(first_ap, cube(DType::F32, key), AluOp::Min));
                 // word = indices[first] (−1 when the chunk has no row of the bag).
-                b.vector(
+                b.e.push(
+                    Engine::Vector,
                     tt(
                         cube(DType::U8, onehot),
                         over_dims(DType::F32, pos_row),
                         over_rows(first),
                         AluOp::IsEqual,
                     ),
-                    &[pos_row, first],
-                    &[onehot],
                 );
                 let op = Op::SelectReduce(SelectReduce {
                     dst: cube(DType::F32, y),
@@ -926,62 +880,55 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     reverse_pred: false,
                     reduce_res: None,
                 });
-                b.vector(op, &[onehot, idx_f], &[y]);
+                b.e.push(Engine::Vector, op);
                 let word_ap = flat(DType::F32, p, word, dn);
-                b.vector(reduce(word_ap.clone(), cube(DType::F32, y), AluOp::Max), &[y], &[word]);
+                b.e.push(Engine::Vector, reduce(word_ap.clone(), cube(DType::F32, y), AluOp::Max));
                 let best_ap = flat(DType::F32, p, best, dn);
                 let best_word_ap = flat(DType::F32, p, best_word, dn);
                 if k == 0 {
-                    b.vector(
+                    b.e.push(
+                        Engine::Vector,
                         Op::TensorCopy(TensorCopy {
                             dst: best_ap.clone(),
                             src: m_ap,
                         }),
-                        &[m],
-                        &[best],
                     );
-                    b.vector(
+                    b.e.push(
+                        Engine::Vector,
                         Op::TensorCopy(TensorCopy {
                             dst: best_word_ap,
                             src: word_ap,
                         }),
-                        &[word],
-                        &[best_word],
                     );
                 } else {
                     // A later chunk wins only with a strictly larger value, or when no earlier
                     // chunk had a row of the bag (PyTorch's `weight > current`, first one kept).
                     let gt_ap = flat(DType::F32, p, gt, dn);
-                    b.vector(
+                    b.e.push(
+                        Engine::Vector,
                         tt(gt_ap.clone(), m_ap.clone(), best_ap.clone(), AluOp::IsGt),
-                        &[m, best],
-                        &[gt],
                     );
                     let none_ap = flat(DType::F32, p, none_yet, dn);
-                    b.vector(
+                    b.e.push(
+                        Engine::Vector,
                         ts(
                             none_ap.clone(),
                             best_word_ap.clone(),
                             AluOp::IsLt,
                             ScalarOperand::Imm(0.0),
+                            None,
                         ),
-                        &[best_word],
-                        &[none_yet],
                     );
                     let upd_ap = flat(DType::U8, p, upd, dn);
-                    b.vector(tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max), &[gt, none_yet], &[upd]);
-                    b.vector(
-                        tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max),
-                        &[best, m],
-                        &[best],
-                    );
+                    b.e.push(Engine::Vector, tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max));
+                    b.e.push(Engine::Vector, tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max));
                     let op = Op::TensorCopyPredicated(trnsim::TensorCopyPredicated {
                         dst: best_word_ap,
                         src: word_ap,
                         predicate: upd_ap,
                         reverse_pred: false,
                     });
-                    b.vector(op, &[word, upd, best_word], &[best_word]);
+                    b.e.push(Engine::Vector, op);
                 }
             }
             if dn == 0 {
@@ -990,15 +937,15 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             // Empty bags (no row found): output 0 and max_indices 0, as PyTorch's zeroed outputs.
             let found_ap = flat(DType::U8, p, found, dn);
             let best_word_ap = flat(DType::F32, p, best_word, dn);
-            b.vector(
+            b.e.push(
+                Engine::Vector,
                 ts(
                     found_ap.clone(),
                     best_word_ap.clone(),
                     AluOp::IsGe,
                     ScalarOperand::Imm(0.0),
+                    None,
                 ),
-                &[best_word],
-                &[found],
             );
             let op = Op::SelectReduce(SelectReduce {
                 dst: flat(wdt, p, out_w, dn),
@@ -1008,38 +955,35 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 reverse_pred: false,
                 reduce_res: None,
             });
-            b.vector(op, &[found, best], &[out_w]);
-            b.vector(
+            b.e.push(Engine::Vector, op);
+            b.e.push(
+                Engine::Vector,
                 ts(
                     flat(DType::I32, p, out_i, dn),
                     best_word_ap,
                     AluOp::Max,
                     ScalarOperand::Imm(0.0),
+                    None,
                 ),
-                &[best_word],
-                &[out_i],
             );
             let hbm = |name: &str, dt| {
                 AccessPattern::hbm(name, dt, (j0 * d + dc.i0) as u64, p, d as i64, vec![[1, dn as i64]])
             };
-            b.dma(hbm(call.output, wdt), flat(wdt, p, out_w, dn), &[out_w], &[]);
-            b.dma(
-                hbm(call.max_indices, DType::I32),
-                flat(DType::I32, p, out_i, dn),
-                &[out_i],
-                &[],
+            b.e.push(Engine::Dma, dma(hbm(call.output, wdt), flat(wdt, p, out_w, dn)));
+            b.e.push(
+                Engine::Dma,
+                dma(hbm(call.max_indices, DType::I32), flat(DType::I32, p, out_i, dn)),
             );
         }
-        b.vector(
+        b.e.push(
+            Engine::Vector,
             Op::TensorCopy(TensorCopy {
                 dst: col(size_i, DType::I32),
                 src: col(cnt, DType::F32),
             }),
-            &[cnt],
-            &[size_i],
         );
         let dst = AccessPattern::hbm(call.bag_size, DType::I32, j0 as u64, p, 1, vec![[1, 1]]);
-        b.dma(dst, col(size_i, DType::I32), &[size_i], &[]);
+        b.e.push(Engine::Dma, dma(dst, col(size_i, DType::I32)));
     }
     Ok(())
 }
@@ -1155,7 +1099,9 @@ mod tests {
     fn max_keeps_the_first_maximum_across_row_chunks() {
         let n = MAX_TILE + 104;
         let bag = Bag::new(3, 1, n, 3, MODE_MAX, false, -1);
-        let lowered = lower(&bag.req(), TargetName::Trn1).expect("lowers");
+        let lowered = lower(&bag.req(), TargetName::Trn1)
+            .map(crate::schedule)
+            .expect("lowers");
         let mut indices = vec![0i64; n];
         // Bag 0 = rows [0, 4100): value 2 first at row 10 (index 1), again at row 4000 (index 2).
         indices[10] = 1;

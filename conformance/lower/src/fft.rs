@@ -36,9 +36,7 @@
 //! Norm modes (the `normalization` int): 0 none, 1 `1/√n`, 2 `1/n`, `n` the product of the
 //! signal lengths; the fp32 factor multiplies the last pass's PSUM result on VectorE.
 
-use super::binary::dma;
-use super::matmul::psum_slot;
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
@@ -325,7 +323,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
         alloc.alloc(row)?,
         alloc.alloc(8)?,
     );
-    let slot = |o: u64| Slot { offset: o };
     let flat = vec![[1, kf]];
     // Imaginary sign: forward e^{−iθ}, inverse and Hermitian → real e^{+iθ}.
     let sign = if p.kind == Kind::Forward { -1.0 } else { 1.0 };
@@ -343,8 +340,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 channel_multiplier: 0,
                 pattern: vec![[1, kf]],
             }),
-            &[],
-            &[slot(k_idx)],
         );
         e.push(
             Engine::Gpsimd,
@@ -354,8 +349,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 channel_multiplier: 1,
                 pattern: vec![[1, 1]],
             }),
-            &[],
-            &[slot(l_idx)],
         );
         // m = l·k, exact in fp32 (< 2^24).
         e.push(
@@ -370,16 +363,12 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 operand1: None,
                 reverse1: false,
             }),
-            &[slot(k_idx), slot(l_idx)],
-            &[slot(prod)],
         );
         // q = round(m/N) (the int32 cast on write rounds to nearest), r = m − q·N ∈ [−N/2, N/2].
         let quot_ap = AccessPattern::sbuf(DType::I32, 0, pl, quot, flat.clone());
         e.push(
             Engine::Vector,
             tensor_scalar(quot_ap.clone(), at(prod), AluOp::Multiply, 1.0 / n, None),
-            &[slot(prod)],
-            &[slot(quot)],
         );
         e.push(
             Engine::Vector,
@@ -393,15 +382,11 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 reverse0: false,
                 reverse1: false,
             }),
-            &[slot(quot), slot(prod)],
-            &[slot(rem)],
         );
         // sin: u = 4r ∈ [−2N, 2N] folded into [−N, N].
         e.push(
             Engine::Vector,
             tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, 2.0 * n))),
-            &[slot(rem)],
-            &[slot(tmp)],
         );
         e.push(
             Engine::Vector,
@@ -415,14 +400,10 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 reverse0: false,
                 reverse1: false,
             }),
-            &[slot(rem), slot(tmp)],
-            &[slot(prod)],
         );
         e.push(
             Engine::Vector,
             tensor_scalar(at(tmp), at(prod), AluOp::Multiply, -1.0, Some((AluOp::Add, -2.0 * n))),
-            &[slot(prod)],
-            &[slot(tmp)],
         );
         e.push(
             Engine::Vector,
@@ -432,8 +413,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 in1: at(tmp),
                 op: AluOp::Max,
             }),
-            &[slot(prod), slot(tmp)],
-            &[slot(angle)],
         );
         for (base, s) in [(m.im, sign), (m.neg_im, -sign)] {
             e.push(
@@ -447,22 +426,16 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                     acc: Default::default(),
                     reduce_res: None,
                 }),
-                &[slot(angle)],
-                &[slot(base)],
             );
         }
         // cos: v = 4r + N ∈ [−N, 3N] folded into [−N, N] (min(v, 2N − v)).
         e.push(
             Engine::Vector,
             tensor_scalar(at(tmp), at(rem), AluOp::Multiply, -4.0, Some((AluOp::Add, n))),
-            &[slot(rem)],
-            &[slot(tmp)],
         );
         e.push(
             Engine::Vector,
             tensor_scalar(at(prod), at(rem), AluOp::Multiply, 4.0, Some((AluOp::Add, n))),
-            &[slot(rem)],
-            &[slot(prod)],
         );
         e.push(
             Engine::Vector,
@@ -472,8 +445,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 in1: at(tmp),
                 op: AluOp::Min,
             }),
-            &[slot(prod), slot(tmp)],
-            &[slot(angle)],
         );
         e.push(
             Engine::Scalar,
@@ -486,8 +457,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                 acc: Default::default(),
                 reduce_res: None,
             }),
-            &[slot(angle)],
-            &[slot(m.cos)],
         );
         if p.kind == Kind::HermitianToReal {
             // Row weights: 2, but 1 for k = 0 and (N even) k = N/2; selected by the partition's
@@ -500,8 +469,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                     dst: w.clone(),
                     value: 2.0,
                 }),
-                &[],
-                &[slot(weight)],
             );
             let mut cur = (w, w2);
             let mut rows_at_one = vec![0i64];
@@ -520,8 +487,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                         pattern: vec![[0, 1]],
                         cmp: CmpOp::NotEqual,
                     }),
-                    &[slot(weight)],
-                    &[slot(weight)],
                 );
                 cur = (cur.1, cur.0);
             }
@@ -539,8 +504,6 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
                         operand1: None,
                         reverse1: false,
                     }),
-                    &[slot(base), slot(weight)],
-                    &[slot(base)],
                 );
             }
         }
@@ -604,7 +567,6 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
     }
     let data = alloc.alloc(chunks * bmax * c_in * 4)?;
     let result = alloc.alloc(bmax * c_out * 4)?;
-    let (data_slot, result_slot) = (Slot { offset: data }, Slot { offset: result });
     // Ping-pong buffers of the pairwise sum of the slice partials.
     let partials = if slices > 1 {
         Some((
@@ -614,7 +576,6 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
     } else {
         None
     };
-    let mat_slots = [Slot { offset: m.cos }, Slot { offset: m.im }, Slot { offset: m.neg_im }];
     let hbm_free = |outer_stride: usize, to: usize, ti: usize, c: usize| {
         let mut f = vec![[outer_stride as i64, to as i64], [c as i64, ti as i64]];
         if c == 2 {
@@ -636,13 +597,12 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 hbm_free(src_len * inner * c_in, to, ti, c_in),
             );
             let dst = sb(data + (j * b * c_in * 4) as u64, pl, vec![[1, (b * c_in) as i64]]);
-            e.push(Engine::Dma, dma(dst, src), &[], &[data_slot]);
+            e.push(Engine::Dma, dma(dst, src));
         }
         let mut k0 = 0;
         while k0 < outputs {
             let kt = (outputs - k0).min(128);
             let psum_off = (*bank % tgt.psum_banks * tgt.psum_bank_bytes) as u64;
-            let pslot = psum_slot(*bank % tgt.psum_banks);
             *bank += 1;
             // (output part, matrix, input part) products summed into each output part.
             let products: Vec<(usize, u64, usize)> = match (p.src_complex, p.dst_complex) {
@@ -688,12 +648,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                             // each slice's products add up in its own block.
                             accumulate: if slices == 1 { n > 0 || r > 0 } else { n > 0 },
                         });
-                        e.push(
-                            Engine::Tensor,
-                            op,
-                            &[data_slot, mat_slots[0], mat_slots[1], mat_slots[2]],
-                            &[pslot],
-                        );
+                        e.push(Engine::Tensor, op);
                     }
                 }
             }
@@ -708,8 +663,6 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                             dst: sb(ping, kt, vec![[1, (slices * bc) as i64]]),
                             src: all,
                         }),
-                        &[pslot],
-                        &[Slot { offset: ping }],
                     );
                     let (mut from, mut to, mut count) = (ping, pong, slices);
                     while count > 1 {
@@ -730,8 +683,6 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                                 in1: pick(1),
                                 op: AluOp::Add,
                             }),
-                            &[Slot { offset: from }],
-                            &[Slot { offset: to }],
                         );
                         if count % 2 == 1 {
                             e.push(
@@ -740,8 +691,6 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                                     dst: sb(to + (pairs * bc * 4) as u64, kt, vec![[1, bc as i64]]),
                                     src: sb(from + ((count - 1) * bc * 4) as u64, kt, vec![[1, bc as i64]]),
                                 }),
-                                &[Slot { offset: from }],
-                                &[Slot { offset: to }],
                             );
                         }
                         count = pairs + count % 2;
@@ -749,11 +698,6 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                     }
                     sb(from, kt, vec![[1, bc as i64]])
                 }
-            };
-            let summed_slot = if partials.is_some() {
-                Slot { offset: summed.offset }
-            } else {
-                pslot
             };
             let evacuate = if p.scale == 1.0 {
                 Op::TensorCopy(TensorCopy {
@@ -763,7 +707,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
             } else {
                 tensor_scalar(out.clone(), summed, AluOp::Multiply, p.scale, None)
             };
-            e.push(Engine::Vector, evacuate, &[summed_slot], &[result_slot]);
+            e.push(Engine::Vector, evacuate);
             let dst = AccessPattern::hbm(
                 &p.dst,
                 DType::F32,
@@ -772,7 +716,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 (inner * c_out) as i64,
                 hbm_free(outputs * inner * c_out, to, ti, c_out),
             );
-            e.push(Engine::Dma, dma(dst, out), &[result_slot], &[]);
+            e.push(Engine::Dma, dma(dst, out));
             k0 += kt;
         }
     }
@@ -812,7 +756,7 @@ mod tests {
             tensors: &tensors,
             outputs: &crate::OutputSlot::of(&outputs),
         };
-        lower(&req, TargetName::Trn1)
+        lower(&req, TargetName::Trn1).map(crate::schedule)
     }
 
     fn run(lowered: &Lowered, input: HostTensor) -> Vec<f32> {

@@ -30,13 +30,13 @@
 //! (wrong, possibly out-of-bounds) addresses there — undefined behaviour; this lowering gathers
 //! the addressed element.
 
-use super::binary::{dev, dma};
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::binary::dev;
+use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, imm, ts};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
+    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -110,11 +110,16 @@ struct Tile {
     width: usize,
 }
 
-/// An operand: an access pattern and the tile it reads or writes (for dependency tracking).
+/// An operand: a view of a tile.
 #[derive(Clone, Debug)]
 struct Opnd {
     ap: AccessPattern,
-    slot: Slot,
+}
+
+impl Operand for Opnd {
+    fn ap(&self) -> AccessPattern {
+        self.ap.clone()
+    }
 }
 
 impl Tile {
@@ -133,7 +138,6 @@ impl Tile {
         let offset = self.slot.offset + (first * self.dtype.size()) as u64;
         Opnd {
             ap: AccessPattern::sbuf(self.dtype, 0, p, offset, free),
-            slot: self.slot,
         }
     }
 }
@@ -156,56 +160,19 @@ impl Builder {
         })
     }
 
-    fn push(&mut self, engine: Engine, op: Op, reads: &[&Opnd], write: &Opnd) {
-        let reads: Vec<Slot> = reads.iter().map(|o| o.slot).collect();
-        self.e.push(engine, op, &reads, &[write.slot]);
-    }
-
-    /// `dst = src op imm` (or `imm op src` when `reverse`).
-    fn ts(&mut self, dst: &Opnd, src: &Opnd, op: AluOp, imm: f64, reverse: bool) {
-        let op = Op::TensorScalar(TensorScalar {
-            dst: dst.ap.clone(),
-            src: src.ap.clone(),
-            op0: op,
-            operand0: ScalarOperand::Imm(imm),
-            reverse0: reverse,
-            op1: None,
-            operand1: None,
-            reverse1: false,
-        });
-        self.push(Engine::Vector, op, &[src], dst);
-    }
-
     /// `dst = (src op0 imm0) op1 imm1`, rounded to dst's dtype after each operator as PyTorch
     /// does: one instruction when that rounding cannot matter (fp32 dst, or an exact op1).
     fn ts2(&mut self, dst: &Opnd, src: &Opnd, op0: AluOp, imm0: f64, op1: AluOp, imm1: f64) {
         let exact_op1 = matches!(op1, AluOp::Max | AluOp::Min | AluOp::Abs);
         if dst.ap.dtype == DType::F32 || exact_op1 {
-            let op = Op::TensorScalar(TensorScalar {
-                dst: dst.ap.clone(),
-                src: src.ap.clone(),
-                op0,
-                operand0: ScalarOperand::Imm(imm0),
-                reverse0: false,
-                op1: Some(op1),
-                operand1: Some(ScalarOperand::Imm(imm1)),
-                reverse1: false,
-            });
-            self.push(Engine::Vector, op, &[src], dst);
+            let op = ts(dst.ap.clone(), src.ap.clone(), op0, imm(imm0), Some((op1, imm(imm1))));
+            self.e.push(Engine::Vector, op);
         } else {
-            self.ts(dst, src, op0, imm0, false);
-            self.ts(dst, dst, op1, imm1, false);
+            self.e
+                .push(Engine::Vector, ts(dst.ap.clone(), src.ap.clone(), op0, imm(imm0), None));
+            self.e
+                .push(Engine::Vector, ts(dst.ap.clone(), dst.ap.clone(), op1, imm(imm1), None));
         }
-    }
-
-    fn tt(&mut self, dst: &Opnd, in0: &Opnd, in1: &Opnd, op: AluOp) {
-        let o = Op::TensorTensor(TensorTensor {
-            dst: dst.ap.clone(),
-            in0: in0.ap.clone(),
-            in1: in1.ap.clone(),
-            op,
-        });
-        self.push(Engine::Vector, o, &[in0, in1], dst);
     }
 
     /// `dst = (src op0 scalar) op1 in1` with a per-partition scalar tile; fp32 dst only (the
@@ -221,7 +188,7 @@ impl Builder {
             reverse0: false,
             reverse1: false,
         });
-        self.push(Engine::Vector, op, &[src, scalar, in1], dst);
+        self.e.push(Engine::Vector, op);
     }
 
     fn copy(&mut self, dst: &Opnd, src: &Opnd) {
@@ -229,18 +196,16 @@ impl Builder {
             dst: dst.ap.clone(),
             src: src.ap.clone(),
         });
-        self.push(Engine::Vector, op, &[src], dst);
+        self.e.push(Engine::Vector, op);
     }
 
     fn memset(&mut self, engine: Engine, dst: &Opnd, value: f64) {
-        self.push(
+        self.e.push(
             engine,
             Op::Memset(Memset {
                 dst: dst.ap.clone(),
                 value,
             }),
-            &[],
-            dst,
         );
     }
 
@@ -255,10 +220,9 @@ impl Builder {
                 dtype: DType::F32,
                 ..int_scratch.ap.clone()
             },
-            slot: int_scratch.slot,
         };
-        self.tt(&above, dst, src, AluOp::IsGt);
-        self.tt(dst, dst, &above, AluOp::Subtract);
+        self.e.tensor_tensor(Engine::Vector, &above, dst, src, AluOp::IsGt);
+        self.e.tensor_tensor(Engine::Vector, dst, dst, &above, AluOp::Subtract);
     }
 
     /// PyTorch's `reflect_coordinates` in place on `v` (compute dtype).
@@ -278,16 +242,32 @@ impl Builder {
         // abs_in = |in − low|
         self.ts2(&abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
         // double_flips = trunc(abs_in / twice_span) (abs_in ≥ 0: trunc = floor)
-        self.ts(&q, &abs, AluOp::Multiply, (1.0 / ax.twice_span) as f32 as f64, false);
+        self.e.tensor_scalar(
+            Engine::Vector,
+            &q,
+            &abs,
+            AluOp::Multiply,
+            Scalar::Imm((1.0 / ax.twice_span) as f32 as f64),
+            None,
+        );
         self.floor(&fl, &q, &int);
         // extra = abs_in − double_flips·twice_span
-        self.ts(&q, &fl, AluOp::Multiply, ax.twice_span, false);
-        self.tt(&q, &abs, &q, AluOp::Subtract);
+        self.e.tensor_scalar(
+            Engine::Vector,
+            &q,
+            &fl,
+            AluOp::Multiply,
+            Scalar::Imm(ax.twice_span),
+            None,
+        );
+        self.e.tensor_tensor(Engine::Vector, &q, &abs, &q, AluOp::Subtract);
         // min(extra, twice_span − extra) + low
-        self.ts(&other, &q, AluOp::Subtract, ax.twice_span, true);
-        self.tt(v, &q, &other, AluOp::Min);
+        self.e
+            .tensor_scalar_rev(Engine::Vector, &other, &q, AluOp::Subtract, Scalar::Imm(ax.twice_span));
+        self.e.tensor_tensor(Engine::Vector, v, &q, &other, AluOp::Min);
         if ax.low != 0.0 {
-            self.ts(v, v, AluOp::Add, ax.low, false);
+            self.e
+                .tensor_scalar(Engine::Vector, v, v, AluOp::Add, Scalar::Imm(ax.low), None);
         }
     }
 
@@ -315,9 +295,8 @@ impl Builder {
                 dtype: v.ap.dtype,
                 ..clean.ap
             },
-            slot: clean.slot,
         };
-        self.tt(&is_num, v, v, AluOp::IsEqual);
+        self.e.tensor_tensor(Engine::Vector, &is_num, v, v, AluOp::IsEqual);
         self.memset(Engine::Vector, &clean, 0.0);
         let op = Op::TensorCopyPredicated(TensorCopyPredicated {
             dst: clean.ap.clone(),
@@ -325,7 +304,7 @@ impl Builder {
             predicate: is_num.ap.clone(),
             reverse_pred: false,
         });
-        self.push(Engine::Vector, op, &[v, &is_num, &clean], &clean);
+        self.e.push(Engine::Vector, op);
         self.ts2(v, &clean, AluOp::Max, 0.0, AluOp::Min, ax.max_val);
     }
 
@@ -333,13 +312,15 @@ impl Builder {
     fn unnormalize(&mut self, dst: &Opnd, g: &Opnd, ax: &Axis, align: bool) {
         self.ts2(dst, g, AluOp::Add, 1.0, AluOp::Multiply, ax.scaling_factor);
         if !align {
-            self.ts(dst, dst, AluOp::Subtract, 0.5, false);
+            self.e
+                .tensor_scalar(Engine::Vector, dst, dst, AluOp::Subtract, Scalar::Imm(0.5), None);
         }
     }
 
     /// In-bounds mask (1.0/0.0, fp32) of integral coordinates `c`: `0 ≤ c < size`.
     fn in_bounds(&mut self, dst: &Opnd, c: &Opnd, size: usize, tmp: &Opnd) {
-        self.ts(tmp, c, AluOp::IsGe, 0.0, false);
+        self.e
+            .tensor_scalar(Engine::Vector, tmp, c, AluOp::IsGe, Scalar::Imm(0.0), None);
         let op = Op::ScalarTensorTensor(ScalarTensorTensor {
             dst: dst.ap.clone(),
             src: c.ap.clone(),
@@ -350,7 +331,7 @@ impl Builder {
             reverse0: false,
             reverse1: false,
         });
-        self.push(Engine::Vector, op, &[c, tmp], dst);
+        self.e.push(Engine::Vector, op);
     }
 
     /// Cubic convolution coefficient of distance `x` (compute dtype), PyTorch's expressions:
@@ -360,15 +341,18 @@ impl Builder {
         let a = CUBIC_A;
         if outer {
             self.ts2(dst, x, AluOp::Multiply, a, AluOp::Subtract, 5.0 * a);
-            self.tt(dst, dst, x, AluOp::Multiply);
-            self.ts(dst, dst, AluOp::Add, 8.0 * a, false);
-            self.tt(dst, dst, x, AluOp::Multiply);
-            self.ts(dst, dst, AluOp::Subtract, 4.0 * a, false);
+            self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
+            self.e
+                .tensor_scalar(Engine::Vector, dst, dst, AluOp::Add, Scalar::Imm(8.0 * a), None);
+            self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
+            self.e
+                .tensor_scalar(Engine::Vector, dst, dst, AluOp::Subtract, Scalar::Imm(4.0 * a), None);
         } else {
             self.ts2(dst, x, AluOp::Multiply, a + 2.0, AluOp::Subtract, a + 3.0);
-            self.tt(dst, dst, x, AluOp::Multiply);
-            self.tt(dst, dst, x, AluOp::Multiply);
-            self.ts(dst, dst, AluOp::Add, 1.0, false);
+            self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
+            self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
+            self.e
+                .tensor_scalar(Engine::Vector, dst, dst, AluOp::Add, Scalar::Imm(1.0), None);
         }
     }
 
@@ -385,7 +369,7 @@ impl Builder {
                 operand1: None,
                 reverse1: false,
             });
-            self.push(Engine::Vector, op, &[v, w], acc);
+            self.e.push(Engine::Vector, op);
         } else if acc.ap.dtype == DType::F32 {
             self.stt(acc, v, AluOp::Multiply, w, AluOp::Add, acc);
         } else {
@@ -399,8 +383,8 @@ impl Builder {
                 operand1: None,
                 reverse1: false,
             });
-            self.push(Engine::Vector, op, &[v, w], tmp);
-            self.tt(acc, acc, tmp, AluOp::Add);
+            self.e.push(Engine::Vector, op);
+            self.e.tensor_tensor(Engine::Vector, acc, acc, tmp, AluOp::Add);
         }
     }
 }
@@ -532,7 +516,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             channel_multiplier: 0,
             pattern: vec![[1, k as i64]],
         });
-        b.push(Engine::Gpsimd, op, &[], &dst);
+        b.e.push(Engine::Gpsimd, op);
     }
 
     let hw = (h * w) as i64;
@@ -543,7 +527,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             b.p = p;
             let g = grid_t.all(p);
             let src = AccessPattern::hbm(grid_name, cd, ((bn * points + p0) * 2) as u64, p, 2, vec![[1, 2]]);
-            b.e.push(Engine::Dma, dma(g.ap.clone(), src), &[], &[g.slot]);
+            b.e.push(Engine::Dma, dma(g.ap.clone(), src));
             for (d, ax) in [ax_x, ax_y].iter().enumerate() {
                 let gd = grid_t.col(p, d);
                 let x = coord[d].all(p);
@@ -560,8 +544,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             b.floor(&bs, &x, &int1);
                             // w = x − x_w (distance to the west/north tap), e = 1 − w.
                             let (west, east) = (wts[d].col(p, 1), wts[d].col(p, 0));
-                            b.tt(&west, &x, &bs, AluOp::Subtract);
-                            b.ts(&east, &west, AluOp::Subtract, 1.0, true);
+                            b.e.tensor_tensor(Engine::Vector, &west, x, &bs, AluOp::Subtract);
+                            b.e.tensor_scalar_rev(Engine::Vector, &east, &west, AluOp::Subtract, Scalar::Imm(1.0));
                         } else {
                             // round half to even: the cast on write to int32.
                             b.copy(&int1, &x);
@@ -572,30 +556,37 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             // cast gives 0 for NaN and ±(2^31−1) for ±inf, so f32 adds `x − x`
                             // (NaN exactly for them) and bf16/f16 multiply by `x − x == 0`.
                             let non_finite = s.f.col(p, 0);
-                            b.tt(&non_finite, &x, &x, AluOp::Subtract);
+                            b.e.tensor_tensor(Engine::Vector, &non_finite, &x, &x, AluOp::Subtract);
                             if cd == DType::F32 {
-                                b.tt(&bs, &bs, &non_finite, AluOp::Add);
+                                b.e.tensor_tensor(Engine::Vector, &bs, &bs, &non_finite, AluOp::Add);
                             } else {
-                                b.ts(&non_finite, &non_finite, AluOp::IsEqual, 0.0, false);
-                                b.tt(&bs, &bs, &non_finite, AluOp::Multiply);
+                                b.e.tensor_scalar(
+                                    Engine::Vector,
+                                    &non_finite,
+                                    &non_finite,
+                                    AluOp::IsEqual,
+                                    Scalar::Imm(0.0),
+                                    None,
+                                );
+                                b.e.tensor_tensor(Engine::Vector, &bs, &bs, &non_finite, AluOp::Multiply);
                             }
                         }
-                        b.tt(&tc, &base_bcast, &tcst, AluOp::Add);
+                        b.e.tensor_tensor(Engine::Vector, &tc, &base_bcast, &tcst, AluOp::Add);
                     }
                     Interp::Bicubic => {
                         b.floor(&bs, &x, &int1);
                         let t = frac[d].all(p);
-                        b.tt(&t, &x, &bs, AluOp::Subtract);
+                        b.e.tensor_tensor(Engine::Vector, &t, x, &bs, AluOp::Subtract);
                         let dist = s.a.col(p, 0);
-                        b.ts(&dist, &t, AluOp::Add, 1.0, false);
+                        b.e.tensor_scalar(Engine::Vector, &dist, &t, AluOp::Add, Scalar::Imm(1.0), None);
                         b.cubic(&wts[d].col(p, 0), &dist, true);
                         b.cubic(&wts[d].col(p, 1), &t, false);
-                        b.ts(&dist, &t, AluOp::Subtract, 1.0, true);
+                        b.e.tensor_scalar_rev(Engine::Vector, &dist, &t, AluOp::Subtract, Scalar::Imm(1.0));
                         b.cubic(&wts[d].col(p, 2), &dist, false);
-                        b.ts(&dist, &t, AluOp::Subtract, 2.0, true);
+                        b.e.tensor_scalar_rev(Engine::Vector, &dist, &t, AluOp::Subtract, Scalar::Imm(2.0));
                         b.cubic(&wts[d].col(p, 3), &dist, true);
                         // Tap coordinates `ix − 1 + i` in the compute dtype, then padded.
-                        b.tt(&tc, &base_bcast, &tcst, AluOp::Add);
+                        b.e.tensor_tensor(Engine::Vector, &tc, &base_bcast, &tcst, AluOp::Add);
                         b.pad(&tc, ax, padding, &s);
                     }
                 }
@@ -624,9 +615,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let rows_b = |t: &Tile| t.view(p, 0, vec![[1, kj], [0, ki]]);
             let cols_b = |t: &Tile| t.view(p, 0, vec![[0, kj], [1, ki]]);
             let off = off2.all(p);
-            b.tt(&off, &rows_b(&offsets[1]), &cols_b(&tapf[0]), AluOp::Add);
+            b.e.tensor_tensor(Engine::Vector, &off, rows_b(&offsets[1]), cols_b(&tapf[0]), AluOp::Add);
             let valid = valid2.all(p);
-            b.tt(&valid, &rows_b(&mask[1]), &cols_b(&mask[0]), AluOp::Multiply);
+            b.e.tensor_tensor(
+                Engine::Vector,
+                &valid,
+                rows_b(&mask[1]),
+                cols_b(&mask[0]),
+                AluOp::Multiply,
+            );
             let pred = pred2.all(p);
             b.copy(&pred, &valid);
             // Out-of-bounds taps point past the end of the input: the gather skips them.
@@ -638,11 +635,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 predicate: pred.ap.clone(),
                 reverse_pred: false,
             });
-            b.push(Engine::Vector, op, &[&off, &pred, &ixf], &ixf);
+            b.e.push(Engine::Vector, op);
             let ix = idx.all(p);
             b.copy(&ix, &ixf);
             if interp == Interp::Bilinear {
-                b.tt(&weight2.all(p), &rows_b(&wts[1]), &cols_b(&wts[0]), AluOp::Multiply);
+                b.e.tensor_tensor(
+                    Engine::Vector,
+                    weight2.all(p),
+                    rows_b(&wts[1]),
+                    cols_b(&wts[0]),
+                    AluOp::Multiply,
+                );
             }
 
             let mut c0 = 0;
@@ -665,7 +668,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             oob: OobMode::Skip,
                         }),
                     });
-                    b.push(Engine::Dma, op, &[&index, &dst], &dst);
+                    b.e.push(Engine::Dma, op);
                 }
                 let out = acc.view(p, 0, vec![[1, cc as i64]]);
                 let tmpv = tmp.view(p, 0, vec![[1, cc as i64]]);
@@ -696,7 +699,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     1,
                     vec![[points as i64, cc as i64]],
                 );
-                b.e.push(Engine::Dma, dma(dst, result.ap.clone()), &[result.slot], &[]);
+                b.e.push(Engine::Dma, dma(dst, result.ap.clone()));
                 c0 += cc;
             }
             p0 += p;
@@ -742,7 +745,7 @@ mod tests {
             tensors: &tensors,
             outputs: &crate::OutputSlot::of(&outputs),
         };
-        lower(&req, TargetName::Trn1)
+        lower(&req, TargetName::Trn1).map(crate::schedule)
     }
 
     #[test]

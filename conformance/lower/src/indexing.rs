@@ -36,7 +36,7 @@
 //! forms return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
 //! elements).
 
-use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides};
+use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{BoolOrInt, IntOrBool, Scalar, TensorArg};
 use crate::dtype::TorchDType;
@@ -149,13 +149,7 @@ fn sb(dtype: DType, p: usize, offset: u64, f: usize) -> AccessPattern {
 /// 2^23 − 1 elsewhere, past any source, so an indirect DMA with `OobMode::Skip` drops unselected
 /// elements. The scan state is fp32: exact below 2^24 (callers bound `n` well below). The four
 /// scratch slots hold ones, the running count, the offset and the positions (returned, I32).
-fn mask_positions(
-    b: &mut B<'_, '_>,
-    m: Slot,
-    m_ap: AccessPattern,
-    n: usize,
-    [ones, cs, w, ix]: [Slot; 4],
-) -> AccessPattern {
+fn mask_positions(b: &mut B<'_, '_>, m_ap: AccessPattern, n: usize, [ones, cs, w, ix]: [Slot; 4]) -> AccessPattern {
     let ones_ap = sb(DType::F32, 1, ones.offset, n);
     b.e.push(
         Engine::Vector,
@@ -163,8 +157,6 @@ fn mask_positions(
             dst: ones_ap.clone(),
             value: 1.0,
         }),
-        &[],
-        &[ones],
     );
     // cs = inclusive prefix count of the (row-broadcast) mask, fp32 state: exact below 2^24.
     let cs_ap = sb(DType::F32, 1, cs.offset, n);
@@ -178,8 +170,6 @@ fn mask_positions(
             op0: AluOp::Multiply,
             op1: AluOp::Add,
         }),
-        &[ones, m],
-        &[cs],
     );
     // w = m ? -1 : 2^23 - 1, so ix = cs + w is cs − 1 where selected and past `values` elsewhere.
     const BIG: f64 = (1u64 << 23) as f64;
@@ -196,8 +186,6 @@ fn mask_positions(
             operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
             reverse1: false,
         }),
-        &[m],
-        &[w],
     );
     let ix_ap = sb(DType::I32, 1, ix.offset, n);
     b.e.push(
@@ -208,19 +196,8 @@ fn mask_positions(
             in1: w_ap,
             op: AluOp::Add,
         }),
-        &[cs, w],
-        &[ix],
     );
     ix_ap
-}
-
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
 }
 
 /// `[step, num]` free dims of an AP for `S[1..]` with the given strides (at least one dim).
@@ -280,8 +257,6 @@ impl<'r, 'a> B<'r, 'a> {
                     accumulate,
                     indirect: None,
                 }),
-                &[],
-                &[],
             );
             done += rows * cols;
         }
@@ -294,11 +269,9 @@ impl<'r, 'a> B<'r, 'a> {
         }
         let cols = 2048usize;
         let off = self.alloc.alloc(cols * dt.size())?;
-        let slot = Slot { offset: off };
         let p = n.div_ceil(cols).min(128);
         let tile = AccessPattern::sbuf(dt, 0, p, off, vec![[1, cols as i64]]);
-        self.e
-            .push(Engine::Gpsimd, Op::Memset(Memset { dst: tile, value }), &[], &[slot]);
+        self.e.push(Engine::Gpsimd, Op::Memset(Memset { dst: tile, value }));
         let mut done = 0usize;
         while done < n {
             let rest = n - done;
@@ -311,8 +284,6 @@ impl<'r, 'a> B<'r, 'a> {
             self.e.push(
                 Engine::Dma,
                 dma(d, AccessPattern::sbuf(dt, 0, rows, off, vec![[1, c as i64]])),
-                &[slot],
-                &[],
             );
             done += rows * c;
         }
@@ -340,8 +311,6 @@ impl<'r, 'a> B<'r, 'a> {
                 channel_multiplier: sp.base[0],
                 pattern,
             }),
-            &[],
-            &[acc],
         );
         for ix in &sp.idx {
             let src = AccessPattern::hbm(
@@ -354,7 +323,7 @@ impl<'r, 'a> B<'r, 'a> {
             );
             let t = sb(DType::I32, pc, tmp.offset, f);
             let wa = sb(DType::I32, pc, w.offset, f);
-            self.e.push(Engine::Dma, dma(t.clone(), src), &[], &[tmp]);
+            self.e.push(Engine::Dma, dma(t.clone(), src));
             // w = (t < 0) * size ; w = w + t ; w = w * mult ; acc = acc + w
             self.e.push(
                 Engine::Gpsimd,
@@ -368,8 +337,6 @@ impl<'r, 'a> B<'r, 'a> {
                     operand1: Some(ScalarOperand::Imm(ix.size as f64)),
                     reverse1: false,
                 }),
-                &[tmp],
-                &[w],
             );
             self.e.push(
                 Engine::Gpsimd,
@@ -379,8 +346,6 @@ impl<'r, 'a> B<'r, 'a> {
                     in1: t,
                     op: AluOp::Add,
                 }),
-                &[w, tmp],
-                &[w],
             );
             self.e.push(
                 Engine::Gpsimd,
@@ -394,8 +359,6 @@ impl<'r, 'a> B<'r, 'a> {
                     operand1: None,
                     reverse1: false,
                 }),
-                &[w],
-                &[w],
             );
             self.e.push(
                 Engine::Gpsimd,
@@ -405,8 +368,6 @@ impl<'r, 'a> B<'r, 'a> {
                     in1: wa.clone(),
                     op: AluOp::Add,
                 }),
-                &[acc, w],
-                &[acc],
             );
             if let Some(k) = ix.skip {
                 // acc += (t == k) * 2^30: far past the end of any tensor the runner accepts.
@@ -422,8 +383,6 @@ impl<'r, 'a> B<'r, 'a> {
                         operand1: Some(ScalarOperand::Imm((1u64 << 30) as f64)),
                         reverse1: false,
                     }),
-                    &[tmp],
-                    &[w],
                 );
                 self.e.push(
                     Engine::Gpsimd,
@@ -433,8 +392,6 @@ impl<'r, 'a> B<'r, 'a> {
                         in1: wa,
                         op: AluOp::Add,
                     }),
-                    &[acc, w],
-                    &[acc],
                 );
             }
         }
@@ -480,8 +437,6 @@ impl<'r, 'a> B<'r, 'a> {
                         oob: OobMode::Error,
                     }),
                 }),
-                &[acc],
-                &[],
             );
             p0 += pc;
         }
@@ -518,7 +473,7 @@ impl<'r, 'a> B<'r, 'a> {
                     let s = AccessPattern::hbm(name, *vdt, (p0 as i64 * st[0]) as u64, pc, st[0], free_dims(&sp.s, st));
                     let fd = free_dims(&sp.s, &contiguous_strides(&sp.s));
                     let d = AccessPattern::hbm(&comp, odt, (p0 * f) as u64, pc, f as i64, fd);
-                    self.e.push(Engine::Dma, dma(d, s), &[], &[]);
+                    self.e.push(Engine::Dma, dma(d, s));
                     p0 += pc;
                 }
             }
@@ -544,8 +499,6 @@ impl<'r, 'a> B<'r, 'a> {
                         oob,
                     }),
                 }),
-                &[acc],
-                &[],
             );
             p0 += pc;
         }
@@ -847,8 +800,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, on as i64]]),
                         AccessPattern::hbm(x, xdt, 0, 1, 0, xfree),
                     ),
-                    &[],
-                    &[],
                 );
             }
             if on == 0 {
@@ -867,8 +818,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let ix = b.alloc.slot(n * 4)?;
             let m_ap = sb(DType::I32, 1, m.offset, n);
             let mh = AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree);
-            b.e.push(Engine::Dma, dma(m_ap.clone(), mh), &[], &[m]);
-            let ix_ap = mask_positions(&mut b, m, m_ap, n, [ones, cs, w, ix]);
+            b.e.push(Engine::Dma, dma(m_ap.clone(), mh));
+            let ix_ap = mask_positions(&mut b, m_ap, n, [ones, cs, w, ix]);
             let dst = AccessPattern::hbm(out, odt, 0, n, 1, vec![[1, 1]]);
             let src = AccessPattern::hbm(source, sdt, 0, 1, 0, vec![[1, 1]]);
             b.e.push(
@@ -884,8 +835,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         oob: OobMode::Skip,
                     }),
                 }),
-                &[ix],
-                &[],
             );
         }
         "index_put" => {
@@ -1067,8 +1016,6 @@ fn index_put_mask(
     b.e.push(
         Engine::Dma,
         dma(f(DType::F32, m), AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree)),
-        &[],
-        &[m],
     );
     b.e.push(
         Engine::Gpsimd,
@@ -1081,8 +1028,6 @@ fn index_put_mask(
             channel_multiplier: 0,
             pattern,
         }),
-        &[],
-        &[vo],
     );
     const BIG: f64 = (1u64 << 23) as f64;
     b.e.push(
@@ -1097,8 +1042,6 @@ fn index_put_mask(
             operand1: Some(ScalarOperand::Imm(BIG)),
             reverse1: false,
         }),
-        &[m],
-        &[w],
     );
     b.e.push(
         Engine::Vector,
@@ -1108,8 +1051,6 @@ fn index_put_mask(
             in1: f(DType::F32, w),
             op: AluOp::Add,
         }),
-        &[vo, w],
-        &[ix],
     );
     let vn: usize = vs.iter().product();
     if vn >= 1 << 22 {
@@ -1128,8 +1069,6 @@ fn index_put_mask(
                 oob: OobMode::Skip,
             }),
         }),
-        &[ix],
-        &[],
     );
     Ok(b.finish())
 }
@@ -1186,10 +1125,8 @@ fn index_put_mask_rows(
     b.e.push(
         Engine::Dma,
         dma(m_ap.clone(), AccessPattern::hbm(mask, DType::Bool, 0, 1, 0, mfree)),
-        &[],
-        &[m],
     );
-    let ix_ap = mask_positions(&mut b, m, m_ap, n, [ones, cs, w, ix]);
+    let ix_ap = mask_positions(&mut b, m_ap, n, [ones, cs, w, ix]);
     b.e.push(
         Engine::Dma,
         Op::DmaCopy(DmaCopy {
@@ -1203,8 +1140,6 @@ fn index_put_mask_rows(
                 oob: OobMode::Skip,
             }),
         }),
-        &[ix],
-        &[],
     );
     Ok(b.finish())
 }
@@ -1450,11 +1385,9 @@ fn scatter_reduce_select(
                 channel_multiplier: 1,
                 pattern: vec![[0, 1]],
             }),
-            &[],
-            &[pos],
         );
         let self_rows = AccessPattern::hbm(x, xdt, (p0 as i64 * xst[d]) as u64, pc, xst[d], line_free(&xst));
-        e.push(Engine::Dma, dma(res_ap(xt), self_rows), &[], &[xt]);
+        e.push(Engine::Dma, dma(res_ap(xt), self_rows));
         if include_self {
             e.push(
                 Engine::Vector,
@@ -1462,8 +1395,6 @@ fn scatter_reduce_select(
                     dst: res_ap(acc),
                     src: res_ap(xt),
                 }),
-                &[xt],
-                &[acc],
             );
         } else {
             e.push(
@@ -1472,8 +1403,6 @@ fn scatter_reduce_select(
                     dst: res_ap(acc),
                     value: reduce.identity(int),
                 }),
-                &[],
-                &[acc],
             );
         }
         if counting {
@@ -1483,8 +1412,6 @@ fn scatter_reduce_select(
                     dst: flat(DType::F32, pc, cnt, l),
                     value: 0.0,
                 }),
-                &[],
-                &[cnt],
             );
         }
         let mut k0 = 0;
@@ -1496,11 +1423,11 @@ fn scatter_reduce_select(
             let mut ifree = line_free(&ist);
             ifree.push([ist[d], kn as i64]);
             let ih = AccessPattern::hbm(idx, idt, (k0 as i64 * ist[d]) as u64, pc, 0, ifree);
-            e.push(Engine::Dma, dma(flat(DType::I32, pc, it, n), ih), &[], &[it]);
+            e.push(Engine::Dma, dma(flat(DType::I32, pc, it, n), ih));
             let mut sfree = line_free(&sst);
             sfree.push([sst[d], kn as i64]);
             let sh = AccessPattern::hbm(src, sdt, (k0 as i64 * sst[d]) as u64, pc, 0, sfree);
-            e.push(Engine::Dma, dma(flat(vt, pc, sv, n), sh), &[], &[sv]);
+            e.push(Engine::Dma, dma(flat(vt, pc, sv, n), sh));
             // iw = index + (index < 0) · size; M = (iw == p).
             e.push(
                 Engine::Vector,
@@ -1511,8 +1438,6 @@ fn scatter_reduce_select(
                     ScalarOperand::Imm(0.0),
                     Some((AluOp::Multiply, kx as f64)),
                 ),
-                &[it],
-                &[iw],
             );
             e.push(
                 Engine::Vector,
@@ -1522,8 +1447,6 @@ fn scatter_reduce_select(
                     flat(DType::I32, pc, it, n),
                     AluOp::Add,
                 ),
-                &[iw, it],
-                &[iw],
             );
             e.push(
                 Engine::Vector,
@@ -1534,8 +1457,6 @@ fn scatter_reduce_select(
                     ScalarOperand::Tile(flat(DType::I32, pc, pos, 1)),
                     None,
                 ),
-                &[iw, pos],
-                &[mk],
             );
             // V = [running result | identity, with src where selected].
             let v_col0 = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64]]);
@@ -1546,8 +1467,6 @@ fn scatter_reduce_select(
                     dst: v_col0.clone(),
                     src: res_ap(acc),
                 }),
-                &[acc],
-                &[vv],
             );
             e.push(
                 Engine::Vector,
@@ -1555,8 +1474,6 @@ fn scatter_reduce_select(
                     dst: v_rest.clone(),
                     value: reduce.identity(int),
                 }),
-                &[],
-                &[vv],
             );
             e.push(
                 Engine::Vector,
@@ -1566,8 +1483,6 @@ fn scatter_reduce_select(
                     predicate: flat(DType::U8, pc, mk, n),
                     reverse_pred: false,
                 }),
-                &[sv, mk, vv],
-                &[vv],
             );
             if int {
                 // Exact int32 halving tree: fold the upper half of the columns onto the lower.
@@ -1577,7 +1492,7 @@ fn scatter_reduce_select(
                     let m = (w - h) as i64;
                     let lo = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64], [1, m]]);
                     let hi = sbd(vt, pc, vv.offset + h as u64 * vs, vec![[wn as i64, l as i64], [1, m]]);
-                    e.push(Engine::Gpsimd, tt(lo.clone(), lo, hi, reduce.alu()), &[vv], &[vv]);
+                    e.push(Engine::Gpsimd, tt(lo.clone(), lo, hi, reduce.alu()));
                     w = h;
                 }
                 e.push(
@@ -1586,8 +1501,6 @@ fn scatter_reduce_select(
                         dst: res_ap(acc),
                         src: v_col0,
                     }),
-                    &[vv],
-                    &[acc],
                 );
             } else {
                 e.push(
@@ -1599,8 +1512,6 @@ fn scatter_reduce_select(
                         axes: 1,
                         negate: false,
                     }),
-                    &[vv],
-                    &[acc],
                 );
             }
             if counting {
@@ -1613,8 +1524,6 @@ fn scatter_reduce_select(
                         axes: 1,
                         negate: false,
                     }),
-                    &[mk],
-                    &[cpart],
                 );
                 e.push(
                     Engine::Vector,
@@ -1624,8 +1533,6 @@ fn scatter_reduce_select(
                         flat(DType::F32, pc, cpart, l),
                         AluOp::Add,
                     ),
-                    &[cnt, cpart],
-                    &[cnt],
                 );
             }
             k0 += kn;
@@ -1647,8 +1554,6 @@ fn scatter_reduce_select(
                     ScalarOperand::Imm(include_self as i64 as f64),
                     Some((AluOp::Max, 1.0)),
                 ),
-                &[cnt],
-                &[if int { ci } else { t1 }],
             );
             e.push(
                 Engine::Vector,
@@ -1656,8 +1561,6 @@ fn scatter_reduce_select(
                     dst: flat(DType::F32, pc, cpart, l),
                     src: divisor,
                 }),
-                &[if int { ci } else { t1 }],
-                &[cpart],
             );
             if !int {
                 e.push(
@@ -1668,8 +1571,6 @@ fn scatter_reduce_select(
                         flat(DType::F32, pc, cpart, l),
                         AluOp::Multiply,
                     ),
-                    &[acc, cpart],
-                    &[acc],
                 );
             } else {
                 // q ≈ sum / divisor (fp32, rounded to the nearest int32), then floor it exactly:
@@ -1678,29 +1579,20 @@ fn scatter_reduce_select(
                 e.push(
                     Engine::Vector,
                     tt(i(q), i(acc), flat(DType::F32, pc, cpart, l), AluOp::Multiply),
-                    &[acc, cpart],
-                    &[q],
                 );
                 let remainder = |e: &mut Emitter| {
-                    e.push(Engine::Gpsimd, tt(i(t1), i(q), i(ci), AluOp::Multiply), &[q, ci], &[t1]);
-                    e.push(
-                        Engine::Gpsimd,
-                        tt(i(t1), i(acc), i(t1), AluOp::Subtract),
-                        &[acc, t1],
-                        &[t1],
-                    );
+                    e.push(Engine::Gpsimd, tt(i(t1), i(q), i(ci), AluOp::Multiply));
+                    e.push(Engine::Gpsimd, tt(i(t1), i(acc), i(t1), AluOp::Subtract));
                 };
                 remainder(e);
                 e.push(
                     Engine::Gpsimd,
                     ts(i(t2), i(t1), AluOp::IsLt, ScalarOperand::Imm(0.0), None),
-                    &[t1],
-                    &[t2],
                 );
-                e.push(Engine::Gpsimd, tt(i(q), i(q), i(t2), AluOp::Subtract), &[q, t2], &[q]);
+                e.push(Engine::Gpsimd, tt(i(q), i(q), i(t2), AluOp::Subtract));
                 remainder(e);
-                e.push(Engine::Gpsimd, tt(i(t2), i(t1), i(ci), AluOp::IsGe), &[t1, ci], &[t2]);
-                e.push(Engine::Gpsimd, tt(i(q), i(q), i(t2), AluOp::Add), &[q, t2], &[q]);
+                e.push(Engine::Gpsimd, tt(i(t2), i(t1), i(ci), AluOp::IsGe));
+                e.push(Engine::Gpsimd, tt(i(q), i(q), i(t2), AluOp::Add));
                 res = q;
             }
         }
@@ -1715,8 +1607,6 @@ fn scatter_reduce_select(
                     ScalarOperand::Imm(0.0),
                     None,
                 ),
-                &[cnt],
-                &[nz],
             );
             e.push(
                 Engine::Vector,
@@ -1726,13 +1616,11 @@ fn scatter_reduce_select(
                     predicate: flat(DType::U8, pc, nz, l),
                     reverse_pred: false,
                 }),
-                &[res, nz, xt],
-                &[xt],
             );
             res = xt;
         }
         let out_rows = AccessPattern::hbm(out, odt, (p0 as i64 * xst[d]) as u64, pc, xst[d], line_free(&xst));
-        e.push(Engine::Dma, dma(out_rows, res_ap(res)), &[res], &[]);
+        e.push(Engine::Dma, dma(out_rows, res_ap(res)));
         p0 += pc;
     }
     Ok(())
@@ -1756,12 +1644,8 @@ impl B<'_, '_> {
             };
             let h =
                 |name: &str, dt: DType| AccessPattern::hbm(name, dt, done as u64, rows, c as i64, vec![[1, c as i64]]);
-            self.e.push(
-                Engine::Dma,
-                dma(sb(DType::F32, rows, v.offset, c), h(src, DType::F32)),
-                &[],
-                &[v],
-            );
+            self.e
+                .push(Engine::Dma, dma(sb(DType::F32, rows, v.offset, c), h(src, DType::F32)));
             self.e.push(
                 Engine::Vector,
                 Op::TensorScalar(TensorScalar {
@@ -1774,11 +1658,8 @@ impl B<'_, '_> {
                     operand1: None,
                     reverse1: false,
                 }),
-                &[v],
-                &[m],
             );
-            self.e
-                .push(Engine::Dma, dma(h(out, odt), sb(odt, rows, m.offset, c)), &[m], &[]);
+            self.e.push(Engine::Dma, dma(h(out, odt), sb(odt, rows, m.offset, c)));
             done += rows * c;
         }
         Ok(())
@@ -1851,8 +1732,6 @@ impl B<'_, '_> {
                         oob: OobMode::Error,
                     }),
                 }),
-                &[acc],
-                &[cnt],
             );
             self.e.push(
                 Engine::Vector,
@@ -1860,8 +1739,6 @@ impl B<'_, '_> {
                     dst: cnt_ap.clone(),
                     src: cnt_ap.clone(),
                 }),
-                &[cnt],
-                &[cnt],
             );
             let mut c0 = 0;
             while c0 < dcols {
@@ -1877,7 +1754,7 @@ impl B<'_, '_> {
                     )
                 };
                 let g_ap = sb(DType::F32, pc, gt.offset, cn);
-                self.e.push(Engine::Dma, dma(g_ap.clone(), at(g, gdt)), &[], &[gt]);
+                self.e.push(Engine::Dma, dma(g_ap.clone(), at(g, gdt)));
                 self.e.push(
                     Engine::Vector,
                     Op::TensorScalar(TensorScalar {
@@ -1890,10 +1767,8 @@ impl B<'_, '_> {
                         operand1: None,
                         reverse1: false,
                     }),
-                    &[gt, cnt],
-                    &[gt],
                 );
-                self.e.push(Engine::Dma, dma(at(&scaled, DType::F32), g_ap), &[gt], &[]);
+                self.e.push(Engine::Dma, dma(at(&scaled, DType::F32), g_ap));
                 c0 += cn;
             }
             p0 += pc;
@@ -1945,8 +1820,6 @@ fn index_bool_mask(
                 dst: sb(DType::I32, 1, c.offset, 1),
                 value: 0.0,
             }),
-            &[],
-            &[c],
         );
         b.e.push(
             Engine::Dma,
@@ -1954,8 +1827,6 @@ fn index_bool_mask(
                 AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]),
                 sb(DType::I32, 1, c.offset, 1),
             ),
-            &[c],
-            &[],
         );
         return Ok(b.finish());
     }
@@ -1985,8 +1856,6 @@ fn index_bool_mask(
             dst: f(DType::F32, ones, ch),
             value: 1.0,
         }),
-        &[],
-        &[ones],
     );
     let mut c0 = 0;
     while c0 < nm {
@@ -1997,8 +1866,6 @@ fn index_bool_mask(
                 f(DType::F32, m, cn),
                 AccessPattern::hbm(mask, mdt, c0 as u64, 1, 0, vec![[1, cn as i64]]),
             ),
-            &[],
-            &[m],
         );
         let initial = if c0 == 0 {
             ScalarOperand::Imm(0.0)
@@ -2015,8 +1882,6 @@ fn index_bool_mask(
                 op0: AluOp::Multiply,
                 op1: AluOp::Add,
             }),
-            &[ones, m, carry],
-            &[cs],
         );
         b.e.push(
             Engine::Vector,
@@ -2024,8 +1889,6 @@ fn index_bool_mask(
                 dst: f(DType::F32, carry, 1),
                 src: AccessPattern::sbuf(DType::F32, 0, 1, cs.offset + 4 * (cn as u64 - 1), vec![[1, 1]]),
             }),
-            &[cs],
-            &[carry],
         );
         // w = m ? −1 : BIG − 1; the output row is cs + w.
         b.e.push(
@@ -2040,8 +1903,6 @@ fn index_bool_mask(
                 operand1: Some(ScalarOperand::Imm(BIG - 1.0)),
                 reverse1: false,
             }),
-            &[m],
-            &[w],
         );
         b.e.push(
             Engine::Vector,
@@ -2051,8 +1912,6 @@ fn index_bool_mask(
                 in1: f(DType::F32, w, cn),
                 op: AluOp::Add,
             }),
-            &[cs, w],
-            &[ix],
         );
         if r > 0 {
             b.e.push(
@@ -2068,8 +1927,6 @@ fn index_bool_mask(
                         oob: OobMode::Skip,
                     }),
                 }),
-                &[ix],
-                &[],
             );
         }
         c0 += cn;
@@ -2081,8 +1938,6 @@ fn index_bool_mask(
             dst: f(DType::I32, count_i, 1),
             src: f(DType::F32, carry, 1),
         }),
-        &[carry],
-        &[count_i],
     );
     b.e.push(
         Engine::Dma,
@@ -2090,8 +1945,6 @@ fn index_bool_mask(
             AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]),
             f(DType::I32, count_i, 1),
         ),
-        &[count_i],
-        &[],
     );
     Ok(b.finish())
 }

@@ -707,8 +707,6 @@ pub(crate) fn zero_fill_hbm(
             dst: AccessPattern::sbuf(dtype, 0, parts, zero.offset, vec![[1, width as i64]]),
             value: 0.0,
         }),
-        &[],
-        &[zero],
     );
     let mut done = 0;
     while done < n {
@@ -726,8 +724,6 @@ pub(crate) fn zero_fill_hbm(
                 accumulate: false,
                 indirect: None,
             }),
-            &[zero],
-            &[],
         );
         done += rows * cols;
     }

@@ -32,13 +32,13 @@
 //! Nothing is computed on the host.
 
 use super::binary::Scalar;
-use super::tile::{self, Emitter, SbufAllocator, Slot};
+use super::tile::{self, Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand,
-    ScalarTensorTensor, TargetName, TensorCopy, TensorScalar,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, ScalarTensorTensor,
+    TargetName, TensorCopy, TensorScalar,
 };
 
 /// neuronx-cc's `--auto-cast`: which fp32 operands are rounded to a narrower type first.
@@ -64,22 +64,6 @@ pub struct LowerOptions {
 pub(super) const TILE_K: usize = 128;
 pub(super) const TILE_M: usize = 128;
 pub(super) const TILE_N: usize = 512;
-
-/// PSUM dependency slots live far above any SBUF offset.
-pub(super) fn psum_slot(bank: usize) -> Slot {
-    Slot {
-        offset: (1u64 << 40) + bank as u64,
-    }
-}
-
-pub(super) fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
 
 /// The dtype TensorE reads an operand of case dtype `d` as (the loading DMA converts).
 pub(super) fn pe_dtype(req: &LowerRequest<'_>, d: TorchDType, opts: &LowerOptions) -> Result<DType, LowerError> {
@@ -258,12 +242,6 @@ fn emit(
     let c_off = alloc.alloc(TILE_N * 4)?;
     let out_off = alloc.alloc(TILE_N * out_dev.size().max(4))?;
     let zero_off = if k == 0 { Some(alloc.alloc(TILE_N * 4)?) } else { None };
-    let (at_slot, b_slot, c_slot, out_slot) = (
-        Slot { offset: at_off },
-        Slot { offset: b_off },
-        Slot { offset: c_off },
-        Slot { offset: out_off },
-    );
     let n_out_per_batch = (m * n) as u64;
     let mut bank = 0usize;
     let banks = target.psum_banks;
@@ -271,12 +249,7 @@ fn emit(
 
     if let Some(z) = zero_off {
         let ap = AccessPattern::sbuf(DType::F32, 0, TILE_M.min(m), z, vec![[1, TILE_N.min(n) as i64]]);
-        e.push(
-            Engine::Vector,
-            Op::Memset(Memset { dst: ap, value: 0.0 }),
-            &[],
-            &[Slot { offset: z }],
-        );
+        e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: 0.0 }));
     }
 
     let at_tile_off = |kt: usize, mt: usize| -> u64 {
@@ -296,7 +269,7 @@ fn emit(
                 vec![[k as i64, msz as i64]],
             );
             let dst = AccessPattern::sbuf(pe, 0, ksz, at_tile_off(kt, mt), vec![[1, msz as i64]]);
-            e.push(Engine::Dma, dma(dst, src), &[], &[at_slot]);
+            e.push(Engine::Dma, dma(dst, src));
         }
     };
 
@@ -319,7 +292,7 @@ fn emit(
                     vec![[1, nsz as i64]],
                 );
                 let dst = AccessPattern::sbuf(pe, 0, ksz, b_off + (kt * TILE_N * esz) as u64, vec![[1, nsz as i64]]);
-                e.push(Engine::Dma, dma(dst, src), &[], &[b_slot]);
+                e.push(Engine::Dma, dma(dst, src));
             }
             for mt in 0..mt_count {
                 let (m0, msz) = (mt * TILE_M, TILE_M.min(m - mt * TILE_M));
@@ -327,7 +300,6 @@ fn emit(
                     load_at(&mut e, bi, mt);
                 }
                 let psum_off = bank as u64 * bank_bytes;
-                let pslot = psum_slot(bank);
                 bank = (bank + 1) % banks;
                 let product = if k == 0 {
                     AccessPattern::sbuf(DType::F32, 0, msz, zero_off.unwrap_or(0), vec![[1, nsz as i64]])
@@ -346,16 +318,9 @@ fn emit(
                             ),
                             accumulate: kt > 0,
                         });
-                        e.push(Engine::Tensor, op, &[at_slot, b_slot], &[pslot]);
+                        e.push(Engine::Tensor, op);
                     }
                     AccessPattern::psum(DType::F32, 0, msz, psum_off, vec![[1, nsz as i64]])
-                };
-                let prod_slot = if k == 0 {
-                    Slot {
-                        offset: zero_off.unwrap_or(0),
-                    }
-                } else {
-                    pslot
                 };
                 let out_ap = AccessPattern::sbuf(out_dev, 0, msz, out_off, vec![[1, nsz as i64]]);
                 match &call.c {
@@ -377,7 +342,7 @@ fn emit(
                                 reverse1: false,
                             })
                         };
-                        e.push(Engine::Vector, op, &[prod_slot], &[out_slot]);
+                        e.push(Engine::Vector, op);
                     }
                     Some((cname, cmeta)) => {
                         // input broadcast to [M, N] (row = m, column = n), converted to fp32.
@@ -392,7 +357,7 @@ fn emit(
                             vec![[strides[1], nsz as i64]],
                         );
                         let c_sb = AccessPattern::sbuf(DType::F32, 0, msz, c_off, vec![[1, nsz as i64]]);
-                        e.push(Engine::Dma, dma(c_sb.clone(), c_ap), &[], &[c_slot]);
+                        e.push(Engine::Dma, dma(c_sb.clone(), c_ap));
                         if call.beta != 1.0 {
                             let op = Op::TensorScalar(TensorScalar {
                                 dst: c_sb.clone(),
@@ -404,7 +369,7 @@ fn emit(
                                 operand1: None,
                                 reverse1: false,
                             });
-                            e.push(Engine::Vector, op, &[c_slot], &[c_slot]);
+                            e.push(Engine::Vector, op);
                         }
                         let op = Op::ScalarTensorTensor(ScalarTensorTensor {
                             dst: out_ap.clone(),
@@ -416,7 +381,7 @@ fn emit(
                             reverse0: false,
                             reverse1: false,
                         });
-                        e.push(Engine::Vector, op, &[prod_slot, c_slot], &[out_slot]);
+                        e.push(Engine::Vector, op);
                     }
                 }
                 let dst = AccessPattern::hbm(
@@ -427,7 +392,7 @@ fn emit(
                     n as i64,
                     vec![[1, nsz as i64]],
                 );
-                e.push(Engine::Dma, dma(dst, out_ap), &[out_slot], &[]);
+                e.push(Engine::Dma, dma(dst, out_ap));
             }
         }
     }

@@ -31,7 +31,7 @@ use crate::call::{TensorArg, Value};
 use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Op, Program, TargetName};
 
-use super::tile::{Dim, Emitter, Scalar};
+use super::tile::{Dim, Emitter, Scalar, dma};
 
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
@@ -176,8 +176,6 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
                         acc: trnsim::AccCmd::ResetReduce,
                         reduce_res: Some(ps.col(p, c)),
                     }),
-                    &[x.slot, negm.slot],
-                    &[eb.slot, ps.slot],
                 );
             } else {
                 ctx.e
@@ -574,8 +572,6 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                                 dst: sc.cols(p, 0, w),
                                 value: 0.0,
                             }),
-                            &[],
-                            &[sc.slot],
                         );
                         ctx.e
                             .tensor_scalar(v, sc.at(p, 0, w), sc.at(p, 0, w), AluOp::Add, rstd.scalar(p, 0), None);
@@ -897,12 +893,7 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                 let lp = Buf { dtype: out_d, ..*acc };
                 for r in 0..p {
                     let row = trnsim::AccessPattern::sbuf(f, r, 1, src.slot.offset, vec![[1, w as i64]]);
-                    ctx.e.push(
-                        Engine::Dma,
-                        super::binary::dma(red1.cols(1, 0, w), row),
-                        &[src.slot],
-                        &[red1.slot],
-                    );
+                    ctx.e.push(Engine::Dma, dma(red1.cols(1, 0, w), row));
                     if ri == 0 && r == 0 {
                         ctx.e.tensor_copy(v, lp.at(1, 0, w), red1.at(1, 0, w));
                     } else {
@@ -920,8 +911,6 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                     src: src.cols(p, 0, w),
                     op: AluOp::Add,
                 }),
-                &[src.slot],
-                &[dst.slot],
             );
             if ri > 0 {
                 ctx.e
@@ -1013,32 +1002,12 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             let xb = ((n * c + g0 * d) * hw) as u64;
             let hbm =
                 |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, xb, p, w as i64, vec![[1, w as i64]]);
-            ctx.e.push(
-                Engine::Dma,
-                super::binary::dma(dy.cols(p, 0, w), hbm(&dy_name, dy_dev)),
-                &[],
-                &[dy.slot],
-            );
-            ctx.e.push(
-                Engine::Dma,
-                super::binary::dma(x.cols(p, 0, w), hbm(&x_name, x_dev)),
-                &[],
-                &[x.slot],
-            );
+            ctx.e.push(Engine::Dma, dma(dy.cols(p, 0, w), hbm(&dy_name, dy_dev)));
+            ctx.e.push(Engine::Dma, dma(x.cols(p, 0, w), hbm(&x_name, x_dev)));
             let stat =
                 |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, (n * g + g0) as u64, p, 1, vec![[1, 1]]);
-            ctx.e.push(
-                Engine::Dma,
-                super::binary::dma(st.col(p, 0), stat(&mean_name, mean_dev)),
-                &[],
-                &[st.slot],
-            );
-            ctx.e.push(
-                Engine::Dma,
-                super::binary::dma(st.col(p, 1), stat(&rstd_name, rstd_dev)),
-                &[],
-                &[st.slot],
-            );
+            ctx.e.push(Engine::Dma, dma(st.col(p, 0), stat(&mean_name, mean_dev)));
+            ctx.e.push(Engine::Dma, dma(st.col(p, 1), stat(&rstd_name, rstd_dev)));
             // ds, db per channel
             ctx.e
                 .tensor_tensor(v, t.at(p, 0, w), dy.at(p, 0, w), x.at(p, 0, w), AluOp::Multiply);
@@ -1051,8 +1020,8 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                     negate: false,
                 })
             };
-            ctx.e.push(v, red(&t, &ds), &[t.slot], &[ds.slot]);
-            ctx.e.push(v, red(&dy, &db), &[dy.slot], &[db.slot]);
+            ctx.e.push(v, red(&t, &ds));
+            ctx.e.push(v, red(&dy, &db));
             // dγ, dβ
             if outs[1].is_some() {
                 // (ds − db·mean)·rstd
@@ -1096,8 +1065,7 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             match (&weight, w_dev) {
                 (Some((wn, _)), Some(wd)) => {
                     let gap = trnsim::AccessPattern::hbm(wn, wd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-                    ctx.e
-                        .push(Engine::Dma, super::binary::dma(gd.cols(p, 0, d), gap), &[], &[gd.slot]);
+                    ctx.e.push(Engine::Dma, dma(gd.cols(p, 0, d), gap));
                     let gap = trnsim::AccessPattern::hbm(
                         wn,
                         wd,
@@ -1106,12 +1074,7 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                         d as i64,
                         vec![[1, d as i64], [0, hw as i64]],
                     );
-                    ctx.e.push(
-                        Engine::Dma,
-                        super::binary::dma(gam.cols(p, 0, w), gap),
-                        &[],
-                        &[gam.slot],
-                    );
+                    ctx.e.push(Engine::Dma, dma(gam.cols(p, 0, w), gap));
                     // Σ γ·ds → col 2, Σ γ·db → col 3
                     ctx.e
                         .tensor_tensor(v, ds.at(p, 0, d), ds.at(p, 0, d), gd.at(p, 0, d), AluOp::Multiply);
@@ -1125,8 +1088,6 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                             dst: gam.cols(p, 0, w),
                             value: 1.0,
                         }),
-                        &[],
-                        &[gam.slot],
                     );
                 }
             }
@@ -1151,8 +1112,7 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             ctx.e
                 .tensor_scalar(v, t.at(p, 0, w), t.at(p, 0, w), AluOp::Add, st.scalar(p, 5), None);
             let dst = trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
-            ctx.e
-                .push(Engine::Dma, super::binary::dma(dst, t.cols(p, 0, w)), &[t.slot], &[]);
+            ctx.e.push(Engine::Dma, dma(dst, t.cols(p, 0, w)));
         }
         for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
             if let Some((name, dd)) = &outs[o] {
@@ -1165,17 +1125,10 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                             dst: acc.cols(p, 0, d),
                             value: 0.0,
                         }),
-                        &[],
-                        &[acc.slot],
                     );
                 }
                 let dst = trnsim::AccessPattern::hbm(name, *dd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
-                ctx.e.push(
-                    Engine::Dma,
-                    super::binary::dma(dst, acc.cols(p, 0, d)),
-                    &[acc.slot],
-                    &[],
-                );
+                ctx.e.push(Engine::Dma, dma(dst, acc.cols(p, 0, d)));
             }
         }
     }
@@ -1190,9 +1143,8 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
 /// to column 5 (column 6 is scratch), so that dx = rstd·γ·dy + b·x + c.
 fn backward_coefficients(e: &mut Emitter, st: &Buf, p: usize, db_col: usize, ds_col: usize, scale: f64) {
     let v = Engine::Vector;
-    let s = st.slot;
     let mut vec_op = |op: Op| {
-        e.push(v, op, &[s], &[s]);
+        e.push(v, op);
     };
     vec_op(tt(st.col(p, 4), st.col(p, db_col), st.col(p, 0), AluOp::Multiply));
     vec_op(tt(st.col(p, 4), st.col(p, 4), st.col(p, ds_col), AluOp::Subtract));

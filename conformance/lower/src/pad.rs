@@ -8,8 +8,8 @@
 //! `tensor_copy` with that access pattern (negative / zero steps) moves the elements; constant
 //! padding first `memset`s the whole output tile to the value. One DMA stores the tile.
 
-use super::binary::{dev, dma};
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::binary::dev;
+use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{Complex, TensorArg};
 use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
@@ -237,7 +237,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let size = d.size();
     let in_off = alloc.alloc(plane_in.max(1) as usize * size)?;
     let out_off = alloc.alloc(plane_out as usize * size)?;
-    let (sin, sout) = (Slot { offset: in_off }, Slot { offset: out_off });
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let mut r0 = 0i64;
@@ -246,11 +245,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         if !copies.is_empty() && plane_in > 0 {
             let src = AccessPattern::hbm(in_name, d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
             let dst = AccessPattern::sbuf(d, 0, p, in_off, vec![[1, plane_in]]);
-            e.push(Engine::Dma, dma(dst, src), &[], &[sin]);
+            e.push(Engine::Dma, dma(dst, src));
         }
         if let Mode::Constant(v) = mode {
             let dst = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
-            e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }), &[], &[sout]);
+            e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }));
             if fill_im != 0.0 {
                 let odd = AccessPattern::sbuf(d, 0, p, out_off + size as u64, vec![[2, plane_out / 2]]);
                 e.push(
@@ -259,8 +258,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         dst: odd,
                         value: fill_im,
                     }),
-                    &[],
-                    &[sout],
                 );
             }
         }
@@ -278,11 +275,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let dst = AccessPattern::sbuf(d, 0, p, out_off + (dst_off as u64) * size as u64, dfree);
             let src = AccessPattern::sbuf(d, 0, p, in_off + (src_off as u64) * size as u64, sfree);
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }), &[sin], &[sout]);
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
         }
         let src = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
         let dst = AccessPattern::hbm(out_name, d, (r0 * plane_out) as u64, p, plane_out, vec![[1, plane_out]]);
-        e.push(Engine::Dma, dma(dst, src), &[sout], &[]);
+        e.push(Engine::Dma, dma(dst, src));
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))
@@ -370,7 +367,6 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
     let x_off = alloc.alloc((h * w) as usize * size as usize)?;
     let t_off = alloc.alloc((h * ow) as usize * size as usize)?;
     let y_off = alloc.alloc((oh * ow) as usize * size as usize)?;
-    let (sx, st, sy) = (Slot { offset: x_off }, Slot { offset: t_off }, Slot { offset: y_off });
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let mut r0 = 0i64;
@@ -380,14 +376,12 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
         e.push(
             Engine::Dma,
             dma(AccessPattern::sbuf(d, 0, p, x_off, vec![[1, h * w]]), src),
-            &[],
-            &[sx],
         );
         // Columns: T[:, :, o] = X[:, :, wmap[o]].
         for (o0, len, i0, step) in affine_runs(&wmap) {
             let dst = AccessPattern::sbuf(d, 0, p, t_off + o0 as u64 * size, vec![[ow, h], [1, len]]);
             let src = AccessPattern::sbuf(d, 0, p, x_off + i0 as u64 * size, vec![[w, h], [step, len]]);
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }), &[sx], &[st]);
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
         }
         // Rows: Y[:, o, :] = T[:, hmap[o], :].
         for (o0, len, i0, step) in affine_runs(&hmap) {
@@ -399,14 +393,12 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
                 t_off + (i0 * ow) as u64 * size,
                 vec![[step * ow, len], [1, ow]],
             );
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }), &[st], &[sy]);
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
         }
         let dst = AccessPattern::hbm(out_name, d, (r0 * oh * ow) as u64, p, oh * ow, vec![[1, oh * ow]]);
         e.push(
             Engine::Dma,
             dma(dst, AccessPattern::sbuf(d, 0, p, y_off, vec![[1, oh * ow]])),
-            &[sy],
-            &[],
         );
         r0 += p as i64;
     }
@@ -505,12 +497,6 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
     let t_off = alloc.alloc((h * ow) as usize * 4)?;
     let y_off = alloc.alloc((oh * ow) as usize * 4)?;
     let z_off = alloc.alloc((oh * ow) as usize * d.size())?;
-    let (sx, st, sy, sz) = (
-        Slot { offset: x_off },
-        Slot { offset: t_off },
-        Slot { offset: y_off },
-        Slot { offset: z_off },
-    );
     let f = DType::F32;
     let mul = |dst: AccessPattern, src: AccessPattern, wgt: f32| {
         Op::TensorScalar(TensorScalar {
@@ -545,33 +531,26 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
         e.push(
             Engine::Dma,
             dma(AccessPattern::sbuf(f, 0, p, x_off, vec![[1, h * w]]), src),
-            &[],
-            &[sx],
         );
         for (o, &(i0, i1, l0, l1)) in ww.iter().enumerate() {
             let t = AccessPattern::sbuf(f, 0, p, t_off + o as u64 * 4, vec![[ow, h]]);
             let x0 = AccessPattern::sbuf(f, 0, p, x_off + i0 as u64 * 4, vec![[w, h]]);
             let x1 = AccessPattern::sbuf(f, 0, p, x_off + i1 as u64 * 4, vec![[w, h]]);
-            e.push(Engine::Vector, mul(t.clone(), x0, l0), &[sx], &[st]);
-            e.push(Engine::Vector, fma(t.clone(), x1, l1, t), &[sx, st], &[st]);
+            e.push(Engine::Vector, mul(t.clone(), x0, l0));
+            e.push(Engine::Vector, fma(t.clone(), x1, l1, t));
         }
         for (o, &(i0, i1, l0, l1)) in hw.iter().enumerate() {
             let y = AccessPattern::sbuf(f, 0, p, y_off + (o as i64 * ow) as u64 * 4, vec![[1, ow]]);
             let t0 = AccessPattern::sbuf(f, 0, p, t_off + (i0 * ow) as u64 * 4, vec![[1, ow]]);
             let t1 = AccessPattern::sbuf(f, 0, p, t_off + (i1 * ow) as u64 * 4, vec![[1, ow]]);
-            e.push(Engine::Vector, mul(y.clone(), t0, l0), &[st], &[sy]);
-            e.push(Engine::Vector, fma(y.clone(), t1, l1, y), &[st, sy], &[sy]);
+            e.push(Engine::Vector, mul(y.clone(), t0, l0));
+            e.push(Engine::Vector, fma(y.clone(), t1, l1, y));
         }
         let z = AccessPattern::sbuf(d, 0, p, z_off, vec![[1, oh * ow]]);
         let y = AccessPattern::sbuf(f, 0, p, y_off, vec![[1, oh * ow]]);
-        e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy { dst: z.clone(), src: y }),
-            &[sy],
-            &[sz],
-        );
+        e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: z.clone(), src: y }));
         let dst = AccessPattern::hbm(out_name, d, (r0 * oh * ow) as u64, p, oh * ow, vec![[1, oh * ow]]);
-        e.push(Engine::Dma, dma(dst, z), &[sz], &[]);
+        e.push(Engine::Dma, dma(dst, z));
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))
@@ -632,7 +611,6 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
     let x_off = alloc.alloc(plane_in as usize * 4)?;
     let a_off = alloc.alloc(plane_out as usize * 4)?;
     let y_off = alloc.alloc(plane_out as usize * d.size())?;
-    let (sx, sa, sy) = (Slot { offset: x_off }, Slot { offset: a_off }, Slot { offset: y_off });
     let asz = acc_d.size() as i64;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
@@ -643,8 +621,6 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
         e.push(
             Engine::Dma,
             dma(AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]), src),
-            &[],
-            &[sx],
         );
         let acc = AccessPattern::sbuf(acc_d, 0, p, a_off, vec![[1, plane_out]]);
         e.push(
@@ -653,8 +629,6 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
                 dst: acc.clone(),
                 value: 0.0,
             }),
-            &[],
-            &[sa],
         );
         for ki in 0..ker[0] {
             for kj in 0..ker[1] {
@@ -693,7 +667,7 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
                     in1: col,
                     op: AluOp::Add,
                 });
-                e.push(Engine::Vector, op, &[sx, sa], &[sa]);
+                e.push(Engine::Vector, op);
             }
         }
         let y = AccessPattern::sbuf(d, 0, p, y_off, vec![[1, plane_out]]);
@@ -703,11 +677,9 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
                 dst: y.clone(),
                 src: acc,
             }),
-            &[sa],
-            &[sy],
         );
         let dst = AccessPattern::hbm(out_name, d, (r0 * plane_out) as u64, p, plane_out, vec![[1, plane_out]]);
-        e.push(Engine::Dma, dma(dst, y), &[sy], &[]);
+        e.push(Engine::Dma, dma(dst, y));
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))

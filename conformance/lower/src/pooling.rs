@@ -10,8 +10,8 @@
 //! output size, which comes from the golden output's metadata), clipped to the input; adaptive
 //! windows are `[⌊o·I/O⌋, ⌈(o+1)·I/O⌉)`. One DMA stores the planes.
 
-use super::binary::{dev, dma};
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::binary::dev;
+use super::tile::{Emitter, SbufAllocator, dma};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
@@ -194,12 +194,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         vec![]
     };
     let z_off = alloc.alloc(kmax as usize * 4)?;
-    let (sx, sy, ss, sz) = (
-        Slot { offset: x_off },
-        Slot { offset: y_off },
-        Slot { offset: s_off },
-        Slot { offset: z_off },
-    );
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let mut r0 = 0i64;
@@ -209,18 +203,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         e.push(
             Engine::Dma,
             dma(AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]), src),
-            &[],
-            &[sx],
         );
         if seq_acc || int_div {
             let zd = if int_div { DType::F32 } else { out_d };
             let zeros = AccessPattern::sbuf(zd, 0, p, z_off, vec![[1, kmax]]);
-            e.push(
-                Engine::Vector,
-                Op::Memset(trnsim::Memset { dst: zeros, value: 0.0 }),
-                &[],
-                &[sz],
-            );
+            e.push(Engine::Vector, Op::Memset(trnsim::Memset { dst: zeros, value: 0.0 }));
         }
         // Odometer over output positions.
         let mut idx = vec![0usize; k];
@@ -233,12 +220,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             if int_div {
                 let q = AccessPattern::sbuf(DType::F32, 0, p, s_off + flat * 4, vec![[1, 1]]);
                 if count == 0 {
-                    e.push(
-                        Engine::Vector,
-                        Op::Memset(trnsim::Memset { dst: q, value: 0.0 }),
-                        &[],
-                        &[ss],
-                    );
+                    e.push(Engine::Vector, Op::Memset(trnsim::Memset { dst: q, value: 0.0 }));
                 } else {
                     let off: i64 = (0..k).map(|j| w[j].start * istr[j]).sum();
                     let view: Vec<[i64; 2]> = (0..k).map(|j| [istr[j], w[j].len]).collect();
@@ -251,7 +233,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         axes: k,
                         negate: false,
                     });
-                    e.push(Engine::Vector, op, &[sx, sz], &[sz]);
+                    e.push(Engine::Vector, op);
                     // sum/div correctly rounded: the average of [sum, 0, …, 0] (div elements).
                     let zs = AccessPattern::sbuf(DType::F32, 0, p, z_off, vec![[1, div as i64]]);
                     let op = Op::TensorReduce(TensorReduce {
@@ -261,7 +243,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         axes: 1,
                         negate: false,
                     });
-                    e.push(Engine::Vector, op, &[sz], &[ss]);
+                    e.push(Engine::Vector, op);
                 }
             } else if seq_acc && count > 0 {
                 // PyTorch's CPU adaptive_avg_pool3d: `scalar_t sum` (rounded to the output dtype
@@ -285,7 +267,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                                     op: AluOp::Add,
                                 })
                             };
-                            e.push(Engine::Vector, op, &[sx, sz], &[sz]);
+                            e.push(Engine::Vector, op);
                             first = false;
                         }
                     }
@@ -299,22 +281,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             axes: 1,
                             negate: false,
                         });
-                        e.push(Engine::Vector, op, &[sz], &[sz]);
+                        e.push(Engine::Vector, op);
                     }
                 }
-                e.push(
-                    Engine::Vector,
-                    Op::TensorCopy(TensorCopy { dst, src: z(1) }),
-                    &[sz],
-                    &[sy],
-                );
+                e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src: z(1) }));
             } else if count == 0 {
-                e.push(
-                    Engine::Vector,
-                    Op::Memset(trnsim::Memset { dst, value: 0.0 }),
-                    &[],
-                    &[sy],
-                );
+                e.push(Engine::Vector, Op::Memset(trnsim::Memset { dst, value: 0.0 }));
             } else {
                 let off: i64 = (0..k).map(|j| w[j].start * istr[j]).sum();
                 let view: Vec<[i64; 2]> = (0..k).map(|j| [istr[j], w[j].len]).collect();
@@ -327,7 +299,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         axes: k,
                         negate: false,
                     });
-                    e.push(Engine::Vector, op, &[sx], &[sy]);
+                    e.push(Engine::Vector, op);
                 } else {
                     let sum = AccessPattern::sbuf(DType::F32, 0, p, s_off + flat * 4, vec![[1, 1]]);
                     let op = Op::TensorReduce(TensorReduce {
@@ -337,7 +309,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         axes: k,
                         negate: false,
                     });
-                    e.push(Engine::Vector, op, &[sx], &[ss]);
+                    e.push(Engine::Vector, op);
                     let op = Op::TensorScalar(TensorScalar {
                         dst,
                         src: sum,
@@ -348,7 +320,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         operand1: None,
                         reverse1: false,
                     });
-                    e.push(Engine::Vector, op, &[ss], &[sy]);
+                    e.push(Engine::Vector, op);
                 }
             }
             for j in (0..k).rev() {
@@ -362,7 +334,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         if int_div {
             // trunc(q): n = rne(q); n −= (n > q)·(q ≥ 0); n += (n < q)·(q < 0).
             let t = |i: usize, dt: DType| AccessPattern::sbuf(dt, 0, p, int_tiles[i], vec![[1, plane_out]]);
-            let sl = |i: usize| Slot { offset: int_tiles[i] };
             let q = AccessPattern::sbuf(DType::F32, 0, p, s_off, vec![[1, plane_out]]);
             let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
                 Op::TensorTensor(TensorTensor { dst, in0, in1, op })
@@ -386,8 +357,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     dst: ni.clone(),
                     src: q.clone(),
                 }),
-                &[ss],
-                &[sl(0)],
             );
             e.push(
                 Engine::Vector,
@@ -395,64 +364,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     dst: nf.clone(),
                     src: ni,
                 }),
-                &[sl(0)],
-                &[sl(1)],
             );
-            e.push(
-                Engine::Vector,
-                tt(a.clone(), nf.clone(), q.clone(), AluOp::IsGt),
-                &[sl(1), ss],
-                &[sl(2)],
-            );
-            e.push(
-                Engine::Vector,
-                ts(b.clone(), q.clone(), AluOp::IsGe, 0.0),
-                &[ss],
-                &[sl(3)],
-            );
-            e.push(
-                Engine::Vector,
-                tt(a.clone(), a.clone(), b.clone(), AluOp::Multiply),
-                &[sl(2), sl(3)],
-                &[sl(2)],
-            );
-            e.push(
-                Engine::Vector,
-                tt(nf.clone(), nf.clone(), a.clone(), AluOp::Subtract),
-                &[sl(1), sl(2)],
-                &[sl(1)],
-            );
-            e.push(
-                Engine::Vector,
-                tt(a.clone(), nf.clone(), q.clone(), AluOp::IsLt),
-                &[sl(1), ss],
-                &[sl(2)],
-            );
-            e.push(
-                Engine::Vector,
-                ts(b.clone(), q.clone(), AluOp::IsLt, 0.0),
-                &[ss],
-                &[sl(3)],
-            );
-            e.push(
-                Engine::Vector,
-                tt(a.clone(), a.clone(), b, AluOp::Multiply),
-                &[sl(2), sl(3)],
-                &[sl(2)],
-            );
-            e.push(
-                Engine::Vector,
-                tt(nf.clone(), nf.clone(), a, AluOp::Add),
-                &[sl(1), sl(2)],
-                &[sl(1)],
-            );
+            e.push(Engine::Vector, tt(a.clone(), nf.clone(), q.clone(), AluOp::IsGt));
+            e.push(Engine::Vector, ts(b.clone(), q.clone(), AluOp::IsGe, 0.0));
+            e.push(Engine::Vector, tt(a.clone(), a.clone(), b.clone(), AluOp::Multiply));
+            e.push(Engine::Vector, tt(nf.clone(), nf.clone(), a.clone(), AluOp::Subtract));
+            e.push(Engine::Vector, tt(a.clone(), nf.clone(), q.clone(), AluOp::IsLt));
+            e.push(Engine::Vector, ts(b.clone(), q.clone(), AluOp::IsLt, 0.0));
+            e.push(Engine::Vector, tt(a.clone(), a.clone(), b, AluOp::Multiply));
+            e.push(Engine::Vector, tt(nf.clone(), nf.clone(), a, AluOp::Add));
             let y = AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]]);
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy { dst: y, src: nf }),
-                &[sl(1)],
-                &[sy],
-            );
+            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: y, src: nf }));
         }
         let dst = AccessPattern::hbm(
             out_name,
@@ -465,8 +387,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         e.push(
             Engine::Dma,
             dma(dst, AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]])),
-            &[sy],
-            &[],
         );
         r0 += p as i64;
     }
@@ -572,16 +492,6 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let n_off = alloc.alloc(plane_out as usize * 4)?;
     let q_off = alloc.alloc(plane_out as usize)?;
     let v_off = alloc.alloc(plane_out as usize * out_d.size())?;
-    let (sx, sm, si, sc, sg, sn, sq, sv) = (
-        Slot { offset: x_off },
-        Slot { offset: m_off },
-        Slot { offset: i_off },
-        Slot { offset: c_off },
-        Slot { offset: g_off },
-        Slot { offset: n_off },
-        Slot { offset: q_off },
-        Slot { offset: v_off },
-    );
     // First in-bounds input index per dim and output index (PyTorch's `while (i0 < 0) i0 += d`).
     let first: Vec<Vec<i64>> = (0..k)
         .map(|j| {
@@ -610,7 +520,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 dst: AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_pad]]),
                 value: f64::NEG_INFINITY,
             });
-            e.push(Engine::Vector, op, &[], &[sx]);
+            e.push(Engine::Vector, op);
         }
         let interior: i64 = (0..k).map(|j| padding[j] * pstr[j]).sum();
         let dst = AccessPattern::sbuf(
@@ -621,13 +531,13 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             (0..k).map(|j| [pstr[j], ishape[j]]).collect(),
         );
         let src = AccessPattern::hbm(in_name, in_d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
-        e.push(Engine::Dma, dma(dst, src), &[], &[sx]);
+        e.push(Engine::Dma, dma(dst, src));
         // Running max = −inf, running index = the first in-bounds position.
         let op = Op::Memset(trnsim::Memset {
             dst: dense(DType::F32, m_off, p),
             value: f64::NEG_INFINITY,
         });
-        e.push(Engine::Vector, op, &[], &[sm]);
+        e.push(Engine::Vector, op);
         let mut blocks: Vec<Vec<(usize, usize, i64, i64)>> = vec![vec![]];
         for r in &runs {
             blocks = blocks
@@ -660,8 +570,6 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     channel_multiplier: 0,
                     pattern,
                 }),
-                &[],
-                &[si],
             );
         }
         // Kernel offsets in window order.
@@ -693,8 +601,6 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     channel_multiplier: 0,
                     pattern,
                 }),
-                &[],
-                &[sc],
             );
             let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
                 Op::TensorTensor(TensorTensor { dst, in0, in1, op })
@@ -705,39 +611,29 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 dense(DType::U8, q_off, p),
             );
             let m = dense(DType::F32, m_off, p);
-            e.push(
-                Engine::Vector,
-                tt(g.clone(), v.clone(), m.clone(), AluOp::IsGt),
-                &[sx, sm],
-                &[sg],
-            );
-            e.push(
-                Engine::Vector,
-                tt(n.clone(), v.clone(), v.clone(), AluOp::NotEqual),
-                &[sx],
-                &[sn],
-            );
-            e.push(Engine::Vector, tt(q.clone(), g, n, AluOp::LogicalOr), &[sg, sn], &[sq]);
+            e.push(Engine::Vector, tt(g.clone(), v.clone(), m.clone(), AluOp::IsGt));
+            e.push(Engine::Vector, tt(n.clone(), v.clone(), v.clone(), AluOp::NotEqual));
+            e.push(Engine::Vector, tt(q.clone(), g, n, AluOp::LogicalOr));
             let op = Op::TensorCopyPredicated(TensorCopyPredicated {
                 dst: m.clone(),
                 src: v,
                 predicate: q.clone(),
                 reverse_pred: false,
             });
-            e.push(Engine::Vector, op, &[sx, sq, sm], &[sm]);
+            e.push(Engine::Vector, op);
             let op = Op::TensorCopyPredicated(TensorCopyPredicated {
                 dst: dense(DType::I32, i_off, p),
                 src: c,
                 predicate: q,
                 reverse_pred: false,
             });
-            e.push(Engine::Vector, op, &[sc, sq, si], &[si]);
+            e.push(Engine::Vector, op);
         }
         let op = Op::TensorCopy(TensorCopy {
             dst: dense(out_d, v_off, p),
             src: dense(DType::F32, m_off, p),
         });
-        e.push(Engine::Vector, op, &[sm], &[sv]);
+        e.push(Engine::Vector, op);
         let dst = AccessPattern::hbm(
             out_name,
             out_d,
@@ -746,7 +642,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             plane_out,
             vec![[1, plane_out]],
         );
-        e.push(Engine::Dma, dma(dst, dense(out_d, v_off, p)), &[sv], &[]);
+        e.push(Engine::Dma, dma(dst, dense(out_d, v_off, p)));
         let dst = AccessPattern::hbm(
             idx_name,
             idx_d,
@@ -755,7 +651,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             plane_out,
             vec![[1, plane_out]],
         );
-        e.push(Engine::Dma, dma(dst, dense(DType::I32, i_off, p)), &[si], &[]);
+        e.push(Engine::Dma, dma(dst, dense(DType::I32, i_off, p)));
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))
@@ -809,12 +705,6 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     let g_off = alloc.alloc(plane_out as usize * go_d.size())?;
     let i_off = alloc.alloc(plane_out as usize * 4)?;
     let b_off = alloc.alloc(plane_out as usize * 4)?;
-    let (sz, sg, si, sb) = (
-        Slot { offset: z_off },
-        Slot { offset: g_off },
-        Slot { offset: i_off },
-        Slot { offset: b_off },
-    );
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let mut r0 = 0i64;
@@ -827,8 +717,6 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 dst: z.clone(),
                 value: 0.0,
             }),
-            &[],
-            &[sz],
         );
         let dst = AccessPattern::hbm(
             out_name,
@@ -838,7 +726,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
             plane_in,
             vec![[1, plane_in]],
         );
-        e.push(Engine::Dma, dma(dst, z), &[sz], &[]);
+        e.push(Engine::Dma, dma(dst, z));
         if plane_out > 0 {
             let g = AccessPattern::sbuf(go_d, 0, p, g_off, vec![[1, plane_out]]);
             let src = AccessPattern::hbm(
@@ -849,7 +737,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 plane_out,
                 vec![[1, plane_out]],
             );
-            e.push(Engine::Dma, dma(g, src), &[], &[sg]);
+            e.push(Engine::Dma, dma(g, src));
             let ix = AccessPattern::sbuf(DType::I32, 0, p, i_off, vec![[1, plane_out]]);
             let src = AccessPattern::hbm(
                 ix_name,
@@ -859,7 +747,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 plane_out,
                 vec![[1, plane_out]],
             );
-            e.push(Engine::Dma, dma(ix.clone(), src), &[], &[si]);
+            e.push(Engine::Dma, dma(ix.clone(), src));
             let base = AccessPattern::sbuf(DType::I32, 0, p, b_off, vec![[1, plane_out]]);
             let op = Op::Iota(Iota {
                 dst: base.clone(),
@@ -867,14 +755,14 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 channel_multiplier: plane_in,
                 pattern: vec![[0, plane_out]],
             });
-            e.push(Engine::Gpsimd, op, &[], &[sb]);
+            e.push(Engine::Gpsimd, op);
             let op = Op::TensorTensor(TensorTensor {
                 dst: ix.clone(),
                 in0: ix,
                 in1: base,
                 op: AluOp::Add,
             });
-            e.push(Engine::Gpsimd, op, &[si, sb], &[si]);
+            e.push(Engine::Gpsimd, op);
             for o in 0..plane_out as u64 {
                 let src = AccessPattern::sbuf(go_d, 0, p, g_off + o * go_d.size() as u64, vec![[1, 1]]);
                 let dst = AccessPattern::hbm(out_name, out_d, 0, 1, 0, vec![[1, 1]]);
@@ -890,7 +778,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                         oob: OobMode::Error,
                     }),
                 });
-                e.push(Engine::Dma, op, &[sg, si], &[]);
+                e.push(Engine::Dma, op);
             }
         }
         r0 += p as i64;
@@ -946,12 +834,6 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     let g_off = alloc.alloc(plane_out as usize * 4)?;
     let d_off = alloc.alloc(plane_out as usize * 4)?;
     let y_off = alloc.alloc(plane_in as usize * out_d.size())?;
-    let (sa, sg, sd, sy) = (
-        Slot { offset: a_off },
-        Slot { offset: g_off },
-        Slot { offset: d_off },
-        Slot { offset: y_off },
-    );
     // PyTorch's CPU kernels compute `grad_delta` and the `+=` in scalar_t: for 16-bit floats the
     // delta and the accumulator are rounded to the dtype at every step.
     let acc_d = if out_meta.dtype == crate::dtype::TorchDType::F32 {
@@ -972,8 +854,6 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 dst: acc.clone(),
                 value: 0.0,
             }),
-            &[],
-            &[sa],
         );
         if plane_out > 0 {
             let g = AccessPattern::sbuf(DType::F32, 0, p, g_off, vec![[1, plane_out]]);
@@ -985,7 +865,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 plane_out,
                 vec![[1, plane_out]],
             );
-            e.push(Engine::Dma, dma(g, src), &[], &[sg]);
+            e.push(Engine::Dma, dma(g, src));
         }
         for oh in 0..oshape[0] as usize {
             for ow in 0..oshape[1] as usize {
@@ -1019,7 +899,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                         operand1: None,
                         reverse1: false,
                     });
-                    e.push(Engine::Vector, op, &[sg, sd], &[sd]);
+                    e.push(Engine::Vector, op);
                     src = delta.clone();
                 }
                 let view = AccessPattern::sbuf(
@@ -1039,7 +919,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                     operand1: None,
                     reverse1: false,
                 });
-                e.push(Engine::Vector, op, &[sa, sd], &[sa]);
+                e.push(Engine::Vector, op);
             }
         }
         let y = AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_in]]);
@@ -1049,8 +929,6 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 dst: y.clone(),
                 src: acc,
             }),
-            &[sa],
-            &[sy],
         );
         let dst = AccessPattern::hbm(
             out_name,
@@ -1060,7 +938,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
             plane_in,
             vec![[1, plane_in]],
         );
-        e.push(Engine::Dma, dma(dst, y), &[sy], &[]);
+        e.push(Engine::Dma, dma(dst, y));
         r0 += p as i64;
     }
     Ok(Lowered::new(e.finish()))

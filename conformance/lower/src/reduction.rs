@@ -20,9 +20,9 @@
 //! * cumsum: `tensor_tensor_scan` along the free axis, the carry from chunk to chunk as the
 //!   next scan's initial value.
 
-use super::binary::{dev, dma};
+use super::binary::dev;
 use super::promote::{self, Category};
-use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, Slot};
+use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, dma};
 // The SBUF buffer type and instruction builders live in tile.rs; re-exported for the lowerings
 // that import them from here.
 pub use super::tile::{Buf, imm, ts, tt};
@@ -342,17 +342,15 @@ pub fn reduce_into(e: &mut Emitter, src: &Buf, p: usize, w: usize, op: AluOp, ds
             axes: 1,
             negate: false,
         }),
-        &[src.slot],
-        &[dst.slot],
     );
 }
 
-fn memset(e: &mut Emitter, engine: Engine, dst: AccessPattern, slot: Slot, value: f64) {
-    e.push(engine, Op::Memset(Memset { dst, value }), &[], &[slot]);
+fn memset(e: &mut Emitter, engine: Engine, dst: AccessPattern, value: f64) {
+    e.push(engine, Op::Memset(Memset { dst, value }));
 }
 
-fn copy(e: &mut Emitter, engine: Engine, dst: AccessPattern, dslot: Slot, src: AccessPattern, sslot: Slot) {
-    e.push(engine, Op::TensorCopy(TensorCopy { dst, src }), &[sslot], &[dslot]);
+fn copy(e: &mut Emitter, engine: Engine, dst: AccessPattern, src: AccessPattern) {
+    e.push(engine, Op::TensorCopy(TensorCopy { dst, src }));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -488,8 +486,7 @@ pub fn load_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile,
         rt.pstride[op],
         ch.free(op),
     );
-    ctx.e
-        .push(Engine::Dma, dma(buf.shaped(rt.rows, ch.dense()), src), &[], &[buf.slot]);
+    ctx.e.push(Engine::Dma, dma(buf.shaped(rt.rows, ch.dense()), src));
 }
 
 /// DMA of a chunk of `buf` (dense) to HBM tensor `name` with the strides of operand `op`.
@@ -502,8 +499,7 @@ pub fn store_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile
         rt.pstride[op],
         ch.free(op),
     );
-    ctx.e
-        .push(Engine::Dma, dma(dst, buf.shaped(rt.rows, ch.dense())), &[buf.slot], &[]);
+    ctx.e.push(Engine::Dma, dma(dst, buf.shaped(rt.rows, ch.dense())));
 }
 
 /// DMA of `[rows, 1]` column `c` of `buf` to the output elements of a row tile.
@@ -514,14 +510,14 @@ pub fn store_col(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, r
 /// As [`store_col`], with the row strides of operand `op`.
 pub fn store_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
     let dst = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
-    ctx.e.push(Engine::Dma, dma(dst, buf.col(rt.rows, c)), &[buf.slot], &[]);
+    ctx.e.push(Engine::Dma, dma(dst, buf.col(rt.rows, c)));
 }
 
 /// DMA of the `[rows, 1]` elements of a row tile of HBM tensor `name` (operand `op`) into column
 /// `c` of `buf`.
 pub fn load_col_op(ctx: &mut Ctx, buf: &Buf, c: usize, name: &str, dtype: DType, rt: &RowTile, op: usize) {
     let src = AccessPattern::hbm(name, dtype, rt.base[op] as u64, rt.rows, rt.pstride[op], vec![[1, 1]]);
-    ctx.e.push(Engine::Dma, dma(buf.col(rt.rows, c), src), &[], &[buf.slot]);
+    ctx.e.push(Engine::Dma, dma(buf.col(rt.rows, c), src));
 }
 
 fn emit(req: &LowerRequest<'_>, call: &Call, target_name: TargetName) -> Result<Program, LowerError> {
@@ -604,7 +600,7 @@ fn emit_reduce(
         let p = rt.rows;
         if chunks.is_empty() {
             // Empty reduction: the identity.
-            memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, red.identity());
+            memset(&mut ctx.e, engine, parts.col(p, 0), red.identity());
         }
         for (c, ch) in chunks.iter().enumerate() {
             let w = ch.elems();
@@ -646,7 +642,7 @@ fn emit_reduce(
                     None,
                 );
                 if chunks.is_empty() {
-                    memset(&mut ctx.e, engine, parts.col(p, 0), parts.slot, 0.0);
+                    memset(&mut ctx.e, engine, parts.col(p, 0), 0.0);
                 }
                 for (c, ch) in chunks.iter().enumerate() {
                     let w = ch.elems();
@@ -703,14 +699,14 @@ pub fn block_sum(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
         return;
     }
     block_sum_to(e, x, tmp, p, w);
-    copy(e, Engine::Vector, x.col(p, 0), x.slot, tmp.col(p, 0), tmp.slot);
+    copy(e, Engine::Vector, x.col(p, 0), tmp.col(p, 0));
 }
 
 /// [`block_sum`] that leaves `x` untouched: the sum of its `w` columns ends in `tmp` column 0
 /// (same order, same result), so a caller that still needs `x` saves copying it first.
 pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
     if w == 1 {
-        copy(e, Engine::Vector, tmp.col(p, 0), tmp.slot, x.col(p, 0), x.slot);
+        copy(e, Engine::Vector, tmp.col(p, 0), x.col(p, 0));
         return;
     }
     let nb = w / SUM_BLOCK;
@@ -731,8 +727,6 @@ pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
             axes: 1,
             negate: false,
         }),
-        &[x.slot],
-        &[tmp.slot],
     );
     let mut n = nb;
     if rem > 0 {
@@ -752,8 +746,6 @@ pub fn block_sum_to(e: &mut Emitter, x: &Buf, tmp: &Buf, p: usize, w: usize) {
                 axes: 1,
                 negate: false,
             }),
-            &[x.slot],
-            &[tmp.slot],
         );
         n += 1;
     }
@@ -768,11 +760,11 @@ fn reduce_chunk(ctx: &mut Ctx, engine: Engine, x: &Buf, p: usize, w: usize, red:
         (Engine::Vector, Red::Sum) => {
             let tmp = ctx.sum_tmp.expect("sum scratch allocated");
             block_sum(&mut ctx.e, x, &tmp, p, w);
-            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
+            copy(&mut ctx.e, engine, parts.col(p, c), x.col(p, 0));
         }
         _ => {
             tree_reduce(&mut ctx.e, engine, x, p, w, red.alu());
-            copy(&mut ctx.e, engine, parts.col(p, c), parts.slot, x.col(p, 0), x.slot);
+            copy(&mut ctx.e, engine, parts.col(p, c), x.col(p, 0));
         }
     }
 }
@@ -836,8 +828,6 @@ fn emit_argminmax(
                 axes: 1,
                 negate: false,
             }),
-            &[vals.slot],
-            &[m.slot],
         );
         // t = (vals == m); u = (vals != vals); t = max(t, u)
         e.tensor_scalar(v, t.at(p, 0, w), vals.at(p, 0, w), AluOp::IsEqual, m.scalar(p, 0), None);
@@ -862,8 +852,6 @@ fn emit_argminmax(
                 axes: 1,
                 negate: false,
             }),
-            &[t.slot],
-            &[r.slot],
         );
     };
     for rt in rows {
@@ -880,12 +868,10 @@ fn emit_argminmax(
                     channel_multiplier: 0,
                     pattern: vec![[1, w as i64]],
                 }),
-                &[],
-                &[idx.slot],
             );
             pick(ctx, &x, &idx, p, w);
-            copy(&mut ctx.e, v, pm.col(p, c), pm.slot, m.col(p, 0), m.slot);
-            copy(&mut ctx.e, v, pi.col(p, c), pi.slot, r.col(p, 0), r.slot);
+            copy(&mut ctx.e, v, pm.col(p, c), m.col(p, 0));
+            copy(&mut ctx.e, v, pi.col(p, c), r.col(p, 0));
         }
         if chunks.len() > 1 {
             pick(ctx, &pm, &pi, p, chunks.len());
@@ -936,7 +922,7 @@ fn emit_cumsum(
     if !int_path {
         let zw = chunks.iter().map(|c| c.elems()).max().unwrap_or(1);
         let p_all = rows.iter().map(|r| r.rows).max().unwrap_or(1);
-        memset(&mut ctx.e, Engine::Vector, zeros.cols(p_all, 0, zw), zeros.slot, 0.0);
+        memset(&mut ctx.e, Engine::Vector, zeros.cols(p_all, 0, zw), 0.0);
     }
     for rt in rows {
         let p = rt.rows;
@@ -947,40 +933,19 @@ fn emit_cumsum(
             if !int_path {
                 emit_fscan(ctx, &a, &b, &zeros, &fs, p, w, c > 0);
                 if c + 1 < chunks.len() {
-                    copy(
-                        &mut ctx.e,
-                        engine,
-                        carry.col(p, 0),
-                        carry.slot,
-                        fs.s.col(p, w - 1),
-                        fs.s.slot,
-                    );
-                    copy(
-                        &mut ctx.e,
-                        engine,
-                        fs.carry_lo.col(p, 0),
-                        fs.carry_lo.slot,
-                        fs.c.col(p, w - 1),
-                        fs.c.slot,
-                    );
+                    copy(&mut ctx.e, engine, carry.col(p, 0), fs.s.col(p, w - 1));
+                    copy(&mut ctx.e, engine, fs.carry_lo.col(p, 0), fs.c.col(p, w - 1));
                 }
                 store_op(ctx, &b, &call.outs[0].0, out_dev, rt, ch, 1);
                 continue;
             }
             if w == 1 {
-                copy(&mut ctx.e, engine, nxt.col(p, 0), nxt.slot, cur.col(p, 0), cur.slot);
+                copy(&mut ctx.e, engine, nxt.col(p, 0), cur.col(p, 0));
                 std::mem::swap(&mut cur, &mut nxt);
             }
             let mut k = 1;
             while k < w {
-                copy(
-                    &mut ctx.e,
-                    engine,
-                    nxt.cols(p, 0, k),
-                    nxt.slot,
-                    cur.cols(p, 0, k),
-                    cur.slot,
-                );
+                copy(&mut ctx.e, engine, nxt.cols(p, 0, k), cur.cols(p, 0, k));
                 let shifted = AccessPattern::sbuf(work, 0, p, cur.slot.offset, vec![[1, (w - k) as i64]]);
                 let hi = AccessPattern::sbuf(
                     work,
@@ -996,29 +961,17 @@ fn emit_cumsum(
                     nxt.slot.offset + (k * work.size()) as u64,
                     vec![[1, (w - k) as i64]],
                 );
-                ctx.e
-                    .push(engine, tt(dst, hi, shifted, AluOp::Add), &[cur.slot], &[nxt.slot]);
+                ctx.e.push(engine, tt(dst, hi, shifted, AluOp::Add));
                 std::mem::swap(&mut cur, &mut nxt);
                 k *= 2;
             }
             if c > 0 {
                 let bc = AccessPattern::sbuf(work, 0, p, carry.slot.offset, vec![[0, w as i64]]);
-                ctx.e.push(
-                    engine,
-                    tt(cur.cols(p, 0, w), cur.cols(p, 0, w), bc, AluOp::Add),
-                    &[cur.slot, carry.slot],
-                    &[cur.slot],
-                );
+                ctx.e
+                    .push(engine, tt(cur.cols(p, 0, w), cur.cols(p, 0, w), bc, AluOp::Add));
             }
             if c + 1 < chunks.len() {
-                copy(
-                    &mut ctx.e,
-                    engine,
-                    carry.col(p, 0),
-                    carry.slot,
-                    cur.col(p, w - 1),
-                    cur.slot,
-                );
+                copy(&mut ctx.e, engine, carry.col(p, 0), cur.col(p, w - 1));
             }
             store_op(ctx, &cur, &call.outs[0].0, out_dev, rt, ch, 1);
         }
@@ -1053,8 +1006,6 @@ fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usi
             Some(b) => ScalarOperand::Tile(b.col(p, 0)),
             None => imm(0.0),
         };
-        let mut reads = vec![src.slot, zeros.slot];
-        reads.extend(init.map(|b| b.slot));
         e.push(
             v,
             Op::TensorTensorScan(TensorTensorScan {
@@ -1065,36 +1016,24 @@ fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usi
                 op0: AluOp::Add,
                 op1: AluOp::Add,
             }),
-            &reads,
-            &[dst.slot],
         );
     };
     let (s, prev, t1, t2, mask, c) = (&fs.s, &fs.prev, &fs.t1, &fs.t2, &fs.mask, &fs.c);
     scan(e, s, x, carry.then_some(&fs.carry_hi));
     // prev = [S₋₁, S₀ … S_{w−2}]
     if carry {
-        copy(e, v, prev.col(p, 0), prev.slot, fs.carry_hi.col(p, 0), fs.carry_hi.slot);
+        copy(e, v, prev.col(p, 0), fs.carry_hi.col(p, 0));
     } else {
-        memset(e, v, prev.col(p, 0), prev.slot, 0.0);
+        memset(e, v, prev.col(p, 0), 0.0);
     }
     if w > 1 {
-        copy(e, v, prev.cols(p, 1, w - 1), prev.slot, s.cols(p, 0, w - 1), s.slot);
+        copy(e, v, prev.cols(p, 1, w - 1), s.cols(p, 0, w - 1));
     }
     let pv = prev.cols(p, 0, w);
     // t1 = S − prev (b'), t2 = S − t1 (a'), t2 = prev − t2, t1 = x − t1, t1 = t1 + t2 (e)
-    e.push(
-        v,
-        tt(t1.cols(p, 0, w), s.cols(p, 0, w), pv.clone(), AluOp::Subtract),
-        &[s.slot, prev.slot],
-        &[t1.slot],
-    );
+    e.push(v, tt(t1.cols(p, 0, w), s.cols(p, 0, w), pv.clone(), AluOp::Subtract));
     e.tensor_tensor(v, t2.at(p, 0, w), s.at(p, 0, w), t1.at(p, 0, w), AluOp::Subtract);
-    e.push(
-        v,
-        tt(t2.cols(p, 0, w), pv, t2.cols(p, 0, w), AluOp::Subtract),
-        &[prev.slot, t2.slot],
-        &[t2.slot],
-    );
+    e.push(v, tt(t2.cols(p, 0, w), pv, t2.cols(p, 0, w), AluOp::Subtract));
     e.tensor_tensor(v, t1.at(p, 0, w), x.at(p, 0, w), t1.at(p, 0, w), AluOp::Subtract);
     e.tensor_tensor(v, t1.at(p, 0, w), t1.at(p, 0, w), t2.at(p, 0, w), AluOp::Add);
     // mask = |e| ≥ 2⁻⁵³·|S|  (false for NaN e)
@@ -1109,7 +1048,7 @@ fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usi
     e.tensor_scalar(v, c.at(p, 0, w), t1.at(p, 0, w), AluOp::Abs, Scalar::Imm(0.0), None);
     e.tensor_tensor(v, mask.at(p, 0, w), c.at(p, 0, w), t2.at(p, 0, w), AluOp::IsGe);
     // t2 = mask ? e : 0
-    memset(e, v, t2.cols(p, 0, w), t2.slot, 0.0);
+    memset(e, v, t2.cols(p, 0, w), 0.0);
     e.push(
         v,
         Op::TensorCopyPredicated(trnsim::TensorCopyPredicated {
@@ -1118,8 +1057,6 @@ fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usi
             predicate: mask.cols(p, 0, w),
             reverse_pred: false,
         }),
-        &[t1.slot, mask.slot, t2.slot],
-        &[t2.slot],
     );
     scan(e, c, t2, carry.then_some(&fs.carry_lo));
     e.tensor_tensor(v, out.at(p, 0, w), s.at(p, 0, w), c.at(p, 0, w), AluOp::Add);
@@ -1201,8 +1138,6 @@ fn emit_reduce_spread(
             src: parts.col(parts_n, 0),
             op: red.alu(),
         }),
-        &[parts.slot],
-        &[tot.slot],
     );
     if tail > 0 {
         let trt = RowTile {

@@ -20,8 +20,9 @@
 //! widening cat promotes to (bool/int/bf16/f16 → f32, bool → int, …) and rounds an int32 beyond
 //! 2^24 to nearest, like PyTorch's int → float conversion.
 
-use super::binary::{dev, dma};
+use super::binary::dev;
 use super::promote;
+use super::tile::dma;
 use super::tile::{Region, TileLimits, plan_tiles};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{IntOrBool, IntOrList, TensorArg, TensorMeta};

@@ -27,8 +27,7 @@
 //! Limits (both paths): `n` ≤ 16 384 (max8's free size; the network's 128 × 128 tile); integer
 //! values are exact below 2^24.
 
-use super::matmul::psum_slot;
-use super::tile::{Emitter, SbufAllocator, Slot};
+use super::tile::{Emitter, SbufAllocator, Slot, dma, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::TensorArg;
 use ScalarOperand::Imm;
@@ -37,15 +36,6 @@ use trnsim::{
     MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName,
     TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
 };
-
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
 
 /// `nonzero`: the output's row count is data-dependent. The program writes a buffer of the upper
 /// bound's `numel(x)` rows and the count to `output.0.count` (int32); the runner trims by it.
@@ -92,15 +82,11 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     dst: ca(DType::I32),
                     value: 0.0,
                 }),
-                &[],
-                &[c],
             );
         } else {
             e.push(
                 Engine::Dma,
                 dma(ca(DType::F32), AccessPattern::hbm(x, xdt, 0, 1, 0, vec![[1, 1]])),
-                &[],
-                &[c],
             );
             e.push(
                 Engine::Vector,
@@ -114,8 +100,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     operand1: None,
                     reverse1: false,
                 }),
-                &[c],
-                &[c],
             );
         }
         e.push(
@@ -124,8 +108,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]),
                 ca(DType::I32),
             ),
-            &[c],
-            &[],
         );
         return Ok(Lowered::new(e.finish()));
     }
@@ -160,7 +142,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let upper = slot(parts * 4)?;
     let small = slot(4 * 4)?; // columns: carry, row offset
     let (col_carry, col_offset) = (0usize, 1usize);
-    let (ps_offsets, ps_total) = (psum_slot(0), psum_slot(1));
     let bank = t.psum_bank_bytes as u64;
 
     let full = |s: Slot, dt: DType, w: usize| AccessPattern::sbuf(dt, 0, parts, s.offset, vec![[1, w as i64]]);
@@ -170,8 +151,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             dst: full(ones, DType::F32, parts),
             value: 1.0,
         }),
-        &[],
-        &[ones],
     );
     // upper[q, p] = 1 where q < p: v = p − q − 1 ≥ 0.
     e.push(
@@ -185,8 +164,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             pattern: vec![[1, parts as i64]],
             cmp: CmpOp::GreaterEqual,
         }),
-        &[ones],
-        &[upper],
     );
     e.push(
         Engine::Vector,
@@ -194,8 +171,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             dst: AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]),
             value: 0.0,
         }),
-        &[],
-        &[small],
     );
     let scratch = "nonzero.coords";
     e.program
@@ -223,7 +198,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         // First element of the chunk: outer index o, row dim index a0·split.
         let first = (o * shape[dr] + a0 * split) * inner;
         let src = AccessPattern::hbm(x, xdt, first as u64, pc, (split * inner) as i64, vec![[1, w as i64]]);
-        e.push(Engine::Dma, dma(sa(xv, DType::F32), src), &[], &[xv]);
+        e.push(Engine::Dma, dma(sa(xv, DType::F32), src));
         e.push(
             Engine::Vector,
             Op::TensorScalar(TensorScalar {
@@ -236,8 +211,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 operand1: None,
                 reverse1: false,
             }),
-            &[xv],
-            &[xv],
         );
         e.push(
             Engine::Vector,
@@ -249,8 +222,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 op0: AluOp::Multiply,
                 op1: AluOp::Add,
             }),
-            &[ones, xv],
-            &[cs],
         );
         // Row totals (the last scan column) through TensorE: exclusive offsets, chunk total.
         let totals = AccessPattern::sbuf(DType::F32, 0, pc, cs.offset + ((w - 1) * 4) as u64, vec![[1, 1]]);
@@ -264,8 +235,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 moving: totals.clone(),
                 accumulate: false,
             }),
-            &[upper, cs],
-            &[ps_offsets],
         );
         e.push(
             Engine::Tensor,
@@ -275,8 +244,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 moving: totals,
                 accumulate: false,
             }),
-            &[ones, cs],
-            &[ps_total],
         );
         e.push(
             Engine::Vector,
@@ -286,8 +253,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 in1: col(col_carry),
                 op: AluOp::Add,
             }),
-            &[ps_offsets, small],
-            &[small],
         );
         let carry_all = AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]);
         e.push(
@@ -298,8 +263,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 in1: carry_all,
                 op: AluOp::Add,
             }),
-            &[ps_total, small],
-            &[small],
         );
         // Output row: (cs + offset)·m − 1, i.e. −1 (skipped) for zeros.
         e.push(
@@ -314,8 +277,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 reverse0: false,
                 reverse1: false,
             }),
-            &[cs, small, xv],
-            &[cs],
         );
         e.push(
             Engine::Vector,
@@ -329,8 +290,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 operand1: None,
                 reverse1: false,
             }),
-            &[cs],
-            &[ix],
         );
         // The chunk's free shape: [seg, inner dims…].
         let free_shape: Vec<usize> = std::iter::once(seg).chain(shape[dr + 1..].iter().copied()).collect();
@@ -362,8 +321,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     channel_multiplier,
                     pattern,
                 }),
-                &[],
-                &[co],
             );
             let at = (d * parts * width) as u64;
             e.push(
@@ -372,8 +329,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     AccessPattern::hbm(scratch, DType::I32, at, pc, w as i64, vec![[1, w as i64]]),
                     sa(co, DType::I32),
                 ),
-                &[co],
-                &[],
             );
             let src = AccessPattern::hbm(scratch, DType::I32, at, pc * w, 1, vec![[1, 1]]);
             let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
@@ -390,8 +345,6 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                         oob: OobMode::Skip,
                     }),
                 }),
-                &[ix],
-                &[],
             );
         }
     }
@@ -403,14 +356,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             dst: count_sb.clone(),
             src: AccessPattern::sbuf(DType::F32, 0, 1, small.offset, vec![[1, 1]]),
         }),
-        &[small],
-        &[small],
     );
     e.push(
         Engine::Dma,
         dma(AccessPattern::hbm(&count, DType::I32, 0, 1, 0, vec![[1, 1]]), count_sb),
-        &[small],
-        &[],
     );
     Ok(Lowered::new(e.finish()))
 }
@@ -527,7 +476,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     };
     for &(c, v) in constants {
         let dst = AccessPattern::sbuf(DType::F32, 0, 128, scal.offset + (c * 4) as u64, vec![[1, 1]]);
-        e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }), &[], &[scal]);
+        e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }));
     }
 
     // Lane chunks: (hbm element offset of the lane's first value, lanes, lane step, out offsets).
@@ -572,19 +521,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     dst: sa(a, n8),
                     value: f64::NEG_INFINITY,
                 }),
-                &[],
-                &[a],
             );
         }
         let src = AccessPattern::hbm(x, xdt, in_off as u64, pc, lane_step_in, vec![[vstep, n as i64]]);
-        e.push(Engine::Dma, dma(sa(a, n), src), &[], &[a]);
+        e.push(Engine::Dma, dma(sa(a, n), src));
         if !largest {
-            e.push(
-                Engine::Vector,
-                ts(sa(a, n), sa(a, n), AluOp::Multiply, Imm(-1.0), None),
-                &[a],
-                &[a],
-            );
+            e.push(Engine::Vector, ts(sa(a, n), sa(a, n), AluOp::Multiply, Imm(-1.0), None));
         }
         if specials {
             // The special elements, which the top-8 rounds cannot place: NaN (max8 ranks it first but
@@ -599,14 +541,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     in1: sa(a, n),
                     op: AluOp::NotEqual,
                 }),
-                &[a],
-                &[nan_mask],
             );
             e.push(
                 Engine::Vector,
                 ts(mask(ninf_mask), sa(a, n), AluOp::IsEqual, Imm(f64::NEG_INFINITY), None),
-                &[a],
-                &[ninf_mask],
             );
             e.push(
                 Engine::Vector,
@@ -616,8 +554,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     predicate: mask(nan_mask),
                     reverse_pred: false,
                 }),
-                &[a, scal, nan_mask],
-                &[a],
             );
             for (m, c) in [(nan_mask, COL_NAN_COUNT), (ninf_mask, COL_NEG_INF_COUNT)] {
                 let op = Op::TensorReduce(TensorReduce {
@@ -627,7 +563,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     axes: 1,
                     negate: false,
                 });
-                e.push(Engine::Vector, op, &[m], &[scal]);
+                e.push(Engine::Vector, op);
             }
         }
         for r in 0..rounds {
@@ -639,8 +575,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     dst: vals.clone(),
                     src: sa(cur, n8),
                 }),
-                &[cur],
-                &[v8],
             );
             e.push(
                 Engine::Vector,
@@ -651,8 +585,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     imm: f64::NEG_INFINITY,
                     dst_idx: Some(idx),
                 }),
-                &[cur, v8],
-                &[other, i8s],
             );
             std::mem::swap(&mut cur, &mut other);
         }
@@ -677,8 +609,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         Imm(-1.0),
                         Some((AluOp::Add, Imm(nf))),
                     ),
-                    &[scal],
-                    &[scal],
                 );
             };
             per_scalar(&mut e, COL_ORDINARY, COL_NAN_COUNT);
@@ -690,8 +620,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     in1: col(COL_NEG_INF_COUNT),
                     op: AluOp::Subtract,
                 }),
-                &[scal],
-                &[scal],
             );
             if largest {
                 per_scalar(&mut e, COL_NEG_INF_BASE, COL_NEG_INF_COUNT);
@@ -706,8 +634,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     channel_multiplier: lane_step_out,
                     pattern: vec![[1, 1]],
                 }),
-                &[],
-                &[scal],
             );
             // offset = ok ? lane_base + pos·vstep : −1, from `pos` (f32, in `p`) and `ok` (in `q`),
             // written as int32 into `q`.
@@ -722,8 +648,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         AluOp::Multiply,
                         sa(q, w),
                     ),
-                    &[p, q],
-                    &[q],
                 );
                 e.push(
                     Engine::Vector,
@@ -734,45 +658,30 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         Imm(vstep as f64),
                         Some((AluOp::Add, tile(COL_LANE_BASE))),
                     ),
-                    &[p, scal],
-                    &[p],
                 );
                 e.push(
                     Engine::Vector,
                     stt(sa(p, w), sa(p, w), AluOp::Add, Imm(1.0), AluOp::Multiply, sa(q, w)),
-                    &[p, q],
-                    &[p],
                 );
-                e.push(
-                    Engine::Vector,
-                    ts(i32s(q, w), sa(p, w), AluOp::Add, Imm(-1.0), None),
-                    &[p],
-                    &[q],
-                );
+                e.push(Engine::Vector, ts(i32s(q, w), sa(p, w), AluOp::Add, Imm(-1.0), None));
             };
-            let scatter = |e: &mut Emitter,
-                           scratch: &str,
-                           dt: DType,
-                           src: AccessPattern,
-                           src_slot: Slot,
-                           index: Slot,
-                           w: usize,
-                           out: &str| {
-                let rows = AccessPattern::hbm(scratch, dt, 0, pc, w as i64, vec![[1, w as i64]]);
-                e.push(Engine::Dma, dma(rows, src), &[src_slot], &[]);
-                let op = Op::DmaCopy(DmaCopy {
-                    dst: AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
-                    src: AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
-                    accumulate: false,
-                    indirect: Some(Indirect {
-                        side: IndirectSide::Dst,
-                        index: i32s(index, w),
-                        row_step: 1,
-                        oob: OobMode::Skip,
-                    }),
-                });
-                e.push(Engine::Dma, op, &[index], &[]);
-            };
+            let scatter =
+                |e: &mut Emitter, scratch: &str, dt: DType, src: AccessPattern, index: Slot, w: usize, out: &str| {
+                    let rows = AccessPattern::hbm(scratch, dt, 0, pc, w as i64, vec![[1, w as i64]]);
+                    e.push(Engine::Dma, dma(rows, src));
+                    let op = Op::DmaCopy(DmaCopy {
+                        dst: AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
+                        src: AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
+                        accumulate: false,
+                        indirect: Some(Indirect {
+                            side: IndirectSide::Dst,
+                            index: i32s(index, w),
+                            row_step: 1,
+                            oob: OobMode::Skip,
+                        }),
+                    });
+                    e.push(Engine::Dma, op);
+                };
 
             // The top-8 slots: slot r goes to r (+ c_nan when largest), if r < c_ord.
             e.push(
@@ -783,34 +692,26 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     channel_multiplier: 0,
                     pattern: vec![[1, slots as i64]],
                 }),
-                &[],
-                &[a],
             );
             e.push(
                 Engine::Vector,
                 ts(sa(b, slots), sa(a, slots), AluOp::IsLt, tile(COL_ORDINARY), None),
-                &[a, scal],
-                &[b],
             );
             if largest {
                 e.push(
                     Engine::Vector,
                     ts(sa(a, slots), sa(a, slots), AluOp::Add, tile(COL_NAN_COUNT), None),
-                    &[a, scal],
-                    &[a],
                 );
             } else {
                 e.push(
                     Engine::Vector,
                     ts(sa(v8, slots), sa(v8, slots), AluOp::Multiply, Imm(-1.0), None),
-                    &[v8],
-                    &[v8],
                 );
             }
             to_offsets(&mut e, a, b, slots);
-            scatter(&mut e, top_vals, vdt, sa(v8, slots), v8, b, slots, vout);
+            scatter(&mut e, top_vals, vdt, sa(v8, slots), b, slots, vout);
             let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, slots as i64]]);
-            scatter(&mut e, top_idx, DType::I32, isrc, i8s, b, slots, iout);
+            scatter(&mut e, top_idx, DType::I32, isrc, b, slots, iout);
 
             // The special elements: the j-th NaN (in index order) goes to nan_base + j, the j-th −inf
             // to ninf_base + j (exclusive prefix counts of the masks, per lane).
@@ -831,7 +732,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     op0: AluOp::Multiply,
                     op1: AluOp::Add,
                 });
-                e.push(Engine::Vector, scan, &[scal, m], &[dst]);
+                e.push(Engine::Vector, scan);
                 e.push(
                     Engine::Vector,
                     Op::TensorTensor(TensorTensor {
@@ -840,16 +741,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         in1: mask(m),
                         op: AluOp::Subtract,
                     }),
-                    &[dst, m],
-                    &[dst],
                 );
                 if let Some(c) = base {
-                    e.push(
-                        Engine::Vector,
-                        ts(sa(dst, n), sa(dst, n), AluOp::Add, tile(c), None),
-                        &[dst, scal],
-                        &[dst],
-                    );
+                    e.push(Engine::Vector, ts(sa(dst, n), sa(dst, n), AluOp::Add, tile(c), None));
                 }
                 e.push(
                     Engine::Vector,
@@ -859,8 +753,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         in1: mask(m),
                         op: AluOp::Multiply,
                     }),
-                    &[dst, m],
-                    &[dst],
                 );
             }
             e.push(
@@ -871,8 +763,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     in1: sa(b, n),
                     op: AluOp::Add,
                 }),
-                &[a, b],
-                &[a],
             );
             e.push(
                 Engine::Vector,
@@ -882,8 +772,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     in1: mask(ninf_mask),
                     op: AluOp::Add,
                 }),
-                &[nan_mask, ninf_mask],
-                &[b],
             );
             to_offsets(&mut e, a, b, n);
             // Their values: NaN, or the lane's original infinity; their indices: j.
@@ -893,8 +781,6 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     dst: sa(a, n),
                     value: special_inf,
                 }),
-                &[],
-                &[a],
             );
             e.push(
                 Engine::Vector,
@@ -904,10 +790,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     predicate: mask(nan_mask),
                     reverse_pred: false,
                 }),
-                &[a, scal, nan_mask],
-                &[a],
             );
-            scatter(&mut e, special_vals, vdt, sa(a, n), a, b, n, vout);
+            scatter(&mut e, special_vals, vdt, sa(a, n), b, n, vout);
             e.push(
                 Engine::Gpsimd,
                 Op::Iota(Iota {
@@ -916,10 +800,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     channel_multiplier: 0,
                     pattern: vec![[1, n as i64]],
                 }),
-                &[],
-                &[a],
             );
-            scatter(&mut e, special_idx, DType::I32, i32s(a, n), a, b, n, iout);
+            scatter(&mut e, special_idx, DType::I32, i32s(a, n), b, n, iout);
         } else {
             // Integer lanes hold no NaN or infinity: the top-8 slots are the output.
             let vsrc = if largest {
@@ -928,13 +810,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 e.push(
                     Engine::Vector,
                     ts(sa(v8, k), sa(v8, k), AluOp::Multiply, Imm(-1.0), None),
-                    &[v8],
-                    &[v8],
                 );
                 sa(v8, k)
             };
             let vdst = AccessPattern::hbm(vout, vdt, out_off as u64, pc, lane_step_out, vec![[vstep, k as i64]]);
-            e.push(Engine::Dma, dma(vdst, vsrc), &[v8], &[]);
+            e.push(Engine::Dma, dma(vdst, vsrc));
             let idst = AccessPattern::hbm(
                 iout,
                 DType::I32,
@@ -944,7 +824,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 vec![[vstep, k as i64]],
             );
             let isrc = AccessPattern::sbuf(DType::U32, 0, pc, i8s.offset, vec![[1, k as i64]]);
-            e.push(Engine::Dma, dma(idst, isrc), &[i8s], &[]);
+            e.push(Engine::Dma, dma(idst, isrc));
         }
     }
     Ok(Lowered::new(e.finish()))
@@ -1052,12 +932,6 @@ impl NetArray {
     }
 }
 
-/// A pseudo-slot for an HBM scratch tensor (the emitter tracks dependencies by slot key; SBUF
-/// offsets never come near these).
-fn hbm_slot(i: u64) -> Slot {
-    Slot { offset: u64::MAX - i }
-}
-
 impl Network<'_> {
     fn emit(&self, e: &mut Emitter, alloc: &mut SbufAllocator) -> Result<(), LowerError> {
         let (n, k) = (self.n, self.k);
@@ -1111,8 +985,6 @@ impl Network<'_> {
                     dst: col(128, i),
                     value: v,
                 }),
-                &[],
-                &[cols],
             );
         }
         // Partition index (int32), then the lane base `(p & !(2^r − 1)) << c` and the sign
@@ -1123,7 +995,7 @@ impl Network<'_> {
             channel_multiplier: 1,
             pattern: vec![[1, 1]],
         });
-        e.push(Engine::Gpsimd, iota, &[], &[icols]);
+        e.push(Engine::Gpsimd, iota);
         let low_mask = !((1i64 << r) - 1);
         e.push(
             Engine::Vector,
@@ -1134,14 +1006,10 @@ impl Network<'_> {
                 Imm(low_mask as f64),
                 Some((AluOp::ShiftLeft, Imm(c as f64))),
             ),
-            &[icols],
-            &[icols],
         );
         e.push(
             Engine::Vector,
             ts(col(128, 2), icol(128, 1), AluOp::Multiply, Imm(1.0), None),
-            &[icols],
-            &[cols],
         );
         for b in 0..r {
             e.push(
@@ -1153,8 +1021,6 @@ impl Network<'_> {
                     Imm(b as f64),
                     Some((AluOp::BitwiseAnd, Imm(1.0))),
                 ),
-                &[icols],
-                &[icols],
             );
             e.push(
                 Engine::Vector,
@@ -1165,8 +1031,6 @@ impl Network<'_> {
                     Imm(-2.0),
                     Some((AluOp::Add, Imm(1.0))),
                 ),
-                &[icols],
-                &[cols],
             );
         }
 
@@ -1219,8 +1083,6 @@ impl Network<'_> {
                         dst: a_w.whole(DType::F32),
                         value: pad,
                     }),
-                    &[],
-                    &[w_a],
                 );
             }
             if r == 0 {
@@ -1234,7 +1096,7 @@ impl Network<'_> {
                     vec![[vstep, n as i64]],
                 );
                 let dst = AccessPattern::sbuf(DType::F32, 0, g, w_a.offset, vec![[1, n as i64]]);
-                e.push(Engine::Dma, dma(dst, src), &[], &[w_a]);
+                e.push(Engine::Dma, dma(dst, src));
             } else {
                 for li in 0..g {
                     let base = in_off(first + li) as u64;
@@ -1244,13 +1106,13 @@ impl Network<'_> {
                         let src =
                             AccessPattern::hbm(self.x, self.xdt, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
                         let dst = AccessPattern::sbuf(DType::F32, part0, full, w_a.offset, vec![[1, f as i64]]);
-                        e.push(Engine::Dma, dma(dst, src), &[], &[w_a]);
+                        e.push(Engine::Dma, dma(dst, src));
                     }
                     if rem > 0 {
                         let at = base + (full * f) as u64 * vstep as u64;
                         let src = AccessPattern::hbm(self.x, self.xdt, at, 1, 0, vec![[vstep, rem as i64]]);
                         let dst = AccessPattern::sbuf(DType::F32, part0 + full, 1, w_a.offset, vec![[1, rem as i64]]);
-                        e.push(Engine::Dma, dma(dst, src), &[], &[w_a]);
+                        e.push(Engine::Dma, dma(dst, src));
                     }
                 }
             }
@@ -1260,8 +1122,6 @@ impl Network<'_> {
                 e.push(
                     Engine::Vector,
                     ts(w.clone(), w.clone(), AluOp::Multiply, Imm(-1.0), None),
-                    &[w_a],
-                    &[w_a],
                 );
             }
             // s = position (global in the tile: lane base + position in the lane).
@@ -1271,7 +1131,7 @@ impl Network<'_> {
                 channel_multiplier: f as i64,
                 pattern: vec![[1, f as i64]],
             });
-            e.push(Engine::Gpsimd, iota, &[], &[s_a]);
+            e.push(Engine::Gpsimd, iota);
             if self.float {
                 let mask = AccessPattern::sbuf(DType::U8, 0, p, nan.offset, vec![[1, f as i64]]);
                 e.push(
@@ -1282,8 +1142,6 @@ impl Network<'_> {
                         in1: w.clone(),
                         op: AluOp::NotEqual,
                     }),
-                    &[w_a],
-                    &[nan],
                 );
                 e.push(
                     Engine::Vector,
@@ -1293,15 +1151,11 @@ impl Network<'_> {
                         predicate: mask.clone(),
                         reverse_pred: false,
                     }),
-                    &[w_a, cols, nan],
-                    &[w_a],
                 );
                 let shift = if self.descending { -(n as f64) } else { n as f64 };
                 e.push(
                     Engine::Vector,
                     stt(sw.clone(), mask, AluOp::Multiply, Imm(shift), AluOp::Add, sw.clone()),
-                    &[nan, s_a],
-                    &[s_a],
                 );
             }
 
@@ -1321,18 +1175,18 @@ impl Network<'_> {
                             None,
                         )
                     };
-                    e.push(Engine::Vector, op, &[arr.slot, cols], &[arr.slot]);
+                    e.push(Engine::Vector, op);
                 }
             };
             let transpose = |e: &mut Emitter, to_t: bool| {
-                for (a, t, scratch, hs) in [(a_w, t_w, scratch_w, hbm_slot(0)), (a_s, t_s, scratch_s, hbm_slot(1))] {
+                for (a, t, scratch) in [(a_w, t_w, scratch_w), (a_s, t_s, scratch_s)] {
                     let (from, to) = if to_t { (a, t) } else { (t, a) };
                     // `from` [R × W] row-major into scratch, then read back column-major.
                     let (rr, ww) = (from.rows, from.width);
                     let rows = AccessPattern::hbm(scratch, DType::F32, 0, rr, ww as i64, vec![[1, ww as i64]]);
-                    e.push(Engine::Dma, dma(rows, from.whole(DType::F32)), &[from.slot], &[hs]);
+                    e.push(Engine::Dma, dma(rows, from.whole(DType::F32)));
                     let cols_view = AccessPattern::hbm(scratch, DType::F32, 0, ww, 1, vec![[ww as i64, rr as i64]]);
-                    e.push(Engine::Dma, dma(to.whole(DType::F32), cols_view), &[hs], &[to.slot]);
+                    e.push(Engine::Dma, dma(to.whole(DType::F32), cols_view));
                 }
             };
             let compare_exchange = |e: &mut Emitter, w: NetArray, s: NetArray, b: usize| {
@@ -1348,21 +1202,11 @@ impl Network<'_> {
                         op,
                     })
                 };
-                e.push(Engine::Vector, tt(u8s(swap), &wa, &wb, AluOp::IsGt), &[w.slot], &[swap]);
-                e.push(
-                    Engine::Vector,
-                    tt(u8s(equal), &wa, &wb, AluOp::IsEqual),
-                    &[w.slot],
-                    &[equal],
-                );
+                e.push(Engine::Vector, tt(u8s(swap), &wa, &wb, AluOp::IsGt));
+                e.push(Engine::Vector, tt(u8s(equal), &wa, &wb, AluOp::IsEqual));
                 // Ties of w: decide by s (reusing `tmp` for the s comparison).
                 let sgt = AccessPattern::sbuf(DType::U8, 0, w.rows, tmp.offset, vec![[1, half as i64]]);
-                e.push(
-                    Engine::Vector,
-                    tt(sgt.clone(), &sa, &sb, AluOp::IsGt),
-                    &[s.slot],
-                    &[tmp],
-                );
+                e.push(Engine::Vector, tt(sgt.clone(), &sa, &sb, AluOp::IsGt));
                 e.push(
                     Engine::Vector,
                     Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -1371,20 +1215,16 @@ impl Network<'_> {
                         predicate: u8s(equal),
                         reverse_pred: false,
                     }),
-                    &[swap, tmp, equal],
-                    &[swap],
                 );
-                for (arr, a, bview) in [(w, wa, wb), (s, sa, sb)] {
+                for (a, bview) in [(wa, wb), (sa, sb)] {
                     e.push(
                         Engine::Gpsimd,
                         Op::TensorCopy(trnsim::TensorCopy {
                             dst: f32s.clone(),
                             src: a.clone(),
                         }),
-                        &[arr.slot],
-                        &[tmp],
                     );
-                    for (dst, src, reads) in [(a, bview.clone(), arr.slot), (bview, f32s.clone(), tmp)] {
+                    for (dst, src) in [(a, bview.clone()), (bview, f32s.clone())] {
                         e.push(
                             Engine::Vector,
                             Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -1393,8 +1233,6 @@ impl Network<'_> {
                                 predicate: u8s(swap),
                                 reverse_pred: false,
                             }),
-                            &[arr.slot, reads, swap],
-                            &[arr.slot],
                         );
                     }
                 }
@@ -1434,15 +1272,11 @@ impl Network<'_> {
                     ScalarOperand::Tile(col(p, 2)),
                     None,
                 ),
-                &[s_a, cols],
-                &[s_a],
             );
             if self.descending {
                 e.push(
                     Engine::Vector,
                     ts(w.clone(), w.clone(), AluOp::Multiply, Imm(-1.0), None),
-                    &[w_a],
-                    &[w_a],
                 );
             }
             if self.float {
@@ -1452,12 +1286,7 @@ impl Network<'_> {
                 } else {
                     (AluOp::IsGe, n as f64, -(n as f64))
                 };
-                e.push(
-                    Engine::Vector,
-                    ts(flag.clone(), sw.clone(), cmp, Imm(at), None),
-                    &[s_a],
-                    &[nan],
-                );
+                e.push(Engine::Vector, ts(flag.clone(), sw.clone(), cmp, Imm(at), None));
                 e.push(
                     Engine::Vector,
                     stt(
@@ -1468,8 +1297,6 @@ impl Network<'_> {
                         AluOp::Add,
                         sw.clone(),
                     ),
-                    &[nan, s_a],
-                    &[s_a],
                 );
                 e.push(
                     Engine::Vector,
@@ -1479,8 +1306,6 @@ impl Network<'_> {
                         predicate: flag,
                         reverse_pred: false,
                     }),
-                    &[w_a, cols, nan],
-                    &[w_a],
                 );
             }
             for (slot, out, dt) in [(w_a, self.vout, self.vdt), (s_a, self.iout, DType::I32)] {
@@ -1488,7 +1313,7 @@ impl Network<'_> {
                     let lane_step = if self.inner == 1 { k as i64 } else { 1 };
                     let dst = AccessPattern::hbm(out, dt, out_off(first) as u64, g, lane_step, vec![[vstep, k as i64]]);
                     let src = AccessPattern::sbuf(DType::F32, 0, g, slot.offset, vec![[1, k as i64]]);
-                    e.push(Engine::Dma, dma(dst, src), &[slot], &[]);
+                    e.push(Engine::Dma, dma(dst, src));
                 } else {
                     for li in 0..g {
                         let base = out_off(first + li) as u64;
@@ -1498,14 +1323,14 @@ impl Network<'_> {
                             let dst =
                                 AccessPattern::hbm(out, dt, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
                             let src = AccessPattern::sbuf(DType::F32, part0, full, slot.offset, vec![[1, f as i64]]);
-                            e.push(Engine::Dma, dma(dst, src), &[slot], &[]);
+                            e.push(Engine::Dma, dma(dst, src));
                         }
                         if rem > 0 {
                             let at = base + (full * f) as u64 * vstep as u64;
                             let dst = AccessPattern::hbm(out, dt, at, 1, 0, vec![[vstep, rem as i64]]);
                             let src =
                                 AccessPattern::sbuf(DType::F32, part0 + full, 1, slot.offset, vec![[1, rem as i64]]);
-                            e.push(Engine::Dma, dma(dst, src), &[slot], &[]);
+                            e.push(Engine::Dma, dma(dst, src));
                         }
                     }
                 }
@@ -1534,29 +1359,6 @@ const COL_NAN_BASE: usize = 6;
 const COL_NEG_INF_BASE: usize = 7;
 const COL_LANE_BASE: usize = 8;
 const SCALARS: usize = 9;
-
-fn ts(
-    dst: AccessPattern,
-    src: AccessPattern,
-    op0: AluOp,
-    operand0: ScalarOperand,
-    op1: Option<(AluOp, ScalarOperand)>,
-) -> Op {
-    let (op1, operand1) = match op1 {
-        Some((o, v)) => (Some(o), Some(v)),
-        None => (None, None),
-    };
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0,
-        operand0,
-        reverse0: false,
-        op1,
-        operand1,
-        reverse1: false,
-    })
-}
 
 /// `dst = (src op0 operand0) op1 in1`.
 fn stt(
@@ -1613,7 +1415,7 @@ mod tests {
             tensors: &tensors,
             outputs: &crate::OutputSlot::of(&outputs),
         };
-        let program = lower(&req, TargetName::Trn1).unwrap().program;
+        let program = lower(&req, TargetName::Trn1).map(crate::schedule).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, x))]);
         let run = Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();
         let words = |name: &str| -> Vec<[u8; 4]> {
@@ -1769,7 +1571,7 @@ mod tests {
             tensors: &tensors,
             outputs: &crate::OutputSlot::of(&outputs),
         };
-        let program = lower(&req, TargetName::Trn1).unwrap().program;
+        let program = lower(&req, TargetName::Trn1).map(crate::schedule).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
         let run = Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();
         let got: Vec<i32> = run.outputs["output.0"]

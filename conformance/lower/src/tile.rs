@@ -1,4 +1,4 @@
-//! Tiling and layout helpers shared by lowerings.
+//! Tiling and layout helpers shared by lowerings, and the lowering's one instruction builder.
 //!
 //! An elementwise op iterates over its output's index space. Each operand (output included) is
 //! described by one stride per output dimension (0 where it is broadcast), so broadcasting is
@@ -7,12 +7,16 @@
 //! [`TileJob`]s: up to 128 rows on SBUF partitions (one HBM stride per operand) × up to 3 free
 //! dims whose product fits the free-size budget. Outer dims become unrolled loops; a dim that does
 //! not divide evenly leaves a tail job.
+//!
+//! Every lowering family builds its instructions here: [`Emitter::push`] appends `(engine, op)`
+//! and nothing else (the waits are derived from the operands by [`crate::schedule`]), and one
+//! constructor per instruction shape builds the `Op`s the families share ([`dma`], [`ts`],
+//! [`ts_rev`], [`tt`], …) and the [`Emitter`] shorthands over [`Cols`] operands.
 
 use super::LowerError;
-use std::collections::{BTreeSet, HashMap};
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Op, Program, Reciprocal,
-    ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, Instruction, Memset, Op, Program,
+    Reciprocal, ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
 };
 
 /// NumPy/PyTorch broadcasting of two shapes.
@@ -394,55 +398,24 @@ pub struct Slot {
     pub offset: u64,
 }
 
-/// Appends instructions to a program and fills in their cross-engine `wait` lists: an
-/// instruction waits for the last writer of each slot it reads (read after write), and for the
-/// last writer and the readers since of each slot it writes (write after write / after read),
-/// when those ran on another engine. (Instructions on one engine's queue are ordered anyway.)
+/// Appends instructions to a program. It records no dependencies: every lowering's program goes
+/// through [`crate::schedule`], which computes each instruction's waits from the memory its
+/// operands access (`trnsim::infer_waits`), so an instruction's reads and writes are never
+/// spelled out by hand.
 #[derive(Debug)]
 pub struct Emitter {
     pub program: Program,
-    last_write: HashMap<Slot, usize>,
-    reads_since_write: HashMap<Slot, Vec<usize>>,
 }
 
 impl Emitter {
     pub fn new(program: Program) -> Self {
-        Emitter {
-            program,
-            last_write: HashMap::new(),
-            reads_since_write: HashMap::new(),
-        }
+        Emitter { program }
     }
 
-    /// Appends `op` on `engine`, which reads `reads` and writes `writes`.
-    pub fn push(&mut self, engine: Engine, op: Op, reads: &[Slot], writes: &[Slot]) -> usize {
+    /// Appends `op` on `engine`; returns its index in the program.
+    pub fn push(&mut self, engine: Engine, op: Op) -> usize {
         let index = self.program.instructions.len();
-        let mut wait = BTreeSet::new();
-        let engine_of = |i: usize, p: &Program| p.instructions[i].engine;
-        for r in reads {
-            if let Some(&w) = self.last_write.get(r) {
-                wait.insert(w);
-            }
-        }
-        for w in writes {
-            if let Some(&prev) = self.last_write.get(w) {
-                wait.insert(prev);
-            }
-            if let Some(readers) = self.reads_since_write.get(w) {
-                wait.extend(readers.iter().copied());
-            }
-        }
-        wait.retain(|&i| engine_of(i, &self.program) != engine);
-        let mut inst = Instruction::new(engine, op);
-        inst.wait = wait.into_iter().map(|i| i as u32).collect();
-        self.program.instructions.push(inst);
-        for r in reads {
-            self.reads_since_write.entry(*r).or_default().push(index);
-        }
-        for w in writes {
-            self.last_write.insert(*w, index);
-            self.reads_since_write.remove(w);
-        }
+        self.program.instructions.push(Instruction::new(engine, op));
         index
     }
 
@@ -493,6 +466,22 @@ impl Buf {
     }
 }
 
+/// `dst = src` by DMA: a plain copy (no accumulation, no indirection), converting to `dst`'s dtype.
+pub fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: None,
+    })
+}
+
+/// `dst = value` on every element (`memset`; cast on write to `dst`'s dtype).
+pub fn memset(dst: AccessPattern, value: f64) -> Op {
+    Op::Memset(Memset { dst, value })
+}
+
+/// `dst = (src op0 v0) op1 v1` (`tensor_scalar`, one or two ALU stages, operands in order).
 pub fn ts(
     dst: AccessPattern,
     src: AccessPattern,
@@ -516,6 +505,21 @@ pub fn ts(
     })
 }
 
+/// `dst = v0 op0 src` (`tensor_scalar`, one stage, the operand order reversed: `reverse0`).
+pub fn ts_rev(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: ScalarOperand) -> Op {
+    Op::TensorScalar(TensorScalar {
+        dst,
+        src,
+        op0,
+        operand0: v0,
+        reverse0: true,
+        op1: None,
+        operand1: None,
+        reverse1: false,
+    })
+}
+
+/// `dst = in0 op in1` elementwise (`tensor_tensor`).
 pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
     Op::TensorTensor(TensorTensor { dst, in0, in1, op })
 }
@@ -524,9 +528,8 @@ pub fn imm(v: f64) -> ScalarOperand {
     ScalarOperand::Imm(v)
 }
 
-/// Columns `[c0, c0 + n)` of the first `p` partitions of a [`Buf`]: an operand that knows
-/// which buffer it lives in, so the [`Emitter`] shorthands below derive an instruction's
-/// read and write slots from its operands instead of from hand-written lists.
+/// Columns `[c0, c0 + n)` of the first `p` partitions of a [`Buf`]: an [`Operand`] of the
+/// [`Emitter`] shorthands below.
 #[derive(Clone, Copy, Debug)]
 pub struct Cols {
     pub buf: Buf,
@@ -538,6 +541,30 @@ pub struct Cols {
 impl Cols {
     pub fn ap(&self) -> AccessPattern {
         self.buf.cols(self.p, self.c0, self.n)
+    }
+}
+
+/// An instruction operand for the [`Emitter`] shorthands: anything that stands for one access
+/// pattern (a [`Cols`] range, an `AccessPattern` itself, a family's own tile view).
+pub trait Operand {
+    fn ap(&self) -> AccessPattern;
+}
+
+impl Operand for AccessPattern {
+    fn ap(&self) -> AccessPattern {
+        self.clone()
+    }
+}
+
+impl Operand for Cols {
+    fn ap(&self) -> AccessPattern {
+        Cols::ap(self)
+    }
+}
+
+impl<T: Operand + ?Sized> Operand for &T {
+    fn ap(&self) -> AccessPattern {
+        (**self).ap()
     }
 }
 
@@ -568,34 +595,17 @@ impl Scalar {
             Scalar::Col(c) => ScalarOperand::Tile(c.ap()),
         }
     }
-
-    fn slot(&self) -> Option<Slot> {
-        match self {
-            Scalar::Imm(_) => None,
-            Scalar::Col(c) => Some(c.buf.slot),
-        }
-    }
 }
 
-/// Shorthands for the instructions lowerings emit most, over [`Cols`] operands. Each pushes one
-/// instruction whose reads are its source operands' buffers and whose write is `dst`'s buffer.
+/// Shorthands for the instructions lowerings emit most, over [`Operand`]s. Each pushes one
+/// instruction; the waits are derived from the operands later ([`crate::schedule`]).
 impl Emitter {
-    fn push_derived(&mut self, engine: Engine, op: Op, reads: &[Option<Slot>], dst: Slot) -> usize {
-        let mut slots: Vec<Slot> = Vec::with_capacity(reads.len());
-        for s in reads.iter().flatten() {
-            if !slots.contains(s) {
-                slots.push(*s);
-            }
-        }
-        self.push(engine, op, &slots, &[dst])
-    }
-
     /// `dst = (src op0 s0) op1 s1` (`tensor_scalar`, one or two ALU stages).
     pub fn tensor_scalar(
         &mut self,
         engine: Engine,
-        dst: Cols,
-        src: Cols,
+        dst: impl Operand,
+        src: impl Operand,
         op0: AluOp,
         s0: Scalar,
         then: Option<(AluOp, Scalar)>,
@@ -607,36 +617,53 @@ impl Emitter {
             s0.operand(),
             then.map(|(o, s)| (o, s.operand())),
         );
-        let reads = [Some(src.buf.slot), s0.slot(), then.and_then(|(_, s)| s.slot())];
-        self.push_derived(engine, op, &reads, dst.buf.slot)
+        self.push(engine, op)
+    }
+
+    /// `dst = s0 op0 src` (`tensor_scalar`, one stage, the operand order reversed).
+    pub fn tensor_scalar_rev(
+        &mut self,
+        engine: Engine,
+        dst: impl Operand,
+        src: impl Operand,
+        op0: AluOp,
+        s0: Scalar,
+    ) -> usize {
+        self.push(engine, ts_rev(dst.ap(), src.ap(), op0, s0.operand()))
     }
 
     /// `dst = a op b` elementwise (`tensor_tensor`).
-    pub fn tensor_tensor(&mut self, engine: Engine, dst: Cols, a: Cols, b: Cols, op: AluOp) -> usize {
-        let reads = [Some(a.buf.slot), Some(b.buf.slot)];
-        self.push_derived(engine, tt(dst.ap(), a.ap(), b.ap(), op), &reads, dst.buf.slot)
+    pub fn tensor_tensor(
+        &mut self,
+        engine: Engine,
+        dst: impl Operand,
+        a: impl Operand,
+        b: impl Operand,
+        op: AluOp,
+    ) -> usize {
+        self.push(engine, tt(dst.ap(), a.ap(), b.ap(), op))
     }
 
     /// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
-    pub fn tensor_copy(&mut self, engine: Engine, dst: Cols, src: Cols) -> usize {
+    pub fn tensor_copy(&mut self, engine: Engine, dst: impl Operand, src: impl Operand) -> usize {
         let op = Op::TensorCopy(TensorCopy {
             dst: dst.ap(),
             src: src.ap(),
         });
-        self.push_derived(engine, op, &[Some(src.buf.slot)], dst.buf.slot)
+        self.push(engine, op)
     }
 
     /// `dst = 1 / src` on VectorE (`reciprocal`).
-    pub fn reciprocal(&mut self, dst: Cols, src: Cols) -> usize {
+    pub fn reciprocal(&mut self, dst: impl Operand, src: impl Operand) -> usize {
         let op = Op::Reciprocal(Reciprocal {
             dst: dst.ap(),
             src: src.ap(),
         });
-        self.push_derived(Engine::Vector, op, &[Some(src.buf.slot)], dst.buf.slot)
+        self.push(Engine::Vector, op)
     }
 
     /// `dst = func(src + bias)` on ScalarE (`activation`, scale 1, no accumulation).
-    pub fn activation(&mut self, dst: Cols, func: ActFunc, src: Cols, bias: Option<Scalar>) -> usize {
+    pub fn activation(&mut self, dst: impl Operand, func: ActFunc, src: impl Operand, bias: Option<Scalar>) -> usize {
         let op = Op::Activation(Activation {
             dst: dst.ap(),
             func,
@@ -646,8 +673,7 @@ impl Emitter {
             acc: AccCmd::Idle,
             reduce_res: None,
         });
-        let reads = [Some(src.buf.slot), bias.and_then(|b| b.slot())];
-        self.push_derived(Engine::Scalar, op, &reads, dst.buf.slot)
+        self.push(Engine::Scalar, op)
     }
 }
 
@@ -771,21 +797,38 @@ mod tests {
         assert!(jobs.len() <= 4, "{}", jobs.len());
     }
 
+    /// The emitter records no waits; [`crate::schedule`] (every lowering's last step) derives
+    /// them from the operands: read after write, write after read and write after write on
+    /// another engine or DMA queue.
     #[test]
-    fn emitter_records_cross_engine_waits() {
-        let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
-        let (a, b) = (Slot { offset: 0 }, Slot { offset: 64 });
-        let memset = |off| {
-            Op::Memset(trnsim::Memset {
-                dst: AccessPattern::sbuf(DType::F32, 0, 1, off, vec![[1, 1]]),
-                value: 0.0,
+    fn schedule_derives_cross_engine_waits_from_operands() {
+        let mut program = Program::new(trnsim::TargetName::Trn1);
+        program.declare("a", DType::F32, &[4, 8], trnsim::HbmRole::Input);
+        program.declare("out", DType::F32, &[4, 8], trnsim::HbmRole::Output);
+        let t = trnsim::TargetName::Trn1.params();
+        let mut alloc = SbufAllocator::new(&t);
+        let x = Buf::new(&mut alloc, DType::F32, 8).unwrap();
+        let y = Buf::new(&mut alloc, DType::F32, 8).unwrap();
+        let hbm = |name: &str| AccessPattern::hbm(name, DType::F32, 0, 4, 8, vec![[1, 8]]);
+        let dma = |dst, src| {
+            Op::DmaCopy(trnsim::DmaCopy {
+                dst,
+                src,
+                accumulate: false,
+                indirect: None,
             })
         };
-        let load = e.push(Engine::Dma, memset(0), &[], &[a]);
-        let compute = e.push(Engine::Vector, memset(64), &[a], &[b]);
-        let store = e.push(Engine::Dma, memset(0), &[b], &[]);
-        let reload = e.push(Engine::Dma, memset(0), &[], &[a]);
+        let mut e = Emitter::new(program);
+        let load = e.push(Engine::Dma, dma(x.cols(4, 0, 8), hbm("a")));
+        let compute = e.tensor_copy(Engine::Vector, y.at(4, 0, 8), x.at(4, 0, 8));
+        let store = e.push(Engine::Dma, dma(hbm("out"), y.cols(4, 0, 8)));
+        let reload = e.push(Engine::Dma, dma(x.cols(4, 0, 8), hbm("a")));
         let p = e.finish();
+        assert!(
+            p.instructions.iter().all(|i| i.wait.is_empty()),
+            "the emitter records no waits"
+        );
+        let p = crate::schedule(crate::Lowered::new(p)).program;
         assert!(p.instructions[load].wait.is_empty());
         assert_eq!(p.instructions[compute].wait, vec![load as u32]);
         assert_eq!(p.instructions[store].wait, vec![compute as u32]);
@@ -797,33 +840,14 @@ mod tests {
     }
 
     #[test]
-    fn shorthands_wait_on_every_buffer_their_operands_touch() {
+    fn shorthands_build_their_operands() {
         let t = trnsim::TargetName::Trn1.params();
         let mut alloc = SbufAllocator::new(&t);
         let x = Buf::new(&mut alloc, DType::F32, 8).unwrap();
         let stats = Buf::new(&mut alloc, DType::F32, 2).unwrap();
         let y = Buf::new(&mut alloc, DType::F32, 8).unwrap();
         let mut e = Emitter::new(Program::new(trnsim::TargetName::Trn1));
-        // Different engines write the three buffers, so each dependency shows up as a wait.
-        let load_x = e.push(
-            Engine::Dma,
-            Op::Memset(trnsim::Memset {
-                dst: x.cols(4, 0, 8),
-                value: 1.0,
-            }),
-            &[],
-            &[x.slot],
-        );
-        let set_stats = e.push(
-            Engine::Gpsimd,
-            Op::Memset(trnsim::Memset {
-                dst: stats.cols(4, 0, 2),
-                value: 2.0,
-            }),
-            &[],
-            &[stats.slot],
-        );
-        // y = (x · stats[:, 1]) + 3: reads x and the stats column, writes y.
+        // y = (x · stats[:, 1]) + 3.
         let scale = e.tensor_scalar(
             Engine::Vector,
             y.at(4, 0, 8),
@@ -832,21 +856,21 @@ mod tests {
             stats.scalar(4, 1),
             Some((AluOp::Add, Scalar::Imm(3.0))),
         );
-        // exp(y + stats[:, 0]) on ScalarE into x: waits for the writers of y (VectorE) and of
-        // the stats (GpSimd), and for x's last writer and readers on other engines.
         let exp = e.activation(x.at(4, 0, 8), ActFunc::Exp, y.at(4, 0, 8), Some(stats.scalar(4, 0)));
         let p = e.finish();
-        assert_eq!(p.instructions[scale].wait, vec![load_x as u32, set_stats as u32]);
-        assert_eq!(
-            p.instructions[exp].wait,
-            vec![load_x as u32, set_stats as u32, scale as u32]
-        );
         let Op::TensorScalar(ts) = &p.instructions[scale].op else {
             panic!("not tensor_scalar")
         };
         assert_eq!(ts.operand0, ScalarOperand::Tile(stats.cols(4, 1, 1)));
         assert_eq!(ts.operand1, Some(ScalarOperand::Imm(3.0)));
         assert_eq!(ts.dst, y.cols(4, 0, 8));
+        assert_eq!(ts.src, x.cols(4, 0, 8));
+        let Op::Activation(act) = &p.instructions[exp].op else {
+            panic!("not activation")
+        };
+        assert_eq!(act.bias, Some(ScalarOperand::Tile(stats.cols(4, 0, 1))));
+        assert_eq!((act.dst.clone(), act.src.clone()), (x.cols(4, 0, 8), y.cols(4, 0, 8)));
+        assert_eq!(p.instructions[exp].engine, Engine::Scalar);
     }
 
     #[test]

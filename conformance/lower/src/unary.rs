@@ -24,14 +24,14 @@
 //! Nothing is computed on the host: scalar arguments become immediates or constant tiles.
 
 use super::promote::{self, Category};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use std::f64::consts::{LN_2, PI};
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, HbmRole, Memset, Op, Program, Reciprocal,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
+    ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// Elements per partition of one tile. Scratch tiles are shared by live range
@@ -844,15 +844,6 @@ fn dev(req: &LowerRequest<'_>, d: TorchDType) -> Result<DType, LowerError> {
 // ---------------------------------------------------------------------------------------------
 // Program emission.
 
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
-
 /// Builds the program: DMA in (cast to `x_dtype`), the kernel per tile job, DMA out.
 pub fn emit(
     call: &UnaryCall,
@@ -919,7 +910,7 @@ pub fn emit(
             let r = Reg::K(i as u8);
             if let Some(slot) = slots.get(&r) {
                 let ap = AccessPattern::sbuf(DType::F32, 0, parts, slot.offset, vec![[1, 1]]);
-                e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: v }), &[], &[*slot]);
+                e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: v }));
             }
         }
     }
@@ -940,13 +931,10 @@ pub fn emit(
                 job.sbuf_shaped(x_dtype, x.offset),
                 job.hbm_ap(1, &call.self_name, self_dev),
             ),
-            &[],
-            &[x],
         );
         for step in &kernel.steps {
             let op = materialize(step, job, &slots, &dtype_of);
-            let reads: Vec<Slot> = step.reads().iter().map(|r| slots[r]).collect();
-            e.push(step.engine(), op, &reads, &[slots[&step.dst()]]);
+            e.push(step.engine(), op);
         }
         let o = slots[&Reg::Out];
         e.push(
@@ -955,8 +943,6 @@ pub fn emit(
                 job.hbm_ap(0, &call.out_name, out_dev),
                 job.sbuf_shaped(out_dev, o.offset),
             ),
-            &[o],
-            &[],
         );
     }
     Ok(e.finish())
