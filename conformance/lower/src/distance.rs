@@ -438,8 +438,16 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
     let norm2 = slot(TILE_N)?;
     let block = slot(TILE_N)?;
     let bank = t.psum_bank_bytes as u64;
-    let (norm1_bank, norm2_bank) = (6usize, 7usize);
-    let main_banks = 6usize;
+    // The last two PSUM banks hold the norms' column sums; the products rotate over the others.
+    let banks = t.psum_banks;
+    if banks < 3 {
+        return Err(LowerError::Resources(format!(
+            "_cdist_forward needs 3 PSUM banks (two for the norms, one for the products); {} has {banks}",
+            t.label
+        )));
+    }
+    let (norm1_bank, norm2_bank) = (banks - 2, banks - 1);
+    let main_banks = banks - 2;
     let mut next_bank = 0usize;
     let ktile = |kt: usize| (kt * TILE_K, TILE_K.min(m - kt * TILE_K));
     let sb = |s: Slot, partitions: usize, col: usize, n: usize| f32_at(s, partitions, col, vec![[1, n as i64]]);
