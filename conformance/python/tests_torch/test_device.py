@@ -262,3 +262,21 @@ def test_eye_runs_on_the_device():
     assert torch.equal(torch.eye(2, dtype=torch.bool, device="trnsim").cpu(), torch.eye(2, dtype=torch.bool))
     x = torch.randn(3, 3)
     torch.testing.assert_close(torch.linalg.matrix_power(x.to("trnsim"), 0).cpu(), torch.eye(3))
+
+
+def test_a_device_index_the_process_does_not_simulate_is_an_error_not_index_0(monkeypatch):
+    """`device="trnsim:1"` names a core this process does not simulate: refused (it used to be
+    index 0 silently). Under torchrun a rank's own core is its LOCAL_RANK."""
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    name = _device.DEVICE_NAME
+    assert torch.ones(2, device=f"{name}:0").device == torch.device(name, 0)
+    for make in (
+        lambda: torch.ones(2, device=f"{name}:1"),
+        lambda: torch.zeros(3).to(f"{name}:1"),
+        lambda: torch.empty(2, device=torch.device(name, 2)),
+        lambda: torch.randn(2, device=f"{name}:1"),
+    ):
+        with pytest.raises(ValueError, match="out of range"):
+            make()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    torch.testing.assert_close(torch.ones(2, device=f"{name}:1").cpu(), torch.ones(2))

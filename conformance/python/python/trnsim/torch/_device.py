@@ -1108,8 +1108,22 @@ def _call_site() -> str:
     return "?"
 
 
+def _check_device_index(dev) -> None:
+    """A call that names this device with an index (`device="trnsim:1"`) names a core the
+    process simulates (index 0, or a torchrun rank's LOCAL_RANK), or it is an error: never
+    silently index 0."""
+    if isinstance(dev, str):
+        dev = torch.device(dev)
+    if isinstance(dev, torch.device) and dev.type == DEVICE_NAME and dev.index not in (None, 0):
+        from . import _device_index
+
+        _device_index(dev, "device")
+
+
 def dispatch(func, args, kwargs):
     """Serves one ATen call that involves a trnsim tensor."""
+    if kwargs and "device" in kwargs:
+        _check_device_index(kwargs["device"])
     with STATE.lock:
         top = STATE.depth == 0
         STATE.depth += 1
