@@ -33,6 +33,13 @@ def test_the_device_module_has_streams_and_events():
             assert m.current_stream() == s
     assert m.current_stream() == m.default_stream()
     assert len({s, m.Stream(), s}) == 2  # hashable, equal by identity
+    outer, inner = m.Stream(), m.Stream()
+    with m.stream(outer):
+        with m.stream(s):
+            m.set_stream(inner)  # current until this block ends, which restores `outer`
+            assert m.current_stream() == inner
+        assert m.current_stream() == outer
+    assert m.current_stream() == m.default_stream()
     e = m.Event()
     assert e.record() is None and e.query() and s.query()
     s.wait_event(e)
@@ -147,8 +154,20 @@ def _pairs(n=3, seed=0):
         lambda a, b: torch._foreach_maximum(a, b),
         lambda a, b: torch._foreach_norm(a),
         lambda a, b: torch._foreach_addcdiv(a, a, b, value=0.25),
+        lambda a, b: torch._foreach_addcdiv(a, a, b, torch.tensor([0.5, -2.0, 3.0])),
+        lambda a, b: torch._foreach_addcmul(a, b, b, torch.tensor([1.5, 0.25, -1.0])),
     ],
-    ids=["add.List", "mul.Scalar", "div.ScalarList", "sqrt", "maximum.List", "norm", "addcdiv.Scalar"],
+    ids=[
+        "add.List",
+        "mul.Scalar",
+        "div.ScalarList",
+        "sqrt",
+        "maximum.List",
+        "norm",
+        "addcdiv.Scalar",
+        "addcdiv.Tensor",
+        "addcmul.Tensor",
+    ],
 )
 def test_foreach_ops_match_the_cpu(call):
     a, b = _pairs()

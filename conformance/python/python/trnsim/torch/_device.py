@@ -1284,6 +1284,8 @@ def _foreach(func, args, kwargs):
     schema = func._schema
     base = schema.name.split("::", 1)[1][len("_foreach_") :]
     inplace = base.endswith("_")
+    if base.rstrip("_") in ("addcdiv", "addcmul") and func._overloadname == "Tensor":
+        return _foreach_addc_tensor(base, *args, **kwargs)
     packet = getattr(aten, _FOREACH_AS.get(base, base))
     bound = dict(zip((a.name for a in schema.arguments), args))
     bound.update(kwargs)
@@ -1314,6 +1316,26 @@ def _foreach(func, args, kwargs):
                 pos.append(v)
         outs.append(packet(*pos, **kw))
     return None if inplace else outs
+
+
+def _foreach_addc_tensor(base, self, tensor1, tensor2, scalars):
+    """``_foreach_addcdiv``/``addcmul`` with a tensor of per-position values: position i is
+    ``self[i] + scalars[i] * (tensor1[i] / tensor2[i])`` (or ``*``), PyTorch's formula, with
+    ``scalars[i]`` a one-element device tensor (the values never go to the host)."""
+    if scalars.dim() != 1 or scalars.numel() != len(self):
+        raise RuntimeError(
+            f"_foreach_{base}: scalars must be 1-D with one value per tensor ({len(self)}), "
+            f"got shape {tuple(scalars.shape)}"
+        )
+    vals = scalars if isinstance(scalars, TrnsimTensor) else scalars.to(DEVICE_NAME)
+    outs = []
+    for i, (x, a, b) in enumerate(zip(self, tensor1, tensor2)):
+        term = (a / b if base.startswith("addcdiv") else a * b) * vals[i].to(x.dtype)
+        if base.endswith("_"):
+            x.add_(term)
+        else:
+            outs.append(x + term)
+    return None if base.endswith("_") else outs
 
 
 def _unsupported(func, args, kwargs, why: str):

@@ -153,10 +153,11 @@ def current_stream(device: Any = None) -> Stream:
 
 
 def set_stream(stream: Stream) -> None:
-    """Make ``stream`` current (until another ``set_stream``; ``with stream(s)`` nests on top)."""
+    """Make ``stream`` current. Inside ``with stream(s):`` it stays current until the block ends,
+    which restores the stream current at its start (as on CUDA)."""
     st = _STATE.stack()
     if st:
-        st[0] = stream
+        st[-1] = stream
     else:
         st.append(stream)
 
