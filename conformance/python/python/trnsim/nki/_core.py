@@ -730,6 +730,10 @@ class View:
         return self.shape[0]
 
     def __bool__(self):
+        if not self.base.on_chip:
+            # an HBM tensor (a kernel argument): `x if t else None` asks whether it was passed, as
+            # AWS's kernels use it (tensor_scalar_cumulative's imm1); its values are never read
+            return True
         raise NkiError("a tile has no truth value (no tensor-valued 'if' in NKI)", caller_loc()[0])
 
     def is_full(self):

@@ -24,7 +24,7 @@ REASONS = {
 
 # tests/ files: A = test_nki_current_api.py, K = test_nki_corpus_current.py, C = test_nki_current.py,
 # L = test_nki_language.py, I = test_nki_isa.py (legacy call of the same instruction),
-# X = test_nki_collectives.py.
+# X = test_nki_collectives.py, H = test_nki_holdout_forms.py.
 FILES = {
     "A": "test_nki_current_api.py",
     "K": "test_nki_corpus_current.py",
@@ -32,6 +32,7 @@ FILES = {
     "L": "test_nki_language.py",
     "I": "test_nki_isa.py",
     "X": "test_nki_collectives.py",
+    "H": "test_nki_holdout_forms.py",
 }
 
 TESTS = {
@@ -58,6 +59,7 @@ TESTS = {
         "bn_stats": "I test_bn_stats_bn_aggr",
         "bn_aggr": "I test_bn_stats_bn_aggr",
         "tensor_tensor_scan": "K test_cumulative_scan",
+        "tensor_scalar_cumulative": "H test_tensor_scalar_cumulative_every_reduction_and_the_carried_accumulator",
         "nc_stream_shuffle": "I test_nc_stream_shuffle",
         "rng": "C test_current_rng_and_set_rng_seed_check_their_documented_constraints",
         "dropout": "I test_dropout_extremes",
@@ -145,7 +147,6 @@ _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additi
 UNSUPPORTED = {
     "nki.isa": {
         "nc_matmul_mx": ("not-yet", _GEN),
-        "tensor_scalar_cumulative": ("not-yet", _GEN),
         "activate2": ("not-yet", _GEN),
         "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
         "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),

@@ -45,6 +45,7 @@ class reduce_cmd(enum.IntEnum):
     reset = 1
     reduce = 2
     reset_reduce = 3
+    load_reduce = 4  # VectorE's accumulator loaded from an operand (tensor_scalar_cumulative's imm1)
 
 
 class dge_mode(enum.IntEnum):
@@ -241,11 +242,15 @@ def activation(
         # (`reduce` adds this call's sum to the earlier calls', `idle` reads them unchanged);
         # without one, reading out a result means this call's own sum, as activation_reduce
         cmd = 3 if reduce_cmd is None else int(reduce_cmd)
+        if cmd == 4:
+            raise NkiError("activation: reduce_cmd.load_reduce loads VectorE's accumulator; ScalarE's has no load", loc)
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][cmd]
         r = E.rows(reduce_res, box[0][0], box[0][1])
         f["reduce_res"] = r._ap(loc=loc)
         writes.append(r)
     elif reduce_cmd is not None and int(reduce_cmd) != 0:
+        if int(reduce_cmd) == 4:
+            raise NkiError("activation: reduce_cmd.load_reduce loads VectorE's accumulator; ScalarE's has no load", loc)
         f["acc"] = ["idle", "reset", "reduce", "reset_reduce"][int(reduce_cmd)]
     emit("scalar", "activation", f, loc, reads=reads, writes=writes, fresh=out, box=box)
     return out
@@ -465,6 +470,85 @@ def tensor_tensor_scan(
         fresh=out,
     )
     return out
+
+
+# The identity each reduction starts from on reduce_cmd.reset_reduce (AWS's pseudocode).
+_CUMULATIVE_RESET = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}
+
+
+def _last_free(v):
+    """The last element of each partition's (flattened) free elements, as a view."""
+    return v[(slice(None),) + tuple(slice(s - 1, s) for s in v.shape[1:])]
+
+
+def tensor_scalar_cumulative(
+    dst=None,
+    src=None,
+    op0=None,
+    op1=None,
+    imm0=None,
+    imm1=None,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    *,
+    reverse0=False,
+    mask=None,
+    dtype=None,
+    name=None,
+    **kwargs,
+):
+    """VectorE `tensor_scalar_cumulative` into dst (in place): along each partition's free
+    elements, `reg = op1(op0(src[i], imm0), reg); dst[i] = reg` (`op0(imm0, src[i])` with
+    reverse0), the accumulator `reg` per partition in fp32: reset to op1's identity
+    (reset_reduce), loaded from imm1 (load_reduce, an immediate or a [P, 1] tile), or carried
+    from the previous tensor_scalar_cumulative of the kernel (reduce). trnsim has no single
+    instruction for it yet, so it is traced as VectorE instructions that compute exactly this:
+    `tensor_scalar` (op0, fp32), `tensor_tensor_scan` with a constant 1 (-1 for subtract) as
+    its multiplier, and a `tensor_copy` of each partition's last value, which is the carried
+    accumulator."""
+    loc = caller_loc()[0]
+    _no_mask(mask, "tensor_scalar_cumulative", loc)
+    if not isinstance(dst, View) or not isinstance(src, View):
+        raise NkiError("nisa.tensor_scalar_cumulative takes dst= and src= tiles", loc)
+    if tuple(dst.shape) != tuple(src.shape):
+        raise NkiError(f"tensor_scalar_cumulative: dst {list(dst.shape)} and src {list(src.shape)} differ", loc)
+    red = E.alu(op1)
+    if red not in _CUMULATIVE_RESET:
+        raise NkiError(f"tensor_scalar_cumulative: op1 must be add, subtract, multiply, max or min, not {red}", loc)
+    for t in (src, dst):
+        if t.dtype in (np.dtype(np.int32), uint32):
+            raise NkiError("tensor_scalar_cumulative: int32/uint32 are not among its dtypes (AWS: an ISA limit)", loc)
+    cmd = int(reduce_cmd)
+    tr = E.T()
+    reg = getattr(tr, "_vector_cumulative_reg", None)
+    if cmd == 3:
+        initial = _CUMULATIVE_RESET[red]
+    elif cmd == 4:
+        if imm1 is None:
+            raise NkiError("tensor_scalar_cumulative(reduce_cmd=load_reduce) loads the accumulator from imm1", loc)
+        initial = E.column(imm1)
+    elif cmd == 2:
+        if reg is None:
+            raise NkiError(
+                "tensor_scalar_cumulative(reduce_cmd=reduce) continues the accumulator, but no earlier "
+                "tensor_scalar_cumulative of this kernel set it (use reset_reduce or load_reduce)",
+                loc,
+            )
+        if reg.shape[0] != src.shape[0]:
+            raise NkiError(
+                f"tensor_scalar_cumulative(reduce_cmd=reduce) on {src.shape[0]} partitions continues an "
+                f"accumulator of {reg.shape[0]}",
+                loc,
+            )
+        initial = reg
+    else:
+        raise NkiError("tensor_scalar_cumulative takes reduce_cmd reset_reduce, reduce or load_reduce", loc)
+    val = tensor_scalar(src, op0, imm0, reverse0=reverse0, dtype=float32)
+    step = memset(src.shape, -1.0 if red == "subtract" else 1.0, float32)
+    # reg_i = (step * reg_{i-1}) op1' val_i: reg + val, reg * val, max, min; for subtract
+    # val - reg = (-1 * reg) + val, exactly (a negation and one rounded addition)
+    acc = tensor_tensor_scan(step, val, initial, np.multiply, np.add if red == "subtract" else op1, dtype=float32)
+    tr._vector_cumulative_reg = tensor_copy(_last_free(acc), engine=vector_engine)
+    B._assign(dst, acc)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):

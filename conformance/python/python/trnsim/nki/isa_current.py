@@ -80,6 +80,7 @@ _SIGNATURES = {
     "scalar_tensor_tensor": ("dst", "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1"),
     "tensor_scalar_reduce": ("dst", "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0"),
     "tensor_tensor_scan": ("dst", "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1"),
+    "tensor_scalar_cumulative": ("dst", "src", "op0", "op1", "imm0", "imm1", "reduce_cmd"),
     "tensor_copy": ("dst", "src", "engine"),
     "tensor_copy_predicated": ("dst", "src", "predicate", "reverse_pred"),
     "reciprocal": ("dst", "data"),
