@@ -118,3 +118,50 @@ def test_an_hbm_argument_is_truthy_and_a_tile_is_not():
 
     with pytest.raises(NkiError, match="a tile has no truth value"):
         bad(x)
+
+
+def _range_select_chain(first_cmd):
+    @nki.jit(platform_target="trn2")
+    def kernel(a, b):
+        res = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        lo = nl.zeros((a.shape[0], 1), dtype=nl.float32)
+        hi = nl.full((a.shape[0], 1), 6.0, dtype=nl.float32)
+        r = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        common = {"comp_op0": np.greater_equal, "comp_op1": np.less, "bound0": lo, "bound1": hi}
+        common |= {"reduce_op": np.max, "on_false_value": nl.fp32.min}
+        nisa.range_select(on_true_tile=nl.load(a), reduce_cmd=first_cmd, **common)
+        nisa.range_select(on_true_tile=nl.load(b), reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=r, **common)
+        nl.store(res, r)
+        return res
+
+    return kernel
+
+
+def test_range_select_reduce_carries_the_accumulator_across_calls():
+    # AWS's range_select: reduce_cmd=reduce continues the max of the earlier calls
+    # (reset_reduce starts it); before, the second call's reduce_res held its own max only
+    rng = np.random.default_rng(3)
+    a = rng.random((16, 10), dtype=np.float32) * 10
+    b = rng.random((16, 10), dtype=np.float32)
+    got = _range_select_chain(nisa.reduce_cmd.reset_reduce)(a, b)
+    want = np.maximum(a[:, :6].max(axis=1), b[:, :6].max(axis=1))[:, None]
+    np.testing.assert_array_equal(got, want)
+    assert (got[:, 0] > b[:, :6].max(axis=1)).any()  # the case that used to come out wrong
+    with pytest.raises(NkiError, match="no earlier call of this kernel set it"):
+        _range_select_chain(nisa.reduce_cmd.reduce)(a, b)
+
+
+def test_accumulator_arguments_a_call_does_not_model_are_refused_not_dropped():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.sbuf)
+        d = nisa.scalar_tensor_tensor(
+            data=t, op0=np.add, operand0=1.0, op1=np.multiply, operand1=t, reduce_op=np.add, reduce_res=r
+        )
+        nl.store(out, d)
+        return out
+
+    with pytest.raises(NkiError, match="scalar_tensor_tensor\\(reduce_res=...\\) is not modelled"):
+        kernel(np.ones((8, 4), np.float32))

@@ -385,11 +385,24 @@ def tensor_scalar(
     return out
 
 
+def _unmodelled_reduce(name, kwargs, loc, allowed_cmd=()):
+    """Refuse the accumulator arguments newer SDKs added to a call trnsim traces without them,
+    rather than drop them (a reduce_res never written, a carried reduction restarted)."""
+    for k in ("reduce_res", "reduce_op", "reduce_init", "reduce_res_negate"):
+        v = kwargs.get(k)
+        if v is not None and v is not False:
+            raise NkiError(f"nisa.{name}({k}=...) is not modelled by trnsim's {name}", loc)
+    cmd = kwargs.get("reduce_cmd")
+    if cmd is not None and int(cmd) not in allowed_cmd:
+        raise NkiError(f"nisa.{name}(reduce_cmd={cmd!r}): only {list(allowed_cmd)} are modelled", loc)
+
+
 def scalar_tensor_tensor(
     *, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, mask=None, dtype=None, **kwargs
 ):
     """VectorE `scalar_tensor_tensor`: (data op0 operand0) op1 operand1 (a tile)."""
     loc = caller_loc()[0]
+    _unmodelled_reduce("scalar_tensor_tensor", kwargs, loc, allowed_cmd=(0,))
     shape = E.common_shape(loc, data, operand1)
     out = _fresh(shape, _dt(dtype, data), loc)
     x, y = E.in_shape(data, shape, loc), E.in_shape(operand1, shape, loc)
@@ -415,8 +428,10 @@ def scalar_tensor_tensor(
 def tensor_scalar_reduce(
     *, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None, **kwargs
 ):
-    """VectorE `tensor_scalar_reduce`; reduce_res is written in place."""
+    """VectorE `tensor_scalar_reduce`; reduce_res is written in place (this call's reduction: the
+    reset_reduce of SDK 2.33's default)."""
     loc = caller_loc()[0]
+    _unmodelled_reduce("tensor_scalar_reduce", {k: v for k, v in kwargs.items() if k != "reduce_res"}, loc, (3,))
     _no_mask(mask, "tensor_scalar_reduce", loc)
     if reverse0:
         raise NkiError("tensor_scalar_reduce(reverse0=True) is not in trnsim's instruction", loc)
@@ -519,7 +534,7 @@ def tensor_scalar_cumulative(
             raise NkiError("tensor_scalar_cumulative: int32/uint32 are not among its dtypes (AWS: an ISA limit)", loc)
     cmd = int(reduce_cmd)
     tr = E.T()
-    reg = getattr(tr, "_vector_cumulative_reg", None)
+    reg = getattr(tr, "_vector_acc", None)
     if cmd == 3:
         initial = _CUMULATIVE_RESET[red]
     elif cmd == 4:
@@ -547,7 +562,7 @@ def tensor_scalar_cumulative(
     # reg_i = (step * reg_{i-1}) op1' val_i: reg + val, reg * val, max, min; for subtract
     # val - reg = (-1 * reg) + val, exactly (a negation and one rounded addition)
     acc = tensor_tensor_scan(step, val, initial, np.multiply, np.add if red == "subtract" else op1, dtype=float32)
-    tr._vector_cumulative_reg = tensor_copy(_last_free(acc), engine=vector_engine)
+    tr._vector_acc = tensor_copy(_last_free(acc), engine=vector_engine)
     B._assign(dst, acc)
 
 
@@ -1093,9 +1108,41 @@ def range_select(
         "range_start": float(range_start),
         "on_false": B._imm(on_false_value),
     }
+    cmd = int(reduce_cmd)
+    if cmd in (1, 4):
+        raise NkiError(
+            f"range_select(reduce_cmd={reduce_cmd.name if hasattr(reduce_cmd, 'name') else cmd}) is not "
+            "modelled: trnsim carries VectorE's accumulator with reset_reduce and reduce",
+            loc,
+        )
+    if cmd == 0:  # idle: reduce_res (if any) gets this call's row max
+        if reduce_res is not None:
+            f["reduce_res"] = reduce_res._ap(loc=loc)
+        emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, reduce_res], fresh=out)
+        return out
+    # reset_reduce / reduce: VectorE's accumulator (one fp32 value per partition, shared with
+    # tensor_scalar_cumulative) becomes this call's row max, or the max of it and this call's;
+    # reduce_res, when given, reads the accumulator out
+    parts = on_true_tile.shape[0]
+    tr = E.T()
+    reg = getattr(tr, "_vector_acc", None)
+    if cmd == 2:
+        if reg is None:
+            raise NkiError(
+                "range_select(reduce_cmd=reduce) continues VectorE's accumulator, but no earlier call of this "
+                "kernel set it (the first call of a chain uses reset_reduce)",
+                loc,
+            )
+        if reg.shape[0] != parts:
+            raise NkiError(
+                f"range_select(reduce_cmd=reduce) on {parts} partitions continues an accumulator of {reg.shape[0]}", loc
+            )
+    row_max = _fresh((parts, 1), float32, loc)
+    f["reduce_res"] = row_max._ap(loc=loc)
+    emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, row_max], fresh=out)
+    tr._vector_acc = row_max if cmd == 3 else tensor_tensor(reg, row_max, np.maximum, dtype=float32)
     if reduce_res is not None:
-        f["reduce_res"] = reduce_res._ap(loc=loc)
-    emit("vector", "range_select", f, loc, reads=[on_true_tile], writes=[out, reduce_res], fresh=out)
+        B._assign(reduce_res, tensor_copy(tr._vector_acc, engine=vector_engine))
     return out
 
 
