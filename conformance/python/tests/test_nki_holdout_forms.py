@@ -165,3 +165,17 @@ def test_accumulator_arguments_a_call_does_not_model_are_refused_not_dropped():
 
     with pytest.raises(NkiError, match="scalar_tensor_tensor\\(reduce_res=...\\) is not modelled"):
         kernel(np.ones((8, 4), np.float32))
+
+
+def test_a_broadcast_of_more_than_65535_elements_per_partition_row_stays_in_two_dimensions():
+    # a [1, 1] tile broadcast over [128, 1024]: the DMA's source walks 128 x 1024 elements with
+    # step 0, which as one dimension would exceed an access pattern's 16-bit element count
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(a), nl.load(b[0:1, 0:1])))
+        return out
+
+    a = np.random.default_rng(1).random((128, 1024), dtype=np.float32)
+    b = np.array([[3.0]], np.float32)
+    np.testing.assert_array_equal(kernel(a, b), a * np.float32(3.0))

@@ -1387,13 +1387,18 @@ def _affine_vals(c, co, shape):
     return v
 
 
+# An access-pattern dimension counts its elements in 16 bits (the simulator's and the hardware's
+# limit): neighbours whose product would exceed it stay two dimensions.
+AP_DIM_MAX = 65535
+
+
 def _merge_free(free, loc=None, split=None):
     """Free dims with size-1 dims dropped and contiguous neighbours merged (never across `split`,
-    the index in `free` where a reduction's reduced dims start)."""
+    the index in `free` where a reduction's reduced dims start, nor past AP_DIM_MAX elements)."""
     dims = [[int(s), int(n), split is not None and i >= split] for i, (s, n) in enumerate(free) if n != 1]
     merged = []
     for s, n, g in dims:
-        if merged and merged[-1][0] == s * n and merged[-1][2] == g:
+        if merged and merged[-1][0] == s * n and merged[-1][2] == g and merged[-1][1] * n <= AP_DIM_MAX:
             merged[-1] = [s, merged[-1][1] * n, g]
         else:
             merged.append([s, n, g])
