@@ -179,3 +179,24 @@ def test_a_broadcast_of_more_than_65535_elements_per_partition_row_stays_in_two_
     a = np.random.default_rng(1).random((128, 1024), dtype=np.float32)
     b = np.array([[3.0]], np.float32)
     np.testing.assert_array_equal(kernel(a, b), a * np.float32(3.0))
+
+
+def test_store_pairs_a_tile_with_a_tensor_of_the_same_elements_per_partition_in_order():
+    # nl.store is a DMA, which moves a stream of elements: a [P, 12] tile into a [P, 3, 4] tensor
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((x.shape[0], 3, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(nl.load(x), 1.0))
+        return out
+
+    x = np.arange(16 * 12, dtype=np.float32).reshape(16, 12)
+    np.testing.assert_array_equal(kernel(x), (x + 1).reshape(16, 3, 4))
+
+    @nki.jit
+    def other_count(x):
+        out = nl.ndarray((x.shape[0], 5, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    with pytest.raises(NkiError, match="cannot be broadcast"):
+        other_count(x)

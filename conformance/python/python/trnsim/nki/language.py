@@ -5,6 +5,7 @@ Engine choices where the language leaves them to the compiler are listed in docs
 """
 
 import builtins
+import math
 
 import numpy as np
 
@@ -328,10 +329,31 @@ def store(dst, value, *, mask=None, **kwargs):
         return
     v = _as_tile(value, dst.shape, dst.dtype, loc)
     v = _on_sbuf(v, loc)
+    same = _same_stream(v, dst.shape)
+    if same is not None:
+        # a DMA moves a stream of elements: a [P, 256] tile into a [P, 4, 16, 4] tensor pairs
+        # them in row-major order, as nisa.dma_copy does (docs/nki.md, operand shapes)
+        d, s = dst.restrict(box), same.restrict(box)
+        emit("dma", "dma_copy", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[d])
+        return
     v = _fit_rank(v, dst.shape, loc)
     d, s = dst.restrict(box), v.broadcast(dst.shape).restrict(box)
     emit("dma", "dma_copy", {"dst": d._ap(loc=loc), "src": s._ap(loc=loc)}, loc, reads=[s], writes=[d])
     return
+
+
+def _same_stream(v, shape):
+    """`v` seen in `shape` when numpy cannot broadcast it there but both have the same partitions
+    and the same elements per partition (else None)."""
+    shape = tuple(shape)
+    if v.shape == shape or len(shape) < 2 or v.ndim < 2 or v.shape[0] != shape[0]:
+        return None
+    if math.prod(v.shape) != math.prod(shape):
+        return None
+    pad = len(shape) - v.ndim
+    if pad >= 0 and builtins.all(a in (1, b) for a, b in zip(v.shape, shape[pad:])):
+        return None  # numpy broadcasts it: nl.store keeps that meaning
+    return v.in_element_order(shape)
 
 
 def _as_tile(value, shape, dtype, loc):
