@@ -200,3 +200,19 @@ def test_store_pairs_a_tile_with_a_tensor_of_the_same_elements_per_partition_in_
 
     with pytest.raises(NkiError, match="cannot be broadcast"):
         other_count(x)
+
+
+def test_dma_transpose_of_an_indirect_view_is_a_clear_refusal():
+    @nki.jit(platform_target="trn2")
+    def kernel(src, idx):
+        i_p = nl.arange(8)[:, None]
+        ix = nl.load(idx)
+        iy = nl.arange(src.shape[1])[None, :, None]
+        iz = nl.arange(src.shape[2])[None, None, :]
+        t = nisa.dma_transpose(src[ix[i_p, 0], iy, iz], axes=(2, 1, 0))
+        out = nl.ndarray(t.shape, dtype=src.dtype, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    with pytest.raises(NkiError, match="dma_transpose of an indirectly indexed view"):
+        kernel(np.ones((16, 2, 4), np.float16), np.arange(8, dtype=np.int32).reshape(8, 1))

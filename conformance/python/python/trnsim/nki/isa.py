@@ -976,6 +976,13 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     (3, 1, 2, 0)) into a new SBUF tile."""
     loc = caller_loc()[0]
     _no_mask(mask, "dma_transpose", loc)
+    if not isinstance(src, View):
+        # `t[idx[i_p, 0], iy, iz]`: an indirect (gathering) source
+        raise NkiError(
+            "dma_transpose of an indirectly indexed view (a gather that transposes) is not supported by "
+            "trnsim yet: gather with nl.load / nisa.dma_copy first, then transpose the tile",
+            loc,
+        )
     if axes is None:
         axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
     axes = tuple(axes)
