@@ -216,3 +216,30 @@ def test_dma_transpose_of_an_indirect_view_is_a_clear_refusal():
 
     with pytest.raises(NkiError, match="dma_transpose of an indirectly indexed view"):
         kernel(np.ones((16, 2, 4), np.float16), np.arange(8, dtype=np.int32).reshape(8, 1))
+
+
+def _pe_tiled(target, size, pos):
+    @nki.jit(platform_target=target)
+    def kernel(s, m):
+        out = nl.ndarray((s.shape[1], m.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        r = nisa.nc_matmul(nl.load(s), nl.load(m), tile_position=pos, tile_size=size)
+        nl.store(out, r)
+        return out
+
+    return kernel
+
+
+def test_nc_matmul_pe_tiling_checks_the_documented_rules_and_computes_the_matmul():
+    rng = np.random.default_rng(5)
+    s = rng.integers(-8, 8, (32, 24)).astype(np.float32)
+    m = rng.integers(-8, 8, (32, 100)).astype(np.float32)
+    want = s.T @ m  # small integers: exact in fp32 in any order
+    # 32-row tiles are NeuronCore-v3's (trn2); 64 is the smallest on trn1
+    np.testing.assert_array_equal(_pe_tiled("trn2", (32, 32), (96, 32))(s, m), want)
+    np.testing.assert_array_equal(_pe_tiled("trn1", (64, 64), (64, 0))(s, m), want)
+    with pytest.raises(NkiError, match="must be one of \\[64, 128\\]"):
+        _pe_tiled("trn1", (32, 32), (0, 0))(s, m)
+    with pytest.raises(NkiError, match="start_row 16 must be a multiple of 32"):
+        _pe_tiled("trn2", (32, 32), (16, 0))(s, m)
+    with pytest.raises(NkiError, match="exceeds tile_size"):
+        _pe_tiled("trn2", (32, 32), (0, 0))(np.ones((64, 24), np.float32), np.ones((64, 8), np.float32))

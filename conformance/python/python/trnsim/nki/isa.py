@@ -136,9 +136,9 @@ def nc_matmul(
     _no_mask(mask, "nc_matmul", loc)
     if is_transpose:
         return nc_transpose(stationary, engine=engine.tensor)
-    if tile_position or tile_size:
-        raise NkiError("nc_matmul tile_position/tile_size (PE tiling) is not modelled by trnsim", loc)
     pm = kwargs.get("perf_mode")
+    if tile_position or tile_size:
+        _check_pe_tile(stationary, tile_position, tile_size, pm, loc)
     if pm is not None and str(getattr(pm, "name", pm)).lower() not in ("none", ""):
         raise NkiError(
             f"nc_matmul(perf_mode={pm!r}): trnsim does not simulate TensorE's fast modes (double_row "
@@ -164,6 +164,36 @@ def nc_matmul(
         box=box,
     )
     return out
+
+
+def _check_pe_tile(stationary, tile_position, tile_size, perf_mode, loc):
+    """TensorE's row/column tiling (AWS's nc_matmul page): tile_size = (row_size, column_size),
+    each 64 or 128 (also 32 from NeuronCore-v3 on); the stationary tile [K, M] fits it (K rows,
+    M columns); tile_position = (start_row, start_column), multiples of the sizes, inside the
+    128 x 128 array. A tile computes the same stationary.T @ moving: trnsim checks the rules and
+    runs the ordinary matmul. Tiles running side by side is a speed-up its cost model does not
+    credit (each matmul is costed on its own)."""
+    if not tile_position or not tile_size:
+        raise NkiError("nc_matmul: tile_position and tile_size go together (PE tiling)", loc)
+    try:
+        (r0, c0), (rs, cs) = (int(v) for v in tile_position), (int(v) for v in tile_size)
+    except (TypeError, ValueError):
+        raise NkiError(
+            f"nc_matmul: tile_position {tile_position!r} and tile_size {tile_size!r} are (row, column) pairs", loc
+        ) from None
+    sizes = (32, 64, 128) if nc_generation(E.T().target) >= 3 else (64, 128)
+    for what, n in (("row", rs), ("column", cs)):
+        if n not in sizes:
+            raise NkiError(f"nc_matmul: the {what} tile size must be one of {list(sizes)} on this target, not {n}", loc)
+    for what, start, n in (("start_row", r0, rs), ("start_column", c0, cs)):
+        if start < 0 or start % n or start + n > 128:
+            raise NkiError(f"nc_matmul: {what} {start} must be a multiple of {n} with the tile inside 128", loc)
+    k = stationary.shape[0]
+    m = stationary.shape[1] if stationary.ndim >= 2 else 1
+    if k > rs or m > cs:
+        raise NkiError(f"nc_matmul: the stationary tile [{k}, {m}] exceeds tile_size ({rs}, {cs})", loc)
+    if perf_mode is not None and "double" in str(getattr(perf_mode, "name", perf_mode)).lower() and cs < 128:
+        raise NkiError("nc_matmul: double_row performance mode cannot be combined with column tiling", loc)
 
 
 def _matmul_defined(stationary, moving, out, loc):
