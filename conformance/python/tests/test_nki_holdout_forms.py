@@ -243,3 +243,49 @@ def test_nc_matmul_pe_tiling_checks_the_documented_rules_and_computes_the_matmul
         _pe_tiled("trn2", (32, 32), (16, 0))(s, m)
     with pytest.raises(NkiError, match="exceeds tile_size"):
         _pe_tiled("trn2", (32, 32), (0, 0))(np.ones((64, 24), np.float32), np.ones((64, 8), np.float32))
+
+
+def test_the_mask_of_a_tile_indexed_atomic_rmw_and_dma_copy_keeps_its_rows():
+    # before, both dropped mask= on a tile-indexed HBM side and updated every row: a wrong number
+    @nki.jit
+    def rmw(base, idx, val):
+        out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(base))
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        rows = nl.load(idx)
+        nl.atomic_rmw(out[rows[i_p, 0], i_f], value=nl.load(val), op=np.add, mask=(i_p < 40))
+        return out
+
+    @nki.jit
+    def copy(base, idx, val):
+        out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(base))
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        rows = nl.load(idx)
+        nisa.dma_copy(dst=out[rows[i_p, 0], i_f], src=nl.load(val), mask=(i_p >= 100))
+        return out
+
+    rng = np.random.default_rng(11)
+    base = rng.random((128, 64), dtype=np.float32)
+    idx = rng.permutation(128).astype(np.int32)[:, None]
+    val = rng.random((128, 64), dtype=np.float32)
+    want = base.copy()
+    want[idx[:40, 0]] += val[:40]
+    np.testing.assert_array_equal(rmw(base, idx, val), want)
+    want = base.copy()
+    want[idx[100:, 0]] = val[100:]
+    np.testing.assert_array_equal(copy(base, idx, val), want)
+
+    @nki.jit
+    def tile_mask(base, idx, val):
+        out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(base))
+        rows = nl.load(idx)
+        keep = nl.not_equal(rows, 0)
+        nl.atomic_rmw(out[rows, nl.arange(64)[None, :]], value=nl.load(val), op=np.add, mask=keep)
+        return out
+
+    with pytest.raises(NkiError, match="a data-dependent mask is not supported"):
+        tile_mask(base, idx, val)

@@ -954,8 +954,22 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
     if isinstance(src, DynView) or isinstance(dst, DynView):
         side = "src" if isinstance(src, DynView) else "dst"
         dyn = src if side == "src" else dst
-        hap, ind = B._indirect(dyn, side, loc, oob)
         other = dst if side == "src" else src
+        if mask is not None and not (isinstance(mask, (bool, np.bool_)) and mask):
+            # the box the mask keeps: only those rows (and their indices) move; before, the
+            # mask of a tile-indexed dma_copy was dropped and every row moved
+            if isinstance(mask, View) or tuple(other.shape) != tuple(dyn.shape):
+                raise NkiError(
+                    "nisa.dma_copy(mask=) on a tile-indexed side takes a compile-time predicate over "
+                    "two operands of one shape",
+                    loc,
+                )
+            box = mask_box(mask, dyn.shape)
+            if box is None:
+                return
+            if box != [(0, n) for n in dyn.shape]:
+                dyn, other = B.restrict_dyn(dyn, box), other.restrict(box)
+        hap, ind = B._indirect(dyn, side, loc, oob)
         f = {
             "dst": hap if side == "dst" else other._ap(loc=loc),
             "src": hap if side == "src" else other._ap(loc=loc),

@@ -396,7 +396,22 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
     if E.alu(op) != "add":
         raise NkiError("atomic_rmw supports only op=np.add / nl.add on NeuronCore-v2", loc)
     if isinstance(dst, DynView):
+        if isinstance(mask, View):
+            # a tile of per-row flags (AWS's newest example: `(idx != sentinel).astype(nl.int1)`):
+            # NKI documents atomic_rmw's mask as a compile-time predicate only
+            raise NkiError(
+                "nl.atomic_rmw(mask=<a tile>): a data-dependent mask is not supported (NKI documents mask= "
+                "as a compile-time predicate); skip rows with an out-of-range index and oob_mode skip",
+                loc,
+            )
+        box = mask_box(mask, dst.shape)
+        if box is None:
+            return
         v = _on_sbuf(_as_tile(value, dst.shape, dst.dtype, loc), loc)
+        if box != [(0, n) for n in dst.shape]:
+            # only the rows and columns the mask keeps are updated (and only their indices read)
+            v = _fit_rank(v, dst.shape, loc).broadcast(dst.shape).restrict(box)
+            dst = restrict_dyn(dst, box)
         hap, ind = _indirect(dst, "dst", loc)
         emit(
             "dma", "dma_copy", {"dst": hap, "src": v._ap(loc=loc), "accumulate": True, "indirect": ind}, loc, reads=[v]
