@@ -804,6 +804,40 @@ pub struct RangeSelect {
     pub reduce_res: Option<AccessPattern>,
 }
 
+/// VectorE, NeuronCore-v4: MXFP8 quantization of an fp16/bf16 tile. Groups of 32 elements (8
+/// partitions × 4 consecutive free elements) share one e8m0 scale; `dst` holds the FP8 codes packed
+/// four to an element (`f8e5m2_x4` / `f8e4m3fn_x4`), `dst_scale` the scales in the quadrant layout
+/// `nc_matmul_mx` reads (docs/isa.md §5.32).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantizeMx {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub dst_scale: AccessPattern,
+}
+
+/// TensorE, NeuronCore-v4: `dst[M, N] (+)= Σ_k deq(stationary)[k, m] · deq(moving)[k, n]` over
+/// the K = 4 × partitions MX-quantized contraction (partitions × the 4 codes of each packed
+/// element), each code scaled by its group's e8m0 scale (docs/isa.md §5.33).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NcMatmulMx {
+    pub dst: AccessPattern,
+    pub stationary: AccessPattern,
+    pub moving: AccessPattern,
+    pub stationary_scale: AccessPattern,
+    pub moving_scale: AccessPattern,
+    /// `false`: overwrite the PSUM region; `true`: add to it in fp32.
+    #[serde(default)]
+    pub accumulate: bool,
+    /// Row tiling: `(start_row, 0)`; needs `tile_size`.
+    #[serde(default)]
+    pub tile_position: Option<[usize; 2]>,
+    /// Row tiling: `(row_size ∈ {32, 64, 128}, 128)`; needs `tile_position`.
+    #[serde(default)]
+    pub tile_size: Option<[usize; 2]>,
+}
+
 /// Every instruction. Externally tagged in JSON: `{"tensor_tensor": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -836,6 +870,10 @@ pub enum Op {
     StreamShuffle(StreamShuffle),
     /// NeuronCore-v3+ only (refused on trn1).
     RangeSelect(RangeSelect),
+    /// NeuronCore-v4 only (refused on trn1 and trn2).
+    QuantizeMx(QuantizeMx),
+    /// TensorE, NeuronCore-v4 only (refused on trn1 and trn2).
+    NcMatmulMx(NcMatmulMx),
     // ScalarE
     Activation(Activation),
     // GpSimdE
@@ -915,6 +953,8 @@ impl Op {
             Op::SetRngSeed(_) => "set_rng_seed",
             Op::StreamShuffle(_) => "nc_stream_shuffle",
             Op::RangeSelect(_) => "range_select",
+            Op::QuantizeMx(_) => "quantize_mx",
+            Op::NcMatmulMx(_) => "nc_matmul_mx",
             Op::Activation(_) => "activation",
             Op::Iota(_) => "iota",
             Op::AffineSelect(_) => "affine_select",
@@ -932,7 +972,7 @@ impl Op {
     pub fn engines(&self) -> &'static [Engine] {
         use Engine::*;
         match self {
-            Op::NcMatmul(_) => &[Tensor],
+            Op::NcMatmul(_) | Op::NcMatmulMx(_) => &[Tensor],
             Op::NcTranspose(_) => &[Tensor, Vector],
             Op::TensorTensor(_) => &[Vector, Gpsimd],
             Op::TensorScalar(_) => &[Vector, Gpsimd],
@@ -954,7 +994,8 @@ impl Op {
             | Op::Rng(_)
             | Op::SetRngSeed(_)
             | Op::StreamShuffle(_)
-            | Op::RangeSelect(_) => &[Vector],
+            | Op::RangeSelect(_)
+            | Op::QuantizeMx(_) => &[Vector],
             Op::Activation(_) => &[Scalar],
             Op::Iota(_)
             | Op::AffineSelect(_)
@@ -1130,6 +1171,18 @@ impl Op {
                     v.push(o("reduce_res", Write, r));
                 }
             }
+            Op::QuantizeMx(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("src", Read, &i.src),
+                o("dst_scale", Write, &i.dst_scale),
+            ]),
+            Op::NcMatmulMx(i) => v.extend([
+                o("dst", if i.accumulate { ReadWrite } else { Write }, &i.dst),
+                o("stationary", Read, &i.stationary),
+                o("moving", Read, &i.moving),
+                o("stationary_scale", Read, &i.stationary_scale),
+                o("moving_scale", Read, &i.moving_scale),
+            ]),
             Op::Activation(i) => {
                 v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 if let Some(b) = &i.bias {

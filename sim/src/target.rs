@@ -285,9 +285,9 @@ const NC_V2_INSTRUCTIONS: &[&str] = &[
 /// modelled).
 const NC_V3_ADDED: &[&str] = &["range_select"];
 
-/// NeuronCore-v4 additions the simulator implements (none yet: `exponential`, `activate2`,
-/// `quantize_mx`, `nc_matmul_mx` are listed as gaps in docs/isa.md).
-const NC_V4_ADDED: &[&str] = &[];
+/// NeuronCore-v4 additions the simulator implements [`nki.isa` 2.32: "Available only on
+/// NeuronCore-v4 and newer"]. The rest of NC-v4's list is named as a gap in docs/isa.md.
+const NC_V4_ADDED: &[&str] = &["quantize_mx", "nc_matmul_mx"];
 
 const fn concat<const N: usize>(parts: &[&[&'static str]]) -> [&'static str; N] {
     let mut out = [""; N];
@@ -350,6 +350,11 @@ const NC_V4_DTYPES: &[DType] = &[
     DType::U16,
     DType::U32,
     DType::Bool,
+    DType::Fp8E8m0fnu,
+    DType::Fp4E2m1fn,
+    DType::Fp8E5m2X4,
+    DType::Fp8E4m3fnX4,
+    DType::Fp4E2m1fnX4,
 ];
 
 const WIDE_16BIT: &[DType] = &[DType::Bf16, DType::F16];

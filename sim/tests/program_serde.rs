@@ -53,9 +53,11 @@ fn variant(op: &Op) -> usize {
         Op::SequenceBounds(_) => 31,
         Op::DmaTranspose(_) => 32,
         Op::RangeSelect(_) => 33,
+        Op::QuantizeMx(_) => 34,
+        Op::NcMatmulMx(_) => 35,
     }
 }
-const VARIANTS: usize = 34;
+const VARIANTS: usize = 36;
 
 /// One of every instruction, with non-default values in every optional field so that a field
 /// that fails to serialize shows up as a difference.
@@ -272,6 +274,21 @@ fn all_ops_program(target: TargetName) -> Program {
             range_start: 16.0,
             on_false: f32::MIN as f64,
             reduce_res: Some(sb(f, 4, 100, 1)),
+        }),
+        Op::QuantizeMx(QuantizeMx {
+            dst: sb(DType::Fp8E4m3fnX4, 32, 0, 2),
+            src: sb(DType::Bf16, 32, 64, 8),
+            dst_scale: sb(DType::Fp8E8m0fnu, 4, 128, 2),
+        }),
+        Op::NcMatmulMx(NcMatmulMx {
+            dst: ps(DType::Bf16, 2, 0, 4),
+            stationary: sb(DType::Fp8E5m2X4, 32, 0, 2),
+            moving: sb(DType::Fp4E2m1fnX4, 32, 64, 4),
+            stationary_scale: sb(DType::U8, 4, 128, 2),
+            moving_scale: sb(DType::Fp8E8m0fnu, 4, 160, 4),
+            accumulate: true,
+            tile_position: Some([32, 0]),
+            tile_size: Some([32, 128]),
         }),
     ];
     let engines = |op: &Op| op.engines()[op.engines().len() - 1];
@@ -644,6 +661,15 @@ fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
             ("on_true", R, false),
             ("bound0", R, false),
             ("reduce_res", W, false),
+        ],
+        Op::QuantizeMx(_) => &[("dst", W, false), ("src", R, false), ("dst_scale", W, false)],
+        // Accumulating.
+        Op::NcMatmulMx(_) => &[
+            ("dst", RW, false),
+            ("stationary", R, false),
+            ("moving", R, false),
+            ("stationary_scale", R, false),
+            ("moving_scale", R, false),
         ],
     };
     v.to_vec()

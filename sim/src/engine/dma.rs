@@ -10,6 +10,15 @@ use crate::program::{DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
 pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     ctx.check_access("src", &i.src, Access::Read)?;
     ctx.check_access("dst", &i.dst, Access::Write)?;
+    // A packed MX container moves as bytes: no conversion to or from it, no accumulation.
+    if (i.src.dtype.is_packed() || i.dst.dtype.is_packed()) && (i.src.dtype != i.dst.dtype || i.accumulate) {
+        let bad = if i.dst.dtype.is_packed() { &i.dst } else { &i.src };
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: bad.dtype.name(),
+            why: "a packed MX container is copied only to the same dtype, without accumulate".into(),
+        })
+        .at(if i.dst.dtype.is_packed() { "dst" } else { "src" });
+    }
     match &i.indirect {
         None => {
             if i.src.num_elems() != i.dst.num_elems() {
