@@ -1255,6 +1255,7 @@ impl<'a> Emitter<'a> {
             | Op::NGather(_)
             | Op::SequenceBounds(_)
             | Op::DmaTranspose(_)
+            | Op::NonzeroWithCount(_)
             | Op::QuantizeMx(_)
             | Op::NcMatmulMx(_) => {
                 return Err(unsupported(&format!("`{}` has no NKI translation yet", op.name())));
@@ -1302,6 +1303,7 @@ impl<'a> Emitter<'a> {
                 | Op::NGather(_)
                 | Op::SequenceBounds(_)
                 | Op::DmaTranspose(_)
+                | Op::NonzeroWithCount(_)
                 | Op::QuantizeMx(_)
                 | Op::NcMatmulMx(_) => Err(EmitError::Unsupported {
                     index: idx,

@@ -804,6 +804,24 @@ pub struct RangeSelect {
     pub reduce_res: Option<AccessPattern>,
 }
 
+fn minus_one() -> i64 {
+    -1
+}
+
+/// GpSimdE, NeuronCore-v3+: per row on the first partition of each 16-partition GpSimd core, the
+/// nonzero positions (`+ index_offset`), `padding_val` for the rest, then the count (dst has one
+/// more element per partition than src).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NonzeroWithCount {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    #[serde(default)]
+    pub index_offset: i64,
+    #[serde(default = "minus_one")]
+    pub padding_val: i64,
+}
+
 /// VectorE, NeuronCore-v4: MXFP8 quantization of an fp16/bf16 tile. Groups of 32 elements (8
 /// partitions × 4 consecutive free elements) share one e8m0 scale; `dst` holds the FP8 codes packed
 /// four to an element (`f8e5m2_x4` / `f8e4m3fn_x4`), `dst_scale` the scales in the quadrant layout
@@ -870,6 +888,8 @@ pub enum Op {
     StreamShuffle(StreamShuffle),
     /// NeuronCore-v3+ only (refused on trn1).
     RangeSelect(RangeSelect),
+    /// GpSimdE, NeuronCore-v3+ only (refused on trn1).
+    NonzeroWithCount(NonzeroWithCount),
     /// NeuronCore-v4 only (refused on trn1 and trn2).
     QuantizeMx(QuantizeMx),
     /// TensorE, NeuronCore-v4 only (refused on trn1 and trn2).
@@ -953,6 +973,7 @@ impl Op {
             Op::SetRngSeed(_) => "set_rng_seed",
             Op::StreamShuffle(_) => "nc_stream_shuffle",
             Op::RangeSelect(_) => "range_select",
+            Op::NonzeroWithCount(_) => "nonzero_with_count",
             Op::QuantizeMx(_) => "quantize_mx",
             Op::NcMatmulMx(_) => "nc_matmul_mx",
             Op::Activation(_) => "activation",
@@ -1002,7 +1023,8 @@ impl Op {
             | Op::LocalGather(_)
             | Op::NGather(_)
             | Op::TensorPartitionReduce(_)
-            | Op::SequenceBounds(_) => &[Gpsimd],
+            | Op::SequenceBounds(_)
+            | Op::NonzeroWithCount(_) => &[Gpsimd],
             Op::DmaCopy(_) | Op::DmaTranspose(_) => &[Dma],
         }
     }
@@ -1171,6 +1193,7 @@ impl Op {
                     v.push(o("reduce_res", Write, r));
                 }
             }
+            Op::NonzeroWithCount(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::QuantizeMx(i) => v.extend([
                 o("dst", Write, &i.dst),
                 o("src", Read, &i.src),

@@ -283,7 +283,7 @@ const NC_V2_INSTRUCTIONS: &[&str] = &[
 /// notes "for trn2"]. Only instructions with semantics are listed: a list entry is a promise
 /// that the core runs it (docs/isa.md "Generations" lists the NC-v3/v4 instructions not yet
 /// modelled).
-const NC_V3_ADDED: &[&str] = &["range_select"];
+const NC_V3_ADDED: &[&str] = &["range_select", "nonzero_with_count"];
 
 /// NeuronCore-v4 additions the simulator implements [`nki.isa` 2.32: "Available only on
 /// NeuronCore-v4 and newer"]. The rest of NC-v4's list is named as a gap in docs/isa.md.

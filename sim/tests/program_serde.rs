@@ -55,9 +55,10 @@ fn variant(op: &Op) -> usize {
         Op::RangeSelect(_) => 33,
         Op::QuantizeMx(_) => 34,
         Op::NcMatmulMx(_) => 35,
+        Op::NonzeroWithCount(_) => 36,
     }
 }
-const VARIANTS: usize = 36;
+const VARIANTS: usize = 37;
 
 /// One of every instruction, with non-default values in every optional field so that a field
 /// that fails to serialize shows up as a difference.
@@ -289,6 +290,12 @@ fn all_ops_program(target: TargetName) -> Program {
             accumulate: true,
             tile_position: Some([32, 0]),
             tile_size: Some([32, 128]),
+        }),
+        Op::NonzeroWithCount(NonzeroWithCount {
+            dst: sb(DType::I32, 16, 0, 9),
+            src: sb(f, 16, 64, 8),
+            index_offset: 16,
+            padding_val: -7,
         }),
     ];
     let engines = |op: &Op| op.engines()[op.engines().len() - 1];
@@ -662,6 +669,7 @@ fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
             ("bound0", R, false),
             ("reduce_res", W, false),
         ],
+        Op::NonzeroWithCount(_) => &[("dst", W, false), ("src", R, false)],
         Op::QuantizeMx(_) => &[("dst", W, false), ("src", R, false), ("dst_scale", W, false)],
         // Accumulating.
         Op::NcMatmulMx(_) => &[

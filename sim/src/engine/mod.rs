@@ -154,6 +154,7 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::SetRngSeed(i) => vector::set_rng_seed(ctx, i),
         Op::StreamShuffle(i) => vector::stream_shuffle(ctx, i),
         Op::RangeSelect(i) => vector::range_select(ctx, i),
+        Op::NonzeroWithCount(i) => gpsimd::nonzero_with_count(ctx, i),
         Op::QuantizeMx(i) => vector::quantize_mx(ctx, i),
         Op::NcMatmulMx(i) => tensor::nc_matmul_mx(ctx, i),
         Op::Activation(i) => scalar::activation(ctx, i),

@@ -1,0 +1,168 @@
+//! `nonzero_with_count` (GpSimdE, NeuronCore-v3+): hand-derived rows from the NKI 2.32 example,
+//! the partitions it touches, one test per typed error, and its refusal on trn1.
+
+mod common_tg;
+
+use common_tg::*;
+use std::collections::BTreeMap;
+use trnsim::*;
+
+fn trn2() -> Core {
+    let target = TargetName::Trn2.params();
+    Core {
+        mem: trnsim::mem::Memories::new(&target, &[]),
+        regs: trnsim::engine::Registers::new(&target),
+        target,
+        ..Core::new()
+    }
+}
+
+fn op(src_dtype: DType, partitions: usize) -> NonzeroWithCount {
+    NonzeroWithCount {
+        dst: sb(DType::I32, partitions, 9, 256),
+        src: sb(src_dtype, partitions, 8, 0),
+        index_offset: 16,
+        padding_val: -1,
+    }
+}
+
+/// Only partitions 0 and 16 hold data: the instruction reads nothing else.
+fn core_with_rows(src: &AccessPattern, row0: &[f32], row16: &[f32]) -> Core {
+    let mut core = trn2();
+    core.put(
+        &at_partition(
+            AccessPattern {
+                partitions: 1,
+                ..src.clone()
+            },
+            0,
+        ),
+        row0,
+    );
+    core.put(
+        &at_partition(
+            AccessPattern {
+                partitions: 1,
+                ..src.clone()
+            },
+            16,
+        ),
+        row16,
+    );
+    core
+}
+
+fn dst_row(core: &Core, dst: &AccessPattern, p: usize) -> Vec<i32> {
+    let row = at_partition(
+        AccessPattern {
+            partitions: 1,
+            ..dst.clone()
+        },
+        dst.start_partition + p,
+    );
+    core.get_bits(&row).iter().map(|&b| b as i32).collect()
+}
+
+#[test]
+fn nonzero_positions_then_padding_then_the_count() {
+    // The NKI docs' example: [0, 1, 1, 0, 0, 1, 0, 0] with offset 16 → [17, 18, 21, -1 × 5, 3].
+    // Row 16 (fp32): −0 is zero, NaN is nonzero → positions 1 and 7 → [17, 23, -1 × 6, 2].
+    for dtype in [DType::I32, DType::F32] {
+        let i = op(dtype, 32);
+        let row16 = if dtype == DType::I32 {
+            [0., 0., 0., 0., 0., 0., 0., 5.]
+        } else {
+            [-0.0, f32::NAN, 0., 0., 0., 0., 0., 2.5]
+        };
+        let mut core = core_with_rows(&i.src, &[0., 1., 1., 0., 0., 1., 0., 0.], &row16);
+        core.run(Engine::Gpsimd, Op::NonzeroWithCount(i.clone())).unwrap();
+        assert_eq!(dst_row(&core, &i.dst, 0), vec![17, 18, 21, -1, -1, -1, -1, -1, 3]);
+        let want16 = if dtype == DType::I32 {
+            vec![23, -1, -1, -1, -1, -1, -1, -1, 1]
+        } else {
+            vec![17, 23, -1, -1, -1, -1, -1, -1, 2]
+        };
+        assert_eq!(dst_row(&core, &i.dst, 16), want16, "{dtype}");
+        // Partitions between are neither read (they were never written) nor written.
+        let p1 = at_partition(
+            AccessPattern {
+                partitions: 1,
+                ..i.dst.clone()
+            },
+            1,
+        );
+        assert!(core.mem.read_bits(&p1).is_err());
+    }
+}
+
+#[test]
+fn nonzero_with_count_errors() {
+    type Case = (&'static str, fn(&mut NonzeroWithCount), fn(&ErrorKind) -> bool);
+    let cases: [Case; 6] = [
+        (
+            "src",
+            |o| o.src.dtype = DType::Bf16,
+            |k| matches!(k, ErrorKind::UnsupportedDType { .. }),
+        ),
+        (
+            "dst",
+            |o| o.dst.dtype = DType::F32,
+            |k| matches!(k, ErrorKind::UnsupportedDType { .. }),
+        ),
+        (
+            "dst",
+            |o| o.dst.free = vec![[1, 8]],
+            |k| matches!(k, ErrorKind::ShapeMismatch(_)),
+        ),
+        (
+            "dst",
+            |o| o.dst.partitions = 16,
+            |k| matches!(k, ErrorKind::ShapeMismatch(_)),
+        ),
+        (
+            "index_offset",
+            |o| o.index_offset = 1 << 31,
+            |k| matches!(k, ErrorKind::Invalid(_)),
+        ),
+        (
+            "padding_val",
+            |o| o.padding_val = -(1 << 40),
+            |k| matches!(k, ErrorKind::Invalid(_)),
+        ),
+    ];
+    for (operand, edit, pred) in cases {
+        let mut i = op(DType::I32, 32);
+        let mut core = core_with_rows(&i.src, &[0.; 8], &[0.; 8]);
+        edit(&mut i);
+        expect_err(core.run(Engine::Gpsimd, Op::NonzeroWithCount(i)), operand, pred);
+    }
+    // GpSimd cannot reach PSUM.
+    let mut i = op(DType::F32, 32);
+    i.src.mem = MemSpace::Psum;
+    expect_err(trn2().run(Engine::Gpsimd, Op::NonzeroWithCount(i)), "src", |k| {
+        matches!(k, ErrorKind::MemoryNotAccessible { .. })
+    });
+    // Row r of src goes to row r of dst, wherever dst starts (here one row, dst at partition 32).
+    let mut i = op(DType::I32, 1);
+    i.dst.start_partition = 32;
+    let mut core = core_with_rows(&op(DType::I32, 32).src, &[1.; 8], &[0.; 8]);
+    core.run(Engine::Gpsimd, Op::NonzeroWithCount(i.clone())).unwrap();
+    assert_eq!(dst_row(&core, &i.dst, 0), vec![16, 17, 18, 19, 20, 21, 22, 23, 8]);
+}
+
+#[test]
+fn nonzero_with_count_is_refused_on_trn1_naming_the_generation() {
+    let mut p = Program::new(TargetName::Trn1);
+    p.push(Engine::Gpsimd, Op::NonzeroWithCount(op(DType::I32, 32)));
+    let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::NotOnTarget {
+                opcode: "nonzero_with_count",
+                target: "trn1 (NeuronCore-v2)"
+            }
+        ),
+        "{e:?}"
+    );
+}
