@@ -1256,6 +1256,7 @@ impl<'a> Emitter<'a> {
             | Op::SequenceBounds(_)
             | Op::DmaTranspose(_)
             | Op::NonzeroWithCount(_)
+            | Op::DmaCompute(_)
             | Op::QuantizeMx(_)
             | Op::NcMatmulMx(_) => {
                 return Err(unsupported(&format!("`{}` has no NKI translation yet", op.name())));
@@ -1304,6 +1305,7 @@ impl<'a> Emitter<'a> {
                 | Op::SequenceBounds(_)
                 | Op::DmaTranspose(_)
                 | Op::NonzeroWithCount(_)
+                | Op::DmaCompute(_)
                 | Op::QuantizeMx(_)
                 | Op::NcMatmulMx(_) => Err(EmitError::Unsupported {
                     index: idx,

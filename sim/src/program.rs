@@ -804,6 +804,32 @@ pub struct RangeSelect {
     pub reduce_res: Option<AccessPattern>,
 }
 
+/// DMA (the new-API `nki.isa`, SDK 2.27+): `dst = srcs[0]·scales[0] + srcs[1]·scales[1] + …`,
+/// every element through fp32, at most 16 sources; AWS supports only `reduce_op = add` and unit
+/// scales.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaCompute {
+    pub dst: AccessPattern,
+    pub srcs: Vec<AccessPattern>,
+    /// One per source (default: all 1.0); only 1.0 is accepted.
+    #[serde(default)]
+    pub scales: Option<Vec<f64>>,
+    #[serde(default = "alu_add")]
+    pub reduce_op: AluOp,
+}
+
+fn alu_add() -> AluOp {
+    AluOp::Add
+}
+
+/// Operand names of `dma_compute`'s sources (`Operand::name` is static; more than 16 sources is
+/// an error of the instruction).
+pub const DMA_COMPUTE_SRC_NAMES: [&str; 16] = [
+    "srcs[0]", "srcs[1]", "srcs[2]", "srcs[3]", "srcs[4]", "srcs[5]", "srcs[6]", "srcs[7]", "srcs[8]", "srcs[9]",
+    "srcs[10]", "srcs[11]", "srcs[12]", "srcs[13]", "srcs[14]", "srcs[15]",
+];
+
 fn minus_one() -> i64 {
     -1
 }
@@ -890,6 +916,8 @@ pub enum Op {
     RangeSelect(RangeSelect),
     /// GpSimdE, NeuronCore-v3+ only (refused on trn1).
     NonzeroWithCount(NonzeroWithCount),
+    /// DMA, NeuronCore-v3+ here (the new API's generations; refused on trn1).
+    DmaCompute(DmaCompute),
     /// NeuronCore-v4 only (refused on trn1 and trn2).
     QuantizeMx(QuantizeMx),
     /// TensorE, NeuronCore-v4 only (refused on trn1 and trn2).
@@ -974,6 +1002,7 @@ impl Op {
             Op::StreamShuffle(_) => "nc_stream_shuffle",
             Op::RangeSelect(_) => "range_select",
             Op::NonzeroWithCount(_) => "nonzero_with_count",
+            Op::DmaCompute(_) => "dma_compute",
             Op::QuantizeMx(_) => "quantize_mx",
             Op::NcMatmulMx(_) => "nc_matmul_mx",
             Op::Activation(_) => "activation",
@@ -1025,7 +1054,7 @@ impl Op {
             | Op::TensorPartitionReduce(_)
             | Op::SequenceBounds(_)
             | Op::NonzeroWithCount(_) => &[Gpsimd],
-            Op::DmaCopy(_) | Op::DmaTranspose(_) => &[Dma],
+            Op::DmaCopy(_) | Op::DmaTranspose(_) | Op::DmaCompute(_) => &[Dma],
         }
     }
 }
@@ -1194,6 +1223,12 @@ impl Op {
                 }
             }
             Op::NonzeroWithCount(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::DmaCompute(i) => {
+                v.push(o("dst", Write, &i.dst));
+                for (k, src) in i.srcs.iter().enumerate() {
+                    v.push(o(DMA_COMPUTE_SRC_NAMES.get(k).copied().unwrap_or("srcs"), Read, src));
+                }
+            }
             Op::QuantizeMx(i) => v.extend([
                 o("dst", Write, &i.dst),
                 o("src", Read, &i.src),

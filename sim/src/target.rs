@@ -280,10 +280,11 @@ const NC_V2_INSTRUCTIONS: &[&str] = &[
 ];
 
 /// NeuronCore-v3 additions the simulator implements [neuroncore-isa §5.16; NKI 2.23 release
-/// notes "for trn2"]. Only instructions with semantics are listed: a list entry is a promise
+/// notes "for trn2"; `nki.isa` 2.32 "NeuronCore-v3 and newer"; `dma_compute` states no
+/// generation and exists only in the new API, which targets NC-v3+: a choice, docs/isa.md]. Only instructions with semantics are listed: a list entry is a promise
 /// that the core runs it (docs/isa.md "Generations" lists the NC-v3/v4 instructions not yet
 /// modelled).
-const NC_V3_ADDED: &[&str] = &["range_select", "nonzero_with_count"];
+const NC_V3_ADDED: &[&str] = &["range_select", "nonzero_with_count", "dma_compute"];
 
 /// NeuronCore-v4 additions the simulator implements [`nki.isa` 2.32: "Available only on
 /// NeuronCore-v4 and newer"]. The rest of NC-v4's list is named as a gap in docs/isa.md.

@@ -56,9 +56,10 @@ fn variant(op: &Op) -> usize {
         Op::QuantizeMx(_) => 34,
         Op::NcMatmulMx(_) => 35,
         Op::NonzeroWithCount(_) => 36,
+        Op::DmaCompute(_) => 37,
     }
 }
-const VARIANTS: usize = 37;
+const VARIANTS: usize = 38;
 
 /// One of every instruction, with non-default values in every optional field so that a field
 /// that fails to serialize shows up as a difference.
@@ -296,6 +297,15 @@ fn all_ops_program(target: TargetName) -> Program {
             src: sb(f, 16, 64, 8),
             index_offset: 16,
             padding_val: -7,
+        }),
+        Op::DmaCompute(DmaCompute {
+            dst: AccessPattern::hbm("y", f, 0, 4, 8, vec![[1, 8]]),
+            srcs: vec![
+                sb(f, 4, 0, 8),
+                AccessPattern::hbm("x", DType::Bf16, 0, 4, 8, vec![[1, 8]]),
+            ],
+            scales: Some(vec![1.0, 1.0]),
+            reduce_op: AluOp::Add,
         }),
     ];
     let engines = |op: &Op| op.engines()[op.engines().len() - 1];
@@ -670,6 +680,7 @@ fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
             ("reduce_res", W, false),
         ],
         Op::NonzeroWithCount(_) => &[("dst", W, false), ("src", R, false)],
+        Op::DmaCompute(_) => &[("dst", W, false), ("srcs[0]", R, false), ("srcs[1]", R, false)],
         Op::QuantizeMx(_) => &[("dst", W, false), ("src", R, false), ("dst_scale", W, false)],
         // Accumulating.
         Op::NcMatmulMx(_) => &[

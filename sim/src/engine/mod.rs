@@ -166,6 +166,7 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::SequenceBounds(i) => gpsimd::sequence_bounds(ctx, i),
         Op::DmaCopy(i) => dma::dma_copy(ctx, i),
         Op::DmaTranspose(i) => dma::dma_transpose(ctx, i),
+        Op::DmaCompute(i) => dma::dma_compute(ctx, i),
     }
 }
 

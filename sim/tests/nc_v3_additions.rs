@@ -1,5 +1,6 @@
-//! `nonzero_with_count` (GpSimdE, NeuronCore-v3+): hand-derived rows from the NKI 2.32 example,
-//! the partitions it touches, one test per typed error, and its refusal on trn1.
+//! The NeuronCore-v3+ additions of `nki.isa` 2.32 beyond `range_select`: `nonzero_with_count`
+//! (GpSimdE; hand-derived rows from the NKI example, the partitions it touches) and `dma_compute`
+//! (DMA), each with one test per typed error and its refusal on trn1.
 
 mod common_tg;
 
@@ -160,6 +161,107 @@ fn nonzero_with_count_is_refused_on_trn1_naming_the_generation() {
             e.kind,
             ErrorKind::NotOnTarget {
                 opcode: "nonzero_with_count",
+                target: "trn1 (NeuronCore-v2)"
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+// ---- dma_compute ------------------------------------------------------------------------------
+
+fn compute(srcs: Vec<AccessPattern>) -> DmaCompute {
+    DmaCompute {
+        dst: sb(DType::Bf16, 2, 3, 512),
+        srcs,
+        scales: None,
+        reduce_op: AluOp::Add,
+    }
+}
+
+#[test]
+fn dma_compute_adds_its_sources_in_fp32_and_casts_on_write() {
+    // Three sources of different dtypes, summed in fp32 then cast once: (1 + 2^-8) + 2^-9 + (-1)
+    // = 2^-8 + 2^-9 = 0.005859375, exact in bf16 (a bf16 partial sum would have lost the 2^-9);
+    // 256 + 0.5 + 0 = 256.5 rounds once into bf16 (step 2 at 256) to 256.
+    let mut core = trn2();
+    let a = sb(DType::F32, 2, 3, 0);
+    let b = sb(DType::F16, 2, 3, 64);
+    let c = sb(DType::I32, 2, 3, 128);
+    core.put(&a, &[1.0 + 2f32.powi(-8), 256.0, 0.0, 1.0, 2.0, 3.0]);
+    core.put(&b, &[2f32.powi(-9), 0.5, 0.0, 1.0, 1.0, 1.0]);
+    core.put(&c, &[-1.0, 0.0, 0.0, 0.0, 0.0, 7.0]);
+    let mut op = compute(vec![a.clone(), b.clone(), c.clone()]);
+    op.scales = Some(vec![1.0; 3]);
+    core.run(Engine::Dma, Op::DmaCompute(op.clone())).unwrap();
+    assert_eq!(core.get(&op.dst), vec![0.005859375, 256.0, 0.0, 2.0, 3.0, 11.0]);
+    let bytes = 6 * (4 + 2 + 4);
+    assert_eq!(core.stats.dma_bytes, bytes);
+    // One source is a cast copy.
+    let one = compute(vec![a]);
+    core.run(Engine::Dma, Op::DmaCompute(one)).unwrap();
+    assert_eq!(core.get(&op.dst), vec![1.0, 256.0, 0.0, 1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn dma_compute_errors() {
+    let a = sb(DType::F32, 2, 3, 0);
+    type Case = (&'static str, fn(&mut DmaCompute), fn(&ErrorKind) -> bool);
+    let cases: [Case; 6] = [
+        ("srcs", |o| o.srcs.clear(), |k| matches!(k, ErrorKind::Invalid(_))),
+        (
+            "srcs",
+            |o| o.srcs = vec![o.srcs[0].clone(); 17],
+            |k| matches!(k, ErrorKind::Invalid(_)),
+        ),
+        (
+            "reduce_op",
+            |o| o.reduce_op = AluOp::Max,
+            |k| matches!(k, ErrorKind::Invalid(_)),
+        ),
+        (
+            "scales",
+            |o| o.scales = Some(vec![2.0]),
+            |k| matches!(k, ErrorKind::Invalid(_)),
+        ),
+        (
+            "srcs[0]",
+            |o| o.srcs[0].free = vec![[1, 2]],
+            |k| matches!(k, ErrorKind::ShapeMismatch(_)),
+        ),
+        (
+            "dst",
+            |o| o.dst.mem = MemSpace::Psum,
+            |k| matches!(k, ErrorKind::MemoryNotAccessible { .. }),
+        ),
+    ];
+    for (operand, edit, pred) in cases {
+        let mut core = trn2();
+        core.put(&a, &[0.0; 6]);
+        let mut op = compute(vec![a.clone()]);
+        edit(&mut op);
+        expect_err(core.run(Engine::Dma, Op::DmaCompute(op)), operand, pred);
+    }
+    // A source nothing wrote is an uninitialized read, named by its list position.
+    let mut core = trn2();
+    core.put(&a, &[0.0; 6]);
+    let r = core.run(
+        Engine::Dma,
+        Op::DmaCompute(compute(vec![a.clone(), sb(DType::F32, 2, 3, 256)])),
+    );
+    expect_err(r, "srcs[1]", |k| matches!(k, ErrorKind::UninitializedRead { .. }));
+}
+
+#[test]
+fn dma_compute_is_refused_on_trn1_naming_the_generation() {
+    let mut p = Program::new(TargetName::Trn1);
+    p.push(Engine::Dma, Op::DmaCompute(compute(vec![sb(DType::F32, 2, 3, 0)])));
+    let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::NotOnTarget {
+                opcode: "dma_compute",
                 target: "trn1 (NeuronCore-v2)"
             }
         ),
