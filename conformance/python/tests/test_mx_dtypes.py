@@ -125,6 +125,15 @@ def test_nc_matmul_mx_matches_a_numpy_block_scaled_reference(packed):
             for q in range(kp // 32)
         ]
 
+    def quantize(x, cols):
+        return inst(
+            "vector",
+            "quantize_mx",
+            dst=sbuf(packed, kp, cols, off["q" + x]),
+            src=sbuf(bf, kp, 4 * cols, off[x]),
+            dst_scale=sbuf("fp8_e8m0fnu", kp, cols, off["s" + x]),
+        )
+
     prog = program(
         [
             ("a", bf, (kp, 4 * m), "input"),
@@ -137,20 +146,8 @@ def test_nc_matmul_mx_matches_a_numpy_block_scaled_reference(packed):
         [
             dma(sbuf(bf, kp, 4 * m, off["a"]), hbm("a", bf, kp, 4 * m)),
             dma(sbuf(bf, kp, 4 * n, off["b"]), hbm("b", bf, kp, 4 * n)),
-            inst(
-                "vector",
-                "quantize_mx",
-                dst=sbuf(packed, kp, m, off["qa"]),
-                src=sbuf(bf, kp, 4 * m, off["a"]),
-                dst_scale=sbuf("fp8_e8m0fnu", kp, m, off["sa"]),
-            ),
-            inst(
-                "vector",
-                "quantize_mx",
-                dst=sbuf(packed, kp, n, off["qb"]),
-                src=sbuf(bf, kp, 4 * n, off["b"]),
-                dst_scale=sbuf("fp8_e8m0fnu", kp, n, off["sb"]),
-            ),
+            quantize("a", m),
+            quantize("b", n),
             inst(
                 "tensor",
                 "nc_matmul_mx",
