@@ -86,6 +86,34 @@ fn check_psum_bank(ctx: &Ctx, operand: &str, ap: &AccessPattern) -> OpResult<()>
     Ok(())
 }
 
+/// A matmul destination is `[M partitions × N]` inside one PSUM bank.
+fn check_matmul_dst(ctx: &Ctx, dst: &AccessPattern, m: usize, n: usize) -> OpResult<()> {
+    if dst.partitions != m || dst.free_elems() != n {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "dst must be [M = {m} partitions × N = {n}], got [{} × {}]",
+            dst.partitions,
+            dst.free_elems()
+        )))
+        .at("dst");
+    }
+    check_psum_bank(ctx, "dst", dst)
+}
+
+/// Writes a matmul result to PSUM; `accumulate` adds it to what is there (one more fp32 add).
+fn write_psum(ctx: &mut Ctx, dst: &AccessPattern, mut out: Vec<f32>, accumulate: bool) -> OpResult<()> {
+    if accumulate {
+        let old = ctx.read_f32("dst", dst)?;
+        for (o, &prev) in out.iter_mut().zip(&old) {
+            // PSUM value first: `prev + sum` (the operand order decides which NaN payload wins).
+            #[allow(clippy::assign_op_pattern)]
+            {
+                *o = prev + *o;
+            }
+        }
+    }
+    ctx.write_f32("dst", dst, &out)
+}
+
 /// `dst[M, N] (+)= stationary[K, M]ᵀ · moving[K, N]`.
 pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
     require_sbuf_input(ctx, "stationary", &i.stationary)?;
@@ -152,30 +180,12 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
         })
         .at("dst");
     }
-    if i.dst.partitions != m || i.dst.free_elems() != n {
-        return Err(ErrorKind::ShapeMismatch(format!(
-            "dst must be [M = {m} partitions × N = {n}], got [{} × {}]",
-            i.dst.partitions,
-            i.dst.free_elems()
-        )))
-        .at("dst");
-    }
-    check_psum_bank(ctx, "dst", &i.dst)?;
+    check_matmul_dst(ctx, &i.dst, m, n)?;
 
     let st = ctx.read_f32("stationary", &i.stationary)?;
     let mv = ctx.read_f32("moving", &i.moving)?;
-    let mut out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
-    if i.accumulate {
-        let old = ctx.read_f32("dst", &i.dst)?;
-        for (o, &prev) in out.iter_mut().zip(&old) {
-            // PSUM value first: `prev + sum` (the operand order decides which NaN payload wins).
-            #[allow(clippy::assign_op_pattern)]
-            {
-                *o = prev + *o;
-            }
-        }
-    }
-    ctx.write_f32("dst", &i.dst, &out)?;
+    let out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
+    write_psum(ctx, &i.dst, out, i.accumulate)?;
 
     ctx.stats.flops += 2 * (k as u64) * (m as u64) * (n as u64);
     let fp32 = i.stationary.dtype == DType::F32 || i.moving.dtype == DType::F32;
@@ -563,15 +573,7 @@ pub fn nc_matmul_mx(ctx: &mut Ctx, i: &NcMatmulMx) -> OpResult<()> {
     }
     mx::check_scale_tile("stationary_scale", &i.stationary_scale, kp, m)?;
     mx::check_scale_tile("moving_scale", &i.moving_scale, kp, n)?;
-    if i.dst.partitions != m || i.dst.free_elems() != n {
-        return Err(ErrorKind::ShapeMismatch(format!(
-            "dst must be [M = {m} partitions × N = {n}], got [{} × {}]",
-            i.dst.partitions,
-            i.dst.free_elems()
-        )))
-        .at("dst");
-    }
-    check_psum_bank(ctx, "dst", &i.dst)?;
+    check_matmul_dst(ctx, &i.dst, m, n)?;
     check_mx_tiling(ctx, i)?;
 
     let sb = ctx.read_bits("stationary", &i.stationary)?;
@@ -581,17 +583,8 @@ pub fn nc_matmul_mx(ctx: &mut Ctx, i: &NcMatmulMx) -> OpResult<()> {
     let st = mx_dequantize(i.stationary.dtype, &sb, &ss, kp, m);
     let mv = mx_dequantize(i.moving.dtype, &mb, &ms, kp, n);
     let k = mx::PACK * kp;
-    let mut out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
-    if i.accumulate {
-        let old = ctx.read_f32("dst", &i.dst)?;
-        for (o, &prev) in out.iter_mut().zip(&old) {
-            #[allow(clippy::assign_op_pattern)]
-            {
-                *o = prev + *o;
-            }
-        }
-    }
-    ctx.write_f32("dst", &i.dst, &out)?;
+    let out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
+    write_psum(ctx, &i.dst, out, i.accumulate)?;
     ctx.stats.flops += 2 * (k as u64) * (m as u64) * (n as u64);
     // Quad mode: 4·Kp rows of K in the time of Kp [ARCH3: MXFP8/4 at 4× the BF16 rate].
     let init = ctx.target.matmul_init_cycles as usize;
