@@ -9,18 +9,8 @@ use common_tg::*;
 use std::collections::BTreeMap;
 use trnsim::*;
 
-fn core_on(target: TargetName, numerics: Numerics) -> Core {
-    let target = target.params();
-    Core {
-        mem: trnsim::mem::Memories::new(&target, &[]),
-        regs: trnsim::engine::Registers::new(&target),
-        target,
-        ..Core::with_numerics(numerics)
-    }
-}
-
 fn trn3() -> Core {
-    core_on(TargetName::Trn3, Numerics::default())
+    Core::on(TargetName::Trn3, Numerics::default())
 }
 
 // ---- dtypes: every code against an independent table ------------------------------------------
@@ -242,7 +232,7 @@ fn quantize_mx_element_rounding_is_a_setting() {
         mx_element_rounding: MxElementRounding::TowardZero,
         ..Numerics::default()
     };
-    let mut core = core_on(TargetName::Trn3, numerics);
+    let mut core = Core::on(TargetName::Trn3, numerics);
     let op = quantize(DType::Fp8E4m3fnX4, 32, 8);
     core.put(&op.src, &quantize_input());
     core.run(Engine::Vector, Op::QuantizeMx(op.clone())).unwrap();

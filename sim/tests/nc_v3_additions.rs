@@ -9,13 +9,7 @@ use std::collections::BTreeMap;
 use trnsim::*;
 
 fn trn2() -> Core {
-    let target = TargetName::Trn2.params();
-    Core {
-        mem: trnsim::mem::Memories::new(&target, &[]),
-        regs: trnsim::engine::Registers::new(&target),
-        target,
-        ..Core::new()
-    }
+    Core::on(TargetName::Trn2, Numerics::default())
 }
 
 fn op(src_dtype: DType, partitions: usize) -> NonzeroWithCount {
