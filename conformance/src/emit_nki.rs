@@ -102,6 +102,11 @@ pub fn nl_dtype(d: DType) -> &'static str {
         DType::U16 => "nl.uint16",
         DType::U32 => "nl.uint32",
         DType::Bool => "nl.bool_",
+        DType::Fp8E8m0fnu => "nl.float8_e8m0fnu",
+        DType::Fp4E2m1fn => "nl.float4_e2m1fn",
+        DType::Fp8E5m2X4 => "nl.float8_e5m2_x4",
+        DType::Fp8E4m3fnX4 => "nl.float8_e4m3fn_x4",
+        DType::Fp4E2m1fnX4 => "nl.float4_e2m1fn_x4",
     }
 }
 
@@ -1249,7 +1254,11 @@ impl<'a> Emitter<'a> {
             | Op::LocalGather(_)
             | Op::NGather(_)
             | Op::SequenceBounds(_)
-            | Op::DmaTranspose(_) => {
+            | Op::DmaTranspose(_)
+            | Op::NonzeroWithCount(_)
+            | Op::DmaCompute(_)
+            | Op::QuantizeMx(_)
+            | Op::NcMatmulMx(_) => {
                 return Err(unsupported(&format!("`{}` has no NKI translation yet", op.name())));
             }
         })
@@ -1294,7 +1303,11 @@ impl<'a> Emitter<'a> {
                 | Op::LocalGather(_)
                 | Op::NGather(_)
                 | Op::SequenceBounds(_)
-                | Op::DmaTranspose(_) => Err(EmitError::Unsupported {
+                | Op::DmaTranspose(_)
+                | Op::NonzeroWithCount(_)
+                | Op::DmaCompute(_)
+                | Op::QuantizeMx(_)
+                | Op::NcMatmulMx(_) => Err(EmitError::Unsupported {
                     index: idx,
                     opcode: op.name().into(),
                     reason: format!("`{}` has no NKI translation yet", op.name()),
@@ -1444,6 +1457,12 @@ pub fn safetensors_dtype(d: DType) -> safetensors::Dtype {
         DType::U16 => S::U16,
         DType::U32 => S::U32,
         DType::Bool => S::BOOL,
+        DType::Fp8E8m0fnu => S::F8_E8M0,
+        // One e2m1 code per byte (safetensors' F4 packs two per byte): the bytes travel as U8.
+        DType::Fp4E2m1fn => S::U8,
+        // Packed containers travel as their raw bits.
+        DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => S::U32,
+        DType::Fp4E2m1fnX4 => S::U16,
     }
 }
 

@@ -58,7 +58,9 @@ pub use dtype::{ALL_DTYPES, DType, Rounding};
 pub use error::{ErrorKind, RaceDetail, SimError};
 pub use exec::{ExecConfig, Executor, HostTensor, RunResult};
 pub use mem::{AccessPattern, FreeDim, MemSpace};
-pub use numerics::{ActivationModel, Denormals, MatmulAccumulation, NanMaxMin, Numerics, RoundingMode};
+pub use numerics::{
+    ActivationModel, Denormals, MatmulAccumulation, MxElementRounding, NanMaxMin, Numerics, RoundingMode,
+};
 pub use program::*;
 pub use session::{DeviceTensor, Session, Transfers};
 pub use stats::{EngineCounts, EngineTimes, Stats};

@@ -63,6 +63,18 @@ pub enum ActivationModel {
     Approximate { ulps: u32 },
 }
 
+/// How `quantize_mx` rounds an element divided by its block scale to the MX element type (the
+/// OCP MX spec leaves the conversion's rounding to the implementation; AWS publishes none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MxElementRounding {
+    /// Round to nearest, ties to even (the same cast every other write uses).
+    #[default]
+    NearestEven,
+    /// Truncate toward zero (the cheaper hardware conversion, to compare against hardware).
+    TowardZero,
+}
+
 /// Every numeric choice the simulator makes where AWS publishes nothing. Documented in
 /// docs/numerics.md; each can be switched to compare against hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -80,4 +92,7 @@ pub struct Numerics {
     /// Emulate the Trn1 bug where `activation(copy)` ignores its bias (aws-neuron-sdk #1296).
     #[serde(default)]
     pub emulate_act_copy_bias_bug: bool,
+    /// `quantize_mx`'s element rounding (docs/numerics.md "MX quantization").
+    #[serde(default)]
+    pub mx_element_rounding: MxElementRounding,
 }

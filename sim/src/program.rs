@@ -804,6 +804,84 @@ pub struct RangeSelect {
     pub reduce_res: Option<AccessPattern>,
 }
 
+/// DMA (the new-API `nki.isa`, SDK 2.27+): `dst = srcs[0]·scales[0] + srcs[1]·scales[1] + …`,
+/// every element through fp32, at most 16 sources; AWS supports only `reduce_op = add` and unit
+/// scales.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaCompute {
+    pub dst: AccessPattern,
+    pub srcs: Vec<AccessPattern>,
+    /// One per source (default: all 1.0); only 1.0 is accepted.
+    #[serde(default)]
+    pub scales: Option<Vec<f64>>,
+    #[serde(default = "alu_add")]
+    pub reduce_op: AluOp,
+}
+
+fn alu_add() -> AluOp {
+    AluOp::Add
+}
+
+/// Operand names of `dma_compute`'s sources (`Operand::name` is static; more than 16 sources is
+/// an error of the instruction).
+pub const DMA_COMPUTE_SRC_NAMES: [&str; 16] = [
+    "srcs[0]", "srcs[1]", "srcs[2]", "srcs[3]", "srcs[4]", "srcs[5]", "srcs[6]", "srcs[7]", "srcs[8]", "srcs[9]",
+    "srcs[10]", "srcs[11]", "srcs[12]", "srcs[13]", "srcs[14]", "srcs[15]",
+];
+
+fn minus_one() -> i64 {
+    -1
+}
+
+/// GpSimdE, NeuronCore-v3+: per row on the first partition of each 16-partition GpSimd core, the
+/// nonzero positions (`+ index_offset`), `padding_val` for the rest, then the count (dst has one
+/// more element per partition than src).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NonzeroWithCount {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    #[serde(default)]
+    pub index_offset: i64,
+    #[serde(default = "minus_one")]
+    pub padding_val: i64,
+}
+
+/// VectorE, NeuronCore-v4: MXFP8 quantization of an fp16/bf16 tile. Groups of 32 elements (8
+/// partitions × 4 consecutive free elements) share one e8m0 scale; `dst` holds the FP8 codes packed
+/// four to an element (`f8e5m2_x4` / `f8e4m3fn_x4`), `dst_scale` the scales in the quadrant layout
+/// `nc_matmul_mx` reads (docs/isa.md §5.32).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantizeMx {
+    pub dst: AccessPattern,
+    pub src: AccessPattern,
+    pub dst_scale: AccessPattern,
+}
+
+/// TensorE, NeuronCore-v4: `dst[M, N] (+)= Σ_k deq(stationary)[k, m] · deq(moving)[k, n]` over
+/// the K = 4 × partitions MX-quantized contraction (partitions × the 4 codes of each packed
+/// element), each code scaled by its group's e8m0 scale (docs/isa.md §5.33).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NcMatmulMx {
+    pub dst: AccessPattern,
+    pub stationary: AccessPattern,
+    pub moving: AccessPattern,
+    pub stationary_scale: AccessPattern,
+    pub moving_scale: AccessPattern,
+    /// `false`: overwrite the PSUM region; `true`: add to it in fp32.
+    #[serde(default)]
+    pub accumulate: bool,
+    /// Row tiling: `(start_row, 0)`; needs `tile_size`.
+    #[serde(default)]
+    pub tile_position: Option<[usize; 2]>,
+    /// Row tiling: `(row_size ∈ {32, 64, 128}, 128)`; needs `tile_position`.
+    #[serde(default)]
+    pub tile_size: Option<[usize; 2]>,
+}
+
 /// Every instruction. Externally tagged in JSON: `{"tensor_tensor": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -836,6 +914,14 @@ pub enum Op {
     StreamShuffle(StreamShuffle),
     /// NeuronCore-v3+ only (refused on trn1).
     RangeSelect(RangeSelect),
+    /// GpSimdE, NeuronCore-v3+ only (refused on trn1).
+    NonzeroWithCount(NonzeroWithCount),
+    /// DMA, NeuronCore-v3+ here (the new API's generations; refused on trn1).
+    DmaCompute(DmaCompute),
+    /// NeuronCore-v4 only (refused on trn1 and trn2).
+    QuantizeMx(QuantizeMx),
+    /// TensorE, NeuronCore-v4 only (refused on trn1 and trn2).
+    NcMatmulMx(NcMatmulMx),
     // ScalarE
     Activation(Activation),
     // GpSimdE
@@ -915,6 +1001,10 @@ impl Op {
             Op::SetRngSeed(_) => "set_rng_seed",
             Op::StreamShuffle(_) => "nc_stream_shuffle",
             Op::RangeSelect(_) => "range_select",
+            Op::NonzeroWithCount(_) => "nonzero_with_count",
+            Op::DmaCompute(_) => "dma_compute",
+            Op::QuantizeMx(_) => "quantize_mx",
+            Op::NcMatmulMx(_) => "nc_matmul_mx",
             Op::Activation(_) => "activation",
             Op::Iota(_) => "iota",
             Op::AffineSelect(_) => "affine_select",
@@ -932,7 +1022,7 @@ impl Op {
     pub fn engines(&self) -> &'static [Engine] {
         use Engine::*;
         match self {
-            Op::NcMatmul(_) => &[Tensor],
+            Op::NcMatmul(_) | Op::NcMatmulMx(_) => &[Tensor],
             Op::NcTranspose(_) => &[Tensor, Vector],
             Op::TensorTensor(_) => &[Vector, Gpsimd],
             Op::TensorScalar(_) => &[Vector, Gpsimd],
@@ -954,15 +1044,17 @@ impl Op {
             | Op::Rng(_)
             | Op::SetRngSeed(_)
             | Op::StreamShuffle(_)
-            | Op::RangeSelect(_) => &[Vector],
+            | Op::RangeSelect(_)
+            | Op::QuantizeMx(_) => &[Vector],
             Op::Activation(_) => &[Scalar],
             Op::Iota(_)
             | Op::AffineSelect(_)
             | Op::LocalGather(_)
             | Op::NGather(_)
             | Op::TensorPartitionReduce(_)
-            | Op::SequenceBounds(_) => &[Gpsimd],
-            Op::DmaCopy(_) | Op::DmaTranspose(_) => &[Dma],
+            | Op::SequenceBounds(_)
+            | Op::NonzeroWithCount(_) => &[Gpsimd],
+            Op::DmaCopy(_) | Op::DmaTranspose(_) | Op::DmaCompute(_) => &[Dma],
         }
     }
 }
@@ -1130,6 +1222,25 @@ impl Op {
                     v.push(o("reduce_res", Write, r));
                 }
             }
+            Op::NonzeroWithCount(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::DmaCompute(i) => {
+                v.push(o("dst", Write, &i.dst));
+                for (k, src) in i.srcs.iter().enumerate() {
+                    v.push(o(DMA_COMPUTE_SRC_NAMES.get(k).copied().unwrap_or("srcs"), Read, src));
+                }
+            }
+            Op::QuantizeMx(i) => v.extend([
+                o("dst", Write, &i.dst),
+                o("src", Read, &i.src),
+                o("dst_scale", Write, &i.dst_scale),
+            ]),
+            Op::NcMatmulMx(i) => v.extend([
+                o("dst", if i.accumulate { ReadWrite } else { Write }, &i.dst),
+                o("stationary", Read, &i.stationary),
+                o("moving", Read, &i.moving),
+                o("stationary_scale", Read, &i.stationary_scale),
+                o("moving_scale", Read, &i.moving_scale),
+            ]),
             Op::Activation(i) => {
                 v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]);
                 if let Some(b) = &i.bias {

@@ -280,14 +280,15 @@ const NC_V2_INSTRUCTIONS: &[&str] = &[
 ];
 
 /// NeuronCore-v3 additions the simulator implements [neuroncore-isa §5.16; NKI 2.23 release
-/// notes "for trn2"]. Only instructions with semantics are listed: a list entry is a promise
+/// notes "for trn2"; `nki.isa` 2.32 "NeuronCore-v3 and newer"; `dma_compute` states no
+/// generation and exists only in the new API, which targets NC-v3+: a choice, docs/isa.md]. Only instructions with semantics are listed: a list entry is a promise
 /// that the core runs it (docs/isa.md "Generations" lists the NC-v3/v4 instructions not yet
 /// modelled).
-const NC_V3_ADDED: &[&str] = &["range_select"];
+const NC_V3_ADDED: &[&str] = &["range_select", "nonzero_with_count", "dma_compute"];
 
-/// NeuronCore-v4 additions the simulator implements (none yet: `exponential`, `activate2`,
-/// `quantize_mx`, `nc_matmul_mx` are listed as gaps in docs/isa.md).
-const NC_V4_ADDED: &[&str] = &[];
+/// NeuronCore-v4 additions the simulator implements [`nki.isa` 2.32: "Available only on
+/// NeuronCore-v4 and newer"]. The rest of NC-v4's list is named as a gap in docs/isa.md.
+const NC_V4_ADDED: &[&str] = &["quantize_mx", "nc_matmul_mx"];
 
 const fn concat<const N: usize>(parts: &[&[&'static str]]) -> [&'static str; N] {
     let mut out = [""; N];
@@ -350,6 +351,11 @@ const NC_V4_DTYPES: &[DType] = &[
     DType::U16,
     DType::U32,
     DType::Bool,
+    DType::Fp8E8m0fnu,
+    DType::Fp4E2m1fn,
+    DType::Fp8E5m2X4,
+    DType::Fp8E4m3fnX4,
+    DType::Fp4E2m1fnX4,
 ];
 
 const WIDE_16BIT: &[DType] = &[DType::Bf16, DType::F16];

@@ -297,8 +297,10 @@ fn dtype_metadata_is_consistent() {
                 (1u32 << (8 * d.size())) - 1
             }
         );
-        assert_eq!(d.is_int(), !d.is_float());
-        assert_eq!(d.int_range().is_some(), d.is_int());
+        // A packed MX container is neither: an opaque unsigned word (its bits' range).
+        assert_eq!(d.is_int(), !d.is_float() && !d.is_packed());
+        assert_eq!(d.int_range().is_some(), d.is_int() || d.is_packed());
+        assert_eq!(d.packed_element().is_some(), d.is_packed());
         let json = serde_json::to_string(&d).unwrap();
         assert_eq!(serde_json::from_str::<DType>(&json).unwrap(), d);
     }

@@ -321,13 +321,7 @@ fn dma_transpose_errors() {
 // ---- range_select (trn2) -----------------------------------------------------------------------------
 
 fn trn2_core() -> Core {
-    let target = TargetName::Trn2.params();
-    Core {
-        mem: trnsim::mem::Memories::new(&target, &[]),
-        regs: trnsim::engine::Registers::new(&target),
-        target,
-        ..Core::new()
-    }
+    Core::on(TargetName::Trn2, Numerics::default())
 }
 
 fn range_select(on_false: f64, range_start: f64, reduce_res: Option<AccessPattern>) -> Op {

@@ -53,9 +53,13 @@ fn variant(op: &Op) -> usize {
         Op::SequenceBounds(_) => 31,
         Op::DmaTranspose(_) => 32,
         Op::RangeSelect(_) => 33,
+        Op::QuantizeMx(_) => 34,
+        Op::NcMatmulMx(_) => 35,
+        Op::NonzeroWithCount(_) => 36,
+        Op::DmaCompute(_) => 37,
     }
 }
-const VARIANTS: usize = 34;
+const VARIANTS: usize = 38;
 
 /// One of every instruction, with non-default values in every optional field so that a field
 /// that fails to serialize shows up as a difference.
@@ -272,6 +276,36 @@ fn all_ops_program(target: TargetName) -> Program {
             range_start: 16.0,
             on_false: f32::MIN as f64,
             reduce_res: Some(sb(f, 4, 100, 1)),
+        }),
+        Op::QuantizeMx(QuantizeMx {
+            dst: sb(DType::Fp8E4m3fnX4, 32, 0, 2),
+            src: sb(DType::Bf16, 32, 64, 8),
+            dst_scale: sb(DType::Fp8E8m0fnu, 4, 128, 2),
+        }),
+        Op::NcMatmulMx(NcMatmulMx {
+            dst: ps(DType::Bf16, 2, 0, 4),
+            stationary: sb(DType::Fp8E5m2X4, 32, 0, 2),
+            moving: sb(DType::Fp4E2m1fnX4, 32, 64, 4),
+            stationary_scale: sb(DType::U8, 4, 128, 2),
+            moving_scale: sb(DType::Fp8E8m0fnu, 4, 160, 4),
+            accumulate: true,
+            tile_position: Some([32, 0]),
+            tile_size: Some([32, 128]),
+        }),
+        Op::NonzeroWithCount(NonzeroWithCount {
+            dst: sb(DType::I32, 16, 0, 9),
+            src: sb(f, 16, 64, 8),
+            index_offset: 16,
+            padding_val: -7,
+        }),
+        Op::DmaCompute(DmaCompute {
+            dst: AccessPattern::hbm("y", f, 0, 4, 8, vec![[1, 8]]),
+            srcs: vec![
+                sb(f, 4, 0, 8),
+                AccessPattern::hbm("x", DType::Bf16, 0, 4, 8, vec![[1, 8]]),
+            ],
+            scales: Some(vec![1.0, 1.0]),
+            reduce_op: AluOp::Add,
         }),
     ];
     let engines = |op: &Op| op.engines()[op.engines().len() - 1];
@@ -644,6 +678,17 @@ fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
             ("on_true", R, false),
             ("bound0", R, false),
             ("reduce_res", W, false),
+        ],
+        Op::NonzeroWithCount(_) => &[("dst", W, false), ("src", R, false)],
+        Op::DmaCompute(_) => &[("dst", W, false), ("srcs[0]", R, false), ("srcs[1]", R, false)],
+        Op::QuantizeMx(_) => &[("dst", W, false), ("src", R, false), ("dst_scale", W, false)],
+        // Accumulating.
+        Op::NcMatmulMx(_) => &[
+            ("dst", RW, false),
+            ("stationary", R, false),
+            ("moving", R, false),
+            ("stationary_scale", R, false),
+            ("moving_scale", R, false),
         ],
     };
     v.to_vec()

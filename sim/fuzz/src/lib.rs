@@ -590,6 +590,7 @@ impl FProgram {
             },
             activation: ActivationModel::Accurate,
             emulate_act_copy_bias_bug: nm.act_bug,
+            mx_element_rounding: Default::default(),
         };
         (p, config(numerics))
     }

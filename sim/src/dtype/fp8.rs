@@ -130,3 +130,63 @@ pub fn f32_to_e5m2(x: f32) -> u8 {
 pub fn f32_to_e4m3(x: f32) -> u8 {
     encode_small_float_rne(&E4M3, x) as u8
 }
+
+/// OCP MX scale `float8_e8m0fnu`: code `c` is 2^(c − 127) (code 0 is the fp32 subnormal
+/// 2^-127); 0xFF is NaN (decoded as the quiet NaN 0x7FC00000).
+pub fn e8m0fnu_to_f32(b: u8) -> f32 {
+    match b {
+        0xFF => f32::from_bits(0x7FC0_0000),
+        0 => f32::from_bits(0x0040_0000),
+        c => f32::from_bits((c as u32) << 23),
+    }
+}
+
+/// f32 → `float8_e8m0fnu` as ml_dtypes 0.7 converts (checked code by code in
+/// conformance/python/tests/test_mx_dtypes.py): the power of two nearest in *value*, a mantissa
+/// of exactly 1.5 rounding up (there is no even code to prefer: the format has no mantissa);
+/// values below 2^-127 give the smallest code 0 (there is no zero); zero, negatives, ±inf, NaN
+/// and values that round above 2^127 give the NaN code 0xFF.
+pub fn f32_to_e8m0fnu(x: f32) -> u8 {
+    if x.is_nan() || x.is_infinite() || x <= 0.0 {
+        return 0xFF;
+    }
+    let bits = x.to_bits();
+    let e = bits >> 23;
+    let m = bits & 0x7F_FFFF;
+    let code = if e == 0 {
+        // fp32 subnormal m·2^-149: 2^-127 is m = 2^22; 1.5·2^-127 and above round to 2^-126.
+        u32::from(m >= 0x60_0000)
+    } else {
+        e + u32::from(m >= 0x40_0000)
+    };
+    if code > 254 { 0xFF } else { code as u8 }
+}
+
+/// The eight magnitudes of `float4_e2m1fn` (codes 0..8; bit 3 is the sign).
+pub const E2M1_MAGNITUDES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+
+/// `float4_e2m1fn` decode: the low nibble is the code (bit 3 sign, bits 1–2 exponent with bias
+/// 1, bit 0 mantissa); the high nibble is ignored.
+pub fn e2m1fn_to_f32(b: u8) -> f32 {
+    let v = E2M1_MAGNITUDES[(b & 7) as usize];
+    if b & 8 != 0 { -v } else { v }
+}
+
+/// f32 → `float4_e2m1fn`, round to nearest even and **saturating** to ±6 (±inf included), as
+/// ml_dtypes 0.7 converts. The format has no NaN: ml_dtypes writes a NaN as a zero of the
+/// *opposite* sign (+NaN → 0x8, −NaN → 0x0), and so does this.
+pub fn f32_to_e2m1fn(x: f32) -> u8 {
+    if x.is_nan() {
+        return if x.is_sign_negative() { 0x0 } else { 0x8 };
+    }
+    // Midpoints between consecutive magnitudes; a tie goes to the even code.
+    const MID: [f32; 7] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0];
+    let a = x.abs();
+    let mut code = 0u8;
+    for (k, &m) in MID.iter().enumerate() {
+        if a > m || (a == m && k % 2 == 1) {
+            code = k as u8 + 1;
+        }
+    }
+    code | if x.is_sign_negative() { 8 } else { 0 }
+}

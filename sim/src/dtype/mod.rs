@@ -54,10 +54,25 @@ pub enum DType {
     U32,
     /// Stored as one byte; the hardware treats it as uint8.
     Bool,
+    /// OCP MX scale `float8_e8m0fnu` (NC-v4): 8 exponent bits, bias 127, no sign, no zero, no
+    /// inf; 0xFF is NaN. Code `c` is 2^(c − 127).
+    Fp8E8m0fnu,
+    /// OCP MX element `float4_e2m1fn` (NC-v4), one code per byte in the low nibble (as ml_dtypes
+    /// stores it): 1 sign, 2 exponent (bias 1), 1 mantissa bit; no inf, no NaN; max 6.
+    Fp4E2m1fn,
+    /// `float8_e5m2_x4` (NC-v4): four e5m2 codes packed in a 32-bit element, element k of the
+    /// group in byte k (little-endian). An opaque container: only the MX instructions, DMA and
+    /// memset take it (docs/isa.md "MX dtypes").
+    Fp8E5m2X4,
+    /// `float8_e4m3fn_x4` (NC-v4): four e4m3fn codes in a 32-bit element, as [`DType::Fp8E5m2X4`].
+    Fp8E4m3fnX4,
+    /// `float4_e2m1fn_x4` (NC-v4): four e2m1fn codes in a 16-bit element, element k in bits
+    /// 4k..4k+4 (4 × 4 bits; the width is not published: a choice, docs/isa.md).
+    Fp4E2m1fnX4,
 }
 
 /// All dtypes, for exhaustive tests and parsing.
-pub const ALL_DTYPES: [DType; 14] = [
+pub const ALL_DTYPES: [DType; 19] = [
     DType::F32,
     DType::Tf32,
     DType::Bf16,
@@ -72,15 +87,27 @@ pub const ALL_DTYPES: [DType; 14] = [
     DType::U16,
     DType::U32,
     DType::Bool,
+    DType::Fp8E8m0fnu,
+    DType::Fp4E2m1fn,
+    DType::Fp8E5m2X4,
+    DType::Fp8E4m3fnX4,
+    DType::Fp4E2m1fnX4,
 ];
 
 impl DType {
     /// Bytes per element in memory.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 | DType::Tf32 | DType::I32 | DType::U32 => 4,
-            DType::Bf16 | DType::F16 | DType::I16 | DType::U16 => 2,
-            DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2 | DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F32 | DType::Tf32 | DType::I32 | DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => 4,
+            DType::Bf16 | DType::F16 | DType::I16 | DType::U16 | DType::Fp4E2m1fnX4 => 2,
+            DType::Fp8E4m3
+            | DType::Fp8E4m3fn
+            | DType::Fp8E5m2
+            | DType::I8
+            | DType::U8
+            | DType::Bool
+            | DType::Fp8E8m0fnu
+            | DType::Fp4E2m1fn => 1,
         }
     }
 
@@ -101,6 +128,11 @@ impl DType {
             DType::U16 => "u16",
             DType::U32 => "u32",
             DType::Bool => "bool",
+            DType::Fp8E8m0fnu => "f8e8m0fnu",
+            DType::Fp4E2m1fn => "f4e2m1fn",
+            DType::Fp8E5m2X4 => "f8e5m2_x4",
+            DType::Fp8E4m3fnX4 => "f8e4m3fn_x4",
+            DType::Fp4E2m1fnX4 => "f4e2m1fn_x4",
         }
     }
 
@@ -112,13 +144,45 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DType::F32 | DType::Tf32 | DType::Bf16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2
+            DType::F32
+                | DType::Tf32
+                | DType::Bf16
+                | DType::F16
+                | DType::Fp8E4m3
+                | DType::Fp8E4m3fn
+                | DType::Fp8E5m2
+                | DType::Fp8E8m0fnu
+                | DType::Fp4E2m1fn
         )
     }
 
     /// Integer types, including bool (uint8 storage). Bitvec ALU ops take only these.
     pub fn is_int(self) -> bool {
-        !self.is_float()
+        !self.is_float() && !self.is_packed()
+    }
+
+    /// The `_x4` packed MX containers: several codes in one element. No arithmetic reads them;
+    /// only instructions that say so take them (`engine::check_dtypes`).
+    pub fn is_packed(self) -> bool {
+        matches!(self, DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 | DType::Fp4E2m1fnX4)
+    }
+
+    /// The element dtype of a packed container and how many it holds (`f8e5m2_x4` → e5m2, 4).
+    pub fn packed_element(self) -> Option<(DType, usize)> {
+        match self {
+            DType::Fp8E5m2X4 => Some((DType::Fp8E5m2, 4)),
+            DType::Fp8E4m3fnX4 => Some((DType::Fp8E4m3fn, 4)),
+            DType::Fp4E2m1fnX4 => Some((DType::Fp4E2m1fn, 4)),
+            _ => None,
+        }
+    }
+
+    /// Bits of one code inside a packed container (8 for fp8, 4 for fp4).
+    pub fn code_bits(self) -> u32 {
+        match self {
+            DType::Fp4E2m1fn => 4,
+            d => 8 * d.size() as u32,
+        }
     }
 
     pub fn is_signed_int(self) -> bool {
@@ -146,7 +210,8 @@ impl DType {
             DType::I32 => (i32::MIN as i64, i32::MAX as i64),
             DType::U8 | DType::Bool => (0, u8::MAX as i64),
             DType::U16 => (0, u16::MAX as i64),
-            DType::U32 => (0, u32::MAX as i64),
+            DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => (0, u32::MAX as i64),
+            DType::Fp4E2m1fnX4 => (0, u16::MAX as i64),
             _ => return None,
         })
     }
@@ -168,6 +233,12 @@ impl DType {
             DType::U8 | DType::Bool => (bits & 0xFF) as f32,
             DType::U16 => (bits & 0xFFFF) as f32,
             DType::U32 => bits as f32,
+            DType::Fp8E8m0fnu => fp8::e8m0fnu_to_f32(bits as u8),
+            DType::Fp4E2m1fn => fp8::e2m1fn_to_f32(bits as u8),
+            // Opaque containers read as their unsigned bits (no instruction decodes them this way:
+            // `engine::check_dtypes` refuses packed operands outside the MX instructions).
+            DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => bits as f32,
+            DType::Fp4E2m1fnX4 => (bits & 0xFFFF) as f32,
         }
     }
 
@@ -181,7 +252,8 @@ impl DType {
             DType::I32 => bits as i32 as i64,
             DType::U8 | DType::Bool => (bits & 0xFF) as i64,
             DType::U16 => (bits & 0xFFFF) as i64,
-            DType::U32 => bits as i64,
+            DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => bits as i64,
+            DType::Fp4E2m1fnX4 => (bits & 0xFFFF) as i64,
             _ => {
                 let f = self.decode_f32(bits);
                 if f.is_nan() { 0 } else { f as i64 }
@@ -209,7 +281,18 @@ impl DType {
             DType::Fp8E4m3 => fp8::f32_to_e4m3(x) as u32,
             DType::Fp8E4m3fn => fp8::f32_to_e4m3fn(x) as u32,
             DType::Fp8E5m2 => fp8::f32_to_e5m2(x) as u32,
-            DType::I8 | DType::I16 | DType::I32 | DType::U8 | DType::U16 | DType::U32 | DType::Bool => {
+            DType::Fp8E8m0fnu => fp8::f32_to_e8m0fnu(x) as u32,
+            DType::Fp4E2m1fn => fp8::f32_to_e2m1fn(x) as u32,
+            DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::Bool
+            | DType::Fp8E5m2X4
+            | DType::Fp8E4m3fnX4
+            | DType::Fp4E2m1fnX4 => {
                 let (lo, hi) = self.int_range().expect("integer type");
                 self.encode_i64(round::f32_to_int_rne_sat(x, lo, hi))
             }
@@ -337,12 +420,12 @@ pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: us
             }
         }
         DType::I32 => run!(4, |r| i32::from_le_bytes(r) as f32),
-        DType::U32 => run!(4, |r| u32::from_le_bytes(r) as f32),
+        DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => run!(4, |r| u32::from_le_bytes(r) as f32),
         DType::I16 => run!(2, |r| i16::from_le_bytes(r) as f32),
-        DType::U16 => run!(2, |r| u16::from_le_bytes(r) as f32),
+        DType::U16 | DType::Fp4E2m1fnX4 => run!(2, |r| u16::from_le_bytes(r) as f32),
         DType::I8 => run!(1, |r: [u8; 1]| r[0] as i8 as f32),
         DType::U8 | DType::Bool => run!(1, |r: [u8; 1]| r[0] as f32),
-        DType::F16 | DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2 => {
+        DType::F16 | DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2 | DType::Fp8E8m0fnu | DType::Fp4E2m1fn => {
             let w = dtype.size();
             for i in 0..n {
                 out.push(dtype.decode_f32(load_bits(dtype, bytes, start + i * stride)));

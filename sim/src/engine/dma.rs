@@ -5,11 +5,20 @@
 use super::{Access, Ctx};
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::AccessPattern;
-use crate::program::{DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
+use crate::program::{DmaCompute, DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
 
 pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     ctx.check_access("src", &i.src, Access::Read)?;
     ctx.check_access("dst", &i.dst, Access::Write)?;
+    // A packed MX container moves as bytes: no conversion to or from it, no accumulation.
+    if (i.src.dtype.is_packed() || i.dst.dtype.is_packed()) && (i.src.dtype != i.dst.dtype || i.accumulate) {
+        let bad = if i.dst.dtype.is_packed() { &i.dst } else { &i.src };
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: bad.dtype.name(),
+            why: "a packed MX container is copied only to the same dtype, without accumulate".into(),
+        })
+        .at(if i.dst.dtype.is_packed() { "dst" } else { "src" });
+    }
     match &i.indirect {
         None => {
             if i.src.num_elems() != i.dst.num_elems() {
@@ -230,5 +239,66 @@ pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
     ctx.stats.dma_bytes += bytes;
     ctx.stats.elements.dma += total as u64;
     ctx.stats.est_ns.dma += transfer_ns(ctx, &i.src, &i.dst, false, bytes);
+    Ok(())
+}
+
+/// `dst = Σ_k srcs[k]` element by element (partition-major order on every side), each source
+/// decoded to fp32 and added in list order, each sum rounded to fp32 (the order is unpublished:
+/// a choice), the result cast to dst's dtype. AWS supports only `reduce_op = add` and unit scales,
+/// and at most 16 sources [`nki.isa` 2.32 `dma_compute`]. Cost: one transfer of every source's
+/// bytes into dst.
+pub fn dma_compute(ctx: &mut Ctx, i: &DmaCompute) -> OpResult<()> {
+    use crate::program::{AluOp, DMA_COMPUTE_SRC_NAMES};
+    if i.srcs.is_empty() || i.srcs.len() > DMA_COMPUTE_SRC_NAMES.len() {
+        return Err(ErrorKind::Invalid(format!(
+            "dma_compute takes 1 to {} sources, got {}",
+            DMA_COMPUTE_SRC_NAMES.len(),
+            i.srcs.len()
+        )))
+        .at("srcs");
+    }
+    if i.reduce_op != AluOp::Add {
+        return Err(ErrorKind::Invalid(format!(
+            "dma_compute reduces only with add, got {:?}",
+            i.reduce_op
+        )))
+        .at("reduce_op");
+    }
+    if let Some(scales) = &i.scales
+        && (scales.len() != i.srcs.len() || scales.iter().any(|&s| s != 1.0))
+    {
+        return Err(ErrorKind::Invalid(format!(
+            "dma_compute takes one scale per source, each 1.0 (the only value AWS supports), got {scales:?}"
+        )))
+        .at("scales");
+    }
+    ctx.check_access("dst", &i.dst, Access::Write)?;
+    let n = i.dst.num_elems();
+    for (k, src) in i.srcs.iter().enumerate() {
+        let name = DMA_COMPUTE_SRC_NAMES[k];
+        ctx.check_access(name, src, Access::Read)?;
+        if src.num_elems() != n {
+            return Err(ErrorKind::ShapeMismatch(format!(
+                "{name} has {} elements, dst {n}",
+                src.num_elems()
+            )))
+            .at(name);
+        }
+    }
+    let mut acc = ctx.mem.read_f32(&i.srcs[0]).at(DMA_COMPUTE_SRC_NAMES[0])?;
+    for (k, src) in i.srcs.iter().enumerate().skip(1) {
+        let v = ctx.mem.read_f32(src).at(DMA_COMPUTE_SRC_NAMES[k])?;
+        for (a, b) in acc.iter_mut().zip(&v) {
+            *a += *b;
+        }
+        ctx.mem.recycle_f32(v);
+    }
+    ctx.mem.write_f32(&i.dst, &acc, ctx.rounding).at("dst")?;
+    ctx.mem.recycle_f32(acc);
+    let bytes: u64 = i.srcs.iter().map(|s| (s.num_elems() * s.dtype.size()) as u64).sum();
+    ctx.stats.dma_bytes += bytes;
+    ctx.stats.elements.dma += n as u64;
+    ctx.stats.flops += (n * (i.srcs.len() - 1)) as u64;
+    ctx.stats.est_ns.dma += transfer_ns(ctx, &i.srcs[0], &i.dst, false, bytes);
     Ok(())
 }

@@ -495,3 +495,63 @@ pub fn sequence_bounds(ctx: &mut Ctx, i: &SequenceBounds) -> OpResult<()> {
     ctx.cost_stream(2 * n);
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// nonzero_with_count (NeuronCore-v3+): the nonzero positions of a row, padding, then the count.
+
+/// GpSimd partitions per core: core k reaches partitions 16k..16k+16 and `nonzero_with_count`
+/// uses only its first one [`nki.isa` 2.32].
+pub const GPSIMD_CORE_PARTITIONS: usize = 16;
+
+/// For each row of `src` whose SBUF partition is a multiple of 16 (the first partition of a GpSimd
+/// core): `dst` row = the positions `i + index_offset` of its nonzero elements in order, then
+/// `padding_val` up to `F` elements, then the count. Other partitions of both are not accessed.
+pub fn nonzero_with_count(ctx: &mut Ctx, i: &NonzeroWithCount) -> OpResult<()> {
+    prepare(ctx, "src", &i.src, Access::Read)?;
+    prepare(ctx, "dst", &i.dst, Access::Write)?;
+    super::require_dtype("src", &i.src, &[DType::F32, DType::I32], "src is float32 or int32")?;
+    super::require_dtype("dst", &i.dst, &[DType::I32], "dst is int32")?;
+    let index_offset = int32_param("index_offset", i.index_offset)?;
+    let padding_val = int32_param("padding_val", i.padding_val)?;
+    let f = i.src.free_elems();
+    if i.dst.partitions != i.src.partitions || i.dst.free_elems() != f + 1 {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "dst must be [{} partitions × F + 1 = {}], got [{} × {}]",
+            i.src.partitions,
+            f + 1,
+            i.dst.partitions,
+            i.dst.free_elems()
+        )))
+        .at("dst");
+    }
+    // The start-partition rule (`prepare`) puts both tiles on quadrant boundaries, so src row r
+    // and dst row r are the first partition of a GpSimd core together.
+    let row = |ap: &AccessPattern, r: usize| AccessPattern {
+        start_partition: ap.start_partition + r,
+        partitions: 1,
+        ..ap.clone()
+    };
+    let rows = (0..i.src.partitions).filter(|r| (i.src.start_partition + r).is_multiple_of(GPSIMD_CORE_PARTITIONS));
+    let mut written = 0u64;
+    for r in rows {
+        let src = row(&i.src, r);
+        let nonzero: Vec<bool> = if i.src.dtype == DType::I32 {
+            ctx.mem.read_i64(&src).at("src")?.iter().map(|&v| v != 0).collect()
+        } else {
+            // fp32 `!= 0`: −0 is zero, NaN is not.
+            ctx.mem.read_f32(&src).at("src")?.iter().map(|&v| v != 0.0).collect()
+        };
+        let mut out: Vec<i64> = (0..f)
+            .filter(|&k| nonzero[k])
+            .map(|k| k as i64 + i64::from(index_offset))
+            .collect();
+        let count = out.len() as i64;
+        out.resize(f, i64::from(padding_val));
+        out.push(count);
+        ctx.mem.write_i64(&row(&i.dst, r), &out).at("dst")?;
+        written += out.len() as u64;
+    }
+    ctx.stats.elements.add(ctx.engine, written);
+    ctx.cost_stream(f + 1);
+    Ok(())
+}

@@ -7,6 +7,7 @@ pub mod activation;
 pub mod alu;
 pub mod dma;
 pub mod gpsimd;
+pub mod mx;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -86,8 +87,14 @@ pub fn check_runs_on(target: &Target, op: &Op, engine: Engine) -> Result<(), Err
 /// this chip" rather than "wrong engine".
 const LATER_SCALAR_INSTRUCTIONS: &[&str] = &["tensor_copy", "tensor_scalar"];
 
+/// Instructions whose operands may be `_x4` packed MX containers [`nki.isa` 2.32: `quantize_mx`
+/// writes them, `nc_matmul_mx` reads them; DMA moves bytes; `memset` writes them (0 only)].
+/// Every other instruction decodes elements as numbers, which a packed container is not.
+const PACKED_DTYPE_INSTRUCTIONS: &[&str] = &["quantize_mx", "nc_matmul_mx", "dma_copy", "memset"];
+
 /// Every dtype an instruction's operands use must exist on the core
-/// ([`ErrorKind::DTypeNotOnTarget`] naming the generation and the dtype).
+/// ([`ErrorKind::DTypeNotOnTarget`] naming the generation and the dtype), and a packed MX
+/// container is only an operand of the instructions that take one (`UnsupportedDType`).
 pub fn check_dtypes(target: &Target, op: &Op) -> Result<(), OperandError> {
     for (name, ap) in op.operands().into_iter().map(|o| (o.name, o.ap)) {
         if !target.has_dtype(ap.dtype) {
@@ -96,6 +103,18 @@ pub fn check_dtypes(target: &Target, op: &Op) -> Result<(), OperandError> {
                 kind: ErrorKind::DTypeNotOnTarget {
                     dtype: ap.dtype.name(),
                     target: target.label,
+                },
+            });
+        }
+        if ap.dtype.is_packed() && !PACKED_DTYPE_INSTRUCTIONS.contains(&op.name()) {
+            return Err(OperandError {
+                operand: Some(name.to_string()),
+                kind: ErrorKind::UnsupportedDType {
+                    dtype: ap.dtype.name(),
+                    why: format!(
+                        "a packed MX container is an operand only of {}",
+                        PACKED_DTYPE_INSTRUCTIONS.join(", ")
+                    ),
                 },
             });
         }
@@ -135,6 +154,9 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::SetRngSeed(i) => vector::set_rng_seed(ctx, i),
         Op::StreamShuffle(i) => vector::stream_shuffle(ctx, i),
         Op::RangeSelect(i) => vector::range_select(ctx, i),
+        Op::NonzeroWithCount(i) => gpsimd::nonzero_with_count(ctx, i),
+        Op::QuantizeMx(i) => vector::quantize_mx(ctx, i),
+        Op::NcMatmulMx(i) => tensor::nc_matmul_mx(ctx, i),
         Op::Activation(i) => scalar::activation(ctx, i),
         Op::Iota(i) => gpsimd::iota(ctx, i),
         Op::AffineSelect(i) => gpsimd::affine_select(ctx, i),
@@ -144,6 +166,7 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::SequenceBounds(i) => gpsimd::sequence_bounds(ctx, i),
         Op::DmaCopy(i) => dma::dma_copy(ctx, i),
         Op::DmaTranspose(i) => dma::dma_transpose(ctx, i),
+        Op::DmaCompute(i) => dma::dma_compute(ctx, i),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::{AccessPattern, MemSpace};
 use crate::numerics::MatmulAccumulation;
-use crate::program::{NcMatmul, NcTranspose};
+use crate::program::{NcMatmul, NcMatmulMx, NcTranspose};
 
 /// Input dtypes of the PE array (no integer datapath on NC-v2).
 const MATMUL_INPUTS: [DType; 7] = [
@@ -86,6 +86,34 @@ fn check_psum_bank(ctx: &Ctx, operand: &str, ap: &AccessPattern) -> OpResult<()>
     Ok(())
 }
 
+/// A matmul destination is `[M partitions × N]` inside one PSUM bank.
+fn check_matmul_dst(ctx: &Ctx, dst: &AccessPattern, m: usize, n: usize) -> OpResult<()> {
+    if dst.partitions != m || dst.free_elems() != n {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "dst must be [M = {m} partitions × N = {n}], got [{} × {}]",
+            dst.partitions,
+            dst.free_elems()
+        )))
+        .at("dst");
+    }
+    check_psum_bank(ctx, "dst", dst)
+}
+
+/// Writes a matmul result to PSUM; `accumulate` adds it to what is there (one more fp32 add).
+fn write_psum(ctx: &mut Ctx, dst: &AccessPattern, mut out: Vec<f32>, accumulate: bool) -> OpResult<()> {
+    if accumulate {
+        let old = ctx.read_f32("dst", dst)?;
+        for (o, &prev) in out.iter_mut().zip(&old) {
+            // PSUM value first: `prev + sum` (the operand order decides which NaN payload wins).
+            #[allow(clippy::assign_op_pattern)]
+            {
+                *o = prev + *o;
+            }
+        }
+    }
+    ctx.write_f32("dst", dst, &out)
+}
+
 /// `dst[M, N] (+)= stationary[K, M]ᵀ · moving[K, N]`.
 pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
     require_sbuf_input(ctx, "stationary", &i.stationary)?;
@@ -152,30 +180,12 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
         })
         .at("dst");
     }
-    if i.dst.partitions != m || i.dst.free_elems() != n {
-        return Err(ErrorKind::ShapeMismatch(format!(
-            "dst must be [M = {m} partitions × N = {n}], got [{} × {}]",
-            i.dst.partitions,
-            i.dst.free_elems()
-        )))
-        .at("dst");
-    }
-    check_psum_bank(ctx, "dst", &i.dst)?;
+    check_matmul_dst(ctx, &i.dst, m, n)?;
 
     let st = ctx.read_f32("stationary", &i.stationary)?;
     let mv = ctx.read_f32("moving", &i.moving)?;
-    let mut out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
-    if i.accumulate {
-        let old = ctx.read_f32("dst", &i.dst)?;
-        for (o, &prev) in out.iter_mut().zip(&old) {
-            // PSUM value first: `prev + sum` (the operand order decides which NaN payload wins).
-            #[allow(clippy::assign_op_pattern)]
-            {
-                *o = prev + *o;
-            }
-        }
-    }
-    ctx.write_f32("dst", &i.dst, &out)?;
+    let out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
+    write_psum(ctx, &i.dst, out, i.accumulate)?;
 
     ctx.stats.flops += 2 * (k as u64) * (m as u64) * (n as u64);
     let fp32 = i.stationary.dtype == DType::F32 || i.moving.dtype == DType::F32;
@@ -430,6 +440,156 @@ mod kernel {
     pub(super) fn portable_for_tests(st: &[f32], mv: &[f32], k: usize, m: usize, n: usize) -> Vec<f32> {
         portable(st, mv, k, m, n)
     }
+}
+
+/// Element dtypes `nc_matmul_mx` reads (4-packed MXFP8 / MXFP4).
+const MX_INPUTS: [DType; 3] = [DType::Fp8E5m2X4, DType::Fp8E4m3fnX4, DType::Fp4E2m1fnX4];
+
+/// Dequantizes an MX data tile (`[Kp, F]` packed, partition-major) to the `[4·Kp, F]` fp32
+/// matrix of its codes times their group's scale: row `4p + k` is code `k` of partition `p`.
+/// Exact unless a value leaves fp32's range (a NaN scale gives NaN).
+fn mx_dequantize(packed: DType, bits: &[u32], scales: &[u8], kp: usize, f: usize) -> Vec<f32> {
+    use super::mx;
+    let (element, _) = packed.packed_element().expect("checked: a packed dtype");
+    let mut out = vec![0.0f32; mx::PACK * kp * f];
+    for p in 0..kp {
+        let srow = mx::scale_row(p);
+        for c in 0..f {
+            let s = mx::scale_value(scales[srow * f + c]);
+            for k in 0..mx::PACK {
+                let code = mx::unpack(packed, bits[p * f + c], k);
+                out[(mx::PACK * p + k) * f + c] = (f64::from(element.decode_f32(code)) * s) as f32;
+            }
+        }
+    }
+    out
+}
+
+/// Row tiling of `nc_matmul_mx`: both of `tile_position = (start_row, 0)` and `tile_size =
+/// (row_size ∈ {32, 64, 128}, 128)` or neither; `start_row` a multiple of `row_size` inside the
+/// array; the stationary tile no taller than a row tile. Results do not depend on the tile.
+fn check_mx_tiling(ctx: &Ctx, i: &NcMatmulMx) -> OpResult<()> {
+    let rows = ctx.target.pe_rows;
+    let cols = ctx.target.pe_cols;
+    let (pos, size) = match (i.tile_position, i.tile_size) {
+        (None, None) => return Ok(()),
+        (Some(p), Some(s)) => (p, s),
+        (Some(_), None) => {
+            return Err(ErrorKind::Invalid("tile_position needs tile_size".into())).at("tile_size");
+        }
+        (None, Some(_)) => {
+            return Err(ErrorKind::Invalid("tile_size needs tile_position".into())).at("tile_position");
+        }
+    };
+    let [row_size, col_size] = size;
+    if ![rows / 4, rows / 2, rows].contains(&row_size) || col_size != cols {
+        return Err(ErrorKind::Invalid(format!(
+            "nc_matmul_mx row tiling: tile_size is ({}, {cols}), ({}, {cols}) or ({rows}, {cols}), got ({row_size}, {col_size})",
+            rows / 4,
+            rows / 2
+        )))
+        .at("tile_size");
+    }
+    let [start_row, start_col] = pos;
+    if start_col != 0 || !start_row.is_multiple_of(row_size) || start_row + row_size > rows {
+        return Err(ErrorKind::Invalid(format!(
+            "tile_position must be (a multiple of {row_size} below {rows}, 0), got ({start_row}, {start_col})"
+        )))
+        .at("tile_position");
+    }
+    if i.stationary.partitions > row_size {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "stationary has {} partitions, more than the {row_size}-row tile",
+            i.stationary.partitions
+        )))
+        .at("stationary");
+    }
+    Ok(())
+}
+
+/// `dst[M, N] (+)= Σ_{p, k} deq(stationary)[4p + k, m] · deq(moving)[4p + k, n]`: both MX tiles
+/// dequantized ([`mx_dequantize`]), then the fp32 matmul of [`nc_matmul`] over K = 4·Kp (products
+/// rounded to fp32, summed in the `matmul_accumulation` order), written to PSUM as fp32 or bf16.
+pub fn nc_matmul_mx(ctx: &mut Ctx, i: &NcMatmulMx) -> OpResult<()> {
+    use super::mx;
+    for (name, ap) in [
+        ("stationary", &i.stationary),
+        ("moving", &i.moving),
+        ("stationary_scale", &i.stationary_scale),
+        ("moving_scale", &i.moving_scale),
+    ] {
+        require_sbuf_input(ctx, name, ap)?;
+        well_formed(ctx, name, ap)?;
+    }
+    ctx.check_access("dst", &i.dst, Access::Write)?;
+    well_formed(ctx, "dst", &i.dst)?;
+    for (name, ap) in [("stationary", &i.stationary), ("moving", &i.moving)] {
+        super::require_dtype(
+            name,
+            ap,
+            &MX_INPUTS,
+            "nc_matmul_mx takes float8_e5m2_x4, float8_e4m3fn_x4 or float4_e2m1fn_x4",
+        )?;
+    }
+    let bf16_out = ctx.target.psum_bf16_output;
+    let dst_dtypes: &[DType] = if bf16_out {
+        &[DType::F32, DType::Bf16]
+    } else {
+        &[DType::F32]
+    };
+    super::require_dtype(
+        "dst",
+        &i.dst,
+        dst_dtypes,
+        "nc_matmul_mx writes fp32 (or bf16 where PSUM takes it)",
+    )?;
+    mx::check_data_partitions("stationary", &i.stationary, ctx.target.pe_rows)?;
+    let kp = i.stationary.partitions;
+    if i.moving.partitions != kp {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "contraction sizes differ: stationary has {kp} partitions, moving has {}",
+            i.moving.partitions
+        )))
+        .at("moving");
+    }
+    let m = i.stationary.free_elems();
+    if m > ctx.target.stationary_fmax || !m.is_multiple_of(2) {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "the stationary free size (M) of nc_matmul_mx is even and at most {}, got {m}",
+            ctx.target.stationary_fmax
+        )))
+        .at("stationary");
+    }
+    let n = i.moving.free_elems();
+    // A bf16 destination holds twice the fp32 elements in a bank [nki.isa 2.32].
+    let n_max = ctx.target.moving_fmax * if i.dst.dtype == DType::Bf16 { 2 } else { 1 };
+    if n > n_max {
+        return Err(ErrorKind::FreeSizeLimit {
+            size: n,
+            limit: n_max,
+            what: "elements per partition of the moving nc_matmul_mx operand (N)",
+        })
+        .at("moving");
+    }
+    mx::check_scale_tile("stationary_scale", &i.stationary_scale, kp, m)?;
+    mx::check_scale_tile("moving_scale", &i.moving_scale, kp, n)?;
+    check_matmul_dst(ctx, &i.dst, m, n)?;
+    check_mx_tiling(ctx, i)?;
+
+    let sb = ctx.read_bits("stationary", &i.stationary)?;
+    let mb = ctx.read_bits("moving", &i.moving)?;
+    let ss = mx::read_scales(ctx, "stationary_scale", &i.stationary_scale, kp)?;
+    let ms = mx::read_scales(ctx, "moving_scale", &i.moving_scale, kp)?;
+    let st = mx_dequantize(i.stationary.dtype, &sb, &ss, kp, m);
+    let mv = mx_dequantize(i.moving.dtype, &mb, &ms, kp, n);
+    let k = mx::PACK * kp;
+    let out = matmul_kn(&st, &mv, k, m, n, ctx.numerics.matmul_accumulation);
+    write_psum(ctx, &i.dst, out, i.accumulate)?;
+    ctx.stats.flops += 2 * (k as u64) * (m as u64) * (n as u64);
+    // Quad mode: 4·Kp rows of K in the time of Kp [ARCH3: MXFP8/4 at 4× the BF16 rate].
+    let init = ctx.target.matmul_init_cycles as usize;
+    ctx.cost_cycles(m.min(init).max(n) as u64);
+    Ok(())
 }
 
 #[cfg(test)]

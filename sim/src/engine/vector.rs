@@ -7,9 +7,10 @@
 use super::alu::{apply_bits, apply_f32, apply_int, apply_scalar_f32_inplace, canon, max};
 use super::{Ctx, same_shape};
 use crate::dtype::DType;
+use crate::dtype::Rounding;
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::{AccessPattern, MemSpace};
-use crate::numerics::Denormals;
+use crate::numerics::{Denormals, MxElementRounding};
 use crate::program::*;
 
 /// Seed of the VectorE generator before any `set_rng_seed`.
@@ -899,6 +900,13 @@ pub fn match_replace8(ctx: &mut Ctx, i: &MatchReplace8) -> OpResult<()> {
 /// exact integer (saturated), which must be integral.
 pub fn memset(ctx: &mut Ctx, i: &Memset) -> OpResult<()> {
     precheck_write(ctx, "dst", &i.dst)?;
+    if i.dst.dtype.is_packed() && i.value != 0.0 {
+        return Err(ErrorKind::Invalid(format!(
+            "memset of a packed MX container writes only 0, got {}",
+            i.value
+        )))
+        .at("dst");
+    }
     let n = i.dst.num_elems();
     if i.dst.dtype.is_float() {
         let v = vec![i.value as f32; n];
@@ -1162,6 +1170,142 @@ pub fn transpose32(ctx: &mut Ctx, i: &NcTranspose) -> OpResult<()> {
     }
     ctx.write_bits("dst", &i.dst, &out)?;
     ctx.cost_stream(f);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// quantize_mx (NeuronCore-v4): MXFP8 quantization into the layout nc_matmul_mx reads.
+
+/// Largest power-of-two exponent of an element format's normal range (OCP `emax_elem`):
+/// e4m3fn 8 (448 = 1.75·2^8), e5m2 15 (57344 = 1.75·2^15), e2m1 2 (6 = 1.5·2^2).
+fn mx_emax(element: DType) -> i32 {
+    match element {
+        DType::Fp8E5m2 => 15,
+        DType::Fp4E2m1fn => 2,
+        _ => 8,
+    }
+}
+
+/// `floor(log2(a))` of a positive finite f32, exact (subnormals included).
+fn floor_log2(a: f32) -> i32 {
+    let bits = a.to_bits();
+    let e = (bits >> 23) as i32;
+    if e == 0 {
+        // m·2^-149 with m < 2^23: the highest set bit of m.
+        -149 + (31 - (bits & 0x7F_FFFF).leading_zeros() as i32)
+    } else {
+        e - 127
+    }
+}
+
+/// The e8m0 scale code of a group whose largest magnitude is `amax` (AWS's rule, twice the OCP
+/// sample algorithm's scale: `2^(floor(log2 amax) − emax + 1)`, so that rounding the largest
+/// element cannot saturate). Choices (docs/isa.md §5.32): a NaN or ±inf in the group gives the
+/// NaN code 0xFF; an all-zero group, and exponents below the format's range, the smallest code 0.
+pub fn mx_scale_code(amax: f32, element: DType) -> u8 {
+    if !amax.is_finite() {
+        return 0xFF;
+    }
+    if amax == 0.0 {
+        return 0;
+    }
+    let e = floor_log2(amax) - mx_emax(element) + 1;
+    (e + 127).clamp(0, 254) as u8
+}
+
+/// One element `x` of a group with scale code `scale`, as its element code.
+pub fn mx_element_code(x: f32, scale: u8, element: DType, rounding: MxElementRounding) -> u32 {
+    if scale == 0xFF || x.is_nan() {
+        return element.encode_f32(f32::NAN, &mut Rounding::NearestEven);
+    }
+    // Exact: a power-of-two scaling of an fp16/bf16 value that stays in fp32's range.
+    let q = (f64::from(x) * 2f64.powi(127 - i32::from(scale))) as f32;
+    let code = element.encode_f32(q, &mut Rounding::NearestEven);
+    match rounding {
+        MxElementRounding::NearestEven => code,
+        MxElementRounding::TowardZero => {
+            // Sign-magnitude codes: one step down in magnitude is the code below.
+            let sign = 1 << (element.code_bits() - 1);
+            if element.decode_f32(code).abs() > q.abs() && code & (sign - 1) != 0 {
+                code - 1
+            } else {
+                code
+            }
+        }
+    }
+}
+
+/// Quantizes `src` (`[P, F]` fp16/bf16, P a multiple of 32, F of 4) into `dst` (`[P, F/4]` packed
+/// fp8) and `dst_scale` (the quadrant layout of `engine::mx`): for each group of 8 partitions ×
+/// 4 consecutive elements, [`mx_scale_code`] of its largest magnitude and [`mx_element_code`] of
+/// each element.
+pub fn quantize_mx(ctx: &mut Ctx, i: &QuantizeMx) -> OpResult<()> {
+    use super::mx;
+    mx::require_sbuf(ctx, "src", &i.src, "read")?;
+    mx::require_sbuf(ctx, "dst", &i.dst, "write")?;
+    mx::require_sbuf(ctx, "dst_scale", &i.dst_scale, "write")?;
+    super::require_dtype(
+        "src",
+        &i.src,
+        &[DType::F16, DType::Bf16],
+        "quantize_mx reads fp16 or bf16",
+    )?;
+    super::require_dtype(
+        "dst",
+        &i.dst,
+        &[DType::Fp8E5m2X4, DType::Fp8E4m3fnX4],
+        "quantize_mx writes float8_e5m2_x4 or float8_e4m3fn_x4",
+    )?;
+    mx::check_data_partitions("src", &i.src, ctx.target.partitions)?;
+    let p = i.src.partitions;
+    let f = i.src.free_elems();
+    if !f.is_multiple_of(mx::PACK) {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "the free size of quantize_mx's src must be a multiple of 4, got {f}"
+        )))
+        .at("src");
+    }
+    let packed = f / mx::PACK;
+    require_rows("dst", &i.dst, p, packed)?;
+    mx::check_scale_tile("dst_scale", &i.dst_scale, p, packed)?;
+    if i.dst.start_partition / mx::QUADRANT != i.dst_scale.start_partition / mx::QUADRANT {
+        return Err(ErrorKind::Invalid(format!(
+            "dst (from partition {}) and dst_scale (from partition {}) must be in the same SBUF quadrants",
+            i.dst.start_partition, i.dst_scale.start_partition
+        )))
+        .at("dst_scale");
+    }
+    let (element, _) = i.dst.dtype.packed_element().expect("checked: a packed dtype");
+    let rounding = ctx.numerics.mx_element_rounding;
+    let x = ctx.read_f32("src", &i.src)?;
+    let groups_down = p / mx::GROUP_PARTITIONS;
+    let mut scales = vec![0u8; groups_down * packed];
+    let mut out = vec![0u32; p * packed];
+    for gr in 0..groups_down {
+        for g in 0..packed {
+            let at = |pp: usize, k: usize| x[pp * f + g * mx::PACK + k];
+            let rows = gr * mx::GROUP_PARTITIONS..(gr + 1) * mx::GROUP_PARTITIONS;
+            let amax = rows
+                .clone()
+                .flat_map(|pp| (0..mx::PACK).map(move |k| (pp, k)))
+                .map(|(pp, k)| at(pp, k).abs())
+                .fold(
+                    0.0f32,
+                    |a, v| if v.is_nan() || a.is_nan() { f32::NAN } else { a.max(v) },
+                );
+            let scale = mx_scale_code(amax, element);
+            scales[mx::scale_row(gr * mx::GROUP_PARTITIONS) * packed + g] = scale;
+            for pp in rows {
+                let codes = std::array::from_fn(|k| mx_element_code(at(pp, k), scale, element, rounding));
+                out[pp * packed + g] = mx::pack(i.dst.dtype, codes);
+            }
+        }
+    }
+    ctx.write_bits("dst", &i.dst, &out)?;
+    mx::write_scales(ctx, "dst_scale", &i.dst_scale, p, &scales)?;
+    ctx.stats.flops += x.len() as u64;
+    // VectorE quantizes 4 elements per partition per cycle [ARCH3].
+    ctx.cost_cycles((f as u64).div_ceil(4).max(ctx.target.min_ii_cycles));
     Ok(())
 }
 

@@ -24,7 +24,12 @@ impl Core {
     }
 
     pub fn with_numerics(numerics: Numerics) -> Self {
-        let target = TargetName::Trn1.params();
+        Self::on(TargetName::Trn1, numerics)
+    }
+
+    /// A core of another generation.
+    pub fn on(target: TargetName, numerics: Numerics) -> Self {
+        let target = target.params();
         let mem = Memories::new(&target, &[]);
         let regs = Registers::new(&target);
         Core {

@@ -26,10 +26,21 @@ TO_NUMPY = {
     "u16": np.dtype(np.uint16),
     "u32": np.dtype(np.uint32),
     "bool": np.dtype(np.bool_),
+    # NeuronCore-v4 MX types: the e8m0 scale and the e2m1 element (one code per byte, as
+    # ml_dtypes stores it), and the packed containers, which hold their codes as raw bits.
+    "fp8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "fp4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
+    "fp8_e5m2_x4": np.dtype(np.uint32),
+    "fp8_e4m3fn_x4": np.dtype(np.uint32),
+    "fp4_e2m1fn_x4": np.dtype(np.uint16),
 }
 
-# NumPy dtype -> trnsim dtype name (float32 maps to f32, never tf32).
-FROM_NUMPY = {dt: name for name, dt in TO_NUMPY.items() if name != "tf32"}
+# The packed MX containers: no NumPy dtype of their own (their arrays are uint32/uint16 words).
+PACKED = ("fp8_e5m2_x4", "fp8_e4m3fn_x4", "fp4_e2m1fn_x4")
+
+# NumPy dtype -> trnsim dtype name (float32 maps to f32, never tf32; uint32/uint16 to u32/u16,
+# never a packed container).
+FROM_NUMPY = {dt: name for name, dt in TO_NUMPY.items() if name != "tf32" and name not in PACKED}
 
 
 def trnsim_dtype(dtype) -> str:
@@ -76,6 +87,8 @@ def to_wire(name: str, array, declared: str | None = None):
     if not a.flags.c_contiguous:
         # (not np.ascontiguousarray: it returns at least 1-d, so a 0-d array would become shape [1])
         a = a.copy(order="C")
+    if declared in PACKED and TO_NUMPY[declared] == a.dtype:
+        dt = declared
     if declared == "tf32" and dt == "f32":
         if np.any(a.view(np.uint32) & np.uint32(0x1FFF)):
             raise ValueError(f"tensor {name!r}: float32 values with nonzero low 13 mantissa bits are not tf32")

@@ -143,10 +143,12 @@ TESTS = {
 _NO_REGISTERS = "trnsim has no model of the engines' registers (VirtualRegister) yet"
 _TWO_CORES = "needs the two-core LNC=2 simulation (sendrecv and barriers between physical cores)"
 _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additions)"
+_MX = "in the simulator on trn3 (docs/isa.md §5.32-5.33), not yet in this front-end, which lacks the _x4 dtypes"
+_MX_DTYPE = "in the simulator on trn3 (docs/isa.md §3a), not yet a dtype of this front-end"
 
 UNSUPPORTED = {
     "nki.isa": {
-        "nc_matmul_mx": ("not-yet", _GEN),
+        "nc_matmul_mx": ("not-yet", _MX),
         "activate2": ("not-yet", _GEN),
         "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
         "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),
@@ -155,20 +157,23 @@ UNSUPPORTED = {
         "rand2": ("not-yet", "the XORWOW generator state is not modelled"),
         "exponential": ("not-yet", _GEN),
         "core_barrier": ("not-yet", _TWO_CORES),
-        "dma_compute": ("not-yet", "DMA-side compute is not wired"),
-        "quantize_mx": ("not-yet", _GEN),
+        "dma_compute": ("not-yet", "in the simulator on trn2/trn3 (docs/isa.md §5.35), not yet in this front-end"),
+        "quantize_mx": ("not-yet", _MX),
         "sendrecv": ("not-yet", _TWO_CORES),
         **{
             r: ("not-yet", _NO_REGISTERS)
             for r in ("register_alloc", "register_move", "register_load", "register_store")
         },
-        "nonzero_with_count": ("not-yet", _GEN),
+        "nonzero_with_count": (
+            "not-yet",
+            "in the simulator on trn2/trn3 (docs/isa.md §5.34), not yet in this front-end",
+        ),
         "topk": ("not-yet", _GEN),
     },
     "nki.language": {
-        "float8_e5m2_x4": ("not-yet", "MX packed dtypes are not in the simulator yet"),
-        "float8_e4m3fn_x4": ("not-yet", "MX packed dtypes are not in the simulator yet"),
-        "float4_e2m1fn_x4": ("not-yet", "MX packed dtypes are not in the simulator yet"),
+        "float8_e5m2_x4": ("not-yet", _MX_DTYPE),
+        "float8_e4m3fn_x4": ("not-yet", _MX_DTYPE),
+        "float4_e2m1fn_x4": ("not-yet", _MX_DTYPE),
         "while_loop": ("not-yet", _NO_REGISTERS),
         "dynamic_range": ("not-yet", _NO_REGISTERS),
     },
