@@ -887,6 +887,17 @@ pub struct Operand<'a> {
 }
 
 impl Op {
+    /// A plain `dma_copy`: `dst = src` converting to `dst`'s dtype (no accumulation, no
+    /// indirection).
+    pub fn dma_copy(dst: AccessPattern, src: AccessPattern) -> Op {
+        Op::DmaCopy(DmaCopy {
+            dst,
+            src,
+            accumulate: false,
+            indirect: None,
+        })
+    }
+
     /// The NKI-style opcode name.
     pub fn name(&self) -> &'static str {
         match self {
