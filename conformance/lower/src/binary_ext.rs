@@ -1630,7 +1630,7 @@ mod tests {
     //! compositions: int32 beyond 2^24, exact remainders, quotients near integers, signed zeros,
     //! inf/NaN) against Rust's own operators in the role of PyTorch.
     use super::*;
-    use crate::call::{JsonFloat, OpCall, Value};
+    use crate::call::{JsonFloat, Value};
     use TorchDType::*;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
@@ -1681,17 +1681,8 @@ mod tests {
             call_args.push(Value::Tensor(name));
         }
         tensors.insert("output.0".into(), TensorMeta::contiguous(out, &[n]));
-        let call = OpCall {
-            args: call_args,
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op,
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional(op, call_args, &tensors);
+        let req = input.request();
         let lowered = super::super::lower_request(&req, TargetName::Trn1).unwrap();
         let r = exec.run(&lowered.program, &host).unwrap();
         r.outputs["output.0"].bits()
@@ -2021,17 +2012,9 @@ mod tests {
             let mut tensors = BTreeMap::new();
             tensors.insert("input.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
             tensors.insert("output.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
-            let call = OpCall {
-                args: vec![Value::Tensor("input.0".into()), Value::Int(e)],
-                kwargs: BTreeMap::new(),
-            };
-            let outputs = vec![Value::Tensor("output.0".into())];
-            let req = LowerRequest {
-                op,
-                call: &call,
-                tensors: &tensors,
-                outputs: &crate::OutputSlot::of(&outputs),
-            };
+            let input =
+                crate::LowerInput::positional(op, vec![Value::Tensor("input.0".into()), Value::Int(e)], &tensors);
+            let req = input.request();
             let p = super::super::lower_request(&req, TargetName::Trn1).unwrap().program;
             let mut host = BTreeMap::new();
             host.insert(

@@ -690,7 +690,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, TensorMeta, Value};
+    use crate::call::{TensorMeta, Value};
     use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
@@ -707,23 +707,18 @@ mod tests {
             .zip(metas)
             .map(|(name, (dtype, shape))| (name.to_string(), TensorMeta::contiguous(dtype, shape)))
             .collect();
-        let call = OpCall {
-            args: vec![
+        let input = crate::LowerInput::positional(
+            "grid_sampler_2d",
+            vec![
                 Value::Tensor("input.0".into()),
                 Value::Tensor("input.1".into()),
                 Value::Int(mode),
                 Value::Int(padding),
                 Value::Bool(align),
             ],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "grid_sampler_2d",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+            &tensors,
+        );
+        let req = input.request();
         lower(&req, TargetName::Trn1).map(crate::schedule)
     }
 

@@ -402,7 +402,7 @@ fn emit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, Value};
+    use crate::call::Value;
     use std::collections::BTreeMap;
 
     fn lowered(opts: &LowerOptions) -> Program {
@@ -417,17 +417,12 @@ mod tests {
             ("input.1".to_string(), meta(&[200, 5])),
             ("output.0".to_string(), meta(&[3, 5])),
         ]);
-        let call = OpCall {
-            args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "mm",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional(
+            "mm",
+            vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
+            &tensors,
+        );
+        let req = input.request();
         lower_with(&req, TargetName::Trn1, opts).unwrap().program
     }
 

@@ -1560,17 +1560,8 @@ mod tests {
             // The upper bound, not the count: the device writes the count.
             ("output.0".to_string(), meta(TorchDType::I64, &[n, shape.len()])),
         ]);
-        let call = OpCall {
-            args: vec![Value::Tensor("input.0".into())],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "nonzero",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional("nonzero", vec![Value::Tensor("input.0".into())], &tensors);
+        let req = input.request();
         let program = lower(&req, TargetName::Trn1).map(crate::schedule).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
         let run = Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();
