@@ -31,12 +31,12 @@
 //! the addressed element.
 
 use super::binary::dev;
-use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma};
+use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, dma_indirect, ts};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, OobMode, Op, Program,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopyPredicated, TensorScalar,
+    AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, OobMode, Op, Program, ScalarOperand,
+    ScalarTensorTensor, TargetName, TensorCopyPredicated,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -329,16 +329,13 @@ impl Builder {
     /// `acc = v·w` (`first`) or `acc = acc + v·w`, rounded per operator to acc's dtype.
     fn weighted_add(&mut self, acc: &Opnd, v: &Opnd, w: &Opnd, first: bool, tmp: &Opnd) {
         if first {
-            let op = Op::TensorScalar(TensorScalar {
-                dst: acc.ap.clone(),
-                src: v.ap.clone(),
-                op0: AluOp::Multiply,
-                operand0: ScalarOperand::Tile(w.ap.clone()),
-                reverse0: false,
-                op1: None,
-                operand1: None,
-                reverse1: false,
-            });
+            let op = ts(
+                acc.ap.clone(),
+                v.ap.clone(),
+                AluOp::Multiply,
+                ScalarOperand::Tile(w.ap.clone()),
+                None,
+            );
             self.e.push(Engine::Vector, op);
         } else if acc.ap.dtype == DType::F32 {
             self.e.scalar_tensor_tensor(
@@ -351,16 +348,13 @@ impl Builder {
                 acc,
             );
         } else {
-            let op = Op::TensorScalar(TensorScalar {
-                dst: tmp.ap.clone(),
-                src: v.ap.clone(),
-                op0: AluOp::Multiply,
-                operand0: ScalarOperand::Tile(w.ap.clone()),
-                reverse0: false,
-                op1: None,
-                operand1: None,
-                reverse1: false,
-            });
+            let op = ts(
+                tmp.ap.clone(),
+                v.ap.clone(),
+                AluOp::Multiply,
+                ScalarOperand::Tile(w.ap.clone()),
+                None,
+            );
             self.e.push(Engine::Vector, op);
             self.e.tensor_tensor(Engine::Vector, acc, acc, tmp, AluOp::Add);
         }
@@ -636,17 +630,14 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     let dst = v(t);
                     let src = AccessPattern::hbm(in_name, cd, (c0 as i64 * hw) as u64, 1, 0, vec![[hw, cc as i64]]);
                     let index = idx.col(p, t);
-                    let op = Op::DmaCopy(DmaCopy {
-                        dst: dst.ap.clone(),
+                    let op = dma_indirect(
+                        dst.ap.clone(),
                         src,
-                        accumulate: false,
-                        indirect: Some(Indirect {
-                            side: IndirectSide::Src,
-                            index: index.ap.clone(),
-                            row_step: 1,
-                            oob: OobMode::Skip,
-                        }),
-                    });
+                        IndirectSide::Src,
+                        index.ap.clone(),
+                        1,
+                        OobMode::Skip,
+                    );
                     b.e.push(Engine::Dma, op);
                 }
                 let out = acc.view(p, 0, vec![[1, cc as i64]]);

@@ -15,8 +15,9 @@
 
 use super::LowerError;
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Memset, Op, Program, Reciprocal,
-    ScalarOperand, ScalarTensorTensor, Target, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, Indirect, IndirectSide, Instruction,
+    Memset, OobMode, Op, Program, Reciprocal, ScalarOperand, ScalarTensorTensor, Target, TensorCopy,
+    TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// NumPy/PyTorch broadcasting of two shapes.
@@ -471,6 +472,29 @@ pub fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
     Op::dma_copy(dst, src)
 }
 
+/// `dst = src` by DMA with one side addressed through `index` (`dma_copy` with `indirect`): row
+/// `i` of the indirect side is at `index[i] · row_step`; out-of-range rows follow `oob`.
+pub fn dma_indirect(
+    dst: AccessPattern,
+    src: AccessPattern,
+    side: IndirectSide,
+    index: AccessPattern,
+    row_step: i64,
+    oob: OobMode,
+) -> Op {
+    Op::DmaCopy(DmaCopy {
+        dst,
+        src,
+        accumulate: false,
+        indirect: Some(Indirect {
+            side,
+            index,
+            row_step,
+            oob,
+        }),
+    })
+}
+
 /// `dst = value` on every element (`memset`; cast on write to `dst`'s dtype).
 pub fn memset(dst: AccessPattern, value: f64) -> Op {
     Op::Memset(Memset { dst, value })
@@ -899,47 +923,31 @@ impl Kernel {
         Reg::K((self.consts.len() - 1) as u8)
     }
 
+    /// `dst = src op0 v0` on VectorE.
     pub fn ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Vector,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0: false,
-            op1: None,
-        });
+        self.ts_on(Engine::Vector, dst, src, (op0, v0, false), None);
     }
 
+    /// `dst = (src op0 v0) op1 v1` on VectorE.
     pub fn ts2(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, v1: f64) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Vector,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0: false,
-            op1: Some((op1, v1)),
-        });
+        self.ts_on(Engine::Vector, dst, src, (op0, v0, false), Some((op1, v1)));
     }
 
     /// `dst = v0 op0 src` (immediate on the left).
     pub fn ts_rev(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Vector,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0: true,
-            op1: None,
-        });
+        self.ts_on(Engine::Vector, dst, src, (op0, v0, true), None);
     }
 
     /// GpSimd exact int32 `dst = (src op0 v0) [op1 v1]`.
     pub fn gp_ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, rev0: bool, op1: Option<(AluOp, f64)>) {
+        self.ts_on(Engine::Gpsimd, dst, src, (op0, v0, rev0), op1);
+    }
+
+    /// The one `tensor_scalar` step: `(op0, v0, reverse0)`, then `op1` if any.
+    fn ts_on(&mut self, eng: Engine, dst: Reg, src: Reg, first: (AluOp, f64, bool), op1: Option<(AluOp, f64)>) {
+        let (op0, v0, rev0) = first;
         self.steps.push(Step::Ts {
-            eng: Engine::Gpsimd,
+            eng,
             dst,
             src,
             op0,
