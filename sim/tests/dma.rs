@@ -19,27 +19,6 @@ fn dma_acc(dst: AccessPattern, src: AccessPattern) -> Op {
     })
 }
 
-fn ind(
-    dst: AccessPattern,
-    src: AccessPattern,
-    side: IndirectSide,
-    index: AccessPattern,
-    row_step: i64,
-    oob: OobMode,
-) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: Some(Indirect {
-            side,
-            index,
-            row_step,
-            oob,
-        }),
-    })
-}
-
 /// Row-major `[rows, cols]` HBM operand of a whole tensor.
 fn whole(name: &str, dtype: DType, rows: usize, cols: usize) -> AccessPattern {
     AccessPattern::hbm(name, dtype, 0, rows, cols as i64, vec![[1, cols as i64]])
@@ -216,7 +195,7 @@ fn indirect_gather() {
     let d = sb(F, 0, 3, 64, 3);
     r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             d.clone(),
             AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
             IndirectSide::Src,
@@ -240,7 +219,7 @@ fn indirect_gather_row_step_and_offset() {
     let d = sb(F, 0, 2, 64, 2);
     r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             d.clone(),
             AccessPattern::hbm(&t, F, 1, 1, 0, vec![[1, 2]]),
             IndirectSide::Src,
@@ -261,7 +240,7 @@ fn indirect_gather_out_of_bounds_error_or_skip() {
         let idx = r.sbuf_bits(DType::I32, 0, 3, 0, &[4, bad, 0]);
         let i = r.push(
             Engine::Dma,
-            ind(
+            Op::dma_indirect(
                 sb(F, 0, 3, 64, 3),
                 AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
                 IndirectSide::Src,
@@ -285,7 +264,7 @@ fn indirect_gather_out_of_bounds_error_or_skip() {
     r.memset(&d, -1.0);
     r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             d.clone(),
             AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
             IndirectSide::Src,
@@ -310,7 +289,7 @@ fn indirect_scatter_with_skip_and_accumulate() {
     let row = AccessPattern::hbm(&o, F, 0, 1, 0, vec![[1, 2]]);
     r.push(
         Engine::Dma,
-        ind(row.clone(), src.clone(), IndirectSide::Dst, idx, 2, OobMode::Skip),
+        Op::dma_indirect(row.clone(), src.clone(), IndirectSide::Dst, idx, 2, OobMode::Skip),
     );
     // Accumulating scatter with a duplicate index: rows 0 and 1 both add into row 0.
     let idx2 = r.sbuf_bits(DType::I32, 0, 3, 192, &[0, 0, 2]);
@@ -342,7 +321,7 @@ fn indirect_rejections() {
         };
         r.push(
             Engine::Dma,
-            ind(sb(F, 0, 2, 64, 3), src, IndirectSide::Src, index, 3, OobMode::Error),
+            Op::dma_indirect(sb(F, 0, 2, 64, 3), src, IndirectSide::Src, index, 3, OobMode::Error),
         )
     };
     // Index in HBM.
@@ -375,7 +354,7 @@ fn indirect_rejections() {
     let x = r.sbuf_bits(DType::I32, 0, 2, 0, &[0, 1]);
     let i = r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             sb(F, 0, 2, 64, 2),
             AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
             IndirectSide::Src,
@@ -508,7 +487,7 @@ fn hostile_operands_are_errors_not_panics() {
     for step in [i64::MAX, i64::MIN, 1 << 40] {
         for oob in [OobMode::Error, OobMode::Skip] {
             let row = AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]);
-            cases.push(ind(
+            cases.push(Op::dma_indirect(
                 sb(F, 0, 2, 64, 3),
                 row.clone(),
                 IndirectSide::Src,
@@ -516,11 +495,18 @@ fn hostile_operands_are_errors_not_panics() {
                 step,
                 oob,
             ));
-            cases.push(ind(row, sb(F, 0, 2, 64, 3), IndirectSide::Dst, idx.clone(), step, oob));
+            cases.push(Op::dma_indirect(
+                row,
+                sb(F, 0, 2, 64, 3),
+                IndirectSide::Dst,
+                idx.clone(),
+                step,
+                oob,
+            ));
         }
     }
     let row = AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]);
-    cases.push(ind(
+    cases.push(Op::dma_indirect(
         huge_hbm(&t),
         row.clone(),
         IndirectSide::Src,
@@ -528,7 +514,7 @@ fn hostile_operands_are_errors_not_panics() {
         3,
         OobMode::Skip,
     ));
-    cases.push(ind(
+    cases.push(Op::dma_indirect(
         huge_sb.clone(),
         row.clone(),
         IndirectSide::Src,
@@ -536,7 +522,7 @@ fn hostile_operands_are_errors_not_panics() {
         3,
         OobMode::Skip,
     ));
-    cases.push(ind(
+    cases.push(Op::dma_indirect(
         sb(F, 0, 2, 64, 3),
         row.clone(),
         IndirectSide::Src,

@@ -15,9 +15,9 @@
 
 use super::LowerError;
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, Indirect, IndirectSide, Instruction,
-    Memset, OobMode, Op, Program, Reciprocal, ScalarOperand, ScalarTensorTensor, Target, TensorCopy,
-    TensorCopyPredicated, TensorScalar, TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, IndirectSide, Instruction, Memset, OobMode, Op,
+    Program, Reciprocal, ScalarOperand, ScalarTensorTensor, Target, TensorCopy, TensorCopyPredicated, TensorScalar,
+    TensorTensor,
 };
 
 /// NumPy/PyTorch broadcasting of two shapes.
@@ -482,17 +482,7 @@ pub fn dma_indirect(
     row_step: i64,
     oob: OobMode,
 ) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: Some(Indirect {
-            side,
-            index,
-            row_step,
-            oob,
-        }),
-    })
+    Op::dma_indirect(dst, src, side, index, row_step, oob)
 }
 
 /// `dst = value` on every element (`memset`; cast on write to `dst`'s dtype).

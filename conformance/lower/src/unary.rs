@@ -865,10 +865,24 @@ pub fn kernel(name: &str, input: TorchDType) -> Result<(Kernel, DType), String> 
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    lower_kernel(req, target, rule, |_, call| {
+        kernel(&call.name, call.self_meta.dtype).map_err(|e| req.unsupported(e))
+    })
+}
+
+/// Lowers a one-tensor elementwise call of a family whose output dtypes follow `rule` and whose
+/// register kernel `kernel` builds from the op's base name and the analysed call (unary,
+/// activation): the checks of [`analyze`], then [`emit`].
+pub fn lower_kernel(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    rule: fn(&str) -> Option<OutRule>,
+    kernel: impl FnOnce(&str, &UnaryCall) -> Result<(Kernel, DType), LowerError>,
+) -> Result<Lowered, LowerError> {
     let name = req.op.split('.').next().unwrap_or(req.op);
     let r = rule(name).ok_or_else(|| LowerError::NotLowered(req.op.to_string()))?;
     let call = analyze(req, r)?;
-    let (k, x_dtype) = kernel(&call.name, call.self_meta.dtype).map_err(|e| req.unsupported(e))?;
+    let (k, x_dtype) = kernel(name, &call)?;
     Ok(Lowered::new(emit(&call, &k, x_dtype, target, req)?))
 }
 
