@@ -40,7 +40,7 @@
 //! engines' max).
 
 use super::binary::dev;
-use super::tile::{Emitter, SbufAllocator, dma, dma_indirect, memset, ts, tt};
+use super::tile::{Emitter, SbufAllocator, dma, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
@@ -416,7 +416,7 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         if d > 0 {
             // Indirect gather: row r of the tile is weight row indices[i0 + r]. PyTorch rejects
             // indices outside [0, V): so does the DMA (`oob: error`).
-            let op = dma_indirect(
+            let op = Op::dma_indirect(
                 flat(wdt, p, g_off + wdt.size() as u64, d),
                 AccessPattern::hbm(call.weight, wdt, 0, 1, 0, vec![[1, d as i64]]),
                 IndirectSide::Src,

@@ -31,7 +31,7 @@
 //! the addressed element.
 
 use super::binary::dev;
-use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, dma_indirect, ts};
+use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, ts};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
@@ -630,7 +630,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     let dst = v(t);
                     let src = AccessPattern::hbm(in_name, cd, (c0 as i64 * hw) as u64, 1, 0, vec![[hw, cc as i64]]);
                     let index = idx.col(p, t);
-                    let op = dma_indirect(
+                    let op = Op::dma_indirect(
                         dst.ap.clone(),
                         src,
                         IndirectSide::Src,

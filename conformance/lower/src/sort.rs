@@ -27,7 +27,7 @@
 //! Limits (both paths): `n` ≤ 16 384 (max8's free size; the network's 128 × 128 tile); integer
 //! values are exact below 2^24.
 
-use super::tile::{Emitter, SbufAllocator, Slot, dma, dma_indirect, stt, ts, tt};
+use super::tile::{Emitter, SbufAllocator, Slot, dma, stt, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::TensorArg;
 use ScalarOperand::Imm;
@@ -312,7 +312,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
             e.push(
                 Engine::Dma,
-                dma_indirect(dst, src, IndirectSide::Dst, sa(ix, DType::I32), r as i64, OobMode::Skip),
+                Op::dma_indirect(dst, src, IndirectSide::Dst, sa(ix, DType::I32), r as i64, OobMode::Skip),
             );
         }
     }
@@ -629,7 +629,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 |e: &mut Emitter, scratch: &str, dt: DType, src: AccessPattern, index: Slot, w: usize, out: &str| {
                     let rows = AccessPattern::hbm(scratch, dt, 0, pc, w as i64, vec![[1, w as i64]]);
                     e.push(Engine::Dma, dma(rows, src));
-                    let op = dma_indirect(
+                    let op = Op::dma_indirect(
                         AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
                         AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
                         IndirectSide::Dst,

@@ -15,9 +15,8 @@
 
 use super::LowerError;
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, IndirectSide, Instruction, Memset, OobMode, Op,
-    Program, Reciprocal, ScalarOperand, ScalarTensorTensor, Target, TensorCopy, TensorCopyPredicated, TensorScalar,
-    TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Memset, Op, Program, Reciprocal,
+    ScalarOperand, ScalarTensorTensor, Target, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// NumPy/PyTorch broadcasting of two shapes.
@@ -470,19 +469,6 @@ impl Buf {
 /// `dst = src` by DMA: a plain copy (no accumulation, no indirection), converting to `dst`'s dtype.
 pub fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
     Op::dma_copy(dst, src)
-}
-
-/// `dst = src` by DMA with one side addressed through `index` (`dma_copy` with `indirect`): row
-/// `i` of the indirect side is at `index[i] · row_step`; out-of-range rows follow `oob`.
-pub fn dma_indirect(
-    dst: AccessPattern,
-    src: AccessPattern,
-    side: IndirectSide,
-    index: AccessPattern,
-    row_step: i64,
-    oob: OobMode,
-) -> Op {
-    Op::dma_indirect(dst, src, side, index, row_step, oob)
 }
 
 /// `dst = value` on every element (`memset`; cast on write to `dst`'s dtype).
