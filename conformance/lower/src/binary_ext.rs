@@ -144,6 +144,23 @@ impl Kit<'_> {
         Ok(())
     }
 
+    /// `dst = copysign(dst, sign)` on fp32 tiles, bit-exact for zeros, infinities and NaN
+    /// (VectorE bitvec: `(dst & 0x7FFF_FFFF) | (sign & 0x8000_0000)`); `scratch` is overwritten.
+    pub fn copy_sign(&mut self, dst: T, sign: T, scratch: T) -> Result<(), LowerError> {
+        let (v, i) = (Engine::Vector, DType::I32);
+        let sign_bit = X::Imm(i32::MIN as f64);
+        self.bin(v, scratch.view(i), sign.view(i).into(), sign_bit, AluOp::BitwiseAnd)?;
+        let magnitude = X::Imm(i32::MAX as f64);
+        self.bin(v, dst.view(i), dst.view(i).into(), magnitude, AluOp::BitwiseAnd)?;
+        self.bin(
+            v,
+            dst.view(i),
+            dst.view(i).into(),
+            scratch.view(i).into(),
+            AluOp::BitwiseOr,
+        )
+    }
+
     /// `dst = (src op0 s0) op1 s1` (tensor_scalar with two operators).
     #[allow(clippy::too_many_arguments)]
     pub fn bin2(
@@ -1442,22 +1459,7 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
     kit.bin(v, w, r.into(), ab.into(), AluOp::Subtract)?;
     kit.copy_pred(r, w, pred);
     // fmod has the sign of a, zeros included (fmod(−6, 3) = −0): copy a's sign bit.
-    let i = DType::I32;
-    kit.bin(
-        v,
-        w.view(i),
-        a.view(i).into(),
-        X::Imm(i32::MIN as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(
-        v,
-        r.view(i),
-        r.view(i).into(),
-        X::Imm(i32::MAX as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(v, r.view(i), r.view(i).into(), w.view(i).into(), AluOp::BitwiseOr)?;
+    kit.copy_sign(r, a, w)?;
     if mode == DivMode::Fmod {
         return Ok(r);
     }
@@ -1606,21 +1608,7 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
     kit.bin(v, w, X::Imm(std::f64::consts::PI), a.into(), AluOp::Subtract)?;
     kit.copy_pred(a, w, mn.view(DType::U32));
     // The sign bit of y.
-    kit.bin(
-        v,
-        mn.view(i),
-        y.view(i).into(),
-        X::Imm(i32::MIN as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(
-        v,
-        a.view(i),
-        a.view(i).into(),
-        X::Imm(i32::MAX as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(v, a.view(i), a.view(i).into(), mn.view(i).into(), AluOp::BitwiseOr)?;
+    kit.copy_sign(a, y, mn)?;
     Ok(a)
 }
 
