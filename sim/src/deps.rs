@@ -747,20 +747,11 @@ mod tests {
     use super::*;
     use crate::AluOp;
     use crate::dtype::DType;
-    use crate::program::{DmaCopy, HbmRole, TensorCopy, TensorTensor};
+    use crate::program::{HbmRole, TensorCopy, TensorTensor};
     use crate::target::TargetName;
 
     fn sb(off: u64, n: i64) -> AccessPattern {
         AccessPattern::sbuf(DType::F32, 0, 4, off, vec![[1, n]])
-    }
-
-    fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-        Op::DmaCopy(DmaCopy {
-            dst,
-            src,
-            accumulate: false,
-            indirect: None,
-        })
     }
 
     /// Every element's bytes, sorted and merged: the definition `compute_intervals` must meet.
@@ -838,7 +829,7 @@ mod tests {
         p.declare("a", DType::F32, &[4, 16], HbmRole::Input);
         p.declare("out", DType::F32, &[4, 16], HbmRole::Output);
         let hbm = |n: &str| AccessPattern::hbm(n, DType::F32, 0, 4, 16, vec![[1, 16]]);
-        let load = p.push(Engine::Dma, dma(sb(0, 16), hbm("a"))); // 0
+        let load = p.push(Engine::Dma, Op::dma_copy(sb(0, 16), hbm("a"))); // 0
         let add = p.push(
             Engine::Vector,
             Op::TensorTensor(TensorTensor {
@@ -855,7 +846,7 @@ mod tests {
                 src: sb(64, 16),
             }),
         ); // 2: RAW on add, WAR on add's read of sb(0) (implied), WAW on load (implied)
-        let store = p.push(Engine::Dma, dma(hbm("out"), sb(0, 16))); // 3: RAW on copy
+        let store = p.push(Engine::Dma, Op::dma_copy(hbm("out"), sb(0, 16))); // 3: RAW on copy
         let again = p.push(
             Engine::Vector,
             Op::TensorCopy(TensorCopy {

@@ -973,6 +973,40 @@ pub struct Operand<'a> {
 }
 
 impl Op {
+    /// A plain `dma_copy`: `dst = src` converting to `dst`'s dtype (no accumulation, no
+    /// indirection).
+    pub fn dma_copy(dst: AccessPattern, src: AccessPattern) -> Op {
+        Op::DmaCopy(DmaCopy {
+            dst,
+            src,
+            accumulate: false,
+            indirect: None,
+        })
+    }
+
+    /// A `dma_copy` with one side addressed through `index` (no accumulation): row `i` of the
+    /// `side` is at `index[i] · row_step`; out-of-range rows follow `oob`.
+    pub fn dma_indirect(
+        dst: AccessPattern,
+        src: AccessPattern,
+        side: IndirectSide,
+        index: AccessPattern,
+        row_step: i64,
+        oob: OobMode,
+    ) -> Op {
+        Op::DmaCopy(DmaCopy {
+            dst,
+            src,
+            accumulate: false,
+            indirect: Some(Indirect {
+                side,
+                index,
+                row_step,
+                oob,
+            }),
+        })
+    }
+
     /// The NKI-style opcode name.
     pub fn name(&self) -> &'static str {
         match self {

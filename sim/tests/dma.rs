@@ -10,42 +10,12 @@ use trnsim::*;
 const F: DType = DType::F32;
 const BF: DType = DType::Bf16;
 
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
-
 fn dma_acc(dst: AccessPattern, src: AccessPattern) -> Op {
     Op::DmaCopy(DmaCopy {
         dst,
         src,
         accumulate: true,
         indirect: None,
-    })
-}
-
-fn ind(
-    dst: AccessPattern,
-    src: AccessPattern,
-    side: IndirectSide,
-    index: AccessPattern,
-    row_step: i64,
-    oob: OobMode,
-) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: Some(Indirect {
-            side,
-            index,
-            row_step,
-            oob,
-        }),
     })
 }
 
@@ -67,9 +37,9 @@ fn round_trip_is_bit_exact() {
     ];
     let t = r.hbm_bits(F, &[2, 3], &bits);
     let s = sb(F, 0, 2, 0, 3);
-    r.push(Engine::Dma, dma(s.clone(), whole(&t, F, 2, 3)));
+    r.push(Engine::Dma, Op::dma_copy(s.clone(), whole(&t, F, 2, 3)));
     let o = r.hbm_out(F, &[2, 3]);
-    r.push(Engine::Dma, dma(whole(&o, F, 2, 3), s));
+    r.push(Engine::Dma, Op::dma_copy(whole(&o, F, 2, 3), s));
     let ran = r.ok();
     assert_eq!(ran.bits(&o), bits);
     // 2 DMAs of 24 bytes on one queue: 2 × (1300 ns fixed + 24 B / 17 B/ns), one after the other.
@@ -89,11 +59,14 @@ fn access_patterns_on_both_sides() {
     let s = sb(F, 0, 4, 0, 3);
     r.push(
         Engine::Dma,
-        dma(s.clone(), AccessPattern::hbm(&t, F, 3, 4, 6, vec![[1, 3]])),
+        Op::dma_copy(s.clone(), AccessPattern::hbm(&t, F, 3, 4, 6, vec![[1, 3]])),
     );
     let o = r.hbm_out(F, &[3, 4]);
     // dst element order: row p of 4 partitions → HBM column p: rows 4 (step 1), free 3 (step 4).
-    r.push(Engine::Dma, dma(AccessPattern::hbm(&o, F, 0, 4, 1, vec![[4, 3]]), s));
+    r.push(
+        Engine::Dma,
+        Op::dma_copy(AccessPattern::hbm(&o, F, 0, 4, 1, vec![[4, 3]]), s),
+    );
     assert_eq!(
         r.ok().f32(&o),
         [3.0, 9.0, 15.0, 21.0, 4.0, 10.0, 16.0, 22.0, 5.0, 11.0, 17.0, 23.0]
@@ -108,13 +81,13 @@ fn stride_zero_broadcasts() {
     let rows = sb(F, 0, 4, 0, 3);
     r.push(
         Engine::Dma,
-        dma(rows.clone(), AccessPattern::hbm(&t, F, 0, 4, 0, vec![[1, 3]])),
+        Op::dma_copy(rows.clone(), AccessPattern::hbm(&t, F, 0, 4, 0, vec![[1, 3]])),
     );
     // free step 0: element 1 repeated 5 times on 2 partitions.
     let elem = sb(F, 0, 2, 64, 5);
     r.push(
         Engine::Dma,
-        dma(elem.clone(), AccessPattern::hbm(&t, F, 1, 2, 0, vec![[0, 5]])),
+        Op::dma_copy(elem.clone(), AccessPattern::hbm(&t, F, 1, 2, 0, vec![[0, 5]])),
     );
     let (o1, o2) = (r.out(&rows), r.out(&elem));
     let ran = r.ok();
@@ -128,9 +101,9 @@ fn sbuf_to_sbuf_moves_across_partitions_without_the_start_partition_rule() {
     let src = r.sbuf(F, 0, 8, 0, &(0..8).map(|v| v as f32).collect::<Vec<_>>());
     let odd = sb(F, 3, 2, 0, 1); // partitions 3, 4: illegal start for a compute engine
     let dst = sb(F, 17, 2, 64, 1);
-    r.push(Engine::Dma, dma(dst.clone(), odd));
+    r.push(Engine::Dma, Op::dma_copy(dst.clone(), odd));
     let o = r.hbm_out(F, &[2, 1]);
-    r.push(Engine::Dma, dma(whole(&o, F, 2, 1), dst));
+    r.push(Engine::Dma, Op::dma_copy(whole(&o, F, 2, 1), dst));
     assert_eq!(r.ok().f32(&o), [3.0, 4.0]);
     let _ = src;
 }
@@ -148,7 +121,7 @@ fn f32_to_bf16_casts_round_to_nearest_even() {
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 6], &vals);
     let s = sb(BF, 0, 1, 0, 6);
-    r.push(Engine::Dma, dma(s.clone(), whole(&t, F, 1, 6)));
+    r.push(Engine::Dma, Op::dma_copy(s.clone(), whole(&t, F, 1, 6)));
     let o = r.out(&s);
     assert_eq!(r.ok().bits(&o), [0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x7F80, 0x7FC0]);
 }
@@ -158,12 +131,12 @@ fn integer_casts_round_to_nearest_even_and_saturate() {
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 7], &[2.5, 3.5, -2.5, 1e10, -1e10, f32::NAN, 0.49999997]);
     let s = sb(DType::I32, 0, 1, 0, 7);
-    r.push(Engine::Dma, dma(s.clone(), whole(&t, F, 1, 7)));
+    r.push(Engine::Dma, Op::dma_copy(s.clone(), whole(&t, F, 1, 7)));
     let i = r.hbm_bits(DType::I32, &[1, 1], &[16_777_217]);
     let sf = sb(F, 0, 1, 64, 1);
-    r.push(Engine::Dma, dma(sf.clone(), whole(&i, DType::I32, 1, 1)));
+    r.push(Engine::Dma, Op::dma_copy(sf.clone(), whole(&i, DType::I32, 1, 1)));
     let u = sb(DType::U8, 0, 1, 128, 7);
-    r.push(Engine::Dma, dma(u.clone(), whole(&t, F, 1, 7)));
+    r.push(Engine::Dma, Op::dma_copy(u.clone(), whole(&t, F, 1, 7)));
     let (o, of, ou) = (r.out(&s), r.out(&sf), r.out(&u));
     let ran = r.ok();
     assert_eq!(ran.ints(&o), [2, 4, -2, i32::MAX as i64, i32::MIN as i64, 0, 0]);
@@ -183,7 +156,7 @@ fn accumulate_adds_in_fp32_then_casts() {
     r.push(Engine::Dma, dma_acc(b.clone(), whole(&d, F, 1, 2)));
     // Into HBM: an output written once, then accumulated into from SBUF.
     let o = r.hbm_out(F, &[1, 3]);
-    r.push(Engine::Dma, dma(whole(&o, F, 1, 3), s.clone()));
+    r.push(Engine::Dma, Op::dma_copy(whole(&o, F, 1, 3), s.clone()));
     r.push(Engine::Dma, dma_acc(whole(&o, F, 1, 3), s.clone()));
     let (os, ob) = (r.out(&s), r.out(&b));
     let ran = r.ok();
@@ -222,7 +195,7 @@ fn indirect_gather() {
     let d = sb(F, 0, 3, 64, 3);
     r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             d.clone(),
             AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
             IndirectSide::Src,
@@ -246,7 +219,7 @@ fn indirect_gather_row_step_and_offset() {
     let d = sb(F, 0, 2, 64, 2);
     r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             d.clone(),
             AccessPattern::hbm(&t, F, 1, 1, 0, vec![[1, 2]]),
             IndirectSide::Src,
@@ -267,7 +240,7 @@ fn indirect_gather_out_of_bounds_error_or_skip() {
         let idx = r.sbuf_bits(DType::I32, 0, 3, 0, &[4, bad, 0]);
         let i = r.push(
             Engine::Dma,
-            ind(
+            Op::dma_indirect(
                 sb(F, 0, 3, 64, 3),
                 AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
                 IndirectSide::Src,
@@ -291,7 +264,7 @@ fn indirect_gather_out_of_bounds_error_or_skip() {
     r.memset(&d, -1.0);
     r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             d.clone(),
             AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
             IndirectSide::Src,
@@ -310,13 +283,13 @@ fn indirect_scatter_with_skip_and_accumulate() {
     let src = r.sbuf(F, 0, 3, 0, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     let zeros = r.sbuf(F, 0, 4, 64, &[0.0; 8]);
     let o = r.hbm_out(F, &[4, 2]);
-    r.push(Engine::Dma, dma(whole(&o, F, 4, 2), zeros));
+    r.push(Engine::Dma, Op::dma_copy(whole(&o, F, 4, 2), zeros));
     // Scatter rows 0, 1, 2 to rows 3, 9 (out of range: skipped), 1.
     let idx = r.sbuf_bits(DType::I32, 0, 3, 128, &[3, 9, 1]);
     let row = AccessPattern::hbm(&o, F, 0, 1, 0, vec![[1, 2]]);
     r.push(
         Engine::Dma,
-        ind(row.clone(), src.clone(), IndirectSide::Dst, idx, 2, OobMode::Skip),
+        Op::dma_indirect(row.clone(), src.clone(), IndirectSide::Dst, idx, 2, OobMode::Skip),
     );
     // Accumulating scatter with a duplicate index: rows 0 and 1 both add into row 0.
     let idx2 = r.sbuf_bits(DType::I32, 0, 3, 192, &[0, 0, 2]);
@@ -348,7 +321,7 @@ fn indirect_rejections() {
         };
         r.push(
             Engine::Dma,
-            ind(sb(F, 0, 2, 64, 3), src, IndirectSide::Src, index, 3, OobMode::Error),
+            Op::dma_indirect(sb(F, 0, 2, 64, 3), src, IndirectSide::Src, index, 3, OobMode::Error),
         )
     };
     // Index in HBM.
@@ -381,7 +354,7 @@ fn indirect_rejections() {
     let x = r.sbuf_bits(DType::I32, 0, 2, 0, &[0, 1]);
     let i = r.push(
         Engine::Dma,
-        ind(
+        Op::dma_indirect(
             sb(F, 0, 2, 64, 2),
             AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]),
             IndirectSide::Src,
@@ -404,7 +377,7 @@ fn indirect_rejections() {
 fn psum_is_rejected_on_both_sides() {
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 2], &[1.0, 2.0]);
-    let i = r.push(Engine::Dma, dma(ps(F, 0, 1, 0, 2), whole(&t, F, 1, 2)));
+    let i = r.push(Engine::Dma, Op::dma_copy(ps(F, 0, 1, 0, 2), whole(&t, F, 1, 2)));
     assert_err!(
         r.err(),
         i,
@@ -418,7 +391,7 @@ fn psum_is_rejected_on_both_sides() {
     let mut r = Rig::new();
     let p = r.psum(F, 0, 1, 0, &[1.0, 2.0]);
     let o = r.hbm_out(F, &[1, 2]);
-    let i = r.push(Engine::Dma, dma(whole(&o, F, 1, 2), p));
+    let i = r.push(Engine::Dma, Op::dma_copy(whole(&o, F, 1, 2), p));
     assert_err!(
         r.err(),
         i,
@@ -436,36 +409,36 @@ fn shape_bounds_and_declaration_errors() {
     // Element counts differ.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 3], &[1.0, 2.0, 3.0]);
-    let i = r.push(Engine::Dma, dma(sb(F, 0, 1, 0, 2), whole(&t, F, 1, 3)));
+    let i = r.push(Engine::Dma, Op::dma_copy(sb(F, 0, 1, 0, 2), whole(&t, F, 1, 3)));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::ShapeMismatch(_));
     // Past the end of the HBM tensor.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 3], &[1.0, 2.0, 3.0]);
     let i = r.push(
         Engine::Dma,
-        dma(sb(F, 0, 2, 0, 3), AccessPattern::hbm(&t, F, 0, 2, 3, vec![[1, 3]])),
+        Op::dma_copy(sb(F, 0, 2, 0, 3), AccessPattern::hbm(&t, F, 0, 2, 3, vec![[1, 3]])),
     );
     assert_err!(r.err(), i, Some("src"), ErrorKind::HbmOutOfBounds { .. });
     // Undeclared tensor.
     let mut r = Rig::new();
-    let i = r.push(Engine::Dma, dma(sb(F, 0, 1, 0, 1), whole("nope", F, 1, 1)));
+    let i = r.push(Engine::Dma, Op::dma_copy(sb(F, 0, 1, 0, 1), whole("nope", F, 1, 1)));
     assert_err!(r.err(), i, Some("src"), ErrorKind::UnknownTensor(_));
     // Misaligned HBM byte offset.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 3], &[1.0, 2.0, 3.0]);
     let mut src = whole(&t, F, 1, 2);
     src.offset = 2;
-    let i = r.push(Engine::Dma, dma(sb(F, 0, 1, 0, 2), src));
+    let i = r.push(Engine::Dma, Op::dma_copy(sb(F, 0, 1, 0, 2), src));
     assert_err!(r.err(), i, Some("src"), ErrorKind::Misaligned { .. });
     // Past the usable SBUF bytes.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 2], &[1.0, 2.0]);
-    let i = r.push(Engine::Dma, dma(sb(F, 0, 1, 180_220, 2), whole(&t, F, 1, 2)));
+    let i = r.push(Engine::Dma, Op::dma_copy(sb(F, 0, 1, 180_220, 2), whole(&t, F, 1, 2)));
     assert_err!(r.err(), i, Some("dst"), ErrorKind::OutOfBounds { .. });
     // Reading SBUF nothing wrote.
     let mut r = Rig::new();
     let o = r.hbm_out(F, &[1, 2]);
-    let i = r.push(Engine::Dma, dma(whole(&o, F, 1, 2), sb(F, 5, 1, 0, 2)));
+    let i = r.push(Engine::Dma, Op::dma_copy(whole(&o, F, 1, 2), sb(F, 5, 1, 0, 2)));
     assert_err!(
         r.err(),
         i,
@@ -475,7 +448,7 @@ fn shape_bounds_and_declaration_errors() {
     // DMA on a compute engine's queue.
     let mut r = Rig::new();
     let t = r.hbm(F, &[1, 2], &[1.0, 2.0]);
-    let i = r.push(Engine::Vector, dma(sb(F, 0, 1, 0, 2), whole(&t, F, 1, 2)));
+    let i = r.push(Engine::Vector, Op::dma_copy(sb(F, 0, 1, 0, 2), whole(&t, F, 1, 2)));
     assert_err!(r.err(), i, None, ErrorKind::WrongEngine { .. });
 }
 
@@ -507,14 +480,14 @@ fn hostile_operands_are_errors_not_panics() {
     };
     let mut probe = Rig::new();
     let (t, idx) = setup(&mut probe);
-    cases.push(dma(sb(F, 0, 1, 0, 1), huge_hbm(&t)));
-    cases.push(dma(huge_hbm(&t), sb(F, 0, 1, 0, 1)));
-    cases.push(dma(huge_sb.clone(), whole(&t, F, 5, 3)));
+    cases.push(Op::dma_copy(sb(F, 0, 1, 0, 1), huge_hbm(&t)));
+    cases.push(Op::dma_copy(huge_hbm(&t), sb(F, 0, 1, 0, 1)));
+    cases.push(Op::dma_copy(huge_sb.clone(), whole(&t, F, 5, 3)));
     cases.push(dma_acc(huge_hbm(&t), huge_hbm(&t)));
     for step in [i64::MAX, i64::MIN, 1 << 40] {
         for oob in [OobMode::Error, OobMode::Skip] {
             let row = AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]);
-            cases.push(ind(
+            cases.push(Op::dma_indirect(
                 sb(F, 0, 2, 64, 3),
                 row.clone(),
                 IndirectSide::Src,
@@ -522,11 +495,18 @@ fn hostile_operands_are_errors_not_panics() {
                 step,
                 oob,
             ));
-            cases.push(ind(row, sb(F, 0, 2, 64, 3), IndirectSide::Dst, idx.clone(), step, oob));
+            cases.push(Op::dma_indirect(
+                row,
+                sb(F, 0, 2, 64, 3),
+                IndirectSide::Dst,
+                idx.clone(),
+                step,
+                oob,
+            ));
         }
     }
     let row = AccessPattern::hbm(&t, F, 0, 1, 0, vec![[1, 3]]);
-    cases.push(ind(
+    cases.push(Op::dma_indirect(
         huge_hbm(&t),
         row.clone(),
         IndirectSide::Src,
@@ -534,7 +514,7 @@ fn hostile_operands_are_errors_not_panics() {
         3,
         OobMode::Skip,
     ));
-    cases.push(ind(
+    cases.push(Op::dma_indirect(
         huge_sb.clone(),
         row.clone(),
         IndirectSide::Src,
@@ -542,7 +522,7 @@ fn hostile_operands_are_errors_not_panics() {
         3,
         OobMode::Skip,
     ));
-    cases.push(ind(
+    cases.push(Op::dma_indirect(
         sb(F, 0, 2, 64, 3),
         row.clone(),
         IndirectSide::Src,
@@ -555,13 +535,13 @@ fn hostile_operands_are_errors_not_panics() {
         start_partition: usize::MAX - 1,
         ..sb(F, 0, 3, 0, 1)
     };
-    cases.push(dma(far.clone(), whole(&t, F, 3, 1)));
-    cases.push(dma(whole(&t, F, 3, 1), far.clone()));
+    cases.push(Op::dma_copy(far.clone(), whole(&t, F, 3, 1)));
+    cases.push(Op::dma_copy(whole(&t, F, 3, 1), far.clone()));
     let wide = AccessPattern::hbm(&t, F, 0, 1 << 20, 0, vec![[0, 65535], [0, 65535]]);
-    cases.push(dma(wide.clone(), wide.clone()));
+    cases.push(Op::dma_copy(wide.clone(), wide.clone()));
     cases.push(dma_acc(wide.clone(), wide));
     let deep = AccessPattern::sbuf(F, 0, 1, 0, vec![[0, 65535], [0, 65535], [0, 65535], [0, 65535]]);
-    cases.push(dma(deep.clone(), deep));
+    cases.push(Op::dma_copy(deep.clone(), deep));
     for op in cases {
         let mut r = Rig::new();
         setup(&mut r);

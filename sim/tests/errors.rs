@@ -43,15 +43,6 @@ fn x_rows(rows: usize, off: u64, free: Vec<FreeDim>) -> AccessPattern {
     AccessPattern::hbm("x", F, off, rows, 8, free)
 }
 
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
-
 fn copy(dst: AccessPattern, src: AccessPattern) -> Op {
     Op::TensorCopy(TensorCopy { dst, src })
 }
@@ -191,7 +182,7 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "too many partitions (DMA into 129 SBUF partitions)",
         Dma,
-        vec![dma(
+        vec![Op::dma_copy(
             sb(F, 0, 129, 1024, vec![[1, 8]]),
             x_rows(129, 0, vec![[1, 8]]).with_partition_step(0),
         )],
@@ -202,7 +193,10 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "partition range (DMA into partitions 100..130)",
         Dma,
-        vec![dma(sb(F, 100, 30, 1024, vec![[1, 8]]), x_rows(30, 0, vec![[1, 8]]))],
+        vec![Op::dma_copy(
+            sb(F, 100, 30, 1024, vec![[1, 8]]),
+            x_rows(30, 0, vec![[1, 8]]),
+        )],
         Some("dst"),
         1,
         vec!["partitions 100..130 run past partition 128"],
@@ -247,7 +241,7 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "bad free dim: size above 65535",
         Dma,
-        vec![dma(
+        vec![Op::dma_copy(
             sb(F, 0, 100, 1024, vec![[1, 700]]),
             AccessPattern::hbm("x", F, 0, 1, 0, vec![[1, 70_000]]),
         )],
@@ -284,7 +278,7 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "HBM out of bounds",
         Dma,
-        vec![dma(
+        vec![Op::dma_copy(
             sb(F, 0, 1, 1024, vec![[1, 8]]),
             AccessPattern::hbm("x", F, 250, 1, 0, vec![[1, 8]]),
         )],
@@ -295,7 +289,7 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "unknown HBM tensor",
         Dma,
-        vec![dma(
+        vec![Op::dma_copy(
             sb(F, 0, 1, 1024, vec![[1, 8]]),
             AccessPattern::hbm("nope", F, 0, 1, 0, vec![[1, 8]]),
         )],
@@ -308,7 +302,7 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "misaligned HBM offset",
         Dma,
-        vec![dma(sb(F, 0, 1, 1024, vec![[1, 8]]), misaligned)],
+        vec![Op::dma_copy(sb(F, 0, 1, 1024, vec![[1, 8]]), misaligned)],
         Some("src"),
         8,
         vec!["byte offset 2 is not aligned to the f32 element size"],
@@ -339,7 +333,7 @@ fn cases() -> Vec<Case> {
         p.declare("s", F, &[8], HbmRole::Scratch);
         p.push(
             Engine::Dma,
-            dma(
+            Op::dma_copy(
                 sb(F, 0, 1, 1024, vec![[1, 8]]),
                 AccessPattern::hbm("s", F, 0, 1, 0, vec![[1, 8]]),
             ),
@@ -355,7 +349,7 @@ fn cases() -> Vec<Case> {
         p.declare("y", F, &[P, 8], HbmRole::Output);
         p.push(
             Engine::Dma,
-            dma(
+            Op::dma_copy(
                 AccessPattern::hbm("y", F, 0, P - 1, 8, vec![[1, 8]]),
                 sb(F, 0, P - 1, 0, vec![[1, 8]]),
             ),
@@ -388,7 +382,7 @@ fn cases() -> Vec<Case> {
     c.push(inst_case(
         "DMA touching PSUM",
         Dma,
-        vec![dma(ps(F, 0, P, 0, vec![[1, 8]]), x_rows(P, 0, vec![[1, 8]]))],
+        vec![Op::dma_copy(ps(F, 0, P, 0, vec![[1, 8]]), x_rows(P, 0, vec![[1, 8]]))],
         Some("dst"),
         10,
         vec!["dma cannot write PSUM"],

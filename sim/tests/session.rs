@@ -15,23 +15,14 @@ fn sb(offset: u64) -> AccessPattern {
     AccessPattern::sbuf(DType::F32, 0, P, offset, vec![[1, N as i64]])
 }
 
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
-
 /// out = a `op` b, a kernel-like program: load, one VectorE instruction, store.
 fn binary(op: AluOp) -> Program {
     let mut p = Program::new(TargetName::Trn1);
     p.declare("a", DType::F32, &[P, N], HbmRole::Input);
     p.declare("b", DType::F32, &[P, N], HbmRole::Input);
     p.declare("out", DType::F32, &[P, N], HbmRole::Output);
-    p.push(Engine::Dma, dma(sb(0), hbm("a")));
-    p.push(Engine::Dma, dma(sb(64), hbm("b")));
+    p.push(Engine::Dma, Op::dma_copy(sb(0), hbm("a")));
+    p.push(Engine::Dma, Op::dma_copy(sb(64), hbm("b")));
     p.push(
         Engine::Vector,
         Op::TensorTensor(TensorTensor {
@@ -41,7 +32,7 @@ fn binary(op: AluOp) -> Program {
             op,
         }),
     );
-    p.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    p.push(Engine::Dma, Op::dma_copy(hbm("out"), sb(128)));
     trnsim::infer_waits(&mut p);
     p
 }
@@ -228,7 +219,7 @@ fn put_checks_sizes_and_get_delete_work() {
 fn on_chip_memory_never_carries_over_between_runs() {
     let mut store_unwritten = Program::new(TargetName::Trn1);
     store_unwritten.declare("out", DType::F32, &[P, N], HbmRole::Output);
-    store_unwritten.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    store_unwritten.push(Engine::Dma, Op::dma_copy(hbm("out"), sb(128)));
     let fresh = Session::new(Executor::new(TargetName::Trn1))
         .run(&store_unwritten, &bind(&[("out", "o")]))
         .unwrap_err()
@@ -244,7 +235,7 @@ fn on_chip_memory_never_carries_over_between_runs() {
     assert_eq!(after, fresh);
     // a run that writes sb(128) and then fails (an unbound input read) leaves nothing either
     let mut half = binary(AluOp::Add);
-    half.push(Engine::Dma, dma(sb(256), hbm("a")));
+    half.push(Engine::Dma, Op::dma_copy(sb(256), hbm("a")));
     half.push(
         Engine::Vector,
         Op::TensorTensor(TensorTensor {

@@ -31,15 +31,6 @@ fn act(dst: AccessPattern, src: AccessPattern) -> Op {
     })
 }
 
-fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
-}
-
 fn run(p: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<RunResult, SimError> {
     Executor::new(TargetName::Trn1).run(p, inputs)
 }
@@ -100,8 +91,8 @@ fn two_loads(queues: [Option<u16>; 2]) -> (Program, BTreeMap<String, HostTensor>
     p.declare("a", F, &[4, 1700], HbmRole::Input);
     p.declare("b", F, &[4, 1700], HbmRole::Input);
     let hbm = |n: &str| AccessPattern::hbm(n, F, 0, 4, 1700, vec![[1, 1700]]);
-    p.push(Engine::Dma, dma(sb(4, 0, 1700), hbm("a")));
-    p.push(Engine::Dma, dma(sb(4, 8192, 1700), hbm("b")));
+    p.push(Engine::Dma, Op::dma_copy(sb(4, 0, 1700), hbm("a")));
+    p.push(Engine::Dma, Op::dma_copy(sb(4, 8192, 1700), hbm("b")));
     p.instructions[0].queue = queues[0];
     p.instructions[1].queue = queues[1];
     let mut inputs = BTreeMap::new();
@@ -150,7 +141,7 @@ fn critical_path_of_a_small_program() {
     );
     p.push(
         Engine::Dma,
-        dma(
+        Op::dma_copy(
             AccessPattern::hbm("out", F, 0, 4, 1700, vec![[1, 1700]]),
             sb(4, 16384, 1700),
         ),
@@ -296,10 +287,10 @@ fn races_in_hbm() {
     p.declare("s", F, &[4, 16], HbmRole::Scratch);
     let s = AccessPattern::hbm("s", F, 0, 4, 16, vec![[1, 16]]);
     p.push(Engine::Vector, memset(sb(4, 0, 16)));
-    p.push(Engine::Dma, dma(s.clone(), sb(4, 0, 16)));
-    p.push(Engine::Dma, dma(sb(4, 256, 16), s.clone()));
-    p.push(Engine::Dma, dma(s.clone(), sb(4, 256, 16)));
-    p.push(Engine::Dma, dma(s.clone(), sb(4, 0, 16)));
+    p.push(Engine::Dma, Op::dma_copy(s.clone(), sb(4, 0, 16)));
+    p.push(Engine::Dma, Op::dma_copy(sb(4, 256, 16), s.clone()));
+    p.push(Engine::Dma, Op::dma_copy(s.clone(), sb(4, 256, 16)));
+    p.push(Engine::Dma, Op::dma_copy(s.clone(), sb(4, 0, 16)));
     for (k, inst) in p.instructions.iter_mut().enumerate().skip(1) {
         inst.queue = Some(k as u16);
     }
@@ -326,7 +317,7 @@ fn races_in_hbm() {
     }
     // WAR alone: #3 stores a buffer nothing DMA wrote, so only its HBM write conflicts with #2.
     let mut q = p.clone();
-    q.instructions[3].op = dma(s.clone(), sb(4, 0, 16));
+    q.instructions[3].op = Op::dma_copy(s.clone(), sb(4, 0, 16));
     infer_waits(&mut q);
     assert_eq!(q.instructions[3].wait, vec![2]);
     let h = Hazard {

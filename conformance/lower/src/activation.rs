@@ -119,12 +119,10 @@ pub fn kernel(name: &str, input: TorchDType, args: Args) -> Result<(Kernel, DTyp
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    let name = req.op.split('.').next().unwrap_or(req.op);
-    let r = rule(name).ok_or_else(|| LowerError::NotLowered(req.op.to_string()))?;
-    let call = unary::analyze(req, r)?;
-    let a = args(req, name)?;
-    let (k, x_dtype) = kernel(name, call.self_meta.dtype, a).map_err(|e| req.unsupported(e))?;
-    Ok(Lowered::new(unary::emit(&call, &k, x_dtype, target, req)?))
+    unary::lower_kernel(req, target, rule, |name, call| {
+        let a = args(req, name)?;
+        kernel(name, call.self_meta.dtype, a).map_err(|e| req.unsupported(e))
+    })
 }
 
 #[cfg(test)]

@@ -24,14 +24,11 @@
 //! Nothing is computed on the host.
 
 use super::promote::{self, Category, Operand, ScalarKind};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
-use trnsim::{
-    AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar,
-    TensorTensor,
-};
+use trnsim::{AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar};
 
 /// Elements per partition of one tile: 4096 × 4 bytes × (up to 6 live tiles) stays far inside
 /// SBUF's 176 KiB per partition.
@@ -280,19 +277,6 @@ impl TileSlot {
     }
 }
 
-fn tensor_scalar(dst: trnsim::AccessPattern, src: trnsim::AccessPattern, op: AluOp, operand: ScalarOperand) -> Op {
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0: op,
-        operand0: operand,
-        reverse0: false,
-        op1: None,
-        operand1: None,
-        reverse1: false,
-    })
-}
-
 /// Divisors with |b| outside [2^-64, 2^64] are scaled (with the dividend) by 2^±64 first, so that
 /// `reciprocal(b)` neither overflows (b subnormal or tiny: 1/b = inf would turn 0/b and tiny/tiny
 /// into NaN/inf) nor goes subnormal and loses bits. Scaling by a power of two is exact.
@@ -341,24 +325,8 @@ fn emit_div_prologue(
     e.push(v, two(AluOp::Abs, 0.0, false, AluOp::IsGt, big, b.clone(), ap(t)));
     e.push(v, two(AluOp::Subtract, 1.0, true, AluOp::Max, small, ap(t), ap(t)));
     // s = u · w;  t = 1 / (b · s)
-    e.push(
-        v,
-        Op::TensorTensor(TensorTensor {
-            dst: ap(s),
-            in0: ap(s),
-            in1: ap(t),
-            op: AluOp::Multiply,
-        }),
-    );
-    e.push(
-        v,
-        Op::TensorTensor(TensorTensor {
-            dst: ap(t),
-            in0: b,
-            in1: ap(s),
-            op: AluOp::Multiply,
-        }),
-    );
+    e.push(v, tt(ap(s), ap(s), ap(t), AluOp::Multiply));
+    e.push(v, tt(ap(t), b, ap(s), AluOp::Multiply));
     e.push(v, Op::Reciprocal(Reciprocal { dst: ap(t), src: ap(t) }));
 }
 
@@ -454,7 +422,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         );
                         e.push(
                             engine,
-                            tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
+                            tile::ts(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone(), None),
                         );
                         scalar_operand = Some(ScalarOperand::Tile(const_ap(&c)));
                     }
@@ -496,7 +464,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             let c = const_slot(&mut alloc, DType::F32)?;
                             e.push(
                                 Engine::Vector,
-                                tensor_scalar(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone()),
+                                tile::ts(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone(), None),
                             );
                             c
                         }
@@ -565,24 +533,8 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     // result = (a · s) · (1 / (b · s))
                     emit_div_prologue(&mut e, b.flat(job), &scratch, &flat);
                     let (s, t) = (&scratch.s, &scratch.t);
-                    e.push(
-                        engine,
-                        Op::TensorTensor(TensorTensor {
-                            dst: flat(s),
-                            in0: a.flat(job),
-                            in1: flat(s),
-                            op: AluOp::Multiply,
-                        }),
-                    );
-                    e.push(
-                        engine,
-                        Op::TensorTensor(TensorTensor {
-                            dst: res,
-                            in0: flat(s),
-                            in1: flat(t),
-                            op: AluOp::Multiply,
-                        }),
-                    );
+                    e.push(engine, tt(flat(s), a.flat(job), flat(s), AluOp::Multiply));
+                    e.push(engine, tt(res, flat(s), flat(t), AluOp::Multiply));
                 } else {
                     let mut rhs = b.flat(job);
                     if let Some(alpha) = &alpha_imm {
@@ -598,31 +550,23 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                             },
                             _ => scratch.s,
                         };
-                        e.push(engine, tensor_scalar(flat(s), rhs, AluOp::Multiply, alpha.clone()));
+                        e.push(engine, tile::ts(flat(s), rhs, AluOp::Multiply, alpha.clone(), None));
                         rhs = flat(s);
                     }
-                    let op = Op::TensorTensor(TensorTensor {
-                        dst: res,
-                        in0: a.flat(job),
-                        in1: rhs,
-                        op: call.op.alu(),
-                    });
+                    let op = tt(res, a.flat(job), rhs, call.op.alu());
                     e.push(engine, op);
                 }
             }
             _ => {
                 if let Some((s, r)) = &div_scalar {
                     // result = (a · s) · (1 / (other · s)), both per-partition constants.
-                    let op = Op::TensorScalar(TensorScalar {
-                        dst: res,
-                        src: a.flat(job),
-                        op0: AluOp::Multiply,
-                        operand0: ScalarOperand::Tile(s.flat_const(p)),
-                        reverse0: false,
-                        op1: Some(AluOp::Multiply),
-                        operand1: Some(ScalarOperand::Tile(r.flat_const(p))),
-                        reverse1: false,
-                    });
+                    let op = ts(
+                        res,
+                        a.flat(job),
+                        AluOp::Multiply,
+                        ScalarOperand::Tile(s.flat_const(p)),
+                        Some((AluOp::Multiply, ScalarOperand::Tile(r.flat_const(p)))),
+                    );
                     e.push(engine, op);
                 } else {
                     let operand = scalar_operand
@@ -632,7 +576,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         ScalarOperand::Tile(ap) => ScalarOperand::Tile(trnsim::AccessPattern { partitions: p, ..ap }),
                         imm => imm,
                     };
-                    e.push(engine, tensor_scalar(res, a.flat(job), call.op.alu(), operand));
+                    e.push(engine, tile::ts(res, a.flat(job), call.op.alu(), operand, None));
                 }
             }
         }
@@ -643,7 +587,13 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                 TorchDType::Bool => {
                     e.push(
                         Engine::Vector,
-                        tensor_scalar(f1.flat(job), result.flat(job), AluOp::NotEqual, ScalarOperand::Imm(0.0)),
+                        tile::ts(
+                            f1.flat(job),
+                            result.flat(job),
+                            AluOp::NotEqual,
+                            ScalarOperand::Imm(0.0),
+                            None,
+                        ),
                     );
                     f1
                 }
@@ -674,11 +624,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                         e.push(Engine::Vector, Op::TensorScalar(op));
                         e.push(
                             Engine::Gpsimd,
-                            tensor_scalar(
+                            tile::ts(
                                 f2.flat(job),
                                 f1.flat(job),
                                 AluOp::Subtract,
                                 ScalarOperand::Imm(sign as f64),
+                                None,
                             ),
                         );
                         f2

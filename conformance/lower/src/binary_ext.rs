@@ -11,14 +11,11 @@
 
 use super::binary::{Scalar, dev};
 use super::promote::{self, Category, Operand};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma, ts, ts_rev};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma, ts, ts_rev, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
-use trnsim::{
-    AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
-    TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
-};
+use trnsim::{AccessPattern, ActFunc, AluOp, DType, Engine, HbmRole, Program, ScalarOperand, TargetName};
 
 /// Elements per partition of one tile (every scratch tile is 4 bytes × this per partition).
 const EW_FREE: usize = 1024;
@@ -132,12 +129,7 @@ impl Kit<'_> {
         let d = self.ap(dst);
         let (fa, fb) = (self.full(a), self.full(b));
         let inst = match (a, b) {
-            (X::T(ta), X::T(tb)) if fa && fb => Op::TensorTensor(TensorTensor {
-                dst: d,
-                in0: self.ap(ta),
-                in1: self.ap(tb),
-                op,
-            }),
+            (X::T(ta), X::T(tb)) if fa && fb => tt(d, self.ap(ta), self.ap(tb), op),
             (X::T(ta), _) if fa => ts(d, self.ap(ta), op, self.operand(b), None),
             (_, X::T(tb)) if fb => ts_rev(d, self.ap(tb), op, self.operand(a)),
             _ => {
@@ -152,6 +144,23 @@ impl Kit<'_> {
         Ok(())
     }
 
+    /// `dst = copysign(dst, sign)` on fp32 tiles, bit-exact for zeros, infinities and NaN
+    /// (VectorE bitvec: `(dst & 0x7FFF_FFFF) | (sign & 0x8000_0000)`); `scratch` is overwritten.
+    pub fn copy_sign(&mut self, dst: T, sign: T, scratch: T) -> Result<(), LowerError> {
+        let (v, i) = (Engine::Vector, DType::I32);
+        let sign_bit = X::Imm(i32::MIN as f64);
+        self.bin(v, scratch.view(i), sign.view(i).into(), sign_bit, AluOp::BitwiseAnd)?;
+        let magnitude = X::Imm(i32::MAX as f64);
+        self.bin(v, dst.view(i), dst.view(i).into(), magnitude, AluOp::BitwiseAnd)?;
+        self.bin(
+            v,
+            dst.view(i),
+            dst.view(i).into(),
+            scratch.view(i).into(),
+            AluOp::BitwiseOr,
+        )
+    }
+
     /// `dst = (src op0 s0) op1 s1` (tensor_scalar with two operators).
     #[allow(clippy::too_many_arguments)]
     pub fn bin2(
@@ -164,16 +173,13 @@ impl Kit<'_> {
         op1: AluOp,
         s1: X,
     ) -> Result<(), LowerError> {
-        let inst = Op::TensorScalar(TensorScalar {
-            dst: self.ap(dst),
-            src: self.ap(src),
+        let inst = ts(
+            self.ap(dst),
+            self.ap(src),
             op0,
-            operand0: self.operand(s0),
-            reverse0: false,
-            op1: Some(op1),
-            operand1: Some(self.operand(s1)),
-            reverse1: false,
-        });
+            self.operand(s0),
+            Some((op1, self.operand(s1))),
+        );
         self.e.push(eng, inst);
         Ok(())
     }
@@ -192,51 +198,29 @@ impl Kit<'_> {
     }
 
     pub fn memset(&mut self, eng: Engine, dst: T, value: f64) -> Result<(), LowerError> {
-        let d = self.ap(dst);
-        self.e.push(eng, Op::Memset(Memset { dst: d, value }));
+        self.e.push(eng, tile::memset(self.ap(dst), value));
         Ok(())
     }
 
     /// Copy with a cast (float → int rounds to nearest even and saturates).
     pub fn copy(&mut self, eng: Engine, dst: T, src: T) {
-        let op = Op::TensorCopy(TensorCopy {
-            dst: self.ap(dst),
-            src: self.ap(src),
-        });
-        self.e.push(eng, op);
+        self.e.push(eng, tile::copy(self.ap(dst), self.ap(src)));
     }
 
     /// `dst = pred ? src : dst` (bit copy, VectorE).
     pub fn copy_pred(&mut self, dst: T, src: T, pred: T) {
-        let op = Op::TensorCopyPredicated(TensorCopyPredicated {
-            dst: self.ap(dst),
-            src: self.ap(src),
-            predicate: self.ap(pred),
-            reverse_pred: false,
-        });
+        let op = tile::copy_pred(self.ap(dst), self.ap(src), self.ap(pred));
         self.e.push(Engine::Vector, op);
     }
 
     /// VectorE `dst = 1/src`.
     pub fn recip(&mut self, dst: T, src: T) {
-        let op = Op::Reciprocal(Reciprocal {
-            dst: self.ap(dst),
-            src: self.ap(src),
-        });
-        self.e.push(Engine::Vector, op);
+        self.e.push(Engine::Vector, tile::recip(self.ap(dst), self.ap(src)));
     }
 
     /// ScalarE `dst = func(src · scale)`.
     pub fn act(&mut self, func: ActFunc, dst: T, src: T, scale: f64) {
-        let op = Op::Activation(Activation {
-            dst: self.ap(dst),
-            func,
-            src: self.ap(src),
-            bias: None,
-            scale: ScalarOperand::Imm(scale),
-            acc: Default::default(),
-            reduce_res: None,
-        });
+        let op = tile::act(self.ap(dst), func, self.ap(src), ScalarOperand::Imm(scale), None);
         self.e.push(Engine::Scalar, op);
     }
 }
@@ -255,7 +239,7 @@ pub(super) struct Input {
 
 /// An elementwise kernel: tensor inputs broadcast to the output.
 #[derive(Clone, Debug)]
-pub(super) struct Kernel {
+pub(super) struct Elementwise {
     pub inputs: Vec<Input>,
     pub out_name: String,
     pub out_dtype: TorchDType,
@@ -268,7 +252,7 @@ pub(super) struct Kernel {
 pub(super) fn build<C>(
     req: &LowerRequest<'_>,
     target_name: TargetName,
-    k: &Kernel,
+    k: &Elementwise,
     prologue: impl FnOnce(&mut Kit) -> Result<C, LowerError>,
     body: impl Fn(&mut Kit, &[T], &C) -> Result<T, LowerError>,
 ) -> Result<Lowered, LowerError> {
@@ -579,7 +563,7 @@ fn lower_maxmin(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Result
     let int = is_int(common);
     let work = if int { DType::I32 } else { dev(req, common)? };
     let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: common,
@@ -625,7 +609,7 @@ fn lower_bitwise(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Resul
     let (out_name, out_shape) = output(req, &[&a, &b], common)?;
     let work = dev(req, common)?;
     let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: common,
@@ -672,7 +656,7 @@ fn lower_logical(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Resul
             });
         }
     }
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: TorchDType::Bool,
@@ -708,7 +692,7 @@ fn lower_clamp(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     let int = is_int(common);
     let work = if int { DType::I32 } else { dev(req, common)? };
     let (ins, pos) = inputs(&args, |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: common,
@@ -798,7 +782,7 @@ fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     let work = dev(req, common)?;
     let (mut ins, pos) = inputs(&[&c, &a, &b], |_| work);
     ins[0].load = pred_dt;
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: common,
@@ -878,7 +862,7 @@ fn lower_where_complex(
             hbm_shape: None,
         },
     ];
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: TorchDType::F32,
@@ -917,7 +901,7 @@ fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let int = is_int(common);
     let work = if int { DType::I32 } else { dev(req, common)? };
     let (ins, pos) = inputs(&[&a, &b], |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: common,
@@ -1150,7 +1134,7 @@ fn lower_divmod(req: &LowerRequest<'_>, target: TargetName, mode: Option<DivMode
     let int = is_int(common);
     let work = if int { DType::I32 } else { dev(req, common)? };
     let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: common,
@@ -1475,22 +1459,7 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
     kit.bin(v, w, r.into(), ab.into(), AluOp::Subtract)?;
     kit.copy_pred(r, w, pred);
     // fmod has the sign of a, zeros included (fmod(−6, 3) = −0): copy a's sign bit.
-    let i = DType::I32;
-    kit.bin(
-        v,
-        w.view(i),
-        a.view(i).into(),
-        X::Imm(i32::MIN as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(
-        v,
-        r.view(i),
-        r.view(i).into(),
-        X::Imm(i32::MAX as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(v, r.view(i), r.view(i).into(), w.view(i).into(), AluOp::BitwiseOr)?;
+    kit.copy_sign(r, a, w)?;
     if mode == DivMode::Fmod {
         return Ok(r);
     }
@@ -1556,7 +1525,7 @@ fn lower_atan2(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     let (out_name, out_shape) = output(req, &[&y, &x], out_dtype)?;
     let work = dev(req, common)?;
     let (ins, _) = inputs(&[&y, &x], |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype,
@@ -1639,21 +1608,7 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
     kit.bin(v, w, X::Imm(std::f64::consts::PI), a.into(), AluOp::Subtract)?;
     kit.copy_pred(a, w, mn.view(DType::U32));
     // The sign bit of y.
-    kit.bin(
-        v,
-        mn.view(i),
-        y.view(i).into(),
-        X::Imm(i32::MIN as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(
-        v,
-        a.view(i),
-        a.view(i).into(),
-        X::Imm(i32::MAX as f64),
-        AluOp::BitwiseAnd,
-    )?;
-    kit.bin(v, a.view(i), a.view(i).into(), mn.view(i).into(), AluOp::BitwiseOr)?;
+    kit.copy_sign(a, y, mn)?;
     Ok(a)
 }
 
@@ -1663,7 +1618,7 @@ mod tests {
     //! compositions: int32 beyond 2^24, exact remainders, quotients near integers, signed zeros,
     //! inf/NaN) against Rust's own operators in the role of PyTorch.
     use super::*;
-    use crate::call::{JsonFloat, OpCall, Value};
+    use crate::call::{JsonFloat, Value};
     use TorchDType::*;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
@@ -1714,17 +1669,8 @@ mod tests {
             call_args.push(Value::Tensor(name));
         }
         tensors.insert("output.0".into(), TensorMeta::contiguous(out, &[n]));
-        let call = OpCall {
-            args: call_args,
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op,
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional(op, call_args, &tensors);
+        let req = input.request();
         let lowered = super::super::lower_request(&req, TargetName::Trn1).unwrap();
         let r = exec.run(&lowered.program, &host).unwrap();
         r.outputs["output.0"].bits()
@@ -2054,17 +2000,9 @@ mod tests {
             let mut tensors = BTreeMap::new();
             tensors.insert("input.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
             tensors.insert("output.0".to_string(), TensorMeta::contiguous(U8, &[a.len()]));
-            let call = OpCall {
-                args: vec![Value::Tensor("input.0".into()), Value::Int(e)],
-                kwargs: BTreeMap::new(),
-            };
-            let outputs = vec![Value::Tensor("output.0".into())];
-            let req = LowerRequest {
-                op,
-                call: &call,
-                tensors: &tensors,
-                outputs: &crate::OutputSlot::of(&outputs),
-            };
+            let input =
+                crate::LowerInput::positional(op, vec![Value::Tensor("input.0".into()), Value::Int(e)], &tensors);
+            let req = input.request();
             let p = super::super::lower_request(&req, TargetName::Trn1).unwrap().program;
             let mut host = BTreeMap::new();
             host.insert(

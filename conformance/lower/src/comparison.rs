@@ -10,7 +10,7 @@
 //!   VectorE's fp32 compare orders correctly against every int32.
 
 use super::binary::dev;
-use super::binary_ext::{self, Arg, Kernel, X, build, common_type, inputs, is_int, output};
+use super::binary_ext::{self, Arg, Elementwise, X, build, common_type, inputs, is_int, output};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorOrScalar;
 use crate::dtype::TorchDType;
@@ -40,7 +40,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let int = is_int(common);
     let work = if int { DType::I32 } else { dev(req, common)? };
     let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Kernel {
+    let k = Elementwise {
         inputs: ins,
         out_name,
         out_dtype: TorchDType::Bool,

@@ -29,12 +29,12 @@
 
 use super::conv::{self, Conv, SDim, tap_range};
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
-use super::tile::{Emitter, SbufAllocator, dma};
+use super::tile::{Emitter, SbufAllocator, dma, tt};
 use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
 use crate::call::{TensorArg, TensorMeta, Value};
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
-    TensorReduce, TensorTensor,
+    TensorReduce,
 };
 
 /// Elements per partition one grad_bias `tensor_reduce` sums.
@@ -594,12 +594,7 @@ fn emit_grad_bias(
             });
             e.push(Engine::Vector, reduce);
             if i > 0 {
-                let add = Op::TensorTensor(TensorTensor {
-                    dst: acc.clone(),
-                    in0: acc.clone(),
-                    in1: part.clone(),
-                    op: AluOp::Add,
-                });
+                let add = tt(acc.clone(), acc.clone(), part.clone(), AluOp::Add);
                 e.push(Engine::Vector, add);
             }
         }

@@ -40,14 +40,13 @@
 //! runtime sets the device generator from `torch.manual_seed`.
 
 use super::binary::dev;
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
+use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{Complex, KEYWORD_ONLY, Scalar, TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Memset, Op,
     Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed, TargetName, TensorCopy, TensorReduce, TensorScalar,
-    TensorTensor,
 };
 
 /// Elements per partition of one tile (scratch tiles are 4 bytes per element: 8 KiB each).
@@ -1016,18 +1015,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     let junk = alloc_n(&mut b, DType::I32, n)?;
     let ap = |dtype: DType, s: Slot, elems: usize| AccessPattern::sbuf(dtype, 0, p, s.offset, vec![[1, elems as i64]]);
     let (v, g) = (Engine::Vector, Engine::Gpsimd);
-    let ts = |dst: AccessPattern, src: AccessPattern, op: AluOp, x: f64| {
-        Op::TensorScalar(TensorScalar {
-            dst,
-            src,
-            op0: op,
-            operand0: ScalarOperand::Imm(x),
-            reverse0: false,
-            op1: None,
-            operand1: None,
-            reverse1: false,
-        })
-    };
+    let ts = |dst: AccessPattern, src: AccessPattern, op: AluOp, x: f64| ts(dst, src, op, ScalarOperand::Imm(x), None);
     b.seed();
     b.e.push(
         v,
@@ -1059,12 +1047,12 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
     );
     b.e.push(
         g,
-        Op::TensorTensor(TensorTensor {
-            dst: ap(DType::I32, r, f),
-            in0: ap(DType::I32, k, f),
-            in1: ap(DType::I32, j, f),
-            op: AluOp::Add,
-        }),
+        tt(
+            ap(DType::I32, r, f),
+            ap(DType::I32, k, f),
+            ap(DType::I32, j, f),
+            AluOp::Add,
+        ),
     );
     // Padding (j ≥ n): v = n − 1 − j < 0 → the key int32::MAX, not below any real key.
     b.e.push(

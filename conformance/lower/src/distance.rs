@@ -570,7 +570,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{JsonFloat, OpCall, TensorMeta, Value};
+    use crate::call::{JsonFloat, TensorMeta, Value};
     use std::collections::BTreeMap;
 
     fn meta(shape: &[usize]) -> TensorMeta {
@@ -588,22 +588,17 @@ mod tests {
             ("input.1".to_string(), meta(b)),
             ("output.0".to_string(), meta(out)),
         ]);
-        let call = OpCall {
-            args: vec![
+        let input = crate::LowerInput::positional(
+            "_cdist_forward",
+            vec![
                 Value::Tensor("input.0".into()),
                 Value::Tensor("input.1".into()),
                 Value::Float(JsonFloat(p)),
                 mode.map_or(Value::None(()), Value::Int),
             ],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "_cdist_forward",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+            &tensors,
+        );
+        let req = input.request();
         lower_cdist(&req, TargetName::Trn1).map(|l| crate::schedule(l).program)
     }
 

@@ -45,8 +45,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, NcMatmul, OobMode, Op,
-    Program, Reciprocal, ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce,
+    AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, NcMatmul, OobMode, Op, Program, Reciprocal,
+    ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce,
 };
 
 const MODE_SUM: i64 = 0;
@@ -416,17 +416,14 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
         if d > 0 {
             // Indirect gather: row r of the tile is weight row indices[i0 + r]. PyTorch rejects
             // indices outside [0, V): so does the DMA (`oob: error`).
-            let op = Op::DmaCopy(DmaCopy {
-                dst: flat(wdt, p, g_off + wdt.size() as u64, d),
-                src: AccessPattern::hbm(call.weight, wdt, 0, 1, 0, vec![[1, d as i64]]),
-                accumulate: false,
-                indirect: Some(Indirect {
-                    side: IndirectSide::Src,
-                    index: idx_ap.clone(),
-                    row_step: d as i64,
-                    oob: OobMode::Error,
-                }),
-            });
+            let op = Op::dma_indirect(
+                flat(wdt, p, g_off + wdt.size() as u64, d),
+                AccessPattern::hbm(call.weight, wdt, 0, 1, 0, vec![[1, d as i64]]),
+                IndirectSide::Src,
+                idx_ap.clone(),
+                d as i64,
+                OobMode::Error,
+            );
             b.e.push(Engine::Dma, op);
         }
         if let Some(name) = &scratch

@@ -31,12 +31,12 @@
 //! the addressed element.
 
 use super::binary::dev;
-use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, imm, ts};
+use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, ts};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
-    ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar,
+    AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, OobMode, Op, Program, ScalarOperand,
+    ScalarTensorTensor, TargetName, TensorCopyPredicated,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -160,60 +160,11 @@ impl Builder {
         })
     }
 
-    /// `dst = (src op0 imm0) op1 imm1`, rounded to dst's dtype after each operator as PyTorch
-    /// does: one instruction when that rounding cannot matter (fp32 dst, or an exact op1).
-    fn ts2(&mut self, dst: &Opnd, src: &Opnd, op0: AluOp, imm0: f64, op1: AluOp, imm1: f64) {
-        let exact_op1 = matches!(op1, AluOp::Max | AluOp::Min | AluOp::Abs);
-        if dst.ap.dtype == DType::F32 || exact_op1 {
-            let op = ts(dst.ap.clone(), src.ap.clone(), op0, imm(imm0), Some((op1, imm(imm1))));
-            self.e.push(Engine::Vector, op);
-        } else {
-            self.e
-                .push(Engine::Vector, ts(dst.ap.clone(), src.ap.clone(), op0, imm(imm0), None));
-            self.e
-                .push(Engine::Vector, ts(dst.ap.clone(), dst.ap.clone(), op1, imm(imm1), None));
-        }
-    }
-
-    /// `dst = (src op0 scalar) op1 in1` with a per-partition scalar tile; fp32 dst only (the
-    /// product is rounded to fp32 before the add, as PyTorch's separate vector ops).
-    fn stt(&mut self, dst: &Opnd, src: &Opnd, op0: AluOp, scalar: &Opnd, op1: AluOp, in1: &Opnd) {
-        let op = Op::ScalarTensorTensor(ScalarTensorTensor {
-            dst: dst.ap.clone(),
-            src: src.ap.clone(),
-            op0,
-            operand0: ScalarOperand::Tile(scalar.ap.clone()),
-            op1,
-            in1: in1.ap.clone(),
-            reverse0: false,
-            reverse1: false,
-        });
-        self.e.push(Engine::Vector, op);
-    }
-
-    fn copy(&mut self, dst: &Opnd, src: &Opnd) {
-        let op = Op::TensorCopy(TensorCopy {
-            dst: dst.ap.clone(),
-            src: src.ap.clone(),
-        });
-        self.e.push(Engine::Vector, op);
-    }
-
-    fn memset(&mut self, engine: Engine, dst: &Opnd, value: f64) {
-        self.e.push(
-            engine,
-            Op::Memset(Memset {
-                dst: dst.ap.clone(),
-                value,
-            }),
-        );
-    }
-
     /// `dst = floor(src)` (fp32, integral): `r − (r > src)` with `r` = src rounded to the nearest
     /// int32 (the cast on write); exact for |src| < 2^31, which covers every in-bounds tap.
     fn floor(&mut self, dst: &Opnd, src: &Opnd, int_scratch: &Opnd) {
-        self.copy(int_scratch, src);
-        self.copy(dst, int_scratch);
+        self.e.tensor_copy(Engine::Vector, int_scratch, src);
+        self.e.tensor_copy(Engine::Vector, dst, int_scratch);
         // The int32 scratch is free again: reuse its bytes for the fp32 mask `r > src`.
         let above = Opnd {
             ap: AccessPattern {
@@ -228,7 +179,7 @@ impl Builder {
     /// PyTorch's `reflect_coordinates` in place on `v` (compute dtype).
     fn reflect(&mut self, v: &Opnd, ax: &Axis, s: &Scratch) {
         if ax.empty {
-            self.memset(Engine::Vector, v, 0.0);
+            self.e.memset(Engine::Vector, v, 0.0);
             return;
         }
         let w = v.ap.free_elems();
@@ -240,7 +191,8 @@ impl Builder {
         );
         let int = s.i.view(self.p, 0, vec![[1, w as i64]]);
         // abs_in = |in − low|
-        self.ts2(&abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
+        self.e
+            .tensor_scalar_rounded(Engine::Vector, &abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
         // double_flips = trunc(abs_in / twice_span) (abs_in ≥ 0: trunc = floor)
         self.e.tensor_scalar(
             Engine::Vector,
@@ -297,7 +249,7 @@ impl Builder {
             },
         };
         self.e.tensor_tensor(Engine::Vector, &is_num, v, v, AluOp::IsEqual);
-        self.memset(Engine::Vector, &clean, 0.0);
+        self.e.memset(Engine::Vector, &clean, 0.0);
         let op = Op::TensorCopyPredicated(TensorCopyPredicated {
             dst: clean.ap.clone(),
             src: v.ap.clone(),
@@ -305,12 +257,21 @@ impl Builder {
             reverse_pred: false,
         });
         self.e.push(Engine::Vector, op);
-        self.ts2(v, &clean, AluOp::Max, 0.0, AluOp::Min, ax.max_val);
+        self.e
+            .tensor_scalar_rounded(Engine::Vector, v, &clean, AluOp::Max, 0.0, AluOp::Min, ax.max_val);
     }
 
     /// `unnormalize`: `(g + 1)·scaling_factor`, minus 0.5 without align_corners.
     fn unnormalize(&mut self, dst: &Opnd, g: &Opnd, ax: &Axis, align: bool) {
-        self.ts2(dst, g, AluOp::Add, 1.0, AluOp::Multiply, ax.scaling_factor);
+        self.e.tensor_scalar_rounded(
+            Engine::Vector,
+            dst,
+            g,
+            AluOp::Add,
+            1.0,
+            AluOp::Multiply,
+            ax.scaling_factor,
+        );
         if !align {
             self.e
                 .tensor_scalar(Engine::Vector, dst, dst, AluOp::Subtract, Scalar::Imm(0.5), None);
@@ -340,7 +301,8 @@ impl Builder {
     fn cubic(&mut self, dst: &Opnd, x: &Opnd, outer: bool) {
         let a = CUBIC_A;
         if outer {
-            self.ts2(dst, x, AluOp::Multiply, a, AluOp::Subtract, 5.0 * a);
+            self.e
+                .tensor_scalar_rounded(Engine::Vector, dst, x, AluOp::Multiply, a, AluOp::Subtract, 5.0 * a);
             self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
             self.e
                 .tensor_scalar(Engine::Vector, dst, dst, AluOp::Add, Scalar::Imm(8.0 * a), None);
@@ -348,7 +310,15 @@ impl Builder {
             self.e
                 .tensor_scalar(Engine::Vector, dst, dst, AluOp::Subtract, Scalar::Imm(4.0 * a), None);
         } else {
-            self.ts2(dst, x, AluOp::Multiply, a + 2.0, AluOp::Subtract, a + 3.0);
+            self.e.tensor_scalar_rounded(
+                Engine::Vector,
+                dst,
+                x,
+                AluOp::Multiply,
+                a + 2.0,
+                AluOp::Subtract,
+                a + 3.0,
+            );
             self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
             self.e.tensor_tensor(Engine::Vector, dst, dst, x, AluOp::Multiply);
             self.e
@@ -359,30 +329,32 @@ impl Builder {
     /// `acc = v·w` (`first`) or `acc = acc + v·w`, rounded per operator to acc's dtype.
     fn weighted_add(&mut self, acc: &Opnd, v: &Opnd, w: &Opnd, first: bool, tmp: &Opnd) {
         if first {
-            let op = Op::TensorScalar(TensorScalar {
-                dst: acc.ap.clone(),
-                src: v.ap.clone(),
-                op0: AluOp::Multiply,
-                operand0: ScalarOperand::Tile(w.ap.clone()),
-                reverse0: false,
-                op1: None,
-                operand1: None,
-                reverse1: false,
-            });
+            let op = ts(
+                acc.ap.clone(),
+                v.ap.clone(),
+                AluOp::Multiply,
+                ScalarOperand::Tile(w.ap.clone()),
+                None,
+            );
             self.e.push(Engine::Vector, op);
         } else if acc.ap.dtype == DType::F32 {
-            self.stt(acc, v, AluOp::Multiply, w, AluOp::Add, acc);
+            self.e.scalar_tensor_tensor(
+                Engine::Vector,
+                acc,
+                v,
+                AluOp::Multiply,
+                ScalarOperand::Tile(w.ap()),
+                AluOp::Add,
+                acc,
+            );
         } else {
-            let op = Op::TensorScalar(TensorScalar {
-                dst: tmp.ap.clone(),
-                src: v.ap.clone(),
-                op0: AluOp::Multiply,
-                operand0: ScalarOperand::Tile(w.ap.clone()),
-                reverse0: false,
-                op1: None,
-                operand1: None,
-                reverse1: false,
-            });
+            let op = ts(
+                tmp.ap.clone(),
+                v.ap.clone(),
+                AluOp::Multiply,
+                ScalarOperand::Tile(w.ap.clone()),
+                None,
+            );
             self.e.push(Engine::Vector, op);
             self.e.tensor_tensor(Engine::Vector, acc, acc, tmp, AluOp::Add);
         }
@@ -548,8 +520,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             b.e.tensor_scalar_rev(Engine::Vector, &east, &west, AluOp::Subtract, Scalar::Imm(1.0));
                         } else {
                             // round half to even: the cast on write to int32.
-                            b.copy(&int1, &x);
-                            b.copy(&bs, &int1);
+                            b.e.tensor_copy(Engine::Vector, &int1, &x);
+                            b.e.tensor_copy(Engine::Vector, &bs, &int1);
                             // NaN/±inf coordinates: PyTorch converts to an int of the
                             // dtype's width — int32 INT_MIN (out of bounds) for f32; for bf16/f16
                             // int16, whose low bits of INT_MIN are 0 (in bounds). The saturating
@@ -597,15 +569,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     // the clip, so trunc = floor.
                     b.floor(&tf, &tc, &s.i.view(p, 0, vec![[1, k as i64]]));
                 } else {
-                    b.copy(&tf, &tc);
+                    b.e.tensor_copy(Engine::Vector, &tf, &tc);
                 }
                 b.in_bounds(&mask[d].all(p), &tf, ax.size, &s.f.view(p, 0, vec![[1, k as i64]]));
             }
             // Offsets n·C·H·W + y·W + x and validity of every (y tap, x tap) pair.
             let oy = offsets[1].all(p);
-            b.ts2(
+            b.e.tensor_scalar_rounded(
+                Engine::Vector,
                 &oy,
-                &tapf[1].all(p),
+                tapf[1].all(p),
                 AluOp::Multiply,
                 w as f64,
                 AluOp::Add,
@@ -625,10 +598,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 AluOp::Multiply,
             );
             let pred = pred2.all(p);
-            b.copy(&pred, &valid);
+            b.e.tensor_copy(Engine::Vector, &pred, &valid);
             // Out-of-bounds taps point past the end of the input: the gather skips them.
             let ixf = idx_f.all(p);
-            b.memset(Engine::Vector, &ixf, numel as f64);
+            b.e.memset(Engine::Vector, &ixf, numel as f64);
             let op = Op::TensorCopyPredicated(TensorCopyPredicated {
                 dst: ixf.ap.clone(),
                 src: off.ap.clone(),
@@ -637,7 +610,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             });
             b.e.push(Engine::Vector, op);
             let ix = idx.all(p);
-            b.copy(&ix, &ixf);
+            b.e.tensor_copy(Engine::Vector, &ix, &ixf);
             if interp == Interp::Bilinear {
                 b.e.tensor_tensor(
                     Engine::Vector,
@@ -652,22 +625,19 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             while c0 < c {
                 let cc = (c - c0).min(cmax);
                 let v = |t: usize| vals.view(p, t * cmax, vec![[1, cc as i64]]);
-                b.memset(Engine::Gpsimd, &vals.view(p, 0, vec![[1, (kk * cmax) as i64]]), 0.0);
+                b.e.memset(Engine::Gpsimd, vals.view(p, 0, vec![[1, (kk * cmax) as i64]]), 0.0);
                 for t in 0..kk {
                     let dst = v(t);
                     let src = AccessPattern::hbm(in_name, cd, (c0 as i64 * hw) as u64, 1, 0, vec![[hw, cc as i64]]);
                     let index = idx.col(p, t);
-                    let op = Op::DmaCopy(DmaCopy {
-                        dst: dst.ap.clone(),
+                    let op = Op::dma_indirect(
+                        dst.ap.clone(),
                         src,
-                        accumulate: false,
-                        indirect: Some(Indirect {
-                            side: IndirectSide::Src,
-                            index: index.ap.clone(),
-                            row_step: 1,
-                            oob: OobMode::Skip,
-                        }),
-                    });
+                        IndirectSide::Src,
+                        index.ap.clone(),
+                        1,
+                        OobMode::Skip,
+                    );
                     b.e.push(Engine::Dma, op);
                 }
                 let out = acc.view(p, 0, vec![[1, cc as i64]]);
@@ -711,7 +681,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, TensorMeta, Value};
+    use crate::call::{TensorMeta, Value};
     use crate::dtype::TorchDType;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
@@ -728,23 +698,18 @@ mod tests {
             .zip(metas)
             .map(|(name, (dtype, shape))| (name.to_string(), TensorMeta::contiguous(dtype, shape)))
             .collect();
-        let call = OpCall {
-            args: vec![
+        let input = crate::LowerInput::positional(
+            "grid_sampler_2d",
+            vec![
                 Value::Tensor("input.0".into()),
                 Value::Tensor("input.1".into()),
                 Value::Int(mode),
                 Value::Int(padding),
                 Value::Bool(align),
             ],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "grid_sampler_2d",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+            &tensors,
+        );
+        let req = input.request();
         lower(&req, TargetName::Trn1).map(crate::schedule)
     }
 

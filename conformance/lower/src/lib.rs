@@ -136,6 +136,20 @@ impl LowerInput {
         }
     }
 
+    /// A hand-built request (tests, benchmarks): `op` with positional `args` and no keyword
+    /// arguments, every tensor's metadata, and one tensor output named `output.0`.
+    pub fn positional(op: &str, args: Vec<Value>, tensors: &BTreeMap<String, TensorMeta>) -> LowerInput {
+        LowerInput {
+            op: op.to_string(),
+            call: OpCall {
+                args,
+                kwargs: BTreeMap::new(),
+            },
+            tensors: tensors.clone(),
+            outputs: vec![OutputSlot::Tensor("output.0".into())],
+        }
+    }
+
     pub fn request(&self) -> LowerRequest<'_> {
         LowerRequest {
             op: &self.op,

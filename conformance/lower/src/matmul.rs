@@ -32,13 +32,13 @@
 //! Nothing is computed on the host.
 
 use super::binary::Scalar;
-use super::tile::{self, Emitter, SbufAllocator, dma};
+use super::tile::{self, Emitter, SbufAllocator, dma, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, ScalarTensorTensor,
-    TargetName, TensorCopy, TensorScalar,
+    TargetName, TensorCopy,
 };
 
 /// neuronx-cc's `--auto-cast`: which fp32 operands are rounded to a narrower type first.
@@ -331,16 +331,13 @@ fn emit(
                                 src: product,
                             })
                         } else {
-                            Op::TensorScalar(TensorScalar {
-                                dst: out_ap.clone(),
-                                src: product,
-                                op0: AluOp::Multiply,
-                                operand0: ScalarOperand::Imm(call.alpha),
-                                reverse0: false,
-                                op1: None,
-                                operand1: None,
-                                reverse1: false,
-                            })
+                            ts(
+                                out_ap.clone(),
+                                product,
+                                AluOp::Multiply,
+                                ScalarOperand::Imm(call.alpha),
+                                None,
+                            )
                         };
                         e.push(Engine::Vector, op);
                     }
@@ -359,16 +356,13 @@ fn emit(
                         let c_sb = AccessPattern::sbuf(DType::F32, 0, msz, c_off, vec![[1, nsz as i64]]);
                         e.push(Engine::Dma, dma(c_sb.clone(), c_ap));
                         if call.beta != 1.0 {
-                            let op = Op::TensorScalar(TensorScalar {
-                                dst: c_sb.clone(),
-                                src: c_sb.clone(),
-                                op0: AluOp::Multiply,
-                                operand0: ScalarOperand::Imm(call.beta),
-                                reverse0: false,
-                                op1: None,
-                                operand1: None,
-                                reverse1: false,
-                            });
+                            let op = ts(
+                                c_sb.clone(),
+                                c_sb.clone(),
+                                AluOp::Multiply,
+                                ScalarOperand::Imm(call.beta),
+                                None,
+                            );
                             e.push(Engine::Vector, op);
                         }
                         let op = Op::ScalarTensorTensor(ScalarTensorTensor {
@@ -402,7 +396,7 @@ fn emit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, Value};
+    use crate::call::Value;
     use std::collections::BTreeMap;
 
     fn lowered(opts: &LowerOptions) -> Program {
@@ -417,17 +411,12 @@ mod tests {
             ("input.1".to_string(), meta(&[200, 5])),
             ("output.0".to_string(), meta(&[3, 5])),
         ]);
-        let call = OpCall {
-            args: vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "mm",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional(
+            "mm",
+            vec![Value::Tensor("input.0".into()), Value::Tensor("input.1".into())],
+            &tensors,
+        );
+        let req = input.request();
         lower_with(&req, TargetName::Trn1, opts).unwrap().program
     }
 

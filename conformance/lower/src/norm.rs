@@ -1162,7 +1162,7 @@ fn backward_coefficients(e: &mut Emitter, st: &Buf, p: usize, db_col: usize, ds_
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, TensorMeta};
+    use crate::call::TensorMeta;
     use std::collections::BTreeMap;
 
     #[test]
@@ -1176,17 +1176,12 @@ mod tests {
         };
         tensors.insert("input.0".to_string(), meta.clone());
         tensors.insert("output.0".to_string(), meta);
-        let call = OpCall {
-            args: vec![Value::Tensor("input.0".into()), Value::Int(1), Value::Bool(false)],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "_softmax",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional(
+            "_softmax",
+            vec![Value::Tensor("input.0".into()), Value::Int(1), Value::Bool(false)],
+            &tensors,
+        );
+        let req = input.request();
         let p = lower(&req, TargetName::Trn1).unwrap().program;
         let names: Vec<&str> = p.instructions.iter().map(|i| i.op.name()).collect();
         assert_eq!(

@@ -9,7 +9,7 @@
 //! padding first `memset`s the whole output tile to the value. One DMA stores the tile.
 
 use super::binary::dev;
-use super::tile::{Emitter, SbufAllocator, dma};
+use super::tile::{Emitter, SbufAllocator, dma, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{Complex, TensorArg};
 use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
@@ -459,7 +459,7 @@ fn linear_weights(
 /// multiply and a `scalar_tensor_tensor` multiply-add over whole columns, then the same per
 /// output row. Indices and weights depend only on shapes and arguments.
 pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    use trnsim::{AluOp, DType, ScalarOperand, ScalarTensorTensor, TensorScalar};
+    use trnsim::{AluOp, DType, ScalarOperand, ScalarTensorTensor};
     let (in_name, in_meta) = req.arg::<TensorArg>(0, "input")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
@@ -499,16 +499,7 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
     let z_off = alloc.alloc((oh * ow) as usize * d.size())?;
     let f = DType::F32;
     let mul = |dst: AccessPattern, src: AccessPattern, wgt: f32| {
-        Op::TensorScalar(TensorScalar {
-            dst,
-            src,
-            op0: AluOp::Multiply,
-            operand0: ScalarOperand::Imm(wgt as f64),
-            reverse0: false,
-            op1: None,
-            operand1: None,
-            reverse1: false,
-        })
+        ts(dst, src, AluOp::Multiply, ScalarOperand::Imm(wgt as f64), None)
     };
     let fma = |dst: AccessPattern, src: AccessPattern, wgt: f32, acc: AccessPattern| {
         Op::ScalarTensorTensor(ScalarTensorTensor {
@@ -566,7 +557,7 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
 /// tile) — positions within one offset never collide. The accumulator has the tensor's dtype
 /// (PyTorch accumulates in scalar_t), fp32 for f32.
 pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    use trnsim::{AluOp, DType, TensorTensor};
+    use trnsim::{AluOp, DType};
     let (in_name, in_meta) = req.arg::<TensorArg>(0, "self")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
@@ -661,12 +652,7 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
                     x_off + ((k * l + lh * bw + lw) * 4) as u64,
                     vec![[bw, nh], [1, nw]],
                 );
-                let op = Op::TensorTensor(TensorTensor {
-                    dst: view.clone(),
-                    in0: view,
-                    in1: col,
-                    op: AluOp::Add,
-                });
+                let op = tt(view.clone(), view, col, AluOp::Add);
                 e.push(Engine::Vector, op);
             }
         }

@@ -11,12 +11,11 @@
 //! windows are `[⌊o·I/O⌋, ⌈(o+1)·I/O⌉)`. One DMA stores the planes.
 
 use super::binary::dev;
-use super::tile::{Emitter, SbufAllocator, dma};
+use super::tile::{Emitter, SbufAllocator, dma, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorCopy, TensorReduce,
-    TensorScalar, TensorTensor,
 };
 
 /// Largest input plane (fp32 elements per partition).
@@ -260,12 +259,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             let op = if first {
                                 Op::TensorCopy(TensorCopy { dst: z(1), src: x })
                             } else {
-                                Op::TensorTensor(TensorTensor {
-                                    dst: z(1),
-                                    in0: z(1),
-                                    in1: x,
-                                    op: AluOp::Add,
-                                })
+                                tt(z(1), z(1), x, AluOp::Add)
                             };
                             e.push(Engine::Vector, op);
                             first = false;
@@ -310,16 +304,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         negate: false,
                     });
                     e.push(Engine::Vector, op);
-                    let op = Op::TensorScalar(TensorScalar {
-                        dst,
-                        src: sum,
-                        op0: AluOp::Multiply,
-                        operand0: ScalarOperand::Imm(1.0 / div),
-                        reverse0: false,
-                        op1: None,
-                        operand1: None,
-                        reverse1: false,
-                    });
+                    let op = ts(dst, sum, AluOp::Multiply, ScalarOperand::Imm(1.0 / div), None);
                     e.push(Engine::Vector, op);
                 }
             }
@@ -335,20 +320,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             // trunc(q): n = rne(q); n −= (n > q)·(q ≥ 0); n += (n < q)·(q < 0).
             let t = |i: usize, dt: DType| AccessPattern::sbuf(dt, 0, p, int_tiles[i], vec![[1, plane_out]]);
             let q = AccessPattern::sbuf(DType::F32, 0, p, s_off, vec![[1, plane_out]]);
-            let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
-                Op::TensorTensor(TensorTensor { dst, in0, in1, op })
-            };
+            let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| tt(dst, in0, in1, op);
             let ts = |dst: AccessPattern, src: AccessPattern, op: AluOp, v: f64| {
-                Op::TensorScalar(TensorScalar {
-                    dst,
-                    src,
-                    op0: op,
-                    operand0: ScalarOperand::Imm(v),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
-                })
+                ts(dst, src, op, ScalarOperand::Imm(v), None)
             };
             let (ni, nf, a, b) = (t(0, DType::I32), t(1, DType::F32), t(2, DType::F32), t(3, DType::F32));
             e.push(
@@ -602,9 +576,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                     pattern,
                 }),
             );
-            let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
-                Op::TensorTensor(TensorTensor { dst, in0, in1, op })
-            };
+            let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| tt(dst, in0, in1, op);
             let (g, n, q) = (
                 dense(DType::F32, g_off, p),
                 dense(DType::F32, n_off, p),
@@ -756,12 +728,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 pattern: vec![[0, plane_out]],
             });
             e.push(Engine::Gpsimd, op);
-            let op = Op::TensorTensor(TensorTensor {
-                dst: ix.clone(),
-                in0: ix,
-                in1: base,
-                op: AluOp::Add,
-            });
+            let op = tt(ix.clone(), ix, base, AluOp::Add);
             e.push(Engine::Gpsimd, op);
             for o in 0..plane_out as u64 {
                 let src = AccessPattern::sbuf(go_d, 0, p, g_off + o * go_d.size() as u64, vec![[1, 1]]);
@@ -889,16 +856,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 };
                 let mut src = g;
                 for f in factors {
-                    let op = Op::TensorScalar(TensorScalar {
-                        dst: delta.clone(),
-                        src,
-                        op0: AluOp::Multiply,
-                        operand0: ScalarOperand::Imm(1.0 / f),
-                        reverse0: false,
-                        op1: None,
-                        operand1: None,
-                        reverse1: false,
-                    });
+                    let op = ts(delta.clone(), src, AluOp::Multiply, ScalarOperand::Imm(1.0 / f), None);
                     e.push(Engine::Vector, op);
                     src = delta.clone();
                 }
@@ -909,16 +867,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                     a_off + ((wh.start * iw + ww.start) * acc_d.size() as i64) as u64,
                     vec![[iw, wh.len], [1, ww.len]],
                 );
-                let op = Op::TensorScalar(TensorScalar {
-                    dst: view.clone(),
-                    src: view,
-                    op0: AluOp::Add,
-                    operand0: ScalarOperand::Tile(delta),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
-                });
+                let op = ts(view.clone(), view, AluOp::Add, ScalarOperand::Tile(delta), None);
                 e.push(Engine::Vector, op);
             }
         }

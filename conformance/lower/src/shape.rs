@@ -607,7 +607,7 @@ fn lower_cat(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{OpCall, Value};
+    use crate::call::Value;
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor, Op};
 
@@ -627,17 +627,8 @@ mod tests {
         .into();
         let mut all = vec![Value::Tensor("input.0".into())];
         all.extend(args);
-        let call = OpCall {
-            args: all,
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op,
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional(op, all, &tensors);
+        let req = input.request();
         let l = lower(&req, TargetName::Trn1).expect("lowers");
         for i in &l.program.instructions {
             let Op::DmaCopy(d) = &i.op else {

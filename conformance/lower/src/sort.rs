@@ -27,14 +27,14 @@
 //! Limits (both paths): `n` ≤ 16 384 (max8's free size; the network's 128 × 128 tile); integer
 //! values are exact below 2^24.
 
-use super::tile::{Emitter, SbufAllocator, Slot, dma, ts};
+use super::tile::{Emitter, SbufAllocator, Slot, dma, stt, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::TensorArg;
 use ScalarOperand::Imm;
 use trnsim::{
-    AccessPattern, AffineSelect, AluOp, CmpOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota,
-    MatchReplace8, Max8, Memset, NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName,
-    TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor, TensorTensorScan,
+    AccessPattern, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, IndirectSide, Iota, MatchReplace8, Max8, Memset,
+    NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated,
+    TensorReduce, TensorTensorScan,
 };
 
 /// `nonzero`: the output's row count is data-dependent. The program writes a buffer of the upper
@@ -90,16 +90,13 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             );
             e.push(
                 Engine::Vector,
-                Op::TensorScalar(TensorScalar {
-                    dst: ca(DType::I32),
-                    src: ca(DType::F32),
-                    op0: AluOp::NotEqual,
-                    operand0: ScalarOperand::Imm(0.0),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
-                }),
+                ts(
+                    ca(DType::I32),
+                    ca(DType::F32),
+                    AluOp::NotEqual,
+                    ScalarOperand::Imm(0.0),
+                    None,
+                ),
             );
         }
         e.push(
@@ -201,16 +198,13 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         e.push(Engine::Dma, dma(sa(xv, DType::F32), src));
         e.push(
             Engine::Vector,
-            Op::TensorScalar(TensorScalar {
-                dst: sa(xv, DType::F32),
-                src: sa(xv, DType::F32),
-                op0: AluOp::NotEqual,
-                operand0: ScalarOperand::Imm(0.0),
-                reverse0: false,
-                op1: None,
-                operand1: None,
-                reverse1: false,
-            }),
+            ts(
+                sa(xv, DType::F32),
+                sa(xv, DType::F32),
+                AluOp::NotEqual,
+                ScalarOperand::Imm(0.0),
+                None,
+            ),
         );
         e.push(
             Engine::Vector,
@@ -247,23 +241,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         );
         e.push(
             Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: col(col_offset),
-                in0: offsets_ps,
-                in1: col(col_carry),
-                op: AluOp::Add,
-            }),
+            tt(col(col_offset), offsets_ps, col(col_carry), AluOp::Add),
         );
         let carry_all = AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]);
-        e.push(
-            Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: carry_all.clone(),
-                in0: total_ps,
-                in1: carry_all,
-                op: AluOp::Add,
-            }),
-        );
+        e.push(Engine::Vector, tt(carry_all.clone(), total_ps, carry_all, AluOp::Add));
         // Output row: (cs + offset)·m − 1, i.e. −1 (skipped) for zeros.
         e.push(
             Engine::Vector,
@@ -280,16 +261,13 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         );
         e.push(
             Engine::Vector,
-            Op::TensorScalar(TensorScalar {
-                dst: sa(ix, DType::I32),
-                src: sa(cs, DType::F32),
-                op0: AluOp::Add,
-                operand0: ScalarOperand::Imm(-1.0),
-                reverse0: false,
-                op1: None,
-                operand1: None,
-                reverse1: false,
-            }),
+            ts(
+                sa(ix, DType::I32),
+                sa(cs, DType::F32),
+                AluOp::Add,
+                ScalarOperand::Imm(-1.0),
+                None,
+            ),
         );
         // The chunk's free shape: [seg, inner dims…].
         let free_shape: Vec<usize> = std::iter::once(seg).chain(shape[dr + 1..].iter().copied()).collect();
@@ -334,17 +312,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             let dst = AccessPattern::hbm(out, DType::I32, d as u64, 1, 0, vec![[1, 1]]);
             e.push(
                 Engine::Dma,
-                Op::DmaCopy(DmaCopy {
-                    dst,
-                    src,
-                    accumulate: false,
-                    indirect: Some(Indirect {
-                        side: IndirectSide::Dst,
-                        index: sa(ix, DType::I32),
-                        row_step: r as i64,
-                        oob: OobMode::Skip,
-                    }),
-                }),
+                Op::dma_indirect(dst, src, IndirectSide::Dst, sa(ix, DType::I32), r as i64, OobMode::Skip),
             );
         }
     }
@@ -533,15 +501,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             // match_replace8 never matches it) and −inf (it equals the −inf written over every
             // extracted element, so its match could hit an extracted one). Their masks and counts;
             // NaN becomes −inf so that every special element sinks below the ordinary ones.
-            e.push(
-                Engine::Vector,
-                Op::TensorTensor(TensorTensor {
-                    dst: mask(nan_mask),
-                    in0: sa(a, n),
-                    in1: sa(a, n),
-                    op: AluOp::NotEqual,
-                }),
-            );
+            e.push(Engine::Vector, tt(mask(nan_mask), sa(a, n), sa(a, n), AluOp::NotEqual));
             e.push(
                 Engine::Vector,
                 ts(mask(ninf_mask), sa(a, n), AluOp::IsEqual, Imm(f64::NEG_INFINITY), None),
@@ -614,12 +574,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             per_scalar(&mut e, COL_ORDINARY, COL_NAN_COUNT);
             e.push(
                 Engine::Vector,
-                Op::TensorTensor(TensorTensor {
-                    dst: col(COL_ORDINARY),
-                    in0: col(COL_ORDINARY),
-                    in1: col(COL_NEG_INF_COUNT),
-                    op: AluOp::Subtract,
-                }),
+                tt(
+                    col(COL_ORDINARY),
+                    col(COL_ORDINARY),
+                    col(COL_NEG_INF_COUNT),
+                    AluOp::Subtract,
+                ),
             );
             if largest {
                 per_scalar(&mut e, COL_NEG_INF_BASE, COL_NEG_INF_COUNT);
@@ -669,17 +629,14 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 |e: &mut Emitter, scratch: &str, dt: DType, src: AccessPattern, index: Slot, w: usize, out: &str| {
                     let rows = AccessPattern::hbm(scratch, dt, 0, pc, w as i64, vec![[1, w as i64]]);
                     e.push(Engine::Dma, dma(rows, src));
-                    let op = Op::DmaCopy(DmaCopy {
-                        dst: AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
-                        src: AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
-                        accumulate: false,
-                        indirect: Some(Indirect {
-                            side: IndirectSide::Dst,
-                            index: i32s(index, w),
-                            row_step: 1,
-                            oob: OobMode::Skip,
-                        }),
-                    });
+                    let op = Op::dma_indirect(
+                        AccessPattern::hbm(out, dt, 0, 1, 0, vec![[1, 1]]),
+                        AccessPattern::hbm(scratch, dt, 0, pc * w, 1, vec![[1, 1]]),
+                        IndirectSide::Dst,
+                        i32s(index, w),
+                        1,
+                        OobMode::Skip,
+                    );
                     e.push(Engine::Dma, op);
                 };
 
@@ -733,45 +690,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     op1: AluOp::Add,
                 });
                 e.push(Engine::Vector, scan);
-                e.push(
-                    Engine::Vector,
-                    Op::TensorTensor(TensorTensor {
-                        dst: sa(dst, n),
-                        in0: sa(dst, n),
-                        in1: mask(m),
-                        op: AluOp::Subtract,
-                    }),
-                );
+                e.push(Engine::Vector, tt(sa(dst, n), sa(dst, n), mask(m), AluOp::Subtract));
                 if let Some(c) = base {
                     e.push(Engine::Vector, ts(sa(dst, n), sa(dst, n), AluOp::Add, tile(c), None));
                 }
-                e.push(
-                    Engine::Vector,
-                    Op::TensorTensor(TensorTensor {
-                        dst: sa(dst, n),
-                        in0: sa(dst, n),
-                        in1: mask(m),
-                        op: AluOp::Multiply,
-                    }),
-                );
+                e.push(Engine::Vector, tt(sa(dst, n), sa(dst, n), mask(m), AluOp::Multiply));
             }
+            e.push(Engine::Vector, tt(sa(a, n), sa(a, n), sa(b, n), AluOp::Add));
             e.push(
                 Engine::Vector,
-                Op::TensorTensor(TensorTensor {
-                    dst: sa(a, n),
-                    in0: sa(a, n),
-                    in1: sa(b, n),
-                    op: AluOp::Add,
-                }),
-            );
-            e.push(
-                Engine::Vector,
-                Op::TensorTensor(TensorTensor {
-                    dst: sa(b, n),
-                    in0: mask(nan_mask),
-                    in1: mask(ninf_mask),
-                    op: AluOp::Add,
-                }),
+                tt(sa(b, n), mask(nan_mask), mask(ninf_mask), AluOp::Add),
             );
             to_offsets(&mut e, a, b, n);
             // Their values: NaN, or the lane's original infinity; their indices: j.
@@ -1134,15 +1062,7 @@ impl Network<'_> {
             e.push(Engine::Gpsimd, iota);
             if self.float {
                 let mask = AccessPattern::sbuf(DType::U8, 0, p, nan.offset, vec![[1, f as i64]]);
-                e.push(
-                    Engine::Vector,
-                    Op::TensorTensor(TensorTensor {
-                        dst: mask.clone(),
-                        in0: w.clone(),
-                        in1: w.clone(),
-                        op: AluOp::NotEqual,
-                    }),
-                );
+                e.push(Engine::Vector, tt(mask.clone(), w.clone(), w.clone(), AluOp::NotEqual));
                 e.push(
                     Engine::Vector,
                     Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -1195,12 +1115,7 @@ impl Network<'_> {
                 let f32s = AccessPattern::sbuf(DType::F32, 0, w.rows, tmp.offset, vec![[1, half as i64]]);
                 let (wa, wb, sa, sb) = (w.half(b, false), w.half(b, true), s.half(b, false), s.half(b, true));
                 let tt = |dst: AccessPattern, in0: &AccessPattern, in1: &AccessPattern, op: AluOp| {
-                    Op::TensorTensor(TensorTensor {
-                        dst,
-                        in0: in0.clone(),
-                        in1: in1.clone(),
-                        op,
-                    })
+                    tt(dst, in0.clone(), in1.clone(), op)
                 };
                 e.push(Engine::Vector, tt(u8s(swap), &wa, &wb, AluOp::IsGt));
                 e.push(Engine::Vector, tt(u8s(equal), &wa, &wb, AluOp::IsEqual));
@@ -1359,27 +1274,6 @@ const COL_NAN_BASE: usize = 6;
 const COL_NEG_INF_BASE: usize = 7;
 const COL_LANE_BASE: usize = 8;
 const SCALARS: usize = 9;
-
-/// `dst = (src op0 operand0) op1 in1`.
-fn stt(
-    dst: AccessPattern,
-    src: AccessPattern,
-    op0: AluOp,
-    operand0: ScalarOperand,
-    op1: AluOp,
-    in1: AccessPattern,
-) -> Op {
-    Op::ScalarTensorTensor(ScalarTensorTensor {
-        dst,
-        src,
-        op0,
-        operand0,
-        op1,
-        in1,
-        reverse0: false,
-        reverse1: false,
-    })
-}
 
 #[cfg(test)]
 mod tests {
@@ -1560,17 +1454,8 @@ mod tests {
             // The upper bound, not the count: the device writes the count.
             ("output.0".to_string(), meta(TorchDType::I64, &[n, shape.len()])),
         ]);
-        let call = OpCall {
-            args: vec![Value::Tensor("input.0".into())],
-            kwargs: BTreeMap::new(),
-        };
-        let outputs = vec![Value::Tensor("output.0".into())];
-        let req = LowerRequest {
-            op: "nonzero",
-            call: &call,
-            tensors: &tensors,
-            outputs: &crate::OutputSlot::of(&outputs),
-        };
+        let input = crate::LowerInput::positional("nonzero", vec![Value::Tensor("input.0".into())], &tensors);
+        let req = input.request();
         let program = lower(&req, TargetName::Trn1).map(crate::schedule).unwrap().program;
         let inputs = BTreeMap::from([("input.0".to_string(), HostTensor::from_f32(shape, &x))]);
         let run = Executor::new(TargetName::Trn1).run(&program, &inputs).unwrap();

@@ -15,8 +15,8 @@
 
 use super::LowerError;
 use trnsim::{
-    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, DmaCopy, Engine, Instruction, Memset, Op, Program,
-    Reciprocal, ScalarOperand, Target, TensorCopy, TensorScalar, TensorTensor,
+    AccCmd, AccessPattern, ActFunc, Activation, AluOp, DType, Engine, Instruction, Memset, Op, Program, Reciprocal,
+    ScalarOperand, ScalarTensorTensor, Target, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
 };
 
 /// NumPy/PyTorch broadcasting of two shapes.
@@ -468,12 +468,7 @@ impl Buf {
 
 /// `dst = src` by DMA: a plain copy (no accumulation, no indirection), converting to `dst`'s dtype.
 pub fn dma(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaCopy(DmaCopy {
-        dst,
-        src,
-        accumulate: false,
-        indirect: None,
-    })
+    Op::dma_copy(dst, src)
 }
 
 /// `dst = value` on every element (`memset`; cast on write to `dst`'s dtype).
@@ -489,6 +484,23 @@ pub fn ts(
     v0: ScalarOperand,
     op1: Option<(AluOp, ScalarOperand)>,
 ) -> Op {
+    ts_with(dst, src, op0, v0, false, op1)
+}
+
+/// `dst = v0 op0 src` (`tensor_scalar`, one stage, the operand order reversed: `reverse0`).
+pub fn ts_rev(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: ScalarOperand) -> Op {
+    ts_with(dst, src, op0, v0, true, None)
+}
+
+/// `tensor_scalar` in full: `dst = (src op0 v0) op1 v1`, `v0 op0 src` first where `reverse0`.
+pub fn ts_with(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    v0: ScalarOperand,
+    reverse0: bool,
+    op1: Option<(AluOp, ScalarOperand)>,
+) -> Op {
     let (op1, operand1) = match op1 {
         Some((o, v)) => (Some(o), Some(v)),
         None => (None, None),
@@ -498,23 +510,9 @@ pub fn ts(
         src,
         op0,
         operand0: v0,
-        reverse0: false,
+        reverse0,
         op1,
         operand1,
-        reverse1: false,
-    })
-}
-
-/// `dst = v0 op0 src` (`tensor_scalar`, one stage, the operand order reversed: `reverse0`).
-pub fn ts_rev(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: ScalarOperand) -> Op {
-    Op::TensorScalar(TensorScalar {
-        dst,
-        src,
-        op0,
-        operand0: v0,
-        reverse0: true,
-        op1: None,
-        operand1: None,
         reverse1: false,
     })
 }
@@ -522,6 +520,66 @@ pub fn ts_rev(dst: AccessPattern, src: AccessPattern, op0: AluOp, v0: ScalarOper
 /// `dst = in0 op in1` elementwise (`tensor_tensor`).
 pub fn tt(dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp) -> Op {
     Op::TensorTensor(TensorTensor { dst, in0, in1, op })
+}
+
+/// `dst = (src op0 v0) op1 in1` (`scalar_tensor_tensor`, operands in order).
+pub fn stt(
+    dst: AccessPattern,
+    src: AccessPattern,
+    op0: AluOp,
+    v0: ScalarOperand,
+    op1: AluOp,
+    in1: AccessPattern,
+) -> Op {
+    Op::ScalarTensorTensor(ScalarTensorTensor {
+        dst,
+        src,
+        op0,
+        operand0: v0,
+        op1,
+        in1,
+        reverse0: false,
+        reverse1: false,
+    })
+}
+
+/// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
+pub fn copy(dst: AccessPattern, src: AccessPattern) -> Op {
+    Op::TensorCopy(TensorCopy { dst, src })
+}
+
+/// `dst = src` where `predicate != 0`, `dst` kept elsewhere (`tensor_copy_predicated`).
+pub fn copy_pred(dst: AccessPattern, src: AccessPattern, predicate: AccessPattern) -> Op {
+    Op::TensorCopyPredicated(TensorCopyPredicated {
+        dst,
+        src,
+        predicate,
+        reverse_pred: false,
+    })
+}
+
+/// `dst = 1 / src` (`reciprocal`).
+pub fn recip(dst: AccessPattern, src: AccessPattern) -> Op {
+    Op::Reciprocal(Reciprocal { dst, src })
+}
+
+/// `dst = func(src · scale + bias)` (`activation`, no accumulation).
+pub fn act(
+    dst: AccessPattern,
+    func: ActFunc,
+    src: AccessPattern,
+    scale: ScalarOperand,
+    bias: Option<ScalarOperand>,
+) -> Op {
+    Op::Activation(Activation {
+        dst,
+        func,
+        src,
+        bias,
+        scale,
+        acc: AccCmd::Idle,
+        reduce_res: None,
+    })
 }
 
 pub fn imm(v: f64) -> ScalarOperand {
@@ -644,36 +702,513 @@ impl Emitter {
         self.push(engine, tt(dst.ap(), a.ap(), b.ap(), op))
     }
 
+    /// `dst = (src op0 v0) op1 v1` with immediates, rounded to `dst`'s dtype after each operator
+    /// as PyTorch's separate ops round: one instruction where that rounding cannot matter (an
+    /// fp32 `dst`, or an exact `op1`: max, min, abs), else one per operator.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tensor_scalar_rounded(
+        &mut self,
+        engine: Engine,
+        dst: impl Operand,
+        src: impl Operand,
+        op0: AluOp,
+        v0: f64,
+        op1: AluOp,
+        v1: f64,
+    ) {
+        let dst = dst.ap();
+        let exact_op1 = matches!(op1, AluOp::Max | AluOp::Min | AluOp::Abs);
+        if dst.dtype == DType::F32 || exact_op1 {
+            self.push(engine, ts(dst, src.ap(), op0, imm(v0), Some((op1, imm(v1)))));
+        } else {
+            self.push(engine, ts(dst.clone(), src.ap(), op0, imm(v0), None));
+            self.push(engine, ts(dst.clone(), dst, op1, imm(v1), None));
+        }
+    }
+
+    /// `dst = (src op0 s0) op1 in1` (`scalar_tensor_tensor`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scalar_tensor_tensor(
+        &mut self,
+        engine: Engine,
+        dst: impl Operand,
+        src: impl Operand,
+        op0: AluOp,
+        s0: ScalarOperand,
+        op1: AluOp,
+        in1: impl Operand,
+    ) -> usize {
+        self.push(engine, stt(dst.ap(), src.ap(), op0, s0, op1, in1.ap()))
+    }
+
+    /// `dst = value` on every element (`memset`).
+    pub fn memset(&mut self, engine: Engine, dst: impl Operand, value: f64) -> usize {
+        self.push(engine, memset(dst.ap(), value))
+    }
+
     /// `dst = src`, converting to `dst`'s dtype (`tensor_copy`).
     pub fn tensor_copy(&mut self, engine: Engine, dst: impl Operand, src: impl Operand) -> usize {
-        let op = Op::TensorCopy(TensorCopy {
-            dst: dst.ap(),
-            src: src.ap(),
-        });
-        self.push(engine, op)
+        self.push(engine, copy(dst.ap(), src.ap()))
     }
 
     /// `dst = 1 / src` on VectorE (`reciprocal`).
     pub fn reciprocal(&mut self, dst: impl Operand, src: impl Operand) -> usize {
-        let op = Op::Reciprocal(Reciprocal {
-            dst: dst.ap(),
-            src: src.ap(),
-        });
-        self.push(Engine::Vector, op)
+        self.push(Engine::Vector, recip(dst.ap(), src.ap()))
     }
 
     /// `dst = func(src + bias)` on ScalarE (`activation`, scale 1, no accumulation).
     pub fn activation(&mut self, dst: impl Operand, func: ActFunc, src: impl Operand, bias: Option<Scalar>) -> usize {
-        let op = Op::Activation(Activation {
-            dst: dst.ap(),
-            func,
-            src: src.ap(),
-            bias: bias.map(|b| b.operand()),
-            scale: imm(1.0),
-            acc: AccCmd::Idle,
-            reduce_res: None,
-        });
+        let op = act(dst.ap(), func, src.ap(), imm(1.0), bias.map(|b| b.operand()));
         self.push(Engine::Scalar, op)
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The register kernel: a straight-line instruction sequence over named tiles, replayed per tile
+// job. A family composes its math over [`Reg`]s once (`unary.rs`, `activation.rs`); [`Kernel::emit`]
+// gives every register an SBUF tile and turns each [`Step`] into its instruction, here.
+
+/// A tile of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reg {
+    /// The loaded input (its dtype is the kernel's `x_dtype`).
+    X,
+    /// The output tile (the output's device dtype).
+    Out,
+    /// fp32 scratch tile `n`.
+    T(u8),
+    /// uint8 mask tile `n` (0/1, a predicate for `tensor_copy_predicated`).
+    M(u8),
+    /// fp32 constant `n`: a `[P, 1]` tile set once per program (broadcast along the free axis).
+    K(u8),
+}
+
+/// One instruction of a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// `dst = (src op0 v0) [op1 v1]` with immediates (`rev`: immediate on the left).
+    Ts {
+        eng: Engine,
+        dst: Reg,
+        src: Reg,
+        op0: AluOp,
+        v0: f64,
+        rev0: bool,
+        op1: Option<(AluOp, f64)>,
+    },
+    /// `dst = a op b`.
+    Tt {
+        eng: Engine,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        op: AluOp,
+    },
+    /// `dst = (src op0 v0) op1 b` (VectorE `scalar_tensor_tensor`).
+    Stt {
+        dst: Reg,
+        src: Reg,
+        op0: AluOp,
+        v0: f64,
+        op1: AluOp,
+        b: Reg,
+    },
+    /// ScalarE `dst = func(src · scale + bias)`; the bias is a constant tile.
+    Act {
+        dst: Reg,
+        func: ActFunc,
+        src: Reg,
+        scale: f64,
+        bias: Option<Reg>,
+    },
+    /// Copy with cast.
+    Copy { eng: Engine, dst: Reg, src: Reg },
+    /// VectorE `reciprocal`.
+    Recip { dst: Reg, src: Reg },
+    /// `dst = src` where `mask != 0` (VectorE `tensor_copy_predicated`).
+    Sel { dst: Reg, src: Reg, mask: Reg },
+}
+
+impl Step {
+    pub fn engine(&self) -> Engine {
+        match self {
+            Step::Ts { eng, .. } | Step::Tt { eng, .. } | Step::Copy { eng, .. } => *eng,
+            Step::Act { .. } => Engine::Scalar,
+            Step::Stt { .. } | Step::Recip { .. } | Step::Sel { .. } => Engine::Vector,
+        }
+    }
+
+    pub fn reads(&self) -> Vec<Reg> {
+        match self {
+            Step::Ts { src, .. } | Step::Copy { src, .. } | Step::Recip { src, .. } => vec![*src],
+            Step::Tt { a, b, .. } => vec![*a, *b],
+            Step::Stt { src, b, .. } => vec![*src, *b],
+            Step::Act { src, bias, .. } => std::iter::once(*src).chain(*bias).collect(),
+            // The destination keeps its other elements: it is read too.
+            Step::Sel { dst, src, mask } => vec![*src, *mask, *dst],
+        }
+    }
+
+    pub fn dst(&self) -> Reg {
+        match self {
+            Step::Ts { dst, .. }
+            | Step::Tt { dst, .. }
+            | Step::Stt { dst, .. }
+            | Step::Act { dst, .. }
+            | Step::Copy { dst, .. }
+            | Step::Recip { dst, .. }
+            | Step::Sel { dst, .. } => *dst,
+        }
+    }
+}
+
+/// A kernel: its input tile dtype, its steps, and the scratch it needs.
+#[derive(Clone, Debug, Default)]
+pub struct Kernel {
+    pub steps: Vec<Step>,
+    n_tmp: u8,
+    n_mask: u8,
+    /// Constant values, by `Reg::K` index.
+    pub consts: Vec<f64>,
+}
+
+impl Kernel {
+    pub fn new() -> Kernel {
+        Kernel::default()
+    }
+
+    /// A fresh fp32 scratch tile.
+    pub fn tmp(&mut self) -> Reg {
+        self.n_tmp += 1;
+        Reg::T(self.n_tmp - 1)
+    }
+
+    /// A fresh uint8 mask tile.
+    pub fn mask(&mut self) -> Reg {
+        self.n_mask += 1;
+        Reg::M(self.n_mask - 1)
+    }
+
+    /// The constant tile holding `v` (one per distinct value).
+    pub fn k(&mut self, v: f64) -> Reg {
+        let bits = (v as f32).to_bits();
+        if let Some(i) = self.consts.iter().position(|c| (*c as f32).to_bits() == bits) {
+            return Reg::K(i as u8);
+        }
+        self.consts.push(v);
+        Reg::K((self.consts.len() - 1) as u8)
+    }
+
+    /// `dst = src op0 v0` on VectorE.
+    pub fn ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
+        self.ts_on(Engine::Vector, dst, src, (op0, v0, false), None);
+    }
+
+    /// `dst = (src op0 v0) op1 v1` on VectorE.
+    pub fn ts2(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, v1: f64) {
+        self.ts_on(Engine::Vector, dst, src, (op0, v0, false), Some((op1, v1)));
+    }
+
+    /// `dst = v0 op0 src` (immediate on the left).
+    pub fn ts_rev(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
+        self.ts_on(Engine::Vector, dst, src, (op0, v0, true), None);
+    }
+
+    /// GpSimd exact int32 `dst = (src op0 v0) [op1 v1]`.
+    pub fn gp_ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, rev0: bool, op1: Option<(AluOp, f64)>) {
+        self.ts_on(Engine::Gpsimd, dst, src, (op0, v0, rev0), op1);
+    }
+
+    /// The one `tensor_scalar` step: `(op0, v0, reverse0)`, then `op1` if any.
+    fn ts_on(&mut self, eng: Engine, dst: Reg, src: Reg, first: (AluOp, f64, bool), op1: Option<(AluOp, f64)>) {
+        let (op0, v0, rev0) = first;
+        self.steps.push(Step::Ts {
+            eng,
+            dst,
+            src,
+            op0,
+            v0,
+            rev0,
+            op1,
+        });
+    }
+
+    pub fn tt(&mut self, dst: Reg, a: Reg, op: AluOp, b: Reg) {
+        self.steps.push(Step::Tt {
+            eng: Engine::Vector,
+            dst,
+            a,
+            b,
+            op,
+        });
+    }
+
+    pub fn stt(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, b: Reg) {
+        self.steps.push(Step::Stt {
+            dst,
+            src,
+            op0,
+            v0,
+            op1,
+            b,
+        });
+    }
+
+    /// `dst = func(src · scale + bias)` on ScalarE. The caller guarantees the argument stays in
+    /// the function's valid range.
+    pub fn act(&mut self, dst: Reg, func: ActFunc, src: Reg, scale: f64, bias: f64) {
+        let bias = if bias == 0.0 { None } else { Some(self.k(bias)) };
+        self.steps.push(Step::Act {
+            dst,
+            func,
+            src,
+            scale,
+            bias,
+        });
+    }
+
+    pub fn copy(&mut self, dst: Reg, src: Reg) {
+        self.steps.push(Step::Copy {
+            eng: Engine::Vector,
+            dst,
+            src,
+        });
+    }
+
+    pub fn recip(&mut self, dst: Reg, src: Reg) {
+        self.steps.push(Step::Recip { dst, src });
+    }
+
+    pub fn sel(&mut self, dst: Reg, src: Reg, mask: Reg) {
+        self.steps.push(Step::Sel { dst, src, mask });
+    }
+
+    /// `dst = v` where `mask`.
+    pub fn sel_const(&mut self, dst: Reg, v: f64, mask: Reg) {
+        let k = self.k(v);
+        self.sel(dst, k, mask);
+    }
+
+    /// A mask `src op v` (compare into uint8).
+    pub fn cmp(&mut self, src: Reg, op: AluOp, v: f64) -> Reg {
+        let m = self.mask();
+        self.ts(m, src, op, v);
+        m
+    }
+
+    /// A mask `src != src` (NaN).
+    pub fn is_nan(&mut self, src: Reg) -> Reg {
+        let m = self.mask();
+        self.tt(m, src, AluOp::NotEqual, src);
+        m
+    }
+
+    /// A new scratch tile filled with `v`.
+    pub fn fill(&mut self, v: f64) -> Reg {
+        let t = self.tmp();
+        let k = self.k(v);
+        self.copy(t, k);
+        t
+    }
+
+    /// Which SBUF tile each scratch (`T`) and mask (`M`) register uses, and how many tiles of
+    /// each kind: registers whose live ranges (first to last step naming them) do not overlap
+    /// share a tile, so the long kernels (tan with the Payne–Hanek reduction) fit SBUF. A
+    /// register freed at step i is reused from step i + 1 on; the emitter's slot tracking orders
+    /// the reuse (write after read).
+    pub fn tile_slots(&self) -> (std::collections::HashMap<Reg, usize>, (usize, usize)) {
+        use std::collections::HashMap;
+        let mut last_use: HashMap<Reg, usize> = HashMap::new();
+        for (i, s) in self.steps.iter().enumerate() {
+            for r in s.reads().into_iter().chain(std::iter::once(s.dst())) {
+                last_use.insert(r, i);
+            }
+        }
+        let mut tile_of = HashMap::new();
+        // Per kind (0: fp32 scratch, 1: mask): free tiles, tiles in use (register, tile), count.
+        let mut free: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+        let mut live: [Vec<(Reg, usize)>; 2] = [Vec::new(), Vec::new()];
+        let mut count = [0usize; 2];
+        for (i, s) in self.steps.iter().enumerate() {
+            for kind in 0..2 {
+                let (ended, still): (Vec<_>, Vec<_>) = live[kind].iter().partition(|(r, _)| last_use[r] < i);
+                free[kind].extend(ended.iter().map(|(_, t)| *t));
+                live[kind] = still;
+            }
+            for r in s.reads().into_iter().chain(std::iter::once(s.dst())) {
+                let kind = match r {
+                    Reg::T(_) => 0,
+                    Reg::M(_) => 1,
+                    _ => continue,
+                };
+                if tile_of.contains_key(&r) {
+                    continue;
+                }
+                let tile = free[kind].pop().unwrap_or_else(|| {
+                    count[kind] += 1;
+                    count[kind] - 1
+                });
+                tile_of.insert(r, tile);
+                live[kind].push((r, tile));
+            }
+        }
+        (tile_of, (count[0], count[1]))
+    }
+}
+
+/// The SBUF tile of every register of a [`Kernel`]: input and output tiles, scratch and mask
+/// tiles shared by live range ([`Kernel::tile_slots`]), one `[P, 1]` slot per constant.
+#[derive(Clone, Debug)]
+pub struct RegTiles {
+    slots: std::collections::HashMap<Reg, Slot>,
+    x_dtype: DType,
+    out_dtype: DType,
+}
+
+impl RegTiles {
+    fn dtype(&self, r: Reg) -> DType {
+        match r {
+            Reg::X => self.x_dtype,
+            Reg::Out => self.out_dtype,
+            Reg::T(_) | Reg::K(_) => DType::F32,
+            Reg::M(_) => DType::U8,
+        }
+    }
+
+    /// Register `r` over the whole of `job`'s tile (a constant is broadcast along the free axis
+    /// with step 0).
+    fn ap(&self, r: Reg, job: &TileJob) -> AccessPattern {
+        let off = self.slots[&r].offset;
+        match r {
+            Reg::K(_) => AccessPattern::sbuf(DType::F32, 0, job.partitions, off, vec![[0, job.free_elems() as i64]]),
+            _ => job.sbuf_flat(self.dtype(r), off),
+        }
+    }
+
+    /// Constant register `k` as a `[P, 1]` per-partition scalar.
+    fn scalar(&self, k: Reg, p: usize) -> ScalarOperand {
+        ScalarOperand::Tile(AccessPattern::sbuf(
+            DType::F32,
+            0,
+            p,
+            self.slots[&k].offset,
+            vec![[1, 1]],
+        ))
+    }
+
+    /// The input tile of `job`, shaped like the HBM side (for the loading DMA).
+    pub fn x_shaped(&self, job: &TileJob) -> AccessPattern {
+        job.sbuf_shaped(self.x_dtype, self.slots[&Reg::X].offset)
+    }
+
+    /// The output tile of `job`, shaped like the HBM side (for the storing DMA).
+    pub fn out_shaped(&self, job: &TileJob) -> AccessPattern {
+        job.sbuf_shaped(self.out_dtype, self.slots[&Reg::Out].offset)
+    }
+}
+
+impl Kernel {
+    /// Allocates every register's tile for jobs of up to `max_free` elements per partition: the
+    /// input as `x_dtype`, the output as `out_dtype`.
+    pub fn tiles(
+        &self,
+        alloc: &mut SbufAllocator,
+        x_dtype: DType,
+        out_dtype: DType,
+        max_free: usize,
+    ) -> Result<RegTiles, LowerError> {
+        let mut regs: Vec<Reg> = Vec::new();
+        for s in &self.steps {
+            for r in s.reads().into_iter().chain(std::iter::once(s.dst())) {
+                if !regs.contains(&r) {
+                    regs.push(r);
+                }
+            }
+        }
+        let mut slots = std::collections::HashMap::new();
+        slots.insert(Reg::X, alloc.slot(max_free * x_dtype.size())?);
+        slots.insert(Reg::Out, alloc.slot(max_free * out_dtype.size())?);
+        let (tile_of, n_tiles) = self.tile_slots();
+        let scratch = (0..n_tiles.0)
+            .map(|_| alloc.slot(max_free * DType::F32.size()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let masks = (0..n_tiles.1)
+            .map(|_| alloc.slot(max_free * DType::U8.size()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for &r in &regs {
+            let slot = match r {
+                Reg::X | Reg::Out => continue,
+                Reg::K(_) => alloc.slot(DType::F32.size())?,
+                Reg::T(_) => scratch[tile_of[&r]],
+                Reg::M(_) => masks[tile_of[&r]],
+            };
+            slots.insert(r, slot);
+        }
+        Ok(RegTiles {
+            slots,
+            x_dtype,
+            out_dtype,
+        })
+    }
+
+    /// Sets every constant the steps name, once, on `partitions` partitions.
+    pub fn emit_consts(&self, e: &mut Emitter, tiles: &RegTiles, partitions: usize) {
+        for (i, &v) in self.consts.iter().enumerate() {
+            if let Some(slot) = tiles.slots.get(&Reg::K(i as u8)) {
+                let ap = AccessPattern::sbuf(DType::F32, 0, partitions, slot.offset, vec![[1, 1]]);
+                e.push(Engine::Vector, memset(ap, v));
+            }
+        }
+    }
+
+    /// The steps over `job`'s tiles, one instruction each.
+    pub fn emit_job(&self, e: &mut Emitter, job: &TileJob, tiles: &RegTiles) {
+        for step in &self.steps {
+            e.push(step.engine(), step.op(job, tiles));
+        }
+    }
+}
+
+impl Step {
+    /// This step's instruction over `job`'s tiles.
+    pub fn op(&self, job: &TileJob, tiles: &RegTiles) -> Op {
+        let ap = |r: Reg| tiles.ap(r, job);
+        match *self {
+            Step::Ts {
+                dst,
+                src,
+                op0,
+                v0,
+                rev0,
+                op1,
+                ..
+            } => ts_with(ap(dst), ap(src), op0, imm(v0), rev0, op1.map(|(o, v)| (o, imm(v)))),
+            Step::Tt { dst, a, b, op, .. } => tt(ap(dst), ap(a), ap(b), op),
+            Step::Stt {
+                dst,
+                src,
+                op0,
+                v0,
+                op1,
+                b,
+            } => stt(ap(dst), ap(src), op0, imm(v0), op1, ap(b)),
+            Step::Act {
+                dst,
+                func,
+                src,
+                scale,
+                bias,
+            } => act(
+                ap(dst),
+                func,
+                ap(src),
+                imm(scale),
+                bias.map(|k| tiles.scalar(k, job.partitions)),
+            ),
+            Step::Copy { dst, src, .. } => copy(ap(dst), ap(src)),
+            Step::Recip { dst, src } => recip(ap(dst), ap(src)),
+            Step::Sel { dst, src, mask } => copy_pred(ap(dst), ap(src), ap(mask)),
+        }
     }
 }
 
@@ -810,14 +1345,6 @@ mod tests {
         let x = Buf::new(&mut alloc, DType::F32, 8).unwrap();
         let y = Buf::new(&mut alloc, DType::F32, 8).unwrap();
         let hbm = |name: &str| AccessPattern::hbm(name, DType::F32, 0, 4, 8, vec![[1, 8]]);
-        let dma = |dst, src| {
-            Op::DmaCopy(trnsim::DmaCopy {
-                dst,
-                src,
-                accumulate: false,
-                indirect: None,
-            })
-        };
         let mut e = Emitter::new(program);
         let load = e.push(Engine::Dma, dma(x.cols(4, 0, 8), hbm("a")));
         let compute = e.tensor_copy(Engine::Vector, y.at(4, 0, 8), x.at(4, 0, 8));

@@ -24,15 +24,12 @@
 //! Nothing is computed on the host: scalar arguments become immediates or constant tiles.
 
 use super::promote::{self, Category};
-use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimits, dma};
+use super::tile::{self, Emitter, Region, SbufAllocator, TileLimits, dma};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use std::f64::consts::{LN_2, PI};
-use trnsim::{
-    AccessPattern, ActFunc, Activation, AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand,
-    ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated, TensorScalar, TensorTensor,
-};
+use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Program, TargetName};
 
 /// Elements per partition of one tile. Scratch tiles are shared by live range
 /// (`Kernel::tile_slots`): the largest kernels (sin/cos/tan with the Payne–Hanek reduction) need
@@ -40,312 +37,12 @@ use trnsim::{
 /// `kernels_fit_sbuf`).
 const MAX_FREE: usize = 1024;
 
+pub use super::tile::{Kernel, Reg, Step};
+
 // ---------------------------------------------------------------------------------------------
-// The kernel IR: a straight-line instruction sequence over named tiles, replayed per tile job.
-
-/// A tile of the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reg {
-    /// The loaded input (its dtype is the kernel's `x_dtype`).
-    X,
-    /// The output tile (the output's device dtype).
-    Out,
-    /// fp32 scratch tile `n`.
-    T(u8),
-    /// uint8 mask tile `n` (0/1, a predicate for `tensor_copy_predicated`).
-    M(u8),
-    /// fp32 constant `n`: a `[P, 1]` tile set once per program (broadcast along the free axis).
-    K(u8),
-}
-
-/// One instruction of a kernel.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Step {
-    /// `dst = (src op0 v0) [op1 v1]` with immediates (`rev`: immediate on the left).
-    Ts {
-        eng: Engine,
-        dst: Reg,
-        src: Reg,
-        op0: AluOp,
-        v0: f64,
-        rev0: bool,
-        op1: Option<(AluOp, f64)>,
-    },
-    /// `dst = a op b`.
-    Tt {
-        eng: Engine,
-        dst: Reg,
-        a: Reg,
-        b: Reg,
-        op: AluOp,
-    },
-    /// `dst = (src op0 v0) op1 b` (VectorE `scalar_tensor_tensor`).
-    Stt {
-        dst: Reg,
-        src: Reg,
-        op0: AluOp,
-        v0: f64,
-        op1: AluOp,
-        b: Reg,
-    },
-    /// ScalarE `dst = func(src · scale + bias)`; the bias is a constant tile.
-    Act {
-        dst: Reg,
-        func: ActFunc,
-        src: Reg,
-        scale: f64,
-        bias: Option<Reg>,
-    },
-    /// Copy with cast.
-    Copy { eng: Engine, dst: Reg, src: Reg },
-    /// VectorE `reciprocal`.
-    Recip { dst: Reg, src: Reg },
-    /// `dst = src` where `mask != 0` (VectorE `tensor_copy_predicated`).
-    Sel { dst: Reg, src: Reg, mask: Reg },
-}
-
-impl Step {
-    fn engine(&self) -> Engine {
-        match self {
-            Step::Ts { eng, .. } | Step::Tt { eng, .. } | Step::Copy { eng, .. } => *eng,
-            Step::Act { .. } => Engine::Scalar,
-            Step::Stt { .. } | Step::Recip { .. } | Step::Sel { .. } => Engine::Vector,
-        }
-    }
-
-    fn reads(&self) -> Vec<Reg> {
-        match self {
-            Step::Ts { src, .. } | Step::Copy { src, .. } | Step::Recip { src, .. } => vec![*src],
-            Step::Tt { a, b, .. } => vec![*a, *b],
-            Step::Stt { src, b, .. } => vec![*src, *b],
-            Step::Act { src, bias, .. } => std::iter::once(*src).chain(*bias).collect(),
-            // The destination keeps its other elements: it is read too.
-            Step::Sel { dst, src, mask } => vec![*src, *mask, *dst],
-        }
-    }
-
-    fn dst(&self) -> Reg {
-        match self {
-            Step::Ts { dst, .. }
-            | Step::Tt { dst, .. }
-            | Step::Stt { dst, .. }
-            | Step::Act { dst, .. }
-            | Step::Copy { dst, .. }
-            | Step::Recip { dst, .. }
-            | Step::Sel { dst, .. } => *dst,
-        }
-    }
-}
-
-/// A kernel: its input tile dtype, its steps, and the scratch it needs.
-#[derive(Clone, Debug, Default)]
-pub struct Kernel {
-    pub steps: Vec<Step>,
-    n_tmp: u8,
-    n_mask: u8,
-    /// Constant values, by `Reg::K` index.
-    pub consts: Vec<f64>,
-}
+// The unary math, composed over the register kernel of `tile.rs`.
 
 impl Kernel {
-    pub fn new() -> Kernel {
-        Kernel::default()
-    }
-
-    /// A fresh fp32 scratch tile.
-    pub fn tmp(&mut self) -> Reg {
-        self.n_tmp += 1;
-        Reg::T(self.n_tmp - 1)
-    }
-
-    /// A fresh uint8 mask tile.
-    pub fn mask(&mut self) -> Reg {
-        self.n_mask += 1;
-        Reg::M(self.n_mask - 1)
-    }
-
-    /// The constant tile holding `v` (one per distinct value).
-    pub fn k(&mut self, v: f64) -> Reg {
-        let bits = (v as f32).to_bits();
-        if let Some(i) = self.consts.iter().position(|c| (*c as f32).to_bits() == bits) {
-            return Reg::K(i as u8);
-        }
-        self.consts.push(v);
-        Reg::K((self.consts.len() - 1) as u8)
-    }
-
-    pub fn ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Vector,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0: false,
-            op1: None,
-        });
-    }
-
-    pub fn ts2(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, v1: f64) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Vector,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0: false,
-            op1: Some((op1, v1)),
-        });
-    }
-
-    /// `dst = v0 op0 src` (immediate on the left).
-    pub fn ts_rev(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Vector,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0: true,
-            op1: None,
-        });
-    }
-
-    /// GpSimd exact int32 `dst = (src op0 v0) [op1 v1]`.
-    pub fn gp_ts(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, rev0: bool, op1: Option<(AluOp, f64)>) {
-        self.steps.push(Step::Ts {
-            eng: Engine::Gpsimd,
-            dst,
-            src,
-            op0,
-            v0,
-            rev0,
-            op1,
-        });
-    }
-
-    pub fn tt(&mut self, dst: Reg, a: Reg, op: AluOp, b: Reg) {
-        self.steps.push(Step::Tt {
-            eng: Engine::Vector,
-            dst,
-            a,
-            b,
-            op,
-        });
-    }
-
-    pub fn stt(&mut self, dst: Reg, src: Reg, op0: AluOp, v0: f64, op1: AluOp, b: Reg) {
-        self.steps.push(Step::Stt {
-            dst,
-            src,
-            op0,
-            v0,
-            op1,
-            b,
-        });
-    }
-
-    /// `dst = func(src · scale + bias)` on ScalarE. The caller guarantees the argument stays in
-    /// the function's valid range.
-    pub fn act(&mut self, dst: Reg, func: ActFunc, src: Reg, scale: f64, bias: f64) {
-        let bias = if bias == 0.0 { None } else { Some(self.k(bias)) };
-        self.steps.push(Step::Act {
-            dst,
-            func,
-            src,
-            scale,
-            bias,
-        });
-    }
-
-    pub fn copy(&mut self, dst: Reg, src: Reg) {
-        self.steps.push(Step::Copy {
-            eng: Engine::Vector,
-            dst,
-            src,
-        });
-    }
-
-    pub fn recip(&mut self, dst: Reg, src: Reg) {
-        self.steps.push(Step::Recip { dst, src });
-    }
-
-    pub fn sel(&mut self, dst: Reg, src: Reg, mask: Reg) {
-        self.steps.push(Step::Sel { dst, src, mask });
-    }
-
-    /// `dst = v` where `mask`.
-    pub fn sel_const(&mut self, dst: Reg, v: f64, mask: Reg) {
-        let k = self.k(v);
-        self.sel(dst, k, mask);
-    }
-
-    /// A mask `src op v` (compare into uint8).
-    pub fn cmp(&mut self, src: Reg, op: AluOp, v: f64) -> Reg {
-        let m = self.mask();
-        self.ts(m, src, op, v);
-        m
-    }
-
-    /// A mask `src != src` (NaN).
-    pub fn is_nan(&mut self, src: Reg) -> Reg {
-        let m = self.mask();
-        self.tt(m, src, AluOp::NotEqual, src);
-        m
-    }
-
-    /// A new scratch tile filled with `v`.
-    pub fn fill(&mut self, v: f64) -> Reg {
-        let t = self.tmp();
-        let k = self.k(v);
-        self.copy(t, k);
-        t
-    }
-
-    /// Which SBUF tile each scratch (`T`) and mask (`M`) register uses, and how many tiles of
-    /// each kind: registers whose live ranges (first to last step naming them) do not overlap
-    /// share a tile, so the long kernels (tan with the Payne–Hanek reduction) fit SBUF. A
-    /// register freed at step i is reused from step i + 1 on; the emitter's slot tracking orders
-    /// the reuse (write after read).
-    pub fn tile_slots(&self) -> (std::collections::HashMap<Reg, usize>, (usize, usize)) {
-        use std::collections::HashMap;
-        let mut last_use: HashMap<Reg, usize> = HashMap::new();
-        for (i, s) in self.steps.iter().enumerate() {
-            for r in s.reads().into_iter().chain(std::iter::once(s.dst())) {
-                last_use.insert(r, i);
-            }
-        }
-        let mut tile_of = HashMap::new();
-        // Per kind (0: fp32 scratch, 1: mask): free tiles, tiles in use (register, tile), count.
-        let mut free: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
-        let mut live: [Vec<(Reg, usize)>; 2] = [Vec::new(), Vec::new()];
-        let mut count = [0usize; 2];
-        for (i, s) in self.steps.iter().enumerate() {
-            for kind in 0..2 {
-                let (ended, still): (Vec<_>, Vec<_>) = live[kind].iter().partition(|(r, _)| last_use[r] < i);
-                free[kind].extend(ended.iter().map(|(_, t)| *t));
-                live[kind] = still;
-            }
-            for r in s.reads().into_iter().chain(std::iter::once(s.dst())) {
-                let kind = match r {
-                    Reg::T(_) => 0,
-                    Reg::M(_) => 1,
-                    _ => continue,
-                };
-                if tile_of.contains_key(&r) {
-                    continue;
-                }
-                let tile = free[kind].pop().unwrap_or_else(|| {
-                    count[kind] += 1;
-                    count[kind] - 1
-                });
-                tile_of.insert(r, tile);
-                live[kind].push((r, tile));
-            }
-        }
-        (tile_of, (count[0], count[1]))
-    }
-
     // --- Composite helpers (all fp32; `src` is an fp32 tile). --------------------------------
 
     /// `±1`: −1 where `src < 0`, else +1 (NaN: +1).
@@ -861,58 +558,10 @@ pub fn emit(
 
     let mut alloc = SbufAllocator::new(&target);
     let mut e = Emitter::new(program);
-    let parts = target.partitions;
-
-    // Tiles: every register the kernel names.
-    let mut regs: Vec<Reg> = Vec::new();
-    for s in &kernel.steps {
-        for r in s.reads().into_iter().chain(std::iter::once(s.dst())) {
-            if !regs.contains(&r) {
-                regs.push(r);
-            }
-        }
-    }
-    let dtype_of = |r: Reg| match r {
-        Reg::X => x_dtype,
-        Reg::Out => out_dev,
-        Reg::T(_) | Reg::K(_) => DType::F32,
-        Reg::M(_) => DType::U8,
-    };
-    let mut slots = std::collections::HashMap::new();
-    slots.insert(Reg::X, alloc.slot(MAX_FREE * x_dtype.size())?);
-    slots.insert(Reg::Out, alloc.slot(MAX_FREE * out_dev.size())?);
-    // Scratch and mask tiles share SBUF by live range (`Kernel::tile_slots`).
-    let (tile_of, n_tiles) = kernel.tile_slots();
-    let mut scratch = Vec::new();
-    for _ in 0..n_tiles.0 {
-        scratch.push(alloc.slot(MAX_FREE * DType::F32.size())?);
-    }
-    let mut masks = Vec::new();
-    for _ in 0..n_tiles.1 {
-        masks.push(alloc.slot(MAX_FREE * DType::U8.size())?);
-    }
-    for &r in &regs {
-        if slots.contains_key(&r) {
-            continue;
-        }
-        let slot = match r {
-            Reg::K(_) => alloc.slot(DType::F32.size())?,
-            Reg::T(_) => scratch[tile_of[&r]],
-            Reg::M(_) => masks[tile_of[&r]],
-            Reg::X | Reg::Out => unreachable!("allocated above"),
-        };
-        slots.insert(r, slot);
-    }
+    let tiles = kernel.tiles(&mut alloc, x_dtype, out_dev, MAX_FREE)?;
     let numel: usize = call.self_meta.shape.iter().product();
-    // Constants: set once on every partition.
     if numel > 0 {
-        for (i, &v) in kernel.consts.iter().enumerate() {
-            let r = Reg::K(i as u8);
-            if let Some(slot) = slots.get(&r) {
-                let ap = AccessPattern::sbuf(DType::F32, 0, parts, slot.offset, vec![[1, 1]]);
-                e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: v }));
-            }
-        }
+        kernel.emit_consts(&mut e, &tiles, target.partitions);
     }
 
     let strides = vec![
@@ -924,119 +573,17 @@ pub fn emit(
         TileLimits::for_target(&target, MAX_FREE),
     );
     for job in &jobs {
-        let x = slots[&Reg::X];
         e.push(
             Engine::Dma,
-            dma(
-                job.sbuf_shaped(x_dtype, x.offset),
-                job.hbm_ap(1, &call.self_name, self_dev),
-            ),
+            dma(tiles.x_shaped(job), job.hbm_ap(1, &call.self_name, self_dev)),
         );
-        for step in &kernel.steps {
-            let op = materialize(step, job, &slots, &dtype_of);
-            e.push(step.engine(), op);
-        }
-        let o = slots[&Reg::Out];
+        kernel.emit_job(&mut e, job, &tiles);
         e.push(
             Engine::Dma,
-            dma(
-                job.hbm_ap(0, &call.out_name, out_dev),
-                job.sbuf_shaped(out_dev, o.offset),
-            ),
+            dma(job.hbm_ap(0, &call.out_name, out_dev), tiles.out_shaped(job)),
         );
     }
     Ok(e.finish())
-}
-
-fn materialize(
-    step: &Step,
-    job: &TileJob,
-    slots: &std::collections::HashMap<Reg, Slot>,
-    dtype_of: &dyn Fn(Reg) -> DType,
-) -> Op {
-    let p = job.partitions;
-    // Full-tile operand (a constant is broadcast along the free axis with step 0).
-    let ap = |r: Reg| -> AccessPattern {
-        let off = slots[&r].offset;
-        match r {
-            Reg::K(_) => AccessPattern::sbuf(DType::F32, 0, p, off, vec![[0, job.free_elems() as i64]]),
-            _ => job.sbuf_flat(dtype_of(r), off),
-        }
-    };
-    let imm = ScalarOperand::Imm;
-    match step.clone() {
-        Step::Ts {
-            dst,
-            src,
-            op0,
-            v0,
-            rev0,
-            op1,
-            ..
-        } => Op::TensorScalar(TensorScalar {
-            dst: ap(dst),
-            src: ap(src),
-            op0,
-            operand0: imm(v0),
-            reverse0: rev0,
-            op1: op1.map(|o| o.0),
-            operand1: op1.map(|o| imm(o.1)),
-            reverse1: false,
-        }),
-        Step::Tt { dst, a, b, op, .. } => Op::TensorTensor(TensorTensor {
-            dst: ap(dst),
-            in0: ap(a),
-            in1: ap(b),
-            op,
-        }),
-        Step::Stt {
-            dst,
-            src,
-            op0,
-            v0,
-            op1,
-            b,
-        } => Op::ScalarTensorTensor(ScalarTensorTensor {
-            dst: ap(dst),
-            src: ap(src),
-            op0,
-            operand0: imm(v0),
-            op1,
-            in1: ap(b),
-            reverse0: false,
-            reverse1: false,
-        }),
-        Step::Act {
-            dst,
-            func,
-            src,
-            scale,
-            bias,
-        } => Op::Activation(Activation {
-            dst: ap(dst),
-            func,
-            src: ap(src),
-            bias: bias
-                .map(|k| ScalarOperand::Tile(AccessPattern::sbuf(DType::F32, 0, p, slots[&k].offset, vec![[1, 1]]))),
-            scale: imm(scale),
-            acc: Default::default(),
-            reduce_res: None,
-        }),
-        Step::Copy { dst, src, .. } => Op::TensorCopy(TensorCopy {
-            dst: ap(dst),
-            src: ap(src),
-        }),
-        Step::Recip { dst, src } => Op::Reciprocal(Reciprocal {
-            dst: ap(dst),
-            src: ap(src),
-        }),
-        Step::Sel { dst, src, mask } => Op::TensorCopyPredicated(TensorCopyPredicated {
-            dst: ap(dst),
-            src: ap(src),
-            predicate: ap(mask),
-            reverse_pred: false,
-        }),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1318,10 +865,24 @@ pub fn kernel(name: &str, input: TorchDType) -> Result<(Kernel, DType), String> 
 }
 
 pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+    lower_kernel(req, target, rule, |_, call| {
+        kernel(&call.name, call.self_meta.dtype).map_err(|e| req.unsupported(e))
+    })
+}
+
+/// Lowers a one-tensor elementwise call of a family whose output dtypes follow `rule` and whose
+/// register kernel `kernel` builds from the op's base name and the analysed call (unary,
+/// activation): the checks of [`analyze`], then [`emit`].
+pub fn lower_kernel(
+    req: &LowerRequest<'_>,
+    target: TargetName,
+    rule: fn(&str) -> Option<OutRule>,
+    kernel: impl FnOnce(&str, &UnaryCall) -> Result<(Kernel, DType), LowerError>,
+) -> Result<Lowered, LowerError> {
     let name = req.op.split('.').next().unwrap_or(req.op);
     let r = rule(name).ok_or_else(|| LowerError::NotLowered(req.op.to_string()))?;
     let call = analyze(req, r)?;
-    let (k, x_dtype) = kernel(&call.name, call.self_meta.dtype).map_err(|e| req.unsupported(e))?;
+    let (k, x_dtype) = kernel(name, &call)?;
     Ok(Lowered::new(emit(&call, &k, x_dtype, target, req)?))
 }
 
