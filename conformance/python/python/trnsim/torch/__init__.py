@@ -29,6 +29,7 @@ import torch
 
 from .. import neuron as _neuron_optin
 from . import _device, _report, _streams
+from . import _sizes as _sizes  # registers the device's forms of value-dependent-size ops
 from ._backend import BackendError
 from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 

@@ -724,6 +724,8 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         sname = out_names[decl]
         if data_dep is not None and decl == data_dep[0]:
             _, _, data = STATE.session.get(sname)
+            _report.REPORT.sync(name)  # the row count the engines wrote, read by the host
+            _report.REPORT.transfer("device_to_host")
             count_value = int(torch.frombuffer(data, dtype=torch.int32, count=1)[0])
             STATE.session.delete(sname)
             continue
@@ -1240,6 +1242,9 @@ def _dispatch(func, args, kwargs, top: bool):
     if func in _RNG_FORMS:
         _report.REPORT.op(name, "decomposed", top)
         return _RNG_FORMS[func](*args, **kwargs)
+    if func in EXTRA_FORMS:
+        _report.REPORT.op(name, "decomposed", top)
+        return EXTRA_FORMS[func](*args, **kwargs)
     if func._schema.is_mutable:
         return _inplace(func, args, kwargs, top)
     out = _via_module(func, args, kwargs, top)
@@ -1273,6 +1278,11 @@ def _dispatch(func, args, kwargs, top: bool):
     why = str(reason) if reason is not None else "trnconf has no lowering for it and PyTorch no decomposition"
     return _unsupported(func, args, kwargs, why)
 
+
+#: Ops outside the lowering that the device serves as its own compositions of lowered ops,
+#: registered by the modules that define them (`_sizes.py`, `_ordering.py`, `_training.py`):
+#: ``{overload: fn(*args, **kwargs)}``.
+EXTRA_FORMS: dict = {}
 
 _FOREACH_AS = {"norm": "linalg_vector_norm"}
 
@@ -1353,7 +1363,8 @@ def _unsupported(func, args, kwargs, why: str):
     if not STATE.fallback or nested:
         _report.REPORT.unsupported(name)
         raise UnsupportedOpError(
-            f"trnsim: aten::{name} is not supported on the {DEVICE_NAME} device ({why}); call form: {name}({form})."
+            f"trnsim: aten::{name} is not supported on the {DEVICE_NAME} device ({why}); call form: {name}({form}); "
+            f"called from {_call_site()}."
             + (
                 ""
                 if nested
