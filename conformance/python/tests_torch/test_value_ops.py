@@ -165,3 +165,131 @@ def test_unique_consecutive(x):
     n = x.numel()
     got = on_engines(lambda a: torch.unique_consecutive(a, **kw), x, syncs=1 if n else 0, compute=n > 0)
     same(got, torch.unique_consecutive(x, **kw))
+
+
+# ---------------------------------------------------------------------------------------------
+# ordering: stable sort, order statistics, searchsorted, histc (no sync)
+
+
+def _ties(shape, dtype, seed, nan=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 4, shape, generator=g).to(dtype)
+    if nan:
+        x.view(-1)[::5] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("shape,dim", [((40,), 0), ((3, 130), 1), ((17, 6), 0), ((2, 3, 300), -1), ((1,), 0)])
+@pytest.mark.parametrize(
+    "dtype,nan", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, False), (torch.int64, False)]
+)
+@pytest.mark.parametrize("descending", [False, True])
+def test_stable_sort_keeps_ties_in_input_order(shape, dim, dtype, nan, descending):
+    x = _ties(shape, dtype, seed=len(shape) + shape[-1], nan=nan)
+    got = on_engines(lambda a: torch.sort(a, dim=dim, descending=descending, stable=True), x, syncs=0)
+    # exact indices: with ties, only the stable order is right
+    same(got, torch.sort(x, dim=dim, descending=descending, stable=True))
+    got = on_engines(lambda a: torch.argsort(a, dim=dim, descending=descending, stable=True), x, syncs=0)
+    same(got, torch.argsort(x, dim=dim, descending=descending, stable=True))
+
+
+@pytest.mark.parametrize("shape,dim", [((9,), 0), ((4, 7), 1), ((6, 5), 0), ((2, 3, 8), -1), ((), 0)])
+@pytest.mark.parametrize("dtype,nan", [(torch.float32, False), (torch.float32, True), (torch.int64, False)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_median_nanmedian_kthvalue(shape, dim, dtype, nan, keepdim):
+    x = _ties(shape, dtype, seed=sum(shape) + 1, nan=nan) if shape else torch.tensor(2.5).to(dtype)
+    n = x.shape[dim] if x.dim() else 1
+    for op in (torch.median, torch.nanmedian):
+        got = on_engines(lambda a, op=op: op(a, dim, keepdim=keepdim), x, syncs=0)
+        want = op(x, dim, keepdim=keepdim)
+        same(got[0], want[0])
+        # the index: of an element holding the value (PyTorch's CPU picks among ties by its own
+        # selection algorithm), and where the value is a NaN, the CPU's own index
+        v = got[0].cpu()
+        idx = got[1].cpu()
+        base = x if x.dim() else x.reshape(1)
+        held = torch.gather(base, dim, idx if keepdim or not x.dim() else idx.unsqueeze(dim)).reshape(v.shape)
+        torch.testing.assert_close(held, v, equal_nan=True)
+        if dtype.is_floating_point and nan and op is torch.median:
+            # median's NaN is the lane's first in input order (nanmedian's index of an all-NaN
+            # lane is whatever the CPU's selection leaves there: not compared)
+            assert torch.equal(idx[v.isnan()], want[1][v.isnan()])
+    for k in sorted({1, (n + 1) // 2, n}):
+        got = on_engines(lambda a, k=k: torch.kthvalue(a, k, dim, keepdim=keepdim), x, syncs=0)
+        want = torch.kthvalue(x, k, dim, keepdim=keepdim)
+        same(got[0], want[0])
+    same(on_engines(torch.median, x, syncs=0), torch.median(x))
+    same(on_engines(torch.nanmedian, x, syncs=0), torch.nanmedian(x))
+
+
+def test_nanmedian_of_all_nan_rows_and_kthvalue_out_of_range():
+    x = torch.tensor([[float("nan")] * 3, [1.0, float("nan"), 0.0]])
+    same(on_engines(lambda a: torch.nanmedian(a, 1), x), torch.nanmedian(x, 1))
+    with pytest.raises(RuntimeError, match="out of range"):
+        torch.kthvalue(dev(x), 4, 1)
+
+
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("out_int32", [False, True])
+@pytest.mark.parametrize(
+    "seq,vals",
+    [
+        (torch.tensor([1.0, 2.0, 2.0, 3.0, 5.0]), torch.tensor([[-9.0, 1.0, 2.0], [2.5, 5.0, 99.0]])),
+        (
+            torch.tensor([[0.0, 1, 1, 4], [-3, -2, 0, 0]]),
+            torch.tensor([[1.0, -1, 4, 9, float("nan")], [0, -3, -2.5, 7, 0]]),
+        ),
+        (torch.arange(50), torch.tensor([-1, 0, 25, 49, 50, 1000])),
+        (torch.tensor([1.0, 2.0]), torch.tensor([float("inf"), float("-inf"), float("nan")])),
+        (torch.tensor([0.5, 1.5]), torch.tensor([], dtype=torch.float32)),
+    ],
+)
+def test_searchsorted_and_bucketize(seq, vals, right, out_int32):
+    kw = {"right": right, "out_int32": out_int32}
+    compute = vals.numel() > 0
+    got = on_engines(lambda s, v: torch.searchsorted(s, v, **kw), seq, vals, syncs=0, compute=compute)
+    same(got, torch.searchsorted(seq, vals, **kw))
+    side = "right" if right else "left"
+    got = on_engines(lambda s, v: torch.searchsorted(s, v, side=side), seq, vals, syncs=0, compute=compute)
+    same(got, torch.searchsorted(seq, vals, side=side))
+    if seq.dim() == 1:
+        same(
+            on_engines(lambda s, v: torch.bucketize(v, s, **kw), seq, vals, compute=compute),
+            torch.bucketize(vals, seq, **kw),
+        )
+        same(on_engines(lambda s: torch.searchsorted(s, 2, **kw), seq), torch.searchsorted(seq, 2, **kw))
+
+
+def test_searchsorted_with_a_sorter():
+    seq = torch.tensor([5.0, 1.0, 3.0, 3.0, 0.0])
+    sorter = torch.argsort(seq, stable=True)
+    vals = torch.tensor([3.0, 4.0, -1.0, 6.0])
+    got = on_engines(lambda s, v, o: torch.searchsorted(s, v, sorter=o), seq, vals, sorter, syncs=0)
+    same(got, torch.searchsorted(seq, vals, sorter=sorter))
+
+
+@pytest.mark.parametrize(
+    "bins,lo,hi", [(4, -1.0, 1.0), (10, 0.0, 0.0), (1, -2.0, 2.0), (7, 0.25, 0.75), (100, -3.0, 3.0)]
+)
+@pytest.mark.parametrize("shape", [(6, 5), (1000,), (0,), (1,)])
+def test_histc(bins, lo, hi, shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(bins))
+    if x.numel() > 4:
+        # the edges themselves, values beyond them and a NaN
+        x.view(-1)[:4] = torch.tensor([lo, hi, hi + 1.0, float("nan")])
+    got = on_engines(lambda a: torch.histc(a, bins=bins, min=lo, max=hi), x, syncs=0, compute=x.numel() > 0)
+    if x.numel() > 4 and lo == hi:
+        x = x[~x.isnan()]  # the CPU's own range inference refuses a NaN (its min/max are NaN)
+        got = on_engines(lambda a: torch.histc(a, bins=bins, min=lo, max=hi), x, syncs=0)
+    same(got, torch.histc(x, bins=bins, min=lo, max=hi))
+
+
+def test_histc_bins_on_boundaries_like_the_cpu():
+    # values whose bin the CPU's division puts on either side of an edge
+    edges = torch.linspace(-1, 1, 33)
+    x = torch.cat([edges, torch.nextafter(edges, torch.tensor(2.0)), torch.nextafter(edges, torch.tensor(-2.0))])
+    for bins in (3, 7, 32, 100):
+        same(
+            on_engines(lambda a, bins=bins: torch.histc(a, bins=bins, min=-1, max=1), x),
+            torch.histc(x, bins=bins, min=-1, max=1),
+        )

@@ -29,7 +29,10 @@ import torch
 
 from .. import neuron as _neuron_optin
 from . import _device, _report, _streams
-from . import _sizes as _sizes  # registers the device's forms of value-dependent-size ops
+
+# The device's own forms of ops outside the lowering (they register themselves in _device).
+from . import _ordering as _ordering
+from . import _sizes as _sizes
 from ._backend import BackendError
 from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 
