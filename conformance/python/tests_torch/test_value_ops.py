@@ -4,6 +4,8 @@ the CPU: value-dependent sizes (masked_select, bincount, repeat_interleave, uniq
 optimizers, GradScaler). Each checks that the engines computed it: compute-engine instructions
 in the op's programs, no fallback, and no device -> host read but the counted syncs."""
 
+import math
+
 import pytest
 import torch
 import trnsim.torch
@@ -293,3 +295,103 @@ def test_histc_bins_on_boundaries_like_the_cpu():
             on_engines(lambda a, bins=bins: torch.histc(a, bins=bins, min=-1, max=1), x),
             torch.histc(x, bins=bins, min=-1, max=1),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# training: GradScaler with fp16 autocast, fused optimizers
+
+
+def _scaled_training(device, init_scale, steps=5, inf_step=2):
+    import copy
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(5, 8, generator=g), torch.randn(5, 4, generator=g)) for _ in range(steps)]
+    model = copy.deepcopy(base).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler(device, init_scale=init_scale, growth_interval=2)
+    losses, scales = [], []
+    for i, (x, y) in enumerate(data):
+        x, y = x.to(device), y.to(device)
+        if i == inf_step:
+            x = x * float("inf")  # an overflowing step: skipped, the scale backs off
+        with torch.autocast(device, dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        grads = [p.grad.detach().cpu().clone() for p in model.parameters()]
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+        scales.append(scaler.get_scale())
+    return losses, scales, grads, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("init_scale", [2.0**16, 3.0])
+def test_grad_scaler_with_fp16_autocast_trains_as_on_the_cpu(init_scale):
+    got = _scaled_training(D, init_scale)
+    want = _scaled_training("cpu", init_scale)
+    assert got[1] == want[1]  # the same steps skipped, the same scale after each
+    for a, b in zip(got[0], want[0]):
+        assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-5 * abs(b), (got[0], want[0])
+    for a, b in zip(got[2], want[2]):  # the last step's unscaled gradients
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(got[3], want[3]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_grad_scaler_kernels_run_on_the_engines():
+    scale, tracker = torch.tensor(4.0), torch.tensor(1, dtype=torch.int32)
+    grads = [torch.tensor([1.0, 2.0]), torch.tensor([[3.0, float("inf")]])]
+    found = torch.tensor(0.0)
+    dg = [dev(t) for t in grads]
+    ds, dt, df = dev(scale), dev(tracker), dev(found)
+    on_engines(lambda: torch._amp_foreach_non_finite_check_and_unscale_(dg, df, ds.reciprocal()), syncs=0)
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, scale.reciprocal())
+    same(dg, grads)
+    same(df, found)
+    on_engines(lambda: torch._amp_update_scale_(ds, dt, df, 2.0, 0.5, 2), syncs=0)
+    torch._amp_update_scale_(scale, tracker, found, 2.0, 0.5, 2)
+    same([ds, dt], [scale, tracker])
+    # no inf: the tracker reaches the interval and the scale grows
+    df.zero_()
+    found.zero_()
+    for _ in range(2):
+        torch._amp_update_scale_(ds, dt, df, 2.0, 0.5, 2)
+        torch._amp_update_scale_(scale, tracker, found, 2.0, 0.5, 2)
+        same([ds, dt], [scale, tracker])
+
+
+@pytest.mark.parametrize("opt", [torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad])
+def test_fused_optimizers_are_refused_naming_the_op_the_call_site_and_foreach(opt):
+    model = torch.nn.Linear(4, 3).to(D)
+    o = opt(model.parameters(), lr=0.1, fused=True)
+    model(dev(torch.randn(2, 4))).sum().backward()
+    with pytest.raises(trnsim.torch.UnsupportedOpError) as e:
+        o.step()
+    msg = str(e.value)
+    assert "_fused_" in msg and "fused=True" in msg and "foreach=True" in msg
+    assert f"{__file__}:" in msg  # the user's line that called step()
+    # the workaround works
+    o = opt(model.parameters(), lr=0.1, foreach=True)
+    on_engines(o.step)
+
+
+def test_a_remaining_refusal_names_the_op_the_call_site_and_the_workaround():
+    x = dev(torch.randn(3, 3))
+    with pytest.raises(trnsim.torch.UnsupportedOpError) as e:
+        torch.linalg.qr(x)
+    msg = str(e.value)
+    assert "linalg_qr" in msg and f"{__file__}:" in msg and "TRNSIM_TORCH_FALLBACK=1" in msg
+
+
+def test_foreach_addcdiv_with_a_list_of_scalars_as_adam_foreach_calls_it():
+    g = torch.Generator().manual_seed(4)
+    a, b, c = ([torch.randn(3, 2, generator=g), torch.randn(5, generator=g)] for _ in range(3))
+    c = [t.abs() + 0.5 for t in c]
+    da, db, dc = [dev(t) for t in a], [dev(t) for t in b], [dev(t) for t in c]
+    on_engines(lambda: torch._foreach_addcdiv_(da, db, dc, [0.5, -1.0]), syncs=0)
+    torch._foreach_addcdiv_(a, b, c, [0.5, -1.0])
+    same(da, a, rtol=1e-6, atol=1e-6)

@@ -33,6 +33,7 @@ from . import _device, _report, _streams
 # The device's own forms of ops outside the lowering (they register themselves in _device).
 from . import _ordering as _ordering
 from . import _sizes as _sizes
+from . import _training as _training
 from ._backend import BackendError
 from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 

@@ -1320,7 +1320,9 @@ def _foreach(func, args, kwargs):
             if k not in bound:
                 continue
             v = bound[k][i] if k in lists else bound[k]
-            if k in kw_only:
+            if k == "scalars" and base.rstrip("_") in ("addcdiv", "addcmul"):
+                kw["value"] = v  # `_foreach_addcdiv_.ScalarList` (Adam's step sizes): addcdiv's value=
+            elif k in kw_only:
                 kw[k] = v
             else:
                 pos.append(v)
