@@ -395,3 +395,48 @@ def test_foreach_addcdiv_with_a_list_of_scalars_as_adam_foreach_calls_it():
     on_engines(lambda: torch._foreach_addcdiv_(da, db, dc, [0.5, -1.0]), syncs=0)
     torch._foreach_addcdiv_(a, b, c, [0.5, -1.0])
     same(da, a, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# EmbeddingBag
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("freq", [False, True])
+def test_embedding_bag_forward_and_backward(mode, padding_idx, include_last_offset, weighted, freq):
+    if weighted and mode != "sum" or freq and mode == "max":
+        pytest.skip("PyTorch allows per_sample_weights with sum only, scale_grad_by_freq without max")
+    g = torch.Generator().manual_seed(5)
+    cpu = torch.nn.EmbeddingBag(
+        12, 5, mode=mode, padding_idx=padding_idx, include_last_offset=include_last_offset, scale_grad_by_freq=freq
+    )
+    devmod = torch.nn.EmbeddingBag(
+        12, 5, mode=mode, padding_idx=padding_idx, include_last_offset=include_last_offset, scale_grad_by_freq=freq
+    )
+    devmod.load_state_dict(cpu.state_dict())
+    devmod.to(D)
+    idx = torch.tensor([1, 2, 3, 4, 2, 7, 2, 11, 0, 2])
+    off = torch.tensor([0, 2, 2, 5, 9]) if not include_last_offset else torch.tensor([0, 2, 2, 5, 9, 10])
+    w = torch.rand(10, generator=g, requires_grad=True) if weighted else None
+    dw = w.detach().to(D).requires_grad_() if weighted else None
+    want = cpu(idx, off, per_sample_weights=w)
+    got = on_engines(lambda i, o: devmod(i, o, per_sample_weights=dw), idx, off, syncs=0)
+    same(got.detach(), want.detach(), rtol=1e-6, atol=1e-6)
+    up = torch.randn(want.shape, generator=g)
+    want.backward(up)
+    on_engines(lambda u: got.backward(u), up, syncs=0)
+    same(devmod.weight.grad, cpu.weight.grad, rtol=1e-6, atol=1e-6)
+    if weighted:
+        same(dw.grad, w.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_embedding_bag_2d_input_in_eval_and_bfloat16():
+    cpu = torch.nn.EmbeddingBag(20, 4, mode="mean").eval()
+    x = torch.randint(0, 20, (3, 6), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        same(on_engines(lambda a: cpu.to(D)(a), x, syncs=0), cpu.cpu()(x), rtol=1e-6, atol=1e-6)
+        b = torch.nn.EmbeddingBag(20, 4, mode="max").to(torch.bfloat16)
+        same(on_engines(lambda a: b.to(D)(a), x, syncs=0), b.cpu()(x))

@@ -28,9 +28,11 @@ from typing import Any
 import torch
 
 from .. import neuron as _neuron_optin
-from . import _device, _report, _streams
 
-# The device's own forms of ops outside the lowering (they register themselves in _device).
+# _bags, _ordering, _sizes, _training: the device's own forms of ops outside the lowering (each
+# registers its forms in _device.EXTRA_FORMS on import).
+from . import _bags as _bags
+from . import _device, _report, _streams
 from . import _ordering as _ordering
 from . import _sizes as _sizes
 from . import _training as _training
