@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
 from .. import neuron as _neuron_optin
-from . import _backend, _report
+from . import _backend, _config, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
@@ -78,7 +78,10 @@ _UNINITIALISED = {"empty.memory_format", "empty_strided", "empty_like", "new_emp
 
 class _State:
     def __init__(self) -> None:
-        self.target = os.environ.get("TRNSIM_TORCH_TARGET", "trn1")
+        # The generation and logical-NeuronCore size (TRNSIM_TORCH_TARGET,
+        # NEURON_PLATFORM_TARGET_OVERRIDE, NEURON_LOGICAL_NC_CONFIG; _config.py).
+        self.target = _config.device_target()
+        self.lnc = _config.device_lnc(self.target)
         self.session = _native.Session(self.target)
         self.names = itertools.count()
         self.fallback = os.environ.get("TRNSIM_TORCH_FALLBACK", "") not in ("", "0")
@@ -110,7 +113,12 @@ _backend_from_env()
 
 def _backend_info() -> dict[str, Any]:
     mod = STATE.backend
-    return {"backend": backend(), "nki_module": mod.describe() if mod is not None else None}
+    return {
+        "backend": backend(),
+        "nki_module": mod.describe() if mod is not None else None,
+        "target": STATE.target,
+        "lnc": STATE.lnc,
+    }
 
 
 _report.REPORT.backend_info = _backend_info
