@@ -479,3 +479,40 @@ def test_antialiased_interpolate_bfloat16():
     # what the device computes.
     want = torch.nn.functional.interpolate(x.float(), **kw).to(torch.bfloat16)
     same(got, want, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# pinned memory
+
+
+def test_pin_memory_and_is_pinned():
+    x = torch.randn(4, 3)
+    assert not x.is_pinned()
+    p = x.pin_memory()
+    assert p.is_pinned() and not x.is_pinned() and torch.equal(p, x)
+    assert p.data_ptr() != x.data_ptr()  # a copy, as PyTorch's pinned copy is
+    assert p.pin_memory().is_pinned()
+    d = p.to(D, non_blocking=True)
+    same(d, x)
+    with pytest.raises(RuntimeError, match="cuda"):
+        torch.ops.aten._pin_memory(x, "cuda")
+
+
+def test_dataloader_with_pin_memory_feeds_the_device():
+    g = torch.Generator().manual_seed(10)
+    data = torch.utils.data.TensorDataset(torch.randn(12, 5, generator=g), torch.randn(12, 2, generator=g))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 2)
+    ref = torch.nn.Linear(5, 2)
+    ref.load_state_dict(model.state_dict())
+    model.to(D)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for x, y in torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True):
+        assert x.is_pinned() and y.is_pinned()
+        for m, o, dev_ in ((model, opt, D), (ref, ref_opt, "cpu")):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(x.to(dev_, non_blocking=True)), y.to(dev_, non_blocking=True)).backward()
+            o.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        same(a.detach(), b.detach(), rtol=1e-6, atol=1e-6)
