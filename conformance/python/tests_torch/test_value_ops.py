@@ -4,6 +4,7 @@ the CPU: value-dependent sizes (masked_select, bincount, repeat_interleave, uniq
 optimizers, GradScaler). Each checks that the engines computed it: compute-engine instructions
 in the op's programs, no fallback, and no device -> host read but the counted syncs."""
 
+import copy
 import math
 
 import pytest
@@ -516,3 +517,51 @@ def test_dataloader_with_pin_memory_feeds_the_device():
             o.step()
     for a, b in zip(model.parameters(), ref.parameters()):
         same(a.detach(), b.detach(), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# TransformerEncoder with a padding mask in eval (PyTorch's nested-tensor fast path)
+
+
+@pytest.mark.parametrize("norm", [False, True])
+@pytest.mark.parametrize("float_mask", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_transformer_encoder_padding_mask_fast_path(norm, float_mask, activation):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True, activation=activation)
+    enc = torch.nn.TransformerEncoder(layer, 2, norm=torch.nn.LayerNorm(16) if norm else None).eval()
+    x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor([7, 4, 1])
+    pad = torch.arange(7).unsqueeze(0) >= lengths.unsqueeze(1)  # left-aligned: PyTorch's nested path
+    padded = pad
+    if float_mask:
+        pad = torch.zeros(3, 7).masked_fill(pad, float("-inf"))
+    with torch.no_grad():
+        want = enc(x, src_key_padding_mask=pad)
+        # the CPU took the nested path: zeros at padded positions (before a final norm)
+        assert enc.use_nested_tensor and (norm or bool((want[padded] == 0).all()))
+        got = on_engines(lambda a, m: enc.to(D)(a, src_key_padding_mask=m), x, pad, syncs=1)
+        enc.cpu()
+    same(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_transformer_encoder_padding_mask_not_left_aligned_and_in_training():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True, dropout=0.0)
+    enc = torch.nn.TransformerEncoder(layer, 1).eval()
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(2))
+    pad = torch.tensor([[True, False, False, False, False], [False, False, True, True, True]])
+    with torch.no_grad():
+        want = enc(x, src_key_padding_mask=pad)
+        got = enc.to(D)(dev(x), src_key_padding_mask=dev(pad))
+    same(got, want, rtol=1e-5, atol=1e-5)
+    enc.cpu().train()
+    dev_enc = copy.deepcopy(enc).to(D)
+    want = enc(x, src_key_padding_mask=pad)
+    got = dev_enc(dev(x), src_key_padding_mask=dev(pad))
+    same(got.detach(), want.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_nested_tensor_from_mask_elsewhere_is_refused():
+    with pytest.raises(trnsim.torch.UnsupportedOpError, match="_nested_tensor_from_mask"):
+        torch._nested_tensor_from_mask(dev(torch.randn(2, 3, 4)), dev(torch.ones(2, 3, dtype=torch.bool)))
