@@ -565,3 +565,11 @@ def test_transformer_encoder_padding_mask_not_left_aligned_and_in_training():
 def test_nested_tensor_from_mask_elsewhere_is_refused():
     with pytest.raises(trnsim.torch.UnsupportedOpError, match="_nested_tensor_from_mask"):
         torch._nested_tensor_from_mask(dev(torch.randn(2, 3, 4)), dev(torch.ones(2, 3, dtype=torch.bool)))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_consecutive_along_a_dim(dim):
+    x = torch.tensor([[1, 1, 2, 2, 2], [1, 1, 2, 3, 3], [1, 1, 2, 3, 3], [0, 0, 0, 0, 0]]).float()
+    kw = {"return_inverse": True, "return_counts": True, "dim": dim}
+    got = on_engines(lambda a: torch.unique_consecutive(a, **kw), x, syncs=1)
+    same(got, torch.unique_consecutive(x, **kw))

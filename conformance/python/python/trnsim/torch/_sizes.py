@@ -16,7 +16,8 @@ computed by a device reduction and read back in **one** counted synchronisation
 * ``_unique2`` (``torch.unique``, sorted): the lowered ``sort``, a "differs from its predecessor"
   flag, its ``cumsum`` (each sorted element's group), the number of groups (the one read); the
   values, inverse indices and counts are ``scatter`` / ``scatter_add`` by group;
-* ``unique_consecutive``: the same without the sort.
+* ``unique_consecutive``: the same without the sort; with ``dim``, a slice starts a group when
+  any of its elements differs from the previous slice's, and ``index_select`` picks a member.
 """
 
 from __future__ import annotations
@@ -165,13 +166,42 @@ def _unique2(x, sorted=True, return_inverse=False, return_counts=False):
     return values.to(x.dtype), inverse, counts
 
 
+def _unique_consecutive_dim(x, return_inverse, return_counts, dim):
+    """Runs of equal slices along ``dim``: a slice starts a group if any element differs from the
+    slice before it; each group's slice is any of its (equal) members."""
+    d = dim % x.dim()
+    n = x.shape[d]
+    empty = torch.empty(0, dtype=torch.int64, device=_dev())
+    if n == 0 or x.numel() == 0:
+        if n == 0:
+            return x, empty, empty
+        # slices with no elements are all equal: one group
+        ones = torch.zeros(n, dtype=torch.int64, device=_dev())
+        counts = torch.full((1,), n, dtype=torch.int64, device=_dev()) if return_counts else empty
+        return x.narrow(d, 0, 1), ones if return_inverse else empty, counts
+    lanes = x.movedim(d, 0).reshape(n, -1)
+    first = torch.ones(1, dtype=torch.bool, device=_dev())
+    if n > 1:
+        first = torch.cat([first, (lanes[1:] != lanes[:-1]).any(1)])
+    group = torch.cumsum(first.to(torch.int64), 0) - 1
+    (last,) = read_counted("unique_consecutive", group[-1])
+    k = int(last) + 1
+    positions = torch.arange(n, dtype=torch.int64, device=_dev())
+    member = torch.empty(k, dtype=torch.int64, device=_dev()).scatter(0, group, positions)
+    values = x.index_select(d, member)
+    inverse = group if return_inverse else empty
+    counts = empty
+    if return_counts:
+        ones = torch.ones(n, dtype=torch.int64, device=_dev())
+        counts = torch.zeros(k, dtype=torch.int64, device=_dev()).scatter_add(0, group, ones)
+    return values, inverse, counts
+
+
 def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
-    if dim is not None and not (x.dim() == 1 and dim in (0, -1)):
-        raise _device.UnsupportedOpError(
-            f"trnsim: aten::unique_consecutive with dim={dim} is not supported on the {_dev()} device "
-            f"(only dim=None, or dim=0 of a 1-D tensor); called from {_device._call_site()}. "
-            "Flatten the tensor, or run it on the CPU (.cpu())."
-        )
+    if dim is not None:
+        if x.dim() == 0:
+            raise IndexError(f"Dimension out of range (expected to be in range of [-1, 0], but got {dim})")
+        return _unique_consecutive_dim(x, return_inverse, return_counts, dim)
     if x.numel() == 0:
         return _empty_result(x, return_inverse)
     flat = _sortable(x.reshape(-1))
