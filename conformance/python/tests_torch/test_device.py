@@ -100,25 +100,26 @@ def test_dtype_policy_refuses_f64_and_int64_overflow_and_counts():
 def test_default_refuses_unsupported_op_naming_it():
     x = torch.randn(5, 6).to("trnsim")
     with pytest.raises(
-        trnsim.torch.UnsupportedOpError, match=r"aten::median .*call form: median\(Tensor\[5,6\] float32\)"
+        trnsim.torch.UnsupportedOpError,
+        match=r"aten::logcumsumexp .*call form: logcumsumexp\(Tensor\[5,6\] float32, 0\); called from .*test_device.py:",
     ):
-        torch.median(x)
+        torch.logcumsumexp(x, 0)
 
 
 def test_fallback_completes_and_is_counted():
     x = torch.randn(5, 6)
     trnsim.torch.set_fallback(True)
-    with pytest.warns(UserWarning, match="aten::median runs on the CPU"):
-        got = torch.median(x.to("trnsim") * 2.0)
+    with pytest.warns(UserWarning, match="aten::logcumsumexp runs on the CPU"):
+        got = torch.logcumsumexp(x.to("trnsim") * 2.0, 0)
     assert got.device.type == "trnsim"
-    torch.testing.assert_close(got.cpu(), torch.median(x * 2.0))
+    torch.testing.assert_close(got.cpu(), torch.logcumsumexp(x * 2.0, 0))
     rep = trnsim.torch.report()
-    assert rep["fallback_count"] == 1 and rep["fallbacks"]["median"]["count"] == 1
+    assert rep["fallback_count"] == 1 and rep["fallbacks"]["logcumsumexp"]["count"] == 1
 
 
 def test_fallback_by_environment():
     code = (
-        "import torch, trnsim.torch; x = torch.randn(5, 6, device='trnsim'); torch.median(x); "
+        "import torch, trnsim.torch; x = torch.randn(5, 6, device='trnsim'); torch.logcumsumexp(x, 0); "
         "print(trnsim.torch.report()['fallback_count'])"
     )
     env = dict(os.environ, TRNSIM_TORCH_FALLBACK="1")
@@ -126,7 +127,7 @@ def test_fallback_by_environment():
     assert out.stdout.strip() == "1"
     env.pop("TRNSIM_TORCH_FALLBACK")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
-    assert out.returncode != 0 and "aten::median" in out.stderr
+    assert out.returncode != 0 and "aten::logcumsumexp" in out.stderr
 
 
 def test_check_mode_records_drift_per_op():

@@ -293,21 +293,24 @@ def test_transformer_encoder_fast_path(norm_first, activation):
     assert rep["ops"]["_transformer_encoder_layer_fwd"]["calls"] == 2
 
 
-def test_nested_tensor_is_refused_with_a_hint_even_with_the_fallback():
-    enc = nn.TransformerEncoder(_encoder_layer(), 1).eval().to(DEV)  # enable_nested_tensor defaults to True
-    x = torch.randn(2, 5, 16).to(DEV)
-    kpm = torch.tensor([[False] * 5, [False] * 3 + [True] * 2]).to(DEV)
-    for fallback in (False, True):
-        trnsim.torch.set_fallback(fallback)
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            with pytest.raises(trnsim.torch.UnsupportedOpError, match="nested tensors .*enable_nested_tensor=False"):
-                enc(x, src_key_padding_mask=kpm)
+def test_nested_tensor_fast_path_runs_as_a_padded_batch_with_or_without_the_fallback():
+    enc = nn.TransformerEncoder(_encoder_layer(), 1).eval()  # enable_nested_tensor defaults to True
+    x = torch.randn(2, 5, 16)
+    kpm = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        expected = enc(x, src_key_padding_mask=kpm)  # the CPU's nested path
+        enc.to(DEV)
+        for fallback in (False, True):
+            trnsim.torch.set_fallback(fallback)
+            got = enc(x.to(DEV), src_key_padding_mask=kpm.to(DEV))
+            torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+            assert trnsim.torch.report()["fallback_count"] == 0
 
 
-def test_unique_is_refused_naming_the_op():
-    with pytest.raises(trnsim.torch.UnsupportedOpError, match="aten::_unique2"):
-        torch.unique(torch.tensor([3, 1, 3]).to(DEV))
+def test_unique_runs_on_the_device():
+    got = torch.unique(torch.tensor([3, 1, 3]).to(DEV), return_counts=True)
+    assert got[0].cpu().tolist() == [1, 3] and got[1].cpu().tolist() == [1, 2]
 
 
 def test_sdpa_and_functional_ops_match_the_cpu():

@@ -28,7 +28,17 @@ from typing import Any
 import torch
 
 from .. import neuron as _neuron_optin
+
+# _bags, _nested, _ordering, _resample, _sizes, _training: the device's own forms of ops outside the
+# lowering (each registers its forms in _device.EXTRA_FORMS on import); _pinned: pin_memory's CPU kernels.
+from . import _bags as _bags
 from . import _device, _report, _streams
+from . import _nested as _nested
+from . import _ordering as _ordering
+from . import _pinned as _pinned
+from . import _resample as _resample
+from . import _sizes as _sizes
+from . import _training as _training
 from ._backend import BackendError
 from ._device import DtypeError, TrnsimError, TrnsimTensor, UnsupportedOpError, backend, checking, set_backend
 

@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
 from .. import neuron as _neuron_optin
-from . import _backend, _report
+from . import _backend, _config, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
@@ -78,7 +78,10 @@ _UNINITIALISED = {"empty.memory_format", "empty_strided", "empty_like", "new_emp
 
 class _State:
     def __init__(self) -> None:
-        self.target = os.environ.get("TRNSIM_TORCH_TARGET", "trn1")
+        # The generation and logical-NeuronCore size (TRNSIM_TORCH_TARGET,
+        # NEURON_PLATFORM_TARGET_OVERRIDE, NEURON_LOGICAL_NC_CONFIG; _config.py).
+        self.target = _config.device_target()
+        self.lnc = _config.device_lnc(self.target)
         self.session = _native.Session(self.target)
         self.names = itertools.count()
         self.fallback = os.environ.get("TRNSIM_TORCH_FALLBACK", "") not in ("", "0")
@@ -110,7 +113,12 @@ _backend_from_env()
 
 def _backend_info() -> dict[str, Any]:
     mod = STATE.backend
-    return {"backend": backend(), "nki_module": mod.describe() if mod is not None else None}
+    return {
+        "backend": backend(),
+        "nki_module": mod.describe() if mod is not None else None,
+        "target": STATE.target,
+        "lnc": STATE.lnc,
+    }
 
 
 _report.REPORT.backend_info = _backend_info
@@ -724,6 +732,8 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         sname = out_names[decl]
         if data_dep is not None and decl == data_dep[0]:
             _, _, data = STATE.session.get(sname)
+            _report.REPORT.sync(name)  # the row count the engines wrote, read by the host
+            _report.REPORT.transfer("device_to_host")
             count_value = int(torch.frombuffer(data, dtype=torch.int32, count=1)[0])
             STATE.session.delete(sname)
             continue
@@ -1240,6 +1250,9 @@ def _dispatch(func, args, kwargs, top: bool):
     if func in _RNG_FORMS:
         _report.REPORT.op(name, "decomposed", top)
         return _RNG_FORMS[func](*args, **kwargs)
+    if func in EXTRA_FORMS:
+        _report.REPORT.op(name, "decomposed", top)
+        return EXTRA_FORMS[func](*args, **kwargs)
     if func._schema.is_mutable:
         return _inplace(func, args, kwargs, top)
     out = _via_module(func, args, kwargs, top)
@@ -1273,6 +1286,11 @@ def _dispatch(func, args, kwargs, top: bool):
     why = str(reason) if reason is not None else "trnconf has no lowering for it and PyTorch no decomposition"
     return _unsupported(func, args, kwargs, why)
 
+
+#: Ops outside the lowering that the device serves as its own compositions of lowered ops,
+#: registered by the modules that define them (`_sizes.py`, `_ordering.py`, `_training.py`):
+#: ``{overload: fn(*args, **kwargs)}``.
+EXTRA_FORMS: dict = {}
 
 _FOREACH_AS = {"norm": "linalg_vector_norm"}
 
@@ -1310,7 +1328,9 @@ def _foreach(func, args, kwargs):
             if k not in bound:
                 continue
             v = bound[k][i] if k in lists else bound[k]
-            if k in kw_only:
+            if k == "scalars" and base.rstrip("_") in ("addcdiv", "addcmul"):
+                kw["value"] = v  # `_foreach_addcdiv_.ScalarList` (Adam's step sizes): addcdiv's value=
+            elif k in kw_only:
                 kw[k] = v
             else:
                 pos.append(v)
@@ -1353,7 +1373,8 @@ def _unsupported(func, args, kwargs, why: str):
     if not STATE.fallback or nested:
         _report.REPORT.unsupported(name)
         raise UnsupportedOpError(
-            f"trnsim: aten::{name} is not supported on the {DEVICE_NAME} device ({why}); call form: {name}({form})."
+            f"trnsim: aten::{name} is not supported on the {DEVICE_NAME} device ({why}); call form: {name}({form}); "
+            f"called from {_call_site()}."
             + (
                 ""
                 if nested

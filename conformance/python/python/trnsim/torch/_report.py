@@ -43,7 +43,12 @@ class Report:
 
     def reset(self) -> None:
         self.ops: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self.runs: dict[str, dict[str, float]] = defaultdict(lambda: {"programs": 0, "est_ns": 0.0, "instructions": 0})
+        self.runs: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"programs": 0, "est_ns": 0.0, "instructions": 0, "engines": defaultdict(int)}
+        )
+        # Reads of device values that the host needs before it can go on (a data-dependent
+        # output size), per op: each is one device -> host synchronisation, as on CUDA.
+        self.syncs: dict[str, int] = defaultdict(int)
         self.fallbacks: dict[str, dict[str, Any]] = {}
         self.unsupported_ops: dict[str, int] = defaultdict(int)
         self.narrowings: dict[str, int] = defaultdict(int)
@@ -82,7 +87,10 @@ class Report:
         r = self.runs[name]
         r["programs"] += 1
         r["est_ns"] += float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0)
-        r["instructions"] += sum(int(v) for v in stats.get("instructions", {}).values())
+        per_engine = stats.get("instructions", {})
+        r["instructions"] += sum(int(v) for v in per_engine.values())
+        for engine, n in per_engine.items():
+            r["engines"][engine] += int(n)
         for f in ON_RUN:
             f(float(stats.get("timeline", {}).get("makespan_ns", 0.0) or 0.0))
 
@@ -108,6 +116,11 @@ class Report:
     def fallback(self, name: str, site: str) -> None:
         f = self.fallbacks.setdefault(name, {"count": 0, "first_call_site": site})
         f["count"] += 1
+
+    def sync(self, name: str) -> None:
+        """``name`` read a device value the host needs to go on (a data-dependent size)."""
+        if not self._paused:
+            self.syncs[name] += 1
 
     def unsupported(self, name: str) -> None:
         self.unsupported_ops[name] += 1
@@ -206,6 +219,7 @@ class Report:
             entry: dict[str, Any] = dict(self.ops.get(name, {}))
             if name in self.runs:
                 entry.update(self.runs[name])
+                entry["engines"] = dict(self.runs[name]["engines"])
             if name in self.drifts:
                 entry["drift"] = self.drifts[name]
             if name in self.backends:
@@ -232,6 +246,8 @@ class Report:
             "dtype_overflows": dict(self.overflows),
             "dtype_refusals": dict(self.refusals),
             "transfers": dict(self.transfers),
+            "syncs": dict(self.syncs),
+            "sync_count": sum(self.syncs.values()),
             "first_out_of_tolerance": self.first_out_of_tolerance,
             # Sections other packages add (trnsim.torch.distributed: "collectives").
             **{k: v for k, f in SECTIONS.items() if (v := f()) is not None},
