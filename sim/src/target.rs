@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum TargetName {
     /// Trainium (Trn1): NeuronCore-v2.
-    #[default]
     Trn1,
-    /// Trainium2 (Trn2): NeuronCore-v3.
+    /// Trainium2 (Trn2): NeuronCore-v3. The default: TorchNeuron and NKI 0.3+ run on Trn2 and
+    /// Trn3 only (docs/isa.md "Generations").
+    #[default]
     Trn2,
     /// Trainium3 (Trn3): NeuronCore-v4.
     Trn3,

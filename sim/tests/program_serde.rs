@@ -333,7 +333,7 @@ fn json_shape_is_the_documented_one() {
             "src": {"mem": "sbuf", "dtype": "f32", "partitions": 1, "free": [[1, 4]]}, "op0": "add", "operand0": {"imm": 2}}}}
     ]}"#;
     let p = Program::from_json(minimal).unwrap();
-    assert_eq!(p.target, TargetName::Trn1);
+    assert_eq!(p.target, TargetName::Trn2, "an omitted target is the default, trn2");
     assert!(p.instructions[0].wait.is_empty());
     match &p.instructions[1].op {
         Op::TensorScalar(t) => {
@@ -346,7 +346,7 @@ fn json_shape_is_the_documented_one() {
     // And the minimal program runs.
     let mut p2 = p.clone();
     p2.instructions.truncate(1);
-    Executor::new(TargetName::Trn1).run(&p2, &Default::default()).unwrap();
+    Executor::new(TargetName::Trn2).run(&p2, &Default::default()).unwrap();
 }
 
 #[track_caller]

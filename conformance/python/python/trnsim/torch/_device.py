@@ -78,7 +78,7 @@ _UNINITIALISED = {"empty.memory_format", "empty_strided", "empty_like", "new_emp
 
 class _State:
     def __init__(self) -> None:
-        self.target = os.environ.get("TRNSIM_TORCH_TARGET", "trn1")
+        self.target = os.environ.get("TRNSIM_TORCH_TARGET", "trn2")
         self.session = _native.Session(self.target)
         self.names = itertools.count()
         self.fallback = os.environ.get("TRNSIM_TORCH_FALLBACK", "") not in ("", "0")
