@@ -284,7 +284,7 @@ const NC_V2_INSTRUCTIONS: &[&str] = &[
 /// notes "for trn2"]. Only instructions with semantics are listed: a list entry is a promise
 /// that the core runs it (docs/isa.md "Generations" lists the NC-v3/v4 instructions not yet
 /// modelled).
-const NC_V3_ADDED: &[&str] = &["range_select"];
+const NC_V3_ADDED: &[&str] = &["range_select", "core_barrier"];
 
 /// NeuronCore-v4 additions the simulator implements (none yet: `exponential`, `activate2`,
 /// `quantize_mx`, `nc_matmul_mx` are listed as gaps in docs/isa.md).

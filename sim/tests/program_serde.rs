@@ -53,9 +53,10 @@ fn variant(op: &Op) -> usize {
         Op::SequenceBounds(_) => 31,
         Op::DmaTranspose(_) => 32,
         Op::RangeSelect(_) => 33,
+        Op::CoreBarrier(_) => 34,
     }
 }
-const VARIANTS: usize = 34;
+const VARIANTS: usize = 35;
 
 /// One of every instruction, with non-default values in every optional field so that a field
 /// that fails to serialize shows up as a difference.
@@ -272,6 +273,9 @@ fn all_ops_program(target: TargetName) -> Program {
             range_start: 16.0,
             on_false: f32::MIN as f64,
             reduce_res: Some(sb(f, 4, 100, 1)),
+        }),
+        Op::CoreBarrier(CoreBarrier {
+            data: AccessPattern::hbm("y", f, 0, 8, 4, vec![[1, 4]]),
         }),
     ];
     let engines = |op: &Op| op.engines()[op.engines().len() - 1];
@@ -639,6 +643,8 @@ fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
         Op::TensorCopyDynamicDst(_) => &[("dst", W, true), ("src", R, false), ("offset", R, false)],
         Op::SequenceBounds(_) => &[("dst", W, false), ("segment_ids", R, false)],
         Op::DmaTranspose(_) => &[("dst", W, false), ("src", R, false)],
+        // Touches no byte: a read-modify-write of the shared tensor for ordering only.
+        Op::CoreBarrier(_) => &[("data", RW, false)],
         Op::RangeSelect(_) => &[
             ("dst", W, false),
             ("on_true", R, false),
