@@ -47,8 +47,8 @@ fn zero_inputs(p: &Program) -> std::collections::BTreeMap<String, HostTensor> {
 
 fn space_name(s: Space) -> &'static str {
     match s {
-        Space::Sbuf => "SBUF",
-        Space::Psum => "PSUM",
+        Space::Sbuf(_) => "SBUF",
+        Space::Psum(_) => "PSUM",
         Space::Hbm(_) => "HBM",
     }
 }

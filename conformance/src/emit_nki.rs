@@ -1261,6 +1261,13 @@ impl<'a> Emitter<'a> {
             | Op::NcMatmulMx(_) => {
                 return Err(unsupported(&format!("`{}` has no NKI translation yet", op.name())));
             }
+            // The emitter writes one core's legacy kernel; `nisa.core_barrier` needs the current
+            // API's LNC=2 launch (`kernel[2]`), which it does not write.
+            Op::CoreBarrier(_) => {
+                return Err(unsupported(
+                    "`core_barrier` synchronises two cores (LNC=2); the emitter writes single-core kernels",
+                ));
+            }
         })
     }
 
@@ -1307,7 +1314,8 @@ impl<'a> Emitter<'a> {
                 | Op::NonzeroWithCount(_)
                 | Op::DmaCompute(_)
                 | Op::QuantizeMx(_)
-                | Op::NcMatmulMx(_) => Err(EmitError::Unsupported {
+                | Op::NcMatmulMx(_)
+                | Op::CoreBarrier(_) => Err(EmitError::Unsupported {
                     index: idx,
                     opcode: op.name().into(),
                     reason: format!("`{}` has no NKI translation yet", op.name()),
@@ -1315,6 +1323,17 @@ impl<'a> Emitter<'a> {
             }
         };
         for (idx, inst) in self.program.instructions.iter().enumerate() {
+            if inst.core != 0 {
+                // A second core's instruction would be emitted as the first core's.
+                return Err(EmitError::Unsupported {
+                    index: idx,
+                    opcode: inst.op.name().into(),
+                    reason: format!(
+                        "runs on physical core {} (LNC=2); the emitter writes single-core kernels",
+                        inst.core
+                    ),
+                });
+            }
             supported_probe(idx, &inst.op)?;
         }
         self.allocate()?;

@@ -63,7 +63,8 @@ fn run_writes_json_junit_html_and_exit_status_follows_the_summary() {
     let bad = sum["failed"].as_u64().unwrap() + sum["xpassed"].as_u64().unwrap() + sum["errors"].as_u64().unwrap();
     assert_eq!(code(&o), if bad == 0 { 0 } else { 1 }, "{out}\n{}", stderr(&o));
     assert_eq!(v["format"], "trnconf-results/1");
-    assert_eq!(v["target"], "trn1");
+    // The default target is trn2 (docs/isa.md §3a).
+    assert_eq!(v["target"], "trn2");
     let cases = v["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
     assert_eq!(sum["total"].as_u64().unwrap() as usize, cases.len());
@@ -226,7 +227,7 @@ fn resume_finishes_a_partial_file_and_gives_the_same_final_file() {
     assert!(n >= 6);
     // What a killed run leaves: the header, some finished cases, a line cut short.
     let killed = dir.path().join("killed.json");
-    let header = serde_json::json!({"executor": full_v["executor"], "target": "trn1", "golden": full_v["golden"],
+    let header = serde_json::json!({"executor": full_v["executor"], "target": "trn2", "golden": full_v["golden"],
         "filter": filter, "shard": null, "expectations": full_v["expectations"], "golden_hash": full_v["golden_hash"],
         "expectations_hash": full_v["expectations_hash"], "numerics": full_v["numerics"]});
     let mut partial = format!("{{\"trnconf_partial\":1,{}\n", &header.to_string()[1..]);
@@ -396,7 +397,7 @@ fn show_prints_call_program_counts_and_result() {
         "call     torch.ops.aten.add.Tensor(",
         "inputs:",
         "input.0",
-        "program  (trn1,",
+        "program  (trn2,",
         "dma_copy",
         "per engine:",
         "result   ",
@@ -471,7 +472,7 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
         &trnconf(&["coverage", "--markdown", s(&keep), "--results", s(&bad_json)]),
         "bad.json",
     );
-    // A resume file run for another target.
+    // A resume file run for another target (the default, trn2, resumed as trn1).
     let t1 = dir.path().join("t1.json");
     trnconf(&["run", "--filter", "relu::f32::hand_0", "--json", s(&t1)]);
     let before = std::fs::read_to_string(&t1).unwrap();
@@ -481,11 +482,11 @@ fn bad_input_exits_2_with_one_line_and_writes_nothing() {
             "--filter",
             "relu::f32::hand_0",
             "--target",
-            "trn2",
+            "trn1",
             "--resume",
             s(&t1),
         ]),
-        "trn1",
+        "trn2",
     );
     assert_eq!(std::fs::read_to_string(&t1).unwrap(), before);
     assert_bad_input(
@@ -556,7 +557,7 @@ fn resume_refuses_results_recorded_under_other_inputs_or_settings() {
     // Another selection, target or numerics setting.
     assert_bad_input(&resume(&["--filter", "hand_0"], &golden), "--filter");
     assert_bad_input(&resume(&["--shard", "1/2"], &golden), "--shard");
-    assert_bad_input(&resume(&["--target", "trn2"], &golden), "--target");
+    assert_bad_input(&resume(&["--target", "trn1"], &golden), "--target");
     assert_bad_input(
         &resume(&["--numerics", "denormals=flush_to_zero"], &golden),
         "--numerics",

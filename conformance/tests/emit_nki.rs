@@ -953,6 +953,9 @@ fn check_frontend(name: &str, program: &Program, kernel: &str, inputs: &BTreeMap
     let out = Command::new(&py)
         .arg(pyexec_dir().join("nki_frontend_run.py"))
         .arg("--batch")
+        // The kernels were lowered and simulated for trn1 (the legacy API's hardware, the trn1
+        // nightly); the front-end's default is trn2, so the generation is named, as on hardware.
+        .env("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
         .arg(&mpath)
         .output()
         .unwrap();
@@ -1397,6 +1400,9 @@ fn golden_cases_emitted_run_through_the_nki_front_end_bit_identically() {
     let out = Command::new(&py)
         .arg(pyexec_dir().join("nki_frontend_run.py"))
         .arg("--batch")
+        // The kernels were lowered and simulated for trn1 (the legacy API's hardware, the trn1
+        // nightly); the front-end's default is trn2, so the generation is named, as on hardware.
+        .env("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
         .arg(e.dir.join("manifest.jsonl"))
         .output()
         .unwrap();

@@ -1,8 +1,8 @@
 //! The golden conformance suite as `cargo test` trials (libtest-mimic, `harness = false`).
 //!
-//! * One trial per case and target, named `<target>/<case id>` (`trn1/add.Tensor::bf16::opinfo_3`,
-//!   `trn2/…`, `trn3/…`: every target of `TargetName::ALL`, lowered and simulated for that
-//!   generation), so `cargo test -p trnconf --test golden -- add.Tensor` filters every target,
+//! * One trial per case and target, named `<target>/<case id>` (`trn2/add.Tensor::bf16::opinfo_3`,
+//!   `trn1/…`, `trn3/…`: every target of `TargetName::ALL`, the default target's trials first,
+//!   each lowered and simulated for that generation), so `cargo test -p trnconf --test golden -- add.Tensor` filters every target,
 //!   `-- trn3/` one, and nextest partitions work. A trial fails iff the case's status is fail,
 //!   xpass or error on that target. Expected failures (xfail) report as ignored with their
 //!   reason; `skip` expectations are ignored trials. An expectation with `targets = [...]`
@@ -39,11 +39,17 @@ fn snapshot_dir() -> PathBuf {
 struct Suite {
     index: GoldenIndex,
     expectations: Expectations,
-    /// One simulator per target, in `TargetName::ALL` order.
+    /// One simulator per target: the default target (trn2) first, then `TargetName::ALL` order.
     executors: Vec<SimExecutor>,
     /// Results of the snapshot target's case trials, by id, so a `snapshot::<op>` trial (queued
     /// after all case trials) reuses them instead of running its cases a second time.
     results: Mutex<HashMap<String, CaseResult>>,
+}
+
+/// Every target, the default first: `cargo test`'s first axis is the generation users run on.
+fn trial_targets() -> impl Iterator<Item = TargetName> {
+    let first = TargetName::default();
+    std::iter::once(first).chain(TargetName::ALL.into_iter().filter(move |&t| t != first))
 }
 
 fn setup_failure(name: &str, message: String) -> Vec<Trial> {
@@ -62,7 +68,7 @@ fn main() -> ExitCode {
             let suite = Arc::new(Suite {
                 index,
                 expectations,
-                executors: TargetName::ALL.into_iter().map(SimExecutor::new).collect(),
+                executors: trial_targets().map(SimExecutor::new).collect(),
                 results: Mutex::new(HashMap::new()),
             });
             // Snapshots belong to the committed goldens; another directory gets case trials only,

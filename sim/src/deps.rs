@@ -24,45 +24,121 @@ pub type QueueId = u16;
 /// Queues before the first DMA queue (Tensor, Vector, Scalar, GpSimd).
 pub const COMPUTE_QUEUES: u16 = 4;
 
+/// Queue numbers per physical core: core `c`'s queues are `c * CORE_QUEUES + local`, so core
+/// 0's numbering is the single-core one. (A DMA queue number beyond `CORE_QUEUES - 4` is refused
+/// by the executor long before: targets have 16.)
+pub const CORE_QUEUES: u16 = 64;
+
 /// The queue an instruction runs on. Compute engines have one queue each; a DMA instruction
 /// runs on DMA queue `queue` (0 when unset: the documented default keeps every program written
-/// before queues existed as one in-order DMA stream, which is what their waits assume).
+/// before queues existed as one in-order DMA stream, which is what their waits assume). Each
+/// physical core (`Instruction::core`) has its own queues.
 pub fn queue_of(inst: &Instruction) -> QueueId {
-    match inst.engine {
+    let local = match inst.engine {
         Engine::Tensor => 0,
         Engine::Vector => 1,
         Engine::Scalar => 2,
         Engine::Gpsimd => 3,
-        Engine::Dma => COMPUTE_QUEUES + inst.queue.unwrap_or(0),
-    }
+        Engine::Dma => COMPUTE_QUEUES.saturating_add(inst.queue.unwrap_or(0)),
+    };
+    (inst.core as u16).saturating_mul(CORE_QUEUES).saturating_add(local)
 }
 
-/// Human name of a queue (`tensor`, `dma3`, …).
+/// Human name of a queue (`tensor`, `dma3`, …; `core1.vector` on the second core).
 pub fn queue_name(q: QueueId) -> String {
-    match q {
+    let (core, local) = (q / CORE_QUEUES, q % CORE_QUEUES);
+    let name = match local {
         0 => "tensor".into(),
         1 => "vector".into(),
         2 => "scalar".into(),
         3 => "gpsimd".into(),
         d => format!("dma{}", d - COMPUTE_QUEUES),
+    };
+    if core == 0 { name } else { format!("core{core}.{name}") }
+}
+
+/// Whether record `r` and instruction `index` (on queue `q`) are on different cores and one of
+/// them is a `core_barrier` (`barrier_at[i]`): a barrier's access to its shared tensor orders its
+/// own core's accesses only, so it neither hides nor is hidden by the other core's records.
+pub fn barrier_across(barrier_at: &[bool], index: usize, q: QueueId, r: &Record) -> bool {
+    r.queue / CORE_QUEUES != q / CORE_QUEUES
+        && (barrier_at.get(index).copied().unwrap_or(false)
+            || barrier_at.get(r.inst as usize).copied().unwrap_or(false))
+}
+
+/// Pairs the `core_barrier`s of the two cores of a logical core, in program order, and checks
+/// that program order is a serialisation of the barrier (docs/timeline.md, "Two cores"): after
+/// core `c`'s barrier, no instruction of core `c` may come before the other core's matching
+/// barrier, and no barrier may be left without a partner.
+#[derive(Default)]
+pub struct BarrierPairs {
+    /// Per core, its barrier still waiting for the other core's.
+    pending: [Option<usize>; 2],
+}
+
+impl BarrierPairs {
+    /// Instruction `index` of `program`: `Ok(Some(partner))` when it completes a barrier pair
+    /// whose first half is `partner`, or why the order is not one the two cores can run.
+    pub fn step(&mut self, program: &Program, index: usize) -> Result<Option<usize>, String> {
+        let inst = &program.instructions[index];
+        let c = inst.core as usize;
+        if c > 1 {
+            return Ok(None); // the executor refuses the core first
+        }
+        if let Some(&w) = inst.wait.iter().find(|&&w| {
+            program
+                .instructions
+                .get(w as usize)
+                .is_some_and(|o| o.core != inst.core)
+        }) {
+            return Err(format!(
+                "waits for instruction #{w}, which runs on core {}: the two cores synchronise only \
+                 through core_barrier",
+                program.instructions[w as usize].core
+            ));
+        }
+        if let Some(a) = self.pending[c] {
+            return Err(format!(
+                "runs on core {c} after that core's core_barrier #{a}, but before core {}'s \
+                 matching core_barrier: put both barriers before either core's next instruction",
+                1 - c
+            ));
+        }
+        if !matches!(inst.op, Op::CoreBarrier(_)) {
+            return Ok(None);
+        }
+        match self.pending[1 - c].take() {
+            Some(a) => Ok(Some(a)),
+            None => {
+                self.pending[c] = Some(index);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The barrier left without a partner, if any (a deadlock on hardware).
+    pub fn unmatched(&self) -> Option<(usize, usize)> {
+        (0..2).find_map(|c| self.pending[c].map(|i| (i, c)))
     }
 }
 
 /// Which memory an access touches. HBM tensors are numbered in declaration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Space {
-    Sbuf,
-    Psum,
+    /// The SBUF of physical core `.0` (each core of a logical core has its own).
+    Sbuf(u8),
+    Psum(u8),
+    /// HBM is shared by the cores.
     Hbm(usize),
 }
 
 impl Space {
-    /// A dense number: SBUF 0, PSUM 1, HBM tensors from 2.
+    /// A dense number: SBUF and PSUM of core 0, then of core 1, then HBM tensors from 4.
     fn slot(self) -> usize {
         match self {
-            Space::Sbuf => 0,
-            Space::Psum => 1,
-            Space::Hbm(k) => k.saturating_add(2),
+            Space::Sbuf(c) => 2 * (c.min(1) as usize),
+            Space::Psum(c) => 2 * (c.min(1) as usize) + 1,
+            Space::Hbm(k) => k.saturating_add(4),
         }
     }
 }
@@ -336,9 +412,10 @@ impl Access {
         } else {
             format!("bytes {lo}..{hi}")
         };
+        let core = |c: u8| if c == 0 { String::new() } else { format!("core {c}'s ") };
         match self.space {
-            Space::Sbuf => format!("SBUF partitions {}..{}, {bytes} of each", parts.0, parts.1),
-            Space::Psum => format!("PSUM partitions {}..{}, {bytes} of each", parts.0, parts.1),
+            Space::Sbuf(c) => format!("{}SBUF partitions {}..{}, {bytes} of each", core(c), parts.0, parts.1),
+            Space::Psum(c) => format!("{}PSUM partitions {}..{}, {bytes} of each", core(c), parts.0, parts.1),
             Space::Hbm(k) => format!(
                 "HBM tensor `{}`, {bytes}",
                 hbm_names.get(k).map(String::as_str).unwrap_or("?")
@@ -363,15 +440,15 @@ impl HbmIndex {
     }
 }
 
-fn access_of(operand: &'static str, write: bool, ap: &AccessPattern, hbm: &HbmIndex) -> Option<Access> {
+fn access_of(operand: &'static str, write: bool, ap: &AccessPattern, core: u8, hbm: &HbmIndex) -> Option<Access> {
     let size = ap.dtype.size() as i64;
     let offset = ap.offset.min(i64::MAX as u64) as i64;
     match &ap.mem {
         MemSpace::Sbuf | MemSpace::Psum => {
             let space = if ap.mem == MemSpace::Sbuf {
-                Space::Sbuf
+                Space::Sbuf(core)
             } else {
-                Space::Psum
+                Space::Psum(core)
             };
             if ap.partitions == 0 {
                 return None;
@@ -394,6 +471,12 @@ fn access_of(operand: &'static str, write: bool, ap: &AccessPattern, hbm: &HbmIn
 /// read-modify-write is a write). An operand whose address depends on data is taken as its
 /// whole HBM tensor, or the whole rows of every partition.
 pub fn footprint(op: &Op, hbm: &HbmIndex) -> Vec<Access> {
+    footprint_on(op, 0, hbm)
+}
+
+/// [`footprint`] of an instruction of physical core `core`: its SBUF and PSUM accesses are that
+/// core's own memories.
+pub fn footprint_on(op: &Op, core: u8, hbm: &HbmIndex) -> Vec<Access> {
     let mut out = Vec::new();
     for o in op.operands() {
         let write = o.role.writes();
@@ -405,14 +488,18 @@ pub fn footprint(op: &Op, hbm: &HbmIndex) -> Vec<Access> {
                     }
                 }
                 m => {
-                    let space = if *m == MemSpace::Sbuf { Space::Sbuf } else { Space::Psum };
+                    let space = if *m == MemSpace::Sbuf {
+                        Space::Sbuf(core)
+                    } else {
+                        Space::Psum(core)
+                    };
                     // Rows may be redirected anywhere within the partitions the pattern spans.
                     out.push(Access::whole(o.name, write, space, (0, usize::MAX)));
                 }
             }
             continue;
         }
-        out.extend(access_of(o.name, write, o.ap, hbm));
+        out.extend(access_of(o.name, write, o.ap, core, hbm));
     }
     out
 }
@@ -659,6 +746,22 @@ impl Clocks {
         }
     }
 
+    /// The two halves of a `core_barrier` pair, `a` earlier than `b` and `b` the last clock
+    /// pushed: both get the join of their clocks (each core continues after both barriers).
+    pub fn join_pair(&mut self, a: usize, b: usize) {
+        let n = self.queues;
+        if a >= b || (b + 1) * n > self.clocks.len() {
+            return;
+        }
+        let (before, last) = self.clocks.split_at_mut(b * n);
+        let first = &mut before[a * n..(a + 1) * n];
+        for (x, y) in first.iter_mut().zip(last.iter_mut()) {
+            let m = (*x).max(*y);
+            *x = m;
+            *y = m;
+        }
+    }
+
     /// Whether record `r` happens before (or is) the instruction whose clock is `vc`.
     pub fn ordered(vc: &[u32], r: &Record) -> bool {
         vc.get(r.queue as usize).is_some_and(|&c| c >= r.seq)
@@ -675,7 +778,8 @@ pub fn queue_count(program: &Program) -> usize {
         .map(|i| i.queue.unwrap_or(0) as usize + 1)
         .max()
         .unwrap_or(1);
-    COMPUTE_QUEUES as usize + dma
+    let cores = program.instructions.iter().map(|i| i.core as usize).max().unwrap_or(0);
+    cores * CORE_QUEUES as usize + COMPUTE_QUEUES as usize + dma
 }
 
 /// Replaces every instruction's `wait` list with the waits its memory accesses need: for each
@@ -690,14 +794,25 @@ pub fn infer_waits(program: &mut Program) {
     let mut history = History::default();
     let mut last_in_queue: Vec<Option<usize>> = vec![None; nq];
     let mut seq_in_queue: Vec<u32> = vec![0; nq];
+    let mut barriers = BarrierPairs::default();
+    let barrier_at: Vec<bool> = program
+        .instructions
+        .iter()
+        .map(|i| matches!(i.op, Op::CoreBarrier(_)))
+        .collect();
     for index in 0..program.instructions.len() {
         let inst = &program.instructions[index];
         let q = queue_of(inst);
-        let accesses = footprint(&inst.op, &hbm);
-        // The latest conflicting instruction per other queue.
+        let accesses = footprint_on(&inst.op, inst.core, &hbm);
+        // The latest conflicting instruction per other queue of the same core: a wait cannot
+        // name another core's instruction (only a core_barrier orders the cores; a conflict it
+        // does not order stays, for the race detector to report).
         let mut latest: Vec<Option<(u32, QueueId, u32)>> = vec![None; nq];
         for a in &accesses {
             history.latest_conflicts(a, q, |r| {
+                if r.queue / CORE_QUEUES != q / CORE_QUEUES {
+                    return;
+                }
                 let slot = &mut latest[r.queue as usize];
                 if slot.is_none_or(|s| s.0 < r.inst) {
                     *slot = Some((r.inst, r.queue, r.seq));
@@ -725,6 +840,10 @@ pub fn infer_waits(program: &mut Program) {
         seq_in_queue[q as usize] += 1;
         let seq = seq_in_queue[q as usize];
         clocks.push(q, seq, last_in_queue[q as usize], &wait);
+        program.instructions[index].wait = wait;
+        if let Ok(Some(partner)) = barriers.step(program, index) {
+            clocks.join_pair(partner, index);
+        }
         last_in_queue[q as usize] = Some(index);
         let vc = clocks.of(index).to_vec();
         for access in accesses {
@@ -735,10 +854,9 @@ pub fn infer_waits(program: &mut Program) {
                     seq,
                     access,
                 },
-                |r| Clocks::ordered(&vc, r),
+                |r| Clocks::ordered(&vc, r) && !barrier_across(&barrier_at, index, q, r),
             );
         }
-        program.instructions[index].wait = wait;
     }
 }
 
@@ -807,16 +925,17 @@ mod tests {
         let hbm = HbmIndex(HashMap::new());
         let even = AccessPattern::sbuf(DType::F32, 0, 4, 0, vec![[2, 8]]);
         let odd = AccessPattern::sbuf(DType::F32, 0, 4, 4, vec![[2, 8]]);
-        let a = access_of("dst", true, &even, &hbm).unwrap();
-        let b = access_of("dst", true, &odd, &hbm).unwrap();
+        let a = access_of("dst", true, &even, 0, &hbm).unwrap();
+        let b = access_of("dst", true, &odd, 0, &hbm).unwrap();
         assert!(!a.overlaps(&b));
         assert!(a.overlaps(&a.clone()));
-        let all = access_of("src", false, &sb(0, 16), &hbm).unwrap();
+        let all = access_of("src", false, &sb(0, 16), 0, &hbm).unwrap();
         assert!(all.is_dense() && all.overlaps(&a) && all.overlaps(&b));
         let other_parts = access_of(
             "src",
             false,
             &AccessPattern::sbuf(DType::F32, 4, 4, 0, vec![[1, 16]]),
+            0,
             &hbm,
         )
         .unwrap();
@@ -1040,7 +1159,7 @@ mod tests {
                     })
                     .max()
             });
-            let got = sched.step(p, k, q, 1.0).err().map(|r| match r.kind {
+            let got = sched.step(p, k, q, 1.0, None).err().map(|r| match r.kind {
                 crate::ErrorKind::Race(d) => d.other as u32,
                 other => panic!("{other:?}"),
             });

@@ -192,11 +192,33 @@ impl Executor {
     /// Runs every instruction of `program` on `mem` (inputs already loaded by the caller), then
     /// checks that every output was fully written. `mem` stays the caller's, error or not.
     pub(crate) fn execute(&self, program: &Program, mem: &mut Memories) -> Result<Stats, SimError> {
+        // LNC=2: the second physical core's SBUF and PSUM, swapped in while its instructions
+        // run (HBM is shared); swapped back before returning, error or not.
+        let mut other_core = program.instructions.iter().any(|i| i.core != 0).then(|| mem.new_core());
+        let mut on_core = 0u8;
+        let result = self.execute_cores(program, mem, &mut other_core, &mut on_core);
+        if on_core != 0
+            && let Some(other) = other_core.as_mut()
+        {
+            mem.swap_core(other);
+        }
+        result
+    }
+
+    fn execute_cores(
+        &self,
+        program: &Program,
+        mem: &mut Memories,
+        other_core: &mut Option<crate::mem::CoreMemory>,
+        on_core: &mut u8,
+    ) -> Result<Stats, SimError> {
         let mut rounding = match self.config.numerics.rounding {
             RoundingMode::NearestEven => Rounding::NearestEven,
             RoundingMode::Stochastic { seed } => Rounding::Stochastic(StochasticRng::new(seed)),
         };
-        let mut regs = Registers::new(&self.target);
+        let mut core_regs = [Registers::new(&self.target), Registers::new(&self.target)];
+        let mut barriers = crate::deps::BarrierPairs::default();
+        let cores_allowed = self.target.lnc_allowed.iter().copied().max().unwrap_or(1);
         let mut stats = Stats::default();
         let scheduling = self.config.timeline || self.config.race_check;
         let mut sched = Scheduler::new(program, self.target.dma_queues, self.config.race_check);
@@ -215,6 +237,25 @@ impl Executor {
                     ErrorKind::Invalid(format!("waits for instruction #{w}, which is not earlier")),
                 ));
             }
+            if inst.core as usize >= cores_allowed {
+                return Err(fail(
+                    None,
+                    ErrorKind::Invalid(format!(
+                        "runs on physical core {}, but a logical core of {} has {} (LNC {:?})",
+                        inst.core, self.target.label, cores_allowed, self.target.lnc_allowed
+                    )),
+                ));
+            }
+            let partner = barriers
+                .step(program, index)
+                .map_err(|m| fail(None, ErrorKind::Invalid(m)))?;
+            if inst.core != *on_core
+                && let Some(other) = other_core.as_mut()
+            {
+                mem.swap_core(other);
+                *on_core = inst.core;
+            }
+            let regs = &mut core_regs[inst.core.min(1) as usize];
             engine::check_runs_on(&self.target, &inst.op, inst.engine).map_err(|k| fail(None, k))?;
             engine::check_dtypes(&self.target, &inst.op).map_err(|e| fail(e.operand, e.kind))?;
             let queue = sched.queue(inst).map_err(|k| fail(None, k))?;
@@ -225,7 +266,7 @@ impl Executor {
                 numerics: &self.config.numerics,
                 rounding: &mut rounding,
                 engine: inst.engine,
-                regs: &mut regs,
+                regs,
                 stats: &mut stats,
             };
             engine::execute(&mut ctx, &inst.op).map_err(|e| fail(e.operand, e.kind))?;
@@ -233,9 +274,22 @@ impl Executor {
             if scheduling {
                 let duration = stats.est_ns.get(inst.engine) - busy_before;
                 sched
-                    .step(program, index, queue, duration)
+                    .step(program, index, queue, duration, partner)
                     .map_err(|race| fail(Some(race.operand.to_string()), race.kind))?;
             }
+        }
+        if let Some((i, c)) = barriers.unmatched() {
+            return Err(SimError {
+                index: Some(i),
+                engine: Some(program.instructions[i].engine),
+                opcode: Some("core_barrier"),
+                operand: None,
+                loc: program.instructions[i].loc.clone(),
+                kind: ErrorKind::Invalid(format!(
+                    "core {c}'s core_barrier has no partner on core {}: the cores would wait forever",
+                    1 - c
+                )),
+            });
         }
         if scheduling {
             stats.timeline = sched.finish();

@@ -102,6 +102,15 @@ pub struct Instruction {
     /// line that traced it (NKI front-end), or a free-form label. Never affects execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loc: Option<String>,
+    /// The physical core of the logical core (LNC=2) whose queues run the instruction: 0 or 1
+    /// (`Target::lnc_allowed`). The two cores share HBM and have their own SBUF, PSUM and queues;
+    /// they synchronise only through `core_barrier` (docs/timeline.md, "Two cores").
+    #[serde(default, skip_serializing_if = "is_core_zero")]
+    pub core: u8,
+}
+
+fn is_core_zero(core: &u8) -> bool {
+    *core == 0
 }
 
 impl Instruction {
@@ -112,6 +121,7 @@ impl Instruction {
             wait: Vec::new(),
             queue: None,
             loc: None,
+            core: 0,
         }
     }
 }
@@ -882,6 +892,20 @@ pub struct NcMatmulMx {
     pub tile_size: Option<[usize; 2]>,
 }
 
+/// NeuronCore-v3+ (`nki.isa.core_barrier`): the two physical cores sharing an HBM stack wait for
+/// each other. Each core runs one; the n-th `core_barrier` of core 0 pairs with the n-th of
+/// core 1, and every instruction of either core after its barrier starts after both barriers
+/// (and what they were ordered after) [NKI 2.32 `core_barrier`: remote semaphore update, then
+/// local semaphore wait; only `cores=(0, 1)` exists]. `data` is the shared HBM tensor the cores
+/// synchronise on: no byte of it is read or written, but the race detector treats the barrier as
+/// touching it, so the writes before a barrier are ordered before the other core's accesses
+/// after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoreBarrier {
+    pub data: AccessPattern,
+}
+
 /// Every instruction. Externally tagged in JSON: `{"tensor_tensor": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -934,6 +958,8 @@ pub enum Op {
     // DMA
     DmaCopy(DmaCopy),
     DmaTranspose(DmaTranspose),
+    // ---- Two physical cores of a logical core (LNC=2; NeuronCore-v3+). ----
+    CoreBarrier(CoreBarrier),
 }
 
 /// How an instruction uses one of its operands.
@@ -1048,6 +1074,7 @@ impl Op {
             Op::SequenceBounds(_) => "sequence_bounds",
             Op::DmaCopy(_) => "dma_copy",
             Op::DmaTranspose(_) => "dma_transpose",
+            Op::CoreBarrier(_) => "core_barrier",
         }
     }
 
@@ -1089,6 +1116,8 @@ impl Op {
             | Op::SequenceBounds(_)
             | Op::NonzeroWithCount(_) => &[Gpsimd],
             Op::DmaCopy(_) | Op::DmaTranspose(_) | Op::DmaCompute(_) => &[Dma],
+            // NKI's `engine=` picks the engine that signals and waits (default gpsimd).
+            Op::CoreBarrier(_) => &[Vector, Scalar, Gpsimd],
         }
     }
 }
@@ -1300,6 +1329,8 @@ impl Op {
             Op::TensorPartitionReduce(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::SequenceBounds(i) => v.extend([o("dst", Write, &i.dst), o("segment_ids", Read, &i.segment_ids)]),
             Op::DmaTranspose(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            // Touches no byte; a read-modify-write for ordering (see `CoreBarrier`).
+            Op::CoreBarrier(i) => v.push(o("data", ReadWrite, &i.data)),
             Op::DmaCopy(i) => {
                 let side = i.indirect.as_ref().map(|ind| ind.side);
                 v.extend([

@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum TargetName {
     /// Trainium (Trn1): NeuronCore-v2.
-    #[default]
     Trn1,
-    /// Trainium2 (Trn2): NeuronCore-v3.
+    /// Trainium2 (Trn2): NeuronCore-v3. The default: TorchNeuron and NKI 0.3+ run on Trn2 and
+    /// Trn3 only (docs/isa.md "Generations").
+    #[default]
     Trn2,
     /// Trainium3 (Trn3): NeuronCore-v4.
     Trn3,
@@ -284,7 +285,7 @@ const NC_V2_INSTRUCTIONS: &[&str] = &[
 /// generation and exists only in the new API, which targets NC-v3+: a choice, docs/isa.md]. Only instructions with semantics are listed: a list entry is a promise
 /// that the core runs it (docs/isa.md "Generations" lists the NC-v3/v4 instructions not yet
 /// modelled).
-const NC_V3_ADDED: &[&str] = &["range_select", "nonzero_with_count", "dma_compute"];
+const NC_V3_ADDED: &[&str] = &["range_select", "nonzero_with_count", "dma_compute", "core_barrier"];
 
 /// NeuronCore-v4 additions the simulator implements [`nki.isa` 2.32: "Available only on
 /// NeuronCore-v4 and newer"]. The rest of NC-v4's list is named as a gap in docs/isa.md.

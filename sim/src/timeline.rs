@@ -10,7 +10,9 @@
 //! from different queues is ordered by queue order and waits, transitively (vector clocks), so
 //! that any schedule the hardware may pick computes the same values.
 
-use crate::deps::{Clocks, HbmIndex, History, QueueId, Record, footprint, queue_name, queue_of};
+use crate::deps::{
+    CORE_QUEUES, Clocks, HbmIndex, History, QueueId, Record, barrier_across, footprint_on, queue_name, queue_of,
+};
 use crate::error::ErrorKind;
 use crate::program::{Instruction, Program};
 use serde::{Deserialize, Serialize};
@@ -66,7 +68,7 @@ impl Timeline {
     pub fn dma_busy_ns(&self) -> f64 {
         self.queues
             .iter()
-            .filter(|q| q.queue.starts_with("dma"))
+            .filter(|q| q.queue.starts_with("dma") || q.queue.contains(".dma"))
             .map(|q| q.busy_ns)
             .sum()
     }
@@ -87,6 +89,8 @@ pub struct Scheduler {
     decided_by: Vec<Option<u32>>,
     clocks: Clocks,
     history: History,
+    /// Per instruction, whether it is a `core_barrier` ([`barrier_across`]).
+    barrier_at: Vec<bool>,
 }
 
 /// A race: the later instruction's operand and the error kind to report.
@@ -97,7 +101,15 @@ pub struct Race {
 
 impl Scheduler {
     pub fn new(program: &Program, dma_queues: usize, race_check: bool) -> Self {
-        let nq = crate::deps::COMPUTE_QUEUES as usize + dma_queues.max(1);
+        // One set of queues per physical core the program uses (LNC=2: core 1's from CORE_QUEUES).
+        let cores = program
+            .instructions
+            .iter()
+            .map(|i| i.core as usize)
+            .max()
+            .unwrap_or(0)
+            .min(1);
+        let nq = cores * CORE_QUEUES as usize + crate::deps::COMPUTE_QUEUES as usize + dma_queues.max(1);
         Scheduler {
             race_check,
             hbm: HbmIndex::new(program),
@@ -111,6 +123,11 @@ impl Scheduler {
             decided_by: Vec::with_capacity(program.instructions.len()),
             clocks: Clocks::with_capacity(if race_check { nq } else { 0 }, program.instructions.len()),
             history: History::default(),
+            barrier_at: program
+                .instructions
+                .iter()
+                .map(|i| matches!(i.op, crate::program::Op::CoreBarrier(_)))
+                .collect(),
         }
     }
 
@@ -124,12 +141,13 @@ impl Scheduler {
             )));
         }
         let q = queue_of(inst);
-        if q as usize >= self.queue_free.len() {
+        let per_core = (self.queue_free.len() % CORE_QUEUES as usize).max(crate::deps::COMPUTE_QUEUES as usize + 1);
+        if (q % CORE_QUEUES) as usize >= per_core || q as usize >= self.queue_free.len() {
             return Err(ErrorKind::Invalid(format!(
                 "DMA queue {} does not exist: the target has {} (0..{})",
-                q - crate::deps::COMPUTE_QUEUES,
-                self.queue_free.len() - crate::deps::COMPUTE_QUEUES as usize,
-                self.queue_free.len() - crate::deps::COMPUTE_QUEUES as usize
+                inst.queue.unwrap_or(0),
+                per_core - crate::deps::COMPUTE_QUEUES as usize,
+                per_core - crate::deps::COMPUTE_QUEUES as usize
             )));
         }
         Ok(q)
@@ -137,7 +155,16 @@ impl Scheduler {
 
     /// Schedules instruction `index` (already executed, lasting `duration_ns`) and, when the
     /// detector is on, checks its accesses against every earlier conflicting access.
-    pub fn step(&mut self, program: &Program, index: usize, q: QueueId, duration_ns: f64) -> Result<(), Race> {
+    /// `barrier_partner`: the other core's `core_barrier` this one completes (both end together,
+    /// when the later of the two has arrived, and each core continues after both).
+    pub fn step(
+        &mut self,
+        program: &Program,
+        index: usize,
+        q: QueueId,
+        duration_ns: f64,
+        barrier_partner: Option<usize>,
+    ) -> Result<(), Race> {
         let inst = &program.instructions[index];
         let qi = q as usize;
         let mut start = self.queue_free[qi];
@@ -152,7 +179,18 @@ impl Scheduler {
         if start == 0.0 {
             decided = None;
         }
-        let end = start + duration_ns.max(0.0);
+        let mut end = start + duration_ns.max(0.0);
+        if let Some(a) = barrier_partner {
+            // Each side's semaphore wait ends when the later side has signalled.
+            let other = self.spans[a];
+            if other.end_ns > end {
+                end = other.end_ns;
+                decided = Some(a as u32);
+            } else {
+                self.spans[a].end_ns = end;
+                self.queue_free[other.queue as usize] = self.queue_free[other.queue as usize].max(end);
+            }
+        }
         self.spans.push(Span {
             queue: q,
             start_ns: start,
@@ -166,13 +204,23 @@ impl Scheduler {
         let seq = self.seq_in_queue[qi];
         if self.race_check {
             self.clocks.push(q, seq, self.last_in_queue[qi], &inst.wait);
+            if let Some(a) = barrier_partner {
+                self.clocks.join_pair(a, index);
+            }
             let vc = self.clocks.of(index);
-            let accesses = footprint(&inst.op, &self.hbm);
+            let accesses = footprint_on(&inst.op, inst.core, &self.hbm);
+            // A core_barrier's access to its shared tensor touches no byte: it orders the
+            // accesses of its own core only, so it is neither checked against nor seen by the
+            // other core's (which the barrier pair's clock join orders directly).
             for a in &accesses {
                 // The latest unordered conflict: the one a missing wait would have named. Per
                 // queue, the latest conflicting record is unordered whenever any is.
                 let mut unordered: Option<&Record> = None;
+                let barrier_at = &self.barrier_at;
                 self.history.latest_conflicts(a, q, |r| {
+                    if barrier_across(barrier_at, index, q, r) {
+                        return;
+                    }
                     if !Clocks::ordered(vc, r) && unordered.is_none_or(|u| u.inst < r.inst) {
                         unordered = Some(r);
                     }
@@ -190,7 +238,7 @@ impl Scheduler {
                         seq,
                         access,
                     },
-                    |r| Clocks::ordered(&vc, r),
+                    |r| Clocks::ordered(&vc, r) && !barrier_across(&self.barrier_at, index, q, r),
                 );
             }
         }

@@ -33,7 +33,7 @@ type LowerOutcome = (
 /// lowering. `seed`, when given, replaces the seed the RNG ops start from (the device's
 /// generator: each random call draws a fresh one).
 #[pyfunction]
-#[pyo3(signature = (op, call_json, tensors_json, outputs_json, target = "trn1", seed = None))]
+#[pyo3(signature = (op, call_json, tensors_json, outputs_json, target = "trn2", seed = None))]
 pub fn lower_op(
     op: &str,
     call_json: &str,

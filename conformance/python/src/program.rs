@@ -36,7 +36,7 @@ impl Program {
         self.inner.to_json()
     }
 
-    /// The target the program is for (`"trn1"` or `"trn2"`).
+    /// The target the program is for (`"trn1"`, `"trn2"` or `"trn3"`).
     #[getter]
     fn target(&self) -> &'static str {
         self.inner.target.name()
@@ -82,18 +82,19 @@ pub fn executor(target: &str, numerics_json: Option<&str>) -> PyResult<Executor>
     Ok(Executor::with_config(convert::target(target)?, config))
 }
 
-/// Runs `program` on `inputs` (name → `(dtype, shape, bytes)`) on fresh simulated memory.
+/// Runs `program` on `inputs` (name → `(dtype, shape, bytes)`) on fresh simulated memory, on
+/// `target` (default: the program's own target).
 /// Returns `(outputs: name → (dtype, shape, bytearray), stats JSON)`; raises `trnsim.SimError`.
 #[pyfunction]
-#[pyo3(signature = (program, inputs, target = "trn1", numerics_json = None))]
+#[pyo3(signature = (program, inputs, target = None, numerics_json = None))]
 pub fn run<'py>(
     py: Python<'py>,
     program: &Program,
     inputs: HashMap<String, WireTensor<'py>>,
-    target: &str,
+    target: Option<&str>,
     numerics_json: Option<&str>,
 ) -> PyResult<(Bound<'py, PyDict>, String)> {
-    let executor = executor(target, numerics_json)?;
+    let executor = executor(target.unwrap_or(program.inner.target.name()), numerics_json)?;
     let mut host = BTreeMap::new();
     for (name, wire) in &inputs {
         host.insert(name.clone(), convert::host_tensor(name, wire)?);

@@ -17,7 +17,7 @@ pub struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (target = "trn1", numerics_json = None))]
+    #[pyo3(signature = (target = "trn2", numerics_json = None))]
     fn new(target: &str, numerics_json: Option<&str>) -> PyResult<Self> {
         Ok(Session {
             inner: trnsim::Session::new(executor(target, numerics_json)?),

@@ -37,7 +37,7 @@ def dma(dst, src, loc=None):
     return inst("dma", "dma_copy", loc=loc, dst=dst, src=src)
 
 
-def program(hbm_decls, instructions, target="trn1"):
+def program(hbm_decls, instructions, target="trn2"):
     """Program JSON text: ``hbm_decls`` is a list of (name, dtype, shape, role). The
     instructions are written in program order; their cross-engine waits are filled in by
     ``Program.infer_waits`` (the race detector refuses a program without them)."""

@@ -16,7 +16,7 @@ def test_program_json_round_trip_and_len():
     text = add()
     prog = trnsim.Program.from_json(text)
     assert len(prog) == 4
-    assert prog.target == "trn1"
+    assert prog.target == "trn2"
     assert prog.hbm == [("a", "f32", [4, 8], "input"), ("b", "f32", [4, 8], "input"), ("out", "f32", [4, 8], "output")]
     again = trnsim.Program.from_json(prog.to_json())
     assert json.loads(again.to_json()) == json.loads(prog.to_json())
@@ -236,7 +236,9 @@ def test_program_level_errors_have_no_instruction():
 
 def test_wrong_target_is_refused():
     a = np.zeros((4, 8), np.float32)
-    with pytest.raises(trnsim.SimError, match="program is for trn1"):
-        trnsim.run(add(), {"a": a, "b": a}, target="trn2")
+    with pytest.raises(trnsim.SimError, match="program is for trn2"):
+        trnsim.run(add(), {"a": a, "b": a}, target="trn1")
+    # Without target=, the program's own target runs it.
+    assert trnsim.run(add(), {"a": a, "b": a}).stats["instructions"]
     with pytest.raises(ValueError, match="unknown target"):
         trnsim.run(add(), {"a": a, "b": a}, target="trn9")

@@ -73,7 +73,7 @@ def _bits_kernel(nisa_cur, dtype):
     import neuronxcc.nki.language as nl
     from neuronxcc import nki as legacy
 
-    @legacy.jit
+    @legacy.jit(platform_target="trn1")
     def k(seed):
         out = nl.ndarray((128, 48), dtype=dtype, buffer=nl.shared_hbm)
         s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
@@ -115,7 +115,7 @@ def test_current_rng_writes_truncated_raw_bits_on_nc_v2(current_nki):
     # generator: (bits >> 8) * 2^-24.
     from neuronxcc import nki as legacy
 
-    @legacy.jit
+    @legacy.jit(platform_target="trn1")
     def uniform(seed):
         out = nl.ndarray((128, 48), dtype=nl.float32, buffer=nl.shared_hbm)
         nl.random_seed(1234)
@@ -130,8 +130,8 @@ def test_current_rng_and_set_rng_seed_check_their_documented_constraints(current
     import nki.isa as nisa_cur
     from neuronxcc import nki as legacy
 
-    def run(body, target=None):
-        @legacy.jit(**({"platform_target": target} if target else {}))
+    def run(body, target="trn1"):
+        @legacy.jit(platform_target=target)
         def k(x):
             out = nl.ndarray((128, 8), dtype=nl.int32, buffer=nl.shared_hbm)
             t = body(x)

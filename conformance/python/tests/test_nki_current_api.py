@@ -65,7 +65,7 @@ def test_current_jit_platform_target_is_an_error(cur):
         nki.jit(platform_target="trn2")(_copy_kernel(nki, nl, nisa))
 
 
-def test_legacy_platform_target_selects_and_no_name_falls_back_to_trn1(monkeypatch):
+def test_legacy_platform_target_selects_and_no_name_falls_back_to_trn2(monkeypatch):
     import trnsim.nki.language as nl
 
     monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
@@ -77,7 +77,10 @@ def test_legacy_platform_target_selects_and_no_name_falls_back_to_trn1(monkeypat
 
     x = np.ones((128, 8), np.float32)
     trnsim.nki.jit(copy)(x)
-    assert trnsim.nki.last_run().program["target"] == "trn1"  # the legacy API's documented default
+    # trn2 by default, as the current API (NKI 0.3+ runs on Trn2/Trn3 only, docs/isa.md §3a).
+    assert trnsim.nki.last_run().program["target"] == "trn2"
+    trnsim.nki.jit(copy, platform_target="trn1")(x)
+    assert trnsim.nki.last_run().program["target"] == "trn1"
     trnsim.nki.jit(copy, platform_target="gen3")(x)
     assert trnsim.nki.last_run().program["target"] == "trn2"
     with pytest.raises(NkiError, match=rf"{HERE}:\d+: platform_target= 'trn7' is not a NeuronCore generation"):

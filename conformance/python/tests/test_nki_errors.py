@@ -32,7 +32,7 @@ def line_of(marker):
 # -- capacity exceeded (trace time) -------------------------------------------------------------
 
 
-@nki.jit
+@nki.jit(platform_target="trn1")
 def too_many_live_tiles(a):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     keep = []

@@ -245,9 +245,9 @@ def test_dma_transpose(shape, axes):
 
 
 def test_enums_and_version():
-    @nki.jit
+    @nki.jit  # the default target, trn2 (NeuronCore-v3)
     def k(a):
-        assert nisa.get_nc_version() == nisa.nc_version.gen2
+        assert nisa.get_nc_version() == nisa.nc_version.gen3
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         nl.store(out, nl.load(a))
         return out

@@ -431,7 +431,7 @@ def test_select_reduce_carrying_max_across_calls_says_so():
 
 
 def test_tensor_scalar_on_trn1_scalar_engine_is_refused_at_the_kernel_line():
-    @nki.jit
+    @nki.jit(platform_target="trn1")
     def k(x):
         out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
         nl.store(out, value=nisa.tensor_scalar(nl.load(x), np.multiply, 2.0, engine=nisa.scalar_engine))

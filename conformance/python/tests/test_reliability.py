@@ -8,7 +8,7 @@ import pytest
 import trnsim
 
 COPY = {
-    "target": "trn1",
+    "target": "trn2",
     "hbm": [
         {"name": "x", "dtype": "f32", "shape": [4, 5], "role": "input"},
         {"name": "y", "dtype": "f32", "shape": [4, 5], "role": "output"},

@@ -206,7 +206,7 @@ def test_the_check_fails_for_an_attribute_added_without_a_stub(monkeypatch):
             lambda s: s.update({"run": ("function", [("program", _NO_DEFAULT), ("inputs", _NO_DEFAULT)])}),
             (
                 "`run` differs: module [('program', '<no default>'), ('inputs', '<no default>'), "
-                "('target', 'trn1'), ('numerics_json', None)], stub [('program', '<no default>'), "
+                "('target', None), ('numerics_json', None)], stub [('program', '<no default>'), "
                 "('inputs', '<no default>')]"
             ),
         ),

@@ -46,7 +46,8 @@ def result(**env) -> dict:
 @pytest.mark.parametrize(
     "env,target,lnc",
     [
-        ({}, "trn1", 1),
+        ({}, "trn2", 2),
+        ({"NEURON_PLATFORM_TARGET_OVERRIDE": "trn1"}, "trn1", 1),
         ({"NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"}, "trn2", 2),
         ({"NEURON_PLATFORM_TARGET_OVERRIDE": "gen4", "NEURON_LOGICAL_NC_CONFIG": "1"}, "trn3", 1),
         (
@@ -73,7 +74,7 @@ def test_the_variables_select_generation_and_lnc(env, target, lnc):
             "NEURON_PLATFORM_TARGET_OVERRIDE 'trn9' is not a NeuronCore generation",
         ),
         ({"NEURON_LOGICAL_NC_CONFIG": "4", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"}, "NEURON_LOGICAL_NC_CONFIG='4'"),
-        ({"NEURON_LOGICAL_NC_CONFIG": "2"}, "trn1 allows a logical NeuronCore of 1"),
+        ({"NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn1"}, "trn1 allows a logical NeuronCore of 1"),
         ({"TRNSIM_TORCH_TARGET": "trn1", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"}, "name different generations"),
     ],
 )

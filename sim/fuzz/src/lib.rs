@@ -533,6 +533,7 @@ impl FInst {
             wait: self.wait.iter().take(3).map(|&w| w as u32).collect(),
             queue: None,
             loc: None,
+            core: 0,
         }
     }
 }

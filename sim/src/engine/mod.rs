@@ -5,6 +5,7 @@
 
 pub mod activation;
 pub mod alu;
+pub mod cores;
 pub mod dma;
 pub mod gpsimd;
 pub mod mx;
@@ -167,6 +168,7 @@ pub fn execute(ctx: &mut Ctx, op: &Op) -> OpResult<()> {
         Op::DmaCopy(i) => dma::dma_copy(ctx, i),
         Op::DmaTranspose(i) => dma::dma_transpose(ctx, i),
         Op::DmaCompute(i) => dma::dma_compute(ctx, i),
+        Op::CoreBarrier(i) => cores::core_barrier(ctx, i),
     }
 }
 

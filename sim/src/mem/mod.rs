@@ -223,6 +223,16 @@ pub struct Memories {
     wm: Watermarks,
 }
 
+/// The on-chip memory of another physical core of a logical core (LNC=2): its own SBUF and PSUM,
+/// swapped into a [`Memories`] while that core's instructions run ([`Memories::swap_core`]).
+#[derive(Clone, Debug)]
+pub struct CoreMemory {
+    sbuf: OnChip,
+    psum: OnChip,
+    wm_sbuf: Vec<Cell<Known>>,
+    wm_psum: Vec<Cell<Known>>,
+}
+
 /// A cache over the written maps: for every SBUF/PSUM partition and every HBM tensor, a few
 /// byte ranges known to be all written. It only ever learns ranges that are written (bytes never
 /// become unwritten) and it may lag behind the written map, never run ahead of it, so a check may
@@ -394,6 +404,27 @@ impl Memories {
                 hbm: vec![Cell::new(Known::default()); decls.len()],
             },
         }
+    }
+
+    /// A second physical core's on-chip memory (LNC=2): SBUF and PSUM of the same extents as
+    /// this core's, all unwritten. HBM stays shared ([`Memories::swap_core`]).
+    pub fn new_core(&self) -> CoreMemory {
+        let chip = |m: &OnChip| OnChip::new(m.name, m.partitions, m.partition_bytes, m.usable_bytes, None);
+        CoreMemory {
+            sbuf: chip(&self.sbuf),
+            psum: chip(&self.psum),
+            wm_sbuf: vec![Cell::new(Known::default()); self.sbuf.partitions],
+            wm_psum: vec![Cell::new(Known::default()); self.psum.partitions],
+        }
+    }
+
+    /// Exchanges this core's SBUF and PSUM (and their caches) with `other`'s: the instructions of
+    /// another physical core run between two swaps, on its own on-chip memory and the shared HBM.
+    pub fn swap_core(&mut self, other: &mut CoreMemory) {
+        std::mem::swap(&mut self.sbuf, &mut other.sbuf);
+        std::mem::swap(&mut self.psum, &mut other.psum);
+        std::mem::swap(&mut self.wm.sbuf, &mut other.wm_sbuf);
+        std::mem::swap(&mut self.wm.psum, &mut other.wm_psum);
     }
 
     pub fn hbm_tensor(&self, name: &str) -> Option<&HbmTensor> {

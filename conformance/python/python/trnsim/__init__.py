@@ -112,10 +112,11 @@ def run(
     prog: Program | str,
     inputs: Mapping[str, Any],
     *,
-    target: str = "trn1",
+    target: str | None = None,
     numerics: NumericsLike = None,
 ) -> RunResult:
-    """Runs a program once on fresh simulated memory.
+    """Runs a program once on fresh simulated memory, on ``target`` (``None``: the program's own
+    target, ``prog.target``; a program built without one is for trn2, the default).
 
     ``inputs`` maps every Input-role HBM tensor name to a NumPy array of the declared dtype and
     shape. Raises :class:`SimError` for any simulator error (including a missing or mistyped
@@ -174,7 +175,7 @@ class Session:
     # (the native session refuses a second borrow; nothing waits or is corrupted): give each
     # thread its own Session, or serialise the calls with a lock of your own.
 
-    def __init__(self, target: str = "trn1", numerics: NumericsLike = None) -> None:
+    def __init__(self, target: str = "trn2", numerics: NumericsLike = None) -> None:
         self._native = _native.Session(target, _numerics_json(numerics))
 
     def put(self, name: str, array: Any, dtype: str | None = None) -> None:

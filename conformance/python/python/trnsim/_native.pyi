@@ -67,7 +67,7 @@ class Program:
 class Session:
     """A device session: tensors stay in simulated HBM across program runs."""
 
-    def __new__(cls, target: str = "trn1", numerics_json: str | None = None) -> Session:
+    def __new__(cls, target: str = "trn2", numerics_json: str | None = None) -> Session:
         """A session on `target` with numerics settings as JSON (`None`: the defaults)."""
 
     def put(self, name: str, tensor: _WireIn) -> None:
@@ -99,10 +99,10 @@ class Session:
 def run(
     program: Program,
     inputs: dict[str, _WireIn],
-    target: str = "trn1",
+    target: str | None = None,
     numerics_json: str | None = None,
 ) -> tuple[dict[str, _WireOut], str]:
-    """Runs `program` once on fresh simulated memory.
+    """Runs `program` once on fresh simulated memory, on `target` (`None`: the program's own).
 
     Returns `(outputs by name, statistics JSON)`; raises `trnsim.SimError`."""
 
@@ -122,7 +122,7 @@ def lower_op(
     call_json: str,
     tensors_json: str,
     outputs_json: str,
-    target: str = "trn1",
+    target: str = "trn2",
     seed: int | None = None,
 ) -> tuple[_LowerErrorKind | None, str, Program | None, str, tuple[str, str] | None]:
     """Lowers one Core ATen call from its metadata for `target`.

@@ -154,7 +154,7 @@ def _grid_dims(grid):
     return tuple(dims)
 
 
-def to_program(func, args, kwargs=None, grid=(), target="trn1", lnc=None, api="legacy"):
+def to_program(func, args, kwargs=None, grid=(), target="trn2", lnc=None, api="legacy"):
     """Trace `func(*args, **kwargs)` over the SPMD `grid` into a KernelRun (not yet executed).
     `lnc=2` (the current API's `kernel[2]`): the two physical cores of a logical core, traced one
     after the other; see `_check_lnc_independent`."""
@@ -366,10 +366,11 @@ class Kernel:
     """A kernel function with its launch grid and mode; calling it traces and runs it.
 
     `api="legacy"` (`neuronxcc.nki.jit`): `kernel[g0, g1, ...]` is an SPMD grid, and
-    `platform_target=` (else NEURON_PLATFORM_TARGET_OVERRIDE, else trn1) picks the generation.
+    `platform_target=` (else NEURON_PLATFORM_TARGET_OVERRIDE, else trn2) picks the generation.
     `api="current"` (`nki.jit`): `kernel[lnc]` is the LNC degree (1 or 2 physical cores), the
     generation comes from NEURON_PLATFORM_TARGET_OVERRIDE (else trn2), and the arguments may be
-    NumPy arrays or torch tensors."""
+    NumPy arrays or torch tensors. trn2 is the default of both: NKI 0.3+ and TorchNeuron run on
+    Trn2/Trn3 only (docs/isa.md, "Generations"); a trn1 kernel names its target."""
 
     def __init__(self, func, mode="auto", grid=(), target=None, numerics=None, api="legacy", lnc=None, **options):
         self.func = func
@@ -407,7 +408,7 @@ class Kernel:
         pt = self.options.get("platform_target")
         if pt is not None:
             return parse_target(pt, "platform_target=", loc)
-        return env_target(loc) or ("trn2" if self.api == "current" else "trn1")
+        return env_target(loc) or "trn2"
 
     def _lnc(self):
         if self.api != "current":

@@ -1,7 +1,7 @@
 """The device's generation and logical-NeuronCore size, from the environment (docs/torch-device.md,
 "Generation and LNC").
 
-* ``TRNSIM_TORCH_TARGET``: trnsim's target name (``trn1`` when nothing is set);
+* ``TRNSIM_TORCH_TARGET``: trnsim's target name (``trn2`` when nothing is set: TorchNeuron runs on Trn2/Trn3 only);
 * ``NEURON_PLATFORM_TARGET_OVERRIDE``: TorchNeuron's and the Neuron compiler's variable, in AWS's
   spellings (``trn1|inf2|gen2``, ``trn2|gen3``, ``trn3|gen4``), read through the package's one
   target-name parser (``trnsim.nki._targets.parse_target``). When both are set they must name
@@ -21,7 +21,7 @@ import os
 TARGET_ENV = "TRNSIM_TORCH_TARGET"
 PLATFORM_ENV = "NEURON_PLATFORM_TARGET_OVERRIDE"
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
-DEFAULT_TARGET = "trn1"
+DEFAULT_TARGET = "trn2"
 
 
 class ConfigError(ValueError):
