@@ -74,7 +74,10 @@ def test_the_variables_select_generation_and_lnc(env, target, lnc):
             "NEURON_PLATFORM_TARGET_OVERRIDE 'trn9' is not a NeuronCore generation",
         ),
         ({"NEURON_LOGICAL_NC_CONFIG": "4", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"}, "NEURON_LOGICAL_NC_CONFIG='4'"),
-        ({"NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn1"}, "trn1 allows a logical NeuronCore of 1"),
+        (
+            {"NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn1"},
+            "trn1 allows a logical NeuronCore of 1",
+        ),
         ({"TRNSIM_TORCH_TARGET": "trn1", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"}, "name different generations"),
     ],
 )
