@@ -44,21 +44,33 @@ pub fn check_compute_work(
     }
 }
 
-/// A call whose result is one of its inputs, moved unchanged: an `index_put` whose index
-/// tensors are all empty writes no element, so `out = self` is a copy (DMA only). Decided from
-/// the call and input metadata alone — never from what the program does — so a lowering cannot
-/// claim it for a call that has work to do.
+/// A call whose result is one of its inputs, moved unchanged (DMA only), decided from the call
+/// and input metadata alone — never from what the program does — so a lowering cannot claim it
+/// for a call that has work to do:
+/// * an `index_put` whose index tensors are all empty, or whose values have no elements (they
+///   broadcast only to an empty selection), writes no element;
+/// * a `scatter*` with an empty index writes no element.
 fn nothing_to_compute(op: &str, call: &OpCall, tensor_meta: &BTreeMap<String, TensorMeta>) -> bool {
-    if op != "index_put" {
-        return false;
-    }
-    let Some(Value::Tensors(indices)) = call.arg(1, "indices") else {
-        return false;
-    };
     let empty = |t: &String| {
         tensor_meta
             .get(t)
             .is_some_and(|m| m.shape.iter().product::<usize>() == 0)
     };
-    indices.iter().flatten().count() > 0 && indices.iter().flatten().all(empty)
+    match op {
+        "index_put" => {
+            if let Some(Value::Tensor(v)) = call.arg(2, "values")
+                && empty(v)
+            {
+                return true;
+            }
+            let Some(Value::Tensors(indices)) = call.arg(1, "indices") else {
+                return false;
+            };
+            indices.iter().flatten().count() > 0 && indices.iter().flatten().all(empty)
+        }
+        "scatter.src" | "scatter.value" | "scatter_add" | "scatter_reduce.two" => {
+            matches!(call.arg(2, "index"), Some(Value::Tensor(i)) if empty(i))
+        }
+        _ => false,
+    }
 }

@@ -36,7 +36,7 @@
 //! forms return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
 //! elements).
 
-use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma};
+use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma, imm, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{BoolOrInt, IntOrBool, Scalar, TensorArg};
 use crate::dtype::TorchDType;
@@ -54,12 +54,24 @@ struct Idx {
     name: String,
     /// Element strides of the index tensor per dim of `S` (0 = broadcast).
     strides: Vec<i64>,
-    /// Size of the indexed dimension (negative indices wrap by it).
+    /// Size of the indexed dimension.
     size: i64,
+    /// Negative indices wrap by `size` (advanced indexing: `index.Tensor`, `index_put`); else
+    /// (`gather`, `index_select`, `embedding`, `scatter*`) only `0..size` is in range, as in
+    /// PyTorch. An index outside its range pushes its row out of the tensor (see `offsets`).
+    wrap: bool,
     /// Element stride of the indexed dimension in the indexed tensor.
     mult: i64,
     /// Rows whose index equals this value are pushed out of range (`oob: skip` drops them).
     skip: Option<i64>,
+}
+
+/// The four int32 SBUF slots [`B::offsets`] works in (`f` elements per partition each).
+struct IdxBufs {
+    acc: Slot,
+    tmp: Slot,
+    w: Slot,
+    bad: Slot,
 }
 
 #[derive(Clone, Debug)]
@@ -291,9 +303,16 @@ impl<'r, 'a> B<'r, 'a> {
     }
 
     /// Emits the flat element offsets of rows `[p0, p0+pc) × S[1..]` into an int32 SBUF tile.
-    fn offsets(&mut self, sp: &Spec, p0: usize, pc: usize, acc: Slot, tmp: Slot, w: Slot) -> AccessPattern {
+    /// The element offset of each row of `sp` for rows `p0..p0 + pc`, in `bufs.acc`. An index
+    /// outside its range (`Idx::wrap`), or equal to `Idx::skip`, makes its row's offset
+    /// `2^30` past an in-range one — past the end of any tensor the runner accepts — so the
+    /// indirect DMA fails (`oob: error`) or drops the row (`oob: skip`). The offset itself is
+    /// built from the index clamped into range, so no wraparound can bring it back in range.
+    fn offsets(&mut self, sp: &Spec, p0: usize, pc: usize, bufs: &IdxBufs) -> AccessPattern {
         let f = sp.free();
-        let acc_ap = sb(DType::I32, pc, acc.offset, f);
+        let i32_ap = |slot: Slot| sb(DType::I32, pc, slot.offset, f);
+        let acc_ap = i32_ap(bufs.acc);
+        let bad = i32_ap(bufs.bad);
         let pattern: Vec<[i64; 2]> = if sp.s.len() > 1 {
             sp.s[1..]
                 .iter()
@@ -312,6 +331,8 @@ impl<'r, 'a> B<'r, 'a> {
                 pattern,
             }),
         );
+        self.e.push(Engine::Gpsimd, memset(bad.clone(), 0.0));
+        let gp = Engine::Gpsimd;
         for ix in &sp.idx {
             let src = AccessPattern::hbm(
                 &ix.name,
@@ -321,106 +342,78 @@ impl<'r, 'a> B<'r, 'a> {
                 ix.strides[0],
                 free_dims(&sp.s, &ix.strides),
             );
-            let t = sb(DType::I32, pc, tmp.offset, f);
-            let wa = sb(DType::I32, pc, w.offset, f);
+            let t = i32_ap(bufs.tmp);
+            let wa = i32_ap(bufs.w);
             self.e.push(Engine::Dma, dma(t.clone(), src));
-            // w = (t < 0) * size ; w = w + t ; w = w * mult ; acc = acc + w
-            self.e.push(
-                Engine::Gpsimd,
-                Op::TensorScalar(TensorScalar {
-                    dst: wa.clone(),
-                    src: t.clone(),
-                    op0: AluOp::IsLt,
-                    operand0: ScalarOperand::Imm(0.0),
-                    reverse0: false,
-                    op1: Some(AluOp::Multiply),
-                    operand1: Some(ScalarOperand::Imm(ix.size as f64)),
-                    reverse1: false,
-                }),
-            );
-            self.e.push(
-                Engine::Gpsimd,
-                Op::TensorTensor(TensorTensor {
-                    dst: wa.clone(),
-                    in0: wa.clone(),
-                    in1: t,
-                    op: AluOp::Add,
-                }),
-            );
-            self.e.push(
-                Engine::Gpsimd,
-                Op::TensorScalar(TensorScalar {
-                    dst: wa.clone(),
-                    src: wa.clone(),
-                    op0: AluOp::Multiply,
-                    operand0: ScalarOperand::Imm(ix.mult as f64),
-                    reverse0: false,
-                    op1: None,
-                    operand1: None,
-                    reverse1: false,
-                }),
-            );
-            self.e.push(
-                Engine::Gpsimd,
-                Op::TensorTensor(TensorTensor {
-                    dst: acc_ap.clone(),
-                    in0: acc_ap.clone(),
-                    in1: wa.clone(),
-                    op: AluOp::Add,
-                }),
-            );
             if let Some(k) = ix.skip {
-                // acc += (t == k) * 2^30: far past the end of any tensor the runner accepts.
-                self.e.push(
-                    Engine::Gpsimd,
-                    Op::TensorScalar(TensorScalar {
-                        dst: wa.clone(),
-                        src: sb(DType::I32, pc, tmp.offset, f),
-                        op0: AluOp::IsEqual,
-                        operand0: ScalarOperand::Imm(k as f64),
-                        reverse0: false,
-                        op1: Some(AluOp::Multiply),
-                        operand1: Some(ScalarOperand::Imm((1u64 << 30) as f64)),
-                        reverse1: false,
-                    }),
-                );
-                self.e.push(
-                    Engine::Gpsimd,
-                    Op::TensorTensor(TensorTensor {
-                        dst: acc_ap.clone(),
-                        in0: acc_ap.clone(),
-                        in1: wa,
-                        op: AluOp::Add,
-                    }),
-                );
+                // bad |= (t == k)
+                self.e
+                    .push(gp, ts(wa.clone(), t.clone(), AluOp::IsEqual, imm(k as f64), None));
+                self.e.push(gp, tt(bad.clone(), bad.clone(), wa.clone(), AluOp::Max));
             }
+            // v: the index, wrapped by `size` when negative indices wrap; `spare` the other slot.
+            let (v, spare) = if ix.wrap {
+                let m = Some((AluOp::Multiply, imm(ix.size as f64)));
+                self.e.push(gp, ts(wa.clone(), t.clone(), AluOp::IsLt, imm(0.0), m));
+                self.e.push(gp, tt(wa.clone(), wa.clone(), t.clone(), AluOp::Add));
+                (wa, t)
+            } else {
+                (t, wa)
+            };
+            if ix.size > 0 {
+                // spare = clamp(v, 0, size - 1); bad |= (v != spare)
+                let hi = Some((AluOp::Min, imm((ix.size - 1) as f64)));
+                self.e.push(gp, ts(spare.clone(), v.clone(), AluOp::Max, imm(0.0), hi));
+                self.e
+                    .push(gp, tt(v.clone(), v.clone(), spare.clone(), AluOp::NotEqual));
+            } else {
+                // An empty dimension: every index is out of range.
+                self.e
+                    .push(gp, ts(spare.clone(), v.clone(), AluOp::Multiply, imm(0.0), None));
+                self.e
+                    .push(gp, ts(v.clone(), spare.clone(), AluOp::Add, imm(1.0), None));
+            }
+            self.e.push(gp, tt(bad.clone(), bad.clone(), v, AluOp::Max));
+            // acc += spare * mult
+            self.e.push(
+                gp,
+                ts(spare.clone(), spare.clone(), AluOp::Multiply, imm(ix.mult as f64), None),
+            );
+            self.e.push(gp, tt(acc_ap.clone(), acc_ap.clone(), spare, AluOp::Add));
         }
+        // acc += bad * 2^30
+        let push = imm((1u64 << 30) as f64);
+        self.e
+            .push(gp, ts(bad.clone(), bad.clone(), AluOp::Multiply, push, None));
+        self.e.push(gp, tt(acc_ap.clone(), acc_ap.clone(), bad, AluOp::Add));
         acc_ap
     }
 
-    fn bufs(&mut self, sp: &Spec) -> Result<(Slot, Slot, Slot), LowerError> {
+    fn bufs(&mut self, sp: &Spec) -> Result<IdxBufs, LowerError> {
         let f = sp.free();
         if sp.s.len() > 5 || f > MAX_F {
             return Err(self
                 .req
                 .unsupported(format!("row shape {:?} does not fit the tiling", sp.s)));
         }
-        let a = self.alloc.slot(f * 4)?;
-        let b = self.alloc.slot(f * 4)?;
-        let c = self.alloc.slot(f * 4)?;
-        Ok((a, b, c))
+        Ok(IdxBufs {
+            acc: self.alloc.slot(f * 4)?,
+            tmp: self.alloc.slot(f * 4)?,
+            w: self.alloc.slot(f * 4)?,
+            bad: self.alloc.slot(f * 4)?,
+        })
     }
 
     /// Gathers rows of `src` into `out` (contiguous, row order of `S`).
     fn gather(&mut self, sp: &Spec, src: &str, dt: DType, out: &str, odt: DType) -> Result<(), LowerError> {
         let sp = sp.clone().simplify();
-        let (acc, tmp, w) = self.bufs(&sp)?;
+        let bufs = self.bufs(&sp)?;
         let f = sp.free();
         let r = sp.r;
         let mut p0 = 0;
         while p0 < sp.s[0] {
             let pc = (sp.s[0] - p0).min(128);
-            let index = self.offsets(&sp, p0, pc, acc, tmp, w);
+            let index = self.offsets(&sp, p0, pc, &bufs);
             let rows = pc * f;
             let dst = AccessPattern::hbm(out, odt, (p0 * f * r) as u64, rows, r as i64, vec![[1, r as i64]]);
             let s = AccessPattern::hbm(src, dt, 0, 1, 0, vec![[1, r as i64]]);
@@ -459,7 +452,7 @@ impl<'r, 'a> B<'r, 'a> {
             sp.extra = vec![st.clone()];
         }
         let sp = sp.simplify();
-        let (acc, tmp, w) = self.bufs(&sp)?;
+        let bufs = self.bufs(&sp)?;
         let f = sp.free();
         let total = sp.s.iter().product::<usize>();
         // Compact the values in row order into a scratch tensor of the output's dtype.
@@ -482,7 +475,7 @@ impl<'r, 'a> B<'r, 'a> {
         let mut p0 = 0;
         while p0 < sp.s[0] {
             let pc = (sp.s[0] - p0).min(128);
-            let index = self.offsets(&sp, p0, pc, acc, tmp, w);
+            let index = self.offsets(&sp, p0, pc, &bufs);
             let rows = pc * f;
             let src = AccessPattern::hbm(&comp, odt, (p0 * f) as u64, rows, 1, vec![[1, 1]]);
             let dst = AccessPattern::hbm(out, odt, 0, 1, 0, vec![[1, 1]]);
@@ -517,14 +510,25 @@ enum Vals {
 }
 
 fn check_index_dtype(req: &LowerRequest<'_>, name: &str) -> Result<(), LowerError> {
+    let masks = matches!(req.op, "index.Tensor" | "index_put");
     match req.tensor(name)?.dtype {
         TorchDType::I64 | TorchDType::I32 => Ok(()),
-        // Boolean masks: data-dependent positions (nonzero) — that call form is not lowered.
-        TorchDType::Bool | TorchDType::U8 => {
+        // Boolean masks (index/index_put only): data-dependent positions (nonzero) — the call
+        // forms without a lowering of their own are not lowered.
+        TorchDType::Bool | TorchDType::U8 if masks => {
             Err(LowerError::NotLowered(format!("{} with a boolean mask index", req.op)))
         }
-        d => Err(req.invalid(format!("index dtype {d:?}"))),
+        d => Err(req.invalid(format!("index dtype {d:?} (expected int32 or int64)"))),
     }
+}
+
+/// `gather`/`scatter*`: PyTorch checks the index dtype only when the index has elements, so an
+/// empty index of any dtype is accepted (the result is empty, or `self` unchanged).
+fn check_index_dtype_unless_empty(req: &LowerRequest<'_>, name: &str) -> Result<(), LowerError> {
+    if req.tensor(name)?.shape.iter().product::<usize>() == 0 {
+        return Ok(());
+    }
+    check_index_dtype(req, name)
 }
 
 /// Shape with 0-d promoted to `[1]`.
@@ -582,6 +586,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     size: xs[d] as i64,
                     mult: st[d],
                     skip: None,
+                    wrap: false,
                 }],
                 extra: vec![],
             };
@@ -611,6 +616,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     size: ws[0] as i64,
                     mult: ws[1] as i64,
                     skip: None,
+                    wrap: false,
                 }],
                 extra: vec![],
             };
@@ -619,7 +625,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         "gather" => {
             let x = req.arg::<TensorArg>(0, "self")?.0;
             let idx = req.arg::<TensorArg>(2, "index")?.0;
-            check_index_dtype(req, idx)?;
+            check_index_dtype_unless_empty(req, idx)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
             if on == 0 {
@@ -656,7 +662,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         "scatter.src" | "scatter.value" | "scatter_add" => {
             let x = req.arg::<TensorArg>(0, "self")?.0;
             let idx = req.arg::<TensorArg>(2, "index")?.0;
-            check_index_dtype(req, idx)?;
+            check_index_dtype_unless_empty(req, idx)?;
             let (xdt, xs) = b.declare(x, HbmRole::Input)?;
             let (_, is) = b.declare(idx, HbmRole::Input)?;
             let vals = if req.op == "scatter.value" {
@@ -686,7 +692,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         "scatter_reduce.two" => {
             let x = req.arg::<TensorArg>(0, "self")?.0;
             let idx = req.arg::<TensorArg>(2, "index")?.0;
-            check_index_dtype(req, idx)?;
+            check_index_dtype_unless_empty(req, idx)?;
             let select = match req.arg::<&str>(4, "reduce")? {
                 "sum" => None,
                 r => Some(Reduce::parse(r).ok_or_else(|| {
@@ -760,6 +766,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                     size: nw,
                     mult: dcols as i64,
                     skip: if pad >= 0 { Some(pad) } else { None },
+                    wrap: false,
                 }],
                 extra: vec![],
             };
@@ -843,6 +850,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let indices = req.arg::<&[Option<String>]>(1, "indices")?.to_vec();
             let v = req.arg::<TensorArg>(2, "values")?.0;
             let accumulate = req.arg_or(3, "accumulate", BoolOrInt(false))?.0;
+            if req.tensor(v)?.shape.iter().product::<usize>() == 0 {
+                // Values with no elements broadcast only to an empty selection (a size-0 dim
+                // never broadcasts to a nonzero one), so a valid call writes nothing: `out =
+                // self`, whatever the indices (an all-False mask, empty index tensors).
+                for t in indices.iter().flatten() {
+                    b.declare(t, HbmRole::Input)?;
+                }
+                b.declare(v, HbmRole::Input)?;
+                b.copy_flat(out, odt, x, xdt, on, false);
+                return Ok(b.finish());
+            }
             if let [Some(mask)] = indices.as_slice()
                 && req.tensor(mask)?.dtype == TorchDType::Bool
                 && (!accumulate || req.tensor(x)?.dtype.is_float())
@@ -1160,6 +1178,7 @@ fn along_dim_spec(xs: &[usize], d: usize, idx: &str, is: &[usize]) -> Spec {
             size: xs[d] as i64,
             mult: st[d],
             skip: None,
+            wrap: false,
         }],
         extra: vec![],
     }
@@ -1216,6 +1235,7 @@ fn adv_spec(
             size: xs[p] as i64,
             mult: st[p],
             skip: None,
+            wrap: true,
         });
     }
     let base = dims.iter().map(|d| d.2).collect();
@@ -1705,19 +1725,20 @@ impl B<'_, '_> {
                 size: nw,
                 mult: 1,
                 skip: None,
+                wrap: false,
             }],
             extra: vec![],
         };
         self.scatter(&per_index, Vals::Scalar(1.0), &counts, DType::F32, true, OobMode::Error)?;
         let scaled = self.new_scratch(DType::F32, n_idx * dcols);
-        let (acc, tmp, w) = self.bufs(&per_index)?;
+        let bufs = self.bufs(&per_index)?;
         let cols = dcols.min(4096);
         let cnt = self.alloc.slot(4)?;
         let gt = self.alloc.slot(cols * 4)?;
         let mut p0 = 0;
         while p0 < n_idx {
             let pc = (n_idx - p0).min(128);
-            let index = self.offsets(&per_index, p0, pc, acc, tmp, w);
+            let index = self.offsets(&per_index, p0, pc, &bufs);
             let cnt_ap = sb(DType::F32, pc, cnt.offset, 1);
             self.e.push(
                 Engine::Dma,

@@ -524,15 +524,34 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                 }
             }
         }
-        // rstd = rsqrt(var + eps)
-        ctx.e.tensor_scalar(
-            v,
-            rstd.at(p, 0, 1),
-            rstd.at(p, 0, 1),
-            AluOp::Add,
-            Scalar::Imm(call.eps),
-            Some((AluOp::Rsqrt, Scalar::Imm(0.0))),
-        );
+        if call.running.is_some() {
+            // Eval batch norm: PyTorch's CPU kernel takes `1 / std::sqrt(running_var + eps)` in
+            // the fp32 parameter type — two roundings (sqrt, then the division), which a
+            // correctly rounded rsqrt misses by an ulp now and then. Its `x·α + β` form (β = b −
+            // mean·α) amplifies that ulp of α where y is small (31.8 against the CPU's 2.2 ulp
+            // on one OpInfo sample), so the same two roundings here: GpSimd `pow(·, 0.5)` (f64,
+            // rounded once: the correctly rounded sqrt), then VectorE's correctly rounded
+            // reciprocal.
+            ctx.e.tensor_scalar(
+                Engine::Gpsimd,
+                rstd.at(p, 0, 1),
+                rstd.at(p, 0, 1),
+                AluOp::Add,
+                Scalar::Imm(call.eps),
+                Some((AluOp::Pow, Scalar::Imm(0.5))),
+            );
+            ctx.e.reciprocal(rstd.at(p, 0, 1), rstd.at(p, 0, 1));
+        } else {
+            // rstd = rsqrt(var + eps)
+            ctx.e.tensor_scalar(
+                v,
+                rstd.at(p, 0, 1),
+                rstd.at(p, 0, 1),
+                AluOp::Add,
+                Scalar::Imm(call.eps),
+                Some((AluOp::Rsqrt, Scalar::Imm(0.0))),
+            );
+        }
         if call.round_stats {
             for (name, d, i) in &stat_outs {
                 if *d != f {
