@@ -192,14 +192,26 @@ impl Executor {
     /// Runs every instruction of `program` on `mem` (inputs already loaded by the caller), then
     /// checks that every output was fully written. `mem` stays the caller's, error or not.
     pub(crate) fn execute(&self, program: &Program, mem: &mut Memories) -> Result<Stats, SimError> {
+        self.execute_checked(program, mem, self.config.race_check)
+    }
+
+    /// [`Executor::execute`], with the race detector on only when `race_check` (a session that
+    /// already proved this very program race-free passes false; the timeline is built either way
+    /// when the config asks for it).
+    pub(crate) fn execute_checked(
+        &self,
+        program: &Program,
+        mem: &mut Memories,
+        race_check: bool,
+    ) -> Result<Stats, SimError> {
         let mut rounding = match self.config.numerics.rounding {
             RoundingMode::NearestEven => Rounding::NearestEven,
             RoundingMode::Stochastic { seed } => Rounding::Stochastic(StochasticRng::new(seed)),
         };
         let mut regs = Registers::new(&self.target);
         let mut stats = Stats::default();
-        let scheduling = self.config.timeline || self.config.race_check;
-        let mut sched = Scheduler::new(program, self.target.dma_queues, self.config.race_check);
+        let scheduling = self.config.timeline || race_check;
+        let mut sched = Scheduler::new(program, self.target.dma_queues, race_check);
         for (index, inst) in program.instructions.iter().enumerate() {
             let fail = |operand: Option<String>, kind: ErrorKind| SimError {
                 index: Some(index),

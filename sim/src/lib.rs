@@ -60,7 +60,7 @@ pub use exec::{ExecConfig, Executor, HostTensor, RunResult};
 pub use mem::{AccessPattern, FreeDim, MemSpace};
 pub use numerics::{ActivationModel, Denormals, MatmulAccumulation, NanMaxMin, Numerics, RoundingMode};
 pub use program::*;
-pub use session::{DeviceTensor, Session, Transfers};
+pub use session::{DeviceTensor, RaceChecks, Session, Transfers};
 pub use stats::{EngineCounts, EngineTimes, Stats};
 pub use target::{Target, TargetName};
 pub use timeline::{QueueTime, Span, Timeline};
