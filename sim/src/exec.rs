@@ -192,11 +192,23 @@ impl Executor {
     /// Runs every instruction of `program` on `mem` (inputs already loaded by the caller), then
     /// checks that every output was fully written. `mem` stays the caller's, error or not.
     pub(crate) fn execute(&self, program: &Program, mem: &mut Memories) -> Result<Stats, SimError> {
+        self.execute_checked(program, mem, self.config.race_check)
+    }
+
+    /// [`Executor::execute`], with the race detector on only when `race_check` (a session that
+    /// already proved this very program race-free passes false; the timeline is built either way
+    /// when the config asks for it).
+    pub(crate) fn execute_checked(
+        &self,
+        program: &Program,
+        mem: &mut Memories,
+        race_check: bool,
+    ) -> Result<Stats, SimError> {
         // LNC=2: the second physical core's SBUF and PSUM, swapped in while its instructions
         // run (HBM is shared); swapped back before returning, error or not.
         let mut other_core = program.instructions.iter().any(|i| i.core != 0).then(|| mem.new_core());
         let mut on_core = 0u8;
-        let result = self.execute_cores(program, mem, &mut other_core, &mut on_core);
+        let result = self.execute_cores(program, mem, &mut other_core, &mut on_core, race_check);
         if on_core != 0
             && let Some(other) = other_core.as_mut()
         {
@@ -211,6 +223,7 @@ impl Executor {
         mem: &mut Memories,
         other_core: &mut Option<crate::mem::CoreMemory>,
         on_core: &mut u8,
+        race_check: bool,
     ) -> Result<Stats, SimError> {
         let mut rounding = match self.config.numerics.rounding {
             RoundingMode::NearestEven => Rounding::NearestEven,
@@ -220,8 +233,8 @@ impl Executor {
         let mut barriers = crate::deps::BarrierPairs::default();
         let cores_allowed = self.target.lnc_allowed.iter().copied().max().unwrap_or(1);
         let mut stats = Stats::default();
-        let scheduling = self.config.timeline || self.config.race_check;
-        let mut sched = Scheduler::new(program, self.target.dma_queues, self.config.race_check);
+        let scheduling = self.config.timeline || race_check;
+        let mut sched = Scheduler::new(program, self.target.dma_queues, race_check);
         for (index, inst) in program.instructions.iter().enumerate() {
             let fail = |operand: Option<String>, kind: ErrorKind| SimError {
                 index: Some(index),

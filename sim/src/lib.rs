@@ -62,7 +62,7 @@ pub use numerics::{
     ActivationModel, Denormals, MatmulAccumulation, MxElementRounding, NanMaxMin, Numerics, RoundingMode,
 };
 pub use program::*;
-pub use session::{DeviceTensor, Session, Transfers};
+pub use session::{DeviceTensor, RaceChecks, Session, Transfers};
 pub use stats::{EngineCounts, EngineTimes, Stats};
 pub use target::{Target, TargetName};
 pub use timeline::{QueueTime, Span, Timeline};

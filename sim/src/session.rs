@@ -82,6 +82,82 @@ pub struct Session {
     transfers: Transfers,
     /// On-chip buffers kept between runs (performance only: `mem::Arena`).
     arena: crate::mem::Arena,
+    /// Programs this session's runs proved race-free (performance only: [`RaceFree`]).
+    race_free: RaceFree,
+}
+
+/// How often a run checked its program for races, and how often it reused an earlier run's
+/// proof that the same program is race-free (see [`Session::run`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaceChecks {
+    /// Runs whose program the race detector checked instruction by instruction.
+    pub checked: u64,
+    /// Runs of a program an earlier run had already proved race-free.
+    pub reused: u64,
+}
+
+/// Most instructions the race-free programs kept by one session may hold together; the oldest
+/// go first.
+const RACE_FREE_INSTRUCTIONS: usize = 1 << 16;
+
+/// Programs proved race-free by a completed run with the detector on. Whether a program races
+/// depends on the program alone (its instructions, queues, waits and access patterns, the
+/// target's DMA queues): the detector reads no data, and straight-line programs have no
+/// data-dependent control flow. A program with a data-dependent operand (indirect DMA, dynamic
+/// copies) is never kept: it is checked on every run. Entries are whole copies, compared with
+/// `==` on lookup, so only the very same program reuses a proof.
+#[derive(Debug, Default)]
+struct RaceFree {
+    entries: std::collections::VecDeque<(u64, Program)>,
+    instructions: usize,
+    counts: RaceChecks,
+}
+
+impl RaceFree {
+    fn contains(&self, key: u64, program: &Program) -> bool {
+        self.entries.iter().any(|(k, p)| *k == key && p == program)
+    }
+
+    fn insert(&mut self, key: u64, program: &Program) {
+        let n = program.instructions.len();
+        if n > RACE_FREE_INSTRUCTIONS {
+            return;
+        }
+        while self.instructions + n > RACE_FREE_INSTRUCTIONS {
+            match self.entries.pop_front() {
+                Some((_, p)) => self.instructions -= p.instructions.len(),
+                None => break,
+            }
+        }
+        self.instructions += n;
+        self.entries.push_back((key, program.clone()));
+    }
+}
+
+/// A cheap summary of a program for [`RaceFree`] lookups (equal programs have equal keys).
+fn race_key(program: &Program) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    program.instructions.len().hash(&mut h);
+    for d in &program.hbm {
+        d.name.hash(&mut h);
+        d.shape.hash(&mut h);
+    }
+    for inst in &program.instructions {
+        inst.engine.name().hash(&mut h);
+        inst.op.name().hash(&mut h);
+        inst.wait.hash(&mut h);
+        inst.queue.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Whether any operand of `program` has a data-dependent address.
+fn has_dynamic_operand(program: &Program) -> bool {
+    program
+        .instructions
+        .iter()
+        .any(|i| i.op.operands().iter().any(|o| o.dynamic))
 }
 
 impl Session {
@@ -91,7 +167,13 @@ impl Session {
             tensors: BTreeMap::new(),
             transfers: Transfers::default(),
             arena: crate::mem::Arena::default(),
+            race_free: RaceFree::default(),
         }
+    }
+
+    /// How many runs checked their program for races, and how many reused a proof.
+    pub fn race_checks(&self) -> &RaceChecks {
+        &self.race_free.counts
     }
 
     pub fn executor(&self) -> &Executor {
@@ -178,6 +260,11 @@ impl Session {
     /// (a program that writes an Input tensor writes the session tensor, as on a device);
     /// outputs are created or replaced when the run succeeds. On error the session keeps every
     /// tensor it had (inputs are moved back) and gains no output.
+    ///
+    /// With the executor's race detector on, a completed run records that its program is
+    /// race-free, and later runs of the very same program (equal in every instruction and
+    /// declaration) skip the detector: its verdict depends on the program alone. Programs with
+    /// data-dependent operands are checked on every run. [`Session::race_checks`] counts both.
     pub fn run(&mut self, program: &Program, bind: &BTreeMap<String, String>) -> Result<Stats, SimError> {
         let mut mem = self.executor.prepare_in(program, &mut self.arena)?;
         let bindings = self.resolve(program, bind)?;
@@ -214,7 +301,11 @@ impl Session {
                 moved.push((b.program, b.session));
             }
         }
-        let run = result.and_then(|()| self.executor.execute(program, &mut mem));
+        // The race detector runs unless an earlier run proved this same program race-free.
+        let detect = self.executor.config.race_check;
+        let key = if detect { race_key(program) } else { 0 };
+        let proved = detect && self.race_free.contains(key, program);
+        let run = result.and_then(|()| self.executor.execute_checked(program, &mut mem, detect && !proved));
         // Inputs go back first (even on error), then outputs replace what they are bound to.
         for &(program_name, session_name) in &moved {
             if let (Some(t), Some(data)) = (self.tensors.get_mut(session_name), mem.take_data(program_name)) {
@@ -241,6 +332,14 @@ impl Session {
         }
         self.arena.recycle(mem);
         self.transfers.runs += 1;
+        if proved {
+            self.race_free.counts.reused += 1;
+        } else if detect {
+            self.race_free.counts.checked += 1;
+            if !has_dynamic_operand(program) {
+                self.race_free.insert(key, program);
+            }
+        }
         Ok(stats)
     }
 

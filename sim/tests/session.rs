@@ -254,3 +254,173 @@ fn on_chip_memory_never_carries_over_between_runs() {
         .unwrap();
     assert_eq!(s.tensor("h3").unwrap().bytes(), s.tensor("h").unwrap().bytes());
 }
+
+/// The kept buffers are cleaned where each run wrote, by every write path: strided and
+/// contiguous DMA into SBUF, a VectorE write to PSUM, a predicated (masked) copy, far from the
+/// first partition and the first bytes. After each writer, a probe that reads the written place
+/// must fail as in a fresh session; the same probe inside the writer's program succeeds.
+#[test]
+fn every_write_path_is_cleaned_between_runs() {
+    let far_strided = AccessPattern::sbuf(DType::F32, 96, P, 3000, vec![[2, N as i64]]);
+    let far_dense = AccessPattern::sbuf(DType::F32, 64, P, 70_000, vec![[1, N as i64]]);
+    let in_psum = AccessPattern::psum(DType::F32, 32, P, 1024, vec![[1, N as i64]]);
+    let predicated = AccessPattern::sbuf(DType::F32, 0, P, 5000, vec![[1, N as i64]]);
+    let writers: Vec<(AccessPattern, Vec<(Engine, Op)>)> = vec![
+        (far_strided.clone(), vec![(Engine::Dma, dma(far_strided, hbm("a")))]),
+        (far_dense.clone(), vec![(Engine::Dma, dma(far_dense, hbm("a")))]),
+        (
+            in_psum.clone(),
+            vec![(
+                Engine::Vector,
+                Op::Memset(Memset {
+                    dst: in_psum,
+                    value: 2.0,
+                }),
+            )],
+        ),
+        (
+            predicated.clone(),
+            vec![
+                (Engine::Dma, dma(sb(0), hbm("a"))),
+                (
+                    Engine::Vector,
+                    Op::TensorCopyPredicated(TensorCopyPredicated {
+                        dst: predicated,
+                        src: sb(0),
+                        predicate: AccessPattern::sbuf(DType::U32, 0, P, 0, vec![[1, N as i64]]),
+                        reverse_pred: false,
+                    }),
+                ),
+            ],
+        ),
+    ];
+    for (place, insts) in writers {
+        let mut probe = Program::new(TargetName::Trn1);
+        probe.declare("out", DType::F32, &[P, N], HbmRole::Output);
+        let read = |p: &mut Program| {
+            let src = place.clone();
+            p.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: sb(40_000), src }));
+            p.push(Engine::Dma, dma(hbm("out"), sb(40_000)));
+        };
+        read(&mut probe);
+        trnsim::infer_waits(&mut probe);
+        let fresh = Session::new(Executor::new(TargetName::Trn1))
+            .run(&probe, &bind(&[("out", "o")]))
+            .unwrap_err()
+            .to_string();
+        assert!(fresh.contains("nothing wrote"), "{fresh}");
+
+        let mut writer = Program::new(TargetName::Trn1);
+        writer.declare("a", DType::F32, &[P, N], HbmRole::Input);
+        for (engine, op) in insts {
+            writer.push(engine, op);
+        }
+        let mut checked = writer.clone();
+        checked.declare("out", DType::F32, &[P, N], HbmRole::Output);
+        read(&mut checked);
+        trnsim::infer_waits(&mut writer);
+        trnsim::infer_waits(&mut checked);
+
+        let mut s = Session::new(Executor::new(TargetName::Trn1));
+        s.put("x", host(|i| i as f32 + 1.0)).unwrap();
+        s.run(&checked, &bind(&[("a", "x"), ("out", "seen")]))
+            .unwrap_or_else(|e| panic!("{place:?}: {e}"));
+        s.run(&writer, &bind(&[("a", "x")])).unwrap();
+        let after = s.run(&probe, &bind(&[("out", "o")])).unwrap_err().to_string();
+        assert_eq!(after, fresh, "{place:?}");
+    }
+}
+
+/// A session reuses a completed run's proof that a program is race-free for later runs of the
+/// very same program, with the same results; any other program is checked, and one that races
+/// is caught on every run, even when it looks like a proved one but for an access pattern.
+#[test]
+fn race_freedom_is_reused_only_for_the_same_program() {
+    let mut s = session();
+    // the two loads on two DMA queues, so that only waits and access patterns order them
+    let on_two_queues = |mut p: Program| {
+        p.instructions[1].queue = Some(1);
+        p.instructions.iter_mut().for_each(|i| i.wait.clear());
+        trnsim::infer_waits(&mut p);
+        p
+    };
+    let add = on_two_queues(binary(AluOp::Add));
+    let b = bind(&[("a", "x"), ("b", "w"), ("out", "h")]);
+    s.run(&add, &b).unwrap();
+    let first = s.tensor("h").unwrap().bytes().to_vec();
+    for _ in 0..2 {
+        let stats = s.run(&add, &b).unwrap();
+        assert_eq!(s.tensor("h").unwrap().bytes(), &first[..]);
+        assert!(stats.timeline.makespan_ns > 0.0, "the timeline is still built");
+    }
+    assert_eq!(s.race_checks(), &RaceChecks { checked: 1, reused: 2 });
+    // Same instructions, opcodes and waits, another ALU operator: a new program, checked.
+    s.run(
+        &on_two_queues(binary(AluOp::Multiply)),
+        &bind(&[("a", "x"), ("b", "w"), ("out", "m")]),
+    )
+    .unwrap();
+    assert_eq!(s.race_checks(), &RaceChecks { checked: 2, reused: 2 });
+    assert_ne!(s.tensor("m").unwrap().bytes(), &first[..]);
+    // The second load now writes the first load's bytes, on another queue with no wait: a race,
+    // caught every time although everything but that access pattern matches the proved program.
+    let mut racy = add.clone();
+    let Op::DmaCopy(d) = &mut racy.instructions[1].op else {
+        unreachable!()
+    };
+    d.dst = sb(0);
+    for _ in 0..2 {
+        let e = s.run(&racy, &b).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Race(_)), "{e}");
+    }
+    // The same without waits at all: caught every time too.
+    let mut no_waits = add.clone();
+    no_waits.instructions.iter_mut().for_each(|i| i.wait.clear());
+    for _ in 0..2 {
+        let e = s.run(&no_waits, &b).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Race(_)), "{e}");
+    }
+    assert_eq!(s.race_checks(), &RaceChecks { checked: 2, reused: 2 });
+    assert_eq!(s.tensor("h").unwrap().bytes(), &first[..]);
+}
+
+/// A program with a data-dependent operand (here a dynamic copy) is race-checked on every run.
+#[test]
+fn programs_with_data_dependent_operands_are_checked_every_run() {
+    let mut p = Program::new(TargetName::Trn1);
+    p.declare("a", DType::F32, &[P, N], HbmRole::Input);
+    p.declare("i", DType::I32, &[1, 1], HbmRole::Input);
+    p.declare("out", DType::F32, &[P, N], HbmRole::Output);
+    let off = AccessPattern::sbuf(DType::I32, 0, 1, 512, vec![[1, 1]]);
+    p.push(Engine::Dma, dma(sb(0), hbm("a")));
+    p.push(
+        Engine::Dma,
+        dma(off.clone(), AccessPattern::hbm("i", DType::I32, 0, 1, 1, vec![[1, 1]])),
+    );
+    p.push(
+        Engine::Vector,
+        Op::TensorCopyDynamicSrc(TensorCopyDynamic {
+            dst: sb(128),
+            src: AccessPattern::sbuf(DType::F32, 0, P, 0, vec![[1, N as i64]]),
+            offset: off,
+            offset_scale: 1,
+        }),
+    );
+    p.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    trnsim::infer_waits(&mut p);
+    let mut s = session();
+    s.put(
+        "i",
+        HostTensor {
+            dtype: DType::I32,
+            shape: vec![1, 1],
+            data: 0i32.to_le_bytes().to_vec(),
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        s.run(&p, &bind(&[("a", "x"), ("out", "y")])).unwrap();
+    }
+    assert_eq!(s.race_checks(), &RaceChecks { checked: 3, reused: 0 });
+    assert_eq!(s.tensor("y").unwrap().bytes(), s.tensor("x").unwrap().bytes());
+}

@@ -59,15 +59,33 @@ impl Session {
     }
 
     /// Runs `program` on session tensors (`bind`: program tensor name → session tensor name).
-    /// Returns the run's statistics as JSON; raises `trnsim.SimError`.
-    fn run(&mut self, py: Python<'_>, program: &Program, bind: HashMap<String, String>) -> PyResult<String> {
+    /// Returns the run's statistics as JSON; raises `trnsim.SimError`. With `spans=False` the
+    /// timeline leaves out its per-instruction spans (makespan, queues and critical path stay):
+    /// less to encode and parse for a caller that reads only the totals.
+    #[pyo3(signature = (program, bind, spans = true))]
+    fn run(
+        &mut self,
+        py: Python<'_>,
+        program: &Program,
+        bind: HashMap<String, String>,
+        spans: bool,
+    ) -> PyResult<String> {
         let bind: BTreeMap<String, String> = bind.into_iter().collect();
         let prog = &program.inner;
         let session = &mut self.inner;
-        let stats = py
+        let mut stats = py
             .detach(|| session.run(prog, &bind))
             .map_err(|e| errors::to_py(py, &e))?;
+        if !spans {
+            stats.timeline.spans = Vec::new();
+        }
         Ok(serde_json::to_string(&stats).expect("stats serialize"))
+    }
+
+    /// How many runs race-checked their program, and how many reused an earlier run's proof
+    /// that the same program is race-free, as JSON (`{"checked": n, "reused": m}`).
+    fn race_checks(&self) -> String {
+        serde_json::to_string(self.inner.race_checks()).expect("race checks serialize")
     }
 
     /// Host transfer and run counters of the session, as JSON.

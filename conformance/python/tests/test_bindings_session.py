@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -117,3 +119,20 @@ def test_session_numerics_and_target():
     assert np.all(s.get("out") == 0)
     with pytest.raises(ValueError, match="unknown target"):
         trnsim.Session(target="trn0")
+
+
+def test_a_repeated_program_reuses_its_race_check_and_spans_are_optional():
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    s = trnsim.Session()
+    s.put("x", x)
+    p = scale_by_two()
+    first = s.run(p, {"a": "x", "out": "y"})
+    again = s.run(p, {"a": "x", "out": "y"})
+    assert s.race_checks() == {"checked": 1, "reused": 1}
+    assert again == first  # same statistics and timeline, spans included
+    assert len(first["timeline"]["spans"]) == 3
+    np.testing.assert_array_equal(s.get("y"), x + x)
+    native = s._native
+    totals = json.loads(native.run(trnsim._native.Program.from_json(p), {"a": "x", "out": "y"}, spans=False))
+    assert "spans" not in totals["timeline"]
+    assert totals["timeline"]["makespan_ns"] == first["timeline"]["makespan_ns"]

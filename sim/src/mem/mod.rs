@@ -29,7 +29,13 @@ pub struct OnChip {
     pub data: Vec<u8>,
     /// One byte per data byte: 1 once written.
     pub written: Vec<u8>,
+    /// One bit per [`DIRTY_BLOCK`] bytes of `data`: set when a write's span touches the block
+    /// (performance only: [`Arena::recycle`] zeroes these blocks instead of scanning the map).
+    dirty: Vec<u64>,
 }
+
+/// Granularity of [`OnChip`]'s dirty blocks, in bytes.
+const DIRTY_BLOCK: usize = 256;
 
 impl OnChip {
     fn new(
@@ -51,6 +57,19 @@ impl OnChip {
             usable_bytes,
             data,
             written,
+            dirty: vec![0; n.div_ceil(DIRTY_BLOCK).div_ceil(64)],
+        }
+    }
+
+    /// Records that a write may change bytes `lo..hi` (of `data` and `written`).
+    fn mark_dirty(&mut self, lo: usize, hi: usize) {
+        if hi <= lo {
+            return;
+        }
+        for block in lo / DIRTY_BLOCK..=(hi - 1) / DIRTY_BLOCK {
+            if let Some(word) = self.dirty.get_mut(block / 64) {
+                *word |= 1 << (block % 64);
+            }
         }
     }
 }
@@ -67,25 +86,37 @@ fn resized(mut v: Vec<u8>, n: usize) -> Vec<u8> {
     }
 }
 
-/// Zeroes the bytes of `chip` a run wrote, so that its buffers are all zero again: in each
-/// partition, from the first to the last byte its written map marks. Data bytes change only
-/// where the written map marks them (every write marks what it writes), so this is exact.
+/// Zeroes the bytes of `chip` a run wrote, so that its buffers are all zero again: every dirty
+/// block, which covers every span a write touched (every write to SBUF or PSUM goes through
+/// `Memories::region_for_write` or `two_regions`, which mark the span of each row first).
 fn clean(chip: &mut OnChip) {
-    let pb = chip.partition_bytes;
-    if pb == 0 {
-        return;
+    let n = chip.data.len();
+    let mut run: Option<(usize, usize)> = None;
+    let flush = |chip: &mut OnChip, (lo, hi): (usize, usize)| {
+        let hi = hi.min(n);
+        if lo < hi {
+            chip.data[lo..hi].fill(0);
+            chip.written[lo..hi].fill(0);
+        }
+    };
+    for w in 0..chip.dirty.len() {
+        let mut bits = std::mem::take(&mut chip.dirty[w]);
+        while bits != 0 {
+            let block = w * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let (lo, hi) = (block * DIRTY_BLOCK, (block + 1) * DIRTY_BLOCK);
+            run = match run {
+                Some((a, b)) if b == lo => Some((a, hi)),
+                Some(r) => {
+                    flush(chip, r);
+                    Some((lo, hi))
+                }
+                None => Some((lo, hi)),
+            };
+        }
     }
-    let nonzero = |c: &[u8]| c.iter().any(|&b| b != 0);
-    for p in 0..chip.partitions {
-        let row = &chip.written[p * pb..(p + 1) * pb];
-        // whole 64-byte blocks first (a vectorised scan), then the bytes of the edge blocks
-        let Some(first) = row.chunks(64).position(nonzero) else {
-            continue;
-        };
-        let last = row.chunks(64).rposition(nonzero).unwrap_or(first);
-        let (lo, hi) = (p * pb + first * 64, p * pb + ((last + 1) * 64).min(pb));
-        chip.data[lo..hi].fill(0);
-        chip.written[lo..hi].fill(0);
+    if let Some(r) = run {
+        flush(chip, r);
     }
 }
 
@@ -499,8 +530,11 @@ impl Memories {
         }
     }
 
-    /// Data and written map of a region for writing, with its watermarks.
-    fn region_for_write(&mut self, r: Region) -> (&mut [u8], &mut [u8], Marks<'_>) {
+    /// Data and written map of the region `dst` writes, with its watermarks. Records the span
+    /// of every row `dst` covers as dirty (SBUF and PSUM), so a kept arena is cleaned exactly.
+    fn region_for_write(&mut self, dst: &Resolved) -> (&mut [u8], &mut [u8], Marks<'_>) {
+        self.note_dirty(dst);
+        let r = dst.region;
         let Memories {
             sbuf, psum, hbm, wm, ..
         } = self;
@@ -824,7 +858,7 @@ impl Memories {
         let r = self.resolve(ap)?;
         check_len(&r, bits.len())?;
         let size = r.dtype.size();
-        let (data, written, marks) = self.region_for_write(r.region);
+        let (data, written, marks) = self.region_for_write(&r);
         let mut i = 0;
         r.for_each_write_run(marks, |start, n, stride, known| {
             dtype::store_bits_run(r.dtype, &bits[i..i + n], data, start, stride);
@@ -855,7 +889,7 @@ impl Memories {
             let mut bits = Vec::with_capacity(src.num_elems());
             src.for_each_run(|start, n, stride| dtype::load_bits_run(src.dtype, data, start, n, stride, &mut bits))?;
             let size = dst.dtype.size();
-            let (data, written, marks) = self.region_for_write(dst.region);
+            let (data, written, marks) = self.region_for_write(dst);
             let mut i = 0;
             dst.for_each_write_run(marks, |start, n, stride, known| {
                 dtype::store_bits_run(dst.dtype, &bits[i..i + n], data, start, stride);
@@ -880,7 +914,7 @@ impl Memories {
             Ok(runs)
         };
         let (src_runs, dst_runs) = (byte_runs(src)?, byte_runs(dst)?);
-        let (from, to, written, marks) = self.two_regions(src.region, dst.region);
+        let (from, to, written, marks) = self.two_regions(src.region, dst);
         let (mut si, mut di) = (0, 0);
         let (mut s_off, mut d_off) = (0, 0);
         while si < src_runs.len() && di < dst_runs.len() {
@@ -902,8 +936,24 @@ impl Memories {
         Ok(())
     }
 
-    /// The data of region `a` and the data and written map of another region `b` (`a != b`).
-    fn two_regions(&mut self, a: Region, b: Region) -> (&[u8], &mut [u8], &mut [u8], Marks<'_>) {
+    /// Marks the span of every row of `dst` dirty, when it is on chip.
+    fn note_dirty(&mut self, dst: &Resolved) {
+        let chip = match dst.region {
+            Region::Sbuf => &mut self.sbuf,
+            Region::Psum => &mut self.psum,
+            Region::Hbm(_) => return,
+        };
+        for &row in &dst.row_bases {
+            let (lo, hi) = dst.row_span(row);
+            chip.mark_dirty(lo, hi);
+        }
+    }
+
+    /// The data of region `a` and the data and written map of the region `dst` writes, another
+    /// one (`a != dst.region`); `dst`'s rows are marked dirty as in `region_for_write`.
+    fn two_regions(&mut self, a: Region, dst: &Resolved) -> (&[u8], &mut [u8], &mut [u8], Marks<'_>) {
+        self.note_dirty(dst);
+        let b = dst.region;
         debug_assert!(a != b);
         let Memories {
             sbuf, psum, hbm, wm, ..
@@ -954,7 +1004,7 @@ impl Memories {
         check_len(&r, bits.len())?;
         check_len(&r, mask.len())?;
         let size = r.dtype.size();
-        let (data, written, marks) = self.region_for_write(r.region);
+        let (data, written, marks) = self.region_for_write(&r);
         // One store loop per element size, so the inner loop is a fixed-width store.
         fn run<const W: usize>(
             data: &mut [u8],
@@ -991,7 +1041,7 @@ impl Memories {
         let r = self.resolve(ap)?;
         check_len(&r, vals.len())?;
         let size = r.dtype.size();
-        let (data, written, marks) = self.region_for_write(r.region);
+        let (data, written, marks) = self.region_for_write(&r);
         let mut i = 0;
         r.for_each_write_run(marks, |start, n, stride, known| {
             dtype::encode_run(r.dtype, rounding, &vals[i..i + n], data, start, stride);

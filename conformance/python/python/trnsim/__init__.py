@@ -222,6 +222,12 @@ class Session:
         with _one_thread("transfers"):
             return json.loads(self._native.transfers())
 
+    def race_checks(self) -> dict[str, int]:
+        """``checked``: runs whose program the race detector checked; ``reused``: runs of a
+        program an earlier completed run had proved race-free (docs/timeline.md)."""
+        with _one_thread("race_checks"):
+            return json.loads(self._native.race_checks())
+
     def device_bytes(self) -> int:
         """Bytes held by the session's tensors."""
         with _one_thread("device_bytes"):

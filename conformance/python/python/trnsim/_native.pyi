@@ -85,10 +85,14 @@ class Session:
     def names(self) -> list[str]:
         """The session's tensor names, sorted."""
 
-    def run(self, program: Program, bind: dict[str, str]) -> str:
+    def run(self, program: Program, bind: dict[str, str], spans: bool = True) -> str:
         """Runs `program` on session tensors (`bind`: program tensor name to session tensor name).
 
-        Returns the run's statistics as JSON; raises `trnsim.SimError`."""
+        Returns the run's statistics as JSON; raises `trnsim.SimError`. `spans=False` leaves the
+        timeline's per-instruction spans out (the totals stay)."""
+
+    def race_checks(self) -> str:
+        """Runs that race-checked their program and runs that reused a proof, as JSON."""
 
     def transfers(self) -> str:
         """Host transfer and run counters of the session, as JSON."""
