@@ -266,8 +266,14 @@ fn every_write_path_is_cleaned_between_runs() {
     let in_psum = AccessPattern::psum(DType::F32, 32, P, 1024, vec![[1, N as i64]]);
     let predicated = AccessPattern::sbuf(DType::F32, 0, P, 5000, vec![[1, N as i64]]);
     let writers: Vec<(AccessPattern, Vec<(Engine, Op)>)> = vec![
-        (far_strided.clone(), vec![(Engine::Dma, dma(far_strided, hbm("a")))]),
-        (far_dense.clone(), vec![(Engine::Dma, dma(far_dense, hbm("a")))]),
+        (
+            far_strided.clone(),
+            vec![(Engine::Dma, Op::dma_copy(far_strided, hbm("a")))],
+        ),
+        (
+            far_dense.clone(),
+            vec![(Engine::Dma, Op::dma_copy(far_dense, hbm("a")))],
+        ),
         (
             in_psum.clone(),
             vec![(
@@ -281,7 +287,7 @@ fn every_write_path_is_cleaned_between_runs() {
         (
             predicated.clone(),
             vec![
-                (Engine::Dma, dma(sb(0), hbm("a"))),
+                (Engine::Dma, Op::dma_copy(sb(0), hbm("a"))),
                 (
                     Engine::Vector,
                     Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -300,7 +306,7 @@ fn every_write_path_is_cleaned_between_runs() {
         let read = |p: &mut Program| {
             let src = place.clone();
             p.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: sb(40_000), src }));
-            p.push(Engine::Dma, dma(hbm("out"), sb(40_000)));
+            p.push(Engine::Dma, Op::dma_copy(hbm("out"), sb(40_000)));
         };
         read(&mut probe);
         trnsim::infer_waits(&mut probe);
@@ -392,10 +398,10 @@ fn programs_with_data_dependent_operands_are_checked_every_run() {
     p.declare("i", DType::I32, &[1, 1], HbmRole::Input);
     p.declare("out", DType::F32, &[P, N], HbmRole::Output);
     let off = AccessPattern::sbuf(DType::I32, 0, 1, 512, vec![[1, 1]]);
-    p.push(Engine::Dma, dma(sb(0), hbm("a")));
+    p.push(Engine::Dma, Op::dma_copy(sb(0), hbm("a")));
     p.push(
         Engine::Dma,
-        dma(off.clone(), AccessPattern::hbm("i", DType::I32, 0, 1, 1, vec![[1, 1]])),
+        Op::dma_copy(off.clone(), AccessPattern::hbm("i", DType::I32, 0, 1, 1, vec![[1, 1]])),
     );
     p.push(
         Engine::Vector,
@@ -406,7 +412,7 @@ fn programs_with_data_dependent_operands_are_checked_every_run() {
             offset_scale: 1,
         }),
     );
-    p.push(Engine::Dma, dma(hbm("out"), sb(128)));
+    p.push(Engine::Dma, Op::dma_copy(hbm("out"), sb(128)));
     trnsim::infer_waits(&mut p);
     let mut s = session();
     s.put(
