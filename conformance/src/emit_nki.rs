@@ -897,6 +897,16 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// `dst = nisa.NAME(KWsrc, dtype=dst's dtype)`: the calls whose only operand is one source.
+    fn one_source(&self, name: &str, kw: &str, dst: &AccessPattern, src: &AccessPattern) -> Result<String, EmitError> {
+        Ok(format!(
+            "{} = nisa.{name}({kw}{}, dtype={})",
+            self.ap(dst)?,
+            self.ap(src)?,
+            nl_dtype(dst.dtype)
+        ))
+    }
+
     fn statement(&self, index: usize, engine: Engine, op: &Op) -> Result<String, EmitError> {
         let unsupported = |reason: &str| EmitError::Unsupported {
             index,
@@ -1180,30 +1190,9 @@ impl<'a> Emitter<'a> {
                 self.scalar(&i.prob)?,
                 nl_dtype(i.dst.dtype)
             ),
-            Op::BnStats(i) => {
-                format!(
-                    "{} = nisa.bn_stats({}, dtype={})",
-                    self.ap(&i.dst)?,
-                    self.ap(&i.src)?,
-                    nl_dtype(i.dst.dtype)
-                )
-            }
-            Op::BnAggr(i) => {
-                format!(
-                    "{} = nisa.bn_aggr({}, dtype={})",
-                    self.ap(&i.dst)?,
-                    self.ap(&i.src)?,
-                    nl_dtype(i.dst.dtype)
-                )
-            }
-            Op::Max8(i) => {
-                format!(
-                    "{} = nisa.max8(src={}, dtype={})",
-                    self.ap(&i.dst)?,
-                    self.ap(&i.src)?,
-                    nl_dtype(i.dst.dtype)
-                )
-            }
+            Op::BnStats(i) => self.one_source("bn_stats", "", &i.dst, &i.src)?,
+            Op::BnAggr(i) => self.one_source("bn_aggr", "", &i.dst, &i.src)?,
+            Op::Max8(i) => self.one_source("max8", "src=", &i.dst, &i.src)?,
             Op::MatchReplace8(i) => {
                 // `dst_idx` is an output operand written in place, like `reduce_res`.
                 let mut s = format!(

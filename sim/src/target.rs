@@ -11,7 +11,7 @@
 //! ([HW]), the logical-NeuronCore and data-type pages, NKI's `tile_size`, and the `nki.isa` API of
 //! Neuron SDK 2.32 (NKI 0.6) for which instruction exists on which `nc_version`.
 
-use crate::dtype::DType;
+use crate::dtype::{ALL_DTYPES, DType};
 use serde::{Deserialize, Serialize};
 
 /// The chips the simulator models. [`TargetName::from_name`] is the one place a name is parsed;
@@ -318,46 +318,14 @@ static NC_V4_INSTRUCTIONS: [&str; NC_V4_LEN] = concat(&[NC_V2_INSTRUCTIONS, NC_V
 /// `float8_e4m3fn` on every generation and converts it on the engines, as a compiler targeting
 /// those cores would in software; the OCP format as a *TensorE input* is NC-v4 (NKI 0.4), see
 /// docs/isa.md.
-const NC_V2_DTYPES: &[DType] = &[
-    DType::F32,
-    DType::Tf32,
-    DType::Bf16,
-    DType::F16,
-    DType::Fp8E4m3,
-    DType::Fp8E4m3fn,
-    DType::Fp8E5m2,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::U8,
-    DType::U16,
-    DType::U32,
-    DType::Bool,
-];
+const NC_V2_DTYPES: &[DType] = ALL_DTYPES.split_at(NC_V2_DTYPE_COUNT).0;
+
+/// How many of [`ALL_DTYPES`] (which lists NC-v2's dtypes first) NC-v2 has.
+const NC_V2_DTYPE_COUNT: usize = 14;
 
 /// NC-v4 adds the MX formats' element and scale types and the packed `_x4` types [data-types
 /// page; NKI 2.27 release notes; NKI 0.5 `float8_e8m0fnu`].
-const NC_V4_DTYPES: &[DType] = &[
-    DType::F32,
-    DType::Tf32,
-    DType::Bf16,
-    DType::F16,
-    DType::Fp8E4m3,
-    DType::Fp8E4m3fn,
-    DType::Fp8E5m2,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::U8,
-    DType::U16,
-    DType::U32,
-    DType::Bool,
-    DType::Fp8E8m0fnu,
-    DType::Fp4E2m1fn,
-    DType::Fp8E5m2X4,
-    DType::Fp8E4m3fnX4,
-    DType::Fp4E2m1fnX4,
-];
+const NC_V4_DTYPES: &[DType] = &ALL_DTYPES;
 
 const WIDE_16BIT: &[DType] = &[DType::Bf16, DType::F16];
 const WIDE_16BIT_FP8: &[DType] = &[

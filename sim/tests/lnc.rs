@@ -4,6 +4,8 @@
 //! `out[c] = 2 · x[1 - c]`. Without the barriers the race detector reports the cross-core
 //! read-after-write, naming both instructions.
 
+mod refuse;
+
 use std::collections::BTreeMap;
 use trnsim::*;
 
@@ -177,23 +179,10 @@ fn trn1_refuses_a_second_core_and_core_barrier_naming_the_generation() {
     // A lone core-0 barrier on trn1: the instruction itself is NC-v3+.
     let mut p = Program::new(TargetName::Trn1);
     p.declare("s", F, &[1, 4], HbmRole::Scratch);
-    p.push(
-        Engine::Gpsimd,
-        Op::CoreBarrier(CoreBarrier {
-            data: AccessPattern::hbm("s", F, 0, 1, 4, vec![[1, 4]]),
-        }),
-    );
-    let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
-    assert!(
-        matches!(
-            e.kind,
-            ErrorKind::NotOnTarget {
-                opcode: "core_barrier",
-                target: "trn1 (NeuronCore-v2)"
-            }
-        ),
-        "{e}"
-    );
+    let barrier = Op::CoreBarrier(CoreBarrier {
+        data: AccessPattern::hbm("s", F, 0, 1, 4, vec![[1, 4]]),
+    });
+    refuse::assert_not_on_target(p, Engine::Gpsimd, barrier, "core_barrier", "trn1 (NeuronCore-v2)");
 }
 
 #[test]

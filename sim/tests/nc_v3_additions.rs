@@ -3,9 +3,9 @@
 //! (DMA), each with one test per typed error and its refusal on trn1.
 
 mod common_tg;
+mod refuse;
 
 use common_tg::*;
-use std::collections::BTreeMap;
 use trnsim::*;
 
 fn trn2() -> Core {
@@ -147,19 +147,9 @@ fn nonzero_with_count_errors() {
 
 #[test]
 fn nonzero_with_count_is_refused_on_trn1_naming_the_generation() {
-    let mut p = Program::new(TargetName::Trn1);
-    p.push(Engine::Gpsimd, Op::NonzeroWithCount(op(DType::I32, 32)));
-    let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
-    assert!(
-        matches!(
-            e.kind,
-            ErrorKind::NotOnTarget {
-                opcode: "nonzero_with_count",
-                target: "trn1 (NeuronCore-v2)"
-            }
-        ),
-        "{e:?}"
-    );
+    let nz = Op::NonzeroWithCount(op(DType::I32, 32));
+    let p = Program::new(TargetName::Trn1);
+    refuse::assert_not_on_target(p, Engine::Gpsimd, nz, "nonzero_with_count", "trn1 (NeuronCore-v2)");
 }
 
 // ---- dma_compute ------------------------------------------------------------------------------
@@ -248,17 +238,7 @@ fn dma_compute_errors() {
 
 #[test]
 fn dma_compute_is_refused_on_trn1_naming_the_generation() {
-    let mut p = Program::new(TargetName::Trn1);
-    p.push(Engine::Dma, Op::DmaCompute(compute(vec![sb(DType::F32, 2, 3, 0)])));
-    let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
-    assert!(
-        matches!(
-            e.kind,
-            ErrorKind::NotOnTarget {
-                opcode: "dma_compute",
-                target: "trn1 (NeuronCore-v2)"
-            }
-        ),
-        "{e:?}"
-    );
+    let dc = Op::DmaCompute(compute(vec![sb(DType::F32, 2, 3, 0)]));
+    let p = Program::new(TargetName::Trn1);
+    refuse::assert_not_on_target(p, Engine::Dma, dc, "dma_compute", "trn1 (NeuronCore-v2)");
 }

@@ -3,11 +3,11 @@
 
 #[allow(unused_macros)]
 mod common;
+mod refuse;
 
 use common::sb;
-use std::collections::BTreeMap;
 use trnsim::program::{ActFunc, Activation, Engine, Op, ScalarOperand, TensorCopy};
-use trnsim::{DType, ErrorKind, Executor, Program, Target, TargetName};
+use trnsim::{DType, ErrorKind, Program, Target, TargetName};
 
 #[test]
 fn names_parse_in_one_place_and_round_trip() {
@@ -99,20 +99,8 @@ fn an_nc_v3_instruction_is_refused_on_trn1_naming_the_generation() {
         dst: sb(DType::F32, 0, 4, 0, 8),
         src: sb(DType::F32, 0, 4, 0, 8),
     });
-    let mut p = Program::new(TargetName::Trn1);
-    p.push(Engine::Scalar, op.clone());
-    let e = Executor::new(TargetName::Trn1).run(&p, &BTreeMap::new()).unwrap_err();
-    assert!(
-        matches!(
-            e.kind,
-            ErrorKind::NotOnTarget {
-                opcode: "tensor_copy",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert!(e.to_string().contains("trn1 (NeuronCore-v2)"), "{e}");
+    let p = Program::new(TargetName::Trn1);
+    refuse::assert_not_on_target(p, Engine::Scalar, op.clone(), "tensor_copy", "trn1 (NeuronCore-v2)");
     assert!(trnsim::engine::runs_on(&Target::trn2(), &op, Engine::Scalar));
     assert!(trnsim::engine::runs_on(&Target::trn3(), &op, Engine::Scalar));
     // An engine no generation gives the instruction stays a wrong-engine error.

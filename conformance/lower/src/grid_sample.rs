@@ -328,16 +328,7 @@ impl Builder {
 
     /// `acc = v·w` (`first`) or `acc = acc + v·w`, rounded per operator to acc's dtype.
     fn weighted_add(&mut self, acc: &Opnd, v: &Opnd, w: &Opnd, first: bool, tmp: &Opnd) {
-        if first {
-            let op = ts(
-                acc.ap.clone(),
-                v.ap.clone(),
-                AluOp::Multiply,
-                ScalarOperand::Tile(w.ap.clone()),
-                None,
-            );
-            self.e.push(Engine::Vector, op);
-        } else if acc.ap.dtype == DType::F32 {
+        if !first && acc.ap.dtype == DType::F32 {
             self.e.scalar_tensor_tensor(
                 Engine::Vector,
                 acc,
@@ -347,15 +338,19 @@ impl Builder {
                 AluOp::Add,
                 acc,
             );
-        } else {
-            let op = ts(
-                tmp.ap.clone(),
-                v.ap.clone(),
-                AluOp::Multiply,
-                ScalarOperand::Tile(w.ap.clone()),
-                None,
-            );
-            self.e.push(Engine::Vector, op);
+            return;
+        }
+        // The product into acc itself (first) or into tmp, then added to acc in acc's dtype.
+        let dst = if first { acc } else { tmp };
+        let op = ts(
+            dst.ap.clone(),
+            v.ap.clone(),
+            AluOp::Multiply,
+            ScalarOperand::Tile(w.ap.clone()),
+            None,
+        );
+        self.e.push(Engine::Vector, op);
+        if !first {
             self.e.tensor_tensor(Engine::Vector, acc, acc, tmp, AluOp::Add);
         }
     }

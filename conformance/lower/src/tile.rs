@@ -921,14 +921,13 @@ impl Kernel {
 
     /// The one `tensor_scalar` step: `(op0, v0, reverse0)`, then `op1` if any.
     fn ts_on(&mut self, eng: Engine, dst: Reg, src: Reg, first: (AluOp, f64, bool), op1: Option<(AluOp, f64)>) {
-        let (op0, v0, rev0) = first;
         self.steps.push(Step::Ts {
             eng,
             dst,
             src,
-            op0,
-            v0,
-            rev0,
+            op0: first.0,
+            v0: first.1,
+            rev0: first.2,
             op1,
         });
     }

@@ -110,38 +110,19 @@ def _dense_backward(
     return out.index_put((indices,), rows, accumulate=True)
 
 
-def _backward(
-    grad,
-    indices,
-    offsets,
-    offset2bag,
-    bag_size,
-    maximum_indices,
-    num_weights,
-    scale_grad_by_freq,
-    mode,
-    sparse,
-    per_sample_weights=None,
-    padding_idx=-1,
-):
+def _backward(grad, indices, offsets, *rest, **kwargs):
+    """`_embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+    num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights=None, padding_idx=-1)`: the
+    dense backward without `offsets` and `sparse`."""
+    dense = list(rest[:6]) + list(rest[7:])
+    sparse = rest[6] if len(rest) > 6 else kwargs.pop("sparse")
     if sparse:
         raise UnsupportedOpError(
             f"trnsim: aten::_embedding_bag_backward with sparse=True is not supported on the "
             f"{_device.DEVICE_NAME} device (its tensors are dense); called from {_device._call_site()}. "
             "Create the EmbeddingBag with sparse=False."
         )
-    return _dense_backward(
-        grad,
-        indices,
-        offset2bag,
-        bag_size,
-        maximum_indices,
-        num_weights,
-        scale_grad_by_freq,
-        mode,
-        per_sample_weights,
-        padding_idx,
-    )
+    return _dense_backward(grad, indices, *dense, **kwargs)
 
 
 def _per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
