@@ -32,7 +32,7 @@ from .. import neuron as _neuron_optin
 # _bags, _nested, _ordering, _resample, _sizes, _training: the device's own forms of ops outside the
 # lowering (each registers its forms in _device.EXTRA_FORMS on import); _pinned: pin_memory's CPU kernels.
 from . import _bags as _bags
-from . import _device, _report, _streams
+from . import _device, _generator, _report, _streams
 from . import _nested as _nested
 from . import _ordering as _ordering
 from . import _pinned as _pinned
@@ -256,9 +256,16 @@ def _arange_start_step(start, end, step=1, **kw):
 
 def _randperm(n, *, generator=None, **kw):
     # `randperm` reaches the device as `randperm.generator_out` on an empty tensor; the lowered
-    # op is the functional `randperm`. As for the device's other random ops, its values come from
-    # the device's generator (`torch.manual_seed`), not from `generator`.
-    return _device.dispatch(torch.ops.aten.randperm.default, (n,), kw)
+    # op is the functional `randperm`. Its seed comes from `generator` when one is given (as for
+    # the device's other random ops), else from the device's generator (`torch.manual_seed`).
+    if generator is None:
+        return _device.dispatch(torch.ops.aten.randperm.default, (n,), kw)
+    before = _device.STATE.generator
+    _device.STATE.generator = generator
+    try:
+        return _device.dispatch(torch.ops.aten.randperm.default, (n,), kw)
+    finally:
+        _device.STATE.generator = before
 
 
 def _arange_start(start, end, **kw):
@@ -358,6 +365,7 @@ def register() -> None:
 
     _autocast.register()
     _streams.register()
+    _generator.install()
     # torch.distributed: the `trnsim` c10d backend (trnsim/torch/distributed, docs/distributed.md).
     from . import distributed
 

@@ -34,7 +34,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import _native
 from .. import neuron as _neuron_optin
-from . import _backend, _config, _report
+from .._errors import SimError
+from . import _backend, _bounds, _config, _generator, _report
 from ._encode import GOLDEN_NAME, Encoder, Unencodable, op_name
 
 aten = torch.ops.aten
@@ -89,6 +90,9 @@ class _State:
         self.warned: set[str] = set()
         self.seed = 0
         self.rng_calls = 0
+        # The generator the running random call was given (`generator=`), or None for the
+        # device's global one (_generator.py).
+        self.generator: torch.Generator | None = None
         self.lock = threading.RLock()
         self.depth = 0  # nesting: ops run inside a decomposition or an in-place op are not top level
         # The backend of Core ATen ops: None for trnconf's lowering, or an NKI backend module
@@ -648,6 +652,8 @@ def _golden(dtype: torch.dtype) -> str:
 
 
 def _next_seed() -> int:
+    if STATE.generator is not None:
+        return _generator.seed_from(STATE.generator)
     STATE.rng_calls += 1
     # A 24-bit seed per call (the program's seed is an fp32 immediate): the device's generator
     # is the base seed and a call counter, so the same seed gives the same sequence of calls.
@@ -1137,7 +1143,13 @@ def dispatch(func, args, kwargs):
     with STATE.lock:
         top = STATE.depth == 0
         STATE.depth += 1
+        gen_before = STATE.generator
+        gen = kwargs.get("generator") if kwargs else None
+        if gen is not None:
+            STATE.generator = gen
         try:
+            if top and _bounds.base_name(func) in _bounds.GUARDED:
+                _bounds.guard(func, args, kwargs)
             if top and STATE.checking:
                 return _checked(func, args, kwargs)
             return _dispatch(func, args, kwargs, top)
@@ -1151,6 +1163,15 @@ def dispatch(func, args, kwargs):
             if not top:
                 raise
             return _unsupported(func, args, kwargs, "its decompositions do not reach lowered ops (they recurse)")
+        except SimError as e:
+            # An index outside the tensor (flagged by the lowering, refused by the indirect DMA):
+            # the exception PyTorch raises for the call as the user made it.
+            mapped = (
+                _bounds.pytorch_error(func, args, kwargs, download) if top and _bounds.OUTSIDE in e.message else None
+            )
+            if mapped is None:
+                raise
+            raise mapped from e
         except BaseException as e:
             if top and torch._C._current_autograd_node() is not None:
                 # torch 2.15 aborts the process ("terminate called without an active
@@ -1162,6 +1183,7 @@ def dispatch(func, args, kwargs):
             raise
         finally:
             STATE.depth -= 1
+            STATE.generator = gen_before
 
 
 def _dispatch(func, args, kwargs, top: bool):
