@@ -78,8 +78,16 @@ def _first_outside(values: torch.Tensor, size: int, negatives: bool) -> tuple[in
 
 def pytorch_error(func, args, kwargs, download) -> Exception | None:
     """The exception PyTorch raises for this call's out-of-range index, or None when the call
-    is not one of the indexing ops or no index is outside PyTorch's range (then trnsim's own
-    error stands). ``download`` reads a device tensor to the host."""
+    is not one of the indexing ops, no index is outside PyTorch's range, or the indices cannot
+    be read back (then trnsim's own error stands). ``download`` reads a device tensor to the
+    host."""
+    try:
+        return _pytorch_error(func, args, kwargs, download)
+    except Exception:  # noqa: BLE001 - composing a message must never hide the engines' error
+        return None
+
+
+def _pytorch_error(func, args, kwargs, download) -> Exception | None:
     rule = _RULES.get(base_name(func))
     if rule is None:
         return None

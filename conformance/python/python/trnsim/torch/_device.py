@@ -1163,23 +1163,22 @@ def dispatch(func, args, kwargs):
             if not top:
                 raise
             return _unsupported(func, args, kwargs, "its decompositions do not reach lowered ops (they recurse)")
-        except SimError as e:
+        except BaseException as e:
             # An index outside the tensor (flagged by the lowering, refused by the indirect DMA):
             # the exception PyTorch raises for the call as the user made it.
-            mapped = (
-                _bounds.pytorch_error(func, args, kwargs, download) if top and _bounds.OUTSIDE in e.message else None
-            )
-            if mapped is None:
-                raise
-            raise mapped from e
-        except BaseException as e:
+            mapped = None
+            if top and isinstance(e, SimError) and _bounds.OUTSIDE in e.message:
+                mapped = _bounds.pytorch_error(func, args, kwargs, download)
             if top and torch._C._current_autograd_node() is not None:
                 # torch 2.15 aborts the process ("terminate called without an active
                 # exception") when an error leaves a backward pass on a Python-registered
                 # PrivateUse1 device, losing the message: say it first.
                 import sys
 
-                print(f"trnsim: error in backward: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                shown = mapped if mapped is not None else e
+                print(f"trnsim: error in backward: {type(shown).__name__}: {shown}", file=sys.stderr, flush=True)
+            if mapped is not None:
+                raise mapped from e
             raise
         finally:
             STATE.depth -= 1
