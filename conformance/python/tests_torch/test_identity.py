@@ -175,10 +175,32 @@ def test_a_traced_input_proxy_leads_back_to_its_device_tensor():
     names, ctx = x.__tensor_flatten__()
     proxy = getattr(x, names[0])
     assert proxy.device.type == "meta" and proxy.shape == x.shape and proxy.stride() == x.stride()
-    assert _device.device_tensor_of(proxy) is x
+    # The proxy leads back to the same memory and view (not the object: a reference back to the
+    # tensor would make a cycle, or a weak one would stop torch.utils.swap_tensors).
+    back = _device.device_tensor_of(proxy)
+    assert back._trn is x._trn and back.shape == x.shape and back.stride() == x.stride()
+    with torch.no_grad():
+        back.add_(1.0)
+    assert torch.equal(x.cpu(), back.cpu())
     v = x.t()
-    assert _device.device_tensor_of(v._proxy) is v and v._proxy.stride() == v.stride()
+    vb = _device.device_tensor_of(v._proxy)
+    assert vb._trn is x._trn and vb.stride() == v.stride() and v._proxy.stride() == v.stride()
+    assert torch.equal(vb.cpu(), x.cpu().t())
     assert ctx is None
+
+
+def test_a_device_tensor_keeps_one_proxy_and_can_still_be_swapped():
+    x = torch.randn(3, 5).to("trnsim")
+    assert x._proxy is x._proxy  # one object while memory and view stay: Dynamo sees one input
+    y = torch.randn(3, 5).to("trnsim")
+    _ = y._proxy
+    want_x, want_y = y.cpu(), x.cpu()
+    torch.utils.swap_tensors(x, y)  # refused if the proxy held a weak reference to its tensor
+    assert torch.equal(x.cpu(), want_x) and torch.equal(y.cpu(), want_y)
+    assert _device.device_tensor_of(x._proxy)._trn is x._trn
+    with torch.no_grad():
+        x.data = torch.zeros(3, 5).to("trnsim")  # new memory, same view: a new proxy
+    assert _device.device_tensor_of(x._proxy)._trn is x._trn
 
 
 def test_deepcopy_of_a_device_model_is_independent_and_keeps_its_ties():

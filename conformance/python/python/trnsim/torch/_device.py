@@ -26,7 +26,6 @@ import os
 import threading
 import traceback
 import warnings
-import weakref
 from typing import Any
 
 import torch
@@ -289,8 +288,8 @@ class TrnsimTensor(torch.Tensor):
     # fake it and trace ops on it, so a graph of ops on device tensors is one graph; and
     # ``Module._apply`` swaps such tensors into the existing ``Parameter`` objects
     # (``torch.utils.swap_tensors``), so `.to("trnsim")` keeps parameter identity. The proxy of a
-    # real device tensor carries a weak reference back to it (``device_tensor_of``), which is how
-    # a compile backend finds the data behind a graph input. The context is empty: no storage
+    # real device tensor names its memory and view (``device_tensor_of``), which is how a
+    # compile backend finds the data behind a graph input. The context is empty: no storage
     # identity goes into Dynamo's guards.
     def __tensor_flatten__(self):
         return ["_proxy"], None
@@ -312,17 +311,19 @@ class TrnsimTensor(torch.Tensor):
             return fake
         key = (tuple(self.shape), tuple(self.stride()), self.storage_offset(), self.dtype)
         cached = self.__dict__.get("_proxy_cache")
-        if cached is not None and cached[0] == key:
-            proxy = cached[1]()
-            if proxy is not None:
-                return proxy
+        if cached is not None and cached[0] == key and cached[1]._trnsim_view[0] is self._trn:
+            return cached[1]
         proxy = _meta_like(self)
-        # The proxy keeps its device tensor alive (a tracer's runtime may hold only the proxy of
-        # a temporary, e.g. a backward's incoming gradient); the tensor caches its proxy weakly,
-        # so the two make no reference cycle.
-        proxy._trnsim_outer = weakref.ref(self)
-        proxy._trnsim_owner = self
-        self.__dict__["_proxy_cache"] = (key, weakref.ref(proxy))
+        # The tensor holds its proxy strongly, so one tensor shows Dynamo one proxy object for as
+        # long as its memory and geometry stay (a proxy dropped and rebuilt between calls let a
+        # new proxy reuse a dead one's address, and Dynamo's aliasing guards then failed at run
+        # time: a recompile). The proxy names the memory and the view (``device_tensor_of``
+        # rebuilds the view from them), not the tensor: a tracer's runtime may hold only the
+        # proxy of a temporary (a backward's incoming gradient), and a reference back, even a
+        # weak one, would make a cycle or stop ``torch.utils.swap_tensors`` (which refuses a
+        # tensor with weak references: `.to()`, `.data =`).
+        proxy._trnsim_view = (self._trn, key)
+        self.__dict__["_proxy_cache"] = (key, proxy)
         return proxy
 
     @classmethod
@@ -348,11 +349,16 @@ def is_device_tensor(x: Any) -> bool:
 def device_tensor_of(inner: torch.Tensor) -> TrnsimTensor | None:
     """The device tensor whose ``__tensor_flatten__`` proxy ``inner`` is (what a graph traced
     by AOTAutograd / make_fx receives in place of a device tensor), or None."""
-    owner = getattr(inner, "_trnsim_owner", None)
-    if owner is not None:
-        return owner
-    ref = getattr(inner, "_trnsim_outer", None)
-    return ref() if ref is not None else None
+    dev = getattr(inner, "_trnsim_dev", None)
+    if dev is not None:
+        return dev
+    view = getattr(inner, "_trnsim_view", None)
+    if view is None:
+        return None
+    storage, (size, stride, offset, dtype) = view
+    dev = TrnsimTensor(storage, list(size), list(stride), offset, dtype)
+    inner._trnsim_dev = dev
+    return dev
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
