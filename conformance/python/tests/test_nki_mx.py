@@ -197,7 +197,7 @@ def _mx_operand(rng, kp, cols, element):
     return codes, scales
 
 
-def _matmul_kernel(nki, nl, nisa, adt, bdt, two=False, tile=None):
+def _matmul_kernel(nki, nl, nisa, adt, bdt, two=False, tile=None, acc_dt=None):
     """out = the MX product of (a, a_scales) and (b, b_scales); with `two`, the sum of the
     products of the first and second halves of the contraction (accumulated in PSUM)."""
 
@@ -212,7 +212,7 @@ def _matmul_kernel(nki, nl, nisa, adt, bdt, two=False, tile=None):
         k, m = a_words.shape
         n = b_words.shape[1]
         out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
-        acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+        acc = nl.ndarray((m, n), dtype=acc_dt or nl.float32, buffer=nl.psum)
         kp = k // 2 if two else k
         for k0 in range(0, k, kp):
             a = nl.ndarray((kp, m), dtype=adt, buffer=nl.sbuf)
@@ -264,6 +264,25 @@ def test_nc_matmul_mx_matches_a_numpy_block_scaled_matmul(cur, ea, eb, kp, m, n,
     bound = R.matmul_bound(a, b)
     assert (err <= bound).all(), float((err - bound).max())
     assert err.max() > 0  # the products and sums are not all exact: the bound is what is tested
+
+
+def test_nc_matmul_mx_into_bf16_psum_takes_twice_the_columns_and_rounds_once(cur):
+    """NeuronCore-v4's PSUM takes bf16 results: N up to 2 x 512 in one bank, and the fp32 sum is
+    rounded once to bf16 (u = 2^-8), which docs/numerics.md's bound gains as one term."""
+    nki, nl, nisa = cur
+    rng = np.random.default_rng(5)
+    ca, sa = _mx_operand(rng, 64, 32, "float8_e4m3fn")
+    cb, sb = _mx_operand(rng, 64, 1024, "float8_e5m2")
+    k = _matmul_kernel(nki, nl, nisa, nl.float8_e4m3fn_x4, nl.float8_e5m2_x4, acc_dt=nl.bfloat16)
+    e8m0 = ml_dtypes.float8_e8m0fnu
+    got = k(R.pack(ca, "float8_e4m3fn"), sa.view(e8m0), R.pack(cb, "float8_e5m2"), sb.view(e8m0))
+    got = got.astype(np.float64)
+    assert (got.astype(np.float32).view(np.uint32) & 0xFFFF == 0).all()  # bf16 values
+    a = R.contraction(R.dequantize(ca, sa, "float8_e4m3fn"))
+    b = R.contraction(R.dequantize(cb, sb, "float8_e5m2"))
+    exact = a.T @ b
+    sum_bound = R.matmul_bound(a, b)
+    assert (np.abs(got - exact) <= sum_bound + 2.0**-8 * (np.abs(exact) + sum_bound)).all()
 
 
 def test_quantize_mx_then_nc_matmul_mx_within_the_bound(cur):
