@@ -182,6 +182,20 @@ def test_quantize_mx_matches_numpy_ocp_mx_quantization(cur, element, p, src_dtyp
     assert np.isfinite(R.dequantize(codes, scales, element)).all()
 
 
+def test_quantize_mx_with_torch_tensors_returns_e8m0_scales_and_raw_words(cur):
+    """torch in, torch out: the scales come back as torch.float8_e8m0fnu, the _x4 codes as their
+    uint32 words, bit for bit what the NumPy call gives."""
+    torch = pytest.importorskip("torch")
+    nki, nl, nisa = cur
+    x = _mx_input(np.random.default_rng(3), 32, 16, ml_dtypes.bfloat16)
+    k = _quantize_kernel(nki, nl, nisa, nl.float8_e4m3fn_x4)
+    q, s = k(torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16))
+    assert q.dtype == torch.uint32 and s.dtype == torch.float8_e8m0fnu
+    codes, scales = R.quantize(x.astype(np.float32), "float8_e4m3fn")
+    np.testing.assert_array_equal(s.view(torch.uint8).numpy(), scales)
+    np.testing.assert_array_equal(R.unpack(q.numpy(), "float8_e4m3fn"), codes)
+
+
 # ---------------------------------------------------------------------------------------------
 # nc_matmul_mx against a NumPy block-scaled matmul
 
