@@ -133,6 +133,80 @@ fn e4m3fn_every_code_decodes_and_round_trips() {
     }
 }
 
+/// OCP `float8_e5m2` (the other MXFP8 element) by hand: sign, 5 exponent bits (bias 15), 2
+/// mantissa bits; exponent 0 is subnormal (m·2^-16); exponent 31 is ±inf (m = 0) or NaN.
+fn e5m2_by_hand(code: u8) -> f32 {
+    let s = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = i32::from((code >> 2) & 0x1F);
+    let m = f64::from(code & 3);
+    let v = match e {
+        31 if m == 0.0 => f64::INFINITY,
+        31 => return f32::NAN,
+        0 => m * 2f64.powi(-16),
+        _ => (1.0 + m / 4.0) * 2f64.powi(e - 15),
+    };
+    (s * v) as f32
+}
+
+#[test]
+fn e5m2_every_code_decodes_and_round_trips() {
+    for code in 0u8..=255 {
+        let want = e5m2_by_hand(code);
+        let got = DType::Fp8E5m2.decode_f32(u32::from(code));
+        if want.is_nan() {
+            assert!(got.is_nan(), "code {code:#x}");
+            continue;
+        }
+        assert_eq!(got.to_bits(), want.to_bits(), "code {code:#x}");
+        assert_eq!(
+            DType::Fp8E5m2.encode_f32(want, &mut Rounding::NearestEven),
+            u32::from(code)
+        );
+    }
+}
+
+/// Every code of each packed container's element, in each of the 4 slots (the other slots
+/// holding other codes), packs to the little-endian word written out by hand and decodes to its
+/// hand-table value.
+#[test]
+fn packed_containers_hold_every_code_in_every_slot() {
+    let fp8_table = |d: DType, c: u32| match d {
+        DType::Fp8E4m3fn => e4m3fn_by_hand(c as u8),
+        _ => e5m2_by_hand(c as u8),
+    };
+    for (d, element, width) in [
+        (DType::Fp8E5m2X4, DType::Fp8E5m2, 8u32),
+        (DType::Fp8E4m3fnX4, DType::Fp8E4m3fn, 8),
+        (DType::Fp4E2m1fnX4, DType::Fp4E2m1fn, 4),
+    ] {
+        let n = 1u32 << width;
+        for c in 0..n {
+            for slot in 0..4 {
+                let mut codes = [(c + 1) % n, (c + 2) % n, (c + 3) % n, (c + 5) % n];
+                codes[slot] = c;
+                let by_hand = codes
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |w, (k, &x)| w + x * (1u32 << (width * k as u32)));
+                let word = engine::mx::pack(d, codes);
+                assert_eq!(word, by_hand, "{d} code {c:#x} slot {slot}");
+                let back = engine::mx::unpack(d, word, slot);
+                assert_eq!(back, c, "{d} code {c:#x} slot {slot}");
+                let want = if width == 4 {
+                    E2M1_TABLE[c as usize]
+                } else {
+                    fp8_table(element, c)
+                };
+                let got = element.decode_f32(back);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "{d} code {c:#x}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn packed_containers_hold_four_codes() {
     for (d, size, element, bits) in [

@@ -6,8 +6,10 @@ Tolerances: exact where the kernel is pure data movement or exact integer-valued
 bf16 kernels the bound is the bf16 rounding of the operands the kernel itself rounds (inputs, and
 for attention the probabilities fed to the second matmul), stated at each check.
 
+The MX-FP8 matmul runs on trn3 (NeuronCore-v4 is the only generation with MX).
+
 Not here yet, each blocked by work on another branch (the exact missing piece is in the skip):
-MX-FP8 matmul on trn3, double-row FP8 matmul, top-k, and an LNC=2 sendrecv exchange."""
+double-row FP8 matmul, top-k, and an LNC=2 sendrecv exchange."""
 
 import sys
 
@@ -332,12 +334,56 @@ def test_paged_kv_gather(cur):
 # blocked by other branches
 
 
-@pytest.mark.skip(
-    reason="needs nisa.quantize_mx, nisa.nc_matmul_mx, the MX / _x4 dtypes and a trn3 target in the "
-    "simulator (the gen branch, not yet in main)"
-)
-def test_mxfp8_matmul_with_quantize_mx_on_trn3():
-    pass
+def test_mxfp8_matmul_with_quantize_mx_on_trn3(cur, monkeypatch):
+    """C = A.T @ B over K = 1024 in MX-FP8 on trn3: each 512-row block of both bf16 operands is
+    DMAed into the layout nc_matmul_mx reads (partition p, packed element j: rows 4p..4p+4 of
+    column j, through an access pattern), quantized on VectorE and multiplied on TensorE, the
+    blocks accumulating in PSUM. Reference (mx_reference.py): the NumPy OCP MX quantization of the
+    same tiles, dequantized exactly; the bound is docs/numerics.md's for nc_matmul_mx."""
+    import mx_reference as R
+
+    nki, nl, nisa = cur
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+
+    @nki.jit
+    def mxfp8_matmul(a, b):
+        k, m = a.shape
+        n = b.shape[1]
+        out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+        for k0 in range(0, k, 512):
+            q = []
+            for x, f in ((a, m), (b, n)):
+                t = nl.ndarray((128, f, 4), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=x.ap(pattern=[[4 * f, 128], [1, f], [f, 4]], offset=k0 * f))
+                xq = nl.ndarray((128, f), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+                xs = nl.ndarray((128, f), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
+                nisa.quantize_mx(dst=xq, src=t, dst_scale=xs)
+                q.append((xq, xs))
+            # accumulate=None: the first block overwrites the PSUM tile, the next ones add
+            nisa.nc_matmul_mx(
+                dst=acc, stationary=q[0][0], moving=q[1][0], stationary_scale=q[0][1], moving_scale=q[1][1]
+            )
+        res = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    r = np.random.default_rng(16)
+    a, b = _bf16(r, (1024, 128)), _bf16(r, (1024, 512))
+    got = _f64(mxfp8_matmul(a, b))
+    assert trnsim.nki.last_run().program["target"] == "trn3"
+    deq = []
+    for x in (a, b):
+        blocks = []
+        for k0 in range(0, 1024, 512):
+            tile = R.tile_of(x[k0 : k0 + 512].astype(np.float32))
+            codes, scales = R.quantize(tile, "float8_e4m3fn")
+            blocks.append(R.contraction(R.dequantize(codes, scales, "float8_e4m3fn")))
+        deq.append(np.concatenate(blocks))
+    err = np.abs(got - deq[0].T @ deq[1])
+    # K = 1024: the two 512-row sums and the PSUM add stay within the bound of the whole sum
+    assert (err <= R.matmul_bound(deq[0], deq[1])).all()
 
 
 @pytest.mark.skip(

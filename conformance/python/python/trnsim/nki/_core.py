@@ -47,6 +47,21 @@ bfloat16 = np.dtype(_mld.bfloat16) if _mld else None
 float8_e4m3 = np.dtype(_mld.float8_e4m3) if _mld else None
 float8_e4m3fn = np.dtype(_mld.float8_e4m3fn) if _mld else None
 float8_e5m2 = np.dtype(_mld.float8_e5m2) if _mld else None
+# NeuronCore-v4 MX types (trn3): the OCP e8m0 scale and e2m1 element (one code per byte, as
+# ml_dtypes stores them), and the packed containers of `quantize_mx` / `nc_matmul_mx`, four codes
+# in one element (docs/isa.md §3a). NumPy has no dtype for a container: each is a one-field
+# structured dtype of the container's width, distinct from the others, from tfloat32's V4 and
+# from uint32/uint16; arrays of it hold the raw words.
+float8_e8m0fnu = np.dtype(_mld.float8_e8m0fnu) if _mld else None
+float4_e2m1fn = np.dtype(_mld.float4_e2m1fn) if _mld else None
+float8_e5m2_x4 = np.dtype([("float8_e5m2_x4", "<u4")])
+float8_e4m3fn_x4 = np.dtype([("float8_e4m3fn_x4", "<u4")])
+float4_e2m1fn_x4 = np.dtype([("float4_e2m1fn_x4", "<u2")])
+MX_PACKED = {
+    float8_e5m2_x4: "float8_e5m2_x4",
+    float8_e4m3fn_x4: "float8_e4m3fn_x4",
+    float4_e2m1fn_x4: "float4_e2m1fn_x4",
+}
 
 # numpy dtype -> trnsim dtype as serialised in Program JSON (serde snake_case of sim/src/dtype DType)
 _TRN_NAME = {
@@ -64,8 +79,41 @@ _TRN_NAME = {
     uint16: "u16",
     uint32: "u32",
     bool_: "bool",
+    float8_e8m0fnu: "fp8_e8m0fnu",
+    float4_e2m1fn: "fp4_e2m1fn",
+    float8_e5m2_x4: "fp8_e5m2_x4",
+    float8_e4m3fn_x4: "fp8_e4m3fn_x4",
+    float4_e2m1fn_x4: "fp4_e2m1fn_x4",
 }
-_FLOATS = {float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2}
+_FLOATS = {float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float4_e2m1fn}
+
+
+_PACKED_BY_NAME = {n: d for d, n in MX_PACKED.items()}
+
+
+def dtype_name(dt):
+    """A dtype as NKI spells it in messages (`float8_e4m3fn_x4`, not NumPy's structured repr)."""
+    d = as_dtype(dt)
+    return MX_PACKED.get(d, str(d))
+
+
+_MX_ONLY = {float8_e8m0fnu, float4_e2m1fn, *MX_PACKED}
+# trnsim names of the packed containers (the Program JSON's dtype field)
+PACKED_TRN_NAMES = ("fp8_e5m2_x4", "fp8_e4m3fn_x4", "fp4_e2m1fn_x4")
+
+
+def check_target_dtype(tracer, dtype, loc=None):
+    """An MX dtype on a generation without it (trn1/trn2) is refused when a tensor or view of it is
+    made, naming the generation; the generation's dtypes come from trnsim's `Target`."""
+    if dtype not in _MX_ONLY or tracer is None:
+        return
+    avail = tracer.params.get("dtypes")
+    if avail is not None and _TRN_NAME[dtype] not in avail:
+        raise NkiError(
+            f"dtype {dtype_name(dtype)} exists only from NeuronCore-v4 (trn3) on; this kernel runs on "
+            f"{tracer.target} ({tracer.params.get('label', tracer.params.get('core'))})",
+            loc,
+        )
 
 
 def as_dtype(dt):
@@ -74,6 +122,8 @@ def as_dtype(dt):
         return None
     if isinstance(dt, str) and dt in ("tfloat32", "tf32"):
         return tfloat32
+    if isinstance(dt, str) and dt in _PACKED_BY_NAME:
+        return _PACKED_BY_NAME[dt]
     d = np.dtype(dt)
     if d == np.dtype(np.float64):
         return float32
@@ -481,6 +531,7 @@ class HbmStorage:
         self.name = name
         self.shape = tuple(int(s) for s in shape)
         self.dtype = as_dtype(dtype)
+        check_target_dtype(tracer, self.dtype, loc)
         self.kind = kind  # 'input' | 'shared' | 'private' | 'constant'
         self.array = array
         self.loc = loc
@@ -509,6 +560,7 @@ class TileStorage:
         self.shape = tuple(int(s) for s in shape)
         self._name = name
         self.dtype = as_dtype(dtype)
+        check_target_dtype(tracer, self.dtype, loc)
         self.buffer = buffer
         self.par_axis = par_axis
         self.loc = loc
@@ -1085,6 +1137,7 @@ class View:
         the last dimension is rescaled (`[P, 8]` uint8 viewed as int32 is `[P, 2]`); the view must
         be a whole tensor whose last dimension holds a whole number of the new elements."""
         dtype = as_dtype(dtype)
+        check_target_dtype(getattr(self.base, "tracer", None), dtype, caller_loc()[0])
         if dtype.itemsize == self.dtype.itemsize:
             return View(self.base, self.shape, self.idx, dtype)
         loc = caller_loc()[0]

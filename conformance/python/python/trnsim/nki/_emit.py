@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from ._core import (
+    PACKED_TRN_NAMES,
     Aff,
     NkiError,
     TileStorage,
@@ -287,11 +288,29 @@ def is_masked_off(v):
     return bool(getattr(st, "masked_off", False)) and st.writes == 0
 
 
+# The instructions that take a packed MX container (`_x4`) operand: the MX pair, and DMA/memset,
+# which move or zero its bits (docs/isa.md §3a). Every other instruction reads numbers.
+_PACKED_OPS = frozenset(("quantize_mx", "nc_matmul_mx", "dma_copy", "memset"))
+
+
+def _refuse_packed(op, fields, loc):
+    for k, v in fields.items():
+        if isinstance(v, dict) and v.get("dtype") in PACKED_TRN_NAMES:
+            names = dict(zip(PACKED_TRN_NAMES, ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")))
+            raise NkiError(
+                f"{op}'s {k} is {names[v['dtype']]}, a packed MX container: only nisa.quantize_mx, "
+                "nisa.nc_matmul_mx, DMA copies (to the same dtype) and memset of zero take one",
+                loc,
+            )
+
+
 def emit(engine, op, fields, loc, reads=(), writes=(), fresh=None, box=None):
     """Append one instruction: check that `reads` are initialised, then mark `writes` written.
     `fresh`: the result tile the `dst` field writes, which a following `x[...] = result` may
     redirect into `x` (the NKI compiler writes an instruction's result where it is assigned)."""
     t = T()
+    if op not in _PACKED_OPS:
+        _refuse_packed(op, fields, loc)
     for v in reads:
         if v is not None:
             check_read(v, loc, defer=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._core import NkiError
 
-_SPECIAL = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+_SPECIAL = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 
 
 def _is_torch(v):
@@ -33,6 +33,7 @@ def _numpy_of(t):
         torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
         torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
         torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
+        torch.float8_e8m0fnu: (torch.uint8, ml_dtypes.float8_e8m0fnu),  # MX scales (trn3)
     }
     if t.dtype in raw:
         r, d = raw[t.dtype]
@@ -48,7 +49,12 @@ def _torch_of(a, like):
     a = np.ascontiguousarray(np.asarray(a))
     name = str(a.dtype)
     if name in _SPECIAL:
-        dt = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[name]
+        dt = {
+            "bfloat16": torch.bfloat16,
+            "float8_e4m3fn": torch.float8_e4m3fn,
+            "float8_e5m2": torch.float8_e5m2,
+            "float8_e8m0fnu": torch.float8_e8m0fnu,
+        }[name]
         raw = np.int16 if name == "bfloat16" else np.uint8
         t = torch.from_numpy(a.view(raw).copy()).view(dt)
     else:

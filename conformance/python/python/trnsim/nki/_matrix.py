@@ -24,7 +24,7 @@ REASONS = {
 
 # tests/ files: A = test_nki_current_api.py, K = test_nki_corpus_current.py, C = test_nki_current.py,
 # L = test_nki_language.py, I = test_nki_isa.py (legacy call of the same instruction),
-# X = test_nki_collectives.py, H = test_nki_holdout_forms.py.
+# X = test_nki_collectives.py, H = test_nki_holdout_forms.py, M = test_nki_mx.py.
 FILES = {
     "A": "test_nki_current_api.py",
     "K": "test_nki_corpus_current.py",
@@ -33,6 +33,7 @@ FILES = {
     "I": "test_nki_isa.py",
     "X": "test_nki_collectives.py",
     "H": "test_nki_holdout_forms.py",
+    "M": "test_nki_mx.py",
 }
 
 TESTS = {
@@ -73,6 +74,9 @@ TESTS = {
         "select_reduce": "I test_select_reduce",
         "nc_find_index8": "I test_max8_find_index8_match_replace8",
         "nc_match_replace8": "I test_max8_find_index8_match_replace8",
+        # MX (NeuronCore-v4, trn3)
+        "quantize_mx": "M test_quantize_mx_matches_numpy_ocp_mx_quantization",
+        "nc_matmul_mx": "M test_nc_matmul_mx_matches_a_numpy_block_scaled_matmul",
     },
     "nki.language": {
         **{
@@ -94,6 +98,10 @@ TESTS = {
                 "float8_e4m3fn",
             )
         },
+        # MX containers (trn3)
+        "float8_e5m2_x4": "M test_quantize_mx_matches_numpy_ocp_mx_quantization",
+        "float8_e4m3fn_x4": "M test_quantize_mx_matches_numpy_ocp_mx_quantization",
+        "float4_e2m1fn_x4": "M test_nc_matmul_mx_matches_a_numpy_block_scaled_matmul",
         "ndarray": "K test_tiled_matmul_psum_accumulation",
         "zeros": "L test_creation",
         "shared_constant": "L test_shared_constant_and_identity",
@@ -143,12 +151,9 @@ TESTS = {
 _NO_REGISTERS = "trnsim has no model of the engines' registers (VirtualRegister) yet"
 _TWO_CORES = "needs the two-core LNC=2 simulation (sendrecv and barriers between physical cores)"
 _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additions)"
-_MX = "in the simulator on trn3 (docs/isa.md §5.32-5.33), not yet in this front-end, which lacks the _x4 dtypes"
-_MX_DTYPE = "in the simulator on trn3 (docs/isa.md §3a), not yet a dtype of this front-end"
 
 UNSUPPORTED = {
     "nki.isa": {
-        "nc_matmul_mx": ("not-yet", _MX),
         "activate2": ("not-yet", _GEN),
         "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
         "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),
@@ -158,7 +163,6 @@ UNSUPPORTED = {
         "exponential": ("not-yet", _GEN),
         "core_barrier": ("not-yet", _TWO_CORES),
         "dma_compute": ("not-yet", "in the simulator on trn2/trn3 (docs/isa.md §5.35), not yet in this front-end"),
-        "quantize_mx": ("not-yet", _MX),
         "sendrecv": ("not-yet", _TWO_CORES),
         **{
             r: ("not-yet", _NO_REGISTERS)
@@ -171,9 +175,6 @@ UNSUPPORTED = {
         "topk": ("not-yet", _GEN),
     },
     "nki.language": {
-        "float8_e5m2_x4": ("not-yet", _MX_DTYPE),
-        "float8_e4m3fn_x4": ("not-yet", _MX_DTYPE),
-        "float4_e2m1fn_x4": ("not-yet", _MX_DTYPE),
         "while_loop": ("not-yet", _NO_REGISTERS),
         "dynamic_range": ("not-yet", _NO_REGISTERS),
     },

@@ -4,13 +4,32 @@ also takes the `dst=` convention, see `isa._with_dst`), plus the calls that exis
 `rng` and `set_rng_seed` write raw random bits and seed VectorE's generator. Legacy NKI has no
 raw-bit call (`nl.rand` gives uniform floats), so they live in this module only and
 `neuronxcc.nki.isa` keeps the legacy surface. The current docs list `rng` for NeuronCore-v2
-(Vector engine) as well, so they are accepted on the trn1 target too."""
+(Vector engine) as well, so they are accepted on the trn1 target too.
+
+`quantize_mx` and `nc_matmul_mx` (NeuronCore-v4, trn3) exist only in the current API; they lower
+to the simulator's instructions of the same names, with NKI's shape, dtype, memory and generation
+rules checked here first (an `NkiError` naming the operand)."""
 
 import functools
 
+import numpy as np
+
 from . import _emit as E
 from . import isa as _legacy
-from ._core import NkiError, View, caller_loc, int8, int16, int32, uint8, uint16, uint32
+from ._core import (
+    NkiError,
+    View,
+    bfloat16,
+    caller_loc,
+    dtype_name,
+    int8,
+    int16,
+    int32,
+    storage_of,
+    uint8,
+    uint16,
+    uint32,
+)
 from ._emit import emit, scalar_operand
 from ._targets import nc_generation
 
@@ -181,6 +200,197 @@ def nc_n_gather(dst, data, indices, name=None):
     B._assign(dst, nl.gather_flattened(data, indices))
 
 
+# ---------------------------------------------------------------------------------------------
+# MX (microscaling, NeuronCore-v4): quantize_mx and nc_matmul_mx (docs/isa.md §5.32-5.33)
+
+_MX_QUADRANT = 32  # partitions of an SBUF quadrant; an MX group is 8 partitions x 4 codes
+_MX_ELEMENTS = ("float8_e5m2_x4", "float8_e4m3fn_x4")
+_MX_DATA = (*_MX_ELEMENTS, "float4_e2m1fn_x4")
+
+
+def _mx_generation(what, loc):
+    t = E.T().target
+    g = nc_generation(t)
+    if g < 4:
+        raise NkiError(
+            f"nisa.{what} is available only on NeuronCore-v4 and newer (trn3); this kernel runs on {t} "
+            f"(NeuronCore-v{g}): set NEURON_PLATFORM_TARGET_OVERRIDE=trn3",
+            loc,
+        )
+
+
+def _mx_tile(what, t, loc, buffer="sbuf"):
+    if not isinstance(t, View) or not t.base.on_chip or t.base.buffer != buffer:
+        raise NkiError(f"{what} must be a tile in {buffer.upper()}", loc)
+    if t.ndim < 2:
+        raise NkiError(f"{what} is a 2-D tile [partitions, free], got shape {list(t.shape)}", loc)
+    return t.shape[0], int(np.prod(t.shape[1:]))
+
+
+def _mx_dtype(what, t, allowed, loc):
+    name = dtype_name(t.dtype)
+    if name not in allowed:
+        raise NkiError(f"{what} must be {' or '.join(allowed)}, not {name}", loc)
+
+
+def _mx_start(t, loc):
+    return t._ap(loc=loc)["start_partition"]
+
+
+def _mx_data_partitions(what, t, loc):
+    p = t.shape[0]
+    start = _mx_start(t, loc)
+    if p % _MX_QUADRANT or not 0 < p <= 128 or start % _MX_QUADRANT:
+        raise NkiError(
+            f"{what} spans whole SBUF quadrants: a multiple of 32 partitions (at most 128) from a quadrant "
+            f"boundary, got {p} partitions from partition {start}",
+            loc,
+        )
+    return p
+
+
+def _mx_scales(what, scale, data_partitions, packed_free, loc):
+    """Check a scale tile against its data tile and return the views holding its scales: 4
+    partitions at the start of each data quadrant ([4, F] for one quadrant, else as tall as the
+    data, of which only those partitions hold scales)."""
+    sp, sf = _mx_tile(what, scale, loc)
+    _mx_dtype(what, scale, ("float8_e8m0fnu", "uint8"), loc)
+    want = 4 if data_partitions == _MX_QUADRANT else data_partitions
+    if (sp, sf) != (want, packed_free):
+        raise NkiError(
+            f"{what}: the scales of a {data_partitions}-partition MX tile are a [{want}, {packed_free}] tile "
+            f"(4 partitions per quadrant), got {list(scale.shape)}",
+            loc,
+        )
+    if _mx_start(scale, loc) % _MX_QUADRANT:
+        raise NkiError(f"{what} starts on an SBUF quadrant boundary (partition 0, 32, 64 or 96)", loc)
+    rest = [(0, n) for n in scale.shape[1:]]
+    return [scale.restrict([(q * _MX_QUADRANT, q * _MX_QUADRANT + 4), *rest]) for q in range(data_partitions // 32)]
+
+
+def quantize_mx(dst, src, dst_scale, name=None):
+    """VectorE `quantize_mx` (NeuronCore-v4): `src` [P, F] fp16/bf16 quantized to MXFP8, `dst`
+    [P, F/4] float8_e5m2_x4 / float8_e4m3fn_x4 (4 codes per element) and `dst_scale` the e8m0
+    scale of each group of 8 partitions x 4 elements, in the layout `nc_matmul_mx` reads. All in
+    SBUF; P a multiple of 32 from a quadrant boundary, F a multiple of 4 (AWS's 2.32 docs)."""
+    loc = caller_loc()[0]
+    _mx_generation("quantize_mx", loc)
+    p, f = _mx_tile("nisa.quantize_mx's src", src, loc)
+    dp, df = _mx_tile("nisa.quantize_mx's dst", dst, loc)
+    _mx_dtype("nisa.quantize_mx's src", src, ("float16", "bfloat16"), loc)
+    _mx_dtype("nisa.quantize_mx's dst", dst, _MX_ELEMENTS, loc)
+    _mx_data_partitions("nisa.quantize_mx's src", src, loc)
+    if f % 4:
+        raise NkiError(f"nisa.quantize_mx's src free size is a multiple of 4, got {f}", loc)
+    if (dp, df) != (p, f // 4):
+        raise NkiError(
+            f"nisa.quantize_mx's dst holds 4 codes per element: [{p}, {f // 4}] for src {list(src.shape)}, "
+            f"got {list(dst.shape)}",
+            loc,
+        )
+    _mx_data_partitions("nisa.quantize_mx's dst", dst, loc)
+    pieces = _mx_scales("nisa.quantize_mx's dst_scale", dst_scale, p, f // 4, loc)
+    if _mx_start(dst, loc) // _MX_QUADRANT != _mx_start(dst_scale, loc) // _MX_QUADRANT:
+        raise NkiError("nisa.quantize_mx's dst and dst_scale must start in the same SBUF quadrant", loc)
+    emit(
+        "vector",
+        "quantize_mx",
+        {"dst": dst._ap(loc=loc), "src": src._ap(loc=loc), "dst_scale": dst_scale._ap(loc=loc)},
+        loc,
+        reads=[src],
+        writes=[dst, *pieces],
+    )
+
+
+def _mx_tiling(tile_position, tile_size, kp, loc):
+    """nc_matmul_mx's row tiling: tile_size (row_size in 32/64/128, 128) and tile_position
+    (start_row, 0), both or neither; the stationary tile no taller than a row tile."""
+    given = [v is not None and v != () for v in (tile_position, tile_size)]
+    if not any(given):
+        return {}
+    if not all(given):
+        raise NkiError("nisa.nc_matmul_mx: tile_position and tile_size go together (row tiling)", loc)
+    try:
+        (r0, c0), (rs, cs) = (int(v) for v in tile_position), (int(v) for v in tile_size)
+    except (TypeError, ValueError):
+        raise NkiError(
+            f"nisa.nc_matmul_mx: tile_position {tile_position!r} and tile_size {tile_size!r} are (row, column) pairs",
+            loc,
+        ) from None
+    if rs not in (32, 64, 128) or cs != 128:
+        raise NkiError(f"nisa.nc_matmul_mx: tile_size is (32, 64 or 128, 128) (row tiling only), got ({rs}, {cs})", loc)
+    if c0 != 0 or r0 < 0 or r0 % rs or r0 + rs > 128:
+        raise NkiError(f"nisa.nc_matmul_mx: tile_position is (a multiple of {rs} below 128, 0), got ({r0}, {c0})", loc)
+    if kp > rs:
+        raise NkiError(f"nisa.nc_matmul_mx: the stationary tile's {kp} partitions exceed the {rs}-row tile", loc)
+    return {"tile_position": [r0, c0], "tile_size": [rs, cs]}
+
+
+def nc_matmul_mx(
+    dst,
+    stationary,
+    moving,
+    stationary_scale,
+    moving_scale,
+    tile_position=None,
+    tile_size=None,
+    accumulate=None,
+    name=None,
+):
+    """TensorE `nc_matmul_mx` (NeuronCore-v4): `dst[M, N] (+)= stationary.T @ moving` over the
+    K = 4·Kp MX-quantized contraction (each packed element of partition p holds rows 4p..4p+4),
+    every code scaled by its group's e8m0 scale. stationary [Kp, M] and moving [Kp, N] are
+    float8_e5m2_x4 / float8_e4m3fn_x4 / float4_e2m1fn_x4 in SBUF with their scale tiles
+    (quantize_mx's layout); dst [M, N] fp32 (or bf16 where PSUM takes it) in PSUM. accumulate:
+    None (the default) overwrites PSUM elements nothing wrote yet and adds to written ones, as
+    nc_matmul does; True adds, False overwrites (AWS's 2.33 signature)."""
+    loc = caller_loc()[0]
+    _mx_generation("nc_matmul_mx", loc)
+    kp, m = _mx_tile("nisa.nc_matmul_mx's stationary", stationary, loc)
+    kq, n = _mx_tile("nisa.nc_matmul_mx's moving", moving, loc)
+    dm, dn = _mx_tile("nisa.nc_matmul_mx's dst", dst, loc, buffer="psum")
+    _mx_dtype("nisa.nc_matmul_mx's stationary", stationary, _MX_DATA, loc)
+    _mx_dtype("nisa.nc_matmul_mx's moving", moving, _MX_DATA, loc)
+    prm = E.T().params
+    outs = ("float32", "bfloat16") if prm.get("psum_bf16_output") else ("float32",)
+    _mx_dtype("nisa.nc_matmul_mx's dst", dst, outs, loc)
+    _mx_data_partitions("nisa.nc_matmul_mx's stationary", stationary, loc)
+    if kq != kp:
+        raise NkiError(f"nisa.nc_matmul_mx: stationary has {kp} partitions (Kp), moving has {kq}", loc)
+    _mx_data_partitions("nisa.nc_matmul_mx's moving", moving, loc)
+    fmax = prm["stationary_fmax"]
+    if m % 2 or m > fmax:
+        raise NkiError(f"nisa.nc_matmul_mx: the stationary free size (M) is even and at most {fmax}, got {m}", loc)
+    nmax = prm["moving_fmax"] * (2 if dst.dtype == bfloat16 else 1)
+    if n > nmax:
+        raise NkiError(f"nisa.nc_matmul_mx: the moving free size (N) is at most {nmax} for this dst, got {n}", loc)
+    if (dm, dn) != (m, n):
+        raise NkiError(f"nisa.nc_matmul_mx: dst is [M, N] = [{m}, {n}], got {list(dst.shape)}", loc)
+    s_pieces = _mx_scales("nisa.nc_matmul_mx's stationary_scale", stationary_scale, kp, m, loc)
+    m_pieces = _mx_scales("nisa.nc_matmul_mx's moving_scale", moving_scale, kp, n, loc)
+    fields = {
+        "dst": dst._ap(loc=loc),
+        "stationary": stationary._ap(loc=loc),
+        "moving": moving._ap(loc=loc),
+        "stationary_scale": stationary_scale._ap(loc=loc),
+        "moving_scale": moving_scale._ap(loc=loc),
+    }
+    fields.update(_mx_tiling(tile_position, tile_size, kp, loc))
+    st = storage_of(dst.base)
+    written = st.fully_written or (st.written is not None and bool(st.written[dst.positions()].all()))
+    if accumulate is not None and bool(accumulate) and not written:
+        raise NkiError(
+            "nisa.nc_matmul_mx(accumulate=True) into PSUM elements that nothing has written: the sum would "
+            "start from whatever the bank holds (the first matmul of an accumulation group overwrites)",
+            loc,
+        )
+    add = written if accumulate is None else bool(accumulate)
+    if add:
+        fields["accumulate"] = True
+    reads = [stationary, moving, *s_pieces, *m_pieces] + ([dst] if add else [])
+    emit("tensor", "nc_matmul_mx", fields, loc, reads=reads, writes=[dst])
+
+
 def _two_cores(what):
     raise NkiError(
         f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
@@ -203,4 +413,16 @@ def sendrecv(*args, **kwargs):
 core_barrier._trnsim_refused = sendrecv._trnsim_refused = "needs the two-core LNC=2 simulation"
 
 
-__all__ = [n for n in (*_LEGACY, "core_barrier", "nc_n_gather", "rng", "sendrecv", "set_rng_seed")]
+__all__ = [
+    n
+    for n in (
+        *_LEGACY,
+        "core_barrier",
+        "nc_matmul_mx",
+        "nc_n_gather",
+        "quantize_mx",
+        "rng",
+        "sendrecv",
+        "set_rng_seed",
+    )
+]

@@ -12,13 +12,26 @@
 * `NKIObject`: the base class NKI documents for a kernel's own dataclasses and configuration
   objects (`NKIObject(**kwargs)`). trnsim traces a kernel as Python, so such objects are ordinary
   Python objects: keyword arguments become attributes, and subclasses keep their methods.
+* The MX dtypes of NeuronCore-v4 (trn3): `float8_e8m0fnu` (the OCP scale, ml_dtypes'
+  `float8_e8m0fnu`) and the packed containers `float8_e5m2_x4`, `float8_e4m3fn_x4` (4 codes in 32
+  bits) and `float4_e2m1fn_x4` (4 codes in 16 bits) of `nisa.quantize_mx` / `nisa.nc_matmul_mx`.
+  NumPy has no container dtype: a kernel returns an `_x4` tensor as its raw words (a uint32 or
+  uint16 array), and takes one as such an array viewed in the kernel (`t.view(nl.float8_e4m3fn_x4)`).
+  Using one on trn1/trn2 is an `NkiError` naming the generation.
 * `no_reorder()`: the current API's place for the legacy `nki.compiler.no_reorder` block (AWS's
   attention tutorial v10 uses `with nl.no_reorder():`); trnsim keeps program order anyway."""
 
 import builtins
 
 from . import language as _legacy
-from ._core import NkiError, caller_loc
+from ._core import (  # noqa: F401  (the MX dtypes, nl.<dtype> in the current API only)
+    NkiError,
+    caller_loc,
+    float4_e2m1fn_x4,
+    float8_e4m3fn_x4,
+    float8_e5m2_x4,
+    float8_e8m0fnu,
+)
 from .compiler import no_reorder  # noqa: F401  (`with nl.no_reorder():` in the current API)
 
 _LEGACY = [n for n in dir(_legacy) if not n.startswith("_") and n not in ("builtins", "math", "np", "E", "T")]
@@ -84,4 +97,6 @@ def dynamic_range(*args, **kwargs):
 
 while_loop._trnsim_refused = dynamic_range._trnsim_refused = "needs the register model"
 
-__all__ = [n for n in (*_LEGACY, "NKIObject", "no_reorder", "dynamic_range", "fori_loop", "while_loop")]
+_MX_DTYPES = ("float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
+
+__all__ = [n for n in (*_LEGACY, *_MX_DTYPES, "NKIObject", "no_reorder", "dynamic_range", "fori_loop", "while_loop")]
