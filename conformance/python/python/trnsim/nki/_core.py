@@ -1116,9 +1116,11 @@ class View:
         loc = caller_loc()[0]
         if pattern is None or not isinstance(pattern, (list, tuple)) or not pattern:
             raise NkiError("tensor.ap(pattern=[[step, num], ...], offset=0): a non-empty pattern is required", loc)
-        if scalar_offset is not None or vector_offset is not None:
+        if scalar_offset is not None:
             raise NkiError(
-                "tensor.ap(scalar_offset=/vector_offset=) (dynamic access patterns) is not supported by trnsim yet", loc
+                "tensor.ap(scalar_offset=) (a register-held start) is not supported by trnsim yet; "
+                "vector_offset= (an indirect DMA) is",
+                loc,
             )
         try:
             pat = [(int(st), int(n)) for st, n in pattern]
@@ -1138,6 +1140,12 @@ class View:
         b = v.base
         shape = tuple(n for _, n in pat)
         if b.on_chip:
+            if vector_offset is not None:
+                raise NkiError(
+                    "tensor.ap(vector_offset=) on an SBUF/PSUM tensor (tensor indirection, NeuronCore-v4) is "
+                    "not supported by trnsim yet; on an HBM tensor it is an indirect DMA",
+                    loc,
+                )
             if getattr(b, "par_axis", 0) != 0:
                 raise NkiError("tensor.ap on a tile whose partition dimension is not its first axis", loc)
             f = int(np.prod(v.shape[1:])) if v.ndim > 1 else 1
@@ -1158,6 +1166,8 @@ class View:
             return View(flat, shape, idx, v.dtype)
         n = int(np.prod(v.shape)) if v.ndim else 1
         flat = _HbmAlias(storage_of(b), (n,), v.dtype)
+        if vector_offset is not None:
+            return _indirect_ap(v, flat, pat, int(offset), vector_offset, indirect_dim, loc)
         return View(flat, shape, [(int(offset), tuple(st for st, _ in pat))], v.dtype)
 
     # -- writes
@@ -1331,6 +1341,46 @@ class DynView:
         self.shape = (
             (self.index_tile.shape[0],) + self.row0.shape[1:] if self.row0.ndim else (self.index_tile.shape[0],)
         )
+
+
+def _indirect_ap(v, flat, pat, offset, index, indirect_dim, loc):
+    """`hbm.ap(pattern, offset, vector_offset=index, indirect_dim=d)`: an indirect DMA side. Row k
+    (of the pattern's first [step, num], num = the index tile's rows) starts index[k] positions
+    along dimension d of the tensor, one position being prod(shape[d+1:]) elements, from element
+    `offset`; the rest of the pattern walks each row. As in AWS's kernels, the first step is that
+    row size (the index replaces the first loop's counter)."""
+    if isinstance(indirect_dim, bool) or not isinstance(indirect_dim, (int, np.integer)):
+        raise NkiError(f"tensor.ap(indirect_dim={indirect_dim!r}): a dimension number", loc)
+    d = int(indirect_dim)
+    if not 0 <= d < max(1, v.ndim):
+        raise NkiError(f"tensor.ap(indirect_dim={d}) of a tensor of rank {v.ndim}", loc)
+    if not isinstance(index, View) or not index.base.on_chip or index.base.buffer != "sbuf":
+        raise NkiError("tensor.ap(vector_offset=) takes a tile of indices in SBUF ([num, 1], one per row)", loc)
+    if index.dtype not in (int32, uint32, int16, uint16):
+        raise NkiError(f"tensor.ap(vector_offset=) holds integer indices, not {index.dtype}", loc)
+    row = int(np.prod(v.shape[d + 1 :])) if v.ndim else 1
+    step, num = pat[0]
+    if step != row:
+        raise NkiError(
+            f"tensor.ap(vector_offset=, indirect_dim={d}): the first [step, num] is the indexed dimension, so its "
+            f"step is one position of dimension {d} ({row} elements), got {step}",
+            loc,
+        )
+    if index.ndim != 2 or index.shape != (num, 1):
+        raise NkiError(
+            f"tensor.ap(vector_offset=): the index tile is [{num}, 1] (one index per row of the pattern's first "
+            f"[step, num]), got {list(index.shape)}",
+            loc,
+        )
+    shape = tuple(n for _, n in pat)
+    dv = DynView.__new__(DynView)
+    dv.parent = View(flat, shape, [(offset, tuple(st for st, _ in pat))], v.dtype)
+    dv.key = (index,) + (slice(None),) * (len(pat) - 1)
+    dv.dim = 0
+    dv.index_tile = index
+    dv.row0 = View(flat, shape[1:], [(offset, tuple(st for st, _ in pat[1:]))], v.dtype)
+    dv.dtype, dv.base, dv.shape = v.dtype, flat, shape
+    return dv
 
 
 class DynIndex:

@@ -24,7 +24,7 @@ REASONS = {
 
 # tests/ files: A = test_nki_current_api.py, K = test_nki_corpus_current.py, C = test_nki_current.py,
 # L = test_nki_language.py, I = test_nki_isa.py (legacy call of the same instruction),
-# X = test_nki_collectives.py, H = test_nki_holdout_forms.py.
+# X = test_nki_collectives.py, H = test_nki_holdout_forms.py, P = test_nki_ap_forms.py.
 FILES = {
     "A": "test_nki_current_api.py",
     "K": "test_nki_corpus_current.py",
@@ -33,6 +33,7 @@ FILES = {
     "I": "test_nki_isa.py",
     "X": "test_nki_collectives.py",
     "H": "test_nki_holdout_forms.py",
+    "P": "test_nki_ap_forms.py",
 }
 
 TESTS = {
@@ -73,6 +74,10 @@ TESTS = {
         "select_reduce": "I test_select_reduce",
         "nc_find_index8": "I test_max8_find_index8_match_replace8",
         "nc_match_replace8": "I test_max8_find_index8_match_replace8",
+        # the access-pattern (pattern=) forms
+        "iota": "P test_iota_pattern_form_matches_the_documented_formula",
+        "affine_select": "P test_affine_select_every_comparison",
+        "dma_compute": "P test_dma_compute_read_modify_write_direct_and_scatter",
     },
     "nki.language": {
         **{
@@ -150,14 +155,11 @@ UNSUPPORTED = {
     "nki.isa": {
         "nc_matmul_mx": ("not-yet", _MX),
         "activate2": ("not-yet", _GEN),
-        "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
-        "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),
         "rand_set_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand_get_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand2": ("not-yet", "the XORWOW generator state is not modelled"),
         "exponential": ("not-yet", _GEN),
         "core_barrier": ("not-yet", _TWO_CORES),
-        "dma_compute": ("not-yet", "in the simulator on trn2/trn3 (docs/isa.md §5.35), not yet in this front-end"),
         "quantize_mx": ("not-yet", _MX),
         "sendrecv": ("not-yet", _TWO_CORES),
         **{
