@@ -691,7 +691,7 @@ class View:
 
     __array_priority__ = 1000
 
-    __slots__ = ("__weakref__", "_inplace", "base", "dtype", "idx", "shape")
+    __slots__ = ("__weakref__", "_apc", "_inplace", "base", "dtype", "idx", "shape")
 
     def __init__(self, base, shape, idx, dtype=None):
         # shape: tuple of ints; idx: list of (int, tuple of ints), built by this module's own
@@ -701,6 +701,7 @@ class View:
         self.idx = idx if type(idx) is list else list(idx)
         self.dtype = base.dtype if dtype is None else dtype
         self._inplace = False
+        self._apc = None  # (dtype, the access pattern) of the last _ap() without split (views never change)
 
     @classmethod
     def full(cls, base):
@@ -946,7 +947,22 @@ class View:
     # -- the access pattern of this view as an instruction operand
     def _ap(self, dtype=None, loc=None, split=None):
         """The trnsim AccessPattern (JSON dict) of this view. `split`: the view axis where a
-        reduction's reduced axes start (free dims are not merged across it)."""
+        reduction's reduced axes start (free dims are not merged across it). Without `split`, the
+        result is kept on the view (an operand is asked again to mark and check its cells) and a
+        copy returned."""
+        if split is None:
+            c = self._apc
+            want = dtype or self.dtype
+            if c is not None and c[0] == want:
+                ap = dict(c[1])
+                ap["free"] = [list(d) for d in ap["free"]]
+                return ap
+            ap = self._ap_uncached(dtype, loc, None)
+            self._apc = (want, {**ap, "free": [list(d) for d in ap["free"]]})
+            return ap
+        return self._ap_uncached(dtype, loc, split)
+
+    def _ap_uncached(self, dtype=None, loc=None, split=None):
         b = self.base
         full = self.idx is b.__dict__.get("_full_idx") and self.shape == b.shape
         if full and split is None:
@@ -987,7 +1003,7 @@ class View:
             # a whole tile with block dims before its partition dim: partitions first, the block
             # dims become outer free dims (every on-chip operand of the instruction alike)
             order = [pax[0]] + [a for a in range(self.ndim) if a != pax[0]]
-            return self.permuted(order)._ap(dtype, loc, split)
+            return self.permuted(order)._ap_uncached(dtype, loc, split)
         if not pax:
             parts, first_free = 1, 0
         else:
