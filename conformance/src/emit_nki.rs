@@ -1,5 +1,8 @@
 //! NKI emitter: a trnsim [`Program`] → the source of an NKI kernel in the legacy
-//! `neuronxcc.nki` dialect (Neuron SDK 2.26–2.28, the last that runs NKI on trn1 / NeuronCore-v2).
+//! `neuronxcc.nki` dialect (Neuron SDK 2.26–2.28, the last that runs NKI on trn1 / NeuronCore-v2),
+//! or ([`emit_dialect`] with [`Dialect::Current`]) in the current `nki` dialect (NKI 0.3+, trn2 /
+//! trn3). What follows describes the legacy dialect; [`Dialect::Current`] lists how the current one
+//! differs (the regions, statements and indirect-DMA forms are the same, spelled as that API does).
 //!
 //! The kernel is one `@nki.jit` function named [`KERNEL_NAME`]:
 //! * its parameters are the program's `input` HBM tensors, in declaration order, with names made
