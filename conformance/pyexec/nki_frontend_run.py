@@ -3,8 +3,11 @@ front-end: the kernel is traced into a trnsim Program and run on the Rust simula
 kernel would be (`nki.simulate_kernel`).
 
     python nki_frontend_run.py --batch MANIFEST.jsonl
+    python nki_frontend_run.py --batch -          # the same lines, streamed on stdin
 
-One job per manifest line: `{"id", "kernel", "inputs", "outputs", "dtypes"}`. `inputs` is a
+One job per manifest line: `{"id", "kernel", "inputs", "outputs", "dtypes"}`, and optionally
+`"target"` (the NEURON_PLATFORM_TARGET_OVERRIDE the job runs under, so legacy trn1 kernels and
+current-dialect trn2 kernels run in one process). `inputs` is a
 safetensors file of the program inputs by program tensor name (device bits); `dtypes` gives each
 input's trnsim dtype name (`bf16`, `fp8_e4m3`, …: the safetensors tag alone cannot tell fp8 e4m3
 from e4m3fn). Outputs are written to `outputs` under the kernel's OUTPUT_NAMES. One JSON line per
@@ -97,6 +100,8 @@ def write_safetensors(path, tensors):
 def run_one(job):
     from neuronxcc import nki
 
+    if "target" in job:  # the generation this job's kernel runs on (legacy: trn1, current: trn2)
+        os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = job["target"]
     spec = importlib.util.spec_from_file_location(f"emitted_{abs(hash(job['kernel']))}", job["kernel"])
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -105,7 +110,11 @@ def run_one(job):
     for name in mod.INPUT_NAMES:
         shape, data = raw[name]
         args.append(np.frombuffer(data, _NP[job["dtypes"][name]]).reshape(shape).copy())
-    result = nki.simulate_kernel(mod.kernel, *args)
+    if getattr(mod.kernel, "api", "legacy") == "current":
+        # a current-dialect kernel (`import nki`): called as AWS's nki.jit kernels are
+        result = mod.kernel(*args)
+    else:
+        result = nki.simulate_kernel(mod.kernel, *args)
     outs = result if isinstance(result, tuple) else (() if result is None else (result,))
     if len(outs) != len(mod.OUTPUT_NAMES):
         raise RuntimeError(f"the kernel returned {len(outs)} tensors, expected {len(mod.OUTPUT_NAMES)}")
@@ -123,8 +132,13 @@ def main(argv):
     trnsim.nki.install(current=True)
     proto = os.fdopen(os.dup(1), "w")  # job lines only; anything else printed goes to stderr
     os.dup2(2, 1)
-    with open(argv[1]) as f:
-        jobs = [json.loads(line) for line in f if line.strip()]
+    if argv[1] == "-":
+        # jobs streamed on stdin, one per line, each run as it arrives (the emitter test writes
+        # them while it is still lowering and simulating the next cases)
+        jobs = (json.loads(line) for line in sys.stdin if line.strip())
+    else:
+        with open(argv[1]) as f:
+            jobs = [json.loads(line) for line in f if line.strip()]
     for job in jobs:
         try:
             run_one(job)

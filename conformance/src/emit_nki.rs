@@ -1,5 +1,8 @@
 //! NKI emitter: a trnsim [`Program`] → the source of an NKI kernel in the legacy
-//! `neuronxcc.nki` dialect (Neuron SDK 2.26–2.28, the last that runs NKI on trn1 / NeuronCore-v2).
+//! `neuronxcc.nki` dialect (Neuron SDK 2.26–2.28, the last that runs NKI on trn1 / NeuronCore-v2),
+//! or ([`emit_dialect`] with [`Dialect::Current`]) in the current `nki` dialect (NKI 0.3+, trn2 /
+//! trn3). What follows describes the legacy dialect; [`Dialect::Current`] lists how the current one
+//! differs (the regions, statements and indirect-DMA forms are the same, spelled as that API does).
 //!
 //! The kernel is one `@nki.jit` function named [`KERNEL_NAME`]:
 //! * its parameters are the program's `input` HBM tensors, in declaration order, with names made
@@ -66,6 +69,21 @@ use trnsim::{AccCmd, AccessPattern, ActFunc, AluOp, DType, Engine, HbmRole, MemS
 
 /// Name of the emitted `@nki.jit` function.
 pub const KERNEL_NAME: &str = "kernel";
+
+/// Which NKI the emitter writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// Legacy `neuronxcc.nki` (SDK 2.26–2.28; trn1): calls return a tile assigned into the
+    /// destination view, `dtype=` is the cast on write, views are `nl.arange` index expressions.
+    #[default]
+    Legacy,
+    /// The current `import nki` (NKI 0.3+, SDK 2.29+; trn2/trn3): every call writes its `dst=`
+    /// (the destination's dtype is the cast on write; no `dtype=`/`mask=`), views are slices or
+    /// AWS's access patterns `t.ap(pattern=[[step, num], ...], offset=…)`, `iota`/`affine_select`
+    /// take their `pattern=` form, an indirect DMA side is `t.ap(…, vector_offset=idx,
+    /// indirect_dim=0)`, and a seed is a `[1, 1]` int32 tile (`nisa.set_rng_seed`).
+    Current,
+}
 
 /// Partitions of every on-chip tile the emitter allocates (NeuronCore-v2's `nl.tile_size.pmax`).
 pub const PARTITIONS: usize = 128;
@@ -301,6 +319,7 @@ struct Region {
 
 struct Emitter<'a> {
     program: &'a Program,
+    dialect: Dialect,
     hbm_names: BTreeMap<String, String>,
     hbm_sizes: BTreeMap<String, usize>,
     regions: Vec<Region>,
@@ -369,7 +388,7 @@ fn affine_all(base: i64, terms: &[(i64, usize, String)]) -> String {
 }
 
 impl<'a> Emitter<'a> {
-    fn new(program: &'a Program) -> Result<Self, EmitError> {
+    fn new(program: &'a Program, dialect: Dialect) -> Result<Self, EmitError> {
         let names = python_names(program);
         let mut hbm_names = BTreeMap::new();
         let mut hbm_sizes = BTreeMap::new();
@@ -384,6 +403,7 @@ impl<'a> Emitter<'a> {
         }
         Ok(Emitter {
             program,
+            dialect,
             hbm_names,
             hbm_sizes,
             regions: Vec::new(),
@@ -464,6 +484,9 @@ impl<'a> Emitter<'a> {
 
     /// The Python expression of an operand (a view of a tile or of a flat HBM tensor).
     fn ap(&self, ap: &AccessPattern) -> Result<String, EmitError> {
+        if self.dialect == Dialect::Current {
+            return self.ap_current(ap);
+        }
         let free = free_dims(ap);
         let rank = 1 + free.len();
         let size = ap.dtype.size() as i64;
@@ -504,6 +527,65 @@ impl<'a> Emitter<'a> {
                     .map(|(d, &[s, n])| (s, n.max(0) as usize, arange(n.max(0) as usize, d + 1, rank)))
                     .collect();
                 Ok(format!("{tile}[{pidx}, {}]", affine(e0, &terms)))
+            }
+        }
+    }
+
+    /// An operand in the current dialect: a slice of its region's tile when it is one (as in
+    /// the legacy dialect), else AWS's access pattern on the whole tile or HBM tensor,
+    /// `t.ap(pattern=[[step, num], ...], offset=e)` (elements of the tensor flattened; on chip the
+    /// first pair walks the partitions with the tile's free size as its step).
+    fn ap_current(&self, ap: &AccessPattern) -> Result<String, EmitError> {
+        let free = free_dims(ap);
+        let size = ap.dtype.size() as i64;
+        let pairs = |first: [i64; 2], rest: &[[i64; 2]]| -> String {
+            let all: Vec<String> = std::iter::once(first)
+                .chain(rest.iter().copied())
+                .map(|[s, n]| format!("[{s}, {n}]"))
+                .collect();
+            format!("[{}]", all.join(", "))
+        };
+        match &ap.mem {
+            MemSpace::Hbm(t) => {
+                let py = self
+                    .hbm_names
+                    .get(t)
+                    .ok_or_else(|| EmitError::Invalid(format!("HBM tensor `{t}` is not declared")))?;
+                let pstep = if ap.partitions > 1 { ap.partition_step } else { 0 };
+                let base = ap.offset as i64 / size;
+                Ok(format!(
+                    "{py}.ap(pattern={}, offset={base})",
+                    pairs([pstep, ap.partitions as i64], &free)
+                ))
+            }
+            _ => {
+                let r = self
+                    .region_of(ap)
+                    .ok_or_else(|| EmitError::Invalid("operand outside every region".into()))?;
+                let e0 = (ap.offset as i64 - r.start) / size;
+                let p0 = ap.start_partition as i64;
+                let p = ap.partitions as i64;
+                if free.len() == 1 && (free[0][0] == 1 || free[0][1] == 1) {
+                    let tile = if r.mixed {
+                        format!("{}.view({})", r.name, nl_dtype(ap.dtype))
+                    } else {
+                        r.name.clone()
+                    };
+                    let n = free[0][1];
+                    return Ok(format!("{tile}[{p0}:{}, {e0}:{}]", p0 + p, e0 + n));
+                }
+                let row = (r.end - r.start) / size; // the tile's free size, in elements of the operand's dtype
+                let dtype = if r.mixed {
+                    format!(", dtype={}", nl_dtype(ap.dtype))
+                } else {
+                    String::new()
+                };
+                Ok(format!(
+                    "{}.ap(pattern={}, offset={}{dtype})",
+                    r.name,
+                    pairs([row, p], &free),
+                    p0 * row + e0
+                ))
             }
         }
     }
@@ -568,8 +650,15 @@ impl<'a> Emitter<'a> {
             prelude.push(format!("nisa.dma_copy(dst={col}, src={idx})"));
             col
         };
-        let cols = affine_all(base, &[(step, n, arange(n, 1, 2))]);
-        let expr = format!("{py}.reshape(({}, {rs}))[{col}, {cols}]", size / rs);
+        let expr = if self.dialect == Dialect::Current {
+            format!(
+                "{py}.reshape(({}, {rs})).ap(pattern=[[{rs}, {rows}], [{step}, {n}]], offset={base}, vector_offset={col}, indirect_dim=0)",
+                size / rs
+            )
+        } else {
+            let cols = affine_all(base, &[(step, n, arange(n, 1, 2))]);
+            format!("{py}.reshape(({}, {rs}))[{col}, {cols}]", size / rs)
+        };
         Ok(Ok(Some((prelude, expr))))
     }
 
@@ -752,7 +841,6 @@ impl<'a> Emitter<'a> {
             }
         }
 
-        let rmw = if i.accumulate { ", dst_rmw_op=np.add" } else { "" };
         let oob = match ind.oob {
             trnsim::OobMode::Error => "error",
             trnsim::OobMode::Skip => "skip",
@@ -762,6 +850,22 @@ impl<'a> Emitter<'a> {
         let int = "dtype=nl.int32";
         let view = format!("{py}.reshape(({}, {g}))", size / g);
         let cols = arange(w as usize, 1, 2);
+        // GpSimd's int32 arithmetic on `[R, 1]` columns, in the dialect's call form.
+        let current = self.dialect == Dialect::Current;
+        let ts = |dst: &str, src: &str, ops: &str| {
+            if current {
+                format!("nisa.tensor_scalar(dst={dst}, data={src}, {ops}, {gp})")
+            } else {
+                format!("{dst} = nisa.tensor_scalar({src}, {ops}, {int}, {gp})")
+            }
+        };
+        let tt = |dst: &str, a: &str, b: &str| {
+            if current {
+                format!("nisa.tensor_tensor(dst={dst}, data1={a}, data2={b}, op=nl.multiply, {gp})")
+            } else {
+                format!("{dst} = nisa.tensor_tensor({a}, {b}, op=nl.multiply, {int}, {gp})")
+            }
+        };
         let mut out: Vec<String> = Vec::new();
         for (r0, r, iap) in groups {
             // The indices as an [R, 1] int32/uint32 column (`x`: exact integer arithmetic on GpSimd
@@ -781,12 +885,16 @@ impl<'a> Emitter<'a> {
             out.push(format!("nisa.dma_copy(dst={}, src={iexpr})", v("rows_0")));
             let x = if idx.dtype != cdt {
                 out.push(tile("rows_1", cdt));
-                out.push(format!(
-                    "{} = nisa.tensor_copy({}, dtype={}, {gp})",
-                    v("rows_1"),
-                    v("rows_0"),
-                    nl_dtype(cdt)
-                ));
+                out.push(if current {
+                    format!("nisa.tensor_copy(dst={}, src={}, {gp})", v("rows_1"), v("rows_0"))
+                } else {
+                    format!(
+                        "{} = nisa.tensor_copy({}, dtype={}, {gp})",
+                        v("rows_1"),
+                        v("rows_0"),
+                        nl_dtype(cdt)
+                    )
+                });
                 v("rows_1")
             } else {
                 v("rows_0")
@@ -800,10 +908,7 @@ impl<'a> Emitter<'a> {
                 x.clone()
             } else if plain {
                 out.push(tile("rows_4", DType::I32));
-                out.push(format!(
-                    "{first} = nisa.tensor_scalar({x}, op0=nl.add, operand0={}, {int}, {gp})",
-                    base / g
-                ));
+                out.push(ts(&first, &x, &format!("op0=nl.add, operand0={}", base / g)));
                 first
             } else {
                 let temps: &[&str] = if pieces.len() > 1 {
@@ -814,35 +919,30 @@ impl<'a> Emitter<'a> {
                 for name in temps {
                     out.push(tile(name, DType::I32));
                 }
-                out.push(format!(
-                    "{valid} = nisa.tensor_scalar({x}, op0=nl.greater_equal, operand0={lo}, {int}, {gp})"
+                out.push(ts(&valid, &x, &format!("op0=nl.greater_equal, operand0={lo}")));
+                out.push(ts(&tmp, &x, &format!("op0=nl.less_equal, operand0={hi}")));
+                out.push(tt(&valid, &valid, &tmp));
+                out.push(ts(
+                    &tmp,
+                    &x,
+                    &format!(
+                        "op0=nl.multiply, operand0={}, op1=nl.add, operand1={}",
+                        rs / g,
+                        base / g + 1
+                    ),
                 ));
-                out.push(format!(
-                    "{tmp} = nisa.tensor_scalar({x}, op0=nl.less_equal, operand0={hi}, {int}, {gp})"
-                ));
-                out.push(format!(
-                    "{valid} = nisa.tensor_tensor({valid}, {tmp}, op=nl.multiply, {int}, {gp})"
-                ));
-                out.push(format!(
-                    "{tmp} = nisa.tensor_scalar({x}, op0=nl.multiply, operand0={}, op1=nl.add, operand1={}, {int}, {gp})",
-                    rs / g,
-                    base / g + 1
-                ));
-                out.push(format!(
-                    "{tmp} = nisa.tensor_tensor({tmp}, {valid}, op=nl.multiply, {int}, {gp})"
-                ));
-                out.push(format!(
-                    "{first} = nisa.tensor_scalar({tmp}, op0=nl.add, operand0=-1, {int}, {gp})"
-                ));
+                out.push(tt(&tmp, &tmp, &valid));
+                out.push(ts(&first, &tmp, "op0=nl.add, operand0=-1"));
                 first
             };
             for (c, &o) in pieces.iter().enumerate() {
                 let col = if o == 0 {
                     first.clone()
                 } else {
-                    out.push(format!(
-                        "{col} = nisa.tensor_scalar({valid}, op0=nl.multiply, operand0={}, op1=nl.add, operand1={first}, {int}, {gp})",
-                        o / g
+                    out.push(ts(
+                        &col,
+                        &valid,
+                        &format!("op0=nl.multiply, operand0={}, op1=nl.add, operand1={first}", o / g),
                     ));
                     col.clone()
                 };
@@ -866,17 +966,33 @@ impl<'a> Emitter<'a> {
                 }
                 d.partitions = r;
                 let dexpr = self.ap(&d).map_err(|e| e.to_string())?;
-                let iexpr = format!("{view}[{col}, {cols}]");
+                let iexpr = if current {
+                    format!("{view}.ap(pattern=[[{g}, {r}], [1, {w}]], offset=0, vector_offset={col}, indirect_dim=0)")
+                } else {
+                    format!("{view}[{col}, {cols}]")
+                };
                 let (dst, src) = match ind.side {
                     IndirectSide::Src => (dexpr, iexpr),
                     IndirectSide::Dst => (iexpr, dexpr),
                 };
-                out.push(format!(
-                    "nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})"
-                ));
+                out.push(self.dma(&dst, &src, i.accumulate, Some(oob)));
             }
         }
         Ok(out.join("\n    "))
+    }
+
+    /// One DMA call: `nisa.dma_copy(dst=…, src=…)`; accumulating, legacy `dst_rmw_op=np.add`, or
+    /// in the current dialect (whose dma_copy has no dst_rmw_op since NKI 0.3) the read-modify-write
+    /// form of `nisa.dma_compute(dst=…, srcs=[dst, src], reduce_op=nl.add)`.
+    fn dma(&self, dst: &str, src: &str, accumulate: bool, oob: Option<&str>) -> String {
+        let oob = oob.map(|o| format!(", oob_mode=nisa.oob_mode.{o}")).unwrap_or_default();
+        match (accumulate, self.dialect) {
+            (false, _) => format!("nisa.dma_copy(dst={dst}, src={src}{oob})"),
+            (true, Dialect::Legacy) => format!("nisa.dma_copy(dst={dst}, src={src}, dst_rmw_op=np.add{oob})"),
+            (true, Dialect::Current) => {
+                format!("nisa.dma_compute(dst={dst}, srcs=[{dst}, {src}], reduce_op=nl.add{oob})")
+            }
+        }
     }
 
     fn scalar(&self, s: &ScalarOperand) -> Result<String, EmitError> {
@@ -914,53 +1030,53 @@ impl<'a> Emitter<'a> {
             reason: reason.into(),
         };
         let eng = nisa_engine(engine);
-        Ok(match op {
-            Op::DmaCopy(i) => {
-                let rmw = if i.accumulate { ", dst_rmw_op=np.add" } else { "" };
-                match &i.indirect {
-                    None => format!("nisa.dma_copy(dst={}, src={}{rmw})", self.ap(&i.dst)?, self.ap(&i.src)?),
-                    Some(ind) => {
-                        let (direct, indirect) = match ind.side {
-                            trnsim::IndirectSide::Src => (&i.dst, &i.src),
-                            trnsim::IndirectSide::Dst => (&i.src, &i.dst),
-                        };
-                        if let Some(chunks) = self.indirect_chunks(direct, indirect, ind) {
-                            let mut parts = Vec::new();
-                            for (d, c) in chunks {
-                                let mut one = i.clone();
-                                match ind.side {
-                                    trnsim::IndirectSide::Src => one.dst = d,
-                                    trnsim::IndirectSide::Dst => one.src = d,
-                                }
-                                one.indirect = Some(c);
-                                parts.push(self.statement(index, engine, &Op::DmaCopy(one))?);
-                            }
-                            return Ok(parts.join("\n    "));
-                        }
-                        let Some((prelude, ind_expr)) = self
-                            .indirect_ap(index, indirect, direct.partitions, ind)
-                            .map_err(|r| unsupported(&r))??
-                        else {
-                            return self.indirect_rows(i, ind).map_err(|r| unsupported(&r));
-                        };
-                        let (dst, src) = match ind.side {
-                            trnsim::IndirectSide::Src => (self.ap(&i.dst)?, ind_expr),
-                            trnsim::IndirectSide::Dst => (ind_expr, self.ap(&i.src)?),
-                        };
-                        let oob = match ind.oob {
-                            trnsim::OobMode::Error => "error",
-                            trnsim::OobMode::Skip => "skip",
-                        };
-                        let mut out: String = prelude.iter().map(|l| format!("{l}\n    ")).collect();
-                        write!(
-                            out,
-                            "nisa.dma_copy(dst={dst}, src={src}{rmw}, oob_mode=nisa.oob_mode.{oob})"
-                        )
-                        .unwrap();
-                        out
-                    }
-                }
+        if self.dialect == Dialect::Current {
+            // The DMA forms are written below for both dialects (views in the dialect's form;
+            // `Self::dma` spells the call).
+            if !matches!(op, Op::DmaCopy(_)) {
+                return self.statement_current(index, engine, op);
             }
+        }
+        Ok(match op {
+            Op::DmaCopy(i) => match &i.indirect {
+                None => self.dma(&self.ap(&i.dst)?, &self.ap(&i.src)?, i.accumulate, None),
+                Some(ind) => {
+                    let (direct, indirect) = match ind.side {
+                        trnsim::IndirectSide::Src => (&i.dst, &i.src),
+                        trnsim::IndirectSide::Dst => (&i.src, &i.dst),
+                    };
+                    if let Some(chunks) = self.indirect_chunks(direct, indirect, ind) {
+                        let mut parts = Vec::new();
+                        for (d, c) in chunks {
+                            let mut one = i.clone();
+                            match ind.side {
+                                trnsim::IndirectSide::Src => one.dst = d,
+                                trnsim::IndirectSide::Dst => one.src = d,
+                            }
+                            one.indirect = Some(c);
+                            parts.push(self.statement(index, engine, &Op::DmaCopy(one))?);
+                        }
+                        return Ok(parts.join("\n    "));
+                    }
+                    let Some((prelude, ind_expr)) = self
+                        .indirect_ap(index, indirect, direct.partitions, ind)
+                        .map_err(|r| unsupported(&r))??
+                    else {
+                        return self.indirect_rows(i, ind).map_err(|r| unsupported(&r));
+                    };
+                    let (dst, src) = match ind.side {
+                        trnsim::IndirectSide::Src => (self.ap(&i.dst)?, ind_expr),
+                        trnsim::IndirectSide::Dst => (ind_expr, self.ap(&i.src)?),
+                    };
+                    let oob = match ind.oob {
+                        trnsim::OobMode::Error => "error",
+                        trnsim::OobMode::Skip => "skip",
+                    };
+                    let mut out: String = prelude.iter().map(|l| format!("{l}\n    ")).collect();
+                    out.push_str(&self.dma(&dst, &src, i.accumulate, Some(oob)));
+                    out
+                }
+            },
             Op::NcMatmul(i) => {
                 let assign = if i.accumulate { "+=" } else { "=" };
                 format!(
@@ -1260,6 +1376,286 @@ impl<'a> Emitter<'a> {
         })
     }
 
+    /// One instruction in the current dialect (every call but the DMA's): `nisa.NAME(dst=…, …)`,
+    /// the destination's dtype being the cast on write.
+    fn statement_current(&self, index: usize, engine: Engine, op: &Op) -> Result<String, EmitError> {
+        let unsupported = |reason: &str| EmitError::Unsupported {
+            index,
+            opcode: op.name().into(),
+            reason: reason.into(),
+        };
+        let eng = nisa_engine(engine);
+        // A `bypass` ALU stage is a multiply by 1.0, as in the legacy dialect.
+        let alu = |op: AluOp, operand: &ScalarOperand| -> Result<(&'static str, String), EmitError> {
+            Ok(match op {
+                AluOp::Bypass => ("nl.multiply", "1.0".to_string()),
+                op => (nl_alu(op), self.scalar(operand)?),
+            })
+        };
+        let pattern = |p: &[[i64; 2]]| -> String {
+            let pairs: Vec<String> = p.iter().map(|[s, n]| format!("[{s}, {n}]")).collect();
+            format!("[{}]", pairs.join(", "))
+        };
+        Ok(match op {
+            Op::NcMatmul(i) => {
+                let acc = if i.accumulate {
+                    ", accumulate=True"
+                } else {
+                    ", accumulate=False"
+                };
+                format!(
+                    "nisa.nc_matmul(dst={}, stationary={}, moving={}{acc})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.stationary)?,
+                    self.ap(&i.moving)?
+                )
+            }
+            Op::NcTranspose(i) => format!(
+                "nisa.nc_transpose(dst={}, data={}, engine={eng})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?
+            ),
+            Op::TensorTensor(i) => format!(
+                "nisa.tensor_tensor(dst={}, data1={}, data2={}, op={}, engine={eng})",
+                self.ap(&i.dst)?,
+                self.ap(&i.in0)?,
+                self.ap(&i.in1)?,
+                nl_alu(i.op)
+            ),
+            Op::TensorScalar(i) => {
+                let (op0, operand0) = alu(i.op0, &i.operand0)?;
+                let mut s = format!(
+                    "nisa.tensor_scalar(dst={}, data={}, op0={op0}, operand0={operand0}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                );
+                if i.reverse0 && i.op0 != AluOp::Bypass {
+                    s.push_str(", reverse0=True");
+                }
+                if let (Some(op1), Some(operand1)) = (i.op1, &i.operand1) {
+                    let (name1, operand1) = alu(op1, operand1)?;
+                    write!(s, ", op1={name1}, operand1={operand1}").unwrap();
+                    if i.reverse1 && op1 != AluOp::Bypass {
+                        s.push_str(", reverse1=True");
+                    }
+                } else if i.op1.is_some() || i.operand1.is_some() {
+                    return Err(unsupported("op1 and operand1 must be given together"));
+                }
+                write!(s, ", engine={eng})").unwrap();
+                s
+            }
+            Op::ScalarTensorTensor(i) => {
+                let mut s = format!(
+                    "nisa.scalar_tensor_tensor(dst={}, data={}, op0={}, operand0={}, op1={}, operand1={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    nl_alu(i.op0),
+                    self.scalar(&i.operand0)?,
+                    nl_alu(i.op1),
+                    self.ap(&i.in1)?
+                );
+                if i.reverse0 {
+                    s.push_str(", reverse0=True");
+                }
+                if i.reverse1 {
+                    s.push_str(", reverse1=True");
+                }
+                s.push(')');
+                s
+            }
+            Op::TensorReduce(i) => {
+                let nfree = free_dims(&i.src).len();
+                if i.axes == 0 || i.axes > nfree {
+                    return Err(unsupported("axes must be in 1..=free dims of src"));
+                }
+                let axes: Vec<String> = (nfree - i.axes + 1..=nfree).map(|a| a.to_string()).collect();
+                let axis = if axes.len() == 1 {
+                    axes[0].clone()
+                } else {
+                    format!("({})", axes.join(", "))
+                };
+                let neg = if i.negate { ", negate=True" } else { "" };
+                format!(
+                    "nisa.tensor_reduce(dst={}, op={}, data={}, axis={axis}{neg})",
+                    self.ap(&i.dst)?,
+                    nl_alu(i.op),
+                    self.ap(&i.src)?
+                )
+            }
+            Op::TensorCopy(i) => format!(
+                "nisa.tensor_copy(dst={}, src={}, engine={eng})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?
+            ),
+            Op::Reciprocal(i) => format!("nisa.reciprocal(dst={}, data={})", self.ap(&i.dst)?, self.ap(&i.src)?),
+            Op::Memset(i) => format!(
+                "nisa.memset(dst={}, value={}, engine={eng})",
+                self.ap(&i.dst)?,
+                py_float(i.value)
+            ),
+            Op::Iota(i) => format!(
+                "nisa.iota(dst={}, pattern={}, offset={}, channel_multiplier={})",
+                self.ap(&i.dst)?,
+                pattern(&i.pattern),
+                i.offset,
+                i.channel_multiplier
+            ),
+            Op::Activation(i) => {
+                let mut s = format!(
+                    "nisa.activation(dst={}, op={}, data={}",
+                    self.ap(&i.dst)?,
+                    nl_act(i.func),
+                    self.ap(&i.src)?
+                );
+                if let Some(b) = &i.bias {
+                    write!(s, ", bias={}", self.scalar(b)?).unwrap();
+                }
+                write!(s, ", scale={}", self.scalar(&i.scale)?).unwrap();
+                if i.acc != AccCmd::Idle || i.reduce_res.is_some() {
+                    s.push_str(", reduce_op=nl.add");
+                    if let Some(r) = &i.reduce_res {
+                        write!(s, ", reduce_res={}", self.ap(r)?).unwrap();
+                    }
+                    let cmd = match i.acc {
+                        AccCmd::Idle => "idle",
+                        AccCmd::Reset => "reset",
+                        AccCmd::Reduce => "reduce",
+                        AccCmd::ResetReduce => "reset_reduce",
+                    };
+                    write!(s, ", reduce_cmd=nisa.reduce_cmd.{cmd}").unwrap();
+                }
+                s.push(')');
+                s
+            }
+            Op::TensorCopyPredicated(i) => {
+                let rev = if i.reverse_pred { ", reverse_pred=True" } else { "" };
+                format!(
+                    "nisa.tensor_copy_predicated(dst={}, src={}, predicate={}{rev})",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.src)?,
+                    self.ap(&i.predicate)?
+                )
+            }
+            Op::TensorTensorScan(i) => format!(
+                "nisa.tensor_tensor_scan(dst={}, data0={}, data1={}, initial={}, op0={}, op1={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.in0)?,
+                self.ap(&i.in1)?,
+                self.scalar(&i.initial)?,
+                nl_alu(i.op0),
+                nl_alu(i.op1)
+            ),
+            Op::TensorScalarReduce(i) => format!(
+                "nisa.tensor_scalar_reduce(dst={}, data={}, op0={}, operand0={}, reduce_op={}, reduce_res={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                nl_alu(i.op0),
+                self.scalar(&i.operand0)?,
+                nl_alu(i.reduce_op),
+                self.ap(&i.reduce_res)?
+            ),
+            Op::AffineSelect(i) => {
+                let cmp = match i.cmp {
+                    trnsim::CmpOp::Equal => "nl.equal",
+                    trnsim::CmpOp::NotEqual => "nl.not_equal",
+                    trnsim::CmpOp::GreaterThan => "nl.greater",
+                    trnsim::CmpOp::GreaterEqual => "nl.greater_equal",
+                };
+                format!(
+                    "nisa.affine_select(dst={}, pattern={}, offset={}, channel_multiplier={}, on_true_tile={}, on_false_value={}, cmp_op={cmp})",
+                    self.ap(&i.dst)?,
+                    pattern(&i.pattern),
+                    i.offset,
+                    i.channel_multiplier,
+                    self.ap(&i.on_true)?,
+                    py_float(i.on_false)
+                )
+            }
+            // `nisa.set_rng_seed` takes a [1, 1] integer tile: an immediate seed is put there by
+            // GpSimd's iota, exact in int32 (the seed's 32 bits).
+            Op::SetRngSeed(i) => match &i.seed {
+                ScalarOperand::Imm(v) => {
+                    let bits = (*v as i64 as u32) as i32;
+                    format!(
+                        "seed_{index} = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)\n    \
+                         nisa.iota(dst=seed_{index}, pattern=[[0, 1]], offset={bits}, channel_multiplier=0)\n    \
+                         nisa.set_rng_seed(src_seeds=seed_{index})"
+                    )
+                }
+                ScalarOperand::Tile(ap) => format!("nisa.set_rng_seed(src_seeds={})", self.ap(ap)?),
+            },
+            Op::Rng(i) => format!("nisa.rng(dst={}, engine={eng})", self.ap(&i.dst)?),
+            Op::Dropout(i) => format!(
+                "nisa.dropout(dst={}, data={}, prob={})",
+                self.ap(&i.dst)?,
+                self.ap(&i.src)?,
+                self.scalar(&i.prob)?
+            ),
+            Op::BnStats(i) => format!("nisa.bn_stats(dst={}, data={})", self.ap(&i.dst)?, self.ap(&i.src)?),
+            Op::BnAggr(i) => format!("nisa.bn_aggr(dst={}, data={})", self.ap(&i.dst)?, self.ap(&i.src)?),
+            Op::Max8(i) => format!("nisa.max8(dst={}, src={})", self.ap(&i.dst)?, self.ap(&i.src)?),
+            Op::MatchReplace8(i) => {
+                let mut s = format!(
+                    "nisa.nc_match_replace8(dst={}, data={}, vals={}, imm={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.data)?,
+                    self.ap(&i.vals)?,
+                    py_float(i.imm)
+                );
+                if let Some(d) = &i.dst_idx {
+                    write!(s, ", dst_idx={}", self.ap(d)?).unwrap();
+                }
+                s.push(')');
+                s
+            }
+            Op::SelectReduce(i) => {
+                let mut s = format!(
+                    "nisa.select_reduce(dst={}, predicate={}, on_true={}, on_false={}",
+                    self.ap(&i.dst)?,
+                    self.ap(&i.predicate)?,
+                    self.ap(&i.on_true)?,
+                    self.scalar(&i.on_false)?
+                );
+                if i.reverse_pred {
+                    s.push_str(", reverse_pred=True");
+                }
+                if let Some(r) = &i.reduce_res {
+                    write!(s, ", reduce_res={}", self.ap(r)?).unwrap();
+                }
+                s.push(')');
+                s
+            }
+            Op::TensorPartitionReduce(i) => format!(
+                "nisa.tensor_partition_reduce(dst={}, op={}, data={})",
+                self.ap(&i.dst)?,
+                nl_alu(i.op),
+                self.ap(&i.src)?
+            ),
+            // Translated by `statement` (the same calls in both dialects).
+            Op::DmaCopy(_) => return self.statement(index, engine, op),
+            Op::TensorCopyDynamicSrc(_)
+            | Op::TensorCopyDynamicDst(_)
+            | Op::FindIndex8(_)
+            | Op::StreamShuffle(_)
+            | Op::RangeSelect(_)
+            | Op::LocalGather(_)
+            | Op::NGather(_)
+            | Op::SequenceBounds(_)
+            | Op::DmaTranspose(_)
+            | Op::NonzeroWithCount(_)
+            | Op::DmaCompute(_)
+            | Op::QuantizeMx(_)
+            | Op::NcMatmulMx(_) => {
+                return Err(unsupported(&format!("`{}` has no NKI translation yet", op.name())));
+            }
+            Op::CoreBarrier(_) => {
+                return Err(unsupported(
+                    "`core_barrier` synchronises two cores (LNC=2); the emitter writes single-core kernels",
+                ));
+            }
+        })
+    }
+
     fn emit(mut self) -> Result<String, EmitError> {
         // Refuse unsupported instructions before looking at memory.
         let mut body = Vec::new();
@@ -1339,16 +1735,28 @@ impl<'a> Emitter<'a> {
             p.target.name()
         )
         .unwrap();
-        out.push_str("# Dialect: legacy `neuronxcc.nki` (Neuron SDK 2.26-2.28, NeuronCore-v2 / trn1).\n");
-        out.push_str(
-            "# Run on a trn1: nki.baremetal(kernel)(*inputs); on CPU: nki.simulate_kernel(kernel, *inputs);\n",
-        );
-        out.push_str("# without the Neuron SDK: conformance/pyexec/nki_standin (see docs/hardware.md).\n");
-        out.push_str("import numpy as np\n");
-        out.push_str("import neuronxcc.nki as nki\n");
-        out.push_str("import neuronxcc.nki.language as nl\n");
-        out.push_str("import neuronxcc.nki.isa as nisa\n");
-        if p.instructions.iter().any(|inst| matches!(inst.op, Op::Rng(_))) {
+        if self.dialect == Dialect::Current {
+            out.push_str("# Dialect: current `nki` (NKI 0.3+, Neuron SDK 2.29+, NeuronCore-v3/v4 / trn2, trn3).\n");
+            out.push_str(
+                "# Run on a device: kernel(*inputs); on CPU: nki.simulate(kernel)(*inputs) (NKI_SIMULATOR=1);\n",
+            );
+            out.push_str("# on trnsim: trnsim.nki.install(), then the same (see docs/nki.md).\n");
+            out.push_str("import numpy as np\n");
+            out.push_str("import nki\n");
+            out.push_str("import nki.language as nl\n");
+            out.push_str("import nki.isa as nisa\n");
+        } else {
+            out.push_str("# Dialect: legacy `neuronxcc.nki` (Neuron SDK 2.26-2.28, NeuronCore-v2 / trn1).\n");
+            out.push_str(
+                "# Run on a trn1: nki.baremetal(kernel)(*inputs); on CPU: nki.simulate_kernel(kernel, *inputs);\n",
+            );
+            out.push_str("# without the Neuron SDK: conformance/pyexec/nki_standin (see docs/hardware.md).\n");
+            out.push_str("import numpy as np\n");
+            out.push_str("import neuronxcc.nki as nki\n");
+            out.push_str("import neuronxcc.nki.language as nl\n");
+            out.push_str("import neuronxcc.nki.isa as nisa\n");
+        }
+        if self.dialect == Dialect::Legacy && p.instructions.iter().any(|inst| matches!(inst.op, Op::Rng(_))) {
             // Raw random bits: the current namespace's `nki.isa.rng` (legacy NKI has no such call).
             writeln!(out, "import nki.isa as {CURRENT_ISA}").unwrap();
         }
@@ -1402,7 +1810,8 @@ impl<'a> Emitter<'a> {
             }
         }
         for decl in &p.hbm {
-            if used_hbm.contains(&decl.name) {
+            // (the current dialect's access patterns flatten the tensor themselves)
+            if self.dialect == Dialect::Legacy && used_hbm.contains(&decl.name) {
                 let py = &self.hbm_names[&decl.name];
                 writeln!(out, "    {py}_flat = {py}.reshape(({},))", self.hbm_sizes[&decl.name]).unwrap();
             }
@@ -1439,9 +1848,14 @@ impl<'a> Emitter<'a> {
     }
 }
 
-/// Emits the NKI kernel of `program` (see the module docs for the mapping).
+/// Emits the NKI kernel of `program` in the legacy dialect (see the module docs for the mapping).
 pub fn emit(program: &Program) -> Result<String, EmitError> {
-    Emitter::new(program)?.emit()
+    emit_dialect(program, Dialect::Legacy)
+}
+
+/// Emits the NKI kernel of `program` in `dialect`.
+pub fn emit_dialect(program: &Program, dialect: Dialect) -> Result<String, EmitError> {
+    Emitter::new(program, dialect)?.emit()
 }
 
 // ---------------------------------------------------------------------------------------------

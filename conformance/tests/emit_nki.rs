@@ -1037,6 +1037,64 @@ fn kernel_signature_and_outputs() {
     assert!(k.contains("INPUT_NAMES = [\"x\", \"s\"]\n"), "{k}");
 }
 
+/// The current dialect: `import nki`, every call writes its `dst=` (no assignment form, no
+/// `dtype=` cast: dst's dtype is the cast), views are slices or AWS's `.ap(pattern=…)`, iota and
+/// affine_select take their pattern form, an indirect side is `.ap(…, vector_offset=…)`, and an
+/// accumulating DMA is `nisa.dma_compute`'s read-modify-write form.
+#[test]
+fn current_dialect_writes_dst_calls_and_access_patterns() {
+    let current = |p: &Program| emit_nki::emit_dialect(p, emit_nki::Dialect::Current);
+    let mut all = String::new();
+    for p in [
+        vector_gpsimd_mix(),
+        matmul_activation_reduce(),
+        vector_stats_select(),
+        indirect_not_rows(),
+        gather_scatter(),
+    ] {
+        let k = current(&p).unwrap();
+        assert!(
+            k.contains("import nki\nimport nki.language as nl\nimport nki.isa as nisa\n"),
+            "{k}"
+        );
+        for bad in [
+            "nl.arange",
+            "neuronxcc",
+            "_flat",
+            "= nisa.",
+            "dst_rmw_op",
+            "nl.random_seed",
+            "mask=",
+        ] {
+            assert!(!k.contains(bad), "{bad}: {k}");
+        }
+        for line in k.lines().filter(|l| l.trim_start().starts_with("nisa.")) {
+            assert!(
+                line.contains("(dst=") || line.starts_with("    nisa.set_rng_seed("),
+                "{line}"
+            );
+            // the only dtype= left is an access pattern's reinterpretation
+            assert!(line.matches("dtype=").count() <= line.matches(".ap(").count(), "{line}");
+        }
+        all.push_str(&k);
+    }
+    for form in [
+        ".ap(pattern=[[",
+        "nisa.iota(dst=",
+        "nisa.affine_select(dst=",
+        "cmp_op=nl.",
+        "vector_offset=",
+        "indirect_dim=0",
+        "nisa.nc_matmul(dst=",
+        "nisa.dma_compute(dst=",
+        "reduce_op=nl.add, oob_mode=nisa.oob_mode.skip)",
+    ] {
+        assert!(all.contains(form), "{form} missing");
+    }
+    let legacy = emit_nki::emit(&vector_gpsimd_mix()).unwrap();
+    assert!(legacy.contains("import neuronxcc.nki as nki") && legacy.contains("nl.arange"));
+}
+
 /// Unsupported instructions (and indirect DMA) name their opcode and index.
 #[test]
 fn unsupported_programs_are_refused() {
@@ -1174,9 +1232,18 @@ struct EmittedGoldens {
     kernels: Vec<(String, PathBuf, PathBuf)>,
 }
 
-/// Every golden case of a lowered op: lower, run on the simulator, emit, and write the kernel and
-/// inputs. Programs the emitter refuses are counted per opcode (and printed); every kernel parses.
-fn emit_goldens(tag: &str) -> EmittedGoldens {
+/// Every golden case of a lowered op, for each `(target, dialect)`: lower for the target, run on
+/// the simulator, emit in the dialect, and write the kernel and inputs. Programs the emitter
+/// refuses are counted per opcode (and printed); every kernel parses. With several variants a
+/// job's id is `<dialect>:<case id>` and its manifest line names the target the front-end runs it
+/// on; with one, the case id.
+/// `sink`: each manifest line is also written there as soon as its kernel is emitted (a runner's
+/// stdin, which then runs the kernel while the next cases are lowered and simulated).
+fn emit_goldens(
+    tag: &str,
+    variants: &[(TargetName, emit_nki::Dialect)],
+    mut sink: Option<&mut dyn std::io::Write>,
+) -> EmittedGoldens {
     use trnconf::case::{Case, GoldenIndex};
     let index = match GoldenIndex::load(&trnconf::default_golden_dir()) {
         Ok(i) => i,
@@ -1189,11 +1256,11 @@ fn emit_goldens(tag: &str) -> EmittedGoldens {
         std::fs::create_dir_all(k).unwrap();
     }
     let dir_path = keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    let exec = Executor::new(TargetName::Trn1);
+    let execs: Vec<Executor> = variants.iter().map(|(t, _)| Executor::new(*t)).collect();
     let mut manifest = String::new();
     let mut expected: BTreeMap<String, (Program, BTreeMap<String, HostTensor>)> = BTreeMap::new();
-    // opcode -> (count, one example)
-    let mut refused: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    // (dialect, opcode) -> (count, one example)
+    let mut refused: BTreeMap<(String, String), (usize, String)> = BTreeMap::new();
     let mut kernels = Vec::new();
     let (mut lowered, mut not_run) = (0usize, 0usize);
     for (k, entry) in index.cases.iter().enumerate() {
@@ -1203,71 +1270,88 @@ fn emit_goldens(tag: &str) -> EmittedGoldens {
         let Ok(case) = Case::load_entry(&index.dir, entry) else {
             continue;
         };
-        let Ok(l) = trnconf::lower::lower(&case, TargetName::Trn1) else {
-            continue;
-        };
-        lowered += 1;
-        let program = l.program;
-        let mut inputs = BTreeMap::new();
-        let mut ok = true;
-        for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
-            match case
-                .tensors
-                .get(&decl.name)
-                .map(|t| trnconf::runner::to_device(&decl.name, t, decl.dtype))
-            {
-                Some(Ok(h)) => {
-                    inputs.insert(decl.name.clone(), h);
-                }
-                _ => ok = false,
-            }
-        }
-        let sim = if ok { exec.run(&program, &inputs).ok() } else { None };
-        let Some(sim) = sim else {
-            not_run += 1;
-            continue;
-        };
-        let kernel = match emit_nki::emit(&program) {
-            Ok(k) => k,
-            Err(e @ EmitError::Unsupported { .. }) => {
-                let EmitError::Unsupported { opcode, .. } = &e else {
-                    unreachable!()
-                };
-                let slot = refused
-                    .entry(opcode.clone())
-                    .or_insert_with(|| (0, format!("{}: {e}", entry.id)));
-                slot.0 += 1;
+        for (v, (&(target, dialect), exec)) in variants.iter().zip(&execs).enumerate() {
+            let Ok(l) = trnconf::lower::lower(&case, target) else {
                 continue;
+            };
+            lowered += 1;
+            let program = l.program;
+            let mut inputs = BTreeMap::new();
+            let mut ok = true;
+            for decl in program.hbm.iter().filter(|d| d.role == HbmRole::Input) {
+                match case
+                    .tensors
+                    .get(&decl.name)
+                    .map(|t| trnconf::runner::to_device(&decl.name, t, decl.dtype))
+                {
+                    Some(Ok(h)) => {
+                        inputs.insert(decl.name.clone(), h);
+                    }
+                    _ => ok = false,
+                }
             }
-            Err(e) => panic!("{}: {e}", entry.id),
-        };
-        let kpath = dir_path.join(format!("k{k}.py"));
-        let ipath = dir_path.join(format!("k{k}.in.safetensors"));
-        let opath = dir_path.join(format!("k{k}.out.safetensors"));
-        std::fs::write(&kpath, &kernel).unwrap();
-        std::fs::write(&ipath, emit_nki::to_safetensors(&inputs).unwrap()).unwrap();
-        if keep.is_some() {
-            // The simulator's outputs too, to compare a rerun of the kept kernels by hand.
-            let epath = dir_path.join(format!("k{k}.expected.safetensors"));
-            std::fs::write(&epath, emit_nki::to_safetensors(&sim.outputs).unwrap()).unwrap();
+            let sim = if ok { exec.run(&program, &inputs).ok() } else { None };
+            let Some(sim) = sim else {
+                not_run += 1;
+                continue;
+            };
+            let dname = format!("{dialect:?}").to_lowercase();
+            let kernel = match emit_nki::emit_dialect(&program, dialect) {
+                Ok(k) => k,
+                Err(e @ EmitError::Unsupported { .. }) => {
+                    let EmitError::Unsupported { opcode, .. } = &e else {
+                        unreachable!()
+                    };
+                    let slot = refused
+                        .entry((dname, opcode.clone()))
+                        .or_insert_with(|| (0, format!("{}: {e}", entry.id)));
+                    slot.0 += 1;
+                    continue;
+                }
+                Err(e) => panic!("{}: {e}", entry.id),
+            };
+            let id = if variants.len() == 1 {
+                entry.id.clone()
+            } else {
+                format!("{dname}:{}", entry.id)
+            };
+            let kpath = dir_path.join(format!("k{k}_{v}.py"));
+            let ipath = dir_path.join(format!("k{k}_{v}.in.safetensors"));
+            let opath = dir_path.join(format!("k{k}_{v}.out.safetensors"));
+            std::fs::write(&kpath, &kernel).unwrap();
+            std::fs::write(&ipath, emit_nki::to_safetensors(&inputs).unwrap()).unwrap();
+            if keep.is_some() {
+                // The simulator's outputs too, to compare a rerun of the kept kernels by hand.
+                let epath = dir_path.join(format!("k{k}_{v}.expected.safetensors"));
+                std::fs::write(&epath, emit_nki::to_safetensors(&sim.outputs).unwrap()).unwrap();
+            }
+            // The input dtypes by name: a safetensors tag alone cannot tell fp8 e4m3 from e4m3fn.
+            let dtypes: BTreeMap<&str, serde_json::Value> = inputs
+                .iter()
+                .map(|(n, h)| (n.as_str(), serde_json::to_value(h.dtype).unwrap()))
+                .collect();
+            let job = serde_json::json!({"id": id, "kernel": kpath, "inputs": ipath, "outputs": opath,
+                "dtypes": dtypes, "target": target.name()});
+            manifest.push_str(&format!("{job}\n"));
+            if let Some(w) = sink.as_mut() {
+                w.write_all(format!("{job}\n").as_bytes())
+                    .and_then(|_| w.flush())
+                    .expect("the runner's stdin");
+            }
+            kernels.push((id.clone(), kpath, opath));
+            expected.insert(id, (program, sim.outputs));
         }
-        // The input dtypes by name: a safetensors tag alone cannot tell fp8 e4m3 from e4m3fn.
-        let dtypes: BTreeMap<&str, serde_json::Value> = inputs
-            .iter()
-            .map(|(n, h)| (n.as_str(), serde_json::to_value(h.dtype).unwrap()))
-            .collect();
-        let job =
-            serde_json::json!({"id": entry.id, "kernel": kpath, "inputs": ipath, "outputs": opath, "dtypes": dtypes});
-        manifest.push_str(&format!("{job}\n"));
-        kernels.push((entry.id.clone(), kpath, opath));
-        expected.insert(entry.id.clone(), (program, sim.outputs));
     }
     eprintln!(
-        "emit_nki over the goldens: {lowered} lowered cases, {} emitted, {} refused {refused:?}, {not_run} not run by the simulator",
+        "emit_nki over the goldens ({variants:?}): {lowered} lowered programs, {} emitted, {} refused {refused:?}, {not_run} not run by the simulator",
         kernels.len(),
         refused.values().map(|r| r.0).sum::<usize>()
     );
-    assert!(kernels.len() >= 100, "only {} golden cases emitted", kernels.len());
+    assert!(
+        kernels.len() >= 100 * variants.len(),
+        "only {} golden cases emitted",
+        kernels.len()
+    );
 
     // Every kernel parses (one python3 process).
     let paths: Vec<&PathBuf> = kernels.iter().map(|(_, k, _)| k).collect();
@@ -1343,7 +1427,7 @@ fn assert_batch_matches(runner: &str, e: &EmittedGoldens, stdout: &[u8]) {
 /// second opinion: a reimplementation of the instruction semantics in numpy, docs/hardware.md).
 #[test]
 fn golden_cases_emit_and_match_the_simulator() {
-    let e = emit_goldens("standin");
+    let e = emit_goldens("standin", &[(TargetName::Trn1, emit_nki::Dialect::Legacy)], None);
     let Some(py) = standin_python("golden_cases_emit_and_match_the_simulator") else {
         return;
     };
@@ -1390,22 +1474,63 @@ fn trnsim_python(test: &str) -> Option<String> {
 
 /// The loop closed: every emitted golden kernel, traced by the trnsim.nki front-end into a new
 /// trnsim program and run on the simulator, gives the same bits as the program it was emitted
-/// from.
+/// from. Both dialects, in one front-end process: the legacy `neuronxcc.nki` kernels lowered and
+/// simulated for trn1 (the legacy API's hardware, the trn1 nightly), and the current `nki` ones
+/// for trn2 (each manifest line names its generation, NEURON_PLATFORM_TARGET_OVERRIDE as on
+/// hardware). The kernels are streamed to the front-end as they are emitted, so its tracing
+/// overlaps the lowering and simulation of the next cases (docs/nki.md, "Emitted kernels").
 #[test]
 fn golden_cases_emitted_run_through_the_nki_front_end_bit_identically() {
-    let e = emit_goldens("frontend");
+    use std::process::Stdio;
+    let variants = [
+        (TargetName::Trn1, emit_nki::Dialect::Legacy),
+        (TargetName::Trn2, emit_nki::Dialect::Current),
+    ];
     let Some(py) = trnsim_python("golden_cases_emitted_run_through_the_nki_front_end_bit_identically") else {
+        emit_goldens("frontend", &variants, None);
         return;
     };
-    let out = Command::new(&py)
+    // One front-end process for both dialects, fed each kernel as it is emitted: tracing runs
+    // beside the lowering and simulation of the next cases.
+    let t0 = std::time::Instant::now();
+    let mut child = Command::new(&py)
         .arg(pyexec_dir().join("nki_frontend_run.py"))
-        .arg("--batch")
-        // The kernels were lowered and simulated for trn1 (the legacy API's hardware, the trn1
-        // nightly); the front-end's default is trn2, so the generation is named, as on hardware.
-        .env("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
-        .arg(e.dir.join("manifest.jsonl"))
-        .output()
+        .args(["--batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_batch_matches("trnsim.nki front-end", &e, &out.stdout);
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let read_out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut b).map(|_| b)
+    });
+    let read_err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut b).map(|_| b)
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let e = emit_goldens("frontend", &variants, Some(&mut stdin));
+    let emitted = t0.elapsed();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    let out = read_out.join().unwrap().unwrap();
+    let err = read_err.join().unwrap().unwrap();
+    eprintln!(
+        "{} kernels: emitted (lowered, simulated) in {emitted:.1?}, all traced and run by the front-end after {:.1?}",
+        e.kernels.len(),
+        t0.elapsed()
+    );
+    assert!(status.success(), "{}", String::from_utf8_lossy(&err));
+    assert_batch_matches("trnsim.nki front-end", &e, &out);
+    for dialect in ["legacy", "current"] {
+        let n = e
+            .kernels
+            .iter()
+            .filter(|(id, _, _)| id.starts_with(&format!("{dialect}:")))
+            .count();
+        assert!(n >= 100, "only {n} {dialect} kernels");
+    }
 }

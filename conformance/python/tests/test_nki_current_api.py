@@ -426,8 +426,8 @@ def test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask(cur):
         kernel_with(lambda a: nisa.tensor_copy(dst=a, src=a, mask=None))(x)
     with pytest.raises(NkiError, match="writes every result into dst="):
         kernel_with(lambda a: nisa.reciprocal(data=a))(x)
-    with pytest.raises(NkiError, match="iota.*not supported by trnsim yet"):
-        kernel_with(lambda a: nisa.iota(a, [[1, 16]], 0))(x)
+    with pytest.raises(NkiError, match="tensor_copy_dynamic_src: removed in NKI 0.4"):
+        kernel_with(lambda a: nisa.tensor_copy_dynamic_src(a, a))(x)
 
 
 def test_refusals_kept_on_purpose_say_what_aws_does_instead(cur):

@@ -174,8 +174,11 @@ impl clap::builder::TypedValueParser for TargetParser {
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Emit {
     Json,
-    /// The program as an NKI kernel (conformance/src/emit_nki.rs), e.g. for timing on hardware.
+    /// The program as an NKI kernel (conformance/src/emit_nki.rs), e.g. for timing on hardware:
+    /// the legacy `neuronxcc.nki` dialect (trn1).
     Nki,
+    /// The same kernel in the current `nki` dialect (NKI 0.3+; trn2/trn3).
+    NkiCurrent,
 }
 
 /// `I/N`: the I-th (1-based) of N shards.
@@ -1513,7 +1516,14 @@ fn lower(id: &str, golden: Option<PathBuf>, target: TargetName, output: Option<&
     };
     let json = match emit {
         Emit::Json => lowered.program.to_json(),
-        Emit::Nki => match trnconf::emit_nki::emit(&lowered.program) {
+        Emit::Nki | Emit::NkiCurrent => match trnconf::emit_nki::emit_dialect(
+            &lowered.program,
+            if matches!(emit, Emit::Nki) {
+                trnconf::emit_nki::Dialect::Legacy
+            } else {
+                trnconf::emit_nki::Dialect::Current
+            },
+        ) {
             Ok(k) => k,
             Err(e) => {
                 eprintln!("trnconf: {id}: cannot emit NKI: {e}");

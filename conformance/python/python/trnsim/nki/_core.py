@@ -743,7 +743,7 @@ class View:
 
     __array_priority__ = 1000
 
-    __slots__ = ("__weakref__", "_inplace", "base", "dtype", "idx", "shape")
+    __slots__ = ("__weakref__", "_apc", "_inplace", "base", "dtype", "idx", "shape")
 
     def __init__(self, base, shape, idx, dtype=None):
         # shape: tuple of ints; idx: list of (int, tuple of ints), built by this module's own
@@ -753,6 +753,7 @@ class View:
         self.idx = idx if type(idx) is list else list(idx)
         self.dtype = base.dtype if dtype is None else dtype
         self._inplace = False
+        self._apc = None  # (dtype, the access pattern) of the last _ap() without split (views never change)
 
     @classmethod
     def full(cls, base):
@@ -998,7 +999,22 @@ class View:
     # -- the access pattern of this view as an instruction operand
     def _ap(self, dtype=None, loc=None, split=None):
         """The trnsim AccessPattern (JSON dict) of this view. `split`: the view axis where a
-        reduction's reduced axes start (free dims are not merged across it)."""
+        reduction's reduced axes start (free dims are not merged across it). Without `split`, the
+        result is kept on the view (an operand is asked again to mark and check its cells) and a
+        copy returned."""
+        if split is None:
+            c = self._apc
+            want = dtype or self.dtype
+            if c is not None and c[0] == want:
+                ap = dict(c[1])
+                ap["free"] = [list(d) for d in ap["free"]]
+                return ap
+            ap = self._ap_uncached(dtype, loc, None)
+            self._apc = (want, {**ap, "free": [list(d) for d in ap["free"]]})
+            return ap
+        return self._ap_uncached(dtype, loc, split)
+
+    def _ap_uncached(self, dtype=None, loc=None, split=None):
         b = self.base
         full = self.idx is b.__dict__.get("_full_idx") and self.shape == b.shape
         if full and split is None:
@@ -1039,7 +1055,7 @@ class View:
             # a whole tile with block dims before its partition dim: partitions first, the block
             # dims become outer free dims (every on-chip operand of the instruction alike)
             order = [pax[0]] + [a for a in range(self.ndim) if a != pax[0]]
-            return self.permuted(order)._ap(dtype, loc, split)
+            return self.permuted(order)._ap_uncached(dtype, loc, split)
         if not pax:
             parts, first_free = 1, 0
         else:
@@ -1169,9 +1185,11 @@ class View:
         loc = caller_loc()[0]
         if pattern is None or not isinstance(pattern, (list, tuple)) or not pattern:
             raise NkiError("tensor.ap(pattern=[[step, num], ...], offset=0): a non-empty pattern is required", loc)
-        if scalar_offset is not None or vector_offset is not None:
+        if scalar_offset is not None:
             raise NkiError(
-                "tensor.ap(scalar_offset=/vector_offset=) (dynamic access patterns) is not supported by trnsim yet", loc
+                "tensor.ap(scalar_offset=) (a register-held start) is not supported by trnsim yet; "
+                "vector_offset= (an indirect DMA) is",
+                loc,
             )
         try:
             pat = [(int(st), int(n)) for st, n in pattern]
@@ -1191,6 +1209,12 @@ class View:
         b = v.base
         shape = tuple(n for _, n in pat)
         if b.on_chip:
+            if vector_offset is not None:
+                raise NkiError(
+                    "tensor.ap(vector_offset=) on an SBUF/PSUM tensor (tensor indirection, NeuronCore-v4) is "
+                    "not supported by trnsim yet; on an HBM tensor it is an indirect DMA",
+                    loc,
+                )
             if getattr(b, "par_axis", 0) != 0:
                 raise NkiError("tensor.ap on a tile whose partition dimension is not its first axis", loc)
             f = int(np.prod(v.shape[1:])) if v.ndim > 1 else 1
@@ -1211,6 +1235,8 @@ class View:
             return View(flat, shape, idx, v.dtype)
         n = int(np.prod(v.shape)) if v.ndim else 1
         flat = _HbmAlias(storage_of(b), (n,), v.dtype)
+        if vector_offset is not None:
+            return _indirect_ap(v, flat, pat, int(offset), vector_offset, indirect_dim, loc)
         return View(flat, shape, [(int(offset), tuple(st for st, _ in pat))], v.dtype)
 
     # -- writes
@@ -1384,6 +1410,46 @@ class DynView:
         self.shape = (
             (self.index_tile.shape[0],) + self.row0.shape[1:] if self.row0.ndim else (self.index_tile.shape[0],)
         )
+
+
+def _indirect_ap(v, flat, pat, offset, index, indirect_dim, loc):
+    """`hbm.ap(pattern, offset, vector_offset=index, indirect_dim=d)`: an indirect DMA side. Row k
+    (of the pattern's first [step, num], num = the index tile's rows) starts index[k] positions
+    along dimension d of the tensor, one position being prod(shape[d+1:]) elements, from element
+    `offset`; the rest of the pattern walks each row. As in AWS's kernels, the first step is that
+    row size (the index replaces the first loop's counter)."""
+    if isinstance(indirect_dim, bool) or not isinstance(indirect_dim, (int, np.integer)):
+        raise NkiError(f"tensor.ap(indirect_dim={indirect_dim!r}): a dimension number", loc)
+    d = int(indirect_dim)
+    if not 0 <= d < max(1, v.ndim):
+        raise NkiError(f"tensor.ap(indirect_dim={d}) of a tensor of rank {v.ndim}", loc)
+    if not isinstance(index, View) or not index.base.on_chip or index.base.buffer != "sbuf":
+        raise NkiError("tensor.ap(vector_offset=) takes a tile of indices in SBUF ([num, 1], one per row)", loc)
+    if index.dtype not in (int32, uint32, int16, uint16):
+        raise NkiError(f"tensor.ap(vector_offset=) holds integer indices, not {index.dtype}", loc)
+    row = int(np.prod(v.shape[d + 1 :])) if v.ndim else 1
+    step, num = pat[0]
+    if step != row:
+        raise NkiError(
+            f"tensor.ap(vector_offset=, indirect_dim={d}): the first [step, num] is the indexed dimension, so its "
+            f"step is one position of dimension {d} ({row} elements), got {step}",
+            loc,
+        )
+    if index.ndim != 2 or index.shape != (num, 1):
+        raise NkiError(
+            f"tensor.ap(vector_offset=): the index tile is [{num}, 1] (one index per row of the pattern's first "
+            f"[step, num]), got {list(index.shape)}",
+            loc,
+        )
+    shape = tuple(n for _, n in pat)
+    dv = DynView.__new__(DynView)
+    dv.parent = View(flat, shape, [(offset, tuple(st for st, _ in pat))], v.dtype)
+    dv.key = (index,) + (slice(None),) * (len(pat) - 1)
+    dv.dim = 0
+    dv.index_tile = index
+    dv.row0 = View(flat, shape[1:], [(offset, tuple(st for st, _ in pat[1:]))], v.dtype)
+    dv.dtype, dv.base, dv.shape = v.dtype, flat, shape
+    return dv
 
 
 class DynIndex:

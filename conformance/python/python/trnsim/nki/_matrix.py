@@ -24,7 +24,8 @@ REASONS = {
 
 # tests/ files: A = test_nki_current_api.py, K = test_nki_corpus_current.py, C = test_nki_current.py,
 # L = test_nki_language.py, I = test_nki_isa.py (legacy call of the same instruction),
-# X = test_nki_collectives.py, H = test_nki_holdout_forms.py, M = test_nki_mx.py.
+# X = test_nki_collectives.py, H = test_nki_holdout_forms.py, M = test_nki_mx.py,
+# P = test_nki_ap_forms.py.
 FILES = {
     "A": "test_nki_current_api.py",
     "K": "test_nki_corpus_current.py",
@@ -34,6 +35,7 @@ FILES = {
     "X": "test_nki_collectives.py",
     "H": "test_nki_holdout_forms.py",
     "M": "test_nki_mx.py",
+    "P": "test_nki_ap_forms.py",
 }
 
 TESTS = {
@@ -77,6 +79,10 @@ TESTS = {
         # MX (NeuronCore-v4, trn3)
         "quantize_mx": "M test_quantize_mx_matches_numpy_ocp_mx_quantization",
         "nc_matmul_mx": "M test_nc_matmul_mx_matches_a_numpy_block_scaled_matmul",
+        # the access-pattern (pattern=) forms
+        "iota": "P test_iota_pattern_form_matches_the_documented_formula",
+        "affine_select": "P test_affine_select_every_comparison",
+        "dma_compute": "P test_dma_compute_read_modify_write_direct_and_scatter",
     },
     "nki.language": {
         **{
@@ -155,14 +161,11 @@ _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additi
 UNSUPPORTED = {
     "nki.isa": {
         "activate2": ("not-yet", _GEN),
-        "iota": ("not-yet", "the pattern= form (the legacy expression form works in neuronxcc.nki.isa)"),
-        "affine_select": ("not-yet", "the pattern=/cmp_op form (the legacy predicate form works in neuronxcc)"),
         "rand_set_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand_get_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand2": ("not-yet", "the XORWOW generator state is not modelled"),
         "exponential": ("not-yet", _GEN),
         "core_barrier": ("not-yet", _TWO_CORES),
-        "dma_compute": ("not-yet", "in the simulator on trn2/trn3 (docs/isa.md §5.35), not yet in this front-end"),
         "sendrecv": ("not-yet", _TWO_CORES),
         **{
             r: ("not-yet", _NO_REGISTERS)

@@ -977,7 +977,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
         }
         if acc:
             f["accumulate"] = True
-        emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=[other] if side == "src" else [])
+        # a scatter writes its HBM tensor (so an input it writes is updated in place, as any write)
+        writes = [other] if side == "src" else [dyn.parent]
+        emit("dma", "dma_copy", f, loc, reads=[other] if side == "dst" else [], writes=writes)
         return
     src = B._fit_rank(src, dst.shape, loc)
     if (

@@ -11,6 +11,9 @@ to the simulator's instructions of the same names, with NKI's shape, dtype, memo
 rules checked here first (an `NkiError` naming the operand)."""
 
 import functools
+import inspect
+
+import numpy as np
 
 import numpy as np
 
@@ -132,9 +135,6 @@ _SIGNATURES = {
 }
 # Calls whose current form the legacy one cannot stand for (the reason each is refused).
 _REFUSED = {
-    "iota": "the current nisa.iota(dst, pattern, offset, channel_multiplier) form is not supported by trnsim yet",
-    "affine_select": "the current nisa.affine_select(dst, pattern, offset, channel_multiplier, ...) form is not "
-    "supported by trnsim yet",
     "tensor_copy_dynamic_src": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
     "tensor_copy_dynamic_dst": "removed in NKI 0.4 (use an access pattern with scalar_offset)",
 }
@@ -142,6 +142,7 @@ _REFUSED = {
 
 def _current_call(name, legacy):
     params = _SIGNATURES[name]
+    takes_dtype = name not in ("nc_matmul", "memset") and "dtype" in inspect.signature(legacy).parameters
 
     @functools.wraps(legacy)
     def call(*args, **kwargs):
@@ -163,6 +164,10 @@ def _current_call(name, legacy):
             raise NkiError(f"nisa.{name}: the current NKI writes every result into dst= (its first argument)", loc)
         if name != "nc_matmul":
             kwargs.pop("accumulate", None)
+        if takes_dtype and isinstance(kwargs["dst"], View):
+            # the result is written in dst's dtype (the engine's cast on write), so no
+            # intermediate tile in the operands' dtype rounds it first
+            kwargs["dtype"] = kwargs["dst"].dtype
         return legacy(**kwargs)
 
     return call
@@ -181,6 +186,187 @@ for _n in _SIGNATURES:
     globals()[_n] = _current_call(_n, getattr(_legacy, _n))
 for _n, _why in _REFUSED.items():
     globals()[_n] = _refused(_n, _why)
+
+
+# ---------------------------------------------------------------------------------------------
+# iota and affine_select in their access-pattern form (AWS's nki.isa, NKI 0.2+): the affine value
+# `offset + c*channel_multiplier + sum(step_k * i_k)` over the partitions c of dst and the
+# nested loops `pattern = [[step, num], ...]` (outermost first), computed in wrapping int32.
+
+
+def _affine_pattern(what, dst, pattern, offset, channel_multiplier, loc):
+    """Checks the pattern form's arguments: ([[step, num], ...], offset, channel_multiplier)."""
+    if not isinstance(dst, View) or dst.base.buffer != "sbuf":
+        raise NkiError(f"nisa.{what}'s dst must be a tile in SBUF (GpSimd writes SBUF only)", loc)
+    if not isinstance(pattern, (list, tuple)) or not pattern:
+        raise NkiError(f"nisa.{what}(pattern=[[step, num], ...]): a non-empty list of [step, num] pairs", loc)
+    try:
+        pat = [[int(st), int(n)] for st, n in pattern]
+        if any(isinstance(x, bool) for pair in pattern for x in pair):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise NkiError(f"nisa.{what} pattern {pattern!r}: each entry is a [step, num] pair of integers", loc) from None
+    if len(pat) > 4:
+        raise NkiError(
+            f"nisa.{what} pattern {pattern!r}: at most 4 [step, num] pairs (the hardware's 4-D pattern)", loc
+        )
+    if any(n < 1 for _, n in pat):
+        raise NkiError(f"nisa.{what} pattern {pattern!r}: every num is at least 1", loc)
+    free = 1
+    for n in dst.shape[1:]:
+        free *= n
+    count = 1
+    for _, n in pat:
+        count *= n
+    if count != free:
+        raise NkiError(
+            f"nisa.{what}: the pattern {pattern!r} has {count} elements per partition, dst {list(dst.shape)} has {free}",
+            loc,
+        )
+    vals = []
+    for name, v in (("offset", offset), ("channel_multiplier", channel_multiplier)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise NkiError(f"nisa.{what}({name}={v!r}): an integer (int32)", loc)
+        v = int(v)
+        if not -(2**31) <= v < 2**31:
+            raise NkiError(f"nisa.{what}({name}={v}): does not fit in int32", loc)
+        vals.append(v)
+    for st, _ in pat:
+        if not -(2**31) <= st < 2**31:
+            raise NkiError(f"nisa.{what} pattern step {st} does not fit in int32", loc)
+    return pat, vals[0], vals[1]
+
+
+def iota(dst, pattern, offset, channel_multiplier=0, name=None):
+    """GpSimd `iota` (the current form): dst[c, ...] = offset + c*channel_multiplier + sum of
+    step*index over `pattern`, in int32, then converted to dst's dtype. dst in SBUF."""
+    loc = caller_loc()[0]
+    pat, off, cm = _affine_pattern("iota", dst, pattern, offset, channel_multiplier, loc)
+    emit(
+        "gpsimd",
+        "iota",
+        {"dst": dst._ap(loc=loc), "offset": off, "channel_multiplier": cm, "pattern": pat},
+        loc,
+        writes=[dst],
+    )
+
+
+def _wrap32(v):
+    return (v + 2**31) % 2**32 - 2**31
+
+
+# cmp_op -> the hardware comparator against 0 (GreaterThan, GreaterThanEq, Eq, NotEq), and how the
+# affine value is rewritten for it
+_CMP = {"is_equal": "equal", "not_equal": "not_equal", "is_gt": "greater_than", "is_ge": "greater_equal"}
+
+
+def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, name=None):
+    """GpSimd `affine_select` (the current form): dst = cmp_op(v, 0) ? on_true_tile : on_false_value,
+    with v the int32 affine value of `iota`. cmp_op defaults to equal. The hardware compares with
+    >, >=, == and != only: `less` runs as `~v >= 0` (exact in int32), `less_equal` as `-v >= 0`,
+    exact unless some v is -2**31 (refused: the values are known when the kernel is traced)."""
+    from . import language as nl
+
+    loc = caller_loc()[0]
+    pat, off, cm = _affine_pattern("affine_select", dst, pattern, offset, channel_multiplier, loc)
+    if not isinstance(on_true_tile, View) or on_true_tile.base.buffer != "sbuf":
+        raise NkiError("nisa.affine_select's on_true_tile must be a tile in SBUF (GpSimd cannot reach PSUM)", loc)
+    if tuple(on_true_tile.shape) != tuple(dst.shape):
+        raise NkiError(
+            f"nisa.affine_select: on_true_tile {list(on_true_tile.shape)} and dst {list(dst.shape)} differ in shape",
+            loc,
+        )
+    if isinstance(on_false_value, View) or not isinstance(on_false_value, (int, float, np.integer, np.floating)):
+        raise NkiError("nisa.affine_select's on_false_value is a scalar (an fp32 value)", loc)
+    op = E.alu(nl.equal if cmp_op is None else cmp_op)
+    if op in _CMP:
+        cmp = _CMP[op]
+    elif op == "is_lt":
+        # v < 0  <=>  ~v = -v - 1 >= 0 (wrapping int32, every v)
+        cmp, off, cm = "greater_equal", _wrap32(-off - 1), _wrap32(-cm)
+        pat = [[_wrap32(-st), n] for st, n in pat]
+    elif op == "is_le":
+        # v <= 0  <=>  -v >= 0, except v = -2**31 (whose negation is itself)
+        lo = off + min(0, cm * (dst.shape[0] - 1)) + sum(min(0, st * (n - 1)) for st, n in pat)
+        hi = off + max(0, cm * (dst.shape[0] - 1)) + sum(max(0, st * (n - 1)) for st, n in pat)
+        if lo <= -(2**31) or hi >= 2**31:
+            raise NkiError(
+                "nisa.affine_select(cmp_op=less_equal): the affine values reach the int32 range's ends, "
+                "where v <= 0 has no exact form on the hardware's comparators (>, >=, ==, !=)",
+                loc,
+            )
+        cmp, off, cm = "greater_equal", _wrap32(-off), _wrap32(-cm)
+        pat = [[_wrap32(-st), n] for st, n in pat]
+    else:
+        raise NkiError(
+            f"nisa.affine_select(cmp_op={op}): the comparison is one of equal, not_equal, greater, "
+            "greater_equal, less, less_equal",
+            loc,
+        )
+    from ._build import _imm
+
+    emit(
+        "gpsimd",
+        "affine_select",
+        {
+            "dst": dst._ap(loc=loc),
+            "on_true": on_true_tile._ap(loc=loc),
+            "on_false": _imm(on_false_value),
+            "offset": off,
+            "channel_multiplier": cm,
+            "pattern": pat,
+            "cmp": cmp,
+        },
+        loc,
+        reads=[on_true_tile],
+        writes=[dst],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# dma_compute: its read-modify-write form (the current API's accumulating DMA; dma_copy has no
+# dst_rmw_op since NKI 0.3)
+
+
+def _same_side(a, b):
+    """Whether two DMA operands name the same elements: equal views of one storage, or two
+    indirect `.ap(vector_offset=)` views with the same pattern and the same index tile."""
+    from ._core import DynView, storage_of
+
+    if isinstance(a, View) and isinstance(b, View):
+        return (
+            storage_of(a.base) is storage_of(b.base)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and tuple(a.base.shape) == tuple(b.base.shape)
+            and a.idx == b.idx
+        )
+    if isinstance(a, DynView) and isinstance(b, DynView):
+        ia, ib = a.index_tile, b.index_tile
+        return a.dim == b.dim and a.shape == b.shape and _same_side(a.parent, b.parent) and _same_side(ia, ib)
+    return False
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=_legacy.oob_mode.error, name=None):
+    """DMA-engine `dma_compute`, its read-modify-write form: `srcs = [dst, x]` (either order),
+    `reduce_op=nl.add`, scales 1.0 (the only values AWS's 2.32 docs allow): dst += x, an
+    accumulating DMA, direct or with an indirect `.ap(vector_offset=)` side (scatter or gather
+    read-modify-write). Other sources are refused, not yet supported."""
+    loc = caller_loc()[0]
+    if E.alu(reduce_op) != "add":
+        raise NkiError("nisa.dma_compute: reduce_op is nl.add (the only one AWS documents)", loc)
+    srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    if scales is not None and any(float(x) != 1.0 for x in scales):
+        raise NkiError("nisa.dma_compute: every scale is 1.0 (the only value AWS documents)", loc)
+    mine = [k for k, x in enumerate(srcs) if _same_side(x, dst)]
+    if len(srcs) != 2 or not mine:
+        raise NkiError(
+            "nisa.dma_compute: trnsim supports its read-modify-write form, srcs=[dst, x] (dst += x), not yet "
+            "other sources",
+            loc,
+        )
+    other = srcs[1 - mine[0]]
+    _legacy.dma_copy(dst=dst, src=other, dst_rmw_op=np.add, oob_mode=oob_mode)
 
 
 def nc_n_gather(dst, data, indices, name=None):
@@ -418,6 +604,7 @@ __all__ = [
     for n in (
         *_LEGACY,
         "core_barrier",
+        "dma_compute",
         "nc_matmul_mx",
         "nc_n_gather",
         "quantize_mx",
