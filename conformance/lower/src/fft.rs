@@ -19,19 +19,24 @@
 //! exactly modulo `N` to `r ∈ [−N/2, N/2]` (`q = round(m·(1/N))` by the cast to int32 on write,
 //! `r = m − q·N`). Angles are then taken as quarter turns, `u = 4r` for sin and `4r + N` for cos
 //! (`cos x = sin(x + π/2)`), folded into `[−N, N]` by `u → min(u, 2N − u)` and
-//! `u → max(u, −2N − u)` (exact integer ops), so the ScalarE `sin` argument `u·π/(2N)` stays
+//! `u → max(u, −2N − u)` (exact integer ops), so the ScalarE `sin` argument `φ = u·π/(2N)` stays
 //! within `[−π/2, π/2]` — inside the hardware's valid `[−π, π]` — and `sin(0)`, `sin(±π/2)` are
 //! exact. The twiddle index reduction needs `m·(1/N)` to round to the right integer, which holds
-//! while `N² < 2^22` (N ≤ 2048).
+//! while `N² < 2^22` (N ≤ 2048). ScalarE rounds `x·scale` (the constant and the product) before
+//! `sin`: twiddles are up to 1.2 units of 2^-24 from the exact values (N = 100, 501), against ½
+//! for correctly rounded ones; docs/numerics.md "FFT accuracy" measures what that costs (little
+//! next to the summation) and why a one-rounding argument is not used.
 //!
 //! Accuracy: the golden is PyTorch's fp32 pocketfft, itself up to ~3e-5 from the exact DFT on a
 //! 1000-point transform, so a DFT here must be well inside the f32 tolerance of the exact result.
 //! One running fp32 sum over 1000 products is not (`_fft_r2c::f32::stress_0`: 11 of 1002
 //! elements out of tolerance; Cooley–Tukey splits emulated in numpy still left 1–7): the error
-//! is the rounding of the long running sum. A contraction longer than one K tile therefore sums
+//! is the rounding of the long running sum. A contraction longer than 32 rows therefore sums
 //! each 32-row slice in its own PSUM block (products of one slice in TensorE's fp32 order) and
 //! adds the slice sums pairwise on VectorE, `[s0 + s1, s2 + s3, …]` level by level; all 16 golden
-//! cases then pass. Contractions of ≤ 128 rows are one matmul chain.
+//! cases then pass. Contractions of ≤ 32 rows are one matmul chain. (Slicing from 32 rows rather
+//! than from 128 takes the RMS error of a 100-point transform from 3.0 to 1.9 units of 2^-24 of
+//! the RMS output, PyTorch's being 1.7: docs/numerics.md "FFT accuracy".)
 //!
 //! Norm modes (the `normalization` int): 0 none, 1 `1/√n`, 2 `1/n`, `n` the product of the
 //! signal lengths; the fp32 factor multiplies the last pass's PSUM result on VectorE.
@@ -524,10 +529,10 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
     let mut alloc = SbufAllocator::new(tgt);
     let m = emit_matrices(e, &mut alloc, p, outputs)?;
 
-    // A contraction longer than one K tile keeps the sums of its 32-row slices apart (one PSUM
+    // A contraction longer than one slice keeps the sums of its 32-row slices apart (one PSUM
     // column block each) and adds them pairwise on VectorE instead of chaining all rows into
     // one running fp32 sum (module doc: accuracy).
-    let slices = if p.contract > 128 {
+    let slices = if p.contract > SLICE_ROWS {
         p.contract.div_ceil(SLICE_ROWS)
     } else {
         1
