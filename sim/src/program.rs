@@ -774,6 +774,34 @@ pub struct SequenceBounds {
     pub segment_ids: AccessPattern,
 }
 
+/// Who generates a DMA's descriptors (`nki.isa.dge_mode`). It changes no result; it decides
+/// which rules a `dma_transpose` obeys (docs/isa.md §5.30).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DgeMode {
+    /// The compiler chooses (NKI's default).
+    #[default]
+    Unknown,
+    /// No DGE: the runtime writes the descriptors into HBM before the kernel runs.
+    None,
+    /// Software DGE: GpSimd writes the descriptors while the kernel runs.
+    Swdge,
+    /// Hardware DGE (NeuronCore-v3+): a sequencer drives the DGE block.
+    Hwdge,
+}
+
+impl DgeMode {
+    /// NKI's name of the mode (`nki.isa.dge_mode.<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DgeMode::Unknown => "unknown",
+            DgeMode::None => "none",
+            DgeMode::Swdge => "swdge",
+            DgeMode::Hwdge => "hwdge",
+        }
+    }
+}
+
 /// DMA transpose of a 2-, 3- or 4-dimensional tile (`[partitions/rows, free…]`), permutation
 /// fixed by the rank: `[1, 0]`, `[2, 1, 0]`, `[3, 1, 2, 0]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -781,6 +809,15 @@ pub struct SequenceBounds {
 pub struct DmaTranspose {
     pub dst: AccessPattern,
     pub src: AccessPattern,
+    /// `unknown` (the default) or `hwdge`, the modes AWS allows a direct transpose; `hwdge`
+    /// exists only where [`crate::Target::dma_transpose_hwdge`] is set and obeys its limits.
+    #[serde(default)]
+    pub dge_mode: DgeMode,
+    /// An indirect (gathering) side. AWS's indirect transpose (`dma_gather_transpose`, software
+    /// DGE) is not modelled: an instruction carrying one is refused with
+    /// [`crate::ErrorKind::Unsupported`], never run as a direct transpose.
+    #[serde(default)]
+    pub indirect: Option<Indirect>,
 }
 
 /// Comparison of `range_select` (index against bound, in fp32).
@@ -1328,7 +1365,22 @@ impl Op {
             ]),
             Op::TensorPartitionReduce(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
             Op::SequenceBounds(i) => v.extend([o("dst", Write, &i.dst), o("segment_ids", Read, &i.segment_ids)]),
-            Op::DmaTranspose(i) => v.extend([o("dst", Write, &i.dst), o("src", Read, &i.src)]),
+            Op::DmaTranspose(i) => {
+                let side = i.indirect.as_ref().map(|ind| ind.side);
+                v.extend([
+                    Operand {
+                        dynamic: side == Some(IndirectSide::Dst),
+                        ..o("dst", Write, &i.dst)
+                    },
+                    Operand {
+                        dynamic: side == Some(IndirectSide::Src),
+                        ..o("src", Read, &i.src)
+                    },
+                ]);
+                if let Some(ind) = &i.indirect {
+                    v.push(o("index", Read, &ind.index));
+                }
+            }
             // Touches no byte; a read-modify-write for ordering (see `CoreBarrier`).
             Op::CoreBarrier(i) => v.push(o("data", ReadWrite, &i.data)),
             Op::DmaCopy(i) => {

@@ -229,7 +229,30 @@ pub struct Target {
     pub dma_read_add_write_rate: f64,
     /// DMA quality-of-service classes (`priority` 0..n) [ARCH3: 4 on NC-v4; 1 = none before].
     pub dma_qos_classes: u32,
+    /// The hardware DGE's `dma_transpose` limits; `None` on a core without hardware DGE
+    /// (`dge_mode=hwdge` is NeuronCore-v3+ [`nki.isa.dma_copy`/`dma_transpose` `dge_mode`]).
+    pub dma_transpose_hwdge: Option<HwdgeTranspose>,
 }
+
+/// What a `dma_transpose` with `dge_mode=hwdge` may move [`nki.isa.dma_transpose`, NKI 0.6
+/// (SDK 2.32) release notes: `src.shape[0]` in {1, 2, 4, 8, 16} (before: 16) and
+/// `src.shape[-1] <= 128` (before: a multiple of 128); `src.dtype` of 2 bytes].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HwdgeTranspose {
+    /// Allowed sizes of the source's first dim (`src.shape[0]`: partitions, or HBM rows).
+    pub first_dims: &'static [usize],
+    /// Largest size of the source's last dim (`src.shape[-1]`).
+    pub max_last_dim: usize,
+    /// Element size in bytes of the source.
+    pub elem_bytes: usize,
+}
+
+/// The hardware DGE transpose of NKI 0.6 (the same on NC-v3 and NC-v4: the docs state one rule).
+const HWDGE_TRANSPOSE_NKI_0_6: HwdgeTranspose = HwdgeTranspose {
+    first_dims: &[1, 2, 4, 8, 16],
+    max_last_dim: 128,
+    elem_bytes: 2,
+};
 
 /// TensorE matmul performance modes (`nki.isa.matmul_perf_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -397,6 +420,7 @@ impl Target {
             indirect_on_chip_addressing: false,
             dma_read_add_write_rate: 0.5,
             dma_qos_classes: 1,
+            dma_transpose_hwdge: None,
         }
     }
 
@@ -431,6 +455,7 @@ impl Target {
             instructions: &NC_V3_INSTRUCTIONS,
             scalar_extra_instructions: &["tensor_copy", "tensor_scalar"],
             native_int64: true,
+            dma_transpose_hwdge: Some(HWDGE_TRANSPOSE_NKI_0_6),
             ..Target::trn1()
         }
     }

@@ -1,7 +1,8 @@
 //! The NC-v2 `nki.isa` instructions added to complete the SDK 2.26–2.28 inventory:
 //! `tensor_copy_dynamic_src`/`_dst` (VectorE/GpSimdE), `sequence_bounds` (GpSimdE),
-//! `dma_transpose` (DMA), and the NC-v3+ `range_select` (VectorE, trn2 only). Expected values are
-//! derived by hand in the comments; every typed error each instruction raises has a test.
+//! `dma_transpose` (DMA; with NKI 0.6's `dge_mode` rules), and the NC-v3+ `range_select` (VectorE,
+//! trn2 only). Expected values are derived by hand in the comments; every typed error each
+//! instruction raises has a test.
 
 mod common_tg;
 
@@ -207,7 +208,16 @@ fn sequence_bounds_errors() {
 // ---- dma_transpose -----------------------------------------------------------------------------------
 
 fn transpose(dst: AccessPattern, src: AccessPattern) -> Op {
-    Op::DmaTranspose(DmaTranspose { dst, src })
+    transpose_with(dst, src, DgeMode::Unknown)
+}
+
+fn transpose_with(dst: AccessPattern, src: AccessPattern, dge_mode: DgeMode) -> Op {
+    Op::DmaTranspose(DmaTranspose {
+        dst,
+        src,
+        dge_mode,
+        indirect: None,
+    })
 }
 
 fn tile(dtype: DType, partitions: usize, offset: u64, free: Vec<[i64; 2]>) -> AccessPattern {
@@ -316,6 +326,381 @@ fn dma_transpose_errors() {
         transpose(sb(DType::F32, 3, 2, 64), sb(DType::F32, 2, 3, 1024)),
     );
     expect_err(r, "src", |k| matches!(k, ErrorKind::UninitializedRead { .. }));
+}
+
+// ---- dma_transpose: dge_mode (NKI 0.6) ----------------------------------------------------------------
+
+const ALL_DGE_MODES: [DgeMode; 4] = [DgeMode::Unknown, DgeMode::None, DgeMode::Swdge, DgeMode::Hwdge];
+
+/// Row-major free dims of a tile whose dims are `dims` (`[first, free…]`), and its row step.
+fn row_major(dims: &[usize]) -> (Vec<[i64; 2]>, i64) {
+    let mut free = Vec::new();
+    let mut step = 1i64;
+    for &d in dims[1..].iter().rev() {
+        free.push([step, d as i64]);
+        step *= d as i64;
+    }
+    free.reverse();
+    (free, step)
+}
+
+fn hbm_tile(name: &str, dtype: DType, dims: &[usize]) -> AccessPattern {
+    let (free, step) = row_major(dims);
+    AccessPattern::hbm(name, dtype, 0, dims[0], step, free)
+}
+
+fn sbuf_tile(dtype: DType, dims: &[usize], offset: u64) -> AccessPattern {
+    AccessPattern::sbuf(dtype, 0, dims[0], offset, row_major(dims).0)
+}
+
+/// The destination dims of a transpose of `dims` (the NKI docs' fixed permutation per rank).
+fn transposed(dims: &[usize]) -> Vec<usize> {
+    match *dims {
+        [a, b] => vec![b, a],
+        [a, b, c] => vec![c, b, a],
+        [a, b, c, d] => vec![d, b, c, a],
+        _ => unreachable!(),
+    }
+}
+
+/// `x` (HBM, dims `dims`, values `vals`) transposed into HBM `y` by one `dma_transpose` on
+/// `target`, from HBM (`src_hbm`) or from an SBUF copy of x, into SBUF (then copied to y) or
+/// straight into y (`dst_hbm`). Every instruction waits for the one before.
+fn transpose_run(
+    target: TargetName,
+    src_hbm: bool,
+    dst_hbm: bool,
+    mode: DgeMode,
+    dtype: DType,
+    dims: &[usize],
+    vals: &[f32],
+) -> Result<Vec<f32>, SimError> {
+    let out_dims = transposed(dims);
+    let mut p = Program::new(target);
+    p.declare("x", dtype, dims, HbmRole::Input);
+    p.declare("y", dtype, &out_dims, HbmRole::Output);
+    let src = if src_hbm {
+        hbm_tile("x", dtype, dims)
+    } else {
+        let t = sbuf_tile(dtype, dims, 0);
+        p.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst: t.clone(),
+                src: hbm_tile("x", dtype, dims),
+                accumulate: false,
+                indirect: None,
+            }),
+        );
+        t
+    };
+    let dst = if dst_hbm {
+        hbm_tile("y", dtype, &out_dims)
+    } else {
+        sbuf_tile(dtype, &out_dims, 8192)
+    };
+    p.push(Engine::Dma, transpose_with(dst.clone(), src, mode));
+    if !dst_hbm {
+        p.push(
+            Engine::Dma,
+            Op::DmaCopy(DmaCopy {
+                dst: hbm_tile("y", dtype, &out_dims),
+                src: dst,
+                accumulate: false,
+                indirect: None,
+            }),
+        );
+    }
+    for k in 1..p.instructions.len() {
+        p.instructions[k].wait = vec![k as u32 - 1];
+    }
+    let mut inputs = BTreeMap::new();
+    inputs.insert("x".to_string(), HostTensor::from_f32_as(dtype, dims, vals));
+    Executor::new(target).run(&p, &inputs).map(|r| r.outputs["y"].to_f32())
+}
+
+#[track_caller]
+fn expect_sim_err<T: std::fmt::Debug>(
+    r: Result<T, SimError>,
+    operand: &str,
+    pred: impl Fn(&ErrorKind) -> bool,
+) -> SimError {
+    let e = r.expect_err("expected the transpose to be refused");
+    assert_eq!(e.operand.as_deref(), Some(operand), "wrong operand in {e:?}");
+    assert!(pred(&e.kind), "unexpected error kind: {:?} ({})", e.kind, e.kind);
+    e
+}
+
+#[test]
+fn dma_transpose_each_dge_mode_from_hbm_and_from_sbuf() {
+    // 2-D: x[a][b] = 10a + b ([4, 8], bf16: integers below 256 are exact) → y[b][a] = 10a + b.
+    let x2: Vec<f32> = (0..4).flat_map(|a| (0..8).map(move |b| (10 * a + b) as f32)).collect();
+    let y2: Vec<f32> = (0..8).flat_map(|b| (0..4).map(move |a| (10 * a + b) as f32)).collect();
+    // 3-D: x[a][b][c] = 100a + 10b + c ([2, 3, 4]) → y[c][b][a] = 100a + 10b + c.
+    let x3: Vec<f32> = (0..2)
+        .flat_map(|a| (0..3).flat_map(move |b| (0..4).map(move |c| (100 * a + 10 * b + c) as f32)))
+        .collect();
+    let y3: Vec<f32> = (0..4)
+        .flat_map(|c| (0..3).flat_map(move |b| (0..2).map(move |a| (100 * a + 10 * b + c) as f32)))
+        .collect();
+    for src_hbm in [true, false] {
+        for mode in ALL_DGE_MODES {
+            let r2 = transpose_run(TargetName::Trn2, src_hbm, false, mode, DType::Bf16, &[4, 8], &x2);
+            let r3 = transpose_run(TargetName::Trn2, src_hbm, false, mode, DType::Bf16, &[2, 3, 4], &x3);
+            match mode {
+                // The two modes AWS allows a direct transpose; both shapes are inside the HWDGE
+                // limits (src.shape[0] 4 and 2, last dim 8 and 4 ≤ 128, 2-byte bf16).
+                DgeMode::Unknown | DgeMode::Hwdge => {
+                    assert_eq!(r2.unwrap(), y2, "{mode:?} 2-D from hbm={src_hbm}");
+                    assert_eq!(r3.unwrap(), y3, "{mode:?} 3-D from hbm={src_hbm}");
+                }
+                // "The only valid dge_modes are unknown and hwdge" (direct transpose).
+                DgeMode::None | DgeMode::Swdge => {
+                    for r in [r2, r3] {
+                        let e = expect_sim_err(r, "dge_mode", |k| matches!(k, ErrorKind::Invalid(_)));
+                        assert!(e.to_string().contains("unknown or hwdge"), "{e}");
+                    }
+                }
+            }
+        }
+    }
+    // NeuronCore-v4 has the hardware DGE too.
+    let r = transpose_run(TargetName::Trn3, true, false, DgeMode::Hwdge, DType::Bf16, &[4, 8], &x2);
+    assert_eq!(r.unwrap(), y2);
+}
+
+#[test]
+fn dma_transpose_hwdge_is_refused_on_trn1_naming_the_generation() {
+    assert!(TargetName::Trn1.params().dma_transpose_hwdge.is_none());
+    let x: Vec<f32> = (0..32).map(|v| v as f32).collect();
+    for src_hbm in [true, false] {
+        let r = transpose_run(
+            TargetName::Trn1,
+            src_hbm,
+            false,
+            DgeMode::Hwdge,
+            DType::Bf16,
+            &[4, 8],
+            &x,
+        );
+        let e = expect_sim_err(r, "dge_mode", |k| matches!(k, ErrorKind::NotOnTarget { .. }));
+        assert!(e.to_string().contains("trn1 (NeuronCore-v2)"), "{e}");
+        // The compiler's choice (unknown) transposes on trn1 as before.
+        let r = transpose_run(
+            TargetName::Trn1,
+            src_hbm,
+            false,
+            DgeMode::Unknown,
+            DType::Bf16,
+            &[4, 8],
+            &x,
+        );
+        assert_eq!(r.unwrap()[..4], [0., 8., 16., 24.]);
+    }
+}
+
+#[test]
+fn dma_transpose_hwdge_limits_are_target_data() {
+    for t in [TargetName::Trn2, TargetName::Trn3] {
+        let rule = t.params().dma_transpose_hwdge.expect("NC-v3+ has a hardware DGE");
+        assert_eq!(rule.first_dims, &[1, 2, 4, 8, 16]);
+        assert_eq!(rule.max_last_dim, 128);
+        assert_eq!(rule.elem_bytes, 2);
+    }
+    let zeros = |n: usize| vec![0.0f32; n];
+    // src.shape[0] ∈ {1, 2, 4, 8, 16} with the largest last dim, 128: accepted, from either side.
+    for first in [1, 2, 4, 8, 16] {
+        for src_hbm in [true, false] {
+            let x: Vec<f32> = (0..first * 128).map(|v| (v % 256) as f32).collect();
+            let y = transpose_run(
+                TargetName::Trn2,
+                src_hbm,
+                false,
+                DgeMode::Hwdge,
+                DType::Bf16,
+                &[first, 128],
+                &x,
+            )
+            .unwrap();
+            // y[j][i] = x[i][j]: y[1][0] = x[0][1] = 1; y[0][first-1] = x[first-1][0].
+            assert_eq!(y[first], 1.0);
+            assert_eq!(y[first - 1], (((first - 1) * 128) % 256) as f32);
+        }
+    }
+    // src.shape[0] outside the set (3, 32) and a 4-D source whose first dim is 5.
+    for dims in [vec![3usize, 8], vec![32, 8], vec![5, 1, 2, 4]] {
+        let n = dims.iter().product();
+        let r = transpose_run(
+            TargetName::Trn2,
+            false,
+            false,
+            DgeMode::Hwdge,
+            DType::Bf16,
+            &dims,
+            &zeros(n),
+        );
+        let e = expect_sim_err(r, "src", |k| matches!(k, ErrorKind::Invalid(_)));
+        assert!(e.to_string().contains("src.shape[0] in [1, 2, 4, 8, 16]"), "{e}");
+        // Without hwdge the same transpose runs.
+        transpose_run(
+            TargetName::Trn2,
+            false,
+            false,
+            DgeMode::Unknown,
+            DType::Bf16,
+            &dims,
+            &zeros(n),
+        )
+        .unwrap();
+    }
+    // src.shape[-1] = 129 > 128 (into HBM: an SBUF dst could not hold 129 partitions anyway).
+    let r = transpose_run(
+        TargetName::Trn2,
+        false,
+        true,
+        DgeMode::Hwdge,
+        DType::Bf16,
+        &[4, 129],
+        &zeros(516),
+    );
+    expect_sim_err(r, "src", |k| {
+        matches!(
+            k,
+            ErrorKind::FreeSizeLimit {
+                size: 129,
+                limit: 128,
+                ..
+            }
+        )
+    });
+    let x: Vec<f32> = (0..516).map(|v| (v % 256) as f32).collect();
+    let y = transpose_run(
+        TargetName::Trn2,
+        false,
+        true,
+        DgeMode::Unknown,
+        DType::Bf16,
+        &[4, 129],
+        &x,
+    )
+    .unwrap();
+    // y[1][0] = x[0][1] = 1, y[0][1] = x[1][0] = 129.
+    assert_eq!(y[..2], [0.0, 129.0]);
+    assert_eq!(y[4], 1.0);
+    // A 4-byte dtype: HWDGE moves 2-byte elements only; unknown moves fp32.
+    let r = transpose_run(
+        TargetName::Trn2,
+        true,
+        false,
+        DgeMode::Hwdge,
+        DType::F32,
+        &[4, 8],
+        &zeros(32),
+    );
+    expect_sim_err(r, "src", |k| {
+        matches!(k, ErrorKind::UnsupportedDType { dtype: "f32", .. })
+    });
+    transpose_run(
+        TargetName::Trn2,
+        true,
+        false,
+        DgeMode::Unknown,
+        DType::F32,
+        &[4, 8],
+        &zeros(32),
+    )
+    .unwrap();
+}
+
+#[test]
+fn dma_transpose_dst_rank_must_match_src_rank() {
+    let mut core = trn2_core();
+    let src = sb(DType::Bf16, 2, 6, 0);
+    core.put(&src, &[0.0; 12]);
+    // src [2, 6] is 2-D; a 3-D dst [6, 2, 1] holds the same elements but has another rank.
+    let dst3 = AccessPattern::sbuf(DType::Bf16, 0, 6, 64, vec![[1, 2], [1, 1]]);
+    let r = core.run(Engine::Dma, transpose_with(dst3, src.clone(), DgeMode::Hwdge));
+    expect_err(
+        r,
+        "dst",
+        |k| matches!(k, ErrorKind::ShapeMismatch(m) if m.contains("src's rank")),
+    );
+    // And a 3-D src [2, 3, 2] into a 2-D dst [2, 6].
+    let src3 = AccessPattern::sbuf(DType::Bf16, 0, 2, 0, vec![[2, 3], [1, 2]]);
+    let r = core.run(Engine::Dma, transpose(sb(DType::Bf16, 2, 6, 64), src3));
+    expect_err(
+        r,
+        "dst",
+        |k| matches!(k, ErrorKind::ShapeMismatch(m) if m.contains("src's rank")),
+    );
+}
+
+#[test]
+fn dma_transpose_of_an_indirect_source_is_a_typed_refusal() {
+    let mut core = trn2_core();
+    let src = sb(DType::Bf16, 16, 8, 0);
+    core.put(&src, &[0.0; 128]);
+    let index = sb(DType::U32, 16, 1, 1024);
+    core.put_bits(&index, &[0; 16]);
+    for mode in ALL_DGE_MODES {
+        let op = Op::DmaTranspose(DmaTranspose {
+            dst: sb(DType::Bf16, 8, 16, 2048),
+            src: src.clone(),
+            dge_mode: mode,
+            indirect: Some(Indirect {
+                side: IndirectSide::Src,
+                index: index.clone(),
+                row_step: 8,
+                oob: OobMode::Error,
+            }),
+        });
+        let r = core.run(Engine::Dma, op);
+        expect_err(
+            r,
+            "src",
+            |k| matches!(k, ErrorKind::Unsupported(m) if m.contains("indirect src is not modelled")),
+        );
+    }
+    // Nothing was written.
+    assert!(core.mem.read_f32(&sb(DType::Bf16, 8, 16, 2048)).is_err());
+}
+
+#[test]
+fn dma_transpose_dge_mode_json_defaults_to_unknown_and_refuses_other_names() {
+    let base = r#"{"dst": {"mem": "sbuf", "dtype": "bf16", "partitions": 8, "free": [[1, 4]]}, "src": {"mem": "sbuf", "dtype": "bf16", "partitions": 4, "offset": 64, "free": [[1, 8]]}"#;
+    let op = |extra: &str| serde_json::from_str::<Op>(&format!(r#"{{"dma_transpose": {base}{extra}}}}}"#));
+    // A program written before the field existed loads, as the compiler's choice.
+    match op("").unwrap() {
+        Op::DmaTranspose(t) => {
+            assert_eq!(t.dge_mode, DgeMode::Unknown);
+            assert!(t.indirect.is_none());
+        }
+        o => panic!("{o:?}"),
+    }
+    for (name, mode) in [
+        ("unknown", DgeMode::Unknown),
+        ("none", DgeMode::None),
+        ("swdge", DgeMode::Swdge),
+        ("hwdge", DgeMode::Hwdge),
+    ] {
+        match op(&format!(r#", "dge_mode": "{name}""#)).unwrap() {
+            Op::DmaTranspose(t) => assert_eq!(t.dge_mode, mode),
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(mode.name(), name);
+    }
+    assert!(
+        op(r#", "dge_mode": "hw""#)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown variant `hw`")
+    );
+    assert!(
+        op(r#", "dge": "hwdge""#)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `dge`")
+    );
 }
 
 // ---- range_select (trn2) -----------------------------------------------------------------------------

@@ -266,6 +266,13 @@ fn all_ops_program(target: TargetName) -> Program {
         Op::DmaTranspose(DmaTranspose {
             dst: AccessPattern::hbm("y", DType::Bf16, 0, 8, 4, vec![[1, 4]]),
             src: sb(DType::Bf16, 4, 0, 8),
+            dge_mode: DgeMode::Hwdge,
+            indirect: Some(Indirect {
+                side: IndirectSide::Src,
+                index: sb(DType::U32, 4, 64, 1),
+                row_step: 8,
+                oob: OobMode::Error,
+            }),
         }),
         Op::RangeSelect(RangeSelect {
             dst: sb(f, 4, 0, 8),
@@ -676,7 +683,8 @@ fn expected_roles(op: &Op) -> Vec<(&'static str, Role, bool)> {
         Op::TensorCopyDynamicSrc(_) => &[("dst", W, false), ("src", R, true), ("offset", R, false)],
         Op::TensorCopyDynamicDst(_) => &[("dst", W, true), ("src", R, false), ("offset", R, false)],
         Op::SequenceBounds(_) => &[("dst", W, false), ("segment_ids", R, false)],
-        Op::DmaTranspose(_) => &[("dst", W, false), ("src", R, false)],
+        // An indirect (gathering) source: refused when run, but its operands are what they are.
+        Op::DmaTranspose(_) => &[("dst", W, false), ("src", R, true), ("index", R, false)],
         // Touches no byte: a read-modify-write of the shared tensor for ordering only.
         Op::CoreBarrier(_) => &[("data", RW, false)],
         Op::RangeSelect(_) => &[

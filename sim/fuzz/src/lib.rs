@@ -483,7 +483,17 @@ impl FInst {
                 }
             }
             30 => Op::SequenceBounds(SequenceBounds { dst: a, segment_ids: b }),
-            31 => Op::DmaTranspose(DmaTranspose { dst: a, src: b }),
+            31 => Op::DmaTranspose(DmaTranspose {
+                dst: a,
+                src: b,
+                dge_mode: [DgeMode::Unknown, DgeMode::None, DgeMode::Swdge, DgeMode::Hwdge][ints[1] as usize % 4],
+                indirect: f(4).then(|| Indirect {
+                    side: IndirectSide::Src,
+                    index: c.clone(),
+                    row_step: 1,
+                    oob: OobMode::Error,
+                }),
+            }),
             32 => {
                 let cmps = [
                     RangeCmp::Equal,

@@ -5,7 +5,7 @@
 use super::{Access, Ctx};
 use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::AccessPattern;
-use crate::program::{DmaCompute, DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
+use crate::program::{DgeMode, DmaCompute, DmaCopy, DmaTranspose, Indirect, IndirectSide, OobMode};
 
 pub fn dma_copy(ctx: &mut Ctx, i: &DmaCopy) -> OpResult<()> {
     ctx.check_access("src", &i.src, Access::Read)?;
@@ -177,9 +177,24 @@ fn row_of(ap: &AccessPattern, p: usize) -> AccessPattern {
 }
 
 /// `dma_transpose`: the source tile's dims are `[partitions (rows), free…]` (2 to 4 of them);
-/// the destination's must be the source's permuted by `[1, 0]`, `[2, 1, 0]` or `[3, 1, 2, 0]`
-/// (NKI docs). Same dtypes copy bits; different dtypes convert through fp32, as `dma_copy`.
+/// the destination has the same rank (NKI 0.4) and the source's dims permuted by `[1, 0]`,
+/// `[2, 1, 0]` or `[3, 1, 2, 0]` (NKI docs). Same dtypes copy bits; different dtypes convert
+/// through fp32, as `dma_copy`. `dge_mode` is `unknown` or `hwdge` (the modes AWS allows a direct
+/// transpose); `hwdge` needs the core's hardware DGE and obeys its limits
+/// ([`crate::Target::dma_transpose_hwdge`]). An indirect side is refused (not modelled).
 pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
+    if let Some(ind) = &i.indirect {
+        let side = match ind.side {
+            IndirectSide::Src => "src",
+            IndirectSide::Dst => "dst",
+        };
+        return Err(ErrorKind::Unsupported(format!(
+            "dma_transpose with an indirect {side} is not modelled: AWS's indirect transpose (a gather \
+             that transposes, lowered to a software-DGE dma_gather_transpose) has no semantics in this \
+             simulator; gather with dma_copy, then transpose the tile"
+        )))
+        .at(side);
+    }
     ctx.check_access("src", &i.src, Access::Read)?;
     ctx.check_access("dst", &i.dst, Access::Write)?;
     let dims = |ap: &AccessPattern| {
@@ -199,14 +214,23 @@ pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
             .at("src");
         }
     };
-    let want: Vec<usize> = perm.iter().map(|&a| s[a]).collect();
-    if dims(&i.dst) != want {
+    let d = dims(&i.dst);
+    if d.len() != s.len() {
         return Err(ErrorKind::ShapeMismatch(format!(
-            "src is {s:?}, so dst must be {want:?}, got {:?}",
-            dims(&i.dst)
+            "dma_transpose's dst must have src's rank (NKI 0.4): src is {s:?} ({} dimensions), dst {d:?} ({})",
+            s.len(),
+            d.len()
         )))
         .at("dst");
     }
+    let want: Vec<usize> = perm.iter().map(|&a| s[a]).collect();
+    if d != want {
+        return Err(ErrorKind::ShapeMismatch(format!(
+            "src is {s:?}, so dst must be {want:?}, got {d:?}"
+        )))
+        .at("dst");
+    }
+    check_dge_mode(ctx, i, &s)?;
     // Row-major strides of the source; destination element k (row-major over `want`) reads the
     // source element whose index along source axis perm[j] is the destination's index j.
     let mut stride = vec![1usize; s.len()];
@@ -240,6 +264,58 @@ pub fn dma_transpose(ctx: &mut Ctx, i: &DmaTranspose) -> OpResult<()> {
     ctx.stats.elements.dma += total as u64;
     ctx.stats.est_ns.dma += transfer_ns(ctx, &i.src, &i.dst, false, bytes);
     Ok(())
+}
+
+/// The descriptor-generation rules of a direct `dma_transpose` (`s`: the source's dims).
+/// AWS: "The only valid dge_modes are unknown and hwdge" for a direct transpose; `hwdge` exists
+/// on NeuronCore-v3+ and has the limits of [`crate::target::HwdgeTranspose`]. `unknown` lets the
+/// compiler pick a lowering, so no HWDGE limit applies to it (docs/isa.md §5.30).
+fn check_dge_mode(ctx: &Ctx, i: &DmaTranspose, s: &[usize]) -> OpResult<()> {
+    match i.dge_mode {
+        DgeMode::Unknown => Ok(()),
+        DgeMode::None | DgeMode::Swdge => Err(ErrorKind::Invalid(format!(
+            "dma_transpose takes dge_mode unknown or hwdge, not {}: AWS lowers a direct transpose only \
+             through the hardware DGE (software DGE is the indirect transpose's)",
+            i.dge_mode.name()
+        )))
+        .at("dge_mode"),
+        DgeMode::Hwdge => {
+            let Some(rule) = ctx.target.dma_transpose_hwdge else {
+                return Err(ErrorKind::NotOnTarget {
+                    opcode: "dma_transpose with dge_mode=hwdge (hardware DGE)",
+                    target: ctx.target.label,
+                })
+                .at("dge_mode");
+            };
+            if !rule.first_dims.contains(&s[0]) {
+                return Err(ErrorKind::Invalid(format!(
+                    "dma_transpose with dge_mode=hwdge takes src.shape[0] in {:?}, got {} (src is {s:?})",
+                    rule.first_dims, s[0]
+                )))
+                .at("src");
+            }
+            let last = s[s.len() - 1];
+            if last > rule.max_last_dim {
+                return Err(ErrorKind::FreeSizeLimit {
+                    size: last,
+                    limit: rule.max_last_dim,
+                    what: "src.shape[-1] of a dma_transpose with dge_mode=hwdge",
+                })
+                .at("src");
+            }
+            if i.src.dtype.size() != rule.elem_bytes {
+                return Err(ErrorKind::UnsupportedDType {
+                    dtype: i.src.dtype.name(),
+                    why: format!(
+                        "dma_transpose with dge_mode=hwdge moves {}-byte elements only",
+                        rule.elem_bytes
+                    ),
+                })
+                .at("src");
+            }
+            Ok(())
+        }
+    }
 }
 
 /// `dst = Σ_k srcs[k]` element by element (partition-major order on every side), each source

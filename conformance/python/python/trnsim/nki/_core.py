@@ -997,12 +997,14 @@ class View:
                 )
 
     # -- the access pattern of this view as an instruction operand
-    def _ap(self, dtype=None, loc=None, split=None):
+    def _ap(self, dtype=None, loc=None, split=None, merge=True):
         """The trnsim AccessPattern (JSON dict) of this view. `split`: the view axis where a
-        reduction's reduced axes start (free dims are not merged across it). Without `split`, the
+        reduction's reduced axes start (free dims are not merged across it). `merge=False`: one
+        free dim per view axis after the first, size-1 axes included (an instruction whose rule
+        reads the operand's rank, as `dma_transpose`). Without `split` and with `merge`, the
         result is kept on the view (an operand is asked again to mark and check its cells) and a
         copy returned."""
-        if split is None:
+        if split is None and merge:
             c = self._apc
             want = dtype or self.dtype
             if c is not None and c[0] == want:
@@ -1012,11 +1014,11 @@ class View:
             ap = self._ap_uncached(dtype, loc, None)
             self._apc = (want, {**ap, "free": [list(d) for d in ap["free"]]})
             return ap
-        return self._ap_uncached(dtype, loc, split)
+        return self._ap_uncached(dtype, loc, split, merge)
 
-    def _ap_uncached(self, dtype=None, loc=None, split=None):
+    def _ap_uncached(self, dtype=None, loc=None, split=None, merge=True):
         b = self.base
-        full = self.idx is b.__dict__.get("_full_idx") and self.shape == b.shape
+        full = self.idx is b.__dict__.get("_full_idx") and self.shape == b.shape and merge
         if full and split is None:
             cached = b.__dict__.get("_full_ap")
             if cached is not None:
@@ -1039,7 +1041,7 @@ class View:
                 "partitions": parts,
                 "partition_step": pstep if parts > 1 else 0,
                 "offset": lc * b.dtype.itemsize,
-                "free": _merge_free(free, loc),
+                "free": _merge_free(free, loc) if merge else (free or [[1, 1]]),
             }
             if full and split is None:
                 b._full_ap = dict(ap)
@@ -1055,9 +1057,10 @@ class View:
             # a whole tile with block dims before its partition dim: partitions first, the block
             # dims become outer free dims (every on-chip operand of the instruction alike)
             order = [pax[0]] + [a for a in range(self.ndim) if a != pax[0]]
-            return self.permuted(order)._ap_uncached(dtype, loc, split)
+            return self.permuted(order)._ap_uncached(dtype, loc, split, merge)
         if not pax:
-            parts, first_free = 1, 0
+            # one partition: the first axis is it when the view keeps its rank (merge=False)
+            parts, first_free = 1, 1 if not merge and self.ndim >= 2 and self.shape[0] == 1 else 0
         else:
             if pax != [0] or pco[0] != 1:
                 raise NkiError(
@@ -1078,7 +1081,9 @@ class View:
             "partitions": parts,
             "offset": b.offset + fc * b.dtype.itemsize,
             "_st": storage_of(b)._rec,
-            "free": _merge_free(free, loc, None if split is None else split - first_free),
+            "free": _merge_free(free, loc, None if split is None else split - first_free)
+            if merge
+            else (free or [[1, 1]]),
         }
         if full and split is None:
             b._full_ap = dict(ap)

@@ -25,7 +25,7 @@ REASONS = {
 # tests/ files: A = test_nki_current_api.py, K = test_nki_corpus_current.py, C = test_nki_current.py,
 # L = test_nki_language.py, I = test_nki_isa.py (legacy call of the same instruction),
 # X = test_nki_collectives.py, H = test_nki_holdout_forms.py, M = test_nki_mx.py,
-# P = test_nki_ap_forms.py.
+# P = test_nki_ap_forms.py, T = test_nki_dma_transpose.py.
 FILES = {
     "A": "test_nki_current_api.py",
     "K": "test_nki_corpus_current.py",
@@ -36,6 +36,7 @@ FILES = {
     "H": "test_nki_holdout_forms.py",
     "M": "test_nki_mx.py",
     "P": "test_nki_ap_forms.py",
+    "T": "test_nki_dma_transpose.py",
 }
 
 TESTS = {
@@ -50,7 +51,7 @@ TESTS = {
         "tensor_copy_predicated": "I test_tensor_copy_predicated",
         "nc_matmul": "K test_tiled_matmul_psum_accumulation",
         "nc_transpose": "K test_rmsnorm_qkv_projection",
-        "dma_transpose": "A test_dma_transpose_of_an_sbuf_tile_transposes",
+        "dma_transpose": "T test_each_dge_mode_from_hbm_and_from_sbuf_against_numpy",
         "tensor_tensor": "A test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask",
         "tensor_scalar": "A test_current_isa_takes_dst_first_positionally_and_has_no_dtype_or_mask",
         "tensor_reduce": "K test_flash_attention_forward",

@@ -34,7 +34,7 @@ from ._core import (
     uint32,
 )
 from ._emit import emit, scalar_operand
-from ._targets import nc_generation
+from ._targets import nc_generation, params
 
 # The legacy calls, re-exported (their `__all__` also lists a name the module deletes).
 _LEGACY = [n for n in _legacy.__all__ if hasattr(_legacy, n)]
@@ -117,7 +117,6 @@ _SIGNATURES = {
     "select_reduce": ("dst", "predicate", "on_true", "on_false", "reduce_res", "reduce_cmd"),
     "dropout": ("dst", "data", "prob"),
     "dma_copy": ("dst", "src"),
-    "dma_transpose": ("dst", "src", "axes"),
     "sequence_bounds": ("dst", "segment_ids"),
     "range_select": (
         "dst",
@@ -369,6 +368,119 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     _legacy.dma_copy(dst=dst, src=other, dst_rmw_op=np.add, oob_mode=oob_mode)
 
 
+# dma_transpose's fixed permutation per source rank (AWS's docs: the only axes it takes).
+_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def _dge_mode(mode, loc):
+    try:
+        return _legacy.dge_mode(int(mode))
+    except (TypeError, ValueError):
+        raise NkiError(
+            f"nisa.dma_transpose(dge_mode={mode!r}): not a nisa.dge_mode (unknown, none, swdge, hwdge)", loc
+        ) from None
+
+
+def dma_transpose(
+    dst,
+    src,
+    axes=None,
+    priority=None,
+    dge_mode=_legacy.dge_mode.unknown,
+    oob_mode=_legacy.oob_mode.error,
+    name=None,
+):
+    """DMA transpose of `src` (HBM or SBUF, 2 to 4 dims) into `dst` (AWS's NKI 0.6 signature):
+    `dst = src.transpose(axes)`, axes fixed by the rank ((1, 0), (2, 1, 0), (3, 1, 2, 0)); dst has
+    src's rank (NKI 0.4). `dge_mode` is `unknown` (the compiler's choice) or `hwdge` (hardware
+    DGE, NeuronCore-v3+), the two modes AWS allows a direct transpose; `hwdge` obeys the target's
+    HWDGE limits (NKI 0.6: `src.shape[0]` in {1, 2, 4, 8, 16}, `src.shape[-1] <= 128`, 2-byte
+    dtype), read from the simulator's target parameters. One `dma_transpose` instruction runs it.
+    An indirect (gathered) source is refused: trnsim does not model AWS's indirect transpose.
+    `oob_mode` concerns indirect sources only; `priority` (DMA QoS, NeuronCore-v4) is refused."""
+    from ._core import DynView
+
+    loc = caller_loc()[0]
+    what = "nisa.dma_transpose"
+    if isinstance(src, DynView) or not isinstance(src, View):
+        raise NkiError(
+            f"{what}: an indirect (gathered) source is not supported by trnsim: AWS lowers it to a "
+            "software-DGE dma_gather_transpose, which trnsim does not model; gather with nisa.dma_copy "
+            "first, then transpose the tile",
+            loc,
+        )
+    if not isinstance(dst, View):
+        raise NkiError(f"{what}'s dst must be a tensor in SBUF or HBM", loc)
+    for side, t in (("src", src), ("dst", dst)):
+        if t.base.buffer == "psum":
+            raise NkiError(f"{what}'s {side} is in PSUM: DMA reads and writes only SBUF and HBM", loc)
+    mode = _dge_mode(dge_mode, loc)
+    target = E.T().target
+    if priority is not None:
+        if params(target)["dma_qos_classes"] <= 1:
+            raise NkiError(f"{what}(priority=...): DMA priority is NeuronCore-v4 and newer only", loc)
+        raise NkiError(f"{what}(priority=...): trnsim does not model DMA QoS priority (refused, not dropped)", loc)
+    rank = src.ndim
+    if rank not in _TRANSPOSE_AXES:
+        raise NkiError(f"{what} takes a 2-, 3- or 4-dimensional src, got shape {list(src.shape)}", loc)
+    if axes is not None and tuple(axes) != _TRANSPOSE_AXES[rank]:
+        raise NkiError(
+            f"{what}(axes={tuple(axes)}): a {rank}-D src is transposed with axes {_TRANSPOSE_AXES[rank]} "
+            "(the only axes AWS's dma_transpose takes: (1, 0), (2, 1, 0), (3, 1, 2, 0))",
+            loc,
+        )
+    perm = _TRANSPOSE_AXES[rank]
+    if dst.ndim != rank:
+        raise NkiError(
+            f"{what}: dst must have src's rank (NKI 0.4): src {list(src.shape)} is {rank}-D, "
+            f"dst {list(dst.shape)} is {dst.ndim}-D",
+            loc,
+        )
+    want = [src.shape[a] for a in perm]
+    if list(dst.shape) != want:
+        raise NkiError(
+            f"{what}: src {list(src.shape)} transposed by {perm} is {want}, but dst is {list(dst.shape)}", loc
+        )
+    if mode in (_legacy.dge_mode.none, _legacy.dge_mode.swdge):
+        raise NkiError(
+            f"{what}(dge_mode={mode.name}): a direct transpose takes dge_mode unknown or hwdge only "
+            "(AWS's dma_transpose constraints; swdge lowers the indirect transpose)",
+            loc,
+        )
+    if mode == _legacy.dge_mode.hwdge:
+        rule = params(target)["dma_transpose_hwdge"]
+        if rule is None:
+            raise NkiError(
+                f"{what}(dge_mode=hwdge): the hardware DGE is NeuronCore-v3 and newer; "
+                f"{params(target)['label']} has none",
+                loc,
+            )
+        if src.shape[0] not in rule["first_dims"]:
+            raise NkiError(
+                f"{what}(dge_mode=hwdge): src.shape[0] must be in {rule['first_dims']} (NKI 0.6), got {src.shape[0]}",
+                loc,
+            )
+        if src.shape[-1] > rule["max_last_dim"]:
+            raise NkiError(
+                f"{what}(dge_mode=hwdge): src.shape[-1] must be <= {rule['max_last_dim']} (NKI 0.6), "
+                f"got {src.shape[-1]}",
+                loc,
+            )
+        if src.dtype.itemsize != rule["elem_bytes"]:
+            raise NkiError(
+                f"{what}(dge_mode=hwdge): src.dtype must be {rule['elem_bytes']} bytes, {src.dtype} is "
+                f"{src.dtype.itemsize}",
+                loc,
+            )
+    aps = {}
+    for side, t in (("src", src), ("dst", dst)):
+        ap = t._ap(loc=loc, merge=False)
+        if len(ap["free"]) + 1 != rank:
+            raise NkiError(f"{what}'s {side} view {list(t.shape)} does not keep its partition axis first", loc)
+        aps[side] = ap
+    emit("dma", "dma_transpose", {**aps, "dge_mode": mode.name}, loc, reads=[src], writes=[dst])
+
+
 def nc_n_gather(dst, data, indices, name=None):
     """GpSimd `nc_n_gather`: per partition, `data`'s free elements flattened, taken at the uint32
     `indices`; dst has the indices' shape and data's dtype (AWS's 2.32 docs). All in SBUF."""
@@ -613,3 +725,4 @@ __all__ = [
         "set_rng_seed",
     )
 ]
+# (dma_transpose is one of the legacy names, redefined above with the current signature.)
