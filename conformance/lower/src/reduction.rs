@@ -625,19 +625,16 @@ fn emit_reduce(
         }
         finish_partials(ctx, engine, &parts, p, chunks.len(), red);
         let _ = p_all;
-        match call.kind {
-            Kind::Mean => {
-                let inv = inv_or_inf(n as f64);
-                ctx.e.tensor_scalar(
-                    Engine::Vector,
-                    parts.at(p, 0, 1),
-                    parts.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(inv),
-                    None,
-                );
-            }
-            _ => {}
+        if call.kind == Kind::Mean {
+            let inv = inv_or_inf(n as f64);
+            ctx.e.tensor_scalar(
+                Engine::Vector,
+                parts.at(p, 0, 1),
+                parts.at(p, 0, 1),
+                AluOp::Multiply,
+                Scalar::Imm(inv),
+                None,
+            );
         }
         store_col(ctx, &parts, 0, &call.outs[0].0, out_dev, rt);
     }
