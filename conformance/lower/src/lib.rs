@@ -32,6 +32,7 @@ pub mod activation;
 pub mod binary;
 pub mod binary_ext;
 pub mod comparison;
+pub mod compensated;
 pub mod conv;
 pub mod conv_backward;
 pub mod creation;

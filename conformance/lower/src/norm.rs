@@ -22,6 +22,7 @@
 //!   docs/performance.md.)
 
 use super::binary::dev;
+use super::compensated;
 use super::reduction::{
     Buf, CHUNK, Chunk, Ctx, Layout, RowTile, SUM_BLOCK, block_sum, block_sum_to, imm, load_chunk, load_col_op, load_op,
     reduce_into, store_col_op, store_op, tree_reduce, ts, tt,
@@ -433,6 +434,20 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
     let v = Engine::Vector;
     let inv_n = if call.n == 0 { 1e39 } else { 1.0 / call.n as f64 };
     let single = chunks.len() == 1;
+    // Training-mode batch norm of f32: PyTorch's CPU kernel sums x and the fp32 squares
+    // (x − mean)² in double, then rounds `mean = sum / N` and the sum of squares to fp32 and
+    // divides that by N in fp32. Here the sums are compensated pairs and the divisions nearly
+    // correctly rounded (compensated.rs), so the statistics follow the CPU's, bit for bit
+    // except near ties.
+    let comp = match rows.iter().map(|r| r.rows).max() {
+        Some(p_max) if call.round_stats && call.running.is_none() && call.x.1 == TorchDType::F32 => Some((
+            compensated::Scratch::new(&mut ctx.e, &mut ctx.alloc, p_max)?,
+            Buf::new(&mut ctx.alloc, f, nch)?,
+            Buf::new(&mut ctx.alloc, f, nch)?,
+            Buf::new(&mut ctx.alloc, f, 2)?,
+        )),
+        _ => None,
+    };
     let sum_pass = |ctx: &mut Ctx, rt: &RowTile, center: bool| {
         let p = rt.rows;
         for (c, ch) in chunks.iter().enumerate() {
@@ -456,10 +471,21 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                 // Summed without a copy: x stays intact for the later passes.
                 x
             };
-            block_sum_to(&mut ctx.e, &src, &tmp, p, w);
-            ctx.e.tensor_copy(v, parts.at(p, c, 1), tmp.at(p, 0, 1));
+            if let Some((sc, hi, lo, _)) = &comp {
+                compensated::sum2(&mut ctx.e, sc, &src, p, w, hi.col(p, c), lo.col(p, c));
+            } else {
+                block_sum_to(&mut ctx.e, &src, &tmp, p, w);
+                ctx.e.tensor_copy(v, parts.at(p, c, 1), tmp.at(p, 0, 1));
+            }
         }
-        tree_reduce(&mut ctx.e, v, &parts, p, chunks.len(), AluOp::Add);
+        if let Some((sc, hi, lo, hl)) = &comp {
+            // The pair (H, L) into `hl`; parts column 0 = fl(H + L).
+            compensated::sum2_parts(&mut ctx.e, sc, hi, lo, p, chunks.len(), hl.col(p, 0), hl.col(p, 1));
+            ctx.e
+                .tensor_tensor(v, parts.at(p, 0, 1), hl.at(p, 0, 1), hl.at(p, 1, 1), AluOp::Add);
+        } else {
+            tree_reduce(&mut ctx.e, v, &parts, p, chunks.len(), AluOp::Add);
+        }
     };
     for rt in &rows {
         let p = rt.rows;
@@ -473,14 +499,26 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
             }
             _ => {
                 sum_pass(&mut ctx, rt, false);
-                ctx.e.tensor_scalar(
-                    v,
-                    mean.at(p, 0, 1),
-                    parts.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(inv_n),
-                    None,
-                );
+                if let Some((sc, _, _, hl)) = &comp {
+                    compensated::div_pair(
+                        &mut ctx.e,
+                        sc,
+                        p,
+                        hl.col(p, 0),
+                        Some(hl.col(p, 1)),
+                        call.n as f64,
+                        mean.col(p, 0),
+                    );
+                } else {
+                    ctx.e.tensor_scalar(
+                        v,
+                        mean.at(p, 0, 1),
+                        parts.at(p, 0, 1),
+                        AluOp::Multiply,
+                        Scalar::Imm(inv_n),
+                        None,
+                    );
+                }
                 ctx.e.tensor_scalar(
                     v,
                     neg_mean.at(p, 0, 1),
@@ -510,14 +548,19 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                     ctx.e.tensor_copy(v, rb.at(p, 0, 1), parts.at(p, 0, 1));
                     ctx.e.tensor_copy(v, parts.at(p, 0, 1), rb.at(p, 0, 1));
                 }
-                ctx.e.tensor_scalar(
-                    v,
-                    rstd.at(p, 0, 1),
-                    parts.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(inv_n),
-                    None,
-                );
+                if let Some((sc, _, _, _)) = &comp {
+                    // fp32 `var_sum / N`, as the CPU divides.
+                    compensated::div_pair(&mut ctx.e, sc, p, parts.col(p, 0), None, call.n as f64, rstd.col(p, 0));
+                } else {
+                    ctx.e.tensor_scalar(
+                        v,
+                        rstd.at(p, 0, 1),
+                        parts.at(p, 0, 1),
+                        AluOp::Multiply,
+                        Scalar::Imm(inv_n),
+                        None,
+                    );
+                }
                 if let Some(rb) = &round_var {
                     ctx.e.tensor_copy(v, rb.at(p, 0, 1), rstd.at(p, 0, 1));
                     ctx.e.tensor_copy(v, rstd.at(p, 0, 1), rb.at(p, 0, 1));

@@ -11,7 +11,9 @@
 //! the accuracy of CPU's cascade sums); max/min use `tensor_reduce`. Integer results
 //! (sum/prod/amax/amin of integers) use GpSimdE's exact int32 `tensor_tensor` tree.
 //!
-//! * mean = sum · (1/N); var: two passes (mean, then Σ(x − mean)²) · 1/max(N − correction, 0);
+//! * mean = sum · (1/N); var: the corrected two-pass algorithm, `(S2 − S1²/N) / max(N − correction, 0)`
+//!   with `S1 = Σ(x − mean)`, `S2 = Σ(x − mean)²` a compensated sum and a nearly correctly rounded
+//!   division (`emit_var`, compensated.rs), scaled by 2⁻⁶⁴ on rows whose range could overflow;
 //! * any: `x ≠ 0` (NaN counts) then max; bool out;
 //! * argmax/argmin, max.dim/min.dim: per chunk the max (NaN propagates: PyTorch's NaN is the
 //!   max), then the first index holding it: `iota` indices, `(x == m) ∨ isnan(x)` selects, the
@@ -21,6 +23,7 @@
 //!   next scan's initial value.
 
 use super::binary::dev;
+use super::compensated;
 use super::promote::{self, Category};
 use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, dma};
 // The SBUF buffer type and instruction builders live in tile.rs; re-exported for the lowerings
@@ -587,6 +590,9 @@ fn emit_reduce(
     let mean = Buf::new(&mut ctx.alloc, DType::F32, 1)?;
     ctx.sum_tmp = Some(Buf::new(&mut ctx.alloc, DType::F32, CHUNK / SUM_BLOCK + 1)?);
     let p_all = ctx.partitions;
+    if call.kind == Kind::Var {
+        return emit_var(ctx, call, in_dev, out_dev, rows, chunks, n, &x);
+    }
     if !int_path
         && call.kind != Kind::Var
         && red != Red::Prod
@@ -619,66 +625,215 @@ fn emit_reduce(
         }
         finish_partials(ctx, engine, &parts, p, chunks.len(), red);
         let _ = p_all;
-        match call.kind {
-            Kind::Mean => {
-                let inv = inv_or_inf(n as f64);
-                ctx.e.tensor_scalar(
-                    Engine::Vector,
-                    parts.at(p, 0, 1),
-                    parts.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(inv),
-                    None,
-                );
-            }
-            Kind::Var => {
-                // mean, then Σ (x − mean)² over a second pass.
-                ctx.e.tensor_scalar(
-                    Engine::Vector,
-                    mean.at(p, 0, 1),
-                    parts.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(inv_or_inf(n as f64)),
-                    None,
-                );
-                if chunks.is_empty() {
-                    memset(&mut ctx.e, engine, parts.col(p, 0), 0.0);
-                }
-                for (c, ch) in chunks.iter().enumerate() {
-                    let w = ch.elems();
-                    load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
-                    ctx.e.tensor_scalar(
-                        Engine::Vector,
-                        x.at(p, 0, w),
-                        x.at(p, 0, w),
-                        AluOp::Subtract,
-                        mean.scalar(p, 0),
-                        None,
-                    );
-                    ctx.e.tensor_tensor(
-                        Engine::Vector,
-                        x.at(p, 0, w),
-                        x.at(p, 0, w),
-                        x.at(p, 0, w),
-                        AluOp::Multiply,
-                    );
-                    reduce_chunk(ctx, engine, &x, p, w, Red::Sum, &parts, c);
-                }
-                finish_partials(ctx, engine, &parts, p, chunks.len(), Red::Sum);
-                let denom = (n as f64 - call.correction).max(0.0);
-                let inv = inv_or_inf(denom);
-                ctx.e.tensor_scalar(
-                    Engine::Vector,
-                    parts.at(p, 0, 1),
-                    parts.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(inv),
-                    None,
-                );
-            }
-            _ => {}
+        if call.kind == Kind::Mean {
+            let inv = inv_or_inf(n as f64);
+            ctx.e.tensor_scalar(
+                Engine::Vector,
+                parts.at(p, 0, 1),
+                parts.at(p, 0, 1),
+                AluOp::Multiply,
+                Scalar::Imm(inv),
+                None,
+            );
         }
         store_col(ctx, &parts, 0, &call.outs[0].0, out_dev, rt);
+    }
+    Ok(())
+}
+
+/// Variance of float rows: the corrected two-pass algorithm with compensated sums, as close to
+/// PyTorch's CPU (which accumulates in double and rounds once) as fp32 allows.
+///
+/// Pass 1: `mean = Σx · (1/N)` (the blocked sum of the other reductions) and the row's max and
+/// min. Pass 2: `d = (x − mean)·s`, `S1 = Σd`, `S2 = Σd²` with `S2` a compensated pair
+/// ([`compensated::sum2`]); `var = (S2 − S1²/N) / (N − correction) / s²` with a nearly correctly
+/// rounded division ([`compensated::div_pair`]). `S1²/N` corrects the rounding of the mean
+/// (Chan, Golub and LeVeque's corrected two-pass). `s` is 2⁻⁶⁴ where the row's range
+/// `max − min` is at least 2⁵⁰ (else 1), so neither the squares nor their sum overflow fp32
+/// where the variance itself does not (N ≤ 2²⁴); the power of two is exact both ways.
+#[allow(clippy::too_many_arguments)]
+fn emit_var(
+    ctx: &mut Ctx,
+    call: &Call,
+    in_dev: DType,
+    out_dev: DType,
+    rows: &[RowTile],
+    chunks: &[Chunk],
+    n: usize,
+    x: &Buf,
+) -> Result<(), LowerError> {
+    let v = Engine::Vector;
+    let f = DType::F32;
+    let nch = chunks.len().max(1);
+    let parts = Buf::new(&mut ctx.alloc, f, nch)?;
+    let mx = Buf::new(&mut ctx.alloc, f, nch)?;
+    let mn = Buf::new(&mut ctx.alloc, f, nch)?;
+    let s1 = Buf::new(&mut ctx.alloc, f, nch)?;
+    let hi = Buf::new(&mut ctx.alloc, f, nch)?;
+    let lo = Buf::new(&mut ctx.alloc, f, nch)?;
+    let corr = Buf::new(&mut ctx.alloc, f, nch)?;
+    let ex = [
+        Buf::new(&mut ctx.alloc, f, CHUNK)?,
+        Buf::new(&mut ctx.alloc, f, CHUNK)?,
+        Buf::new(&mut ctx.alloc, f, CHUNK)?,
+        Buf::new(&mut ctx.alloc, f, CHUNK)?,
+    ];
+    // Columns: 0 mean, 1 scale, 2 1/scale, 3 range / flag, 4 H, 5 L / result, 6 S1, 7 scratch.
+    let st = Buf::new(&mut ctx.alloc, f, 8)?;
+    let Some(p_max) = rows.iter().map(|r| r.rows).max() else {
+        return Ok(());
+    };
+    let sc = compensated::Scratch::new(&mut ctx.e, &mut ctx.alloc, p_max)?;
+    let denom = (n as f64 - call.correction).max(0.0);
+    let inv_n = inv_or_inf(n as f64);
+    for rt in rows {
+        let p = rt.rows;
+        let col = |c: usize| st.col(p, c);
+        let s = |c: usize| st.scalar(p, c);
+        if chunks.is_empty() {
+            // Empty rows: 0 · (1/0) = NaN, as PyTorch.
+            memset(&mut ctx.e, v, col(5), 0.0);
+            ctx.e.tensor_scalar(
+                v,
+                st.at(p, 5, 1),
+                st.at(p, 5, 1),
+                AluOp::Multiply,
+                Scalar::Imm(1e39),
+                None,
+            );
+            store_col(ctx, &st, 5, &call.outs[0].0, out_dev, rt);
+            continue;
+        }
+        for (c, ch) in chunks.iter().enumerate() {
+            let w = ch.elems();
+            load_chunk(ctx, x, &call.input, in_dev, rt, ch);
+            reduce_into(&mut ctx.e, x, p, w, AluOp::Max, &mx, c);
+            reduce_into(&mut ctx.e, x, p, w, AluOp::Min, &mn, c);
+            reduce_chunk(ctx, v, x, p, w, Red::Sum, &parts, c);
+        }
+        finish_partials(ctx, v, &parts, p, chunks.len(), Red::Sum);
+        ctx.e.tensor_scalar(
+            v,
+            st.at(p, 0, 1),
+            parts.at(p, 0, 1),
+            AluOp::Multiply,
+            Scalar::Imm(inv_n),
+            None,
+        );
+        // flag = (max − min ≥ 2⁵⁰); scale = flag·2⁻⁶⁴ + (1 − flag); 1/scale = flag·2⁶⁴ + (1 − flag)
+        reduce_into(&mut ctx.e, &mx, p, chunks.len(), AluOp::Max, &st, 3);
+        reduce_into(&mut ctx.e, &mn, p, chunks.len(), AluOp::Min, &st, 1);
+        ctx.e.push(v, tt(col(3), col(3), col(1), AluOp::Subtract));
+        ctx.e.tensor_scalar(
+            v,
+            st.at(p, 3, 1),
+            st.at(p, 3, 1),
+            AluOp::IsGe,
+            Scalar::Imm(2f64.powi(50)),
+            None,
+        );
+        ctx.e.tensor_scalar(
+            v,
+            st.at(p, 7, 1),
+            st.at(p, 3, 1),
+            AluOp::Multiply,
+            Scalar::Imm(-1.0),
+            Some((AluOp::Add, Scalar::Imm(1.0))),
+        );
+        ctx.e.scalar_tensor_tensor(
+            v,
+            st.at(p, 1, 1),
+            st.at(p, 3, 1),
+            AluOp::Multiply,
+            imm(2f64.powi(-64)),
+            AluOp::Add,
+            st.at(p, 7, 1),
+        );
+        ctx.e.scalar_tensor_tensor(
+            v,
+            st.at(p, 2, 1),
+            st.at(p, 3, 1),
+            AluOp::Multiply,
+            imm(2f64.powi(64)),
+            AluOp::Add,
+            st.at(p, 7, 1),
+        );
+        for (c, ch) in chunks.iter().enumerate() {
+            let w = ch.elems();
+            load_chunk(ctx, x, &call.input, in_dev, rt, ch);
+            let e = &mut ctx.e;
+            let (xa, aa, ba, ca, da) = (
+                x.at(p, 0, w),
+                ex[0].at(p, 0, w),
+                ex[1].at(p, 0, w),
+                ex[2].at(p, 0, w),
+                ex[3].at(p, 0, w),
+            );
+            // dh = x − mean and its exact error dl (TwoSum), both times the scale (exact)
+            e.tensor_scalar(v, aa, xa, AluOp::Subtract, s(0), None);
+            e.tensor_tensor(v, ba, aa, xa, AluOp::Subtract);
+            e.tensor_tensor(v, ca, aa, ba, AluOp::Subtract);
+            e.tensor_tensor(v, ca, xa, ca, AluOp::Subtract);
+            e.tensor_scalar(
+                v,
+                ba,
+                ba,
+                AluOp::Multiply,
+                Scalar::Imm(-1.0),
+                Some((AluOp::Subtract, s(0))),
+            );
+            e.tensor_tensor(v, ba, ba, ca, AluOp::Add);
+            e.tensor_scalar(v, aa, aa, AluOp::Multiply, s(1), None);
+            e.tensor_scalar(v, ba, ba, AluOp::Multiply, s(1), None);
+            // S1 += Σdh
+            reduce_into(e, &ex[0], p, w, AluOp::Add, &s1, c);
+            // Veltkamp split dh = hh + hl (12 + 12 bits)
+            e.tensor_scalar(v, ca, aa, AluOp::Multiply, Scalar::Imm(4097.0), None);
+            e.tensor_tensor(v, da, ca, aa, AluOp::Subtract);
+            e.tensor_tensor(v, ca, ca, da, AluOp::Subtract);
+            e.tensor_tensor(v, da, aa, ca, AluOp::Subtract);
+            // x = fl(dh²); b = 2·dh·dl
+            e.tensor_tensor(v, xa, aa, aa, AluOp::Multiply);
+            e.scalar_tensor_tensor(v, ba, aa, AluOp::Multiply, imm(2.0), AluOp::Multiply, ba);
+            // a = (hh² − fl(dh²)) + 2·hh·hl + hl² (the exact error of dh², Dekker) + 2·dh·dl
+            e.tensor_tensor(v, aa, ca, ca, AluOp::Multiply);
+            e.tensor_tensor(v, aa, aa, xa, AluOp::Subtract);
+            e.scalar_tensor_tensor(v, ca, ca, AluOp::Multiply, imm(2.0), AluOp::Multiply, da);
+            e.tensor_tensor(v, aa, aa, ca, AluOp::Add);
+            e.tensor_tensor(v, da, da, da, AluOp::Multiply);
+            e.tensor_tensor(v, aa, aa, da, AluOp::Add);
+            e.tensor_tensor(v, aa, aa, ba, AluOp::Add);
+            reduce_into(e, &ex[0], p, w, AluOp::Add, &corr, c);
+            // S2 = Σ fl(dh²) (compensated) + Σ corrections
+            compensated::sum2(e, &sc, x, p, w, hi.col(p, c), lo.col(p, c));
+        }
+        let k = chunks.len();
+        compensated::sum2_parts(&mut ctx.e, &sc, &hi, &lo, p, k, col(4), col(5));
+        reduce_into(&mut ctx.e, &corr, p, k, AluOp::Add, &st, 7);
+        ctx.e.push(v, tt(col(5), col(5), col(7), AluOp::Add));
+        reduce_into(&mut ctx.e, &s1, p, k, AluOp::Add, &st, 6);
+        // t = L − S1·S1/N
+        ctx.e.push(v, tt(col(7), col(6), col(6), AluOp::Multiply));
+        ctx.e.tensor_scalar(
+            v,
+            st.at(p, 7, 1),
+            st.at(p, 7, 1),
+            AluOp::Multiply,
+            Scalar::Imm(inv_n),
+            None,
+        );
+        ctx.e.push(v, tt(col(7), col(5), col(7), AluOp::Subtract));
+        compensated::finite_or_zero(&mut ctx.e, &sc, p, col(7));
+        compensated::div_pair(&mut ctx.e, &sc, p, col(4), Some(col(7)), denom, col(5));
+        ctx.e.tensor_scalar(
+            v,
+            st.at(p, 5, 1),
+            st.at(p, 5, 1),
+            AluOp::Multiply,
+            s(2),
+            Some((AluOp::Multiply, s(2))),
+        );
+        store_col(ctx, &st, 5, &call.outs[0].0, out_dev, rt);
     }
     Ok(())
 }
