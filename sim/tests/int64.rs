@@ -64,7 +64,10 @@ fn tt(op: AluOp, dst: DType) -> Op {
 }
 
 fn as_i64(bytes: &[u8]) -> Vec<i64> {
-    bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
+    bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 const X: [i64; N] = [i64::MAX, i64::MIN, (1 << 62) + 1, -7];
@@ -73,17 +76,53 @@ const Y: [i64; N] = [1, -1, 1, 3];
 #[test]
 fn gpsimd_computes_int64_exactly_and_wraps() {
     for target in [TargetName::Trn2, TargetName::Trn3] {
-        let add = run(target, Numerics::default(), Engine::Gpsimd, tt(AluOp::Add, DType::I64), DType::I64, &X, &Y);
+        let add = run(
+            target,
+            Numerics::default(),
+            Engine::Gpsimd,
+            tt(AluOp::Add, DType::I64),
+            DType::I64,
+            &X,
+            &Y,
+        );
         // i64::MAX + 1 wraps to i64::MIN; i64::MIN + -1 to i64::MAX; 2^62 + 1 + 1 exact; -7 + 3.
-        assert_eq!(as_i64(&add.unwrap()), vec![i64::MIN, i64::MAX, (1 << 62) + 2, -4], "{target:?}");
-        let mul = run(target, Numerics::default(), Engine::Gpsimd, tt(AluOp::Multiply, DType::I64), DType::I64, &X, &Y);
+        assert_eq!(
+            as_i64(&add.unwrap()),
+            vec![i64::MIN, i64::MAX, (1 << 62) + 2, -4],
+            "{target:?}"
+        );
+        let mul = run(
+            target,
+            Numerics::default(),
+            Engine::Gpsimd,
+            tt(AluOp::Multiply, DType::I64),
+            DType::I64,
+            &X,
+            &Y,
+        );
         // i64::MIN · -1 wraps to i64::MIN (two's complement).
         assert_eq!(as_i64(&mul.unwrap()), vec![i64::MAX, i64::MIN, (1 << 62) + 1, -21]);
         // Bitwise ops are exact on all 64 bits: MAX ^ 1 = MAX - 1; MIN ^ -1 = MAX.
-        let xor = run(target, Numerics::default(), Engine::Gpsimd, tt(AluOp::BitwiseXor, DType::I64), DType::I64, &X, &Y);
+        let xor = run(
+            target,
+            Numerics::default(),
+            Engine::Gpsimd,
+            tt(AluOp::BitwiseXor, DType::I64),
+            DType::I64,
+            &X,
+            &Y,
+        );
         assert_eq!(as_i64(&xor.unwrap()), vec![i64::MAX - 1, i64::MAX, (1 << 62), -7 ^ 3]);
         // A comparison into bool: 0/1 per element (MAX > 1, MIN > -1 no, 2^62+1 > 1, -7 > 3 no).
-        let gt = run(target, Numerics::default(), Engine::Gpsimd, tt(AluOp::IsGt, DType::Bool), DType::Bool, &X, &Y);
+        let gt = run(
+            target,
+            Numerics::default(),
+            Engine::Gpsimd,
+            tt(AluOp::IsGt, DType::Bool),
+            DType::Bool,
+            &X,
+            &Y,
+        );
         assert_eq!(gt.unwrap(), vec![1, 0, 1, 0]);
     }
 }
@@ -94,13 +133,29 @@ fn vector_reads_int64_through_fp32_and_the_fp32_setting_makes_gpsimd_do_so() {
     // saturates to MAX); MIN → -2^63 exactly (−1 absorbed); 2^62 + 1 → 2^62 (+1 absorbed);
     // -7 + 3 = -4 exactly.
     let want = vec![i64::MAX, i64::MIN, 1 << 62, -4];
-    let v = run(TargetName::Trn2, Numerics::default(), Engine::Vector, tt(AluOp::Add, DType::I64), DType::I64, &X, &Y);
+    let v = run(
+        TargetName::Trn2,
+        Numerics::default(),
+        Engine::Vector,
+        tt(AluOp::Add, DType::I64),
+        DType::I64,
+        &X,
+        &Y,
+    );
     assert_eq!(as_i64(&v.unwrap()), want);
     let fp32 = Numerics {
         int64_alu: Int64Alu::Fp32,
         ..Numerics::default()
     };
-    let g = run(TargetName::Trn2, fp32, Engine::Gpsimd, tt(AluOp::Add, DType::I64), DType::I64, &X, &Y);
+    let g = run(
+        TargetName::Trn2,
+        fp32,
+        Engine::Gpsimd,
+        tt(AluOp::Add, DType::I64),
+        DType::I64,
+        &X,
+        &Y,
+    );
     assert_eq!(as_i64(&g.unwrap()), want);
 }
 
@@ -114,33 +169,90 @@ fn dma_moves_int64_unchanged_and_tensor_copy_converts() {
             src: sb(DType::I64, 0),
         })
     };
-    let same = run(TargetName::Trn2, Numerics::default(), Engine::Vector, copy(DType::I64), DType::I64, &X, &Y);
+    let same = run(
+        TargetName::Trn2,
+        Numerics::default(),
+        Engine::Vector,
+        copy(DType::I64),
+        DType::I64,
+        &X,
+        &Y,
+    );
     assert_eq!(as_i64(&same.unwrap()), X.to_vec());
-    let narrow = run(TargetName::Trn2, Numerics::default(), Engine::Gpsimd, copy(DType::I32), DType::I32, &X, &Y).unwrap();
-    let got: Vec<i32> = narrow.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
+    let narrow = run(
+        TargetName::Trn2,
+        Numerics::default(),
+        Engine::Gpsimd,
+        copy(DType::I32),
+        DType::I32,
+        &X,
+        &Y,
+    )
+    .unwrap();
+    let got: Vec<i32> = narrow
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(got, vec![i32::MAX, i32::MIN, i32::MAX, -7]);
     // To f32 (VectorE): MAX → 2^63, MIN → -2^63, 2^62+1 → 2^62, -7.
-    let f = run(TargetName::Trn2, Numerics::default(), Engine::Vector, copy(DType::F32), DType::F32, &X, &Y).unwrap();
-    let got: Vec<f32> = f.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let f = run(
+        TargetName::Trn2,
+        Numerics::default(),
+        Engine::Vector,
+        copy(DType::F32),
+        DType::F32,
+        &X,
+        &Y,
+    )
+    .unwrap();
+    let got: Vec<f32> = f
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(got, vec![2f32.powi(63), -(2f32.powi(63)), 2f32.powi(62), -7.0]);
 }
 
 #[test]
 fn raw_bits_paths_refuse_int64_with_a_typed_error() {
     // VectorE's bitvec path reads raw 32-bit words, which an 8-byte element does not have.
-    let e = run(TargetName::Trn2, Numerics::default(), Engine::Vector, tt(AluOp::BitwiseAnd, DType::I64), DType::I64, &X, &Y)
-        .unwrap_err();
-    assert!(matches!(e.kind, ErrorKind::UnsupportedDType { dtype: "i64", .. }), "{e:?}");
+    let e = run(
+        TargetName::Trn2,
+        Numerics::default(),
+        Engine::Vector,
+        tt(AluOp::BitwiseAnd, DType::I64),
+        DType::I64,
+        &X,
+        &Y,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e.kind, ErrorKind::UnsupportedDType { dtype: "i64", .. }),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn int64_is_refused_on_trn1_naming_the_generation() {
     assert!(!Target::trn1().has_dtype(DType::I64));
     assert!(Target::trn2().has_dtype(DType::I64) && Target::trn3().has_dtype(DType::I64));
-    let e = run(TargetName::Trn1, Numerics::default(), Engine::Gpsimd, tt(AluOp::Add, DType::I64), DType::I64, &X, &Y)
-        .unwrap_err();
+    let e = run(
+        TargetName::Trn1,
+        Numerics::default(),
+        Engine::Gpsimd,
+        tt(AluOp::Add, DType::I64),
+        DType::I64,
+        &X,
+        &Y,
+    )
+    .unwrap_err();
     assert!(
-        matches!(e.kind, ErrorKind::DTypeNotOnTarget { dtype: "i64", target: "trn1 (NeuronCore-v2)" }),
+        matches!(
+            e.kind,
+            ErrorKind::DTypeNotOnTarget {
+                dtype: "i64",
+                target: "trn1 (NeuronCore-v2)"
+            }
+        ),
         "{e:?}"
     );
     assert!(e.to_string().contains("trn1 (NeuronCore-v2)"), "{e}");

@@ -116,7 +116,13 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Option<Result<Lowere
 /// The call's tensor arguments in order (each name once), with their metadata.
 fn tensor_inputs<'a>(req: &LowerRequest<'a>) -> Vec<(&'a str, &'a TensorMeta)> {
     let mut out: Vec<(&str, &TensorMeta)> = Vec::new();
-    for name in req.call.args.iter().chain(req.call.kwargs.values()).flat_map(|v| v.tensor_names()) {
+    for name in req
+        .call
+        .args
+        .iter()
+        .chain(req.call.kwargs.values())
+        .flat_map(|v| v.tensor_names())
+    {
         if let Some(meta) = req.tensors.get(name)
             && !out.iter().any(|(n, _)| *n == name)
         {
@@ -185,10 +191,20 @@ fn elementwise(
     let bool_out = out.dtype == TorchDType::Bool;
     let two = inputs.len() == 2;
     let plan = (|| -> Result<Option<Plan>, LowerError> {
-        let binary = |op: AluOp| if two { Plan::Tensor2 { op, alpha: None } } else { Plan::Convert };
+        let binary = |op: AluOp| {
+            if two {
+                Plan::Tensor2 { op, alpha: None }
+            } else {
+                Plan::Convert
+            }
+        };
         Ok(Some(match req.op {
             "add.Tensor" | "sub.Tensor" if int_out && two => Plan::Tensor2 {
-                op: if req.op == "add.Tensor" { AluOp::Add } else { AluOp::Subtract },
+                op: if req.op == "add.Tensor" {
+                    AluOp::Add
+                } else {
+                    AluOp::Subtract
+                },
                 alpha: alpha(2)?,
             },
             "mul.Tensor" if int_out && two => binary(AluOp::Multiply),
@@ -354,7 +370,10 @@ fn is_contiguous(m: &TensorMeta) -> bool {
     m.storage_offset.is_none_or(|o| o == 0)
         && m.strides.as_ref().is_none_or(|s| {
             s.len() == want.len()
-                && s.iter().zip(&want).zip(&m.shape).all(|((&g, &w), &n)| n <= 1 || g == w as i64)
+                && s.iter()
+                    .zip(&want)
+                    .zip(&m.shape)
+                    .all(|((&g, &w), &n)| n <= 1 || g == w as i64)
         })
 }
 
@@ -418,7 +437,10 @@ fn emit_elementwise(
         let flat = |t: &TileSlot| t.flat(job);
         let const_ap = |t: &TileSlot| AccessPattern::sbuf(t.dtype, 0, p, t.slot.offset, vec![[1, 1]]);
         for (k, (name, _)) in inputs.iter().enumerate() {
-            e.push(Engine::Dma, dma(ins[k].shaped(job), job.hbm_ap(k + 1, name, DType::I64)));
+            e.push(
+                Engine::Dma,
+                dma(ins[k].shaped(job), job.hbm_ap(k + 1, name, DType::I64)),
+            );
         }
         let a = flat(&ins[0]);
         let r = flat(&res);
@@ -436,7 +458,10 @@ fn emit_elementwise(
                     None => imm(s),
                     Some(al) => {
                         e.push(g, memset(const_ap(&konst), s));
-                        e.push(g, ts(const_ap(&konst), const_ap(&konst), AluOp::Multiply, imm(al), None));
+                        e.push(
+                            g,
+                            ts(const_ap(&konst), const_ap(&konst), AluOp::Multiply, imm(al), None),
+                        );
                         ScalarOperand::Tile(const_ap(&konst))
                     }
                 };
@@ -448,7 +473,10 @@ fn emit_elementwise(
                     None => imm(s),
                     Some(al) => {
                         e.push(v, memset(const_ap(&konst_f), s));
-                        e.push(v, ts(const_ap(&konst_f), const_ap(&konst_f), AluOp::Multiply, imm(al), None));
+                        e.push(
+                            v,
+                            ts(const_ap(&konst_f), const_ap(&konst_f), AluOp::Multiply, imm(al), None),
+                        );
                         ScalarOperand::Tile(const_ap(&konst_f))
                     }
                 };
@@ -466,12 +494,15 @@ fn emit_elementwise(
                 e.push(v, tt(flat(&div.s), flat(&f[0]), flat(&div.s), AluOp::Multiply));
                 e.push(v, tt(r, flat(&div.s), flat(&div.t), AluOp::Multiply));
             }
-            Plan::ClampScalar { lo, hi } => match (lo, hi) {
-                (Some(l), Some(h)) => e.push(g, ts(r, a, AluOp::Max, imm(l), Some((AluOp::Min, imm(h))))),
-                (Some(l), None) => e.push(g, ts(r, a, AluOp::Max, imm(l), None)),
-                (None, Some(h)) => e.push(g, ts(r, a, AluOp::Min, imm(h), None)),
-                (None, None) => e.push(g, copy(r, a)),
-            },
+            Plan::ClampScalar { lo, hi } => {
+                let op = match (lo, hi) {
+                    (Some(l), Some(h)) => ts(r, a, AluOp::Max, imm(l), Some((AluOp::Min, imm(h)))),
+                    (Some(l), None) => ts(r, a, AluOp::Max, imm(l), None),
+                    (None, Some(h)) => ts(r, a, AluOp::Min, imm(h), None),
+                    (None, None) => copy(r, a),
+                };
+                e.push(g, op);
+            }
             Plan::ClampTensor { lo, hi } => {
                 let mut next = 1;
                 let mut cur = a;
@@ -520,7 +551,16 @@ fn emit_elementwise(
                         TorchDType::I8 => (0xFF as f64, 0x80 as f64),
                         _ => (0xFF as f64, 0.0),
                     };
-                    e.push(g, ts(flat(&t1), a, AluOp::BitwiseAnd, imm(mask), Some((AluOp::BitwiseXor, imm(sign)))));
+                    e.push(
+                        g,
+                        ts(
+                            flat(&t1),
+                            a,
+                            AluOp::BitwiseAnd,
+                            imm(mask),
+                            Some((AluOp::BitwiseXor, imm(sign))),
+                        ),
+                    );
                     e.push(g, ts(flat(&t1), flat(&t1), AluOp::Subtract, imm(sign), None));
                     e.push(g, copy(r, flat(&t1)));
                 }
@@ -597,7 +637,11 @@ fn reduction(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<L
     let rank = meta.shape.len();
     let (op, dims): (AluOp, Vec<usize>) = match req.op {
         "prod.dim_int" => {
-            if req.opt::<TorchDType>(3, "dtype").ok()?.is_some_and(|d| d != TorchDType::I64) {
+            if req
+                .opt::<TorchDType>(3, "dtype")
+                .ok()?
+                .is_some_and(|d| d != TorchDType::I64)
+            {
                 return None;
             }
             (AluOp::Multiply, vec![req.dim(1, "dim", rank).ok()?])
@@ -615,6 +659,8 @@ fn reduction(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<L
             (if req.op == "amax" { AluOp::Max } else { AluOp::Min }, dims)
         }
     };
+    // A 0-d input's dim 0 (PyTorch accepts it) is no dim of the shape: nothing to index.
+    let dims: Vec<usize> = dims.into_iter().filter(|&d| d < rank).collect();
     // Reduced dims must follow every kept dim of size > 1.
     let last_kept = (0..rank).filter(|d| !dims.contains(d) && meta.shape[*d] > 1).max();
     let first_reduced = (0..rank).filter(|d| dims.contains(d) && meta.shape[*d] > 1).min();
@@ -646,10 +692,14 @@ fn reduction(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<L
         let mut row = 0;
         while row < kept {
             let p = (kept - row).min(parts);
-            let src = AccessPattern::hbm(input, DType::I64, (row * reduced) as u64, p, reduced as i64, vec![[
-                1,
+            let src = AccessPattern::hbm(
+                input,
+                DType::I64,
+                (row * reduced) as u64,
+                p,
                 reduced as i64,
-            ]]);
+                vec![[1, reduced as i64]],
+            );
             e.push(Engine::Dma, dma(cols(p, 0, reduced), src));
             let mut n = reduced;
             while n > 1 {

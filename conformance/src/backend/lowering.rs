@@ -215,7 +215,11 @@ pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Ten
     if h.dtype == DType::I64 && golden == TorchDType::I64 {
         let t = Tensor::new(TorchDType::I64, h.shape.clone(), h.data.clone());
         if !t.is_consistent() {
-            return Err(format!("output `{name}` has {} bytes for {:?} i64", h.data.len(), h.shape));
+            return Err(format!(
+                "output `{name}` has {} bytes for {:?} i64",
+                h.data.len(),
+                h.shape
+            ));
         }
         return Ok(t);
     }
@@ -351,9 +355,12 @@ fn scalar_from_device(name: &str, h: &HostTensor, expected: &Value) -> Result<Va
     }
     if h.dtype == DType::I64 {
         // `--native-int64`: the element's 8 bytes (no 32-bit bits view).
-        let v = i64::from_le_bytes(h.data.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| {
-            format!("`{name}`: an i64 scalar needs 8 bytes, got {}", h.data.len())
-        })?);
+        let v = i64::from_le_bytes(
+            h.data
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("`{name}`: an i64 scalar needs 8 bytes, got {}", h.data.len()))?,
+        );
         return match expected {
             Value::Int(_) => Ok(Value::Int(v)),
             other => Err(format!("`{name}`: cannot read a {other:?} output from an i64 tensor")),

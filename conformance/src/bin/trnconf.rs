@@ -740,7 +740,9 @@ fn run(a: RunArgs) -> ExitCode {
             ));
         }
         if a.executor != "sim" || a.backend != "lowering" {
-            return bad_input("--native-int64 is an option of trnconf's lowering on the simulator (--executor sim --backend lowering)");
+            return bad_input(
+                "--native-int64 is an option of trnconf's lowering on the simulator (--executor sim --backend lowering)",
+            );
         }
     }
     let numerics = match &a.numerics {
