@@ -257,3 +257,22 @@ fn int64_is_refused_on_trn1_naming_the_generation() {
     );
     assert!(e.to_string().contains("trn1 (NeuronCore-v2)"), "{e}");
 }
+
+#[test]
+fn int64_runs_convert_as_int64_arithmetic() {
+    // decode_run: each 8-byte element as `i64 as f32` (round to nearest even), strided too.
+    let vals = [0i64, -1, (1 << 24) + 1, i64::MAX, i64::MIN, 12345];
+    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for (stride, n) in [(8, 6), (16, 3)] {
+        let mut out = Vec::new();
+        dtype::decode_run(DType::I64, &bytes, 0, n, stride, &mut out);
+        let want: Vec<f32> = vals.iter().step_by(stride / 8).map(|&v| v as f32).collect();
+        assert_eq!(out, want, "stride {stride}");
+    }
+    // encode_run: f32 → int64 rounds to nearest even and saturates, NaN → 0; 2.5 → 2, -3.5 → -4,
+    // 1e19 → MAX, -inf → MIN.
+    let f = [2.5f32, -3.5, 1e19, f32::NEG_INFINITY, f32::NAN, 7.0];
+    let mut buf = vec![0u8; 48];
+    dtype::encode_run(DType::I64, &mut Rounding::NearestEven, &f, &mut buf, 0, 8);
+    assert_eq!(as_i64(&buf), vec![2, -4, i64::MAX, i64::MIN, 0, 7]);
+}
