@@ -125,6 +125,7 @@ pub fn nl_dtype(d: DType) -> &'static str {
         DType::Fp8E5m2X4 => "nl.float8_e5m2_x4",
         DType::Fp8E4m3fnX4 => "nl.float8_e4m3fn_x4",
         DType::Fp4E2m1fnX4 => "nl.float4_e2m1fn_x4",
+        DType::I64 => "nl.int64",
     }
 }
 
@@ -1885,6 +1886,7 @@ pub fn safetensors_dtype(d: DType) -> safetensors::Dtype {
         // Packed containers travel as their raw bits.
         DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => S::U32,
         DType::Fp4E2m1fnX4 => S::U16,
+        DType::I64 => S::I64,
     }
 }
 

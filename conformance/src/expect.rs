@@ -127,12 +127,15 @@ pub enum Property {
     /// An integer input tensor holds a value beyond ±2^24, which fp32 does not hold exactly
     /// (`int-beyond-f32-exact-input`).
     IntBeyondF32ExactInput,
+    /// The run keeps int64 tensors as int64 on the device (`trnconf run --native-int64`;
+    /// `native-int64`): a property of the run, not of the call, set by [`CaseFacts::native_int64`].
+    NativeInt64,
     /// The schema argument `NAME` is given, not None (`arg:NAME`: a `dim`, a `dtype`, …).
     Arg(String),
 }
 
 /// The property names `when` accepts (besides `arg:NAME`).
-pub const PROPERTY_NAMES: [&str; 8] = [
+pub const PROPERTY_NAMES: [&str; 9] = [
     "int64-outside-int32",
     "empty-input",
     "zero-dim-input",
@@ -141,6 +144,7 @@ pub const PROPERTY_NAMES: [&str; 8] = [
     "bool-input",
     "near-overflow-input",
     "int-beyond-f32-exact-input",
+    "native-int64",
 ];
 
 impl Property {
@@ -154,6 +158,7 @@ impl Property {
             "bool-input" => Property::BoolInput,
             "near-overflow-input" => Property::NearOverflowInput,
             "int-beyond-f32-exact-input" => Property::IntBeyondF32ExactInput,
+            "native-int64" => Property::NativeInt64,
             _ => {
                 let name = s.strip_prefix("arg:")?;
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -176,6 +181,7 @@ impl fmt::Display for Property {
             Property::BoolInput => "bool-input",
             Property::NearOverflowInput => "near-overflow-input",
             Property::IntBeyondF32ExactInput => "int-beyond-f32-exact-input",
+            Property::NativeInt64 => "native-int64",
             Property::Arg(name) => return write!(f, "arg:{name}"),
         };
         f.write_str(s)
@@ -320,6 +326,17 @@ impl CaseFacts {
             ..self
         }
     }
+
+    /// These facts in a run that keeps int64 on the device (`--native-int64`) when `native`:
+    /// the `native-int64` property holds.
+    pub fn native_int64(mut self, native: bool) -> CaseFacts {
+        if native {
+            self.properties.insert(Property::NativeInt64);
+        } else {
+            self.properties.remove(&Property::NativeInt64);
+        }
+        self
+    }
 }
 
 /// The largest finite value of a float dtype.
@@ -429,6 +446,17 @@ impl Selector {
     /// Whether the entry can cover cases of a run on `target` (`None`: unknown target).
     pub fn applies_on(&self, target: Option<TargetName>) -> bool {
         self.targets.is_empty() || target.is_some_and(|t| self.targets.contains(&t))
+    }
+
+    /// Whether the entry can cover cases of a run with (`native`) or without `--native-int64`:
+    /// not when it requires the `native-int64` property the run lacks, or excludes the one it has.
+    pub fn applies_in_int64_mode(&self, native: bool) -> bool {
+        let p = Property::NativeInt64;
+        if native {
+            !self.unless.contains(&p)
+        } else {
+            !self.when.contains(&p)
+        }
     }
 }
 
@@ -597,10 +625,25 @@ impl Expectations {
     /// holds each result's `expectation` text ([`Expectation::describe`]). An entry limited to
     /// other targets is not stale on this one.
     pub fn unused<'a>(&self, target: TargetName, described: impl IntoIterator<Item = &'a str>) -> Vec<&Expectation> {
+        self.unused_in(target, false, described)
+    }
+
+    /// [`Expectations::unused`] for a run with or without `--native-int64` (`native`): an entry
+    /// for the other mode is not stale.
+    pub fn unused_in<'a>(
+        &self,
+        target: TargetName,
+        native: bool,
+        described: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<&Expectation> {
         let used: BTreeSet<&str> = described.into_iter().collect();
         self.entries
             .iter()
-            .filter(|e| e.selector.applies_on(Some(target)) && !used.contains(e.describe().as_str()))
+            .filter(|e| {
+                e.selector.applies_on(Some(target))
+                    && e.selector.applies_in_int64_mode(native)
+                    && !used.contains(e.describe().as_str())
+            })
             .collect()
     }
 }

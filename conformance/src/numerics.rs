@@ -5,13 +5,16 @@
 //! Keys and values are the serde names of `Numerics`: `rounding=nearest_even|stochastic[:SEED]`,
 //! `denormals=preserve|flush_to_zero`, `nan_max_min=propagate|prefer_number`,
 //! `matmul_accumulation=sequential|pairwise`, `activation=accurate`,
-//! `emulate_act_copy_bias_bug=false|true`, `mx_element_rounding=nearest_even|toward_zero`. Unnamed settings keep their defaults.
+//! `emulate_act_copy_bias_bug=false|true`, `mx_element_rounding=nearest_even|toward_zero`,
+//! `int64_alu=gpsimd_exact|fp32`. Unnamed settings keep their defaults.
 
 use serde_json::{Map, Value};
-use trnsim::{ActivationModel, Denormals, MatmulAccumulation, MxElementRounding, NanMaxMin, Numerics, RoundingMode};
+use trnsim::{
+    ActivationModel, Denormals, Int64Alu, MatmulAccumulation, MxElementRounding, NanMaxMin, Numerics, RoundingMode,
+};
 
 /// Every key, in `Numerics` field order.
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "rounding",
     "denormals",
     "nan_max_min",
@@ -19,6 +22,7 @@ pub const KEYS: [&str; 7] = [
     "activation",
     "emulate_act_copy_bias_bug",
     "mx_element_rounding",
+    "int64_alu",
 ];
 
 /// Parses `KEY=VALUE,...` (empty: the defaults). Errors are one line naming the bad part.
@@ -104,12 +108,15 @@ pub fn every_setting() -> Vec<(String, Numerics)> {
             Denormals::Preserve | Denormals::FlushToZero,
             NanMaxMin::Propagate | NanMaxMin::PreferNumber,
             MatmulAccumulation::Sequential | MatmulAccumulation::Pairwise,
-        ) => match (n.activation, n.mx_element_rounding) {
+        ) => match (n.activation, n.mx_element_rounding, n.int64_alu) {
             (
                 ActivationModel::Accurate | ActivationModel::Approximate { .. },
                 // Not run below: it changes only NC-v4's `quantize_mx`, which no golden case uses
                 // (sim/tests/mx.rs covers both values).
                 MxElementRounding::NearestEven | MxElementRounding::TowardZero,
+                // Not run below: it changes only `i64` operands, which exist only with
+                // `--native-int64` (sim/tests/int64.rs covers both values).
+                Int64Alu::GpsimdExact | Int64Alu::Fp32,
             ) => (),
         },
     };

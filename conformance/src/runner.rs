@@ -71,7 +71,10 @@ pub fn run_loaded_case(case: &Case, expectations: &Expectations, backend: &dyn B
 
 fn finish_case(case: &Case, expectations: &Expectations, backend: &dyn Backend, result: &mut CaseResult) {
     // Entries select cases by what they are (op, dtype, call properties), never by id.
-    let expectation = match expectations.lookup(&case.id, &expect::CaseFacts::of(case).on(backend.backend_target())) {
+    let facts = expect::CaseFacts::of(case)
+        .on(backend.backend_target())
+        .native_int64(backend.backend_native_int64());
+    let expectation = match expectations.lookup(&case.id, &facts) {
         Ok(e) => e,
         Err(e) => {
             result.message = e.to_string();

@@ -136,6 +136,12 @@ fn properties_of_committed_cases() {
         .collect();
     for name in trnconf::expect::PROPERTY_NAMES {
         let p = Property::parse(name).unwrap();
+        if p == Property::NativeInt64 {
+            // A property of the run (`--native-int64`), never of a call.
+            assert!(all.iter().all(|f| !f.properties.contains(&p)), "{name}");
+            assert!(all[0].clone().native_int64(true).properties.contains(&p), "{name}");
+            continue;
+        }
         let n = all.iter().filter(|f| f.properties.contains(&p)).count();
         assert!(n > 0 && n < all.len(), "{name}: {n} of {}", all.len());
     }

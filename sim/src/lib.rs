@@ -59,7 +59,7 @@ pub use error::{ErrorKind, RaceDetail, SimError};
 pub use exec::{ExecConfig, Executor, HostTensor, RunResult};
 pub use mem::{AccessPattern, FreeDim, MemSpace};
 pub use numerics::{
-    ActivationModel, Denormals, MatmulAccumulation, MxElementRounding, NanMaxMin, Numerics, RoundingMode,
+    ActivationModel, Denormals, Int64Alu, MatmulAccumulation, MxElementRounding, NanMaxMin, Numerics, RoundingMode,
 };
 pub use program::*;
 pub use session::{DeviceTensor, RaceChecks, Session, Transfers};

@@ -75,6 +75,25 @@ pub enum MxElementRounding {
     TowardZero,
 }
 
+/// Which engine computes on 64-bit integers (`i64` operands, NC-v3+ with `native_int64`). AWS
+/// publishes that NC-v3 has native INT64 (the data-types page; the compiler's
+/// `--native-int64`), but not which instructions take it nor how wide each engine's integer
+/// ALU is (docs/numerics.md "Native int64").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Int64Alu {
+    /// GpSimdE (general-purpose cores) computes `i64` operands exactly in 64-bit two's
+    /// complement, wrapping as PyTorch's int64 does; VectorE and ScalarE read them as fp32
+    /// (round to nearest even), as they read every integer, and their raw-bits (bitvec) paths
+    /// refuse an `i64` with a typed error.
+    #[default]
+    GpsimdExact,
+    /// No engine has a 64-bit integer ALU: every engine, GpSimdE included, reads `i64` as fp32
+    /// and writes it back with round to nearest even (exact only up to 2^24): to compare
+    /// against a core whose int64 support is storage and DMA only.
+    Fp32,
+}
+
 /// Every numeric choice the simulator makes where AWS publishes nothing. Documented in
 /// docs/numerics.md; each can be switched to compare against hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -95,4 +114,7 @@ pub struct Numerics {
     /// `quantize_mx`'s element rounding (docs/numerics.md "MX quantization").
     #[serde(default)]
     pub mx_element_rounding: MxElementRounding,
+    /// How the engines compute on `i64` operands (docs/numerics.md "Native int64").
+    #[serde(default)]
+    pub int64_alu: Int64Alu,
 }

@@ -216,9 +216,10 @@ pub struct Target {
     /// Every dtype the core's engines and DMA take. An operand or HBM tensor of another dtype is
     /// refused with [`crate::ErrorKind::NotOnTarget`] naming the generation.
     pub dtypes: &'static [DType],
-    /// Whether the core has native 64-bit integers (NC-v3+: the compiler's `--native-int64`);
-    /// the lowering option of that name requires it. (The simulator's dtypes have no 64-bit
-    /// type yet: see docs/isa.md.)
+    /// Whether the core has native 64-bit integers (NC-v3+: the compiler's `--native-int64`):
+    /// the one capability that admits [`DType::I64`] ([`Target::has_dtype`]); the lowering
+    /// option of that name requires it. Which engine computes on int64 is unpublished: the
+    /// `Numerics::int64_alu` setting (docs/numerics.md "Native int64").
     pub native_int64: bool,
     /// Whether TensorE may write bf16 results to PSUM [ARCH3: NC-v4].
     pub psum_bf16_output: bool,
@@ -495,8 +496,11 @@ impl Target {
         self.instructions.contains(&opcode)
     }
 
-    /// Whether the core's engines and DMA take `dtype`.
+    /// Whether the core's engines and DMA take `dtype` (`i64`: [`Target::native_int64`]).
     pub fn has_dtype(&self, dtype: DType) -> bool {
+        if dtype == DType::I64 {
+            return self.native_int64;
+        }
         self.dtypes.contains(&dtype)
     }
 

@@ -291,7 +291,8 @@ fn dtype_metadata_is_consistent() {
         assert_eq!(format!("{d}"), d.name());
         assert_eq!(
             d.bit_mask(),
-            if d.size() == 4 {
+            // i64 (8 bytes): the low word, its only 32-bit view (sim/tests/int64.rs).
+            if d.size() >= 4 {
                 u32::MAX
             } else {
                 (1u32 << (8 * d.size())) - 1
@@ -532,7 +533,9 @@ fn stochastic_rounding_through_the_executor() {
 fn runs_agree_with_elements_for_every_dtype_and_stride() {
     let mut g = Gen(99);
     let vals = sample_f32(300);
-    for d in ALL_DTYPES {
+    // i64 has no 32-bit bits view to compare its runs with: sim/tests/int64.rs checks its runs
+    // against int64 arithmetic instead.
+    for d in ALL_DTYPES.into_iter().filter(|&d| d != DType::I64) {
         let size = d.size();
         for stride_elems in [1usize, 2, 3, 7] {
             let stride = stride_elems * size;

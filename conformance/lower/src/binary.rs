@@ -250,24 +250,24 @@ pub(super) fn dev(req: &LowerRequest<'_>, d: TorchDType) -> Result<DType, LowerE
 
 /// A tile of SBUF reused by every tile job.
 #[derive(Clone, Copy, Debug)]
-struct TileSlot {
-    slot: Slot,
-    dtype: DType,
+pub(super) struct TileSlot {
+    pub(super) slot: Slot,
+    pub(super) dtype: DType,
 }
 
 impl TileSlot {
-    fn new(alloc: &mut SbufAllocator, dtype: DType, elems: usize) -> Result<TileSlot, LowerError> {
+    pub(super) fn new(alloc: &mut SbufAllocator, dtype: DType, elems: usize) -> Result<TileSlot, LowerError> {
         Ok(TileSlot {
             slot: alloc.slot(elems * dtype.size())?,
             dtype,
         })
     }
 
-    fn flat(&self, job: &TileJob) -> trnsim::AccessPattern {
+    pub(super) fn flat(&self, job: &TileJob) -> trnsim::AccessPattern {
         job.sbuf_flat(self.dtype, self.slot.offset)
     }
 
-    fn shaped(&self, job: &TileJob) -> trnsim::AccessPattern {
+    pub(super) fn shaped(&self, job: &TileJob) -> trnsim::AccessPattern {
         job.sbuf_shaped(self.dtype, self.slot.offset)
     }
 
@@ -283,14 +283,14 @@ impl TileSlot {
 const DIV_SCALE_EXP: i32 = 64;
 
 /// SBUF tiles (or `[P, 1]` constant tiles) used by the division prologue.
-struct DivScratch {
-    s: TileSlot,
-    t: TileSlot,
+pub(super) struct DivScratch {
+    pub(super) s: TileSlot,
+    pub(super) t: TileSlot,
 }
 
 /// Emits, on VectorE, `s` = the per-element scale and `r = 1 / (b · s)` into `scratch.s` and
 /// `scratch.t`: both fp32. `ap` gives each slot's access pattern for this tile.
-fn emit_div_prologue(
+pub(super) fn emit_div_prologue(
     e: &mut Emitter,
     b: trnsim::AccessPattern,
     scratch: &DivScratch,

@@ -41,6 +41,7 @@ pub mod embedding_bag;
 pub mod fft;
 pub mod grid_sample;
 pub mod indexing;
+pub mod int64;
 pub mod matmul;
 pub mod metadata;
 pub mod norm;
@@ -660,14 +661,27 @@ fn split_large_dmas(program: &mut Program, queues: usize) {
 
 pub use matmul::{AutoCast, LowerOptions};
 
-/// Lowers a request with explicit [`LowerOptions`] (compiler flags such as `--auto-cast`). Only
-/// the TensorE families (matmul, convolution) read options; every other op lowers as
-/// [`lower_request`] does.
+/// Lowers a request with explicit [`LowerOptions`] (compiler flags such as `--auto-cast`). The
+/// TensorE families (matmul, convolution) read `auto_cast`; `native_int64` routes the ops of
+/// [`int64`] to their native int64 lowering (on a target without the capability, a refusal
+/// naming the generation); every other op lowers as [`lower_request`] does.
 pub fn lower_request_with_options(
     req: &LowerRequest<'_>,
     target: TargetName,
     opts: &LowerOptions,
 ) -> Result<Lowered, LowerError> {
+    if opts.native_int64 {
+        let t = target.params();
+        if !t.native_int64 {
+            return Err(req.unsupported(format!(
+                "native int64 (--native-int64) needs a core with 64-bit integers; {} has none",
+                t.label
+            )));
+        }
+        if let Some(lowered) = int64::lower(req, target) {
+            return lowered.map(schedule);
+        }
+    }
     match req.op {
         "mm" | "bmm" | "addmm" => matmul::lower_with(req, target, opts).map(schedule),
         "convolution" => conv::lower_with(req, target, opts).map(schedule),

@@ -58,6 +58,10 @@ pub enum AutoCast {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LowerOptions {
     pub auto_cast: AutoCast,
+    /// The compiler's `--native-int64` (`trnconf run --native-int64`): int64 tensors stay int64
+    /// on the device for the ops of [`super::int64`] instead of being narrowed to int32. Needs a
+    /// target with the `native_int64` capability (NC-v3+); refused on others.
+    pub native_int64: bool,
 }
 
 /// Stationary free size (M) and moving free size (N) limits of TensorE, and K (partitions).
@@ -444,6 +448,7 @@ mod tests {
     fn auto_cast_matmult_rounds_operands_to_bf16() {
         let p = lowered(&LowerOptions {
             auto_cast: AutoCast::Matmult,
+            ..Default::default()
         });
         let mms = matmuls(&p);
         assert!(

@@ -1,7 +1,8 @@
 //! Our lowering as a backend: lower the case's ATen call to a trnsim program, check that the
 //! program makes the engines compute, run it on a program executor (the simulator, or the process
 //! executor's `nki` mode), and read its outputs back as case tensors. The only conversions at the
-//! boundary are int64 ↔ int32 and complex64 ↔ its real view.
+//! boundary are int64 ↔ int32 and complex64 ↔ its real view; with `--native-int64` an int64
+//! tensor the program declares `i64` crosses as it is.
 
 use super::{Produced, Unrun};
 use crate::case::{Case, Value};
@@ -17,7 +18,7 @@ use trnsim::{DType, HbmRole, HostTensor, Program};
 /// Lowers `case`, runs the program on `executor` and returns its outputs as case tensors.
 pub fn run<E: CaseExecutor + ?Sized>(case: &Case, executor: &E) -> Result<Produced, Unrun> {
     let file = case.file.display();
-    let mut lowered = match lower::lower(case, executor.target()) {
+    let mut lowered = match lower::lower_with_options(case, executor.target(), &executor.lower_options()) {
         Ok(l) => l,
         Err(LowerError::NotLowered(op)) => return Err(Unrun::NotLowered(format!("op `{op}` is not lowered"))),
         Err(e @ LowerError::Int64OutsideInt32 { .. }) => {
@@ -138,6 +139,14 @@ pub fn to_device(name: &str, t: &Tensor, dtype: DType) -> Result<HostTensor, Str
             data: t.data.clone(),
         });
     }
+    if t.dtype == TorchDType::I64 && dtype == DType::I64 {
+        // `--native-int64`: the same 8 bytes per element.
+        return Ok(HostTensor {
+            dtype,
+            shape: t.shape.clone(),
+            data: t.data.clone(),
+        });
+    }
     if t.dtype == TorchDType::I64 && dtype == DType::I32 {
         if let Some(m) = outside_int32(name, t) {
             return Err(m);
@@ -202,6 +211,17 @@ pub fn from_device(name: &str, h: &HostTensor, golden: TorchDType) -> Result<Ten
             ));
         };
         return Ok(Tensor::new(TorchDType::C64, complex_shape.to_vec(), h.data.clone()));
+    }
+    if h.dtype == DType::I64 && golden == TorchDType::I64 {
+        let t = Tensor::new(TorchDType::I64, h.shape.clone(), h.data.clone());
+        if !t.is_consistent() {
+            return Err(format!(
+                "output `{name}` has {} bytes for {:?} i64",
+                h.data.len(),
+                h.shape
+            ));
+        }
+        return Ok(t);
     }
     if h.dtype == DType::I32 && golden == TorchDType::I64 {
         let data = h
@@ -332,6 +352,19 @@ fn scalar_from_device(name: &str, h: &HostTensor, expected: &Value) -> Result<Va
             "`{name}` stands for a scalar but has {} elements",
             h.num_elems()
         ));
+    }
+    if h.dtype == DType::I64 {
+        // `--native-int64`: the element's 8 bytes (no 32-bit bits view).
+        let v = i64::from_le_bytes(
+            h.data
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("`{name}`: an i64 scalar needs 8 bytes, got {}", h.data.len()))?,
+        );
+        return match expected {
+            Value::Int(_) => Ok(Value::Int(v)),
+            other => Err(format!("`{name}`: cannot read a {other:?} output from an i64 tensor")),
+        };
     }
     let bits = h.bits()[0];
     Ok(match expected {

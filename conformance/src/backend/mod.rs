@@ -75,6 +75,12 @@ pub trait Backend: Send + Sync {
     /// The target the outputs were computed for.
     fn backend_target(&self) -> TargetName;
 
+    /// Whether int64 tensors stay int64 on the device (`--native-int64`): expectations see it as
+    /// the `native-int64` property. The default: no.
+    fn backend_native_int64(&self) -> bool {
+        false
+    }
+
     /// Runs one case. The runner calls it a second time for cases whose check asks for
     /// determinism.
     fn run(&self, case: &Case) -> Result<Produced, Unrun>;
@@ -87,6 +93,10 @@ impl<T: CaseExecutor + ?Sized> Backend for T {
 
     fn backend_target(&self) -> TargetName {
         self.target()
+    }
+
+    fn backend_native_int64(&self) -> bool {
+        self.lower_options().native_int64
     }
 
     fn run(&self, case: &Case) -> Result<Produced, Unrun> {

@@ -282,6 +282,12 @@ enum Command {
         /// $TRNCONF_PYTHON, else the workspace's .venv, else python3.
         #[arg(long, default_value = "lowering", value_name = "lowering|nki:MODULE")]
         backend: String,
+        /// Keep int64 tensors as int64 on the device (the compiler's `--native-int64`) instead of
+        /// narrowing them to int32, for the ops with a native int64 lowering (docs/lowering.md,
+        /// "int64"). Needs a target with 64-bit integers (trn2, trn3); refused on trn1. With
+        /// `--executor sim` and `--backend lowering` only.
+        #[arg(long)]
+        native_int64: bool,
     },
     /// Compare two results files case by case.
     #[command(after_help = DIFF_EXAMPLES)]
@@ -433,6 +439,7 @@ fn main() -> ExitCode {
             numerics,
             artifacts,
             backend,
+            native_int64,
         } => run(RunArgs {
             golden: golden.golden,
             filter,
@@ -453,6 +460,7 @@ fn main() -> ExitCode {
             numerics,
             artifacts,
             backend,
+            native_int64,
         }),
         Command::Diff { a, b, html } => diff(&a, &b, html.as_deref()),
         Command::List {
@@ -562,6 +570,7 @@ struct RunArgs {
     numerics: Option<String>,
     artifacts: Option<PathBuf>,
     backend: String,
+    native_int64: bool,
 }
 
 struct ExecutorArgs {
@@ -572,6 +581,7 @@ struct ExecutorArgs {
     numerics: Option<Numerics>,
     target: TargetName,
     artifacts: Option<PathBuf>,
+    native_int64: bool,
 }
 
 /// The backend `--backend nki:MODULE` names (after the child's handshake), with the module's
@@ -619,7 +629,10 @@ fn make_executor(a: &ExecutorArgs) -> Result<Box<dyn Backend>, ExitCode> {
             numerics,
             ..ExecConfig::default()
         };
-        let sim = SimExecutor::with_config(a.target, config);
+        let mut sim = SimExecutor::with_config(a.target, config);
+        if a.native_int64 {
+            sim = sim.native_int64().map_err(bad_input)?;
+        }
         // TEST ONLY (docs/numerics.md, "Generalisation"): move every bounded output to k× its
         // accuracy bound, to show that the rule fails such a device.
         if let Ok(k) = std::env::var("TRNCONF_TEST_INJECT_BOUND_ERROR") {
@@ -721,6 +734,20 @@ fn golden_hash(index: &GoldenIndex, entries: &[&IndexEntry]) -> Result<String, S
 
 fn run(a: RunArgs) -> ExitCode {
     let start = Instant::now();
+    if a.native_int64 {
+        let t = a.target.params();
+        if !t.native_int64 {
+            return bad_input(format!(
+                "--native-int64: {} has no native 64-bit integers (NeuronCore-v3 and later have them: --target trn2 or trn3)",
+                t.label
+            ));
+        }
+        if a.executor != "sim" || a.backend != "lowering" {
+            return bad_input(
+                "--native-int64 is an option of trnconf's lowering on the simulator (--executor sim --backend lowering)",
+            );
+        }
+    }
     let numerics = match &a.numerics {
         Some(spec) => match parse_numerics(Some(spec)) {
             Ok(n) => Some(n),
@@ -820,6 +847,7 @@ fn run(a: RunArgs) -> ExitCode {
         numerics,
         target: a.target,
         artifacts: a.artifacts.clone(),
+        native_int64: a.native_int64,
     };
     // Expectations are per backend: our lowering's list for the lowering, PyTorch's for the
     // process torch mode, and an NKI module's own list (beside it) or none for its kernels.
@@ -989,7 +1017,8 @@ fn run(a: RunArgs) -> ExitCode {
     }
     if a.filter.is_none() && a.shard.is_none() {
         // Stale: an entry that covered no case of this run (entries match by what a case is).
-        for e in expectations.unused(a.target, records.iter().filter_map(|r| r.expectation.as_deref())) {
+        let described = records.iter().filter_map(|r| r.expectation.as_deref());
+        for e in expectations.unused_in(a.target, a.native_int64, described) {
             println!("warning: expectations entry {} ({}) matches no case", e.entry, e.reason);
         }
     }

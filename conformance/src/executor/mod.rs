@@ -66,6 +66,12 @@ pub trait CaseExecutor: Send + Sync {
     fn session_executor(&self) -> Option<Executor> {
         None
     }
+
+    /// The lowering options programs are lowered with for this executor (compiler flags such as
+    /// `--native-int64`); the default: none.
+    fn lower_options(&self) -> crate::lower::LowerOptions {
+        crate::lower::LowerOptions::default()
+    }
 }
 
 /// What a case-level executor returned for one case.
@@ -129,6 +135,7 @@ impl std::fmt::Display for ExecFailure {
 pub struct SimExecutor {
     executor: Executor,
     target: TargetName,
+    options: crate::lower::LowerOptions,
 }
 
 impl SimExecutor {
@@ -136,6 +143,7 @@ impl SimExecutor {
         SimExecutor {
             executor: Executor::new(target),
             target,
+            options: Default::default(),
         }
     }
 
@@ -143,13 +151,29 @@ impl SimExecutor {
         SimExecutor {
             executor: Executor::with_config(target, config),
             target,
+            options: Default::default(),
         }
+    }
+
+    /// Lowers with `--native-int64` ([`crate::lower::LowerOptions::native_int64`]): an error
+    /// naming the generation when the target has no 64-bit integers.
+    pub fn native_int64(mut self) -> Result<Self, String> {
+        let t = self.target.params();
+        if !t.native_int64 {
+            return Err(format!(
+                "--native-int64: {} has no native 64-bit integers (NeuronCore-v3 and later have them: --target trn2 or trn3)",
+                t.label
+            ));
+        }
+        self.options.native_int64 = true;
+        Ok(self)
     }
 }
 
 impl CaseExecutor for SimExecutor {
     fn name(&self) -> String {
-        format!("sim-{}", self.target.name())
+        let native = if self.options.native_int64 { "-native-int64" } else { "" };
+        format!("sim-{}{native}", self.target.name())
     }
 
     fn target(&self) -> TargetName {
@@ -158,6 +182,10 @@ impl CaseExecutor for SimExecutor {
 
     fn session_executor(&self) -> Option<Executor> {
         Some(self.executor.clone())
+    }
+
+    fn lower_options(&self) -> crate::lower::LowerOptions {
+        self.options
     }
 
     fn execute(&self, program: &Program, inputs: &BTreeMap<String, HostTensor>) -> Result<Execution, String> {

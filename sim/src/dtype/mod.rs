@@ -1,5 +1,11 @@
 //! Data types of the NeuronCore and the conversions between them.
 //!
+//! `i64` (NC-v3+ with `native_int64`, docs/numerics.md "Native int64") is the one 8-byte type:
+//! it has no 32-bit raw-bits view, so the bit-level paths (`load_bits`, the memory's
+//! `read_bits`/`write_bits`) refuse it with a typed error, and it is read and written only as
+//! exact integers (`Memories::read_i64`/`write_i64`), as f32 (`decode_run`/`encode_run`) and
+//! copied as bytes by DMA.
+//!
 //! This module is the one place where a dtype is dispatched on. Every engine reads elements as raw
 //! bits (`u32`, zero-extended little-endian storage) and turns them into `f32` (arithmetic) or `i64`
 //! (exact integer paths) through [`DType::decode_f32`] / [`DType::decode_i64`], and writes back with
@@ -26,7 +32,7 @@ pub use round::{Rounding, StochasticRng};
 
 use serde::{Deserialize, Serialize};
 
-/// Element types the simulator stores. Every type is at most 4 bytes wide.
+/// Element types the simulator stores. Every type but [`DType::I64`] is at most 4 bytes wide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DType {
@@ -69,10 +75,14 @@ pub enum DType {
     /// `float4_e2m1fn_x4` (NC-v4): four e2m1fn codes in a 16-bit element, element k in bits
     /// 4k..4k+4 (4 × 4 bits; the width is not published: a choice, docs/isa.md).
     Fp4E2m1fnX4,
+    /// 64-bit two's-complement integer, 8 bytes little-endian. Only on cores whose target has
+    /// `native_int64` (NC-v3, NC-v4: [`crate::Target::has_dtype`]); which engine computes on it
+    /// is the [`crate::numerics::Int64Alu`] setting (docs/numerics.md "Native int64").
+    I64,
 }
 
 /// All dtypes, for exhaustive tests and parsing.
-pub const ALL_DTYPES: [DType; 19] = [
+pub const ALL_DTYPES: [DType; 20] = [
     DType::F32,
     DType::Tf32,
     DType::Bf16,
@@ -92,12 +102,14 @@ pub const ALL_DTYPES: [DType; 19] = [
     DType::Fp8E5m2X4,
     DType::Fp8E4m3fnX4,
     DType::Fp4E2m1fnX4,
+    DType::I64,
 ];
 
 impl DType {
     /// Bytes per element in memory.
     pub fn size(self) -> usize {
         match self {
+            DType::I64 => 8,
             DType::F32 | DType::Tf32 | DType::I32 | DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => 4,
             DType::Bf16 | DType::F16 | DType::I16 | DType::U16 | DType::Fp4E2m1fnX4 => 2,
             DType::Fp8E4m3
@@ -133,6 +145,7 @@ impl DType {
             DType::Fp8E5m2X4 => "f8e5m2_x4",
             DType::Fp8E4m3fnX4 => "f8e4m3fn_x4",
             DType::Fp4E2m1fnX4 => "f4e2m1fn_x4",
+            DType::I64 => "i64",
         }
     }
 
@@ -186,17 +199,18 @@ impl DType {
     }
 
     pub fn is_signed_int(self) -> bool {
-        matches!(self, DType::I8 | DType::I16 | DType::I32)
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
 
     pub fn is_fp8(self) -> bool {
         matches!(self, DType::Fp8E4m3 | DType::Fp8E4m3fn | DType::Fp8E5m2)
     }
 
-    /// Mask of the valid bits of a stored element.
+    /// Mask of the valid bits of a stored element (of `i64`, its low word: no 32-bit path
+    /// stores an `i64`, see the module docs).
     pub fn bit_mask(self) -> u32 {
         match self.size() {
-            4 => u32::MAX,
+            8 | 4 => u32::MAX,
             2 => 0xFFFF,
             _ => 0xFF,
         }
@@ -208,6 +222,7 @@ impl DType {
             DType::I8 => (i8::MIN as i64, i8::MAX as i64),
             DType::I16 => (i16::MIN as i64, i16::MAX as i64),
             DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            DType::I64 => (i64::MIN, i64::MAX),
             DType::U8 | DType::Bool => (0, u8::MAX as i64),
             DType::U16 => (0, u16::MAX as i64),
             DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => (0, u32::MAX as i64),
@@ -230,6 +245,8 @@ impl DType {
             DType::I8 => bits as u8 as i8 as f32,
             DType::I16 => bits as u16 as i16 as f32,
             DType::I32 => bits as i32 as f32,
+            // `i64` has no 32-bit bits view (the memory refuses it); its low word, sign-extended.
+            DType::I64 => bits as i32 as f32,
             DType::U8 | DType::Bool => (bits & 0xFF) as f32,
             DType::U16 => (bits & 0xFFFF) as f32,
             DType::U32 => bits as f32,
@@ -249,7 +266,7 @@ impl DType {
         match self {
             DType::I8 => bits as u8 as i8 as i64,
             DType::I16 => bits as u16 as i16 as i64,
-            DType::I32 => bits as i32 as i64,
+            DType::I32 | DType::I64 => bits as i32 as i64,
             DType::U8 | DType::Bool => (bits & 0xFF) as i64,
             DType::U16 => (bits & 0xFFFF) as i64,
             DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => bits as i64,
@@ -292,7 +309,8 @@ impl DType {
             | DType::Bool
             | DType::Fp8E5m2X4
             | DType::Fp8E4m3fnX4
-            | DType::Fp4E2m1fnX4 => {
+            | DType::Fp4E2m1fnX4
+            | DType::I64 => {
                 let (lo, hi) = self.int_range().expect("integer type");
                 self.encode_i64(round::f32_to_int_rne_sat(x, lo, hi))
             }
@@ -321,20 +339,23 @@ impl std::fmt::Display for DType {
     }
 }
 
-/// Reads element `i` of `bytes` as raw bits of `dtype` (little-endian).
+/// Reads element `i` of `bytes` as raw bits of `dtype` (little-endian). Of an `i64`, the low
+/// word (no engine path reads an `i64` as bits: the memory refuses it, see the module docs).
 #[inline]
 pub fn load_bits(dtype: DType, bytes: &[u8], byte_index: usize) -> u32 {
     match dtype.size() {
-        4 => u32::from_le_bytes(bytes[byte_index..byte_index + 4].try_into().unwrap()),
+        8 | 4 => u32::from_le_bytes(bytes[byte_index..byte_index + 4].try_into().unwrap()),
         2 => u16::from_le_bytes(bytes[byte_index..byte_index + 2].try_into().unwrap()) as u32,
         _ => bytes[byte_index] as u32,
     }
 }
 
-/// Stores raw bits of `dtype` at `byte_index` (little-endian).
+/// Stores raw bits of `dtype` at `byte_index` (little-endian). An `i64` stores the word
+/// sign-extended (no engine path writes an `i64` as bits, see the module docs).
 #[inline]
 pub fn store_bits(dtype: DType, bytes: &mut [u8], byte_index: usize, bits: u32) {
     match dtype.size() {
+        8 => bytes[byte_index..byte_index + 8].copy_from_slice(&(bits as i32 as i64).to_le_bytes()),
         4 => bytes[byte_index..byte_index + 4].copy_from_slice(&bits.to_le_bytes()),
         2 => bytes[byte_index..byte_index + 2].copy_from_slice(&(bits as u16).to_le_bytes()),
         _ => bytes[byte_index] = bits as u8,
@@ -345,7 +366,7 @@ pub fn store_bits(dtype: DType, bytes: &mut [u8], byte_index: usize, bits: u32) 
 /// (zero-extended) to `out`. Contiguous runs take a slice fast path.
 pub fn load_bits_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: usize, out: &mut Vec<u32>) {
     let size = dtype.size();
-    if stride == size {
+    if stride == size && size != 8 {
         let span = &bytes[start..start + n * size];
         match size {
             4 => out.extend(
@@ -364,7 +385,7 @@ pub fn load_bits_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride:
 /// apart. Contiguous runs take a slice fast path.
 pub fn store_bits_run(dtype: DType, bits: &[u32], bytes: &mut [u8], start: usize, stride: usize) {
     let size = dtype.size();
-    if stride == size {
+    if stride == size && size != 8 {
         let span = &mut bytes[start..start + bits.len() * size];
         match size {
             4 => span
@@ -420,6 +441,8 @@ pub fn decode_run(dtype: DType, bytes: &[u8], start: usize, n: usize, stride: us
             }
         }
         DType::I32 => run!(4, |r| i32::from_le_bytes(r) as f32),
+        // int64 → f32 rounds to nearest even (Rust's `as`), as every integer → float conversion.
+        DType::I64 => run!(8, |r| i64::from_le_bytes(r) as f32),
         DType::U32 | DType::Fp8E5m2X4 | DType::Fp8E4m3fnX4 => run!(4, |r| u32::from_le_bytes(r) as f32),
         DType::I16 => run!(2, |r| i16::from_le_bytes(r) as f32),
         DType::U16 | DType::Fp4E2m1fnX4 => run!(2, |r| u16::from_le_bytes(r) as f32),
@@ -491,6 +514,14 @@ pub fn encode_run(dtype: DType, rounding: &mut Rounding, vals: &[f32], bytes: &m
                 4 => put::<4>(vals, bytes, start, stride, to_int),
                 2 => put::<2>(vals, bytes, start, stride, to_int),
                 _ => put::<1>(vals, bytes, start, stride, to_int),
+            }
+        }
+        (DType::I64, _) => {
+            // f32 → int64: round to nearest even, saturate, NaN → 0 (as every float → integer).
+            for (i, &v) in vals.iter().enumerate() {
+                let a = start + i * stride;
+                let x = round::f32_to_int_rne_sat(v, i64::MIN, i64::MAX);
+                bytes[a..a + 8].copy_from_slice(&x.to_le_bytes());
             }
         }
         _ => {

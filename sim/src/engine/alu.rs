@@ -245,6 +245,34 @@ pub fn apply_int(op: AluOp, a: i64, b: i64) -> Result<i64, ErrorKind> {
     })
 }
 
+/// [`apply_int`] in 64-bit two's complement: GpSimdE's exact path for `i64` operands
+/// (`Numerics::int64_alu = gpsimd_exact`, docs/numerics.md "Native int64"). Arithmetic wraps
+/// modulo 2^64 as PyTorch's int64 does; shifts outside 0..64 give 0.
+pub fn apply_int64(op: AluOp, a: i64, b: i64) -> Result<i64, ErrorKind> {
+    Ok(match op {
+        AluOp::Add => a.wrapping_add(b),
+        AluOp::Subtract => a.wrapping_sub(b),
+        AluOp::Multiply => a.wrapping_mul(b),
+        AluOp::Abs => a.wrapping_abs(),
+        AluOp::ShiftLeft => {
+            if (0..64).contains(&b) {
+                a.wrapping_shl(b as u32)
+            } else {
+                0
+            }
+        }
+        AluOp::LogicalShiftRight => {
+            if (0..64).contains(&b) {
+                ((a as u64) >> b) as i64
+            } else {
+                0
+            }
+        }
+        // Comparisons, logic, bitwise ops, max/min and bypass are width-independent.
+        _ => return apply_int(op, a, b),
+    })
+}
+
 /// Identity element of a reduction operator (in fp32).
 pub fn reduce_identity(op: AluOp) -> Option<f32> {
     Some(match op {

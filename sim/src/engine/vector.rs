@@ -20,6 +20,17 @@ fn is_int32(d: DType) -> bool {
     matches!(d, DType::I32 | DType::U32)
 }
 
+/// Whether an instruction with operands of `dtypes` takes GpSimdE's exact 64-bit integer path:
+/// on GpSimdE, with `Numerics::int64_alu = gpsimd_exact`, every operand an integer and one of
+/// them `i64` (docs/numerics.md "Native int64"). Results are written exactly, saturating to a
+/// narrower dst dtype (comparison results are 0/1).
+fn int64_path(ctx: &Ctx, dtypes: &[DType]) -> bool {
+    ctx.engine == Engine::Gpsimd
+        && ctx.numerics.int64_alu == crate::numerics::Int64Alu::GpsimdExact
+        && dtypes.contains(&DType::I64)
+        && dtypes.iter().all(|d| d.is_int())
+}
+
 /// Bit width used by a bitvec op writing `dst`.
 fn bit_width(dst: &AccessPattern) -> u32 {
     dst.dtype.size() as u32 * 8
@@ -64,7 +75,17 @@ pub fn tensor_tensor(ctx: &mut Ctx, i: &TensorTensor) -> OpResult<()> {
         .into());
     }
     let n = i.dst.num_elems();
-    if i.op.is_bitvec() {
+    if int64_path(ctx, &[i.in0.dtype, i.in1.dtype, i.dst.dtype]) {
+        let a = ctx.read_i64("in0", &i.in0)?;
+        let b = ctx.read_i64("in1", &i.in1)?;
+        let out = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| super::alu::apply_int64(i.op, x, y))
+            .collect::<Result<Vec<_>, _>>()
+            .at("dst")?;
+        ctx.write_i64("dst", &i.dst, &out)?;
+    } else if i.op.is_bitvec() {
         if ctx.engine != Engine::Vector {
             return Err(ErrorKind::WrongEngine {
                 engine: ctx.engine.name(),
@@ -138,7 +159,31 @@ pub fn tensor_scalar(ctx: &mut Ctx, i: &TensorScalar) -> OpResult<()> {
     if ctx.engine == Engine::Scalar && !matches!((i.op0, i.op1), (AluOp::Multiply | AluOp::Add, _)) {
         return Err(ErrorKind::Invalid("ScalarE tensor_scalar supports only multiply/add".into()).into());
     }
-    if bitvec {
+    if int64_path(ctx, &[i.src.dtype, i.dst.dtype]) {
+        let x = ctx.read_i64("src", &i.src)?;
+        let s0 = ctx.scalar_i64("operand0", &i.operand0, p)?;
+        let s1 = match &i.operand1 {
+            Some(s) => ctx.scalar_i64("operand1", s, p)?,
+            None => vec![0; p],
+        };
+        let step = |a: i64, b: i64, op: AluOp, rev: bool| {
+            if rev {
+                super::alu::apply_int64(op, b, a)
+            } else {
+                super::alu::apply_int64(op, a, b)
+            }
+        };
+        let mut out = Vec::with_capacity(x.len());
+        for (k, &v) in x.iter().enumerate() {
+            let part = k.checked_div(per).unwrap_or(0);
+            let mut t = step(v, s0[part], i.op0, i.reverse0).at("operand0")?;
+            if let Some(op1) = i.op1 {
+                t = step(t, s1[part], op1, i.reverse1).at("operand1")?;
+            }
+            out.push(t);
+        }
+        ctx.write_i64("dst", &i.dst, &out)?;
+    } else if bitvec {
         if ctx.engine != Engine::Vector {
             return Err(ErrorKind::WrongEngine {
                 engine: ctx.engine.name(),
@@ -546,7 +591,13 @@ pub fn tensor_scalar_reduce(ctx: &mut Ctx, i: &TensorScalarReduce) -> OpResult<(
 /// Copy. Bit-exact when src and dst dtypes match (Vector/GpSimd); otherwise through fp32.
 pub fn tensor_copy(ctx: &mut Ctx, i: &TensorCopy) -> OpResult<()> {
     same_shape("dst", &i.dst, "src", &i.src)?;
-    if i.src.dtype == i.dst.dtype {
+    let same_i64 = i.src.dtype == DType::I64 && i.dst.dtype == DType::I64;
+    if same_i64 || int64_path(ctx, &[i.src.dtype, i.dst.dtype]) {
+        // An int64 copy moves the value (any engine); an int64 conversion on GpSimdE's exact
+        // path saturates to the narrower dtype.
+        let v = ctx.read_i64("src", &i.src)?;
+        ctx.write_i64("dst", &i.dst, &v)?;
+    } else if i.src.dtype == i.dst.dtype {
         let bits = ctx.read_bits("src", &i.src)?;
         ctx.write_bits("dst", &i.dst, &bits)?;
     } else {

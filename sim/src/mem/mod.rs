@@ -807,8 +807,10 @@ impl Memories {
         }
     }
 
-    /// Reads raw element bits (zero-extended), partition-major.
+    /// Reads raw element bits (zero-extended), partition-major. An `i64` operand has no 32-bit
+    /// bits view: a typed refusal ([`no_bits_view`]).
     pub fn read_bits(&self, ap: &AccessPattern) -> Result<Vec<u32>, ErrorKind> {
+        no_bits_view(ap.dtype)?;
         let r = self.resolve(ap)?;
         self.check_written(&r)?;
         let (data, _) = self.region(r.region);
@@ -844,8 +846,19 @@ impl Memories {
         Ok(out)
     }
 
-    /// Reads integer elements exactly as i64, partition-major.
+    /// Reads integer elements exactly as i64, partition-major (an `i64` operand's 8 bytes as they
+    /// are).
     pub fn read_i64(&self, ap: &AccessPattern) -> Result<Vec<i64>, ErrorKind> {
+        if ap.dtype == DType::I64 {
+            let r = self.resolve(ap)?;
+            self.check_written(&r)?;
+            let (data, _) = self.region(r.region);
+            let mut out = Vec::with_capacity(r.num_elems());
+            r.for_each_run(|start, n, stride| {
+                out.extend((0..n).map(|k| load_i64(data, start + k * stride)));
+            })?;
+            return Ok(out);
+        }
         Ok(self
             .read_bits(ap)?
             .into_iter()
@@ -853,8 +866,9 @@ impl Memories {
             .collect())
     }
 
-    /// Writes raw element bits, partition-major.
+    /// Writes raw element bits, partition-major (not of an `i64`: [`no_bits_view`]).
     pub fn write_bits(&mut self, ap: &AccessPattern, bits: &[u32]) -> Result<(), ErrorKind> {
+        no_bits_view(ap.dtype)?;
         let r = self.resolve(ap)?;
         check_len(&r, bits.len())?;
         let size = r.dtype.size();
@@ -883,6 +897,25 @@ impl Memories {
             )));
         }
         let contiguous = |r: &Resolved| r.run_len <= 1 || r.run_step == 1;
+        if src.dtype.size() == 8 && (src.region == dst.region || !contiguous(src) || !contiguous(dst)) {
+            // 8-byte elements (int64), overlapping or strided: snapshot the values first.
+            let (data, _) = self.region(src.region);
+            let mut vals = Vec::with_capacity(src.num_elems());
+            src.for_each_run(|start, n, stride| vals.extend((0..n).map(|k| load_i64(data, start + k * stride))))?;
+            let (data, written, marks) = self.region_for_write(dst);
+            let mut i = 0;
+            dst.for_each_write_run(marks, |start, n, stride, known| {
+                for (k, v) in vals[i..i + n].iter().enumerate() {
+                    let a = start + k * stride;
+                    data[a..a + 8].copy_from_slice(&v.to_le_bytes());
+                }
+                if !known {
+                    mark_written(written, marks, start, n, stride, 8);
+                }
+                i += n;
+            });
+            return Ok(());
+        }
         if src.region == dst.region || !contiguous(src) || !contiguous(dst) {
             // Overlap possible or strided: snapshot the source first, as read-then-write does.
             let (data, _) = self.region(src.region);
@@ -1000,6 +1033,7 @@ impl Memories {
     /// Writes raw element bits where `mask` is true, partition-major; other elements keep their
     /// bytes and written state (predicated copies, shuffles with "unchanged" lanes).
     pub fn write_bits_masked(&mut self, ap: &AccessPattern, bits: &[u32], mask: &[bool]) -> Result<(), ErrorKind> {
+        no_bits_view(ap.dtype)?;
         let r = self.resolve(ap)?;
         check_len(&r, bits.len())?;
         check_len(&r, mask.len())?;
@@ -1053,8 +1087,26 @@ impl Memories {
         Ok(())
     }
 
-    /// Writes integers exactly (saturating to the dtype), partition-major.
+    /// Writes integers exactly (saturating to the dtype), partition-major; an `i64` operand
+    /// takes each value's 8 bytes.
     pub fn write_i64(&mut self, ap: &AccessPattern, vals: &[i64]) -> Result<(), ErrorKind> {
+        if ap.dtype == DType::I64 {
+            let r = self.resolve(ap)?;
+            check_len(&r, vals.len())?;
+            let (data, written, marks) = self.region_for_write(&r);
+            let mut i = 0;
+            r.for_each_write_run(marks, |start, n, stride, known| {
+                for (k, v) in vals[i..i + n].iter().enumerate() {
+                    let a = start + k * stride;
+                    data[a..a + 8].copy_from_slice(&v.to_le_bytes());
+                }
+                if !known {
+                    mark_written(written, marks, start, n, stride, 8);
+                }
+                i += n;
+            });
+            return Ok(());
+        }
         let bits: Vec<u32> = vals.iter().map(|&v| ap.dtype.encode_i64(v)).collect();
         self.write_bits(ap, &bits)
     }
@@ -1127,6 +1179,24 @@ fn check_len(r: &Resolved, n: usize) -> Result<(), ErrorKind> {
             "destination covers {} elements, the result has {n}",
             r.num_elems()
         )));
+    }
+    Ok(())
+}
+
+/// The 8 bytes at `a` as a little-endian int64.
+fn load_i64(data: &[u8], a: usize) -> i64 {
+    i64::from_le_bytes(data[a..a + 8].try_into().expect("8 bytes"))
+}
+
+/// `i64` elements have no 32-bit raw-bits view: the bit-level paths (bitvec ALU ops on raw bits,
+/// shuffles, predicated copies, gathers) refuse them with a typed error instead of reading half
+/// an element. Exact integer and f32 reads, and DMA's byte copies, take them.
+fn no_bits_view(dtype: DType) -> Result<(), ErrorKind> {
+    if dtype.size() > 4 {
+        return Err(ErrorKind::UnsupportedDType {
+            dtype: dtype.name(),
+            why: "an 8-byte element has no 32-bit raw-bits view; this path reads raw bits".into(),
+        });
     }
     Ok(())
 }

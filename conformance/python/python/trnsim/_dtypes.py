@@ -33,6 +33,10 @@ TO_NUMPY = {
     "fp8_e5m2_x4": np.dtype(np.uint32),
     "fp8_e4m3fn_x4": np.dtype(np.uint32),
     "fp4_e2m1fn_x4": np.dtype(np.uint16),
+    # NeuronCore-v3+ native int64 (docs/numerics.md, "Native int64"): outputs a program declares
+    # i64 read back as int64. Not in FROM_NUMPY: an int64 array is refused as before, so no
+    # caller's int64 data moves onto a dtype only trn2/trn3 programs declare.
+    "i64": np.dtype(np.int64),
 }
 
 # The packed MX containers: no NumPy dtype of their own (their arrays are uint32/uint16 words).
@@ -40,7 +44,7 @@ PACKED = ("fp8_e5m2_x4", "fp8_e4m3fn_x4", "fp4_e2m1fn_x4")
 
 # NumPy dtype -> trnsim dtype name (float32 maps to f32, never tf32; uint32/uint16 to u32/u16,
 # never a packed container).
-FROM_NUMPY = {dt: name for name, dt in TO_NUMPY.items() if name != "tf32" and name not in PACKED}
+FROM_NUMPY = {dt: name for name, dt in TO_NUMPY.items() if name not in ("tf32", "i64") and name not in PACKED}
 
 
 def trnsim_dtype(dtype) -> str:
