@@ -15,8 +15,6 @@ import inspect
 
 import numpy as np
 
-import numpy as np
-
 from . import _emit as E
 from . import isa as _legacy
 from ._core import (
