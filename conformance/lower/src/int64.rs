@@ -12,13 +12,16 @@
 //! * float results (`div` true division, `add`/`sub`/`mul` with a float scalar, `_to_copy` to a
 //!   float): VectorE converts each int64 operand to fp32 (round to nearest even, PyTorch's
 //!   `static_cast<float>`) and computes in fp32 as binary.rs does for int32 inputs;
-//! * `scalar_tensor` and `_local_scalar_dense`: a `memset` / `tensor_copy` of one `i64`.
+//! * `scalar_tensor` and `_local_scalar_dense`: a `memset` / `tensor_copy` of one `i64`;
+//! * integer division (`div` with rounding_mode trunc/floor, `fmod`, `remainder`, Tensor and
+//!   Scalar overloads): a 64-step restoring long division on magnitudes with sign fix-ups, all
+//!   on GpSimdE ([`emit_int_divmod`]);
+//! * `sort` (values and indices, stable, both directions): a bitonic network along the free
+//!   axis with exact (value, position) compares on GpSimdE ([`sort`]).
 //!
 //! Every input tensor must be int64 (a mixed-dtype call lowers as without the option), and an
 //! integer scalar must be exact as the instructions' f64 immediate (|v| ≤ 2^53; else a typed
-//! refusal). Ops not listed here (integer division, `fmod`, `remainder`, `sort`) lower as
-//! without the option, so their int64-range cases still end in the narrowing's refusal
-//! (conformance/expectations.toml names them). Nothing is computed on the host.
+//! refusal). Ops not listed here lower as without the option. Nothing is computed on the host.
 
 use super::binary::{DivScratch, TileSlot, emit_div_prologue};
 use super::call::{Scalar, TensorArg, TensorMeta};
@@ -683,7 +686,14 @@ const DIV_STEP_INSTRUCTIONS: usize = 8;
 /// divisor (PyTorch raises; the lowering never sees values and the engines do not trap) gives
 /// every quotient bit set: trunc `−1` for `a ≥ 0` and `1` for `a < 0`, floor `−1` for `a ≥ 0`
 /// and `0` for `a < 0`, fmod and remainder `a` (docs/numerics.md "Native int64").
-fn emit_int_divmod(e: &mut Emitter, a: AccessPattern, b: AccessPattern, r: AccessPattern, k: &[AccessPattern], mode: IntDiv) {
+fn emit_int_divmod(
+    e: &mut Emitter,
+    a: AccessPattern,
+    b: AccessPattern,
+    r: AccessPattern,
+    k: &[AccessPattern],
+    mode: IntDiv,
+) {
     let g = Engine::Gpsimd;
     let [sa, sb, q, d, dx, f, bit, ge] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| k[i].clone());
     let one = |e: &mut Emitter, dst: &AccessPattern, src: &AccessPattern, op: AluOp, v: f64| {
@@ -942,8 +952,8 @@ fn sort(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<Lowere
         let m = n.next_power_of_two().trailing_zeros() as usize;
         let width = 1usize << m;
         let mut alloc = SbufAllocator::new(&target);
-        let [w, s, swap, eq, sg, t] =
-            [width, width, width / 2, width / 2, width / 2, width / 2].map(|c| TileSlot::new(&mut alloc, DType::I64, c.max(1)));
+        let [w, s, swap, eq, sg, t] = [width, width, width / 2, width / 2, width / 2, width / 2]
+            .map(|c| TileSlot::new(&mut alloc, DType::I64, c.max(1)));
         let (w, s, swap, eq, sg, t) = (w?, s?, swap?, eq?, sg?, t?);
         let g = Engine::Gpsimd;
         // Lane chunks: (first lane, lanes); a chunk's lanes sit `lane_step` elements apart.
@@ -967,7 +977,8 @@ fn sort(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<Lowere
         let lane_step = if inner == 1 { n as i64 } else { 1 };
         let lane_off = |l: usize| ((l / inner) * n * inner + l % inner) as u64;
         for (first, p) in chunks {
-            let all = |t: &TileSlot, c: usize| AccessPattern::sbuf(DType::I64, 0, p, t.slot.offset, vec![[1, c as i64]]);
+            let all =
+                |t: &TileSlot, c: usize| AccessPattern::sbuf(DType::I64, 0, p, t.slot.offset, vec![[1, c as i64]]);
             // Elements whose position has bit `b` clear (`high = false`) or set.
             let half = |t: &TileSlot, b: usize, high: bool| {
                 let d = 1usize << b;
@@ -980,7 +991,16 @@ fn sort(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<Lowere
                     vec![[(2 * d) as i64, (width / (2 * d)) as i64], [1, d as i64]],
                 )
             };
-            let hbm = |name: &str| AccessPattern::hbm(name, DType::I64, lane_off(first), p, lane_step, vec![[inner as i64, n as i64]]);
+            let hbm = |name: &str| {
+                AccessPattern::hbm(
+                    name,
+                    DType::I64,
+                    lane_off(first),
+                    p,
+                    lane_step,
+                    vec![[inner as i64, n as i64]],
+                )
+            };
             let real = |t: &TileSlot| AccessPattern::sbuf(DType::I64, 0, p, t.slot.offset, vec![[1, n as i64]]);
             if n < width {
                 e.push(g, memset(all(&w, width), i64::MAX as f64));
@@ -1000,7 +1020,16 @@ fn sort(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<Lowere
             );
             let complement = |e: &mut Emitter, bit: usize| {
                 for k in [&w, &s] {
-                    e.push(g, ts(half(k, bit, true), half(k, bit, true), AluOp::BitwiseNot, imm(0.0), None));
+                    e.push(
+                        g,
+                        ts(
+                            half(k, bit, true),
+                            half(k, bit, true),
+                            AluOp::BitwiseNot,
+                            imm(0.0),
+                            None,
+                        ),
+                    );
                 }
             };
             let h = |t: &TileSlot| all(t, width / 2);
@@ -1012,7 +1041,12 @@ fn sort(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<Lowere
                     complement(&mut e, phase + 1);
                 }
                 for j in (0..=phase).rev() {
-                    let (wa, wb, sa, sb) = (half(&w, j, false), half(&w, j, true), half(&s, j, false), half(&s, j, true));
+                    let (wa, wb, sa, sb) = (
+                        half(&w, j, false),
+                        half(&w, j, true),
+                        half(&s, j, false),
+                        half(&s, j, true),
+                    );
                     e.push(g, tt(h(&swap), wa.clone(), wb.clone(), AluOp::IsGt));
                     e.push(g, tt(h(&eq), wa.clone(), wb.clone(), AluOp::IsEqual));
                     e.push(g, tt(h(&sg), sa.clone(), sb.clone(), AluOp::IsGt));
