@@ -851,9 +851,9 @@ fn perf_prints_the_family_table_and_fails_on_an_estimate_below_its_bound() {
 }
 
 /// `--native-int64` is refused on trn1 naming the generation (exit 2); on trn2 the int64-range
-/// stress cases keep int64 on the device and pass, except the 8 of the ops without a native
-/// int64 lowering, which the `native-int64` expectations list (and the narrowing's entry, which
-/// holds only without the flag, covers none). About 2 s: ~200 small cases.
+/// stress cases keep int64 on the device and all pass, integer division (`div` trunc/floor,
+/// `fmod`, `remainder`) and `sort` included: no expectation covers them (the narrowing's entry
+/// holds only without the flag). About 2 s: ~200 small cases.
 #[test]
 fn native_int64_is_refused_on_trn1_and_runs_int64_range_cases_on_trn2() {
     let o = trnconf(&["run", "--native-int64", "--target", "trn1", "--filter", "relu::i64::"]);
@@ -889,6 +889,13 @@ fn native_int64_is_refused_on_trn1_and_runs_int64_range_cases_on_trn2() {
         "prod.dim_int::i64::stress_0",
         "_to_copy::i64::stress_0",
         "_local_scalar_dense::i64::stress_0",
+        "div.Scalar_mode::i64::stress_0",
+        "div.Tensor_mode::i64::stress_0",
+        "fmod.Scalar::i64::stress_0",
+        "fmod.Tensor::i64::stress_0",
+        "remainder.Scalar::i64::stress_0",
+        "remainder.Tensor::i64::stress_0",
+        "sort::i64::stress_0",
     ] {
         assert_eq!(status(id), Some("pass".into()), "{id}");
     }
@@ -897,13 +904,7 @@ fn native_int64_is_refused_on_trn1_and_runs_int64_range_cases_on_trn2() {
         .filter(|c| c["status"] == "xfail")
         .map(|c| c["id"].as_str().unwrap())
         .collect();
-    assert_eq!(xfails.len(), 8, "{xfails:?}");
-    assert!(
-        xfails.iter().all(|id| ["div.", "fmod.", "remainder.", "sort::"]
-            .iter()
-            .any(|op| id.starts_with(op))),
-        "{xfails:?}"
-    );
+    assert!(xfails.is_empty(), "{xfails:?}");
     assert!(cases.iter().all(|c| {
         !c["expectation"]
             .as_str()

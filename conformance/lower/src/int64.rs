@@ -12,13 +12,16 @@
 //! * float results (`div` true division, `add`/`sub`/`mul` with a float scalar, `_to_copy` to a
 //!   float): VectorE converts each int64 operand to fp32 (round to nearest even, PyTorch's
 //!   `static_cast<float>`) and computes in fp32 as binary.rs does for int32 inputs;
-//! * `scalar_tensor` and `_local_scalar_dense`: a `memset` / `tensor_copy` of one `i64`.
+//! * `scalar_tensor` and `_local_scalar_dense`: a `memset` / `tensor_copy` of one `i64`;
+//! * integer division (`div` with rounding_mode trunc/floor, `fmod`, `remainder`, Tensor and
+//!   Scalar overloads): a 64-step restoring long division on magnitudes with sign fix-ups, all
+//!   on GpSimdE ([`emit_int_divmod`]);
+//! * `sort` (values and indices, stable, both directions): a bitonic network along the free
+//!   axis with exact (value, position) compares on GpSimdE ([`sort`]).
 //!
 //! Every input tensor must be int64 (a mixed-dtype call lowers as without the option), and an
 //! integer scalar must be exact as the instructions' f64 immediate (|v| ≤ 2^53; else a typed
-//! refusal). Ops not listed here (integer division, `fmod`, `remainder`, `sort`) lower as
-//! without the option, so their int64-range cases still end in the narrowing's refusal
-//! (conformance/expectations.toml names them). Nothing is computed on the host.
+//! refusal). Ops not listed here lower as without the option. Nothing is computed on the host.
 
 use super::binary::{DivScratch, TileSlot, emit_div_prologue};
 use super::call::{Scalar, TensorArg, TensorMeta};
@@ -81,6 +84,11 @@ pub const NATIVE_INT64_OPS: &[&str] = &[
     "amax",
     "amin",
     "prod.dim_int",
+    "fmod.Tensor",
+    "fmod.Scalar",
+    "remainder.Tensor",
+    "remainder.Scalar",
+    "sort",
 ];
 
 /// The native-int64 lowering of `req`, or `None` when it does not apply (the op is not one of
@@ -98,6 +106,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Option<Result<Lowere
             (out.dtype == TorchDType::I64).then(|| scalar_tensor(req, target, out))
         }
         "_local_scalar_dense" => (all_i64 && inputs.len() == 1).then(|| local_scalar_dense(req, target)),
+        "sort" => (all_i64 && inputs.len() == 1).then(|| sort(req, target)).flatten(),
         "amax" | "amin" | "prod.dim_int" => {
             if !all_i64 || inputs.len() != 1 {
                 return None;
@@ -165,6 +174,22 @@ enum Plan {
     Pow { e: u64 },
     /// `_to_copy`: the conversion to the output dtype.
     Convert,
+    /// Integer division (`div` trunc/floor, `fmod`, `remainder`) of `a` by the tensor `b` or
+    /// the int scalar `s`: [`emit_int_divmod`].
+    DivMod { mode: IntDiv, s: Option<f64> },
+}
+
+/// What an integer division returns (PyTorch's int64 semantics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntDiv {
+    /// `div(rounding_mode='trunc')`: the quotient rounded toward zero.
+    Trunc,
+    /// `div(rounding_mode='floor')`: the quotient rounded toward −inf.
+    Floor,
+    /// `fmod`: the remainder of the truncated quotient (sign of the dividend).
+    Fmod,
+    /// `remainder`: the remainder of the floored quotient (sign of the divisor).
+    Remainder,
 }
 
 fn elementwise(
@@ -225,9 +250,34 @@ fn elementwise(
                     _ => return Ok(None),
                 }
             }
+            "div.Tensor_mode" | "div.Scalar_mode" | "fmod.Tensor" | "fmod.Scalar" | "remainder.Tensor"
+            | "remainder.Scalar"
+                if int_out && (!req.op.starts_with("div") || req.opt::<&str>(2, "rounding_mode")?.is_some()) =>
+            {
+                let mode = match req.op.split('.').next() {
+                    Some("fmod") => IntDiv::Fmod,
+                    Some("remainder") => IntDiv::Remainder,
+                    _ => match req.opt::<&str>(2, "rounding_mode")? {
+                        Some("trunc") => IntDiv::Trunc,
+                        Some("floor") => IntDiv::Floor,
+                        _ => return Ok(None),
+                    },
+                };
+                if req.op.ends_with("Tensor") || req.op.ends_with("Tensor_mode") {
+                    if !two {
+                        return Ok(None);
+                    }
+                    Plan::DivMod { mode, s: None }
+                } else {
+                    match int_imm(req, scalar(1, "other")?)? {
+                        Some(v) => Plan::DivMod { mode, s: Some(v) },
+                        None => return Ok(None),
+                    }
+                }
+            }
             "div.Tensor" | "div.Tensor_mode" | "div.Scalar" | "div.Scalar_mode" => {
                 if req.op.ends_with("_mode") && req.opt::<&str>(2, "rounding_mode")?.is_some() {
-                    // trunc/floor: integer division, which no engine instruction has.
+                    // An integer division whose result is not int64 (not a PyTorch case).
                     return Ok(None);
                 }
                 if out.dtype != TorchDType::F32 {
@@ -421,6 +471,15 @@ fn emit_elementwise(
     // A per-partition constant (the scalar times alpha), computed on the engines.
     let konst = TileSlot::new(&mut alloc, DType::I64, 1)?;
     let konst_f = TileSlot::new(&mut alloc, DType::F32, 1)?;
+    // Integer division's scratch (only for that plan).
+    let idiv = match plan {
+        Plan::DivMod { .. } => Some(
+            (0..DIV_SLOTS)
+                .map(|_| TileSlot::new(&mut alloc, DType::I64, MAX_FREE))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        _ => None,
+    };
 
     let mut strides = vec![tile::broadcast_strides(&out.shape, &out.shape)];
     for (_, meta) in inputs {
@@ -534,6 +593,17 @@ fn emit_elementwise(
                 }
                 e.push(g, copy(r, flat(&t2)));
             }
+            Plan::DivMod { mode, s } => {
+                let scratch: Vec<AccessPattern> = idiv.iter().flatten().map(flat).collect();
+                let b = match s {
+                    None => flat(&ins[1]),
+                    Some(v) => {
+                        e.push(g, memset(flat(&t1), v));
+                        flat(&t1)
+                    }
+                };
+                emit_int_divmod(&mut e, a, b, r, &scratch, mode);
+            }
             Plan::Convert => match out.dtype {
                 TorchDType::I64 => {
                     e.push(g, copy(r, a));
@@ -574,6 +644,119 @@ fn emit_elementwise(
         e.push(Engine::Dma, dma(job.hbm_ap(0, "output.0", out_dev), res.shaped(job)));
     }
     Ok(Lowered::new(e.finish()))
+}
+
+/// Scratch tiles of [`emit_int_divmod`].
+const DIV_SLOTS: usize = 8;
+
+/// `-2^63` (`i64::MIN`) as an immediate (exact in f64).
+const SIGN_BIT: f64 = i64::MIN as f64;
+
+/// Instructions [`emit_int_divmod`] emits per tile: the magnitudes and signs (6), 64 steps of
+/// 8, the remainder's unflip (1) and the mode's sign fix-up (trunc 4, fmod 4, floor 7, remainder
+/// 8), the scalar divisor's `memset` aside.
+pub fn int_divmod_instructions(mode: IntDiv) -> usize {
+    6 + 64 * DIV_STEP_INSTRUCTIONS
+        + 1
+        + match mode {
+            IntDiv::Trunc | IntDiv::Fmod => 4,
+            IntDiv::Floor => 7,
+            IntDiv::Remainder => 8,
+        }
+}
+
+/// GpSimdE instructions of one long-division step.
+const DIV_STEP_INSTRUCTIONS: usize = 8;
+
+/// `r = a ⊘ b` for int64 tiles `a`, `b` (same shape as `r`), exactly, on GpSimdE's exact int64
+/// ALU only (shifts, bitwise ops, signed compares, wrapping add/sub/mul), no host arithmetic:
+///
+/// * magnitudes `N = |a|`, `D = |b|` as unsigned 64-bit words (`abs` wraps, so |i64::MIN| is the
+///   word 2^63, its true magnitude), signs `sa = a < 0`, `sb = b < 0`;
+/// * restoring long division of `N` by `D`, 64 unrolled steps, the quotient built in `N`'s own
+///   tile as its bits shift out (the classic `R:Q` register pair). The partial remainder `R`
+///   is kept as `F = R ^ 2^63`, so that the signed compare `F ≥ D ^ 2^63` is the unsigned
+///   `R ≥ D`, and `R − D` is `F − D` (wrapping) in the same encoding: per step `bit = Q >> 63`,
+///   `F = ((F << 1) ^ 2^63) | bit`, `ge = F ≥ Dx`, `Q = (Q << 1) | ge`, `F −= D · ge`;
+/// * sign fix-ups with masks `m = −s` (`x ^ m − m` negates where `s = 1`): trunc `q = ±Q` by
+///   `sa ≠ sb`; fmod `r = ±R` by `sa`; floor `q − [r ≠ 0 ∧ sa ≠ sb]`; remainder
+///   `r + b · [r ≠ 0 ∧ sa ≠ sb]`.
+///
+/// `i64::MIN / −1` wraps to `i64::MIN` (trunc and floor), its fmod and remainder are 0. A zero
+/// divisor (PyTorch raises; the lowering never sees values and the engines do not trap) gives
+/// every quotient bit set: trunc `−1` for `a ≥ 0` and `1` for `a < 0`, floor `−1` for `a ≥ 0`
+/// and `0` for `a < 0`, fmod and remainder `a` (docs/numerics.md "Native int64").
+fn emit_int_divmod(
+    e: &mut Emitter,
+    a: AccessPattern,
+    b: AccessPattern,
+    r: AccessPattern,
+    k: &[AccessPattern],
+    mode: IntDiv,
+) {
+    let g = Engine::Gpsimd;
+    let [sa, sb, q, d, dx, f, bit, ge] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| k[i].clone());
+    let one = |e: &mut Emitter, dst: &AccessPattern, src: &AccessPattern, op: AluOp, v: f64| {
+        e.push(g, ts(dst.clone(), src.clone(), op, imm(v), None));
+    };
+    let two = |e: &mut Emitter, dst: &AccessPattern, x: &AccessPattern, y: &AccessPattern, op: AluOp| {
+        e.push(g, tt(dst.clone(), x.clone(), y.clone(), op));
+    };
+    one(e, &sa, &a, AluOp::IsLt, 0.0);
+    one(e, &sb, &b, AluOp::IsLt, 0.0);
+    one(e, &q, &a, AluOp::Abs, 0.0);
+    one(e, &d, &b, AluOp::Abs, 0.0);
+    one(e, &dx, &d, AluOp::BitwiseXor, SIGN_BIT);
+    e.push(g, memset(f.clone(), SIGN_BIT));
+    for _ in 0..64 {
+        one(e, &bit, &q, AluOp::LogicalShiftRight, 63.0);
+        e.push(
+            g,
+            ts(
+                f.clone(),
+                f.clone(),
+                AluOp::ShiftLeft,
+                imm(1.0),
+                Some((AluOp::BitwiseXor, imm(SIGN_BIT))),
+            ),
+        );
+        two(e, &f, &f, &bit, AluOp::BitwiseOr);
+        two(e, &ge, &f, &dx, AluOp::IsGe);
+        one(e, &q, &q, AluOp::ShiftLeft, 1.0);
+        two(e, &q, &q, &ge, AluOp::BitwiseOr);
+        two(e, &bit, &d, &ge, AluOp::Multiply);
+        two(e, &f, &f, &bit, AluOp::Subtract);
+    }
+    // The remainder's magnitude R (into f), then the sign fix-ups; `d` and `dx` are free now.
+    one(e, &f, &f, AluOp::BitwiseXor, SIGN_BIT);
+    let (m, sq) = (dx, d);
+    two(e, &sq, &sa, &sb, AluOp::NotEqual);
+    // x = x ^ −s − (−s): x negated where s = 1.
+    let negate_where = |e: &mut Emitter, dst: &AccessPattern, x: &AccessPattern, s: &AccessPattern| {
+        one(e, &m, s, AluOp::Multiply, -1.0);
+        two(e, x, x, &m, AluOp::BitwiseXor);
+        two(e, dst, x, &m, AluOp::Subtract);
+    };
+    // adj = r ≠ 0 ∧ sa ≠ sb (into ge).
+    let adjust = |e: &mut Emitter| {
+        one(e, &ge, &f, AluOp::NotEqual, 0.0);
+        two(e, &ge, &ge, &sq, AluOp::LogicalAnd);
+    };
+    match mode {
+        IntDiv::Trunc => negate_where(e, &r, &q, &sq),
+        IntDiv::Fmod => negate_where(e, &r, &f, &sa),
+        IntDiv::Floor => {
+            negate_where(e, &q, &q, &sq);
+            adjust(e);
+            two(e, &r, &q, &ge, AluOp::Subtract);
+        }
+        IntDiv::Remainder => {
+            negate_where(e, &f, &f, &sa);
+            adjust(e);
+            two(e, &ge, &ge, &b, AluOp::Multiply);
+            two(e, &r, &f, &ge, AluOp::Add);
+        }
+    }
 }
 
 /// `scalar_tensor(s, dtype=int64)`: one `memset` of the exact value.
@@ -714,6 +897,175 @@ fn reduction(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<L
             let dst = AccessPattern::hbm("output.0", DType::I64, row as u64, p, 1, vec![[1, 1]]);
             e.push(Engine::Dma, dma(dst, res_ap));
             row += p;
+        }
+        Ok(Lowered::new(e.finish()))
+    })())
+}
+
+/// Largest lane [`sort`] takes (padded to a power of two on one partition's free axis).
+const SORT_MAX: usize = MAX_FREE;
+
+/// GpSimdE instructions of one compare-exchange step of [`sort`]'s network.
+pub const SORT_STEP_INSTRUCTIONS: usize = 14;
+
+/// `sort(self, dim, descending)` of an int64 tensor, values and indices, exact and stable, on
+/// GpSimdE's exact int64 ALU: a bitonic network along one partition's free axis.
+///
+/// Each *lane* (one position of the other dims) is a partition; its `n` keys are padded to
+/// `N = 2^m ≤ 1024`. A key is the pair `(w, s)`, compared lexicographically: `w` the value
+/// (`!w` for a descending sort — bitwise NOT reverses the order of every int64, i64::MIN and
+/// i64::MAX included, where negation would not), `s` the position (iota). Positions are unique,
+/// so the order is total and the sort stable, as PyTorch's `stable=True` (equal values keep
+/// their index order in both directions). Pads are `(i64::MAX, s ≥ n)`: after every element.
+///
+/// Phase `k` merges blocks of `2^(k+1)` in the direction of position bit `k+1`; instead of
+/// reversing comparators, the keys of descending blocks are complemented (`!w`, `!s` reverses
+/// the lexicographic order exactly): before phase `k`, the keys with bit `k` set are
+/// complemented back and those with bit `k+1` set complemented, by strided views. Each
+/// compare-exchange of the views `a` (bit `j` clear) and `b` (set): `swap = w_a > w_b ∨ (w_a =
+/// w_b ∧ s_a > s_b)`, `m = −swap`, then `x = (x_a ^ x_b) & m; x_a ^= x; x_b ^= x` for `w` and
+/// `s` ([`SORT_STEP_INSTRUCTIONS`]). `m(m+1)/2` steps per lane tile.
+///
+/// `None` (lowered as without the option) for more than [`SORT_MAX`] values per lane or
+/// non-contiguous tensors.
+fn sort(req: &LowerRequest<'_>, target_name: TargetName) -> Option<Result<Lowered, LowerError>> {
+    let (x, xm) = req.arg::<TensorArg>(0, "self").ok()?;
+    let xs = if xm.shape.is_empty() { vec![1] } else { xm.shape.clone() };
+    let dim = req.dim_or(1, "dim", -1i64, xs.len()).ok()?;
+    let descending = req.arg_or(2, "descending", false).ok()?;
+    let (vm, im) = (req.tensors.get("output.0")?, req.tensors.get("output.1")?);
+    let n = xs[dim];
+    if !is_contiguous(xm) || !is_contiguous(vm) || !is_contiguous(im) || n > SORT_MAX || vm.dtype != TorchDType::I64 {
+        return None;
+    }
+    Some((|| {
+        let target = target_name.params();
+        let mut e = Emitter::new(Program::new(target_name));
+        e.program.declare(x, DType::I64, &xm.shape, HbmRole::Input);
+        e.program.declare("output.0", DType::I64, &vm.shape, HbmRole::Output);
+        e.program.declare("output.1", DType::I64, &im.shape, HbmRole::Output);
+        let outer: usize = xs[..dim].iter().product();
+        let inner: usize = xs[dim + 1..].iter().product();
+        if n == 0 || outer * inner == 0 {
+            return Ok(Lowered::new(e.finish()));
+        }
+        let m = n.next_power_of_two().trailing_zeros() as usize;
+        let width = 1usize << m;
+        let mut alloc = SbufAllocator::new(&target);
+        let [w, s, swap, eq, sg, t] = [width, width, width / 2, width / 2, width / 2, width / 2]
+            .map(|c| TileSlot::new(&mut alloc, DType::I64, c.max(1)));
+        let (w, s, swap, eq, sg, t) = (w?, s?, swap?, eq?, sg?, t?);
+        let g = Engine::Gpsimd;
+        // Lane chunks: (first lane, lanes); a chunk's lanes sit `lane_step` elements apart.
+        let parts = target.partitions;
+        let mut chunks = Vec::new();
+        if inner == 1 {
+            let mut o = 0;
+            while o < outer {
+                chunks.push((o, (outer - o).min(parts)));
+                o += parts;
+            }
+        } else {
+            for o in 0..outer {
+                let mut i = 0;
+                while i < inner {
+                    chunks.push((o * inner + i, (inner - i).min(parts)));
+                    i += parts;
+                }
+            }
+        }
+        let lane_step = if inner == 1 { n as i64 } else { 1 };
+        let lane_off = |l: usize| ((l / inner) * n * inner + l % inner) as u64;
+        for (first, p) in chunks {
+            let all =
+                |t: &TileSlot, c: usize| AccessPattern::sbuf(DType::I64, 0, p, t.slot.offset, vec![[1, c as i64]]);
+            // Elements whose position has bit `b` clear (`high = false`) or set.
+            let half = |t: &TileSlot, b: usize, high: bool| {
+                let d = 1usize << b;
+                let off = if high { (d * 8) as u64 } else { 0 };
+                AccessPattern::sbuf(
+                    DType::I64,
+                    0,
+                    p,
+                    t.slot.offset + off,
+                    vec![[(2 * d) as i64, (width / (2 * d)) as i64], [1, d as i64]],
+                )
+            };
+            let hbm = |name: &str| {
+                AccessPattern::hbm(
+                    name,
+                    DType::I64,
+                    lane_off(first),
+                    p,
+                    lane_step,
+                    vec![[inner as i64, n as i64]],
+                )
+            };
+            let real = |t: &TileSlot| AccessPattern::sbuf(DType::I64, 0, p, t.slot.offset, vec![[1, n as i64]]);
+            if n < width {
+                e.push(g, memset(all(&w, width), i64::MAX as f64));
+            }
+            e.push(Engine::Dma, dma(real(&w), hbm(x)));
+            if descending {
+                e.push(g, ts(real(&w), real(&w), AluOp::BitwiseNot, imm(0.0), None));
+            }
+            e.push(
+                g,
+                trnsim::Op::Iota(trnsim::Iota {
+                    dst: all(&s, width),
+                    offset: 0,
+                    channel_multiplier: 0,
+                    pattern: vec![[1, width as i64]],
+                }),
+            );
+            let complement = |e: &mut Emitter, bit: usize| {
+                for k in [&w, &s] {
+                    e.push(
+                        g,
+                        ts(
+                            half(k, bit, true),
+                            half(k, bit, true),
+                            AluOp::BitwiseNot,
+                            imm(0.0),
+                            None,
+                        ),
+                    );
+                }
+            };
+            let h = |t: &TileSlot| all(t, width / 2);
+            for phase in 0..m {
+                if phase >= 1 {
+                    complement(&mut e, phase);
+                }
+                if phase + 1 < m {
+                    complement(&mut e, phase + 1);
+                }
+                for j in (0..=phase).rev() {
+                    let (wa, wb, sa, sb) = (
+                        half(&w, j, false),
+                        half(&w, j, true),
+                        half(&s, j, false),
+                        half(&s, j, true),
+                    );
+                    e.push(g, tt(h(&swap), wa.clone(), wb.clone(), AluOp::IsGt));
+                    e.push(g, tt(h(&eq), wa.clone(), wb.clone(), AluOp::IsEqual));
+                    e.push(g, tt(h(&sg), sa.clone(), sb.clone(), AluOp::IsGt));
+                    e.push(g, tt(h(&eq), h(&eq), h(&sg), AluOp::LogicalAnd));
+                    e.push(g, tt(h(&swap), h(&swap), h(&eq), AluOp::BitwiseOr));
+                    e.push(g, ts(h(&swap), h(&swap), AluOp::Multiply, imm(-1.0), None));
+                    for (xa, xb) in [(wa, wb), (sa, sb)] {
+                        e.push(g, tt(h(&t), xa.clone(), xb.clone(), AluOp::BitwiseXor));
+                        e.push(g, tt(h(&t), h(&t), h(&swap), AluOp::BitwiseAnd));
+                        e.push(g, tt(xa.clone(), xa, h(&t), AluOp::BitwiseXor));
+                        e.push(g, tt(xb.clone(), xb, h(&t), AluOp::BitwiseXor));
+                    }
+                }
+            }
+            if descending {
+                e.push(g, ts(real(&w), real(&w), AluOp::BitwiseNot, imm(0.0), None));
+            }
+            e.push(Engine::Dma, dma(hbm("output.0"), real(&w)));
+            e.push(Engine::Dma, dma(hbm("output.1"), real(&s)));
         }
         Ok(Lowered::new(e.finish()))
     })())
