@@ -84,21 +84,25 @@ pub struct AccessPattern {
 impl AccessPattern {
     /// An SBUF operand.
     pub fn sbuf(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
-        AccessPattern {
-            mem: MemSpace::Sbuf,
-            dtype,
-            start_partition,
-            partitions,
-            partition_step: 0,
-            offset,
-            free,
-        }
+        Self::on_chip(MemSpace::Sbuf, dtype, start_partition, partitions, offset, free)
     }
 
     /// A PSUM operand.
     pub fn psum(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
+        Self::on_chip(MemSpace::Psum, dtype, start_partition, partitions, offset, free)
+    }
+
+    /// An operand of the on-chip memory `mem` (partition-addressed: no partition step).
+    fn on_chip(
+        mem: MemSpace,
+        dtype: DType,
+        start_partition: usize,
+        partitions: usize,
+        offset: u64,
+        free: Vec<FreeDim>,
+    ) -> Self {
         AccessPattern {
-            mem: MemSpace::Psum,
+            mem,
             dtype,
             start_partition,
             partitions,
