@@ -93,6 +93,26 @@ struct Pass {
     scale: f64,
 }
 
+impl Pass {
+    /// A complex → complex pass of the whole of `dim` of `shape`, unscaled (the names are set when
+    /// the passes are chained).
+    fn complex(shape: &[usize], dim: usize, kind: Kind) -> Pass {
+        Pass {
+            src: String::new(),
+            src_complex: true,
+            src_shape: shape.to_vec(),
+            dim,
+            contract: shape[dim],
+            len: shape[dim],
+            dst: String::new(),
+            dst_complex: true,
+            dst_shape: shape.to_vec(),
+            kind,
+            scale: 1.0,
+        }
+    }
+}
+
 fn norm_scale(req: &LowerRequest<'_>, mode: i64, signal_numel: usize) -> Result<f64, LowerError> {
     match mode {
         0 => Ok(1.0),
@@ -150,34 +170,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let n = shape[last];
         let mut next = cur_shape.clone();
         next[last] = if onesided { n / 2 + 1 } else { n };
+        // The real input's last dim (cur_shape[last] = n), its first `next[last]` outputs.
         passes.push(Pass {
             src: in_name.to_string(),
             src_complex: false,
-            src_shape: cur_shape.clone(),
-            dim: last,
-            contract: n,
-            len: n,
-            dst: String::new(),
-            dst_complex: true,
             dst_shape: next.clone(),
-            kind: Kind::Forward,
-            scale: 1.0,
+            ..Pass::complex(&cur_shape, last, Kind::Forward)
         });
         cur_shape = next;
         for &d in dims[..dims.len() - 1].iter().rev() {
-            passes.push(Pass {
-                src: String::new(),
-                src_complex: true,
-                src_shape: cur_shape.clone(),
-                dim: d,
-                contract: cur_shape[d],
-                len: cur_shape[d],
-                dst: String::new(),
-                dst_complex: true,
-                dst_shape: cur_shape.clone(),
-                kind: Kind::Forward,
-                scale: 1.0,
-            });
+            passes.push(Pass::complex(&cur_shape, d, Kind::Forward));
         }
         expected_out = cur_shape.clone();
         let numel: usize = dims.iter().map(|&d| shape[d]).product();
@@ -190,34 +192,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         }
         let n = n as usize;
         for &d in &dims[..dims.len() - 1] {
-            passes.push(Pass {
-                src: String::new(),
-                src_complex: true,
-                src_shape: cur_shape.clone(),
-                dim: d,
-                contract: cur_shape[d],
-                len: cur_shape[d],
-                dst: String::new(),
-                dst_complex: true,
-                dst_shape: cur_shape.clone(),
-                kind: Kind::Inverse,
-                scale: 1.0,
-            });
+            passes.push(Pass::complex(&cur_shape, d, Kind::Inverse));
         }
         let mut out = cur_shape.clone();
         out[last] = n;
         passes.push(Pass {
-            src: String::new(),
-            src_complex: true,
-            src_shape: cur_shape.clone(),
-            dim: last,
             contract: cur_shape[last].min(n / 2 + 1),
             len: n,
-            dst: String::new(),
             dst_complex: false,
             dst_shape: out.clone(),
-            kind: Kind::HermitianToReal,
-            scale: 1.0,
+            ..Pass::complex(&cur_shape, last, Kind::HermitianToReal)
         });
         expected_out = out;
         let numel: usize = dims[..dims.len() - 1].iter().map(|&d| shape[d]).product::<usize>() * n;
@@ -779,37 +763,14 @@ mod tests {
         );
         let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
         let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
-        assert!(
-            invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[2], 0, Value::Bool(true))),
-            "dim out of range"
-        );
-        assert!(
-            invalid(lower_call(
-                "_fft_r2c",
-                x.clone(),
-                y.clone(),
-                &[1, 1],
-                0,
-                Value::Bool(true)
-            )),
-            "repeated dim"
-        );
-        assert!(
-            invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 3, Value::Bool(true))),
-            "norm mode"
-        );
-        assert!(
-            invalid(lower_call(
-                "_fft_r2c",
-                x.clone(),
-                y.clone(),
-                &[1],
-                0,
-                Value::Bool(false)
-            )),
-            "output shape"
-        );
-        assert!(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 0, Value::Bool(true)).is_ok());
+        let r2c = |dims: &[i64], norm: i64, onesided: bool| {
+            lower_call("_fft_r2c", x.clone(), y.clone(), dims, norm, Value::Bool(onesided))
+        };
+        assert!(invalid(r2c(&[2], 0, true)), "dim out of range");
+        assert!(invalid(r2c(&[1, 1], 0, true)), "repeated dim");
+        assert!(invalid(r2c(&[1], 3, true)), "norm mode");
+        assert!(invalid(r2c(&[1], 0, false)), "output shape");
+        assert!(r2c(&[1], 0, true).is_ok());
         let half = TensorMeta::contiguous(TorchDType::F16, &[4, 6]);
         assert!(
             unsupported(lower_call("_fft_r2c", half, y, &[1], 0, Value::Bool(true))),
