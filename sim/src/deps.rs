@@ -290,19 +290,7 @@ impl Access {
         parts: (usize, usize),
         (offset, size, dims): (i64, i64, &[[i64; 2]]),
     ) -> Option<Access> {
-        let mut lo = 0i64;
-        let mut hi = 0i64;
-        for &[step, num] in dims {
-            if num <= 0 {
-                return None;
-            }
-            let span = step.saturating_mul(num - 1);
-            if span < 0 {
-                lo = lo.saturating_add(span);
-            } else {
-                hi = hi.saturating_add(span);
-            }
-        }
+        let (lo, hi) = crate::mem::ap::dims_extent(dims)?;
         let bytes = (
             offset.saturating_add(lo.saturating_mul(size)),
             offset.saturating_add(hi.saturating_add(1).saturating_mul(size)),

@@ -160,20 +160,7 @@ impl AccessPattern {
     /// Smallest and largest element offset (relative to `offset`) reached within one partition,
     /// or `None` when the pattern addresses nothing.
     pub fn free_extent(&self) -> Option<(i64, i64)> {
-        let mut lo = 0i64;
-        let mut hi = 0i64;
-        for &[step, num] in &self.free {
-            if num <= 0 {
-                return None;
-            }
-            let span = step.saturating_mul(num - 1);
-            if span < 0 {
-                lo = lo.saturating_add(span);
-            } else {
-                hi = hi.saturating_add(span);
-            }
-        }
-        Some((lo, hi))
+        dims_extent(&self.free)
     }
 
     /// Element offsets (relative to the partition's base) of the free pattern, in order.
@@ -252,6 +239,25 @@ impl std::fmt::Display for AccessPattern {
         }
         Ok(())
     }
+}
+
+/// Smallest and largest element offset (relative to the start) that `[step, num]` dims reach,
+/// saturating; `None` when a dim is empty (the dims address nothing).
+pub fn dims_extent(dims: &[[i64; 2]]) -> Option<(i64, i64)> {
+    let mut lo = 0i64;
+    let mut hi = 0i64;
+    for &[step, num] in dims {
+        if num <= 0 {
+            return None;
+        }
+        let span = step.saturating_mul(num - 1);
+        if span < 0 {
+            lo = lo.saturating_add(span);
+        } else {
+            hi = hi.saturating_add(span);
+        }
+    }
+    Some((lo, hi))
 }
 
 #[cfg(test)]
