@@ -479,6 +479,12 @@ impl Buf {
     }
 }
 
+/// Planes `r0..r0 + parts` of HBM tensor `name` (`dtype`, `plane` contiguous elements each), one
+/// per partition.
+fn hbm_planes((name, dtype, plane): (&str, DType, i64), r0: i64, parts: usize) -> AccessPattern {
+    AccessPattern::hbm(name, dtype, (r0 * plane) as u64, parts, plane, vec![[1, plane]])
+}
+
 /// `parts` rows of HBM tensor `name` on partitions, from element `offset` on, `pstride` elements
 /// apart, `len` contiguous elements each (the plain row-tile DMA side).
 pub fn hbm_rows(name: &str, dtype: DType, offset: usize, parts: usize, pstride: usize, len: usize) -> AccessPattern {
@@ -819,28 +825,14 @@ impl Emitter {
     /// The DMA of planes `r0..` of HBM tensor `name` (`dtype`, `plane` contiguous elements each)
     /// into `dst`, one plane per partition of `dst`.
     pub fn load_planes(&mut self, (name, dtype, plane): (&str, DType, i64), r0: i64, dst: AccessPattern) -> usize {
-        let src = AccessPattern::hbm(
-            name,
-            dtype,
-            (r0 * plane) as u64,
-            dst.partitions,
-            plane,
-            vec![[1, plane]],
-        );
+        let src = hbm_planes((name, dtype, plane), r0, dst.partitions);
         self.push(Engine::Dma, dma(dst, src))
     }
 
     /// The DMA of `src`, one plane per partition, to planes `r0..` of HBM tensor `name` (`dtype`,
     /// `plane` contiguous elements each).
     pub fn store_planes(&mut self, (name, dtype, plane): (&str, DType, i64), r0: i64, src: AccessPattern) -> usize {
-        let dst = AccessPattern::hbm(
-            name,
-            dtype,
-            (r0 * plane) as u64,
-            src.partitions,
-            plane,
-            vec![[1, plane]],
-        );
+        let dst = hbm_planes((name, dtype, plane), r0, src.partitions);
         self.push(Engine::Dma, dma(dst, src))
     }
 
