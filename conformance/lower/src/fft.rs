@@ -41,13 +41,13 @@
 //! Norm modes (the `normalization` int): 0 none, 1 `1/√n`, 2 `1/n`, `n` the product of the
 //! signal lengths; the fp32 factor multiplies the last pass's PSUM result on VectorE.
 
-use super::tile::{Emitter, SbufAllocator, dma};
+use super::tile::{Emitter, SbufAllocator, dma, tt};
 use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
-    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar, TensorTensor,
+    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar,
 };
 
 /// Longest transform whose twiddle indices reduce exactly (see the module doc).
@@ -394,15 +394,7 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
             Engine::Vector,
             tensor_scalar(at(tmp), at(prod), AluOp::Multiply, -1.0, Some((AluOp::Add, -2.0 * n))),
         );
-        e.push(
-            Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: at(angle),
-                in0: at(prod),
-                in1: at(tmp),
-                op: AluOp::Max,
-            }),
-        );
+        e.push(Engine::Vector, tt(at(angle), at(prod), at(tmp), AluOp::Max));
         for (base, s) in [(m.im, sign), (m.neg_im, -sign)] {
             e.push(
                 Engine::Scalar,
@@ -426,15 +418,7 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
             Engine::Vector,
             tensor_scalar(at(prod), at(rem), AluOp::Multiply, 4.0, Some((AluOp::Add, n))),
         );
-        e.push(
-            Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: at(angle),
-                in0: at(prod),
-                in1: at(tmp),
-                op: AluOp::Min,
-            }),
-        );
+        e.push(Engine::Vector, tt(at(angle), at(prod), at(tmp), AluOp::Min));
         e.push(
             Engine::Scalar,
             Op::Activation(Activation {
@@ -577,14 +561,9 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
         for j in 0..chunks {
             let l0 = 128 * j;
             let pl = (p.contract - l0).min(128);
-            let src = AccessPattern::hbm(
-                &p.src,
-                DType::F32,
-                (((o0 * src_len + l0) * inner + i0) * c_in) as u64,
-                pl,
-                (inner * c_in) as i64,
-                hbm_free(src_len * inner * c_in, to, ti, c_in),
-            );
+            let off = ((o0 * src_len + l0) * inner + i0) * c_in;
+            let free = hbm_free(src_len * inner * c_in, to, ti, c_in);
+            let src = AccessPattern::hbm(&p.src, DType::F32, off as u64, pl, (inner * c_in) as i64, free);
             let dst = sb(data + (j * b * c_in * 4) as u64, pl, vec![[1, (b * c_in) as i64]]);
             e.push(Engine::Dma, dma(dst, src));
         }
@@ -666,12 +645,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                         };
                         e.push(
                             Engine::Vector,
-                            Op::TensorTensor(TensorTensor {
-                                dst: sb(to, kt, vec![[1, (pairs * bc) as i64]]),
-                                in0: pick(0),
-                                in1: pick(1),
-                                op: AluOp::Add,
-                            }),
+                            tt(sb(to, kt, vec![[1, (pairs * bc) as i64]]), pick(0), pick(1), AluOp::Add),
                         );
                         if count % 2 == 1 {
                             e.push(
@@ -697,14 +671,9 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 tensor_scalar(out.clone(), summed, AluOp::Multiply, p.scale, None)
             };
             e.push(Engine::Vector, evacuate);
-            let dst = AccessPattern::hbm(
-                &p.dst,
-                DType::F32,
-                (((o0 * outputs + k0) * inner + i0) * c_out) as u64,
-                kt,
-                (inner * c_out) as i64,
-                hbm_free(outputs * inner * c_out, to, ti, c_out),
-            );
+            let off = ((o0 * outputs + k0) * inner + i0) * c_out;
+            let free = hbm_free(outputs * inner * c_out, to, ti, c_out);
+            let dst = AccessPattern::hbm(&p.dst, DType::F32, off as u64, kt, (inner * c_out) as i64, free);
             e.push(Engine::Dma, dma(dst, out));
             k0 += kt;
         }
@@ -746,6 +715,15 @@ mod tests {
             outputs: &crate::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1).map(crate::schedule)
+    }
+
+    /// `_fft_r2c` of an f32 `[n]` signal into `[out]` bins (dim 0, no normalization).
+    fn r2c_1d(n: usize, out: usize, onesided: bool) -> Lowered {
+        let (x, y) = (
+            TensorMeta::contiguous(TorchDType::F32, &[n]),
+            TensorMeta::contiguous(TorchDType::C64, &[out]),
+        );
+        lower_call("_fft_r2c", x, y, &[0], 0, Value::Bool(onesided)).unwrap()
     }
 
     fn run(lowered: &Lowered, input: HostTensor) -> Vec<f32> {
@@ -800,15 +778,7 @@ mod tests {
     #[test]
     fn engine_built_twiddles() {
         let n = 12;
-        let lowered = lower_call(
-            "_fft_r2c",
-            TensorMeta::contiguous(TorchDType::F32, &[n]),
-            TensorMeta::contiguous(TorchDType::C64, &[n]),
-            &[0],
-            0,
-            Value::Bool(false),
-        )
-        .unwrap();
+        let lowered = r2c_1d(n, n, false);
         let mut impulse = vec![0.0f32; n];
         impulse[1] = 1.0;
         let out = run(&lowered, HostTensor::from_f32(&[n], &impulse));
@@ -831,15 +801,7 @@ mod tests {
     #[test]
     fn sliced_long_contraction() {
         let n = 200;
-        let lowered = lower_call(
-            "_fft_r2c",
-            TensorMeta::contiguous(TorchDType::F32, &[n]),
-            TensorMeta::contiguous(TorchDType::C64, &[n / 2 + 1]),
-            &[0],
-            0,
-            Value::Bool(true),
-        )
-        .unwrap();
+        let lowered = r2c_1d(n, n / 2 + 1, true);
         let ramp: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let out = run(&lowered, HostTensor::from_f32(&[n], &ramp));
         assert_eq!((out[0], out[1]), (19900.0, 0.0));

@@ -413,11 +413,8 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     e.row_tiles(rows, parts, |e, r0, p| {
-        e.load_planes(
-            (in_name, d, h * w),
-            r0,
-            AccessPattern::sbuf(d, 0, p, x_off, vec![[1, h * w]]),
-        );
+        let x = AccessPattern::sbuf(d, 0, p, x_off, vec![[1, h * w]]);
+        e.load_planes((in_name, d, h * w), r0, x);
         // Columns: T[:, :, o] = X[:, :, wmap[o]].
         for (o0, len, i0, step) in affine_runs(&wmap) {
             let dst = AccessPattern::sbuf(d, 0, p, t_off + o0 as u64 * size, vec![[ow, h], [1, len]]);
@@ -538,11 +535,8 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     e.row_tiles(rows, parts, |e, r0, p| {
-        e.load_planes(
-            (in_name, d, h * w),
-            r0,
-            AccessPattern::sbuf(f, 0, p, x_off, vec![[1, h * w]]),
-        );
+        let x = AccessPattern::sbuf(f, 0, p, x_off, vec![[1, h * w]]);
+        e.load_planes((in_name, d, h * w), r0, x);
         for (o, &(i0, i1, l0, l1)) in ww.iter().enumerate() {
             let t = AccessPattern::sbuf(f, 0, p, t_off + o as u64 * 4, vec![[ow, h]]);
             let x0 = AccessPattern::sbuf(f, 0, p, x_off + i0 as u64 * 4, vec![[w, h]]);
