@@ -68,6 +68,7 @@ import torch  # noqa: E402 - after the CPU-path environment above
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402 - after the CPU-path environment above
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtypes  # noqa: E402 - after the CPU-path environment above
 import oracle  # noqa: E402 - after the CPU-path environment above
 
 GENERATOR = "golden/generate.py"
@@ -330,20 +331,7 @@ def check_core_list():
 # --------------------------------------------------------------------------------------------
 # Dtypes (docs/golden-format.md, "Dtype names")
 # --------------------------------------------------------------------------------------------
-DT = {  # name -> torch dtype, for every dtype a stored tensor may have
-    "f32": torch.float32,
-    "bf16": torch.bfloat16,
-    "f16": torch.float16,
-    "f8e4m3fn": torch.float8_e4m3fn,
-    "f8e5m2": torch.float8_e5m2,
-    "i64": torch.int64,
-    "i32": torch.int32,
-    "i16": torch.int16,
-    "i8": torch.int8,
-    "u8": torch.uint8,
-    "bool": torch.bool,
-    "c64": torch.complex64,
-}
+DT = dtypes.STORED  # name -> torch dtype, for every dtype a stored tensor may have
 STORED_NAME = {v: k for k, v in DT.items()}
 # dtypes that may appear as *arguments* (e.g. `_to_copy(dtype=torch.float64)`) but are never stored
 ARG_DTYPE_NAME = {**STORED_NAME, torch.float64: "f64", torch.complex128: "c128"}
@@ -2624,7 +2612,7 @@ def _model_value(a, values):
     if kind == "floats":
         return [float(y) for y in x]
     if kind == "dtype":
-        return DT[x] if x in DT else {"f64": torch.float64, "c128": torch.complex128}[x]
+        return dtypes.NAMED[x]
     if kind in ("layout", "memory_format"):
         return getattr(torch, x)
     if kind == "device":

@@ -324,19 +324,8 @@ def matches(pattern, case_id):
 
 def load_case_np(path):
     """The case metadata and its tensors as numpy arrays (raw dtypes; bf16/f8 as uint views)."""
-    with open(path, "rb") as f:
-        header_len = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(header_len))
-        base = 8 + header_len
-        meta = json.loads(header["__metadata__"]["trnconf"])
-        tensors = {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = info["data_offsets"]
-            f.seek(base + start)
-            tensors[name] = (info["dtype"], info["shape"], f.read(end - start))
-    return meta, tensors
+    metadata, tensors = load_case_np_plain(path)
+    return json.loads(metadata["trnconf"]), tensors
 
 
 def write_outputs(path, outputs, values):
@@ -566,6 +555,8 @@ def run_neuronxcc(kernel_path, dev_inputs, backends):
 
 
 def load_case_np_plain(path):
+    """A safetensors file's `__metadata__` (a dict, empty when absent) and its raw tensors:
+    name -> (dtype name, shape, bytes)."""
     with open(path, "rb") as f:
         header_len = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(header_len))

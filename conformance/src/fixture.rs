@@ -32,6 +32,20 @@ impl Drop for TempDir {
     }
 }
 
+/// Writes `case` as a one-case golden directory (a temporary one, named after `tag`) and runs it
+/// on trn1's simulator with no expectations.
+pub fn run_on_trn1(tag: &str, case: CaseBuilder) -> crate::results::CaseResult {
+    let dir = TempDir::new(tag);
+    write_golden(dir.path(), &[case]);
+    let index = crate::case::GoldenIndex::load(dir.path()).expect("the golden directory just written loads");
+    crate::runner::run_case(
+        &index.dir,
+        &index.cases[0],
+        &crate::expect::Expectations::none(),
+        &crate::executor::SimExecutor::new(trnsim::TargetName::Trn1),
+    )
+}
+
 /// Builds one case: tensors in argument order, scalar arguments, outputs.
 #[derive(Clone, Debug)]
 pub struct CaseBuilder {
@@ -74,10 +88,20 @@ impl CaseBuilder {
     }
 
     pub fn input_tensor(mut self, t: Tensor) -> Self {
-        let name = format!("input.{}", self.args.len());
-        self.args.push(Value::Tensor(name.clone()));
-        self.tensors.insert(name, t);
+        self.push_tensor(false, t);
         self
+    }
+
+    /// `t` as the next `input.<i>` (a positional argument) or `output.<i>` tensor.
+    fn push_tensor(&mut self, output: bool, t: Tensor) {
+        let (list, kind) = if output {
+            (&mut self.outputs, "output")
+        } else {
+            (&mut self.args, "input")
+        };
+        let name = format!("{kind}.{}", list.len());
+        list.push(Value::Tensor(name.clone()));
+        self.tensors.insert(name, t);
     }
 
     /// Appends a positional non-tensor argument.
@@ -101,9 +125,7 @@ impl CaseBuilder {
     }
 
     pub fn output_tensor(mut self, t: Tensor) -> Self {
-        let name = format!("output.{}", self.outputs.len());
-        self.outputs.push(Value::Tensor(name.clone()));
-        self.tensors.insert(name, t);
+        self.push_tensor(true, t);
         self
     }
 

@@ -166,12 +166,7 @@ fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) 
         match backend.run(case) {
             Ok(again) => actual.rerun = Some(again.tensors),
             Err(u) => {
-                let (Unrun::NotLowered(m)
-                | Unrun::NotProvided(m)
-                | Unrun::Unsupported(m)
-                | Unrun::Fail(m)
-                | Unrun::Error(m)
-                | Unrun::Refused(_, m)) = u;
+                let m = u.into_message();
                 return Ok(raw(Outcome::Error, with_note(format!("second run: {m}"))));
             }
         }
@@ -190,12 +185,7 @@ fn run_and_compare(case: &Case, backend: &dyn Backend, result: &mut CaseResult) 
                 match backend.run(&reseeded) {
                     Ok(p) => actual.other_seeds.push(p.tensors),
                     Err(u) => {
-                        let (Unrun::NotLowered(m)
-                        | Unrun::NotProvided(m)
-                        | Unrun::Unsupported(m)
-                        | Unrun::Fail(m)
-                        | Unrun::Error(m)
-                        | Unrun::Refused(_, m)) = u;
+                        let m = u.into_message();
                         return Ok(raw(Outcome::Error, with_note(format!("run under another seed: {m}"))));
                     }
                 }

@@ -5,11 +5,9 @@
 //! 0.4871814), and the `x·α + β` form turns that ulp into 30 ulps of the small output 0.2105:
 //! the device must round invstd as PyTorch does (docs/numerics.md), bit for bit here.
 
-use trnconf::case::{GoldenIndex, Value};
-use trnconf::executor::SimExecutor;
-use trnconf::expect::{Expectations, Status};
-use trnconf::fixture::{CaseBuilder, TempDir, write_golden};
-use trnconf::runner::run_case;
+use trnconf::case::Value;
+use trnconf::expect::Status;
+use trnconf::fixture::{CaseBuilder, run_on_trn1};
 use trnconf::tensor::TorchDType::*;
 
 #[test]
@@ -56,15 +54,7 @@ fn eval_batch_norm_rounds_invstd_as_pytorch_does() {
         .output(F32, &[3, 1, 4], &want)
         .output(F32, &[0], &[])
         .output(F32, &[0], &[]);
-    let dir = TempDir::new("bn-eval");
-    write_golden(dir.path(), &[c]);
-    let index = GoldenIndex::load(dir.path()).unwrap();
-    let r = run_case(
-        &index.dir,
-        &index.cases[0],
-        &Expectations::none(),
-        &SimExecutor::new(trnsim::TargetName::Trn1),
-    );
+    let r = run_on_trn1("bn-eval", c);
     assert_eq!(r.status, Status::Pass, "{}", r.message);
     let m = &r.metrics[0];
     assert_eq!(m.max_ulp, 0, "output.0 is {} ulps from PyTorch's", m.max_ulp);

@@ -3,11 +3,10 @@
 //! PyTorch's part (fp32 "opmath" then one rounding; integer wraparound), so these tests do not
 //! depend on the generated goldens.
 
-use std::path::Path;
 use trnconf::case::{GoldenIndex, JsonFloat, Value};
 use trnconf::executor::SimExecutor;
 use trnconf::expect::{Expectations, Status};
-use trnconf::fixture::{CaseBuilder, TempDir, write_golden};
+use trnconf::fixture::{CaseBuilder, TempDir, run_on_trn1, write_golden};
 use trnconf::runner::{CaseResult, run_cases};
 use trnconf::tensor::{Tensor, TorchDType, TorchDType::*};
 
@@ -308,7 +307,6 @@ fn division() {
 
 #[test]
 fn division_special_values() {
-    let dir = TempDir::new("div-special");
     let a = [
         1.0,
         -1.0,
@@ -342,53 +340,28 @@ fn division_special_values() {
         .input(F32, &[12], &a)
         .input(F32, &[12], &b)
         .output(F32, &[12], &want);
-    write_golden(dir.path(), &[c]);
-    let index = GoldenIndex::load(dir.path()).unwrap();
-    let r = trnconf::runner::run_case(
-        Path::new(&index.dir),
-        &index.cases[0],
-        &Expectations::none(),
-        &SimExecutor::new(trnsim::TargetName::Trn1),
-    );
+    let r = run_on_trn1("div-special", c);
     assert_eq!(r.status, Status::Pass, "{}", r.message);
 }
 
 #[test]
 fn int64_values_beyond_int32_are_flagged() {
-    let dir = TempDir::new("i64-overflow");
     let c = CaseBuilder::new("add.Tensor", "i64", "hand", 0)
         .input(I64, &[2], &[1.0, 5e9])
         .input(I64, &[2], &[1.0, 1.0])
         .output(I64, &[2], &[2.0, 5e9 + 1.0]);
-    let r = {
-        write_golden(dir.path(), &[c]);
-        let index = GoldenIndex::load(dir.path()).unwrap();
-        trnconf::runner::run_case(
-            &index.dir,
-            &index.cases[0],
-            &Expectations::none(),
-            &SimExecutor::new(trnsim::TargetName::Trn1),
-        )
-    };
+    let r = run_on_trn1("i64-overflow", c);
     assert_eq!(r.status, Status::Error);
     assert!(r.message.contains("does not fit in int32"), "{}", r.message);
 }
 
 #[test]
 fn a_wrong_golden_fails_with_pytorch_wording() {
-    let dir = TempDir::new("wrong-golden");
     let c = CaseBuilder::new("mul.Tensor", "f32", "hand", 0)
         .input(F32, &[2, 2], &[1.0, 2.0, 3.0, 4.0])
         .input(F32, &[2, 2], &[1.0, 1.0, 1.0, 1.0])
         .output(F32, &[2, 2], &[1.0, 2.0, 3.0, 4.5]);
-    write_golden(dir.path(), &[c]);
-    let index = GoldenIndex::load(dir.path()).unwrap();
-    let r = trnconf::runner::run_case(
-        &index.dir,
-        &index.cases[0],
-        &Expectations::none(),
-        &SimExecutor::new(trnsim::TargetName::Trn1),
-    );
+    let r = run_on_trn1("wrong-golden", c);
     assert_eq!(r.status, Status::Fail);
     assert!(
         r.message.contains("Mismatched elements: 1 / 4 (25.0%)"),

@@ -6,23 +6,14 @@
 //! * advanced indexing (`index.Tensor`, `index_put`) wraps `-size..0`, as PyTorch does;
 //! * an empty index of any dtype, an all-False mask with no values, write nothing.
 
-use trnconf::case::{GoldenIndex, Value};
-use trnconf::executor::SimExecutor;
-use trnconf::expect::{Expectations, Status};
-use trnconf::fixture::{CaseBuilder, TempDir, write_golden};
-use trnconf::runner::{CaseResult, run_case};
+use trnconf::case::Value;
+use trnconf::expect::Status;
+use trnconf::fixture::{CaseBuilder, run_on_trn1};
+use trnconf::runner::CaseResult;
 use trnconf::tensor::{Tensor, TorchDType::*};
 
 fn run(c: CaseBuilder) -> CaseResult {
-    let dir = TempDir::new("indexing-bounds");
-    write_golden(dir.path(), &[c]);
-    let index = GoldenIndex::load(dir.path()).unwrap();
-    run_case(
-        &index.dir,
-        &index.cases[0],
-        &Expectations::none(),
-        &SimExecutor::new(trnsim::TargetName::Trn1),
-    )
+    run_on_trn1("indexing-bounds", c)
 }
 
 fn rows(n: usize, d: usize) -> Vec<f64> {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A fixture with one case of each status: pass, fail, xfail, skip, error.
 fn every_status(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -51,9 +51,10 @@ fn num(e: &Element, k: &str) -> f64 {
         .unwrap_or_else(|_| panic!("{k} is not a number"))
 }
 
-#[test]
-fn junit_has_the_xsd_structure() {
-    let dir = TempDir::new("junit");
+/// `trnconf run --junit` over a golden directory of every status (in a temporary directory named
+/// after `tag`, which holds the JUnit file): the run exits 1.
+fn junit_of_every_status(tag: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(tag);
     let (golden, ex) = every_status(dir.path());
     let xml_path = dir.path().join("r.xml");
     let o = trnconf(&[
@@ -66,6 +67,12 @@ fn junit_has_the_xsd_structure() {
         s(&xml_path),
     ]);
     assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    (dir, xml_path)
+}
+
+#[test]
+fn junit_has_the_xsd_structure() {
+    let (_dir, xml_path) = junit_of_every_status("junit");
     let text = std::fs::read_to_string(&xml_path).unwrap();
     assert!(text.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"));
     let root = parse_xml(&text).unwrap_or_else(|e| panic!("malformed XML: {e}\n{text}"));
@@ -168,19 +175,7 @@ fn junit_validates_against_the_xsd() {
         eprintln!("SKIPPED LOUDLY: {msg}");
         return;
     }
-    let dir = TempDir::new("junit-xsd");
-    let (golden, ex) = every_status(dir.path());
-    let xml_path = dir.path().join("r.xml");
-    let o = trnconf(&[
-        "run",
-        "--golden",
-        s(&golden),
-        "--expectations",
-        s(&ex),
-        "--junit",
-        s(&xml_path),
-    ]);
-    assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    let (dir, xml_path) = junit_of_every_status("junit-xsd");
     let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit.xsd");
     let v = std::process::Command::new("xmllint")
         .args(["--noout", "--schema", s(&xsd), s(&xml_path)])

@@ -8,12 +8,10 @@
 //! "Variance and batch norm's statistics"), and these inputs check it. Each case is a few
 //! thousand elements (well under a second of simulation in all).
 
-use trnconf::case::{GoldenIndex, Value};
+use trnconf::case::Value;
 use trnconf::compare::OutputMetrics;
-use trnconf::executor::SimExecutor;
-use trnconf::expect::{Expectations, Status};
-use trnconf::fixture::{CaseBuilder, TempDir, write_golden};
-use trnconf::runner::run_case;
+use trnconf::expect::Status;
+use trnconf::fixture::{CaseBuilder, run_on_trn1};
 use trnconf::tensor::TorchDType::*;
 
 /// Deterministic uniform values in [-1, 1) (a 64-bit LCG), rounded to f32.
@@ -37,15 +35,7 @@ fn var64(x: &[f64], correction: f64) -> f64 {
 /// Runs one case on trn1 and returns the metrics of its outputs against the stored values
 /// (here: the float64 oracle rounded to f32).
 fn run(c: CaseBuilder) -> Vec<OutputMetrics> {
-    let dir = TempDir::new("var-accuracy");
-    write_golden(dir.path(), &[c]);
-    let index = GoldenIndex::load(dir.path()).unwrap();
-    let r = run_case(
-        &index.dir,
-        &index.cases[0],
-        &Expectations::none(),
-        &SimExecutor::new(trnsim::TargetName::Trn1),
-    );
+    let r = run_on_trn1("var-accuracy", c);
     assert_eq!(r.status, Status::Pass, "{}", r.message);
     r.metrics
 }

@@ -27,22 +27,13 @@ import numpy as np
 import safetensors.torch
 import torch
 
+# golden/dtypes.py, in the parent directory.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import dtypes
+
 torch.set_num_threads(1)
 
-DTYPES = {
-    "f64": torch.float64,
-    "f32": torch.float32,
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-    "i64": torch.int64,
-    "i32": torch.int32,
-    "i16": torch.int16,
-    "i8": torch.int8,
-    "u8": torch.uint8,
-    "bool": torch.bool,
-    "c64": torch.complex64,
-    "c128": torch.complex128,
-}
+DTYPES = dtypes.NAMED
 MASK64 = (1 << 64) - 1
 
 

@@ -290,19 +290,7 @@ impl Access {
         parts: (usize, usize),
         (offset, size, dims): (i64, i64, &[[i64; 2]]),
     ) -> Option<Access> {
-        let mut lo = 0i64;
-        let mut hi = 0i64;
-        for &[step, num] in dims {
-            if num <= 0 {
-                return None;
-            }
-            let span = step.saturating_mul(num - 1);
-            if span < 0 {
-                lo = lo.saturating_add(span);
-            } else {
-                hi = hi.saturating_add(span);
-            }
-        }
+        let (lo, hi) = crate::mem::ap::dims_extent(dims)?;
         let bytes = (
             offset.saturating_add(lo.saturating_mul(size)),
             offset.saturating_add(hi.saturating_add(1).saturating_mul(size)),
@@ -1082,28 +1070,16 @@ mod tests {
             let mut p = random_program(seed.wrapping_mul(0x9E37_79B9), 120, false);
             let latest = brute_latest(&p);
             infer_waits(&mut p);
-            let nq = queue_count(&p);
-            let mut clocks = Clocks::new(nq);
-            let mut last: Vec<Option<usize>> = vec![None; nq];
-            let mut seqs: Vec<u32> = vec![0; nq];
-            let mut rec_of: Vec<(QueueId, u32)> = Vec::new();
+            let mut replay = Replay::new(queue_count(&p));
             for (k, inst) in p.instructions.iter().enumerate() {
-                let q = queue_of(inst);
-                seqs[q as usize] += 1;
-                clocks.push(q, seqs[q as usize], last[q as usize], &inst.wait);
-                last[q as usize] = Some(k);
-                rec_of.push((q, seqs[q as usize]));
+                replay.push(k, queue_of(inst), &inst.wait);
                 let all: Vec<u32> = latest[k].iter().flatten().copied().collect();
                 waits += inst.wait.len();
                 for w in &inst.wait {
                     assert!(all.contains(w), "seed {seed}: #{k} waits for #{w}, no conflict");
                 }
                 for &j in &all {
-                    let (qj, sj) = rec_of[j as usize];
-                    assert!(
-                        clocks.of(k)[qj as usize] >= sj,
-                        "seed {seed}: #{k} not ordered after #{j}"
-                    );
+                    assert!(replay.ordered(k, j), "seed {seed}: #{k} not ordered after #{j}");
                 }
             }
             // The race detector: with random waits, and with inferred waits one of which is
@@ -1132,33 +1108,53 @@ mod tests {
         );
     }
 
+    /// The vector clocks of a program's instructions, pushed in order, and each one's queue and
+    /// sequence number in it.
+    struct Replay {
+        clocks: Clocks,
+        last: Vec<Option<usize>>,
+        seqs: Vec<u32>,
+        rec_of: Vec<(QueueId, u32)>,
+    }
+
+    impl Replay {
+        fn new(queues: usize) -> Replay {
+            Replay {
+                clocks: Clocks::new(queues),
+                last: vec![None; queues],
+                seqs: vec![0; queues],
+                rec_of: Vec::new(),
+            }
+        }
+
+        /// Instruction `k`, on queue `q`, waiting for `wait`.
+        fn push(&mut self, k: usize, q: QueueId, wait: &[u32]) {
+            self.seqs[q as usize] += 1;
+            self.clocks.push(q, self.seqs[q as usize], self.last[q as usize], wait);
+            self.last[q as usize] = Some(k);
+            self.rec_of.push((q, self.seqs[q as usize]));
+        }
+
+        /// Whether instruction `k`'s clock has seen instruction `j`.
+        fn ordered(&self, k: usize, j: u32) -> bool {
+            let (qj, sj) = self.rec_of[j as usize];
+            self.clocks.of(k)[qj as usize] >= sj
+        }
+    }
+
     /// Runs the scheduler's race detector over `p`, checking every step against the brute-force
     /// answer; the first race's other instruction.
     fn first_race(p: &Program, seed: u64) -> Option<u32> {
         let latest = brute_latest(p);
         let mut sched = crate::timeline::Scheduler::new(p, 3, true);
-        let nq = COMPUTE_QUEUES as usize + 3;
-        let mut clocks = Clocks::new(nq);
-        let mut last: Vec<Option<usize>> = vec![None; nq];
-        let mut seqs: Vec<u32> = vec![0; nq];
-        let mut rec_of: Vec<(QueueId, u32)> = Vec::new();
+        let mut replay = Replay::new(COMPUTE_QUEUES as usize + 3);
         for (k, inst) in p.instructions.iter().enumerate() {
             let q = queue_of(inst);
-            seqs[q as usize] += 1;
-            clocks.push(q, seqs[q as usize], last[q as usize], &inst.wait);
-            last[q as usize] = Some(k);
-            rec_of.push((q, seqs[q as usize]));
+            replay.push(k, q, &inst.wait);
             // The first access with an unordered conflict names its latest one.
-            let expected = latest[k].iter().find_map(|per_queue| {
-                per_queue
-                    .iter()
-                    .copied()
-                    .filter(|&j| {
-                        let (qj, sj) = rec_of[j as usize];
-                        clocks.of(k)[qj as usize] < sj
-                    })
-                    .max()
-            });
+            let expected = latest[k]
+                .iter()
+                .find_map(|per_queue| per_queue.iter().copied().filter(|&j| !replay.ordered(k, j)).max());
             let got = sched.step(p, k, q, 1.0, None).err().map(|r| match r.kind {
                 crate::ErrorKind::Race(d) => d.other as u32,
                 other => panic!("{other:?}"),

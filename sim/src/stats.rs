@@ -16,27 +16,34 @@ pub struct EngineCounts {
     pub dma: u64,
 }
 
-impl EngineCounts {
-    pub fn get(&self, e: Engine) -> u64 {
-        match e {
-            Engine::Tensor => self.tensor,
-            Engine::Vector => self.vector,
-            Engine::Scalar => self.scalar,
-            Engine::Gpsimd => self.gpsimd,
-            Engine::Dma => self.dma,
-        }
-    }
+/// `get` and `add` by [`Engine`] for a struct of one `$t` per engine.
+macro_rules! per_engine {
+    ($name:ident, $t:ty) => {
+        impl $name {
+            pub fn get(&self, e: Engine) -> $t {
+                match e {
+                    Engine::Tensor => self.tensor,
+                    Engine::Vector => self.vector,
+                    Engine::Scalar => self.scalar,
+                    Engine::Gpsimd => self.gpsimd,
+                    Engine::Dma => self.dma,
+                }
+            }
 
-    pub fn add(&mut self, e: Engine, n: u64) {
-        match e {
-            Engine::Tensor => self.tensor += n,
-            Engine::Vector => self.vector += n,
-            Engine::Scalar => self.scalar += n,
-            Engine::Gpsimd => self.gpsimd += n,
-            Engine::Dma => self.dma += n,
+            pub fn add(&mut self, e: Engine, n: $t) {
+                match e {
+                    Engine::Tensor => self.tensor += n,
+                    Engine::Vector => self.vector += n,
+                    Engine::Scalar => self.scalar += n,
+                    Engine::Gpsimd => self.gpsimd += n,
+                    Engine::Dma => self.dma += n,
+                }
+            }
         }
-    }
+    };
 }
+
+per_engine!(EngineCounts, u64);
 
 /// Statistics of one run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -69,27 +76,7 @@ pub struct EngineTimes {
     pub dma: f64,
 }
 
-impl EngineTimes {
-    pub fn get(&self, e: Engine) -> f64 {
-        match e {
-            Engine::Tensor => self.tensor,
-            Engine::Vector => self.vector,
-            Engine::Scalar => self.scalar,
-            Engine::Gpsimd => self.gpsimd,
-            Engine::Dma => self.dma,
-        }
-    }
-
-    pub fn add(&mut self, e: Engine, ns: f64) {
-        match e {
-            Engine::Tensor => self.tensor += ns,
-            Engine::Vector => self.vector += ns,
-            Engine::Scalar => self.scalar += ns,
-            Engine::Gpsimd => self.gpsimd += ns,
-            Engine::Dma => self.dma += ns,
-        }
-    }
-}
+per_engine!(EngineTimes, f64);
 
 impl Stats {
     /// Instructions on Tensor, Vector, Scalar and GpSimd engines.

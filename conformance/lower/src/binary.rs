@@ -650,16 +650,12 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{JsonFloat, OpCall, Value};
+    use crate::call::{JsonFloat, Value};
     use TorchDType::*;
     use std::collections::BTreeMap;
 
-    struct Call {
-        op: &'static str,
-        call: OpCall,
-        tensors: BTreeMap<String, TensorMeta>,
-        outputs: Vec<super::super::OutputSlot>,
-    }
+    /// A hand-built request.
+    struct Call(crate::LowerInput);
 
     impl Call {
         fn new(op: &'static str, a: TensorMeta, other: Result<TensorMeta, Value>, out: TensorMeta) -> Call {
@@ -674,29 +670,16 @@ mod tests {
                 Err(v) => args.push(v),
             }
             tensors.insert("output.0".to_string(), out);
-            Call {
-                op,
-                call: OpCall {
-                    args,
-                    kwargs: BTreeMap::new(),
-                },
-                tensors,
-                outputs: vec![super::super::OutputSlot::Tensor("output.0".into())],
-            }
+            Call(crate::LowerInput::positional(op, args, &tensors))
         }
 
         fn alpha(mut self, v: Value) -> Call {
-            self.call.kwargs.insert("alpha".into(), v);
+            self.0.call.kwargs.insert("alpha".into(), v);
             self
         }
 
         fn req(&self) -> LowerRequest<'_> {
-            LowerRequest {
-                op: self.op,
-                call: &self.call,
-                tensors: &self.tensors,
-                outputs: &self.outputs,
-            }
+            self.0.request()
         }
     }
 

@@ -491,6 +491,37 @@ pub(super) fn inputs(args: &[&Arg], load: impl Fn(&TensorMeta) -> DType) -> (Vec
     (v, pos)
 }
 
+/// An elementwise kernel computed on the operands' common dtype `common` (exact int32 for an
+/// integer dtype, else its device dtype) with an output of `out_dtype`.
+pub(super) struct OnCommon {
+    pub k: Elementwise,
+    /// The dtype the inputs are loaded and computed in.
+    pub work: DType,
+    /// Whether `common` is an integer dtype.
+    pub int: bool,
+    /// Each arg's position among the kernel inputs (`None` for scalars).
+    pub pos: Vec<Option<usize>>,
+}
+
+pub(super) fn on_common(
+    req: &LowerRequest<'_>,
+    args: &[&Arg],
+    common: TorchDType,
+    out_dtype: TorchDType,
+) -> Result<OnCommon, LowerError> {
+    let (out_name, out_shape) = output(req, args, out_dtype)?;
+    let int = is_int(common);
+    let work = if int { DType::I32 } else { dev(req, common)? };
+    let (inputs, pos) = inputs(args, |_| work);
+    let k = Elementwise {
+        inputs,
+        out_name,
+        out_dtype,
+        out_shape,
+    };
+    Ok(OnCommon { k, work, int, pos })
+}
+
 pub(super) fn is_int(t: TorchDType) -> bool {
     promote::category(t) == Category::Integer
 }
@@ -559,16 +590,7 @@ fn two(req: &LowerRequest<'_>) -> Result<(Arg, Arg), LowerError> {
 fn lower_maxmin(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Result<Lowered, LowerError> {
     let (a, b) = two(req)?;
     let common = common_type(req, &[&a, &b])?;
-    let (out_name, out_shape) = output(req, &[&a, &b], common)?;
-    let int = is_int(common);
-    let work = if int { DType::I32 } else { dev(req, common)? };
-    let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: common,
-        out_shape,
-    };
+    let OnCommon { k, work, int, .. } = on_common(req, &[&a, &b], common, common)?;
     let eng = if int { Engine::Gpsimd } else { Engine::Vector };
     build(
         req,
@@ -688,16 +710,7 @@ fn lower_clamp(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     args.extend(lo.iter());
     args.extend(hi.iter());
     let common = common_type(req, &args)?;
-    let (out_name, out_shape) = output(req, &args, common)?;
-    let int = is_int(common);
-    let work = if int { DType::I32 } else { dev(req, common)? };
-    let (ins, pos) = inputs(&args, |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: common,
-        out_shape,
-    };
+    let OnCommon { k, work, int, pos, .. } = on_common(req, &args, common, common)?;
     let eng = if int { Engine::Gpsimd } else { Engine::Vector };
     // (operator, which arg) in order: max with lo, then min with hi.
     let mut steps: Vec<(AluOp, usize)> = Vec::new();
@@ -897,16 +910,7 @@ fn lower_pow(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let a = Arg::from(req.arg::<TensorOrScalar>(0, "self")?);
     let b = Arg::from(req.arg::<TensorOrScalar>(1, "exponent")?);
     let common = common_type(req, &[&a, &b])?;
-    let (out_name, out_shape) = output(req, &[&a, &b], common)?;
-    let int = is_int(common);
-    let work = if int { DType::I32 } else { dev(req, common)? };
-    let (ins, pos) = inputs(&[&a, &b], |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: common,
-        out_shape,
-    };
+    let OnCommon { k, work, int, pos, .. } = on_common(req, &[&a, &b], common, common)?;
     let sa = a.scalar();
     let sb = b.scalar();
     if !int {
@@ -1130,16 +1134,7 @@ fn lower_divmod(req: &LowerRequest<'_>, target: TargetName, mode: Option<DivMode
     if common == TorchDType::Bool {
         return Err(req.unsupported("bool division".into()));
     }
-    let (out_name, out_shape) = output(req, &[&a, &b], common)?;
-    let int = is_int(common);
-    let work = if int { DType::I32 } else { dev(req, common)? };
-    let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: common,
-        out_shape,
-    };
+    let OnCommon { k, work, int, .. } = on_common(req, &[&a, &b], common, common)?;
     let sb = match b {
         Arg::Scalar(s) if int => Some(imm_i32(req, s)?),
         Arg::Scalar(s) => Some(s.as_f64()),

@@ -9,8 +9,7 @@
 //!   (int64 inputs are narrowed to int32 by the runner), so it is replaced by ±2^32, which
 //!   VectorE's fp32 compare orders correctly against every int32.
 
-use super::binary::dev;
-use super::binary_ext::{self, Arg, Elementwise, X, build, common_type, inputs, is_int, output};
+use super::binary_ext::{self, Arg, OnCommon, X, build, common_type, on_common};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorOrScalar;
 use crate::dtype::TorchDType;
@@ -36,16 +35,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         return Err(req.invalid("`self` must be a tensor".into()));
     }
     let common = common_type(req, &[&a, &b])?;
-    let (out_name, out_shape) = output(req, &[&a, &b], TorchDType::Bool)?;
-    let int = is_int(common);
-    let work = if int { DType::I32 } else { dev(req, common)? };
-    let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: TorchDType::Bool,
-        out_shape,
-    };
+    let OnCommon { k, work, int, .. } = on_common(req, &[&a, &b], common, TorchDType::Bool)?;
     let scalar = if let Arg::Scalar(s) = b { Some(s) } else { None };
     // Integer scalar outside int32: ±2^32 on VectorE (see the module doc).
     let wide = match (int, scalar) {

@@ -142,21 +142,21 @@ pub fn div_pair(
             Some(lo) => e.push(V, tt(col(C_T), hi, lo, AluOp::Add)),
             None => e.tensor_copy(V, col(C_T), hi),
         };
-        e.tensor_scalar(V, dst, col(C_T), AluOp::Multiply, Scalar::Imm(inv), None);
+        e.tensor_scalar_imm(V, dst, col(C_T), AluOp::Multiply, inv);
         return;
     }
     // d = dh + dl, 12 + 12 bits (host constants).
     let dh = (d / 4096.0).floor() * 4096.0;
     let dl = d - dh;
     // q = hi · fl(1/d)
-    e.tensor_scalar(V, col(C_Q), hi.clone(), AluOp::Multiply, Scalar::Imm(inv), None);
+    e.tensor_scalar_imm(V, col(C_Q), hi.clone(), AluOp::Multiply, inv);
     // Veltkamp: c = q·4097; qh = c − (c − q); ql = q − qh
-    e.tensor_scalar(V, col(C_QH), col(C_Q), AluOp::Multiply, Scalar::Imm(4097.0), None);
+    e.tensor_scalar_imm(V, col(C_QH), col(C_Q), AluOp::Multiply, 4097.0);
     e.push(V, tt(col(C_QL), col(C_QH), col(C_Q), AluOp::Subtract));
     e.push(V, tt(col(C_QH), col(C_QH), col(C_QL), AluOp::Subtract));
     e.push(V, tt(col(C_QL), col(C_Q), col(C_QH), AluOp::Subtract));
     // ph = fl(q·d); pl = q·d − ph = ((qh·dh − ph) + qh·dl + ql·dh) + ql·dl, every product exact.
-    e.tensor_scalar(V, col(C_PH), col(C_Q), AluOp::Multiply, Scalar::Imm(d), None);
+    e.tensor_scalar_imm(V, col(C_PH), col(C_Q), AluOp::Multiply, d);
     e.tensor_scalar(
         V,
         col(C_PL),
@@ -181,7 +181,7 @@ pub fn div_pair(
         e.push(V, tt(col(C_R), col(C_R), lo, AluOp::Add));
     }
     // correction ρ·fl(1/d), dropped where NaN (the split overflowed, or hi is not finite)
-    e.tensor_scalar(V, col(C_R), col(C_R), AluOp::Multiply, Scalar::Imm(inv), None);
+    e.tensor_scalar_imm(V, col(C_R), col(C_R), AluOp::Multiply, inv);
     finite_or_zero(e, sc, p, col(C_R));
     e.push(V, tt(dst, col(C_Q), col(C_R), AluOp::Add));
 }

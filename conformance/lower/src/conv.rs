@@ -73,6 +73,35 @@ impl SDim {
         pl: 0,
         flip: false,
     };
+
+    /// A direct convolution's dim: output position `o` reads input `o·stride + k·dil − pad`.
+    pub(crate) fn direct(l: usize, o: usize, k: usize, stride: usize, dil: usize, pad: i64) -> SDim {
+        SDim {
+            l,
+            o,
+            k,
+            cs: stride,
+            dil,
+            up: 1,
+            pl: pad,
+            flip: false,
+        }
+    }
+
+    /// A transposed convolution's dim in the direct form: the input zero-inserted by `stride`,
+    /// padded by `dil·(k−1) − pad`, correlated with the flipped kernel.
+    pub(crate) fn transposed(l: usize, o: usize, k: usize, stride: usize, dil: usize, pad: i64) -> SDim {
+        SDim {
+            l,
+            o,
+            k,
+            cs: 1,
+            dil,
+            up: stride,
+            pl: (dil * (k - 1)) as i64 - pad,
+            flip: true,
+        }
+    }
 }
 
 /// A convolution in the form [`emit_conv`] runs. `weight` is laid out `[Cout, Cin_g, k…]`, or
@@ -144,28 +173,10 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
         dims[3 - ns + i] = if transposed {
             let o =
                 ((l as i64 - 1) * s as i64 - 2 * p as i64 + span as i64 + output_padding[i] as i64 + 1).max(0) as usize;
-            SDim {
-                l,
-                o,
-                k,
-                cs: 1,
-                dil: d,
-                up: s,
-                pl: span as i64 - p as i64,
-                flip: true,
-            }
+            SDim::transposed(l, o, k, s, d, p as i64)
         } else {
             let o = ((l + 2 * p) as i64 - span as i64 - 1).div_euclid(s as i64) + 1;
-            SDim {
-                l,
-                o: o.max(0) as usize,
-                k,
-                cs: s,
-                dil: d,
-                up: 1,
-                pl: p as i64,
-                flip: false,
-            }
+            SDim::direct(l, o.max(0) as usize, k, s, d, p as i64)
         };
     }
     let mut want = vec![batch, cout_g * groups];

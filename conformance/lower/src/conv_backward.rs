@@ -29,7 +29,7 @@
 
 use super::conv::{self, Conv, SDim, tap_range};
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
-use super::tile::{Emitter, SbufAllocator, dma, tt};
+use super::tile::{Emitter, SbufAllocator, dma, hbm_rows, tt};
 use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
 use crate::call::{TensorArg, TensorMeta, Value};
 use trnsim::{
@@ -232,33 +232,14 @@ pub fn lower_with(req: &LowerRequest<'_>, target_name: TargetName, opts: &LowerO
 /// the form (direct / transposed) flipped, input and output channels swapped.
 fn grad_input_conv(b: &Backward, grad_input: &(String, TensorMeta)) -> Conv {
     let dims = b.dims.map(|d| {
-        let span = (d.dil * (d.k - 1)) as i64;
         if b.transposed {
             // Forward y[i·s + k·d − p] += x[i]·w[k]: dx[i] = Σ_k dy[i·s + k·d − p]·w[k], a direct
             // convolution cropped to the input size.
-            SDim {
-                l: d.o,
-                o: d.l,
-                k: d.k,
-                cs: d.stride,
-                dil: d.dil,
-                up: 1,
-                pl: d.pad as i64,
-                flip: false,
-            }
+            SDim::direct(d.o, d.l, d.k, d.stride, d.dil, d.pad as i64)
         } else {
             // Forward y[o] += x[o·s + k·d − p]·w[k]: dx is dy zero-inserted by s, padded by
             // d·(k−1) − p, correlated with the flipped kernel, sized like the input.
-            SDim {
-                l: d.o,
-                o: d.l,
-                k: d.k,
-                cs: 1,
-                dil: d.dil,
-                up: d.stride,
-                pl: span - d.pad as i64,
-                flip: true,
-            }
+            SDim::transposed(d.o, d.l, d.k, d.stride, d.dil, d.pad as i64)
         }
     });
     Conv {
@@ -310,15 +291,9 @@ fn emit_grad_weight(
     let a_size = b.dims.map(|d| if b.transposed { d.l } else { d.o });
     // B index of A position `pos` and tap `k`: pos·stride + k·dilation − padding (a direct
     // convolution's tap map, so `tap_range` gives the positions that read inside B).
-    let taps = b.dims.map(|d| SDim {
-        l: if b.transposed { d.o } else { d.l },
-        o: if b.transposed { d.l } else { d.o },
-        k: d.k,
-        cs: d.stride,
-        dil: d.dil,
-        up: 1,
-        pl: d.pad as i64,
-        flip: false,
+    let taps = b.dims.map(|d| {
+        let (l, o) = if b.transposed { (d.o, d.l) } else { (d.l, d.o) };
+        SDim::direct(l, o, d.k, d.stride, d.dil, d.pad as i64)
     });
     let [td, th, tw] = taps;
     let kk = td.k * th.k * tw.k;
@@ -427,14 +402,7 @@ fn emit_grad_weight(
                         });
                         e.push(Engine::Vector, op);
                     }
-                    let dst = AccessPattern::hbm(
-                        &grad_weight.0,
-                        dev,
-                        ((g * a_g + mt * TILE_M) * cols + j0) as u64,
-                        msz,
-                        cols as i64,
-                        vec![[1, nsz as i64]],
-                    );
+                    let dst = hbm_rows(&grad_weight.0, dev, (g * a_g + mt * TILE_M) * cols + j0, msz, cols, nsz);
                     e.push(Engine::Dma, dma(dst, out_ap));
                 }
             }
@@ -617,6 +585,7 @@ mod tests {
     use super::*;
     use crate::call::OpCall;
     use crate::dtype::TorchDType;
+    use crate::matmul::matmuls;
     use std::collections::BTreeMap;
 
     /// A 2d `convolution_backward` call: grad_output, input, weight of these shapes, stride 1,
@@ -667,13 +636,6 @@ mod tests {
             outputs: &crate::OutputSlot::of(&outputs),
         };
         lower(&req, TargetName::Trn1)
-    }
-
-    fn matmuls(p: &Program) -> Vec<&NcMatmul> {
-        p.instructions
-            .iter()
-            .filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None })
-            .collect()
     }
 
     #[test]

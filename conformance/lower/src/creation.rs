@@ -149,8 +149,16 @@ impl Builder {
         );
     }
 
-    fn rng(&mut self, job: &TileJob, dst: Buf) {
+    /// `dst = rng() >> (32 − bits)`: `bits` uniform random bits in the low bits of `dst`.
+    fn rng_bits(&mut self, job: &TileJob, dst: Buf, bits: f64) {
         self.e.push(Engine::Vector, Op::Rng(Rng { dst: dst.flat(job) }));
+        self.e.tensor_scalar_imm(
+            Engine::Vector,
+            dst.flat(job),
+            dst.flat(job),
+            AluOp::LogicalShiftRight,
+            32.0 - bits,
+        );
     }
 
     /// A float constant into `dst` (any dtype: cast on write). NaN and ±inf are made on the
@@ -158,13 +166,12 @@ impl Builder {
     fn memset_float(&mut self, job: &TileJob, dst: Buf, v: f64) {
         if v.is_nan() {
             self.memset(job, dst.as_(DType::F32), 1e39);
-            self.e.tensor_scalar(
+            self.e.tensor_scalar_imm(
                 Engine::Vector,
                 dst.flat(job),
                 dst.as_(DType::F32).flat(job),
                 AluOp::Subtract,
-                tile::Scalar::Imm(1e39),
-                None,
+                1e39,
             );
         } else if v.is_infinite() {
             self.memset(job, dst, v.signum() * 1e39);
@@ -182,14 +189,8 @@ impl Builder {
         if src.dtype == dst.dtype {
             self.copy(job, dst, src);
         } else if to == TorchDType::Bool {
-            self.e.tensor_scalar(
-                v,
-                dst.flat(job),
-                src.flat(job),
-                AluOp::NotEqual,
-                tile::Scalar::Imm(0.0),
-                None,
-            );
+            self.e
+                .tensor_scalar_imm(v, dst.flat(job), src.flat(job), AluOp::NotEqual, 0.0);
         } else if to.is_float() || from == TorchDType::Bool {
             self.copy(job, dst, src);
         } else if from.is_float() {
@@ -203,13 +204,12 @@ impl Builder {
                 .tensor_tensor(v, b.flat(job), c.flat(job), a.flat(job), AluOp::IsGt);
             self.e
                 .tensor_tensor(v, c.flat(job), c.flat(job), b.flat(job), AluOp::Subtract);
-            self.e.tensor_scalar(
+            self.e.tensor_scalar_imm2(
                 v,
                 a.flat(job),
                 src.flat(job),
-                AluOp::IsLt,
-                tile::Scalar::Imm(0.0),
-                Some((AluOp::Multiply, tile::Scalar::Imm(-2.0))),
+                (AluOp::IsLt, 0.0),
+                (AluOp::Multiply, -2.0),
             );
             self.e
                 .tensor_scalar(v, a.flat(job), a.flat(job), AluOp::Add, tile::Scalar::Imm(1.0), None);
@@ -251,32 +251,21 @@ impl Builder {
             _ => (0xFFFF, 0x8000),
         };
         let t = tmp.as_(DType::I32);
-        if sign == 0 {
-            self.e.tensor_scalar(
-                Engine::Vector,
-                t.flat(job),
-                src.flat(job),
-                AluOp::BitwiseAnd,
-                tile::Scalar::Imm(mask as f64),
-                None,
-            );
-        } else {
-            self.e.tensor_scalar(
-                Engine::Vector,
-                t.flat(job),
-                src.flat(job),
-                AluOp::BitwiseAnd,
-                tile::Scalar::Imm(mask as f64),
-                Some((AluOp::BitwiseXor, tile::Scalar::Imm(sign as f64))),
-            );
-            self.e.tensor_scalar(
-                Engine::Gpsimd,
-                t.flat(job),
-                t.flat(job),
-                AluOp::Subtract,
-                tile::Scalar::Imm(sign as f64),
-                None,
-            );
+        // Signed: (x & mask) ^ sign − sign sign-extends the low bits.
+        let flip = (sign != 0).then_some((AluOp::BitwiseXor, tile::Scalar::Imm(sign as f64)));
+        let mask = tile::Scalar::Imm(mask as f64);
+        self.e.tensor_scalar(
+            Engine::Vector,
+            t.flat(job),
+            src.flat(job),
+            AluOp::BitwiseAnd,
+            mask,
+            flip,
+        );
+        if sign != 0 {
+            let sign = tile::Scalar::Imm(sign as f64);
+            self.e
+                .tensor_scalar(Engine::Gpsimd, t.flat(job), t.flat(job), AluOp::Subtract, sign, None);
         }
         self.copy(job, dst, t);
     }
@@ -554,13 +543,12 @@ fn lower_arange(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, L
         });
         b.e.push(Engine::Gpsimd, op);
         if !exact {
-            b.e.tensor_scalar(
+            b.e.tensor_scalar_imm2(
                 Engine::Vector,
                 res.flat(&job),
                 idx.flat(&job),
-                AluOp::Multiply,
-                tile::Scalar::Imm(step),
-                Some((AluOp::Add, tile::Scalar::Imm(start))),
+                (AluOp::Multiply, step),
+                (AluOp::Add, start),
             );
         }
         b.store(&job, 0, out, res);
@@ -724,31 +712,12 @@ fn lower_copy_complex(
                 if meta.dtype == TorchDType::Bool {
                     b.load(&job, 2, src, im);
                     // max(re != 0, im != 0): false only when both parts are 0 (NaN is true, as in PyTorch).
-                    b.e.tensor_scalar(
-                        v,
-                        tmp[0].flat(&job),
-                        re.flat(&job),
-                        AluOp::NotEqual,
-                        tile::Scalar::Imm(0.0),
-                        None,
-                    );
-                    b.e.tensor_scalar(
-                        v,
-                        tmp[1].flat(&job),
-                        im.flat(&job),
-                        AluOp::NotEqual,
-                        tile::Scalar::Imm(0.0),
-                        None,
-                    );
+                    for (nonzero, part) in [(tmp[0], re), (tmp[1], im)] {
+                        let zero = tile::Scalar::Imm(0.0);
+                        b.e.tensor_scalar(v, nonzero.flat(&job), part.flat(&job), AluOp::NotEqual, zero, None);
+                    }
                     b.e.tensor_tensor(v, tmp[0].flat(&job), tmp[0].flat(&job), tmp[1].flat(&job), AluOp::Max);
-                    b.e.tensor_scalar(
-                        v,
-                        res.flat(&job),
-                        tmp[0].flat(&job),
-                        AluOp::NotEqual,
-                        tile::Scalar::Imm(0.0),
-                        None,
-                    );
+                    b.e.tensor_scalar_imm(v, res.flat(&job), tmp[0].flat(&job), AluOp::NotEqual, 0.0);
                 } else {
                     b.convert(&job, re, TorchDType::F32, res, meta.dtype, tmp);
                 }
@@ -880,62 +849,29 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
     for job in &jobs {
         if req.op == "rand" {
             // u = (bits >> (32 − d)) · 2^−d: exact in the output dtype, in [0, 1).
-            b.rng(job, r);
-            b.e.tensor_scalar(
-                v,
-                r.flat(job),
-                r.flat(job),
-                AluOp::LogicalShiftRight,
-                tile::Scalar::Imm((32 - digits) as f64),
-                None,
-            );
-            b.e.tensor_scalar(
+            b.rng_bits(job, r, digits as f64);
+            b.e.tensor_scalar_imm(
                 v,
                 res.flat(job),
                 r.flat(job),
                 AluOp::Multiply,
-                tile::Scalar::Imm(2f64.powi(-(digits as i32))),
-                None,
+                2f64.powi(-(digits as i32)),
             );
         } else {
             // Box–Muller: radius sqrt(−2·ln u₁), u₁ = (bits₂₄ + 1)·2⁻²⁴ ∈ (0, 1].
-            b.rng(job, r);
-            b.e.tensor_scalar(
-                v,
-                r.flat(job),
-                r.flat(job),
-                AluOp::LogicalShiftRight,
-                tile::Scalar::Imm(8.0),
-                None,
-            );
-            b.e.tensor_scalar(
+            b.rng_bits(job, r, 24.0);
+            b.e.tensor_scalar_imm2(
                 v,
                 u.flat(job),
                 r.flat(job),
-                AluOp::Add,
-                tile::Scalar::Imm(1.0),
-                Some((AluOp::Multiply, tile::Scalar::Imm(2f64.powi(-24)))),
+                (AluOp::Add, 1.0),
+                (AluOp::Multiply, 2f64.powi(-24)),
             );
             act(&mut b, job, u, ActFunc::Log, u, 1.0, None);
             act(&mut b, job, u, ActFunc::Sqrt, u, -2.0, None);
             // Angle θ = u₂·2π − π, u₂ = bits₂₄·2⁻²⁴ ∈ [0, 1); sin θ.
-            b.rng(job, r);
-            b.e.tensor_scalar(
-                v,
-                r.flat(job),
-                r.flat(job),
-                AluOp::LogicalShiftRight,
-                tile::Scalar::Imm(8.0),
-                None,
-            );
-            b.e.tensor_scalar(
-                v,
-                w.flat(job),
-                r.flat(job),
-                AluOp::Multiply,
-                tile::Scalar::Imm(2f64.powi(-24)),
-                None,
-            );
+            b.rng_bits(job, r, 24.0);
+            b.e.tensor_scalar_imm(v, w.flat(job), r.flat(job), AluOp::Multiply, 2f64.powi(-24));
             let p = job.partitions;
             let bias_ap = AccessPattern::sbuf(DType::F32, 0, p, bias.slot.offset, vec![[1, 1]]);
             b.e.push(
@@ -1177,14 +1113,7 @@ fn lower_dropout(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             b.memset(job, m, 1.0);
         }
         if mask_dev == DType::Bool {
-            b.e.tensor_scalar(
-                v,
-                mask.flat(job),
-                m.flat(job),
-                AluOp::NotEqual,
-                tile::Scalar::Imm(0.0),
-                None,
-            );
+            b.e.tensor_scalar_imm(v, mask.flat(job), m.flat(job), AluOp::NotEqual, 0.0);
         } else {
             b.copy(job, mask, m);
         }
@@ -1202,12 +1131,8 @@ mod tests {
     use std::collections::BTreeMap;
     use trnsim::{Executor, HostTensor};
 
-    struct Call {
-        op: &'static str,
-        call: OpCall,
-        tensors: BTreeMap<String, TensorMeta>,
-        outputs: Vec<super::super::OutputSlot>,
-    }
+    /// A hand-built request.
+    struct Call(crate::LowerInput);
 
     impl Call {
         fn new(op: &'static str, args: Vec<Value>, kwargs: &[(&str, Value)], tensors: &[(&str, TensorMeta)]) -> Call {
@@ -1219,21 +1144,16 @@ mod tests {
                 .map(|n| super::super::OutputSlot::Tensor(n.clone()))
                 .collect();
             let kwargs = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-            Call {
-                op,
+            Call(crate::LowerInput {
+                op: op.to_string(),
                 call: OpCall { args, kwargs },
                 tensors,
                 outputs,
-            }
+            })
         }
 
         fn req(&self) -> LowerRequest<'_> {
-            LowerRequest {
-                op: self.op,
-                call: &self.call,
-                tensors: &self.tensors,
-                outputs: &self.outputs,
-            }
+            self.0.request()
         }
 
         fn run(&self, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
@@ -1331,7 +1251,7 @@ mod tests {
             &[],
             &[("input.0", TensorMeta::contiguous(F32, &[1, 1]))],
         );
-        c.outputs = vec![super::super::OutputSlot::NonTensor];
+        c.0.outputs = vec![super::super::OutputSlot::NonTensor];
         let l = lower_local_scalar_dense(&c.req(), TargetName::Trn1)
             .map(crate::schedule)
             .unwrap();

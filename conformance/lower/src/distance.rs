@@ -31,7 +31,9 @@
 //! unsupported (double has no device dtype).
 
 use super::matmul::{TILE_K, TILE_M, TILE_N};
-use super::tile::{Emitter, SbufAllocator, Slot, broadcast_shapes, broadcast_strides, dma, imm, ts, tt};
+use super::tile::{
+    Emitter, SbufAllocator, Slot, broadcast_shapes, broadcast_strides, dma, hbm_cols, hbm_rows, imm, ts, tt,
+};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use crate::dtype::{TorchDType, unravel};
@@ -277,14 +279,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
         for kt in 0..k_chunks {
             let (k0, kc) = (kt * kc_max, kc_max.min(m - kt * kc_max));
             for &(p0, b, i, len) in &segments {
-                let src = AccessPattern::hbm(
-                    d.x1,
-                    DType::F32,
-                    (d.x1_base[b] + i * m + k0) as u64,
-                    len,
-                    m as i64,
-                    vec![[1, kc as i64]],
-                );
+                let src = hbm_rows(d.x1, DType::F32, d.x1_base[b] + i * m + k0, len, m, kc);
                 let dst = AccessPattern::sbuf(DType::F32, p0, len, x1t.offset, vec![[1, kc as i64]]);
                 e.push(Engine::Dma, dma(dst, src));
             }
@@ -385,14 +380,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
         }
         match store {
             Store::Dense => {
-                let dst = AccessPattern::hbm(
-                    d.out,
-                    DType::F32,
-                    (g0 * r2) as u64,
-                    rows,
-                    r2 as i64,
-                    vec![[1, r2 as i64]],
-                );
+                let dst = hbm_rows(d.out, DType::F32, g0 * r2, rows, r2, r2);
                 e.push(Engine::Dma, dma(dst, f32_at(res, rows, 0, vec![[1, r2 as i64]])));
             }
             Store::UpperTriangle => {
@@ -485,14 +473,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
             for kt in 0..k_tiles {
                 let (k0, ksz) = ktile(kt);
                 // x2ᵀ tile: partition k reads column k of rows n0.. (a transposing pattern).
-                let src = AccessPattern::hbm(
-                    d.x2,
-                    DType::F32,
-                    (d.x2_base[b] + n0 * m + k0) as u64,
-                    ksz,
-                    1,
-                    vec![[m as i64, nsz as i64]],
-                );
+                let src = hbm_cols(d.x2, DType::F32, d.x2_base[b] + n0 * m + k0, ksz, m, nsz);
                 e.push(Engine::Dma, dma(sb(x2t, ksz, kt * TILE_N, nsz), src));
                 let v = sb(x2t, ksz, kt * TILE_N, nsz);
                 e.push(
@@ -505,14 +486,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                 let msz = TILE_M.min(r1 - m0);
                 for kt in 0..k_tiles {
                     let (k0, ksz) = ktile(kt);
-                    let src = AccessPattern::hbm(
-                        d.x1,
-                        DType::F32,
-                        (d.x1_base[b] + m0 * m + k0) as u64,
-                        ksz,
-                        1,
-                        vec![[m as i64, msz as i64]],
-                    );
+                    let src = hbm_cols(d.x1, DType::F32, d.x1_base[b] + m0 * m + k0, ksz, m, msz);
                     let v = sb(x1t, ksz, kt * TILE_M, msz);
                     e.push(Engine::Dma, dma(v.clone(), src));
                     e.push(
@@ -552,14 +526,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                 let out = sb(block, msz, 0, nsz);
                 e.push(Engine::Vector, ts(out.clone(), ps, AluOp::Max, imm(0.0), None));
                 e.push(Engine::Gpsimd, ts(out.clone(), out.clone(), AluOp::Pow, imm(0.5), None));
-                let dst = AccessPattern::hbm(
-                    d.out,
-                    DType::F32,
-                    (b * r1 * r2 + m0 * r2 + n0) as u64,
-                    msz,
-                    r2 as i64,
-                    vec![[1, nsz as i64]],
-                );
+                let dst = hbm_rows(d.out, DType::F32, b * r1 * r2 + m0 * r2 + n0, msz, r2, nsz);
                 e.push(Engine::Dma, dma(dst, out));
             }
         }

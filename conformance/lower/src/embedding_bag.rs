@@ -40,7 +40,7 @@
 //! engines' max).
 
 use super::binary::dev;
-use super::tile::{Emitter, SbufAllocator, dma, memset, ts, tt};
+use super::tile::{Emitter, SbufAllocator, dma, hbm_rows, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
@@ -630,14 +630,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
             } else {
                 sum_t
             };
-            let dst = AccessPattern::hbm(
-                call.output,
-                wdt,
-                (bc.i0 * d + c0) as u64,
-                jc,
-                d as i64,
-                vec![[1, n as i64]],
-            );
+            let dst = hbm_rows(call.output, wdt, bc.i0 * d + c0, jc, d, n);
             b.e.push(Engine::Dma, dma(dst, flat(wdt, jc, result, n)));
         }
     }

@@ -41,13 +41,13 @@
 //! Norm modes (the `normalization` int): 0 none, 1 `1/√n`, 2 `1/n`, `n` the product of the
 //! signal lengths; the fp32 factor multiplies the last pass's PSUM result on VectorE.
 
-use super::tile::{Emitter, SbufAllocator, dma};
+use super::tile::{Emitter, SbufAllocator, dma, tt};
 use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
-    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar, TensorTensor,
+    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar,
 };
 
 /// Longest transform whose twiddle indices reduce exactly (see the module doc).
@@ -91,6 +91,26 @@ struct Pass {
     dst_shape: Vec<usize>,
     kind: Kind,
     scale: f64,
+}
+
+impl Pass {
+    /// A complex → complex pass of the whole of `dim` of `shape`, unscaled (the names are set when
+    /// the passes are chained).
+    fn complex(shape: &[usize], dim: usize, kind: Kind) -> Pass {
+        Pass {
+            src: String::new(),
+            src_complex: true,
+            src_shape: shape.to_vec(),
+            dim,
+            contract: shape[dim],
+            len: shape[dim],
+            dst: String::new(),
+            dst_complex: true,
+            dst_shape: shape.to_vec(),
+            kind,
+            scale: 1.0,
+        }
+    }
 }
 
 fn norm_scale(req: &LowerRequest<'_>, mode: i64, signal_numel: usize) -> Result<f64, LowerError> {
@@ -150,34 +170,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let n = shape[last];
         let mut next = cur_shape.clone();
         next[last] = if onesided { n / 2 + 1 } else { n };
+        // The real input's last dim (cur_shape[last] = n), its first `next[last]` outputs.
         passes.push(Pass {
             src: in_name.to_string(),
             src_complex: false,
-            src_shape: cur_shape.clone(),
-            dim: last,
-            contract: n,
-            len: n,
-            dst: String::new(),
-            dst_complex: true,
             dst_shape: next.clone(),
-            kind: Kind::Forward,
-            scale: 1.0,
+            ..Pass::complex(&cur_shape, last, Kind::Forward)
         });
         cur_shape = next;
         for &d in dims[..dims.len() - 1].iter().rev() {
-            passes.push(Pass {
-                src: String::new(),
-                src_complex: true,
-                src_shape: cur_shape.clone(),
-                dim: d,
-                contract: cur_shape[d],
-                len: cur_shape[d],
-                dst: String::new(),
-                dst_complex: true,
-                dst_shape: cur_shape.clone(),
-                kind: Kind::Forward,
-                scale: 1.0,
-            });
+            passes.push(Pass::complex(&cur_shape, d, Kind::Forward));
         }
         expected_out = cur_shape.clone();
         let numel: usize = dims.iter().map(|&d| shape[d]).product();
@@ -190,34 +192,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         }
         let n = n as usize;
         for &d in &dims[..dims.len() - 1] {
-            passes.push(Pass {
-                src: String::new(),
-                src_complex: true,
-                src_shape: cur_shape.clone(),
-                dim: d,
-                contract: cur_shape[d],
-                len: cur_shape[d],
-                dst: String::new(),
-                dst_complex: true,
-                dst_shape: cur_shape.clone(),
-                kind: Kind::Inverse,
-                scale: 1.0,
-            });
+            passes.push(Pass::complex(&cur_shape, d, Kind::Inverse));
         }
         let mut out = cur_shape.clone();
         out[last] = n;
         passes.push(Pass {
-            src: String::new(),
-            src_complex: true,
-            src_shape: cur_shape.clone(),
-            dim: last,
             contract: cur_shape[last].min(n / 2 + 1),
             len: n,
-            dst: String::new(),
             dst_complex: false,
             dst_shape: out.clone(),
-            kind: Kind::HermitianToReal,
-            scale: 1.0,
+            ..Pass::complex(&cur_shape, last, Kind::HermitianToReal)
         });
         expected_out = out;
         let numel: usize = dims[..dims.len() - 1].iter().map(|&d| shape[d]).product::<usize>() * n;
@@ -410,15 +394,7 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
             Engine::Vector,
             tensor_scalar(at(tmp), at(prod), AluOp::Multiply, -1.0, Some((AluOp::Add, -2.0 * n))),
         );
-        e.push(
-            Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: at(angle),
-                in0: at(prod),
-                in1: at(tmp),
-                op: AluOp::Max,
-            }),
-        );
+        e.push(Engine::Vector, tt(at(angle), at(prod), at(tmp), AluOp::Max));
         for (base, s) in [(m.im, sign), (m.neg_im, -sign)] {
             e.push(
                 Engine::Scalar,
@@ -442,15 +418,7 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
             Engine::Vector,
             tensor_scalar(at(prod), at(rem), AluOp::Multiply, 4.0, Some((AluOp::Add, n))),
         );
-        e.push(
-            Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: at(angle),
-                in0: at(prod),
-                in1: at(tmp),
-                op: AluOp::Min,
-            }),
-        );
+        e.push(Engine::Vector, tt(at(angle), at(prod), at(tmp), AluOp::Min));
         e.push(
             Engine::Scalar,
             Op::Activation(Activation {
@@ -593,14 +561,9 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
         for j in 0..chunks {
             let l0 = 128 * j;
             let pl = (p.contract - l0).min(128);
-            let src = AccessPattern::hbm(
-                &p.src,
-                DType::F32,
-                (((o0 * src_len + l0) * inner + i0) * c_in) as u64,
-                pl,
-                (inner * c_in) as i64,
-                hbm_free(src_len * inner * c_in, to, ti, c_in),
-            );
+            let off = ((o0 * src_len + l0) * inner + i0) * c_in;
+            let free = hbm_free(src_len * inner * c_in, to, ti, c_in);
+            let src = AccessPattern::hbm(&p.src, DType::F32, off as u64, pl, (inner * c_in) as i64, free);
             let dst = sb(data + (j * b * c_in * 4) as u64, pl, vec![[1, (b * c_in) as i64]]);
             e.push(Engine::Dma, dma(dst, src));
         }
@@ -682,12 +645,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                         };
                         e.push(
                             Engine::Vector,
-                            Op::TensorTensor(TensorTensor {
-                                dst: sb(to, kt, vec![[1, (pairs * bc) as i64]]),
-                                in0: pick(0),
-                                in1: pick(1),
-                                op: AluOp::Add,
-                            }),
+                            tt(sb(to, kt, vec![[1, (pairs * bc) as i64]]), pick(0), pick(1), AluOp::Add),
                         );
                         if count % 2 == 1 {
                             e.push(
@@ -713,14 +671,9 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 tensor_scalar(out.clone(), summed, AluOp::Multiply, p.scale, None)
             };
             e.push(Engine::Vector, evacuate);
-            let dst = AccessPattern::hbm(
-                &p.dst,
-                DType::F32,
-                (((o0 * outputs + k0) * inner + i0) * c_out) as u64,
-                kt,
-                (inner * c_out) as i64,
-                hbm_free(outputs * inner * c_out, to, ti, c_out),
-            );
+            let off = ((o0 * outputs + k0) * inner + i0) * c_out;
+            let free = hbm_free(outputs * inner * c_out, to, ti, c_out);
+            let dst = AccessPattern::hbm(&p.dst, DType::F32, off as u64, kt, (inner * c_out) as i64, free);
             e.push(Engine::Dma, dma(dst, out));
             k0 += kt;
         }
@@ -764,6 +717,15 @@ mod tests {
         lower(&req, TargetName::Trn1).map(crate::schedule)
     }
 
+    /// `_fft_r2c` of an f32 `[n]` signal into `[out]` bins (dim 0, no normalization).
+    fn r2c_1d(n: usize, out: usize, onesided: bool) -> Lowered {
+        let (x, y) = (
+            TensorMeta::contiguous(TorchDType::F32, &[n]),
+            TensorMeta::contiguous(TorchDType::C64, &[out]),
+        );
+        lower_call("_fft_r2c", x, y, &[0], 0, Value::Bool(onesided)).unwrap()
+    }
+
     fn run(lowered: &Lowered, input: HostTensor) -> Vec<f32> {
         let inputs = BTreeMap::from([("input.0".to_string(), input)]);
         let ex = trnsim::Executor::new(TargetName::Trn1);
@@ -779,37 +741,14 @@ mod tests {
         );
         let invalid = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Invalid { .. }));
         let unsupported = |r: Result<Lowered, LowerError>| matches!(r, Err(LowerError::Unsupported { .. }));
-        assert!(
-            invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[2], 0, Value::Bool(true))),
-            "dim out of range"
-        );
-        assert!(
-            invalid(lower_call(
-                "_fft_r2c",
-                x.clone(),
-                y.clone(),
-                &[1, 1],
-                0,
-                Value::Bool(true)
-            )),
-            "repeated dim"
-        );
-        assert!(
-            invalid(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 3, Value::Bool(true))),
-            "norm mode"
-        );
-        assert!(
-            invalid(lower_call(
-                "_fft_r2c",
-                x.clone(),
-                y.clone(),
-                &[1],
-                0,
-                Value::Bool(false)
-            )),
-            "output shape"
-        );
-        assert!(lower_call("_fft_r2c", x.clone(), y.clone(), &[1], 0, Value::Bool(true)).is_ok());
+        let r2c = |dims: &[i64], norm: i64, onesided: bool| {
+            lower_call("_fft_r2c", x.clone(), y.clone(), dims, norm, Value::Bool(onesided))
+        };
+        assert!(invalid(r2c(&[2], 0, true)), "dim out of range");
+        assert!(invalid(r2c(&[1, 1], 0, true)), "repeated dim");
+        assert!(invalid(r2c(&[1], 3, true)), "norm mode");
+        assert!(invalid(r2c(&[1], 0, false)), "output shape");
+        assert!(r2c(&[1], 0, true).is_ok());
         let half = TensorMeta::contiguous(TorchDType::F16, &[4, 6]);
         assert!(
             unsupported(lower_call("_fft_r2c", half, y, &[1], 0, Value::Bool(true))),
@@ -839,15 +778,7 @@ mod tests {
     #[test]
     fn engine_built_twiddles() {
         let n = 12;
-        let lowered = lower_call(
-            "_fft_r2c",
-            TensorMeta::contiguous(TorchDType::F32, &[n]),
-            TensorMeta::contiguous(TorchDType::C64, &[n]),
-            &[0],
-            0,
-            Value::Bool(false),
-        )
-        .unwrap();
+        let lowered = r2c_1d(n, n, false);
         let mut impulse = vec![0.0f32; n];
         impulse[1] = 1.0;
         let out = run(&lowered, HostTensor::from_f32(&[n], &impulse));
@@ -870,15 +801,7 @@ mod tests {
     #[test]
     fn sliced_long_contraction() {
         let n = 200;
-        let lowered = lower_call(
-            "_fft_r2c",
-            TensorMeta::contiguous(TorchDType::F32, &[n]),
-            TensorMeta::contiguous(TorchDType::C64, &[n / 2 + 1]),
-            &[0],
-            0,
-            Value::Bool(true),
-        )
-        .unwrap();
+        let lowered = r2c_1d(n, n / 2 + 1, true);
         let ramp: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let out = run(&lowered, HostTensor::from_f32(&[n], &ramp));
         assert_eq!((out[0], out[1]), (19900.0, 0.0));

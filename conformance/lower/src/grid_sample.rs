@@ -31,7 +31,7 @@
 //! the addressed element.
 
 use super::binary::dev;
-use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, ts};
+use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, hbm_cols, ts};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
@@ -194,28 +194,21 @@ impl Builder {
         self.e
             .tensor_scalar_rounded(Engine::Vector, &abs, v, AluOp::Subtract, ax.low, AluOp::Abs, 0.0);
         // double_flips = trunc(abs_in / twice_span) (abs_in ≥ 0: trunc = floor)
-        self.e.tensor_scalar(
+        self.e.tensor_scalar_imm(
             Engine::Vector,
             &q,
             &abs,
             AluOp::Multiply,
-            Scalar::Imm((1.0 / ax.twice_span) as f32 as f64),
-            None,
+            (1.0 / ax.twice_span) as f32 as f64,
         );
         self.floor(&fl, &q, &int);
         // extra = abs_in − double_flips·twice_span
-        self.e.tensor_scalar(
-            Engine::Vector,
-            &q,
-            &fl,
-            AluOp::Multiply,
-            Scalar::Imm(ax.twice_span),
-            None,
-        );
+        self.e
+            .tensor_scalar_imm(Engine::Vector, &q, &fl, AluOp::Multiply, ax.twice_span);
         self.e.tensor_tensor(Engine::Vector, &q, &abs, &q, AluOp::Subtract);
         // min(extra, twice_span − extra) + low
         self.e
-            .tensor_scalar_rev(Engine::Vector, &other, &q, AluOp::Subtract, Scalar::Imm(ax.twice_span));
+            .tensor_scalar_rev(Engine::Vector, &other, Scalar::Imm(ax.twice_span), AluOp::Subtract, &q);
         self.e.tensor_tensor(Engine::Vector, v, &q, &other, AluOp::Min);
         if ax.low != 0.0 {
             self.e
@@ -512,7 +505,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             // w = x − x_w (distance to the west/north tap), e = 1 − w.
                             let (west, east) = (wts[d].col(p, 1), wts[d].col(p, 0));
                             b.e.tensor_tensor(Engine::Vector, &west, x, &bs, AluOp::Subtract);
-                            b.e.tensor_scalar_rev(Engine::Vector, &east, &west, AluOp::Subtract, Scalar::Imm(1.0));
+                            b.e.tensor_scalar_rev(Engine::Vector, &east, Scalar::Imm(1.0), AluOp::Subtract, &west);
                         } else {
                             // round half to even: the cast on write to int32.
                             b.e.tensor_copy(Engine::Vector, &int1, &x);
@@ -527,14 +520,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             if cd == DType::F32 {
                                 b.e.tensor_tensor(Engine::Vector, &bs, &bs, &non_finite, AluOp::Add);
                             } else {
-                                b.e.tensor_scalar(
-                                    Engine::Vector,
-                                    &non_finite,
-                                    &non_finite,
-                                    AluOp::IsEqual,
-                                    Scalar::Imm(0.0),
-                                    None,
-                                );
+                                b.e.tensor_scalar_imm(Engine::Vector, &non_finite, &non_finite, AluOp::IsEqual, 0.0);
                                 b.e.tensor_tensor(Engine::Vector, &bs, &bs, &non_finite, AluOp::Multiply);
                             }
                         }
@@ -545,12 +531,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         let t = frac[d].all(p);
                         b.e.tensor_tensor(Engine::Vector, &t, x, &bs, AluOp::Subtract);
                         let dist = s.a.col(p, 0);
-                        b.e.tensor_scalar(Engine::Vector, &dist, &t, AluOp::Add, Scalar::Imm(1.0), None);
+                        b.e.tensor_scalar_imm(Engine::Vector, &dist, &t, AluOp::Add, 1.0);
                         b.cubic(&wts[d].col(p, 0), &dist, true);
                         b.cubic(&wts[d].col(p, 1), &t, false);
-                        b.e.tensor_scalar_rev(Engine::Vector, &dist, &t, AluOp::Subtract, Scalar::Imm(1.0));
+                        b.e.tensor_scalar_rev(Engine::Vector, &dist, Scalar::Imm(1.0), AluOp::Subtract, &t);
                         b.cubic(&wts[d].col(p, 2), &dist, false);
-                        b.e.tensor_scalar_rev(Engine::Vector, &dist, &t, AluOp::Subtract, Scalar::Imm(2.0));
+                        b.e.tensor_scalar_rev(Engine::Vector, &dist, Scalar::Imm(2.0), AluOp::Subtract, &t);
                         b.cubic(&wts[d].col(p, 3), &dist, true);
                         // Tap coordinates `ix − 1 + i` in the compute dtype, then padded.
                         b.e.tensor_tensor(Engine::Vector, &tc, &base_bcast, &tcst, AluOp::Add);
@@ -656,14 +642,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         out
                     }
                 };
-                let dst = AccessPattern::hbm(
-                    out_name,
-                    cd,
-                    ((bn * c + c0) * points + p0) as u64,
-                    p,
-                    1,
-                    vec![[points as i64, cc as i64]],
-                );
+                let dst = hbm_cols(out_name, cd, (bn * c + c0) * points + p0, p, points, cc);
                 b.e.push(Engine::Dma, dma(dst, result.ap.clone()));
                 c0 += cc;
             }

@@ -36,7 +36,7 @@
 //! forms return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
 //! elements).
 
-use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma, imm, memset, ts, tt};
+use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma, hbm_rows, imm, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{BoolOrInt, IntOrBool, Scalar, TensorArg};
 use crate::dtype::TorchDType;
@@ -1764,16 +1764,7 @@ impl B<'_, '_> {
             let mut c0 = 0;
             while c0 < dcols {
                 let cn = (dcols - c0).min(cols);
-                let at = |name: &str, dt: DType| {
-                    AccessPattern::hbm(
-                        name,
-                        dt,
-                        (p0 * dcols + c0) as u64,
-                        pc,
-                        dcols as i64,
-                        vec![[1, cn as i64]],
-                    )
-                };
+                let at = |name: &str, dt: DType| hbm_rows(name, dt, p0 * dcols + c0, pc, dcols, cn);
                 let g_ap = sb(DType::F32, pc, gt.offset, cn);
                 self.e.push(Engine::Dma, dma(g_ap.clone(), at(g, gdt)));
                 self.e.push(

@@ -32,7 +32,7 @@
 //! Nothing is computed on the host.
 
 use super::binary::Scalar;
-use super::tile::{self, Emitter, SbufAllocator, dma, ts};
+use super::tile::{self, Emitter, SbufAllocator, dma, hbm_cols, hbm_rows, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
@@ -264,14 +264,7 @@ fn emit(
         let (m0, msz) = (mt * TILE_M, TILE_M.min(m - mt * TILE_M));
         for kt in 0..kt_count {
             let (k0, ksz) = (kt * TILE_K, TILE_K.min(k - kt * TILE_K));
-            let src = AccessPattern::hbm(
-                &call.a.0,
-                a_dev,
-                (bi * m * k + m0 * k + k0) as u64,
-                ksz,
-                1,
-                vec![[k as i64, msz as i64]],
-            );
+            let src = hbm_cols(&call.a.0, a_dev, bi * m * k + m0 * k + k0, ksz, k, msz);
             let dst = AccessPattern::sbuf(pe, 0, ksz, at_tile_off(kt, mt), vec![[1, msz as i64]]);
             e.push(Engine::Dma, dma(dst, src));
         }
@@ -287,14 +280,7 @@ fn emit(
             let (n0, nsz) = (nt * TILE_N, TILE_N.min(n - nt * TILE_N));
             for kt in 0..kt_count {
                 let (k0, ksz) = (kt * TILE_K, TILE_K.min(k - kt * TILE_K));
-                let src = AccessPattern::hbm(
-                    &call.b.0,
-                    b_dev,
-                    (bi * k * n + k0 * n + n0) as u64,
-                    ksz,
-                    n as i64,
-                    vec![[1, nsz as i64]],
-                );
+                let src = hbm_rows(&call.b.0, b_dev, bi * k * n + k0 * n + n0, ksz, n, nsz);
                 let dst = AccessPattern::sbuf(pe, 0, ksz, b_off + (kt * TILE_N * esz) as u64, vec![[1, nsz as i64]]);
                 e.push(Engine::Dma, dma(dst, src));
             }
@@ -397,6 +383,15 @@ fn emit(
     Ok(e.finish())
 }
 
+/// The program's `nc_matmul`s in order (for the tests' checks of the K tiling).
+#[cfg(test)]
+pub(crate) fn matmuls(p: &Program) -> Vec<&NcMatmul> {
+    p.instructions
+        .iter()
+        .filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,13 +417,6 @@ mod tests {
         );
         let req = input.request();
         lower_with(&req, TargetName::Trn1, opts).unwrap().program
-    }
-
-    fn matmuls(p: &Program) -> Vec<&NcMatmul> {
-        p.instructions
-            .iter()
-            .filter_map(|i| if let Op::NcMatmul(m) = &i.op { Some(m) } else { None })
-            .collect()
     }
 
     #[test]

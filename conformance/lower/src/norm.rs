@@ -32,7 +32,7 @@ use crate::call::{TensorArg, Value};
 use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{ActFunc, AluOp, DType, Engine, HbmRole, Op, Program, TargetName};
 
-use super::tile::{Dim, Emitter, Scalar, dma};
+use super::tile::{Dim, Emitter, dma};
 
 /// Max chunks per row.
 const MAX_CHUNKS: usize = 1024;
@@ -141,14 +141,8 @@ fn softmax(req: &LowerRequest<'_>, target: TargetName, log: bool) -> Result<Lowe
             reduce_into(&mut ctx.e, &x, p, ch.elems(), AluOp::Max, &pm, c);
         }
         tree_reduce(&mut ctx.e, v, &pm, p, chunks.len(), AluOp::Max);
-        ctx.e.tensor_scalar(
-            v,
-            negm.at(p, 0, 1),
-            pm.at(p, 0, 1),
-            AluOp::Multiply,
-            Scalar::Imm(-1.0),
-            None,
-        );
+        ctx.e
+            .tensor_scalar_imm(v, negm.at(p, 0, 1), pm.at(p, 0, 1), AluOp::Multiply, -1.0);
         // Pass 2: e = exp(x − m) and s = Σ e, one partial sum per chunk into `ps`.
         //
         // Fused: one ScalarE instruction whose accumulator adds the fp32 results in index order
@@ -510,23 +504,11 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                         mean.col(p, 0),
                     );
                 } else {
-                    ctx.e.tensor_scalar(
-                        v,
-                        mean.at(p, 0, 1),
-                        parts.at(p, 0, 1),
-                        AluOp::Multiply,
-                        Scalar::Imm(inv_n),
-                        None,
-                    );
+                    ctx.e
+                        .tensor_scalar_imm(v, mean.at(p, 0, 1), parts.at(p, 0, 1), AluOp::Multiply, inv_n);
                 }
-                ctx.e.tensor_scalar(
-                    v,
-                    neg_mean.at(p, 0, 1),
-                    mean.at(p, 0, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(-1.0),
-                    None,
-                );
+                ctx.e
+                    .tensor_scalar_imm(v, neg_mean.at(p, 0, 1), mean.at(p, 0, 1), AluOp::Multiply, -1.0);
                 sum_pass(&mut ctx, rt, true);
                 // Batch norm with bf16 statistics (input and parameters all bf16): PyTorch's CPU
                 // kernel keeps the sum of squares as bf16 and divides it by N in bf16 (c10's
@@ -552,14 +534,8 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                     // fp32 `var_sum / N`, as the CPU divides.
                     compensated::div_pair(&mut ctx.e, sc, p, parts.col(p, 0), None, call.n as f64, rstd.col(p, 0));
                 } else {
-                    ctx.e.tensor_scalar(
-                        v,
-                        rstd.at(p, 0, 1),
-                        parts.at(p, 0, 1),
-                        AluOp::Multiply,
-                        Scalar::Imm(inv_n),
-                        None,
-                    );
+                    ctx.e
+                        .tensor_scalar_imm(v, rstd.at(p, 0, 1), parts.at(p, 0, 1), AluOp::Multiply, inv_n);
                 }
                 if let Some(rb) = &round_var {
                     ctx.e.tensor_copy(v, rb.at(p, 0, 1), rstd.at(p, 0, 1));
@@ -575,24 +551,22 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
             // on one OpInfo sample), so the same two roundings here: GpSimd `pow(·, 0.5)` (f64,
             // rounded once: the correctly rounded sqrt), then VectorE's correctly rounded
             // reciprocal.
-            ctx.e.tensor_scalar(
+            ctx.e.tensor_scalar_imm2(
                 Engine::Gpsimd,
                 rstd.at(p, 0, 1),
                 rstd.at(p, 0, 1),
-                AluOp::Add,
-                Scalar::Imm(call.eps),
-                Some((AluOp::Pow, Scalar::Imm(0.5))),
+                (AluOp::Add, call.eps),
+                (AluOp::Pow, 0.5),
             );
             ctx.e.reciprocal(rstd.at(p, 0, 1), rstd.at(p, 0, 1));
         } else {
             // rstd = rsqrt(var + eps)
-            ctx.e.tensor_scalar(
+            ctx.e.tensor_scalar_imm2(
                 v,
                 rstd.at(p, 0, 1),
                 rstd.at(p, 0, 1),
-                AluOp::Add,
-                Scalar::Imm(call.eps),
-                Some((AluOp::Rsqrt, Scalar::Imm(0.0))),
+                (AluOp::Add, call.eps),
+                (AluOp::Rsqrt, 0.0),
             );
         }
         if call.round_stats {
@@ -654,14 +628,8 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                             .tensor_tensor(v, bi.at(p, 0, w), wb.at(p, 0, w), bi.at(p, 0, w), AluOp::Subtract);
                     }
                     _ => {
-                        ctx.e.tensor_scalar(
-                            v,
-                            bi.at(p, 0, w),
-                            bi.at(p, 0, w),
-                            AluOp::Multiply,
-                            Scalar::Imm(-1.0),
-                            None,
-                        );
+                        ctx.e
+                            .tensor_scalar_imm(v, bi.at(p, 0, w), bi.at(p, 0, w), AluOp::Multiply, -1.0);
                     }
                 }
                 if !single || call.running.is_some() {
@@ -925,14 +893,8 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                 // dy · (a·x + b), b = −a·mean (PyTorch's CPU form)
                 ctx.e
                     .tensor_tensor(v, st.at(p, 7, 1), st.at(p, 1, 1), st.at(p, 0, 1), AluOp::Multiply);
-                ctx.e.tensor_scalar(
-                    v,
-                    st.at(p, 7, 1),
-                    st.at(p, 7, 1),
-                    AluOp::Multiply,
-                    Scalar::Imm(-1.0),
-                    None,
-                );
+                ctx.e
+                    .tensor_scalar_imm(v, st.at(p, 7, 1), st.at(p, 7, 1), AluOp::Multiply, -1.0);
                 ctx.e.tensor_scalar(
                     v,
                     t.at(p, 0, w),

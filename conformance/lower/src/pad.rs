@@ -9,9 +9,9 @@
 //! padding first `memset`s the whole output tile to the value. One DMA stores the tile.
 
 use super::binary::dev;
-use super::tile::{Emitter, SbufAllocator, dma, ts, tt};
+use super::tile::{Emitter, SbufAllocator, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
-use crate::call::{Complex, TensorArg};
+use crate::call::{Complex, TensorArg, TensorMeta};
 use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
 
 /// Largest plane (elements per partition) handled in one tile.
@@ -239,13 +239,13 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let out_off = alloc.alloc(plane_out as usize * size)?;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
+    e.row_tiles(rows, parts, |e, r0, p| {
         if !copies.is_empty() && plane_in > 0 {
-            let src = AccessPattern::hbm(in_name, d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
-            let dst = AccessPattern::sbuf(d, 0, p, in_off, vec![[1, plane_in]]);
-            e.push(Engine::Dma, dma(dst, src));
+            e.load_planes(
+                (in_name, d, plane_in),
+                r0,
+                AccessPattern::sbuf(d, 0, p, in_off, vec![[1, plane_in]]),
+            );
         }
         if let Mode::Constant(v) = mode {
             let dst = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
@@ -278,10 +278,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
         }
         let src = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
-        let dst = AccessPattern::hbm(out_name, d, (r0 * plane_out) as u64, p, plane_out, vec![[1, plane_out]]);
-        e.push(Engine::Dma, dma(dst, src));
-        r0 += p as i64;
-    }
+        e.store_planes((out_name, d, plane_out), r0, src);
+    });
     Ok(Lowered::new(e.finish()))
 }
 
@@ -331,6 +329,59 @@ fn affine_runs(v: &[i64]) -> Vec<(i64, i64, i64, i64)> {
     runs
 }
 
+/// An upsampling's `scale_factors` argument at `index`: two optional factors (H, W).
+fn scale_factors(req: &LowerRequest<'_>, index: usize) -> Result<Vec<Option<f64>>, LowerError> {
+    match req.opt::<Vec<f64>>(index, "scale_factors")? {
+        Some(f) if f.len() == 2 => Ok(f.into_iter().map(Some).collect()),
+        None => Ok(vec![None, None]),
+        Some(f) => Err(req.unsupported(format!("scale_factors {f:?}"))),
+    }
+}
+
+/// The planes of a 4-d upsampling: `rows` = N·C planes of `h×w` in and `oh×ow` out, dtype `d`.
+struct Planes {
+    d: DType,
+    h: i64,
+    w: i64,
+    oh: i64,
+    ow: i64,
+    rows: i64,
+}
+
+/// Checks an upsampling's 4-d input and output (floating point only when `float_only`) and
+/// declares them in `program`; `None` when the output is empty (the program is then complete).
+/// A plane (input, half-done or output) over `max_plane` elements is unsupported.
+fn upsample_planes(
+    req: &LowerRequest<'_>,
+    program: &mut Program,
+    (in_name, in_meta): (&str, &TensorMeta),
+    (out_name, out_meta): (&str, &TensorMeta),
+    float_only: bool,
+    max_plane: usize,
+) -> Result<Option<Planes>, LowerError> {
+    if in_meta.dtype != out_meta.dtype
+        || (float_only && !in_meta.dtype.is_float())
+        || in_meta.dtype.is_complex()
+        || in_meta.shape.len() != 4
+    {
+        return Err(req.unsupported(format!("{} {:?}", in_meta.dtype, in_meta.shape)));
+    }
+    let d = dev(req, in_meta.dtype)?;
+    let (h, w) = (in_meta.shape[2] as i64, in_meta.shape[3] as i64);
+    let (oh, ow) = (out_meta.shape[2] as i64, out_meta.shape[3] as i64);
+    let rows = (in_meta.shape[0] * in_meta.shape[1]) as i64;
+    program.declare(in_name, d, &in_meta.shape, HbmRole::Input);
+    program.declare(out_name, d, &out_meta.shape, HbmRole::Output);
+    if rows == 0 || oh == 0 || ow == 0 {
+        return Ok(None);
+    }
+    let max = max_plane as i64;
+    if h * w > max || h * ow > max || oh * ow > max {
+        return Err(req.unsupported("plane exceeds the SBUF budget".into()));
+    }
+    Ok(Some(Planes { d, h, w, oh, ow, rows }))
+}
+
 /// Nearest upsampling as two separable gathers of whole columns then whole rows: the index maps
 /// depend only on the shapes and scales, so each affine run of a map is one VectorE
 /// `tensor_copy` whose access pattern repeats (step 0) or strides over the source.
@@ -338,27 +389,19 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
     let (in_name, in_meta) = req.arg::<TensorArg>(0, "input")?;
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
-    let scales: Vec<Option<f64>> = match req.opt::<Vec<f64>>(2, "scale_factors")? {
-        Some(f) if f.len() == 2 => f.into_iter().map(Some).collect(),
-        None => vec![None, None],
-        Some(f) => return Err(req.unsupported(format!("scale_factors {f:?}"))),
-    };
-    if in_meta.dtype != out_meta.dtype || in_meta.dtype.is_complex() || in_meta.shape.len() != 4 {
-        return Err(req.unsupported(format!("{} {:?}", in_meta.dtype, in_meta.shape)));
-    }
-    let d = dev(req, in_meta.dtype)?;
-    let (h, w) = (in_meta.shape[2] as i64, in_meta.shape[3] as i64);
-    let (oh, ow) = (out_meta.shape[2] as i64, out_meta.shape[3] as i64);
-    let rows = (in_meta.shape[0] * in_meta.shape[1]) as i64;
+    let scales = scale_factors(req, 2)?;
     let mut program = Program::new(target);
-    program.declare(in_name, d, &in_meta.shape, HbmRole::Input);
-    program.declare(out_name, d, &out_meta.shape, HbmRole::Output);
-    if rows == 0 || oh == 0 || ow == 0 {
+    let Some(Planes { d, h, w, oh, ow, rows }) = upsample_planes(
+        req,
+        &mut program,
+        (in_name, in_meta),
+        (out_name, out_meta),
+        false,
+        MAX_PLANE,
+    )?
+    else {
         return Ok(Lowered::new(program));
-    }
-    if h * w > MAX_PLANE as i64 || h * ow > MAX_PLANE as i64 || oh * ow > MAX_PLANE as i64 {
-        return Err(req.unsupported("plane exceeds the SBUF budget".into()));
-    }
+    };
     let hmap = nearest_map(h, oh, scales[0]);
     let wmap = nearest_map(w, ow, scales[1]);
     let tgt = target.params();
@@ -369,14 +412,9 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
     let y_off = alloc.alloc((oh * ow) as usize * size as usize)?;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
-        let src = AccessPattern::hbm(in_name, d, (r0 * h * w) as u64, p, h * w, vec![[1, h * w]]);
-        e.push(
-            Engine::Dma,
-            dma(AccessPattern::sbuf(d, 0, p, x_off, vec![[1, h * w]]), src),
-        );
+    e.row_tiles(rows, parts, |e, r0, p| {
+        let x = AccessPattern::sbuf(d, 0, p, x_off, vec![[1, h * w]]);
+        e.load_planes((in_name, d, h * w), r0, x);
         // Columns: T[:, :, o] = X[:, :, wmap[o]].
         for (o0, len, i0, step) in affine_runs(&wmap) {
             let dst = AccessPattern::sbuf(d, 0, p, t_off + o0 as u64 * size, vec![[ow, h], [1, len]]);
@@ -395,13 +433,12 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
             );
             e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
         }
-        let dst = AccessPattern::hbm(out_name, d, (r0 * oh * ow) as u64, p, oh * ow, vec![[1, oh * ow]]);
-        e.push(
-            Engine::Dma,
-            dma(dst, AccessPattern::sbuf(d, 0, p, y_off, vec![[1, oh * ow]])),
+        e.store_planes(
+            (out_name, d, oh * ow),
+            r0,
+            AccessPattern::sbuf(d, 0, p, y_off, vec![[1, oh * ow]]),
         );
-        r0 += p as i64;
-    }
+    });
     Ok(Lowered::new(e.finish()))
 }
 
@@ -464,31 +501,13 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
     let out_name = req.output_tensor(0)?;
     let out_meta = req.tensor(out_name)?;
     let align = req.arg::<bool>(2, "align_corners")?;
-    let scales: Vec<Option<f64>> = match req.opt::<Vec<f64>>(3, "scale_factors")? {
-        Some(f) if f.len() == 2 => f.into_iter().map(Some).collect(),
-        None => vec![None, None],
-        Some(f) => return Err(req.unsupported(format!("scale_factors {f:?}"))),
-    };
-    if in_meta.dtype != out_meta.dtype
-        || !in_meta.dtype.is_float()
-        || in_meta.dtype.is_complex()
-        || in_meta.shape.len() != 4
-    {
-        return Err(req.unsupported(format!("{} {:?}", in_meta.dtype, in_meta.shape)));
-    }
-    let d = dev(req, in_meta.dtype)?;
-    let (h, w) = (in_meta.shape[2] as i64, in_meta.shape[3] as i64);
-    let (oh, ow) = (out_meta.shape[2] as i64, out_meta.shape[3] as i64);
-    let rows = (in_meta.shape[0] * in_meta.shape[1]) as i64;
+    let scales = scale_factors(req, 3)?;
     let mut program = Program::new(target);
-    program.declare(in_name, d, &in_meta.shape, HbmRole::Input);
-    program.declare(out_name, d, &out_meta.shape, HbmRole::Output);
-    if rows == 0 || oh == 0 || ow == 0 {
+    let Some(Planes { d, h, w, oh, ow, rows }) =
+        upsample_planes(req, &mut program, (in_name, in_meta), (out_name, out_meta), true, 8192)?
+    else {
         return Ok(Lowered::new(program));
-    }
-    if h * w > 8192 || h * ow > 8192 || oh * ow > 8192 {
-        return Err(req.unsupported("plane exceeds the SBUF budget".into()));
-    }
+    };
     let hw = linear_weights(h, oh, align, scales[0], d);
     let ww = linear_weights(w, ow, align, scales[1], d);
     let tgt = target.params();
@@ -515,14 +534,9 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
     };
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
-        let src = AccessPattern::hbm(in_name, d, (r0 * h * w) as u64, p, h * w, vec![[1, h * w]]);
-        e.push(
-            Engine::Dma,
-            dma(AccessPattern::sbuf(f, 0, p, x_off, vec![[1, h * w]]), src),
-        );
+    e.row_tiles(rows, parts, |e, r0, p| {
+        let x = AccessPattern::sbuf(f, 0, p, x_off, vec![[1, h * w]]);
+        e.load_planes((in_name, d, h * w), r0, x);
         for (o, &(i0, i1, l0, l1)) in ww.iter().enumerate() {
             let t = AccessPattern::sbuf(f, 0, p, t_off + o as u64 * 4, vec![[ow, h]]);
             let x0 = AccessPattern::sbuf(f, 0, p, x_off + i0 as u64 * 4, vec![[w, h]]);
@@ -540,10 +554,8 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
         let z = AccessPattern::sbuf(d, 0, p, z_off, vec![[1, oh * ow]]);
         let y = AccessPattern::sbuf(f, 0, p, y_off, vec![[1, oh * ow]]);
         e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: z.clone(), src: y }));
-        let dst = AccessPattern::hbm(out_name, d, (r0 * oh * ow) as u64, p, oh * ow, vec![[1, oh * ow]]);
-        e.push(Engine::Dma, dma(dst, z));
-        r0 += p as i64;
-    }
+        e.store_planes((out_name, d, oh * ow), r0, z);
+    });
     Ok(Lowered::new(e.finish()))
 }
 
@@ -605,13 +617,11 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
     let asz = acc_d.size() as i64;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
-        let src = AccessPattern::hbm(in_name, d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
-        e.push(
-            Engine::Dma,
-            dma(AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]), src),
+    e.row_tiles(rows, parts, |e, r0, p| {
+        e.load_planes(
+            (in_name, d, plane_in),
+            r0,
+            AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]),
         );
         let acc = AccessPattern::sbuf(acc_d, 0, p, a_off, vec![[1, plane_out]]);
         e.push(
@@ -664,10 +674,8 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
                 src: acc,
             }),
         );
-        let dst = AccessPattern::hbm(out_name, d, (r0 * plane_out) as u64, p, plane_out, vec![[1, plane_out]]);
-        e.push(Engine::Dma, dma(dst, y));
-        r0 += p as i64;
-    }
+        e.store_planes((out_name, d, plane_out), r0, y);
+    });
     Ok(Lowered::new(e.finish()))
 }
 

@@ -11,7 +11,7 @@
 //! windows are `[⌊o·I/O⌋, ⌈(o+1)·I/O⌉)`. One DMA stores the planes.
 
 use super::binary::dev;
-use super::tile::{Emitter, SbufAllocator, dma, ts, tt};
+use super::tile::{Emitter, SbufAllocator, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
@@ -195,13 +195,11 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let z_off = alloc.alloc(kmax as usize * 4)?;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
-        let src = AccessPattern::hbm(in_name, in_d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
-        e.push(
-            Engine::Dma,
-            dma(AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]), src),
+    e.row_tiles(rows, parts, |e, r0, p| {
+        e.load_planes(
+            (in_name, in_d, plane_in),
+            r0,
+            AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]),
         );
         if seq_acc || int_div {
             let zd = if int_div { DType::F32 } else { out_d };
@@ -350,20 +348,12 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let y = AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]]);
             e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: y, src: nf }));
         }
-        let dst = AccessPattern::hbm(
-            out_name,
-            out_d,
-            (r0 * plane_out) as u64,
-            p,
-            plane_out,
-            vec![[1, plane_out]],
+        e.store_planes(
+            (out_name, out_d, plane_out),
+            r0,
+            AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]]),
         );
-        e.push(
-            Engine::Dma,
-            dma(dst, AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]])),
-        );
-        r0 += p as i64;
-    }
+    });
     Ok(Lowered::new(e.finish()))
 }
 
@@ -485,9 +475,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let dense = |dt: DType, off: u64, p: usize| AccessPattern::sbuf(dt, 0, p, off, vec![[1, plane_out]]);
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
+    e.row_tiles(rows, parts, |e, r0, p| {
         // Padded input tile.
         if plane_pad != plane_in {
             let op = Op::Memset(trnsim::Memset {
@@ -504,8 +492,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             x_off + interior as u64 * 4,
             (0..k).map(|j| [pstr[j], ishape[j]]).collect(),
         );
-        let src = AccessPattern::hbm(in_name, in_d, (r0 * plane_in) as u64, p, plane_in, vec![[1, plane_in]]);
-        e.push(Engine::Dma, dma(dst, src));
+        e.load_planes((in_name, in_d, plane_in), r0, dst);
         // Running max = −inf, running index = the first in-bounds position.
         let op = Op::Memset(trnsim::Memset {
             dst: dense(DType::F32, m_off, p),
@@ -606,26 +593,9 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             src: dense(DType::F32, m_off, p),
         });
         e.push(Engine::Vector, op);
-        let dst = AccessPattern::hbm(
-            out_name,
-            out_d,
-            (r0 * plane_out) as u64,
-            p,
-            plane_out,
-            vec![[1, plane_out]],
-        );
-        e.push(Engine::Dma, dma(dst, dense(out_d, v_off, p)));
-        let dst = AccessPattern::hbm(
-            idx_name,
-            idx_d,
-            (r0 * plane_out) as u64,
-            p,
-            plane_out,
-            vec![[1, plane_out]],
-        );
-        e.push(Engine::Dma, dma(dst, dense(DType::I32, i_off, p)));
-        r0 += p as i64;
-    }
+        e.store_planes((out_name, out_d, plane_out), r0, dense(out_d, v_off, p));
+        e.store_planes((idx_name, idx_d, plane_out), r0, dense(DType::I32, i_off, p));
+    });
     Ok(Lowered::new(e.finish()))
 }
 
@@ -679,9 +649,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     let b_off = alloc.alloc(plane_out as usize * 4)?;
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
+    e.row_tiles(rows, parts, |e, r0, p| {
         let z = AccessPattern::sbuf(out_d, 0, p, z_off, vec![[1, plane_in]]);
         e.push(
             Engine::Vector,
@@ -690,36 +658,12 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 value: 0.0,
             }),
         );
-        let dst = AccessPattern::hbm(
-            out_name,
-            out_d,
-            (r0 * plane_in) as u64,
-            p,
-            plane_in,
-            vec![[1, plane_in]],
-        );
-        e.push(Engine::Dma, dma(dst, z));
+        e.store_planes((out_name, out_d, plane_in), r0, z);
         if plane_out > 0 {
             let g = AccessPattern::sbuf(go_d, 0, p, g_off, vec![[1, plane_out]]);
-            let src = AccessPattern::hbm(
-                go_name,
-                go_d,
-                (r0 * plane_out) as u64,
-                p,
-                plane_out,
-                vec![[1, plane_out]],
-            );
-            e.push(Engine::Dma, dma(g, src));
+            e.load_planes((go_name, go_d, plane_out), r0, g);
             let ix = AccessPattern::sbuf(DType::I32, 0, p, i_off, vec![[1, plane_out]]);
-            let src = AccessPattern::hbm(
-                ix_name,
-                ix_d,
-                (r0 * plane_out) as u64,
-                p,
-                plane_out,
-                vec![[1, plane_out]],
-            );
-            e.push(Engine::Dma, dma(ix.clone(), src));
+            e.load_planes((ix_name, ix_d, plane_out), r0, ix.clone());
             let base = AccessPattern::sbuf(DType::I32, 0, p, b_off, vec![[1, plane_out]]);
             let op = Op::Iota(Iota {
                 dst: base.clone(),
@@ -748,8 +692,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 e.push(Engine::Dma, op);
             }
         }
-        r0 += p as i64;
-    }
+    });
     Ok(Lowered::new(e.finish()))
 }
 
@@ -811,9 +754,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     let mut e = Emitter::new(program);
     let parts = tgt.partitions as i64;
     let iw = ishape[1];
-    let mut r0 = 0i64;
-    while r0 < rows {
-        let p = (rows - r0).min(parts) as usize;
+    e.row_tiles(rows, parts, |e, r0, p| {
         let acc = AccessPattern::sbuf(acc_d, 0, p, a_off, vec![[1, plane_in]]);
         e.push(
             Engine::Vector,
@@ -824,15 +765,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
         );
         if plane_out > 0 {
             let g = AccessPattern::sbuf(DType::F32, 0, p, g_off, vec![[1, plane_out]]);
-            let src = AccessPattern::hbm(
-                go_name,
-                go_d,
-                (r0 * plane_out) as u64,
-                p,
-                plane_out,
-                vec![[1, plane_out]],
-            );
-            e.push(Engine::Dma, dma(g, src));
+            e.load_planes((go_name, go_d, plane_out), r0, g);
         }
         for oh in 0..oshape[0] as usize {
             for ow in 0..oshape[1] as usize {
@@ -879,16 +812,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
                 src: acc,
             }),
         );
-        let dst = AccessPattern::hbm(
-            out_name,
-            out_d,
-            (r0 * plane_in) as u64,
-            p,
-            plane_in,
-            vec![[1, plane_in]],
-        );
-        e.push(Engine::Dma, dma(dst, y));
-        r0 += p as i64;
-    }
+        e.store_planes((out_name, out_d, plane_in), r0, y);
+    });
     Ok(Lowered::new(e.finish()))
 }

@@ -25,7 +25,7 @@
 use super::binary::dev;
 use super::compensated;
 use super::promote::{self, Category};
-use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, dma};
+use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, dma, loop_base, next_position};
 // The SBUF buffer type and instruction builders live in tile.rs; re-exported for the lowerings
 // that import them from here.
 pub use super::tile::{Buf, imm, ts, tt};
@@ -213,12 +213,7 @@ impl Layout {
         let part = &self.kept[pd];
         let mut counter = vec![0usize; loops.len()];
         loop {
-            let mut base = vec![0i64; self.ops];
-            for (d, &i) in loops.iter().zip(&counter) {
-                for (b, s) in base.iter_mut().zip(&d.strides) {
-                    *b += s * i as i64;
-                }
-            }
+            let base = loop_base(&vec![0i64; self.ops], &loops, &counter);
             let mut p0 = 0;
             while p0 < part.size {
                 let rows = (part.size - p0).min(partitions);
@@ -229,17 +224,8 @@ impl Layout {
                 });
                 p0 += rows;
             }
-            let mut d = loops.len();
-            loop {
-                if d == 0 {
-                    return tiles;
-                }
-                d -= 1;
-                counter[d] += 1;
-                if counter[d] < loops[d].size {
-                    break;
-                }
-                counter[d] = 0;
+            if !next_position(&mut counter, &loops) {
+                return tiles;
             }
         }
     }
@@ -292,27 +278,13 @@ fn chunk_into(base: Vec<i64>, dims: Vec<Dim>, max_free: usize, out: &mut Vec<Chu
     let loops = &dims[..k - f];
     let mut counter = vec![0usize; loops.len()];
     loop {
-        let mut b = base.clone();
-        for (d, &i) in loops.iter().zip(&counter) {
-            for (bb, s) in b.iter_mut().zip(&d.strides) {
-                *bb += s * i as i64;
-            }
-        }
+        let b = loop_base(&base, loops, &counter);
         out.push(Chunk {
             base: b,
             dims: free.iter().filter(|d| d.size != 1).cloned().collect(),
         });
-        let mut d = loops.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            counter[d] += 1;
-            if counter[d] < loops[d].size {
-                break;
-            }
-            counter[d] = 0;
+        if !next_position(&mut counter, loops) {
+            return;
         }
     }
 }
@@ -612,14 +584,8 @@ fn emit_reduce(
             let w = ch.elems();
             load_chunk(ctx, &x, &call.input, in_dev, rt, ch);
             if call.kind == Kind::Any {
-                ctx.e.tensor_scalar(
-                    Engine::Vector,
-                    x.at(p, 0, w),
-                    x.at(p, 0, w),
-                    AluOp::NotEqual,
-                    Scalar::Imm(0.0),
-                    None,
-                );
+                ctx.e
+                    .tensor_scalar_imm(Engine::Vector, x.at(p, 0, w), x.at(p, 0, w), AluOp::NotEqual, 0.0);
             }
             reduce_chunk(ctx, engine, &x, p, w, red, &parts, c);
         }
@@ -627,13 +593,12 @@ fn emit_reduce(
         let _ = p_all;
         if call.kind == Kind::Mean {
             let inv = inv_or_inf(n as f64);
-            ctx.e.tensor_scalar(
+            ctx.e.tensor_scalar_imm(
                 Engine::Vector,
                 parts.at(p, 0, 1),
                 parts.at(p, 0, 1),
                 AluOp::Multiply,
-                Scalar::Imm(inv),
-                None,
+                inv,
             );
         }
         store_col(ctx, &parts, 0, &call.outs[0].0, out_dev, rt);
@@ -693,14 +658,8 @@ fn emit_var(
         if chunks.is_empty() {
             // Empty rows: 0 · (1/0) = NaN, as PyTorch.
             memset(&mut ctx.e, v, col(5), 0.0);
-            ctx.e.tensor_scalar(
-                v,
-                st.at(p, 5, 1),
-                st.at(p, 5, 1),
-                AluOp::Multiply,
-                Scalar::Imm(1e39),
-                None,
-            );
+            ctx.e
+                .tensor_scalar_imm(v, st.at(p, 5, 1), st.at(p, 5, 1), AluOp::Multiply, 1e39);
             store_col(ctx, &st, 5, &call.outs[0].0, out_dev, rt);
             continue;
         }
@@ -712,33 +671,20 @@ fn emit_var(
             reduce_chunk(ctx, v, x, p, w, Red::Sum, &parts, c);
         }
         finish_partials(ctx, v, &parts, p, chunks.len(), Red::Sum);
-        ctx.e.tensor_scalar(
-            v,
-            st.at(p, 0, 1),
-            parts.at(p, 0, 1),
-            AluOp::Multiply,
-            Scalar::Imm(inv_n),
-            None,
-        );
+        ctx.e
+            .tensor_scalar_imm(v, st.at(p, 0, 1), parts.at(p, 0, 1), AluOp::Multiply, inv_n);
         // flag = (max − min ≥ 2⁵⁰); scale = flag·2⁻⁶⁴ + (1 − flag); 1/scale = flag·2⁶⁴ + (1 − flag)
         reduce_into(&mut ctx.e, &mx, p, chunks.len(), AluOp::Max, &st, 3);
         reduce_into(&mut ctx.e, &mn, p, chunks.len(), AluOp::Min, &st, 1);
         ctx.e.push(v, tt(col(3), col(3), col(1), AluOp::Subtract));
-        ctx.e.tensor_scalar(
-            v,
-            st.at(p, 3, 1),
-            st.at(p, 3, 1),
-            AluOp::IsGe,
-            Scalar::Imm(2f64.powi(50)),
-            None,
-        );
-        ctx.e.tensor_scalar(
+        ctx.e
+            .tensor_scalar_imm(v, st.at(p, 3, 1), st.at(p, 3, 1), AluOp::IsGe, 2f64.powi(50));
+        ctx.e.tensor_scalar_imm2(
             v,
             st.at(p, 7, 1),
             st.at(p, 3, 1),
-            AluOp::Multiply,
-            Scalar::Imm(-1.0),
-            Some((AluOp::Add, Scalar::Imm(1.0))),
+            (AluOp::Multiply, -1.0),
+            (AluOp::Add, 1.0),
         );
         ctx.e.scalar_tensor_tensor(
             v,
@@ -788,7 +734,7 @@ fn emit_var(
             // S1 += Σdh
             reduce_into(e, &ex[0], p, w, AluOp::Add, &s1, c);
             // Veltkamp split dh = hh + hl (12 + 12 bits)
-            e.tensor_scalar(v, ca, aa, AluOp::Multiply, Scalar::Imm(4097.0), None);
+            e.tensor_scalar_imm(v, ca, aa, AluOp::Multiply, 4097.0);
             e.tensor_tensor(v, da, ca, aa, AluOp::Subtract);
             e.tensor_tensor(v, ca, ca, da, AluOp::Subtract);
             e.tensor_tensor(v, da, aa, ca, AluOp::Subtract);
@@ -814,14 +760,8 @@ fn emit_var(
         reduce_into(&mut ctx.e, &s1, p, k, AluOp::Add, &st, 6);
         // t = L − S1·S1/N
         ctx.e.push(v, tt(col(7), col(6), col(6), AluOp::Multiply));
-        ctx.e.tensor_scalar(
-            v,
-            st.at(p, 7, 1),
-            st.at(p, 7, 1),
-            AluOp::Multiply,
-            Scalar::Imm(inv_n),
-            None,
-        );
+        ctx.e
+            .tensor_scalar_imm(v, st.at(p, 7, 1), st.at(p, 7, 1), AluOp::Multiply, inv_n);
         ctx.e.push(v, tt(col(7), col(5), col(7), AluOp::Subtract));
         compensated::finite_or_zero(&mut ctx.e, &sc, p, col(7));
         compensated::div_pair(&mut ctx.e, &sc, p, col(4), Some(col(7)), denom, col(5));
@@ -989,13 +929,12 @@ fn emit_argminmax(
         e.tensor_tensor(v, u.at(p, 0, w), vals.at(p, 0, w), vals.at(p, 0, w), AluOp::NotEqual);
         e.tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), u.at(p, 0, w), AluOp::Max);
         // t = (t − 1) · (−BIG) + ids  → ids where selected, ids + BIG elsewhere
-        e.tensor_scalar(
+        e.tensor_scalar_imm2(
             v,
             t.at(p, 0, w),
             t.at(p, 0, w),
-            AluOp::Subtract,
-            Scalar::Imm(1.0),
-            Some((AluOp::Multiply, Scalar::Imm(-BIG))),
+            (AluOp::Subtract, 1.0),
+            (AluOp::Multiply, -BIG),
         );
         e.tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), ids.at(p, 0, w), AluOp::Add);
         e.push(
@@ -1192,15 +1131,14 @@ fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usi
     e.tensor_tensor(v, t1.at(p, 0, w), x.at(p, 0, w), t1.at(p, 0, w), AluOp::Subtract);
     e.tensor_tensor(v, t1.at(p, 0, w), t1.at(p, 0, w), t2.at(p, 0, w), AluOp::Add);
     // mask = |e| ≥ 2⁻⁵³·|S|  (false for NaN e)
-    e.tensor_scalar(
+    e.tensor_scalar_imm2(
         v,
         t2.at(p, 0, w),
         s.at(p, 0, w),
-        AluOp::Abs,
-        Scalar::Imm(0.0),
-        Some((AluOp::Multiply, Scalar::Imm(2f64.powi(-53)))),
+        (AluOp::Abs, 0.0),
+        (AluOp::Multiply, 2f64.powi(-53)),
     );
-    e.tensor_scalar(v, c.at(p, 0, w), t1.at(p, 0, w), AluOp::Abs, Scalar::Imm(0.0), None);
+    e.tensor_scalar_imm(v, c.at(p, 0, w), t1.at(p, 0, w), AluOp::Abs, 0.0);
     e.tensor_tensor(v, mask.at(p, 0, w), c.at(p, 0, w), t2.at(p, 0, w), AluOp::IsGe);
     // t2 = mask ? e : 0
     memset(e, v, t2.cols(p, 0, w), 0.0);
@@ -1305,13 +1243,12 @@ fn emit_reduce_spread(
             .tensor_tensor(v, tot.at(1, 0, 1), tot.at(1, 0, 1), parts.at(1, 0, 1), red.alu());
     }
     if call.kind == Kind::Mean {
-        ctx.e.tensor_scalar(
+        ctx.e.tensor_scalar_imm(
             v,
             tot.at(1, 0, 1),
             tot.at(1, 0, 1),
             AluOp::Multiply,
-            Scalar::Imm(inv_or_inf(n as f64)),
-            None,
+            inv_or_inf(n as f64),
         );
     }
     store_col(ctx, tot, 0, &call.outs[0].0, out_dev, &one);

@@ -51,6 +51,16 @@ impl View {
         }
     }
 
+    /// The view with one `(size, stride)` per dim, from the start of the data.
+    pub fn of(dims: Vec<(usize, i64)>) -> View {
+        let (shape, strides) = dims.into_iter().unzip();
+        View {
+            shape,
+            strides,
+            offset: 0,
+        }
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -229,20 +239,15 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             }
             let mut seen = vec![false; nd];
             let c = contig(s);
-            let (mut shape, mut strides) = (Vec::new(), Vec::new());
+            let mut dims_out = Vec::new();
             for &d in &dims {
                 let d = req.wrap_dim(1, "dims", d, nd)?;
                 if std::mem::replace(&mut seen[d], true) {
                     return Err(req.invalid(format!("repeated dim in permute {dims:?}")));
                 }
-                shape.push(s[d]);
-                strides.push(c[d]);
+                dims_out.push((s[d], c[d]));
             }
-            v = View {
-                shape,
-                strides,
-                offset: 0,
-            };
+            v = View::of(dims_out);
         }
         "expand" => {
             let sizes = req.opt::<IntOrList>(1, "size")?.unwrap_or_default().0;
@@ -251,29 +256,22 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             }
             let lead = sizes.len() - nd;
             let c = contig(s);
-            let (mut shape, mut strides) = (Vec::new(), Vec::new());
+            let mut dims_out = Vec::new();
             for (i, &want) in sizes.iter().enumerate() {
                 if i < lead {
-                    shape.push(size(req, want, "expanded size")?);
-                    strides.push(0);
+                    dims_out.push((size(req, want, "expanded size")?, 0));
                     continue;
                 }
                 let have = s[i - lead];
                 if want == -1 || want as usize == have {
-                    shape.push(have);
-                    strides.push(c[i - lead]);
+                    dims_out.push((have, c[i - lead]));
                 } else if have == 1 {
-                    shape.push(size(req, want, "expanded size")?);
-                    strides.push(0);
+                    dims_out.push((size(req, want, "expanded size")?, 0));
                 } else {
                     return Err(req.invalid(format!("cannot expand {s:?} to {sizes:?}")));
                 }
             }
-            v = View {
-                shape,
-                strides,
-                offset: 0,
-            };
+            v = View::of(dims_out);
         }
         "squeeze.dim" | "squeeze.dims" => {
             let dims = if req.op == "squeeze.dim" {
@@ -421,18 +419,12 @@ fn single_view(req: &LowerRequest<'_>, meta: &TensorMeta) -> Result<View, LowerE
             padded.extend_from_slice(s);
             let c = contig(&padded);
             // Output dim i (size rᵢ·sᵢ) is split into [rᵢ (source stride 0), sᵢ (stride cᵢ)].
-            let (mut shape, mut strides) = (Vec::new(), Vec::new());
+            let mut dims_out = Vec::new();
             for (i, &r) in reps.iter().enumerate() {
-                shape.push(size(req, r, "repeat count")?);
-                strides.push(0);
-                shape.push(padded[i]);
-                strides.push(c[i]);
+                dims_out.push((size(req, r, "repeat count")?, 0));
+                dims_out.push((padded[i], c[i]));
             }
-            v = View {
-                shape,
-                strides,
-                offset: 0,
-            };
+            v = View::of(dims_out);
         }
         other => return Err(LowerError::NotLowered(other.to_string())),
     }

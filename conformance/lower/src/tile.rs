@@ -314,12 +314,7 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
     let loops = &region.dims[..k - f - 1];
     let mut counter = vec![0usize; loops.len()];
     loop {
-        let mut base = region.base.clone();
-        for (d, &i) in loops.iter().zip(&counter) {
-            for (b, s) in base.iter_mut().zip(&d.strides) {
-                *b += s * i as i64;
-            }
-        }
+        let base = loop_base(&region.base, loops, &counter);
         let mut p0 = 0;
         while p0 < part.size {
             let rows = (part.size - p0).min(limits.partitions);
@@ -331,19 +326,37 @@ fn plan_into(region: Region, limits: TileLimits, jobs: &mut Vec<TileJob>) {
             });
             p0 += rows;
         }
-        // Next loop index (odometer, innermost fastest).
-        let mut d = loops.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            counter[d] += 1;
-            if counter[d] < loops[d].size {
-                break;
-            }
-            counter[d] = 0;
+        if !next_position(&mut counter, loops) {
+            return;
         }
+    }
+}
+
+/// The per-operand base offsets at loop position `counter` over `loops`: `base + Σ counterᵢ·strideᵢ`.
+pub fn loop_base<D: std::borrow::Borrow<Dim>>(base: &[i64], loops: &[D], counter: &[usize]) -> Vec<i64> {
+    let mut out = base.to_vec();
+    for (d, &i) in loops.iter().zip(counter) {
+        for (b, s) in out.iter_mut().zip(&d.borrow().strides) {
+            *b += s * i as i64;
+        }
+    }
+    out
+}
+
+/// Steps `counter` to the next position over `loops` (an odometer, innermost fastest); false
+/// once every position has been visited.
+pub fn next_position<D: std::borrow::Borrow<Dim>>(counter: &mut [usize], loops: &[D]) -> bool {
+    let mut d = loops.len();
+    loop {
+        if d == 0 {
+            return false;
+        }
+        d -= 1;
+        counter[d] += 1;
+        if counter[d] < loops[d].borrow().size {
+            return true;
+        }
+        counter[d] = 0;
     }
 }
 
@@ -464,6 +477,38 @@ impl Buf {
     pub fn shaped(&self, p: usize, free: Vec<[i64; 2]>) -> AccessPattern {
         AccessPattern::sbuf(self.dtype, 0, p, self.slot.offset, free)
     }
+}
+
+/// Planes `r0..r0 + parts` of HBM tensor `name` (`dtype`, `plane` contiguous elements each), one
+/// per partition.
+fn hbm_planes((name, dtype, plane): (&str, DType, i64), r0: i64, parts: usize) -> AccessPattern {
+    AccessPattern::hbm(name, dtype, (r0 * plane) as u64, parts, plane, vec![[1, plane]])
+}
+
+/// `parts` rows of HBM tensor `name` on partitions, from element `offset` on, `pstride` elements
+/// apart, `len` contiguous elements each (the plain row-tile DMA side).
+pub fn hbm_rows(name: &str, dtype: DType, offset: usize, parts: usize, pstride: usize, len: usize) -> AccessPattern {
+    AccessPattern::hbm(name, dtype, offset as u64, parts, pstride as i64, vec![[1, len as i64]])
+}
+
+/// The transposing read: partition `k` (of `parts`) takes element `offset + k` of `rows` rows
+/// that lie `row_stride` elements apart (a column per partition).
+pub fn hbm_cols(
+    name: &str,
+    dtype: DType,
+    offset: usize,
+    parts: usize,
+    row_stride: usize,
+    rows: usize,
+) -> AccessPattern {
+    AccessPattern::hbm(
+        name,
+        dtype,
+        offset as u64,
+        parts,
+        1,
+        vec![[row_stride as i64, rows as i64]],
+    )
 }
 
 /// `dst = src` by DMA: a plain copy (no accumulation, no indirection), converting to `dst`'s dtype.
@@ -678,14 +723,39 @@ impl Emitter {
         self.push(engine, op)
     }
 
-    /// `dst = s0 op0 src` (`tensor_scalar`, one stage, the operand order reversed).
-    pub fn tensor_scalar_rev(
+    /// `dst = src op v` with an immediate `v` (`tensor_scalar`, one ALU stage).
+    pub fn tensor_scalar_imm(
         &mut self,
         engine: Engine,
         dst: impl Operand,
         src: impl Operand,
-        op0: AluOp,
+        op: AluOp,
+        v: f64,
+    ) -> usize {
+        self.tensor_scalar(engine, dst, src, op, Scalar::Imm(v), None)
+    }
+
+    /// `dst = (src op0 v0) op1 v1` with immediates (`tensor_scalar`, two ALU stages).
+    pub fn tensor_scalar_imm2(
+        &mut self,
+        engine: Engine,
+        dst: impl Operand,
+        src: impl Operand,
+        (op0, v0): (AluOp, f64),
+        (op1, v1): (AluOp, f64),
+    ) -> usize {
+        self.tensor_scalar(engine, dst, src, op0, Scalar::Imm(v0), Some((op1, Scalar::Imm(v1))))
+    }
+
+    /// `dst = s0 op0 src` (`tensor_scalar`, one stage, the operand order reversed; the arguments
+    /// in the expression's order).
+    pub fn tensor_scalar_rev(
+        &mut self,
+        engine: Engine,
+        dst: impl Operand,
         s0: Scalar,
+        op0: AluOp,
+        src: impl Operand,
     ) -> usize {
         self.push(engine, ts_rev(dst.ap(), src.ap(), op0, s0.operand()))
     }
@@ -739,6 +809,31 @@ impl Emitter {
         in1: impl Operand,
     ) -> usize {
         self.push(engine, stt(dst.ap(), src.ap(), op0, s0, op1, in1.ap()))
+    }
+
+    /// `body(self, r0, p)` per tile of ≤ `parts` of `rows` rows on partitions (`r0` the tile's
+    /// first row, `p` its rows), in order.
+    pub fn row_tiles(&mut self, rows: i64, parts: i64, mut body: impl FnMut(&mut Emitter, i64, usize)) {
+        let mut r0 = 0i64;
+        while r0 < rows {
+            let p = (rows - r0).min(parts) as usize;
+            body(self, r0, p);
+            r0 += p as i64;
+        }
+    }
+
+    /// The DMA of planes `r0..` of HBM tensor `name` (`dtype`, `plane` contiguous elements each)
+    /// into `dst`, one plane per partition of `dst`.
+    pub fn load_planes(&mut self, (name, dtype, plane): (&str, DType, i64), r0: i64, dst: AccessPattern) -> usize {
+        let src = hbm_planes((name, dtype, plane), r0, dst.partitions);
+        self.push(Engine::Dma, dma(dst, src))
+    }
+
+    /// The DMA of `src`, one plane per partition, to planes `r0..` of HBM tensor `name` (`dtype`,
+    /// `plane` contiguous elements each).
+    pub fn store_planes(&mut self, (name, dtype, plane): (&str, DType, i64), r0: i64, src: AccessPattern) -> usize {
+        let dst = hbm_planes((name, dtype, plane), r0, src.partitions);
+        self.push(Engine::Dma, dma(dst, src))
     }
 
     /// `dst = value` on every element (`memset`).

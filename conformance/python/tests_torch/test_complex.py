@@ -10,11 +10,7 @@ import trnsim.torch
 TOL = {"rtol": 1.3e-6, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_device")
 
 
 def _bits(z):

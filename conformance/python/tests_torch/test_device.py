@@ -16,9 +16,7 @@ EXAMPLES = os.path.join(HERE, "..", "examples", "torch")
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
+def _clean(fresh_device):
     yield
     trnsim.torch.set_fallback(False)
 

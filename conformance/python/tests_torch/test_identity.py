@@ -10,9 +10,7 @@ from trnsim.torch import _device
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
+def _clean(fresh_device):
     yield
     torch.__future__.set_swap_module_params_on_conversion(False)
 

@@ -17,9 +17,7 @@ DEV = "trnsim"
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
+def _clean(fresh_device):
     yield
     trnsim.torch.set_fallback(False)
 

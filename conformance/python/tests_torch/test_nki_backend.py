@@ -19,9 +19,7 @@ LABEL = f"nki:{EXAMPLE}"
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
+def _clean(fresh_device):
     yield
     trnsim.torch.set_backend("lowering")
     trnsim.torch.set_fallback(False)

@@ -5,12 +5,7 @@ import pytest
 import torch
 import trnsim.torch
 
-
-@pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_device")
 
 
 def dev(t):

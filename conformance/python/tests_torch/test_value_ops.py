@@ -14,11 +14,7 @@ import trnsim.torch
 D = "trnsim"
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    trnsim.torch.set_fallback(False)
-    trnsim.torch.reset_report()
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_device")
 
 
 def dev(t):

@@ -67,6 +67,19 @@ pub enum Unrun {
     Refused(crate::expect::ErrorKind, String),
 }
 
+impl Unrun {
+    /// What it says, whatever the kind.
+    pub fn into_message(self) -> String {
+        let (Unrun::NotLowered(m)
+        | Unrun::NotProvided(m)
+        | Unrun::Unsupported(m)
+        | Unrun::Fail(m)
+        | Unrun::Error(m)
+        | Unrun::Refused(_, m)) = self;
+        m
+    }
+}
+
 /// Runs cases. `Send + Sync`: one backend serves all the runner's threads.
 pub trait Backend: Send + Sync {
     /// A short name for reports (`sim-trn1`, `process-torch`, `nki:examples/x.py`, …).

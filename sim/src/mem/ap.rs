@@ -84,21 +84,25 @@ pub struct AccessPattern {
 impl AccessPattern {
     /// An SBUF operand.
     pub fn sbuf(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
-        AccessPattern {
-            mem: MemSpace::Sbuf,
-            dtype,
-            start_partition,
-            partitions,
-            partition_step: 0,
-            offset,
-            free,
-        }
+        Self::on_chip(MemSpace::Sbuf, dtype, start_partition, partitions, offset, free)
     }
 
     /// A PSUM operand.
     pub fn psum(dtype: DType, start_partition: usize, partitions: usize, offset: u64, free: Vec<FreeDim>) -> Self {
+        Self::on_chip(MemSpace::Psum, dtype, start_partition, partitions, offset, free)
+    }
+
+    /// An operand of the on-chip memory `mem` (partition-addressed: no partition step).
+    fn on_chip(
+        mem: MemSpace,
+        dtype: DType,
+        start_partition: usize,
+        partitions: usize,
+        offset: u64,
+        free: Vec<FreeDim>,
+    ) -> Self {
         AccessPattern {
-            mem: MemSpace::Psum,
+            mem,
             dtype,
             start_partition,
             partitions,
@@ -156,20 +160,7 @@ impl AccessPattern {
     /// Smallest and largest element offset (relative to `offset`) reached within one partition,
     /// or `None` when the pattern addresses nothing.
     pub fn free_extent(&self) -> Option<(i64, i64)> {
-        let mut lo = 0i64;
-        let mut hi = 0i64;
-        for &[step, num] in &self.free {
-            if num <= 0 {
-                return None;
-            }
-            let span = step.saturating_mul(num - 1);
-            if span < 0 {
-                lo = lo.saturating_add(span);
-            } else {
-                hi = hi.saturating_add(span);
-            }
-        }
-        Some((lo, hi))
+        dims_extent(&self.free)
     }
 
     /// Element offsets (relative to the partition's base) of the free pattern, in order.
@@ -248,6 +239,25 @@ impl std::fmt::Display for AccessPattern {
         }
         Ok(())
     }
+}
+
+/// Smallest and largest element offset (relative to the start) that `[step, num]` dims reach,
+/// saturating; `None` when a dim is empty (the dims address nothing).
+pub fn dims_extent(dims: &[[i64; 2]]) -> Option<(i64, i64)> {
+    let mut lo = 0i64;
+    let mut hi = 0i64;
+    for &[step, num] in dims {
+        if num <= 0 {
+            return None;
+        }
+        let span = step.saturating_mul(num - 1);
+        if span < 0 {
+            lo = lo.saturating_add(span);
+        } else {
+            hi = hi.saturating_add(span);
+        }
+    }
+    Some((lo, hi))
 }
 
 #[cfg(test)]
