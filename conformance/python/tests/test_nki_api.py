@@ -109,6 +109,55 @@ def test_every_instruction_has_the_kernel_line():
     assert run.stats is not None and run.trace_s > 0
 
 
+def test_a_long_unrolled_kernel_names_each_instruction_line_as_python_does():
+    # trnsim finds a call's source line by bisecting the code object's line table (frame_line):
+    # CPython's f_lineno rescans the table from the start, quadratic over an unrolled kernel.
+    # Lines are checked against f_lineno, and each instruction against the line that issued it,
+    # across multi-line calls, blank lines and a second kernel compiled to the same id slot.
+    from trnsim.nki._core import frame_line
+
+    n = 3000
+    body = ["def long_kernel(a):", "    t = nl.load(a)"]
+    want = {}
+    for i in range(n):
+        if i % 7 == 0:
+            body += ["", "    # a comment"]
+        if i % 5 == 0:
+            body += ["    t = nl.add(", "        t,", f"        {i % 3},", "    )"]
+            want[i] = len(body) - 3  # a call over several lines: its first line
+        else:
+            body.append(f"    t = nl.add(t, {i % 3})")
+            want[i] = len(body)
+    body += ["    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)", "    nl.store(out, t)", "    return out"]
+    seen = []
+
+    def probe():
+        f = sys._getframe(1)
+        seen.append((frame_line(f), f.f_lineno))
+
+    for _ in range(2):
+        ns = {"nl": nl, "probe": probe}
+        exec(compile("\n".join(body) + "\n", "long_kernel.py", "exec"), ns)  # noqa: S102 (the test's own source)
+        got = nki.jit(ns["long_kernel"])(np.zeros((2, 3), np.float32))
+        np.testing.assert_array_equal(got, np.full((2, 3), sum(i % 3 for i in range(n)), np.float32))
+        adds = [ins["loc"] for ins in trnsim.nki.last_run().program["instructions"] if ins["engine"] != "dma"]
+        assert len(adds) == n, len(adds)
+        lines = [int(loc.rsplit(":", 1)[1]) for loc in adds]
+        assert all(lo < hi for lo, hi in zip(lines, lines[1:]))
+        for i in (0, 1, 5, 6, 7, n // 2, n - 1):
+            assert lines[i] == want[i], (i, lines[i], want[i])
+        probe()
+        assert seen[-1][0] == seen[-1][1]
+    # f_lineno itself over a long function, every line
+    src = "def f(probe):\n" + "".join(f"    probe(){'  # x' if i % 2 else ''}\n" for i in range(2000))
+    ns = {}
+    exec(compile(src, "probe_lines.py", "exec"), ns)  # noqa: S102 (the test's own source)
+    seen.clear()
+    ns["f"](probe)
+    assert len(seen) == 2000 and all(a == b for a, b in seen)
+    assert [a for a, _ in seen] == list(range(2, 2002))
+
+
 def test_to_program_gives_runnable_json():
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     kr = trnsim.nki.to_program(copy_kernel, (x,))

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 from . import _targets
-from ._core import _TRN_NAME, NkiError
+from ._core import _TRN_NAME, NkiError, frame_line
 
 _ITEMSIZE = {name: dt.itemsize for dt, name in _TRN_NAME.items() if dt is not None}
 
@@ -184,7 +184,7 @@ def _declaration_site():
     while f is not None:
         fn = f.f_code.co_filename
         if not os.path.abspath(fn).startswith(_PKG_DIR):
-            site.append((fn, f.f_lineno))
+            site.append((fn, frame_line(f)))
         f = f.f_back
     return tuple(site)
 

@@ -7,10 +7,12 @@ docs/isa.md) and returns a `View` of a freshly allocated tile. Nothing is comput
 exist in the simulator.
 """
 
+import bisect
 import linecache
 import math
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -197,6 +199,31 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _INSIDE = {}  # co_filename -> (inside this package?, basename)
 _LOC_SRC = {}  # "file:line" -> (filename, lineno), for naming tiles after their source line
+# id(code object) -> (weak reference to it, its instruction offsets, their lines). Keyed by id:
+# hashing a code object hashes its constants, as long as the kernel.
+_LINE_TABLES = {}
+
+
+def frame_line(f):
+    """`f.f_lineno`, found by bisection. CPython 3.11 (measured) computes `f_lineno` by scanning
+    the code object's line table from its start, unless a profiler or tracer is installed: one
+    lookup costs time in proportion to how far into the function the frame is. A kernel emitted
+    as one unrolled function of 15,000 NKI calls, each naming its source line, then traced in
+    time quadratic in its length (about 3 minutes instead of 5 seconds). The table of the code
+    object's instruction offsets and lines is built once per code object instead."""
+    code = f.f_code
+    key = id(code)
+    table = _LINE_TABLES.get(key)
+    if table is None or table[0]() is not code:
+        starts, lines = [], []
+        for start, _end, line in code.co_lines():
+            starts.append(start)
+            lines.append(line)
+        ref = weakref.ref(code, lambda _r, key=key: _LINE_TABLES.pop(key, None))
+        table = _LINE_TABLES[key] = (ref, starts, lines)
+    i = bisect.bisect_right(table[1], f.f_lasti) - 1
+    line = table[2][i] if i >= 0 else None
+    return f.f_lineno if line is None else line
 
 
 def caller_loc():
@@ -208,10 +235,11 @@ def caller_loc():
         if known is None:
             known = _INSIDE[fn] = (os.path.abspath(fn).startswith(_PKG_DIR), os.path.basename(fn))
         if not known[0]:
-            loc = f"{known[1]}:{f.f_lineno}"
+            line = frame_line(f)
+            loc = f"{known[1]}:{line}"
             if loc not in _LOC_SRC:
-                _LOC_SRC[loc] = (fn, f.f_lineno)
-            return loc, fn, f.f_lineno
+                _LOC_SRC[loc] = (fn, line)
+            return loc, fn, line
         f = f.f_back
     return None, None, None
 
