@@ -173,3 +173,71 @@ fn hundred_point_transforms_are_sliced() {
     let e = rms_error(&out, &want);
     assert!(e <= 2.1, "c2r: RMS error {e:.3}u");
 }
+
+/// `e^{2πi·m/N}` in f64 with the quarter turns exact (`cos`, `sin` of 0, ±π/2, π are 0 or ±1),
+/// so that outputs whose exact value is 0 (the imaginary parts at DC and Nyquist) are 0 here too.
+fn unit_exact(m: usize, n: usize) -> (f64, f64) {
+    let m = m % n;
+    let (c, s) = unit(m, n);
+    let c = if 4 * m == n || 4 * m == 3 * n { 0.0 } else { c };
+    let s = if m == 0 || 2 * m == n { 0.0 } else { s };
+    (c, s)
+}
+
+/// `|y − o| / ulp_f32(o)`, subnormal spacing below the normal range (conformance/src/accuracy.rs).
+fn ulps(y: f32, o: f64) -> f64 {
+    let a = o.abs().max(f32::MIN_POSITIVE as f64);
+    (y as f64 - o).abs() / 2f64.powi(a.log2().floor() as i32 - 23)
+}
+
+/// The device's max-ulp error of onesided r2c transforms against the f64 DFT must be at most 2×
+/// PyTorch CPU's (pocketfft) on the same inputs (docs/numerics.md "FFT accuracy", the target of
+/// the fresh-input gap). The CPU figures are measured with torch 2.15.0 `torch.fft.rfft` on the
+/// same `inputs(b·n, seed)` rows against the same f64 DFT (quarter turns exact).
+///
+/// Device today (trn1): `(2, 1000)` 1,531 ulps against 763 (ratio 2.01, failing), `(4, 7)` 7.5
+/// against 8.0, `(4, 16)` 7.3 against 4.3 (1.7), `(3, 100)` 1,149 against 3,197. In the NumPy
+/// emulation of the lowering only exact products with an extended-precision sum (Ozaki-style,
+/// not built) keeps the fresh corpus within 2×; ignored until then, run with `--include-ignored`.
+#[test]
+#[ignore = "fails today: the FFT lowering's max-ulp error is over 2x pocketfft's (docs/numerics.md, FFT accuracy)"]
+fn max_ulp_within_twice_pocketfft() {
+    // (rows, N, seed, pocketfft max ulp)
+    let cases = [
+        (2usize, 1000usize, 2126u64, 763.37),
+        (4, 7, 2126, 8.0),
+        (4, 16, 2126, 4.34),
+        (3, 100, 2127, 3196.7),
+    ];
+    let mut failures = Vec::new();
+    for (b, n, seed, cpu) in cases {
+        let h = n / 2 + 1;
+        let x = inputs(b * n, seed);
+        let out = run(
+            "_fft_r2c",
+            (&[b, n], &x),
+            (TorchDType::C64, &[b, h]),
+            &[1],
+            0,
+            Value::Bool(true),
+        );
+        let mut dev = 0.0f64;
+        for r in 0..b {
+            for k in 0..h {
+                let (mut re, mut im) = (0.0, 0.0);
+                for l in 0..n {
+                    let (c, s) = unit_exact(l * k, n);
+                    re += x[r * n + l] as f64 * c;
+                    im -= x[r * n + l] as f64 * s;
+                }
+                let i = 2 * (r * h + k);
+                dev = dev.max(ulps(out[i], re)).max(ulps(out[i + 1], im));
+            }
+        }
+        eprintln!("({b}, {n}) seed {seed}: device max {dev:.2} ulp, pocketfft {cpu}");
+        if dev > 2.0 * cpu {
+            failures.push(format!("({b}, {n}): device {dev:.2} ulp > 2 x {cpu}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
