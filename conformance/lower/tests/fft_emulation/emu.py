@@ -4,6 +4,7 @@ switchable, measured against the golden oracle in ulps like conformance/src/accu
 
 import glob
 import json
+import os
 import sys
 
 import numpy as np
@@ -222,7 +223,7 @@ VARS = {
 
 def main(gdir, names):
     rows = {}
-    for f in sorted(glob.glob(gdir + "/cases/_fft_*/*.safetensors")):
+    for f in sorted(glob.glob(os.path.join(gdir, "cases", "_fft_*", "*.safetensors"))):
         t = load_file(f)
         if "oracle.0" not in t:
             continue

@@ -1,6 +1,7 @@
 # ruff: noqa: E402, UP031
 import glob
 import json
+import os
 import sys
 
 import numpy as np
@@ -12,7 +13,7 @@ from safetensors.numpy import load_file
 
 for g in sys.argv[1:]:  # fresh golden directories (docs/numerics.md, "FFT accuracy")
     fam = {}
-    for f in sorted(glob.glob(g + "/cases/_fft_*/*.safetensors")):
+    for f in sorted(glob.glob(os.path.join(g, "cases", "_fft_*", "*.safetensors"))):
         t = load_file(f)
         if "oracle.0" not in t:
             continue
