@@ -41,7 +41,9 @@ def best_of(n, f):
     return min(times), out
 
 
-def run_json(text, inputs, target="trn1"):
+def run_json(text, inputs, target=None):
+    """The program straight from its JSON, on its own target unless one is given (the front-end
+    traces for its default target, so the baseline runs what the front-end ran)."""
     return trnsim.run(trnsim.Program.from_json(text), inputs, target=target)
 
 

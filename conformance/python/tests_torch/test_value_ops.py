@@ -394,6 +394,74 @@ def test_foreach_addcdiv_with_a_list_of_scalars_as_adam_foreach_calls_it():
     same(da, a, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("weight", [0.1, 0.0, -0.0, 0.4999999, 0.5, 0.9, 1.0, -0.3, 1.7, 3, float("inf"), float("nan")])
+@pytest.mark.parametrize("shapes", [((4, 33), (4, 33)), ((4, 33), (33,)), ((1, 5), (3, 1)), ((), (6,))])
+def test_lerp_with_a_number_weight_is_three_ops_bit_identical_to_the_decomposition(weight, shapes):
+    """``lerp.Scalar`` in float32 (AdamW's ``exp_avg.lerp_``): sub, mul, add on the engines, the
+    same bits as PyTorch's decomposition run op by op on the device, and close to the CPU."""
+    from trnsim.torch import _device
+
+    g = torch.Generator().manual_seed(len(shapes[0]) * 5 + len(shapes[1]))
+    a, b = (torch.randn(s, generator=g) * 4 for s in shapes)
+    if a.numel() >= 4:
+        a.view(-1)[:4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 3.0e38])
+    if b.numel() >= 4:
+        b.view(-1)[:4] = torch.tensor([1.0, float("inf"), 2.0, -3.0e38])
+    got = on_engines(torch.lerp, a, b, weight, syncs=0)
+    rep = trnsim.torch.report()
+    assert sum(e.get("programs", 0) for e in rep["ops"].values()) == 3, rep["ops"]
+    assert {k for k, e in rep["ops"].items() if e.get("programs")} == {"sub.Tensor", "mul.Tensor", "add.Tensor"}
+    want = _device._decomposition(torch.ops.aten.lerp.Scalar)(dev(a), dev(b), weight).cpu()
+    assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), (got.cpu(), want)
+    same(got, torch.lerp(a, b, weight), rtol=1e-5, atol=1e-5)
+
+
+def test_lerp_in_place_and_other_dtypes_keep_pytorchs_decomposition():
+    g = torch.Generator().manual_seed(9)
+    a, b = torch.randn(8, 3, generator=g), torch.randn(8, 3, generator=g)
+    da = dev(a.clone())
+    on_engines(lambda: da.lerp_(dev(b), 0.1), syncs=0)  # AdamW's first moment
+    assert torch.equal(da.cpu(), _device_lerp_reference(a, b, 0.1))
+    for dtype in (torch.bfloat16, torch.float16):
+        x, y = a.to(dtype), b.to(dtype)
+        same(on_engines(torch.lerp, x, y, 0.7, syncs=0), torch.lerp(x, y, 0.7), rtol=2e-2, atol=2e-2)
+    w = torch.rand(8, 3, generator=g)
+    same(on_engines(torch.lerp, a, b, w, syncs=0), torch.lerp(a, b, w), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.lerp(dev(a), dev(b.to(torch.bfloat16)), 0.5)
+
+
+@pytest.mark.parametrize("op", ["addcmul", "addcdiv"])
+@pytest.mark.parametrize("value", [1, 0.001, -0.37, 2.5e-5, 1e30, float("nan")])
+@pytest.mark.parametrize("shapes", [((5, 7), (5, 7), (5, 7)), ((5, 7), (7,), (5, 1)), ((), (3,), ())])
+def test_addcmul_addcdiv_with_a_number_value_are_bit_identical_to_the_decomposition(op, value, shapes):
+    """Adam's ``exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)`` and
+    ``param.addcdiv_(exp_avg, denom, value=-step_size)``: three programs, the decomposition's bits."""
+    from trnsim.torch import _device
+
+    g = torch.Generator().manual_seed(len(shapes[1]) * 3 + len(shapes[2]))
+    x, a, b = (torch.randn(s, generator=g) * 3 for s in shapes)
+    if b.numel() >= 3:
+        b.view(-1)[:3] = torch.tensor([0.0, float("inf"), -1e-38])
+    fn = getattr(torch, op)
+    got = on_engines(lambda *t: fn(*t, value=value), x, a, b, syncs=0)
+    rep = trnsim.torch.report()
+    assert sum(e.get("programs", 0) for e in rep["ops"].values()) == 3, rep["ops"]
+    want = _device._decomposition(getattr(torch.ops.aten, op).default)(dev(x), dev(a), dev(b), value=value).cpu()
+    assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), (got.cpu(), want)
+    same(got, fn(x, a, b, value=value), rtol=1e-5, atol=1e-5)
+    dx = dev(x.clone()) if x.shape == torch.broadcast_shapes(x.shape, a.shape, b.shape) else None
+    if dx is not None:
+        getattr(dx, op + "_")(dev(a), dev(b), value=value)
+        assert torch.equal(dx.cpu().view(torch.int32), want.view(torch.int32))
+
+
+def _device_lerp_reference(a, b, w):
+    from trnsim.torch import _device
+
+    return _device._decomposition(torch.ops.aten.lerp.Scalar)(dev(a), dev(b), w).cpu()
+
+
 # ---------------------------------------------------------------------------------------------
 # EmbeddingBag
 

@@ -9,6 +9,19 @@
   a correctly rounded float32 reciprocal equals the float64 one rounded to float32 for every
   float32 scale (double rounding is innocuous for division when the wider format has at least
   2p + 2 bits: 53 ≥ 2·24 + 2), so the inverse scale is bit-identical to PyTorch's.
+* ``lerp`` with a number weight (Adam's and AdamW's first moment, ``exp_avg.lerp_(grad, 1 - beta1)``),
+  float32: PyTorch's own decomposition (``torch._refs.lerp``) as three lowered ops instead of its
+  nine (``new_full``, ``abs``, ``ge``, two ``where``, ``sub``, ``mul``, ``add``). The decomposition
+  picks its coefficient and base with an element-wise ``where`` on a 0-d tensor holding the
+  weight; the weight is an argument, so the choice is made once on the host, with the same float32
+  arithmetic (``|w| >= 0.5``: ``w - 1`` and ``end``, else ``w`` and ``start``), and the engines
+  compute ``coeff * (end - start) + base`` with the same roundings: the results are bit-identical
+  to the decomposition's (tests_torch/test_value_ops.py). Other dtypes and a tensor weight take
+  the decomposition.
+* ``addcmul`` and ``addcdiv`` with a number ``value`` (the second moment and the update of Adam and
+  AdamW), float32: the decomposition's ops (``self + value * tensor1 * tensor2``, ``/`` for
+  ``addcdiv``, in that order) called directly, without its Python reference wrappers: the same
+  three programs and bits, at less host cost.
 * the fused optimizer kernels (``Adam(fused=True)``, ``AdamW``, ``SGD``, ``Adagrad``) are refused
   with an error that names the op, the call site and the workaround (``foreach=True``, which runs
   on the device's ``_foreach_*`` ops).
@@ -49,6 +62,52 @@ def _update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_fact
     scale.copy_(new_scale)
     growth_tracker.copy_(new_tracker.to(growth_tracker.dtype))
     return scale
+
+
+def _lerp_scalar(start, end, weight):
+    """``lerp.Scalar`` (module docstring): three lowered ops for float32, else the decomposition."""
+    if isinstance(end, torch.Tensor) and start.dtype != end.dtype:
+        # PyTorch's own check (its kernel's; the decomposition would promote instead).
+        raise RuntimeError(f"expected dtype {start.dtype} for `end` but got dtype {end.dtype}")
+    fast = (
+        isinstance(start, _device.TrnsimTensor)
+        and isinstance(end, _device.TrnsimTensor)
+        and start.dtype == end.dtype == torch.float32
+        and isinstance(weight, (int, float))
+        and not isinstance(weight, bool)
+    )
+    if not fast:
+        return _device._decomposition(aten.lerp.Scalar)(start, end, weight)
+    # The decomposition's `start.new_full((), weight)` and `where(|w| >= 0.5, w - 1, w)`, in
+    # float32 on the host: a scalar argument, not data.
+    w = torch.tensor(weight, dtype=torch.float32)
+    coeff, base = (float(w - 1), end) if bool(w.abs() >= 0.5) else (float(w), start)
+    return aten.add.Tensor(aten.mul.Tensor(aten.sub.Tensor(end, start), coeff), base)
+
+
+EXTRA_FORMS[aten.lerp.Scalar] = _lerp_scalar
+
+
+def _addc(name, combine):
+    packet = getattr(aten, name)
+
+    def form(self, tensor1, tensor2, *, value=1):
+        """``addcmul``/``addcdiv`` (module docstring): the decomposition's ops for float32."""
+        ts = (self, tensor1, tensor2)
+        fast = (
+            all(isinstance(t, _device.TrnsimTensor) and t.dtype == torch.float32 for t in ts)
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+        )
+        if not fast:
+            return _device._decomposition(packet.default)(self, tensor1, tensor2, value=value)
+        return aten.add.Tensor(self, combine(aten.mul.Tensor(tensor1, value), tensor2))
+
+    return form
+
+
+EXTRA_FORMS[aten.addcmul.default] = _addc("addcmul", aten.mul.Tensor)
+EXTRA_FORMS[aten.addcdiv.default] = _addc("addcdiv", aten.div.Tensor)
 
 
 _FUSED = {
