@@ -8,8 +8,8 @@ for attention the probabilities fed to the second matmul), stated at each check.
 
 The MX-FP8 matmul runs on trn3 (NeuronCore-v4 is the only generation with MX).
 
-Not here yet, each blocked by work on another branch (the exact missing piece is in the skip):
-double-row FP8 matmul, top-k, and an LNC=2 sendrecv exchange."""
+Not here yet, each blocked by a missing piece of the simulator (named in the skip): double-row FP8
+matmul and top-k."""
 
 import sys
 
@@ -399,9 +399,66 @@ def test_topk():
     pass
 
 
-@pytest.mark.skip(
-    reason="needs the two-core LNC=2 simulation with sendrecv (the relsim branch, not yet in main); "
-    "until then nisa.sendrecv is refused"
-)
-def test_lnc2_sendrecv_exchange():
-    pass
+def test_lnc2_sendrecv_exchange(cur):
+    """LNC=2, the two physical cores running concurrently: each core scales its block of rows,
+    sends it to the other core with `sendrecv` and receives the other's, subtracts the two (core
+    c computes y_c - y_other), then a second exchange (another pipe) gives each core the other's
+    difference, and each stores both: out[c] = (y_c - y_o, y_o - y_c). Reference: NumPy in fp32
+    (one rounding per multiply and subtract, as the engines do)."""
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def exchange(x):
+        rows = x.shape[0] // 2
+        out = nl.ndarray((2, 2, rows, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        other = 1 - c
+        mine = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        theirs = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=x[c * rows : (c + 1) * rows, :])
+        nisa.tensor_scalar(dst=mine, data=mine, op0=nl.multiply, operand0=3.0)
+        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=other, recv_from_rank=other, pipe_id=0)
+        diff = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=diff, data1=mine, data2=theirs, op=nl.subtract)
+        got = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(src=diff, dst=got, send_to_rank=other, recv_from_rank=other, pipe_id=1)
+        nisa.dma_copy(dst=out[c, 0], src=diff)
+        nisa.dma_copy(dst=out[c, 1], src=got)
+        return out
+
+    r = np.random.default_rng(17)
+    x = r.standard_normal((256, 64)).astype(np.float32)
+    got = exchange[2](x)
+    y = x * np.float32(3)
+    d0, d1 = y[:128] - y[128:], y[128:] - y[:128]
+    np.testing.assert_array_equal(got, np.stack([np.stack([d0, d1]), np.stack([d1, d0])]))
+    prog = trnsim.nki.last_run().program
+    assert {i.get("core", 0) for i in prog["instructions"]} == {0, 1}
+    assert sum("core_barrier" in i["op"] for i in prog["instructions"]) == 4  # 2 exchanges x 2 cores
+
+
+def test_lnc2_sendrecv_moves_each_cores_tile(cur):
+    """What each core receives is exactly the other core's tile (bf16, no arithmetic), and a core
+    may send to itself."""
+    nki, nl, nisa = cur
+
+    def make(to_self):
+        @nki.jit
+        def swap(x):
+            rows = x.shape[0] // 2
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            c = nl.program_id(0)
+            peer = c if to_self else 1 - c
+            t = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            u = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[c * rows : (c + 1) * rows, :])
+            nisa.sendrecv(t, u, peer, peer, 0)
+            nisa.dma_copy(dst=out[c * rows : (c + 1) * rows, :], src=u)
+            return out
+
+        return swap
+
+    r = np.random.default_rng(18)
+    x = _bf16(r, (256, 96))
+    np.testing.assert_array_equal(make(False)[2](x), np.concatenate([x[128:], x[:128]]))
+    np.testing.assert_array_equal(make(True)[2](x), x)

@@ -154,6 +154,8 @@ def test_lnc_bracket_is_not_an_spmd_grid(cur):
 
 
 def test_lnc2_cores_that_share_written_bytes_are_refused(cur):
+    """The two cores run concurrently: two writes of the same bytes with no barrier between them
+    are a race the simulator reports, naming both instructions and the tensor."""
     nki, nl, nisa = cur
 
     @nki.jit
@@ -166,8 +168,90 @@ def test_lnc2_cores_that_share_written_bytes_are_refused(cur):
 
     a = np.ones((128, 8), np.float32)
     np.testing.assert_array_equal(both_write_everything[1](a), a)
-    with pytest.raises(NkiError, match=r"LNC=2\): physical core 1 touches bytes of HBM tensor 'out'"):
+    with pytest.raises(trnsim.SimError, match=r"write-after-write race .* on HBM tensor `out`.*two physical cores"):
         both_write_everything[2](a)
+    prog = trnsim.nki.last_run().program
+    assert {i.get("core", 0) for i in prog["instructions"]} == {0, 1}
+
+
+def test_lnc2_runs_as_two_cores_and_a_barrier_orders_their_exchange(cur):
+    """Each core doubles its half of `x` into a shared tensor; after a core_barrier pair each reads
+    the other core's half: out[c] = 2 x[1 - c]. The program is one two-core program (core 1's
+    instructions carry `core: 1`), and without the barrier the simulator reports the race."""
+    nki, nl, nisa = cur
+
+    def make(barrier):
+        @nki.jit
+        def swap_halves(x):
+            half = x.shape[0] // 2
+            shared = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            c = nl.program_id(0)
+            t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[c * half : (c + 1) * half, :])
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=shared[c * half : (c + 1) * half, :], src=t)
+            if barrier:
+                nisa.core_barrier(shared, (0, 1))
+            o = 1 - c
+            u = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=u, src=shared[o * half : (o + 1) * half, :])
+            nisa.dma_copy(dst=out[c * half : (c + 1) * half, :], src=u)
+            return out
+
+        return swap_halves
+
+    x = np.arange(256 * 16, dtype=np.float32).reshape(256, 16)
+    got = make(True)[2](x)
+    np.testing.assert_array_equal(got, np.concatenate([2 * x[128:], 2 * x[:128]]))
+    prog = trnsim.nki.last_run().program
+    cores = [i.get("core", 0) for i in prog["instructions"]]
+    assert cores.count(0) == cores.count(1) and "core_barrier" in str(prog)
+    with pytest.raises(trnsim.SimError, match=r"reads memory nothing wrote: HBM tensor `shared`.*two physical cores"):
+        make(False)[2](x)
+
+
+def test_lnc2_barrier_and_sendrecv_errors(cur):
+    nki, nl, nisa = cur
+    a = np.ones((128, 8), np.float32)
+
+    def kernel(body):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            u = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            body(nl, nisa, out, t, u)
+            if nl.program_id(0) == 0:
+                nisa.dma_copy(dst=out, src=t)
+            return out
+
+        return k
+
+    with pytest.raises(NkiError, match=r"core_barrier synchronises the two physical cores .* runs on one core"):
+        kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(out, (0, 1)))[1](a)
+    with pytest.raises(NkiError, match=r"sendrecv synchronises the two physical cores"):
+        kernel(lambda nl, nisa, out, t, u: nisa.sendrecv(t, u, 1, 1, 0))(a)
+    with pytest.raises(NkiError, match=r"only cores=\(0, 1\) exists"):
+        kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(out, (0, 2)))[2](a)
+    with pytest.raises(NkiError, match=r"data must be a tensor in shared HBM"):
+        kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(t, (0, 1)))[2](a)
+    with pytest.raises(NkiError, match=r"core 0 reaches 1 barriers .* core 1 reaches 0"):
+        kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(out, (0, 1)) if nl.program_id(0) == 0 else None)[2](a)
+    with pytest.raises(NkiError, match=r"send_to_rank is 0 or 1"):
+        kernel(lambda nl, nisa, out, t, u: nisa.sendrecv(t, u, 2, 0, 0))[2](a)
+    with pytest.raises(NkiError, match=r"src must be a tile in SBUF"):
+        kernel(lambda nl, nisa, out, t, u: nisa.sendrecv(out, u, 1, 1, 0))[2](a)
+    with pytest.raises(NkiError, match=r"sends to core 1, but core 1's sendrecv #0 receives from core 1"):
+        # both cores send to core 1, and core 1 receives only from itself: core 0's tile is lost
+        kernel(lambda nl, nisa, out, t, u: nisa.sendrecv(t, u, 1, nl.program_id(0), 0))[2](a)
+    with pytest.raises(NkiError, match=r"multiple of 16 and each partition at most 1024 bytes"):
+        kernel(
+            lambda nl, nisa, out, t, u: nisa.sendrecv(
+                t[:8], u[:8], 1 - nl.program_id(0), 1 - nl.program_id(0), 0, dma_engine="gpsimd_dma"
+            )
+        )[2](a)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import inspect
 import itertools
 import json
 import os
+import re
 import sys
 import time
 import types
@@ -106,6 +107,32 @@ class KernelRun:
     def program_json(self):
         return json.dumps(self.program)
 
+    def _cross_core(self, e):
+        """Whether the race `e` names instructions of the two physical cores (LNC=2)."""
+        ins = self.program["instructions"]
+        cores = {ins[e.index].get("core", 0)} if e.index is not None and e.index < len(ins) else set()
+        m = re.search(r"with instruction #(\d+)", e.message)
+        if m and int(m.group(1)) < len(ins):
+            cores.add(ins[int(m.group(1))].get("core", 0))
+        return cores == {0, 1}
+
+    def _unordered_read(self, e):
+        """Whether `e` is a read of HBM bytes nothing wrote yet where the other physical core
+        writes that tensor (LNC=2: in program order core 0 runs before core 1 between barriers,
+        so a read of what the other core writes with no barrier between them fails this way)."""
+        ins = self.program["instructions"]
+        m = re.search(r"reads memory nothing wrote: HBM tensor `([^`]+)`", e.message)
+        if not m or e.index is None or e.index >= len(ins):
+            return False
+        me = ins[e.index].get("core", 0)
+        for i in ins:
+            ((_, f),) = i["op"].items()
+            dst = f.get("dst") if isinstance(f, dict) else None
+            mem = dst.get("mem") if isinstance(dst, dict) else None
+            if i.get("core", 0) != me and isinstance(mem, dict) and mem.get("hbm") == m.group(1):
+                return True
+        return False
+
     def run(self, target=None, numerics=None):
         import trnsim
 
@@ -121,6 +148,9 @@ class KernelRun:
             if e.index is None and "was not fully written" in e.message:
                 e.args = (str(e) + _PARTLY_WRITTEN,)
                 e.message += _PARTLY_WRITTEN
+            elif "race" in e.message and self._cross_core(e) or self._unordered_read(e):
+                e.args = (str(e) + _CROSS_CORE,)
+                e.message += _CROSS_CORE
             raise
         self.run_s = time.perf_counter() - t0
         self.stats = res.stats
@@ -140,6 +170,12 @@ class KernelRun:
         return tuple(outs)
 
 
+_CROSS_CORE = (
+    ". The two instructions run on the two physical cores of an LNC=2 kernel (kernel[2]), which run "
+    "concurrently: only a barrier orders one core's accesses after the other's (nisa.core_barrier on "
+    "the shared tensor, or a nisa.sendrecv exchange), else each core's access can come first"
+)
+
 _PARTLY_WRITTEN = (
     ". AWS's NKI simulator returns such an output with whatever its array held there (NaN or 4 "
     "for a fresh tensor); on a device those bytes are whatever HBM held, so trnsim refuses the run "
@@ -156,11 +192,12 @@ def _grid_dims(grid):
 
 def to_program(func, args, kwargs=None, grid=(), target="trn2", lnc=None, api="legacy"):
     """Trace `func(*args, **kwargs)` over the SPMD `grid` into a KernelRun (not yet executed).
-    `lnc=2` (the current API's `kernel[2]`): the two physical cores of a logical core, traced one
-    after the other; see `_check_lnc_independent`."""
+    `lnc=2` (the current API's `kernel[2]`): the two physical cores of a logical core, each
+    traced once (`program_id(0)` is the core) into one two-core program; see `_two_core_order`."""
     kwargs = kwargs or {}
     t0 = time.perf_counter()
     tr = Tracer(target, api)
+    tr.lnc = lnc or 1
     sig = inspect.signature(func)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -202,74 +239,90 @@ def to_program(func, args, kwargs=None, grid=(), target="trn2", lnc=None, api="l
             tr.program_id = pid
             tr.instance = i
             tr.shared_ordinal = 0
+            tr.exchange_ordinal = 0
             ret = func(*pos, **kw)
+            if tr.lnc > 1 and i > 0:
+                for ins in tr.instructions[starts[i] :]:
+                    ins["core"] = i  # the physical core whose queues, SBUF and PSUM run it
     finally:
         Tracer._current = prev
     code = getattr(func, "__code__", None)
     def_loc = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else None
-    if lnc is not None and lnc > 1:
-        _check_lnc_independent(tr, starts, def_loc)
+    if tr.lnc > 1:
+        tr.core_starts = starts
+        _check_exchanges(tr, def_loc)
     return _finish(tr, ret, param_arrays, time.perf_counter() - t0, def_loc)
 
 
-def _hbm_bytes(ap, sizes):
-    """The byte offsets of an HBM access pattern (None: the whole tensor, for an indirect one)."""
-    name = ap["mem"]["hbm"]
-    item = _core.as_dtype(_core.from_trn_name(ap["dtype"])).itemsize
-    e = np.zeros(1, np.int64)
-    dims = [[ap.get("partition_step", 0), ap.get("partitions", 1)]] + [list(f) for f in ap.get("free", [])]
-    for step, n in dims:
-        e = (e[:, None] + step * np.arange(n, dtype=np.int64)[None, :]).reshape(-1)
-    b = ap.get("offset", 0) + e * item
-    return name, (b[:, None] + np.arange(item, dtype=np.int64)[None, :]).reshape(-1).clip(0, sizes[name] - 1)
+def _is_barrier(ins):
+    return "core_barrier" in ins["op"]
 
 
-def _check_lnc_independent(tr, starts, def_loc):
-    """LNC=2 without a two-core simulator: the two cores' instructions run one after the other in
-    one program. That is exactly what two cores would compute only when neither core touches HBM
-    bytes the other writes (then no order between them can change a result), so check that, byte by
-    byte over every HBM access, and refuse the kernel otherwise."""
-    sizes = {st.name: max(1, int(np.prod(st.shape)) * st.dtype.itemsize) for st in tr.hbm}
-    touched = []  # per core: tensor -> (read mask, written mask)
-    bounds = list(starts) + [len(tr.instructions)]
-    for core in range(len(starts)):
-        masks = {}
-        for ins in tr.instructions[bounds[core] : bounds[core + 1]]:
-            ((_, fields),) = ins["op"].items()
-            indirect = "indirect" in fields
-            for key, v in fields.items():
-                if not (isinstance(v, dict) and isinstance(v.get("mem"), dict) and "hbm" in v["mem"]):
-                    continue
-                name = v["mem"]["hbm"]
-                r, w = masks.setdefault(name, (np.zeros(sizes[name], bool), np.zeros(sizes[name], bool)))
-                if indirect:
-                    idx = slice(None)
-                else:
-                    idx = _hbm_bytes(v, sizes)[1]
-                if key == "dst":
-                    w[idx] = True
-                    if fields.get("accumulate"):
-                        r[idx] = True
-                else:
-                    r[idx] = True
-        touched.append(masks)
-    for a in range(len(touched)):
-        for b in range(len(touched)):
-            if a == b:
-                continue
-            for name, (_, wa) in touched[a].items():
-                if name not in touched[b]:
-                    continue
-                rb, wb = touched[b][name]
-                if (wa & (rb | wb)).any():
-                    raise NkiError(
-                        f"kernel[2] (LNC=2): physical core {b} touches bytes of HBM tensor '{name}' that core {a} "
-                        "writes. trnsim does not simulate two cores at once yet; it runs the two cores one after the "
-                        "other, which gives what the hardware gives only when neither core reads or writes what the "
-                        "other writes, so it refuses this kernel rather than pick an order (sendrecv/core_barrier "
-                        "need the two-core simulation too)",
-                        def_loc,
-                    )
+def _check_exchanges(tr, def_loc):
+    """Both cores of an LNC=2 kernel must reach the same number of barriers (`core_barrier`, and
+    the one inside each `sendrecv`), and the n-th `sendrecv` of each core must name the other's
+    n-th as its partner: a barrier waits for its partner, so otherwise the cores wait forever."""
+    bounds = [*tr.core_starts, len(tr.instructions)]
+    counts = [sum(1 for ins in tr.instructions[bounds[c] : bounds[c + 1]] if _is_barrier(ins)) for c in (0, 1)]
+    if counts[0] != counts[1]:
+        raise NkiError(
+            f"kernel[2] (LNC=2): physical core 0 reaches {counts[0]} barriers (core_barrier, and one inside each "
+            f"sendrecv) and core 1 reaches {counts[1]}: each barrier waits for its partner on the other core, so "
+            "the cores would wait forever",
+            def_loc,
+        )
+    ex = getattr(tr, "exchanges", {})
+    for n, calls in sorted(ex.items()):
+        if set(calls) != {0, 1}:
+            only = next(iter(calls))
+            raise NkiError(
+                f"kernel[2] (LNC=2): sendrecv #{n} runs on core {only} only: its partner would wait forever",
+                calls[only]["loc"],
+            )
+        for c in (0, 1):
+            to = calls[c]["send_to"]
+            if calls[to]["recv_from"] != c:
+                raise NkiError(
+                    f"kernel[2] (LNC=2): sendrecv #{n} on core {c} sends to core {to}, but core {to}'s "
+                    f"sendrecv #{n} receives from core {calls[to]['recv_from']}: what core {c} sends would "
+                    "never be received",
+                    calls[c]["loc"],
+                )
+
+
+def _two_core_order(tr, pre):
+    """One program order for the two cores that the simulator can execute as written: each core's
+    instructions up to its next barrier, core 0's then core 1's, then the two barriers of the pair,
+    and so on (docs/timeline.md, "Two cores": values come from program order, and the race
+    detector checks that the concurrent cores cannot see anything else). The twin copies that
+    fill the parameters a kernel writes (`pre`) run on core 0 first; a barrier pair on each such
+    parameter orders them before core 1 reads it."""
+    bounds = [*tr.core_starts, len(tr.instructions)]
+    segs = []
+    for c in (0, 1):
+        cur, out = [], []
+        for ins in tr.instructions[bounds[c] : bounds[c + 1]]:
+            cur.append(ins)
+            if _is_barrier(ins):
+                out.append(cur)
+                cur = []
+        out.append(cur)
+        segs.append(out)
+    order = list(pre)
+    for ins in pre:
+        data = ins["op"]["dma_copy"]["dst"]
+        for c in (0, 1):
+            b = {"engine": "gpsimd", "op": {"core_barrier": {"data": data}}, "loc": ins.get("loc")}
+            if c:
+                b["core"] = 1
+            order.append(b)
+    for k in range(len(segs[0])):
+        a, b = segs[0][k], segs[1][k]
+        if k + 1 < len(segs[0]):
+            order += a[:-1] + b[:-1] + [a[-1], b[-1]]
+        else:
+            order += a + b
+    return order
 
 
 def _wrap_arg(tr, name, val, param_arrays):
@@ -337,7 +390,11 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
             inputs[st.name] = st.array
         else:
             hbm.append(dict(decl, role="output" if st.name in returned else "scratch"))
-    program = {"target": tr.target, "hbm": hbm, "instructions": pre + tr.instructions}
+    if getattr(tr, "lnc", 1) > 1:
+        order = _two_core_order(tr, pre)
+    else:
+        order = pre + tr.instructions
+    program = {"target": tr.target, "hbm": hbm, "instructions": order}
     kr = KernelRun(program, inputs, out_names, shape, inout, trace_s, device_args)
     kr.allocation = allocation  # per memory: tiles, peak live bytes, highest byte used, usable bytes
     kr.out_shapes = out_shapes  # a returned reshaped view comes back in its own shape

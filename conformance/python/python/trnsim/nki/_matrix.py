@@ -46,6 +46,8 @@ TESTS = {
     },
     "nki.isa": {
         "dma_copy": "K test_tensor_add_lnc2",
+        "core_barrier": "A test_lnc2_runs_as_two_cores_and_a_barrier_orders_their_exchange",
+        "sendrecv": "K test_lnc2_sendrecv_exchange",
         "tensor_copy": "K test_tiled_matmul_psum_accumulation",
         "memset": "K test_flash_attention_forward",
         "tensor_copy_predicated": "I test_tensor_copy_predicated",
@@ -156,7 +158,6 @@ TESTS = {
 }
 
 _NO_REGISTERS = "trnsim has no model of the engines' registers (VirtualRegister) yet"
-_TWO_CORES = "needs the two-core LNC=2 simulation (sendrecv and barriers between physical cores)"
 _GEN = "the instruction is not in the simulator yet (the NeuronCore-v3/v4 additions)"
 
 UNSUPPORTED = {
@@ -166,8 +167,6 @@ UNSUPPORTED = {
         "rand_get_state": ("not-yet", "the XORWOW generator state is not modelled"),
         "rand2": ("not-yet", "the XORWOW generator state is not modelled"),
         "exponential": ("not-yet", _GEN),
-        "core_barrier": ("not-yet", _TWO_CORES),
-        "sendrecv": ("not-yet", _TWO_CORES),
         **{
             r: ("not-yet", _NO_REGISTERS)
             for r in ("register_alloc", "register_move", "register_load", "register_store")

@@ -687,26 +687,95 @@ def nc_matmul_mx(
     emit("tensor", "nc_matmul_mx", fields, loc, reads=reads, writes=[dst])
 
 
-def _two_cores(what):
-    raise NkiError(
-        f"nisa.{what} exchanges data or synchronises between the two physical cores of an LNC=2 kernel: "
-        "trnsim does not simulate two cores at once yet, and refuses it rather than run one core's "
-        "half alone",
-        caller_loc()[0],
-    )
+def _lnc2(what, loc):
+    t = E.T()
+    if getattr(t, "lnc", 1) != 2:
+        raise NkiError(
+            f"nisa.{what} synchronises the two physical cores of an LNC=2 kernel (kernel[2], or "
+            "NEURON_LOGICAL_NC_CONFIG=2); this kernel runs on one core",
+            loc,
+        )
+    return t
 
 
-def core_barrier(*args, **kwargs):
-    """Refused until trnsim simulates the two physical cores of a logical core together."""
-    _two_cores("core_barrier")
+def _barrier_engine(engine, loc, what):
+    e = _legacy._eng(engine, "gpsimd")
+    if e not in ("gpsimd", "vector", "scalar"):
+        raise NkiError(f"nisa.{what} runs on the GpSimd, Vector or Scalar engine, not {e}", loc)
+    return e
 
 
-def sendrecv(*args, **kwargs):
-    """Refused until trnsim simulates the two physical cores of a logical core together."""
-    _two_cores("sendrecv")
+def core_barrier(data, cores=(0, 1), engine=_legacy.engine.unknown, name=None):
+    """Both physical cores of an LNC=2 kernel wait for each other: the n-th `core_barrier` of
+    core 0 pairs with the n-th of core 1, and what either core does after it comes after what
+    both did before it (the simulator's `core_barrier`, docs/isa.md §5.36). `data` is the shared
+    HBM tensor the cores synchronise on; only `cores=(0, 1)` exists."""
+    loc = caller_loc()[0]
+    _lnc2("core_barrier", loc)
+    if tuple(int(c) for c in cores) != (0, 1):
+        raise NkiError(f"nisa.core_barrier(cores={tuple(cores)}): only cores=(0, 1) exists (LNC=2)", loc)
+    if not isinstance(data, View) or data.base.on_chip:
+        raise NkiError("nisa.core_barrier's data must be a tensor in shared HBM (what the cores synchronise on)", loc)
+    e = _barrier_engine(engine, loc, "core_barrier")
+    emit(e, "core_barrier", {"data": data._ap(loc=loc)}, loc)
 
 
-core_barrier._trnsim_refused = sendrecv._trnsim_refused = "needs the two-core LNC=2 simulation"
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+    """Each physical core of an LNC=2 kernel sends its SBUF tile `src` to core `send_to_rank`
+    and receives core `recv_from_rank`'s into its own SBUF tile `dst`. trnsim moves the data the
+    way AWS documents the default `dma_engine.dma` mode (DMA with CoreBarrier synchronisation):
+    each core stores `src` into its slot of a shared HBM exchange tensor, the two cores meet at
+    a `core_barrier`, and each loads its sender's slot into `dst`. `pipe_id` groups exchanges on
+    the hardware; every sendrecv here is a full barrier, which orders at least as much."""
+    loc = caller_loc()[0]
+    t = _lnc2("sendrecv", loc)
+    for what, v in (("src", src), ("dst", dst)):
+        if not isinstance(v, View) or v.base.buffer != "sbuf":
+            raise NkiError(f"nisa.sendrecv's {what} must be a tile in SBUF", loc)
+    if src.dtype != dst.dtype:
+        raise NkiError(
+            f"nisa.sendrecv: src is {dtype_name(src.dtype)} and dst {dtype_name(dst.dtype)}; they must match", loc
+        )
+    if tuple(src.shape) != tuple(dst.shape):
+        raise NkiError(f"nisa.sendrecv: src is {list(src.shape)} and dst {list(dst.shape)}; they must match", loc)
+    ranks = []
+    for what, r in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank)):
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or int(r) not in (0, 1):
+            raise NkiError(f"nisa.sendrecv's {what} is 0 or 1 (the cores sharing the HBM stack), not {r!r}", loc)
+        ranks.append(int(r))
+    mode = str(getattr(dma_engine, "name", dma_engine) or "dma").lower()
+    if "gpsimd" in mode:
+        # AWS's limits of the GpSimd SB-to-SB mode (nki.isa.sendrecv, dma_engine=gpsimd_dma)
+        per = int(np.prod(src.shape[1:])) if len(src.shape) > 1 else 1
+        # (1024 bytes of a 32-bit type, 512 of a 16-bit one, 256 of an 8-bit one: 256 elements)
+        if src.shape[0] % 16 or per > 256:
+            raise NkiError(
+                "nisa.sendrecv(dma_engine=gpsimd_dma): the partition count must be a multiple of 16 and each "
+                "partition at most 1024 bytes of a 32-bit type, 512 of a 16-bit one, 256 of an 8-bit one",
+                loc,
+            )
+    core = t.instance
+    n = t.exchange_ordinal
+    t.exchange_ordinal += 1
+    ex = t.__dict__.setdefault("exchanges", {}).setdefault(n, {})
+    slots = t.__dict__.setdefault("exchange_tensors", {})
+    st = slots.get(n)
+    shape = (2, *src.shape)
+    if st is None:
+        st = slots[n] = t.new_hbm(shape, src.dtype, "exchange", f"sendrecv{n}", loc=loc)
+    elif st.shape != shape or st.dtype != src.dtype:
+        raise NkiError(
+            f"kernel[2] (LNC=2): sendrecv #{n} moves {list(src.shape)} {dtype_name(src.dtype)} on core {core} but "
+            f"{list(st.shape[1:])} {dtype_name(st.dtype)} on the other core",
+            loc,
+        )
+    ex[core] = {"send_to": ranks[0], "recv_from": ranks[1], "loc": loc}
+    full = View.full(st)
+    mine = full[core]
+    emit("dma", "dma_copy", {"dst": mine._ap(loc=loc), "src": src._ap(loc=loc)}, loc, reads=[src], writes=[mine])
+    emit("gpsimd", "core_barrier", {"data": full._ap(loc=loc)}, loc)
+    # the sender's slot: core recv_from_rank writes it before its barrier (traced later for core 0)
+    emit("dma", "dma_copy", {"dst": dst._ap(loc=loc), "src": full[ranks[1]]._ap(loc=loc)}, loc, writes=[dst])
 
 
 __all__ = [
