@@ -732,3 +732,27 @@ def test_nkiobject_configuration_objects_and_no_reorder(cur):
     a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
     np.testing.assert_array_equal(nki.simulate(k)(a), a[:, :4] * 3)
     assert "width=8" in repr(Cfg(width=8))
+
+
+def test_lnc2_parameter_written_in_place_by_both_cores(cur):
+    """A parameter the kernel writes is filled from its input twin on core 0 first; a barrier
+    pair orders that copy before core 1 touches it, so each core updates its half in place."""
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def double_in_place(x):
+        c = nl.program_id(0)
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[c * 128 : (c + 1) * 128, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=x[c * 128 : (c + 1) * 128, :], src=t)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[c * 128 : (c + 1) * 128, :], src=t)
+        return out
+
+    x = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
+    want = 2 * x
+    np.testing.assert_array_equal(double_in_place[2](x), want)
+    np.testing.assert_array_equal(x, want)
+    ops = [(next(iter(i["op"])), i.get("core", 0)) for i in trnsim.nki.last_run().program["instructions"]]
+    assert ops[:3] == [("dma_copy", 0), ("core_barrier", 0), ("core_barrier", 1)]
