@@ -1078,6 +1078,12 @@ impl<'a> Emitter<'a> {
                     out
                 }
             },
+            Op::NcMatmul(i) if !i.perf_mode.is_none() => {
+                return Err(unsupported(&format!(
+                    "perf_mode={} is a NeuronCore-v3+ TensorE mode; the legacy dialect is the trn1 API",
+                    i.perf_mode.name()
+                )));
+            }
             Op::NcMatmul(i) => {
                 let assign = if i.accumulate { "+=" } else { "=" };
                 format!(
@@ -1404,8 +1410,13 @@ impl<'a> Emitter<'a> {
                 } else {
                     ", accumulate=False"
                 };
+                let mode = if i.perf_mode.is_none() {
+                    String::new()
+                } else {
+                    format!(", perf_mode=nisa.matmul_perf_mode.{}", i.perf_mode.name())
+                };
                 format!(
-                    "nisa.nc_matmul(dst={}, stationary={}, moving={}{acc})",
+                    "nisa.nc_matmul(dst={}, stationary={}, moving={}{acc}{mode})",
                     self.ap(&i.dst)?,
                     self.ap(&i.stationary)?,
                     self.ap(&i.moving)?

@@ -127,6 +127,7 @@ fn matmul_activation_reduce() -> Program {
                 stationary: a.clone(),
                 moving: b.clone(),
                 accumulate,
+                perf_mode: trnsim::MatmulPerfMode::None,
             }),
         );
     }
@@ -934,7 +935,8 @@ fn check_frontend(name: &str, program: &Program, kernel: &str, inputs: &BTreeMap
     };
     let mut scheduled = program.clone();
     trnsim::infer_waits(&mut scheduled);
-    let sim = Executor::new(TargetName::Trn1).run(&scheduled, inputs).unwrap();
+    let target = program.target;
+    let sim = Executor::new(target).run(&scheduled, inputs).unwrap();
     let dir = TempDir::new("emit-nki-frontend");
     let (kpath, ipath, opath) = (
         dir.path().join(format!("{name}.py")),
@@ -953,9 +955,9 @@ fn check_frontend(name: &str, program: &Program, kernel: &str, inputs: &BTreeMap
     let out = Command::new(&py)
         .arg(pyexec_dir().join("nki_frontend_run.py"))
         .arg("--batch")
-        // The kernels were lowered and simulated for trn1 (the legacy API's hardware, the trn1
-        // nightly); the front-end's default is trn2, so the generation is named, as on hardware.
-        .env("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+        // The program's generation, named as on hardware (the front-end's default is trn2; the
+        // legacy kernels are lowered and simulated for trn1, the legacy API's hardware).
+        .env("NEURON_PLATFORM_TARGET_OVERRIDE", target.name())
         .arg(&mpath)
         .output()
         .unwrap();
@@ -1018,6 +1020,82 @@ fn indirect_rows_that_are_not_rows_of_the_tensor() {
     );
     assert!(k.contains("op0=nl.add, operand0=5, dtype=nl.int32"), "{k}");
     check_frontend("indirect_rows_that_are_not_rows_of_the_tensor", &p, &k, &inputs);
+}
+
+/// TensorE's double-row FP8 mode (trn2): operands `[128, 2, M]` / `[128, 2, N]` loaded from
+/// `[256, ·]` HBM rows, one matmul over K = 256, the PSUM result copied out. The current dialect
+/// writes `perf_mode=nisa.matmul_perf_mode.double_row` and the front-end's kernel gives the
+/// simulator's bits; the legacy dialect (the trn1 API) refuses it.
+#[test]
+fn double_row_matmul_emits_its_perf_mode() {
+    let (m, n) = (64usize, 96usize);
+    let mut p = Program::new(TargetName::Trn2);
+    p.declare("a", DType::Fp8E4m3, &[256, m], HbmRole::Input);
+    p.declare("b", DType::Fp8E4m3, &[256, n], HbmRole::Input);
+    p.declare("out", DType::F32, &[m, n], HbmRole::Output);
+    let pair =
+        |cols: usize, offset: u64| sbuf(DType::Fp8E4m3, 0, 128, offset, vec![[cols as i64, 2], [1, cols as i64]]);
+    let (st, mv) = (pair(m, 0), pair(n, 1024));
+    let rows = |name: &str, cols: usize| AccessPattern {
+        mem: trnsim::MemSpace::Hbm(name.into()),
+        dtype: DType::Fp8E4m3,
+        start_partition: 0,
+        partitions: 128,
+        partition_step: 2 * cols as i64,
+        offset: 0,
+        free: vec![[cols as i64, 2], [1, cols as i64]],
+    };
+    let dma = |dst: AccessPattern, src: AccessPattern| {
+        Op::DmaCopy(DmaCopy {
+            dst,
+            src,
+            accumulate: false,
+            indirect: None,
+        })
+    };
+    p.push(Engine::Dma, dma(st.clone(), rows("a", m)));
+    p.push(Engine::Dma, dma(mv.clone(), rows("b", n)));
+    let acc = AccessPattern::psum(DType::F32, 0, m, 0, vec![[1, n as i64]]);
+    p.push(
+        Engine::Tensor,
+        Op::NcMatmul(NcMatmul {
+            dst: acc.clone(),
+            stationary: st,
+            moving: mv,
+            accumulate: false,
+            perf_mode: trnsim::MatmulPerfMode::DoubleRow,
+        }),
+    );
+    let res = sbuf(DType::F32, 0, m, 4096, vec![[1, n as i64]]);
+    p.push(
+        Engine::Vector,
+        Op::TensorCopy(TensorCopy {
+            dst: res.clone(),
+            src: acc,
+        }),
+    );
+    p.push(Engine::Dma, dma(hbm_rows("out", DType::F32, m, n), res));
+    let k = emit_nki::emit_dialect(&p, emit_nki::Dialect::Current).unwrap();
+    assert!(k.contains("perf_mode=nisa.matmul_perf_mode.double_row"), "{k}");
+    match emit_nki::emit(&p) {
+        Err(EmitError::Unsupported { opcode, reason, .. }) => {
+            assert_eq!(opcode, "nc_matmul");
+            assert!(reason.contains("double_row"), "{reason}");
+        }
+        other => panic!("the legacy dialect must refuse double_row: {other:?}"),
+    }
+    // small integers: exact in fp8 and every sum exact, so a wrong pairing cannot hide
+    let mut inputs = BTreeMap::new();
+    for (name, cols, salt) in [("a", m, 1i64), ("b", n, 2)] {
+        let vals: Vec<f32> = (0..256 * cols as i64)
+            .map(|i| ((i * 7 + salt * 3) % 5 - 2) as f32)
+            .collect();
+        inputs.insert(
+            name.to_string(),
+            HostTensor::from_f32_as(DType::Fp8E4m3, &[256, cols], &vals),
+        );
+    }
+    check_frontend("double_row_matmul_emits_its_perf_mode", &p, &k, &inputs);
 }
 
 /// The kernel's interface: inputs in declaration order as sanitized parameters, outputs in

@@ -188,6 +188,7 @@ fn bench_matmul_instruction() -> Row {
         stationary: st_ap,
         moving: mv_ap,
         accumulate: false,
+        perf_mode: trnsim::MatmulPerfMode::None,
     });
     // Baseline: the same product in f32 with ndarray (matrixmultiply), stationary transposed.
     let a = Array2::from_shape_vec((k, m), st).unwrap();
@@ -269,6 +270,7 @@ fn matmul_program(size: usize) -> Program {
                             vec![[1, NT as i64]],
                         ),
                         accumulate: t > 0,
+                        perf_mode: trnsim::MatmulPerfMode::None,
                     }),
                 );
             }

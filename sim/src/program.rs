@@ -7,6 +7,7 @@
 
 use crate::dtype::DType;
 use crate::mem::AccessPattern;
+pub use crate::target::MatmulPerfMode;
 use crate::target::TargetName;
 use serde::{Deserialize, Serialize};
 
@@ -404,6 +405,13 @@ pub struct NcMatmul {
     /// `false`: overwrite the PSUM bank region; `true`: add to it in fp32.
     #[serde(default)]
     pub accumulate: bool,
+    /// TensorE's performance mode (`nki.isa.matmul_perf_mode`, `Target::matmul_perf_modes`).
+    /// `double_row` (NC-v3+, FP8 inputs only): each partition of `stationary` holds two rows of
+    /// the contraction, `[2, M]`, and of `moving` `[2, N]` (the first and second half of the
+    /// partition's elements, in access-pattern order), so K = 2 × partitions ≤ 256 in one pass:
+    /// `dst[m, n] = Σ_p Σ_j stationary[p, j, m] · moving[p, j, n]` (docs/isa.md §5.1).
+    #[serde(default, skip_serializing_if = "MatmulPerfMode::is_none")]
+    pub perf_mode: MatmulPerfMode,
 }
 
 /// Transpose partition and (flattened) free axes. On TensorE an identity matmul into PSUM (so

@@ -256,15 +256,31 @@ const HWDGE_TRANSPOSE_NKI_0_6: HwdgeTranspose = HwdgeTranspose {
 };
 
 /// TensorE matmul performance modes (`nki.isa.matmul_perf_mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MatmulPerfMode {
     /// One row of PEs per K element.
+    #[default]
     None,
     /// FP8 "double row": K = 256 in one pass, twice the FP8 rate [ARCH2, NC-v3 and NC-v4].
     DoubleRow,
     /// MX "quad": K = 512 of MXFP8/MXFP4 per pass [ARCH3, NC-v4 `nc_matmul_mx`].
     Quad,
+}
+
+impl MatmulPerfMode {
+    pub fn is_none(&self) -> bool {
+        *self == MatmulPerfMode::None
+    }
+
+    /// NKI's name (`nki.isa.matmul_perf_mode.<name>`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            MatmulPerfMode::None => "none",
+            MatmulPerfMode::DoubleRow => "double_row",
+            MatmulPerfMode::Quad => "quad",
+        }
+    }
 }
 
 /// Instructions every generation has: the NeuronCore-v2 set.

@@ -483,6 +483,7 @@ fn cases() -> Vec<Case> {
             stationary: sb(F, 0, P, 0, vec![[1, 8]]),
             moving: sb(F, 0, P, 0, vec![[1, 8]]),
             accumulate: false,
+            perf_mode: trnsim::MatmulPerfMode::None,
         })],
         Some("dst"),
         16,

@@ -717,6 +717,7 @@ fn hostile_operands_give_errors_not_panics() {
                     stationary: ok.clone(),
                     moving: ok.clone(),
                     accumulate: true,
+                    perf_mode: trnsim::MatmulPerfMode::None,
                 }),
             ),
             (
@@ -726,6 +727,7 @@ fn hostile_operands_give_errors_not_panics() {
                     stationary: w.clone(),
                     moving: ok.clone(),
                     accumulate: false,
+                    perf_mode: trnsim::MatmulPerfMode::None,
                 }),
             ),
             (
@@ -735,6 +737,7 @@ fn hostile_operands_give_errors_not_panics() {
                     stationary: ok.clone(),
                     moving: w.clone(),
                     accumulate: false,
+                    perf_mode: trnsim::MatmulPerfMode::None,
                 }),
             ),
             (

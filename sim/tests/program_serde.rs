@@ -77,6 +77,7 @@ fn all_ops_program(target: TargetName) -> Program {
             stationary: sb(DType::Bf16, 4, 0, 4),
             moving: sb(DType::Bf16, 4, 64, 8),
             accumulate: true,
+            perf_mode: trnsim::MatmulPerfMode::None,
         }),
         Op::NcTranspose(NcTranspose {
             dst: ps(f, 8, 0, 4),

@@ -13,6 +13,7 @@ fn matmul(dst: AccessPattern, stationary: AccessPattern, moving: AccessPattern, 
         stationary,
         moving,
         accumulate,
+        perf_mode: trnsim::MatmulPerfMode::None,
     })
 }
 

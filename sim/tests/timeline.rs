@@ -239,6 +239,7 @@ fn races_in_psum() {
             stationary: AccessPattern::sbuf(DType::Bf16, 0, 4, 0, vec![[1, 4]]),
             moving: AccessPattern::sbuf(DType::Bf16, 0, 4, 64, vec![[1, 8]]),
             accumulate: false,
+            perf_mode: trnsim::MatmulPerfMode::None,
         })
     };
     p.push(

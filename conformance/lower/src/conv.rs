@@ -414,6 +414,7 @@ pub(crate) fn emit_conv(
                                                 stationary,
                                                 moving,
                                                 accumulate: !first,
+                                                perf_mode: trnsim::MatmulPerfMode::None,
                                             });
                                             first = false;
                                             e.push(Engine::Tensor, op);
@@ -657,6 +658,7 @@ fn emit_im2col(
                                     stationary,
                                     moving,
                                     accumulate: kt > 0,
+                                    perf_mode: trnsim::MatmulPerfMode::None,
                                 });
                                 e.push(Engine::Tensor, op);
                             }

@@ -376,6 +376,7 @@ fn emit_grad_weight(
                             stationary,
                             moving,
                             accumulate: ti > 0,
+                            perf_mode: trnsim::MatmulPerfMode::None,
                         });
                         e.push(Engine::Tensor, op);
                     }

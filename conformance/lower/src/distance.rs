@@ -460,6 +460,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                 stationary: sb(ones, ksz, 0, 1),
                 moving: sb(sq, ksz, kt * stride, n),
                 accumulate: kt > 0,
+                perf_mode: trnsim::MatmulPerfMode::None,
             });
             e.push(Engine::Tensor, op);
         }
@@ -507,6 +508,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                         stationary: sb(x1t, ksz, kt * TILE_M, msz),
                         moving: sb(x2t, ksz, kt * TILE_N, nsz),
                         accumulate: kt > 0,
+                        perf_mode: trnsim::MatmulPerfMode::None,
                     });
                     e.push(Engine::Tensor, op);
                 }
@@ -520,6 +522,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
                         stationary,
                         moving,
                         accumulate: true,
+                        perf_mode: trnsim::MatmulPerfMode::None,
                     });
                     e.push(Engine::Tensor, op);
                 }

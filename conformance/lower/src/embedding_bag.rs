@@ -562,6 +562,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                         cc.rows,
                     ),
                     accumulate: k > 0,
+                    perf_mode: trnsim::MatmulPerfMode::None,
                 });
                 b.e.push(Engine::Tensor, op);
             }

@@ -615,6 +615,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                             // Chained: every matmul after the first adds to the one sum; sliced:
                             // each slice's products add up in its own block.
                             accumulate: if slices == 1 { n > 0 || r > 0 } else { n > 0 },
+                            perf_mode: trnsim::MatmulPerfMode::None,
                         });
                         e.push(Engine::Tensor, op);
                     }

@@ -307,6 +307,7 @@ fn emit(
                                 vec![[1, nsz as i64]],
                             ),
                             accumulate: kt > 0,
+                            perf_mode: trnsim::MatmulPerfMode::None,
                         });
                         e.push(Engine::Tensor, op);
                     }

@@ -228,6 +228,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 stationary: AccessPattern::sbuf(DType::F32, 0, pc, upper.offset, vec![[1, pc as i64]]),
                 moving: totals.clone(),
                 accumulate: false,
+                perf_mode: trnsim::MatmulPerfMode::None,
             }),
         );
         e.push(
@@ -237,6 +238,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
                 stationary: AccessPattern::sbuf(DType::F32, 0, pc, ones.offset, vec![[1, parts as i64]]),
                 moving: totals,
                 accumulate: false,
+                perf_mode: trnsim::MatmulPerfMode::None,
             }),
         );
         e.push(

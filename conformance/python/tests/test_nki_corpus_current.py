@@ -8,8 +8,7 @@ for attention the probabilities fed to the second matmul), stated at each check.
 
 The MX-FP8 matmul runs on trn3 (NeuronCore-v4 is the only generation with MX).
 
-Not here yet, each blocked by a missing piece of the simulator (named in the skip): double-row FP8
-matmul and top-k."""
+Not here yet, blocked by a missing piece of the simulator (named in the skip): top-k."""
 
 import sys
 
@@ -17,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trnsim.nki
+from trnsim.nki import NkiError
 
 BF16 = ml_dtypes.bfloat16
 
@@ -386,15 +386,79 @@ def test_mxfp8_matmul_with_quantize_mx_on_trn3(cur, monkeypatch):
     assert (err <= R.matmul_bound(deq[0], deq[1])).all()
 
 
+def test_double_row_fp8_matmul_on_trn2(cur):
+    """TensorE's double-row FP8 mode: each nc_matmul contracts 256 rows, two per partition
+    (stationary [128, 2, M], moving [128, 2, N]; row 2p + j of the operand in [p, j]), and PSUM
+    accumulates the K / 256 passes. FP8 products are exact in fp32, so with small-integer inputs
+    (every partial sum exact) the result is the exact dot product; with random fp8 inputs it is
+    within the fp32 accumulation bound gamma_K * sum |a||b| of the float64 product."""
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def matmul_fp8(a_t, b):
+        k, m = a_t.shape
+        _, n = b.shape
+        out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+        for kt in nl.affine_range(k // 256):
+            st = nl.ndarray((128, 2, m), dtype=a_t.dtype, buffer=nl.sbuf)
+            mv = nl.ndarray((128, 2, n), dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=st, src=a_t[kt * 256 : (kt + 1) * 256, :])
+            nisa.dma_copy(dst=mv, src=b[kt * 256 : (kt + 1) * 256, :])
+            nisa.nc_matmul(dst=acc, stationary=st, moving=mv, perf_mode=nisa.matmul_perf_mode.double_row)
+        res = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    fp8 = ml_dtypes.float8_e4m3
+    r = np.random.default_rng(19)
+    a_i = r.integers(-2, 3, (512, 128)).astype(fp8)
+    b_i = r.integers(-2, 3, (512, 384)).astype(fp8)
+    np.testing.assert_array_equal(matmul_fp8(a_i, b_i), (_f64(a_i).T @ _f64(b_i)).astype(np.float32))
+    prog = trnsim.nki.last_run().program
+    assert prog["target"] == "trn2"
+    mm = [i["op"]["nc_matmul"] for i in prog["instructions"] if "nc_matmul" in i["op"]]
+    assert len(mm) == 2 and all(f.get("perf_mode") == "double_row" for f in mm)
+    a, b = r.standard_normal((512, 128)).astype(fp8), r.standard_normal((512, 384)).astype(fp8)
+    got = _f64(matmul_fp8(a, b))
+    k, u = 512, 2.0**-24
+    bound = k * u / (1 - k * u) * (np.abs(_f64(a)).T @ np.abs(_f64(b)))
+    assert (np.abs(got - _f64(a).T @ _f64(b)) <= bound).all()
+
+
+def test_double_row_is_refused_where_it_does_not_exist(cur, monkeypatch):
+    nki, nl, nisa = cur
+
+    def make(dtype_ok=True):
+        @nki.jit
+        def mm(a_t, b):
+            out = nl.ndarray((a_t.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((a_t.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+            st = nl.ndarray((128, 2, a_t.shape[1]), dtype=a_t.dtype, buffer=nl.sbuf)
+            mv = nl.ndarray((128, 2, b.shape[1]), dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=st, src=a_t)
+            nisa.dma_copy(dst=mv, src=b)
+            nisa.nc_matmul(dst=acc, stationary=st, moving=mv, perf_mode=nisa.matmul_perf_mode.double_row)
+            res = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out, src=res)
+            return out
+
+        return mm
+
+    a8 = np.ones((256, 64), ml_dtypes.float8_e4m3)
+    with pytest.raises(NkiError, match=r"double_row\) multiplies FP8 inputs only; stationary is bfloat16"):
+        make()(a8.astype(BF16), a8.astype(BF16))
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(NkiError, match=r"double_row\) exists on NeuronCore-v3 and later"):
+        make()(a8, a8)
+
+
 @pytest.mark.skip(
-    reason="needs TensorE's double_row FP8 perf mode in the simulator (the gen branch, not yet in main); "
-    "until then nc_matmul(perf_mode=) is refused"
+    reason="needs the GpSimd topk instruction (NKI 0.6) in the simulator: not there yet (its 16-partition "
+    "snake input layout is not modelled), so trnsim's nki.isa has no topk"
 )
-def test_double_row_fp8_matmul_on_trn2():
-    pass
-
-
-@pytest.mark.skip(reason="needs the GpSimd topk instruction in the simulator (the gen branch, not yet in main)")
 def test_topk():
     pass
 

@@ -309,21 +309,29 @@ def test_dma_transpose_of_an_sbuf_tile_transposes(cur):
 
 
 def test_nc_matmul_perf_mode_is_refused_not_dropped(cur):
+    """A perf_mode is never dropped: double_row on tiles without its [K, 2, M] layout, and any
+    mode trnsim does not simulate, are errors at the call (double_row itself runs:
+    test_nki_corpus_current.py)."""
     nki, nl, nisa = cur
 
-    @nki.jit
-    def mm(a, b):
-        sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=sa, src=a)
-        nisa.dma_copy(dst=sb, src=b)
-        acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(acc, sa, sb, perf_mode="double_row")
-        return acc
+    def make(mode):
+        @nki.jit
+        def mm(a, b):
+            sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=sa, src=a)
+            nisa.dma_copy(dst=sb, src=b)
+            acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(acc, sa, sb, perf_mode=mode)
+            return acc
+
+        return mm
 
     a = np.ones((128, 64), ml_dtypes.float8_e4m3fn)
-    with pytest.raises(NkiError, match=rf"{HERE}:\d+: nc_matmul\(perf_mode='double_row'\): trnsim does not simulate"):
-        mm(a, a)
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: nc_matmul\(perf_mode=double_row\): stationary is \[K, 2, M\]"):
+        make("double_row")(a, a)
+    with pytest.raises(NkiError, match=rf"{HERE}:\d+: nc_matmul\(perf_mode='quad'\): trnsim simulates"):
+        make("quad")(a, a)
 
 
 def test_returned_reshaped_view_keeps_its_shape_and_reshape_takes_shape_kw():

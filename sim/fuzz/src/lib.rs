@@ -330,6 +330,7 @@ impl FInst {
                 stationary: b,
                 moving: c,
                 accumulate: f(0),
+                perf_mode: trnsim::MatmulPerfMode::None,
             }),
             1 => Op::NcTranspose(NcTranspose { dst: a, src: b }),
             2 => Op::TensorTensor(TensorTensor {

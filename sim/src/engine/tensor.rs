@@ -13,6 +13,7 @@ use crate::error::{AtOperand, ErrorKind, OpResult};
 use crate::mem::{AccessPattern, MemSpace};
 use crate::numerics::MatmulAccumulation;
 use crate::program::{NcMatmul, NcMatmulMx, NcTranspose};
+use crate::target::MatmulPerfMode;
 
 /// Input dtypes of the PE array (no integer datapath on NC-v2).
 const MATMUL_INPUTS: [DType; 7] = [
@@ -140,21 +141,36 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
         })
         .at(bad_name);
     }
-    let k = i.stationary.partitions;
-    if k == 0 {
+    // Rows of the contraction per partition: 2 in `double_row` (FP8), else 1.
+    let rows = perf_mode_rows(ctx, i)?;
+    let parts = i.stationary.partitions;
+    if parts == 0 {
         return Err(ErrorKind::Invalid(
             "contraction size K (partitions of stationary) must be at least 1".into(),
         ))
         .at("stationary");
     }
-    if i.moving.partitions != k {
+    if i.moving.partitions != parts {
         return Err(ErrorKind::ShapeMismatch(format!(
-            "contraction sizes differ: stationary has K = {k} partitions, moving has {}",
+            "contraction sizes differ: stationary has K = {parts} partitions, moving has {}",
             i.moving.partitions
         )))
         .at("moving");
     }
-    let m = i.stationary.free_elems();
+    for (operand, ap, what) in [("stationary", &i.stationary, "M"), ("moving", &i.moving, "N")] {
+        if ap.free_elems() % rows != 0 {
+            return Err(ErrorKind::ShapeMismatch(format!(
+                "perf_mode=double_row: each partition of {operand} holds two contraction rows [2, {what}], \
+                 so an even number of elements, got {}",
+                ap.free_elems()
+            )))
+            .at(operand);
+        }
+    }
+    // The contraction: partition p's elements are rows p·rows .. p·rows + rows - 1 of it (a
+    // partition-major read returns [parts][rows × M] = [parts × rows][M] as is).
+    let k = parts * rows;
+    let m = i.stationary.free_elems() / rows;
     if m > ctx.target.stationary_fmax {
         return Err(ErrorKind::FreeSizeLimit {
             size: m,
@@ -163,7 +179,7 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
         })
         .at("stationary");
     }
-    let n = i.moving.free_elems();
+    let n = i.moving.free_elems() / rows;
     if n > ctx.target.moving_fmax {
         return Err(ErrorKind::FreeSizeLimit {
             size: n,
@@ -193,6 +209,44 @@ pub fn nc_matmul(ctx: &mut Ctx, i: &NcMatmul) -> OpResult<()> {
     let cycles = (m.min(init).max(n) as u64) * if fp32 { ctx.target.matmul_fp32_factor } else { 1 };
     ctx.cost_cycles(cycles);
     Ok(())
+}
+
+/// The contraction rows per partition of `i.perf_mode`, after checking that the generation has
+/// the mode and that the inputs suit it: `double_row` takes FP8 only (AWS's `nc_matmul`:
+/// "FP8 only", two FP8 MACs per PE per cycle) and gives 2; `quad` is `nc_matmul_mx`'s mode.
+fn perf_mode_rows(ctx: &Ctx, i: &NcMatmul) -> OpResult<usize> {
+    let mode = i.perf_mode;
+    if mode.is_none() {
+        return Ok(1);
+    }
+    if !ctx.target.has_perf_mode(mode) {
+        return Err(ErrorKind::NotOnTarget {
+            opcode: if mode == MatmulPerfMode::DoubleRow {
+                "nc_matmul with perf_mode=double_row"
+            } else {
+                "nc_matmul with perf_mode=quad"
+            },
+            target: ctx.target.label,
+        })
+        .at("perf_mode");
+    }
+    if mode != MatmulPerfMode::DoubleRow {
+        return Err(ErrorKind::Invalid(format!(
+            "perf_mode={} is nc_matmul_mx's mode (MX inputs with scales), not nc_matmul's",
+            mode.name()
+        )))
+        .at("perf_mode");
+    }
+    for (operand, ap) in [("stationary", &i.stationary), ("moving", &i.moving)] {
+        if !ap.dtype.is_fp8() {
+            return Err(ErrorKind::UnsupportedDType {
+                dtype: ap.dtype.name(),
+                why: "perf_mode=double_row multiplies FP8 inputs only".into(),
+            })
+            .at(operand);
+        }
+    }
+    Ok(2)
 }
 
 /// TensorE transpose: `dst[f, p] = src[p, f]`, computed as the fp32 matmul

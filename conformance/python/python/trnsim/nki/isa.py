@@ -60,6 +60,13 @@ class oob_mode(enum.IntEnum):
     skip = 1
 
 
+class matmul_perf_mode(enum.IntEnum):
+    """TensorE's performance modes for `nc_matmul(perf_mode=)`; `double_row` is FP8, NeuronCore-v3+."""
+
+    none = 0
+    double_row = 1
+
+
 class nc_version(enum.IntEnum):
     gen2 = 2
     gen3 = 3
@@ -139,10 +146,13 @@ def nc_matmul(
     pm = kwargs.get("perf_mode")
     if tile_position or tile_size:
         _check_pe_tile(stationary, tile_position, tile_size, pm, loc)
-    if pm is not None and str(getattr(pm, "name", pm)).lower() not in ("none", ""):
+    mode = "none" if pm is None else str(getattr(pm, "name", pm)).lower() or "none"
+    if mode == "double_row":
+        return _double_row_matmul(stationary, moving, loc)
+    if mode != "none":
         raise NkiError(
-            f"nc_matmul(perf_mode={pm!r}): trnsim does not simulate TensorE's fast modes (double_row "
-            "FP8 and the others) yet; it refuses rather than run an ordinary matmul in their place",
+            f"nc_matmul(perf_mode={pm!r}): trnsim simulates TensorE's none and double_row modes (quad is "
+            "nc_matmul_mx's); it refuses rather than run an ordinary matmul in another mode's place",
             loc,
         )
     m = stationary.shape[1] if stationary.ndim >= 2 else 1
@@ -162,6 +172,56 @@ def nc_matmul(
         writes=[o],
         fresh=out,
         box=box,
+    )
+    return out
+
+
+_FP8 = frozenset({"float8_e4m3", "float8_e4m3fn", "float8_e5m2"})  # TensorE's FP8 inputs
+
+
+def _double_row_matmul(stationary, moving, loc):
+    """`perf_mode=double_row` (NeuronCore-v3+, FP8): stationary [K, 2, M] and moving [K, 2, N] with
+    K <= 128 partitions, contracted over K and the pair axis (256 products per output element in
+    one pass): dst[m, n] = sum over p, j of stationary[p, j, m] * moving[p, j, n], into a new fp32
+    PSUM tile [M, N] (AWS's nc_matmul page; the simulator's `nc_matmul` with `perf_mode`)."""
+    from ._targets import params
+
+    target = E.T().target
+    if "double_row" not in params(target).get("matmul_perf_modes", []):
+        raise NkiError(
+            f"nc_matmul(perf_mode=double_row) exists on NeuronCore-v3 and later (trn2, trn3), not on {target}", loc
+        )
+    for what, t, d in (("stationary", stationary, "M"), ("moving", moving, "N")):
+        if not isinstance(t, View) or t.ndim != 3 or t.shape[1] != 2:
+            shape = list(t.shape) if isinstance(t, View) else type(t).__name__
+            raise NkiError(
+                f"nc_matmul(perf_mode=double_row): {what} is [K, 2, {d}] (two contraction rows per "
+                f"partition), got {shape}",
+                loc,
+            )
+        if str(np.dtype(t.dtype)) not in _FP8:
+            raise NkiError(f"nc_matmul(perf_mode=double_row) multiplies FP8 inputs only; {what} is {t.dtype}", loc)
+    if stationary.shape[0] != moving.shape[0]:
+        raise NkiError(
+            f"nc_matmul: contraction sizes differ: stationary has K = {stationary.shape[0]} partitions, "
+            f"moving {moving.shape[0]}",
+            loc,
+        )
+    stationary, moving = B._on_sbuf(stationary, loc), B._on_sbuf(moving, loc)
+    out = _fresh((stationary.shape[2], moving.shape[2]), float32, loc, "psum")
+    emit(
+        "tensor",
+        "nc_matmul",
+        {
+            "dst": out._ap(loc=loc),
+            "stationary": stationary._ap(loc=loc),
+            "moving": moving._ap(loc=loc),
+            "perf_mode": "double_row",
+        },
+        loc,
+        reads=[stationary, moving],
+        writes=[out],
+        fresh=out,
     )
     return out
 
