@@ -8,7 +8,8 @@ for attention the probabilities fed to the second matmul), stated at each check.
 
 The MX-FP8 matmul runs on trn3 (NeuronCore-v4 is the only generation with MX).
 
-Not here yet, blocked by a missing piece of the simulator (named in the skip): top-k."""
+Top-k is written with VectorE's max8 / nc_find_index8 / nc_match_replace8 rounds: GpSimd's
+`topk` instruction (NKI 0.6) is not in the simulator yet."""
 
 import sys
 
@@ -455,12 +456,37 @@ def test_double_row_is_refused_where_it_does_not_exist(cur, monkeypatch):
         make()(a8, a8)
 
 
-@pytest.mark.skip(
-    reason="needs the GpSimd topk instruction (NKI 0.6) in the simulator: not there yet (its 16-partition "
-    "snake input layout is not modelled), so trnsim's nki.isa has no topk"
-)
-def test_topk():
-    pass
+def test_topk(cur):
+    """Top-k per row the way NKI kernels did it before GpSimd's `topk` instruction (NKI 0.6,
+    not in trnsim yet): rounds of VectorE `max8` (the 8 largest, descending), `nc_find_index8`
+    (their positions) and `nc_match_replace8` (knock them out with -inf for the next round).
+    Values and uint32 indices against NumPy's descending sort (distinct inputs: no ties)."""
+    nki, nl, nisa = cur
+
+    @nki.jit
+    def topk(x, k):
+        p, f = x.shape
+        vals = nl.ndarray((p, k), dtype=x.dtype, buffer=nl.shared_hbm)
+        idxs = nl.ndarray((p, k), dtype=nl.uint32, buffer=nl.shared_hbm)
+        work = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=work, src=x)
+        v = nl.ndarray((p, k), dtype=x.dtype, buffer=nl.sbuf)
+        ix = nl.ndarray((p, k), dtype=nl.uint32, buffer=nl.sbuf)
+        for r in range(k // 8):
+            nisa.max8(dst=v[:, r * 8 : (r + 1) * 8], src=work)
+            nisa.nc_find_index8(dst=ix[:, r * 8 : (r + 1) * 8], data=work, vals=v[:, r * 8 : (r + 1) * 8])
+            nisa.nc_match_replace8(dst=work, data=work, vals=v[:, r * 8 : (r + 1) * 8], imm=float("-inf"))
+        nisa.dma_copy(dst=vals, src=v)
+        nisa.dma_copy(dst=idxs, src=ix)
+        return vals, idxs
+
+    r = np.random.default_rng(20)
+    x = r.permutation(128 * 512).reshape(128, 512).astype(np.float32) / 7
+    for k in (8, 24):
+        got_v, got_i = topk(x, k)
+        order = np.argsort(-x, axis=1)[:, :k]
+        np.testing.assert_array_equal(got_i, order.astype(np.uint32))
+        np.testing.assert_array_equal(got_v, np.take_along_axis(x, order, axis=1))
 
 
 def test_lnc2_sendrecv_exchange(cur):
