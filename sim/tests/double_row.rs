@@ -9,6 +9,7 @@
 mod common_tg;
 
 use common_tg::*;
+use trnsim::error::OperandError;
 use trnsim::*;
 
 const P: usize = 128;
@@ -94,58 +95,33 @@ fn double_row_costs_what_one_pass_costs() {
     assert_eq!(one.stats.est_ns.tensor, plain.stats.est_ns.tensor);
 }
 
+/// Runs `mode` on a core of `target` with all-ones operands `[P, st_elems]` and `[P, mv_elems]`.
+fn run_ones(target: TargetName, dtype: DType, st_elems: usize, mv_elems: usize, mode: MatmulPerfMode) -> OperandError {
+    let mut core = Core::on(target, Numerics::default());
+    let st = sb(dtype, P, st_elems, 0);
+    let mv = sb(dtype, P, mv_elems, 4096);
+    core.put(&st, &vec![1.0; P * st_elems]);
+    core.put(&mv, &vec![1.0; P * mv_elems]);
+    core.run(Engine::Tensor, matmul(ps(DType::F32, M, N, 0), st, mv, mode))
+        .unwrap_err()
+}
+
 #[test]
 fn double_row_refusals() {
+    let (fp8, rows) = (DType::Fp8E4m3, MatmulPerfMode::DoubleRow);
     // Not on NeuronCore-v2.
-    let mut trn1 = Core::on(TargetName::Trn1, Numerics::default());
-    let (st, mv) = load(&mut trn1, DType::Fp8E4m3);
-    let e = trn1
-        .run(
-            Engine::Tensor,
-            matmul(ps(DType::F32, M, N, 0), st, mv, MatmulPerfMode::DoubleRow),
-        )
-        .unwrap_err();
+    let e = run_ones(TargetName::Trn1, fp8, 2 * M, 2 * N, rows);
     assert!(matches!(e.kind, ErrorKind::NotOnTarget { .. }), "{e:?}");
     assert_eq!(e.operand.as_deref(), Some("perf_mode"));
-
     // FP8 only.
-    let mut core = Core::on(TargetName::Trn2, Numerics::default());
-    let st = sb(DType::Bf16, P, 2 * M, 0);
-    let mv = sb(DType::Bf16, P, 2 * N, 4096);
-    core.put(&st, &vec![1.0; P * 2 * M]);
-    core.put(&mv, &vec![1.0; P * 2 * N]);
-    let e = core
-        .run(
-            Engine::Tensor,
-            matmul(ps(DType::F32, M, N, 0), st, mv, MatmulPerfMode::DoubleRow),
-        )
-        .unwrap_err();
+    let e = run_ones(TargetName::Trn2, DType::Bf16, 2 * M, 2 * N, rows);
     assert!(matches!(e.kind, ErrorKind::UnsupportedDType { .. }), "{e:?}");
-
     // Two rows per partition: an odd number of elements has no [2, M] split.
-    let mut core = Core::on(TargetName::Trn2, Numerics::default());
-    let st = sb(DType::Fp8E4m3, P, 2 * M + 1, 0);
-    let mv = sb(DType::Fp8E4m3, P, 2 * N, 4096);
-    core.put(&st, &vec![1.0; P * (2 * M + 1)]);
-    core.put(&mv, &vec![1.0; P * 2 * N]);
-    let e = core
-        .run(
-            Engine::Tensor,
-            matmul(ps(DType::F32, M, N, 0), st, mv, MatmulPerfMode::DoubleRow),
-        )
-        .unwrap_err();
+    let e = run_ones(TargetName::Trn2, fp8, 2 * M + 1, 2 * N, rows);
     assert!(matches!(e.kind, ErrorKind::ShapeMismatch(_)), "{e:?}");
     assert_eq!(e.operand.as_deref(), Some("stationary"));
-
     // quad is nc_matmul_mx's mode (trn3 has it, nc_matmul does not take it).
-    let mut trn3 = Core::on(TargetName::Trn3, Numerics::default());
-    let (st, mv) = load(&mut trn3, DType::Fp8E4m3);
-    let e = trn3
-        .run(
-            Engine::Tensor,
-            matmul(ps(DType::F32, M, N, 0), st, mv, MatmulPerfMode::Quad),
-        )
-        .unwrap_err();
+    let e = run_ones(TargetName::Trn3, fp8, 2 * M, 2 * N, MatmulPerfMode::Quad);
     assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e:?}");
 }
 
