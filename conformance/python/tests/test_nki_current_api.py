@@ -314,7 +314,7 @@ def test_nc_matmul_perf_mode_is_refused_not_dropped(cur):
     test_nki_corpus_current.py)."""
     nki, nl, nisa = cur
 
-    def make(mode):
+    def make(mode, **tiling):
         @nki.jit
         def mm(a, b):
             sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
@@ -322,7 +322,7 @@ def test_nc_matmul_perf_mode_is_refused_not_dropped(cur):
             nisa.dma_copy(dst=sa, src=a)
             nisa.dma_copy(dst=sb, src=b)
             acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
-            nisa.nc_matmul(acc, sa, sb, perf_mode=mode)
+            nisa.nc_matmul(acc, sa, sb, perf_mode=mode, **tiling)
             return acc
 
         return mm
@@ -332,6 +332,8 @@ def test_nc_matmul_perf_mode_is_refused_not_dropped(cur):
         make("double_row")(a, a)
     with pytest.raises(NkiError, match=rf"{HERE}:\d+: nc_matmul\(perf_mode='quad'\): trnsim simulates"):
         make("quad")(a, a)
+    with pytest.raises(NkiError, match=r"double_row\) with tile_position/tile_size: trnsim does not model"):
+        make("double_row", tile_position=(0, 0), tile_size=(128, 128))(a, a)
 
 
 def test_returned_reshaped_view_keeps_its_shape_and_reshape_takes_shape_kw():
