@@ -552,3 +552,33 @@ def test_lnc2_sendrecv_moves_each_cores_tile(cur):
     x = _bf16(r, (256, 96))
     np.testing.assert_array_equal(make(False)[2](x), np.concatenate([x[128:], x[:128]]))
     np.testing.assert_array_equal(make(True)[2](x), x)
+
+
+def test_double_row_legacy_spelling_names_the_generation(cur):
+    """The legacy API spells the mode with its generation (`perf_mode="double_row_gen3"` on trn2,
+    NeuronCore-v3): that spelling runs where it names the target's generation and is refused
+    elsewhere; the [K, 2, M] stationary may be a strided view of a wider tile."""
+    import neuronxcc.nki as legacy
+    import neuronxcc.nki.isa as lisa
+    import neuronxcc.nki.language as lnl
+
+    def make(mode):
+        @legacy.jit(platform_target="trn2")
+        def mm(a, b):
+            out = lnl.ndarray([a.shape[2], b.shape[2]], dtype=lnl.float32, buffer=lnl.shared_hbm)
+            wide = lnl.ndarray((128, 2, 16), dtype=a.dtype, buffer=lnl.sbuf)
+            g = lnl.mgrid[0:128, 0:2, 0 : a.shape[2]]
+            wide[g.p, g.x, g.y] = lnl.load(a)
+            lnl.store(out, value=lisa.nc_matmul(wide[g.p, g.x, g.y], lnl.load(b), perf_mode=mode))
+            return out
+
+        return mm
+
+    r = np.random.default_rng(21)
+    a = r.integers(-2, 3, (128, 2, 3)).astype(ml_dtypes.float8_e5m2)
+    b = r.integers(-2, 3, (128, 2, 40)).astype(ml_dtypes.float8_e5m2)
+    want = np.einsum("kli,klj->ij", _f64(a), _f64(b)).astype(np.float32)
+    np.testing.assert_array_equal(make("double_row_gen3")(a, b), want)
+    np.testing.assert_array_equal(make("double_row")(a, b), want)
+    with pytest.raises(NkiError, match=r"double_row_gen4'\) names another NeuronCore generation: .* NeuronCore-v3"):
+        make("double_row_gen4")(a, b)

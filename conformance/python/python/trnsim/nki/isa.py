@@ -145,6 +145,17 @@ def nc_matmul(
         return nc_transpose(stationary, engine=engine.tensor)
     pm = kwargs.get("perf_mode")
     mode = "none" if pm is None else str(getattr(pm, "name", pm)).lower() or "none"
+    if mode.startswith("double_row_gen"):
+        # the legacy API's spelling names the NeuronCore generation (AWS's nc_matmul example on
+        # trn2 passes perf_mode="double_row_gen3")
+        gen = nc_generation(E.T().target)
+        if mode != f"double_row_gen{gen}":
+            raise NkiError(
+                f"nc_matmul(perf_mode={pm!r}) names another NeuronCore generation: this kernel's target "
+                f"{E.T().target} is NeuronCore-v{gen} (perf_mode=double_row or double_row_gen{gen})",
+                loc,
+            )
+        mode = "double_row"
     if mode == "double_row":
         if tile_position or tile_size:
             raise NkiError(
