@@ -60,11 +60,12 @@ class oob_mode(enum.IntEnum):
     skip = 1
 
 
-class matmul_perf_mode(enum.IntEnum):
-    """TensorE's performance modes for `nc_matmul(perf_mode=)`; `double_row` is FP8, NeuronCore-v3+."""
+class matmul_perf_mode(enum.Enum):
+    """TensorE's performance modes for `nc_matmul(perf_mode=)` (AWS's values: the mode's name);
+    `double_row` is FP8, NeuronCore-v3+."""
 
-    none = 0
-    double_row = 1
+    none = "none"
+    double_row = "double_row"
 
 
 class nc_version(enum.IntEnum):
