@@ -79,6 +79,9 @@ pub struct ExecConfig {
     /// Check that every pair of conflicting memory accesses from different queues is ordered by
     /// queue order and waits (docs/timeline.md); an unordered pair is an `ErrorKind::Race`.
     /// On by default; switching it off saves its cost (docs/performance.md) and nothing else.
+    /// A two-core (LNC=2) program is checked whatever this says: its values come from program
+    /// order, which gives what the concurrent cores give only when no cross-core pair of accesses
+    /// is unordered (docs/timeline.md, "Two cores"), so an unchecked run could be silently wrong.
     #[serde(default = "yes")]
     pub race_check: bool,
 }
@@ -192,7 +195,13 @@ impl Executor {
     /// Runs every instruction of `program` on `mem` (inputs already loaded by the caller), then
     /// checks that every output was fully written. `mem` stays the caller's, error or not.
     pub(crate) fn execute(&self, program: &Program, mem: &mut Memories) -> Result<Stats, SimError> {
-        self.execute_checked(program, mem, self.config.race_check)
+        self.execute_checked(program, mem, self.race_checks(program))
+    }
+
+    /// Whether runs of `program` are race-checked: as `config.race_check` says, and always for a
+    /// program on two cores (see [`ExecConfig::race_check`]).
+    pub(crate) fn race_checks(&self, program: &Program) -> bool {
+        self.config.race_check || program.instructions.iter().any(|i| i.core != 0)
     }
 
     /// [`Executor::execute`], with the race detector on only when `race_check` (a session that

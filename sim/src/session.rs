@@ -302,7 +302,7 @@ impl Session {
             }
         }
         // The race detector runs unless an earlier run proved this same program race-free.
-        let detect = self.executor.config.race_check;
+        let detect = self.executor.race_checks(program);
         let key = if detect { race_key(program) } else { 0 };
         let proved = detect && self.race_free.contains(key, program);
         let run = result.and_then(|()| self.executor.execute_checked(program, &mut mem, detect && !proved));

@@ -170,6 +170,28 @@ fn without_the_barrier_the_race_detector_names_both_instructions() {
 }
 
 #[test]
+fn a_two_core_program_is_race_checked_even_with_the_check_switched_off() {
+    // Its values come from program order: unchecked, the missing barrier would pass silently.
+    let b = build(TargetName::Trn2, false);
+    let (inp, _) = inputs();
+    let config = ExecConfig {
+        race_check: false,
+        ..ExecConfig::default()
+    };
+    let e = Executor::with_config(TargetName::Trn2, config.clone())
+        .run(&b.program, &inp)
+        .unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::Race(_)), "{e}");
+    let mut s = Session::new(Executor::with_config(TargetName::Trn2, config));
+    for (name, t) in &inp {
+        s.put(name, t.clone()).unwrap();
+    }
+    let bind: BTreeMap<String, String> = ["x", "out"].iter().map(|n| (n.to_string(), n.to_string())).collect();
+    let e = s.run(&b.program, &bind).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::Race(_)), "{e}");
+}
+
+#[test]
 fn trn1_refuses_a_second_core_and_core_barrier_naming_the_generation() {
     let b = build(TargetName::Trn1, true);
     let (inp, _) = inputs();
