@@ -47,7 +47,7 @@ def main():
     q, k, v = (r.standard_normal((s, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
     args = (np.ascontiguousarray(q.T), np.ascontiguousarray(k.T), v)
     kr = trnsim.nki.to_program(fa.flash_fwd.func, args)
-    prog = trnsim.Program.from_json(kr.program_json())
+    prog = trnsim.Program.from_json(kr.scheduled_json())
     prog.infer_waits()
     text = prog.to_json()
     t_json, res = best_of(3, functools.partial(run_json, text, kr.inputs))

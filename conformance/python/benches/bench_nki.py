@@ -48,9 +48,9 @@ def run_json(text, inputs, target=None):
 
 
 def json_with_waits(kr):
-    """The traced program's JSON with its waits filled in (as the front-end runs it), so the
-    baseline runs the same program and does not pay for the dependency analysis."""
-    prog = trnsim.Program.from_json(kr.program_json())
+    """The program the front-end runs (its DMAs on their queues, `scheduled_json`) with its waits
+    filled in, so the baseline runs the same program and does not pay for the dependency analysis."""
+    prog = trnsim.Program.from_json(kr.scheduled_json())
     prog.infer_waits()
     return prog.to_json()
 
