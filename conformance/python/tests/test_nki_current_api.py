@@ -235,6 +235,8 @@ def test_lnc2_barrier_and_sendrecv_errors(cur):
         kernel(lambda nl, nisa, out, t, u: nisa.sendrecv(t, u, 1, 1, 0))(a)
     with pytest.raises(NkiError, match=r"only cores=\(0, 1\) exists"):
         kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(out, (0, 2)))[2](a)
+    with pytest.raises(NkiError, match=r"core_barrier runs on the GpSimd, Vector or Scalar engine, not"):
+        kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(out, (0, 1), engine=nisa.tensor_engine))[2](a)
     with pytest.raises(NkiError, match=r"data must be a tensor in shared HBM"):
         kernel(lambda nl, nisa, out, t, u: nisa.core_barrier(t, (0, 1)))[2](a)
     with pytest.raises(NkiError, match=r"core 0 reaches 1 barriers .* core 1 reaches 0"):
@@ -332,6 +334,8 @@ def test_nc_matmul_perf_mode_is_refused_not_dropped(cur):
         make("double_row")(a, a)
     with pytest.raises(NkiError, match=rf"{HERE}:\d+: nc_matmul\(perf_mode='quad'\): trnsim simulates"):
         make("quad")(a, a)
+    with pytest.raises(NkiError, match=r"is_transpose=True, perf_mode='double_row'\): a transpose has no"):
+        make("double_row", is_transpose=True)(a, a)
     with pytest.raises(NkiError, match=r"double_row\) with tile_position/tile_size: trnsim does not model"):
         make("double_row", tile_position=(0, 0), tile_size=(128, 128))(a, a)
 

@@ -142,10 +142,12 @@ def nc_matmul(
         )
         return E.masked_off(_fresh(shape, float32, loc, "psum"), mask)
     _no_mask(mask, "nc_matmul", loc)
-    if is_transpose:
-        return nc_transpose(stationary, engine=engine.tensor)
     pm = kwargs.get("perf_mode")
     mode = "none" if pm is None else str(getattr(pm, "name", pm)).lower() or "none"
+    if is_transpose:
+        if mode != "none":
+            raise NkiError(f"nc_matmul(is_transpose=True, perf_mode={pm!r}): a transpose has no performance mode", loc)
+        return nc_transpose(stationary, engine=engine.tensor)
     if mode.startswith("double_row_gen"):
         # the legacy API's spelling names the NeuronCore generation (AWS's nc_matmul example on
         # trn2 passes perf_mode="double_row_gen3")

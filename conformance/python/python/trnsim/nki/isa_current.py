@@ -699,9 +699,13 @@ def _lnc2(what, loc):
 
 
 def _barrier_engine(engine, loc, what):
-    e = _legacy._eng(engine, "gpsimd")
-    if e not in ("gpsimd", "vector", "scalar"):
-        raise NkiError(f"nisa.{what} runs on the GpSimd, Vector or Scalar engine, not {e}", loc)
+    """The engine that runs a barrier: GpSimd unless one is named; naming one that cannot (the
+    Tensor engine, the DMA/sync queues) is an error, never a silent default."""
+    if engine is None or engine == _legacy.engine.unknown:
+        return "gpsimd"
+    e = {_legacy.engine.gpsimd: "gpsimd", _legacy.engine.vector: "vector", _legacy.engine.scalar: "scalar"}.get(engine)
+    if e is None:
+        raise NkiError(f"nisa.{what} runs on the GpSimd, Vector or Scalar engine, not {engine!r}", loc)
     return e
 
 
