@@ -28,7 +28,7 @@ use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimit
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
-use trnsim::{AluOp, DType, Engine, HbmRole, Memset, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar};
+use trnsim::{AluOp, DType, Engine, HbmRole, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar};
 
 /// Elements per partition of one tile: 4096 × 4 bytes × (up to 6 live tiles) stays far inside
 /// SBUF's 176 KiB per partition.
@@ -413,13 +413,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     Some(alpha) => {
                         let raw = const_slot(&mut alloc, DType::I32)?;
                         let c = const_slot(&mut alloc, DType::I32)?;
-                        e.push(
-                            engine,
-                            Op::Memset(Memset {
-                                dst: const_ap(&raw),
-                                value: v,
-                            }),
-                        );
+                        e.memset(engine, const_ap(&raw), v);
                         e.push(
                             engine,
                             tile::ts(const_ap(&c), const_ap(&raw), AluOp::Multiply, alpha.clone(), None),
@@ -435,13 +429,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     s: const_slot(&mut alloc, DType::F32)?,
                     t: const_slot(&mut alloc, DType::F32)?,
                 };
-                e.push(
-                    Engine::Vector,
-                    Op::Memset(Memset {
-                        dst: const_ap(&raw),
-                        value: s.as_f64(),
-                    }),
-                );
+                e.memset(Engine::Vector, const_ap(&raw), s.as_f64());
                 emit_div_prologue(&mut e, const_ap(&raw), &scratch, &const_ap);
                 div_scalar = Some((scratch.s, scratch.t));
             }
@@ -451,13 +439,7 @@ fn emit(call: &BinaryCall, target_name: TargetName, req: &LowerRequest<'_>) -> R
                     scalar_operand = Some(ScalarOperand::Imm(s.as_f64()));
                 } else {
                     let raw = const_slot(&mut alloc, out_dev)?;
-                    e.push(
-                        Engine::Vector,
-                        Op::Memset(Memset {
-                            dst: const_ap(&raw),
-                            value: s.as_f64(),
-                        }),
-                    );
+                    e.memset(Engine::Vector, const_ap(&raw), s.as_f64());
                     let c = match &alpha_imm {
                         None => raw,
                         Some(alpha) => {

@@ -213,6 +213,30 @@ impl Kit<'_> {
         self.e.push(Engine::Vector, op);
     }
 
+    /// `x` as a tile of `dtype`: `x` itself when it has that dtype, else a scratch copy (the
+    /// copy casts).
+    pub fn widen(&mut self, x: T, dtype: DType) -> Result<T, LowerError> {
+        if x.dtype == dtype {
+            return Ok(x);
+        }
+        let w = self.tmp(dtype)?;
+        self.copy(Engine::Vector, w, x);
+        Ok(w)
+    }
+
+    /// The exact range scale of a magnitude `m` (fp32, ≥ 0 or NaN), on VectorE: `s = 2^64`
+    /// where `m < 2^-64`, `2^-64` where `m > 2^64`, else 1 (1 for NaN). A power of two, so
+    /// scaling by it is exact; `scratch` (which may be `m`) is overwritten.
+    pub fn range_scale(&mut self, s: T, m: T, scratch: T) -> Result<(), LowerError> {
+        let v = Engine::Vector;
+        let (big, small) = (2f64.powi(64), 2f64.powi(-64));
+        self.bin2(v, s, m, AluOp::IsLt, X::Imm(small), AluOp::Multiply, X::Imm(big))?;
+        self.bin(v, s, s.into(), X::Imm(1.0), AluOp::Max)?;
+        self.bin2(v, scratch, m, AluOp::IsGt, X::Imm(big), AluOp::Multiply, X::Imm(-1.0))?;
+        self.bin2(v, scratch, scratch, AluOp::Add, X::Imm(1.0), AluOp::Max, X::Imm(small))?;
+        self.bin(v, s, s.into(), scratch.into(), AluOp::Multiply)
+    }
+
     /// VectorE `dst = 1/src`.
     pub fn recip(&mut self, dst: T, src: T) {
         self.e.push(Engine::Vector, tile::recip(self.ap(dst), self.ap(src)));
@@ -509,9 +533,21 @@ pub(super) fn on_common(
     common: TorchDType,
     out_dtype: TorchDType,
 ) -> Result<OnCommon, LowerError> {
-    let (out_name, out_shape) = output(req, args, out_dtype)?;
     let int = is_int(common);
     let work = if int { DType::I32 } else { dev(req, common)? };
+    let (k, pos) = on_work(req, args, work, out_dtype)?;
+    Ok(OnCommon { k, work, int, pos })
+}
+
+/// The elementwise kernel of `args` into the call's output (`out_dtype`), every tensor loaded as
+/// `work`, and each arg's position among the kernel inputs (as [`inputs`] gives them).
+fn on_work(
+    req: &LowerRequest<'_>,
+    args: &[&Arg],
+    work: DType,
+    out_dtype: TorchDType,
+) -> Result<(Elementwise, Vec<Option<usize>>), LowerError> {
+    let (out_name, out_shape) = output(req, args, out_dtype)?;
     let (inputs, pos) = inputs(args, |_| work);
     let k = Elementwise {
         inputs,
@@ -519,7 +555,7 @@ pub(super) fn on_common(
         out_dtype,
         out_shape,
     };
-    Ok(OnCommon { k, work, int, pos })
+    Ok((k, pos))
 }
 
 pub(super) fn is_int(t: TorchDType) -> bool {
@@ -628,15 +664,8 @@ fn lower_bitwise(req: &LowerRequest<'_>, target: TargetName, op: AluOp) -> Resul
     if promote::category(common) > Category::Integer {
         return Err(req.invalid(format!("bitwise ops take integer or bool operands, got {common}")));
     }
-    let (out_name, out_shape) = output(req, &[&a, &b], common)?;
     let work = dev(req, common)?;
-    let (ins, _) = inputs(&[&a, &b], |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: common,
-        out_shape,
-    };
+    let (k, _) = on_work(req, &[&a, &b], work, common)?;
     let other = match &b {
         Arg::Scalar(s) => Some(imm_i32(req, *s)?),
         Arg::Tensor(..) => None,
@@ -791,16 +820,9 @@ fn lower_where(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
         return lower_where_complex(req, target, (&c, pred_dt), &a, &b);
     }
     let common = common_type(req, &[&a, &b])?;
-    let (out_name, out_shape) = output(req, &[&c, &a, &b], common)?;
     let work = dev(req, common)?;
-    let (mut ins, pos) = inputs(&[&c, &a, &b], |_| work);
-    ins[0].load = pred_dt;
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype: common,
-        out_shape,
-    };
+    let (mut k, pos) = on_work(req, &[&c, &a, &b], work, common)?;
+    k.inputs[0].load = pred_dt;
     let sa = a.scalar();
     let sb = b.scalar();
     build(
@@ -1336,31 +1358,17 @@ fn float_divmod(kit: &mut Kit, a0: T, b0: T, mode: DivMode, work: DType) -> Resu
     let v = Engine::Vector;
     let f = DType::F32;
     let zero = X::Imm(0.0);
-    let widen = |kit: &mut Kit, x: T| -> Result<T, LowerError> {
-        if x.dtype == f {
-            return Ok(x);
-        }
-        let w = kit.tmp(f)?;
-        kit.copy(v, w, x);
-        Ok(w)
-    };
-    let a = widen(kit, a0)?;
-    let b = widen(kit, b0)?;
+    let a = kit.widen(a0, f)?;
+    let b = kit.widen(b0, f)?;
     let (sc, rbs, bh, bl) = (kit.tmp(f)?, kit.tmp(f)?, kit.tmp(f)?, kit.tmp(f)?);
     // Per divisor: range scaling of the reciprocal as in binary.rs's div (s = 2^64 for
     // |b| < 2^-64, 2^-64 for |b| > 2^64, else 1; rbs = 1 / (b·s); x / b ≈ (x·s)·rbs), and
     // the split of b for the exact products.
     let prep = |kit: &mut Kit, b: T| -> Result<(), LowerError> {
-        let big = 2f64.powi(64);
-        let small = 2f64.powi(-64);
         let m = kit.mark();
         let t1 = kit.tmp(f)?;
-        kit.bin2(v, sc, b, AluOp::Abs, zero, AluOp::IsLt, X::Imm(small))?;
-        kit.bin2(v, sc, sc, AluOp::Multiply, X::Imm(big), AluOp::Max, X::Imm(1.0))?;
-        kit.bin2(v, t1, b, AluOp::Abs, zero, AluOp::IsGt, X::Imm(big))?;
-        kit.bin2(v, t1, t1, AluOp::Multiply, X::Imm(-1.0), AluOp::Add, X::Imm(1.0))?;
-        kit.bin(v, t1, t1.into(), X::Imm(small), AluOp::Max)?;
-        kit.bin(v, sc, sc.into(), t1.into(), AluOp::Multiply)?;
+        kit.bin(v, t1, b.into(), zero, AluOp::Abs)?;
+        kit.range_scale(sc, t1, t1)?;
         kit.bin(v, rbs, b.into(), sc.into(), AluOp::Multiply)?;
         kit.recip(rbs, rbs);
         split_f32(kit, bh, bl, b)?;
@@ -1517,15 +1525,8 @@ fn lower_atan2(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lo
     if promote::category(out_dtype) != Category::Float {
         return Err(req.invalid(format!("atan2 into {out_dtype}")));
     }
-    let (out_name, out_shape) = output(req, &[&y, &x], out_dtype)?;
     let work = dev(req, common)?;
-    let (ins, _) = inputs(&[&y, &x], |_| work);
-    let k = Elementwise {
-        inputs: ins,
-        out_name,
-        out_dtype,
-        out_shape,
-    };
+    let (k, _) = on_work(req, &[&y, &x], work, out_dtype)?;
     build(
         req,
         target,
@@ -1548,16 +1549,8 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
     let v = Engine::Vector;
     let f = DType::F32;
     let zero = X::Imm(0.0);
-    let widen = |kit: &mut Kit, z: T| -> Result<T, LowerError> {
-        if z.dtype == f {
-            return Ok(z);
-        }
-        let w = kit.tmp(f)?;
-        kit.copy(v, w, z);
-        Ok(w)
-    };
-    let y = widen(kit, y0)?;
-    let x = widen(kit, x0)?;
+    let y = kit.widen(y0, f)?;
+    let x = kit.widen(x0, f)?;
     let (ax, ay, mn, mx, w, tt) = (
         kit.tmp(f)?,
         kit.tmp(f)?,
@@ -1571,14 +1564,8 @@ fn atan2_f32(kit: &mut Kit, y0: T, x0: T) -> Result<T, LowerError> {
     kit.bin(v, ay, y.into(), zero, AluOp::Abs)?;
     kit.bin(v, mn, ax.into(), ay.into(), AluOp::Min)?;
     kit.bin(v, mx, ax.into(), ay.into(), AluOp::Max)?;
-    // Range scaling: s = 2^64 for mx < 2^-64, 2^-64 for mx > 2^64 (exact, same for both).
-    let big = 2f64.powi(64);
-    let small = 2f64.powi(-64);
-    kit.bin2(v, w, mx, AluOp::IsLt, X::Imm(small), AluOp::Multiply, X::Imm(big))?;
-    kit.bin(v, w, w.into(), X::Imm(1.0), AluOp::Max)?;
-    kit.bin2(v, tt, mx, AluOp::IsGt, X::Imm(big), AluOp::Multiply, X::Imm(-1.0))?;
-    kit.bin2(v, tt, tt, AluOp::Add, X::Imm(1.0), AluOp::Max, X::Imm(small))?;
-    kit.bin(v, w, w.into(), tt.into(), AluOp::Multiply)?;
+    // Range scaling by the same exact power of two for both.
+    kit.range_scale(w, mx, tt)?;
     kit.bin(v, mn, mn.into(), w.into(), AluOp::Multiply)?;
     kit.bin(v, mx, mx.into(), w.into(), AluOp::Multiply)?;
     // t = mn / mx; 0 where mx = 0; 1 where both are inf.
@@ -2030,6 +2017,21 @@ mod tests {
             .collect()
     }
 
+    /// Asserts `ok(a, b, got)` for every element (`got` as fp32 bits), naming up to five
+    /// (a, b, got) triples that fail.
+    fn assert_all_ok(what: &str, a: &[f32], b: &[f32], got: &[u32], ok: impl Fn(f32, f32, f32) -> bool) {
+        let bad: Vec<_> = (0..a.len())
+            .map(|k| (a[k], b[k], f32::from_bits(got[k])))
+            .filter(|&(x, y, g)| !ok(x, y, g))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{} {what} mismatches, e.g. {:?}",
+            bad.len(),
+            &bad[..bad.len().min(5)]
+        );
+    }
+
     #[test]
     fn float_division_modes_match_pytorch_on_spread_values() {
         let n = 3000;
@@ -2037,31 +2039,13 @@ mod tests {
         let b = spread(n, 12);
         let same = |g: f32, w: f32| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
         let got = run("fmod.Tensor", vec![In::F32(a.clone()), In::F32(b.clone())], F32, n);
-        let bad: Vec<_> = (0..n)
-            .filter(|&k| !same(f32::from_bits(got[k]), a[k] % b[k]))
-            .map(|k| (a[k], b[k], f32::from_bits(got[k])))
-            .collect();
-        assert!(
-            bad.is_empty(),
-            "{} fmod mismatches, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(5)]
-        );
+        assert_all_ok("fmod", &a, &b, &got, |x, y, g| same(g, x % y));
         let mut args = vec![In::F32(a.clone()), In::F32(b.clone())];
         args.push(In::S(Value::Str("trunc".into())));
         let got = run("div.Tensor_mode", args, F32, n);
-        let bad: Vec<_> = (0..n)
-            .filter(|&k| {
-                !same(f32::from_bits(got[k]), (a[k] / b[k]).trunc()) && f32::from_bits(got[k]) != (a[k] / b[k]).trunc()
-            })
-            .map(|k| (a[k], b[k], f32::from_bits(got[k])))
-            .collect();
-        assert!(
-            bad.is_empty(),
-            "{} trunc mismatches, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(5)]
-        );
+        assert_all_ok("trunc", &a, &b, &got, |x, y, g| {
+            same(g, (x / y).trunc()) || g == (x / y).trunc()
+        });
         let mut args = vec![In::F32(a.clone()), In::F32(b.clone())];
         args.push(In::S(Value::Str("floor".into())));
         let got = run("div.Tensor_mode", args, F32, n);
@@ -2080,18 +2064,9 @@ mod tests {
             }
             fl
         };
-        let bad: Vec<_> = (0..n)
-            .filter(|&k| {
-                let (g, w) = (f32::from_bits(got[k]), floor(a[k], b[k]));
-                !(g == w || (g.is_nan() && w.is_nan()))
-            })
-            .map(|k| (a[k], b[k], f32::from_bits(got[k]), floor(a[k], b[k])))
-            .collect();
-        assert!(
-            bad.is_empty(),
-            "{} floor mismatches, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(5)]
-        );
+        assert_all_ok("floor", &a, &b, &got, |x, y, g| {
+            let w = floor(x, y);
+            g == w || (g.is_nan() && w.is_nan())
+        });
     }
 }

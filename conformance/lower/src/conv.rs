@@ -34,13 +34,12 @@
 //! (int64 → int32) cases run in fp32, exact while every partial sum stays within ±2²⁴.
 
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, dma, ts};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
-use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, TargetName, TensorCopy,
-};
+use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, NcMatmul, Op, Program, ScalarOperand, TargetName};
 
 /// One spatial dim of the equivalent direct convolution.
 #[derive(Clone, Copy, Debug)]
@@ -198,10 +197,6 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Conv, LowerError> {
     })
 }
 
-pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    lower_with(req, target, &LowerOptions::default())
-}
-
 pub fn lower_with(req: &LowerRequest<'_>, target: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let c = analyze(req)?;
     Ok(Lowered::new(emit(req, &c, target, opts)?))
@@ -348,7 +343,7 @@ pub(crate) fn emit_conv(
                             let (k0, ksz) = (kt * TILE_K, TILE_K.min(c.cin_g - kt * TILE_K));
                             let woff = win_off + (kt * win) as u64 * esz;
                             let all = AccessPattern::sbuf(pe, 0, ksz, woff, vec![[1, win as i64]]);
-                            e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }));
+                            e.memset(Engine::Gpsimd, all, 0.0);
                             if let [Some(rd), Some(rh), Some(rw)] = ranges {
                                 let src = AccessPattern::hbm(
                                     &c.input.0,
@@ -487,10 +482,7 @@ fn store_out_tile(e: &mut Emitter, c: &Conv, psum: AccessPattern, bufs: &OutBufs
     let cout = c.cout_g * c.groups;
     let out_ap = AccessPattern::sbuf(bufs.dev, 0, t.msz, bufs.out_off, vec![[1, (t.rr * t.cc) as i64]]);
     let op = match &c.bias {
-        None => Op::TensorCopy(TensorCopy {
-            dst: out_ap.clone(),
-            src: psum,
-        }),
+        None => tile::copy(out_ap.clone(), psum),
         Some(_) => {
             let bias = AccessPattern::sbuf(DType::F32, 0, t.msz, bufs.bias_off + t.mt as u64 * 4, vec![[1, 1]]);
             ts(out_ap.clone(), psum, AluOp::Add, ScalarOperand::Tile(bias), None)
@@ -602,7 +594,7 @@ fn emit_im2col(
                             let ksz = TILE_K.min(rows - kt * TILE_K);
                             let coff = col_off + (kt * TILE_N) as u64 * esz;
                             let all = AccessPattern::sbuf(pe, 0, ksz, coff, vec![[1, nsz as i64]]);
-                            e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }));
+                            e.memset(Engine::Gpsimd, all, 0.0);
                             for (koff, ci0, cnt, p) in chunks(kt) {
                                 let [kd, kh, kw] = taps[koff];
                                 let (Some(vd), Some(vh), Some(vw)) =

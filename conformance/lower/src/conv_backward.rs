@@ -29,13 +29,11 @@
 
 use super::conv::{self, Conv, SDim, tap_range};
 use super::matmul::{LowerOptions, TILE_K, TILE_M, TILE_N, pe_dtype};
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, dma, hbm_rows, tt};
 use super::{LowerError, LowerRequest, Lowered, OutputSlot, device_dtype};
 use crate::call::{TensorArg, TensorMeta, Value};
-use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, Target, TargetName, TensorCopy,
-    TensorReduce,
-};
+use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, NcMatmul, Op, Program, Target, TargetName, TensorReduce};
 
 /// Elements per partition one grad_bias `tensor_reduce` sums.
 const BIAS_CHUNK: usize = 4096;
@@ -189,10 +187,6 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Backward, LowerError> {
         dims,
         grads,
     })
-}
-
-pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    lower_with(req, target, &LowerOptions::default())
 }
 
 pub fn lower_with(req: &LowerRequest<'_>, target_name: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
@@ -387,20 +381,11 @@ fn emit_grad_weight(
                     let out_ap = AccessPattern::sbuf(dev, 0, msz, out_off, vec![[1, nsz as i64]]);
                     if tiles.is_empty() {
                         // Nothing to contract (empty batch or positions): the gradient is zero.
-                        e.push(
-                            Engine::Vector,
-                            Op::Memset(Memset {
-                                dst: out_ap.clone(),
-                                value: 0.0,
-                            }),
-                        );
+                        e.memset(Engine::Vector, out_ap.clone(), 0.0);
                     } else {
                         let psum =
                             AccessPattern::psum(DType::F32, 0, msz, bank as u64 * bank_bytes, vec![[1, nsz as i64]]);
-                        let op = Op::TensorCopy(TensorCopy {
-                            dst: out_ap.clone(),
-                            src: psum,
-                        });
+                        let op = tile::copy(out_ap.clone(), psum);
                         e.push(Engine::Vector, op);
                     }
                     let dst = hbm_rows(&grad_weight.0, dev, (g * a_g + mt * TILE_M) * cols + j0, msz, cols, nsz);
@@ -490,7 +475,7 @@ fn emit_im2col_tile(
         .sum();
     if loaded < ksz * nsz {
         let all = AccessPattern::sbuf(pe, 0, ksz, col_off, vec![[1, nsz as i64]]);
-        e.push(Engine::Gpsimd, Op::Memset(Memset { dst: all, value: 0.0 }));
+        e.memset(Engine::Gpsimd, all, 0.0);
     }
     for op in loads {
         e.push(Engine::Dma, op);
@@ -534,13 +519,7 @@ fn emit_grad_bias(
         let acc = AccessPattern::sbuf(DType::F32, 0, csz, acc_off, vec![[1, 1]]);
         let part = AccessPattern::sbuf(DType::F32, 0, csz, part_off, vec![[1, 1]]);
         if chunks.is_empty() {
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: acc.clone(),
-                    value: 0.0,
-                }),
-            );
+            e.memset(Engine::Vector, acc.clone(), 0.0);
         }
         for (i, &(n0, ncount, s0, len)) in chunks.iter().enumerate() {
             let src = AccessPattern::hbm(
@@ -568,13 +547,7 @@ fn emit_grad_bias(
             }
         }
         let out = AccessPattern::sbuf(dev, 0, csz, out_off, vec![[1, 1]]);
-        e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: out.clone(),
-                src: acc,
-            }),
-        );
+        e.tensor_copy(Engine::Vector, out.clone(), acc);
         let dst = AccessPattern::hbm(&grad_bias.0, dev, c0 as u64, csz, 1, vec![[1, 1]]);
         e.push(Engine::Dma, dma(dst, out));
     }
@@ -592,12 +565,7 @@ mod tests {
     /// A 2d `convolution_backward` call: grad_output, input, weight of these shapes, stride 1,
     /// padding 1, groups 1, the given output_mask.
     fn lowered(go: &[usize], x: &[usize], w: &[usize], mask: [bool; 3]) -> Result<Lowered, LowerError> {
-        let meta = |shape: &[usize]| TensorMeta {
-            dtype: TorchDType::F32,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        };
+        let meta = |shape: &[usize]| TensorMeta::contiguous(TorchDType::F32, shape);
         let mut tensors = BTreeMap::from([
             ("input.0".to_string(), meta(go)),
             ("input.1".to_string(), meta(x)),
@@ -636,7 +604,7 @@ mod tests {
             tensors: &tensors,
             outputs: &crate::OutputSlot::of(&outputs),
         };
-        lower(&req, TargetName::Trn1)
+        lower_with(&req, TargetName::Trn1, &LowerOptions::default())
     }
 
     #[test]

@@ -45,8 +45,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{Complex, KEYWORD_ONLY, Scalar, TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Memset, Op,
-    Program, Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed, TargetName, TensorCopy, TensorReduce, TensorScalar,
+    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Dropout, Engine, HbmRole, Iota, Op, Program,
+    Rng, ScalarOperand, ScalarTensorTensor, SetRngSeed, TargetName, TensorReduce, TensorScalar,
 };
 
 /// Elements per partition of one tile (scratch tiles are 4 bytes per element: 8 KiB each).
@@ -113,21 +113,12 @@ impl Builder {
     // --- instruction helpers (all elementwise over one tile job) ---
 
     fn copy(&mut self, job: &TileJob, dst: Buf, src: Buf) {
-        let op = Op::TensorCopy(TensorCopy {
-            dst: dst.flat(job),
-            src: src.flat(job),
-        });
+        let op = tile::copy(dst.flat(job), src.flat(job));
         self.e.push(Engine::Vector, op);
     }
 
     fn memset(&mut self, job: &TileJob, dst: Buf, value: f64) {
-        self.e.push(
-            Engine::Vector,
-            Op::Memset(Memset {
-                dst: dst.flat(job),
-                value,
-            }),
-        );
+        self.e.push(Engine::Vector, tile::memset(dst.flat(job), value));
     }
 
     fn load(&mut self, job: &TileJob, operand: usize, name: &str, dst: Buf) {
@@ -874,13 +865,7 @@ fn lower_rand(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Low
             b.e.tensor_scalar_imm(v, w.flat(job), r.flat(job), AluOp::Multiply, 2f64.powi(-24));
             let p = job.partitions;
             let bias_ap = AccessPattern::sbuf(DType::F32, 0, p, bias.slot.offset, vec![[1, 1]]);
-            b.e.push(
-                v,
-                Op::Memset(Memset {
-                    dst: bias_ap.clone(),
-                    value: -PI_DOWN,
-                }),
-            );
+            b.e.memset(v, bias_ap.clone(), -PI_DOWN);
             act(&mut b, job, w, ActFunc::Sin, w, TWO_PI_DOWN, Some(bias_ap));
             b.e.tensor_tensor(v, res.flat(job), u.flat(job), w.flat(job), AluOp::Multiply);
         }
@@ -1033,13 +1018,7 @@ fn lower_randperm(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered,
         };
         b.e.push(v, Op::TensorReduce(sum));
     }
-    b.e.push(
-        v,
-        Op::TensorCopy(TensorCopy {
-            dst: ap(out_dev, ranki, f),
-            src: ap(DType::F32, rank, f),
-        }),
-    );
+    b.e.tensor_copy(v, ap(out_dev, ranki, f), ap(DType::F32, rank, f));
     let full = n / f;
     let rest = n % f;
     if full > 0 {

@@ -37,7 +37,7 @@ use super::tile::{
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use crate::dtype::{TorchDType, unravel};
-use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, TargetName, TensorReduce};
+use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, NcMatmul, Op, Program, TargetName, TensorReduce};
 
 /// Elements per partition of one `(j, k)` block of the direct form (two fp32 buffers of it).
 const DIRECT_BLOCK: usize = 4096;
@@ -268,13 +268,7 @@ fn emit_direct(e: &mut Emitter, d: &Pairs<'_>, norm: Norm, store: Store, target:
         }
         if m == 0 {
             // No features: every distance is 0 (PyTorch returns zeros).
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: f32_at(res, rows, 0, vec![[1, r2 as i64]]),
-                    value: 0.0,
-                }),
-            );
+            e.memset(Engine::Vector, f32_at(res, rows, 0, vec![[1, r2 as i64]]), 0.0);
         }
         for kt in 0..k_chunks {
             let (k0, kc) = (kt * kc_max, kc_max.min(m - kt * kc_max));
@@ -441,13 +435,7 @@ fn emit_euclidean_matmul(e: &mut Emitter, d: &Pairs<'_>, target: TargetName) -> 
     let sb = |s: Slot, partitions: usize, col: usize, n: usize| f32_at(s, partitions, col, vec![[1, n as i64]]);
 
     // A ones column (for the norms' column sums) and a ones row (the augmented products).
-    e.push(
-        Engine::Vector,
-        Op::Memset(Memset {
-            dst: sb(ones, TILE_K.min(m), 0, TILE_N),
-            value: 1.0,
-        }),
-    );
+    e.memset(Engine::Vector, sb(ones, TILE_K.min(m), 0, TILE_N), 1.0);
 
     // Σ_k sq[k, ·] over the K tiles of `sq` (tile stride `stride` columns) into PSUM `[1, n]`,
     // then to SBUF row `dst`.
@@ -544,12 +532,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn meta(shape: &[usize]) -> TensorMeta {
-        TensorMeta {
-            dtype: TorchDType::F32,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        }
+        TensorMeta::contiguous(TorchDType::F32, shape)
     }
 
     fn cdist(a: &[usize], b: &[usize], out: &[usize], p: f64, mode: Option<i64>) -> Result<Program, LowerError> {

@@ -40,13 +40,14 @@
 //! engines' max).
 
 use super::binary::dev;
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, dma, hbm_rows, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, NcMatmul, OobMode, Op, Program, Reciprocal,
-    ScalarOperand, SelectReduce, TargetName, TensorCopy, TensorReduce,
+    ScalarOperand, SelectReduce, TargetName, TensorReduce,
 };
 
 const MODE_SUM: i64 = 0;
@@ -506,13 +507,7 @@ fn gather_and_segment(b: &mut Builder, call: &Call<'_>) -> Result<Rows, LowerErr
                 );
                 b.e.push(Engine::Vector, op);
             } else {
-                b.e.push(
-                    Engine::Vector,
-                    Op::TensorCopy(TensorCopy {
-                        dst: flat(DType::F32, p, wt, 1),
-                        src: flat(wdt, p, psw, 1),
-                    }),
-                );
+                b.e.tensor_copy(Engine::Vector, flat(DType::F32, p, wt, 1), flat(wdt, p, psw, 1));
             }
             weight_factor = Some(wt);
         }
@@ -575,10 +570,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                     // PyTorch zeroes bag_size for sum ("make bag_size output deterministic").
                     b.e.push(Engine::Gpsimd, memset(flat(DType::I32, jc, size_t, 1), 0.0));
                 } else {
-                    let op = Op::TensorCopy(TensorCopy {
-                        dst: flat(DType::I32, jc, size_t, 1),
-                        src: psum_col(0, 1),
-                    });
+                    let op = tile::copy(flat(DType::I32, jc, size_t, 1), psum_col(0, 1));
                     b.e.push(Engine::Vector, op);
                     // apply_bag_size: divide by max(bag_size, 1) converted to the output dtype.
                     let op = ts(
@@ -613,10 +605,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
             }
             let c0 = cc.i0 + first - 1;
             // The fp32 sum rounds once to the weight dtype (PyTorch's fp32 buffer → output).
-            let op = Op::TensorCopy(TensorCopy {
-                dst: flat(wdt, jc, sum_t, n),
-                src: psum_col(first, n),
-            });
+            let op = tile::copy(flat(wdt, jc, sum_t, n), psum_col(first, n));
             b.e.push(Engine::Vector, op);
             let result = if call.mode == MODE_MEAN {
                 let op = ts(
@@ -682,20 +671,8 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
             let src = AccessPattern::hbm(call.offsets, DType::I32, (j0 + 1) as u64, given, 1, vec![[1, 1]]);
             b.e.push(Engine::Dma, dma(flat(DType::I32, given, hi_i, 1), src));
         }
-        b.e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: col(lo, DType::F32),
-                src: col(lo_i, DType::I32),
-            }),
-        );
-        b.e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: col(hi, DType::F32),
-                src: col(hi_i, DType::I32),
-            }),
-        );
+        b.e.tensor_copy(Engine::Vector, col(lo, DType::F32), col(lo_i, DType::I32));
+        b.e.tensor_copy(Engine::Vector, col(hi, DType::F32), col(hi_i, DType::I32));
         for dc in chunks(d.max(1), db) {
             let dn = if d == 0 { 0 } else { dc.rows };
             for (k, rc) in row_chunks.iter().enumerate() {
@@ -725,12 +702,10 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 );
                 let idx_src = AccessPattern::hbm(call.indices, DType::I32, rc.i0 as u64, p, 0, vec![[1, w as i64]]);
                 b.e.push(Engine::Dma, dma(flat(DType::I32, p, idx_i, w), idx_src));
-                b.e.push(
+                b.e.tensor_copy(
                     Engine::Vector,
-                    Op::TensorCopy(TensorCopy {
-                        dst: flat(DType::F32, p, idx_f, w),
-                        src: flat(DType::I32, p, idx_i, w),
-                    }),
+                    flat(DType::F32, p, idx_f, w),
+                    flat(DType::I32, p, idx_i, w),
                 );
                 let mask_ap = flat(DType::U8, p, mask, w);
                 if let Some(pad) = call.padding_idx {
@@ -877,20 +852,8 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 let best_ap = flat(DType::F32, p, best, dn);
                 let best_word_ap = flat(DType::F32, p, best_word, dn);
                 if k == 0 {
-                    b.e.push(
-                        Engine::Vector,
-                        Op::TensorCopy(TensorCopy {
-                            dst: best_ap.clone(),
-                            src: m_ap,
-                        }),
-                    );
-                    b.e.push(
-                        Engine::Vector,
-                        Op::TensorCopy(TensorCopy {
-                            dst: best_word_ap,
-                            src: word_ap,
-                        }),
-                    );
+                    b.e.tensor_copy(Engine::Vector, best_ap.clone(), m_ap);
+                    b.e.tensor_copy(Engine::Vector, best_word_ap, word_ap);
                 } else {
                     // A later chunk wins only with a strictly larger value, or when no earlier
                     // chunk had a row of the bag (PyTorch's `weight > current`, first one kept).
@@ -966,13 +929,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                 dma(hbm(call.max_indices, DType::I32), flat(DType::I32, p, out_i, dn)),
             );
         }
-        b.e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: col(size_i, DType::I32),
-                src: col(cnt, DType::F32),
-            }),
-        );
+        b.e.tensor_copy(Engine::Vector, col(size_i, DType::I32), col(cnt, DType::F32));
         let dst = AccessPattern::hbm(call.bag_size, DType::I32, j0 as u64, p, 1, vec![[1, 1]]);
         b.e.push(Engine::Dma, dma(dst, col(size_i, DType::I32)));
     }

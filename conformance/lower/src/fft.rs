@@ -41,13 +41,14 @@
 //! Norm modes (the `normalization` int): 0 none, 1 `1/√n`, 2 `1/n`, `n` the product of the
 //! signal lengths; the fp32 factor multiplies the last pass's PSUM result on VectorE.
 
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, dma, tt};
 use super::{LowerError, LowerRequest, Lowered, complex_real_view_shape};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, Memset, NcMatmul, Op,
-    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorCopy, TensorScalar,
+    AccessPattern, ActFunc, Activation, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, Iota, NcMatmul, Op,
+    Program, ScalarOperand, ScalarTensorTensor, Target, TargetName, TensorScalar,
 };
 
 /// Longest transform whose twiddle indices reduce exactly (see the module doc).
@@ -436,13 +437,7 @@ fn emit_matrices(e: &mut Emitter, alloc: &mut SbufAllocator, p: &Pass, outputs: 
             // global row index with affine_select (no host values).
             let w = sb(weight, pl, vec![[1, 1]]);
             let w2 = sb(weight + 4, pl, vec![[1, 1]]);
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: w.clone(),
-                    value: 2.0,
-                }),
-            );
+            e.memset(Engine::Vector, w.clone(), 2.0);
             let mut cur = (w, w2);
             let mut rows_at_one = vec![0i64];
             if p.len.is_multiple_of(2) {
@@ -626,13 +621,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 None => AccessPattern::psum(DType::F32, 0, kt, psum_off, vec![[1, bc as i64]]),
                 Some((ping, pong)) => {
                     let all = AccessPattern::psum(DType::F32, 0, kt, psum_off, vec![[1, (slices * bc) as i64]]);
-                    e.push(
-                        Engine::Vector,
-                        Op::TensorCopy(TensorCopy {
-                            dst: sb(ping, kt, vec![[1, (slices * bc) as i64]]),
-                            src: all,
-                        }),
-                    );
+                    e.tensor_copy(Engine::Vector, sb(ping, kt, vec![[1, (slices * bc) as i64]]), all);
                     let (mut from, mut to, mut count) = (ping, pong, slices);
                     while count > 1 {
                         // [p0 + p1, p2 + p3, …]; an odd last partial passes up unchanged.
@@ -649,12 +638,10 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                             tt(sb(to, kt, vec![[1, (pairs * bc) as i64]]), pick(0), pick(1), AluOp::Add),
                         );
                         if count % 2 == 1 {
-                            e.push(
+                            e.tensor_copy(
                                 Engine::Vector,
-                                Op::TensorCopy(TensorCopy {
-                                    dst: sb(to + (pairs * bc * 4) as u64, kt, vec![[1, bc as i64]]),
-                                    src: sb(from + ((count - 1) * bc * 4) as u64, kt, vec![[1, bc as i64]]),
-                                }),
+                                sb(to + (pairs * bc * 4) as u64, kt, vec![[1, bc as i64]]),
+                                sb(from + ((count - 1) * bc * 4) as u64, kt, vec![[1, bc as i64]]),
                             );
                         }
                         count = pairs + count % 2;
@@ -664,10 +651,7 @@ fn emit_pass(e: &mut Emitter, tgt: &Target, p: &Pass, bank: &mut usize) -> Resul
                 }
             };
             let evacuate = if p.scale == 1.0 {
-                Op::TensorCopy(TensorCopy {
-                    dst: out.clone(),
-                    src: summed,
-                })
+                tile::copy(out.clone(), summed)
             } else {
                 tensor_scalar(out.clone(), summed, AluOp::Multiply, p.scale, None)
             };

@@ -41,8 +41,8 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{BoolOrInt, IntOrBool, Scalar, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, Memset, OobMode, Op, Program,
-    Reciprocal, ScalarOperand, TargetName, TensorCopy, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
+    AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, OobMode, Op, Program,
+    Reciprocal, ScalarOperand, TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
     TensorTensorScan,
 };
 
@@ -66,6 +66,20 @@ struct Idx {
     skip: Option<i64>,
 }
 
+impl Idx {
+    /// Index tensor `name` whose indices must lie in `0..size` (no wrapping, none skipped).
+    fn in_range(name: &str, strides: Vec<i64>, size: i64, mult: i64) -> Idx {
+        Idx {
+            name: name.into(),
+            strides,
+            size,
+            wrap: false,
+            mult,
+            skip: None,
+        }
+    }
+}
+
 /// The four int32 SBUF slots [`B::offsets`] works in (`f` elements per partition each).
 struct IdxBufs {
     acc: Slot,
@@ -86,6 +100,19 @@ struct Spec {
 }
 
 impl Spec {
+    /// The spec of one index tensor over `S = s` (rows of `r` elements, row base strides
+    /// `base`), with no constant base offset and no extra tensors.
+    fn one_index(s: Vec<usize>, r: usize, base: Vec<i64>, idx: Idx) -> Spec {
+        Spec {
+            s,
+            r,
+            base,
+            base_const: 0,
+            idx: vec![idx],
+            extra: vec![],
+        }
+    }
+
     /// Drops size-1 dims and merges adjacent dims whose every stride vector is contiguous.
     fn simplify(mut self) -> Spec {
         let n = self.s.len();
@@ -163,13 +190,7 @@ fn sb(dtype: DType, p: usize, offset: u64, f: usize) -> AccessPattern {
 /// scratch slots hold ones, the running count, the offset and the positions (returned, I32).
 fn mask_positions(b: &mut B<'_, '_>, m_ap: AccessPattern, n: usize, [ones, cs, w, ix]: [Slot; 4]) -> AccessPattern {
     let ones_ap = sb(DType::F32, 1, ones.offset, n);
-    b.e.push(
-        Engine::Vector,
-        Op::Memset(Memset {
-            dst: ones_ap.clone(),
-            value: 1.0,
-        }),
-    );
+    b.e.memset(Engine::Vector, ones_ap.clone(), 1.0);
     // cs = inclusive prefix count of the (row-broadcast) mask, fp32 state: exact below 2^24.
     let cs_ap = sb(DType::F32, 1, cs.offset, n);
     b.e.push(
@@ -238,6 +259,24 @@ impl<'r, 'a> B<'r, 'a> {
         Ok((d, m.shape.clone()))
     }
 
+    /// The source tensor (argument `src`, position and name) and the index tensor (argument
+    /// `index`) of a gather-style call: the index checked with `check`, then both declared as
+    /// inputs, each with its device dtype and shape.
+    #[allow(clippy::type_complexity)]
+    fn source_and_index(
+        &mut self,
+        src: (usize, &str),
+        index: (usize, &str),
+        check: fn(&LowerRequest<'_>, &str) -> Result<(), LowerError>,
+    ) -> Result<((&'a str, DType, Vec<usize>), (&'a str, Vec<usize>)), LowerError> {
+        let x = self.req.arg::<TensorArg>(src.0, src.1)?.0;
+        let idx = self.req.arg::<TensorArg>(index.0, index.1)?.0;
+        check(self.req, idx)?;
+        let (xdt, xs) = self.declare(x, HbmRole::Input)?;
+        let (_, is) = self.declare(idx, HbmRole::Input)?;
+        Ok(((x, xdt, xs), (idx, is)))
+    }
+
     fn declare(&mut self, name: &str, role: HbmRole) -> Result<(DType, Vec<usize>), LowerError> {
         let (d, shape) = self.dev(name)?;
         if !self.e.program.hbm.iter().any(|h| h.name == name) {
@@ -283,7 +322,7 @@ impl<'r, 'a> B<'r, 'a> {
         let off = self.alloc.alloc(cols * dt.size())?;
         let p = n.div_ceil(cols).min(128);
         let tile = AccessPattern::sbuf(dt, 0, p, off, vec![[1, cols as i64]]);
-        self.e.push(Engine::Gpsimd, Op::Memset(Memset { dst: tile, value }));
+        self.e.memset(Engine::Gpsimd, tile, value);
         let mut done = 0usize;
         while done < n {
             let rest = n - done;
@@ -557,11 +596,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     let on: usize = oshape.iter().product();
     match req.op {
         "index_select" => {
-            let x = req.arg::<TensorArg>(0, "self")?.0;
-            let idx = req.arg::<TensorArg>(2, "index")?.0;
-            check_index_dtype(req, idx)?;
-            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
-            b.declare(idx, HbmRole::Input)?;
+            let ((x, xdt, xs), (idx, _)) = b.source_and_index((0, "self"), (2, "index"), check_index_dtype)?;
             if on == 0 {
                 return Ok(b.finish());
             }
@@ -575,29 +610,16 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             base.push(0);
             let mut istr = vec![0; d];
             istr.push(1);
-            let sp = Spec {
+            let sp = Spec::one_index(
                 s,
-                r: xs[d + 1..].iter().product(),
+                xs[d + 1..].iter().product(),
                 base,
-                base_const: 0,
-                idx: vec![Idx {
-                    name: idx.into(),
-                    strides: istr,
-                    size: xs[d] as i64,
-                    mult: st[d],
-                    skip: None,
-                    wrap: false,
-                }],
-                extra: vec![],
-            };
+                Idx::in_range(idx, istr, xs[d] as i64, st[d]),
+            );
             b.gather(&sp, x, xdt, out, odt)?;
         }
         "embedding" => {
-            let wt = req.arg::<TensorArg>(0, "weight")?.0;
-            let idx = req.arg::<TensorArg>(1, "indices")?.0;
-            check_index_dtype(req, idx)?;
-            let (wdt, ws) = b.declare(wt, HbmRole::Input)?;
-            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            let ((wt, wdt, ws), (idx, is)) = b.source_and_index((0, "weight"), (1, "indices"), check_index_dtype)?;
             if on == 0 {
                 return Ok(b.finish());
             }
@@ -605,29 +627,17 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 return Err(req.invalid("weight must be 2-D".into()));
             }
             let is1 = shape1(&is);
-            let sp = Spec {
-                s: is1.clone(),
-                r: ws[1],
-                base: vec![0; is1.len()],
-                base_const: 0,
-                idx: vec![Idx {
-                    name: idx.into(),
-                    strides: contiguous_strides(&is1),
-                    size: ws[0] as i64,
-                    mult: ws[1] as i64,
-                    skip: None,
-                    wrap: false,
-                }],
-                extra: vec![],
-            };
+            let sp = Spec::one_index(
+                is1.clone(),
+                ws[1],
+                vec![0; is1.len()],
+                Idx::in_range(idx, contiguous_strides(&is1), ws[0] as i64, ws[1] as i64),
+            );
             b.gather(&sp, wt, wdt, out, odt)?;
         }
         "gather" => {
-            let x = req.arg::<TensorArg>(0, "self")?.0;
-            let idx = req.arg::<TensorArg>(2, "index")?.0;
-            check_index_dtype_unless_empty(req, idx)?;
-            let (xdt, xs) = b.declare(x, HbmRole::Input)?;
-            let (_, is) = b.declare(idx, HbmRole::Input)?;
+            let index_check = check_index_dtype_unless_empty;
+            let ((x, xdt, xs), (idx, is)) = b.source_and_index((0, "self"), (2, "index"), index_check)?;
             if on == 0 {
                 return Ok(b.finish());
             }
@@ -755,21 +765,15 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             let mut base = vec![0i64; s.len()];
             *base.last_mut().unwrap() = 1;
             let vst = contiguous_strides(&s);
-            let sp = Spec {
+            let sp = Spec::one_index(
                 s,
-                r: 1,
+                1,
                 base,
-                base_const: 0,
-                idx: vec![Idx {
-                    name: idx.into(),
-                    strides: istr,
-                    size: nw,
-                    mult: dcols as i64,
+                Idx {
                     skip: if pad >= 0 { Some(pad) } else { None },
-                    wrap: false,
-                }],
-                extra: vec![],
-            };
+                    ..Idx::in_range(idx, istr, nw, dcols as i64)
+                },
+            );
             let (grads, gdt) = if scale_grad_by_freq {
                 let scaled = b.grads_scaled_by_inverse_count(idx, n_idx, nw, g, gdt, dcols)?;
                 (scaled, DType::F32)
@@ -1167,21 +1171,12 @@ fn along_dim_spec(xs: &[usize], d: usize, idx: &str, is: &[usize]) -> Spec {
     let st = contiguous_strides(xs);
     let mut base = st.clone();
     base[d] = 0;
-    Spec {
-        s: is.to_vec(),
-        r: 1,
+    Spec::one_index(
+        is.to_vec(),
+        1,
         base,
-        base_const: 0,
-        idx: vec![Idx {
-            name: idx.into(),
-            strides: contiguous_strides(is),
-            size: xs[d] as i64,
-            mult: st[d],
-            skip: None,
-            wrap: false,
-        }],
-        extra: vec![],
-    }
+        Idx::in_range(idx, contiguous_strides(is), xs[d] as i64, st[d]),
+    )
 }
 
 /// Advanced indexing `x[indices]`: the element-wise spec (R = 1) over the result shape.
@@ -1409,30 +1404,12 @@ fn scatter_reduce_select(
         let self_rows = AccessPattern::hbm(x, xdt, (p0 as i64 * xst[d]) as u64, pc, xst[d], line_free(&xst));
         e.push(Engine::Dma, dma(res_ap(xt), self_rows));
         if include_self {
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy {
-                    dst: res_ap(acc),
-                    src: res_ap(xt),
-                }),
-            );
+            e.tensor_copy(Engine::Vector, res_ap(acc), res_ap(xt));
         } else {
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: res_ap(acc),
-                    value: reduce.identity(int),
-                }),
-            );
+            e.memset(Engine::Vector, res_ap(acc), reduce.identity(int));
         }
         if counting {
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: flat(DType::F32, pc, cnt, l),
-                    value: 0.0,
-                }),
-            );
+            e.memset(Engine::Vector, flat(DType::F32, pc, cnt, l), 0.0);
         }
         let mut k0 = 0;
         while k0 < k {
@@ -1481,20 +1458,8 @@ fn scatter_reduce_select(
             // V = [running result | identity, with src where selected].
             let v_col0 = sbd(vt, pc, vv.offset, vec![[wn as i64, l as i64]]);
             let v_rest = sbd(vt, pc, vv.offset + vs, vec![[wn as i64, l as i64], [1, kn as i64]]);
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy {
-                    dst: v_col0.clone(),
-                    src: res_ap(acc),
-                }),
-            );
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: v_rest.clone(),
-                    value: reduce.identity(int),
-                }),
-            );
+            e.tensor_copy(Engine::Vector, v_col0.clone(), res_ap(acc));
+            e.memset(Engine::Vector, v_rest.clone(), reduce.identity(int));
             e.push(
                 Engine::Vector,
                 Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -1515,13 +1480,7 @@ fn scatter_reduce_select(
                     e.push(Engine::Gpsimd, tt(lo.clone(), lo, hi, reduce.alu()));
                     w = h;
                 }
-                e.push(
-                    Engine::Gpsimd,
-                    Op::TensorCopy(TensorCopy {
-                        dst: res_ap(acc),
-                        src: v_col0,
-                    }),
-                );
+                e.tensor_copy(Engine::Gpsimd, res_ap(acc), v_col0);
             } else {
                 e.push(
                     Engine::Vector,
@@ -1714,21 +1673,7 @@ impl B<'_, '_> {
     ) -> Result<String, LowerError> {
         let counts = self.new_scratch(DType::F32, nw.max(1) as usize);
         self.fill_flat(&counts, DType::F32, nw as usize, 0.0)?;
-        let per_index = Spec {
-            s: vec![n_idx],
-            r: 1,
-            base: vec![0],
-            base_const: 0,
-            idx: vec![Idx {
-                name: idx.into(),
-                strides: vec![1],
-                size: nw,
-                mult: 1,
-                skip: None,
-                wrap: false,
-            }],
-            extra: vec![],
-        };
+        let per_index = Spec::one_index(vec![n_idx], 1, vec![0], Idx::in_range(idx, vec![1], nw, 1));
         self.scatter(&per_index, Vals::Scalar(1.0), &counts, DType::F32, true, OobMode::Error)?;
         let scaled = self.new_scratch(DType::F32, n_idx * dcols);
         let bufs = self.bufs(&per_index)?;
@@ -1826,13 +1771,7 @@ fn index_bool_mask(
     b.e.program.declare(&count, DType::I32, &[1], HbmRole::Output);
     if nm == 0 {
         let c = b.alloc.slot(4)?;
-        b.e.push(
-            Engine::Vector,
-            Op::Memset(Memset {
-                dst: sb(DType::I32, 1, c.offset, 1),
-                value: 0.0,
-            }),
-        );
+        b.e.memset(Engine::Vector, sb(DType::I32, 1, c.offset, 1), 0.0);
         b.e.push(
             Engine::Dma,
             dma(
@@ -1862,13 +1801,7 @@ fn index_bool_mask(
     );
     let f = |dt: DType, s: Slot, n: usize| sb(dt, 1, s.offset, n);
     super::zero_fill_hbm(&mut b.e, ix, 1, ch, out, odt, on);
-    b.e.push(
-        Engine::Vector,
-        Op::Memset(Memset {
-            dst: f(DType::F32, ones, ch),
-            value: 1.0,
-        }),
-    );
+    b.e.memset(Engine::Vector, f(DType::F32, ones, ch), 1.0);
     let mut c0 = 0;
     while c0 < nm {
         let cn = (nm - c0).min(ch);
@@ -1895,12 +1828,10 @@ fn index_bool_mask(
                 op1: AluOp::Add,
             }),
         );
-        b.e.push(
+        b.e.tensor_copy(
             Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: f(DType::F32, carry, 1),
-                src: AccessPattern::sbuf(DType::F32, 0, 1, cs.offset + 4 * (cn as u64 - 1), vec![[1, 1]]),
-            }),
+            f(DType::F32, carry, 1),
+            AccessPattern::sbuf(DType::F32, 0, 1, cs.offset + 4 * (cn as u64 - 1), vec![[1, 1]]),
         );
         // w = m ? −1 : BIG − 1; the output row is cs + w.
         b.e.push(
@@ -1944,13 +1875,7 @@ fn index_bool_mask(
         c0 += cn;
     }
     // The final carry is the number of selected rows.
-    b.e.push(
-        Engine::Vector,
-        Op::TensorCopy(TensorCopy {
-            dst: f(DType::I32, count_i, 1),
-            src: f(DType::F32, carry, 1),
-        }),
-    );
+    b.e.tensor_copy(Engine::Vector, f(DType::I32, count_i, 1), f(DType::F32, carry, 1));
     b.e.push(
         Engine::Dma,
         dma(

@@ -312,6 +312,14 @@ macro_rules! lowering {
             lower: $f as LowerFn,
         }
     };
+    // A lowering that takes [`LowerOptions`]: the registry runs it with the defaults
+    // ([`lower_request_with_options`] passes others).
+    ($op:literal, $family:literal, with_options $f:path) => {{
+        fn defaults(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
+            $f(req, target, &LowerOptions::default())
+        }
+        lowering!($op, $family, defaults)
+    }};
 }
 
 /// The one registry of lowered ops: every op, its family and its lowering function. Ops not
@@ -427,11 +435,11 @@ const LOWERINGS: &[Lowering] = &[
     lowering!("_native_batch_norm_legit", "norm", norm::lower),
     lowering!("_native_batch_norm_legit.no_stats", "norm", norm::lower),
     lowering!("_native_batch_norm_legit_no_training", "norm", norm::lower),
-    lowering!("mm", "matmul", matmul::lower),
-    lowering!("bmm", "matmul", matmul::lower),
-    lowering!("addmm", "matmul", matmul::lower),
-    lowering!("convolution", "conv", conv::lower),
-    lowering!("convolution_backward", "conv_backward", conv_backward::lower),
+    lowering!("mm", "matmul", with_options matmul::lower_with),
+    lowering!("bmm", "matmul", with_options matmul::lower_with),
+    lowering!("addmm", "matmul", with_options matmul::lower_with),
+    lowering!("convolution", "conv", with_options conv::lower_with),
+    lowering!("convolution_backward", "conv_backward", with_options conv_backward::lower_with),
     lowering!("_cdist_forward", "distance", distance::lower_cdist),
     lowering!("_pdist_forward", "distance", distance::lower_pdist),
     lowering!("_fft_r2c", "fft", fft::lower),
@@ -729,13 +737,11 @@ pub(crate) fn zero_fill_hbm(
     dtype: DType,
     n: usize,
 ) {
-    use trnsim::{AccessPattern, DmaCopy, Engine, Memset, Op};
-    e.push(
+    use trnsim::{AccessPattern, DmaCopy, Engine, Op};
+    e.memset(
         Engine::Vector,
-        Op::Memset(Memset {
-            dst: AccessPattern::sbuf(dtype, 0, parts, zero.offset, vec![[1, width as i64]]),
-            value: 0.0,
-        }),
+        AccessPattern::sbuf(dtype, 0, parts, zero.offset, vec![[1, width as i64]]),
+        0.0,
     );
     let mut done = 0;
     while done < n {

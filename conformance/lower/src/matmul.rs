@@ -37,8 +37,7 @@ use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Memset, NcMatmul, Op, Program, ScalarOperand, ScalarTensorTensor,
-    TargetName, TensorCopy,
+    AccessPattern, AluOp, DType, Engine, HbmRole, NcMatmul, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName,
 };
 
 /// neuronx-cc's `--auto-cast`: which fp32 operands are rounded to a narrower type first.
@@ -184,10 +183,6 @@ fn analyze(req: &LowerRequest<'_>) -> Result<Call, LowerError> {
     })
 }
 
-pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    lower_with(req, target, &LowerOptions::default())
-}
-
 pub fn lower_with(req: &LowerRequest<'_>, target: TargetName, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let call = analyze(req)?;
     Ok(Lowered::new(emit(req, &call, target, opts)?))
@@ -253,7 +248,7 @@ fn emit(
 
     if let Some(z) = zero_off {
         let ap = AccessPattern::sbuf(DType::F32, 0, TILE_M.min(m), z, vec![[1, TILE_N.min(n) as i64]]);
-        e.push(Engine::Vector, Op::Memset(Memset { dst: ap, value: 0.0 }));
+        e.memset(Engine::Vector, ap, 0.0);
     }
 
     let at_tile_off = |kt: usize, mt: usize| -> u64 {
@@ -317,10 +312,7 @@ fn emit(
                 match &call.c {
                     None => {
                         let op = if call.alpha == 1.0 {
-                            Op::TensorCopy(TensorCopy {
-                                dst: out_ap.clone(),
-                                src: product,
-                            })
+                            tile::copy(out_ap.clone(), product)
                         } else {
                             ts(
                                 out_ap.clone(),
@@ -400,12 +392,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn lowered(opts: &LowerOptions) -> Program {
-        let meta = |shape: &[usize]| TensorMeta {
-            dtype: TorchDType::F32,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        };
+        let meta = |shape: &[usize]| TensorMeta::contiguous(TorchDType::F32, shape);
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(&[3, 200])),
             ("input.1".to_string(), meta(&[200, 5])),

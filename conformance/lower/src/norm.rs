@@ -602,13 +602,7 @@ fn emit_norm(req: &LowerRequest<'_>, target: TargetName, call: &NormCall) -> Res
                         );
                     }
                     _ => {
-                        ctx.e.push(
-                            v,
-                            Op::Memset(trnsim::Memset {
-                                dst: sc.cols(p, 0, w),
-                                value: 0.0,
-                            }),
-                        );
+                        ctx.e.memset(v, sc.cols(p, 0, w), 0.0);
                         ctx.e
                             .tensor_scalar(v, sc.at(p, 0, w), sc.at(p, 0, w), AluOp::Add, rstd.scalar(p, 0), None);
                     }
@@ -721,45 +715,47 @@ struct BackwardIo {
     outs: Vec<Option<(String, DType)>>,
 }
 
-/// Declares a norm backward's HBM tensors: `grad_out, input, mean, rstd`, the optional weight,
-/// and the outputs.
-fn declare_backward_io(
+/// Declares a norm backward's HBM tensors (`grad_out, input, mean, rstd`, the optional weight,
+/// and the outputs) in a new program for `target`, and returns the lowering context over it.
+fn backward_ctx(
     req: &LowerRequest<'_>,
-    program: &mut Program,
+    target: TargetName,
     [dy, x, mean, rstd]: [&str; 4],
     weight: Option<&str>,
-) -> Result<BackwardIo, LowerError> {
-    let dy_dev = declare(req, program, dy, HbmRole::Input)?;
-    let x_dev = declare(req, program, x, HbmRole::Input)?;
-    let mean_dev = declare(req, program, mean, HbmRole::Input)?;
-    let rstd_dev = declare(req, program, rstd, HbmRole::Input)?;
+) -> Result<(Ctx, BackwardIo), LowerError> {
+    let mut program = Program::new(target);
+    let dy_dev = declare(req, &mut program, dy, HbmRole::Input)?;
+    let x_dev = declare(req, &mut program, x, HbmRole::Input)?;
+    let mean_dev = declare(req, &mut program, mean, HbmRole::Input)?;
+    let rstd_dev = declare(req, &mut program, rstd, HbmRole::Input)?;
     let w_dev = match weight {
-        Some(w) => Some(declare(req, program, w, HbmRole::Input)?),
+        Some(w) => Some(declare(req, &mut program, w, HbmRole::Input)?),
         None => None,
     };
     let mut outs = Vec::new();
     for i in 0..3 {
         match out_opt(req, i)? {
             Some((name, _)) => {
-                let d = declare(req, program, &name, HbmRole::Output)?;
+                let d = declare(req, &mut program, &name, HbmRole::Output)?;
                 outs.push(Some((name, d)));
             }
             None => {
                 if let Some(OutputSlot::Tensor(t)) = req.outputs.get(i) {
-                    declare(req, program, t, HbmRole::Output)?;
+                    declare(req, &mut program, t, HbmRole::Output)?;
                 }
                 outs.push(None);
             }
         }
     }
-    Ok(BackwardIo {
+    let io = BackwardIo {
         dy_dev,
         x_dev,
         mean_dev,
         rstd_dev,
         w_dev,
         outs,
-    })
+    };
+    Ok((Ctx::new(target, program), io))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -800,21 +796,8 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
     let red = (m..shape.len()).map(|d| dim(shape[d], cs[d], 0, wcs[d - m])).collect();
     let layout = Layout::from_dims(kept, red);
 
-    let mut program = Program::new(target);
-    let BackwardIo {
-        dy_dev,
-        x_dev,
-        mean_dev,
-        rstd_dev,
-        w_dev,
-        outs,
-    } = declare_backward_io(
-        req,
-        &mut program,
-        [&dy_name, &x_name, &mean_name, &rstd_name],
-        weight.as_ref().map(|(w, _)| w.as_str()),
-    )?;
-    let mut ctx = Ctx::new(target, program);
+    let names = [dy_name.as_str(), &x_name, &mean_name, &rstd_name];
+    let (mut ctx, io) = backward_ctx(req, target, names, weight.as_ref().map(|(w, _)| w.as_str()))?;
     let rows = layout.row_tiles(ctx.partitions);
     let chunks = layout.chunks(CHUNK);
     if chunks.len() != 1 || rows.is_empty() {
@@ -838,12 +821,12 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
     let scale = 1.0 / n as f64;
     for (ri, rt) in rows.iter().enumerate() {
         let p = rt.rows;
-        load_chunk(&mut ctx, &dy, &dy_name, dy_dev, rt, ch);
-        load_chunk(&mut ctx, &x, &x_name, x_dev, rt, ch);
-        load_col_op(&mut ctx, &st, 0, &mean_name, mean_dev, rt, 1);
-        load_col_op(&mut ctx, &st, 1, &rstd_name, rstd_dev, rt, 1);
+        load_chunk(&mut ctx, &dy, &dy_name, io.dy_dev, rt, ch);
+        load_chunk(&mut ctx, &x, &x_name, io.x_dev, rt, ch);
+        load_col_op(&mut ctx, &st, 0, &mean_name, io.mean_dev, rt, 1);
+        load_col_op(&mut ctx, &st, 1, &rstd_name, io.rstd_dev, rt, 1);
         // gb = dy · w
-        match (&weight, w_dev) {
+        match (&weight, io.w_dev) {
             (Some((wn, _)), Some(d)) => {
                 load_op(&mut ctx, &wt, wn, d, rt, ch, 2);
                 ctx.e
@@ -853,7 +836,7 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                 ctx.e.tensor_copy(v, gb.at(p, 0, w), dy.at(p, 0, w));
             }
         }
-        if let Some((dx_name, dx_dev)) = &outs[0] {
+        if let Some((dx_name, dx_dev)) = &io.outs[0] {
             // db = Σ gb; ds = Σ gb·x
             ctx.e.tensor_copy(v, t.at(p, 0, w), gb.at(p, 0, w));
             block_sum(&mut ctx.e, &t, &tmp, p, w);
@@ -863,30 +846,21 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             block_sum(&mut ctx.e, &t, &tmp, p, w);
             ctx.e.tensor_copy(v, st.at(p, 3, 1), t.at(p, 0, 1));
             backward_coefficients(&mut ctx.e, &st, p, 2, 3, scale);
-            // dx = a·dy·w + b·x + c
-            ctx.e
-                .tensor_scalar(v, t.at(p, 0, w), dy.at(p, 0, w), AluOp::Multiply, st.scalar(p, 1), None);
-            if weight.is_some() {
-                ctx.e
-                    .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), wt.at(p, 0, w), AluOp::Multiply);
-            }
-            ctx.e.tensor_scalar(
-                v,
-                red1.at(p, 0, w),
-                x.at(p, 0, w),
-                AluOp::Multiply,
-                st.scalar(p, 4),
-                None,
-            );
-            ctx.e
-                .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), red1.at(p, 0, w), AluOp::Add);
-            ctx.e
-                .tensor_scalar(v, t.at(p, 0, w), t.at(p, 0, w), AluOp::Add, st.scalar(p, 5), None);
+            // dx = rstd·dy·w + b·x + c
+            let dx = BackwardDx {
+                t: &t,
+                scratch: &red1,
+                x: &x,
+                st: &st,
+                p,
+                w,
+            };
+            backward_dx(&mut ctx.e, &dx, &dy, weight.is_some().then_some(&wt));
             store_op(&mut ctx, &t, dx_name, *dx_dev, rt, ch, 0);
         }
         // Cross-row sums: dw (= Σ dy·(x − mean)·rstd) and db (= Σ dy).
         for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
-            if outs[o].is_none() {
+            if io.outs[o].is_none() {
                 continue;
             }
             let src = if o == 1 {
@@ -909,7 +883,7 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             } else {
                 dy
             };
-            let out_d = outs[o].as_ref().map(|(_, d)| *d).unwrap_or(f);
+            let out_d = io.outs[o].as_ref().map(|(_, d)| *d).unwrap_or(f);
             if out_d != f {
                 // PyTorch accumulates reduced-precision dgamma/dbeta row by row in the output
                 // dtype: the same here, each row moved to partition 0 by DMA, added on VectorE
@@ -943,7 +917,7 @@ pub fn layer_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
         }
     }
     for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
-        if let Some((name, d)) = &outs[o] {
+        if let Some((name, d)) = &io.outs[o] {
             let one = RowTile {
                 base: vec![0; 3],
                 rows: 1,
@@ -989,21 +963,8 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
     if w > CHUNK || hw == 0 {
         return Err(req.unsupported(format!("group of {w} elements")));
     }
-    let mut program = Program::new(target);
-    let BackwardIo {
-        dy_dev,
-        x_dev,
-        mean_dev,
-        rstd_dev,
-        w_dev,
-        outs,
-    } = declare_backward_io(
-        req,
-        &mut program,
-        [&dy_name, &x_name, &mean_name, &rstd_name],
-        weight.as_ref().map(|(w, _)| w.as_str()),
-    )?;
-    let mut ctx = Ctx::new(target, program);
+    let names = [dy_name.as_str(), &x_name, &mean_name, &rstd_name];
+    let (mut ctx, io) = backward_ctx(req, target, names, weight.as_ref().map(|(w, _)| w.as_str()))?;
     let f = DType::F32;
     let v = Engine::Vector;
     let dy = Buf::new(&mut ctx.alloc, f, CHUNK)?;
@@ -1026,12 +987,14 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             let xb = ((n * c + g0 * d) * hw) as u64;
             let hbm =
                 |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, xb, p, w as i64, vec![[1, w as i64]]);
-            ctx.e.push(Engine::Dma, dma(dy.cols(p, 0, w), hbm(&dy_name, dy_dev)));
-            ctx.e.push(Engine::Dma, dma(x.cols(p, 0, w), hbm(&x_name, x_dev)));
+            ctx.e.push(Engine::Dma, dma(dy.cols(p, 0, w), hbm(&dy_name, io.dy_dev)));
+            ctx.e.push(Engine::Dma, dma(x.cols(p, 0, w), hbm(&x_name, io.x_dev)));
             let stat =
                 |name: &str, dt: DType| trnsim::AccessPattern::hbm(name, dt, (n * g + g0) as u64, p, 1, vec![[1, 1]]);
-            ctx.e.push(Engine::Dma, dma(st.col(p, 0), stat(&mean_name, mean_dev)));
-            ctx.e.push(Engine::Dma, dma(st.col(p, 1), stat(&rstd_name, rstd_dev)));
+            ctx.e
+                .push(Engine::Dma, dma(st.col(p, 0), stat(&mean_name, io.mean_dev)));
+            ctx.e
+                .push(Engine::Dma, dma(st.col(p, 1), stat(&rstd_name, io.rstd_dev)));
             // ds, db per channel
             ctx.e
                 .tensor_tensor(v, t.at(p, 0, w), dy.at(p, 0, w), x.at(p, 0, w), AluOp::Multiply);
@@ -1047,7 +1010,7 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
             ctx.e.push(v, red(&t, &ds));
             ctx.e.push(v, red(&dy, &db));
             // dγ, dβ
-            if outs[1].is_some() {
+            if io.outs[1].is_some() {
                 // (ds − db·mean)·rstd
                 ctx.e.tensor_scalar(
                     v,
@@ -1074,7 +1037,7 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                         .tensor_tensor(v, acc_w.at(p, 0, d), acc_w.at(p, 0, d), gd.at(p, 0, d), AluOp::Add);
                 }
             }
-            if outs[2].is_some() {
+            if io.outs[2].is_some() {
                 if n == 0 {
                     ctx.e.tensor_copy(v, acc_b.at(p, 0, d), db.at(p, 0, d));
                 } else {
@@ -1082,11 +1045,11 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                         .tensor_tensor(v, acc_b.at(p, 0, d), acc_b.at(p, 0, d), db.at(p, 0, d), AluOp::Add);
                 }
             }
-            let Some((dx_name, dx_dev)) = &outs[0] else {
+            let Some((dx_name, dx_dev)) = &io.outs[0] else {
                 continue;
             };
             // γ per channel (gd) and per element (gam)
-            match (&weight, w_dev) {
+            match (&weight, io.w_dev) {
                 (Some((wn, _)), Some(wd)) => {
                     let gap = trnsim::AccessPattern::hbm(wn, wd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
                     ctx.e.push(Engine::Dma, dma(gd.cols(p, 0, d), gap));
@@ -1106,50 +1069,31 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
                         .tensor_tensor(v, db.at(p, 0, d), db.at(p, 0, d), gd.at(p, 0, d), AluOp::Multiply);
                 }
                 _ => {
-                    ctx.e.push(
-                        v,
-                        Op::Memset(trnsim::Memset {
-                            dst: gam.cols(p, 0, w),
-                            value: 1.0,
-                        }),
-                    );
+                    ctx.e.memset(v, gam.cols(p, 0, w), 1.0);
                 }
             }
             reduce_into(&mut ctx.e, &ds, p, d, AluOp::Add, &st, 2);
             reduce_into(&mut ctx.e, &db, p, d, AluOp::Add, &st, 3);
             backward_coefficients(&mut ctx.e, &st, p, 3, 2, s);
             // dx = c1·dy + c2·x + c3, c1 = rstd·γ
-            ctx.e.tensor_scalar(
-                v,
-                t.at(p, 0, w),
-                gam.at(p, 0, w),
-                AluOp::Multiply,
-                st.scalar(p, 1),
-                None,
-            );
-            ctx.e
-                .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), dy.at(p, 0, w), AluOp::Multiply);
-            ctx.e
-                .tensor_scalar(v, u.at(p, 0, w), x.at(p, 0, w), AluOp::Multiply, st.scalar(p, 4), None);
-            ctx.e
-                .tensor_tensor(v, t.at(p, 0, w), t.at(p, 0, w), u.at(p, 0, w), AluOp::Add);
-            ctx.e
-                .tensor_scalar(v, t.at(p, 0, w), t.at(p, 0, w), AluOp::Add, st.scalar(p, 5), None);
+            let dx = BackwardDx {
+                t: &t,
+                scratch: &u,
+                x: &x,
+                st: &st,
+                p,
+                w,
+            };
+            backward_dx(&mut ctx.e, &dx, &gam, Some(&dy));
             let dst = trnsim::AccessPattern::hbm(dx_name, *dx_dev, xb, p, w as i64, vec![[1, w as i64]]);
             ctx.e.push(Engine::Dma, dma(dst, t.cols(p, 0, w)));
         }
         for (o, acc) in [(1usize, &acc_w), (2, &acc_b)] {
-            if let Some((name, dd)) = &outs[o] {
+            if let Some((name, dd)) = &io.outs[o] {
                 if nb == 0 {
                     // An empty batch: dγ and dβ are sums over no sample, so zeros, and they are
                     // outputs of shape [C] that must still be written.
-                    ctx.e.push(
-                        v,
-                        Op::Memset(trnsim::Memset {
-                            dst: acc.cols(p, 0, d),
-                            value: 0.0,
-                        }),
-                    );
+                    ctx.e.memset(v, acc.cols(p, 0, d), 0.0);
                 }
                 let dst = trnsim::AccessPattern::hbm(name, *dd, (g0 * d) as u64, p, d as i64, vec![[1, d as i64]]);
                 ctx.e.push(Engine::Dma, dma(dst, acc.cols(p, 0, d)));
@@ -1159,6 +1103,34 @@ pub fn group_norm_backward(req: &LowerRequest<'_>, target: TargetName) -> Result
     let mut lowered = Lowered::new(ctx.e.finish());
     lowered.values = masked_out_values(req, 9, "output_mask")?;
     Ok(lowered)
+}
+
+/// The tiles of [`backward_dx`]: the result `t` and a `scratch` tile, the input `x`, the
+/// coefficient columns `st` of [`backward_coefficients`] (rstd in 1, b in 4, c in 5), over `p`
+/// partitions × `w` elements.
+struct BackwardDx<'a> {
+    t: &'a Buf,
+    scratch: &'a Buf,
+    x: &'a Buf,
+    st: &'a Buf,
+    p: usize,
+    w: usize,
+}
+
+/// dx = rstd·first(·second) + b·x + c into `d.t`, in that order of operations (layer norm:
+/// first = dy, second = γ when there is one; group norm: first = γ per element, second = dy).
+fn backward_dx(e: &mut Emitter, d: &BackwardDx<'_>, first: &Buf, second: Option<&Buf>) {
+    let v = Engine::Vector;
+    let (p, w, st) = (d.p, d.w, d.st);
+    let t = d.t.at(p, 0, w);
+    e.tensor_scalar(v, t, first.at(p, 0, w), AluOp::Multiply, st.scalar(p, 1), None);
+    if let Some(second) = second {
+        e.tensor_tensor(v, t, t, second.at(p, 0, w), AluOp::Multiply);
+    }
+    let u = d.scratch.at(p, 0, w);
+    e.tensor_scalar(v, u, d.x.at(p, 0, w), AluOp::Multiply, st.scalar(p, 4), None);
+    e.tensor_tensor(v, t, t, u, AluOp::Add);
+    e.tensor_scalar(v, t, t, AluOp::Add, st.scalar(p, 5), None);
 }
 
 /// The backward coefficients layer norm and group norm share. `st` holds the mean in column 0,
@@ -1192,12 +1164,7 @@ mod tests {
     #[test]
     fn softmax_is_max_exp_sum_scale() {
         let mut tensors = BTreeMap::new();
-        let meta = TensorMeta {
-            dtype: TorchDType::F32,
-            shape: vec![4, 1000],
-            strides: None,
-            storage_offset: None,
-        };
+        let meta = TensorMeta::contiguous(TorchDType::F32, &[4, 1000]);
         tensors.insert("input.0".to_string(), meta.clone());
         tensors.insert("output.0".to_string(), meta);
         let input = crate::LowerInput::positional(

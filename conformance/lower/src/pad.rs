@@ -9,10 +9,11 @@
 //! padding first `memset`s the whole output tile to the value. One DMA stores the tile.
 
 use super::binary::dev;
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{Complex, TensorArg, TensorMeta};
-use trnsim::{AccessPattern, DType, Engine, HbmRole, Memset, Op, Program, TargetName, TensorCopy};
+use trnsim::{AccessPattern, DType, Engine, HbmRole, Op, Program, TargetName};
 
 /// Largest plane (elements per partition) handled in one tile.
 const MAX_PLANE: usize = 16384;
@@ -249,16 +250,10 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         }
         if let Mode::Constant(v) = mode {
             let dst = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
-            e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }));
+            e.push(Engine::Vector, tile::memset(dst, v));
             if fill_im != 0.0 {
                 let odd = AccessPattern::sbuf(d, 0, p, out_off + size as u64, vec![[2, plane_out / 2]]);
-                e.push(
-                    Engine::Vector,
-                    Op::Memset(Memset {
-                        dst: odd,
-                        value: fill_im,
-                    }),
-                );
+                e.memset(Engine::Vector, odd, fill_im);
             }
         }
         for b in &copies {
@@ -275,7 +270,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             }
             let dst = AccessPattern::sbuf(d, 0, p, out_off + (dst_off as u64) * size as u64, dfree);
             let src = AccessPattern::sbuf(d, 0, p, in_off + (src_off as u64) * size as u64, sfree);
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
+            e.push(Engine::Vector, tile::copy(dst, src));
         }
         let src = AccessPattern::sbuf(d, 0, p, out_off, vec![[1, plane_out]]);
         e.store_planes((out_name, d, plane_out), r0, src);
@@ -419,7 +414,7 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
         for (o0, len, i0, step) in affine_runs(&wmap) {
             let dst = AccessPattern::sbuf(d, 0, p, t_off + o0 as u64 * size, vec![[ow, h], [1, len]]);
             let src = AccessPattern::sbuf(d, 0, p, x_off + i0 as u64 * size, vec![[w, h], [step, len]]);
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
+            e.push(Engine::Vector, tile::copy(dst, src));
         }
         // Rows: Y[:, o, :] = T[:, hmap[o], :].
         for (o0, len, i0, step) in affine_runs(&hmap) {
@@ -431,7 +426,7 @@ pub fn lower_upsample_nearest(req: &LowerRequest<'_>, target: TargetName) -> Res
                 t_off + (i0 * ow) as u64 * size,
                 vec![[step * ow, len], [1, ow]],
             );
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src }));
+            e.push(Engine::Vector, tile::copy(dst, src));
         }
         e.store_planes(
             (out_name, d, oh * ow),
@@ -553,7 +548,7 @@ pub fn lower_upsample_bilinear(req: &LowerRequest<'_>, target: TargetName) -> Re
         }
         let z = AccessPattern::sbuf(d, 0, p, z_off, vec![[1, oh * ow]]);
         let y = AccessPattern::sbuf(f, 0, p, y_off, vec![[1, oh * ow]]);
-        e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: z.clone(), src: y }));
+        e.tensor_copy(Engine::Vector, z.clone(), y);
         e.store_planes((out_name, d, oh * ow), r0, z);
     });
     Ok(Lowered::new(e.finish()))
@@ -624,13 +619,7 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
             AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_in]]),
         );
         let acc = AccessPattern::sbuf(acc_d, 0, p, a_off, vec![[1, plane_out]]);
-        e.push(
-            Engine::Vector,
-            Op::Memset(Memset {
-                dst: acc.clone(),
-                value: 0.0,
-            }),
-        );
+        e.memset(Engine::Vector, acc.clone(), 0.0);
         for ki in 0..ker[0] {
             for kj in 0..ker[1] {
                 // Blocks whose position is in bounds: b ∈ [lo, hi).
@@ -667,13 +656,7 @@ pub fn lower_col2im(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowere
             }
         }
         let y = AccessPattern::sbuf(d, 0, p, y_off, vec![[1, plane_out]]);
-        e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: y.clone(),
-                src: acc,
-            }),
-        );
+        e.tensor_copy(Engine::Vector, y.clone(), acc);
         e.store_planes((out_name, d, plane_out), r0, y);
     });
     Ok(Lowered::new(e.finish()))

@@ -11,12 +11,11 @@
 //! windows are `[⌊o·I/O⌋, ⌈(o+1)·I/O⌉)`. One DMA stores the planes.
 
 use super::binary::dev;
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, ts, tt};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
-use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorCopy, TensorReduce,
-};
+use trnsim::{AccessPattern, AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorReduce};
 
 /// Largest input plane (fp32 elements per partition).
 const MAX_PLANE: usize = 32768;
@@ -204,7 +203,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         if seq_acc || int_div {
             let zd = if int_div { DType::F32 } else { out_d };
             let zeros = AccessPattern::sbuf(zd, 0, p, z_off, vec![[1, kmax]]);
-            e.push(Engine::Vector, Op::Memset(trnsim::Memset { dst: zeros, value: 0.0 }));
+            e.memset(Engine::Vector, zeros, 0.0);
         }
         // Odometer over output positions.
         let mut idx = vec![0usize; k];
@@ -217,7 +216,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             if int_div {
                 let q = AccessPattern::sbuf(DType::F32, 0, p, s_off + flat * 4, vec![[1, 1]]);
                 if count == 0 {
-                    e.push(Engine::Vector, Op::Memset(trnsim::Memset { dst: q, value: 0.0 }));
+                    e.memset(Engine::Vector, q, 0.0);
                 } else {
                     let off: i64 = (0..k).map(|j| w[j].start * istr[j]).sum();
                     let view: Vec<[i64; 2]> = (0..k).map(|j| [istr[j], w[j].len]).collect();
@@ -255,7 +254,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                             let off = (w[0].start + it) * istr[0] + (w[1].start + ih) * istr[1] + w[2].start + iw;
                             let x = AccessPattern::sbuf(DType::F32, 0, p, x_off + off as u64 * 4, vec![[1, 1]]);
                             let op = if first {
-                                Op::TensorCopy(TensorCopy { dst: z(1), src: x })
+                                tile::copy(z(1), x)
                             } else {
                                 tt(z(1), z(1), x, AluOp::Add)
                             };
@@ -276,9 +275,9 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                         e.push(Engine::Vector, op);
                     }
                 }
-                e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst, src: z(1) }));
+                e.push(Engine::Vector, tile::copy(dst, z(1)));
             } else if count == 0 {
-                e.push(Engine::Vector, Op::Memset(trnsim::Memset { dst, value: 0.0 }));
+                e.push(Engine::Vector, tile::memset(dst, 0.0));
             } else {
                 let off: i64 = (0..k).map(|j| w[j].start * istr[j]).sum();
                 let view: Vec<[i64; 2]> = (0..k).map(|j| [istr[j], w[j].len]).collect();
@@ -323,20 +322,8 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
                 ts(dst, src, op, ScalarOperand::Imm(v), None)
             };
             let (ni, nf, a, b) = (t(0, DType::I32), t(1, DType::F32), t(2, DType::F32), t(3, DType::F32));
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy {
-                    dst: ni.clone(),
-                    src: q.clone(),
-                }),
-            );
-            e.push(
-                Engine::Vector,
-                Op::TensorCopy(TensorCopy {
-                    dst: nf.clone(),
-                    src: ni,
-                }),
-            );
+            e.tensor_copy(Engine::Vector, ni.clone(), q.clone());
+            e.tensor_copy(Engine::Vector, nf.clone(), ni);
             e.push(Engine::Vector, tt(a.clone(), nf.clone(), q.clone(), AluOp::IsGt));
             e.push(Engine::Vector, ts(b.clone(), q.clone(), AluOp::IsGe, 0.0));
             e.push(Engine::Vector, tt(a.clone(), a.clone(), b.clone(), AluOp::Multiply));
@@ -346,7 +333,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             e.push(Engine::Vector, tt(a.clone(), a.clone(), b, AluOp::Multiply));
             e.push(Engine::Vector, tt(nf.clone(), nf.clone(), a, AluOp::Add));
             let y = AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_out]]);
-            e.push(Engine::Vector, Op::TensorCopy(TensorCopy { dst: y, src: nf }));
+            e.tensor_copy(Engine::Vector, y, nf);
         }
         e.store_planes(
             (out_name, out_d, plane_out),
@@ -478,10 +465,10 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     e.row_tiles(rows, parts, |e, r0, p| {
         // Padded input tile.
         if plane_pad != plane_in {
-            let op = Op::Memset(trnsim::Memset {
-                dst: AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_pad]]),
-                value: f64::NEG_INFINITY,
-            });
+            let op = tile::memset(
+                AccessPattern::sbuf(DType::F32, 0, p, x_off, vec![[1, plane_pad]]),
+                f64::NEG_INFINITY,
+            );
             e.push(Engine::Vector, op);
         }
         let interior: i64 = (0..k).map(|j| padding[j] * pstr[j]).sum();
@@ -494,10 +481,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         );
         e.load_planes((in_name, in_d, plane_in), r0, dst);
         // Running max = −inf, running index = the first in-bounds position.
-        let op = Op::Memset(trnsim::Memset {
-            dst: dense(DType::F32, m_off, p),
-            value: f64::NEG_INFINITY,
-        });
+        let op = tile::memset(dense(DType::F32, m_off, p), f64::NEG_INFINITY);
         e.push(Engine::Vector, op);
         let mut blocks: Vec<Vec<(usize, usize, i64, i64)>> = vec![vec![]];
         for r in &runs {
@@ -588,10 +572,7 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             });
             e.push(Engine::Vector, op);
         }
-        let op = Op::TensorCopy(TensorCopy {
-            dst: dense(out_d, v_off, p),
-            src: dense(DType::F32, m_off, p),
-        });
+        let op = tile::copy(dense(out_d, v_off, p), dense(DType::F32, m_off, p));
         e.push(Engine::Vector, op);
         e.store_planes((out_name, out_d, plane_out), r0, dense(out_d, v_off, p));
         e.store_planes((idx_name, idx_d, plane_out), r0, dense(DType::I32, i_off, p));
@@ -651,13 +632,7 @@ pub fn lower_max_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     let parts = tgt.partitions as i64;
     e.row_tiles(rows, parts, |e, r0, p| {
         let z = AccessPattern::sbuf(out_d, 0, p, z_off, vec![[1, plane_in]]);
-        e.push(
-            Engine::Vector,
-            Op::Memset(trnsim::Memset {
-                dst: z.clone(),
-                value: 0.0,
-            }),
-        );
+        e.memset(Engine::Vector, z.clone(), 0.0);
         e.store_planes((out_name, out_d, plane_in), r0, z);
         if plane_out > 0 {
             let g = AccessPattern::sbuf(go_d, 0, p, g_off, vec![[1, plane_out]]);
@@ -756,13 +731,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
     let iw = ishape[1];
     e.row_tiles(rows, parts, |e, r0, p| {
         let acc = AccessPattern::sbuf(acc_d, 0, p, a_off, vec![[1, plane_in]]);
-        e.push(
-            Engine::Vector,
-            Op::Memset(trnsim::Memset {
-                dst: acc.clone(),
-                value: 0.0,
-            }),
-        );
+        e.memset(Engine::Vector, acc.clone(), 0.0);
         if plane_out > 0 {
             let g = AccessPattern::sbuf(DType::F32, 0, p, g_off, vec![[1, plane_out]]);
             e.load_planes((go_name, go_d, plane_out), r0, g);
@@ -805,13 +774,7 @@ pub fn lower_avg_backward(req: &LowerRequest<'_>, target: TargetName) -> Result<
             }
         }
         let y = AccessPattern::sbuf(out_d, 0, p, y_off, vec![[1, plane_in]]);
-        e.push(
-            Engine::Vector,
-            Op::TensorCopy(TensorCopy {
-                dst: y.clone(),
-                src: acc,
-            }),
-        );
+        e.tensor_copy(Engine::Vector, y.clone(), acc);
         e.store_planes((out_name, out_d, plane_in), r0, y);
     });
     Ok(Lowered::new(e.finish()))

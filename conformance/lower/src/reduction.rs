@@ -25,6 +25,7 @@
 use super::binary::dev;
 use super::compensated;
 use super::promote::{self, Category};
+use super::tile;
 use super::tile::{Dim, Emitter, Region, SbufAllocator, Scalar, dma, loop_base, next_position};
 // The SBUF buffer type and instruction builders live in tile.rs; re-exported for the lowerings
 // that import them from here.
@@ -33,8 +34,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{IntOrList, Scalar as CallScalar, TensorArg};
 use crate::dtype::{TorchDType, contiguous_strides};
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Memset, Op, Program, ScalarOperand, TargetName, TensorCopy,
-    TensorReduce, TensorTensorScan,
+    AccessPattern, AluOp, DType, Engine, HbmRole, Iota, Op, Program, ScalarOperand, TargetName, TensorReduce,
+    TensorTensorScan,
 };
 
 /// Max elements per partition of one chunk of the reduced axis.
@@ -321,11 +322,11 @@ pub fn reduce_into(e: &mut Emitter, src: &Buf, p: usize, w: usize, op: AluOp, ds
 }
 
 fn memset(e: &mut Emitter, engine: Engine, dst: AccessPattern, value: f64) {
-    e.push(engine, Op::Memset(Memset { dst, value }));
+    e.push(engine, tile::memset(dst, value));
 }
 
 fn copy(e: &mut Emitter, engine: Engine, dst: AccessPattern, src: AccessPattern) {
-    e.push(engine, Op::TensorCopy(TensorCopy { dst, src }));
+    e.push(engine, tile::copy(dst, src));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -451,29 +452,22 @@ pub fn load_chunk(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTi
     load_op(ctx, buf, name, dtype, rt, ch, 0)
 }
 
+/// The HBM elements of one chunk of a row tile of tensor `name`, with the strides of operand
+/// `op`.
+fn chunk_hbm(name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) -> AccessPattern {
+    let offset = (rt.base[op] + ch.base[op]) as u64;
+    AccessPattern::hbm(name, dtype, offset, rt.rows, rt.pstride[op], ch.free(op))
+}
+
 /// As [`load_chunk`], with the strides of operand `op`.
 pub fn load_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
-    let src = AccessPattern::hbm(
-        name,
-        dtype,
-        (rt.base[op] + ch.base[op]) as u64,
-        rt.rows,
-        rt.pstride[op],
-        ch.free(op),
-    );
+    let src = chunk_hbm(name, dtype, rt, ch, op);
     ctx.e.push(Engine::Dma, dma(buf.shaped(rt.rows, ch.dense()), src));
 }
 
 /// DMA of a chunk of `buf` (dense) to HBM tensor `name` with the strides of operand `op`.
 pub fn store_op(ctx: &mut Ctx, buf: &Buf, name: &str, dtype: DType, rt: &RowTile, ch: &Chunk, op: usize) {
-    let dst = AccessPattern::hbm(
-        name,
-        dtype,
-        (rt.base[op] + ch.base[op]) as u64,
-        rt.rows,
-        rt.pstride[op],
-        ch.free(op),
-    );
+    let dst = chunk_hbm(name, dtype, rt, ch, op);
     ctx.e.push(Engine::Dma, dma(dst, buf.shaped(rt.rows, ch.dense())));
 }
 

@@ -606,12 +606,7 @@ mod tests {
     /// Lowers `op(input.0 of shape, args…)` with an i32 input `0..n`, checks every DMA pattern
     /// against the access-pattern limits, runs it, and returns the output values.
     fn run(op: &'static str, shape: &[usize], args: Vec<Value>, out_shape: &[usize]) -> (Vec<i32>, usize) {
-        let meta = |s: &[usize]| TensorMeta {
-            dtype: TorchDType::I32,
-            shape: s.to_vec(),
-            strides: None,
-            storage_offset: None,
-        };
+        let meta = |s: &[usize]| TensorMeta::contiguous(TorchDType::I32, s);
         let tensors: BTreeMap<String, TensorMeta> = [
             ("input.0".to_string(), meta(shape)),
             ("output.0".to_string(), meta(out_shape)),

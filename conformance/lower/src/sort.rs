@@ -27,14 +27,15 @@
 //! Limits (both paths): `n` ≤ 16 384 (max8's free size; the network's 128 × 128 tile); integer
 //! values are exact below 2^24.
 
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, Slot, dma, stt, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::TensorArg;
 use ScalarOperand::Imm;
 use trnsim::{
-    AccessPattern, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, IndirectSide, Iota, MatchReplace8, Max8, Memset,
-    NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopy, TensorCopyPredicated,
-    TensorReduce, TensorTensorScan,
+    AccessPattern, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, IndirectSide, Iota, MatchReplace8, Max8,
+    NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopyPredicated, TensorReduce,
+    TensorTensorScan,
 };
 
 /// `nonzero`: the output's row count is data-dependent. The program writes a buffer of the upper
@@ -76,13 +77,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
         let c = alloc.slot(4)?;
         let ca = |dt: DType| AccessPattern::sbuf(dt, 0, 1, c.offset, vec![[1, 1]]);
         if n == 0 {
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: ca(DType::I32),
-                    value: 0.0,
-                }),
-            );
+            e.memset(Engine::Vector, ca(DType::I32), 0.0);
         } else {
             e.push(
                 Engine::Dma,
@@ -142,13 +137,7 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     let bank = t.psum_bank_bytes as u64;
 
     let full = |s: Slot, dt: DType, w: usize| AccessPattern::sbuf(dt, 0, parts, s.offset, vec![[1, w as i64]]);
-    e.push(
-        Engine::Vector,
-        Op::Memset(Memset {
-            dst: full(ones, DType::F32, parts),
-            value: 1.0,
-        }),
-    );
+    e.memset(Engine::Vector, full(ones, DType::F32, parts), 1.0);
     // upper[q, p] = 1 where q < p: v = p − q − 1 ≥ 0.
     e.push(
         Engine::Gpsimd,
@@ -162,12 +151,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             cmp: CmpOp::GreaterEqual,
         }),
     );
-    e.push(
+    e.memset(
         Engine::Vector,
-        Op::Memset(Memset {
-            dst: AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]),
-            value: 0.0,
-        }),
+        AccessPattern::sbuf(DType::F32, 0, parts, small.offset, vec![[1, 1]]),
+        0.0,
     );
     let scratch = "nonzero.coords";
     e.program
@@ -320,12 +307,10 @@ fn lower_nonzero(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
     }
     // The count: the final carry (partition 0), cast to int32 on write.
     let count_sb = AccessPattern::sbuf(DType::I32, 0, 1, small.offset + 8, vec![[1, 1]]);
-    e.push(
+    e.tensor_copy(
         Engine::Vector,
-        Op::TensorCopy(TensorCopy {
-            dst: count_sb.clone(),
-            src: AccessPattern::sbuf(DType::F32, 0, 1, small.offset, vec![[1, 1]]),
-        }),
+        count_sb.clone(),
+        AccessPattern::sbuf(DType::F32, 0, 1, small.offset, vec![[1, 1]]),
     );
     e.push(
         Engine::Dma,
@@ -446,7 +431,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
     };
     for &(c, v) in constants {
         let dst = AccessPattern::sbuf(DType::F32, 0, 128, scal.offset + (c * 4) as u64, vec![[1, 1]]);
-        e.push(Engine::Vector, Op::Memset(Memset { dst, value: v }));
+        e.push(Engine::Vector, tile::memset(dst, v));
     }
 
     // Lane chunks: (hbm element offset of the lane's first value, lanes, lane step, out offsets).
@@ -485,13 +470,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
         let mut cur = a;
         let mut other = b;
         if n < 8 {
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: sa(a, n8),
-                    value: f64::NEG_INFINITY,
-                }),
-            );
+            e.memset(Engine::Vector, sa(a, n8), f64::NEG_INFINITY);
         }
         let src = AccessPattern::hbm(x, xdt, in_off as u64, pc, lane_step_in, vec![[vstep, n as i64]]);
         e.push(Engine::Dma, dma(sa(a, n), src));
@@ -705,13 +684,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
             to_offsets(&mut e, a, b, n);
             // Their values: NaN, or the lane's original infinity; their indices: j.
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: sa(a, n),
-                    value: special_inf,
-                }),
-            );
+            e.memset(Engine::Vector, sa(a, n), special_inf);
             e.push(
                 Engine::Vector,
                 Op::TensorCopyPredicated(TensorCopyPredicated {
@@ -909,13 +882,7 @@ impl Network<'_> {
             f64::INFINITY
         };
         for (i, v) in [(0usize, nan_key), (1, f64::NAN)] {
-            e.push(
-                Engine::Vector,
-                Op::Memset(Memset {
-                    dst: col(128, i),
-                    value: v,
-                }),
-            );
+            e.memset(Engine::Vector, col(128, i), v);
         }
         // Partition index (int32), then the lane base `(p & !(2^r − 1)) << c` and the sign
         // columns `1 − 2·((p >> b) & 1)`.
@@ -1007,44 +974,18 @@ impl Network<'_> {
                 (true, _) => f64::NEG_INFINITY,
             };
             if n < (1 << m) {
-                e.push(
-                    Engine::Vector,
-                    Op::Memset(Memset {
-                        dst: a_w.whole(DType::F32),
-                        value: pad,
-                    }),
-                );
+                e.memset(Engine::Vector, a_w.whole(DType::F32), pad);
             }
-            if r == 0 {
-                let lane_step = if self.inner == 1 { n as i64 } else { 1 };
-                let src = AccessPattern::hbm(
-                    self.x,
-                    self.xdt,
-                    in_off(first) as u64,
-                    g,
-                    lane_step,
-                    vec![[vstep, n as i64]],
-                );
-                let dst = AccessPattern::sbuf(DType::F32, 0, g, w_a.offset, vec![[1, n as i64]]);
-                e.push(Engine::Dma, dma(dst, src));
-            } else {
-                for li in 0..g {
-                    let base = in_off(first + li) as u64;
-                    let (full, rem) = (n / f, n % f);
-                    let part0 = li << r;
-                    if full > 0 {
-                        let src =
-                            AccessPattern::hbm(self.x, self.xdt, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
-                        let dst = AccessPattern::sbuf(DType::F32, part0, full, w_a.offset, vec![[1, f as i64]]);
-                        e.push(Engine::Dma, dma(dst, src));
-                    }
-                    if rem > 0 {
-                        let at = base + (full * f) as u64 * vstep as u64;
-                        let src = AccessPattern::hbm(self.x, self.xdt, at, 1, 0, vec![[vstep, rem as i64]]);
-                        let dst = AccessPattern::sbuf(DType::F32, part0 + full, 1, w_a.offset, vec![[1, rem as i64]]);
-                        e.push(Engine::Dma, dma(dst, src));
-                    }
-                }
+            let lane = LaneTile {
+                inner: self.inner,
+                vstep,
+                g,
+                r,
+                f,
+            };
+            let lanes_in = lane.accesses((self.x, self.xdt), &|li| in_off(first + li), n, w_a.offset);
+            for (hbm, sbuf) in lanes_in {
+                e.push(Engine::Dma, dma(sbuf, hbm));
             }
             let w = a_w.whole(DType::F32);
             let sw = a_s.whole(DType::F32);
@@ -1134,13 +1075,7 @@ impl Network<'_> {
                     }),
                 );
                 for (a, bview) in [(wa, wb), (sa, sb)] {
-                    e.push(
-                        Engine::Gpsimd,
-                        Op::TensorCopy(trnsim::TensorCopy {
-                            dst: f32s.clone(),
-                            src: a.clone(),
-                        }),
-                    );
+                    e.tensor_copy(Engine::Gpsimd, f32s.clone(), a.clone());
                     for (dst, src) in [(a, bview.clone()), (bview, f32s.clone())] {
                         e.push(
                             Engine::Vector,
@@ -1226,35 +1161,63 @@ impl Network<'_> {
                 );
             }
             for (slot, out, dt) in [(w_a, self.vout, self.vdt), (s_a, self.iout, DType::I32)] {
-                if r == 0 {
-                    let lane_step = if self.inner == 1 { k as i64 } else { 1 };
-                    let dst = AccessPattern::hbm(out, dt, out_off(first) as u64, g, lane_step, vec![[vstep, k as i64]]);
-                    let src = AccessPattern::sbuf(DType::F32, 0, g, slot.offset, vec![[1, k as i64]]);
-                    e.push(Engine::Dma, dma(dst, src));
-                } else {
-                    for li in 0..g {
-                        let base = out_off(first + li) as u64;
-                        let (full, rem) = (k / f, k % f);
-                        let part0 = li << r;
-                        if full > 0 {
-                            let dst =
-                                AccessPattern::hbm(out, dt, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
-                            let src = AccessPattern::sbuf(DType::F32, part0, full, slot.offset, vec![[1, f as i64]]);
-                            e.push(Engine::Dma, dma(dst, src));
-                        }
-                        if rem > 0 {
-                            let at = base + (full * f) as u64 * vstep as u64;
-                            let dst = AccessPattern::hbm(out, dt, at, 1, 0, vec![[vstep, rem as i64]]);
-                            let src =
-                                AccessPattern::sbuf(DType::F32, part0 + full, 1, slot.offset, vec![[1, rem as i64]]);
-                            e.push(Engine::Dma, dma(dst, src));
-                        }
-                    }
+                for (hbm, sbuf) in lane.accesses((out, dt), &|li| out_off(first + li), k, slot.offset) {
+                    e.push(Engine::Dma, dma(hbm, sbuf));
                 }
             }
             first += g;
         }
         Ok(())
+    }
+}
+
+/// The lanes of one tile of the sorting network: `g` lanes (each one HBM row of the sorted dim,
+/// its elements `vstep` apart), each spread over `2^r` partitions of `f` elements when `r > 0`
+/// (one partition per lane when `r == 0`).
+struct LaneTile {
+    inner: usize,
+    vstep: i64,
+    g: usize,
+    r: usize,
+    f: usize,
+}
+
+impl LaneTile {
+    /// The (HBM, SBUF fp32) access pairs that move the first `len` elements of each lane between
+    /// HBM tensor `hbm` (lane `li` starting at element `off(li)`) and the tile at `sbuf_offset`;
+    /// the caller sets the direction.
+    fn accesses(
+        &self,
+        (name, dtype): (&str, DType),
+        off: &dyn Fn(usize) -> usize,
+        len: usize,
+        sbuf_offset: u64,
+    ) -> Vec<(AccessPattern, AccessPattern)> {
+        let (vstep, f) = (self.vstep, self.f);
+        let sbuf = |part: usize, parts: usize, n: usize| {
+            AccessPattern::sbuf(DType::F32, part, parts, sbuf_offset, vec![[1, n as i64]])
+        };
+        if self.r == 0 {
+            let lane_step = if self.inner == 1 { len as i64 } else { 1 };
+            let hbm = AccessPattern::hbm(name, dtype, off(0) as u64, self.g, lane_step, vec![[vstep, len as i64]]);
+            return vec![(hbm, sbuf(0, self.g, len))];
+        }
+        let mut out = Vec::new();
+        for li in 0..self.g {
+            let base = off(li) as u64;
+            let (full, rem) = (len / f, len % f);
+            let part0 = li << self.r;
+            if full > 0 {
+                let hbm = AccessPattern::hbm(name, dtype, base, full, f as i64 * vstep, vec![[vstep, f as i64]]);
+                out.push((hbm, sbuf(part0, full, f)));
+            }
+            if rem > 0 {
+                let at = base + (full * f) as u64 * vstep as u64;
+                let hbm = AccessPattern::hbm(name, dtype, at, 1, 0, vec![[vstep, rem as i64]]);
+                out.push((hbm, sbuf(part0 + full, 1, rem)));
+            }
+        }
+        out
     }
 }
 
@@ -1287,12 +1250,7 @@ mod tests {
 
     /// Runs topk/sort of an f32 tensor on the simulator: (values, indices).
     fn run(op: &str, shape: &[usize], x: &[f32], args: Vec<Value>, out_shape: &[usize]) -> (Vec<f32>, Vec<i32>) {
-        let meta = |dtype, shape: &[usize]| TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        };
+        let meta = TensorMeta::contiguous;
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(TorchDType::F32, shape)),
             ("output.0".to_string(), meta(TorchDType::F32, out_shape)),
@@ -1445,12 +1403,7 @@ mod tests {
             .flat_map(|i| crate::dtype::unravel(i, shape).into_iter().map(|c| c as i32))
             .collect();
         let count = want.len() / shape.len();
-        let meta = |dtype, shape: &[usize]| TensorMeta {
-            dtype,
-            shape: shape.to_vec(),
-            strides: None,
-            storage_offset: None,
-        };
+        let meta = TensorMeta::contiguous;
         let tensors = BTreeMap::from([
             ("input.0".to_string(), meta(TorchDType::F32, shape)),
             // The upper bound, not the count: the device writes the count.
