@@ -28,7 +28,7 @@ use super::tile::{self, Emitter, Region, SbufAllocator, Slot, TileJob, TileLimit
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{TensorArg, TensorMeta, TensorOrScalar};
 use crate::dtype::TorchDType;
-use trnsim::{AluOp, DType, Engine, HbmRole, Op, Program, Reciprocal, ScalarOperand, TargetName, TensorScalar};
+use trnsim::{AluOp, DType, Engine, HbmRole, Op, Program, ScalarOperand, TargetName, TensorScalar};
 
 /// Elements per partition of one tile: 4096 × 4 bytes × (up to 6 live tiles) stays far inside
 /// SBUF's 176 KiB per partition.
@@ -327,7 +327,7 @@ pub(super) fn emit_div_prologue(
     // s = u · w;  t = 1 / (b · s)
     e.push(v, tt(ap(s), ap(s), ap(t), AluOp::Multiply));
     e.push(v, tt(ap(t), b, ap(s), AluOp::Multiply));
-    e.push(v, Op::Reciprocal(Reciprocal { dst: ap(t), src: ap(t) }));
+    e.push(v, tile::recip(ap(t), ap(t)));
 }
 
 /// Builds the program.

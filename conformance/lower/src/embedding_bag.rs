@@ -46,8 +46,8 @@ use super::{LowerError, LowerRequest, Lowered};
 use crate::call::{BoolOrInt, IntOrBool, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
-    AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, NcMatmul, OobMode, Op, Program, Reciprocal,
-    ScalarOperand, SelectReduce, TargetName, TensorReduce,
+    AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, NcMatmul, OobMode, Op, Program, ScalarOperand,
+    SelectReduce, TargetName, TensorReduce,
 };
 
 const MODE_SUM: i64 = 0;
@@ -581,10 +581,7 @@ fn bag_sum_mean(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), Low
                         None,
                     );
                     b.e.push(Engine::Vector, op);
-                    let op = Op::Reciprocal(Reciprocal {
-                        dst: flat(DType::F32, jc, rcp_t, 1),
-                        src: flat(wdt, jc, cnt_t, 1),
-                    });
+                    let op = tile::recip(flat(DType::F32, jc, rcp_t, 1), flat(wdt, jc, cnt_t, 1));
                     b.e.push(Engine::Vector, op);
                 }
                 b.e.push(
@@ -876,12 +873,7 @@ fn bag_max(b: &mut Builder, call: &Call<'_>, rows: &Rows) -> Result<(), LowerErr
                     let upd_ap = flat(DType::U8, p, upd, dn);
                     b.e.push(Engine::Vector, tt(upd_ap.clone(), gt_ap, none_ap, AluOp::Max));
                     b.e.push(Engine::Vector, tt(best_ap.clone(), best_ap.clone(), m_ap, AluOp::Max));
-                    let op = Op::TensorCopyPredicated(trnsim::TensorCopyPredicated {
-                        dst: best_word_ap,
-                        src: word_ap,
-                        predicate: upd_ap,
-                        reverse_pred: false,
-                    });
+                    let op = tile::copy_pred(best_word_ap, word_ap, upd_ap);
                     b.e.push(Engine::Vector, op);
                 }
             }

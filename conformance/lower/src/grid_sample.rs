@@ -31,12 +31,13 @@
 //! the addressed element.
 
 use super::binary::dev;
+use super::tile;
 use super::tile::{Emitter, Operand, SbufAllocator, Scalar, Slot, dma, hbm_cols, ts};
 use super::{LowerError, LowerRequest, Lowered};
 use crate::call::TensorArg;
 use trnsim::{
     AccessPattern, AluOp, DType, Engine, HbmRole, IndirectSide, Iota, OobMode, Op, Program, ScalarOperand,
-    ScalarTensorTensor, TargetName, TensorCopyPredicated,
+    ScalarTensorTensor, TargetName,
 };
 
 /// Channels gathered per pass (bounds the value tiles: 16 taps × 512 × 4 B = 32 KiB).
@@ -243,12 +244,7 @@ impl Builder {
         };
         self.e.tensor_tensor(Engine::Vector, &is_num, v, v, AluOp::IsEqual);
         self.e.memset(Engine::Vector, &clean, 0.0);
-        let op = Op::TensorCopyPredicated(TensorCopyPredicated {
-            dst: clean.ap.clone(),
-            src: v.ap.clone(),
-            predicate: is_num.ap.clone(),
-            reverse_pred: false,
-        });
+        let op = tile::copy_pred(clean.ap.clone(), v.ap.clone(), is_num.ap.clone());
         self.e.push(Engine::Vector, op);
         self.e
             .tensor_scalar_rounded(Engine::Vector, v, &clean, AluOp::Max, 0.0, AluOp::Min, ax.max_val);
@@ -583,12 +579,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             // Out-of-bounds taps point past the end of the input: the gather skips them.
             let ixf = idx_f.all(p);
             b.e.memset(Engine::Vector, &ixf, numel as f64);
-            let op = Op::TensorCopyPredicated(TensorCopyPredicated {
-                dst: ixf.ap.clone(),
-                src: off.ap.clone(),
-                predicate: pred.ap.clone(),
-                reverse_pred: false,
-            });
+            let op = tile::copy_pred(ixf.ap.clone(), off.ap.clone(), pred.ap.clone());
             b.e.push(Engine::Vector, op);
             let ix = idx.all(p);
             b.e.tensor_copy(Engine::Vector, &ix, &ixf);

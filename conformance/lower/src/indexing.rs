@@ -36,14 +36,14 @@
 //! forms return `NotLowered`. `masked_scatter` uses a prefix sum of the mask on one partition (≤ 8192
 //! elements).
 
+use super::tile;
 use super::tile::{Emitter, SbufAllocator, Slot, broadcast_strides, dma, hbm_rows, imm, memset, ts, tt};
 use super::{LowerError, LowerRequest, Lowered, device_dtype};
 use crate::call::{BoolOrInt, IntOrBool, Scalar, TensorArg};
 use crate::dtype::TorchDType;
 use trnsim::{
     AccessPattern, AluOp, DType, DmaCopy, Engine, HbmRole, Indirect, IndirectSide, Iota, OobMode, Op, Program,
-    Reciprocal, ScalarOperand, TargetName, TensorCopyPredicated, TensorReduce, TensorScalar, TensorTensor,
-    TensorTensorScan,
+    ScalarOperand, TargetName, TensorReduce, TensorScalar, TensorTensorScan,
 };
 
 const MAX_F: usize = 16384;
@@ -221,15 +221,7 @@ fn mask_positions(b: &mut B<'_, '_>, m_ap: AccessPattern, n: usize, [ones, cs, w
         }),
     );
     let ix_ap = sb(DType::I32, 1, ix.offset, n);
-    b.e.push(
-        Engine::Vector,
-        Op::TensorTensor(TensorTensor {
-            dst: ix_ap.clone(),
-            in0: cs_ap,
-            in1: w_ap,
-            op: AluOp::Add,
-        }),
-    );
+    b.e.push(Engine::Vector, tile::tt(ix_ap.clone(), cs_ap, w_ap, AluOp::Add));
     ix_ap
 }
 
@@ -1067,12 +1059,7 @@ fn index_put_mask(
     );
     b.e.push(
         Engine::Vector,
-        Op::TensorTensor(TensorTensor {
-            dst: f(DType::I32, ix),
-            in0: f(DType::F32, vo),
-            in1: f(DType::F32, w),
-            op: AluOp::Add,
-        }),
+        tile::tt(f(DType::I32, ix), f(DType::F32, vo), f(DType::F32, w), AluOp::Add),
     );
     let vn: usize = vs.iter().product();
     if vn >= 1 << 22 {
@@ -1385,9 +1372,7 @@ fn scatter_reduce_select(
             reverse1: false,
         })
     };
-    let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| {
-        Op::TensorTensor(TensorTensor { dst, in0, in1, op })
-    };
+    let tt = |dst: AccessPattern, in0: AccessPattern, in1: AccessPattern, op: AluOp| tile::tt(dst, in0, in1, op);
     let mut p0 = 0;
     while p0 < kx {
         let pc = (kx - p0).min(128);
@@ -1462,12 +1447,7 @@ fn scatter_reduce_select(
             e.memset(Engine::Vector, v_rest.clone(), reduce.identity(int));
             e.push(
                 Engine::Vector,
-                Op::TensorCopyPredicated(TensorCopyPredicated {
-                    dst: v_rest,
-                    src: flat(vt, pc, sv, n),
-                    predicate: flat(DType::U8, pc, mk, n),
-                    reverse_pred: false,
-                }),
+                tile::copy_pred(v_rest, flat(vt, pc, sv, n), flat(DType::U8, pc, mk, n)),
             );
             if int {
                 // Exact int32 halving tree: fold the upper half of the columns onto the lower.
@@ -1534,13 +1514,7 @@ fn scatter_reduce_select(
                     Some((AluOp::Max, 1.0)),
                 ),
             );
-            e.push(
-                Engine::Vector,
-                Op::Reciprocal(Reciprocal {
-                    dst: flat(DType::F32, pc, cpart, l),
-                    src: divisor,
-                }),
-            );
+            e.push(Engine::Vector, tile::recip(flat(DType::F32, pc, cpart, l), divisor));
             if !int {
                 e.push(
                     Engine::Vector,
@@ -1589,12 +1563,7 @@ fn scatter_reduce_select(
             );
             e.push(
                 Engine::Vector,
-                Op::TensorCopyPredicated(TensorCopyPredicated {
-                    dst: res_ap(xt),
-                    src: res_ap(res),
-                    predicate: flat(DType::U8, pc, nz, l),
-                    reverse_pred: false,
-                }),
+                tile::copy_pred(res_ap(xt), res_ap(res), flat(DType::U8, pc, nz, l)),
             );
             res = xt;
         }
@@ -1699,13 +1668,7 @@ impl B<'_, '_> {
                     }),
                 }),
             );
-            self.e.push(
-                Engine::Vector,
-                Op::Reciprocal(Reciprocal {
-                    dst: cnt_ap.clone(),
-                    src: cnt_ap.clone(),
-                }),
-            );
+            self.e.push(Engine::Vector, tile::recip(cnt_ap.clone(), cnt_ap.clone()));
             let mut c0 = 0;
             while c0 < dcols {
                 let cn = (dcols - c0).min(cols);
@@ -1849,12 +1812,12 @@ fn index_bool_mask(
         );
         b.e.push(
             Engine::Vector,
-            Op::TensorTensor(TensorTensor {
-                dst: f(DType::I32, ix, cn),
-                in0: f(DType::F32, cs, cn),
-                in1: f(DType::F32, w, cn),
-                op: AluOp::Add,
-            }),
+            tile::tt(
+                f(DType::I32, ix, cn),
+                f(DType::F32, cs, cn),
+                f(DType::F32, w, cn),
+                AluOp::Add,
+            ),
         );
         if r > 0 {
             b.e.push(

@@ -376,7 +376,7 @@ fn affine_runs(v: &[i64]) -> Vec<(usize, usize, i64, i64)> {
 /// the take-mask `(v > m) | (v != v)` three VectorE ops, and `tensor_copy_predicated` updates the
 /// running max and index.
 pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, LowerError> {
-    use trnsim::{Iota, TensorCopyPredicated};
+    use trnsim::Iota;
     let k = match req.op {
         "max_pool2d_with_indices" => 2,
         "max_pool3d_with_indices" => 3,
@@ -557,19 +557,9 @@ pub fn lower_max(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, 
             e.push(Engine::Vector, tt(g.clone(), v.clone(), m.clone(), AluOp::IsGt));
             e.push(Engine::Vector, tt(n.clone(), v.clone(), v.clone(), AluOp::NotEqual));
             e.push(Engine::Vector, tt(q.clone(), g, n, AluOp::LogicalOr));
-            let op = Op::TensorCopyPredicated(TensorCopyPredicated {
-                dst: m.clone(),
-                src: v,
-                predicate: q.clone(),
-                reverse_pred: false,
-            });
+            let op = tile::copy_pred(m.clone(), v, q.clone());
             e.push(Engine::Vector, op);
-            let op = Op::TensorCopyPredicated(TensorCopyPredicated {
-                dst: dense(DType::I32, i_off, p),
-                src: c,
-                predicate: q,
-                reverse_pred: false,
-            });
+            let op = tile::copy_pred(dense(DType::I32, i_off, p), c, q);
             e.push(Engine::Vector, op);
         }
         let op = tile::copy(dense(out_d, v_off, p), dense(DType::F32, m_off, p));

@@ -1138,12 +1138,7 @@ fn emit_fscan(ctx: &mut Ctx, x: &Buf, out: &Buf, zeros: &Buf, fs: &FScan, p: usi
     memset(e, v, t2.cols(p, 0, w), 0.0);
     e.push(
         v,
-        Op::TensorCopyPredicated(trnsim::TensorCopyPredicated {
-            dst: t2.cols(p, 0, w),
-            src: t1.cols(p, 0, w),
-            predicate: mask.cols(p, 0, w),
-            reverse_pred: false,
-        }),
+        tile::copy_pred(t2.cols(p, 0, w), t1.cols(p, 0, w), mask.cols(p, 0, w)),
     );
     scan(e, c, t2, carry.then_some(&fs.carry_lo));
     e.tensor_tensor(v, out.at(p, 0, w), s.at(p, 0, w), c.at(p, 0, w), AluOp::Add);

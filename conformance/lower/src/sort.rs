@@ -34,8 +34,7 @@ use crate::call::TensorArg;
 use ScalarOperand::Imm;
 use trnsim::{
     AccessPattern, AffineSelect, AluOp, CmpOp, DType, Engine, HbmRole, IndirectSide, Iota, MatchReplace8, Max8,
-    NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorCopyPredicated, TensorReduce,
-    TensorTensorScan,
+    NcMatmul, OobMode, Op, Program, ScalarOperand, ScalarTensorTensor, TargetName, TensorReduce, TensorTensorScan,
 };
 
 /// `nonzero`: the output's row count is data-dependent. The program writes a buffer of the upper
@@ -489,12 +488,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             );
             e.push(
                 Engine::Vector,
-                Op::TensorCopyPredicated(TensorCopyPredicated {
-                    dst: sa(a, n),
-                    src: along(COL_NEG_INF, n),
-                    predicate: mask(nan_mask),
-                    reverse_pred: false,
-                }),
+                tile::copy_pred(sa(a, n), along(COL_NEG_INF, n), mask(nan_mask)),
             );
             for (m, c) in [(nan_mask, COL_NAN_COUNT), (ninf_mask, COL_NEG_INF_COUNT)] {
                 let op = Op::TensorReduce(TensorReduce {
@@ -687,12 +681,7 @@ pub fn lower(req: &LowerRequest<'_>, target: TargetName) -> Result<Lowered, Lowe
             e.memset(Engine::Vector, sa(a, n), special_inf);
             e.push(
                 Engine::Vector,
-                Op::TensorCopyPredicated(TensorCopyPredicated {
-                    dst: sa(a, n),
-                    src: along(COL_NAN, n),
-                    predicate: mask(nan_mask),
-                    reverse_pred: false,
-                }),
+                tile::copy_pred(sa(a, n), along(COL_NAN, n), mask(nan_mask)),
             );
             scatter(&mut e, special_vals, vdt, sa(a, n), b, n, vout);
             e.push(
@@ -1006,15 +995,7 @@ impl Network<'_> {
             if self.float {
                 let mask = AccessPattern::sbuf(DType::U8, 0, p, nan.offset, vec![[1, f as i64]]);
                 e.push(Engine::Vector, tt(mask.clone(), w.clone(), w.clone(), AluOp::NotEqual));
-                e.push(
-                    Engine::Vector,
-                    Op::TensorCopyPredicated(TensorCopyPredicated {
-                        dst: w.clone(),
-                        src: along(p, 0, f),
-                        predicate: mask.clone(),
-                        reverse_pred: false,
-                    }),
-                );
+                e.push(Engine::Vector, tile::copy_pred(w.clone(), along(p, 0, f), mask.clone()));
                 let shift = if self.descending { -(n as f64) } else { n as f64 };
                 e.push(
                     Engine::Vector,
@@ -1065,27 +1046,11 @@ impl Network<'_> {
                 // Ties of w: decide by s (reusing `tmp` for the s comparison).
                 let sgt = AccessPattern::sbuf(DType::U8, 0, w.rows, tmp.offset, vec![[1, half as i64]]);
                 e.push(Engine::Vector, tt(sgt.clone(), &sa, &sb, AluOp::IsGt));
-                e.push(
-                    Engine::Vector,
-                    Op::TensorCopyPredicated(TensorCopyPredicated {
-                        dst: u8s(swap),
-                        src: sgt,
-                        predicate: u8s(equal),
-                        reverse_pred: false,
-                    }),
-                );
+                e.push(Engine::Vector, tile::copy_pred(u8s(swap), sgt, u8s(equal)));
                 for (a, bview) in [(wa, wb), (sa, sb)] {
                     e.tensor_copy(Engine::Gpsimd, f32s.clone(), a.clone());
                     for (dst, src) in [(a, bview.clone()), (bview, f32s.clone())] {
-                        e.push(
-                            Engine::Vector,
-                            Op::TensorCopyPredicated(TensorCopyPredicated {
-                                dst,
-                                src,
-                                predicate: u8s(swap),
-                                reverse_pred: false,
-                            }),
-                        );
+                        e.push(Engine::Vector, tile::copy_pred(dst, src, u8s(swap)));
                     }
                 }
             };
@@ -1150,15 +1115,7 @@ impl Network<'_> {
                         sw.clone(),
                     ),
                 );
-                e.push(
-                    Engine::Vector,
-                    Op::TensorCopyPredicated(TensorCopyPredicated {
-                        dst: w.clone(),
-                        src: along(p, 1, f),
-                        predicate: flag,
-                        reverse_pred: false,
-                    }),
-                );
+                e.push(Engine::Vector, tile::copy_pred(w.clone(), along(p, 1, f), flag));
             }
             for (slot, out, dt) in [(w_a, self.vout, self.vdt), (s_a, self.iout, DType::I32)] {
                 for (hbm, sbuf) in lane.accesses((out, dt), &|li| out_off(first + li), k, slot.offset) {
