@@ -37,6 +37,13 @@ _ITEMSIZE = {name: dt.itemsize for dt, name in _TRN_NAME.items() if dt is not No
 _DYNAMIC_OPS = {"tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"}
 
 
+# Placement order of the automatic tiles (docs/nki-allocation.md, "Rotation"): each search
+# starts where the previously placed tile ended and wraps to byte 0, so a loop's successive
+# iterations get different bytes while SBUF/PSUM has room and do not wait on each other's
+# tiles (as the compiler multi-buffers a loop body). False: plain first fit from byte 0.
+ROTATE = True
+
+
 class NkiAllocationError(NkiError):
     """A kernel whose tiles cannot be placed: its live set exceeds SBUF/PSUM, or two tiles it
     placed itself share bytes while both are live, or a placement is outside the memory.
@@ -554,7 +561,12 @@ def _allocate(units, buf, lim, ins, target):
     auto = [u for u in units if not u.fixed]
     if not auto:
         return peak
-    if not _first_fit(auto, fixed, cap, lim, buf):
+    placed = _first_fit(auto, fixed, cap, lim, buf, ROTATE)
+    if not placed and ROTATE:  # rotation fragments where plain first fit may not
+        for u in auto:
+            u.offset = None
+        placed = _first_fit(auto, fixed, cap, lim, buf, False)
+    if not placed:
         for u in auto:
             u.offset = None
         failed = _largest_first(auto, fixed, cap, lim, buf)
@@ -638,6 +650,16 @@ def _gap(u, taken, cap, lim, buf):
     return _scan(u, taken, cap, lim, buf, 0)
 
 
+def _gap_from(u, taken, cap, lim, buf, start):
+    """The lowest aligned offset at or after `start` where `u` fits, else the lowest one from 0."""
+    taken.sort()
+    if start:
+        off = _scan(u, taken, cap, lim, buf, start)
+        if off is not None:
+            return off
+    return _scan(u, taken, cap, lim, buf, 0)
+
+
 def _scan(u, taken, cap, lim, buf, pos):
     a, size = u.align, u.size
     if buf != "psum":
@@ -661,13 +683,14 @@ def _scan(u, taken, cap, lim, buf, pos):
     return None
 
 
-def _first_fit(auto, fixed, cap, lim, buf):
+def _first_fit(auto, fixed, cap, lim, buf, rotate):
     auto.sort(key=lambda u: (u.start, -u.size))
     fstarts = [u.start for u in fixed]
     active = []
     first_end = -1  # the earliest end in `active`: nothing expires before it
     fnext = 0  # the next direct placement (in start order) not yet live
     factive = []  # direct placements live at the current unit's start
+    rover = 0  # where the previous unit ended: with `rotate`, the next search starts here
     for u in auto:
         if first_end < u.start:
             active = [v for v in active if v.end >= u.start]
@@ -687,10 +710,11 @@ def _first_fit(auto, fixed, cap, lim, buf):
             if v.p0 < u.p1 and u.p0 < v.p1:
                 taken.append((v.offset, v.offset + v.size))
             i += 1
-        off = _gap(u, taken, cap, lim, buf)
+        off = _gap_from(u, taken, cap, lim, buf, rover if rotate else 0)
         if off is None:
             return False
         u.offset = off
+        rover = off + u.size
         active.append(u)
         first_end = min(first_end, u.end)
     return True
