@@ -289,3 +289,46 @@ def test_the_mask_of_a_tile_indexed_atomic_rmw_and_dma_copy_keeps_its_rows():
 
     with pytest.raises(NkiError, match="a data-dependent mask is not supported"):
         tile_mask(base, idx, val)
+
+
+def test_a_kernel_named_like_a_test_is_not_collected_by_pytest(tmp_path):
+    # A test module may define its kernel at module level under a `test_` name; the jit object
+    # wraps the function (`__wrapped__`), so pytest would take it for a test function and fail on
+    # its parameters as unknown fixtures. The kernel must stay out of the collection, and the
+    # module's real test must still be collected and pass.
+    import subprocess
+    import sys
+
+    mod = tmp_path / "test_kernel_named_test.py"
+    mod.write_text(
+        "import numpy as np\n"
+        "import trnsim.nki\n"
+        "trnsim.nki.install()\n"
+        "import neuronxcc.nki as nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "\n"
+        "@nki.jit\n"
+        "def test_doubling(x):\n"
+        "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    nl.store(out, value=nl.add(nl.load(x), nl.load(x)))\n"
+        "    return out\n"
+        "\n"
+        "def test_uses_the_kernel():\n"
+        "    x = np.arange(8, dtype=np.float32).reshape(2, 4)\n"
+        "    assert np.array_equal(test_doubling(x), 2 * x)\n"
+    )
+
+    @nki.jit
+    def test_k(x):
+        return x
+
+    assert test_k.__test__ is False
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(mod)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout, r.stdout
