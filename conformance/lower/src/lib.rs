@@ -577,17 +577,26 @@ pub fn lower_request(req: &LowerRequest<'_>, target: TargetName) -> Result<Lower
 /// conflicting instruction on each other queue). The engines and queues may then run in parallel,
 /// and the simulator's race detector checks that nothing was missed (docs/timeline.md).
 pub fn schedule(mut lowered: Lowered) -> Lowered {
-    let queues = lowered.program.target.params().dma_queues.clamp(1, u16::MAX as usize) as u16;
-    split_large_dmas(&mut lowered.program, queues as usize);
-    let mut next = 0u16;
-    for inst in lowered.program.instructions.iter_mut() {
-        if inst.engine == trnsim::Engine::Dma && inst.queue.is_none() {
-            inst.queue = Some(next);
-            next = (next + 1) % queues;
-        }
-    }
+    spread_dmas(&mut lowered.program);
     trnsim::infer_waits(&mut lowered.program);
     lowered
+}
+
+/// The DMA half of [`schedule`], for any program (the NKI front-end's traces too): every large
+/// DMA without a queue is cut into pieces ([`split_large_dmas`]), then each DMA without a queue
+/// goes to the next queue of its core, round robin in program order. Waits are left to
+/// `infer_waits`, which must run afterwards.
+pub fn spread_dmas(program: &mut Program) {
+    let queues = program.target.params().dma_queues.clamp(1, u16::MAX as usize) as u16;
+    split_large_dmas(program, queues as usize);
+    let mut next = [0u16; 256];
+    for inst in program.instructions.iter_mut() {
+        if inst.engine == trnsim::Engine::Dma && inst.queue.is_none() {
+            let q = &mut next[inst.core as usize];
+            inst.queue = Some(*q);
+            *q = (*q + 1) % queues;
+        }
+    }
 }
 
 /// Smallest piece a large DMA is cut into: transfers of 32 KiB and more reach full bandwidth
@@ -598,9 +607,10 @@ const DMA_SPLIT_BYTES: usize = 32 * 1024;
 /// at least [`DMA_SPLIT_BYTES`], so that the pieces run on different DMA queues at once — one
 /// DMA instruction is one transfer on one engine, and a `[128 × 4000]` fp32 tile load on one
 /// queue took 121 µs where 16 queues take 9 µs (docs/performance.md, "Roofline"). Only plain
-/// copies whose two sides have the same rows × elements per row are cut (the element order is
-/// partition-major on both sides, so row ranges correspond); indirect DMAs and DMAs a lowering
-/// put on a queue itself are left alone. Waits are recomputed afterwards (`infer_waits`), so
+/// copies between two memories whose two sides have the same rows × elements per row are cut
+/// (the element order is partition-major on both sides, so row ranges correspond); a copy
+/// within one memory (one SBUF, one PSUM, one HBM tensor) may read bytes it writes and stays
+/// one transfer, and indirect DMAs and DMAs a lowering put on a queue itself are left alone. Waits are recomputed afterwards (`infer_waits`), so
 /// overlapping pieces stay ordered as in program order.
 fn split_large_dmas(program: &mut Program, queues: usize) {
     use trnsim::{AccessPattern, Engine, Op};
@@ -631,6 +641,7 @@ fn split_large_dmas(program: &mut Program, queues: usize) {
         let pieces = match (&inst.op, inst.engine, inst.queue) {
             (Op::DmaCopy(d), Engine::Dma, None)
                 if d.indirect.is_none()
+                    && d.src.mem != d.dst.mem
                     && d.src.partitions == d.dst.partitions
                     && d.src.free_elems() == d.dst.free_elems() =>
             {

@@ -31,6 +31,14 @@ impl Program {
         trnsim::infer_waits(&mut self.inner);
     }
 
+    /// Puts every DMA that has no queue on one (`trnlower::spread_dmas`, the DMA half of the
+    /// lowerings' scheduling): a large plain copy is first cut by rows into pieces of at least
+    /// 32 KiB for several queues, then each goes to the next queue of its core, round robin in
+    /// program order. Run `infer_waits` afterwards. Values do not change; the timeline does.
+    fn spread_dmas(&mut self) {
+        trnlower::spread_dmas(&mut self.inner);
+    }
+
     /// The program as JSON text (pretty-printed, as trnconf writes it).
     fn to_json(&self) -> String {
         self.inner.to_json()

@@ -92,7 +92,9 @@ def test_benchmark_returns_the_simulator_statistics():
     np.testing.assert_array_equal(out, np.full((128, 512), 128.0))
     res = bench.benchmark_result
     stats = res.stats
-    assert stats["instructions"]["tensor"] == 1 and stats["instructions"]["dma"] == 3
+    # the kernel's 3 DMAs as run: the 32 KiB load whole, the 128 KiB load and the 256 KiB store
+    # cut into 4 and 8 pieces of 32 KiB for several queues (KernelRun.scheduled)
+    assert stats["instructions"]["tensor"] == 1 and stats["instructions"]["dma"] == 1 + 4 + 8
     assert stats["flops"] >= 2 * 128 * 128 * 512
     assert stats["est_ns"]["tensor"] > 0
     p50 = res.nc_latency.get_latency_percentile(50)
@@ -194,6 +196,37 @@ def test_a_run_spreads_the_dmas_over_the_queues_and_values_do_not_change():
     res = trnsim.run(one, kr.inputs)
     np.testing.assert_array_equal(res.outputs[kr.outputs[0]], 2 * x)
     assert spread < 0.75 * res.stats["timeline"]["makespan_ns"]  # 25 µs against 44 µs on trn2
+
+
+def test_a_run_cuts_a_large_dma_into_pieces_for_several_queues():
+    """One [128, 4096] fp32 load (2 MiB) is one DMA instruction in the trace; the run cuts it by
+    rows into 16 pieces on 16 queues (as trnconf's lowerings do), so it takes about a sixteenth
+    of one queue's time, with the same values."""
+
+    def big_copy(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(a), 3.0))
+        return out
+
+    x = np.arange(128 * 4096, dtype=np.float32).reshape(128, 4096)
+    kr = trnsim.nki.to_program(big_copy, (x,))
+    traced = [i for i in kr.program["instructions"] if i["engine"] == "dma"]
+    assert len(traced) == 2
+    sched = json.loads(kr.scheduled_json())
+    dma = [i for i in sched["instructions"] if i["engine"] == "dma"]
+    assert len(dma) == 32 and {i["queue"] for i in dma} == set(range(16))
+    rows = sorted(
+        (i["op"]["dma_copy"]["dst"].get("start_partition", 0), i["op"]["dma_copy"]["dst"]["partitions"])
+        for i in dma[:16]
+    )
+    assert rows == [(8 * k, 8) for k in range(16)]
+    np.testing.assert_array_equal(kr.run(), 3 * x)
+    cut = kr.stats["timeline"]["makespan_ns"]
+    whole = trnsim.Program.from_json(kr.program_json())
+    whole.infer_waits()
+    res = trnsim.run(whole, kr.inputs)
+    np.testing.assert_array_equal(res.outputs[kr.outputs[0]], 3 * x)
+    assert cut < 0.25 * res.stats["timeline"]["makespan_ns"]
 
 
 def test_typing_annotations_and_compiler_decorators():

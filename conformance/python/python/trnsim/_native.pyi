@@ -49,6 +49,10 @@ class Program:
     def infer_waits(self) -> None:
         """Fills every instruction's `wait` list from the memory dependencies between queues."""
 
+    def spread_dmas(self) -> None:
+        """Puts every DMA without a queue on one: large copies cut into pieces over several
+        queues, then round robin per core. Run `infer_waits` afterwards."""
+
     def to_json(self) -> str:
         """The program as pretty-printed JSON text."""
 

@@ -107,12 +107,21 @@ class KernelRun:
     def program_json(self):
         return json.dumps(self.program)
 
+    def scheduled(self):
+        """The program as `run` runs it, a `trnsim.Program`: the trace with its DMAs spread over
+        the queues (`Program.spread_dmas`: large copies cut into pieces for several queues, then
+        round robin per core, as trnconf's lowerings schedule theirs) and the waits inferred."""
+        import trnsim
+
+        prog = trnsim.Program.from_json(self.program_json())
+        prog.spread_dmas()
+        prog.infer_waits()
+        return prog
+
     def scheduled_json(self):
-        """The program as `run` runs it: each DMA on a queue (`_spread_dma`); `run` then adds
-        the waits (`infer_waits`). `program_json` is the trace as it is, every DMA on queue 0."""
-        ins = [dict(i) for i in self.program["instructions"]]
-        _spread_dma(ins, self.program["target"])
-        return json.dumps(dict(self.program, instructions=ins))
+        """`scheduled()` as JSON text. `program_json` is the trace as it is, every DMA without a
+        queue (the default assignment runs them all on queue 0)."""
+        return self.scheduled().to_json()
 
     def _cross_core(self, e):
         """Whether the race `e` names instructions of the two physical cores (LNC=2)."""
@@ -143,9 +152,7 @@ class KernelRun:
     def run(self, target=None, numerics=None):
         import trnsim
 
-        prog = trnsim.Program.from_json(self.scheduled_json())
-        if hasattr(prog, "infer_waits"):
-            prog.infer_waits()
+        prog = self.scheduled()
         if self.device_args:
             return _session_run(self, prog)
         t0 = time.perf_counter()
@@ -406,24 +413,6 @@ def _finish(tr, ret, param_arrays, trace_s, def_loc):
     kr.allocation = allocation  # per memory: tiles, peak live bytes, highest byte used, usable bytes
     kr.out_shapes = out_shapes  # a returned reshaped view comes back in its own shape
     return kr
-
-
-def _spread_dma(instructions, target):
-    """Each DMA goes to the next of its core's DMA queues, round robin in program order, as
-    trnconf's lowerings do (`trnlower::schedule`): on a device the compiler spreads a kernel's
-    DMAs over the DMA engines, and with every DMA on queue 0 the timeline would run them one
-    after the other at one engine's bandwidth. Values do not depend on it: `KernelRun.run` then
-    computes the waits with `infer_waits`, which orders every pair of conflicting accesses."""
-    from ._targets import params
-
-    n = max(1, int(params(target)["dma_queues"]))
-    nxt = {}
-    for ins in instructions:
-        if ins["engine"] == "dma" and "queue" not in ins:
-            c = ins.get("core", 0)
-            q = nxt.get(c, 0)
-            ins["queue"] = q
-            nxt[c] = (q + 1) % n
 
 
 def _whole_copy(st, src_name, loc):
