@@ -52,8 +52,14 @@ _RULES: dict[str, tuple[str, type[Exception], bool]] = {
 GUARDED = frozenset({"index_add", "index_copy"})
 
 
+_BASE_NAMES: dict = {}
+
+
 def base_name(func: torch._ops.OpOverload) -> str:
-    return func._schema.name.split("::", 1)[1].rstrip("_") or func._schema.name
+    name = _BASE_NAMES.get(func)
+    if name is None:
+        name = _BASE_NAMES[func] = func._schema.name.split("::", 1)[1].rstrip("_") or func._schema.name
+    return name
 
 
 def _arg(func, args, kwargs, name: str, default: Any = None) -> Any:

@@ -55,13 +55,13 @@ class _Recorder:
         self.runs: list[dict] = []
 
     # -- the session's interface, as the device uses it ------------------------------------
-    def run(self, program, bind: dict[str, str]) -> str:
+    def run(self, program, bind: dict[str, str], spans: bool = True) -> str:
         for decl, _dev, _shape, role in program.hbm:
             if role == "output" and bind.get(decl) in self.inputs:
                 # An output bound to a tensor the group reads: not expressible in one program.
                 self.flush()
                 self.direct_runs += 1
-                return self.session.run(program, bind)
+                return self.session.run(program, bind, spans=spans)
         for decl, dev, shape, role in program.hbm:
             name = bind.get(decl)
             if name is None:

@@ -179,7 +179,7 @@ class TrnsimTensor(torch.Tensor):
             strides=stride,
             storage_offset=offset,
             dtype=dtype or storage.dtype,
-            device=torch.device(DEVICE_NAME, 0),
+            device=_device0(),
             requires_grad=False,
         )
         t._trn = storage
@@ -332,6 +332,16 @@ class TrnsimTensor(torch.Tensor):
         if _any_fake(args, kwargs):
             return _fake_dispatch(func, args, kwargs)
         return dispatch(func, args, kwargs)
+
+
+_DEVICE0: list[torch.device] = []
+
+
+def _device0() -> torch.device:
+    """``torch.device(DEVICE_NAME, 0)``, made once (after the backend is named)."""
+    if not _DEVICE0:
+        _DEVICE0.append(torch.device(DEVICE_NAME, 0))
+    return _DEVICE0[0]
 
 
 def _contiguous_strides(size) -> list[int]:
@@ -598,9 +608,102 @@ def _to_meta(x: Any) -> Any:
     return x
 
 
+class _Uncacheable(Exception):
+    """An argument the metadata caches do not key (a CPU tensor, a generator, a SymInt, …)."""
+
+
+#: Python values a meta kernel sees as they are, compared by type and value in the keys.
+_KEYED_AS_IS = frozenset({bool, int, str, type(None), torch.dtype, torch.layout, torch.memory_format})
+
+
+def _sig(x: Any, view: bool) -> Any:
+    """``x`` as the meta kernel sees it, hashable: a device tensor by the metadata its meta
+    stand-in has (``_to_meta``; ``_alias``'s ``meta_view`` also by offset and storage size), a
+    device by nothing (every device is ``meta`` there), a number by its type and exact value.
+    Anything else (a CPU tensor, whose values a kernel may read) raises ``_Uncacheable``."""
+    t = type(x)
+    if t is TrnsimTensor:
+        if view:
+            return (t, x.shape, x.stride(), x.storage_offset(), x.dtype, _f32_elements(x._trn))
+        return (t, x.shape, x.stride(), x.dtype)
+    if t is float:
+        return (t, x.hex())  # exact: -0.0 and 0.0 differ, every nan is one key
+    if t in _KEYED_AS_IS:
+        return (t, x)
+    if t is list or t is tuple or t is torch.Size:
+        return (t, tuple([_sig(y, view) for y in x]))
+    if t is complex:
+        return (t, x.real.hex(), x.imag.hex())
+    if t is torch.device:
+        return (t,)
+    raise _Uncacheable
+
+
+def _meta_key(func, args, kwargs, view: bool = False) -> tuple | None:
+    """The key of a meta-kernel call in the metadata caches: everything the meta kernel reads
+    (the overload, its arguments as ``_sig`` gives them, the default dtype a factory or a
+    promotion may take), or None when an argument cannot be keyed (the kernel then runs)."""
+    try:
+        return (
+            func,
+            torch.get_default_dtype(),
+            _sig(args, view),
+            tuple([(k, _sig(v, view)) for k, v in kwargs.items()]),
+        )
+    except _Uncacheable:
+        return None
+
+
+class _MetaCache:
+    """Results of PyTorch's meta kernels by ``_meta_key``: a meta kernel is a function of the
+    metadata it is given, so a call with an equal key gets the same output metadata without
+    running the kernel again (about half of the Python cost of a small op). Only successful
+    calls are kept (a failure runs again and fails the same way). Bounded: cleared whole at
+    ``max_entries`` (calls with step-dependent scalars make new keys)."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self.entries: dict[tuple, Any] = {}
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple | None) -> Any:
+        if key is None:
+            return None
+        hit = self.entries.get(key)
+        if hit is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return hit
+
+    def put(self, key: tuple | None, value: Any) -> None:
+        if key is None or value is None:
+            return
+        if len(self.entries) >= self.max_entries:
+            self.entries.clear()
+        self.entries[key] = value
+
+
+#: output metadata of lowered calls (``_meta_outputs``), of views (``_alias``), and the in-place
+#: calls whose meta check passed (``_check_inplace_meta``; the value is True).
+META_CACHE = _MetaCache()
+VIEW_CACHE = _MetaCache()
+INPLACE_CHECKED = _MetaCache()
+
+
 def _meta_outputs(func, args, kwargs):
     """The outputs' metadata, from PyTorch's meta kernel for the same call (None: no meta kernel,
-    e.g. a data-dependent shape)."""
+    e.g. a data-dependent shape). Served from ``META_CACHE`` when the same metadata was seen."""
+    key = _meta_key(func, args, kwargs)
+    hit = META_CACHE.get(key)
+    if hit is not None:
+        return hit
+    out = _meta_outputs_uncached(func, args, kwargs)
+    META_CACHE.put(key, out)
+    return out
+
+
+def _meta_outputs_uncached(func, args, kwargs):
     margs = tree_map(_to_meta, args)
     mkwargs = tree_map(_to_meta, kwargs)
     if "device" in mkwargs or _has_device_arg(func):
@@ -732,9 +835,10 @@ def _run_lowered(func, args, kwargs, *, count: bool = True, name: str | None = N
         if role == "output":
             out_names[decl] = _new_name()
             bind[decl] = out_names[decl]
-    stats = json.loads(STATE.session.run(program, bind))
+    # The report reads the totals only: no per-instruction spans to encode and parse.
+    stats = json.loads(STATE.session.run(program, bind, spans=False))
     _report.REPORT.device_run(name, stats, count=count)
-    values = {int(k): v for k, v in json.loads(values_json).items()}
+    values = {int(k): v for k, v in json.loads(values_json).items()} if values_json != "{}" else {}
     produced: dict[str, _Storage] = {}
     scalars: dict[str, Any] = {}
     count_value = None
@@ -1067,6 +1171,23 @@ def _decomposition(func):
 _decomposition.core = None  # type: ignore[attr-defined]
 
 
+def _per_overload(fn):
+    """``fn(func)`` computed once per overload: what it reads (the schema, the ``aten``
+    namespace's overloads) does not change while the process runs."""
+    memo: dict = {}
+
+    def cached(func):
+        try:
+            return memo[func]
+        except KeyError:
+            out = memo[func] = fn(func)
+            return out
+
+    cached.__doc__ = fn.__doc__
+    return cached
+
+
+@_per_overload
 def _functional_of(func):
     """The functional overload of an in-place op (``add_.Tensor`` -> ``add.Tensor``)."""
     s = func._schema
@@ -1088,6 +1209,7 @@ def _functional_of(func):
     return None
 
 
+@_per_overload
 def _functional_of_out(func):
     """The functional overload of an `out=` overload: same name, the same non-out arguments."""
     s = func._schema
@@ -1113,8 +1235,14 @@ def _functional_of_out(func):
     return fallback
 
 
-def _mutated_args(func) -> list[int]:
-    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+@_per_overload
+def _mutated_args(func) -> tuple[int, ...]:
+    return tuple(i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+
+
+@_per_overload
+def _out_kwargs(func) -> tuple[str, ...]:
+    return tuple(a.name for a in func._schema.arguments if a.is_out)
 
 
 # Frames in these directories are PyTorch's or this package's, not the user's call site.
@@ -1191,6 +1319,21 @@ def dispatch(func, args, kwargs):
             STATE.generator = gen_before
 
 
+_COMPOSITE_IMPLICIT: dict = {}
+
+
+def _composite_implicit(func) -> bool:
+    """Whether ``func`` has a CompositeImplicitAutograd kernel (PyTorch's own decomposition).
+    Remembered for ``aten`` and ``prims`` overloads, whose kernels PyTorch registers at import;
+    asked every time for other namespaces (a library may register its kernels later)."""
+    hit = _COMPOSITE_IMPLICIT.get(func)
+    if hit is None:
+        hit = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+        if func.namespace in ("aten", "prims"):
+            _COMPOSITE_IMPLICIT[func] = hit
+    return hit
+
+
 def _dispatch(func, args, kwargs, top: bool):
     if func.namespace in ("c10d", "_c10d_functional"):
         # Distributed hook: collectives go to the c10d backend package (trnsim.torch.distributed).
@@ -1216,7 +1359,7 @@ def _dispatch(func, args, kwargs, top: bool):
         return _copy_(args[0], args[1])
     if func in (aten.lift_fresh.default, aten.lift_fresh_copy.default) and isinstance(args[0], TrnsimTensor):
         return args[0]
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+    if _composite_implicit(func):
         # A composite (`to.dtype`, `reshape`, …) reaching the device: PyTorch's own decomposition.
         out = func.decompose(*args, **kwargs)
         if out is not NotImplemented:
@@ -1460,7 +1603,11 @@ def _alias(func, args, kwargs):
             return base.as_strided(x.shape, x.stride(), x.storage_offset())
         return x
 
-    out = func(*tree_map(meta_view, args), **tree_map(meta_view, kwargs))
+    key = _meta_key(func, args, kwargs, view=True)
+    out = VIEW_CACHE.get(key)
+    if out is None:
+        out = func(*tree_map(meta_view, args), **tree_map(meta_view, kwargs))
+        VIEW_CACHE.put(key, out)
     flat_out, _ = tree_flatten(out)
     if any(isinstance(m, torch.Tensor) and (m.is_conj() or m.is_neg()) for m in flat_out):
         # A lazily conjugated / negated view carries a bit the device's tensors do not have;
@@ -1600,7 +1747,7 @@ def _inplace(func, args, kwargs, top: bool):
     name = op_name(func)
     mutated = _mutated_args(func)
     functional = _functional_of(func)
-    out_kw = [a.name for a in func._schema.arguments if a.is_out]
+    out_kw = _out_kwargs(func)
     if out_kw:
         # An `out=` overload: its functional overload, written into `out`.
         functional = _functional_of_out(func)
@@ -1635,7 +1782,7 @@ def _inplace(func, args, kwargs, top: bool):
         return _unsupported(func, args, kwargs, "no functional form of this `out=` overload")
     if func is aten.resize_.default:
         return _resize_(func, args, kwargs)
-    if functional is not None and functional.is_view and mutated == [0]:
+    if functional is not None and functional.is_view and mutated == (0,):
         # `squeeze_`, `t_`, `transpose_`, …: new sizes/strides for the same memory.
         out = _alias(functional, args, kwargs)
         _restride(args[0], out.shape, out.stride(), out.storage_offset())
@@ -1678,12 +1825,16 @@ def _resize_(func, args, kwargs):
 
 
 def _check_inplace_meta(func, args, kwargs) -> None:
+    key = _meta_key(func, args, kwargs)
+    if INPLACE_CHECKED.get(key):
+        return  # the same metadata passed the check before
     margs = tree_map(_to_meta, args)
     mkwargs = tree_map(_to_meta, kwargs)
     try:
         func(*margs, **mkwargs)
     except NotImplementedError:
         pass
+    INPLACE_CHECKED.put(key, True)
 
 
 def _fresh(t: TrnsimTensor) -> bool:
@@ -2093,11 +2244,18 @@ def _index_real(func, args, kwargs, top):
     return _adopt(out, torch.complex64, list(out.shape[:-1]))
 
 
+def _has_complex(x) -> bool:
+    """Whether ``x`` (an argument, or lists / tuples / dicts of them) holds a complex number or
+    a complex tensor."""
+    if isinstance(x, (list, tuple)):
+        return any(_has_complex(y) for y in x)
+    if isinstance(x, dict):
+        return any(_has_complex(y) for y in x.values())
+    return isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.dtype.is_complex)
+
+
 def _complex_result(func, args, kwargs) -> bool:
-    if not any(
-        isinstance(x, complex) or (isinstance(x, torch.Tensor) and x.dtype.is_complex)
-        for x in tree_flatten((args, kwargs))[0]
-    ):
+    if not (_has_complex(args) or _has_complex(kwargs)):
         return False  # the common case, without a meta call
     meta = _meta_outputs(func, args, kwargs)
     return isinstance(meta, torch.Tensor) and meta.dtype == torch.complex64

@@ -34,11 +34,28 @@ class Unencodable(Exception):
     """The call has an argument the golden encoding cannot express."""
 
 
+#: ``op_name`` and ``_schema_types`` by overload (a schema never changes).
+_NAMES: dict = {}
+_TYPES: dict = {}
+
+
 def op_name(func: torch._ops.OpOverload) -> str:
     """``aten.add.Tensor`` -> ``add.Tensor``; ``aten.relu.default`` -> ``relu``."""
-    s = func._schema
-    base = s.name.split("::", 1)[1]
-    return f"{base}.{s.overload_name}" if s.overload_name else base
+    name = _NAMES.get(func)
+    if name is None:
+        s = func._schema
+        base = s.name.split("::", 1)[1]
+        name = _NAMES[func] = f"{base}.{s.overload_name}" if s.overload_name else base
+    return name
+
+
+def _schema_types(func: torch._ops.OpOverload) -> tuple[list[str], dict[str, str]]:
+    """The overload's argument types as strings: by position, and by name."""
+    hit = _TYPES.get(func)
+    if hit is None:
+        sargs = func._schema.arguments
+        hit = _TYPES[func] = ([str(a.type) for a in sargs], {a.name: str(a.type) for a in sargs})
+    return hit
 
 
 def _float(x: float) -> Any:
@@ -109,14 +126,14 @@ class Encoder:
         raise Unencodable(f"{name}: value of type {type(v).__name__}")
 
     def call(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict:
-        sargs = func._schema.arguments
+        by_pos, types = _schema_types(func)
+        n = len(by_pos)
         enc_args = []
         for i, a in enumerate(args):
-            ty = str(sargs[i].type) if i < len(sargs) else ""
-            enc_args.append(self.value(a, f"input.{i}", ty))
-        types = {a.name: str(a.type) for a in sargs}
-        order = [a.name for a in sargs if a.name in kwargs]
+            enc_args.append(self.value(a, f"input.{i}", by_pos[i] if i < n else ""))
         enc_kwargs = {}
-        for k in order + sorted(set(kwargs) - set(order)):
-            enc_kwargs[k] = self.value(kwargs[k], f"kwarg.{k}", types.get(k, ""))
+        if kwargs:
+            order = [k for k in types if k in kwargs]
+            for k in order + sorted(set(kwargs) - set(order)):
+                enc_kwargs[k] = self.value(kwargs[k], f"kwarg.{k}", types.get(k, ""))
         return {"args": enc_args, "kwargs": enc_kwargs}
