@@ -24,7 +24,7 @@ def cur():
     import nki.language as nl
 
     yield nki, nl, nisa
-    for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+    for name in ("nki", "nki.language", "nki.isa", "nki.typing", "nki.collectives"):
         sys.modules.pop(name, None)
 
 
@@ -37,6 +37,65 @@ def _copy_kernel(nki, nl, nisa):
         return out
 
     return copy
+
+
+def test_a_tensors_buffer_is_the_nl_buffer_it_lives_in(cur):
+    # `.buffer` compares equal to nl.sbuf / nl.psum / nl.hbm / nl.shared_hbm, so a kernel can
+    # assert where its operands are (AWS's MX samples assert their arguments are in HBM)
+    nki, nl, nisa = cur
+    seen = {}
+
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        p = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        seen["x"] = x.buffer in (nl.hbm, nl.shared_hbm)
+        seen["t"] = (t.buffer == nl.sbuf, t.buffer == nl.psum, t[0:2, :].buffer == nl.sbuf)
+        seen["p"] = p.buffer == nl.psum
+        seen["out"] = (out.buffer == nl.shared_hbm, out.buffer == nl.private_hbm)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(nki.jit(k)(x), x)
+    assert seen == {"x": True, "t": (True, False, True), "p": True, "out": (True, False)}
+    assert repr(nl.sbuf) == "nl.sbuf"
+
+
+def test_install_registers_nki_collectives(cur):
+    import nki.collectives as ncc
+
+    nki = cur[0]
+    assert nki.collectives is ncc
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "rank_id"):
+        assert callable(getattr(ncc, name)), name
+
+
+def test_a_matmul_added_into_a_bf16_psum_accumulator():
+    # `acc += nc_matmul(...)` into a bf16 PSUM tile: the matmul cannot accumulate into it in place
+    # (fp32 PSUM only), so the add runs on VectorE with the product staged through SBUF (VectorE
+    # reads one PSUM operand at most). 0/1 inputs keep every sum exact in bf16.
+    trnsim.nki.install(current=False)
+    import neuronxcc.nki.isa as nisa_l
+    import neuronxcc.nki.language as nl_l
+    from neuronxcc import nki as nki_l
+
+    @nki_l.jit(platform_target="trn2")
+    def k(a, b):
+        out = nl_l.ndarray((128, 512), dtype=nl_l.float32, buffer=nl_l.shared_hbm)
+        acc = nl_l.zeros((128, 512), dtype=nl_l.bfloat16, buffer=nl_l.psum)
+        at, bt = nl_l.load(a), nl_l.load(b)
+        acc[...] += nisa_l.nc_matmul(at, bt)
+        acc[...] += nisa_l.nc_matmul(at, bt)
+        nl_l.store(out, value=nl_l.copy(acc, dtype=nl_l.float32))
+        return out
+
+    r = np.random.default_rng(5)
+    a = r.integers(0, 2, (128, 128)).astype(ml_dtypes.bfloat16)
+    b = r.integers(0, 2, (128, 512)).astype(ml_dtypes.bfloat16)
+    want = 2 * (a.astype(np.float32).T @ b.astype(np.float32))
+    np.testing.assert_array_equal(k(a, b), want)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,7 +532,7 @@ def test_python_range_the_deprecated_aliases_and_fori_loop_unroll_alike(cur):
 
 
 def test_install_provides_both_namespaces():
-    for name in ("nki", "nki.language", "nki.isa", "nki.typing"):
+    for name in ("nki", "nki.language", "nki.isa", "nki.typing", "nki.collectives"):
         sys.modules.pop(name, None)
     trnsim.nki.install()
     try:

@@ -633,15 +633,18 @@ def last_run():
 def install(current=True):
     """Register both namespaces in sys.modules as this front-end: the legacy `neuronxcc`,
     `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing`, `.compiler`, and the current
-    `nki`, `nki.language`, `nki.isa`, `nki.typing` (NKI 0.3+ as of SDK 2.32, docs/nki.md). Which
+    `nki`, `nki.language`, `nki.isa`, `nki.typing`, `nki.collectives` (NKI 0.3+ as of SDK 2.32,
+    docs/nki.md). Which
     one a kernel sees is what it imports. Idempotent; returns the `neuronxcc.nki` module.
     `current=False` registers the legacy namespace only."""
     this = sys.modules[__name__]
     if current:
+        from . import collectives
         from . import current as cur
 
         sys.modules["nki"] = cur
-        for sub in ("language", "isa", "typing"):
+        cur.collectives = collectives
+        for sub in ("language", "isa", "typing", "collectives"):
             sys.modules[f"nki.{sub}"] = getattr(cur, sub)
     top = sys.modules.get("neuronxcc")
     if top is None or not getattr(top, "_trnsim", False):

@@ -217,6 +217,11 @@ def _accumulate(dst, val):
     loc = caller_loc()[0]
     if isinstance(val, View):
         r = prep(val, dst.shape, loc)
+        if r.base.on_chip and r.base.buffer == "psum" and dst.base.on_chip and dst.base.buffer == "psum":
+            # `psum += psum` (a matmul result the redirect does not take, e.g. into a bf16 PSUM
+            # accumulator): VectorE reads one PSUM operand at most, so the addend goes by SBUF,
+            # as `nl.add` of two PSUM tiles does
+            r = _on_sbuf(r, loc)
         emit(
             "vector",
             "tensor_tensor",

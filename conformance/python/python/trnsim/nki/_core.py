@@ -226,6 +226,31 @@ def frame_line(f):
     return f.f_lineno if line is None else line
 
 
+class _Buffer(str):
+    """`nl.sbuf`, `nl.psum`, `nl.hbm`, `nl.private_hbm`, `nl.shared_hbm`: a buffer kind, equal to
+    its name as a string (the front-end's own spelling) and the value of a tensor's `.buffer`,
+    so that `t.buffer == nl.sbuf` and `a.buffer in (nl.hbm, nl.shared_hbm)` hold as in NKI."""
+
+    def __new__(cls, name):
+        return super().__new__(cls, name)
+
+    @property
+    def name(self):
+        return str(self)
+
+    def __repr__(self):
+        return "nl." + str(self)
+
+    def __call__(self, *a, **k):  # ncc-style allocators are not supported; plain buffers are
+        raise NkiError(f"nl.{self} is a buffer, not a callable", caller_loc()[0])
+
+
+BUFFERS = {n: _Buffer(n) for n in ("sbuf", "psum", "hbm", "private_hbm", "shared_hbm")}
+# An HBM tensor's `.buffer` by how it was made: a kernel argument (or a constant) is in HBM, a
+# `nl.ndarray(buffer=nl.shared_hbm / nl.private_hbm)` in that buffer.
+_HBM_KIND_BUFFER = {"shared": "shared_hbm", "private": "private_hbm"}
+
+
 def caller_loc():
     """`file:line` of the innermost frame outside this package: the kernel's source line."""
     f = sys._getframe(1)
@@ -802,7 +827,10 @@ class View:
 
     @property
     def buffer(self):
-        return self.base.buffer
+        b = self.base.buffer
+        if b == "hbm":
+            b = _HBM_KIND_BUFFER.get(getattr(self.base, "kind", None), "hbm")
+        return BUFFERS.get(b, b)
 
     def __repr__(self):
         return f"<NKI tensor {list(self.shape)} {self.dtype} in {self.base.buffer}>"

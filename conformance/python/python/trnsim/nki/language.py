@@ -26,6 +26,7 @@ from ._build import (  # noqa: F401  (shared with isa.py)
     restrict_dyn,
 )
 from ._core import (  # noqa: F401  (dtypes re-exported as nl.<dtype>)
+    BUFFERS,
     Aff,
     DynSlice,
     DynView,
@@ -34,6 +35,7 @@ from ._core import (  # noqa: F401  (dtypes re-exported as nl.<dtype>)
     NkiError,
     Pred,
     View,
+    _Buffer,
     arange,
     as_dtype,
     bfloat16,
@@ -66,22 +68,12 @@ from ._emit import T, emit, new_tile, prep, scalar_operand
 # buffers, sizes, index helpers
 
 
-class _Buffer:
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return "nl." + self.name
-
-    def __call__(self, *a, **k):  # ncc-style allocators are not supported; plain buffers are
-        raise NkiError(f"nl.{self.name} is a buffer, not a callable", caller_loc()[0])
-
-
-sbuf = _Buffer("sbuf")
-psum = _Buffer("psum")
-hbm = _Buffer("hbm")
-private_hbm = _Buffer("private_hbm")
-shared_hbm = _Buffer("shared_hbm")
+# nl.sbuf, …: str-valued buffer kinds, also the tensors' `.buffer` values (_core.BUFFERS)
+sbuf = BUFFERS["sbuf"]
+psum = BUFFERS["psum"]
+hbm = BUFFERS["hbm"]
+private_hbm = BUFFERS["private_hbm"]
+shared_hbm = BUFFERS["shared_hbm"]
 
 
 class par_dim(int):
