@@ -72,6 +72,26 @@ def test_install_registers_nki_collectives(cur):
         assert callable(getattr(ncc, name)), name
 
 
+def test_unsupported_indirection_and_collectives_say_so(cur):
+    nki, nl, _ = cur
+    import nki.collectives as ncc
+
+    with pytest.raises(AttributeError, match="collective_permute_implicit is not supported by trnsim: the implicit"):
+        ncc.collective_permute_implicit  # noqa: B018
+    with pytest.raises(AttributeError, match="no_such_collective is not supported by trnsim"):
+        ncc.no_such_collective  # noqa: B018
+
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        x.indirect(0)  # ind-line
+        return out
+
+    with pytest.raises(
+        NkiError, match=r"tensor\.indirect\(\.\.\.\) \(NeuronCore-v4 tensor indirection\) is not supported"
+    ):
+        nki.jit(k)(np.zeros((4, 4), np.float32))
+
+
 def test_a_matmul_added_into_a_bf16_psum_accumulator():
     # `acc += nc_matmul(...)` into a bf16 PSUM tile: the matmul cannot accumulate into it in place
     # (fp32 PSUM only), so the add runs on VectorE with the product staged through SBUF (VectorE

@@ -1236,6 +1236,15 @@ class View:
             return View.full(_Alias(storage_of(self.base), shape, dtype))
         return View.full(_HbmAlias(storage_of(self.base), shape, dtype))
 
+    def indirect(self, *args, **kwargs):
+        """NeuronCore-v4 tensor indirection (`tensor.indirect(...)`, nki-samples'
+        tensor_indirection tutorial): not modelled; a clear refusal, not an AttributeError."""
+        raise NkiError(
+            "tensor.indirect(...) (NeuronCore-v4 tensor indirection) is not supported by trnsim yet; "
+            "an indirect DMA is `.ap(vector_offset=..., indirect_dim=...)` (docs/nki.md)",
+            caller_loc()[0],
+        )
+
     def ap(self, pattern=None, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """AWS's access pattern (`NkiTensor.ap`, the NKI access-pattern guide): the tensor flattened
         to its elements (of `dtype`, which reinterprets the bytes, default the tensor's own), read

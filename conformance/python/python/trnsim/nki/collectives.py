@@ -33,6 +33,18 @@ _CTX = threading.local()
 _OPS = {"add": "add", "maximum": "max", "minimum": "min", "max": "max", "min": "min", "multiply": "multiply"}
 
 
+def __getattr__(name):
+    """A name of AWS's `nki.collectives` trnsim lacks: an AttributeError that says so (and why,
+    for a documented one), rather than Python's bare one."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from ._matrix import UNSUPPORTED
+
+    why = UNSUPPORTED["nki.collectives"].get(name)
+    reason = f": {why[1]}" if why else ""
+    raise AttributeError(f"nki.collectives.{name} is not supported by trnsim{reason} (docs/nki.md, the feature matrix)")
+
+
 @dataclass(frozen=True)
 class ReplicaGroup:
     """Groups of ranks a collective runs over: ``ReplicaGroup([[0, 1, 2, 3]])``."""
